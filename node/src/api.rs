@@ -1,0 +1,387 @@
+//! The local API: the page, `POST /v1/messages`, transcript, events, health, metrics,
+//! explain and quiet. Bound to 127.0.0.1 by default; when bound elsewhere every request
+//! needs `Authorization: Bearer <token>` (or `?token=` for the page and its stream).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::{Frame, Incoming};
+use serde::Deserialize;
+use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
+use tokio_stream::wrappers::BroadcastStream;
+use ulid::Ulid;
+
+use crate::config::Platform;
+use crate::envelope::{
+    now_millis, Author, AuthorKind, Envelope, Kind, Why, MAX_TEXT_BYTES, PROTOCOL_VERSION,
+};
+use crate::node::Node;
+use crate::server::{self, Body, BodyError};
+use crate::transcript::{Appended, MEMORY_MESSAGES};
+
+/// Largest request body on the local API.
+const MAX_API_BODY: usize = 256 * 1024;
+
+/// The embedded group-chat page.
+const PAGE: &str = include_str!("page.html");
+
+/// Routes a local API request.
+pub async fn handle(
+    node: Arc<Node>,
+    req: Request<Incoming>,
+    _remote: SocketAddr,
+) -> Response<Body> {
+    let path = req.uri().path().to_string();
+    let method = req.method().clone();
+    if !authorized(&node, &req) && path != "/healthz" {
+        node.metrics
+            .api_requests
+            .get_or_create(&crate::metrics::ResultLabel {
+                result: "unauthorized".into(),
+            })
+            .inc();
+        return server::error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
+    }
+    let resp = match (&method, path.as_str()) {
+        (&Method::GET, "/") => server::text(StatusCode::OK, "text/html; charset=utf-8", PAGE),
+        (&Method::POST, "/v1/messages") => post_message(&node, req).await,
+        (&Method::GET, "/v1/transcript") => transcript(&node, &req),
+        (&Method::GET, "/v1/events") => events(&node, &req),
+        (&Method::GET, "/v1/info") => info(&node),
+        (&Method::POST, "/v1/explain") => explain(&node, req).await,
+        (&Method::POST, "/v1/quiet") => quiet(&node, req).await,
+        (&Method::GET, "/healthz") => health(&node),
+        (&Method::GET, "/metrics") => server::text(
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            node.metrics.render(),
+        ),
+        (
+            _,
+            "/" | "/v1/messages" | "/v1/transcript" | "/v1/events" | "/v1/explain" | "/v1/quiet"
+            | "/healthz" | "/metrics",
+        ) => server::error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("{method} is not allowed on {path}"),
+        ),
+        _ => server::error(StatusCode::NOT_FOUND, "no such endpoint"),
+    };
+    let code = resp.status().as_u16().to_string();
+    node.metrics
+        .api_requests
+        .get_or_create(&crate::metrics::ResultLabel { result: code })
+        .inc();
+    resp
+}
+
+fn authorized(node: &Node, req: &Request<Incoming>) -> bool {
+    let Some(token) = &node.cfg.api_token else {
+        return true;
+    };
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_string)
+        .or_else(|| server::query_param(req.uri(), "token"));
+    given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes()))
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    // Compare digests so neither length nor content leaks through timing.
+    let da = ring::digest::digest(&ring::digest::SHA256, a);
+    let db = ring::digest::digest(&ring::digest::SHA256, b);
+    da.as_ref()
+        .iter()
+        .zip(db.as_ref())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
+}
+
+async fn read_json<T: for<'de> Deserialize<'de>>(
+    req: Request<Incoming>,
+) -> Result<T, Response<Body>> {
+    let (_, body) = server::read_body(req, MAX_API_BODY)
+        .await
+        .map_err(|e| match e {
+            BodyError::TooLarge { .. } => server::error(StatusCode::PAYLOAD_TOO_LARGE, e),
+            BodyError::Read(_) => server::error(StatusCode::BAD_REQUEST, e),
+        })?;
+    serde_json::from_slice(&body)
+        .map_err(|e| server::error(StatusCode::BAD_REQUEST, format!("bad JSON: {e}")))
+}
+
+/// `POST /v1/messages` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PostMessage {
+    /// Defaults to `[mesh].group`.
+    group: Option<String>,
+    /// The message.
+    text: String,
+    /// A human's name, or this bot's own name (sidecar posting as the bot).
+    from: Option<String>,
+    /// The message this answers (sidecar replies); sets the depth.
+    reply_to: Option<Ulid>,
+    /// Platform message id, when the text also exists on a platform.
+    platform_msg_id: Option<String>,
+}
+
+async fn post_message(node: &Arc<Node>, req: Request<Incoming>) -> Response<Body> {
+    let p: PostMessage = match read_json(req).await {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    if node.accepting.is_cancelled() {
+        return server::error(StatusCode::SERVICE_UNAVAILABLE, "node is shutting down");
+    }
+    match build_local_message(node, p) {
+        Ok(env) => match node.publish(env.clone(), "api").await {
+            Ok(Appended::New) => server::json(
+                StatusCode::OK,
+                &serde_json::json!({"id": env.id.to_string(), "group": env.group, "depth": env.depth}),
+            ),
+            Ok(Appended::Duplicate) => server::json(
+                StatusCode::OK,
+                &serde_json::json!({"duplicate": true, "group": env.group}),
+            ),
+            Err(e) => server::error(StatusCode::SERVICE_UNAVAILABLE, e),
+        },
+        Err((status, why)) => server::error(status, why),
+    }
+}
+
+/// Turns a local post into an envelope, enforcing who may post what.
+fn build_local_message(node: &Node, p: PostMessage) -> Result<Envelope, (StatusCode, String)> {
+    let cfg = &node.cfg;
+    let me = cfg.bot();
+    if p.text.trim().is_empty() {
+        return Err((StatusCode::BAD_REQUEST, "text must not be empty".into()));
+    }
+    if p.text.len() > MAX_TEXT_BYTES {
+        return Err((
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("text over {MAX_TEXT_BYTES} bytes"),
+        ));
+    }
+    let group = p.group.unwrap_or_else(|| cfg.mesh().group.clone());
+    if group.is_empty() || group.len() > 256 {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            "group must be 1..=256 bytes".into(),
+        ));
+    }
+    let from = p
+        .from
+        .map(|f| f.trim().to_string())
+        .filter(|f| !f.is_empty());
+    let as_bot = from.as_deref().is_some_and(|f| f == me.name);
+    if let Some(f) = &from {
+        if !as_bot && cfg.member(f).is_some() {
+            return Err((
+                StatusCode::FORBIDDEN,
+                format!("{f:?} is another bot: a node may only post as itself or a human"),
+            ));
+        }
+        if f.len() > 64 {
+            return Err((
+                StatusCode::BAD_REQUEST,
+                "from must be at most 64 bytes".into(),
+            ));
+        }
+    }
+    let parent = match p.reply_to {
+        Some(id) => Some(node.transcripts.get(&group, &id).ok_or((
+            StatusCode::BAD_REQUEST,
+            format!("reply_to {id} is not in group {group:?}"),
+        ))?),
+        None => None,
+    };
+    let (author, depth, why) = if as_bot {
+        // A bot's own message continues the exchange: one deeper than what it answers,
+        // or than the latest message when it answers nothing in particular.
+        let base = parent
+            .clone()
+            .or_else(|| node.transcripts.recent(&group, 1).pop());
+        let depth = base.map(|e| e.depth + 1).unwrap_or(1);
+        (
+            Author {
+                name: me.name.clone(),
+                kind: AuthorKind::Bot,
+            },
+            depth,
+            Some(Why::Posted),
+        )
+    } else {
+        if me.platform != Platform::Local {
+            return Err((
+                StatusCode::FORBIDDEN,
+                "this bot's humans are on its platform; post there".into(),
+            ));
+        }
+        (
+            Author {
+                name: from.unwrap_or_else(|| "human".into()),
+                kind: AuthorKind::Human,
+            },
+            0,
+            None,
+        )
+    };
+    let id = Ulid::new();
+    let root = match (&author.kind, &parent) {
+        (AuthorKind::Human, _) => Some(id),
+        (_, Some(p)) => p.root.or(Some(p.id)),
+        _ => None,
+    };
+    Ok(Envelope {
+        v: PROTOCOL_VERSION,
+        id,
+        kind: Kind::Message,
+        group,
+        sender: me.name.clone(),
+        author,
+        text: p.text,
+        depth,
+        reply_to: parent.map(|p| p.id),
+        root,
+        platform_msg_id: p.platform_msg_id,
+        sent_at: now_millis(),
+        relevance: None,
+        why,
+    })
+}
+
+fn transcript(node: &Node, req: &Request<Incoming>) -> Response<Body> {
+    let group =
+        server::query_param(req.uri(), "group").unwrap_or_else(|| node.cfg.mesh().group.clone());
+    let limit = match server::query_param(req.uri(), "limit").map(|l| l.parse::<usize>()) {
+        None => 50,
+        Some(Ok(l)) if (1..=MEMORY_MESSAGES).contains(&l) => l,
+        Some(_) => {
+            return server::error(
+                StatusCode::BAD_REQUEST,
+                format!("limit must be 1..={MEMORY_MESSAGES}"),
+            )
+        }
+    };
+    let messages = node.transcripts.recent(&group, limit);
+    server::json(
+        StatusCode::OK,
+        &serde_json::json!({"group": group, "messages": messages}),
+    )
+}
+
+fn info(node: &Node) -> Response<Body> {
+    let cfg = &node.cfg;
+    let bots: Vec<serde_json::Value> = cfg
+        .settings
+        .bots
+        .iter()
+        .map(|b| serde_json::json!({"name": b.name, "aliases": b.aliases, "role": b.role, "skills": b.skills}))
+        .collect();
+    server::json(
+        StatusCode::OK,
+        &serde_json::json!({"bot": cfg.bot().name, "group": cfg.mesh().group, "bots": bots, "quiet": node.is_quiet(), "max_depth": cfg.mesh().max_depth}),
+    )
+}
+
+fn events(node: &Node, req: &Request<Incoming>) -> Response<Body> {
+    let group = server::query_param(req.uri(), "group");
+    let stop = node.accepting.clone();
+    let stream = BroadcastStream::new(node.events.subscribe()).filter_map(move |item| {
+        let group = group.clone();
+        async move {
+            match item {
+                Ok(ev) if group.as_deref().is_none_or(|g| g == ev.group()) => {
+                    let data = serde_json::to_string(&ev).expect("event serializes");
+                    Some(format!("event: {}\ndata: {}\n\n", ev.name(), data))
+                }
+                Ok(_) => None,
+                Err(BroadcastStreamRecvError::Lagged(n)) => {
+                    Some(format!("event: lagged\ndata: {{\"missed\":{n}}}\n\n"))
+                }
+            }
+        }
+    });
+    let keepalive =
+        tokio_stream::wrappers::IntervalStream::new(tokio::time::interval(Duration::from_secs(15)))
+            .map(|_| ": keep-alive\n\n".to_string());
+    let merged = futures_util::stream::select(stream, keepalive)
+        .take_until(async move { stop.cancelled().await })
+        .map(|s| Ok::<_, Infallible>(Frame::data(Bytes::from(s))));
+    let mut r = Response::new(StreamBody::new(merged).boxed_unsync());
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r
+}
+
+/// `GET /healthz` on either listener: 200 when serving normally, 503 when degraded.
+pub fn health(node: &Node) -> Response<Body> {
+    let outboxes: serde_json::Map<String, serde_json::Value> = node
+        .outboxes
+        .iter()
+        .map(|o| (o.peer().to_string(), serde_json::json!(o.len())))
+        .collect();
+    let storage = node.transcripts.health_error();
+    let status = if storage.is_some() { "degraded" } else { "ok" };
+    let code = if storage.is_some() {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    };
+    server::json(
+        code,
+        &serde_json::json!({
+            "status": status,
+            "bot": node.cfg.bot().name,
+            "storage_error": storage,
+            "outboxes": outboxes,
+            "quiet": node.is_quiet(),
+            "seen_cache": node.seen.len(),
+        }),
+    )
+}
+
+async fn explain(node: &Arc<Node>, req: Request<Incoming>) -> Response<Body> {
+    let q: crate::turn::ExplainRequest = match read_json(req).await {
+        Ok(q) => q,
+        Err(r) => return r,
+    };
+    match crate::turn::explain_live(node, q).await {
+        Ok(v) => server::json(StatusCode::OK, &v),
+        Err(e) => server::error(StatusCode::BAD_REQUEST, e),
+    }
+}
+
+/// `POST /v1/quiet` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Quiet {
+    quiet: bool,
+}
+
+async fn quiet(node: &Arc<Node>, req: Request<Incoming>) -> Response<Body> {
+    let q: Quiet = match read_json(req).await {
+        Ok(q) => q,
+        Err(r) => return r,
+    };
+    let before = node.quiet.swap(q.quiet, Ordering::Relaxed);
+    tracing::warn!(quiet = q.quiet, was = before, "operator quiet switch");
+    server::json(
+        StatusCode::OK,
+        &serde_json::json!({"quiet": q.quiet, "was": before}),
+    )
+}

@@ -1,0 +1,902 @@
+//! peers.toml: the one file that describes the whole mesh.
+//!
+//! Loading is layered like zero-to-production's settings: the TOML file first, then
+//! environment variables `BOTMESH__SECTION__KEY` (for example
+//! `BOTMESH__MESH__MAX_DEPTH=5`), then validation. Every mistake is reported as a
+//! [`ConfigError`] that names the key and the problem, before any port is bound.
+//!
+//! Secrets never live in the file: it names the environment variables or key files
+//! that hold them, and [`NodeConfig::resolve`] reads them for the one bot being run.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::signing::{HmacSecret, PublicKey, Signer, SigningKey, Verifier};
+
+/// A configuration problem, always naming the key it is about.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{file}: {key}: {problem}")]
+pub struct ConfigError {
+    /// The file the problem was found in (or "environment").
+    pub file: String,
+    /// The key, e.g. `bots[1].bridge` or `mesh.secret_env`.
+    pub key: String,
+    /// What is wrong, in words an operator can act on.
+    pub problem: String,
+}
+
+/// The whole of peers.toml, as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// Mesh-wide settings.
+    #[serde(default)]
+    pub mesh: MeshSettings,
+    /// The OpenAI-compatible endpoint; absent means the offline provider.
+    #[serde(default)]
+    pub llm: Option<LlmSettings>,
+    /// Every bot of the mesh, in the same order on every host.
+    #[serde(default)]
+    pub bots: Vec<BotSettings>,
+    /// Where the file was read from; relative paths in it are relative to its folder.
+    #[serde(skip)]
+    pub path: PathBuf,
+}
+
+/// `[mesh]`: what every node of the mesh agrees on.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MeshSettings {
+    /// The default group for the local platform.
+    pub group: String,
+    /// Env var holding the mesh-wide HMAC secret (`whsec_…`).
+    pub secret_env: Option<String>,
+    /// File holding the mesh-wide HMAC secret, as an alternative to `secret_env`.
+    pub secret_file: Option<PathBuf>,
+    /// Env var holding the previous secret during a rotation (may be unset).
+    pub secret_prev_env: Option<String>,
+    /// Never reply to a message of this depth or more.
+    pub max_depth: u32,
+    /// Above this depth the judge must also agree before a bot replies.
+    pub llm_threshold: u32,
+    /// Per group: bot messages allowed per minute with no human message in between.
+    pub bot_messages_per_minute: u32,
+    /// Folder for transcripts and state; each bot uses `<data_dir>/<name>`.
+    pub data_dir: PathBuf,
+    /// Env var holding the bearer token for a local API bound to a non-loopback address.
+    pub api_token_env: Option<String>,
+    /// Envelopes waiting for one peer before new ones for it are refused (and counted).
+    pub outbox_capacity: usize,
+    /// First retry delay for a failed delivery; doubles up to `retry_max_ms`.
+    pub retry_base_ms: u64,
+    /// The longest delay between two delivery attempts.
+    pub retry_max_ms: u64,
+    /// A delivery still failing after this long is given up (logged and counted).
+    pub give_up_after_secs: u64,
+    /// Timeout for one delivery attempt to a peer.
+    pub peer_timeout_ms: u64,
+    /// Envelopes per second one peer may send before getting 429.
+    pub peer_rate_limit: u32,
+    /// Seconds to drain outboxes on shutdown.
+    pub shutdown_grace_secs: u64,
+}
+
+impl Default for MeshSettings {
+    fn default() -> Self {
+        MeshSettings {
+            group: "demo".into(),
+            secret_env: None,
+            secret_file: None,
+            secret_prev_env: None,
+            max_depth: 3,
+            llm_threshold: 1,
+            bot_messages_per_minute: 6,
+            data_dir: PathBuf::from("data"),
+            api_token_env: None,
+            outbox_capacity: 10_000,
+            retry_base_ms: 200,
+            retry_max_ms: 30_000,
+            give_up_after_secs: 24 * 3600,
+            peer_timeout_ms: 5_000,
+            peer_rate_limit: 200,
+            shutdown_grace_secs: 5,
+        }
+    }
+}
+
+/// `[llm]`: an OpenAI-compatible endpoint, with optional per-purpose overrides.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmSettings {
+    /// Base URL; requests go to `{base_url}/chat/completions`.
+    pub base_url: String,
+    /// Model name.
+    pub model: String,
+    /// Env var holding the API key (optional for local servers).
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Timeout for one request.
+    #[serde(default = "default_llm_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Output cap for replies.
+    #[serde(default = "default_reply_tokens")]
+    pub max_tokens: u32,
+    /// Sampling temperature, if the server should not use its default.
+    #[serde(default)]
+    pub temperature: Option<f32>,
+    /// Ask the judge for structured output (`response_format` json_schema).
+    #[serde(default = "yes")]
+    pub json_schema: bool,
+    /// Overrides for the judge call (a cheaper model, a shorter timeout).
+    #[serde(default)]
+    pub judge: Option<LlmOverride>,
+    /// Overrides for the reply call.
+    #[serde(default)]
+    pub reply: Option<LlmOverride>,
+}
+
+/// Per-purpose changes to `[llm]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmOverride {
+    /// Another endpoint.
+    pub base_url: Option<String>,
+    /// Another model.
+    pub model: Option<String>,
+    /// Another key variable.
+    pub api_key_env: Option<String>,
+    /// Another timeout.
+    pub timeout_ms: Option<u64>,
+    /// Another output cap.
+    pub max_tokens: Option<u32>,
+    /// Another temperature.
+    pub temperature: Option<f32>,
+}
+
+fn default_llm_timeout_ms() -> u64 {
+    20_000
+}
+fn default_reply_tokens() -> u32 {
+    400
+}
+fn yes() -> bool {
+    true
+}
+
+/// Which chat platform a bot's humans use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Platform {
+    /// The mesh is the chat: humans post through the page or the local API.
+    #[default]
+    Local,
+    /// Feishu/Lark delivers humans' messages to the bot itself.
+    Feishu,
+}
+
+/// When a bot takes part in a conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Participation {
+    /// Only when @mentioned.
+    Mentions,
+    /// When mentioned, or when the judge finds the message relevant.
+    #[default]
+    Judge,
+    /// Answers every human message (an "expert" on call), and judges bot messages.
+    Always,
+}
+
+/// Whose messages a bot may answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplyTo {
+    /// Humans and bots.
+    #[default]
+    All,
+    /// Humans only (a review-panel bot ignores other bots).
+    Humans,
+}
+
+/// Feishu ids of a bot.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeishuIds {
+    /// The bot's open_id (as seen by this bot's own app).
+    #[serde(default)]
+    pub open_id: Option<String>,
+}
+
+/// Sidecar mode: hand each turn to an external bot instead of the built-in reply.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSettings {
+    /// Where turns are POSTed.
+    pub webhook: String,
+}
+
+/// One `[[bots]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BotSettings {
+    /// Canonical name, unique in the mesh; what `@Name` matches.
+    pub name: String,
+    /// Other names that mention this bot (`小八`, `xiaoba`).
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    /// Its job, shown to colleagues' LLMs.
+    #[serde(default)]
+    pub role: String,
+    /// What it is good at; feeds the judge and the colleague profiles.
+    #[serde(default)]
+    pub skills: Vec<String>,
+    /// Peer-facing listener address (`host:port`).
+    pub bridge: String,
+    /// How peers reach the bridge when not at `http://{bridge}`.
+    #[serde(default)]
+    pub bridge_url: Option<String>,
+    /// Local API and web page address.
+    pub api: String,
+    /// Ed25519 public key (`whpk_…` or bare base64).
+    #[serde(default)]
+    pub public_key: Option<String>,
+    /// Further valid public keys during a rotation.
+    #[serde(default)]
+    pub previous_public_keys: Vec<String>,
+    /// Env var holding this bot's private key (`whsk_…`).
+    #[serde(default)]
+    pub private_key_env: Option<String>,
+    /// File holding this bot's private key, as an alternative.
+    #[serde(default)]
+    pub private_key_file: Option<PathBuf>,
+    /// The chat platform its humans use.
+    #[serde(default)]
+    pub platform: Platform,
+    /// Feishu ids.
+    #[serde(default)]
+    pub feishu: Option<FeishuIds>,
+    /// When it takes part.
+    #[serde(default)]
+    pub participation: Participation,
+    /// Whose messages it may answer.
+    #[serde(default)]
+    pub reply_to: ReplyTo,
+    /// Shortest interjection delay (relevance 1).
+    #[serde(default = "default_min_delay")]
+    pub min_delay_ms: u64,
+    /// Longest interjection delay (relevance 0).
+    #[serde(default = "default_max_delay")]
+    pub max_delay_ms: u64,
+    /// Random extra delay, up to this, so equal relevances do not collide exactly.
+    #[serde(default = "default_jitter")]
+    pub jitter_ms: u64,
+    /// Messages of context for the judge.
+    #[serde(default = "default_context")]
+    pub context_messages: usize,
+    /// Characters kept of each context message.
+    #[serde(default = "default_trim")]
+    pub context_chars: usize,
+    /// Judge relevance below which the bot stays silent even if the judge says speak.
+    #[serde(default = "default_min_relevance")]
+    pub min_relevance: f64,
+    /// Replaces the built-in judge prompt template (see docs).
+    #[serde(default)]
+    pub judge_prompt: Option<String>,
+    /// The bot's persona for replies; default built from role and skills.
+    #[serde(default)]
+    pub persona: Option<String>,
+    /// Sidecar agent.
+    #[serde(default)]
+    pub agent: Option<AgentSettings>,
+}
+
+fn default_min_delay() -> u64 {
+    1_000
+}
+fn default_max_delay() -> u64 {
+    3_000
+}
+fn default_jitter() -> u64 {
+    150
+}
+fn default_context() -> usize {
+    8
+}
+fn default_trim() -> usize {
+    240
+}
+fn default_min_relevance() -> f64 {
+    0.3
+}
+
+impl BotSettings {
+    /// The URL peers post envelopes to.
+    pub fn bridge_base_url(&self) -> String {
+        self.bridge_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", self.bridge))
+            .trim_end_matches('/')
+            .to_string()
+    }
+    /// This bot's open_id on Feishu, if configured.
+    pub fn open_id(&self) -> Option<&str> {
+        self.feishu.as_ref().and_then(|f| f.open_id.as_deref())
+    }
+}
+
+impl Settings {
+    /// Reads `path`, applies `BOTMESH__…` overrides from the process environment and validates.
+    pub fn load(path: &Path) -> Result<Settings, ConfigError> {
+        let env: Vec<(String, String)> = std::env::vars().collect();
+        Self::load_with_env(path, &env)
+    }
+
+    /// Like [`Settings::load`] with an explicit environment (tests, no global state).
+    pub fn load_with_env(path: &Path, env: &[(String, String)]) -> Result<Settings, ConfigError> {
+        let file = path.display().to_string();
+        if !path.exists() {
+            return Err(ConfigError {
+                file,
+                key: "(file)".into(),
+                problem: "file not found (pass --config PATH)".into(),
+            });
+        }
+        let source: HashMap<String, String> = env
+            .iter()
+            .filter(|(k, _)| k.starts_with("BOTMESH__"))
+            .cloned()
+            .collect();
+        let built = config::Config::builder()
+            .add_source(config::File::from(path).format(config::FileFormat::Toml))
+            .add_source(
+                config::Environment::with_prefix("BOTMESH")
+                    .prefix_separator("__")
+                    .separator("__")
+                    .try_parsing(true)
+                    .source(Some(source)),
+            )
+            .build()
+            .map_err(|e| from_config_error(&file, e))?;
+        let mut settings: Settings = built
+            .try_deserialize()
+            .map_err(|e| from_config_error(&file, e))?;
+        settings.path = path.to_path_buf();
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Parses settings from a TOML string (tests and `explain` on inline configs).
+    pub fn from_toml(text: &str, path: &Path) -> Result<Settings, ConfigError> {
+        let file = path.display().to_string();
+        let built = config::Config::builder()
+            .add_source(config::File::from_str(text, config::FileFormat::Toml))
+            .build()
+            .map_err(|e| from_config_error(&file, e))?;
+        let mut settings: Settings = built
+            .try_deserialize()
+            .map_err(|e| from_config_error(&file, e))?;
+        settings.path = path.to_path_buf();
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    fn err(&self, key: impl Into<String>, problem: impl Into<String>) -> ConfigError {
+        ConfigError {
+            file: self.path.display().to_string(),
+            key: key.into(),
+            problem: problem.into(),
+        }
+    }
+
+    /// Checks everything that can be checked without secrets.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let m = &self.mesh;
+        if self.bots.is_empty() {
+            return Err(self.err(
+                "bots",
+                "no [[bots]] entries: the mesh needs at least one bot",
+            ));
+        }
+        if m.group.trim().is_empty() {
+            return Err(self.err("mesh.group", "must not be empty"));
+        }
+        if m.max_depth == 0 {
+            return Err(self.err(
+                "mesh.max_depth",
+                "must be at least 1 (0 would silence every bot)",
+            ));
+        }
+        if m.llm_threshold >= m.max_depth {
+            return Err(self.err(
+                "mesh.llm_threshold",
+                format!(
+                    "{} must be below mesh.max_depth ({})",
+                    m.llm_threshold, m.max_depth
+                ),
+            ));
+        }
+        if m.outbox_capacity == 0 {
+            return Err(self.err("mesh.outbox_capacity", "must be at least 1"));
+        }
+        if m.retry_base_ms == 0 || m.retry_max_ms < m.retry_base_ms {
+            return Err(self.err(
+                "mesh.retry_max_ms",
+                "needs 0 < retry_base_ms <= retry_max_ms",
+            ));
+        }
+        if m.peer_rate_limit == 0 {
+            return Err(self.err("mesh.peer_rate_limit", "must be at least 1"));
+        }
+        if m.secret_env.is_some() && m.secret_file.is_some() {
+            return Err(self.err(
+                "mesh.secret_file",
+                "set either mesh.secret_env or mesh.secret_file, not both",
+            ));
+        }
+        if let Some(llm) = &self.llm {
+            check_url(&llm.base_url).map_err(|p| self.err("llm.base_url", p))?;
+            if llm.model.trim().is_empty() {
+                return Err(self.err("llm.model", "must not be empty"));
+            }
+            for (name, o) in [("judge", &llm.judge), ("reply", &llm.reply)] {
+                if let Some(url) = o.as_ref().and_then(|o| o.base_url.as_ref()) {
+                    check_url(url).map_err(|p| self.err(format!("llm.{name}.base_url"), p))?;
+                }
+            }
+        }
+        let mut names: HashMap<String, usize> = HashMap::new();
+        let mut addrs: HashMap<SocketAddr, String> = HashMap::new();
+        let hmac = m.secret_env.is_some() || m.secret_file.is_some();
+        for (i, b) in self.bots.iter().enumerate() {
+            let at = |k: &str| format!("bots[{i}].{k}");
+            if b.name.trim().is_empty() || b.name.trim() != b.name {
+                return Err(self.err(at("name"), "must be non-empty without surrounding spaces"));
+            }
+            if b.name.starts_with('@') || b.name.contains(['<', '>', '"']) {
+                return Err(self.err(
+                    at("name"),
+                    format!("{:?} may not start with @ or contain <, >, \"", b.name),
+                ));
+            }
+            for (j, handle) in std::iter::once(&b.name).chain(b.aliases.iter()).enumerate() {
+                let key = if j == 0 {
+                    at("name")
+                } else {
+                    at(&format!("aliases[{}]", j - 1))
+                };
+                if handle.trim().is_empty() {
+                    return Err(self.err(key, "must not be empty"));
+                }
+                if let Some(&other) = names.get(&handle.to_lowercase()) {
+                    if other != i {
+                        return Err(self.err(
+                            key,
+                            format!(
+                                "{handle:?} is already a name or alias of bots[{other}] ({})",
+                                self.bots[other].name
+                            ),
+                        ));
+                    }
+                }
+                names.insert(handle.to_lowercase(), i);
+            }
+            for (key, value) in [("bridge", &b.bridge), ("api", &b.api)] {
+                let addr: SocketAddr = value.parse().map_err(|_| {
+                    self.err(
+                        at(key),
+                        format!("{value:?} is not an address like 127.0.0.1:7101"),
+                    )
+                })?;
+                if addr.port() != 0 {
+                    if let Some(owner) = addrs.insert(addr, at(key)) {
+                        return Err(self.err(at(key), format!("{addr} is already used by {owner}")));
+                    }
+                }
+            }
+            if let Some(url) = &b.bridge_url {
+                check_url(url).map_err(|p| self.err(at("bridge_url"), p))?;
+            }
+            if b.min_delay_ms > b.max_delay_ms {
+                return Err(self.err(
+                    at("min_delay_ms"),
+                    format!(
+                        "{} is above max_delay_ms ({})",
+                        b.min_delay_ms, b.max_delay_ms
+                    ),
+                ));
+            }
+            if b.max_delay_ms > 600_000 {
+                return Err(self.err(
+                    at("max_delay_ms"),
+                    "above 10 minutes; the conversation will have moved on",
+                ));
+            }
+            if !(0.0..=1.0).contains(&b.min_relevance) {
+                return Err(self.err(at("min_relevance"), "must be within 0..1"));
+            }
+            if b.context_messages > 200 {
+                return Err(self.err(at("context_messages"), "at most 200"));
+            }
+            if let Some(t) = &b.judge_prompt {
+                if !t.contains("{message}") {
+                    return Err(self.err(at("judge_prompt"), "the template must contain {message}"));
+                }
+            }
+            for (k, key) in b.public_key.iter().map(|k| (k, at("public_key"))).chain(
+                b.previous_public_keys
+                    .iter()
+                    .enumerate()
+                    .map(|(j, k)| (k, at(&format!("previous_public_keys[{j}]")))),
+            ) {
+                PublicKey::parse(k)
+                    .map_err(|e| self.err(key, format!("not a valid Ed25519 public key: {e}")))?;
+            }
+            if b.private_key_env.is_some() && b.private_key_file.is_some() {
+                return Err(self.err(
+                    at("private_key_file"),
+                    "set either private_key_env or private_key_file, not both",
+                ));
+            }
+            if b.public_key.is_none() && !hmac {
+                return Err(self.err(
+                    at("public_key"),
+                    format!("{} has no public_key and mesh.secret_env is not set: its envelopes could never be verified", b.name),
+                ));
+            }
+            if b.platform == Platform::Feishu && b.open_id().is_none() {
+                return Err(self.err(at("feishu.open_id"), "a feishu bot needs its open_id"));
+            }
+            if let Some(a) = &b.agent {
+                check_url(&a.webhook).map_err(|p| self.err(at("agent.webhook"), p))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The bot called `name` (exact, then case-insensitive) and its index.
+    pub fn bot(&self, name: &str) -> Option<(usize, &BotSettings)> {
+        self.bots
+            .iter()
+            .enumerate()
+            .find(|(_, b)| b.name == name)
+            .or_else(|| {
+                self.bots
+                    .iter()
+                    .enumerate()
+                    .find(|(_, b)| b.name.eq_ignore_ascii_case(name))
+            })
+    }
+
+    /// Resolves a path written in the file relative to the file's folder.
+    pub fn relative(&self, p: &Path) -> PathBuf {
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.path.parent().unwrap_or(Path::new(".")).join(p)
+        }
+    }
+}
+
+fn check_url(url: &str) -> Result<(), String> {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or_else(|| format!("{url:?} must start with http:// or https://"))?;
+    if rest.is_empty() || rest.starts_with('/') {
+        return Err(format!("{url:?} has no host"));
+    }
+    reqwest::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+    Ok(())
+}
+
+fn from_config_error(file: &str, e: config::ConfigError) -> ConfigError {
+    let text = e.to_string();
+    // The config crate writes "... for key `mesh.max_depth` in ...": lift the key out.
+    let key = text
+        .split("key `")
+        .nth(1)
+        .and_then(|s| s.split('`').next())
+        .map(str::to_string)
+        .or_else(|| {
+            text.split("unknown field `")
+                .nth(1)
+                .and_then(|s| s.split('`').next())
+                .map(|f| format!("{f} (unknown key)"))
+        })
+        .unwrap_or_else(|| "(file)".into());
+    ConfigError {
+        file: file.into(),
+        key,
+        problem: text,
+    }
+}
+
+/// Everything one running node needs: the validated file plus its own secrets.
+#[derive(Clone)]
+pub struct NodeConfig {
+    /// The validated peers.toml.
+    pub settings: Settings,
+    /// Index of this node's bot in `settings.bots`.
+    pub me: usize,
+    /// Signs what this node sends.
+    pub signer: Signer,
+    /// Verifies what peers send.
+    pub verifier: Verifier,
+    /// This node's data folder.
+    pub data_dir: PathBuf,
+    /// Bearer token for the local API, when one is configured.
+    pub api_token: Option<String>,
+    /// Peer-facing listener address.
+    pub bridge_addr: SocketAddr,
+    /// Local API listener address.
+    pub api_addr: SocketAddr,
+    /// LLM API keys read from the variables `[llm]` names, by variable name.
+    pub llm_keys: HashMap<String, String>,
+}
+
+impl std::fmt::Debug for NodeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeConfig")
+            .field("bot", &self.bot().name)
+            .field("data_dir", &self.data_dir)
+            .field("bridge_addr", &self.bridge_addr)
+            .field("api_addr", &self.api_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where to read a secret's value from.
+pub trait SecretSource {
+    /// The value of an environment variable, if set.
+    fn var(&self, name: &str) -> Option<String>;
+}
+
+/// Reads secrets from the process environment.
+pub struct ProcessEnv;
+
+impl SecretSource for ProcessEnv {
+    fn var(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+    }
+}
+
+impl SecretSource for HashMap<String, String> {
+    fn var(&self, name: &str) -> Option<String> {
+        self.get(name).cloned()
+    }
+}
+
+impl NodeConfig {
+    /// Picks bot `name`, reads its secrets and builds its signer and verifier.
+    pub fn resolve(
+        settings: Settings,
+        name: &str,
+        data_dir: Option<PathBuf>,
+        env: &dyn SecretSource,
+    ) -> Result<NodeConfig, ConfigError> {
+        Self::build(settings, name, data_dir, env, true)
+    }
+
+    /// Like [`NodeConfig::resolve`] but without reading signing secrets: for tools that
+    /// only reason about the configuration (`botmesh explain`), never for a running node.
+    pub fn without_secrets(
+        settings: Settings,
+        name: &str,
+        env: &dyn SecretSource,
+    ) -> Result<NodeConfig, ConfigError> {
+        Self::build(settings, name, None, env, false)
+    }
+
+    fn build(
+        settings: Settings,
+        name: &str,
+        data_dir: Option<PathBuf>,
+        env: &dyn SecretSource,
+        secrets: bool,
+    ) -> Result<NodeConfig, ConfigError> {
+        let (me, bot) = settings.bot(name).ok_or_else(|| {
+            let known: Vec<&str> = settings.bots.iter().map(|b| b.name.as_str()).collect();
+            settings.err(
+                "--bot",
+                format!(
+                    "unknown bot {name:?}; this file lists: {}",
+                    known.join(", ")
+                ),
+            )
+        })?;
+        let bot = bot.clone();
+        let at = |k: &str| format!("bots[{me}].{k}");
+        let m = &settings.mesh;
+
+        let mut hmac = Vec::new();
+        if !secrets {
+            // Explain-only: no keys, and LLM keys only when present.
+        } else if let Some(var) = &m.secret_env {
+            let value = env.var(var).ok_or_else(|| {
+                settings.err(
+                    "mesh.secret_env",
+                    format!("environment variable {var} is not set (it must hold whsec_…)"),
+                )
+            })?;
+            hmac.push(parse_secret(&settings, "mesh.secret_env", var, &value)?);
+        }
+        if let Some(file) = m.secret_file.as_ref().filter(|_| secrets) {
+            let value = read_secret_file(&settings, "mesh.secret_file", file)?;
+            hmac.push(parse_secret(
+                &settings,
+                "mesh.secret_file",
+                &file.display().to_string(),
+                &value,
+            )?);
+        }
+        let mut verify_hmac = hmac.clone();
+        if let Some(var) = m.secret_prev_env.as_ref().filter(|_| secrets) {
+            if let Some(value) = env.var(var) {
+                verify_hmac.push(parse_secret(
+                    &settings,
+                    "mesh.secret_prev_env",
+                    var,
+                    &value,
+                )?);
+            }
+        }
+
+        let mut own = Vec::new();
+        if let Some(pk) = bot.public_key.as_ref().filter(|_| secrets) {
+            let value = if let Some(var) = &bot.private_key_env {
+                env.var(var).ok_or_else(|| {
+                    settings.err(
+                        at("private_key_env"),
+                        format!("environment variable {var} is not set (it must hold whsk_…)"),
+                    )
+                })?
+            } else if let Some(file) = &bot.private_key_file {
+                read_secret_file(&settings, &at("private_key_file"), file)?
+            } else {
+                return Err(settings.err(
+                    at("private_key_env"),
+                    "this bot has a public_key, so it needs private_key_env or private_key_file",
+                ));
+            };
+            let key = SigningKey::parse(value.trim()).map_err(|e| {
+                settings.err(
+                    at("private_key"),
+                    format!("not a valid whsk_ private key: {e}"),
+                )
+            })?;
+            let want = PublicKey::parse(pk).expect("validated");
+            if key.public_key() != want {
+                return Err(settings.err(at("private_key"), "does not match this bot's public_key"));
+            }
+            own.push(key);
+        }
+        let signer = Signer { hmac, ed25519: own };
+        let mut ed = HashMap::new();
+        for b in &settings.bots {
+            let keys: Vec<PublicKey> = b
+                .public_key
+                .iter()
+                .chain(b.previous_public_keys.iter())
+                .map(|k| PublicKey::parse(k).expect("validated"))
+                .collect();
+            if !keys.is_empty() {
+                ed.insert(b.name.clone(), keys);
+            }
+        }
+        let verifier = Verifier {
+            hmac: verify_hmac,
+            ed25519: ed,
+        };
+
+        let api_addr: SocketAddr = bot.api.parse().expect("validated");
+        let bridge_addr: SocketAddr = bot.bridge.parse().expect("validated");
+        let api_token = match &m.api_token_env {
+            Some(var) => env.var(var),
+            None => None,
+        };
+        if secrets && !api_addr.ip().is_loopback() && api_token.is_none() {
+            return Err(settings.err(
+                at("api"),
+                format!("{api_addr} is not loopback, so the local API needs a bearer token: set mesh.api_token_env and that variable"),
+            ));
+        }
+        let mut llm_keys = HashMap::new();
+        if let Some(llm) = &settings.llm {
+            let vars = [
+                ("llm.api_key_env", llm.api_key_env.as_ref()),
+                (
+                    "llm.judge.api_key_env",
+                    llm.judge.as_ref().and_then(|o| o.api_key_env.as_ref()),
+                ),
+                (
+                    "llm.reply.api_key_env",
+                    llm.reply.as_ref().and_then(|o| o.api_key_env.as_ref()),
+                ),
+            ];
+            for (key, var) in vars {
+                if let Some(var) = var {
+                    match env.var(var) {
+                        Some(value) => {
+                            llm_keys.insert(var.clone(), value);
+                        }
+                        None if secrets => {
+                            return Err(settings.err(key, format!("environment variable {var} is not set (it must hold the API key)")));
+                        }
+                        None => {}
+                    }
+                }
+            }
+        }
+        let data_dir = data_dir.unwrap_or_else(|| settings.relative(&m.data_dir).join(&bot.name));
+        Ok(NodeConfig {
+            settings,
+            me,
+            signer,
+            verifier,
+            data_dir,
+            api_token,
+            bridge_addr,
+            api_addr,
+            llm_keys,
+        })
+    }
+
+    /// This node's own bot entry.
+    pub fn bot(&self) -> &BotSettings {
+        &self.settings.bots[self.me]
+    }
+
+    /// Every other bot of the mesh.
+    pub fn peers(&self) -> impl Iterator<Item = &BotSettings> {
+        self.settings
+            .bots
+            .iter()
+            .enumerate()
+            .filter(move |(i, _)| *i != self.me)
+            .map(|(_, b)| b)
+    }
+
+    /// The bot called exactly `name`.
+    pub fn member(&self, name: &str) -> Option<&BotSettings> {
+        self.settings.bots.iter().find(|b| b.name == name)
+    }
+
+    /// Mesh settings shortcut.
+    pub fn mesh(&self) -> &MeshSettings {
+        &self.settings.mesh
+    }
+
+    /// Delay before the first retry.
+    pub fn retry_base(&self) -> Duration {
+        Duration::from_millis(self.mesh().retry_base_ms)
+    }
+}
+
+fn parse_secret(
+    s: &Settings,
+    key: &str,
+    source: &str,
+    value: &str,
+) -> Result<HmacSecret, ConfigError> {
+    let secret = HmacSecret::parse(value.trim()).map_err(|e| {
+        s.err(
+            key,
+            format!("{source} does not hold a valid whsec_ secret: {e}"),
+        )
+    })?;
+    secret
+        .validate_strength()
+        .map_err(|e| s.err(key, format!("{source}: secret too weak: {e}")))?;
+    Ok(secret)
+}
+
+fn read_secret_file(s: &Settings, key: &str, file: &Path) -> Result<String, ConfigError> {
+    let path = s.relative(file);
+    std::fs::read_to_string(&path)
+        .map(|v| v.trim().to_string())
+        .map_err(|e| s.err(key, format!("cannot read {}: {e}", path.display())))
+}

@@ -1,0 +1,233 @@
+//! The envelope: one message on the bridge, exactly as it travels between nodes.
+//!
+//! The JSON shape is the wire protocol of DESIGN.md. Unknown fields are ignored on
+//! input so that nodes of different versions can share a mesh.
+
+use serde::{Deserialize, Serialize};
+use ulid::Ulid;
+
+/// The protocol version this node writes into every envelope it creates.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The largest text a node accepts in one envelope, in bytes. Bodies are capped at
+/// 256 KiB on the wire; text is the only field that can be large.
+pub const MAX_TEXT_BYTES: usize = 200 * 1024;
+
+/// What an envelope carries: a chat message, or a claim to answer a trigger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// A message that is shown in the group chat.
+    Message,
+    /// "I intend to answer `reply_to` with this relevance": lets bots yield to each
+    /// other before anyone speaks. Never shown as a chat message.
+    Claim,
+}
+
+/// Whether an author is a person or a bot of the mesh; humans reset the depth counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum AuthorKind {
+    /// Anyone who is not a bot in peers.toml.
+    Human,
+    /// A member of the mesh.
+    Bot,
+}
+
+/// Who wrote a message (which may differ from the node that signed and sent it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Author {
+    /// Display name: a bot's canonical name, or the human's name.
+    pub name: String,
+    /// Human or bot.
+    pub kind: AuthorKind,
+}
+
+/// Why a bot spoke, attached to its own messages so people can follow turn-taking.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub enum Why {
+    /// The message answered an @mention of this bot.
+    Mentioned,
+    /// The bot interjected after its judge rated the trigger at `relevance`.
+    Interjected {
+        /// The judge's relevance, 0..1.
+        relevance: f64,
+    },
+    /// The bot answers every human message (participation = "always").
+    AlwaysAnswers,
+    /// Posted by an external program through the local API (sidecar or operator).
+    Posted,
+}
+
+/// One message on the bridge. See DESIGN.md "Wire protocol".
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Envelope {
+    /// Protocol version; lets future nodes branch on old senders.
+    #[serde(default = "default_version")]
+    pub v: u32,
+    /// Unique id, never reused; the unit of deduplication and replay protection.
+    pub id: Ulid,
+    /// Message or claim.
+    pub kind: Kind,
+    /// The chat this belongs to (Feishu chat_id or a local room name).
+    pub group: String,
+    /// The node that signed and sent the envelope; its key must verify the signature.
+    pub sender: String,
+    /// Who wrote it: the sending bot itself or a human whose message that node carries.
+    pub author: Author,
+    /// The message text (empty for claims).
+    #[serde(default)]
+    pub text: String,
+    /// Bot turns since the last human message: the loop brake.
+    pub depth: u32,
+    /// The message this one answers (for claims: the trigger being claimed).
+    #[serde(default)]
+    pub reply_to: Option<Ulid>,
+    /// The human message that started this exchange.
+    #[serde(default)]
+    pub root: Option<Ulid>,
+    /// The platform's own message id (Feishu `om_…`), so a message seen on the platform
+    /// and on the bridge is processed once.
+    #[serde(default)]
+    pub platform_msg_id: Option<String>,
+    /// Sender's clock when the envelope was created, unix milliseconds.
+    pub sent_at: u64,
+    /// For claims: how relevant the claiming bot judged the trigger, 0..1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relevance: Option<f64>,
+    /// For a bot's own messages: why it spoke.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<Why>,
+}
+
+fn default_version() -> u32 {
+    PROTOCOL_VERSION
+}
+
+/// Why an envelope body was refused before any signature check.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvelopeError {
+    /// Not valid JSON or not the envelope shape.
+    #[error("malformed envelope: {0}")]
+    Malformed(String),
+    /// Well-formed JSON whose values break a protocol rule.
+    #[error("invalid envelope: {0}")]
+    Invalid(&'static str),
+}
+
+impl Envelope {
+    /// Parses and checks a raw body. Invalid UTF-8 is reported as malformed.
+    pub fn parse(body: &[u8]) -> Result<Envelope, EnvelopeError> {
+        let env: Envelope =
+            serde_json::from_slice(body).map_err(|e| EnvelopeError::Malformed(e.to_string()))?;
+        env.check()?;
+        Ok(env)
+    }
+
+    /// Protocol rules that serde's types cannot express.
+    pub fn check(&self) -> Result<(), EnvelopeError> {
+        if self.group.is_empty() || self.group.len() > 256 {
+            return Err(EnvelopeError::Invalid("group must be 1..=256 bytes"));
+        }
+        if self.sender.is_empty() || self.author.name.is_empty() {
+            return Err(EnvelopeError::Invalid(
+                "sender and author.name must not be empty",
+            ));
+        }
+        if self.text.len() > MAX_TEXT_BYTES {
+            return Err(EnvelopeError::Invalid("text too long"));
+        }
+        match self.kind {
+            Kind::Message if self.text.trim().is_empty() => {
+                return Err(EnvelopeError::Invalid("a message needs text"))
+            }
+            Kind::Claim if self.reply_to.is_none() => {
+                return Err(EnvelopeError::Invalid("a claim needs reply_to"))
+            }
+            Kind::Claim
+                if !self
+                    .relevance
+                    .is_some_and(|r| r.is_finite() && (0.0..=1.0).contains(&r)) =>
+            {
+                return Err(EnvelopeError::Invalid("a claim needs relevance in 0..1"))
+            }
+            _ => {}
+        }
+        if self.author.kind == AuthorKind::Human && self.depth != 0 {
+            return Err(EnvelopeError::Invalid("a human message has depth 0"));
+        }
+        Ok(())
+    }
+
+    /// Serializes for the wire; the exact bytes are what gets signed.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("an envelope always serializes")
+    }
+
+    /// True for messages written by a human.
+    pub fn is_human(&self) -> bool {
+        self.author.kind == AuthorKind::Human
+    }
+}
+
+/// Current wall-clock time in unix milliseconds.
+pub fn now_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Envelope {
+        Envelope {
+            v: 1,
+            id: Ulid::new(),
+            kind: Kind::Message,
+            group: "demo".into(),
+            sender: "XiaoBa".into(),
+            author: Author {
+                name: "XiaoBa".into(),
+                kind: AuthorKind::Bot,
+            },
+            text: "@ErGoz 你看下这个 PR".into(),
+            depth: 1,
+            reply_to: None,
+            root: None,
+            platform_msg_id: None,
+            sent_at: 1,
+            relevance: None,
+            why: None,
+        }
+    }
+
+    #[test]
+    fn round_trips_and_ignores_unknown_fields() {
+        let e = sample();
+        let mut v: serde_json::Value = serde_json::from_slice(&e.to_bytes()).unwrap();
+        v["future_field"] = serde_json::json!({"x": 1});
+        let back = Envelope::parse(v.to_string().as_bytes()).unwrap();
+        assert_eq!(back, e);
+    }
+
+    #[test]
+    fn rejects_rule_breakers() {
+        let mut e = sample();
+        e.author.kind = AuthorKind::Human;
+        assert!(e.check().is_err(), "human with depth 1");
+        let mut e = sample();
+        e.kind = Kind::Claim;
+        e.reply_to = Some(Ulid::new());
+        e.relevance = Some(1.5);
+        assert!(e.check().is_err());
+        e.relevance = Some(0.5);
+        assert!(e.check().is_ok());
+        assert!(Envelope::parse(b"{not json").is_err());
+        assert!(Envelope::parse(&[0xff, 0xfe, 0x00]).is_err());
+        assert!(Envelope::parse(br#"{"id":"nope"}"#).is_err());
+    }
+}

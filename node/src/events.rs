@@ -1,0 +1,79 @@
+//! `EventBus`: what the page and `GET /v1/events` watch live.
+//!
+//! Every message appended to a transcript, every claim and every decision the node
+//! makes is published here; subscribers that fall behind are told how much they missed.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use tokio::sync::broadcast;
+
+use crate::envelope::Envelope;
+
+/// One thing worth showing to a watcher.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    /// A chat message was recorded in a transcript.
+    Message {
+        /// The message.
+        envelope: Arc<Envelope>,
+    },
+    /// A bot announced it intends to answer a trigger.
+    Claim {
+        /// The claim envelope.
+        envelope: Arc<Envelope>,
+    },
+    /// This node decided what to do about a message.
+    Decision {
+        /// The group.
+        group: String,
+        /// The message decided upon.
+        trigger: String,
+        /// `reply`, `judge`, `silent`, `yield`, …
+        action: String,
+        /// Why, in a short phrase.
+        reason: String,
+    },
+}
+
+impl Event {
+    /// The group the event belongs to.
+    pub fn group(&self) -> &str {
+        match self {
+            Event::Message { envelope } | Event::Claim { envelope } => &envelope.group,
+            Event::Decision { group, .. } => group,
+        }
+    }
+    /// The SSE event name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::Message { .. } => "message",
+            Event::Claim { .. } => "claim",
+            Event::Decision { .. } => "decision",
+        }
+    }
+}
+
+/// A broadcast channel of [`Event`]s.
+#[derive(Clone)]
+pub struct EventBus {
+    tx: broadcast::Sender<Event>,
+}
+
+impl EventBus {
+    /// A bus that buffers up to `capacity` events per slow subscriber.
+    pub fn new(capacity: usize) -> Self {
+        EventBus {
+            tx: broadcast::channel(capacity).0,
+        }
+    }
+    /// Publishes; having no subscriber is fine.
+    pub fn publish(&self, event: Event) {
+        let _ = self.tx.send(event);
+    }
+    /// A new subscription starting now.
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.tx.subscribe()
+    }
+}

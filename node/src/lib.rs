@@ -1,0 +1,53 @@
+//! botmesh: a bridge node that lets several LLM bots share one group chat as colleagues.
+//!
+//! Each bot runs one node: a peer-facing HTTP listener (signed envelopes from the other
+//! bots, platform callbacks) and a local API (the page, the CLI, sidecar bots). Data
+//! takes one path through a node:
+//!
+//! ```text
+//! ingress (bridge, api) → transcript → policy → judge → scheduler → reply → egress (outbox)
+//! ```
+//!
+//! Modules, one concern each:
+//!
+//! - [`config`] — peers.toml: typed settings, env overrides, validation before binding.
+//! - [`envelope`] — the wire message and its rules.
+//! - [`signing`] — Standard Webhooks signatures: mesh HMAC and per-bot Ed25519.
+//! - [`seen`] — `SeenCache`, the replay window's memory.
+//! - [`transcript`] — per-group, append-only, deduplicated, durable transcripts.
+//! - [`outbox`] — one ordered, retrying, bounded queue per peer.
+//! - [`bridge`] — the peer-facing listener and its checks.
+//! - [`api`] — the local API and page.
+//! - [`server`] — hyper plumbing shared by both listeners.
+//! - [`events`] — live events for the page and SSE.
+//! - [`metrics`] — Prometheus metrics.
+//! - [`mention`] — `MentionMatcher`: @mentions with real Latin and CJK boundaries.
+//! - [`policy`] — depth, quiet, caps, participation: the rules no prompt can bend.
+//! - [`judge`] — the short "should I interject?" prompt and the offline judge.
+//! - [`scheduler`] — relevance-scaled delays, claims and yielding.
+//! - [`reply`] — the reply prompt and the offline reply.
+//! - [`llm`] — the OpenAI-compatible client.
+//! - [`turn`] — the pipeline for one message, and `explain`.
+//! - [`node`] — one running node: state, start, graceful shutdown.
+
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod bridge;
+pub mod config;
+pub mod envelope;
+pub mod events;
+pub mod judge;
+pub mod llm;
+pub mod mention;
+pub mod metrics;
+pub mod node;
+pub mod outbox;
+pub mod policy;
+pub mod reply;
+pub mod scheduler;
+pub mod seen;
+pub mod server;
+pub mod signing;
+pub mod transcript;
+pub mod turn;

@@ -1,0 +1,1279 @@
+//! Client for OpenAI-compatible `/chat/completions` endpoints.
+//!
+//! A bot node talks to its model for two reasons: a cheap JUDGE call that
+//! decides whether the bot should interject (answering
+//! `{"speak": bool, "relevance": 0..1}`), and a REPLY call that writes the
+//! message itself. Both go through [`LlmClient::complete`], which builds the
+//! request, retries transient failures (429, 5xx, refused connections) with
+//! capped exponential backoff, and turns whatever the server sent into a
+//! [`Completion`] or a classified [`LlmError`].
+//!
+//! Local servers (Ollama, llama.cpp, vLLM) differ in how well they follow a
+//! JSON schema, so [`parse_verdict`] is deliberately forgiving about the
+//! shape of the judge's answer.
+//!
+//! The API key is sent as a bearer token and is never logged: [`Endpoint`]'s
+//! `Debug` output redacts it and tracing events never include it.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+/// How much of an error body is kept in [`LlmError::Http`].
+const ERROR_BODY_LIMIT: usize = 200;
+/// First retry delay; doubles per failed attempt.
+const BACKOFF_BASE: Duration = Duration::from_millis(200);
+/// Largest computed retry delay.
+const BACKOFF_CAP: Duration = Duration::from_secs(2);
+/// Largest delay a server may ask for with `Retry-After`.
+const RETRY_AFTER_CAP: Duration = Duration::from_secs(5);
+/// How many `{` positions [`parse_verdict`] tries before giving up.
+const MAX_JSON_CANDIDATES: usize = 32;
+
+/// Settings for one endpoint (judge and reply may use different ones).
+#[derive(Clone)]
+pub struct Endpoint {
+    /// Base of the OpenAI-compatible API, e.g. `http://127.0.0.1:11434/v1`;
+    /// requests go to `{base_url}/chat/completions` (a trailing `/` is ignored).
+    pub base_url: String,
+    /// Model name sent in every request.
+    pub model: String,
+    /// Sent as `Authorization: Bearer <key>` when set and non-empty; never logged.
+    pub api_key: Option<String>,
+    /// Limit for one whole attempt (connect, send, and reading the body).
+    pub timeout: Duration,
+    /// Limit for establishing a TCP/TLS connection. reqwest only supports this
+    /// per client, so it takes effect through [`LlmClient::build_http`] when
+    /// the shared client is built; [`LlmClient::complete`] cannot apply it.
+    pub connect_timeout: Duration,
+    /// Upper bound on generated tokens (`max_tokens` in the request).
+    pub max_tokens: u32,
+    /// Sampling temperature; omitted from the request when `None` so the
+    /// server default applies.
+    pub temperature: Option<f32>,
+    /// Extra attempts after a 429, a 5xx, or a connect error (default 2).
+    pub retries: u32,
+    /// Send `response_format: json_schema` with [`verdict_schema`] on judge
+    /// calls, for servers that support constrained output.
+    pub json_schema: bool,
+}
+
+impl Endpoint {
+    /// Creates an endpoint with the defaults: 30 s timeout, 5 s connect
+    /// timeout, 512 max tokens, server-default temperature, 2 retries, no
+    /// JSON schema, no API key.
+    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
+        Endpoint {
+            base_url: base_url.into(),
+            model: model.into(),
+            api_key: None,
+            timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            max_tokens: 512,
+            temperature: None,
+            retries: 2,
+            json_schema: false,
+        }
+    }
+
+    /// The full URL of the chat-completions resource.
+    fn chat_url(&self) -> String {
+        format!("{}/chat/completions", self.base_url.trim_end_matches('/'))
+    }
+}
+
+impl fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("max_tokens", &self.max_tokens)
+            .field("temperature", &self.temperature)
+            .field("retries", &self.retries)
+            .field("json_schema", &self.json_schema)
+            .finish()
+    }
+}
+
+/// Why a call is made; it changes the request (judge calls may carry a JSON
+/// schema) and labels logs and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Purpose {
+    /// The cheap "should I interject?" decision.
+    Judge,
+    /// Writing the bot's actual message.
+    Reply,
+}
+
+impl Purpose {
+    /// Stable lowercase name for logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Purpose::Judge => "judge",
+            Purpose::Reply => "reply",
+        }
+    }
+}
+
+impl fmt::Display for Purpose {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One message of the conversation sent to the model, in OpenAI's wire shape.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ChatMessage {
+    /// `system`, `user` or `assistant`.
+    pub role: String,
+    /// The message text.
+    pub content: String,
+}
+
+impl ChatMessage {
+    /// A message with an arbitrary role.
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        ChatMessage {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+
+    /// A `system` message (persona, instructions).
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::new("system", content)
+    }
+
+    /// A `user` message (what others said).
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::new("user", content)
+    }
+
+    /// An `assistant` message (what this bot said before).
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self::new("assistant", content)
+    }
+}
+
+/// Token accounting reported by the server, for cost metrics; zero when the
+/// server does not report it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Usage {
+    /// Tokens in the prompt.
+    pub prompt_tokens: u64,
+    /// Tokens generated.
+    pub completion_tokens: u64,
+}
+
+/// A successful call's result.
+#[derive(Debug, Clone)]
+pub struct Completion {
+    /// The model's answer: `choices[0].message.content`, falling back to
+    /// `reasoning_content` when content is null or empty; a leading
+    /// `<think>…</think>` block is removed.
+    pub text: String,
+    /// Token usage of the successful attempt.
+    pub usage: Usage,
+    /// How many attempts were made, including the successful one (1 = no retry).
+    pub attempts: u32,
+}
+
+/// Why a call failed, classified so callers can count failures by kind.
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    /// The attempt did not finish within [`Endpoint::timeout`]; never retried.
+    #[error("LLM request timed out")]
+    Timeout,
+    /// The server answered with a non-success status (after any retries).
+    #[error("LLM endpoint returned HTTP {status}: {body}")]
+    Http {
+        /// The HTTP status code.
+        status: u16,
+        /// Start of the response body (at most 200 characters), for diagnosis.
+        body: String,
+    },
+    /// The request could not be sent or the response not read (refused
+    /// connection, reset, TLS failure…).
+    #[error("LLM transport error: {0}")]
+    Transport(String),
+    /// The server answered 200 but the body was not a usable completion.
+    #[error("LLM response was unusable: {0}")]
+    BadResponse(String),
+}
+
+impl LlmError {
+    /// Short stable name for metric labels: `timeout`, `http_4xx`, `http_5xx`,
+    /// `transport` or `bad_response` (statuses below 500 count as `http_4xx`).
+    pub fn label(&self) -> &'static str {
+        match self {
+            LlmError::Timeout => "timeout",
+            LlmError::Http { status, .. } if *status >= 500 => "http_5xx",
+            LlmError::Http { .. } => "http_4xx",
+            LlmError::Transport(_) => "transport",
+            LlmError::BadResponse(_) => "bad_response",
+        }
+    }
+}
+
+/// Calls chat-completions endpoints over one shared HTTP client; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct LlmClient {
+    http: reqwest::Client,
+}
+
+/// What one attempt produced, with what the retry loop needs to decide.
+struct Attempt {
+    status: Option<u16>,
+    result: Result<(String, Usage), LlmError>,
+    retryable: bool,
+    retry_after: Option<Duration>,
+}
+
+impl Attempt {
+    fn failed(status: Option<u16>, error: LlmError, retryable: bool) -> Self {
+        Attempt {
+            status,
+            result: Err(error),
+            retryable,
+            retry_after: None,
+        }
+    }
+}
+
+impl LlmClient {
+    /// Wraps the node's shared reqwest client so connections are pooled across
+    /// judge and reply calls.
+    pub fn new(http: reqwest::Client) -> Self {
+        LlmClient { http }
+    }
+
+    /// Builds a reqwest client suitable for [`LlmClient::new`], applying the
+    /// connect timeout that reqwest only supports per client (use the largest
+    /// [`Endpoint::connect_timeout`] of the endpoints sharing it).
+    pub fn build_http(connect_timeout: Duration) -> reqwest::Result<reqwest::Client> {
+        reqwest::Client::builder()
+            .connect_timeout(connect_timeout)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build()
+    }
+
+    /// Sends `messages` to `ep` and returns the model's answer, retrying 429,
+    /// 5xx and connect errors up to `ep.retries` extra times. Timeouts and
+    /// other 4xx statuses are returned at once.
+    pub async fn complete(
+        &self,
+        ep: &Endpoint,
+        purpose: Purpose,
+        messages: &[ChatMessage],
+    ) -> Result<Completion, LlmError> {
+        let url = ep.chat_url();
+        let body = request_body(ep, purpose, messages);
+        let mut attempt_no: u32 = 0;
+        loop {
+            attempt_no += 1;
+            let started = Instant::now();
+            let attempt = self.attempt(ep, &url, &body).await;
+            let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            match attempt.result {
+                Ok((text, usage)) => {
+                    tracing::debug!(
+                        purpose = purpose.as_str(),
+                        model = %ep.model,
+                        status = attempt.status,
+                        attempt = attempt_no,
+                        latency_ms,
+                        prompt_tokens = usage.prompt_tokens,
+                        completion_tokens = usage.completion_tokens,
+                        "llm call succeeded"
+                    );
+                    return Ok(Completion {
+                        text,
+                        usage,
+                        attempts: attempt_no,
+                    });
+                }
+                Err(error) => {
+                    let retry = attempt.retryable && attempt_no <= ep.retries;
+                    tracing::debug!(
+                        purpose = purpose.as_str(),
+                        model = %ep.model,
+                        status = attempt.status,
+                        attempt = attempt_no,
+                        latency_ms,
+                        error = %error,
+                        retry,
+                        "llm call failed"
+                    );
+                    if !retry {
+                        return Err(error);
+                    }
+                    let delay = attempt
+                        .retry_after
+                        .unwrap_or_else(|| backoff_delay(attempt_no));
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    }
+
+    /// One HTTP exchange, bounded by `ep.timeout` (reqwest's per-request
+    /// timeout plus an outer guard that also covers reading the body).
+    async fn attempt(&self, ep: &Endpoint, url: &str, body: &Value) -> Attempt {
+        match tokio::time::timeout(ep.timeout, self.exchange(ep, url, body)).await {
+            Ok(attempt) => attempt,
+            Err(_) => Attempt::failed(None, LlmError::Timeout, false),
+        }
+    }
+
+    async fn exchange(&self, ep: &Endpoint, url: &str, body: &Value) -> Attempt {
+        let mut request = self.http.post(url).timeout(ep.timeout).json(body);
+        if let Some(key) = ep.api_key.as_deref().filter(|k| !k.is_empty()) {
+            request = request.bearer_auth(key);
+        }
+        let response = match request.send().await {
+            Ok(response) => response,
+            Err(e) => {
+                let (error, retryable) = classify_transport(&e);
+                return Attempt::failed(None, error, retryable);
+            }
+        };
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_retry_after);
+        // Always drain the body so the connection can go back to the pool.
+        let bytes = response.bytes().await;
+        if !(200..300).contains(&status) {
+            let body = match &bytes {
+                Ok(b) => truncate_chars(&String::from_utf8_lossy(b), ERROR_BODY_LIMIT),
+                Err(_) => String::new(),
+            };
+            let retryable = status == 429 || status >= 500;
+            return Attempt {
+                status: Some(status),
+                result: Err(LlmError::Http { status, body }),
+                retryable,
+                retry_after: if retryable { retry_after } else { None },
+            };
+        }
+        let result = match bytes {
+            Ok(b) => parse_response(&b),
+            Err(e) => Err(classify_transport(&e).0),
+        };
+        Attempt {
+            status: Some(status),
+            result,
+            retryable: false,
+            retry_after: None,
+        }
+    }
+}
+
+/// Maps a reqwest error to an [`LlmError`] and whether it may be retried
+/// (only failures to connect are: the request never reached the server).
+fn classify_transport(e: &reqwest::Error) -> (LlmError, bool) {
+    if e.is_connect() {
+        (LlmError::Transport(error_chain(e)), true)
+    } else if e.is_timeout() {
+        (LlmError::Timeout, false)
+    } else {
+        (LlmError::Transport(error_chain(e)), false)
+    }
+}
+
+/// An error and its sources joined, since reqwest's own message hides the
+/// cause ("connection refused").
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let part = s.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// Builds the JSON request body for one call.
+fn request_body(ep: &Endpoint, purpose: Purpose, messages: &[ChatMessage]) -> Value {
+    let mut body = json!({
+        "model": ep.model,
+        "messages": messages,
+        "max_tokens": ep.max_tokens,
+        "stream": false,
+    });
+    if let Some(t) = ep.temperature {
+        body["temperature"] = json!(t);
+    }
+    if purpose == Purpose::Judge && ep.json_schema {
+        body["response_format"] = json!({
+            "type": "json_schema",
+            "json_schema": {
+                "name": "verdict",
+                "strict": true,
+                "schema": verdict_schema(),
+            }
+        });
+    }
+    body
+}
+
+/// Extracts the answer text and usage from a 200 response body.
+fn parse_response(bytes: &[u8]) -> Result<(String, Usage), LlmError> {
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+        LlmError::BadResponse(format!(
+            "body is not JSON ({e}): {}",
+            truncate_chars(&String::from_utf8_lossy(bytes), ERROR_BODY_LIMIT)
+        ))
+    })?;
+    let message = value
+        .get("choices")
+        .and_then(|c| c.get(0))
+        .and_then(|c| c.get("message"))
+        .ok_or_else(|| match value.get("error") {
+            Some(err) => LlmError::BadResponse(format!(
+                "error object instead of choices: {}",
+                truncate_chars(&err.to_string(), ERROR_BODY_LIMIT)
+            )),
+            None => LlmError::BadResponse("no choices[0].message".to_string()),
+        })?;
+    let content = message.get("content").and_then(content_text);
+    let reasoning = ["reasoning_content", "reasoning"]
+        .iter()
+        .filter_map(|k| message.get(*k).and_then(Value::as_str))
+        .find(|r| !r.trim().is_empty());
+    let text = match (content, reasoning) {
+        (Some(c), _) if !c.trim().is_empty() => strip_think(&c),
+        (_, Some(r)) => r.to_string(),
+        (Some(c), None) => c,
+        (None, None) => {
+            return Err(LlmError::BadResponse(
+                "choices[0].message has neither content nor reasoning_content".to_string(),
+            ))
+        }
+    };
+    let usage = value.get("usage");
+    let count = |key: &str| {
+        usage
+            .and_then(|u| u.get(key))
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+    };
+    Ok((
+        text,
+        Usage {
+            prompt_tokens: count("prompt_tokens"),
+            completion_tokens: count("completion_tokens"),
+        },
+    ))
+}
+
+/// Message content as text: a string, or an array of `{type: text, text}` parts.
+fn content_text(content: &Value) -> Option<String> {
+    match content {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(parts) => Some(
+            parts
+                .iter()
+                .filter_map(|p| p.get("text").and_then(Value::as_str).or_else(|| p.as_str()))
+                .collect::<Vec<_>>()
+                .join(""),
+        ),
+        _ => None,
+    }
+}
+
+/// Removes a leading `<think>…</think>` block that some reasoning models put
+/// in the content, so it never reaches the chat; text without a complete
+/// block is returned unchanged.
+fn strip_think(text: &str) -> String {
+    let trimmed = text.trim_start();
+    if let Some(rest) = trimmed.strip_prefix("<think>") {
+        if let Some(end) = rest.find("</think>") {
+            let after = rest[end + "</think>".len()..].trim();
+            if !after.is_empty() {
+                return after.to_string();
+            }
+        }
+    }
+    text.to_string()
+}
+
+/// Delay before the attempt after `failed_attempts` failures: 200 ms doubling,
+/// capped at 2 s, with ±20 % jitter (still capped).
+fn backoff_delay(failed_attempts: u32) -> Duration {
+    let exponent = failed_attempts.saturating_sub(1).min(16);
+    let nominal = BACKOFF_BASE
+        .saturating_mul(1u32 << exponent)
+        .min(BACKOFF_CAP);
+    let jitter: f64 = rand::thread_rng().gen_range(0.8..=1.2);
+    nominal.mul_f64(jitter).min(BACKOFF_CAP)
+}
+
+/// `Retry-After` in (possibly fractional) seconds, capped at 5 s; HTTP dates
+/// and garbage are ignored so the normal backoff applies.
+fn parse_retry_after(value: &str) -> Option<Duration> {
+    let secs: f64 = value.trim().parse().ok()?;
+    if !secs.is_finite() || secs < 0.0 {
+        return None;
+    }
+    Some(Duration::from_secs_f64(
+        secs.min(RETRY_AFTER_CAP.as_secs_f64()),
+    ))
+}
+
+/// At most `limit` characters of `text` (not bytes, so UTF-8 stays valid).
+fn truncate_chars(text: &str, limit: usize) -> String {
+    match text.char_indices().nth(limit) {
+        Some((idx, _)) => text[..idx].to_string(),
+        None => text.to_string(),
+    }
+}
+
+/// The judge's decision.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Verdict {
+    /// Whether the bot should interject now.
+    pub speak: bool,
+    /// How relevant the conversation is to this bot, in `[0, 1]`; used to
+    /// rank bots that all want to speak.
+    pub relevance: f64,
+}
+
+/// JSON schema of the judge's answer, sent as `response_format` so servers
+/// with constrained decoding can only produce a valid verdict.
+pub fn verdict_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "speak": { "type": "boolean" },
+            "relevance": { "type": "number", "minimum": 0, "maximum": 1 },
+        },
+        "required": ["speak", "relevance"],
+        "additionalProperties": false,
+    })
+}
+
+/// Reads a [`Verdict`] out of whatever the judge model wrote, or `None` if it
+/// cannot be understood.
+///
+/// Accepted, in order: a JSON object; the first `{…}` embedded in prose or a
+/// code fence that yields a verdict (single quotes, Python literals, bare
+/// keys and trailing commas are repaired); a bare yes/no answer (also
+/// 是/否, 要/不要). Keys match case- and underscore-insensitively (`speak`,
+/// `should_speak`, `relevance`, `relevance_score`). `speak` may be a bool,
+/// `"yes"`/`"no"`/`"true"`/`"false"`, or 1/0; `relevance` a number, numeric
+/// string or percentage, clamped to `[0, 1]`, and NaN/infinite rejects the
+/// object. A missing relevance becomes 0.5 when speaking and 0.0 otherwise; a
+/// missing speak becomes `relevance >= 0.5`.
+pub fn parse_verdict(text: &str) -> Option<Verdict> {
+    let text = text.trim().trim_start_matches('\u{feff}').trim();
+    if text.is_empty() {
+        return None;
+    }
+    if let Ok(Value::Object(map)) = serde_json::from_str::<Value>(text) {
+        if let Some(verdict) = verdict_from_object(&map) {
+            return Some(verdict);
+        }
+    }
+    for candidate in brace_candidates(text).take(MAX_JSON_CANDIDATES) {
+        let parsed = serde_json::from_str::<Value>(candidate)
+            .ok()
+            .or_else(|| serde_json::from_str::<Value>(&repair_json(candidate)).ok());
+        if let Some(Value::Object(map)) = parsed {
+            if let Some(verdict) = verdict_from_object(&map) {
+                return Some(verdict);
+            }
+        }
+    }
+    bare_answer(text)
+}
+
+/// The verdict described by one JSON object, if it names speak or relevance.
+fn verdict_from_object(map: &Map<String, Value>) -> Option<Verdict> {
+    let mut speak_value = None;
+    let mut relevance_value = None;
+    for (key, value) in map {
+        match normalize_key(key).as_str() {
+            "speak" | "shouldspeak" => {
+                speak_value.get_or_insert(value);
+            }
+            "relevance" | "relevancescore" => {
+                relevance_value.get_or_insert(value);
+            }
+            _ => {}
+        }
+    }
+    let speak = speak_value.and_then(speak_from_value);
+    let relevance = match relevance_value.and_then(relevance_from_value) {
+        Some(r) if !r.is_finite() => return None,
+        Some(r) => Some(r.clamp(0.0, 1.0)),
+        None => None,
+    };
+    match (speak, relevance) {
+        (Some(speak), Some(relevance)) => Some(Verdict { speak, relevance }),
+        (Some(speak), None) => Some(Verdict {
+            speak,
+            relevance: if speak { 0.5 } else { 0.0 },
+        }),
+        (None, Some(relevance)) => Some(Verdict {
+            speak: relevance >= 0.5,
+            relevance,
+        }),
+        (None, None) => None,
+    }
+}
+
+/// Lowercase alphanumerics only, so `Speak`, `SPEAK` and `should_speak` match.
+fn normalize_key(key: &str) -> String {
+    key.chars()
+        .filter(|c| c.is_alphanumeric())
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+fn speak_from_value(value: &Value) -> Option<bool> {
+    match value {
+        Value::Bool(b) => Some(*b),
+        Value::Number(n) => {
+            let x = n.as_f64()?;
+            if x == 1.0 {
+                Some(true)
+            } else if x == 0.0 {
+                Some(false)
+            } else {
+                None
+            }
+        }
+        Value::String(s) => yes_no(s),
+        _ => None,
+    }
+}
+
+/// The relevance as written (possibly NaN), or `None` if not numeric.
+fn relevance_from_value(value: &Value) -> Option<f64> {
+    match value {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => {
+            let s = s.trim();
+            match s.strip_suffix('%') {
+                Some(pct) => pct.trim().parse::<f64>().ok().map(|p| p / 100.0),
+                None => s.parse::<f64>().ok(),
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Interprets a yes/no word (English or Chinese), ignoring case, quotes,
+/// markdown emphasis and trailing punctuation.
+fn yes_no(word: &str) -> Option<bool> {
+    let word = word
+        .trim()
+        .trim_matches(|c: char| {
+            c.is_whitespace()
+                || matches!(
+                    c,
+                    '"' | '\'' | '`' | '*' | '_' | '.' | '!' | ',' | '。' | '！' | '，' | '“' | '”'
+                )
+        })
+        .to_lowercase();
+    match word.as_str() {
+        "yes" | "true" | "1" | "是" | "要" => Some(true),
+        "no" | "false" | "0" | "否" | "不要" => Some(false),
+        _ => None,
+    }
+}
+
+/// A whole answer that is just yes or no (not true/false or digits, which
+/// are too ambiguous as bare text).
+fn bare_answer(text: &str) -> Option<Verdict> {
+    let lowered = text.to_lowercase();
+    let core = lowered.trim_matches(|c: char| !c.is_alphanumeric());
+    if matches!(core, "true" | "false" | "1" | "0") {
+        return None;
+    }
+    yes_no(text).map(|speak| Verdict {
+        speak,
+        relevance: if speak { 0.5 } else { 0.0 },
+    })
+}
+
+/// Every balanced `{…}` span in `text`, in order of its opening brace;
+/// braces inside quoted strings are skipped.
+fn brace_candidates(text: &str) -> impl Iterator<Item = &str> {
+    text.char_indices()
+        .filter(|(_, c)| *c == '{')
+        .filter_map(move |(start, _)| {
+            matching_brace(&text[start..]).map(|end| &text[start..start + end + 1])
+        })
+}
+
+/// Byte index of the `}` closing the `{` at the start of `text`.
+fn matching_brace(text: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for (i, c) in text.char_indices() {
+        if let Some(q) = quote {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == q {
+                quote = None;
+            }
+            continue;
+        }
+        match c {
+            '"' | '\'' => quote = Some(c),
+            '{' => depth += 1,
+            '}' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(i);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Best-effort fix of almost-JSON: single-quoted strings, Python
+/// `True`/`False`/`None`, bare words (quoted, so `yes` becomes `"yes"`), and
+/// trailing commas.
+fn repair_json(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len() + 8);
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '"' || c == '\'' {
+            out.push('"');
+            i += 1;
+            while i < chars.len() && chars[i] != c {
+                if chars[i] == '\\' && i + 1 < chars.len() {
+                    if chars[i + 1] == '\'' {
+                        out.push('\'');
+                    } else {
+                        out.push('\\');
+                        out.push(chars[i + 1]);
+                    }
+                    i += 2;
+                    continue;
+                }
+                if chars[i] == '"' {
+                    out.push_str("\\\"");
+                } else {
+                    out.push(chars[i]);
+                }
+                i += 1;
+            }
+            out.push('"');
+            i += 1;
+        } else if c == ',' {
+            let next = chars[i + 1..].iter().find(|ch| !ch.is_whitespace());
+            if !matches!(next, Some('}') | Some(']')) {
+                out.push(',');
+            }
+            i += 1;
+        } else if c.is_ascii_digit() {
+            // Copy a whole number (with exponent) so `1e5` is not split.
+            let start = i;
+            while i < chars.len()
+                && (chars[i].is_ascii_alphanumeric()
+                    || chars[i] == '.'
+                    || (matches!(chars[i], '+' | '-') && matches!(chars[i - 1], 'e' | 'E')))
+            {
+                i += 1;
+            }
+            out.extend(&chars[start..i]);
+        } else if c.is_alphabetic() || c == '_' {
+            let start = i;
+            while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
+                i += 1;
+            }
+            let word: String = chars[start..i].iter().collect();
+            match word.as_str() {
+                "true" | "True" => out.push_str("true"),
+                "false" | "False" => out.push_str("false"),
+                "null" | "None" => out.push_str("null"),
+                _ => {
+                    out.push('"');
+                    out.push_str(&word);
+                    out.push('"');
+                }
+            }
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(speak: bool, relevance: f64) -> Option<Verdict> {
+        Some(Verdict { speak, relevance })
+    }
+
+    // ---- parse_verdict ----
+
+    #[test]
+    fn verdict_strict_json() {
+        assert_eq!(
+            parse_verdict(r#"{"speak": true, "relevance": 0.8}"#),
+            v(true, 0.8)
+        );
+    }
+
+    #[test]
+    fn verdict_strict_json_false() {
+        assert_eq!(
+            parse_verdict(r#"{"speak":false,"relevance":0.1}"#),
+            v(false, 0.1)
+        );
+    }
+
+    #[test]
+    fn verdict_surrounding_whitespace() {
+        assert_eq!(
+            parse_verdict("\n  {\"speak\": true, \"relevance\": 1}  \n"),
+            v(true, 1.0)
+        );
+    }
+
+    #[test]
+    fn verdict_json_fence() {
+        let text = "```json\n{\"speak\": true, \"relevance\": 0.7}\n```";
+        assert_eq!(parse_verdict(text), v(true, 0.7));
+    }
+
+    #[test]
+    fn verdict_embedded_in_prose() {
+        let text =
+            "Sure! Here is my decision: {\"speak\": false, \"relevance\": 0.2} Hope that helps.";
+        assert_eq!(parse_verdict(text), v(false, 0.2));
+    }
+
+    #[test]
+    fn verdict_first_object_that_yields_a_verdict() {
+        let text =
+            r#"Example: {"foo": 1}. Answer: {"speak": true, "relevance": 0.6} or {"speak": false}"#;
+        assert_eq!(parse_verdict(text), v(true, 0.6));
+    }
+
+    #[test]
+    fn verdict_nested_object() {
+        let text = r#"{"verdict": {"speak": true, "relevance": 0.9}}"#;
+        assert_eq!(parse_verdict(text), v(true, 0.9));
+    }
+
+    #[test]
+    fn verdict_braces_inside_strings_ignored() {
+        let text = r#"{"reason": "mentions {code} }", "speak": true, "relevance": 0.4}"#;
+        assert_eq!(parse_verdict(text), v(true, 0.4));
+    }
+
+    #[test]
+    fn verdict_capitalized_keys() {
+        assert_eq!(
+            parse_verdict(r#"{"Speak": true, "Relevance": 0.3}"#),
+            v(true, 0.3)
+        );
+    }
+
+    #[test]
+    fn verdict_upper_and_snake_keys() {
+        assert_eq!(
+            parse_verdict(r#"{"SHOULD_SPEAK": "yes", "relevance_score": 0.75}"#),
+            v(true, 0.75)
+        );
+    }
+
+    #[test]
+    fn verdict_speak_string_yes_no() {
+        assert_eq!(
+            parse_verdict(r#"{"speak": "yes", "relevance": 0.6}"#),
+            v(true, 0.6)
+        );
+        assert_eq!(
+            parse_verdict(r#"{"speak": "No", "relevance": 0.6}"#),
+            v(false, 0.6)
+        );
+    }
+
+    #[test]
+    fn verdict_speak_string_true_false() {
+        assert_eq!(
+            parse_verdict(r#"{"speak": "true", "relevance": 0.6}"#),
+            v(true, 0.6)
+        );
+        assert_eq!(
+            parse_verdict(r#"{"speak": "FALSE", "relevance": 0.6}"#),
+            v(false, 0.6)
+        );
+    }
+
+    #[test]
+    fn verdict_speak_numeric() {
+        assert_eq!(
+            parse_verdict(r#"{"speak": 1, "relevance": 0.6}"#),
+            v(true, 0.6)
+        );
+        assert_eq!(
+            parse_verdict(r#"{"speak": 0, "relevance": 0.6}"#),
+            v(false, 0.6)
+        );
+    }
+
+    #[test]
+    fn verdict_relevance_numeric_string() {
+        assert_eq!(
+            parse_verdict(r#"{"speak": true, "relevance": " 0.65 "}"#),
+            v(true, 0.65)
+        );
+    }
+
+    #[test]
+    fn verdict_relevance_percent_string() {
+        assert_eq!(
+            parse_verdict(r#"{"speak": true, "relevance": "80%"}"#),
+            v(true, 0.8)
+        );
+    }
+
+    #[test]
+    fn verdict_relevance_clamped() {
+        assert_eq!(
+            parse_verdict(r#"{"speak": true, "relevance": 7}"#),
+            v(true, 1.0)
+        );
+        assert_eq!(
+            parse_verdict(r#"{"speak": false, "relevance": -0.5}"#),
+            v(false, 0.0)
+        );
+    }
+
+    #[test]
+    fn verdict_relevance_nan_rejected() {
+        assert_eq!(
+            parse_verdict(r#"{"speak": true, "relevance": "NaN"}"#),
+            None
+        );
+        assert_eq!(parse_verdict(r#"{"speak": true, "relevance": NaN}"#), None);
+    }
+
+    #[test]
+    fn verdict_relevance_infinite_rejected() {
+        assert_eq!(
+            parse_verdict(r#"{"speak": true, "relevance": "inf"}"#),
+            None
+        );
+    }
+
+    #[test]
+    fn verdict_missing_relevance_defaults() {
+        assert_eq!(parse_verdict(r#"{"speak": true}"#), v(true, 0.5));
+        assert_eq!(parse_verdict(r#"{"speak": false}"#), v(false, 0.0));
+    }
+
+    #[test]
+    fn verdict_missing_speak_uses_threshold() {
+        assert_eq!(parse_verdict(r#"{"relevance": 0.5}"#), v(true, 0.5));
+        assert_eq!(parse_verdict(r#"{"relevance": 0.49}"#), v(false, 0.49));
+    }
+
+    #[test]
+    fn verdict_unparseable_speak_falls_back_to_relevance() {
+        assert_eq!(
+            parse_verdict(r#"{"speak": "maybe", "relevance": 0.9}"#),
+            v(true, 0.9)
+        );
+    }
+
+    #[test]
+    fn verdict_bare_yes_no() {
+        assert_eq!(parse_verdict("yes"), v(true, 0.5));
+        assert_eq!(parse_verdict("No."), v(false, 0.0));
+        assert_eq!(parse_verdict("  **YES**  "), v(true, 0.5));
+    }
+
+    #[test]
+    fn verdict_bare_chinese() {
+        assert_eq!(parse_verdict("是"), v(true, 0.5));
+        assert_eq!(parse_verdict("否。"), v(false, 0.0));
+        assert_eq!(parse_verdict("要"), v(true, 0.5));
+        assert_eq!(parse_verdict("不要"), v(false, 0.0));
+    }
+
+    #[test]
+    fn verdict_python_dict_repaired() {
+        assert_eq!(
+            parse_verdict("{'speak': True, 'relevance': 0.7}"),
+            v(true, 0.7)
+        );
+    }
+
+    #[test]
+    fn verdict_bare_keys_and_trailing_comma_repaired() {
+        assert_eq!(parse_verdict("{speak: yes, relevance: 0.6,}"), v(true, 0.6));
+    }
+
+    #[test]
+    fn verdict_bom_prefixed() {
+        assert_eq!(
+            parse_verdict("\u{feff}{\"speak\": true, \"relevance\": 0.2}"),
+            v(true, 0.2)
+        );
+    }
+
+    #[test]
+    fn verdict_rejects_empty_and_prose() {
+        assert_eq!(parse_verdict(""), None);
+        assert_eq!(parse_verdict("   "), None);
+        assert_eq!(parse_verdict("I think I should stay quiet here."), None);
+        assert_eq!(parse_verdict("yes, because the topic is mine"), None);
+    }
+
+    #[test]
+    fn verdict_rejects_unrelated_json() {
+        assert_eq!(parse_verdict(r#"{"answer": 42}"#), None);
+        assert_eq!(parse_verdict("[1, 2, 3]"), None);
+        assert_eq!(parse_verdict("{\"speak\": "), None);
+    }
+
+    #[test]
+    fn verdict_rejects_bare_true_and_digits() {
+        assert_eq!(parse_verdict("true"), None);
+        assert_eq!(parse_verdict("1"), None);
+    }
+
+    #[test]
+    fn verdict_speak_other_number_uses_relevance() {
+        assert_eq!(parse_verdict(r#"{"speak": 2}"#), None);
+        assert_eq!(
+            parse_verdict(r#"{"speak": 2, "relevance": 0.1}"#),
+            v(false, 0.1)
+        );
+    }
+
+    // ---- schema and request body ----
+
+    #[test]
+    fn schema_shape() {
+        let s = verdict_schema();
+        assert_eq!(s["type"], "object");
+        assert_eq!(s["properties"]["speak"]["type"], "boolean");
+        assert_eq!(s["properties"]["relevance"]["type"], "number");
+        assert_eq!(s["properties"]["relevance"]["minimum"], 0);
+        assert_eq!(s["properties"]["relevance"]["maximum"], 1);
+        assert_eq!(s["required"], json!(["speak", "relevance"]));
+        assert_eq!(s["additionalProperties"], false);
+    }
+
+    fn endpoint() -> Endpoint {
+        Endpoint::new("http://127.0.0.1:1/v1/", "m1")
+    }
+
+    #[test]
+    fn body_for_reply() {
+        let mut ep = endpoint();
+        ep.json_schema = true;
+        ep.max_tokens = 64;
+        let body = request_body(
+            &ep,
+            Purpose::Reply,
+            &[ChatMessage::system("s"), ChatMessage::user("u")],
+        );
+        assert_eq!(body["model"], "m1");
+        assert_eq!(body["max_tokens"], 64);
+        assert_eq!(body["stream"], false);
+        assert_eq!(
+            body["messages"],
+            json!([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}])
+        );
+        assert!(body.get("temperature").is_none());
+        assert!(body.get("response_format").is_none());
+    }
+
+    #[test]
+    fn body_for_judge_with_schema_and_temperature() {
+        let mut ep = endpoint();
+        ep.json_schema = true;
+        ep.temperature = Some(0.5);
+        let body = request_body(&ep, Purpose::Judge, &[ChatMessage::assistant("a")]);
+        assert_eq!(body["temperature"], 0.5);
+        let rf = &body["response_format"];
+        assert_eq!(rf["type"], "json_schema");
+        assert_eq!(rf["json_schema"]["name"], "verdict");
+        assert_eq!(rf["json_schema"]["strict"], true);
+        assert_eq!(rf["json_schema"]["schema"], verdict_schema());
+    }
+
+    #[test]
+    fn body_for_judge_without_schema() {
+        let body = request_body(&endpoint(), Purpose::Judge, &[]);
+        assert!(body.get("response_format").is_none());
+    }
+
+    #[test]
+    fn chat_url_ignores_trailing_slash() {
+        assert_eq!(
+            endpoint().chat_url(),
+            "http://127.0.0.1:1/v1/chat/completions"
+        );
+    }
+
+    #[test]
+    fn debug_redacts_api_key() {
+        let mut ep = endpoint();
+        ep.api_key = Some("sk-secret-123".into());
+        let dbg = format!("{ep:?}");
+        assert!(!dbg.contains("sk-secret-123"));
+        assert!(dbg.contains("<redacted>"));
+    }
+
+    // ---- response parsing ----
+
+    #[test]
+    fn response_content_and_usage() {
+        let body = br#"{"choices":[{"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":12,"completion_tokens":3}}"#;
+        let (text, usage) = parse_response(body).unwrap();
+        assert_eq!(text, "hi");
+        assert_eq!(
+            usage,
+            Usage {
+                prompt_tokens: 12,
+                completion_tokens: 3
+            }
+        );
+    }
+
+    #[test]
+    fn response_missing_usage_is_zero() {
+        let body = br#"{"choices":[{"message":{"content":"hi"}}]}"#;
+        assert_eq!(parse_response(body).unwrap().1, Usage::default());
+    }
+
+    #[test]
+    fn response_null_content_falls_back_to_reasoning() {
+        let body =
+            br#"{"choices":[{"message":{"content":null,"reasoning_content":"{\"speak\":true}"}}]}"#;
+        assert_eq!(parse_response(body).unwrap().0, "{\"speak\":true}");
+    }
+
+    #[test]
+    fn response_content_parts_array() {
+        let body = br#"{"choices":[{"message":{"content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}}]}"#;
+        assert_eq!(parse_response(body).unwrap().0, "ab");
+    }
+
+    #[test]
+    fn response_think_block_stripped() {
+        let body = br#"{"choices":[{"message":{"content":"<think>hmm</think>\n\nHello!"}}]}"#;
+        assert_eq!(parse_response(body).unwrap().0, "Hello!");
+    }
+
+    #[test]
+    fn response_bad_shapes() {
+        for body in [
+            &b"not json"[..],
+            br#"{"choices":[]}"#,
+            br#"{"error":{"message":"boom"}}"#,
+            br#"{"choices":[{"message":{"content":null}}]}"#,
+        ] {
+            let err = parse_response(body).unwrap_err();
+            assert_eq!(err.label(), "bad_response", "{err}");
+        }
+    }
+
+    // ---- helpers ----
+
+    #[test]
+    fn error_labels() {
+        assert_eq!(LlmError::Timeout.label(), "timeout");
+        assert_eq!(
+            LlmError::Http {
+                status: 404,
+                body: String::new()
+            }
+            .label(),
+            "http_4xx"
+        );
+        assert_eq!(
+            LlmError::Http {
+                status: 429,
+                body: String::new()
+            }
+            .label(),
+            "http_4xx"
+        );
+        assert_eq!(
+            LlmError::Http {
+                status: 503,
+                body: String::new()
+            }
+            .label(),
+            "http_5xx"
+        );
+        assert_eq!(LlmError::Transport("x".into()).label(), "transport");
+        assert_eq!(LlmError::BadResponse("x".into()).label(), "bad_response");
+    }
+
+    #[test]
+    fn purpose_names() {
+        assert_eq!(Purpose::Judge.as_str(), "judge");
+        assert_eq!(Purpose::Reply.to_string(), "reply");
+    }
+
+    #[test]
+    fn backoff_grows_and_caps() {
+        for _ in 0..50 {
+            let d1 = backoff_delay(1);
+            assert!(
+                d1 >= Duration::from_millis(160) && d1 <= Duration::from_millis(240),
+                "{d1:?}"
+            );
+            let d2 = backoff_delay(2);
+            assert!(
+                d2 >= Duration::from_millis(320) && d2 <= Duration::from_millis(480),
+                "{d2:?}"
+            );
+            assert!(backoff_delay(10) <= BACKOFF_CAP);
+            assert!(backoff_delay(u32::MAX) <= BACKOFF_CAP);
+        }
+    }
+
+    #[test]
+    fn retry_after_parsing() {
+        assert_eq!(parse_retry_after("0"), Some(Duration::ZERO));
+        assert_eq!(parse_retry_after(" 2 "), Some(Duration::from_secs(2)));
+        assert_eq!(parse_retry_after("0.5"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_retry_after("120"), Some(RETRY_AFTER_CAP));
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+        assert_eq!(parse_retry_after("-1"), None);
+    }
+
+    #[test]
+    fn truncation_counts_chars() {
+        assert_eq!(truncate_chars("héllo", 2), "hé");
+        assert_eq!(truncate_chars("abc", 10), "abc");
+        assert_eq!(truncate_chars(&"界".repeat(300), 200).chars().count(), 200);
+    }
+}

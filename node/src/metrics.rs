@@ -1,0 +1,256 @@
+//! `Metrics`: the Prometheus counters behind `GET /metrics`.
+//!
+//! Names follow Prometheus conventions (`botmesh_…_total` for counters). Every
+//! rejection, delivery outcome, decision and LLM call is counted by reason, so an
+//! operator can tell from one scrape why a bot did or did not speak.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+/// Label set with one `result` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    /// accepted, duplicate, or the rejection reason.
+    pub result: String,
+}
+
+/// Labels for outgoing deliveries.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PeerResult {
+    /// The peer bot's name.
+    pub peer: String,
+    /// delivered, retry, given_up, refused_full.
+    pub result: String,
+}
+
+/// Labels naming one peer.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PeerLabel {
+    /// The peer bot's name.
+    pub peer: String,
+}
+
+/// Labels for decisions.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabel {
+    /// reply, judge, silent, yield.
+    pub action: String,
+    /// Why, as a stable snake_case code.
+    pub reason: String,
+}
+
+/// Labels for LLM calls.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LlmLabel {
+    /// judge or reply.
+    pub purpose: String,
+    /// ok or the failure label.
+    pub result: String,
+}
+
+/// Labels for LLM latency.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PurposeLabel {
+    /// judge or reply.
+    pub purpose: String,
+}
+
+/// Labels for token counts.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TokenLabel {
+    /// judge or reply.
+    pub purpose: String,
+    /// prompt or completion.
+    pub kind: String,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.01, 2.0, 14))
+}
+
+/// Every metric the node exports.
+pub struct Metrics {
+    registry: Registry,
+    /// Envelopes received on the bridge, by result.
+    pub envelopes_in: Family<ResultLabel, Counter>,
+    /// Deliveries to peers, by peer and result.
+    pub envelopes_out: Family<PeerResult, Counter>,
+    /// Envelopes waiting in each peer's outbox.
+    pub outbox_depth: Family<PeerLabel, Gauge>,
+    /// Decisions by action and reason.
+    pub decisions: Family<DecisionLabel, Counter>,
+    /// LLM calls by purpose and result.
+    pub llm_calls: Family<LlmLabel, Counter>,
+    /// LLM latency by purpose, seconds.
+    pub llm_latency: HistogramFamily<PurposeLabel>,
+    /// LLM tokens by purpose and kind.
+    pub llm_tokens: Family<TokenLabel, Counter>,
+    /// Local API requests by result.
+    pub api_requests: Family<ResultLabel, Counter>,
+    /// Messages recorded in transcripts, by source (bridge, api, self).
+    pub transcript_appends: Family<ResultLabel, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let envelopes_in = Family::<ResultLabel, Counter>::default();
+        let envelopes_out = Family::<PeerResult, Counter>::default();
+        let outbox_depth = Family::<PeerLabel, Gauge>::default();
+        let decisions = Family::<DecisionLabel, Counter>::default();
+        let llm_calls = Family::<LlmLabel, Counter>::default();
+        let llm_latency: HistogramFamily<PurposeLabel> =
+            Family::new_with_constructor(latency_histogram);
+        let llm_tokens = Family::<TokenLabel, Counter>::default();
+        let api_requests = Family::<ResultLabel, Counter>::default();
+        let transcript_appends = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "botmesh_envelopes_in",
+            "Envelopes received on the bridge, by result",
+            envelopes_in.clone(),
+        );
+        registry.register(
+            "botmesh_envelopes_out",
+            "Envelope deliveries to peers, by peer and result",
+            envelopes_out.clone(),
+        );
+        registry.register(
+            "botmesh_outbox_depth",
+            "Envelopes waiting in a peer's outbox",
+            outbox_depth.clone(),
+        );
+        registry.register(
+            "botmesh_decisions",
+            "Decisions about incoming messages, by action and reason",
+            decisions.clone(),
+        );
+        registry.register(
+            "botmesh_llm_calls",
+            "LLM calls by purpose and result",
+            llm_calls.clone(),
+        );
+        registry.register(
+            "botmesh_llm_latency_seconds",
+            "LLM call latency by purpose",
+            llm_latency.clone(),
+        );
+        registry.register(
+            "botmesh_llm_tokens",
+            "LLM tokens by purpose and kind",
+            llm_tokens.clone(),
+        );
+        registry.register(
+            "botmesh_api_requests",
+            "Local API requests by result",
+            api_requests.clone(),
+        );
+        registry.register(
+            "botmesh_transcript_appends",
+            "Transcript appends by result",
+            transcript_appends.clone(),
+        );
+        Metrics {
+            registry,
+            envelopes_in,
+            envelopes_out,
+            outbox_depth,
+            decisions,
+            llm_calls,
+            llm_latency,
+            llm_tokens,
+            api_requests,
+            transcript_appends,
+        }
+    }
+
+    /// Counts one incoming envelope.
+    pub fn envelope_in(&self, result: &str) {
+        self.envelopes_in
+            .get_or_create(&ResultLabel {
+                result: result.into(),
+            })
+            .inc();
+    }
+
+    /// Counts one delivery outcome.
+    pub fn envelope_out(&self, peer: &str, result: &str) {
+        self.envelopes_out
+            .get_or_create(&PeerResult {
+                peer: peer.into(),
+                result: result.into(),
+            })
+            .inc();
+    }
+
+    /// Sets a peer's outbox depth.
+    pub fn set_outbox_depth(&self, peer: &str, depth: usize) {
+        self.outbox_depth
+            .get_or_create(&PeerLabel { peer: peer.into() })
+            .set(depth as i64);
+    }
+
+    /// Counts one decision.
+    pub fn decision(&self, action: &str, reason: &str) {
+        self.decisions
+            .get_or_create(&DecisionLabel {
+                action: action.into(),
+                reason: reason.into(),
+            })
+            .inc();
+    }
+
+    /// Records one LLM call.
+    pub fn llm_call(
+        &self,
+        purpose: &str,
+        result: &str,
+        seconds: f64,
+        prompt_tokens: u64,
+        completion_tokens: u64,
+    ) {
+        self.llm_calls
+            .get_or_create(&LlmLabel {
+                purpose: purpose.into(),
+                result: result.into(),
+            })
+            .inc();
+        self.llm_latency
+            .get_or_create(&PurposeLabel {
+                purpose: purpose.into(),
+            })
+            .observe(seconds);
+        self.llm_tokens
+            .get_or_create(&TokenLabel {
+                purpose: purpose.into(),
+                kind: "prompt".into(),
+            })
+            .inc_by(prompt_tokens);
+        self.llm_tokens
+            .get_or_create(&TokenLabel {
+                purpose: purpose.into(),
+                kind: "completion".into(),
+            })
+            .inc_by(completion_tokens);
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String");
+        out
+    }
+}

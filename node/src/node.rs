@@ -1,0 +1,291 @@
+//! `Node`: one bot's bridge node — its state, its listeners, its lifecycle.
+//!
+//! Data takes one path through a node: ingress (bridge or local API) → transcript
+//! (durable, deduplicated) → the turn-taking pipeline (`turn`) → reply → egress (the
+//! peers' outboxes). Shutdown has three steps, as in linkerd2-proxy: the signal
+//! cancels `accepting` (listeners stop, pending turns are abandoned), outboxes get a
+//! grace period to drain, then everything stops and the transcript writer flushes.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use bytes::Bytes;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::NodeConfig;
+use crate::envelope::Envelope;
+use crate::events::{Event, EventBus};
+use crate::metrics::Metrics;
+use crate::outbox::{Outbox, RetryPolicy};
+use crate::seen::SeenCache;
+use crate::server::{self, Limits};
+use crate::transcript::{Appended, TranscriptError, Transcripts};
+use crate::turn::Brain;
+
+/// How long ids stay in the replay cache: more than twice the ±300 s window.
+pub const SEEN_TTL: Duration = Duration::from_secs(900);
+
+/// A running bot's shared state.
+pub struct Node {
+    /// The validated configuration and keys.
+    pub cfg: NodeConfig,
+    /// Prometheus metrics.
+    pub metrics: Arc<Metrics>,
+    /// Live events for the page and SSE.
+    pub events: EventBus,
+    /// Every group's messages.
+    pub transcripts: Transcripts,
+    /// Recently seen envelope ids (replay protection).
+    pub seen: SeenCache,
+    /// One outbox per peer.
+    pub outboxes: Vec<Arc<Outbox>>,
+    /// Per-peer ingress rate limit.
+    pub limiter: crate::bridge::RateLimiter,
+    /// The turn-taking pipeline.
+    pub brain: Brain,
+    /// The operator's quiet switch: when set, the bot takes no turns.
+    pub quiet: AtomicBool,
+    /// Cancelled when the node stops accepting work.
+    pub accepting: CancellationToken,
+    /// Tracks the background turn tasks so shutdown can wait for them.
+    pub turns: tokio_util::task::TaskTracker,
+}
+
+/// A started node: its addresses and the handle to stop it.
+pub struct RunningNode {
+    /// The shared state (for tests and embedding).
+    pub node: Arc<Node>,
+    /// Where the peer-facing listener is bound.
+    pub bridge_addr: std::net::SocketAddr,
+    /// Where the local API is bound.
+    pub api_addr: std::net::SocketAddr,
+    stop_outboxes: CancellationToken,
+    servers: JoinSet<()>,
+    outbox_tasks: JoinSet<()>,
+}
+
+impl Node {
+    /// Records a message in its group's transcript and, when new, hands it to the
+    /// turn-taking pipeline. Returns once the message is on disk.
+    pub async fn record(
+        self: &Arc<Self>,
+        env: Envelope,
+        source: &str,
+    ) -> Result<Appended, TranscriptError> {
+        let env = Arc::new(env);
+        let outcome = self.transcripts.append((*env).clone()).await;
+        match &outcome {
+            Ok(Appended::New) => {
+                self.metrics
+                    .transcript_appends
+                    .get_or_create(&crate::metrics::ResultLabel {
+                        result: source.into(),
+                    })
+                    .inc();
+                self.brain.observe(&env);
+                if !self.accepting.is_cancelled() {
+                    let node = self.clone();
+                    self.turns
+                        .spawn(async move { crate::turn::consider(node, env).await });
+                }
+            }
+            Ok(Appended::Duplicate) => {}
+            Err(e) => {
+                self.metrics
+                    .transcript_appends
+                    .get_or_create(&crate::metrics::ResultLabel {
+                        result: "error".into(),
+                    })
+                    .inc();
+                tracing::error!(id = %env.id, error = %e, "could not record message");
+            }
+        }
+        outcome
+    }
+
+    /// A claim from a peer: tell the scheduler and the watchers.
+    pub fn on_claim(&self, env: Arc<Envelope>) {
+        self.brain.on_claim(&env);
+        self.events.publish(Event::Claim { envelope: env });
+    }
+
+    /// Queues `env` for every peer. Returns the peers that refused it (outbox full).
+    pub fn broadcast(&self, env: &Envelope) -> Vec<String> {
+        let body = Bytes::from(env.to_bytes());
+        let id = env.id.to_string();
+        self.outboxes
+            .iter()
+            .filter_map(|o| {
+                o.push(&id, body.clone(), &self.metrics)
+                    .err()
+                    .map(|e| e.peer)
+            })
+            .collect()
+    }
+
+    /// Records this node's own message (human via the API, or the bot's reply) and
+    /// sends it to every peer.
+    pub async fn publish(
+        self: &Arc<Self>,
+        env: Envelope,
+        source: &str,
+    ) -> Result<Appended, TranscriptError> {
+        let outcome = self.record(env.clone(), source).await?;
+        if outcome == Appended::New {
+            let refused = self.broadcast(&env);
+            if !refused.is_empty() {
+                tracing::error!(id = %env.id, peers = ?refused, "message recorded but not queued for some peers (outbox full)");
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Whether the operator switched the bot quiet.
+    pub fn is_quiet(&self) -> bool {
+        self.quiet.load(Ordering::Relaxed)
+    }
+}
+
+/// Builds the node and starts its listeners and outboxes.
+pub async fn start(
+    cfg: NodeConfig,
+    bridge: TcpListener,
+    api: TcpListener,
+) -> anyhow::Result<RunningNode> {
+    let metrics = Arc::new(Metrics::new());
+    let events = EventBus::new(1024);
+    std::fs::create_dir_all(&cfg.data_dir)
+        .with_context(|| format!("creating data folder {}", cfg.data_dir.display()))?;
+    let (transcripts, report) = Transcripts::open(&cfg.data_dir, events.clone(), true)
+        .with_context(|| format!("opening transcripts in {}", cfg.data_dir.display()))?;
+    tracing::info!(
+        groups = report.groups,
+        messages = report.messages,
+        dropped_lines = report.dropped_lines,
+        "transcripts restored"
+    );
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_millis(cfg.mesh().peer_timeout_ms))
+        .pool_idle_timeout(Duration::from_secs(60))
+        .build()
+        .context("building the peer HTTP client")?;
+    let outboxes: Vec<Arc<Outbox>> = cfg
+        .peers()
+        .map(|p| Outbox::new(&p.name, &p.bridge_base_url(), cfg.mesh().outbox_capacity))
+        .collect();
+    let brain = Brain::new(&cfg, metrics.clone(), events.clone())?;
+    let node = Arc::new(Node {
+        limiter: crate::bridge::RateLimiter::new(cfg.mesh().peer_rate_limit),
+        seen: SeenCache::new(SEEN_TTL, 1_000_000),
+        quiet: AtomicBool::new(false),
+        accepting: CancellationToken::new(),
+        turns: tokio_util::task::TaskTracker::new(),
+        outboxes,
+        transcripts,
+        events,
+        metrics,
+        brain,
+        cfg,
+    });
+    let policy = RetryPolicy {
+        base: node.cfg.retry_base(),
+        max: Duration::from_millis(node.cfg.mesh().retry_max_ms),
+        give_up_after: Duration::from_secs(node.cfg.mesh().give_up_after_secs),
+        attempt_timeout: Duration::from_millis(node.cfg.mesh().peer_timeout_ms),
+    };
+    let stop_outboxes = CancellationToken::new();
+    let mut outbox_tasks = JoinSet::new();
+    for o in &node.outboxes {
+        node.metrics.set_outbox_depth(o.peer(), 0);
+        outbox_tasks.spawn(o.clone().run(
+            http.clone(),
+            node.cfg.signer.clone(),
+            node.metrics.clone(),
+            policy,
+            stop_outboxes.clone(),
+        ));
+    }
+    let bridge_addr = bridge.local_addr()?;
+    let api_addr = api.local_addr()?;
+    let grace = Duration::from_secs(node.cfg.mesh().shutdown_grace_secs);
+    let mut servers = JoinSet::new();
+    let n = node.clone();
+    servers.spawn(server::serve(
+        "bridge",
+        bridge,
+        Limits::default(),
+        node.accepting.clone(),
+        grace,
+        move |req, remote| crate::bridge::handle(n.clone(), req, remote),
+    ));
+    let n = node.clone();
+    servers.spawn(server::serve(
+        "api",
+        api,
+        Limits::default(),
+        node.accepting.clone(),
+        grace,
+        move |req, remote| crate::api::handle(n.clone(), req, remote),
+    ));
+    tracing::info!(bot = %node.cfg.bot().name, %bridge_addr, %api_addr, peers = node.outboxes.len(), data_dir = %node.cfg.data_dir.display(), "node started");
+    Ok(RunningNode {
+        node,
+        bridge_addr,
+        api_addr,
+        stop_outboxes,
+        servers,
+        outbox_tasks,
+    })
+}
+
+impl RunningNode {
+    /// Stops the node: stop accepting, drain outboxes within the grace period, flush.
+    pub async fn shutdown(mut self) {
+        let grace = Duration::from_secs(self.node.cfg.mesh().shutdown_grace_secs);
+        tracing::info!("shutting down: no longer accepting messages");
+        self.node.accepting.cancel();
+        self.node.turns.close();
+        let _ = tokio::time::timeout(grace, self.node.turns.wait()).await;
+        let deadline = tokio::time::Instant::now() + grace;
+        while self.node.outboxes.iter().any(|o| !o.is_empty())
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for o in &self.node.outboxes {
+            if !o.is_empty() {
+                tracing::error!(peer = %o.peer(), undelivered = o.len(), "shutdown grace over: envelopes still undelivered to this peer");
+            }
+        }
+        self.stop_outboxes.cancel();
+        while self.outbox_tasks.join_next().await.is_some() {}
+        while self.servers.join_next().await.is_some() {}
+        self.node.transcripts.close();
+        tracing::info!("stopped");
+    }
+}
+
+/// Runs a node until `signal` completes, then shuts it down gracefully.
+pub async fn run(
+    cfg: NodeConfig,
+    bridge: TcpListener,
+    api: TcpListener,
+    signal: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let running = start(cfg, bridge, api).await?;
+    eprintln!(
+        "botmesh: {} is up — page http://{}/  bridge http://{}",
+        running.node.cfg.bot().name,
+        running.api_addr,
+        running.bridge_addr
+    );
+    signal.await;
+    running.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,292 @@
+//! `Outbox`: one bounded, ordered, retrying queue per peer.
+//!
+//! Each peer has its own queue and its own delivery task, so a dead peer never delays
+//! the others. Envelopes go out one at a time, in order; a failed attempt is retried
+//! with exponential backoff and jitter, and signed afresh each time (the signature's
+//! timestamp must stay inside the receiver's ±300 s window). Nothing is dropped
+//! silently: a refused push (queue full) and a final give-up are logged and counted.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use rand::Rng;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+use crate::signing::{Signer, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP};
+
+/// The bridge path envelopes are posted to.
+pub const ENVELOPES_PATH: &str = "/bridge/v1/envelopes";
+
+/// One envelope waiting for one peer.
+#[derive(Debug, Clone)]
+struct Pending {
+    /// Envelope id (the `webhook-id`).
+    id: String,
+    /// The serialized envelope, shared by every peer's outbox.
+    body: Bytes,
+    /// When it was queued, for the give-up deadline.
+    queued_at: Instant,
+}
+
+/// Why a push was refused.
+#[derive(Debug, thiserror::Error)]
+#[error("outbox for {peer} is full ({capacity} envelopes waiting)")]
+pub struct OutboxFull {
+    /// The peer.
+    pub peer: String,
+    /// The configured capacity.
+    pub capacity: usize,
+}
+
+/// How deliveries are retried.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    /// First retry delay.
+    pub base: Duration,
+    /// Largest retry delay.
+    pub max: Duration,
+    /// Give up on an envelope this long after it was queued.
+    pub give_up_after: Duration,
+    /// One attempt's timeout.
+    pub attempt_timeout: Duration,
+}
+
+impl RetryPolicy {
+    /// Delay before retry number `attempt` (1-based): exponential, capped, with jitter
+    /// in [d/2, d] so that many senders do not retry in lockstep.
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let exp = self
+            .base
+            .saturating_mul(1u32 << attempt.saturating_sub(1).min(20));
+        let d = exp.min(self.max);
+        let half = d / 2;
+        half + rand::thread_rng().gen_range(Duration::ZERO..=half)
+    }
+}
+
+/// A peer's queue.
+pub struct Outbox {
+    /// The peer's bot name.
+    peer: String,
+    /// Full URL of the peer's envelope endpoint.
+    url: String,
+    queue: Mutex<VecDeque<Pending>>,
+    notify: Notify,
+    capacity: usize,
+}
+
+impl Outbox {
+    /// An empty outbox for `peer` at `base_url`.
+    pub fn new(peer: &str, base_url: &str, capacity: usize) -> Arc<Outbox> {
+        Arc::new(Outbox {
+            peer: peer.to_string(),
+            url: format!("{}{}", base_url.trim_end_matches('/'), ENVELOPES_PATH),
+            queue: Mutex::new(VecDeque::new()),
+            notify: Notify::new(),
+            capacity,
+        })
+    }
+
+    /// The peer's name.
+    pub fn peer(&self) -> &str {
+        &self.peer
+    }
+
+    /// Envelopes waiting.
+    pub fn len(&self) -> usize {
+        self.queue.lock().expect("outbox lock").len()
+    }
+
+    /// True when nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Queues an envelope; refuses (never silently drops) when full.
+    pub fn push(&self, id: &str, body: Bytes, metrics: &Metrics) -> Result<(), OutboxFull> {
+        let depth = {
+            let mut q = self.queue.lock().expect("outbox lock");
+            if q.len() >= self.capacity {
+                metrics.envelope_out(&self.peer, "refused_full");
+                tracing::error!(peer = %self.peer, id, capacity = self.capacity, "outbox full: envelope NOT queued for this peer");
+                return Err(OutboxFull {
+                    peer: self.peer.clone(),
+                    capacity: self.capacity,
+                });
+            }
+            q.push_back(Pending {
+                id: id.to_string(),
+                body,
+                queued_at: Instant::now(),
+            });
+            q.len()
+        };
+        metrics.set_outbox_depth(&self.peer, depth);
+        self.notify.notify_one();
+        Ok(())
+    }
+
+    fn front(&self) -> Option<Pending> {
+        self.queue.lock().expect("outbox lock").front().cloned()
+    }
+
+    fn pop(&self, id: &str, metrics: &Metrics) {
+        let depth = {
+            let mut q = self.queue.lock().expect("outbox lock");
+            if q.front().is_some_and(|p| p.id == id) {
+                q.pop_front();
+            }
+            q.len()
+        };
+        metrics.set_outbox_depth(&self.peer, depth);
+    }
+
+    /// Delivers until `stop` fires: one envelope at a time, in order.
+    pub async fn run(
+        self: Arc<Self>,
+        http: reqwest::Client,
+        signer: Signer,
+        metrics: Arc<Metrics>,
+        policy: RetryPolicy,
+        stop: CancellationToken,
+    ) {
+        loop {
+            let Some(next) = self.front() else {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = self.notify.notified() => continue,
+                }
+            };
+            let mut attempt = 0u32;
+            loop {
+                attempt += 1;
+                let outcome = self
+                    .attempt(&http, &signer, &next, policy.attempt_timeout)
+                    .await;
+                match outcome {
+                    Attempt::Delivered => {
+                        metrics.envelope_out(&self.peer, "delivered");
+                        tracing::debug!(peer = %self.peer, id = %next.id, attempt, "delivered");
+                        break;
+                    }
+                    Attempt::Permanent(why) => {
+                        metrics.envelope_out(&self.peer, "given_up");
+                        tracing::error!(peer = %self.peer, id = %next.id, attempt, reason = %why, "peer refused envelope permanently; giving up on it");
+                        break;
+                    }
+                    Attempt::Retry(why) => {
+                        if next.queued_at.elapsed() >= policy.give_up_after {
+                            metrics.envelope_out(&self.peer, "given_up");
+                            tracing::error!(peer = %self.peer, id = %next.id, attempt, reason = %why, waited_s = next.queued_at.elapsed().as_secs(), "delivery deadline passed; giving up on envelope");
+                            break;
+                        }
+                        metrics.envelope_out(&self.peer, "retry");
+                        let wait = policy.backoff(attempt);
+                        tracing::warn!(peer = %self.peer, id = %next.id, attempt, reason = %why, retry_in_ms = wait.as_millis() as u64, "delivery failed; will retry");
+                        tokio::select! {
+                            _ = stop.cancelled() => return,
+                            _ = tokio::time::sleep(wait) => {}
+                        }
+                    }
+                }
+            }
+            self.pop(&next.id, &metrics);
+        }
+    }
+
+    async fn attempt(
+        &self,
+        http: &reqwest::Client,
+        signer: &Signer,
+        p: &Pending,
+        timeout: Duration,
+    ) -> Attempt {
+        let ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        let sig = signer.sign(&p.id, ts, &p.body);
+        let sent = http
+            .post(&self.url)
+            .timeout(timeout)
+            .header(HEADER_ID, &p.id)
+            .header(HEADER_TIMESTAMP, ts.to_string())
+            .header(HEADER_SIGNATURE, sig)
+            .header("content-type", "application/json")
+            .body(p.body.clone())
+            .send()
+            .await;
+        match sent {
+            Ok(resp) => {
+                let status = resp.status();
+                // Read the body to the end so the connection can be reused.
+                let body = resp.bytes().await.unwrap_or_default();
+                if status.is_success() {
+                    Attempt::Delivered
+                } else if status == 400 || status == 413 {
+                    Attempt::Permanent(format!(
+                        "{status}: {}",
+                        String::from_utf8_lossy(&body[..body.len().min(200)])
+                    ))
+                } else {
+                    Attempt::Retry(format!(
+                        "{status}: {}",
+                        String::from_utf8_lossy(&body[..body.len().min(200)])
+                    ))
+                }
+            }
+            Err(e) if e.is_timeout() => Attempt::Retry("timeout".into()),
+            Err(e) if e.is_connect() => Attempt::Retry("connect failed".into()),
+            Err(e) => Attempt::Retry(format!("transport: {e}")),
+        }
+    }
+}
+
+enum Attempt {
+    Delivered,
+    Permanent(String),
+    Retry(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let p = RetryPolicy {
+            base: Duration::from_millis(100),
+            max: Duration::from_secs(2),
+            give_up_after: Duration::from_secs(60),
+            attempt_timeout: Duration::from_secs(1),
+        };
+        for _ in 0..50 {
+            let d1 = p.backoff(1);
+            assert!(d1 >= Duration::from_millis(50) && d1 <= Duration::from_millis(100));
+            let d3 = p.backoff(3);
+            assert!(d3 >= Duration::from_millis(200) && d3 <= Duration::from_millis(400));
+            let d30 = p.backoff(30);
+            assert!(d30 >= Duration::from_secs(1) && d30 <= Duration::from_secs(2));
+        }
+    }
+
+    #[test]
+    fn refuses_when_full_and_counts_it() {
+        let m = Metrics::new();
+        let o = Outbox::new("B", "http://127.0.0.1:1", 2);
+        o.push("1", Bytes::from_static(b"{}"), &m).unwrap();
+        o.push("2", Bytes::from_static(b"{}"), &m).unwrap();
+        assert!(o.push("3", Bytes::from_static(b"{}"), &m).is_err());
+        assert_eq!(o.len(), 2);
+        assert!(m
+            .render()
+            .contains(r#"botmesh_envelopes_out_total{peer="B",result="refused_full"} 1"#));
+        o.pop("1", &m);
+        assert_eq!(o.front().unwrap().id, "2");
+    }
+}

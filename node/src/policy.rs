@@ -1,0 +1,381 @@
+//! Policy: the rules that decide, before any LLM call, whether a bot may take a turn.
+//!
+//! Everything here is plain code over numbers and flags, so no prompt — however it is
+//! worded — can make a bot answer past `max_depth`, past the group's bot-message cap,
+//! or while the operator's quiet switch is on.
+
+use crate::config::{BotSettings, MeshSettings, Participation, ReplyTo};
+use crate::envelope::{AuthorKind, Envelope};
+
+/// What the node will do about a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Answer now (mentioned, or always-answer).
+    Reply,
+    /// Ask the judge first.
+    Judge,
+    /// Do nothing.
+    Silent,
+}
+
+impl Action {
+    /// Label used in metrics, logs and explain output.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Action::Reply => "reply",
+            Action::Judge => "judge",
+            Action::Silent => "silent",
+        }
+    }
+}
+
+/// The outcome of the local rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    /// What to do.
+    pub action: Action,
+    /// Stable snake_case reason.
+    pub reason: &'static str,
+    /// Whether this bot was @mentioned.
+    pub mentioned: bool,
+}
+
+/// What the rules look at.
+#[derive(Debug, Clone, Copy)]
+pub struct Facts<'a> {
+    /// The deciding bot.
+    pub me: &'a BotSettings,
+    /// Mesh-wide limits.
+    pub mesh: &'a MeshSettings,
+    /// The message.
+    pub msg: &'a Envelope,
+    /// This bot is mentioned.
+    pub mentioned: bool,
+    /// Someone else (and not this bot) is mentioned.
+    pub mentions_others: bool,
+    /// The operator's quiet switch.
+    pub quiet: bool,
+    /// Bot messages in the group within the last minute with no human in between.
+    pub recent_bot_messages: usize,
+}
+
+/// Applies the rules in order; the first that fires decides.
+pub fn decide(f: &Facts<'_>) -> Decision {
+    let d = |action, reason| Decision {
+        action,
+        reason,
+        mentioned: f.mentioned,
+    };
+    let is_bot = f.msg.author.kind == AuthorKind::Bot;
+    if is_bot && f.msg.author.name == f.me.name {
+        return d(Action::Silent, "own_message");
+    }
+    if f.quiet {
+        return d(Action::Silent, "quiet");
+    }
+    if is_bot && f.me.reply_to == ReplyTo::Humans {
+        return d(Action::Silent, "ignores_bots");
+    }
+    if f.msg.depth >= f.mesh.max_depth {
+        return d(Action::Silent, "max_depth");
+    }
+    if f.recent_bot_messages >= f.mesh.bot_messages_per_minute as usize {
+        return d(Action::Silent, "rate_cap");
+    }
+    if f.mentioned {
+        // Past the threshold even a mention needs the judge's agreement.
+        return if f.msg.depth > f.mesh.llm_threshold {
+            d(Action::Judge, "mentioned_deep")
+        } else {
+            d(Action::Reply, "mentioned")
+        };
+    }
+    if f.me.participation == Participation::Mentions {
+        return d(Action::Silent, "not_mentioned");
+    }
+    if f.mentions_others {
+        return d(Action::Silent, "addressed_to_other");
+    }
+    if is_acknowledgement(&f.msg.text) {
+        return d(Action::Silent, "acknowledgement");
+    }
+    if f.me.participation == Participation::Always && !is_bot {
+        return d(Action::Reply, "always_answers");
+    }
+    d(Action::Judge, "interject_check")
+}
+
+/// A bare acknowledgement ("好的", "thanks!", "ok 👍") that nobody needs to answer.
+pub fn is_acknowledgement(text: &str) -> bool {
+    const ACKS: &[&str] = &[
+        "好的",
+        "好",
+        "好滴",
+        "好嘞",
+        "谢谢",
+        "多谢",
+        "感谢",
+        "收到",
+        "了解",
+        "明白",
+        "明白了",
+        "知道了",
+        "嗯",
+        "嗯嗯",
+        "行",
+        "可以",
+        "没问题",
+        "辛苦了",
+        "ok",
+        "okay",
+        "k",
+        "kk",
+        "thanks",
+        "thank you",
+        "thx",
+        "ty",
+        "got it",
+        "noted",
+        "sure",
+        "cool",
+        "great",
+        "nice",
+        "roger",
+        "ack",
+        "👍",
+        "🙏",
+        "👌",
+        "好的谢谢",
+        "ok thanks",
+        "thanks a lot",
+    ];
+    let cleaned: String = text
+        .trim()
+        .trim_matches(|c: char| {
+            c.is_ascii_punctuation() || "，。！？～~、…!  ".contains(c) || c.is_whitespace()
+        })
+        .to_lowercase();
+    let cleaned = cleaned
+        .trim_end_matches(['!', '！', '.', '。', '~', '～'])
+        .trim();
+    if cleaned.is_empty() {
+        return true;
+    }
+    if ACKS.contains(&cleaned) {
+        return true;
+    }
+    // "好的，谢谢！" / "ok, thanks" — every piece an acknowledgement.
+    let pieces: Vec<&str> = cleaned
+        .split(|c: char| c.is_whitespace() || ",，、!！.。~～".contains(c))
+        .filter(|p| !p.is_empty())
+        .collect();
+    pieces.len() <= 4 && !pieces.is_empty() && pieces.iter().all(|p| ACKS.contains(p))
+}
+
+/// Counts bot messages in `recent` (oldest first) after the last human message and
+/// no older than `window_ms` before `now_ms`.
+pub fn recent_bot_messages(
+    recent: &[std::sync::Arc<Envelope>],
+    now_ms: u64,
+    window_ms: u64,
+) -> usize {
+    recent
+        .iter()
+        .rev()
+        .take_while(|e| e.author.kind == AuthorKind::Bot)
+        .filter(|e| now_ms.saturating_sub(e.sent_at) <= window_ms)
+        .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envelope::{Author, Kind};
+
+    fn bot(name: &str) -> BotSettings {
+        let toml = format!("name = \"{name}\"\nbridge = \"127.0.0.1:1\"\napi = \"127.0.0.1:2\"\n");
+        toml_bot(&toml)
+    }
+
+    fn toml_bot(s: &str) -> BotSettings {
+        let c = config::Config::builder()
+            .add_source(config::File::from_str(s, config::FileFormat::Toml))
+            .build()
+            .unwrap();
+        c.try_deserialize().unwrap()
+    }
+
+    fn msg(author: &str, kind: AuthorKind, depth: u32, text: &str) -> Envelope {
+        Envelope {
+            v: 1,
+            id: ulid::Ulid::new(),
+            kind: Kind::Message,
+            group: "g".into(),
+            sender: author.into(),
+            author: Author {
+                name: author.into(),
+                kind,
+            },
+            text: text.into(),
+            depth,
+            reply_to: None,
+            root: None,
+            platform_msg_id: None,
+            sent_at: 0,
+            relevance: None,
+            why: None,
+        }
+    }
+
+    #[test]
+    fn rules_in_order() {
+        let mesh = MeshSettings::default(); // max_depth 3, threshold 1, cap 6
+        let me = bot("A");
+        let mut humans_only = bot("A");
+        humans_only.reply_to = ReplyTo::Humans;
+        let mut always = bot("A");
+        always.participation = Participation::Always;
+        let mut mentions_only = bot("A");
+        mentions_only.participation = Participation::Mentions;
+        let human = msg("h", AuthorKind::Human, 0, "how do I parse this?");
+        let b1 = msg("B", AuthorKind::Bot, 1, "thoughts?");
+        let own = msg("A", AuthorKind::Bot, 1, "mine");
+        let deep3 = msg("B", AuthorKind::Bot, 3, "x");
+        let deep2 = msg("B", AuthorKind::Bot, 2, "x");
+        let ack = msg("B", AuthorKind::Bot, 1, "好的");
+        let f = |me, msg, mentioned, others, quiet, recent| Facts {
+            me,
+            mesh: &mesh,
+            msg,
+            mentioned,
+            mentions_others: others,
+            quiet,
+            recent_bot_messages: recent,
+        };
+        let cases: Vec<(Facts, Action, &str)> = vec![
+            (
+                f(&me, &own, true, false, false, 0),
+                Action::Silent,
+                "own_message",
+            ),
+            (
+                f(&me, &human, true, false, true, 0),
+                Action::Silent,
+                "quiet",
+            ),
+            (
+                f(&humans_only, &b1, true, false, false, 0),
+                Action::Silent,
+                "ignores_bots",
+            ),
+            (
+                f(&humans_only, &human, false, false, false, 0),
+                Action::Judge,
+                "interject_check",
+            ),
+            (
+                f(&me, &deep3, true, false, false, 0),
+                Action::Silent,
+                "max_depth",
+            ),
+            (
+                f(&me, &b1, true, false, false, 6),
+                Action::Silent,
+                "rate_cap",
+            ),
+            (
+                f(&me, &human, true, false, false, 0),
+                Action::Reply,
+                "mentioned",
+            ),
+            (
+                f(&me, &b1, true, false, false, 0),
+                Action::Reply,
+                "mentioned",
+            ),
+            (
+                f(&me, &deep2, true, false, false, 0),
+                Action::Judge,
+                "mentioned_deep",
+            ),
+            (
+                f(&mentions_only, &human, false, false, false, 0),
+                Action::Silent,
+                "not_mentioned",
+            ),
+            (
+                f(&me, &human, false, true, false, 0),
+                Action::Silent,
+                "addressed_to_other",
+            ),
+            (
+                f(&me, &ack, false, false, false, 0),
+                Action::Silent,
+                "acknowledgement",
+            ),
+            (
+                f(&always, &human, false, false, false, 0),
+                Action::Reply,
+                "always_answers",
+            ),
+            (
+                f(&always, &b1, false, false, false, 0),
+                Action::Judge,
+                "interject_check",
+            ),
+            (
+                f(&me, &human, false, false, false, 0),
+                Action::Judge,
+                "interject_check",
+            ),
+        ];
+        for (i, (facts, action, reason)) in cases.iter().enumerate() {
+            let d = decide(facts);
+            assert_eq!((d.action, d.reason), (*action, *reason), "case {i}");
+        }
+    }
+
+    #[test]
+    fn acknowledgements() {
+        for t in [
+            "好的",
+            "好的！",
+            "谢谢",
+            "收到。",
+            "ok",
+            "OK!",
+            "Thanks",
+            "thanks!",
+            "ok, thanks",
+            "好的，谢谢！",
+            "👍",
+            "  ",
+            "got it.",
+        ] {
+            assert!(is_acknowledgement(t), "{t:?}");
+        }
+        for t in [
+            "好的，那 PR 里的锁要怎么改？",
+            "ok so what about the parser",
+            "thanks, but why?",
+            "谢谢，另外帮我看下日志",
+            "no",
+        ] {
+            assert!(!is_acknowledgement(t), "{t:?}");
+        }
+    }
+
+    #[test]
+    fn counts_bot_run_since_last_human_in_window() {
+        let mut v = vec![msg("h", AuthorKind::Human, 0, "q")];
+        for (i, t) in [10_000u64, 50_000, 55_000, 59_000].iter().enumerate() {
+            let mut m = msg(if i % 2 == 0 { "A" } else { "B" }, AuthorKind::Bot, 1, "x");
+            m.sent_at = *t;
+            v.push(m);
+        }
+        let v: Vec<_> = v.into_iter().map(std::sync::Arc::new).collect();
+        assert_eq!(recent_bot_messages(&v, 60_000, 60_000), 4);
+        assert_eq!(recent_bot_messages(&v, 75_000, 60_000), 3);
+        assert_eq!(recent_bot_messages(&v[..1], 60_000, 60_000), 0);
+    }
+}

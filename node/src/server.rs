@@ -1,0 +1,198 @@
+//! HTTP plumbing shared by both listeners: accept loop, limits, graceful shutdown.
+//!
+//! hyper 1 with `TokioIo`, `http1::Builder` with a timer (header timeouts need one),
+//! a cap on open connections, and `GracefulShutdown` so in-flight requests finish
+//! when the node stops.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Request, Response, StatusCode};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+/// The response body type of every handler (full bodies and SSE streams alike).
+pub type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+/// Limits applied to every connection of a listener.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Open connections at most; further ones wait in the kernel backlog.
+    pub max_connections: usize,
+    /// Time allowed to send the request head (slowloris guard).
+    pub header_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: 1024,
+            header_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A full body from bytes.
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).boxed_unsync()
+}
+
+/// A JSON response.
+pub fn json(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
+    let mut r = Response::new(full(serde_json::to_vec(value).expect("json value")));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// A JSON error `{"error": reason}`.
+pub fn error(status: StatusCode, reason: impl std::fmt::Display) -> Response<Body> {
+    json(status, &serde_json::json!({ "error": reason.to_string() }))
+}
+
+/// A plain-text response.
+pub fn text(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<Body> {
+    let mut r = Response::new(full(body));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+/// Why a request body could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    /// Declared or actual length over the limit (413).
+    #[error("body larger than {limit} bytes")]
+    TooLarge {
+        /// The limit that was exceeded.
+        limit: usize,
+    },
+    /// The client went away or sent a broken body (400).
+    #[error("could not read body: {0}")]
+    Read(String),
+}
+
+/// Reads a body of at most `limit` bytes; a larger declared Content-Length is refused
+/// before a single body byte is read.
+pub async fn read_body(
+    req: Request<Incoming>,
+    limit: usize,
+) -> Result<(http::request::Parts, Bytes), BodyError> {
+    let (parts, body) = req.into_parts();
+    if let Some(len) = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        if len > limit as u64 {
+            return Err(BodyError::TooLarge { limit });
+        }
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(c) => Ok((parts, c.to_bytes())),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(BodyError::TooLarge { limit })
+        }
+        Err(e) => Err(BodyError::Read(e.to_string())),
+    }
+}
+
+/// Serves `handler` on `listener` until `shutdown` fires, then lets in-flight requests
+/// finish for up to `grace`.
+pub async fn serve<F, Fut>(
+    name: &'static str,
+    listener: TcpListener,
+    limits: Limits,
+    shutdown: CancellationToken,
+    grace: Duration,
+    handler: F,
+) where
+    F: Fn(Request<Incoming>, SocketAddr) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<Body>> + Send + 'static,
+{
+    let graceful = GracefulShutdown::new();
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    loop {
+        let permit = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            p = permits.clone().acquire_owned() => p.expect("semaphore never closed"),
+        };
+        let (stream, peer) = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!(listener = name, error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let h = handler.clone();
+        let svc = hyper::service::service_fn(move |req| {
+            let h = h.clone();
+            async move { Ok::<_, Infallible>(h(req, peer).await) }
+        });
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_timeout)
+            .serve_connection(TokioIo::new(stream), svc);
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(listener = name, %peer, error = %e, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            listener = name,
+            "connections still open after the grace period; closing them"
+        );
+    }
+}
+
+/// Query parameters as pairs.
+pub fn query(req_uri: &http::Uri) -> Vec<(String, String)> {
+    req_uri
+        .query()
+        .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+        .unwrap_or_default()
+}
+
+/// First value of query parameter `key`.
+pub fn query_param(req_uri: &http::Uri, key: &str) -> Option<String> {
+    query(req_uri)
+        .into_iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v)
+}

@@ -1,0 +1,1335 @@
+//! Envelope signing and verification for botmesh, following
+//! [Standard Webhooks](https://www.standardwebhooks.com).
+//!
+//! Every envelope a bot sends carries three headers:
+//!
+//! * `webhook-id` — the envelope id,
+//! * `webhook-timestamp` — unix seconds when the attempt was made,
+//! * `webhook-signature` — a space-separated list of `v1,<base64 HMAC-SHA256>`
+//!   and/or `v1a,<base64 Ed25519 signature>` entries.
+//!
+//! Both schemes sign the same content, `{webhook-id}.{webhook-timestamp}.{raw body}`.
+//!
+//! Two trust models exist side by side:
+//!
+//! * **Mesh secrets** (`whsec_…`, HMAC, scheme `v1`): shared by every bot. Anyone
+//!   holding one can speak as any bot that has no public key registered.
+//! * **Per-bot Ed25519 keys** (`whsk_…` private, `whpk_…` public, scheme `v1a`):
+//!   once a verifier knows public keys for a sender, only `v1a` signatures under
+//!   those keys are accepted for that sender, so a bot that leaks the mesh secret
+//!   cannot impersonate a key-holding bot.
+//!
+//! Several keys may be valid at the same time (rotation): the sender signs with
+//! all of them and the verifier accepts if any entry verifies under any key.
+//!
+//! Secret material is never printed: `Debug` on secret types is redacted, and no
+//! error message contains key bytes.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine as _;
+use ring::hmac;
+use ring::rand::{SecureRandom, SystemRandom};
+use ring::signature::{Ed25519KeyPair, KeyPair, UnparsedPublicKey, ED25519};
+
+/// Header carrying the envelope id (also the idempotency key).
+pub const HEADER_ID: &str = "webhook-id";
+/// Header carrying the attempt time in unix seconds; bounds replay.
+pub const HEADER_TIMESTAMP: &str = "webhook-timestamp";
+/// Header carrying the space-separated list of versioned signatures.
+pub const HEADER_SIGNATURE: &str = "webhook-signature";
+/// Largest accepted clock difference, in seconds, in either direction
+/// (exactly this many seconds is still accepted).
+pub const TOLERANCE_SECS: i64 = 300;
+
+/// Textual prefix of an HMAC mesh secret.
+pub const HMAC_SECRET_PREFIX: &str = "whsec_";
+/// Textual prefix of an Ed25519 private key (its 32-byte seed).
+pub const SIGNING_KEY_PREFIX: &str = "whsk_";
+/// Textual prefix of an Ed25519 public key.
+pub const PUBLIC_KEY_PREFIX: &str = "whpk_";
+
+/// Smallest HMAC secret accepted, in bytes (Standard Webhooks: at least 192 bits).
+pub const HMAC_SECRET_MIN_BYTES: usize = 24;
+/// Largest HMAC secret accepted, in bytes (Standard Webhooks: at most 512 bits).
+pub const HMAC_SECRET_MAX_BYTES: usize = 64;
+/// Size of secrets made by [`HmacSecret::generate`].
+pub const HMAC_SECRET_GENERATED_BYTES: usize = 32;
+/// Size of an Ed25519 seed and of an Ed25519 public key.
+pub const ED25519_KEY_BYTES: usize = 32;
+
+/// At most this many entries of a `webhook-signature` header are looked at, so
+/// a huge header cannot make us run thousands of Ed25519 verifications. A
+/// legitimate sender emits one entry per key it holds (a handful).
+pub const MAX_SIGNATURE_ENTRIES: usize = 16;
+
+const TAG_HMAC: &str = "v1";
+const TAG_ED25519: &str = "v1a";
+const HMAC_TAG_BYTES: usize = 32;
+const ED25519_SIG_BYTES: usize = 64;
+
+/// Why a textual key or secret was refused. Never contains key material, so it
+/// is safe to log.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum KeyError {
+    /// The string does not start with the prefix that identifies this key type.
+    #[error("key must start with `{expected}`")]
+    MissingPrefix {
+        /// The prefix that was required.
+        expected: &'static str,
+    },
+    /// The string carries the prefix of a different key type (e.g. a private key
+    /// pasted where a public key belongs).
+    #[error("expected a `{expected}` key but got a `{got}` key")]
+    WrongKeyType {
+        /// The prefix that was required.
+        expected: &'static str,
+        /// The prefix that was found.
+        got: &'static str,
+    },
+    /// The part after the prefix is not valid padded standard base64.
+    #[error("key is not valid base64")]
+    BadBase64,
+    /// The decoded key has the wrong number of bytes.
+    #[error("key is {got} bytes, expected {min}..={max} bytes")]
+    BadLength {
+        /// Decoded length.
+        got: usize,
+        /// Smallest allowed length.
+        min: usize,
+        /// Largest allowed length.
+        max: usize,
+    },
+    /// The secret is a placeholder-like value (every byte identical, e.g.
+    /// `whsec_AAAA…`), found by [`HmacSecret::validate_strength`].
+    #[error("secret is trivially weak (all bytes identical)")]
+    WeakSecret,
+    /// ring refused the Ed25519 seed.
+    #[error("Ed25519 key rejected")]
+    Rejected,
+}
+
+/// Decodes `s` after requiring `prefix`; reports a foreign botmesh prefix as
+/// [`KeyError::WrongKeyType`] to help operators who pasted the wrong key.
+fn decode_prefixed(s: &str, prefix: &'static str) -> Result<Vec<u8>, KeyError> {
+    let s = s.trim();
+    match s.strip_prefix(prefix) {
+        Some(b64) => B64.decode(b64).map_err(|_| KeyError::BadBase64),
+        None => {
+            Err(foreign_prefix(s, prefix).unwrap_or(KeyError::MissingPrefix { expected: prefix }))
+        }
+    }
+}
+
+fn foreign_prefix(s: &str, expected: &'static str) -> Option<KeyError> {
+    [HMAC_SECRET_PREFIX, SIGNING_KEY_PREFIX, PUBLIC_KEY_PREFIX]
+        .into_iter()
+        .find(|p| *p != expected && s.starts_with(p))
+        .map(|got| KeyError::WrongKeyType { expected, got })
+}
+
+fn check_len(got: usize, min: usize, max: usize) -> Result<(), KeyError> {
+    if (min..=max).contains(&got) {
+        Ok(())
+    } else {
+        Err(KeyError::BadLength { got, min, max })
+    }
+}
+
+fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut buf = [0u8; N];
+    SystemRandom::new()
+        .fill(&mut buf)
+        .expect("operating system random number generator failed");
+    buf
+}
+
+/// The bytes that both schemes sign: `{id}.{timestamp}.{body}`.
+///
+/// Exposed so callers (and tests) can sign or inspect exactly what is covered.
+pub fn signed_content(id: &str, timestamp: &str, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(id.len() + timestamp.len() + body.len() + 2);
+    out.extend_from_slice(id.as_bytes());
+    out.push(b'.');
+    out.extend_from_slice(timestamp.as_bytes());
+    out.push(b'.');
+    out.extend_from_slice(body);
+    out
+}
+
+/// A shared mesh secret for HMAC-SHA256 (`v1`) signatures, written `whsec_<base64>`.
+///
+/// The HMAC key is the decoded bytes, exactly as in Standard Webhooks, so the
+/// published test vectors apply.
+#[derive(Clone)]
+pub struct HmacSecret {
+    bytes: Vec<u8>,
+    key: hmac::Key,
+}
+
+impl HmacSecret {
+    fn from_bytes(bytes: Vec<u8>) -> Self {
+        let key = hmac::Key::new(hmac::HMAC_SHA256, &bytes);
+        Self { bytes, key }
+    }
+
+    /// Parses `whsec_<base64>`; the prefix is required and the decoded secret
+    /// must be 24–64 bytes. Surrounding whitespace is ignored.
+    pub fn parse(s: &str) -> Result<Self, KeyError> {
+        let bytes = decode_prefixed(s, HMAC_SECRET_PREFIX)?;
+        check_len(bytes.len(), HMAC_SECRET_MIN_BYTES, HMAC_SECRET_MAX_BYTES)?;
+        Ok(Self::from_bytes(bytes))
+    }
+
+    /// Makes a fresh random 32-byte secret from the OS RNG.
+    ///
+    /// # Panics
+    /// If the operating system RNG fails, which leaves no safe way to continue.
+    pub fn generate() -> Self {
+        Self::from_bytes(random_bytes::<HMAC_SECRET_GENERATED_BYTES>().to_vec())
+    }
+
+    /// Config-time check that the secret is fit for use: 24–64 bytes and not a
+    /// placeholder made of one repeated byte.
+    pub fn validate_strength(&self) -> Result<(), KeyError> {
+        check_len(
+            self.bytes.len(),
+            HMAC_SECRET_MIN_BYTES,
+            HMAC_SECRET_MAX_BYTES,
+        )?;
+        if self.bytes.windows(2).all(|w| w[0] == w[1]) {
+            return Err(KeyError::WeakSecret);
+        }
+        Ok(())
+    }
+
+    /// Serializes as `whsec_<base64>` for config files. The result is secret.
+    pub fn to_whsec(&self) -> String {
+        format!("{HMAC_SECRET_PREFIX}{}", B64.encode(&self.bytes))
+    }
+
+    /// HMAC-SHA256 of `content`, base64 encoded (without the `v1,` tag).
+    pub fn sign(&self, content: &[u8]) -> String {
+        B64.encode(hmac::sign(&self.key, content).as_ref())
+    }
+
+    /// Constant-time check of a raw (decoded) tag against `content`.
+    fn verify_tag(&self, content: &[u8], tag: &[u8]) -> bool {
+        hmac::verify(&self.key, content, tag).is_ok()
+    }
+}
+
+impl fmt::Debug for HmacSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("HmacSecret(<redacted>)")
+    }
+}
+
+/// A bot's own Ed25519 private key for `v1a` signatures, written
+/// `whsk_<base64 of the 32-byte seed>`.
+pub struct SigningKey {
+    seed: [u8; ED25519_KEY_BYTES],
+    pair: Ed25519KeyPair,
+}
+
+impl SigningKey {
+    fn from_seed(seed: [u8; ED25519_KEY_BYTES]) -> Result<Self, KeyError> {
+        let pair = Ed25519KeyPair::from_seed_unchecked(&seed).map_err(|_| KeyError::Rejected)?;
+        Ok(Self { seed, pair })
+    }
+
+    /// Parses `whsk_<base64 of a 32-byte seed>`; the prefix is required.
+    /// Surrounding whitespace is ignored.
+    pub fn parse(s: &str) -> Result<Self, KeyError> {
+        let bytes = decode_prefixed(s, SIGNING_KEY_PREFIX)?;
+        let seed: [u8; ED25519_KEY_BYTES] =
+            bytes
+                .as_slice()
+                .try_into()
+                .map_err(|_| KeyError::BadLength {
+                    got: bytes.len(),
+                    min: ED25519_KEY_BYTES,
+                    max: ED25519_KEY_BYTES,
+                })?;
+        Self::from_seed(seed)
+    }
+
+    /// Makes a fresh key from a random seed drawn from the OS RNG.
+    ///
+    /// # Panics
+    /// If the operating system RNG fails, which leaves no safe way to continue.
+    pub fn generate() -> Self {
+        Self::from_seed(random_bytes::<ED25519_KEY_BYTES>())
+            .expect("ring rejected a random Ed25519 seed")
+    }
+
+    /// The public half, to hand to other bots' verifiers.
+    pub fn public_key(&self) -> PublicKey {
+        let mut bytes = [0u8; ED25519_KEY_BYTES];
+        bytes.copy_from_slice(self.pair.public_key().as_ref());
+        PublicKey { bytes }
+    }
+
+    /// Serializes as `whsk_<base64 seed>` for config files. The result is secret.
+    pub fn to_whsk(&self) -> String {
+        format!("{SIGNING_KEY_PREFIX}{}", B64.encode(self.seed))
+    }
+
+    /// Ed25519 signature of `content`, base64 encoded (without the `v1a,` tag).
+    pub fn sign(&self, content: &[u8]) -> String {
+        B64.encode(self.pair.sign(content).as_ref())
+    }
+}
+
+impl Clone for SigningKey {
+    fn clone(&self) -> Self {
+        Self::from_seed(self.seed).expect("seed was accepted before")
+    }
+}
+
+impl fmt::Debug for SigningKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SigningKey(<redacted>, public: {})", self.public_key())
+    }
+}
+
+/// Another bot's Ed25519 public key, written `whpk_<base64>` (bare base64 of
+/// 32 bytes is accepted too). Not secret: `Debug`/`Display` show it.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct PublicKey {
+    bytes: [u8; ED25519_KEY_BYTES],
+}
+
+impl PublicKey {
+    /// Parses `whpk_<base64>` or bare base64 of exactly 32 bytes. Surrounding
+    /// whitespace is ignored; a `whsk_`/`whsec_` string is refused as the wrong
+    /// key type so private material is not mistaken for a public key.
+    pub fn parse(s: &str) -> Result<Self, KeyError> {
+        let s = s.trim();
+        let b64 = match s.strip_prefix(PUBLIC_KEY_PREFIX) {
+            Some(rest) => rest,
+            None => {
+                if let Some(err) = foreign_prefix(s, PUBLIC_KEY_PREFIX) {
+                    return Err(err);
+                }
+                s
+            }
+        };
+        let raw = B64.decode(b64).map_err(|_| KeyError::BadBase64)?;
+        let bytes: [u8; ED25519_KEY_BYTES] =
+            raw.as_slice().try_into().map_err(|_| KeyError::BadLength {
+                got: raw.len(),
+                min: ED25519_KEY_BYTES,
+                max: ED25519_KEY_BYTES,
+            })?;
+        Ok(Self { bytes })
+    }
+
+    /// Serializes as `whpk_<base64>`.
+    pub fn to_whpk(&self) -> String {
+        format!("{PUBLIC_KEY_PREFIX}{}", B64.encode(self.bytes))
+    }
+
+    /// The raw 32 key bytes.
+    pub fn as_bytes(&self) -> &[u8; ED25519_KEY_BYTES] {
+        &self.bytes
+    }
+
+    fn verify_sig(&self, content: &[u8], sig: &[u8]) -> bool {
+        UnparsedPublicKey::new(&ED25519, &self.bytes)
+            .verify(content, sig)
+            .is_ok()
+    }
+}
+
+impl fmt::Debug for PublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PublicKey({})", self.to_whpk())
+    }
+}
+
+impl fmt::Display for PublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_whpk())
+    }
+}
+
+/// Signs outgoing envelopes with every key this node holds (HMAC secrets and/or its own Ed25519 key(s)).
+///
+/// Signing with all keys at once is what makes rotation seamless: receivers
+/// accept the envelope as long as they still trust any one of them.
+#[derive(Clone, Default, Debug)]
+pub struct Signer {
+    /// Mesh secrets; each adds a `v1` entry.
+    pub hmac: Vec<HmacSecret>,
+    /// This bot's own private keys; each adds a `v1a` entry.
+    pub ed25519: Vec<SigningKey>,
+}
+
+impl Signer {
+    /// Builds the full `webhook-signature` header value for an envelope:
+    /// `v1,…` entries (one per HMAC secret) then `v1a,…` entries (one per
+    /// Ed25519 key), space separated. Empty string if the signer holds no keys.
+    ///
+    /// `id` should not contain `.`, as recommended by Standard Webhooks.
+    pub fn sign(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
+        let content = signed_content(id, &timestamp.to_string(), body);
+        let hmac = self
+            .hmac
+            .iter()
+            .map(|k| format!("{TAG_HMAC},{}", k.sign(&content)));
+        let ed = self
+            .ed25519
+            .iter()
+            .map(|k| format!("{TAG_ED25519},{}", k.sign(&content)));
+        hmac.chain(ed).collect::<Vec<_>>().join(" ")
+    }
+
+    /// True when there is nothing to sign with (the header would be empty).
+    pub fn is_empty(&self) -> bool {
+        self.hmac.is_empty() && self.ed25519.is_empty()
+    }
+}
+
+/// Which signature scheme authenticated an envelope (or was required).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    /// `v1`: HMAC-SHA256 under a mesh secret.
+    Hmac,
+    /// `v1a`: Ed25519 under the sender's own key.
+    Ed25519,
+}
+
+impl Scheme {
+    /// The version tag used in the signature header (`v1` or `v1a`).
+    pub fn tag(self) -> &'static str {
+        match self {
+            Scheme::Hmac => TAG_HMAC,
+            Scheme::Ed25519 => TAG_ED25519,
+        }
+    }
+}
+
+impl fmt::Display for Scheme {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scheme::Hmac => f.write_str("HMAC (v1)"),
+            Scheme::Ed25519 => f.write_str("Ed25519 (v1a)"),
+        }
+    }
+}
+
+/// Why an incoming envelope was refused. `Display` is a short operator-readable
+/// reason; [`VerifyError::reason_code`] is a stable label for metrics.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum VerifyError {
+    /// A required header is absent (holds the header name).
+    #[error("missing header {0}")]
+    MissingHeader(&'static str),
+    /// `webhook-timestamp` is not a plain non-negative decimal integer.
+    #[error("webhook-timestamp is not a plain integer")]
+    BadTimestamp,
+    /// The timestamp is more than [`TOLERANCE_SECS`] in the past (possible replay).
+    #[error("timestamp {age_secs} s in the past (limit {TOLERANCE_SECS} s)")]
+    Stale {
+        /// How far in the past, in seconds.
+        age_secs: i64,
+    },
+    /// The timestamp is more than [`TOLERANCE_SECS`] in the future (clock skew or forgery).
+    #[error("timestamp {ahead_secs} s in the future (limit {TOLERANCE_SECS} s)")]
+    Future {
+        /// How far in the future, in seconds.
+        ahead_secs: i64,
+    },
+    /// The signature header is present but holds no `tag,base64` entry that parses.
+    #[error("webhook-signature has no parsable entries")]
+    NoSignature,
+    /// No entry verified under the keys trusted for this sender; `scheme` is the
+    /// scheme that was required.
+    #[error("no valid {scheme} signature")]
+    BadSignature {
+        /// The scheme the sender had to use.
+        scheme: Scheme,
+    },
+    /// We hold neither public keys for this sender nor any mesh secret.
+    #[error("no keys for sender {0:?}")]
+    UnknownSender(String),
+}
+
+impl VerifyError {
+    /// Stable snake_case label for metrics and structured logs.
+    pub fn reason_code(&self) -> &'static str {
+        match self {
+            VerifyError::MissingHeader(_) => "missing_header",
+            VerifyError::BadTimestamp => "bad_timestamp",
+            VerifyError::Stale { .. } => "stale",
+            VerifyError::Future { .. } => "future",
+            VerifyError::NoSignature => "no_signature",
+            VerifyError::BadSignature { .. } => "bad_signature",
+            VerifyError::UnknownSender(_) => "unknown_sender",
+        }
+    }
+}
+
+/// Parses a timestamp header: ASCII digits only (no sign, spaces or fraction)
+/// that fit in an `i64`.
+fn parse_timestamp(s: &str) -> Result<i64, VerifyError> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(VerifyError::BadTimestamp);
+    }
+    s.parse::<i64>().map_err(|_| VerifyError::BadTimestamp)
+}
+
+fn check_window(timestamp: i64, now_unix: i64) -> Result<(), VerifyError> {
+    let age = now_unix.saturating_sub(timestamp);
+    if age > TOLERANCE_SECS {
+        Err(VerifyError::Stale { age_secs: age })
+    } else if age < -TOLERANCE_SECS {
+        Err(VerifyError::Future {
+            ahead_secs: age.saturating_neg(),
+        })
+    } else {
+        Ok(())
+    }
+}
+
+/// Current unix time in seconds, for [`Verifier::verify`]'s `now_unix`.
+pub fn unix_now() -> i64 {
+    match std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        Err(e) => i64::try_from(e.duration().as_secs()).map_or(i64::MIN, |s| -s),
+    }
+}
+
+/// Verifies incoming envelopes: mesh secrets plus each bot's public keys.
+#[derive(Clone, Default, Debug)]
+pub struct Verifier {
+    /// Mesh secrets accepted for senders that have no public keys listed.
+    pub hmac: Vec<HmacSecret>,
+    /// Public keys per sender name. A sender listed here with at least one key
+    /// must sign with `v1a`; an empty list counts as not listed.
+    pub ed25519: HashMap<String, Vec<PublicKey>>,
+}
+
+impl Verifier {
+    /// Returns which scheme verified. `id`, `timestamp`, `signature` are the raw header values (None = missing).
+    ///
+    /// Checks, in order: headers present (id, timestamp, signature), timestamp
+    /// is a plain integer within ±[`TOLERANCE_SECS`] of `now_unix`, keys exist
+    /// for `sender`, then the signature entries. Unknown tags and malformed
+    /// entries are skipped; only the first [`MAX_SIGNATURE_ENTRIES`] are read.
+    pub fn verify(
+        &self,
+        sender: &str,
+        id: Option<&str>,
+        timestamp: Option<&str>,
+        signature: Option<&str>,
+        body: &[u8],
+        now_unix: i64,
+    ) -> Result<Scheme, VerifyError> {
+        let id = id.ok_or(VerifyError::MissingHeader(HEADER_ID))?;
+        let ts_raw = timestamp.ok_or(VerifyError::MissingHeader(HEADER_TIMESTAMP))?;
+        let signature = signature.ok_or(VerifyError::MissingHeader(HEADER_SIGNATURE))?;
+
+        let ts = parse_timestamp(ts_raw)?;
+        check_window(ts, now_unix)?;
+
+        let sender_keys = self.ed25519.get(sender).filter(|keys| !keys.is_empty());
+        let scheme = match sender_keys {
+            Some(_) => Scheme::Ed25519,
+            None if !self.hmac.is_empty() => Scheme::Hmac,
+            None => return Err(VerifyError::UnknownSender(sender.to_owned())),
+        };
+
+        let entries: Vec<(&str, Vec<u8>)> = signature
+            .split_ascii_whitespace()
+            .take(MAX_SIGNATURE_ENTRIES)
+            .filter_map(|entry| {
+                let (tag, b64) = entry.split_once(',')?;
+                let raw = B64.decode(b64).ok().filter(|raw| !raw.is_empty())?;
+                (!tag.is_empty()).then_some((tag, raw))
+            })
+            .collect();
+        if entries.is_empty() {
+            return Err(VerifyError::NoSignature);
+        }
+
+        let content = signed_content(id, ts_raw, body);
+        let wanted = scheme.tag();
+        let ok =
+            entries
+                .iter()
+                .filter(|(tag, _)| *tag == wanted)
+                .any(|(_, raw)| match sender_keys {
+                    Some(keys) => {
+                        raw.len() == ED25519_SIG_BYTES
+                            && keys.iter().any(|k| k.verify_sig(&content, raw))
+                    }
+                    None => {
+                        raw.len() == HMAC_TAG_BYTES
+                            && self.hmac.iter().any(|k| k.verify_tag(&content, raw))
+                    }
+                });
+        if ok {
+            Ok(scheme)
+        } else {
+            Err(VerifyError::BadSignature { scheme })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // ---- Published Standard Webhooks vectors ----------------------------------
+    // Source: github.com/standard-webhooks/standard-webhooks, libraries/*/ tests.
+
+    /// HMAC vector used by the javascript, python, go, php, ruby, java and csharp
+    /// library tests ("sign function works").
+    const V1_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    const V1_ID: &str = "msg_p5jXN8AQM9LWM0D4loKWxJek";
+    const V1_TS: i64 = 1614265330;
+    const V1_BODY: &[u8] = br#"{"test": 2432232314}"#;
+    const V1_SIG: &str = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
+
+    /// HMAC vector from libraries/rust/src/lib.rs (`test_sign`).
+    const V1B_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+    const V1B_ID: &str = "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk";
+    const V1B_TS: i64 = 1649367553;
+    const V1B_BODY: &[u8] = br#"{"email":"test@example.com","username":"test_user"}"#;
+    const V1B_SIG: &str = "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw=";
+
+    /// Ed25519 vector from libraries/go/webhook_asymmetric_test.go
+    /// (`TestAsymmetricWebhookSign`); the Go test passes the bare base64 seed,
+    /// here it carries the `whsk_` prefix. Same id/timestamp/body as `V1_*`.
+    const V1A_KEY: &str = "whsk_VEVTVFNJR05JTkdLRVlET05PVFVTRVRISVNGT1JBTlk=";
+    const V1A_SIG: &str = "v1a,tQ9V2XOqn7jL/DQenEFpqIugdBVtiMmER5mhSkXBNwM0mkATuDe6KYYUuxqtaiHeYGb7KaaBRdM5WqyeFiL8Ag==";
+
+    const BOT: &str = "alice";
+    const NOW: i64 = 1_700_000_000;
+
+    fn hmac_verifier(secrets: &[&HmacSecret]) -> Verifier {
+        Verifier {
+            hmac: secrets.iter().map(|s| (*s).clone()).collect(),
+            ..Verifier::default()
+        }
+    }
+
+    fn ed_verifier(sender: &str, keys: &[PublicKey]) -> Verifier {
+        let mut v = Verifier::default();
+        v.ed25519.insert(sender.to_owned(), keys.to_vec());
+        v
+    }
+
+    fn verify_at(
+        v: &Verifier,
+        sender: &str,
+        id: &str,
+        ts: &str,
+        sig: &str,
+        body: &[u8],
+        now: i64,
+    ) -> Result<Scheme, VerifyError> {
+        v.verify(sender, Some(id), Some(ts), Some(sig), body, now)
+    }
+
+    /// Asserts that changing any single byte of body, id or timestamp breaks
+    /// the signature (with `now` moved along so the window never interferes).
+    fn assert_tamper_rejected(
+        v: &Verifier,
+        sender: &str,
+        id: &str,
+        ts: i64,
+        body: &[u8],
+        sig: &str,
+        scheme: Scheme,
+    ) {
+        let ts_s = ts.to_string();
+        assert_eq!(verify_at(v, sender, id, &ts_s, sig, body, ts), Ok(scheme));
+        let bad = Err(VerifyError::BadSignature { scheme });
+        for i in 0..body.len() {
+            let mut b = body.to_vec();
+            b[i] ^= 0x01;
+            assert_eq!(
+                verify_at(v, sender, id, &ts_s, sig, &b, ts),
+                bad,
+                "body byte {i}"
+            );
+        }
+        for i in 0..id.len() {
+            let mut b = id.as_bytes().to_vec();
+            b[i] ^= 0x01;
+            let id2 = String::from_utf8(b).unwrap();
+            assert_eq!(
+                verify_at(v, sender, &id2, &ts_s, sig, body, ts),
+                bad,
+                "id byte {i}"
+            );
+        }
+        for i in 0..ts_s.len() {
+            let mut b = ts_s.as_bytes().to_vec();
+            b[i] = b'0' + (b[i] - b'0' + 1) % 10;
+            let ts2 = String::from_utf8(b).unwrap();
+            let now2: i64 = ts2.parse().unwrap();
+            assert_eq!(
+                verify_at(v, sender, id, &ts2, sig, body, now2),
+                bad,
+                "timestamp byte {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn standard_webhooks_hmac_vectors() {
+        for (secret, id, ts, body, expected) in [
+            (V1_SECRET, V1_ID, V1_TS, V1_BODY, V1_SIG),
+            (V1B_SECRET, V1B_ID, V1B_TS, V1B_BODY, V1B_SIG),
+        ] {
+            let s = HmacSecret::parse(secret).unwrap();
+            s.validate_strength().unwrap();
+            assert_eq!(s.to_whsec(), secret);
+            let content = signed_content(id, &ts.to_string(), body);
+            assert_eq!(format!("v1,{}", s.sign(&content)), expected);
+            let signer = Signer {
+                hmac: vec![s.clone()],
+                ..Signer::default()
+            };
+            assert_eq!(signer.sign(id, ts, body), expected);
+            assert_tamper_rejected(
+                &hmac_verifier(&[&s]),
+                BOT,
+                id,
+                ts,
+                body,
+                expected,
+                Scheme::Hmac,
+            );
+        }
+    }
+
+    #[test]
+    fn standard_webhooks_ed25519_vector() {
+        let k = SigningKey::parse(V1A_KEY).unwrap();
+        assert_eq!(k.to_whsk(), V1A_KEY);
+        let signer = Signer {
+            ed25519: vec![k.clone()],
+            ..Signer::default()
+        };
+        assert_eq!(signer.sign(V1_ID, V1_TS, V1_BODY), V1A_SIG);
+        let v = ed_verifier(BOT, &[k.public_key()]);
+        assert_tamper_rejected(&v, BOT, V1_ID, V1_TS, V1_BODY, V1A_SIG, Scheme::Ed25519);
+    }
+
+    #[test]
+    fn standard_webhooks_negative_cases() {
+        let v = hmac_verifier(&[&HmacSecret::parse(V1_SECRET).unwrap()]);
+        let ts = V1_TS.to_string();
+        // python test_invalid_signature_raises_error: last char changed.
+        let bad = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OA=";
+        assert_eq!(
+            verify_at(&v, BOT, V1_ID, &ts, bad, V1_BODY, V1_TS),
+            Err(VerifyError::BadSignature {
+                scheme: Scheme::Hmac
+            })
+        );
+        // multi-sig header from the library tests: valid entry among decoys.
+        let multi = format!(
+            "v1,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc= v2,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc= {V1_SIG} v1,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc="
+        );
+        assert_eq!(
+            verify_at(&v, BOT, V1_ID, &ts, &multi, V1_BODY, V1_TS),
+            Ok(Scheme::Hmac)
+        );
+        // partial signatures: "v1," and a truncated entry.
+        assert_eq!(
+            verify_at(&v, BOT, V1_ID, &ts, "v1,", V1_BODY, V1_TS),
+            Err(VerifyError::NoSignature)
+        );
+        assert_eq!(
+            verify_at(&v, BOT, V1_ID, &ts, &V1_SIG[..8], V1_BODY, V1_TS),
+            Err(VerifyError::NoSignature)
+        );
+    }
+
+    #[test]
+    fn ed25519_round_trip_and_key_text_round_trip() {
+        let k = SigningKey::generate();
+        let k2 = SigningKey::parse(&k.to_whsk()).unwrap();
+        assert_eq!(k2.public_key(), k.public_key());
+        let pk = k.public_key();
+        assert_eq!(PublicKey::parse(&pk.to_whpk()).unwrap(), pk);
+        let bare = pk.to_whpk()[PUBLIC_KEY_PREFIX.len()..].to_owned();
+        assert_eq!(PublicKey::parse(&bare).unwrap(), pk);
+        assert_eq!(
+            PublicKey::parse(&format!("  {}\n", pk.to_whpk())).unwrap(),
+            pk
+        );
+
+        let signer = Signer {
+            ed25519: vec![k],
+            ..Signer::default()
+        };
+        let body = b"{\"hello\":\"mesh\"}";
+        let sig = signer.sign("env_1", NOW, body);
+        assert!(sig.starts_with("v1a,"));
+        let v = ed_verifier(BOT, &[pk]);
+        assert_eq!(
+            verify_at(&v, BOT, "env_1", &NOW.to_string(), &sig, body, NOW),
+            Ok(Scheme::Ed25519)
+        );
+        assert_eq!(
+            verify_at(&v, BOT, "env_1", &NOW.to_string(), &sig, b"{}", NOW),
+            Err(VerifyError::BadSignature {
+                scheme: Scheme::Ed25519
+            })
+        );
+    }
+
+    #[test]
+    fn hmac_rotation() {
+        let old = HmacSecret::generate();
+        let new = HmacSecret::generate();
+        let sig = Signer {
+            hmac: vec![old.clone()],
+            ..Signer::default()
+        }
+        .sign("e", NOW, b"x");
+        let ts = NOW.to_string();
+        assert_eq!(
+            verify_at(
+                &hmac_verifier(&[&old, &new]),
+                BOT,
+                "e",
+                &ts,
+                &sig,
+                b"x",
+                NOW
+            ),
+            Ok(Scheme::Hmac)
+        );
+        assert_eq!(
+            verify_at(
+                &hmac_verifier(&[&new, &old]),
+                BOT,
+                "e",
+                &ts,
+                &sig,
+                b"x",
+                NOW
+            ),
+            Ok(Scheme::Hmac)
+        );
+        assert_eq!(
+            verify_at(&hmac_verifier(&[&new]), BOT, "e", &ts, &sig, b"x", NOW),
+            Err(VerifyError::BadSignature {
+                scheme: Scheme::Hmac
+            })
+        );
+        // Sender signing with both during rotation is accepted by either side.
+        let both = Signer {
+            hmac: vec![old.clone(), new.clone()],
+            ..Signer::default()
+        }
+        .sign("e", NOW, b"x");
+        assert_eq!(both.split(' ').count(), 2);
+        assert_eq!(
+            verify_at(&hmac_verifier(&[&new]), BOT, "e", &ts, &both, b"x", NOW),
+            Ok(Scheme::Hmac)
+        );
+        assert_eq!(
+            verify_at(&hmac_verifier(&[&old]), BOT, "e", &ts, &both, b"x", NOW),
+            Ok(Scheme::Hmac)
+        );
+    }
+
+    #[test]
+    fn ed25519_rotation() {
+        let old = SigningKey::generate();
+        let new = SigningKey::generate();
+        let sig = Signer {
+            ed25519: vec![old.clone()],
+            ..Signer::default()
+        }
+        .sign("e", NOW, b"x");
+        let ts = NOW.to_string();
+        let both = ed_verifier(BOT, &[new.public_key(), old.public_key()]);
+        assert_eq!(
+            verify_at(&both, BOT, "e", &ts, &sig, b"x", NOW),
+            Ok(Scheme::Ed25519)
+        );
+        let only_new = ed_verifier(BOT, &[new.public_key()]);
+        assert_eq!(
+            verify_at(&only_new, BOT, "e", &ts, &sig, b"x", NOW),
+            Err(VerifyError::BadSignature {
+                scheme: Scheme::Ed25519
+            })
+        );
+    }
+
+    #[test]
+    fn only_second_entry_valid() {
+        let s = HmacSecret::generate();
+        let other = HmacSecret::generate();
+        let content = signed_content("e", &NOW.to_string(), b"body");
+        let header = format!("v1,{} v1,{}", other.sign(&content), s.sign(&content));
+        let v = hmac_verifier(&[&s]);
+        assert_eq!(
+            verify_at(&v, BOT, "e", &NOW.to_string(), &header, b"body", NOW),
+            Ok(Scheme::Hmac)
+        );
+
+        let k = SigningKey::generate();
+        let k_other = SigningKey::generate();
+        let header = format!("v1a,{} v1a,{}", k_other.sign(&content), k.sign(&content));
+        let v = ed_verifier(BOT, &[k.public_key()]);
+        assert_eq!(
+            verify_at(&v, BOT, "e", &NOW.to_string(), &header, b"body", NOW),
+            Ok(Scheme::Ed25519)
+        );
+    }
+
+    #[test]
+    fn key_holding_sender_rejects_hmac() {
+        let mesh = HmacSecret::generate();
+        let alice = SigningKey::generate();
+        let mut v = hmac_verifier(&[&mesh]);
+        v.ed25519.insert(BOT.to_owned(), vec![alice.public_key()]);
+        let ts = NOW.to_string();
+
+        let hmac_only = Signer {
+            hmac: vec![mesh.clone()],
+            ..Signer::default()
+        }
+        .sign("e", NOW, b"x");
+        assert_eq!(
+            verify_at(&v, BOT, "e", &ts, &hmac_only, b"x", NOW),
+            Err(VerifyError::BadSignature {
+                scheme: Scheme::Ed25519
+            })
+        );
+        // Other senders without keys still get in with the mesh secret.
+        assert_eq!(
+            verify_at(&v, "bob", "e", &ts, &hmac_only, b"x", NOW),
+            Ok(Scheme::Hmac)
+        );
+        // Alice signing with both schemes passes as Ed25519.
+        let both = Signer {
+            hmac: vec![mesh],
+            ed25519: vec![alice],
+        }
+        .sign("e", NOW, b"x");
+        assert_eq!(
+            verify_at(&v, BOT, "e", &ts, &both, b"x", NOW),
+            Ok(Scheme::Ed25519)
+        );
+        // An empty key list counts as no keys.
+        v.ed25519.insert("carol".to_owned(), Vec::new());
+        assert_eq!(
+            verify_at(&v, "carol", "e", &ts, &hmac_only, b"x", NOW),
+            Ok(Scheme::Hmac)
+        );
+    }
+
+    #[test]
+    fn other_bots_key_rejected() {
+        let alice = SigningKey::generate();
+        let mallory = SigningKey::generate();
+        let mut v = ed_verifier(BOT, &[alice.public_key()]);
+        v.ed25519
+            .insert("mallory".to_owned(), vec![mallory.public_key()]);
+        let sig = Signer {
+            ed25519: vec![mallory],
+            ..Signer::default()
+        }
+        .sign("e", NOW, b"x");
+        let ts = NOW.to_string();
+        assert_eq!(
+            verify_at(&v, BOT, "e", &ts, &sig, b"x", NOW),
+            Err(VerifyError::BadSignature {
+                scheme: Scheme::Ed25519
+            })
+        );
+        assert_eq!(
+            verify_at(&v, "mallory", "e", &ts, &sig, b"x", NOW),
+            Ok(Scheme::Ed25519)
+        );
+    }
+
+    #[test]
+    fn timestamp_window() {
+        let s = HmacSecret::generate();
+        let v = hmac_verifier(&[&s]);
+        let signer = Signer {
+            hmac: vec![s],
+            ..Signer::default()
+        };
+        let check = |ts: i64| {
+            let sig = signer.sign("e", ts, b"x");
+            verify_at(&v, BOT, "e", &ts.to_string(), &sig, b"x", NOW)
+        };
+        assert_eq!(check(NOW), Ok(Scheme::Hmac));
+        assert_eq!(check(NOW - 300), Ok(Scheme::Hmac));
+        assert_eq!(check(NOW + 300), Ok(Scheme::Hmac));
+        let stale = check(NOW - 301).unwrap_err();
+        assert_eq!(stale, VerifyError::Stale { age_secs: 301 });
+        assert_eq!(
+            stale.to_string(),
+            "timestamp 301 s in the past (limit 300 s)"
+        );
+        let future = check(NOW + 301).unwrap_err();
+        assert_eq!(future, VerifyError::Future { ahead_secs: 301 });
+        assert_eq!(
+            future.to_string(),
+            "timestamp 301 s in the future (limit 300 s)"
+        );
+        // Extreme values do not overflow.
+        assert_eq!(
+            verify_at(&v, BOT, "e", "0", "v1,AAAA", b"x", i64::MIN),
+            Err(VerifyError::Future {
+                ahead_secs: i64::MAX
+            })
+        );
+        assert_eq!(
+            verify_at(
+                &v,
+                BOT,
+                "e",
+                &i64::MAX.to_string(),
+                "v1,AAAA",
+                b"x",
+                i64::MIN
+            ),
+            Err(VerifyError::Future {
+                ahead_secs: i64::MAX
+            })
+        );
+    }
+
+    #[test]
+    fn missing_headers_in_order() {
+        let v = hmac_verifier(&[&HmacSecret::generate()]);
+        let ts = NOW.to_string();
+        let m = |h| Err(VerifyError::MissingHeader(h));
+        assert_eq!(v.verify(BOT, None, None, None, b"", NOW), m(HEADER_ID));
+        assert_eq!(
+            v.verify(BOT, None, Some(&ts), Some("v1,AAAA"), b"", NOW),
+            m(HEADER_ID)
+        );
+        assert_eq!(
+            v.verify(BOT, Some("e"), None, None, b"", NOW),
+            m(HEADER_TIMESTAMP)
+        );
+        assert_eq!(
+            v.verify(BOT, Some("e"), None, Some("v1,AAAA"), b"", NOW),
+            m(HEADER_TIMESTAMP)
+        );
+        assert_eq!(
+            v.verify(BOT, Some("e"), Some(&ts), None, b"", NOW),
+            m(HEADER_SIGNATURE)
+        );
+        // Missing beats a bad timestamp; a bad timestamp beats an unknown sender.
+        assert_eq!(
+            Verifier::default().verify(BOT, Some("e"), Some("abc"), None, b"", NOW),
+            m(HEADER_SIGNATURE)
+        );
+        assert_eq!(
+            Verifier::default().verify(BOT, Some("e"), Some("abc"), Some("x"), b"", NOW),
+            Err(VerifyError::BadTimestamp)
+        );
+        assert_eq!(
+            Verifier::default().verify(BOT, Some("e"), Some("1"), Some("x"), b"", NOW),
+            Err(VerifyError::Stale { age_secs: NOW - 1 })
+        );
+        assert_eq!(
+            VerifyError::MissingHeader(HEADER_ID).to_string(),
+            "missing header webhook-id"
+        );
+    }
+
+    #[test]
+    fn garbage_timestamps() {
+        let v = hmac_verifier(&[&HmacSecret::generate()]);
+        for ts in [
+            "abc",
+            "1.5",
+            "",
+            " 1700000000",
+            "1700000000 ",
+            "+1700000000",
+            "-5",
+            "1e9",
+            "0x10",
+            "99999999999999999999",
+        ] {
+            assert_eq!(
+                verify_at(&v, BOT, "e", ts, "v1,AAAA", b"x", NOW),
+                Err(VerifyError::BadTimestamp),
+                "{ts:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn malformed_entries_are_skipped() {
+        let s = HmacSecret::generate();
+        let v = hmac_verifier(&[&s]);
+        let good = Signer {
+            hmac: vec![s],
+            ..Signer::default()
+        }
+        .sign("e", NOW, b"x");
+        let ts = NOW.to_string();
+        let header = format!("v1,!!!notbase64 nocomma ,AAAA v1a,%%% v2,AAAA  \t{good} v1,");
+        assert_eq!(
+            verify_at(&v, BOT, "e", &ts, &header, b"x", NOW),
+            Ok(Scheme::Hmac)
+        );
+        // Only junk: nothing parsable.
+        for junk in [
+            "",
+            "   ",
+            "v1,!!!",
+            "nocomma",
+            "v1,",
+            ",AAAA",
+            "v1a,@@@@ v1,====",
+        ] {
+            assert_eq!(
+                verify_at(&v, BOT, "e", &ts, junk, b"x", NOW),
+                Err(VerifyError::NoSignature),
+                "{junk:?}"
+            );
+        }
+        // Parsable but wrong tag / wrong length / wrong value: bad signature.
+        for wrong in [
+            "v2,AAAA",
+            "v1,AAAA",
+            "v1a,AAAA",
+            "v1,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc=",
+        ] {
+            assert_eq!(
+                verify_at(&v, BOT, "e", &ts, wrong, b"x", NOW),
+                Err(VerifyError::BadSignature {
+                    scheme: Scheme::Hmac
+                }),
+                "{wrong:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_sender() {
+        let ts = NOW.to_string();
+        assert_eq!(
+            verify_at(&Verifier::default(), BOT, "e", &ts, "v1,AAAA", b"x", NOW),
+            Err(VerifyError::UnknownSender(BOT.to_owned()))
+        );
+        let v = ed_verifier("bob", &[SigningKey::generate().public_key()]);
+        let err = verify_at(&v, BOT, "e", &ts, "v1,AAAA", b"x", NOW).unwrap_err();
+        assert_eq!(err, VerifyError::UnknownSender(BOT.to_owned()));
+        assert_eq!(err.to_string(), "no keys for sender \"alice\"");
+        // Unknown sender is reported before signature problems.
+        assert_eq!(
+            verify_at(&v, BOT, "e", &ts, "junk", b"x", NOW),
+            Err(VerifyError::UnknownSender(BOT.to_owned()))
+        );
+    }
+
+    #[test]
+    fn key_parse_errors() {
+        let pfx = |expected| Err(KeyError::MissingPrefix { expected });
+        assert_eq!(
+            HmacSecret::parse("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").map(|_| ()),
+            pfx("whsec_")
+        );
+        assert_eq!(
+            SigningKey::parse("VEVTVFNJR05JTkdLRVlET05PVFVTRVRISVNGT1JBTlk=").map(|_| ()),
+            pfx("whsk_")
+        );
+        assert_eq!(
+            HmacSecret::parse(V1A_KEY).map(|_| ()),
+            Err(KeyError::WrongKeyType {
+                expected: "whsec_",
+                got: "whsk_"
+            })
+        );
+        assert_eq!(
+            SigningKey::parse(V1_SECRET).map(|_| ()),
+            Err(KeyError::WrongKeyType {
+                expected: "whsk_",
+                got: "whsec_"
+            })
+        );
+        assert_eq!(
+            PublicKey::parse(V1A_KEY),
+            Err(KeyError::WrongKeyType {
+                expected: "whpk_",
+                got: "whsk_"
+            })
+        );
+
+        assert_eq!(
+            HmacSecret::parse("whsec_not*base64").map(|_| ()),
+            Err(KeyError::BadBase64)
+        );
+        assert_eq!(
+            SigningKey::parse("whsk_@@@@").map(|_| ()),
+            Err(KeyError::BadBase64)
+        );
+        assert_eq!(PublicKey::parse("whpk_@@@@"), Err(KeyError::BadBase64));
+        assert_eq!(PublicKey::parse("@@@@"), Err(KeyError::BadBase64));
+
+        let enc = |n: usize| B64.encode(vec![7u8; n]);
+        let len = |got, min, max| Err(KeyError::BadLength { got, min, max });
+        assert_eq!(
+            HmacSecret::parse(&format!("whsec_{}", enc(16))).map(|_| ()),
+            len(16, 24, 64)
+        );
+        assert_eq!(
+            HmacSecret::parse(&format!("whsec_{}", enc(65))).map(|_| ()),
+            len(65, 24, 64)
+        );
+        assert_eq!(HmacSecret::parse("whsec_").map(|_| ()), len(0, 24, 64));
+        assert!(HmacSecret::parse(&format!("whsec_{}", enc(24))).is_ok());
+        assert!(HmacSecret::parse(&format!("whsec_{}", enc(64))).is_ok());
+        assert_eq!(
+            SigningKey::parse(&format!("whsk_{}", enc(31))).map(|_| ()),
+            len(31, 32, 32)
+        );
+        assert_eq!(
+            SigningKey::parse(&format!("whsk_{}", enc(64))).map(|_| ()),
+            len(64, 32, 32)
+        );
+        assert_eq!(
+            PublicKey::parse(&format!("whpk_{}", enc(33))).map(|_| ()),
+            len(33, 32, 32)
+        );
+        assert_eq!(PublicKey::parse(&enc(16)).map(|_| ()), len(16, 32, 32));
+
+        // Error text never echoes the input.
+        let e = HmacSecret::parse("whsec_c2VjcmV0*")
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("c2Vj"), "{e}");
+    }
+
+    #[test]
+    fn validate_strength() {
+        let g = HmacSecret::generate();
+        assert_eq!(g.validate_strength(), Ok(()));
+        assert_eq!(
+            B64.decode(&g.to_whsec()[6..]).unwrap().len(),
+            HMAC_SECRET_GENERATED_BYTES
+        );
+        assert_eq!(
+            HmacSecret::parse(&g.to_whsec()).unwrap().to_whsec(),
+            g.to_whsec()
+        );
+        let placeholder = HmacSecret::parse(&format!("whsec_{}", "A".repeat(32))).unwrap();
+        assert_eq!(placeholder.validate_strength(), Err(KeyError::WeakSecret));
+    }
+
+    #[test]
+    fn debug_output_redacts_secrets() {
+        let s = HmacSecret::parse(V1_SECRET).unwrap();
+        let k = SigningKey::parse(V1A_KEY).unwrap();
+        let pk = k.public_key();
+        let signer = Signer {
+            hmac: vec![s.clone()],
+            ed25519: vec![k.clone()],
+        };
+        let verifier = Verifier {
+            hmac: vec![s.clone()],
+            ed25519: HashMap::from([(BOT.to_owned(), vec![pk.clone()])]),
+        };
+        for out in [
+            format!("{s:?}"),
+            format!("{k:?}"),
+            format!("{signer:?}"),
+            format!("{signer:#?}"),
+            format!("{verifier:?}"),
+        ] {
+            assert!(!out.contains("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"), "{out}");
+            assert!(
+                !out.contains("VEVTVFNJR05JTkdLRVlET05PVFVTRVRISVNGT1JBTlk"),
+                "{out}"
+            );
+            assert!(!out.contains("whsec_") && !out.contains("whsk_"), "{out}");
+        }
+        assert_eq!(format!("{s:?}"), "HmacSecret(<redacted>)");
+        assert!(format!("{k:?}").contains(&pk.to_whpk()));
+        assert_eq!(format!("{pk:?}"), format!("PublicKey({})", pk.to_whpk()));
+    }
+
+    #[test]
+    fn signer_output_shape() {
+        assert!(Signer::default().is_empty());
+        assert_eq!(Signer::default().sign("e", NOW, b"x"), "");
+        let signer = Signer {
+            hmac: vec![HmacSecret::generate()],
+            ed25519: vec![SigningKey::generate()],
+        };
+        assert!(!signer.is_empty());
+        let h = signer.sign("e", NOW, b"x");
+        let tags: Vec<_> = h.split(' ').map(|e| e.split_once(',').unwrap().0).collect();
+        assert_eq!(tags, ["v1", "v1a"]);
+    }
+
+    #[test]
+    fn reason_codes_and_display() {
+        let cases = [
+            (VerifyError::MissingHeader(HEADER_ID), "missing_header"),
+            (VerifyError::BadTimestamp, "bad_timestamp"),
+            (VerifyError::Stale { age_secs: 301 }, "stale"),
+            (VerifyError::Future { ahead_secs: 301 }, "future"),
+            (VerifyError::NoSignature, "no_signature"),
+            (
+                VerifyError::BadSignature {
+                    scheme: Scheme::Hmac,
+                },
+                "bad_signature",
+            ),
+            (VerifyError::UnknownSender("x".into()), "unknown_sender"),
+        ];
+        for (err, code) in cases {
+            assert_eq!(err.reason_code(), code);
+            assert!(!err.to_string().is_empty());
+        }
+        assert_eq!(
+            VerifyError::BadSignature {
+                scheme: Scheme::Ed25519
+            }
+            .to_string(),
+            "no valid Ed25519 (v1a) signature"
+        );
+        // Sender names are quoted/escaped so they cannot forge log lines.
+        assert_eq!(
+            VerifyError::UnknownSender("a\nb".into()).to_string(),
+            "no keys for sender \"a\\nb\""
+        );
+    }
+
+    #[test]
+    fn too_many_entries_are_not_read() {
+        let s = HmacSecret::generate();
+        let v = hmac_verifier(&[&s]);
+        let good = Signer {
+            hmac: vec![s],
+            ..Signer::default()
+        }
+        .sign("e", NOW, b"x");
+        let filler = vec!["v1,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc="; MAX_SIGNATURE_ENTRIES]
+            .join(" ");
+        let header = format!("{filler} {good}");
+        assert_eq!(
+            verify_at(&v, BOT, "e", &NOW.to_string(), &header, b"x", NOW),
+            Err(VerifyError::BadSignature {
+                scheme: Scheme::Hmac
+            })
+        );
+        assert!(unix_now() > 1_600_000_000);
+    }
+}

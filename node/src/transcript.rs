@@ -1,0 +1,504 @@
+//! `Transcripts`: each group's messages, persisted as an append-only JSON-lines file.
+//!
+//! One file per group in `<data_dir>/transcripts/`, one envelope per line. Appends are
+//! deduplicated by `id` and by `platform_msg_id`, written by one writer thread that
+//! batches concurrent appends into one `fsync` (group commit), and acknowledged only
+//! once on disk. On start every file is read back; a line cut short by a crash is
+//! dropped (and the file truncated to the last whole line) with a warning.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc, Mutex};
+
+use tokio::sync::oneshot;
+use ulid::Ulid;
+
+use crate::envelope::Envelope;
+use crate::events::{Event, EventBus};
+
+/// How many recent messages of each group are kept in memory for context and the API.
+pub const MEMORY_MESSAGES: usize = 2_000;
+
+/// Result of an append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Appended {
+    /// Recorded and on disk.
+    New,
+    /// Already recorded (same id or same platform message id); nothing written.
+    Duplicate,
+}
+
+/// Why an append failed; the message is not recorded and must not be acknowledged.
+#[derive(Debug, thiserror::Error)]
+pub enum TranscriptError {
+    /// The disk refused the write (full, read-only, …).
+    #[error("transcript write failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// The writer thread is gone (node shutting down).
+    #[error("transcript writer stopped")]
+    Stopped,
+}
+
+/// What was found while loading, for the start-up log.
+#[derive(Debug, Default, Clone)]
+pub struct LoadReport {
+    /// Groups found.
+    pub groups: usize,
+    /// Messages restored.
+    pub messages: usize,
+    /// Lines that could not be parsed and were skipped or cut.
+    pub dropped_lines: usize,
+}
+
+struct GroupLog {
+    recent: VecDeque<Arc<Envelope>>,
+    ids: HashSet<Ulid>,
+    platform_ids: HashSet<String>,
+}
+
+impl GroupLog {
+    fn new() -> Self {
+        GroupLog {
+            recent: VecDeque::new(),
+            ids: HashSet::new(),
+            platform_ids: HashSet::new(),
+        }
+    }
+    fn is_duplicate(&self, env: &Envelope) -> bool {
+        self.ids.contains(&env.id)
+            || env
+                .platform_msg_id
+                .as_ref()
+                .is_some_and(|p| self.platform_ids.contains(p))
+    }
+    fn push(&mut self, env: Arc<Envelope>) {
+        self.ids.insert(env.id);
+        if let Some(p) = &env.platform_msg_id {
+            self.platform_ids.insert(p.clone());
+        }
+        self.recent.push_back(env);
+        if self.recent.len() > MEMORY_MESSAGES {
+            self.recent.pop_front();
+        }
+    }
+    fn remove(&mut self, env: &Envelope) {
+        self.ids.remove(&env.id);
+        if let Some(p) = &env.platform_msg_id {
+            self.platform_ids.remove(p);
+        }
+        self.recent.retain(|e| e.id != env.id);
+    }
+}
+
+struct WriteJob {
+    group: String,
+    line: Vec<u8>,
+    done: oneshot::Sender<std::io::Result<()>>,
+}
+
+/// Every group's transcript, in memory and on disk.
+pub struct Transcripts {
+    dir: PathBuf,
+    groups: Mutex<HashMap<String, GroupLog>>,
+    writer: Mutex<Option<mpsc::Sender<WriteJob>>>,
+    events: EventBus,
+    /// The last write error, shown by /healthz until a write succeeds again.
+    last_error: Arc<Mutex<Option<String>>>,
+}
+
+impl Transcripts {
+    /// Opens (creating) `<data_dir>/transcripts`, loads every group and starts the writer.
+    pub fn open(
+        data_dir: &Path,
+        events: EventBus,
+        fsync: bool,
+    ) -> std::io::Result<(Transcripts, LoadReport)> {
+        let dir = data_dir.join("transcripts");
+        std::fs::create_dir_all(&dir)?;
+        let mut groups = HashMap::new();
+        let mut report = LoadReport::default();
+        for entry in std::fs::read_dir(&dir)? {
+            let path = entry?.path();
+            if path.extension().and_then(|e| e.to_str()) != Some("jsonl") {
+                continue;
+            }
+            let Some(group) = path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .and_then(decode_name)
+            else {
+                tracing::warn!(file = %path.display(), "skipping transcript file with an undecodable name");
+                continue;
+            };
+            let (log, dropped) = load_file(&path)?;
+            report.groups += 1;
+            report.messages += log.recent.len().max(log.ids.len());
+            report.dropped_lines += dropped;
+            groups.insert(group, log);
+        }
+        let (tx, rx) = mpsc::channel();
+        let last_error = Arc::new(Mutex::new(None));
+        let writer_dir = dir.clone();
+        let err_slot = last_error.clone();
+        std::thread::Builder::new()
+            .name("transcript-writer".into())
+            .spawn(move || writer_loop(writer_dir, rx, fsync, err_slot))?;
+        Ok((
+            Transcripts {
+                dir,
+                groups: Mutex::new(groups),
+                writer: Mutex::new(Some(tx)),
+                events,
+                last_error,
+            },
+            report,
+        ))
+    }
+
+    /// Records `env` unless already present; returns once it is on disk.
+    pub async fn append(&self, env: Envelope) -> Result<Appended, TranscriptError> {
+        let env = Arc::new(env);
+        let line = {
+            let mut line = serde_json::to_vec(&*env).expect("envelope serializes");
+            line.push(b'\n');
+            line
+        };
+        let (done_tx, done_rx) = oneshot::channel();
+        {
+            let mut groups = self.groups.lock().expect("transcripts lock");
+            let log = groups
+                .entry(env.group.clone())
+                .or_insert_with(GroupLog::new);
+            if log.is_duplicate(&env) {
+                return Ok(Appended::Duplicate);
+            }
+            log.push(env.clone());
+            // Sent under the lock so the file order is the memory order.
+            let writer = self.writer.lock().expect("writer lock");
+            let sent = writer
+                .as_ref()
+                .map(|w| {
+                    w.send(WriteJob {
+                        group: env.group.clone(),
+                        line,
+                        done: done_tx,
+                    })
+                    .is_ok()
+                })
+                .unwrap_or(false);
+            if !sent {
+                log.remove(&env);
+                return Err(TranscriptError::Stopped);
+            }
+        }
+        let result = done_rx
+            .await
+            .unwrap_or_else(|_| Err(std::io::Error::other("writer stopped")));
+        match result {
+            Ok(()) => {
+                self.events.publish(Event::Message { envelope: env });
+                Ok(Appended::New)
+            }
+            Err(e) => {
+                let mut groups = self.groups.lock().expect("transcripts lock");
+                if let Some(log) = groups.get_mut(&env.group) {
+                    log.remove(&env);
+                }
+                Err(TranscriptError::Io(e))
+            }
+        }
+    }
+
+    /// Whether a message with this id or platform id is recorded in `group`.
+    pub fn contains(&self, group: &str, id: &Ulid, platform_msg_id: Option<&str>) -> bool {
+        let groups = self.groups.lock().expect("transcripts lock");
+        groups.get(group).is_some_and(|g| {
+            g.ids.contains(id) || platform_msg_id.is_some_and(|p| g.platform_ids.contains(p))
+        })
+    }
+
+    /// The last `limit` messages of `group`, oldest first.
+    pub fn recent(&self, group: &str, limit: usize) -> Vec<Arc<Envelope>> {
+        let groups = self.groups.lock().expect("transcripts lock");
+        groups
+            .get(group)
+            .map(|g| g.recent.iter().rev().take(limit).rev().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Messages recorded in `group` after the message `after` (exclusive), oldest first.
+    pub fn since(&self, group: &str, after: &Ulid) -> Vec<Arc<Envelope>> {
+        let groups = self.groups.lock().expect("transcripts lock");
+        let Some(g) = groups.get(group) else {
+            return Vec::new();
+        };
+        match g.recent.iter().position(|e| &e.id == after) {
+            Some(i) => g.recent.iter().skip(i + 1).cloned().collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// One message by id.
+    pub fn get(&self, group: &str, id: &Ulid) -> Option<Arc<Envelope>> {
+        let groups = self.groups.lock().expect("transcripts lock");
+        groups
+            .get(group)?
+            .recent
+            .iter()
+            .rev()
+            .find(|e| &e.id == id)
+            .cloned()
+    }
+
+    /// Names of all groups with a transcript.
+    pub fn groups(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .groups
+            .lock()
+            .expect("transcripts lock")
+            .keys()
+            .cloned()
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Total ids indexed (for metrics and soak checks).
+    pub fn indexed_ids(&self) -> usize {
+        self.groups
+            .lock()
+            .expect("transcripts lock")
+            .values()
+            .map(|g| g.ids.len())
+            .sum()
+    }
+
+    /// The last write error, if the most recent write failed.
+    pub fn health_error(&self) -> Option<String> {
+        self.last_error.lock().expect("error lock").clone()
+    }
+
+    /// Stops the writer after it has finished what was queued.
+    pub fn close(&self) {
+        self.writer.lock().expect("writer lock").take();
+    }
+
+    /// The folder holding the files.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+fn load_file(path: &Path) -> std::io::Result<(GroupLog, usize)> {
+    let mut file = OpenOptions::new().read(true).write(true).open(path)?;
+    let mut log = GroupLog::new();
+    let mut dropped = 0;
+    let mut good_end: u64 = 0;
+    let mut offset: u64 = 0;
+    let mut cut_tail = false;
+    {
+        let mut reader = BufReader::new(&mut file);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            let n = reader.read_until(b'\n', &mut buf)?;
+            if n == 0 {
+                break;
+            }
+            offset += n as u64;
+            let complete = buf.last() == Some(&b'\n');
+            match serde_json::from_slice::<Envelope>(&buf) {
+                Ok(env) if complete => {
+                    if !log.is_duplicate(&env) {
+                        log.push(Arc::new(env));
+                    }
+                    good_end = offset;
+                }
+                _ if !complete => {
+                    cut_tail = true;
+                    dropped += 1;
+                }
+                Err(e) => {
+                    tracing::warn!(file = %path.display(), offset, error = %e, "skipping unreadable transcript line");
+                    dropped += 1;
+                    good_end = offset;
+                }
+                Ok(_) => unreachable!(),
+            }
+        }
+    }
+    if cut_tail {
+        tracing::warn!(file = %path.display(), kept_bytes = good_end, "transcript ended mid-line (crash?); dropping the broken tail");
+        file.set_len(good_end)?;
+        file.seek(SeekFrom::End(0))?;
+    }
+    Ok((log, dropped))
+}
+
+fn writer_loop(
+    dir: PathBuf,
+    rx: mpsc::Receiver<WriteJob>,
+    fsync: bool,
+    last_error: Arc<Mutex<Option<String>>>,
+) {
+    let mut files: HashMap<String, File> = HashMap::new();
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while batch.len() < 1024 {
+            match rx.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let mut results: Vec<std::io::Result<()>> = Vec::with_capacity(batch.len());
+        let mut touched: HashSet<String> = HashSet::new();
+        for job in &batch {
+            let r = (|| {
+                if !files.contains_key(&job.group) {
+                    let path = dir.join(format!("{}.jsonl", encode_name(&job.group)));
+                    let f = OpenOptions::new().create(true).append(true).open(path)?;
+                    files.insert(job.group.clone(), f);
+                }
+                files
+                    .get_mut(&job.group)
+                    .expect("inserted")
+                    .write_all(&job.line)
+            })();
+            if r.is_ok() {
+                touched.insert(job.group.clone());
+            }
+            results.push(r);
+        }
+        let mut sync_err: HashMap<String, String> = HashMap::new();
+        if fsync {
+            for g in &touched {
+                if let Err(e) = files.get(g).expect("opened").sync_data() {
+                    sync_err.insert(g.clone(), e.to_string());
+                }
+            }
+        }
+        let mut any_err = None;
+        for (job, r) in batch.into_iter().zip(results) {
+            let r = r.and_then(|()| match sync_err.get(&job.group) {
+                Some(e) => Err(std::io::Error::other(e.clone())),
+                None => Ok(()),
+            });
+            if let Err(e) = &r {
+                tracing::error!(group = %job.group, error = %e, "transcript write failed; message not acknowledged");
+                any_err = Some(e.to_string());
+                // A failed append may have left a partial line; start the next one cleanly.
+                files.remove(&job.group);
+            }
+            let _ = job.done.send(r);
+        }
+        *last_error.lock().expect("error lock") = any_err;
+    }
+}
+
+/// File-name-safe form of a group name (percent-encoding of anything unusual).
+pub fn encode_name(group: &str) -> String {
+    let mut out = String::new();
+    for b in group.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Inverse of [`encode_name`].
+pub fn decode_name(name: &str) -> Option<String> {
+    let bytes = name.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envelope::{Author, AuthorKind, Kind};
+
+    fn msg(group: &str, text: &str, pid: Option<&str>) -> Envelope {
+        Envelope {
+            v: 1,
+            id: Ulid::new(),
+            kind: Kind::Message,
+            group: group.into(),
+            sender: "A".into(),
+            author: Author {
+                name: "human".into(),
+                kind: AuthorKind::Human,
+            },
+            text: text.into(),
+            depth: 0,
+            reply_to: None,
+            root: None,
+            platform_msg_id: pid.map(str::to_string),
+            sent_at: 0,
+            relevance: None,
+            why: None,
+        }
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for g in ["demo", "oc_abc-1", "群聊 1/..", "%"] {
+            assert_eq!(decode_name(&encode_name(g)).as_deref(), Some(g));
+            assert!(!encode_name(g).contains('/'));
+        }
+    }
+
+    #[tokio::test]
+    async fn dedups_persists_and_restores_and_drops_a_cut_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let (t, _) = Transcripts::open(dir.path(), EventBus::new(16), true).unwrap();
+        let a = msg("g 1", "hello", Some("om_1"));
+        assert_eq!(t.append(a.clone()).await.unwrap(), Appended::New);
+        assert_eq!(t.append(a.clone()).await.unwrap(), Appended::Duplicate);
+        let same_platform = msg("g 1", "hello again", Some("om_1"));
+        assert_eq!(t.append(same_platform).await.unwrap(), Appended::Duplicate);
+        let b = msg("g 1", "world", None);
+        t.append(b.clone()).await.unwrap();
+        t.close();
+        drop(t);
+
+        // Simulate power loss in the middle of a third line.
+        let file = dir
+            .path()
+            .join("transcripts")
+            .join(format!("{}.jsonl", encode_name("g 1")));
+        let mut f = OpenOptions::new().append(true).open(&file).unwrap();
+        f.write_all(br#"{"v":1,"id":"01J"#).unwrap();
+        drop(f);
+
+        let (t, report) = Transcripts::open(dir.path(), EventBus::new(16), true).unwrap();
+        assert_eq!(report.dropped_lines, 1);
+        let texts: Vec<String> = t.recent("g 1", 10).iter().map(|e| e.text.clone()).collect();
+        assert_eq!(texts, vec!["hello", "world"]);
+        assert!(t.contains("g 1", &a.id, None));
+        assert!(t.contains("g 1", &Ulid::new(), Some("om_1")));
+        // The next append starts on a clean line.
+        let c = msg("g 1", "after crash", None);
+        t.append(c).await.unwrap();
+        t.close();
+        drop(t);
+        let (t, report) = Transcripts::open(dir.path(), EventBus::new(16), true).unwrap();
+        assert_eq!(report.dropped_lines, 0);
+        assert_eq!(t.recent("g 1", 10).len(), 3);
+    }
+}

@@ -1,0 +1,667 @@
+//! Taking turns: what a node does with each new message.
+//!
+//! `consider` runs the pipeline for one message: policy (depth, quiet, caps, mentions,
+//! local filters) → judge (one short LLM call, or the offline overlap judge) →
+//! scheduler (relevance-scaled wait with claims, yield, one re-judge) → reply (one
+//! LLM call) → publish (transcript + every peer's outbox). Each step logs its decision
+//! and counts it in `botmesh_decisions_total{action,reason}`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use ulid::Ulid;
+
+use crate::config::{BotSettings, LlmSettings, NodeConfig};
+use crate::envelope::{now_millis, Author, AuthorKind, Envelope, Kind, Why, PROTOCOL_VERSION};
+use crate::events::{Event, EventBus};
+use crate::judge::{build_prompt, offline_verdict, JudgeInput};
+use crate::llm::{parse_verdict, ChatMessage, Endpoint, LlmClient, Purpose, Verdict};
+use crate::mention::{Member, MentionMatcher, PlatformMention};
+use crate::metrics::Metrics;
+use crate::node::Node;
+use crate::policy::{decide, recent_bot_messages, Action, Decision, Facts};
+use crate::scheduler::{delay_for, ClaimBoard};
+
+/// The window of the per-group bot-message cap.
+pub const RATE_WINDOW_MS: u64 = 60_000;
+
+/// Where answers come from. (One per node, so the variants' size difference is moot.)
+#[allow(clippy::large_enum_variant)]
+pub enum Provider {
+    /// No LLM configured: lexical-overlap judge, marked placeholder replies.
+    Offline,
+    /// An OpenAI-compatible endpoint per purpose.
+    Remote {
+        /// The shared client.
+        client: LlmClient,
+        /// Judge settings.
+        judge: Endpoint,
+        /// Reply settings.
+        reply: Endpoint,
+    },
+}
+
+/// The node's turn-taking state: who it is, whom it knows, what it has seen claimed.
+pub struct Brain {
+    /// This bot.
+    pub me: BotSettings,
+    /// The other bots.
+    pub colleagues: Vec<BotSettings>,
+    /// Finds @mentions against the whole roster.
+    pub matcher: MentionMatcher,
+    /// The LLM, or the offline provider.
+    pub provider: Provider,
+    /// Claims and replies per trigger.
+    pub board: ClaimBoard,
+    metrics: Arc<Metrics>,
+    events: EventBus,
+}
+
+/// Builds the roster the matcher needs.
+pub fn roster(bots: &[BotSettings]) -> Vec<Member> {
+    bots.iter()
+        .map(|b| Member {
+            name: b.name.clone(),
+            aliases: b.aliases.clone(),
+            open_ids: b.open_id().map(|o| vec![o.to_string()]).unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// Endpoints for judge and reply from `[llm]` and its overrides.
+pub fn endpoints(
+    llm: &LlmSettings,
+    keys: &std::collections::HashMap<String, String>,
+) -> (Endpoint, Endpoint) {
+    let make = |o: Option<&crate::config::LlmOverride>, purpose: Purpose| {
+        let o = o.cloned().unwrap_or_default();
+        let mut ep = Endpoint::new(
+            o.base_url.unwrap_or_else(|| llm.base_url.clone()),
+            o.model.unwrap_or_else(|| llm.model.clone()),
+        );
+        ep.api_key = o
+            .api_key_env
+            .as_ref()
+            .or(llm.api_key_env.as_ref())
+            .and_then(|v| keys.get(v).cloned());
+        let default_timeout = if purpose == Purpose::Judge {
+            llm.timeout_ms.min(10_000)
+        } else {
+            llm.timeout_ms
+        };
+        ep.timeout = Duration::from_millis(o.timeout_ms.unwrap_or(default_timeout));
+        ep.connect_timeout = Duration::from_secs(3);
+        ep.max_tokens = o.max_tokens.unwrap_or(if purpose == Purpose::Judge {
+            24
+        } else {
+            llm.max_tokens
+        });
+        ep.temperature = o
+            .temperature
+            .or(llm.temperature)
+            .or(if purpose == Purpose::Judge {
+                Some(0.0)
+            } else {
+                None
+            });
+        ep.json_schema = purpose == Purpose::Judge && llm.json_schema;
+        ep.retries = if purpose == Purpose::Judge { 1 } else { 2 };
+        ep
+    };
+    (
+        make(llm.judge.as_ref(), Purpose::Judge),
+        make(llm.reply.as_ref(), Purpose::Reply),
+    )
+}
+
+impl Brain {
+    /// Builds the brain for the node's bot.
+    pub fn new(cfg: &NodeConfig, metrics: Arc<Metrics>, events: EventBus) -> anyhow::Result<Brain> {
+        let provider = match &cfg.settings.llm {
+            None => Provider::Offline,
+            Some(llm) => {
+                let (judge, reply) = endpoints(llm, &cfg.llm_keys);
+                let http = LlmClient::build_http(Duration::from_secs(3))?;
+                Provider::Remote {
+                    client: LlmClient::new(http),
+                    judge,
+                    reply,
+                }
+            }
+        };
+        Ok(Brain {
+            me: cfg.bot().clone(),
+            colleagues: cfg.peers().cloned().collect(),
+            matcher: MentionMatcher::new(&roster(&cfg.settings.bots)),
+            provider,
+            board: ClaimBoard::default(),
+            metrics,
+            events,
+        })
+    }
+
+    /// Every newly recorded message passes here: a bot's reply to a trigger makes
+    /// waiting bots yield.
+    pub fn observe(&self, env: &Envelope) {
+        if env.author.kind == AuthorKind::Bot {
+            if let Some(trigger) = env.reply_to {
+                self.board.answered(trigger, &env.author.name);
+            }
+        }
+    }
+
+    /// A peer's claim.
+    pub fn on_claim(&self, env: &Envelope) {
+        if let (Some(trigger), Some(r)) = (env.reply_to, env.relevance) {
+            self.board.claim(trigger, &env.sender, r);
+        }
+    }
+
+    fn record(&self, msg: &Envelope, action: &str, reason: &str, detail: &str) {
+        self.metrics.decision(action, reason);
+        tracing::info!(bot = %self.me.name, trigger = %msg.id, from = %msg.author.name, depth = msg.depth, action, reason, detail, "decision");
+        self.events.publish(Event::Decision {
+            group: msg.group.clone(),
+            trigger: msg.id.to_string(),
+            action: action.into(),
+            reason: reason.into(),
+        });
+    }
+
+    /// The local rules for `msg` given the recent transcript.
+    pub fn decide(
+        &self,
+        mesh: &crate::config::MeshSettings,
+        msg: &Envelope,
+        platform: &[PlatformMention],
+        recent: &[Arc<Envelope>],
+        quiet: bool,
+    ) -> Decision {
+        let mentioned_names = self.matcher.mentioned(&msg.text, platform);
+        let mentioned = mentioned_names.iter().any(|n| n == &self.me.name);
+        let mentions_others = !mentioned && !mentioned_names.is_empty();
+        decide(&Facts {
+            me: &self.me,
+            mesh,
+            msg,
+            mentioned,
+            mentions_others,
+            quiet,
+            recent_bot_messages: recent_bot_messages(recent, now_millis(), RATE_WINDOW_MS),
+        })
+    }
+
+    /// The judge prompt for `msg` with `context` before it.
+    pub fn judge_prompt(&self, context: &[Arc<Envelope>], msg: &Envelope) -> String {
+        build_prompt(&JudgeInput {
+            me: &self.me,
+            colleagues: &self.colleagues,
+            context,
+            msg,
+        })
+    }
+
+    /// Asks the judge. `None` means it failed (logged and counted): stay silent.
+    pub async fn judge(&self, context: &[Arc<Envelope>], msg: &Envelope) -> Option<Verdict> {
+        match &self.provider {
+            Provider::Offline => Some(offline_verdict(&self.me, &msg.text)),
+            Provider::Remote { client, judge, .. } => {
+                let prompt = self.judge_prompt(context, msg);
+                let text = self
+                    .call(client, judge, Purpose::Judge, &[ChatMessage::user(prompt)])
+                    .await?;
+                let v = parse_verdict(&text);
+                if v.is_none() {
+                    self.metrics.llm_call("judge", "unparsable", 0.0, 0, 0);
+                    tracing::warn!(bot = %self.me.name, trigger = %msg.id, answer = %crate::judge::trim(&text, 200), "judge answer not understood; staying silent");
+                }
+                v
+            }
+        }
+    }
+
+    /// Writes the reply text. `None` means the LLM failed (logged and counted).
+    pub async fn write_reply(
+        &self,
+        context: &[Arc<Envelope>],
+        msg: &Envelope,
+        why: &str,
+    ) -> Option<String> {
+        match &self.provider {
+            Provider::Offline => Some(crate::reply::offline_reply(&self.me, msg, why)),
+            Provider::Remote { client, reply, .. } => {
+                let messages = crate::reply::messages(&self.me, &self.colleagues, context, msg);
+                let text = self.call(client, reply, Purpose::Reply, &messages).await?;
+                let text = text.trim().to_string();
+                (!text.is_empty()).then_some(text)
+            }
+        }
+    }
+
+    async fn call(
+        &self,
+        client: &LlmClient,
+        ep: &Endpoint,
+        purpose: Purpose,
+        messages: &[ChatMessage],
+    ) -> Option<String> {
+        let started = Instant::now();
+        match client.complete(ep, purpose, messages).await {
+            Ok(c) => {
+                self.metrics.llm_call(
+                    purpose.as_str(),
+                    "ok",
+                    started.elapsed().as_secs_f64(),
+                    c.usage.prompt_tokens,
+                    c.usage.completion_tokens,
+                );
+                Some(c.text)
+            }
+            Err(e) => {
+                self.metrics.llm_call(
+                    purpose.as_str(),
+                    e.label(),
+                    started.elapsed().as_secs_f64(),
+                    0,
+                    0,
+                );
+                tracing::warn!(bot = %self.me.name, purpose = purpose.as_str(), error = %e, "LLM call failed; staying silent");
+                None
+            }
+        }
+    }
+}
+
+/// Context for a judge or reply: up to `k` messages before `msg` in its group.
+fn context_before(node: &Node, msg: &Envelope, k: usize) -> Vec<Arc<Envelope>> {
+    let recent = node.transcripts.recent(&msg.group, k + 64);
+    let end = recent
+        .iter()
+        .position(|e| e.id == msg.id)
+        .unwrap_or(recent.len());
+    let start = end.saturating_sub(k);
+    recent[start..end].to_vec()
+}
+
+/// Runs the whole pipeline for one newly recorded message. Boxed with an explicit
+/// `Send` because replying records a message, which spawns `consider` again.
+pub fn consider(
+    node: Arc<Node>,
+    msg: Arc<Envelope>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+    Box::pin(async move { consider_with(node, msg, &[]).await })
+}
+
+/// [`consider`] with the platform's mention list (Feishu `mentions[]`).
+pub async fn consider_with(node: Arc<Node>, msg: Arc<Envelope>, platform: &[PlatformMention]) {
+    let brain = &node.brain;
+    let mesh = node.cfg.mesh();
+    if msg.kind != Kind::Message {
+        return;
+    }
+    let recent = node.transcripts.recent(&msg.group, 64);
+    let d = brain.decide(mesh, &msg, platform, &recent, node.is_quiet());
+    let context = context_before(&node, &msg, brain.me.context_messages);
+    let (why, relevance) = match d.action {
+        Action::Silent => {
+            // Own messages are not worth a log line each.
+            if d.reason != "own_message" {
+                brain.record(&msg, "silent", d.reason, "");
+            }
+            return;
+        }
+        Action::Reply => {
+            brain.record(&msg, "reply", d.reason, "");
+            let why = if d.mentioned {
+                Why::Mentioned
+            } else {
+                Why::AlwaysAnswers
+            };
+            (why, None)
+        }
+        Action::Judge => {
+            brain.record(&msg, "judge", d.reason, "");
+            let Some(v) = brain.judge(&context, &msg).await else {
+                brain.record(&msg, "silent", "judge_failed", "");
+                return;
+            };
+            if !v.speak || v.relevance < brain.me.min_relevance {
+                brain.record(
+                    &msg,
+                    "silent",
+                    "judge_declined",
+                    &format!("speak={} relevance={:.2}", v.speak, v.relevance),
+                );
+                return;
+            }
+            if d.mentioned {
+                // Mentioned past the threshold, and the judge agreed: answer without a wait.
+                (Why::Mentioned, None)
+            } else {
+                (
+                    Why::Interjected {
+                        relevance: v.relevance,
+                    },
+                    Some(v.relevance),
+                )
+            }
+        }
+    };
+    if let Some(r) = relevance {
+        if !wait_turn(&node, &msg, r).await {
+            return;
+        }
+    }
+    if node.accepting.is_cancelled() {
+        return;
+    }
+    let context = context_before(&node, &msg, brain.me.context_messages.max(12));
+    let reason = match &why {
+        Why::Mentioned => "mentioned",
+        Why::Interjected { .. } => "interjected",
+        Why::AlwaysAnswers => "always_answers",
+        Why::Posted => "posted",
+    };
+    let Some(text) = brain.write_reply(&context, &msg, reason).await else {
+        brain.record(&msg, "silent", "reply_failed", "");
+        return;
+    };
+    // The world may have moved during the LLM call: apply the hard rules once more.
+    let recent = node.transcripts.recent(&msg.group, 64);
+    let last = decide_final(&node, &msg, &recent);
+    if let Some(reason) = last {
+        brain.record(&msg, "silent", reason, "checked again before sending");
+        return;
+    }
+    if relevance.is_some() {
+        if let Some(y) = brain
+            .board
+            .should_yield(msg.id, &brain.me.name, relevance.unwrap_or(0.0))
+        {
+            brain.record(&msg, "yield", y.reason(), &format!("{y:?} while writing"));
+            return;
+        }
+    }
+    let reply = Envelope {
+        v: PROTOCOL_VERSION,
+        id: Ulid::new(),
+        kind: Kind::Message,
+        group: msg.group.clone(),
+        sender: brain.me.name.clone(),
+        author: Author {
+            name: brain.me.name.clone(),
+            kind: AuthorKind::Bot,
+        },
+        text,
+        depth: msg.depth + 1,
+        reply_to: Some(msg.id),
+        root: msg.root.or(Some(msg.id)),
+        platform_msg_id: None,
+        sent_at: now_millis(),
+        relevance: None,
+        why: Some(why),
+    };
+    match node.publish(reply.clone(), "self").await {
+        Ok(_) => {
+            tracing::info!(bot = %brain.me.name, id = %reply.id, trigger = %msg.id, depth = reply.depth, reason, "replied")
+        }
+        Err(e) => {
+            tracing::error!(bot = %brain.me.name, trigger = %msg.id, error = %e, "reply could not be recorded; not sent")
+        }
+    }
+}
+
+/// Hard rules right before sending; `Some(reason)` means do not send.
+fn decide_final(node: &Node, msg: &Envelope, recent: &[Arc<Envelope>]) -> Option<&'static str> {
+    let mesh = node.cfg.mesh();
+    if node.is_quiet() {
+        return Some("quiet");
+    }
+    if msg.depth >= mesh.max_depth {
+        return Some("max_depth");
+    }
+    if recent_bot_messages(recent, now_millis(), RATE_WINDOW_MS)
+        >= mesh.bot_messages_per_minute as usize
+    {
+        return Some("rate_cap");
+    }
+    None
+}
+
+/// Claims the trigger, waits the relevance-scaled delay, yields if beaten or answered,
+/// and re-judges once if others spoke meanwhile. True means: go ahead and reply.
+async fn wait_turn(node: &Arc<Node>, msg: &Envelope, relevance: f64) -> bool {
+    let brain = &node.brain;
+    let me = brain.me.name.clone();
+    let delay = delay_for(&brain.me, relevance);
+    brain.board.claim(msg.id, &me, relevance);
+    let claim = Envelope {
+        v: PROTOCOL_VERSION,
+        id: Ulid::new(),
+        kind: Kind::Claim,
+        group: msg.group.clone(),
+        sender: me.clone(),
+        author: Author {
+            name: me.clone(),
+            kind: AuthorKind::Bot,
+        },
+        text: String::new(),
+        depth: msg.depth,
+        reply_to: Some(msg.id),
+        root: msg.root.or(Some(msg.id)),
+        platform_msg_id: None,
+        sent_at: now_millis(),
+        relevance: Some(relevance),
+        why: None,
+    };
+    node.broadcast(&claim);
+    node.events.publish(Event::Claim {
+        envelope: Arc::new(claim),
+    });
+    tracing::info!(bot = %me, trigger = %msg.id, relevance, delay_ms = delay.as_millis() as u64, "claimed; waiting");
+    let deadline = tokio::time::Instant::now() + delay;
+    let outcome = tokio::select! {
+        y = brain.board.wait(msg.id, &me, relevance, deadline) => y,
+        _ = node.accepting.cancelled() => return false,
+    };
+    if let Some(y) = outcome {
+        brain.record(msg, "yield", y.reason(), &format!("{y:?}"));
+        return false;
+    }
+    let newer: Vec<Arc<Envelope>> = node
+        .transcripts
+        .since(&msg.group, &msg.id)
+        .into_iter()
+        .filter(|e| e.author.name != me)
+        .collect();
+    if !newer.is_empty() {
+        let context = context_before(
+            node,
+            newer.last().expect("non-empty"),
+            brain.me.context_messages,
+        );
+        let mut fresh = context;
+        fresh.push(newer.last().expect("non-empty").clone());
+        let fresh_context: Vec<Arc<Envelope>> =
+            fresh.iter().filter(|e| e.id != msg.id).cloned().collect();
+        match brain.judge(&fresh_context, msg).await {
+            Some(v) if v.speak && v.relevance >= brain.me.min_relevance => {
+                brain.record(
+                    msg,
+                    "judge",
+                    "rejudged_speak",
+                    &format!("relevance={:.2}", v.relevance),
+                );
+            }
+            _ => {
+                brain.record(
+                    msg,
+                    "silent",
+                    "rejudged_silent",
+                    &format!("{} newer messages", newer.len()),
+                );
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// `POST /v1/explain` and `botmesh explain` input.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExplainRequest {
+    /// The hypothetical message.
+    pub text: String,
+    /// Its author: a bot's name or a human's (default "human").
+    #[serde(default)]
+    pub from: Option<String>,
+    /// Its depth (default 0 for humans, 1 for bots).
+    #[serde(default)]
+    pub depth: Option<u32>,
+    /// The group (default `[mesh].group`).
+    #[serde(default)]
+    pub group: Option<String>,
+    /// Actually call the judge.
+    #[serde(default)]
+    pub call_llm: bool,
+}
+
+/// What explain answers.
+#[derive(Debug, Clone, Serialize)]
+pub struct Explanation {
+    /// The bot deciding.
+    pub bot: String,
+    /// Whether it is mentioned.
+    pub mentioned: bool,
+    /// Everyone the message mentions.
+    pub mentions: Vec<String>,
+    /// reply, judge or silent.
+    pub action: String,
+    /// Why.
+    pub reason: String,
+    /// The exact judge prompt (present when the action is judge).
+    pub judge_prompt: Option<String>,
+    /// Its size in bytes.
+    pub judge_prompt_bytes: Option<usize>,
+    /// The judge's answer, when asked to call it (or offline).
+    pub verdict: Option<VerdictJson>,
+    /// The delay the bot would wait before interjecting, in ms (without jitter).
+    pub delay_ms: Option<u64>,
+    /// The provider in use.
+    pub provider: &'static str,
+}
+
+/// A verdict as JSON.
+#[derive(Debug, Clone, Serialize)]
+pub struct VerdictJson {
+    /// Speak or not.
+    pub speak: bool,
+    /// 0..1.
+    pub relevance: f64,
+}
+
+/// Builds the hypothetical envelope for an explain request.
+fn hypothetical(cfg: &NodeConfig, req: &ExplainRequest) -> Result<Envelope, String> {
+    let from = req.from.clone().unwrap_or_else(|| "human".into());
+    let is_bot = cfg.member(&from).is_some();
+    let depth = req.depth.unwrap_or(if is_bot { 1 } else { 0 });
+    if !is_bot && depth != 0 {
+        return Err(format!(
+            "{from:?} is not a bot in peers.toml, so it is a human and its depth is 0"
+        ));
+    }
+    Ok(Envelope {
+        v: PROTOCOL_VERSION,
+        id: Ulid::new(),
+        kind: Kind::Message,
+        group: req
+            .group
+            .clone()
+            .unwrap_or_else(|| cfg.mesh().group.clone()),
+        sender: from.clone(),
+        author: Author {
+            name: from,
+            kind: if is_bot {
+                AuthorKind::Bot
+            } else {
+                AuthorKind::Human
+            },
+        },
+        text: req.text.clone(),
+        depth,
+        reply_to: None,
+        root: None,
+        platform_msg_id: None,
+        sent_at: now_millis(),
+        relevance: None,
+        why: None,
+    })
+}
+
+/// Explains the decision for a hypothetical message, with the given context.
+pub async fn explain(
+    brain: &Brain,
+    cfg: &NodeConfig,
+    req: ExplainRequest,
+    recent: &[Arc<Envelope>],
+    quiet: bool,
+) -> Result<Explanation, String> {
+    let msg = hypothetical(cfg, &req)?;
+    let d = brain.decide(cfg.mesh(), &msg, &[], recent, quiet);
+    let context_start = recent.len().saturating_sub(brain.me.context_messages);
+    let context = &recent[context_start..];
+    let mut out = Explanation {
+        bot: brain.me.name.clone(),
+        mentioned: d.mentioned,
+        mentions: brain.matcher.mentioned(&msg.text, &[]),
+        action: d.action.as_str().into(),
+        reason: d.reason.into(),
+        judge_prompt: None,
+        judge_prompt_bytes: None,
+        verdict: None,
+        delay_ms: None,
+        provider: match brain.provider {
+            Provider::Offline => "offline",
+            Provider::Remote { .. } => "llm",
+        },
+    };
+    if d.action == Action::Judge {
+        let prompt = brain.judge_prompt(context, &msg);
+        out.judge_prompt_bytes = Some(prompt.len());
+        out.judge_prompt = Some(prompt);
+        let verdict = match brain.provider {
+            Provider::Offline => Some(offline_verdict(&brain.me, &msg.text)),
+            Provider::Remote { .. } if req.call_llm => brain.judge(context, &msg).await,
+            Provider::Remote { .. } => None,
+        };
+        if let Some(v) = verdict {
+            if !d.mentioned && v.speak && v.relevance >= brain.me.min_relevance {
+                let me = &brain.me;
+                let span = me.max_delay_ms.saturating_sub(me.min_delay_ms) as f64;
+                out.delay_ms =
+                    Some((me.min_delay_ms as f64 + (1.0 - v.relevance) * span).round() as u64);
+            }
+            out.verdict = Some(VerdictJson {
+                speak: v.speak,
+                relevance: v.relevance,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Explain against a running node's live transcript.
+pub async fn explain_live(
+    node: &Arc<Node>,
+    req: ExplainRequest,
+) -> Result<serde_json::Value, String> {
+    let group = req
+        .group
+        .clone()
+        .unwrap_or_else(|| node.cfg.mesh().group.clone());
+    let recent = node.transcripts.recent(&group, 64);
+    let e = explain(&node.brain, &node.cfg, req, &recent, node.is_quiet()).await?;
+    Ok(serde_json::to_value(e).expect("serializes"))
+}

@@ -1,0 +1,378 @@
+//! A scripted OpenAI-compatible server for tests.
+//!
+//! [`FakeLlm::start`] binds a real HTTP server on `127.0.0.1:0` that serves
+//! `POST /v1/chat/completions`. For each request a caller-supplied closure
+//! looks at what arrived ([`Seen`]) and chooses what to do ([`Script`]):
+//! answer, fail with a status, hang, or wait first. Every request is recorded
+//! so tests can assert on the model, messages, response format and
+//! `Authorization` header the client sent. Other paths get 404.
+//!
+//! Token usage in replies is a deterministic word count (see
+//! [`approx_tokens`]) so tests can predict it.
+
+use std::convert::Infallible;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::task::{JoinHandle, JoinSet};
+
+/// What the scripted server does for one request.
+#[derive(Clone, Debug)]
+pub enum Script {
+    /// Answer 200 with this content in a full chat-completion object; usage is
+    /// `prompt_tokens` = [`approx_tokens`] summed over the request's message
+    /// contents and `completion_tokens` = [`approx_tokens`] of this text.
+    Reply(String),
+    /// Answer with this status (invalid codes become 500) and an
+    /// OpenAI-style JSON error body, without `Retry-After`.
+    Status(u16),
+    /// Answer with exactly this status, extra headers and body, for cases the
+    /// other variants cannot express (`Retry-After`, malformed bodies, null
+    /// content…). Invalid header names or values are skipped.
+    Raw {
+        /// HTTP status code (invalid codes become 500).
+        status: u16,
+        /// Extra response headers, e.g. `("Retry-After", "0")`.
+        headers: Vec<(String, String)>,
+        /// Response body sent verbatim (served as `application/json`).
+        body: String,
+    },
+    /// Never answer; the connection stays open until the client gives up or
+    /// the server shuts down. Tests client timeouts.
+    Hang,
+    /// Wait this long, then do the inner script. Tests slow servers.
+    Delay(Duration, Box<Script>),
+}
+
+impl Script {
+    /// Shorthand for [`Script::Reply`].
+    pub fn reply(text: impl Into<String>) -> Self {
+        Script::Reply(text.into())
+    }
+
+    /// Shorthand for [`Script::Delay`].
+    pub fn delay(delay: Duration, then: Script) -> Self {
+        Script::Delay(delay, Box::new(then))
+    }
+}
+
+/// One request as the server saw it.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    /// The request's `model` field (empty if missing).
+    pub model: String,
+    /// `(role, content)` of each message, in order; non-string content is
+    /// flattened (text parts joined) so tests can compare plain strings.
+    pub messages: Vec<(String, String)>,
+    /// `"judge"` when the body has `response_format`, else `"reply"`;
+    /// `None` when the body is not a JSON object.
+    pub purpose_hint: Option<String>,
+    /// The whole request body (`Null` if it was not JSON).
+    pub body: serde_json::Value,
+    /// The raw `Authorization` header, if any.
+    pub authorization: Option<String>,
+}
+
+impl Seen {
+    fn new(body: Value, authorization: Option<String>) -> Self {
+        let model = body
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let messages = body
+            .get("messages")
+            .and_then(Value::as_array)
+            .map(|list| {
+                list.iter()
+                    .map(|m| {
+                        let role = m.get("role").and_then(Value::as_str).unwrap_or_default();
+                        (role.to_string(), flatten_content(m.get("content")))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let purpose_hint = body.as_object().map(|o| {
+            if o.contains_key("response_format") {
+                "judge".to_string()
+            } else {
+                "reply".to_string()
+            }
+        });
+        Seen {
+            model,
+            messages,
+            purpose_hint,
+            body,
+            authorization,
+        }
+    }
+}
+
+fn flatten_content(content: Option<&Value>) -> String {
+    match content {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join(""),
+        Some(other) => other.to_string(),
+    }
+}
+
+/// The fake's token count for `text`: its number of whitespace-separated
+/// words, so tests can compute expected usage.
+pub fn approx_tokens(text: &str) -> u64 {
+    text.split_whitespace().count() as u64
+}
+
+/// A script that plays `scripts` in order, one per request, then repeats the
+/// last one forever (an empty list always answers 500). Handy for "fail, then
+/// succeed" retry tests.
+pub fn sequence(scripts: Vec<Script>) -> impl Fn(&Seen) -> Script + Send + Sync + 'static {
+    let next = AtomicUsize::new(0);
+    move |_: &Seen| {
+        let i = next.fetch_add(1, Ordering::SeqCst);
+        match scripts.get(i).or_else(|| scripts.last()) {
+            Some(script) => script.clone(),
+            None => Script::Status(500),
+        }
+    }
+}
+
+type ScriptFn = dyn Fn(&Seen) -> Script + Send + Sync;
+
+struct State {
+    script: Box<ScriptFn>,
+    seen: Mutex<Vec<Seen>>,
+    next_id: AtomicU64,
+}
+
+impl State {
+    fn seen(&self) -> MutexGuard<'_, Vec<Seen>> {
+        self.seen
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A running scripted server; stops when shut down or dropped.
+pub struct FakeLlm {
+    /// Base URL to put in an endpoint config: `http://127.0.0.1:PORT/v1`.
+    pub base_url: String,
+    state: Arc<State>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl fmt::Debug for FakeLlm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FakeLlm")
+            .field("base_url", &self.base_url)
+            .field("requests", &self.count())
+            .finish()
+    }
+}
+
+impl FakeLlm {
+    /// Starts a server whose answer for each request is computed by `script` from the request.
+    ///
+    /// Panics if it cannot bind a loopback port (test support only).
+    pub async fn start(script: impl Fn(&Seen) -> Script + Send + Sync + 'static) -> FakeLlm {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("fake_llm: bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("fake_llm: local_addr");
+        let state = Arc::new(State {
+            script: Box::new(script),
+            seen: Mutex::new(Vec::new()),
+            next_id: AtomicU64::new(1),
+        });
+        let accept = tokio::spawn(accept_loop(listener, state.clone()));
+        FakeLlm {
+            base_url: format!("http://{addr}/v1"),
+            state,
+            accept: Some(accept),
+        }
+    }
+
+    /// Every chat-completions request received so far, in arrival order.
+    pub fn requests(&self) -> Vec<Seen> {
+        self.state.seen().clone()
+    }
+
+    /// How many chat-completions requests were received so far.
+    pub fn count(&self) -> usize {
+        self.state.seen().len()
+    }
+
+    /// Stops accepting, closes the listening port and drops every open
+    /// connection (including hanging ones), then returns.
+    pub async fn shutdown(mut self) {
+        if let Some(accept) = self.accept.take() {
+            accept.abort();
+            let _ = accept.await;
+        }
+    }
+}
+
+impl Drop for FakeLlm {
+    fn drop(&mut self) {
+        if let Some(accept) = self.accept.take() {
+            accept.abort();
+        }
+    }
+}
+
+/// Accepts connections until aborted; the connection tasks live in a
+/// `JoinSet` owned here, so aborting this task aborts them all.
+async fn accept_loop(listener: TcpListener, state: Arc<State>) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let state = state.clone();
+                    connections.spawn(async move {
+                        let service = service_fn(move |req| handle(state.clone(), req));
+                        let _ = http1::Builder::new()
+                            .timer(TokioTimer::new())
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    });
+                }
+                // Transient accept errors (e.g. out of file descriptors).
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+}
+
+type Reply = Response<Full<Bytes>>;
+
+async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Reply, Infallible> {
+    if req.uri().path() != "/v1/chat/completions" {
+        return Ok(error_response(404, "no such route"));
+    }
+    if req.method() != Method::POST {
+        return Ok(error_response(405, "use POST"));
+    }
+    let authorization = req
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let bytes = match req.into_body().collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => return Ok(error_response(400, "could not read body")),
+    };
+    let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let seen = Seen::new(body, authorization);
+    state.seen().push(seen.clone());
+    if !seen.body.is_object() {
+        return Ok(error_response(400, "body is not a JSON object"));
+    }
+    let mut script = (state.script)(&seen);
+    loop {
+        match script {
+            Script::Delay(delay, then) => {
+                tokio::time::sleep(delay).await;
+                script = *then;
+            }
+            Script::Hang => std::future::pending::<()>().await,
+            Script::Status(status) => {
+                return Ok(error_response(status, "scripted failure"));
+            }
+            Script::Raw {
+                status,
+                headers,
+                body,
+            } => {
+                let mut response = json_response(status, body);
+                for (name, value) in headers {
+                    if let (Ok(name), Ok(value)) = (
+                        HeaderName::from_bytes(name.as_bytes()),
+                        HeaderValue::from_str(&value),
+                    ) {
+                        response.headers_mut().append(name, value);
+                    }
+                }
+                return Ok(response);
+            }
+            Script::Reply(text) => {
+                let id = state.next_id.fetch_add(1, Ordering::Relaxed);
+                return Ok(json_response(200, completion_body(id, &seen, &text)));
+            }
+        }
+    }
+}
+
+/// A chat-completion object shaped like OpenAI's.
+fn completion_body(id: u64, seen: &Seen, text: &str) -> String {
+    let prompt_tokens: u64 = seen.messages.iter().map(|(_, c)| approx_tokens(c)).sum();
+    let completion_tokens = approx_tokens(text);
+    let created = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    json!({
+        "id": format!("chatcmpl-fake-{id}"),
+        "object": "chat.completion",
+        "created": created,
+        "model": seen.model,
+        "choices": [{
+            "index": 0,
+            "message": { "role": "assistant", "content": text },
+            "finish_reason": "stop",
+        }],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    })
+    .to_string()
+}
+
+fn error_response(status: u16, message: &str) -> Reply {
+    let kind = match status {
+        401 | 403 => "authentication_error",
+        404 => "not_found_error",
+        429 => "rate_limit_error",
+        400..=499 => "invalid_request_error",
+        _ => "server_error",
+    };
+    let body = json!({
+        "error": {
+            "message": format!("{message} ({status})"),
+            "type": kind,
+            "param": null,
+            "code": status,
+        }
+    });
+    json_response(status, body.to_string())
+}
+
+fn json_response(status: u16, body: String) -> Reply {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() =
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}

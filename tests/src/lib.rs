@@ -1,0 +1,355 @@
+//! Test support: start real botmesh meshes on 127.0.0.1, talk HTTP to them.
+//!
+//! `TestMesh::start(spec)` binds every node's listeners on port 0 first, writes a real
+//! peers.toml naming those addresses (keys in files, as an operator would), then starts
+//! the nodes in-process. Nodes can be stopped and restarted on the same ports.
+
+pub mod fake_llm;
+
+use std::path::PathBuf;
+use std::sync::Once;
+use std::time::Duration;
+
+use botmesh::config::{NodeConfig, Settings};
+use botmesh::envelope::Envelope;
+use botmesh::node::RunningNode;
+use botmesh::signing::{HmacSecret, Signer, SigningKey};
+use tokio::net::TcpListener;
+
+/// How bots sign.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    /// Per-bot Ed25519 keys.
+    Ed25519,
+    /// One mesh-wide HMAC secret.
+    Hmac,
+}
+
+/// One bot of a test mesh.
+#[derive(Debug, Clone)]
+pub struct BotSpec {
+    /// Name.
+    pub name: String,
+    /// Extra TOML lines for its `[[bots]]` entry (aliases, role, delays, …).
+    pub extra: String,
+}
+
+impl BotSpec {
+    /// A bot with defaults.
+    pub fn new(name: &str) -> Self {
+        BotSpec {
+            name: name.into(),
+            extra: String::new(),
+        }
+    }
+    /// Adds TOML lines to the entry.
+    pub fn with(mut self, toml: &str) -> Self {
+        self.extra.push_str(toml);
+        self.extra.push('\n');
+        self
+    }
+}
+
+/// A whole test mesh's shape.
+#[derive(Debug, Clone)]
+pub struct MeshSpec {
+    /// Its bots.
+    pub bots: Vec<BotSpec>,
+    /// Extra `[mesh]` lines.
+    pub mesh: String,
+    /// Extra top-level TOML (e.g. an `[llm]` table).
+    pub top: String,
+    /// Signing scheme.
+    pub scheme: Scheme,
+}
+
+impl MeshSpec {
+    /// `names` with default settings, Ed25519 keys, fast retries.
+    pub fn new(names: &[&str]) -> Self {
+        MeshSpec {
+            bots: names.iter().map(|n| BotSpec::new(n)).collect(),
+            mesh: String::new(),
+            top: String::new(),
+            scheme: Scheme::Ed25519,
+        }
+    }
+    /// Adds `[mesh]` lines.
+    pub fn mesh(mut self, toml: &str) -> Self {
+        self.mesh.push_str(toml);
+        self.mesh.push('\n');
+        self
+    }
+    /// Points every bot at an OpenAI-compatible server.
+    pub fn llm(mut self, base_url: &str) -> Self {
+        self.top.push_str(&format!(
+            "[llm]\nbase_url = \"{base_url}\"\nmodel = \"test-model\"\ntimeout_ms = 3000\n"
+        ));
+        self
+    }
+    /// Changes a bot's entry.
+    pub fn bot(mut self, name: &str, toml: &str) -> Self {
+        let b = self
+            .bots
+            .iter_mut()
+            .find(|b| b.name == name)
+            .expect("bot in spec");
+        b.extra.push_str(toml);
+        b.extra.push('\n');
+        self
+    }
+}
+
+/// Logs to the test output once per process (`BOTMESH_LOG=debug` for more).
+pub fn init_logs() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let filter = tracing_subscriber::EnvFilter::try_from_env("BOTMESH_LOG")
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_test_writer()
+            .try_init();
+    });
+}
+
+/// A running mesh.
+pub struct TestMesh {
+    /// Holds peers.toml, keys and data folders.
+    pub dir: tempfile::TempDir,
+    /// peers.toml.
+    pub config_path: PathBuf,
+    /// The validated settings.
+    pub settings: Settings,
+    /// Each bot's node (None while stopped).
+    pub nodes: Vec<Option<RunningNode>>,
+    /// Each bot's bridge address.
+    pub bridges: Vec<std::net::SocketAddr>,
+    /// Each bot's API address.
+    pub apis: Vec<std::net::SocketAddr>,
+    /// Each bot's signer (to forge or replay in tests).
+    pub signers: Vec<Signer>,
+    /// A plain HTTP client.
+    pub http: reqwest::Client,
+}
+
+async fn bind() -> TcpListener {
+    TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1:0")
+}
+
+impl TestMesh {
+    /// Writes peers.toml and starts every node.
+    pub async fn start(spec: MeshSpec) -> TestMesh {
+        init_logs();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut bridges_l = Vec::new();
+        let mut apis_l = Vec::new();
+        for _ in &spec.bots {
+            bridges_l.push(bind().await);
+            apis_l.push(bind().await);
+        }
+        let bridges: Vec<_> = bridges_l.iter().map(|l| l.local_addr().unwrap()).collect();
+        let apis: Vec<_> = apis_l.iter().map(|l| l.local_addr().unwrap()).collect();
+        let mut toml = String::from("[mesh]\ngroup = \"demo\"\ndata_dir = \"data\"\nretry_base_ms = 50\nretry_max_ms = 500\nshutdown_grace_secs = 2\n");
+        let mut signers = Vec::new();
+        if spec.scheme == Scheme::Hmac {
+            let secret = HmacSecret::generate();
+            std::fs::write(dir.path().join("mesh.secret"), secret.to_whsec()).unwrap();
+            toml.push_str("secret_file = \"mesh.secret\"\n");
+            for _ in &spec.bots {
+                signers.push(Signer {
+                    hmac: vec![secret.clone()],
+                    ed25519: vec![],
+                });
+            }
+        }
+        toml.push_str(&spec.mesh);
+        toml.push('\n');
+        toml.push_str(&spec.top);
+        toml.push('\n');
+        for (i, b) in spec.bots.iter().enumerate() {
+            toml.push_str(&format!(
+                "[[bots]]\nname = \"{}\"\nbridge = \"{}\"\napi = \"{}\"\n",
+                b.name, bridges[i], apis[i]
+            ));
+            if spec.scheme == Scheme::Ed25519 {
+                let key = SigningKey::generate();
+                let file = format!("{}.key", b.name.to_lowercase());
+                std::fs::write(dir.path().join(&file), key.to_whsk()).unwrap();
+                toml.push_str(&format!(
+                    "public_key = \"{}\"\nprivate_key_file = \"{file}\"\n",
+                    key.public_key().to_whpk()
+                ));
+                signers.push(Signer {
+                    hmac: vec![],
+                    ed25519: vec![key],
+                });
+            }
+            toml.push_str(&b.extra);
+            toml.push('\n');
+        }
+        let config_path = dir.path().join("peers.toml");
+        std::fs::write(&config_path, &toml).unwrap();
+        let settings =
+            Settings::load_with_env(&config_path, &[]).unwrap_or_else(|e| panic!("{e}\n{toml}"));
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .unwrap();
+        let mut mesh = TestMesh {
+            dir,
+            config_path,
+            settings,
+            nodes: Vec::new(),
+            bridges,
+            apis,
+            signers,
+            http,
+        };
+        for (b, a) in bridges_l.into_iter().zip(apis_l) {
+            let i = mesh.nodes.len();
+            let node = mesh.start_node(i, b, a).await;
+            mesh.nodes.push(Some(node));
+        }
+        mesh
+    }
+
+    async fn start_node(&self, i: usize, bridge: TcpListener, api: TcpListener) -> RunningNode {
+        let name = &self.settings.bots[i].name;
+        let env: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+        let cfg = NodeConfig::resolve(self.settings.clone(), name, None, &env).expect("resolve");
+        botmesh::node::start(cfg, bridge, api)
+            .await
+            .expect("start node")
+    }
+
+    /// Index of bot `name`.
+    pub fn index(&self, name: &str) -> usize {
+        self.settings
+            .bots
+            .iter()
+            .position(|b| b.name == name)
+            .expect("bot")
+    }
+
+    /// The running node `i`.
+    pub fn node(&self, i: usize) -> &RunningNode {
+        self.nodes[i].as_ref().expect("node running")
+    }
+
+    /// Local API base URL of node `i`.
+    pub fn api(&self, i: usize) -> String {
+        format!("http://{}", self.apis[i])
+    }
+
+    /// Bridge base URL of node `i`.
+    pub fn bridge(&self, i: usize) -> String {
+        format!("http://{}", self.bridges[i])
+    }
+
+    /// Stops node `i` gracefully.
+    pub async fn stop(&mut self, i: usize) {
+        if let Some(n) = self.nodes[i].take() {
+            n.shutdown().await;
+        }
+    }
+
+    /// Starts node `i` again on its old ports and data.
+    pub async fn restart(&mut self, i: usize) {
+        assert!(self.nodes[i].is_none(), "stop it first");
+        let b = rebind(self.bridges[i]).await;
+        let a = rebind(self.apis[i]).await;
+        let n = self.start_node(i, b, a).await;
+        self.nodes[i] = Some(n);
+    }
+
+    /// Posts a human message at node `i`; returns its id.
+    pub async fn post_human(&self, i: usize, from: &str, text: &str) -> String {
+        let r = self
+            .http
+            .post(format!("{}/v1/messages", self.api(i)))
+            .json(&serde_json::json!({"text": text, "from": from}))
+            .send()
+            .await
+            .expect("post");
+        let status = r.status();
+        let v: serde_json::Value = r.json().await.expect("json");
+        assert!(status.is_success(), "post failed: {status} {v}");
+        v["id"].as_str().expect("id").to_string()
+    }
+
+    /// Node `i`'s transcript of the default group, via the API.
+    pub async fn transcript(&self, i: usize) -> Vec<Envelope> {
+        let v: serde_json::Value = self
+            .http
+            .get(format!(
+                "{}/v1/transcript?group=demo&limit=2000",
+                self.api(i)
+            ))
+            .send()
+            .await
+            .expect("get")
+            .json()
+            .await
+            .expect("json");
+        serde_json::from_value(v["messages"].clone()).expect("envelopes")
+    }
+
+    /// Waits (up to `timeout`) until `cond` holds for node `i`'s transcript.
+    pub async fn wait_transcript(
+        &self,
+        i: usize,
+        timeout: Duration,
+        cond: impl Fn(&[Envelope]) -> bool,
+    ) -> Vec<Envelope> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let t = self.transcript(i).await;
+            if cond(&t) || tokio::time::Instant::now() >= deadline {
+                return t;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Metrics text of node `i`.
+    pub async fn metrics(&self, i: usize) -> String {
+        self.http
+            .get(format!("{}/metrics", self.api(i)))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// Stops everything.
+    pub async fn shutdown(mut self) {
+        for i in 0..self.nodes.len() {
+            self.stop(i).await;
+        }
+    }
+}
+
+/// Re-binds a port that was just released (retries briefly).
+pub async fn rebind(addr: std::net::SocketAddr) -> TcpListener {
+    for _ in 0..100 {
+        if let Ok(l) = TcpListener::bind(addr).await {
+            return l;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("could not re-bind {addr}");
+}
+
+/// Reads one counter value out of Prometheus text (0 when absent).
+pub fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
