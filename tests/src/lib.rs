@@ -80,10 +80,22 @@ impl MeshSpec {
         self
     }
     /// Points every bot at an OpenAI-compatible server.
-    pub fn llm(mut self, base_url: &str) -> Self {
+    pub fn llm(self, base_url: &str) -> Self {
+        self.llm_with(base_url, "timeout_ms = 3000")
+    }
+    /// Like [`MeshSpec::llm`] with extra `[llm]` lines.
+    pub fn llm_with(mut self, base_url: &str, extra: &str) -> Self {
         self.top.push_str(&format!(
-            "[llm]\nbase_url = \"{base_url}\"\nmodel = \"test-model\"\ntimeout_ms = 3000\n"
+            "[llm]\nbase_url = \"{base_url}\"\nmodel = \"test-model\"\n{extra}\n"
         ));
+        self
+    }
+    /// Adds the same TOML lines to every bot.
+    pub fn all_bots(mut self, toml: &str) -> Self {
+        for b in &mut self.bots {
+            b.extra.push_str(toml);
+            b.extra.push('\n');
+        }
         self
     }
     /// Changes a bot's entry.
@@ -352,4 +364,209 @@ pub fn metric(text: &str, series: &str) -> f64 {
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0.0)
+}
+
+/// The `botmesh` binary built next to the running test (scripts/test.sh builds it first).
+pub fn botmesh_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target/<profile>");
+    let bin = dir.join("botmesh");
+    assert!(
+        bin.exists(),
+        "{} missing: run `cargo build --bins` (scripts/test.sh does)",
+        bin.display()
+    );
+    bin
+}
+
+/// A signed request ready to POST to a bridge: headers and body.
+pub struct SignedRequest {
+    /// `webhook-id`.
+    pub id: String,
+    /// `webhook-timestamp`.
+    pub timestamp: String,
+    /// `webhook-signature`.
+    pub signature: String,
+    /// The raw body.
+    pub body: Vec<u8>,
+}
+
+impl SignedRequest {
+    /// Signs `env` with `signer` at `now + skew_secs`.
+    pub fn new(signer: &Signer, env: &Envelope, skew_secs: i64) -> Self {
+        let body = env.to_bytes();
+        let ts = botmesh::signing::unix_now() + skew_secs;
+        let id = env.id.to_string();
+        SignedRequest {
+            signature: signer.sign(&id, ts, &body),
+            timestamp: ts.to_string(),
+            id,
+            body,
+        }
+    }
+
+    /// POSTs it to `bridge` (base URL); returns status and JSON body.
+    pub async fn send(&self, http: &reqwest::Client, bridge: &str) -> (u16, serde_json::Value) {
+        let r = http
+            .post(format!("{bridge}/bridge/v1/envelopes"))
+            .header("webhook-id", &self.id)
+            .header("webhook-timestamp", &self.timestamp)
+            .header("webhook-signature", &self.signature)
+            .header("content-type", "application/json")
+            .body(self.body.clone())
+            .send()
+            .await
+            .expect("send");
+        let status = r.status().as_u16();
+        let v = r.json().await.unwrap_or(serde_json::Value::Null);
+        (status, v)
+    }
+}
+
+/// A fresh message envelope from bot `sender` to group `demo`.
+pub fn bot_message(sender: &str, text: &str, depth: u32) -> Envelope {
+    use botmesh::envelope::{Author, AuthorKind, Kind};
+    Envelope {
+        v: 1,
+        id: ulid::Ulid::new(),
+        kind: Kind::Message,
+        group: "demo".into(),
+        sender: sender.into(),
+        author: Author {
+            name: sender.into(),
+            kind: AuthorKind::Bot,
+        },
+        text: text.into(),
+        depth,
+        reply_to: None,
+        root: None,
+        platform_msg_id: None,
+        sent_at: botmesh::envelope::now_millis(),
+        relevance: None,
+        why: None,
+    }
+}
+
+/// Which bot an LLM request is for: the name after "You are " in its prompt.
+pub fn bot_of(seen: &fake_llm::Seen) -> String {
+    let text: String = seen
+        .messages
+        .iter()
+        .map(|(_, c)| c.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    text.split("You are ")
+        .nth(1)
+        .map(|rest| {
+            rest.split([' ', ',', '('])
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .unwrap_or_default()
+}
+
+/// True when the request is a judge call (it carries a response schema).
+pub fn is_judge(seen: &fake_llm::Seen) -> bool {
+    seen.purpose_hint.as_deref() == Some("judge")
+}
+
+/// An HTTP forwarder put in front of one node's bridge (via `bridge_url`) that can
+/// swallow claim envelopes: it answers 200 as if delivered but never forwards them,
+/// so the receiving bot never learns of the claim.
+pub struct ClaimDropProxy {
+    /// Where the proxy listens (use as the bot's `bridge_url`).
+    pub url: String,
+    target: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    /// How many claims were swallowed.
+    pub dropped: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ClaimDropProxy {
+    /// Starts the proxy; set its target with [`ClaimDropProxy::forward_to`].
+    pub async fn start() -> ClaimDropProxy {
+        use http_body_util::{BodyExt, Full};
+        let listener = bind().await;
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let target: std::sync::Arc<std::sync::Mutex<Option<String>>> = Default::default();
+        let dropped: std::sync::Arc<std::sync::atomic::AtomicUsize> = Default::default();
+        let client = reqwest::Client::builder().no_proxy().build().unwrap();
+        let (t, d) = (target.clone(), dropped.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (t, d, client) = (t.clone(), d.clone(), client.clone());
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(
+                        move |req: hyper::Request<hyper::body::Incoming>| {
+                            let (t, d, client) = (t.clone(), d.clone(), client.clone());
+                            async move {
+                                let (parts, body) = req.into_parts();
+                                let body = body
+                                    .collect()
+                                    .await
+                                    .map(|c| c.to_bytes())
+                                    .unwrap_or_default();
+                                let is_claim = serde_json::from_slice::<serde_json::Value>(&body)
+                                    .map(|v| v["kind"] == "claim")
+                                    .unwrap_or(false);
+                                if is_claim {
+                                    d.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                                    return Ok::<_, std::convert::Infallible>(
+                                        hyper::Response::new(Full::new(bytes::Bytes::from_static(
+                                            b"{\"accepted\":true}",
+                                        ))),
+                                    );
+                                }
+                                let base = t.lock().unwrap().clone().expect("proxy target set");
+                                let mut fwd = client
+                                    .post(format!("{base}{}", parts.uri.path()))
+                                    .body(body);
+                                for (k, v) in parts.headers.iter() {
+                                    if k.as_str().starts_with("webhook-") || k == "content-type" {
+                                        fwd = fwd.header(k, v);
+                                    }
+                                }
+                                let (status, bytes) = match fwd.send().await {
+                                    Ok(r) => {
+                                        (r.status().as_u16(), r.bytes().await.unwrap_or_default())
+                                    }
+                                    Err(_) => (502, bytes::Bytes::new()),
+                                };
+                                let mut resp = hyper::Response::new(Full::new(bytes));
+                                *resp.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
+                                Ok(resp)
+                            }
+                        },
+                    );
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        ClaimDropProxy {
+            url,
+            target,
+            dropped,
+            task,
+        }
+    }
+
+    /// Where non-claim traffic goes.
+    pub fn forward_to(&self, base_url: &str) {
+        *self.target.lock().unwrap() = Some(base_url.to_string());
+    }
+}
+
+impl Drop for ClaimDropProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }

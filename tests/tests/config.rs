@@ -1,0 +1,115 @@
+//! Configuration mistakes are reported naming the key, before any port is bound.
+
+use std::process::Command;
+
+use botmesh::signing::SigningKey;
+use botmesh_tests::botmesh_bin;
+
+struct Case {
+    what: &'static str,
+    toml: String,
+    env: Vec<(&'static str, &'static str)>,
+    bot: &'static str,
+    expect: &'static [&'static str],
+}
+
+fn base(bridge: u16, extra_mesh: &str, bots: &str) -> String {
+    format!(
+        "[mesh]\ngroup = \"demo\"\nsecret_env = \"TEST_SECRET\"\n{extra_mesh}\n\
+[[bots]]\nname = \"A\"\nbridge = \"127.0.0.1:{bridge}\"\napi = \"127.0.0.1:{}\"\n{bots}",
+        bridge + 1
+    )
+}
+
+#[test]
+fn config_errors_name_the_key_and_bind_nothing() {
+    // Hold the ports the config names: if the binary tried to bind, it would report a
+    // bind error instead of the configuration error we expect.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    let held2 = std::net::TcpListener::bind(("127.0.0.1", port + 1));
+    let pk = SigningKey::generate().public_key().to_whpk();
+    let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let second =
+        format!("[[bots]]\nname = \"B\"\nbridge = \"127.0.0.1:{port}\"\napi = \"127.0.0.1:1\"\n");
+    let cases = vec![
+        Case { what: "unknown bot", toml: base(port, "", ""), env: vec![("TEST_SECRET", secret)], bot: "Zed", expect: &["--bot", "unknown bot \"Zed\"", "A"] },
+        Case { what: "two bots on one address", toml: base(port, "", &second), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[1].bridge", "already used by bots[0].bridge"] },
+        Case { what: "missing secret", toml: base(port, "", ""), env: vec![], bot: "A", expect: &["mesh.secret_env", "TEST_SECRET is not set"] },
+        Case { what: "malformed secret", toml: base(port, "", ""), env: vec![("TEST_SECRET", "hunter2")], bot: "A", expect: &["mesh.secret_env", "whsec_"] },
+        Case { what: "malformed public key", toml: base(port, "", "public_key = \"whpk_notbase64!!\"\n"), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].public_key", "not a valid Ed25519 public key"] },
+        Case { what: "public key without private key", toml: base(port, "", &format!("public_key = \"{pk}\"\n")), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].private_key_env", "needs private_key_env or private_key_file"] },
+        Case { what: "private key not matching", toml: base(port, "", &format!("public_key = \"{pk}\"\nprivate_key_env = \"TEST_KEY\"\n")), env: vec![("TEST_SECRET", secret), ("TEST_KEY", "whsk_VEVTVFNJR05JTkdLRVlET05PVFVTRVRISVNGT1JBTlk=")], bot: "A", expect: &["bots[0].private_key", "does not match"] },
+        Case { what: "bad address", toml: format!("[mesh]\nsecret_env = \"TEST_SECRET\"\n[[bots]]\nname = \"A\"\nbridge = \"localhost-ish\"\napi = \"127.0.0.1:{}\"\n", port + 1), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].bridge", "not an address"] },
+        Case { what: "unknown key", toml: base(port, "max_dept = 3", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["max_dept"] },
+        Case { what: "threshold above depth", toml: base(port, "max_depth = 2\nllm_threshold = 2", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["mesh.llm_threshold", "below mesh.max_depth"] },
+        Case { what: "wrong type", toml: base(port, "max_depth = \"three\"", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["max_depth"] },
+        Case { what: "delays reversed", toml: base(port, "", "min_delay_ms = 5000\nmax_delay_ms = 1000\n"), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].min_delay_ms", "above max_delay_ms"] },
+        Case { what: "env override validated too", toml: base(port, "", ""), env: vec![("TEST_SECRET", secret), ("BOTMESH__MESH__MAX_DEPTH", "0")], bot: "A", expect: &["mesh.max_depth", "at least 1"] },
+        Case { what: "non-loopback api without token", toml: format!("[mesh]\nsecret_env = \"TEST_SECRET\"\n[[bots]]\nname = \"A\"\nbridge = \"127.0.0.1:{port}\"\napi = \"0.0.0.0:{}\"\n", port + 1), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].api", "bearer token"] },
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for case in cases {
+        let path = dir.path().join("peers.toml");
+        std::fs::write(&path, &case.toml).unwrap();
+        let out = Command::new(botmesh_bin())
+            .args(["run", "--bot", case.bot, "--config"])
+            .arg(&path)
+            .env_clear()
+            .envs(case.env.iter().cloned())
+            .env("BOTMESH_LOG", "info")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{}: should fail", case.what);
+        for e in case.expect {
+            assert!(
+                stderr.contains(e),
+                "{}: expected {e:?} in:\n{stderr}",
+                case.what
+            );
+        }
+        assert!(
+            !stderr.contains("binding"),
+            "{}: tried to bind:\n{stderr}",
+            case.what
+        );
+        assert!(
+            !stderr.contains("node started"),
+            "{}: started:\n{stderr}",
+            case.what
+        );
+    }
+    drop((held, held2));
+}
+
+#[test]
+fn keygen_makes_keys_that_parse() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("a.key");
+    let out = Command::new(botmesh_bin())
+        .args(["keygen", "--private-out"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let public = String::from_utf8(out.stdout).unwrap();
+    let private = std::fs::read_to_string(&key).unwrap();
+    let sk = SigningKey::parse(private.trim()).unwrap();
+    assert_eq!(sk.public_key().to_whpk(), public.trim());
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&key).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+    }
+    let out = Command::new(botmesh_bin())
+        .args(["keygen", "--secret"])
+        .output()
+        .unwrap();
+    let secret = String::from_utf8(out.stdout).unwrap();
+    let s = botmesh::signing::HmacSecret::parse(secret.trim()).unwrap();
+    s.validate_strength().unwrap();
+}

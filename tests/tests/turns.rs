@@ -1,0 +1,460 @@
+//! Turn-taking end to end: real nodes, a scripted OpenAI-compatible LLM.
+
+use std::time::Duration;
+
+use botmesh::envelope::{AuthorKind, Envelope};
+use botmesh_tests::fake_llm::{FakeLlm, Script};
+use botmesh_tests::{
+    bot_message, bot_of, is_judge, metric, ClaimDropProxy, MeshSpec, SignedRequest, TestMesh,
+};
+
+const FAST: &str = "min_delay_ms = 100\nmax_delay_ms = 1000\njitter_ms = 0";
+
+fn verdict(speak: bool, relevance: f64) -> Script {
+    Script::reply(format!(
+        "{{\"speak\": {speak}, \"relevance\": {relevance}}}"
+    ))
+}
+
+fn bot_msgs(t: &[Envelope]) -> Vec<&Envelope> {
+    t.iter()
+        .filter(|e| e.author.kind == AuthorKind::Bot)
+        .collect()
+}
+
+/// Waits until the number of bot messages at node `i` stops changing for `quiet`.
+async fn settle(mesh: &TestMesh, i: usize, quiet: Duration) -> Vec<Envelope> {
+    let mut last = usize::MAX;
+    let mut stable_since = tokio::time::Instant::now();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let t = mesh.transcript(i).await;
+        if t.len() != last {
+            last = t.len();
+            stable_since = tokio::time::Instant::now();
+        } else if stable_since.elapsed() >= quiet || tokio::time::Instant::now() > deadline {
+            return t;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn two_bots_mentioning_each_other_stop_at_max_depth() {
+    let llm = FakeLlm::start(|s| {
+        if is_judge(s) {
+            verdict(true, 0.9)
+        } else if bot_of(s) == "A" {
+            Script::reply("@B, what do you think?")
+        } else {
+            Script::reply("@A, what do you think?")
+        }
+    })
+    .await;
+    let mesh = TestMesh::start(
+        MeshSpec::new(&["A", "B"])
+            .llm(&llm.base_url)
+            .mesh("max_depth = 3\nllm_threshold = 1")
+            .all_bots(FAST),
+    )
+    .await;
+    mesh.post_human(0, "alice", "@A kick this off please").await;
+    let t = settle(&mesh, 1, Duration::from_secs(3)).await;
+    let bots = bot_msgs(&t);
+    assert_eq!(
+        bots.len(),
+        3,
+        "exactly max_depth bot messages: {:#?}",
+        t.iter()
+            .map(|e| (&e.author.name, e.depth, &e.text))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        bots.iter().map(|e| e.depth).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+    assert_eq!(
+        bots.iter()
+            .map(|e| e.author.name.as_str())
+            .collect::<Vec<_>>(),
+        vec!["A", "B", "A"]
+    );
+    // B saw depth 3 and refused by rule, without asking the LLM.
+    let m = mesh.metrics(1).await;
+    assert_eq!(
+        metric(
+            &m,
+            r#"botmesh_decisions_total{action="silent",reason="max_depth"}"#
+        ),
+        1.0,
+        "{m}"
+    );
+    mesh.shutdown().await;
+}
+
+async fn one_interjection_from_the_most_relevant(drop_claims: bool) {
+    let llm = FakeLlm::start(|s| {
+        let about_the_question = s
+            .messages
+            .iter()
+            .any(|(_, c)| c.contains("New from alice:"));
+        if is_judge(s) && !about_the_question {
+            verdict(false, 0.0)
+        } else if is_judge(s) {
+            match bot_of(s).as_str() {
+                "Hi" => verdict(true, 0.9),
+                "Mid" => verdict(true, 0.6),
+                _ => verdict(false, 0.1),
+            }
+        } else {
+            Script::reply(format!("answer from {}", bot_of(s)))
+        }
+    })
+    .await;
+    let proxy = ClaimDropProxy::start().await;
+    let mut spec = MeshSpec::new(&["Hi", "Mid", "Low"])
+        .llm(&llm.base_url)
+        .all_bots(FAST);
+    if drop_claims {
+        // Every envelope to Mid goes through the proxy, which swallows claims:
+        // Mid must yield because of Hi's reply itself.
+        spec = spec.bot("Mid", &format!("bridge_url = \"{}\"", proxy.url));
+    }
+    let mesh = TestMesh::start(spec).await;
+    proxy.forward_to(&mesh.bridge(1));
+    mesh.post_human(2, "alice", "How should we shard the transcript files?")
+        .await;
+    let t = settle(&mesh, 2, Duration::from_secs(2)).await;
+    let bots = bot_msgs(&t);
+    assert_eq!(
+        bots.len(),
+        1,
+        "exactly one interjection: {:?}",
+        bots.iter().map(|e| &e.author.name).collect::<Vec<_>>()
+    );
+    assert_eq!(bots[0].author.name, "Hi");
+    assert_eq!(bots[0].text, "answer from Hi");
+    assert_eq!(bots[0].depth, 1);
+    let m = mesh.metrics(1).await;
+    let reason = if drop_claims {
+        "already_answered"
+    } else {
+        "better_claim"
+    };
+    assert_eq!(
+        metric(
+            &m,
+            &format!("botmesh_decisions_total{{action=\"yield\",reason=\"{reason}\"}}")
+        ),
+        1.0,
+        "{m}"
+    );
+    if drop_claims {
+        assert!(
+            proxy.dropped.load(std::sync::atomic::Ordering::SeqCst) >= 1,
+            "the claim was really swallowed"
+        );
+    }
+    // Only the winner asked for a reply.
+    let replies: Vec<String> = llm
+        .requests()
+        .iter()
+        .filter(|s| !is_judge(s))
+        .map(bot_of)
+        .collect();
+    assert_eq!(replies, vec!["Hi".to_string()]);
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_most_relevant_bot_interjects_and_the_other_yields_to_its_claim() {
+    one_interjection_from_the_most_relevant(false).await;
+}
+
+#[tokio::test]
+async fn with_the_claim_lost_in_transit_the_reply_itself_makes_the_other_yield() {
+    one_interjection_from_the_most_relevant(true).await;
+}
+
+#[tokio::test]
+async fn a_mention_is_answered_even_when_the_judge_says_no_and_nobody_answers_itself() {
+    let llm = FakeLlm::start(|s| {
+        if is_judge(s) {
+            verdict(false, 0.0)
+        } else {
+            Script::reply(format!("here is {}", bot_of(s)))
+        }
+    })
+    .await;
+    let mesh = TestMesh::start(MeshSpec::new(&["A", "B"]).llm(&llm.base_url).all_bots(FAST)).await;
+    mesh.post_human(0, "alice", "@B can you check the logs?")
+        .await;
+    let t = settle(&mesh, 0, Duration::from_secs(2)).await;
+    let bots = bot_msgs(&t);
+    assert_eq!(bots.len(), 1);
+    assert_eq!(
+        (bots[0].author.name.as_str(), bots[0].text.as_str()),
+        ("B", "here is B")
+    );
+    assert_eq!(bots[0].why, Some(botmesh::envelope::Why::Mentioned));
+    // A bot's own message mentioning itself gets no answer from it.
+    let before = llm.count();
+    let r = mesh
+        .http
+        .post(format!("{}/v1/messages", mesh.api(0)))
+        .json(&serde_json::json!({"text": "@A note to self", "from": "A"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+    let t = settle(&mesh, 0, Duration::from_secs(1)).await;
+    assert_eq!(bot_msgs(&t).len(), 2, "only the note itself");
+    let asked_for_a: Vec<_> = llm.requests()[before..]
+        .iter()
+        .filter(|s| bot_of(s) == "A")
+        .cloned()
+        .collect();
+    assert!(
+        asked_for_a.is_empty(),
+        "A asked its LLM about its own message"
+    );
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn llm_down_or_hanging_means_silence_a_healthy_node_and_a_counted_failure() {
+    for (script, label) in [(Script::Status(500), "http_5xx"), (Script::Hang, "timeout")] {
+        let llm = FakeLlm::start(move |_| script.clone()).await;
+        let mesh = TestMesh::start(
+            MeshSpec::new(&["A", "B"])
+                .llm_with(&llm.base_url, "timeout_ms = 400")
+                .all_bots(FAST),
+        )
+        .await;
+        mesh.post_human(0, "alice", "@B are you there?").await;
+        mesh.post_human(0, "alice", "anyone know about sharding?")
+            .await;
+        let metrics_b = {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                let m = mesh.metrics(1).await;
+                let failed = metric(
+                    &m,
+                    &format!("botmesh_llm_calls_total{{purpose=\"reply\",result=\"{label}\"}}"),
+                );
+                if failed >= 1.0 || tokio::time::Instant::now() > deadline {
+                    break m;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        assert!(
+            metric(
+                &metrics_b,
+                &format!("botmesh_llm_calls_total{{purpose=\"reply\",result=\"{label}\"}}")
+            ) >= 1.0,
+            "{label}: {metrics_b}"
+        );
+        assert!(
+            metric(
+                &metrics_b,
+                r#"botmesh_decisions_total{action="silent",reason="reply_failed"}"#
+            ) >= 1.0
+        );
+        let t = settle(&mesh, 1, Duration::from_millis(800)).await;
+        assert!(bot_msgs(&t).is_empty(), "{label}: nobody spoke");
+        for i in 0..2 {
+            let h = mesh
+                .http
+                .get(format!("{}/healthz", mesh.api(i)))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(h.status(), 200);
+        }
+        mesh.shutdown().await;
+        llm.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn acknowledgements_from_bots_get_no_reply_and_no_llm_call() {
+    let llm = FakeLlm::start(|s| {
+        if is_judge(s) {
+            verdict(true, 1.0)
+        } else {
+            Script::reply("sure")
+        }
+    })
+    .await;
+    let mesh = TestMesh::start(MeshSpec::new(&["A", "B"]).llm(&llm.base_url).all_bots(FAST)).await;
+    for (i, text) in ["好的", "thanks!", "收到", "ok 👍"].iter().enumerate() {
+        let env = bot_message("B", text, 1 + (i as u32 % 2));
+        let (s, _) = SignedRequest::new(&mesh.signers[1], &env, 0)
+            .send(&mesh.http, &mesh.bridge(0))
+            .await;
+        assert_eq!(s, 200);
+    }
+    let t = settle(&mesh, 0, Duration::from_secs(1)).await;
+    assert_eq!(t.len(), 4);
+    assert_eq!(llm.count(), 0, "no LLM call for acknowledgements");
+    let m = mesh.metrics(0).await;
+    assert_eq!(
+        metric(
+            &m,
+            r#"botmesh_decisions_total{action="silent",reason="acknowledgement"}"#
+        ),
+        4.0,
+        "{m}"
+    );
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_humans_only_bot_ignores_bot_messages() {
+    let llm = FakeLlm::start(|s| {
+        if is_judge(s) {
+            verdict(true, 1.0)
+        } else {
+            Script::reply(format!("from {}", bot_of(s)))
+        }
+    })
+    .await;
+    let mesh = TestMesh::start(
+        MeshSpec::new(&["A", "B"])
+            .llm(&llm.base_url)
+            .all_bots(FAST)
+            .bot("A", "reply_to = \"humans\""),
+    )
+    .await;
+    let env = bot_message("B", "@A what do you think about the parser?", 1);
+    SignedRequest::new(&mesh.signers[1], &env, 0)
+        .send(&mesh.http, &mesh.bridge(0))
+        .await;
+    let t = settle(&mesh, 0, Duration::from_secs(1)).await;
+    assert_eq!(bot_msgs(&t).len(), 1, "A stayed silent");
+    assert!(llm.requests().iter().all(|s| bot_of(s) != "A"));
+    let m = mesh.metrics(0).await;
+    assert_eq!(
+        metric(
+            &m,
+            r#"botmesh_decisions_total{action="silent",reason="ignores_bots"}"#
+        ),
+        1.0
+    );
+    // A human's mention is still answered.
+    mesh.post_human(1, "alice", "@A and you?").await;
+    let t = settle(&mesh, 0, Duration::from_secs(1)).await;
+    assert!(bot_msgs(&t).iter().any(|e| e.author.name == "A"));
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_group_rate_cap_holds_when_the_llm_always_says_speak() {
+    let llm = FakeLlm::start(|s| {
+        if is_judge(s) {
+            verdict(true, 0.9)
+        } else {
+            Script::reply(format!("more thoughts from {}", bot_of(s)))
+        }
+    })
+    .await;
+    let spec = MeshSpec::new(&["A", "B", "C"])
+        .llm(&llm.base_url)
+        .mesh("max_depth = 50\nllm_threshold = 49\nbot_messages_per_minute = 4")
+        .all_bots("min_delay_ms = 50\nmax_delay_ms = 300\njitter_ms = 0");
+    let mesh = TestMesh::start(spec).await;
+    mesh.post_human(0, "alice", "let's brainstorm names for the project")
+        .await;
+    let t = settle(&mesh, 0, Duration::from_secs(3)).await;
+    let bots = bot_msgs(&t);
+    assert_eq!(
+        bots.len(),
+        4,
+        "the cap: {:?}",
+        bots.iter()
+            .map(|e| (&e.author.name, e.depth))
+            .collect::<Vec<_>>()
+    );
+    // A new human message opens a new allowance.
+    mesh.post_human(1, "bob", "and a logo?").await;
+    let t = settle(&mesh, 0, Duration::from_secs(3)).await;
+    assert_eq!(bot_msgs(&t).len(), 8);
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn quiet_switch_and_explain() {
+    let llm = FakeLlm::start(|s| {
+        if is_judge(s) {
+            verdict(true, 0.8)
+        } else {
+            Script::reply("hi")
+        }
+    })
+    .await;
+    let mesh = TestMesh::start(
+        MeshSpec::new(&["A", "B"])
+            .llm(&llm.base_url)
+            .all_bots(FAST)
+            .bot("A", "aliases = [\"小A\"]"),
+    )
+    .await;
+    let explain = |body: serde_json::Value| {
+        let req = mesh
+            .http
+            .post(format!("{}/v1/explain", mesh.api(0)))
+            .json(&body);
+        async move {
+            req.send()
+                .await
+                .unwrap()
+                .json::<serde_json::Value>()
+                .await
+                .unwrap()
+        }
+    };
+    let e = explain(serde_json::json!({"text": "问@小A吧", "from": "alice"})).await;
+    assert_eq!(
+        (
+            e["mentioned"].as_bool(),
+            e["action"].as_str(),
+            e["reason"].as_str()
+        ),
+        (Some(true), Some("reply"), Some("mentioned"))
+    );
+    let e = explain(serde_json::json!({"text": "any ideas on caching?", "from": "alice"})).await;
+    assert_eq!(e["action"], "judge");
+    assert!(e["judge_prompt"]
+        .as_str()
+        .unwrap()
+        .contains("any ideas on caching?"));
+    assert!(e["verdict"].is_null(), "no LLM call unless asked");
+    assert_eq!(llm.count(), 0);
+    let e = explain(
+        serde_json::json!({"text": "any ideas on caching?", "from": "alice", "call_llm": true}),
+    )
+    .await;
+    assert_eq!(e["verdict"]["relevance"], 0.8);
+    assert_eq!(e["delay_ms"], 280);
+    let e = explain(serde_json::json!({"text": "@A go on", "from": "B", "depth": 3})).await;
+    assert_eq!(
+        (e["action"].as_str(), e["reason"].as_str()),
+        (Some("silent"), Some("max_depth"))
+    );
+
+    let r = mesh
+        .http
+        .post(format!("{}/v1/quiet", mesh.api(0)))
+        .json(&serde_json::json!({"quiet": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    mesh.post_human(1, "alice", "@A are you there?").await;
+    let t = settle(&mesh, 0, Duration::from_secs(1)).await;
+    assert!(bot_msgs(&t).is_empty(), "quiet bot stayed quiet");
+    let e = explain(serde_json::json!({"text": "@A hi"})).await;
+    assert_eq!(e["reason"], "quiet");
+    mesh.shutdown().await;
+}
