@@ -217,6 +217,13 @@ pub struct FeishuIds {
 pub struct AgentSettings {
     /// Where turns are POSTed.
     pub webhook: String,
+    /// How long the agent may take to answer in its response.
+    #[serde(default = "default_agent_timeout")]
+    pub timeout_ms: u64,
+}
+
+fn default_agent_timeout() -> u64 {
+    60_000
 }
 
 /// One `[[bots]]` entry.

@@ -54,6 +54,8 @@ pub struct Brain {
     pub provider: Provider,
     /// Claims and replies per trigger.
     pub board: ClaimBoard,
+    /// Client for the sidecar agent's webhook, when one is configured.
+    agent: Option<(reqwest::Client, String)>,
     metrics: Arc<Metrics>,
     events: EventBus,
 }
@@ -130,7 +132,19 @@ impl Brain {
                 }
             }
         };
+        let agent = match &cfg.bot().agent {
+            Some(a) => Some((
+                reqwest::Client::builder()
+                    .no_proxy()
+                    .connect_timeout(Duration::from_secs(3))
+                    .timeout(Duration::from_millis(a.timeout_ms))
+                    .build()?,
+                a.webhook.clone(),
+            )),
+            None => None,
+        };
         Ok(Brain {
+            agent,
             me: cfg.bot().clone(),
             colleagues: cfg.peers().cloned().collect(),
             matcher: MentionMatcher::new(&roster(&cfg.settings.bots)),
@@ -205,6 +219,11 @@ impl Brain {
     /// Asks the judge. `None` means it failed (logged and counted): stay silent.
     pub async fn judge(&self, context: &[Arc<Envelope>], msg: &Envelope) -> Option<Verdict> {
         match &self.provider {
+            // Offline placeholders say little worth answering: interject on humans only.
+            Provider::Offline if msg.author.kind == AuthorKind::Bot => Some(Verdict {
+                speak: false,
+                relevance: 0.0,
+            }),
             Provider::Offline => Some(offline_verdict(&self.me, &msg.text)),
             Provider::Remote { client, judge, .. } => {
                 let prompt = self.judge_prompt(context, msg);
@@ -219,6 +238,59 @@ impl Brain {
                 v
             }
         }
+    }
+
+    /// Hands the turn to the sidecar agent. `Ok(Some(text))`: it answered in the
+    /// response; `Ok(None)`: it will answer later through `POST /v1/messages`.
+    async fn ask_agent(
+        &self,
+        client: &reqwest::Client,
+        url: &str,
+        turn: &Turn<'_>,
+    ) -> Result<Option<String>, String> {
+        let started = Instant::now();
+        let result = async {
+            let resp = client
+                .post(url)
+                .json(turn)
+                .send()
+                .await
+                .map_err(|e| format!("transport: {e}"))?;
+            let status = resp.status();
+            let body = resp
+                .bytes()
+                .await
+                .map_err(|e| format!("reading body: {e}"))?;
+            if status == reqwest::StatusCode::ACCEPTED || status == reqwest::StatusCode::NO_CONTENT
+            {
+                return Ok(None);
+            }
+            if !status.is_success() {
+                return Err(format!(
+                    "status {status}: {}",
+                    String::from_utf8_lossy(&body[..body.len().min(200)])
+                ));
+            }
+            /// The agent's in-response answer.
+            #[derive(Deserialize)]
+            struct AgentAnswer {
+                text: Option<String>,
+            }
+            let a: AgentAnswer = serde_json::from_slice(&body)
+                .map_err(|e| format!("answer is not {{\"text\": …}}: {e}"))?;
+            Ok(a.text
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty()))
+        }
+        .await;
+        let label = match &result {
+            Ok(Some(_)) => "ok",
+            Ok(None) => "deferred",
+            Err(_) => "failed",
+        };
+        self.metrics
+            .llm_call("agent", label, started.elapsed().as_secs_f64(), 0, 0);
+        result
     }
 
     /// Writes the reply text. `None` means the LLM failed (logged and counted).
@@ -363,9 +435,39 @@ pub async fn consider_with(node: Arc<Node>, msg: Arc<Envelope>, platform: &[Plat
         Why::AlwaysAnswers => "always_answers",
         Why::Posted => "posted",
     };
-    let Some(text) = brain.write_reply(&context, &msg, reason).await else {
-        brain.record(&msg, "silent", "reply_failed", "");
-        return;
+    let text = if let Some((client, url)) = &brain.agent {
+        let turn = Turn {
+            bot: &brain.me.name,
+            group: &msg.group,
+            trigger: &msg,
+            transcript: &context,
+            why: reason,
+            relevance,
+            depth: msg.depth + 1,
+            reply_to: msg.id,
+        };
+        match brain.ask_agent(client, url, &turn).await {
+            Ok(Some(text)) => text,
+            Ok(None) => {
+                brain.record(
+                    &msg,
+                    "reply",
+                    "handed_to_agent",
+                    "the agent answers through POST /v1/messages",
+                );
+                return;
+            }
+            Err(e) => {
+                brain.record(&msg, "silent", "agent_failed", &e);
+                return;
+            }
+        }
+    } else {
+        let Some(text) = brain.write_reply(&context, &msg, reason).await else {
+            brain.record(&msg, "silent", "reply_failed", "");
+            return;
+        };
+        text
     };
     // The world may have moved during the LLM call: apply the hard rules once more.
     let recent = node.transcripts.recent(&msg.group, 64);
@@ -410,6 +512,27 @@ pub async fn consider_with(node: Arc<Node>, msg: Arc<Envelope>, platform: &[Plat
             tracing::error!(bot = %brain.me.name, trigger = %msg.id, error = %e, "reply could not be recorded; not sent")
         }
     }
+}
+
+/// What a sidecar agent receives when its bot takes a turn (docs/sidecar.md).
+#[derive(Debug, Serialize)]
+pub struct Turn<'a> {
+    /// The bot taking the turn.
+    pub bot: &'a str,
+    /// The group.
+    pub group: &'a str,
+    /// The message to answer.
+    pub trigger: &'a Envelope,
+    /// Recent messages before it, oldest first.
+    pub transcript: &'a [Arc<Envelope>],
+    /// Why the bot speaks: mentioned, interjected, always_answers.
+    pub why: &'a str,
+    /// The judge's relevance, for interjections.
+    pub relevance: Option<f64>,
+    /// The depth the reply will carry.
+    pub depth: u32,
+    /// The id to pass as `reply_to` when answering later through `POST /v1/messages`.
+    pub reply_to: Ulid,
 }
 
 /// Hard rules right before sending; `Some(reason)` means do not send.
@@ -632,7 +755,7 @@ pub async fn explain(
         out.judge_prompt_bytes = Some(prompt.len());
         out.judge_prompt = Some(prompt);
         let verdict = match brain.provider {
-            Provider::Offline => Some(offline_verdict(&brain.me, &msg.text)),
+            Provider::Offline => brain.judge(context, &msg).await,
             Provider::Remote { .. } if req.call_llm => brain.judge(context, &msg).await,
             Provider::Remote { .. } => None,
         };
