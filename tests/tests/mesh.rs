@@ -324,3 +324,46 @@ async fn local_api_rejects_bad_posts() {
     assert_eq!(r.status(), 404);
     mesh.shutdown().await;
 }
+
+#[tokio::test]
+async fn rotation_accepts_old_and_new_keys_and_nothing_else() {
+    let old = SigningKey::generate();
+    let spec = quiet_bots(&["A", "B"]).bot(
+        "B",
+        &format!(
+            "previous_public_keys = [\"{}\"]",
+            old.public_key().to_whpk()
+        ),
+    );
+    let mesh = TestMesh::start(spec).await;
+    let a = mesh.bridge(0);
+    let with_old = Signer {
+        hmac: vec![],
+        ed25519: vec![old.clone()],
+    };
+    let (s, _) = SignedRequest::new(
+        &with_old,
+        &bot_message("B", "signed with the old key", 1),
+        0,
+    )
+    .send(&mesh.http, &a)
+    .await;
+    assert_eq!(s, 200, "old key still valid during the rotation");
+    let both = Signer {
+        hmac: vec![],
+        ed25519: vec![old, mesh.signers[1].ed25519[0].clone()],
+    };
+    let (s, _) = SignedRequest::new(&both, &bot_message("B", "signed with both", 1), 0)
+        .send(&mesh.http, &a)
+        .await;
+    assert_eq!(s, 200);
+    let other = Signer {
+        hmac: vec![],
+        ed25519: vec![SigningKey::generate()],
+    };
+    let (s, _) = SignedRequest::new(&other, &bot_message("B", "neither", 1), 0)
+        .send(&mesh.http, &a)
+        .await;
+    assert_eq!(s, 401);
+    mesh.shutdown().await;
+}

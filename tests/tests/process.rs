@@ -123,6 +123,65 @@ async fn two_processes_exchange_messages_and_stop_cleanly_on_sigterm() {
     }
     assert!(seen, "B received A's message");
 
+    // The operator's tools against the running processes.
+    let quiet = Command::new(botmesh_bin())
+        .args(["quiet", "--bot", "B", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(
+        quiet.status.success(),
+        "{}",
+        String::from_utf8_lossy(&quiet.stderr)
+    );
+    let info: serde_json::Value = http
+        .get(format!("{api_b}/v1/info"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(info["quiet"], true);
+    let off = Command::new(botmesh_bin())
+        .args(["quiet", "--off", "--bot", "B", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(off.status.success());
+    let info: serde_json::Value = http
+        .get(format!("{api_b}/v1/info"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(info["quiet"], false);
+    // explain needs no running node and no secrets: run it with the key files gone.
+    let explain = Command::new(botmesh_bin())
+        .args(["explain", "--bot", "A", "--from", "alice", "--config"])
+        .arg(&config)
+        .arg("hey @a, and ops@a.dev too")
+        .env_clear()
+        .output()
+        .unwrap();
+    assert!(
+        explain.status.success(),
+        "{}",
+        String::from_utf8_lossy(&explain.stderr)
+    );
+    let e: serde_json::Value = serde_json::from_slice(&explain.stdout).unwrap();
+    assert_eq!(
+        (
+            e["mentioned"].as_bool(),
+            e["action"].as_str(),
+            e["reason"].as_str()
+        ),
+        (Some(true), Some("reply"), Some("mentioned"))
+    );
+    assert_eq!(e["mentions"], serde_json::json!(["A"]));
+
     for p in [&a, &b] {
         sigterm(p);
     }
