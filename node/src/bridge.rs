@@ -1,4 +1,5 @@
-//! The peer-facing listener: `POST /bridge/v1/envelopes` (and Feishu callbacks later).
+//! The peer-facing listener: `POST /bridge/v1/envelopes`, and Feishu's event callbacks
+//! at `POST /feishu/v1/events` (checked by [`crate::feishu`]).
 //!
 //! Every request runs the same gauntlet, cheapest check first, and every rejection is
 //! counted and logged with its reason, the peer address and the id (never a secret):
@@ -30,6 +31,9 @@ pub const MAX_BODY_BYTES: usize = 256 * 1024;
 pub async fn handle(node: Arc<Node>, req: Request<Incoming>, remote: SocketAddr) -> Response<Body> {
     match (req.method(), req.uri().path()) {
         (&Method::POST, ENVELOPES_PATH) => receive(node, req, remote).await,
+        (&Method::POST, crate::feishu::EVENTS_PATH) => {
+            crate::feishu::handle_events(node, req, remote).await
+        }
         (&Method::GET, "/healthz") => crate::api::health(&node),
         (_, ENVELOPES_PATH) => server::error(StatusCode::METHOD_NOT_ALLOWED, "use POST"),
         _ => server::error(StatusCode::NOT_FOUND, "no such endpoint"),

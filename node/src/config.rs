@@ -83,6 +83,10 @@ pub struct MeshSettings {
     pub peer_rate_limit: u32,
     /// Seconds to drain outboxes on shutdown.
     pub shutdown_grace_secs: u64,
+    /// Time a client has to send a request's headers (slowloris guard), per listener.
+    pub header_timeout_ms: u64,
+    /// Open connections per listener; more wait in the kernel's backlog.
+    pub max_connections: usize,
 }
 
 impl Default for MeshSettings {
@@ -104,6 +108,8 @@ impl Default for MeshSettings {
             peer_timeout_ms: 5_000,
             peer_rate_limit: 200,
             shutdown_grace_secs: 5,
+            header_timeout_ms: 10_000,
+            max_connections: 1024,
         }
     }
 }
@@ -202,13 +208,48 @@ pub enum ReplyTo {
     Humans,
 }
 
-/// Feishu ids of a bot.
+/// Feishu ids of a bot and, for a bot whose platform is `feishu`, its app (see docs/feishu.md).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FeishuIds {
     /// The bot's open_id (as seen by this bot's own app).
     #[serde(default)]
     pub open_id: Option<String>,
+    /// The app's App ID (`cli_…`).
+    #[serde(default)]
+    pub app_id: Option<String>,
+    /// Env var holding the app's App Secret.
+    #[serde(default)]
+    pub app_secret_env: Option<String>,
+    /// Env var holding the event subscription's Verification Token.
+    #[serde(default)]
+    pub verification_token_env: Option<String>,
+    /// Env var holding the event subscription's Encrypt Key (recommended: signed, encrypted events).
+    #[serde(default)]
+    pub encrypt_key_env: Option<String>,
+    /// Open platform base URL: `https://open.feishu.cn` (default) or `https://open.larksuite.com`.
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// The group chat (`oc_…`) that is the mesh's `[mesh].group`.
+    #[serde(default)]
+    pub chat_id: Option<String>,
+    /// Colleagues' open_ids as seen by THIS bot's app (open_ids differ per app): bot name → `ou_…`.
+    #[serde(default)]
+    pub peer_open_ids: HashMap<String, String>,
+}
+
+/// The Feishu open platform's default base URL.
+pub const FEISHU_BASE_URL: &str = "https://open.feishu.cn";
+
+impl FeishuIds {
+    /// The configured base URL without a trailing `/`, or Feishu's.
+    pub fn base_url(&self) -> String {
+        self.base_url
+            .as_deref()
+            .unwrap_or(FEISHU_BASE_URL)
+            .trim_end_matches('/')
+            .to_string()
+    }
 }
 
 /// Sidecar mode: hand each turn to an external bot instead of the built-in reply.
@@ -435,6 +476,12 @@ impl Settings {
                 "needs 0 < retry_base_ms <= retry_max_ms",
             ));
         }
+        if m.max_connections == 0 || m.header_timeout_ms == 0 {
+            return Err(self.err(
+                "mesh.max_connections",
+                "max_connections and header_timeout_ms must be at least 1",
+            ));
+        }
         if m.peer_rate_limit == 0 {
             return Err(self.err("mesh.peer_rate_limit", "must be at least 1"));
         }
@@ -557,9 +604,58 @@ impl Settings {
             if b.platform == Platform::Feishu && b.open_id().is_none() {
                 return Err(self.err(at("feishu.open_id"), "a feishu bot needs its open_id"));
             }
+            if let Some(f) = &b.feishu {
+                self.validate_feishu(i, b, f)?;
+            }
             if let Some(a) = &b.agent {
                 check_url(&a.webhook).map_err(|p| self.err(at("agent.webhook"), p))?;
             }
+        }
+        Ok(())
+    }
+
+    /// `bots[i].feishu`: the app settings a feishu bot needs, and well-formed peer ids.
+    fn validate_feishu(&self, i: usize, b: &BotSettings, f: &FeishuIds) -> Result<(), ConfigError> {
+        let at = |k: &str| format!("bots[{i}].feishu.{k}");
+        if let Some(url) = &f.base_url {
+            check_url(url).map_err(|p| self.err(at("base_url"), p))?;
+        }
+        for (peer, open_id) in &f.peer_open_ids {
+            let key = at(&format!("peer_open_ids.{peer}"));
+            match self.bot(peer) {
+                None => {
+                    return Err(self.err(key, format!("{peer:?} is not a bot of this mesh")));
+                }
+                Some((j, _)) if j == i => {
+                    return Err(self.err(key, "a bot's own open_id goes in feishu.open_id"));
+                }
+                _ => {}
+            }
+            if open_id.trim().is_empty() || open_id.contains(['<', '>', '"']) {
+                return Err(self.err(key, "must be an open_id like ou_…"));
+            }
+        }
+        if b.platform != Platform::Feishu {
+            return Ok(());
+        }
+        let blank = |v: &Option<String>| v.as_deref().is_none_or(|v| v.trim().is_empty());
+        if blank(&f.app_id) {
+            return Err(self.err(at("app_id"), "a feishu bot needs its app's App ID (cli_…)"));
+        }
+        if blank(&f.app_secret_env) {
+            return Err(self.err(
+                at("app_secret_env"),
+                "a feishu bot needs the env var holding its App Secret",
+            ));
+        }
+        if blank(&f.verification_token_env) && blank(&f.encrypt_key_env) {
+            return Err(self.err(
+                at("encrypt_key_env"),
+                "set encrypt_key_env (recommended) or verification_token_env: events must be authenticated",
+            ));
+        }
+        if f.chat_id.as_deref().is_some_and(|c| c.trim().is_empty()) {
+            return Err(self.err(at("chat_id"), "must not be empty (a chat_id like oc_…)"));
         }
         Ok(())
     }
@@ -643,6 +739,28 @@ pub struct NodeConfig {
     pub api_addr: SocketAddr,
     /// LLM API keys read from the variables `[llm]` names, by variable name.
     pub llm_keys: HashMap<String, String>,
+    /// The Feishu app's secrets, for a bot whose platform is `feishu`.
+    pub feishu: Option<FeishuSecrets>,
+}
+
+/// A feishu bot's secrets, read from the variables `[bots.feishu]` names.
+#[derive(Clone)]
+pub struct FeishuSecrets {
+    /// App Secret (for the tenant access token).
+    pub app_secret: String,
+    /// Verification Token, when configured.
+    pub verification_token: Option<String>,
+    /// Encrypt Key, when configured.
+    pub encrypt_key: Option<String>,
+}
+
+impl std::fmt::Debug for FeishuSecrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FeishuSecrets")
+            .field("verification_token", &self.verification_token.is_some())
+            .field("encrypt_key", &self.encrypt_key.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for NodeConfig {
@@ -838,6 +956,14 @@ impl NodeConfig {
                 }
             }
         }
+        let feishu = match bot
+            .feishu
+            .as_ref()
+            .filter(|_| bot.platform == Platform::Feishu)
+        {
+            Some(f) if secrets => Some(feishu_secrets(&settings, me, f, env)?),
+            _ => None,
+        };
         let data_dir = data_dir.unwrap_or_else(|| settings.relative(&m.data_dir).join(&bot.name));
         Ok(NodeConfig {
             settings,
@@ -849,6 +975,7 @@ impl NodeConfig {
             bridge_addr,
             api_addr,
             llm_keys,
+            feishu,
         })
     }
 
@@ -899,6 +1026,31 @@ fn parse_secret(
         .validate_strength()
         .map_err(|e| s.err(key, format!("{source}: secret too weak: {e}")))?;
     Ok(secret)
+}
+
+/// Reads a feishu bot's secrets; an unset variable it names is an error naming the key.
+fn feishu_secrets(
+    s: &Settings,
+    me: usize,
+    f: &FeishuIds,
+    env: &dyn SecretSource,
+) -> Result<FeishuSecrets, ConfigError> {
+    let read = |key: &str, var: &Option<String>| -> Result<Option<String>, ConfigError> {
+        match var {
+            None => Ok(None),
+            Some(var) => env.var(var).map(Some).ok_or_else(|| {
+                s.err(
+                    format!("bots[{me}].feishu.{key}"),
+                    format!("environment variable {var} is not set"),
+                )
+            }),
+        }
+    };
+    Ok(FeishuSecrets {
+        app_secret: read("app_secret_env", &f.app_secret_env)?.unwrap_or_default(),
+        verification_token: read("verification_token_env", &f.verification_token_env)?,
+        encrypt_key: read("encrypt_key_env", &f.encrypt_key_env)?,
+    })
 }
 
 fn read_secret_file(s: &Settings, key: &str, file: &Path) -> Result<String, ConfigError> {

@@ -295,7 +295,10 @@ mod tests {
             assert!(p.contains(part), "missing {part}: {p}");
         }
         // The number the docs report (docs/llm.md); a regression guard, not a timing.
-        eprintln!("default judge prompt, 8 typical messages: {} bytes", p.len());
+        eprintln!(
+            "default judge prompt, 8 typical messages: {} bytes",
+            p.len()
+        );
         assert!(
             p.len() < 1500,
             "default judge prompt grew to {} bytes",

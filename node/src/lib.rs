@@ -18,6 +18,7 @@
 //! - [`outbox`] — one ordered, retrying, bounded queue per peer.
 //! - [`bridge`] — the peer-facing listener and its checks.
 //! - [`api`] — the local API and page.
+//! - [`feishu`] — Feishu/Lark: signed, encrypted event callbacks in; messages with real `<at>` out.
 //! - [`server`] — hyper plumbing shared by both listeners.
 //! - [`events`] — live events for the page and SSE.
 //! - [`metrics`] — Prometheus metrics.
@@ -28,6 +29,7 @@
 //! - [`reply`] — the reply prompt and the offline reply.
 //! - [`llm`] — the OpenAI-compatible client.
 //! - [`turn`] — the pipeline for one message, and `explain`.
+//! - [`simulate`] — `botmesh simulate`: the real turn-taking code in virtual time, against baselines.
 //! - [`node`] — one running node: state, start, graceful shutdown.
 
 #![forbid(unsafe_code)]
@@ -37,6 +39,7 @@ pub mod bridge;
 pub mod config;
 pub mod envelope;
 pub mod events;
+pub mod feishu;
 pub mod judge;
 pub mod llm;
 pub mod mention;
@@ -49,5 +52,6 @@ pub mod scheduler;
 pub mod seen;
 pub mod server;
 pub mod signing;
+pub mod simulate;
 pub mod transcript;
 pub mod turn;

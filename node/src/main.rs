@@ -80,6 +80,34 @@ enum Command {
         #[arg(long, default_value = "peers.toml")]
         config: PathBuf,
     },
+    /// Run the turn-taking simulator: the real decision code, scripted judges, virtual time,
+    /// botmesh against the XiaoBa, nanobot and review-panel baselines.
+    Simulate {
+        /// Folder of scenario files (*.toml).
+        #[arg(long, default_value = "scenarios")]
+        scenarios: PathBuf,
+        /// Which policy to run: all, botmesh, xiaoba, nanobot or review-panel.
+        #[arg(long, default_value = "all")]
+        policy: String,
+        /// Base seed; the same seed gives the same results.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Runs per scenario and policy.
+        #[arg(long, default_value_t = 50)]
+        runs: usize,
+        /// Write the full report as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Write the Markdown report (docs/turn-taking.md) to this file.
+        #[arg(long)]
+        write_doc: Option<PathBuf>,
+        /// Instead of the report, print the event trace of one run of this scenario.
+        #[arg(long)]
+        trace: Option<String>,
+        /// Which run of the scenario to trace (0-based).
+        #[arg(long, default_value_t = 0)]
+        trace_run: usize,
+    },
 }
 
 fn main() -> ExitCode {
@@ -115,6 +143,23 @@ fn main() -> ExitCode {
             },
         ),
         Command::Quiet { bot, off, config } => quiet(bot, config, !off),
+        Command::Simulate {
+            scenarios,
+            policy,
+            seed,
+            runs,
+            json,
+            write_doc,
+            trace,
+            trace_run,
+        } => simulate(
+            scenarios,
+            &policy,
+            (seed, runs),
+            json,
+            write_doc,
+            trace.map(|t| (t, trace_run)),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -279,4 +324,76 @@ fn quiet(bot: String, config: PathBuf, on: bool) -> anyhow::Result<()> {
         println!("{body}");
         Ok(())
     })
+}
+
+fn simulate(
+    dir: PathBuf,
+    policy: &str,
+    (seed, runs): (u64, usize),
+    json: Option<PathBuf>,
+    write_doc: Option<PathBuf>,
+    trace: Option<(String, usize)>,
+) -> anyhow::Result<()> {
+    use botmesh::simulate as sim;
+    let policies = sim::PolicyKind::parse_list(policy)?;
+    anyhow::ensure!(runs > 0, "--runs must be at least 1");
+    let worlds = sim::load_dir(&dir)?;
+    if let Some((name, run)) = trace {
+        let w = worlds
+            .iter()
+            .find(|w| w.scenario.name == name)
+            .with_context(|| format!("no scenario {name:?} in {}", dir.display()))?;
+        let run_seed = sim::run_seed(seed, &name, run);
+        for p in &policies {
+            let (t, lines) = sim::trace_once(w, *p, run_seed);
+            println!(
+                "== {name}, run {run} (seed {run_seed}), policy {}",
+                p.as_str()
+            );
+            for l in lines {
+                println!("{l}");
+            }
+            println!(
+                "-- {} bot messages, {} duplicate interjections, right bot first {}/{}, longest chain {}, {} judge + {} reply calls\n",
+                t.bot_posts,
+                t.dup_interjections,
+                t.right_first,
+                t.expected,
+                t.longest_chain,
+                t.judge_human + t.judge_bot + t.rejudge,
+                t.reply_calls
+            );
+        }
+        return Ok(());
+    }
+    let report = sim::simulate(&worlds, &policies, seed, runs);
+    println!(
+        "{} scenarios x {} runs, seed {}\n\n{}",
+        worlds.len(),
+        runs,
+        seed,
+        sim::headline_table(&report.overall)
+    );
+    for t in &report.targets {
+        println!(
+            "botmesh target {}: {} ({})",
+            if t.met { "met" } else { "MISSED" },
+            t.target,
+            t.detail
+        );
+    }
+    if let Some(path) = json {
+        std::fs::write(&path, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = write_doc {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
+        std::fs::write(&path, sim::render_doc(&report))
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
 }

@@ -53,6 +53,29 @@ pub struct Node {
     pub accepting: CancellationToken,
     /// Tracks the background turn tasks so shutdown can wait for them.
     pub turns: tokio_util::task::TaskTracker,
+    /// The Feishu app, when this bot's platform is `feishu`.
+    pub feishu: Option<Arc<crate::feishu::Feishu>>,
+}
+
+/// Hands durable outbound messages to every peer's outbox, in log order.
+struct PeerFanout {
+    outboxes: Vec<Arc<Outbox>>,
+    metrics: Arc<Metrics>,
+}
+
+impl crate::transcript::Fanout for PeerFanout {
+    fn push(&self, seq: u64, id: &str, body: Bytes) {
+        for o in &self.outboxes {
+            let _ = o.push(id, body.clone(), Some(seq), &self.metrics);
+        }
+    }
+    fn delivered_through(&self) -> u64 {
+        self.outboxes
+            .iter()
+            .map(|o| o.handled())
+            .min()
+            .unwrap_or(u64::MAX - 1)
+    }
 }
 
 /// A started node: its addresses and the handle to stop it.
@@ -76,8 +99,35 @@ impl Node {
         env: Envelope,
         source: &str,
     ) -> Result<Appended, TranscriptError> {
+        self.record_with_mentions(env, source, Vec::new()).await
+    }
+
+    /// [`Node::record`] for a platform message whose `@_user_N` placeholders resolve
+    /// through the platform's mention list (Feishu `mentions[]`).
+    pub async fn record_with_mentions(
+        self: &Arc<Self>,
+        env: Envelope,
+        source: &str,
+        mentions: Vec<crate::mention::PlatformMention>,
+    ) -> Result<Appended, TranscriptError> {
+        self.record_inner(env, source, mentions, false).await
+    }
+
+    /// The one way into a transcript. `outbound`: also queue the message for every
+    /// peer in the same durable write.
+    async fn record_inner(
+        self: &Arc<Self>,
+        env: Envelope,
+        source: &str,
+        mentions: Vec<crate::mention::PlatformMention>,
+        outbound: bool,
+    ) -> Result<Appended, TranscriptError> {
         let env = Arc::new(env);
-        let outcome = self.transcripts.append((*env).clone()).await;
+        let outcome = if outbound {
+            self.transcripts.append_outbound((*env).clone()).await
+        } else {
+            self.transcripts.append((*env).clone()).await
+        };
         match &outcome {
             Ok(Appended::New) => {
                 self.metrics
@@ -89,8 +139,7 @@ impl Node {
                 self.brain.observe(&env);
                 if !self.accepting.is_cancelled() {
                     let node = self.clone();
-                    self.turns
-                        .spawn(async move { crate::turn::consider(node, env).await });
+                    self.turns.spawn(consider(node, env, mentions));
                 }
             }
             Ok(Appended::Duplicate) => {}
@@ -113,41 +162,52 @@ impl Node {
         self.events.publish(Event::Claim { envelope: env });
     }
 
-    /// Queues `env` for every peer. Returns the peers that refused it (outbox full).
-    pub fn broadcast(&self, env: &Envelope) -> Vec<String> {
+    /// Queues an ephemeral envelope (a claim) for every peer, in memory only: a claim
+    /// that arrives after a restart would be stale anyway.
+    pub fn broadcast(&self, env: &Envelope) {
         let body = Bytes::from(env.to_bytes());
         let id = env.id.to_string();
-        self.outboxes
-            .iter()
-            .filter_map(|o| {
-                o.push(&id, body.clone(), &self.metrics)
-                    .err()
-                    .map(|e| e.peer)
-            })
-            .collect()
+        for o in &self.outboxes {
+            let _ = o.push(&id, body.clone(), None, &self.metrics);
+        }
     }
 
-    /// Records this node's own message (human via the API, or the bot's reply) and
-    /// sends it to every peer.
+    /// Records this node's own message (human via the API, or the bot's reply) and,
+    /// in the same durable write, queues it for every peer (see `transcript::Fanout`).
+    /// On Feishu the bot's own message is posted to the chat first, so the envelope
+    /// carries its `om_…` id (`platform_msg_id`) to the peers.
     pub async fn publish(
         self: &Arc<Self>,
-        env: Envelope,
+        mut env: Envelope,
         source: &str,
     ) -> Result<Appended, TranscriptError> {
-        let outcome = self.record(env.clone(), source).await?;
-        if outcome == Appended::New {
-            let refused = self.broadcast(&env);
-            if !refused.is_empty() {
-                tracing::error!(id = %env.id, peers = ?refused, "message recorded but not queued for some peers (outbox full)");
+        if let Some(f) = self.feishu.as_ref().filter(|f| f.should_post(&env)) {
+            if !self.transcripts.contains(&env.group, &env.id, None) {
+                if let Ok(id) = f.post(&self.brain.matcher, &env).await {
+                    env.platform_msg_id = Some(id);
+                }
             }
         }
-        Ok(outcome)
+        self.record_inner(env, source, Vec::new(), true).await
     }
 
     /// Whether the operator switched the bot quiet.
     pub fn is_quiet(&self) -> bool {
         self.quiet.load(Ordering::Relaxed)
     }
+}
+
+/// The turn pipeline for a recorded message, boxed like [`crate::turn::consider`] so
+/// that recording (which replying does) need not name its own future's type.
+fn consider(
+    node: Arc<Node>,
+    env: Arc<Envelope>,
+    mentions: Vec<crate::mention::PlatformMention>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+    if mentions.is_empty() {
+        return crate::turn::consider(node, env);
+    }
+    Box::pin(async move { crate::turn::consider_with(node, env, &mentions).await })
 }
 
 /// Builds the node and starts its listeners and outboxes.
@@ -160,14 +220,52 @@ pub async fn start(
     let events = EventBus::new(1024);
     std::fs::create_dir_all(&cfg.data_dir)
         .with_context(|| format!("creating data folder {}", cfg.data_dir.display()))?;
-    let (transcripts, report) = Transcripts::open(&cfg.data_dir, events.clone(), true)
-        .with_context(|| format!("opening transcripts in {}", cfg.data_dir.display()))?;
+    let outbox_dir = cfg.data_dir.join("outbox");
+    std::fs::create_dir_all(&outbox_dir)
+        .with_context(|| format!("creating {}", outbox_dir.display()))?;
+    let outboxes: Vec<Arc<Outbox>> = cfg
+        .peers()
+        .map(|p| {
+            let cursor = outbox_dir.join(format!(
+                "{}.cursor",
+                crate::transcript::encode_name(&p.name)
+            ));
+            Outbox::new(
+                &p.name,
+                &p.bridge_base_url(),
+                cfg.mesh().outbox_capacity,
+                Some(cursor),
+            )
+        })
+        .collect();
+    let cursors: Vec<Option<u64>> = outboxes.iter().map(|o| o.saved_cursor()).collect();
+    let min_next_seq = cursors.iter().flatten().max().map(|c| c + 1).unwrap_or(1);
+    let fanout = Arc::new(PeerFanout {
+        outboxes: outboxes.clone(),
+        metrics: metrics.clone(),
+    });
+    let (transcripts, report, logged) =
+        Transcripts::open(&cfg.data_dir, events.clone(), true, fanout, min_next_seq)
+            .with_context(|| format!("opening transcripts in {}", cfg.data_dir.display()))?;
     tracing::info!(
         groups = report.groups,
         messages = report.messages,
         dropped_lines = report.dropped_lines,
         "transcripts restored"
     );
+    for (o, cursor) in outboxes.iter().zip(cursors) {
+        // A peer without a cursor is new to this node: it starts from now, not from history.
+        let cursor =
+            cursor.unwrap_or_else(|| logged.last().map(|e| e.seq).unwrap_or(min_next_seq - 1));
+        o.set_handled(cursor);
+        let resend: Vec<_> = logged.iter().filter(|e| e.seq > cursor).collect();
+        if !resend.is_empty() {
+            tracing::info!(peer = %o.peer(), envelopes = resend.len(), "resuming undelivered envelopes from the outbox log");
+        }
+        for e in resend {
+            let _ = o.push(&e.id, e.body.clone(), Some(e.seq), &metrics);
+        }
+    }
     let http = reqwest::Client::builder()
         .no_proxy()
         .connect_timeout(Duration::from_secs(2))
@@ -175,11 +273,8 @@ pub async fn start(
         .pool_idle_timeout(Duration::from_secs(60))
         .build()
         .context("building the peer HTTP client")?;
-    let outboxes: Vec<Arc<Outbox>> = cfg
-        .peers()
-        .map(|p| Outbox::new(&p.name, &p.bridge_base_url(), cfg.mesh().outbox_capacity))
-        .collect();
     let brain = Brain::new(&cfg, metrics.clone(), events.clone())?;
+    let feishu = crate::feishu::Feishu::from_config(&cfg)?.map(Arc::new);
     let node = Arc::new(Node {
         limiter: crate::bridge::RateLimiter::new(cfg.mesh().peer_rate_limit),
         seen: SeenCache::new(SEEN_TTL, 1_000_000),
@@ -191,8 +286,13 @@ pub async fn start(
         events,
         metrics,
         brain,
+        feishu,
         cfg,
     });
+    if let Some(f) = node.feishu.clone() {
+        // Best effort: log when the app's real open_id differs from peers.toml.
+        tokio::spawn(async move { f.check_identity().await });
+    }
     let policy = RetryPolicy {
         base: node.cfg.retry_base(),
         max: Duration::from_millis(node.cfg.mesh().retry_max_ms),
@@ -214,12 +314,16 @@ pub async fn start(
     let bridge_addr = bridge.local_addr()?;
     let api_addr = api.local_addr()?;
     let grace = Duration::from_secs(node.cfg.mesh().shutdown_grace_secs);
+    let limits = Limits {
+        max_connections: node.cfg.mesh().max_connections,
+        header_timeout: Duration::from_millis(node.cfg.mesh().header_timeout_ms),
+    };
     let mut servers = JoinSet::new();
     let n = node.clone();
     servers.spawn(server::serve(
         "bridge",
         bridge,
-        Limits::default(),
+        limits,
         node.accepting.clone(),
         grace,
         move |req, remote| crate::bridge::handle(n.clone(), req, remote),
@@ -228,7 +332,7 @@ pub async fn start(
     servers.spawn(server::serve(
         "api",
         api,
-        Limits::default(),
+        limits,
         node.accepting.clone(),
         grace,
         move |req, remote| crate::api::handle(n.clone(), req, remote),

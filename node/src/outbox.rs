@@ -7,6 +7,8 @@
 //! silently: a refused push (queue full) and a final give-up are logged and counted.
 
 use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -31,6 +33,8 @@ struct Pending {
     body: Bytes,
     /// When it was queued, for the give-up deadline.
     queued_at: Instant,
+    /// Position in the node's outbox log, for durable messages (claims have none).
+    seq: Option<u64>,
 }
 
 /// Why a push was refused.
@@ -78,18 +82,55 @@ pub struct Outbox {
     queue: Mutex<VecDeque<Pending>>,
     notify: Notify,
     capacity: usize,
+    /// The highest log sequence delivered to (or given up on for) this peer.
+    handled: AtomicU64,
+    /// Where `handled` is kept across restarts.
+    cursor_path: Option<PathBuf>,
 }
 
 impl Outbox {
-    /// An empty outbox for `peer` at `base_url`.
-    pub fn new(peer: &str, base_url: &str, capacity: usize) -> Arc<Outbox> {
+    /// An empty outbox for `peer` at `base_url`; `cursor_path` keeps its delivery
+    /// position in the outbox log across restarts.
+    pub fn new(
+        peer: &str,
+        base_url: &str,
+        capacity: usize,
+        cursor_path: Option<PathBuf>,
+    ) -> Arc<Outbox> {
         Arc::new(Outbox {
             peer: peer.to_string(),
             url: format!("{}{}", base_url.trim_end_matches('/'), ENVELOPES_PATH),
             queue: Mutex::new(VecDeque::new()),
             notify: Notify::new(),
             capacity,
+            handled: AtomicU64::new(0),
+            cursor_path,
         })
+    }
+
+    /// The saved delivery position, if this peer has one.
+    pub fn saved_cursor(&self) -> Option<u64> {
+        let path = self.cursor_path.as_ref()?;
+        std::fs::read_to_string(path).ok()?.trim().parse().ok()
+    }
+
+    /// Sets the delivery position (at start, from the saved cursor).
+    pub fn set_handled(&self, seq: u64) {
+        self.handled.store(seq, Ordering::SeqCst);
+    }
+
+    /// The highest log sequence delivered to or given up on for this peer.
+    pub fn handled(&self) -> u64 {
+        self.handled.load(Ordering::SeqCst)
+    }
+
+    fn mark_handled(&self, seq: u64) {
+        self.handled.fetch_max(seq, Ordering::SeqCst);
+        if let Some(path) = &self.cursor_path {
+            if let Err(e) = write_cursor(path, self.handled()) {
+                tracing::warn!(peer = %self.peer, error = %e, "could not save the outbox cursor (a restart may re-send; peers deduplicate)");
+            }
+        }
     }
 
     /// The peer's name.
@@ -107,13 +148,25 @@ impl Outbox {
         self.len() == 0
     }
 
-    /// Queues an envelope; refuses (never silently drops) when full.
-    pub fn push(&self, id: &str, body: Bytes, metrics: &Metrics) -> Result<(), OutboxFull> {
+    /// Queues an envelope; refuses (never silently drops) when full. `seq` is its
+    /// position in the outbox log for durable messages.
+    pub fn push(
+        &self,
+        id: &str,
+        body: Bytes,
+        seq: Option<u64>,
+        metrics: &Metrics,
+    ) -> Result<(), OutboxFull> {
         let depth = {
             let mut q = self.queue.lock().expect("outbox lock");
             if q.len() >= self.capacity {
                 metrics.envelope_out(&self.peer, "refused_full");
                 tracing::error!(peer = %self.peer, id, capacity = self.capacity, "outbox full: envelope NOT queued for this peer");
+                let nothing_durable_waits = q.iter().all(|p| p.seq.is_none());
+                drop(q);
+                if let Some(seq) = seq.filter(|_| nothing_durable_waits) {
+                    self.mark_handled(seq);
+                }
                 return Err(OutboxFull {
                     peer: self.peer.clone(),
                     capacity: self.capacity,
@@ -123,6 +176,7 @@ impl Outbox {
                 id: id.to_string(),
                 body,
                 queued_at: Instant::now(),
+                seq,
             });
             q.len()
         };
@@ -136,13 +190,18 @@ impl Outbox {
     }
 
     fn pop(&self, id: &str, metrics: &Metrics) {
-        let depth = {
+        let (depth, seq) = {
             let mut q = self.queue.lock().expect("outbox lock");
-            if q.front().is_some_and(|p| p.id == id) {
-                q.pop_front();
-            }
-            q.len()
+            let seq = if q.front().is_some_and(|p| p.id == id) {
+                q.pop_front().and_then(|p| p.seq)
+            } else {
+                None
+            };
+            (q.len(), seq)
         };
+        if let Some(seq) = seq {
+            self.mark_handled(seq);
+        }
         metrics.set_outbox_depth(&self.peer, depth);
     }
 
@@ -247,6 +306,12 @@ impl Outbox {
     }
 }
 
+fn write_cursor(path: &Path, seq: u64) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, seq.to_string())?;
+    std::fs::rename(tmp, path)
+}
+
 enum Attempt {
     Delivered,
     Permanent(String),
@@ -278,15 +343,27 @@ mod tests {
     #[test]
     fn refuses_when_full_and_counts_it() {
         let m = Metrics::new();
-        let o = Outbox::new("B", "http://127.0.0.1:1", 2);
-        o.push("1", Bytes::from_static(b"{}"), &m).unwrap();
-        o.push("2", Bytes::from_static(b"{}"), &m).unwrap();
-        assert!(o.push("3", Bytes::from_static(b"{}"), &m).is_err());
+        let dir = tempfile::tempdir().unwrap();
+        let o = Outbox::new(
+            "B",
+            "http://127.0.0.1:1",
+            2,
+            Some(dir.path().join("B.cursor")),
+        );
+        o.push("1", Bytes::from_static(b"{}"), Some(1), &m).unwrap();
+        o.push("2", Bytes::from_static(b"{}"), None, &m).unwrap();
+        assert!(o.push("3", Bytes::from_static(b"{}"), Some(3), &m).is_err());
         assert_eq!(o.len(), 2);
         assert!(m
             .render()
             .contains(r#"botmesh_envelopes_out_total{peer="B",result="refused_full"} 1"#));
+        assert_eq!(
+            o.handled(),
+            0,
+            "seq 1 still waits, so refusing 3 cannot advance the cursor"
+        );
         o.pop("1", &m);
         assert_eq!(o.front().unwrap().id, "2");
+        assert_eq!((o.handled(), o.saved_cursor()), (1, Some(1)));
     }
 }

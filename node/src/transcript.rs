@@ -12,6 +12,7 @@ use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};
 
+use bytes::Bytes;
 use tokio::sync::oneshot;
 use ulid::Ulid;
 
@@ -95,8 +96,35 @@ impl GroupLog {
 struct WriteJob {
     group: String,
     line: Vec<u8>,
+    /// Also goes to every peer: written to the outbox log and handed to the [`Fanout`].
+    outbound: Option<(String, Bytes)>,
     done: oneshot::Sender<std::io::Result<()>>,
 }
+
+/// Where durable outbound messages go once they are on disk, in log order.
+///
+/// Implemented by the node over its peers' outboxes. Called from the writer thread, so
+/// the order peers see is exactly the order of the outbox log.
+pub trait Fanout: Send + Sync {
+    /// Queues `body` (envelope `id`, log sequence `seq`) for every peer.
+    fn push(&self, seq: u64, id: &str, body: Bytes);
+    /// The highest sequence every peer has been handed or has given up on.
+    fn delivered_through(&self) -> u64;
+}
+
+/// An outbound message still in the outbox log (delivery may be pending).
+#[derive(Debug, Clone)]
+pub struct LoggedOutbound {
+    /// Position in the log.
+    pub seq: u64,
+    /// Envelope id.
+    pub id: String,
+    /// Serialized envelope.
+    pub body: Bytes,
+}
+
+/// Name of the outbox log in the data folder.
+pub const OUTBOX_LOG: &str = "outbox.log";
 
 /// Every group's transcript, in memory and on disk.
 pub struct Transcripts {
@@ -114,7 +142,9 @@ impl Transcripts {
         data_dir: &Path,
         events: EventBus,
         fsync: bool,
-    ) -> std::io::Result<(Transcripts, LoadReport)> {
+        fanout: Arc<dyn Fanout>,
+        min_next_seq: u64,
+    ) -> std::io::Result<(Transcripts, LoadReport, Vec<LoggedOutbound>)> {
         let dir = data_dir.join("transcripts");
         std::fs::create_dir_all(&dir)?;
         let mut groups = HashMap::new();
@@ -138,13 +168,32 @@ impl Transcripts {
             report.dropped_lines += dropped;
             groups.insert(group, log);
         }
+        let log_path = data_dir.join(OUTBOX_LOG);
+        let pending = load_outbox_log(&log_path)?;
+        let next_seq = pending
+            .last()
+            .map(|p| p.seq + 1)
+            .unwrap_or(1)
+            .max(min_next_seq);
+        let outbox_log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)?;
         let (tx, rx) = mpsc::channel();
         let last_error = Arc::new(Mutex::new(None));
-        let writer_dir = dir.clone();
-        let err_slot = last_error.clone();
+        let writer = Writer {
+            dir: dir.clone(),
+            fsync,
+            files: HashMap::new(),
+            log: outbox_log,
+            log_entries: !pending.is_empty(),
+            next_seq,
+            fanout,
+            last_error: last_error.clone(),
+        };
         std::thread::Builder::new()
             .name("transcript-writer".into())
-            .spawn(move || writer_loop(writer_dir, rx, fsync, err_slot))?;
+            .spawn(move || writer.run(rx))?;
         Ok((
             Transcripts {
                 dir,
@@ -154,17 +203,31 @@ impl Transcripts {
                 last_error,
             },
             report,
+            pending,
         ))
     }
 
     /// Records `env` unless already present; returns once it is on disk.
     pub async fn append(&self, env: Envelope) -> Result<Appended, TranscriptError> {
+        self.append_with(env, false).await
+    }
+
+    /// Records `env` and, in the same durable write, queues it for every peer through
+    /// the outbox log: once this returns, the message survives a crash on both counts.
+    pub async fn append_outbound(&self, env: Envelope) -> Result<Appended, TranscriptError> {
+        self.append_with(env, true).await
+    }
+
+    async fn append_with(
+        &self,
+        env: Envelope,
+        outbound: bool,
+    ) -> Result<Appended, TranscriptError> {
         let env = Arc::new(env);
-        let line = {
-            let mut line = serde_json::to_vec(&*env).expect("envelope serializes");
-            line.push(b'\n');
-            line
-        };
+        let body = serde_json::to_vec(&*env).expect("envelope serializes");
+        let mut line = body.clone();
+        line.push(b'\n');
+        let outbound = outbound.then(|| (env.id.to_string(), Bytes::from(body)));
         let (done_tx, done_rx) = oneshot::channel();
         {
             let mut groups = self.groups.lock().expect("transcripts lock");
@@ -183,6 +246,7 @@ impl Transcripts {
                     w.send(WriteJob {
                         group: env.group.clone(),
                         line,
+                        outbound,
                         done: done_tx,
                     })
                     .is_ok()
@@ -337,64 +401,174 @@ fn load_file(path: &Path) -> std::io::Result<(GroupLog, usize)> {
     Ok((log, dropped))
 }
 
-fn writer_loop(
+/// The writer thread's state: open files, the outbox log and its sequence.
+struct Writer {
     dir: PathBuf,
-    rx: mpsc::Receiver<WriteJob>,
     fsync: bool,
+    files: HashMap<String, File>,
+    log: File,
+    /// Whether the log may hold entries (so compaction is worth checking).
+    log_entries: bool,
+    next_seq: u64,
+    fanout: Arc<dyn Fanout>,
     last_error: Arc<Mutex<Option<String>>>,
-) {
-    let mut files: HashMap<String, File> = HashMap::new();
-    while let Ok(first) = rx.recv() {
-        let mut batch = vec![first];
-        while batch.len() < 1024 {
-            match rx.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
-            }
+}
+
+/// Appends `bytes` to `f`; on failure cuts the file back so no partial line remains.
+fn append_clean(f: &mut File, bytes: &[u8]) -> std::io::Result<()> {
+    let before = f.metadata()?.len();
+    if let Err(e) = f.write_all(bytes) {
+        let _ = f.set_len(before);
+        return Err(e);
+    }
+    Ok(())
+}
+
+impl Writer {
+    fn file(&mut self, group: &str) -> std::io::Result<&mut File> {
+        if !self.files.contains_key(group) {
+            let path = self.dir.join(format!("{}.jsonl", encode_name(group)));
+            let f = OpenOptions::new().create(true).append(true).open(path)?;
+            self.files.insert(group.to_string(), f);
         }
-        let mut results: Vec<std::io::Result<()>> = Vec::with_capacity(batch.len());
+        Ok(self.files.get_mut(group).expect("inserted"))
+    }
+
+    fn run(mut self, rx: mpsc::Receiver<WriteJob>) {
+        while let Ok(first) = rx.recv() {
+            let mut batch = vec![first];
+            while batch.len() < 1024 {
+                match rx.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(_) => break,
+                }
+            }
+            self.write_batch(batch);
+        }
+    }
+
+    fn write_batch(&mut self, batch: Vec<WriteJob>) {
+        let mut results: Vec<std::io::Result<Option<u64>>> = Vec::with_capacity(batch.len());
         let mut touched: HashSet<String> = HashSet::new();
+        let mut log_touched = false;
         for job in &batch {
             let r = (|| {
-                if !files.contains_key(&job.group) {
-                    let path = dir.join(format!("{}.jsonl", encode_name(&job.group)));
-                    let f = OpenOptions::new().create(true).append(true).open(path)?;
-                    files.insert(job.group.clone(), f);
-                }
-                files
-                    .get_mut(&job.group)
-                    .expect("inserted")
-                    .write_all(&job.line)
+                append_clean(self.file(&job.group)?, &job.line)?;
+                let Some((id, body)) = &job.outbound else {
+                    return Ok(None);
+                };
+                let seq = self.next_seq;
+                let mut entry = format!("{seq}\t{id}\t").into_bytes();
+                entry.extend_from_slice(body);
+                entry.push(b'\n');
+                append_clean(&mut self.log, &entry)?;
+                self.next_seq += 1;
+                Ok(Some(seq))
             })();
-            if r.is_ok() {
-                touched.insert(job.group.clone());
+            match &r {
+                Ok(Some(_)) => {
+                    touched.insert(job.group.clone());
+                    log_touched = true;
+                }
+                Ok(None) => {
+                    touched.insert(job.group.clone());
+                }
+                Err(_) => {}
             }
             results.push(r);
         }
         let mut sync_err: HashMap<String, String> = HashMap::new();
-        if fsync {
+        let mut log_err = None;
+        if self.fsync {
             for g in &touched {
-                if let Err(e) = files.get(g).expect("opened").sync_data() {
+                if let Err(e) = self.files.get(g).expect("opened").sync_data() {
                     sync_err.insert(g.clone(), e.to_string());
                 }
+            }
+            if log_touched {
+                log_err = self.log.sync_data().err().map(|e| e.to_string());
             }
         }
         let mut any_err = None;
         for (job, r) in batch.into_iter().zip(results) {
-            let r = r.and_then(|()| match sync_err.get(&job.group) {
-                Some(e) => Err(std::io::Error::other(e.clone())),
-                None => Ok(()),
+            let r = r.and_then(|seq| match (sync_err.get(&job.group), &log_err, seq) {
+                (Some(e), _, _) | (None, Some(e), Some(_)) => Err(std::io::Error::other(e.clone())),
+                _ => Ok(seq),
             });
-            if let Err(e) = &r {
-                tracing::error!(group = %job.group, error = %e, "transcript write failed; message not acknowledged");
-                any_err = Some(e.to_string());
-                // A failed append may have left a partial line; start the next one cleanly.
-                files.remove(&job.group);
+            match r {
+                Ok(seq) => {
+                    if let (Some(seq), Some((id, body))) = (seq, job.outbound) {
+                        self.log_entries = true;
+                        self.fanout.push(seq, &id, body);
+                    }
+                    let _ = job.done.send(Ok(()));
+                }
+                Err(e) => {
+                    tracing::error!(group = %job.group, error = %e, "transcript write failed; message not acknowledged");
+                    any_err = Some(e.to_string());
+                    let _ = job.done.send(Err(e));
+                }
             }
-            let _ = job.done.send(r);
         }
-        *last_error.lock().expect("error lock") = any_err;
+        *self.last_error.lock().expect("error lock") = any_err;
+        self.compact();
     }
+
+    /// Empties the outbox log once every peer has everything in it.
+    fn compact(&mut self) {
+        if !self.log_entries || self.fanout.delivered_through() + 1 < self.next_seq {
+            return;
+        }
+        match self.log.set_len(0) {
+            Ok(()) => self.log_entries = false,
+            Err(e) => tracing::warn!(error = %e, "could not compact the outbox log"),
+        }
+    }
+}
+
+/// Reads the outbox log: `seq \t id \t envelope-json` lines. A torn last line is cut.
+fn load_outbox_log(path: &Path) -> std::io::Result<Vec<LoggedOutbound>> {
+    let Ok(mut file) = OpenOptions::new().read(true).write(true).open(path) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    let mut good_end = 0u64;
+    let mut offset = 0u64;
+    {
+        let mut reader = BufReader::new(&mut file);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            let n = reader.read_until(b'\n', &mut buf)?;
+            if n == 0 {
+                break;
+            }
+            offset += n as u64;
+            if buf.last() != Some(&b'\n') {
+                tracing::warn!(file = %path.display(), "outbox log ended mid-line (crash?); dropping the torn entry");
+                break;
+            }
+            let line = &buf[..buf.len() - 1];
+            let mut parts = line.splitn(3, |b| *b == b'\t');
+            let parsed = (|| {
+                let seq: u64 = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
+                let id = std::str::from_utf8(parts.next()?).ok()?.to_string();
+                let body = Bytes::copy_from_slice(parts.next()?);
+                Some(LoggedOutbound { seq, id, body })
+            })();
+            match parsed {
+                Some(e) => out.push(e),
+                None => {
+                    tracing::warn!(file = %path.display(), offset, "skipping unreadable outbox log line")
+                }
+            }
+            good_end = offset;
+        }
+    }
+    if good_end < offset {
+        file.set_len(good_end)?;
+    }
+    Ok(out)
 }
 
 /// File-name-safe form of a group name (percent-encoding of anything unusual).
@@ -455,6 +629,15 @@ mod tests {
         }
     }
 
+    /// A node with no peers.
+    struct NoPeers;
+    impl Fanout for NoPeers {
+        fn push(&self, _: u64, _: &str, _: Bytes) {}
+        fn delivered_through(&self) -> u64 {
+            u64::MAX - 1
+        }
+    }
+
     #[test]
     fn names_round_trip() {
         for g in ["demo", "oc_abc-1", "群聊 1/..", "%"] {
@@ -466,7 +649,8 @@ mod tests {
     #[tokio::test]
     async fn dedups_persists_and_restores_and_drops_a_cut_tail() {
         let dir = tempfile::tempdir().unwrap();
-        let (t, _) = Transcripts::open(dir.path(), EventBus::new(16), true).unwrap();
+        let (t, _, _) =
+            Transcripts::open(dir.path(), EventBus::new(16), true, Arc::new(NoPeers), 1).unwrap();
         let a = msg("g 1", "hello", Some("om_1"));
         assert_eq!(t.append(a.clone()).await.unwrap(), Appended::New);
         assert_eq!(t.append(a.clone()).await.unwrap(), Appended::Duplicate);
@@ -486,7 +670,8 @@ mod tests {
         f.write_all(br#"{"v":1,"id":"01J"#).unwrap();
         drop(f);
 
-        let (t, report) = Transcripts::open(dir.path(), EventBus::new(16), true).unwrap();
+        let (t, report, _) =
+            Transcripts::open(dir.path(), EventBus::new(16), true, Arc::new(NoPeers), 1).unwrap();
         assert_eq!(report.dropped_lines, 1);
         let texts: Vec<String> = t.recent("g 1", 10).iter().map(|e| e.text.clone()).collect();
         assert_eq!(texts, vec!["hello", "world"]);
@@ -497,7 +682,8 @@ mod tests {
         t.append(c).await.unwrap();
         t.close();
         drop(t);
-        let (t, report) = Transcripts::open(dir.path(), EventBus::new(16), true).unwrap();
+        let (t, report, _) =
+            Transcripts::open(dir.path(), EventBus::new(16), true, Arc::new(NoPeers), 1).unwrap();
         assert_eq!(report.dropped_lines, 0);
         assert_eq!(t.recent("g 1", 10).len(), 3);
     }

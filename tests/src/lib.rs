@@ -4,7 +4,9 @@
 //! peers.toml naming those addresses (keys in files, as an operator would), then starts
 //! the nodes in-process. Nodes can be stopped and restarted on the same ports.
 
+pub mod fake_feishu;
 pub mod fake_llm;
+pub mod webdriver;
 
 use std::path::PathBuf;
 use std::sync::Once;
@@ -568,5 +570,168 @@ impl ClaimDropProxy {
 impl Drop for ClaimDropProxy {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+/// A mesh of real `botmesh run` processes, as an operator runs them.
+pub struct ProcessMesh {
+    /// Holds peers.toml, keys and data.
+    pub dir: tempfile::TempDir,
+    /// peers.toml.
+    pub config: PathBuf,
+    /// Bot names, in file order.
+    pub names: Vec<String>,
+    /// Each bot's local API base URL.
+    pub apis: Vec<String>,
+    /// The running processes (None while stopped).
+    pub procs: Vec<Option<std::process::Child>>,
+    /// A plain HTTP client.
+    pub http: reqwest::Client,
+}
+
+impl ProcessMesh {
+    /// Writes peers.toml (Ed25519 keys from `botmesh keygen`, free ports, `extra_bot`
+    /// lines in every bot entry) and starts every bot.
+    pub async fn start(names: &[&str], extra_mesh: &str, extra_bot: &str) -> ProcessMesh {
+        let dir = tempfile::tempdir().unwrap();
+        let free = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        };
+        let mut toml = format!("[mesh]\ndata_dir = \"data\"\nshutdown_grace_secs = 2\nretry_base_ms = 50\nretry_max_ms = 500\n{extra_mesh}\n");
+        let mut apis = Vec::new();
+        for name in names {
+            let key = format!("{}.key", name.to_lowercase());
+            let out = std::process::Command::new(botmesh_bin())
+                .args(["keygen", "--private-out"])
+                .arg(dir.path().join(&key))
+                .output()
+                .unwrap();
+            let public = String::from_utf8(out.stdout).unwrap().trim().to_string();
+            let (bridge, api) = (free(), free());
+            toml.push_str(&format!(
+                "[[bots]]\nname = \"{name}\"\nbridge = \"127.0.0.1:{bridge}\"\napi = \"127.0.0.1:{api}\"\npublic_key = \"{public}\"\nprivate_key_file = \"{key}\"\n{extra_bot}\n"
+            ));
+            apis.push(format!("http://127.0.0.1:{api}"));
+        }
+        let config = dir.path().join("peers.toml");
+        std::fs::write(&config, toml).unwrap();
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .unwrap();
+        let mut mesh = ProcessMesh {
+            dir,
+            config,
+            names: names.iter().map(|s| s.to_string()).collect(),
+            apis,
+            procs: names.iter().map(|_| None).collect(),
+            http,
+        };
+        for i in 0..names.len() {
+            mesh.spawn(i).await;
+        }
+        mesh
+    }
+
+    /// Starts bot `i` and waits until it is healthy.
+    pub async fn spawn(&mut self, i: usize) {
+        assert!(self.procs[i].is_none());
+        let log =
+            std::fs::File::create(self.dir.path().join(format!("{}.log", self.names[i]))).unwrap();
+        let child = std::process::Command::new(botmesh_bin())
+            .args(["run", "--bot", &self.names[i], "--config"])
+            .arg(&self.config)
+            .env("BOTMESH_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.procs[i] = Some(child);
+        for _ in 0..400 {
+            if self
+                .http
+                .get(format!("{}/healthz", self.apis[i]))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("{} never became healthy:\n{}", self.names[i], self.log(i));
+    }
+
+    /// Bot `i`'s log so far.
+    pub fn log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("{}.log", self.names[i])))
+            .unwrap_or_default()
+    }
+
+    /// `kill -9`: no shutdown, no flush.
+    pub fn kill9(&mut self, i: usize) {
+        let mut c = self.procs[i].take().expect("running");
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+
+    /// SIGTERM and wait; returns the exit status.
+    pub fn terminate(&mut self, i: usize) -> std::process::ExitStatus {
+        let mut c = self.procs[i].take().expect("running");
+        let ok = std::process::Command::new("kill")
+            .args(["-TERM", &c.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        c.wait().unwrap()
+    }
+
+    /// Posts a human message at bot `i`; the id when accepted, None when refused or down.
+    pub async fn post(&self, i: usize, text: &str) -> Option<String> {
+        let r = self
+            .http
+            .post(format!("{}/v1/messages", self.apis[i]))
+            .json(&serde_json::json!({"text": text, "from": "alice"}))
+            .send()
+            .await
+            .ok()?;
+        if !r.status().is_success() {
+            return None;
+        }
+        let v: serde_json::Value = r.json().await.ok()?;
+        v["id"].as_str().map(str::to_string)
+    }
+
+    /// Ids in bot `i`'s transcript of the default group, in order.
+    pub async fn ids(&self, i: usize) -> Vec<String> {
+        let v: serde_json::Value = self
+            .http
+            .get(format!("{}/v1/transcript?limit=2000", self.apis[i]))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        v["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap().to_string())
+            .collect()
+    }
+}
+
+impl Drop for ProcessMesh {
+    fn drop(&mut self) {
+        for c in self.procs.iter_mut().flatten() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }

@@ -1,0 +1,2604 @@
+//! The turn-taking simulator behind `botmesh simulate`.
+//!
+//! Several bots, scripted humans and a scripted judge, in virtual time. Each
+//! scenario file (`scenarios/*.toml`) gives the bots, the human messages with their
+//! times, what each bot's judge would answer about each message, LLM latency and
+//! network delay/drop distributions. The simulator then runs the scenario under
+//! botmesh's own policy and under three baselines that reproduce earlier systems
+//! (XiaoBa's bridge, the nanobot relay, the review panel), and measures duplicate
+//! interjections, whether the right bot answered, time to first answer, bot-only
+//! chains, LLM calls and judge prompt sizes.
+//!
+//! It is a discrete-event loop over virtual milliseconds (a heap of timed events),
+//! so a run is fully determined by its seed. What decides is the real code:
+//! [`MentionMatcher`] finds mentions, [`policy::decide`](crate::policy::decide) and
+//! [`recent_bot_messages`] apply the hard rules, [`build_prompt`] builds every judge
+//! prompt whose bytes are reported, [`delay_for`] gives the wait (its jitter is drawn
+//! from the run's seeded generator instead of `thread_rng`, same range), and each
+//! simulated node keeps its own [`ClaimBoard`] fed by the claims and replies that
+//! reach it over the simulated network. Only the LLM is scripted.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use ulid::Ulid;
+
+use crate::config::{BotSettings, MeshSettings};
+use crate::envelope::{Author, AuthorKind, Envelope, Kind, PROTOCOL_VERSION};
+use crate::judge::{build_prompt, JudgeInput};
+use crate::llm::Verdict;
+use crate::mention::MentionMatcher;
+use crate::policy::{decide, recent_bot_messages, Action, Facts};
+use crate::scheduler::{delay_for, ClaimBoard};
+use crate::turn::{roster, RATE_WINDOW_MS};
+
+/// A run stops early once this many bot messages were posted (a runaway loop).
+pub const RUNAWAY_POSTS: usize = 200;
+
+/// How a judge that already sees another bot's answer to the trigger answers when
+/// the scenario does not say (`after_answer`): it declines, at half the relevance.
+const AFTER_ANSWER_SCALE: f64 = 0.5;
+
+/// The judge's default answer when a bot is @mentioned past `llm_threshold` and the
+/// scenario gives no `bot_judge` entry for it: a direct question is worth answering.
+const MENTIONED_DEFAULT: Verdict = Verdict {
+    speak: true,
+    relevance: 0.7,
+};
+
+// ---------------------------------------------------------------------------
+// Scenario files
+// ---------------------------------------------------------------------------
+
+/// A latency or delay distribution, in virtual milliseconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "dist", rename_all = "snake_case")]
+pub enum Dist {
+    /// Always the same.
+    Fixed {
+        /// The delay.
+        ms: f64,
+    },
+    /// Uniform in `[min, max]`.
+    Uniform {
+        /// Smallest value.
+        min: f64,
+        /// Largest value.
+        max: f64,
+    },
+    /// Log-normal: `median × e^(sigma·z)`, z standard normal, optionally capped.
+    Lognormal {
+        /// The median.
+        median: f64,
+        /// Sigma of the underlying normal (0.3 = mild spread, 1.0 = heavy tail).
+        sigma: f64,
+        /// Upper cap (a timeout).
+        #[serde(default)]
+        max: Option<f64>,
+    },
+}
+
+impl Dist {
+    /// Draws one value, in whole milliseconds (at least 0).
+    pub fn sample(&self, rng: &mut impl Rng) -> u64 {
+        let v = match *self {
+            Dist::Fixed { ms } => ms,
+            Dist::Uniform { min, max } => {
+                if max > min {
+                    rng.gen_range(min..=max)
+                } else {
+                    min
+                }
+            }
+            Dist::Lognormal { median, sigma, max } => {
+                // Box–Muller; u1 in (0, 1] so ln is finite.
+                let u1: f64 = 1.0 - rng.gen::<f64>();
+                let u2: f64 = rng.gen();
+                let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+                let x = median * (sigma * z).exp();
+                max.map_or(x, |m| x.min(m))
+            }
+        };
+        v.max(0.0).round() as u64
+    }
+
+    /// A short human description, for the docs.
+    pub fn describe(&self) -> String {
+        match self {
+            Dist::Fixed { ms } => format!("{ms:.0} ms"),
+            Dist::Uniform { min, max } => format!("U({min:.0}–{max:.0}) ms"),
+            Dist::Lognormal { median, sigma, max } => match max {
+                Some(m) => format!("logN(median {median:.0} ms, σ {sigma}, ≤{m:.0})"),
+                None => format!("logN(median {median:.0} ms, σ {sigma})"),
+            },
+        }
+    }
+}
+
+/// What the scripted judge answers for one bot.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Answer {
+    /// `0.9`: speak, at this relevance.
+    Speak(f64),
+    /// `{ speak = false, relevance = 0.4 }`.
+    Full {
+        /// Whether the judge says to speak.
+        speak: bool,
+        /// Its relevance, 0..1.
+        relevance: f64,
+    },
+}
+
+impl Answer {
+    /// As the judge's verdict.
+    pub fn verdict(&self) -> Verdict {
+        match *self {
+            Answer::Speak(r) => Verdict {
+                speak: true,
+                relevance: r,
+            },
+            Answer::Full { speak, relevance } => Verdict { speak, relevance },
+        }
+    }
+}
+
+/// Scripted reply text: one text, or a list used in turn (the k-th reply a bot
+/// posts in the exchange uses entry k; the last one repeats).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Replies {
+    /// Always this text.
+    One(String),
+    /// Successive texts.
+    Many(Vec<String>),
+}
+
+impl Replies {
+    /// The text for the k-th reply.
+    pub fn pick(&self, k: usize) -> &str {
+        match self {
+            Replies::One(s) => s,
+            Replies::Many(v) => v
+                .get(k)
+                .or(v.last())
+                .map(String::as_str)
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// How many answers a human message wants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Want {
+    /// One good answer suffices (a second unmentioned answer is a duplicate).
+    #[default]
+    One,
+    /// Everyone with something to say should answer ("大家都说说").
+    All,
+}
+
+/// One scripted human message and what the bots' judges say about its exchange.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedMessage {
+    /// When it is posted, virtual ms from the start.
+    pub at: u64,
+    /// The human's name (must not be a bot's).
+    pub from: String,
+    /// The text; whom it mentions is found by the real matcher.
+    pub text: String,
+    /// One answer suffices, or everyone should speak.
+    #[serde(default)]
+    pub want: Want,
+    /// bot → the judge's answer about this message (absent: no).
+    #[serde(default)]
+    pub judge: BTreeMap<String, Answer>,
+    /// bot → the judge's answer once its prompt shows another bot's answer to this
+    /// message (absent: declines, at half the relevance).
+    #[serde(default)]
+    pub after_answer: BTreeMap<String, Answer>,
+    /// bot → its reply text to this message (absent: a plain synthetic answer).
+    #[serde(default)]
+    pub reply: BTreeMap<String, Replies>,
+    /// bot → the judge's answer about any bot message in this exchange that does not
+    /// @mention another bot (absent: no, or speak at 0.7 when it @mentions this bot).
+    /// A bot message @addressed to another bot is always declined.
+    #[serde(default)]
+    pub bot_judge: BTreeMap<String, Answer>,
+    /// bot → its reply texts to bot messages in this exchange.
+    #[serde(default)]
+    pub bot_reply: BTreeMap<String, Replies>,
+}
+
+/// One bot of a scenario.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedBot {
+    /// Canonical name.
+    pub name: String,
+    /// Aliases (mentions by alias count).
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    /// Role, shown to colleagues' judges.
+    #[serde(default)]
+    pub role: String,
+    /// Skills.
+    #[serde(default)]
+    pub skills: Vec<String>,
+    /// Any other `[[bots]]` keys of peers.toml (min_delay_ms, min_relevance, …).
+    #[serde(default)]
+    pub settings: serde_json::Map<String, serde_json::Value>,
+    /// This bot's judge latency, instead of the scenario's.
+    #[serde(default)]
+    pub judge_latency: Option<Dist>,
+    /// This bot's reply latency, instead of the scenario's.
+    #[serde(default)]
+    pub reply_latency: Option<Dist>,
+}
+
+fn d_judge() -> Dist {
+    Dist::Uniform {
+        min: 400.0,
+        max: 1200.0,
+    }
+}
+fn d_reply() -> Dist {
+    Dist::Lognormal {
+        median: 2500.0,
+        sigma: 0.35,
+        max: Some(20_000.0),
+    }
+}
+fn d_network() -> Dist {
+    Dist::Uniform {
+        min: 20.0,
+        max: 150.0,
+    }
+}
+fn d_horizon() -> u64 {
+    60_000
+}
+
+/// Latencies, network and how long to run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Timing {
+    /// Judge LLM call latency.
+    #[serde(default = "d_judge")]
+    pub judge: Dist,
+    /// Reply LLM call latency.
+    #[serde(default = "d_reply")]
+    pub reply: Dist,
+    /// Delivery delay of every envelope (and of human messages from the platform).
+    #[serde(default = "d_network")]
+    pub network: Dist,
+    /// Probability a bot message envelope never reaches a peer.
+    #[serde(default)]
+    pub drop: f64,
+    /// Probability a claim never reaches a peer.
+    #[serde(default)]
+    pub claim_drop: f64,
+    /// Probability a human message never reaches a bot.
+    #[serde(default)]
+    pub human_drop: f64,
+    /// Probability a judge call fails or times out (the bot stays silent).
+    #[serde(default)]
+    pub judge_fail: f64,
+    /// Probability a reply call fails or times out (the bot stays silent).
+    #[serde(default)]
+    pub reply_fail: f64,
+    /// How long to run after the last human message.
+    #[serde(default = "d_horizon")]
+    pub horizon_ms: u64,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            judge: d_judge(),
+            reply: d_reply(),
+            network: d_network(),
+            drop: 0.0,
+            claim_drop: 0.0,
+            human_drop: 0.0,
+            judge_fail: 0.0,
+            reply_fail: 0.0,
+            horizon_ms: d_horizon(),
+        }
+    }
+}
+
+/// Network overrides for one direction (`"*"` matches anyone; the last match wins).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Link {
+    /// Sender (bot or human name, or `*`).
+    pub from: String,
+    /// Receiver (bot name, or `*`).
+    pub to: String,
+    /// Delay instead of `timing.network`.
+    #[serde(default)]
+    pub delay: Option<Dist>,
+    /// Drop probability of messages (and human messages) on this link.
+    #[serde(default)]
+    pub drop: Option<f64>,
+    /// Drop probability of claims on this link.
+    #[serde(default)]
+    pub claim_drop: Option<f64>,
+}
+
+/// One scenario file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Name (default: the file stem).
+    #[serde(default)]
+    pub name: String,
+    /// The scenario group its results are reported under.
+    pub group: String,
+    /// `zh` or `en` (the language of synthetic replies).
+    #[serde(default)]
+    pub lang: String,
+    /// What it exercises.
+    #[serde(default)]
+    pub description: String,
+    /// `[mesh]` keys of peers.toml (max_depth, llm_threshold, bot_messages_per_minute).
+    #[serde(default)]
+    pub mesh: serde_json::Map<String, serde_json::Value>,
+    /// Latencies and network.
+    #[serde(default)]
+    pub timing: Timing,
+    /// Per-link network overrides.
+    #[serde(default)]
+    pub links: Vec<Link>,
+    /// The bots (3–8 in the shipped scenarios).
+    pub bots: Vec<ScriptedBot>,
+    /// The human messages, in time order.
+    pub messages: Vec<ScriptedMessage>,
+}
+
+/// A scenario checked and compiled into the real settings types.
+pub struct World {
+    /// The scenario as written.
+    pub scenario: Scenario,
+    /// Its mesh settings (defaults of peers.toml plus the scenario's `[mesh]`).
+    pub mesh: MeshSettings,
+    /// Its bots as peers.toml would configure them.
+    pub bots: Vec<BotSettings>,
+    colleagues: Vec<Vec<BotSettings>>,
+    matcher: MentionMatcher,
+    judge_lat: Vec<Dist>,
+    reply_lat: Vec<Dist>,
+}
+
+impl World {
+    /// Parses and checks a scenario from TOML text.
+    pub fn parse(text: &str, default_name: &str) -> anyhow::Result<World> {
+        let value: serde_json::Value = config::Config::builder()
+            .add_source(config::File::from_str(text, config::FileFormat::Toml))
+            .build()
+            .context("reading TOML")?
+            .try_deserialize()
+            .context("reading TOML")?;
+        let mut scenario: Scenario = serde_json::from_value(value).context("scenario shape")?;
+        if scenario.name.is_empty() {
+            scenario.name = default_name.to_string();
+        }
+        World::compile(scenario)
+    }
+
+    /// Reads one scenario file.
+    pub fn load(path: &Path) -> anyhow::Result<World> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        World::parse(&text, &stem).with_context(|| format!("scenario {}", path.display()))
+    }
+
+    /// Checks a scenario and builds the real settings from it.
+    pub fn compile(scenario: Scenario) -> anyhow::Result<World> {
+        let mesh: MeshSettings =
+            serde_json::from_value(serde_json::Value::Object(scenario.mesh.clone()))
+                .context("[mesh]")?;
+        if scenario.bots.is_empty() || scenario.messages.is_empty() {
+            bail!("a scenario needs bots and messages");
+        }
+        let mut bots = Vec::new();
+        for b in &scenario.bots {
+            let mut obj = b.settings.clone();
+            obj.insert("name".into(), b.name.clone().into());
+            obj.insert("aliases".into(), serde_json::json!(b.aliases));
+            obj.insert("role".into(), b.role.clone().into());
+            obj.insert("skills".into(), serde_json::json!(b.skills));
+            obj.entry("bridge").or_insert("127.0.0.1:1".into());
+            obj.entry("api").or_insert("127.0.0.1:2".into());
+            let s: BotSettings = serde_json::from_value(serde_json::Value::Object(obj))
+                .with_context(|| format!("bot {}", b.name))?;
+            bots.push(s);
+        }
+        let names: Vec<&str> = bots.iter().map(|b| b.name.as_str()).collect();
+        for (i, n) in names.iter().enumerate() {
+            if names[..i].contains(n) {
+                bail!("bot {n} is listed twice");
+            }
+        }
+        let mut last_at = 0;
+        for (i, m) in scenario.messages.iter().enumerate() {
+            if names.contains(&m.from.as_str()) {
+                bail!(
+                    "message {i}: from {:?} is a bot; scripted messages are human",
+                    m.from
+                );
+            }
+            if m.at < last_at {
+                bail!("message {i}: messages must be in time order");
+            }
+            last_at = m.at;
+            let tables = [
+                ("judge", m.judge.keys().collect::<Vec<_>>()),
+                ("after_answer", m.after_answer.keys().collect()),
+                ("reply", m.reply.keys().collect()),
+                ("bot_judge", m.bot_judge.keys().collect()),
+                ("bot_reply", m.bot_reply.keys().collect()),
+            ];
+            for (t, keys) in tables {
+                if let Some(k) = keys.iter().find(|k| !names.contains(&k.as_str())) {
+                    bail!("message {i}: {t} names {k:?}, which is not a bot of the scenario");
+                }
+            }
+        }
+        for l in &scenario.links {
+            if l.to != "*" && !names.contains(&l.to.as_str()) {
+                bail!("link to {:?}: not a bot", l.to);
+            }
+        }
+        let colleagues = (0..bots.len())
+            .map(|i| {
+                bots.iter()
+                    .enumerate()
+                    .filter(|(j, _)| *j != i)
+                    .map(|(_, b)| b.clone())
+                    .collect()
+            })
+            .collect();
+        let t = &scenario.timing;
+        let judge_lat = scenario
+            .bots
+            .iter()
+            .map(|b| b.judge_latency.clone().unwrap_or_else(|| t.judge.clone()))
+            .collect();
+        let reply_lat = scenario
+            .bots
+            .iter()
+            .map(|b| b.reply_latency.clone().unwrap_or_else(|| t.reply.clone()))
+            .collect();
+        Ok(World {
+            matcher: MentionMatcher::new(&roster(&bots)),
+            mesh,
+            bots,
+            colleagues,
+            judge_lat,
+            reply_lat,
+            scenario,
+        })
+    }
+}
+
+/// Loads every `*.toml` in `dir`, sorted by file name.
+pub fn load_dir(dir: &Path) -> anyhow::Result<Vec<World>> {
+    let mut paths: Vec<_> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    paths.sort();
+    if paths.is_empty() {
+        bail!("no *.toml scenarios in {}", dir.display());
+    }
+    paths.iter().map(|p| World::load(p)).collect()
+}
+
+// ---------------------------------------------------------------------------
+// Policies
+// ---------------------------------------------------------------------------
+
+/// A turn-taking policy the simulator can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PolicyKind {
+    /// botmesh itself: DESIGN.md steps 2–6, through the real code.
+    Botmesh,
+    /// XiaoBa's HTTP bridge with the interjection judge (seed 004).
+    Xiaoba,
+    /// The nanobot Feishu relay with its depth stop policy (seed 000, transcript 001).
+    Nanobot,
+    /// The review panel that ignores bot messages (seed 002).
+    ReviewPanel,
+}
+
+impl PolicyKind {
+    /// Every policy, botmesh first.
+    pub const ALL: [PolicyKind; 4] = [
+        PolicyKind::Botmesh,
+        PolicyKind::Xiaoba,
+        PolicyKind::Nanobot,
+        PolicyKind::ReviewPanel,
+    ];
+
+    /// The CLI / report name.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            PolicyKind::Botmesh => "botmesh",
+            PolicyKind::Xiaoba => "xiaoba",
+            PolicyKind::Nanobot => "nanobot",
+            PolicyKind::ReviewPanel => "review-panel",
+        }
+    }
+
+    /// Parses `all` or one name into the policies to run.
+    pub fn parse_list(s: &str) -> anyhow::Result<Vec<PolicyKind>> {
+        if s == "all" {
+            return Ok(PolicyKind::ALL.to_vec());
+        }
+        PolicyKind::ALL
+            .iter()
+            .find(|p| p.as_str() == s)
+            .map(|p| vec![*p])
+            .with_context(|| {
+                format!("unknown policy {s:?} (all, botmesh, xiaoba, nanobot, review-panel)")
+            })
+    }
+
+    /// The bot's settings as this policy's judge prompt would be built: botmesh
+    /// uses the bot as configured; a baseline gets its estimated template and
+    /// context (see the docs: "Judge prompt bytes").
+    fn prompt_bot(&self, b: &BotSettings) -> BotSettings {
+        let mut b = b.clone();
+        match self {
+            PolicyKind::Botmesh => {}
+            PolicyKind::Xiaoba => {
+                b.judge_prompt = Some(XIAOBA_JUDGE_PROMPT.into());
+                b.context_messages = 10;
+                b.context_chars = 1 << 20;
+            }
+            PolicyKind::Nanobot => {
+                b.judge_prompt = Some(NANOBOT_JUDGE_PROMPT.into());
+                b.context_messages = 20;
+                b.context_chars = 1 << 20;
+            }
+            PolicyKind::ReviewPanel => {
+                b.judge_prompt = Some(PANEL_JUDGE_PROMPT.into());
+                b.context_messages = 0;
+                b.context_chars = 1 << 20;
+            }
+        }
+        b
+    }
+}
+
+/// Estimated XiaoBa judge prompt (seed 004 P0: a short prompt with the last 5–10
+/// broadcasts, the bot's profile and, per P1, the colleague table; yes/no answer).
+pub const XIAOBA_JUDGE_PROMPT: &str = "你是 {name}（{role}，擅长：{skills}）。\n\
+群里的同事：{colleagues}\n最近的群聊记录：\n{context}\n新消息（{from}）：{message}\n\
+这条消息跟你有没有关系，你该不该主动回应？只回答 yes 或 no。";
+
+/// Estimated nanobot relevance / stop-policy prompt (seed 000 §4.4: recent
+/// transcript, the current message and the agent's role → YES/NO; seed 001: the
+/// transcript is read with `get_recent(max_messages=20)`, untrimmed).
+pub const NANOBOT_JUDGE_PROMPT: &str = "You are {name}, {role}.\nRecent group conversation:\n\
+{context}\nNew message from {from}: {message}\n\
+Is it necessary for you to respond to this message? Decline courtesy replies \
+(ok/thanks), messages without substance and finished conversations. Answer YES or NO.";
+
+/// Estimated review-panel `should_respond` prompt (seed 002 §8.1: the judge's
+/// instruction; §4.1: the message alone, no history).
+pub const PANEL_JUDGE_PROMPT: &str = "You are {name} ({role}) in a multi-agent panel.\n\
+YOUR ROLE:\n- {skills}\nRULES:\n1. Keep responses under 150 words\n\
+2. Use send_channel_message to respond\n3. Only respond to human messages\n\
+4. Ask 1-2 probing questions per response\n5. Focus on {skills}\n\
+Message from {from}: {message}\nShould you respond? Answer yes or no.";
+
+// ---------------------------------------------------------------------------
+// One run
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Judge,
+    Wait,
+    Rejudge,
+    Write,
+}
+
+struct Task {
+    bot: usize,
+    msg: Arc<Envelope>,
+    mentioned: bool,
+    stage: Stage,
+    verdict: Verdict,
+    relevance: Option<f64>,
+    wait_start: u64,
+    done: bool,
+    /// The LLM call in flight fails.
+    failed: bool,
+}
+
+enum Event {
+    Human(usize),
+    Deliver {
+        to: usize,
+        env: Arc<Envelope>,
+    },
+    Claim {
+        to: usize,
+        trigger: Ulid,
+        from: String,
+        relevance: f64,
+    },
+    Step(usize),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Carry {
+    Human,
+    Message,
+    Claim,
+}
+
+struct Post {
+    env: Arc<Envelope>,
+    root: usize,
+    mentioned: Vec<usize>,
+}
+
+struct BotState {
+    transcript: Vec<Arc<Envelope>>,
+    arrived: Vec<u64>,
+    board: ClaimBoard,
+    waiting: Vec<usize>,
+    /// (root message, replying to a bot message) → replies posted so far.
+    replies: HashMap<(usize, bool), usize>,
+}
+
+/// Raw counts of one or more runs; summed, then turned into [`Metrics`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Tally {
+    /// Runs counted.
+    pub runs: u64,
+    /// Runs with at least one duplicate interjection.
+    pub runs_with_dup: u64,
+    /// Runs stopped at [`RUNAWAY_POSTS`] bot messages.
+    pub runaway_runs: u64,
+    /// Human messages posted.
+    pub human_msgs: u64,
+    /// Bot messages posted.
+    pub bot_posts: u64,
+    /// Unmentioned answers beyond the one needed, over all one-answer triggers.
+    pub dup_interjections: u64,
+    /// One-answer human messages with a defined right answerer.
+    pub expected: u64,
+    /// … whose first answer came from that bot (the mentioned one, else the most relevant).
+    pub right_first: u64,
+    /// … that got no answer at all.
+    pub unanswered: u64,
+    /// Bots that should speak on "everyone" messages.
+    pub all_wanted: u64,
+    /// … and did.
+    pub all_spoke: u64,
+    /// Time to first answer of every answered human message, virtual ms.
+    pub ttfa: Vec<u64>,
+    /// Deepest bot message (bot turns since the last human).
+    pub longest_chain: u32,
+    /// Bot messages deeper than the scenario's `max_depth`.
+    pub over_max_depth: u64,
+    /// Judge calls about human messages.
+    pub judge_human: u64,
+    /// Judge calls about bot messages.
+    pub judge_bot: u64,
+    /// Re-judges after the wait (botmesh).
+    pub rejudge: u64,
+    /// Reply calls.
+    pub reply_calls: u64,
+    /// Reply calls whose text was thrown away (yield or rule at the last check).
+    pub replies_discarded: u64,
+    /// Sum of judge prompt bytes.
+    pub prompt_bytes: u64,
+    /// Judge prompts built.
+    pub prompts: u64,
+    /// Decisions by `action/reason`.
+    pub reasons: BTreeMap<String, u64>,
+}
+
+impl Tally {
+    /// Adds another tally to this one.
+    pub fn add(&mut self, o: &Tally) {
+        self.runs += o.runs;
+        self.runs_with_dup += o.runs_with_dup;
+        self.runaway_runs += o.runaway_runs;
+        self.human_msgs += o.human_msgs;
+        self.bot_posts += o.bot_posts;
+        self.dup_interjections += o.dup_interjections;
+        self.expected += o.expected;
+        self.right_first += o.right_first;
+        self.unanswered += o.unanswered;
+        self.all_wanted += o.all_wanted;
+        self.all_spoke += o.all_spoke;
+        self.ttfa.extend_from_slice(&o.ttfa);
+        self.longest_chain = self.longest_chain.max(o.longest_chain);
+        self.over_max_depth += o.over_max_depth;
+        self.judge_human += o.judge_human;
+        self.judge_bot += o.judge_bot;
+        self.rejudge += o.rejudge;
+        self.reply_calls += o.reply_calls;
+        self.replies_discarded += o.replies_discarded;
+        self.prompt_bytes += o.prompt_bytes;
+        self.prompts += o.prompts;
+        for (k, v) in &o.reasons {
+            *self.reasons.entry(k.clone()).or_default() += v;
+        }
+    }
+
+    fn reason(&mut self, action: &str, reason: &str) {
+        *self
+            .reasons
+            .entry(format!("{action}/{reason}"))
+            .or_default() += 1;
+    }
+}
+
+struct Sim<'w> {
+    w: &'w World,
+    policy: PolicyKind,
+    prompt_bots: Vec<BotSettings>,
+    no_jitter: Vec<BotSettings>,
+    rng: StdRng,
+    now: u64,
+    queue: BinaryHeap<Reverse<(u64, usize)>>,
+    events: Vec<Option<Event>>,
+    tasks: Vec<Task>,
+    bots: Vec<BotState>,
+    posts: Vec<Post>,
+    by_id: HashMap<Ulid, usize>,
+    next_id: u128,
+    tally: Tally,
+    trace: Option<Vec<String>>,
+}
+
+/// Runs one scenario once under one policy.
+pub fn run_once(w: &World, policy: PolicyKind, seed: u64) -> Tally {
+    Sim::new(w, policy, seed).run().0
+}
+
+/// Runs one scenario once under one policy and returns the event trace too: every
+/// message, judge call, claim, wait, yield and decision, in virtual time.
+pub fn trace_once(w: &World, policy: PolicyKind, seed: u64) -> (Tally, Vec<String>) {
+    let mut sim = Sim::new(w, policy, seed);
+    sim.trace = Some(Vec::new());
+    let (t, lines) = sim.run();
+    (t, lines.unwrap_or_default())
+}
+
+impl<'w> Sim<'w> {
+    fn new(w: &'w World, policy: PolicyKind, seed: u64) -> Sim<'w> {
+        Sim {
+            w,
+            policy,
+            prompt_bots: w.bots.iter().map(|b| policy.prompt_bot(b)).collect(),
+            no_jitter: w
+                .bots
+                .iter()
+                .map(|b| {
+                    let mut b = b.clone();
+                    b.jitter_ms = 0;
+                    b
+                })
+                .collect(),
+            rng: StdRng::seed_from_u64(seed),
+            now: 0,
+            queue: BinaryHeap::new(),
+            events: Vec::new(),
+            tasks: Vec::new(),
+            bots: w
+                .bots
+                .iter()
+                .map(|_| BotState {
+                    transcript: Vec::new(),
+                    arrived: Vec::new(),
+                    board: ClaimBoard::default(),
+                    waiting: Vec::new(),
+                    replies: HashMap::new(),
+                })
+                .collect(),
+            posts: Vec::new(),
+            by_id: HashMap::new(),
+            next_id: 1,
+            tally: Tally {
+                runs: 1,
+                ..Tally::default()
+            },
+            trace: None,
+        }
+    }
+
+    fn at(&mut self, t: u64, ev: Event) {
+        self.events.push(Some(ev));
+        self.queue.push(Reverse((t, self.events.len() - 1)));
+    }
+
+    fn run(mut self) -> (Tally, Option<Vec<String>>) {
+        let sc = &self.w.scenario;
+        for (i, m) in sc.messages.iter().enumerate() {
+            self.at(m.at, Event::Human(i));
+        }
+        let end = sc.messages.last().map_or(0, |m| m.at) + sc.timing.horizon_ms;
+        while let Some(Reverse((t, seq))) = self.queue.pop() {
+            if t > end {
+                break;
+            }
+            if self.tally.bot_posts as usize >= RUNAWAY_POSTS {
+                self.tally.runaway_runs = 1;
+                self.log(None, |_| format!("stopped: {RUNAWAY_POSTS} bot messages"));
+                break;
+            }
+            self.now = t;
+            match self.events[seq].take().expect("each event runs once") {
+                Event::Human(i) => self.human(i),
+                Event::Deliver { to, env } => self.deliver(to, env),
+                Event::Claim {
+                    to,
+                    trigger,
+                    from,
+                    relevance,
+                } => {
+                    self.log(Some(to), |s| {
+                        format!(
+                            "hears {from}'s claim on {} at {relevance:.2}",
+                            s.num(&trigger)
+                        )
+                    });
+                    self.bots[to].board.claim(trigger, &from, relevance);
+                    self.check_yields(to);
+                }
+                Event::Step(id) => self.step(id),
+            }
+        }
+        let trace = self.trace.take();
+        (self.finish(), trace)
+    }
+
+    // --- the network -------------------------------------------------------
+
+    /// Delay of one envelope from `from` to `to`, or `None` if it is lost.
+    fn link(&mut self, from: &str, to: &str, carry: Carry) -> Option<u64> {
+        let t = &self.w.scenario.timing;
+        let l = self
+            .w
+            .scenario
+            .links
+            .iter()
+            .rev()
+            .find(|l| (l.from == "*" || l.from == from) && (l.to == "*" || l.to == to));
+        let p = match carry {
+            Carry::Human => l.and_then(|l| l.drop).unwrap_or(t.human_drop),
+            Carry::Message => l.and_then(|l| l.drop).unwrap_or(t.drop),
+            Carry::Claim => l.and_then(|l| l.claim_drop).unwrap_or(t.claim_drop),
+        };
+        let dist = l.and_then(|l| l.delay.as_ref()).unwrap_or(&t.network);
+        let lost = p > 0.0 && self.rng.gen_bool(p.min(1.0));
+        let d = dist.sample(&mut self.rng);
+        (!lost).then_some(d)
+    }
+
+    fn envelope(&mut self, author: Author, text: String, trigger: Option<&Envelope>) -> Envelope {
+        self.next_id += 1;
+        Envelope {
+            v: PROTOCOL_VERSION,
+            id: Ulid::from_parts(self.now, self.next_id),
+            kind: Kind::Message,
+            group: "sim".into(),
+            sender: author.name.clone(),
+            author,
+            text,
+            depth: trigger.map_or(0, |t| t.depth + 1),
+            reply_to: trigger.map(|t| t.id),
+            root: trigger.and_then(|t| t.root.or(Some(t.id))),
+            platform_msg_id: None,
+            sent_at: self.now,
+            relevance: None,
+            why: None,
+        }
+    }
+
+    fn register(&mut self, env: Arc<Envelope>, root: usize) {
+        let names = self.w.matcher.mentioned(&env.text, &[]);
+        let mentioned = self
+            .w
+            .bots
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| names.contains(&b.name))
+            .map(|(i, _)| i)
+            .collect();
+        self.by_id.insert(env.id, self.posts.len());
+        self.posts.push(Post {
+            env,
+            root,
+            mentioned,
+        });
+    }
+
+    fn post_of(&self, id: &Ulid) -> &Post {
+        &self.posts[self.by_id[id]]
+    }
+
+    fn human(&mut self, i: usize) {
+        let m = &self.w.scenario.messages[i];
+        let env = Arc::new(self.envelope(
+            Author {
+                name: m.from.clone(),
+                kind: AuthorKind::Human,
+            },
+            m.text.clone(),
+            None,
+        ));
+        self.register(env.clone(), i);
+        self.log(None, |s| {
+            format!("{} {}: {}", s.num(&env.id), env.author.name, env.text)
+        });
+        for b in 0..self.w.bots.len() {
+            if let Some(d) = self.link(&m.from, &self.w.bots[b].name, Carry::Human) {
+                self.at(
+                    self.now + d,
+                    Event::Deliver {
+                        to: b,
+                        env: env.clone(),
+                    },
+                );
+            }
+        }
+    }
+
+    /// A message reaches bot `to`: recorded, observed, then considered.
+    fn deliver(&mut self, to: usize, env: Arc<Envelope>) {
+        let st = &mut self.bots[to];
+        st.transcript.push(env.clone());
+        st.arrived.push(self.now);
+        // Brain::observe: a bot's reply to a trigger tells waiting bots it is answered.
+        if env.author.kind == AuthorKind::Bot {
+            if let Some(t) = env.reply_to {
+                st.board.answered(t, &env.author.name);
+            }
+        }
+        if self.policy == PolicyKind::Botmesh {
+            self.check_yields(to);
+        }
+        match self.policy {
+            PolicyKind::Botmesh => self.consider_botmesh(to, env),
+            PolicyKind::Xiaoba => self.consider_xiaoba(to, env),
+            PolicyKind::Nanobot => self.consider_nanobot(to, env),
+            PolicyKind::ReviewPanel => self.consider_panel(to, env),
+        }
+    }
+
+    /// ClaimBoard::wait returns early when a better claim or an answer arrives.
+    fn check_yields(&mut self, b: usize) {
+        let name = &self.w.bots[b].name;
+        let mut i = 0;
+        while i < self.bots[b].waiting.len() {
+            let id = self.bots[b].waiting[i];
+            let t = &self.tasks[id];
+            let r = t.relevance.unwrap_or(0.0);
+            let trigger = t.msg.id;
+            if let Some(y) = self.bots[b].board.should_yield(trigger, name, r) {
+                self.tasks[id].done = true;
+                self.bots[b].waiting.swap_remove(i);
+                self.note(b, trigger, "yield", y.reason());
+                self.log(Some(b), |_| format!("  ({y:?})"));
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    // --- tasks -------------------------------------------------------------
+
+    fn new_task(&mut self, bot: usize, msg: Arc<Envelope>, mentioned: bool) -> usize {
+        self.tasks.push(Task {
+            bot,
+            msg,
+            mentioned,
+            stage: Stage::Judge,
+            verdict: Verdict {
+                speak: false,
+                relevance: 0.0,
+            },
+            relevance: None,
+            wait_start: 0,
+            done: false,
+            failed: false,
+        });
+        self.tasks.len() - 1
+    }
+
+    /// Up to `k` messages before `id` in bot `b`'s transcript (turn::context_before).
+    fn context_before(&self, b: usize, id: &Ulid, k: usize) -> Vec<Arc<Envelope>> {
+        let t = &self.bots[b].transcript;
+        let end = t.iter().position(|e| &e.id == id).unwrap_or(t.len());
+        t[end.saturating_sub(k)..end].to_vec()
+    }
+
+    /// What the scripted judge answers bot `b` about `msg`, given the prompt's context.
+    fn scripted(
+        &self,
+        b: usize,
+        msg: &Envelope,
+        context: &[Arc<Envelope>],
+        mentioned: bool,
+    ) -> Verdict {
+        let name = &self.w.bots[b].name;
+        let sm = &self.w.scenario.messages[self.post_of(&msg.id).root];
+        let human = msg.author.kind == AuthorKind::Human;
+        let table = if human { &sm.judge } else { &sm.bot_judge };
+        let addressed_elsewhere =
+            !human && !mentioned && !self.post_of(&msg.id).mentioned.is_empty();
+        let base = match table.get(name) {
+            // A bot message @addressed to another bot is not this bot's to answer.
+            _ if addressed_elsewhere => Verdict {
+                speak: false,
+                relevance: 0.1,
+            },
+            Some(a) => a.verdict(),
+            None if mentioned => MENTIONED_DEFAULT,
+            None => Verdict {
+                speak: false,
+                relevance: 0.0,
+            },
+        };
+        let answered = context.iter().any(|e| {
+            e.author.kind == AuthorKind::Bot && &e.author.name != name && e.reply_to == Some(msg.id)
+        });
+        if !answered || mentioned {
+            return base;
+        }
+        match sm.after_answer.get(name).filter(|_| human) {
+            Some(a) => a.verdict(),
+            None => Verdict {
+                speak: false,
+                relevance: base.relevance * AFTER_ANSWER_SCALE,
+            },
+        }
+    }
+
+    fn start_judge(&mut self, id: usize, context: &[Arc<Envelope>], rejudge: bool) {
+        let b = self.tasks[id].bot;
+        let msg = self.tasks[id].msg.clone();
+        let prompt = build_prompt(&JudgeInput {
+            me: &self.prompt_bots[b],
+            colleagues: &self.w.colleagues[b],
+            context,
+            msg: &msg,
+        });
+        self.tally.prompt_bytes += prompt.len() as u64;
+        self.tally.prompts += 1;
+        if rejudge {
+            self.tally.rejudge += 1;
+        } else if msg.author.kind == AuthorKind::Bot {
+            self.tally.judge_bot += 1;
+        } else {
+            self.tally.judge_human += 1;
+        }
+        let v = self.scripted(b, &msg, context, self.tasks[id].mentioned);
+        let failed = self.fails(self.w.scenario.timing.judge_fail);
+        let t = &mut self.tasks[id];
+        t.verdict = v;
+        t.failed = failed;
+        t.stage = if rejudge {
+            Stage::Rejudge
+        } else {
+            Stage::Judge
+        };
+        let lat = self.w.judge_lat[b].sample(&mut self.rng);
+        self.log(Some(b), |s| {
+            format!(
+                "{} {}: speak={} relevance={:.2} in {lat} ms{} ({} B prompt)",
+                if rejudge { "re-judges" } else { "judges" },
+                s.num(&msg.id),
+                v.speak,
+                v.relevance,
+                if failed { ", FAILS" } else { "" },
+                prompt.len()
+            )
+        });
+        self.at(self.now + lat, Event::Step(id));
+    }
+
+    fn start_reply(&mut self, id: usize) {
+        self.tally.reply_calls += 1;
+        self.tasks[id].failed = self.fails(self.w.scenario.timing.reply_fail);
+        self.tasks[id].stage = Stage::Write;
+        let lat = self.w.reply_lat[self.tasks[id].bot].sample(&mut self.rng);
+        let (b, trigger, failed) = (
+            self.tasks[id].bot,
+            self.tasks[id].msg.id,
+            self.tasks[id].failed,
+        );
+        self.log(Some(b), |s| {
+            format!(
+                "writes a reply to {} ({lat} ms){}",
+                s.num(&trigger),
+                if failed { ", FAILS" } else { "" }
+            )
+        });
+        self.at(self.now + lat, Event::Step(id));
+    }
+
+    fn start_wait(&mut self, id: usize, ms: u64) {
+        let (b, trigger) = (self.tasks[id].bot, self.tasks[id].msg.id);
+        self.log(Some(b), |s| format!("waits {ms} ms on {}", s.num(&trigger)));
+        self.tasks[id].stage = Stage::Wait;
+        self.tasks[id].wait_start = self.now;
+        self.at(self.now + ms, Event::Step(id));
+    }
+
+    fn fails(&mut self, p: f64) -> bool {
+        p > 0.0 && self.rng.gen_bool(p.min(1.0))
+    }
+
+    fn step(&mut self, id: usize) {
+        if self.tasks[id].done {
+            return;
+        }
+        if self.tasks[id].failed {
+            // An LLM failure or timeout means silence (DESIGN.md step 4; turn.rs).
+            return match self.tasks[id].stage {
+                Stage::Write => self.silent(id, "reply_failed"),
+                _ => self.silent(id, "judge_failed"),
+            };
+        }
+        match self.policy {
+            PolicyKind::Botmesh => self.step_botmesh(id),
+            PolicyKind::Xiaoba => self.step_xiaoba(id),
+            PolicyKind::Nanobot => self.step_nanobot(id),
+            PolicyKind::ReviewPanel => self.step_panel(id),
+        }
+    }
+
+    fn silent(&mut self, id: usize, reason: &str) {
+        self.tasks[id].done = true;
+        self.note(self.tasks[id].bot, self.tasks[id].msg.id, "silent", reason);
+    }
+
+    /// Counts a decision (and traces it).
+    fn note(&mut self, b: usize, trigger: Ulid, action: &str, reason: &str) {
+        self.tally.reason(action, reason);
+        self.log(Some(b), |s| {
+            format!("{}: {action}/{reason}", s.num(&trigger))
+        });
+    }
+
+    /// Adds a trace line, when tracing.
+    fn log(&mut self, b: Option<usize>, f: impl FnOnce(&Self) -> String) {
+        if self.trace.is_some() {
+            let who = b.map_or("", |b| self.w.bots[b].name.as_str());
+            let line = format!("{:>7} ms  {who:<8} {}", self.now, f(self));
+            if let Some(t) = self.trace.as_mut() {
+                t.push(line);
+            }
+        }
+    }
+
+    /// `#k`: the k-th message posted in the run.
+    fn num(&self, id: &Ulid) -> String {
+        format!("#{}", self.by_id.get(id).copied().unwrap_or(usize::MAX))
+    }
+
+    /// Posts bot `b`'s reply to the task's trigger and sends it to every peer.
+    fn post(&mut self, id: usize) {
+        self.tasks[id].done = true;
+        let b = self.tasks[id].bot;
+        let trigger = self.tasks[id].msg.clone();
+        let root = self.post_of(&trigger.id).root;
+        let to_bot = trigger.author.kind == AuthorKind::Bot;
+        let k = {
+            let c = self.bots[b].replies.entry((root, to_bot)).or_default();
+            *c += 1;
+            *c - 1
+        };
+        let me = &self.w.bots[b];
+        let sm = &self.w.scenario.messages[root];
+        let table = if to_bot { &sm.bot_reply } else { &sm.reply };
+        let text = match table.get(&me.name) {
+            Some(r) => r.pick(k).to_string(),
+            None if self.w.scenario.lang == "zh" => {
+                format!(
+                    "（{} 的回答）我来补充我这边的看法和做法，第 {} 条。",
+                    me.name,
+                    k + 1
+                )
+            }
+            None => format!(
+                "{} here: my take on this, with details ({}).",
+                me.name,
+                k + 1
+            ),
+        };
+        let name = me.name.clone();
+        let env = Arc::new(self.envelope(
+            Author {
+                name: name.clone(),
+                kind: AuthorKind::Bot,
+            },
+            text,
+            Some(&trigger),
+        ));
+        self.register(env.clone(), root);
+        self.tally.bot_posts += 1;
+        self.log(Some(b), |s| {
+            format!(
+                "{} posts (reply to {}, depth {}): {}",
+                s.num(&env.id),
+                s.num(&trigger.id),
+                env.depth,
+                env.text
+            )
+        });
+        let st = &mut self.bots[b];
+        st.transcript.push(env.clone());
+        st.arrived.push(self.now);
+        st.board.answered(trigger.id, &name);
+        for p in 0..self.w.bots.len() {
+            if p == b {
+                continue;
+            }
+            if let Some(d) = self.link(&name, &self.w.bots[p].name, Carry::Message) {
+                self.at(
+                    self.now + d,
+                    Event::Deliver {
+                        to: p,
+                        env: env.clone(),
+                    },
+                );
+            }
+        }
+    }
+
+    fn is_own(&self, b: usize, env: &Envelope) -> bool {
+        env.author.kind == AuthorKind::Bot && env.author.name == self.w.bots[b].name
+    }
+
+    fn mentioned(&self, b: usize, env: &Envelope) -> (bool, bool) {
+        let names = self.w.matcher.mentioned(&env.text, &[]);
+        let me = names.iter().any(|n| n == &self.w.bots[b].name);
+        (me, !me && !names.is_empty())
+    }
+
+    fn recent_bots(&self, b: usize) -> usize {
+        let t = &self.bots[b].transcript;
+        recent_bot_messages(&t[t.len().saturating_sub(64)..], self.now, RATE_WINDOW_MS)
+    }
+
+    // --- botmesh: turn::consider_with and wait_turn, step by step ---------
+
+    fn consider_botmesh(&mut self, b: usize, env: Arc<Envelope>) {
+        let (mentioned, mentions_others) = self.mentioned(b, &env);
+        let me = &self.w.bots[b];
+        let d = decide(&Facts {
+            me,
+            mesh: &self.w.mesh,
+            msg: &env,
+            mentioned,
+            mentions_others,
+            quiet: false,
+            recent_bot_messages: self.recent_bots(b),
+        });
+        if d.reason != "own_message" {
+            self.note(b, env.id, d.action.as_str(), d.reason);
+        }
+        match d.action {
+            Action::Silent => {}
+            Action::Reply => {
+                let id = self.new_task(b, env, mentioned);
+                self.start_reply(id);
+            }
+            Action::Judge => {
+                let ctx = self.context_before(b, &env.id, me.context_messages);
+                let id = self.new_task(b, env, mentioned);
+                self.start_judge(id, &ctx, false);
+            }
+        }
+    }
+
+    fn step_botmesh(&mut self, id: usize) {
+        let b = self.tasks[id].bot;
+        let me = &self.w.bots[b];
+        let msg = self.tasks[id].msg.clone();
+        match self.tasks[id].stage {
+            Stage::Judge => {
+                let v = self.tasks[id].verdict;
+                if !v.speak || v.relevance < me.min_relevance {
+                    return self.silent(id, "judge_declined");
+                }
+                if self.tasks[id].mentioned {
+                    return self.start_reply(id);
+                }
+                // wait_turn: claim at once, broadcast it, wait the relevance-scaled delay.
+                let r = v.relevance;
+                self.tasks[id].relevance = Some(r);
+                let name = me.name.clone();
+                self.log(Some(b), |s| format!("claims {} at {r:.2}", s.num(&msg.id)));
+                self.bots[b].board.claim(msg.id, &name, r);
+                for p in 0..self.w.bots.len() {
+                    if p == b {
+                        continue;
+                    }
+                    if let Some(d) = self.link(&name, &self.w.bots[p].name, Carry::Claim) {
+                        self.at(
+                            self.now + d,
+                            Event::Claim {
+                                to: p,
+                                trigger: msg.id,
+                                from: name.clone(),
+                                relevance: r,
+                            },
+                        );
+                    }
+                }
+                let base = delay_for(&self.no_jitter[b], r).as_millis() as u64;
+                let jitter = match me.jitter_ms {
+                    0 => 0,
+                    j => self.rng.gen_range(0..=j),
+                };
+                self.bots[b].waiting.push(id);
+                self.start_wait(id, base + jitter);
+                self.check_yields(b);
+            }
+            Stage::Wait => {
+                self.bots[b].waiting.retain(|t| *t != id);
+                let r = self.tasks[id].relevance.unwrap_or(0.0);
+                if let Some(y) = self.bots[b].board.should_yield(msg.id, &me.name, r) {
+                    self.tasks[id].done = true;
+                    self.note(b, msg.id, "yield", y.reason());
+                    return self.log(Some(b), |_| format!("  ({y:?})"));
+                }
+                let t = &self.bots[b].transcript;
+                let pos = t.iter().position(|e| e.id == msg.id).unwrap_or(t.len());
+                let newer: Vec<Arc<Envelope>> = t[(pos + 1).min(t.len())..]
+                    .iter()
+                    .filter(|e| e.author.name != me.name)
+                    .cloned()
+                    .collect();
+                match newer.last() {
+                    None => self.start_reply(id),
+                    Some(last) => {
+                        let mut fresh = self.context_before(b, &last.id, me.context_messages);
+                        fresh.push(last.clone());
+                        fresh.retain(|e| e.id != msg.id);
+                        self.start_judge(id, &fresh, true);
+                    }
+                }
+            }
+            Stage::Rejudge => {
+                let v = self.tasks[id].verdict;
+                if v.speak && v.relevance >= me.min_relevance {
+                    self.note(b, msg.id, "judge", "rejudged_speak");
+                    self.start_reply(id);
+                } else {
+                    self.silent(id, "rejudged_silent");
+                }
+            }
+            Stage::Write => {
+                // decide_final, then the last yield check, as turn.rs does.
+                let why = if msg.depth >= self.w.mesh.max_depth {
+                    Some("max_depth_final")
+                } else if self.recent_bots(b) >= self.w.mesh.bot_messages_per_minute as usize {
+                    Some("rate_cap_final")
+                } else {
+                    None
+                };
+                if let Some(why) = why {
+                    self.tally.replies_discarded += 1;
+                    return self.silent(id, why);
+                }
+                if let Some(r) = self.tasks[id].relevance {
+                    if let Some(y) = self.bots[b].board.should_yield(msg.id, &me.name, r) {
+                        self.tasks[id].done = true;
+                        self.tally.replies_discarded += 1;
+                        self.note(b, msg.id, "yield_writing", y.reason());
+                        return self.log(Some(b), |_| format!("  ({y:?})"));
+                    }
+                }
+                self.post(id);
+            }
+        }
+    }
+
+    // --- XiaoBa (seed 004) -------------------------------------------------
+
+    fn consider_xiaoba(&mut self, b: usize, env: Arc<Envelope>) {
+        if self.is_own(b, &env) {
+            return;
+        }
+        let (mentioned, _) = self.mentioned(b, &env);
+        let id = self.new_task(b, env.clone(), mentioned);
+        if mentioned {
+            // "被@则触发推理": full reasoning at once, no depth limit.
+            self.note(b, env.id, "reply", "mentioned");
+            return self.start_reply(id);
+        }
+        // Every broadcast is judged, with the last 5–10 messages as context.
+        self.note(b, env.id, "judge", "every_message");
+        let ctx = self.context_before(b, &env.id, self.prompt_bots[b].context_messages);
+        self.start_judge(id, &ctx, false);
+    }
+
+    fn step_xiaoba(&mut self, id: usize) {
+        let b = self.tasks[id].bot;
+        match self.tasks[id].stage {
+            Stage::Judge => {
+                if !self.tasks[id].verdict.speak {
+                    return self.silent(id, "judge_declined");
+                }
+                let ms = self.rng.gen_range(1000..=3000);
+                self.start_wait(id, ms);
+            }
+            Stage::Wait => {
+                let start = self.tasks[id].wait_start;
+                let me = &self.w.bots[b].name;
+                let st = &self.bots[b];
+                let heard = st.transcript.iter().zip(&st.arrived).any(|(e, at)| {
+                    *at > start && e.author.kind == AuthorKind::Bot && &e.author.name != me
+                });
+                if heard {
+                    return self.silent(id, "broadcast_during_wait");
+                }
+                self.start_reply(id);
+            }
+            Stage::Rejudge => unreachable!("xiaoba never re-judges"),
+            Stage::Write => self.post(id),
+        }
+    }
+
+    // --- nanobot relay (seed 000) ------------------------------------------
+
+    fn consider_nanobot(&mut self, b: usize, env: Arc<Envelope>) {
+        if self.is_own(b, &env) {
+            return;
+        }
+        let (mentioned, _) = self.mentioned(b, &env);
+        if env.author.kind == AuthorKind::Human {
+            let id = self.new_task(b, env.clone(), mentioned);
+            if mentioned {
+                self.note(b, env.id, "reply", "mentioned");
+                return self.start_reply(id);
+            }
+            self.note(b, env.id, "judge", "check_relevance");
+            let ctx = self.context_before(b, &env.id, self.prompt_bots[b].context_messages);
+            return self.start_judge(id, &ctx, false);
+        }
+        if !mentioned {
+            return self.note(b, env.id, "silent", "bot_not_mentioned");
+        }
+        // Depth = trailing bot messages in the transcript, this one included (§4.2).
+        let depth = self.bots[b]
+            .transcript
+            .iter()
+            .rev()
+            .take_while(|e| e.author.kind == AuthorKind::Bot)
+            .count() as u32;
+        let mesh = &self.w.mesh;
+        if depth >= mesh.max_depth {
+            return self.note(b, env.id, "silent", "max_bot_reply_depth");
+        }
+        let id = self.new_task(b, env.clone(), mentioned);
+        if depth <= mesh.llm_threshold {
+            self.note(b, env.id, "reply", "mentioned_shallow");
+            return self.start_reply(id);
+        }
+        self.note(b, env.id, "judge", "mentioned_llm_check");
+        let ctx = self.context_before(b, &env.id, self.prompt_bots[b].context_messages);
+        self.start_judge(id, &ctx, false);
+    }
+
+    fn step_nanobot(&mut self, id: usize) {
+        match self.tasks[id].stage {
+            Stage::Judge => {
+                if self.tasks[id].verdict.speak {
+                    self.start_reply(id)
+                } else {
+                    self.silent(id, "judge_declined")
+                }
+            }
+            Stage::Write => self.post(id),
+            Stage::Wait | Stage::Rejudge => unreachable!("nanobot never waits"),
+        }
+    }
+
+    // --- review panel (seed 002) -------------------------------------------
+
+    fn consider_panel(&mut self, b: usize, env: Arc<Envelope>) {
+        if env.author.kind == AuthorKind::Bot {
+            // "来自Agent → 调用finish()": no LLM call at all.
+            if !self.is_own(b, &env) {
+                self.note(b, env.id, "silent", "ignores_bots");
+            }
+            return;
+        }
+        let (mentioned, _) = self.mentioned(b, &env);
+        let id = self.new_task(b, env.clone(), mentioned);
+        if mentioned {
+            self.note(b, env.id, "reply", "mentioned");
+            let ms = self.rng.gen_range(2000..=4000);
+            return self.start_wait(id, ms);
+        }
+        self.note(b, env.id, "judge", "should_respond");
+        self.start_judge(id, &[], false);
+    }
+
+    fn step_panel(&mut self, id: usize) {
+        match self.tasks[id].stage {
+            Stage::Judge => {
+                if !self.tasks[id].verdict.speak {
+                    return self.silent(id, "judge_declined");
+                }
+                let ms = self.rng.gen_range(2000..=4000);
+                self.start_wait(id, ms);
+            }
+            Stage::Wait => self.start_reply(id),
+            Stage::Write => self.post(id),
+            Stage::Rejudge => unreachable!("the panel never re-judges"),
+        }
+    }
+
+    // --- measuring ---------------------------------------------------------
+
+    fn finish(mut self) -> Tally {
+        let w = self.w;
+        let mut replies: HashMap<Ulid, Vec<usize>> = HashMap::new();
+        for (i, p) in self.posts.iter().enumerate() {
+            if let Some(t) = p.env.reply_to {
+                replies.entry(t).or_default().push(i);
+            }
+        }
+        let bot_index = |name: &str| w.bots.iter().position(|b| b.name == name);
+        let mut dup = 0u64;
+        for p in &self.posts {
+            let human = p.env.author.kind == AuthorKind::Human;
+            let sm = &w.scenario.messages[p.root];
+            if !human {
+                self.tally.longest_chain = self.tally.longest_chain.max(p.env.depth);
+                if p.env.depth > w.mesh.max_depth {
+                    self.tally.over_max_depth += 1;
+                }
+            } else {
+                self.tally.human_msgs += 1;
+            }
+            let rs: Vec<usize> = replies
+                .get(&p.env.id)
+                .map(|v| {
+                    v.iter()
+                        .filter_map(|i| bot_index(&self.posts[*i].env.author.name))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let want = if human { sm.want } else { Want::One };
+            if want == Want::One {
+                let mentioned_spoke = rs.iter().any(|b| p.mentioned.contains(b));
+                let unmentioned = rs.iter().filter(|b| !p.mentioned.contains(b)).count() as u64;
+                dup += if mentioned_spoke {
+                    unmentioned
+                } else {
+                    unmentioned.saturating_sub(1)
+                };
+            }
+            if !human {
+                continue;
+            }
+            if let Some(first) = replies.get(&p.env.id).and_then(|v| v.first()) {
+                self.tally
+                    .ttfa
+                    .push(self.posts[*first].env.sent_at - p.env.sent_at);
+            }
+            let speakers: Vec<(usize, f64)> = sm
+                .judge
+                .iter()
+                .filter_map(|(n, a)| {
+                    let v = a.verdict();
+                    (v.speak).then(|| (bot_index(n).expect("checked"), v.relevance))
+                })
+                .collect();
+            match want {
+                Want::One => {
+                    let expected: Vec<usize> = if !p.mentioned.is_empty() {
+                        p.mentioned.clone()
+                    } else {
+                        let best = speakers.iter().map(|s| s.1).fold(f64::MIN, f64::max);
+                        speakers
+                            .iter()
+                            .filter(|s| s.1 == best)
+                            .map(|s| s.0)
+                            .collect()
+                    };
+                    if expected.is_empty() {
+                        continue;
+                    }
+                    self.tally.expected += 1;
+                    match rs.first() {
+                        None => self.tally.unanswered += 1,
+                        Some(b) if expected.contains(b) => self.tally.right_first += 1,
+                        Some(_) => {}
+                    }
+                }
+                Want::All => {
+                    self.tally.all_wanted += speakers.len() as u64;
+                    self.tally.all_spoke +=
+                        speakers.iter().filter(|s| rs.contains(&s.0)).count() as u64;
+                }
+            }
+        }
+        self.tally.dup_interjections = dup;
+        self.tally.runs_with_dup = u64::from(dup > 0);
+        self.tally
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Many runs, and the report
+// ---------------------------------------------------------------------------
+
+/// The measures of one policy over a set of runs.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Metrics {
+    /// Runs (scenarios × seeds).
+    pub runs: u64,
+    /// Human messages over all runs.
+    pub human_messages: u64,
+    /// Duplicate interjections per human message.
+    pub dup_per_human_msg: f64,
+    /// Share of runs with at least one duplicate, %.
+    pub runs_with_dup_pct: f64,
+    /// One-answer human messages whose first answer came from the right bot, %.
+    pub right_bot_first_pct: Option<f64>,
+    /// One-answer human messages that needed an answer and got none, %.
+    pub unanswered_pct: Option<f64>,
+    /// "Everyone" messages: share of the bots with something to say that spoke, %.
+    pub want_all_coverage_pct: Option<f64>,
+    /// Time to first answer, median, virtual ms.
+    pub ttfa_p50_ms: Option<u64>,
+    /// Time to first answer, 95th percentile, virtual ms.
+    pub ttfa_p95_ms: Option<u64>,
+    /// Deepest bot-only chain (bot turns since the last human).
+    pub longest_chain: u32,
+    /// Bot messages deeper than `max_depth`.
+    pub over_max_depth: u64,
+    /// Runs stopped as runaway loops.
+    pub runaway_runs: u64,
+    /// LLM calls (judge + re-judge + reply) per human message.
+    pub llm_calls_per_human_msg: f64,
+    /// Judge calls about human messages, per human message.
+    pub judge_human_per_msg: f64,
+    /// Judge calls about bot messages, per human message.
+    pub judge_bot_per_msg: f64,
+    /// Re-judges, per human message.
+    pub rejudge_per_msg: f64,
+    /// Reply calls, per human message.
+    pub reply_per_msg: f64,
+    /// Reply calls thrown away at the last check, per human message.
+    pub discarded_per_msg: f64,
+    /// Bot messages per human message.
+    pub bot_posts_per_msg: f64,
+    /// Mean judge prompt size, bytes.
+    pub judge_prompt_bytes_mean: Option<f64>,
+    /// Decisions by action/reason, summed.
+    pub reasons: BTreeMap<String, u64>,
+}
+
+fn pct(n: u64, d: u64) -> Option<f64> {
+    (d > 0).then(|| 100.0 * n as f64 / d as f64)
+}
+
+fn percentile(sorted: &[u64], p: f64) -> Option<u64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+impl Metrics {
+    /// Turns raw counts into the reported measures.
+    pub fn from_tally(t: &Tally) -> Metrics {
+        let h = t.human_msgs.max(1) as f64;
+        let mut ttfa = t.ttfa.clone();
+        ttfa.sort_unstable();
+        let per = |x: u64| x as f64 / h;
+        Metrics {
+            runs: t.runs,
+            human_messages: t.human_msgs,
+            dup_per_human_msg: per(t.dup_interjections),
+            runs_with_dup_pct: pct(t.runs_with_dup, t.runs).unwrap_or(0.0),
+            right_bot_first_pct: pct(t.right_first, t.expected),
+            unanswered_pct: pct(t.unanswered, t.expected),
+            want_all_coverage_pct: pct(t.all_spoke, t.all_wanted),
+            ttfa_p50_ms: percentile(&ttfa, 50.0),
+            ttfa_p95_ms: percentile(&ttfa, 95.0),
+            longest_chain: t.longest_chain,
+            over_max_depth: t.over_max_depth,
+            runaway_runs: t.runaway_runs,
+            llm_calls_per_human_msg: per(t.judge_human + t.judge_bot + t.rejudge + t.reply_calls),
+            judge_human_per_msg: per(t.judge_human),
+            judge_bot_per_msg: per(t.judge_bot),
+            rejudge_per_msg: per(t.rejudge),
+            reply_per_msg: per(t.reply_calls),
+            discarded_per_msg: per(t.replies_discarded),
+            bot_posts_per_msg: per(t.bot_posts),
+            judge_prompt_bytes_mean: (t.prompts > 0)
+                .then(|| t.prompt_bytes as f64 / t.prompts as f64),
+            reasons: t.reasons.clone(),
+        }
+    }
+}
+
+/// One policy's measures.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PolicyMetrics {
+    /// The policy.
+    pub policy: PolicyKind,
+    /// Its measures.
+    pub metrics: Metrics,
+}
+
+/// Measures of every policy over a set of scenarios.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Section {
+    /// "overall", a group name or a scenario name.
+    pub name: String,
+    /// The scenario group (for a scenario section).
+    pub group: String,
+    /// Scenarios counted.
+    pub scenarios: usize,
+    /// One entry per policy run.
+    pub policies: Vec<PolicyMetrics>,
+}
+
+impl Section {
+    /// The measures of `p`, if it was run.
+    pub fn get(&self, p: PolicyKind) -> Option<&Metrics> {
+        self.policies
+            .iter()
+            .find(|m| m.policy == p)
+            .map(|m| &m.metrics)
+    }
+}
+
+/// A target botmesh's policy is held to, and whether it was met.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Target {
+    /// The target.
+    pub target: String,
+    /// Met or not.
+    pub met: bool,
+    /// The numbers behind the verdict.
+    pub detail: String,
+}
+
+/// Everything one `botmesh simulate` computed.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Report {
+    /// Base seed.
+    pub seed: u64,
+    /// Runs per scenario and policy.
+    pub runs: usize,
+    /// All scenarios together.
+    pub overall: Section,
+    /// Per scenario group.
+    pub groups: Vec<Section>,
+    /// Per scenario.
+    pub scenarios: Vec<Section>,
+    /// botmesh's targets (empty when botmesh was not run).
+    pub targets: Vec<Target>,
+    /// Scenario summaries (name, group, lang, bots, messages, description).
+    pub catalogue: Vec<ScenarioInfo>,
+}
+
+/// A line of the scenario catalogue.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ScenarioInfo {
+    /// Name.
+    pub name: String,
+    /// Group.
+    pub group: String,
+    /// Language.
+    pub lang: String,
+    /// Number of bots.
+    pub bots: usize,
+    /// Number of human messages.
+    pub messages: usize,
+    /// What it exercises.
+    pub description: String,
+    /// It loses claims or messages on the network.
+    pub lossy: bool,
+}
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The seed of run `run` of `scenario` (the same for every policy, so policies
+/// meet the same latencies as far as their event orders allow).
+pub fn run_seed(seed: u64, scenario: &str, run: usize) -> u64 {
+    splitmix(seed ^ splitmix(fnv(scenario) ^ splitmix(run as u64)))
+}
+
+/// Sums `runs` runs of one scenario under one policy.
+pub fn run_many(w: &World, policy: PolicyKind, seed: u64, runs: usize) -> Tally {
+    let mut t = Tally::default();
+    for r in 0..runs {
+        t.add(&run_once(w, policy, run_seed(seed, &w.scenario.name, r)));
+    }
+    t
+}
+
+/// Runs every scenario under every policy and gathers the report.
+pub fn simulate(worlds: &[World], policies: &[PolicyKind], seed: u64, runs: usize) -> Report {
+    let mut per: Vec<Vec<Tally>> = Vec::new();
+    for w in worlds {
+        per.push(
+            policies
+                .iter()
+                .map(|p| run_many(w, *p, seed, runs))
+                .collect(),
+        );
+    }
+    let section = |name: &str, group: &str, idx: &[usize]| Section {
+        name: name.into(),
+        group: group.into(),
+        scenarios: idx.len(),
+        policies: policies
+            .iter()
+            .enumerate()
+            .map(|(k, p)| {
+                let mut t = Tally::default();
+                for i in idx {
+                    t.add(&per[*i][k]);
+                }
+                PolicyMetrics {
+                    policy: *p,
+                    metrics: Metrics::from_tally(&t),
+                }
+            })
+            .collect(),
+    };
+    let all: Vec<usize> = (0..worlds.len()).collect();
+    let mut group_names: Vec<&str> = worlds.iter().map(|w| w.scenario.group.as_str()).collect();
+    group_names.sort_unstable();
+    group_names.dedup();
+    let groups = group_names
+        .iter()
+        .map(|g| {
+            let idx: Vec<usize> = all
+                .iter()
+                .copied()
+                .filter(|i| worlds[*i].scenario.group == *g)
+                .collect();
+            section(g, g, &idx)
+        })
+        .collect();
+    let scenarios: Vec<Section> = worlds
+        .iter()
+        .enumerate()
+        .map(|(i, w)| section(&w.scenario.name, &w.scenario.group, &[i]))
+        .collect();
+    let overall = section("overall", "", &all);
+    let targets = targets(&overall, worlds, &scenarios);
+    Report {
+        seed,
+        runs,
+        overall,
+        groups,
+        scenarios,
+        targets,
+        catalogue: worlds
+            .iter()
+            .map(|w| ScenarioInfo {
+                name: w.scenario.name.clone(),
+                group: w.scenario.group.clone(),
+                lang: w.scenario.lang.clone(),
+                bots: w.bots.len(),
+                messages: w.scenario.messages.len(),
+                description: w.scenario.description.clone(),
+                lossy: {
+                    let t = &w.scenario.timing;
+                    t.drop > 0.0
+                        || t.claim_drop > 0.0
+                        || w.scenario.links.iter().any(|l| {
+                            l.drop.is_some_and(|p| p > 0.0) || l.claim_drop.is_some_and(|p| p > 0.0)
+                        })
+                },
+            })
+            .collect(),
+    }
+}
+
+fn targets(overall: &Section, worlds: &[World], scenarios: &[Section]) -> Vec<Target> {
+    let Some(bm) = overall.get(PolicyKind::Botmesh) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let dup_scen: Vec<&str> = scenarios
+        .iter()
+        .filter(|s| {
+            s.get(PolicyKind::Botmesh)
+                .is_some_and(|m| m.dup_per_human_msg > 0.0)
+        })
+        .map(|s| s.name.as_str())
+        .collect();
+    out.push(Target {
+        target: "zero duplicate interjections where one bot suffices".into(),
+        met: bm.dup_per_human_msg == 0.0,
+        detail: format!(
+            "{:.3} per human message; runs with a duplicate {:.1}%{}",
+            bm.dup_per_human_msg,
+            bm.runs_with_dup_pct,
+            if dup_scen.is_empty() {
+                String::new()
+            } else {
+                format!(" (in {})", dup_scen.join(", "))
+            }
+        ),
+    });
+    let right = bm.right_bot_first_pct.unwrap_or(100.0);
+    out.push(Target {
+        target: "the most relevant (or mentioned) bot answers ≥ 95%".into(),
+        met: right >= 95.0,
+        detail: format!(
+            "{right:.1}% answered first by the right bot; {:.1}% unanswered",
+            bm.unanswered_pct.unwrap_or(0.0)
+        ),
+    });
+    let lo = worlds.iter().map(|w| w.mesh.max_depth).min().unwrap_or(0);
+    let hi = worlds.iter().map(|w| w.mesh.max_depth).max().unwrap_or(0);
+    let max_depth = if lo == hi {
+        format!("max_depth {hi}")
+    } else {
+        format!("max_depth {lo}–{hi}")
+    };
+    out.push(Target {
+        target: "no bot-only chain longer than max_depth".into(),
+        met: bm.over_max_depth == 0,
+        detail: format!(
+            "longest chain {} ({}); {} bot messages past their scenario's max_depth",
+            bm.longest_chain, max_depth, bm.over_max_depth
+        ),
+    });
+    let baselines: Vec<&PolicyMetrics> = overall
+        .policies
+        .iter()
+        .filter(|p| p.policy != PolicyKind::Botmesh)
+        .collect();
+    if !baselines.is_empty() {
+        let worse: Vec<String> = baselines
+            .iter()
+            .filter(|p| p.metrics.llm_calls_per_human_msg <= bm.llm_calls_per_human_msg)
+            .map(|p| {
+                format!(
+                    "{} {:.2}",
+                    p.policy.as_str(),
+                    p.metrics.llm_calls_per_human_msg
+                )
+            })
+            .collect();
+        out.push(Target {
+            target: "fewer LLM calls per human message than every baseline".into(),
+            met: worse.is_empty(),
+            detail: if worse.is_empty() {
+                format!("botmesh {:.2}", bm.llm_calls_per_human_msg)
+            } else {
+                format!(
+                    "botmesh {:.2}; not fewer than: {}",
+                    bm.llm_calls_per_human_msg,
+                    worse.join(", ")
+                )
+            },
+        });
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------
+// Rendering
+// ---------------------------------------------------------------------------
+
+fn opt_pct(x: Option<f64>) -> String {
+    x.map_or("–".into(), |v| format!("{v:.1}%"))
+}
+
+fn opt_ms(x: Option<u64>) -> String {
+    x.map_or("–".into(), |v| format!("{v}"))
+}
+
+fn chain(m: &Metrics) -> String {
+    if m.runaway_runs > 0 {
+        format!("{}+ ({} runaway)", m.longest_chain, m.runaway_runs)
+    } else {
+        m.longest_chain.to_string()
+    }
+}
+
+/// The headline table: one row per policy.
+pub fn headline_table(s: &Section) -> String {
+    let mut out = String::from(
+        "| policy | dup. interjections / human msg | runs with a dup. | right bot first | unanswered | first answer p50 / p95 (ms) | longest bot chain | LLM calls / human msg (judge + reply) | judge prompt bytes (mean) |\n\
+|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for p in &s.policies {
+        let m = &p.metrics;
+        let judge = m.judge_human_per_msg + m.judge_bot_per_msg + m.rejudge_per_msg;
+        let _ = writeln!(
+            out,
+            "| {} | {:.3} | {:.1}% | {} | {} | {} / {} | {} | {:.2} ({:.2} + {:.2}) | {} |",
+            p.policy.as_str(),
+            m.dup_per_human_msg,
+            m.runs_with_dup_pct,
+            opt_pct(m.right_bot_first_pct),
+            opt_pct(m.unanswered_pct),
+            opt_ms(m.ttfa_p50_ms),
+            opt_ms(m.ttfa_p95_ms),
+            chain(m),
+            m.llm_calls_per_human_msg,
+            judge,
+            m.reply_per_msg,
+            m.judge_prompt_bytes_mean
+                .map_or("–".into(), |b| format!("{b:.0}")),
+        );
+    }
+    out
+}
+
+fn group_table(groups: &[Section]) -> String {
+    let mut out = String::from(
+        "| group | policy | dup. / human msg | right bot first | unanswered | \"everyone\" coverage | first answer p50 / p95 (ms) | longest chain | LLM calls / human msg | prompt bytes |\n\
+|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for g in groups {
+        for (i, p) in g.policies.iter().enumerate() {
+            let m = &p.metrics;
+            let _ = writeln!(
+                out,
+                "| {} | {} | {:.3} | {} | {} | {} | {} / {} | {} | {:.2} | {} |",
+                if i == 0 {
+                    format!("**{}** ({})", g.name, g.scenarios)
+                } else {
+                    String::new()
+                },
+                p.policy.as_str(),
+                m.dup_per_human_msg,
+                opt_pct(m.right_bot_first_pct),
+                opt_pct(m.unanswered_pct),
+                opt_pct(m.want_all_coverage_pct),
+                opt_ms(m.ttfa_p50_ms),
+                opt_ms(m.ttfa_p95_ms),
+                chain(m),
+                m.llm_calls_per_human_msg,
+                m.judge_prompt_bytes_mean
+                    .map_or("–".into(), |b| format!("{b:.0}")),
+            );
+        }
+    }
+    out
+}
+
+fn scenario_table(scenarios: &[Section]) -> String {
+    let pols: Vec<PolicyKind> = scenarios
+        .first()
+        .map(|s| s.policies.iter().map(|p| p.policy).collect())
+        .unwrap_or_default();
+    let mut out = String::from("| scenario | group |");
+    for p in &pols {
+        let _ = write!(out, " {} dup / right / chain / calls |", p.as_str());
+    }
+    out.push_str("\n|---|---|");
+    for _ in &pols {
+        out.push_str("---|");
+    }
+    out.push('\n');
+    for s in scenarios {
+        let _ = write!(out, "| {} | {} |", s.name, s.group);
+        for p in &s.policies {
+            let m = &p.metrics;
+            let _ = write!(
+                out,
+                " {:.2} / {} / {} / {:.1} |",
+                m.dup_per_human_msg,
+                m.right_bot_first_pct
+                    .map_or("–".into(), |v| format!("{v:.0}%")),
+                chain(m),
+                m.llm_calls_per_human_msg
+            );
+        }
+        out.push('\n');
+    }
+    out
+}
+
+fn breakdown_table(s: &Section) -> String {
+    let mut out = String::from(
+        "| policy | judge: human msgs | judge: bot msgs | re-judge | reply calls | of which discarded | bot messages posted |\n\
+|---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for p in &s.policies {
+        let m = &p.metrics;
+        let _ = writeln!(
+            out,
+            "| {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            p.policy.as_str(),
+            m.judge_human_per_msg,
+            m.judge_bot_per_msg,
+            m.rejudge_per_msg,
+            m.reply_per_msg,
+            m.discarded_per_msg,
+            m.bot_posts_per_msg
+        );
+    }
+    out
+}
+
+/// The whole `docs/turn-taking.md`, from a report.
+pub fn render_doc(r: &Report) -> String {
+    let mut d = String::new();
+    let _ = write!(
+        d,
+        "# Turn-taking: botmesh against earlier policies, simulated\n\n\
+<!-- Generated by `botmesh simulate --seed {seed} --runs {runs} --write-doc docs/turn-taking.md`. \
+Do not edit by hand: change the simulator or the scenarios and regenerate. -->\n\n\
+Generated by `botmesh simulate --seed {seed} --runs {runs} --write-doc docs/turn-taking.md` \
+({n} scenarios in `scenarios/`, each run {runs} times per policy with seeds derived from {seed}; \
+the same command gives the same file).\n\n",
+        seed = r.seed,
+        runs = r.runs,
+        n = r.catalogue.len()
+    );
+    d.push_str(DOC_METHOD);
+    let _ = write!(
+        d,
+        "\n## Results: all scenarios\n\n{}\n",
+        headline_table(&r.overall)
+    );
+    if !r.targets.is_empty() {
+        d.push_str(
+            "\n### botmesh against its targets\n\n| target | met | numbers |\n|---|---|---|\n",
+        );
+        for t in &r.targets {
+            let _ = writeln!(
+                d,
+                "| {} | {} | {} |",
+                t.target,
+                if t.met { "yes" } else { "**no**" },
+                t.detail
+            );
+        }
+    }
+    let _ = write!(
+        d,
+        "\n### Where the LLM calls go (per human message)\n\n{}",
+        breakdown_table(&r.overall)
+    );
+    if let Some(bm) = r.overall.get(PolicyKind::Botmesh) {
+        d.push_str(
+            "\n### botmesh's decisions (all runs)\n\n| action/reason | count |\n|---|---:|\n",
+        );
+        for (k, v) in &bm.reasons {
+            let _ = writeln!(d, "| {k} | {v} |");
+        }
+    }
+    d.push_str(&findings(r));
+    let _ = write!(
+        d,
+        "\n## Results per scenario group\n\n{}",
+        group_table(&r.groups)
+    );
+    let _ = write!(
+        d,
+        "\n## Results per scenario\n\nEach cell: duplicate interjections per human message / right bot first / longest chain / LLM calls per human message.\n\n{}",
+        scenario_table(&r.scenarios)
+    );
+    d.push_str("\n## The scenarios\n\n| scenario | group | lang | bots | human msgs | what it exercises |\n|---|---|---|---:|---:|---|\n");
+    for s in &r.catalogue {
+        let _ = writeln!(
+            d,
+            "| {} | {} | {} | {} | {} | {} |",
+            s.name,
+            s.group,
+            s.lang,
+            s.bots,
+            s.messages,
+            s.description.replace('|', "\\|")
+        );
+    }
+    d.push_str(DOC_FORMAT);
+    d
+}
+
+/// Data-driven observations: only what the numbers of this report support.
+fn findings(r: &Report) -> String {
+    let mut d = String::from("\n### Findings\n\n");
+    let Some(bm) = r.overall.get(PolicyKind::Botmesh) else {
+        d.push_str("botmesh was not run.\n");
+        return d;
+    };
+    let reason = |k: &str| bm.reasons.get(k).copied().unwrap_or(0);
+    let info = |name: &str| r.catalogue.iter().find(|c| c.name == name);
+    for t in r.targets.iter().filter(|t| !t.met) {
+        let _ = writeln!(d, "- **Missed: {}** — {}.", t.target, t.detail);
+    }
+
+    // Duplicates.
+    let dup_scen: Vec<&Section> = r
+        .scenarios
+        .iter()
+        .filter(|s| {
+            s.get(PolicyKind::Botmesh)
+                .is_some_and(|m| m.dup_per_human_msg > 0.0)
+        })
+        .collect();
+    if !dup_scen.is_empty() {
+        let all_lossy = dup_scen
+            .iter()
+            .all(|s| info(&s.name).is_some_and(|c| c.lossy));
+        let _ = writeln!(
+            d,
+            "- botmesh's duplicates all come from {}: when neither bot hears the other's claim (or the other's reply) \
+before it has written its own answer, both post; the last `should_yield` check after writing cannot see a claim \
+that never arrived. In the real mesh outboxes retry, so a \"lost\" claim is a late one, with the same effect if it \
+arrives after the reply was written. Nothing in the protocol acknowledges a claim.",
+            if all_lossy {
+                "scenarios that lose claims or messages"
+            } else {
+                "these scenarios (not all of them lossy)"
+            }
+        );
+    } else {
+        d.push_str("- botmesh posted no duplicate interjection in any run.\n");
+    }
+
+    // Right bot first, per group.
+    let weak: Vec<String> = r
+        .groups
+        .iter()
+        .filter_map(|g| {
+            let m = g.get(PolicyKind::Botmesh)?;
+            let right = m.right_bot_first_pct?;
+            (right < 95.0).then(|| {
+                format!(
+                    "{} {right:.1}% (unanswered {:.1}%)",
+                    g.name,
+                    m.unanswered_pct.unwrap_or(0.0)
+                )
+            })
+        })
+        .collect();
+    if !weak.is_empty() {
+        let _ = writeln!(
+            d,
+            "- Groups where botmesh's right-bot-first rate is below 95%: {}.",
+            weak.join("; ")
+        );
+    }
+    let late = reason("yield/already_answered") + reason("yield_writing/already_answered");
+    if late > 0 {
+        let _ = writeln!(
+            d,
+            "- A claim goes out only once the judge has answered. When the most relevant bot's judge call is slower \
+than another bot's judge call + wait + reply, the trigger is already answered when it claims, so it yields and the \
+less relevant bot has answered first (see `--trace network-en-slow-judge`; bots yielded `already_answered` {late} \
+times over all runs, most of them after writing a reply for nothing). The 1–3 s window only protects the ranking \
+while judge latency stays well under `min_delay_ms`; nothing announces \"I am still judging\"."
+        );
+    }
+    let failed = reason("silent/reply_failed") + reason("silent/judge_failed");
+    if failed > 0 && bm.unanswered_pct.unwrap_or(0.0) > 0.0 {
+        let _ = writeln!(
+            d,
+            "- A yield is final. When the winner's reply call fails (or its re-judge declines, or the rate cap stops it \
+at the last check) after the others yielded to its claim, nobody answers: botmesh leaves {:.1}% of the questions \
+that needed an answer unanswered overall{}, where baselines that let several bots speak have redundancy \
+(`--trace failures-en-winner-fails`). No claim is ever withdrawn.",
+            bm.unanswered_pct.unwrap_or(0.0),
+            r.groups
+                .iter()
+                .find(|g| g.name == "failures")
+                .and_then(|g| g.get(PolicyKind::Botmesh))
+                .and_then(|m| m.unanswered_pct)
+                .map_or(String::new(), |u| format!(" and {u:.1}% in the failures group"))
+        );
+    }
+
+    // LLM calls.
+    let cheaper: Vec<&PolicyMetrics> = r
+        .overall
+        .policies
+        .iter()
+        .filter(|p| {
+            p.policy != PolicyKind::Botmesh
+                && p.metrics.llm_calls_per_human_msg <= bm.llm_calls_per_human_msg
+        })
+        .collect();
+    if !cheaper.is_empty() {
+        let names: Vec<String> = cheaper
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} {:.2} ({:.2} judge on bot messages, {:.2} replies)",
+                    p.policy.as_str(),
+                    p.metrics.llm_calls_per_human_msg,
+                    p.metrics.judge_bot_per_msg,
+                    p.metrics.reply_per_msg
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            d,
+            "- Why botmesh is not the cheapest: every bot reply is judged by every other bot it does not address \
+(`interject_check` applies to bot messages too when `reply_to = \"all\"`), so each bot message costs up to n − 1 \
+judge calls: {:.2} per human message here, plus {:.2} re-judges. Cheaper: {}. Those baselines never judge \
+unmentioned bot messages, so they can never interject on them either. Without the judge calls on bot messages \
+botmesh would make {:.2} calls per human message.",
+            bm.judge_bot_per_msg,
+            bm.rejudge_per_msg,
+            names.join("; "),
+            bm.llm_calls_per_human_msg - bm.judge_bot_per_msg
+        );
+    }
+    if r.overall
+        .policies
+        .iter()
+        .all(|p| p.metrics.reply_per_msg >= bm.reply_per_msg)
+    {
+        let _ = writeln!(
+            d,
+            "- botmesh makes the fewest reply calls ({:.2} per human message): it saves on replies and spends on judging.",
+            bm.reply_per_msg
+        );
+    }
+    let _ = writeln!(
+        d,
+        "- Local filters saved {} judge calls on acknowledgements and {} on messages addressed to someone else (over all runs).",
+        reason("silent/acknowledgement"),
+        reason("silent/addressed_to_other")
+    );
+    if let Some(nb) = r.overall.get(PolicyKind::Nanobot) {
+        if let (Some(a), Some(b)) = (bm.ttfa_p50_ms, nb.ttfa_p50_ms) {
+            let _ = writeln!(
+                d,
+                "- The wait costs time: botmesh's median first answer comes {} ms after nanobot's, which answers without any delay.",
+                a as i64 - b as i64
+            );
+        }
+    }
+    if let Some(c) = bm.want_all_coverage_pct {
+        let _ = writeln!(
+            d,
+            "- On messages that ask everyone to speak (\"大家都说说\"), botmesh lets {c:.1}% of the bots with something to say speak: \
+claims make all but the best yield, whatever the message asks. The protocol has no notion of \"everyone\"."
+        );
+    }
+    d
+}
+
+const DOC_METHOD: &str = r#"## What is simulated
+
+`botmesh simulate` is a discrete-event simulation over virtual milliseconds (a heap of timed events,
+no threads, no wall clock), so one seed gives one result. Each scenario names 3–8 bots, human
+messages at given times, what each bot's judge LLM would answer about each message (`speak` and
+`relevance`, optionally a different answer once the judge's prompt already shows another bot's answer),
+reply texts (which may @mention other bots, so bots talk to bots), LLM latency distributions for judge
+and reply calls, and network delay/drop (global or per link, with a separate claim drop rate).
+Every message, the humans' and the bots', is delivered to each node with its own delay, so each node
+has its own transcript and its own view of claims.
+
+Only the LLM is scripted. The decisions are the real code:
+
+- **who is mentioned**: `mention::MentionMatcher` over the bots' names and aliases (for every policy,
+  so the policies differ in turn-taking only, not in mention parsing);
+- **the hard rules**: `policy::decide` with `policy::recent_bot_messages` (depth, rate cap,
+  participation, mentions, acknowledgements), and the same rules again right before sending, as
+  `turn::consider_with` does (`decide_final`);
+- **the judge prompt**: `judge::build_prompt`, whose length in bytes is what the tables report;
+- **the wait**: `scheduler::delay_for` (its jitter is drawn from the run's seeded generator, same range
+  `0..=jitter_ms`, because the real function uses `thread_rng`), and each node's own
+  `scheduler::ClaimBoard`, fed by the claims and replies that reach it; a bot yields as soon as its
+  board says so (`should_yield`), exactly when `ClaimBoard::wait` would return;
+- **the rest of `wait_turn`**: after the wait, if anyone else's message arrived since the trigger, one
+  re-judge (an extra judge call) with the fresh context `turn.rs` builds; after the reply is written,
+  one more `should_yield` check.
+
+Defaults unless a scenario says otherwise: `max_depth = 3`, `llm_threshold = 1`, 6 bot messages a
+minute, delays 1000–3000 ms with 150 ms jitter, `min_relevance = 0.3`, 8 messages of judge context;
+judge latency U(400–1200) ms, reply latency log-normal (median 2500 ms, σ 0.35, ≤ 20 s), network
+U(20–150) ms, no drops, no LLM failures (a failed call means silence); a run ends 60 s (virtual) after the last human message, or at 200 bot messages.
+
+## The policies
+
+| policy | follows | on a human message | on a bot message | delay and collisions | loop brake |
+|---|---|---|---|---|---|
+| **botmesh** | DESIGN.md, "What a node does with each incoming message"; the real code | mentioned → reply at once; addressed to someone else / acknowledgement → silent; else judge → claim → wait `min + (1 − r)(max − min)` + jitter | same rules (mentioned at depth > `llm_threshold` → judge first) | yields to a better claim or to a reply to the trigger; re-judges once if anyone spoke meanwhile | `depth ≥ max_depth` never; per-group bot message cap |
+| **xiaoba** | seed 004 (XiaoBa bot2bot bridge, P0 judge) as the issue describes it, and DESIGN.md's list of its weaknesses ("random 1–3 s delays that let two bots answer the same question", "LLM-only loop guards") | mentioned → full reply at once ("被@则触发推理"); else judge with the last 10 messages | every broadcast is judged the same way | uniform random 1–3 s; silent if any bot broadcast arrived during the wait; no check after writing | none but the LLM (seed 004 §四.2: "两个 bot 互相@会无限循环") |
+| **nanobot** | seed 000 (Feishu relay, stop policy §4), seed 001 (transcript `get_recent(20)` for the relevance check) | mentioned → reply; else `_check_relevance` (judge) → reply; no delay | not mentioned → ignored (never interjects on bots); mentioned → depth = trailing bot messages in the transcript incl. this one: `≥ max` reject, `≤ threshold` reply, else LLM YES/NO | none: everyone who passes replies at once | the depth rule above (`max_bot_reply_depth` 3, `bot_reply_llm_threshold` 1: same numbers as botmesh) |
+| **review-panel** | seed 002 (review panel protocol §3.1, §4.1, §8.1) | `should_respond` (judge on the message alone) → random 2–4 s (`reaction_delay: random(2, 4)`) → reply; mentioned → reply after the delay without judging | ignored, no LLM call (`finish()`) | none: every judge that says yes speaks | ignoring bots |
+
+Seed 004's P0 plan goes further than the XiaoBa baseline: relevance-scaled delays ("相关度高的延迟短") and a
+re-judge after seeing the other bot's reply. That plan is what botmesh implements (and extends with
+claims); the baseline is the bridge as the issue and DESIGN.md's weakness list describe it.
+
+The scripted judge answers the same for every policy (the scenario's `judge` / `bot_judge` tables),
+and its answer depends only on what its prompt shows: if the prompt's context already contains
+another bot's reply to the message, the `after_answer` entry applies (by default: decline); a bot
+message that @mentions another bot is declined by every judge but the mentioned bot's. Where a
+baseline's source leaves a detail open, the simulator picks the reading that favours the baseline:
+XiaoBa's judge sees replies that arrived before it was asked (so it can decline); the review panel
+skips the judge when mentioned. Every policy uses the same mention matcher, latencies and network.
+
+## The measures
+
+- **duplicate interjections per human message**: for every message (human or bot) where one answer
+  suffices, the answers by bots it did not mention, beyond the first (or all of them, if a mentioned bot
+  answered); summed and divided by the number of human messages. Messages marked `want = "all"`
+  ("大家都说说") are excluded; for them the tables give **"everyone" coverage**, the share of bots
+  with something to say (judge `speak`) that did speak.
+- **right bot first**: of the one-answer human messages that need an answer (someone is mentioned, or
+  some bot's judge says `speak`), the share whose first answer came from the mentioned bot or, if none
+  is mentioned, from the bot with the highest scripted relevance. **unanswered**: the share that got
+  no answer at all.
+- **first answer p50 / p95**: virtual ms from a human message to the first bot reply to it.
+- **longest bot chain**: the deepest bot message, in bot turns since the last human message (a reply
+  to a message of depth d has depth d + 1). "N+ (k runaway)" means k runs were stopped at 200 bot
+  messages, so the chain could have gone on.
+- **LLM calls per human message**: judge calls (including botmesh's re-judge) plus reply calls, over
+  human messages. A reply call whose text is thrown away at the last check still counts.
+- **judge prompt bytes**: the mean UTF-8 size of every judge prompt built. For botmesh it is the real
+  `judge::build_prompt` output with the bot's 8-message context (each message trimmed to 240 chars).
+  The baselines' prompts are estimates, built with the same function from a template written after
+  their descriptions (the templates are `XIAOBA_JUDGE_PROMPT`, `NANOBOT_JUDGE_PROMPT` and
+  `PANEL_JUDGE_PROMPT` in `node/src/simulate.rs`):
+  - XiaoBa (seed 004 P0 + P1): the bot's profile, the colleague table (P1 puts it in the prompt),
+    the last **10** messages untrimmed (the seed says 5–10; 10 is the upper end) and the new one,
+    answer yes/no.
+  - nanobot (seed 000 §4.4 + seed 001): the role, the last **20** transcript messages untrimmed
+    (`get_recent(max_messages=20)`) and the new one, answer YES/NO. No colleague profiles.
+  - review panel (seed 002 §8.1 + §4.1): the judge's instruction block and the message alone (the
+    panel keeps no history), answer yes/no.
+"#;
+
+const DOC_FORMAT: &str = r#"
+## Scenario files
+
+`scenarios/*.toml`, one scenario each (`botmesh simulate --scenarios DIR` reads another folder):
+
+```toml
+group = "collision"            # results are also reported per group
+lang = "zh"                    # language of the synthetic replies
+description = "…"
+[mesh]                         # optional: any [mesh] key of peers.toml
+max_depth = 3
+[timing]                       # optional; distributions: fixed {ms}, uniform {min,max}, lognormal {median,sigma,max}
+judge = { dist = "uniform", min = 400, max = 1200 }
+reply = { dist = "lognormal", median = 2500, sigma = 0.35, max = 20000 }
+network = { dist = "uniform", min = 20, max = 150 }
+drop = 0.0                     # bot messages lost between nodes
+claim_drop = 0.0               # claims lost between nodes
+judge_fail = 0.0               # judge calls that fail or time out (silence)
+reply_fail = 0.0               # reply calls that fail or time out (silence)
+[[links]]                      # optional per-direction overrides; "*" matches anyone
+from = "XiaoBa"
+to = "*"
+claim_drop = 0.5
+[[bots]]
+name = "XiaoBa"
+aliases = ["小八"]
+role = "研发助手"
+skills = ["论文阅读", "代码编写"]
+settings = { min_delay_ms = 1000 }   # optional: any [[bots]] key of peers.toml
+[[messages]]
+at = 0                         # virtual ms
+from = "老师"                   # a human
+text = "有人读过 Raft 那篇论文吗？"
+want = "one"                   # or "all"
+judge = { XiaoBa = 0.9, ErGoz = 0.6, Lina = { speak = false, relevance = 0.2 } }
+after_answer = { ErGoz = 0.2 } # once the prompt shows another bot's answer (default: decline)
+reply = { XiaoBa = "读过。@ErGoz 实现上你怎么看？" }
+bot_judge = { ErGoz = 0.3 }    # about bot messages in this exchange (default: no; 0.7 if mentioned)
+bot_reply = { ErGoz = ["…", "…"] }   # successive replies to bot messages in this exchange
+```
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINI: &str = r#"
+group = "t"
+lang = "en"
+[[bots]]
+name = "A"
+skills = ["x"]
+[[bots]]
+name = "B"
+[[bots]]
+name = "C"
+[[messages]]
+at = 0
+from = "h"
+text = "question about x"
+judge = { A = 0.9, B = 0.6, C = { speak = false, relevance = 0.1 } }
+"#;
+
+    #[test]
+    fn parses_and_compiles() {
+        let w = World::parse(MINI, "mini").unwrap();
+        assert_eq!(w.scenario.name, "mini");
+        assert_eq!(w.bots.len(), 3);
+        assert_eq!(w.bots[0].min_delay_ms, 1000, "peers.toml defaults apply");
+        assert_eq!(
+            w.scenario.messages[0].judge["C"].verdict(),
+            Verdict {
+                speak: false,
+                relevance: 0.1
+            }
+        );
+        assert!(World::parse(&MINI.replace("C = {", "D = {"), "x").is_err());
+    }
+
+    #[test]
+    fn distributions_stay_in_range() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let u = Dist::Uniform {
+            min: 10.0,
+            max: 20.0,
+        };
+        let l = Dist::Lognormal {
+            median: 1000.0,
+            sigma: 0.5,
+            max: Some(3000.0),
+        };
+        let mut ls = Vec::new();
+        for _ in 0..2000 {
+            assert!((10..=20).contains(&u.sample(&mut rng)));
+            let x = l.sample(&mut rng);
+            assert!(x <= 3000);
+            ls.push(x);
+        }
+        ls.sort_unstable();
+        let median = ls[ls.len() / 2];
+        assert!((850..1150).contains(&median), "median {median}");
+    }
+
+    #[test]
+    fn one_interjection_under_botmesh() {
+        let w = World::parse(MINI, "mini").unwrap();
+        for seed in 0..20 {
+            let t = run_once(&w, PolicyKind::Botmesh, seed);
+            assert_eq!(t.bot_posts, 1, "seed {seed}");
+            assert_eq!(t.right_first, 1, "seed {seed}");
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! The turn-taking simulator on a few shipped scenarios: botmesh gives one answer where
+//! XiaoBa's random delays give two, chains stop at max_depth, and a seed fixes the result.
+//! (The full run is `botmesh simulate`; these use a small subset to stay fast.)
+
+use std::path::PathBuf;
+
+use botmesh::simulate::{load_dir, render_doc, run_once, simulate, PolicyKind, World};
+
+fn scenario(name: &str) -> World {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../scenarios")
+        .join(format!("{name}.toml"));
+    World::load(&path).unwrap()
+}
+
+#[test]
+fn two_relevant_bots_one_answer_under_botmesh_duplicates_under_xiaoba() {
+    // Two questions, each with judges at 0.9 and 0.6 (one answer suffices).
+    let w = scenario("collision-zh-two-relevant");
+    let mut xiaoba_dups = 0;
+    for seed in 0..30 {
+        let t = run_once(&w, PolicyKind::Botmesh, seed);
+        assert_eq!(t.dup_interjections, 0, "seed {seed}: {t:?}");
+        assert_eq!(t.bot_posts, 2, "one answer per question, seed {seed}");
+        assert_eq!(t.right_first, 2, "the 0.9 bot answers, seed {seed}");
+        let x = run_once(&w, PolicyKind::Xiaoba, seed);
+        if x.dup_interjections > 0 {
+            xiaoba_dups += 1;
+        }
+    }
+    assert!(
+        xiaoba_dups > 0,
+        "uniform 1–3 s delays should let both bots answer in some seeds"
+    );
+}
+
+#[test]
+fn botmesh_chains_never_exceed_max_depth() {
+    for name in [
+        "bot-chain-zh-ping-pong",
+        "bot-chain-en-round-robin",
+        "bot-chain-en-interjections",
+    ] {
+        let w = scenario(name);
+        let max = w.mesh.max_depth;
+        let mut xiaoba_longest = 0;
+        for seed in 0..10 {
+            let t = run_once(&w, PolicyKind::Botmesh, seed);
+            assert!(t.longest_chain <= max, "{name} seed {seed}: {t:?}");
+            assert_eq!(t.over_max_depth, 0, "{name} seed {seed}");
+            xiaoba_longest =
+                xiaoba_longest.max(run_once(&w, PolicyKind::Xiaoba, seed).longest_chain);
+        }
+        if name != "bot-chain-en-interjections" {
+            // The scenario really is a loop: without a depth brake it runs past max_depth.
+            assert!(
+                xiaoba_longest > max,
+                "{name}: xiaoba chain {xiaoba_longest}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_seed_fixes_the_report() {
+    let worlds: Vec<World> = [
+        "collision-en-close-call",
+        "burst-zh-followup",
+        "network-zh-claim-drops",
+    ]
+    .iter()
+    .map(|n| scenario(n))
+    .collect();
+    let a = simulate(&worlds, &PolicyKind::ALL, 7, 3);
+    let b = simulate(&worlds, &PolicyKind::ALL, 7, 3);
+    assert_eq!(a, b);
+    assert_eq!(
+        serde_json::to_string(&a).unwrap(),
+        serde_json::to_string(&b).unwrap()
+    );
+    let c = simulate(&worlds, &PolicyKind::ALL, 8, 3);
+    assert_ne!(
+        a.overall.get(PolicyKind::Xiaoba).unwrap().ttfa_p50_ms,
+        None,
+        "questions get answered"
+    );
+    assert_ne!(a, c, "another seed draws other latencies");
+    let doc = render_doc(&a);
+    assert_eq!(doc, render_doc(&b));
+    for part in [
+        "| botmesh |",
+        "| xiaoba |",
+        "| nanobot |",
+        "| review-panel |",
+        "seed 000",
+        "seed 002",
+        "seed 004",
+    ] {
+        assert!(doc.contains(part), "doc lacks {part}");
+    }
+}
+
+#[test]
+fn shipped_scenarios_are_valid() {
+    let worlds = load_dir(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scenarios")).unwrap();
+    assert!(worlds.len() >= 20, "{} scenarios", worlds.len());
+    for w in &worlds {
+        let n = w.bots.len();
+        assert!((3..=8).contains(&n), "{}: {n} bots", w.scenario.name);
+    }
+    for lang in ["zh", "en"] {
+        assert!(
+            worlds.iter().any(|w| w.scenario.lang == lang),
+            "no {lang} scenario"
+        );
+    }
+}
