@@ -57,6 +57,9 @@ pub struct Facts<'a> {
     pub quiet: bool,
     /// Bot messages in the group within the last minute with no human in between.
     pub recent_bot_messages: usize,
+    /// This bot already passed on the message this one replies to (declined it or
+    /// yielded it to a better bot): a colleague's answer to it needs no judge call.
+    pub passed_on_parent: bool,
 }
 
 /// Applies the rules in order; the first that fires decides.
@@ -98,6 +101,9 @@ pub fn decide(f: &Facts<'_>) -> Decision {
     }
     if is_acknowledgement(&f.msg.text) {
         return d(Action::Silent, "acknowledgement");
+    }
+    if is_bot && f.passed_on_parent {
+        return d(Action::Silent, "passed_on_thread");
     }
     if f.me.participation == Participation::Always && !is_bot {
         return d(Action::Reply, "always_answers");
@@ -251,6 +257,7 @@ mod tests {
             mentions_others: others,
             quiet,
             recent_bot_messages: recent,
+            passed_on_parent: false,
         };
         let cases: Vec<(Facts, Action, &str)> = vec![
             (
@@ -333,6 +340,20 @@ mod tests {
             let d = decide(facts);
             assert_eq!((d.action, d.reason), (*action, *reason), "case {i}");
         }
+        // A colleague's answer to something this bot passed on costs no judge call,
+        // unless it mentions this bot.
+        let mut passed = f(&me, &b1, false, false, false, 0);
+        passed.passed_on_parent = true;
+        assert_eq!(decide(&passed).reason, "passed_on_thread");
+        passed.mentioned = true;
+        assert_eq!(decide(&passed).reason, "mentioned");
+        let mut human_passed = f(&me, &human, false, false, false, 0);
+        human_passed.passed_on_parent = true;
+        assert_eq!(
+            decide(&human_passed).reason,
+            "interject_check",
+            "humans are always judged"
+        );
     }
 
     #[test]

@@ -45,6 +45,8 @@ struct Trigger {
     claims: HashMap<String, f64>,
     /// Bots that have posted a reply to it.
     answered_by: Vec<String>,
+    /// This node's bot passed on the trigger (judge declined, yielded, re-judged silent).
+    passed: bool,
     /// Woken on every change.
     notify: Arc<Notify>,
     /// For eviction.
@@ -105,6 +107,21 @@ impl ClaimBoard {
             t.claims.insert(bot.to_string(), relevance);
             t.notify.notify_waiters();
         });
+    }
+
+    /// Records that this node's bot passed on `trigger`: replies to it are then not
+    /// worth a judge call of their own (see `policy::decide`, `passed_on_thread`).
+    pub fn pass(&self, trigger: Ulid) {
+        self.with(trigger, |t| t.passed = true);
+    }
+
+    /// Whether this node's bot passed on `trigger`.
+    pub fn passed(&self, trigger: Ulid) -> bool {
+        self.triggers
+            .lock()
+            .expect("claim board lock")
+            .get(&trigger)
+            .is_some_and(|t| t.passed)
     }
 
     /// Records that `bot` replied to `trigger`.

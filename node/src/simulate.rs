@@ -1182,6 +1182,9 @@ impl<'w> Sim<'w> {
 
     /// Counts a decision (and traces it).
     fn note(&mut self, b: usize, trigger: Ulid, action: &str, reason: &str) {
+        if crate::turn::passes(action, reason) {
+            self.bots[b].board.pass(trigger);
+        }
         self.tally.reason(action, reason);
         self.log(Some(b), |s| {
             format!("{}: {action}/{reason}", s.num(&trigger))
@@ -1302,6 +1305,7 @@ impl<'w> Sim<'w> {
             mentions_others,
             quiet: false,
             recent_bot_messages: self.recent_bots(b),
+            passed_on_parent: env.reply_to.is_some_and(|p| self.bots[b].board.passed(p)),
         });
         if d.reason != "own_message" {
             self.note(b, env.id, d.action.as_str(), d.reason);

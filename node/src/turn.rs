@@ -60,6 +60,11 @@ pub struct Brain {
     events: EventBus,
 }
 
+/// Whether a decision means this bot passed on the trigger for good.
+pub fn passes(action: &str, reason: &str) -> bool {
+    action == "yield" || matches!(reason, "judge_declined" | "rejudged_silent")
+}
+
 /// Builds the roster the matcher needs.
 pub fn roster(bots: &[BotSettings]) -> Vec<Member> {
     bots.iter()
@@ -173,6 +178,9 @@ impl Brain {
     }
 
     fn record(&self, msg: &Envelope, action: &str, reason: &str, detail: &str) {
+        if passes(action, reason) {
+            self.board.pass(msg.id);
+        }
         self.metrics.decision(action, reason);
         tracing::info!(bot = %self.me.name, trigger = %msg.id, from = %msg.author.name, depth = msg.depth, action, reason, detail, "decision");
         self.events.publish(Event::Decision {
@@ -203,6 +211,7 @@ impl Brain {
             mentions_others,
             quiet,
             recent_bot_messages: recent_bot_messages(recent, now_millis(), RATE_WINDOW_MS),
+            passed_on_parent: msg.reply_to.is_some_and(|p| self.board.passed(p)),
         })
     }
 

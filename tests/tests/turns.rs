@@ -155,6 +155,19 @@ async fn one_interjection_from_the_most_relevant(drop_claims: bool) {
             "the claim was really swallowed"
         );
     }
+    // The others passed on the question (one yielded, one declined), so the winner's
+    // answer to it costs them no judge call.
+    let judged_answer = llm
+        .requests()
+        .iter()
+        .filter(|s| {
+            is_judge(s)
+                && s.messages
+                    .iter()
+                    .any(|(_, c)| c.contains("New from Hi (bot):"))
+        })
+        .count();
+    assert_eq!(judged_answer, 0);
     // Only the winner asked for a reply.
     let replies: Vec<String> = llm
         .requests()
@@ -355,13 +368,22 @@ async fn the_group_rate_cap_holds_when_the_llm_always_says_speak() {
         if is_judge(s) {
             verdict(true, 0.9)
         } else {
-            Script::reply(format!("more thoughts from {}", bot_of(s)))
+            // Every reply hands over to the next bot, so only the cap can end the chain.
+            let next = match bot_of(s).as_str() {
+                "A" => "B",
+                "B" => "C",
+                _ => "A",
+            };
+            Script::reply(format!(
+                "more thoughts from {}. @{next} what do you think?",
+                bot_of(s)
+            ))
         }
     })
     .await;
     let spec = MeshSpec::new(&["A", "B", "C"])
         .llm(&llm.base_url)
-        .mesh("max_depth = 50\nllm_threshold = 49\nbot_messages_per_minute = 4")
+        .mesh("max_depth = 50\nllm_threshold = 1\nbot_messages_per_minute = 4")
         .all_bots("min_delay_ms = 50\nmax_delay_ms = 300\njitter_ms = 0");
     let mesh = TestMesh::start(spec).await;
     mesh.post_human(0, "alice", "let's brainstorm names for the project")
