@@ -111,6 +111,25 @@ pub fn decide(f: &Facts<'_>) -> Decision {
     d(Action::Judge, "interject_check")
 }
 
+/// The hard rules once more, right before a written reply is sent (the world may
+/// have moved during the LLM call). `Some(reason)` means: do not send.
+pub fn last_check(
+    mesh: &MeshSettings,
+    quiet: bool,
+    depth: u32,
+    recent_bot_messages: usize,
+) -> Option<&'static str> {
+    if quiet {
+        Some("quiet")
+    } else if depth >= mesh.max_depth {
+        Some("max_depth")
+    } else if recent_bot_messages >= mesh.bot_messages_per_minute as usize {
+        Some("rate_cap")
+    } else {
+        None
+    }
+}
+
 /// A bare acknowledgement ("好的", "thanks!", "ok 👍") that nobody needs to answer.
 pub fn is_acknowledgement(text: &str) -> bool {
     const ACKS: &[&str] = &[

@@ -1404,13 +1404,13 @@ impl<'w> Sim<'w> {
             }
             Stage::Write => {
                 // decide_final, then the last yield check, as turn.rs does.
-                let why = if msg.depth >= self.w.mesh.max_depth {
-                    Some("max_depth_final")
-                } else if self.recent_bots(b) >= self.w.mesh.bot_messages_per_minute as usize {
-                    Some("rate_cap_final")
-                } else {
-                    None
-                };
+                let why =
+                    crate::policy::last_check(&self.w.mesh, false, msg.depth, self.recent_bots(b))
+                        .map(|r| match r {
+                            "max_depth" => "max_depth_final",
+                            "rate_cap" => "rate_cap_final",
+                            _ => "quiet_final",
+                        });
                 if let Some(why) = why {
                     self.tally.replies_discarded += 1;
                     return self.silent(id, why);
@@ -2426,7 +2426,7 @@ Only the LLM is scripted. The decisions are the real code:
   so the policies differ in turn-taking only, not in mention parsing);
 - **the hard rules**: `policy::decide` with `policy::recent_bot_messages` (depth, rate cap,
   participation, mentions, acknowledgements), and the same rules again right before sending, as
-  `turn::consider_with` does (`decide_final`);
+  `turn::consider_with` does (`policy::last_check`);
 - **the judge prompt**: `judge::build_prompt`, whose length in bytes is what the tables report;
 - **the wait**: `scheduler::delay_for` (its jitter is drawn from the run's seeded generator, same range
   `0..=jitter_ms`, because the real function uses `thread_rng`), and each node's own

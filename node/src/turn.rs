@@ -480,16 +480,14 @@ pub async fn consider_with(node: Arc<Node>, msg: Arc<Envelope>, platform: &[Plat
     };
     // The world may have moved during the LLM call: apply the hard rules once more.
     let recent = node.transcripts.recent(&msg.group, 64);
-    let last = decide_final(&node, &msg, &recent);
+    let recent_bots = recent_bot_messages(&recent, now_millis(), RATE_WINDOW_MS);
+    let last = crate::policy::last_check(node.cfg.mesh(), node.is_quiet(), msg.depth, recent_bots);
     if let Some(reason) = last {
         brain.record(&msg, "silent", reason, "checked again before sending");
         return;
     }
-    if relevance.is_some() {
-        if let Some(y) = brain
-            .board
-            .should_yield(msg.id, &brain.me.name, relevance.unwrap_or(0.0))
-        {
+    if let Some(r) = relevance {
+        if let Some(y) = brain.board.should_yield(msg.id, &brain.me.name, r) {
             brain.record(&msg, "yield", y.reason(), &format!("{y:?} while writing"));
             return;
         }
@@ -542,23 +540,6 @@ pub struct Turn<'a> {
     pub depth: u32,
     /// The id to pass as `reply_to` when answering later through `POST /v1/messages`.
     pub reply_to: Ulid,
-}
-
-/// Hard rules right before sending; `Some(reason)` means do not send.
-fn decide_final(node: &Node, msg: &Envelope, recent: &[Arc<Envelope>]) -> Option<&'static str> {
-    let mesh = node.cfg.mesh();
-    if node.is_quiet() {
-        return Some("quiet");
-    }
-    if msg.depth >= mesh.max_depth {
-        return Some("max_depth");
-    }
-    if recent_bot_messages(recent, now_millis(), RATE_WINDOW_MS)
-        >= mesh.bot_messages_per_minute as usize
-    {
-        return Some("rate_cap");
-    }
-    None
 }
 
 /// Claims the trigger, waits the relevance-scaled delay, yields if beaten or answered,
