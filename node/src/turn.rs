@@ -54,10 +54,17 @@ pub struct Brain {
     pub provider: Provider,
     /// Claims and replies per trigger.
     pub board: ClaimBoard,
+    /// Set once the judge endpoint refused structured output.
+    schema_unsupported: std::sync::atomic::AtomicBool,
     /// Client for the sidecar agent's webhook, when one is configured.
     agent: Option<(reqwest::Client, String)>,
     metrics: Arc<Metrics>,
     events: EventBus,
+}
+
+/// Whether an error is a server refusing the `response_format` we sent.
+fn rejects_schema(e: &crate::llm::LlmError) -> bool {
+    matches!(e, crate::llm::LlmError::Http { status: 400 | 422 | 500, body } if body.contains("response_format"))
 }
 
 /// Whether a decision means this bot passed on the trigger for good.
@@ -149,6 +156,7 @@ impl Brain {
             None => None,
         };
         Ok(Brain {
+            schema_unsupported: std::sync::atomic::AtomicBool::new(false),
             agent,
             me: cfg.bot().clone(),
             colleagues: cfg.peers().cloned().collect(),
@@ -236,9 +244,26 @@ impl Brain {
             Provider::Offline => Some(offline_verdict(&self.me, &msg.text)),
             Provider::Remote { client, judge, .. } => {
                 let prompt = self.judge_prompt(context, msg);
-                let text = self
-                    .call(client, judge, Purpose::Judge, &[ChatMessage::user(prompt)])
-                    .await?;
+                let messages = [ChatMessage::user(prompt)];
+                let mut ep = judge.clone();
+                ep.json_schema &= !self
+                    .schema_unsupported
+                    .load(std::sync::atomic::Ordering::Relaxed);
+                let text = match self.call(client, &ep, Purpose::Judge, &messages).await {
+                    Ok(text) => text,
+                    Err(e) if ep.json_schema && rejects_schema(&e) => {
+                        // Some servers (llama-cpp-python) refuse `json_schema`; the
+                        // tolerant parser copes without it, so stop asking.
+                        self.schema_unsupported
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
+                        tracing::warn!(bot = %self.me.name, "the judge endpoint refuses response_format json_schema; asking without it from now on (set json_schema = false to skip this)");
+                        ep.json_schema = false;
+                        self.call(client, &ep, Purpose::Judge, &messages)
+                            .await
+                            .ok()?
+                    }
+                    Err(_) => return None,
+                };
                 let v = parse_verdict(&text);
                 if v.is_none() {
                     self.metrics.llm_call("judge", "unparsable", 0.0, 0, 0);
@@ -313,7 +338,10 @@ impl Brain {
             Provider::Offline => Some(crate::reply::offline_reply(&self.me, msg, why)),
             Provider::Remote { client, reply, .. } => {
                 let messages = crate::reply::messages(&self.me, &self.colleagues, context, msg);
-                let text = self.call(client, reply, Purpose::Reply, &messages).await?;
+                let text = self
+                    .call(client, reply, Purpose::Reply, &messages)
+                    .await
+                    .ok()?;
                 let text = text.trim().to_string();
                 (!text.is_empty()).then_some(text)
             }
@@ -326,7 +354,7 @@ impl Brain {
         ep: &Endpoint,
         purpose: Purpose,
         messages: &[ChatMessage],
-    ) -> Option<String> {
+    ) -> Result<String, crate::llm::LlmError> {
         let started = Instant::now();
         match client.complete(ep, purpose, messages).await {
             Ok(c) => {
@@ -337,7 +365,7 @@ impl Brain {
                     c.usage.prompt_tokens,
                     c.usage.completion_tokens,
                 );
-                Some(c.text)
+                Ok(c.text)
             }
             Err(e) => {
                 self.metrics.llm_call(
@@ -347,8 +375,8 @@ impl Brain {
                     0,
                     0,
                 );
-                tracing::warn!(bot = %self.me.name, purpose = purpose.as_str(), error = %e, "LLM call failed; staying silent");
-                None
+                tracing::warn!(bot = %self.me.name, purpose = purpose.as_str(), error = %e, "LLM call failed");
+                Err(e)
             }
         }
     }

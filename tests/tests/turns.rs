@@ -480,3 +480,59 @@ async fn quiet_switch_and_explain() {
     assert_eq!(e["reason"], "quiet");
     mesh.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_server_that_refuses_json_schema_still_gets_judged_without_it() {
+    // llama-cpp-python's server answers 500 to `response_format: json_schema`.
+    let llm = FakeLlm::start(|s| {
+        if s.body.get("response_format").is_some() {
+            Script::Raw {
+                status: 500,
+                headers: vec![],
+                body: "{\"error\":{\"message\":\"1 validation error: ('body', 'response_format', 'type') Input should be 'text' or 'json_object'\"}}".into(),
+            }
+        } else if s.messages.iter().any(|(_, c)| c.contains("speak")) {
+            verdict(true, 0.9)
+        } else {
+            Script::reply("an answer")
+        }
+    })
+    .await;
+    let mesh = TestMesh::start(
+        MeshSpec::new(&["A", "B"])
+            .llm(&llm.base_url)
+            .all_bots(FAST)
+            .bot("B", "participation = \"mentions\""),
+    )
+    .await;
+    mesh.post_human(1, "alice", "what is a good sharding key?")
+        .await;
+    let t = settle(&mesh, 0, Duration::from_secs(2)).await;
+    assert_eq!(
+        bot_msgs(&t)
+            .iter()
+            .map(|e| e.text.as_str())
+            .collect::<Vec<_>>(),
+        vec!["an answer"]
+    );
+    // A second question goes straight to the schema-less request.
+    let refused_before = llm
+        .requests()
+        .iter()
+        .filter(|s| s.body.get("response_format").is_some())
+        .count();
+    mesh.post_human(1, "alice", "and the replication factor?")
+        .await;
+    let t = settle(&mesh, 0, Duration::from_secs(2)).await;
+    assert_eq!(bot_msgs(&t).len(), 2);
+    let refused_after = llm
+        .requests()
+        .iter()
+        .filter(|s| s.body.get("response_format").is_some())
+        .count();
+    assert_eq!(
+        refused_before, refused_after,
+        "no second try with the schema"
+    );
+    mesh.shutdown().await;
+}
