@@ -301,11 +301,15 @@ pub async fn start(
     };
     let stop_outboxes = CancellationToken::new();
     let mut outbox_tasks = JoinSet::new();
+    let shared_signer = Arc::new(crate::outbox::SharedSigner {
+        signer: node.cfg.signer.clone(),
+        cache: Default::default(),
+    });
     for o in &node.outboxes {
         node.metrics.set_outbox_depth(o.peer(), 0);
         outbox_tasks.spawn(o.clone().run(
             http.clone(),
-            node.cfg.signer.clone(),
+            shared_signer.clone(),
             node.metrics.clone(),
             policy,
             stop_outboxes.clone(),
@@ -369,6 +373,9 @@ impl RunningNode {
         }
         self.stop_outboxes.cancel();
         while self.outbox_tasks.join_next().await.is_some() {}
+        for o in &self.node.outboxes {
+            o.save_cursor();
+        }
         while self.servers.join_next().await.is_some() {}
         self.node.transcripts.close();
         tracing::info!("stopped");

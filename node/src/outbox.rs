@@ -86,6 +86,44 @@ pub struct Outbox {
     handled: AtomicU64,
     /// Where `handled` is kept across restarts.
     cursor_path: Option<PathBuf>,
+    /// When the cursor was last written.
+    cursor_saved_at: Mutex<Instant>,
+}
+
+/// How often, at most, a busy outbox saves its cursor.
+const CURSOR_EVERY: Duration = Duration::from_millis(100);
+
+/// The node's signer plus the signatures its outboxes share.
+pub struct SharedSigner {
+    /// The node's keys.
+    pub signer: Signer,
+    /// Signatures already computed this second.
+    pub cache: SignatureCache,
+}
+
+/// Signatures shared by every peer's outbox: the same envelope in the same second
+/// has the same signature, so it is computed once, not once per peer.
+#[derive(Default)]
+pub struct SignatureCache {
+    entries: Mutex<std::collections::HashMap<String, (i64, String)>>,
+}
+
+impl SignatureCache {
+    /// The `webhook-signature` value for `id` at `ts`, signing only on a miss.
+    pub fn get_or_sign(&self, signer: &Signer, id: &str, ts: i64, body: &[u8]) -> String {
+        if let Some((t, sig)) = self.entries.lock().expect("sig cache lock").get(id) {
+            if *t == ts {
+                return sig.clone();
+            }
+        }
+        let sig = signer.sign(id, ts, body);
+        let mut e = self.entries.lock().expect("sig cache lock");
+        if e.len() >= 4096 {
+            e.retain(|_, (t, _)| *t >= ts - 1);
+        }
+        e.insert(id.to_string(), (ts, sig.clone()));
+        sig
+    }
 }
 
 impl Outbox {
@@ -105,6 +143,11 @@ impl Outbox {
             capacity,
             handled: AtomicU64::new(0),
             cursor_path,
+            cursor_saved_at: Mutex::new(
+                Instant::now()
+                    .checked_sub(CURSOR_EVERY)
+                    .unwrap_or_else(Instant::now),
+            ),
         })
     }
 
@@ -126,6 +169,24 @@ impl Outbox {
 
     fn mark_handled(&self, seq: u64) {
         self.handled.fetch_max(seq, Ordering::SeqCst);
+        // Saving the cursor costs a file write; do it at most every CURSOR_EVERY, or
+        // when the queue runs dry. A cursor that lags only means re-sends after a
+        // crash, which peers answer with `duplicate`.
+        let due = {
+            let mut last = self.cursor_saved_at.lock().expect("cursor lock");
+            let due = self.is_empty() || last.elapsed() >= CURSOR_EVERY;
+            if due {
+                *last = Instant::now();
+            }
+            due
+        };
+        if due {
+            self.save_cursor();
+        }
+    }
+
+    /// Writes the delivery position to disk now (also called at shutdown).
+    pub fn save_cursor(&self) {
         if let Some(path) = &self.cursor_path {
             if let Err(e) = write_cursor(path, self.handled()) {
                 tracing::warn!(peer = %self.peer, error = %e, "could not save the outbox cursor (a restart may re-send; peers deduplicate)");
@@ -209,7 +270,7 @@ impl Outbox {
     pub async fn run(
         self: Arc<Self>,
         http: reqwest::Client,
-        signer: Signer,
+        signer: Arc<SharedSigner>,
         metrics: Arc<Metrics>,
         policy: RetryPolicy,
         stop: CancellationToken,
@@ -261,7 +322,7 @@ impl Outbox {
     async fn attempt(
         &self,
         http: &reqwest::Client,
-        signer: &Signer,
+        signer: &SharedSigner,
         p: &Pending,
         timeout: Duration,
     ) -> Attempt {
@@ -269,7 +330,7 @@ impl Outbox {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs() as i64)
             .unwrap_or(0);
-        let sig = signer.sign(&p.id, ts, &p.body);
+        let sig = signer.cache.get_or_sign(&signer.signer, &p.id, ts, &p.body);
         let sent = http
             .post(&self.url)
             .timeout(timeout)
@@ -338,6 +399,21 @@ mod tests {
             let d30 = p.backoff(30);
             assert!(d30 >= Duration::from_secs(1) && d30 <= Duration::from_secs(2));
         }
+    }
+
+    #[test]
+    fn one_signature_per_envelope_and_second_is_shared() {
+        let signer = Signer {
+            hmac: vec![crate::signing::HmacSecret::generate()],
+            ed25519: vec![],
+        };
+        let cache = SignatureCache::default();
+        let a = cache.get_or_sign(&signer, "01J", 100, b"{}");
+        assert_eq!(a, signer.sign("01J", 100, b"{}"));
+        assert_eq!(cache.get_or_sign(&signer, "01J", 100, b"{}"), a);
+        let later = cache.get_or_sign(&signer, "01J", 101, b"{}");
+        assert_ne!(later, a, "a new second gets a fresh signature");
+        assert_eq!(later, signer.sign("01J", 101, b"{}"));
     }
 
     #[test]
