@@ -1,0 +1,80 @@
+//! The price of one signature, in-process: what a node pays per envelope to sign
+//! (`Signer::sign`, once per peer per attempt) and to verify (`Verifier::verify`).
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use botmesh::signing::{HmacSecret, Signer, SigningKey, Verifier};
+use serde::Serialize;
+
+/// Microseconds per operation on a bench-sized envelope.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct CryptoCost {
+    /// Operations timed per figure.
+    pub iterations: usize,
+    /// Bytes of the signed envelope body.
+    pub body_bytes: usize,
+    /// `Signer::sign` with one Ed25519 key.
+    pub ed25519_sign_us: f64,
+    /// `Verifier::verify` of that signature (timestamp window, header parsing included).
+    pub ed25519_verify_us: f64,
+    /// `Signer::sign` with the mesh HMAC secret.
+    pub hmac_sign_us: f64,
+    /// `Verifier::verify` of that signature.
+    pub hmac_verify_us: f64,
+}
+
+fn time_us(n: usize, mut f: impl FnMut()) -> f64 {
+    let t = Instant::now();
+    for _ in 0..n {
+        f();
+    }
+    t.elapsed().as_secs_f64() * 1e6 / n as f64
+}
+
+/// Times `n` of each operation.
+pub fn measure(n: usize) -> CryptoCost {
+    let env = crate::load::envelope(999, 0, "node1", false);
+    let body = env.to_bytes();
+    let id = env.id.to_string();
+    let ts = botmesh::signing::unix_now();
+    let ts_s = ts.to_string();
+    let key = SigningKey::generate();
+    let ed = Signer {
+        hmac: vec![],
+        ed25519: vec![key.clone()],
+    };
+    let ed_verifier = Verifier {
+        hmac: vec![],
+        ed25519: HashMap::from([("node1".to_string(), vec![key.public_key()])]),
+    };
+    let secret = HmacSecret::generate();
+    let hm = Signer {
+        hmac: vec![secret.clone()],
+        ed25519: vec![],
+    };
+    let hm_verifier = Verifier {
+        hmac: vec![secret],
+        ed25519: HashMap::new(),
+    };
+    let ed_sig = ed.sign(&id, ts, &body);
+    let hm_sig = hm.sign(&id, ts, &body);
+    let check = |v: &Verifier, sig: &str| {
+        v.verify("node1", Some(&id), Some(&ts_s), Some(sig), &body, ts)
+            .expect("bench signature verifies");
+    };
+    check(&ed_verifier, &ed_sig);
+    check(&hm_verifier, &hm_sig);
+    CryptoCost {
+        iterations: n,
+        body_bytes: body.len(),
+        ed25519_sign_us: time_us(n, || {
+            std::hint::black_box(ed.sign(&id, ts, &body));
+        }),
+        ed25519_verify_us: time_us(n, || check(&ed_verifier, &ed_sig)),
+        hmac_sign_us: time_us(n, || {
+            std::hint::black_box(hm.sign(&id, ts, &body));
+        }),
+        hmac_verify_us: time_us(n, || check(&hm_verifier, &hm_sig)),
+    }
+}
