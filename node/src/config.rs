@@ -362,6 +362,28 @@ fn default_min_relevance() -> f64 {
 }
 
 impl BotSettings {
+    /// A bot entry from TOML lines (`name`, `bridge` and `api` are filled in when
+    /// missing), with every default applied: for tests and tools.
+    pub fn from_toml(extra: &str) -> Result<BotSettings, config::ConfigError> {
+        let mut text = String::from(extra);
+        for (key, value) in [
+            ("name", "\"A\""),
+            ("bridge", "\"127.0.0.1:1\""),
+            ("api", "\"127.0.0.1:2\""),
+        ] {
+            if !extra
+                .lines()
+                .any(|l| l.trim_start().starts_with(&format!("{key} ")))
+            {
+                text.push_str(&format!("\n{key} = {value}"));
+            }
+        }
+        config::Config::builder()
+            .add_source(config::File::from_str(&text, config::FileFormat::Toml))
+            .build()?
+            .try_deserialize()
+    }
+
     /// The URL peers post envelopes to.
     pub fn bridge_base_url(&self) -> String {
         self.bridge_url

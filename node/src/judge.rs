@@ -178,16 +178,15 @@ mod tests {
     use crate::envelope::{Author, Kind};
 
     fn bot(name: &str, role: &str, skills: &[&str]) -> BotSettings {
-        let s = format!(
-            "name = \"{name}\"\nrole = \"{role}\"\nskills = [{}]\nbridge = \"127.0.0.1:1\"\napi = \"127.0.0.1:2\"\n",
-            skills.iter().map(|s| format!("\"{s}\"")).collect::<Vec<_>>().join(",")
-        );
-        config::Config::builder()
-            .add_source(config::File::from_str(&s, config::FileFormat::Toml))
-            .build()
-            .unwrap()
-            .try_deserialize()
-            .unwrap()
+        let skills = skills
+            .iter()
+            .map(|s| format!("\"{s}\""))
+            .collect::<Vec<_>>()
+            .join(",");
+        BotSettings::from_toml(&format!(
+            "name = \"{name}\"\nrole = \"{role}\"\nskills = [{skills}]"
+        ))
+        .unwrap()
     }
 
     pub(crate) fn msg(author: &str, kind: AuthorKind, text: &str) -> Arc<Envelope> {

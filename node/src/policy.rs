@@ -218,16 +218,7 @@ mod tests {
     use crate::envelope::{Author, Kind};
 
     fn bot(name: &str) -> BotSettings {
-        let toml = format!("name = \"{name}\"\nbridge = \"127.0.0.1:1\"\napi = \"127.0.0.1:2\"\n");
-        toml_bot(&toml)
-    }
-
-    fn toml_bot(s: &str) -> BotSettings {
-        let c = config::Config::builder()
-            .add_source(config::File::from_str(s, config::FileFormat::Toml))
-            .build()
-            .unwrap();
-        c.try_deserialize().unwrap()
+        BotSettings::from_toml(&format!("name = \"{name}\"")).unwrap()
     }
 
     fn msg(author: &str, kind: AuthorKind, depth: u32, text: &str) -> Envelope {

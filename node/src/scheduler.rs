@@ -179,13 +179,10 @@ mod tests {
     use super::*;
 
     fn bot(min: u64, max: u64, jitter: u64) -> BotSettings {
-        let s = format!("name = \"A\"\nbridge = \"127.0.0.1:1\"\napi = \"127.0.0.1:2\"\nmin_delay_ms = {min}\nmax_delay_ms = {max}\njitter_ms = {jitter}\n");
-        config::Config::builder()
-            .add_source(config::File::from_str(&s, config::FileFormat::Toml))
-            .build()
-            .unwrap()
-            .try_deserialize()
-            .unwrap()
+        BotSettings::from_toml(&format!(
+            "min_delay_ms = {min}\nmax_delay_ms = {max}\njitter_ms = {jitter}"
+        ))
+        .unwrap()
     }
 
     #[test]
