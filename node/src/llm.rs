@@ -59,6 +59,9 @@ pub struct Endpoint {
     /// Send `response_format: json_schema` with [`verdict_schema`] on judge
     /// calls, for servers that support constrained output.
     pub json_schema: bool,
+    /// Send `response_format: {"type": "json_object", "schema": …}` on judge calls
+    /// instead: the form llama-cpp-python's server accepts (it refuses `json_schema`).
+    pub json_object: bool,
 }
 
 impl Endpoint {
@@ -76,6 +79,7 @@ impl Endpoint {
             temperature: None,
             retries: 2,
             json_schema: false,
+            json_object: false,
         }
     }
 
@@ -97,6 +101,7 @@ impl fmt::Debug for Endpoint {
             .field("temperature", &self.temperature)
             .field("retries", &self.retries)
             .field("json_schema", &self.json_schema)
+            .field("json_object", &self.json_object)
             .finish()
     }
 }
@@ -425,6 +430,8 @@ fn request_body(ep: &Endpoint, purpose: Purpose, messages: &[ChatMessage]) -> Va
                 "schema": verdict_schema(),
             }
         });
+    } else if purpose == Purpose::Judge && ep.json_object {
+        body["response_format"] = json!({"type": "json_object", "schema": verdict_schema()});
     }
     body
 }

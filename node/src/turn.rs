@@ -246,18 +246,23 @@ impl Brain {
                 let prompt = self.judge_prompt(context, msg);
                 let messages = [ChatMessage::user(prompt)];
                 let mut ep = judge.clone();
-                ep.json_schema &= !self
+                if self
                     .schema_unsupported
-                    .load(std::sync::atomic::Ordering::Relaxed);
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                {
+                    ep.json_schema = false;
+                    ep.json_object = judge.json_schema;
+                }
                 let text = match self.call(client, &ep, Purpose::Judge, &messages).await {
                     Ok(text) => text,
                     Err(e) if ep.json_schema && rejects_schema(&e) => {
-                        // Some servers (llama-cpp-python) refuse `json_schema`; the
-                        // tolerant parser copes without it, so stop asking.
+                        // Some servers (llama-cpp-python) refuse `json_schema` but accept
+                        // `json_object` with a schema; the tolerant parser copes either way.
                         self.schema_unsupported
                             .store(true, std::sync::atomic::Ordering::Relaxed);
-                        tracing::warn!(bot = %self.me.name, "the judge endpoint refuses response_format json_schema; asking without it from now on (set json_schema = false to skip this)");
+                        tracing::warn!(bot = %self.me.name, "the judge endpoint refuses response_format json_schema; using json_object from now on");
                         ep.json_schema = false;
+                        ep.json_object = true;
                         self.call(client, &ep, Purpose::Judge, &messages)
                             .await
                             .ok()?

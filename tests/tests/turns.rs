@@ -485,7 +485,7 @@ async fn quiet_switch_and_explain() {
 async fn a_server_that_refuses_json_schema_still_gets_judged_without_it() {
     // llama-cpp-python's server answers 500 to `response_format: json_schema`.
     let llm = FakeLlm::start(|s| {
-        if s.body.get("response_format").is_some() {
+        if s.body["response_format"]["type"] == "json_schema" {
             Script::Raw {
                 status: 500,
                 headers: vec![],
@@ -515,11 +515,11 @@ async fn a_server_that_refuses_json_schema_still_gets_judged_without_it() {
             .collect::<Vec<_>>(),
         vec!["an answer"]
     );
-    // A second question goes straight to the schema-less request.
+    // A second question goes straight to the fallback form.
     let refused_before = llm
         .requests()
         .iter()
-        .filter(|s| s.body.get("response_format").is_some())
+        .filter(|s| s.body["response_format"]["type"] == "json_schema")
         .count();
     mesh.post_human(1, "alice", "and the replication factor?")
         .await;
@@ -528,11 +528,23 @@ async fn a_server_that_refuses_json_schema_still_gets_judged_without_it() {
     let refused_after = llm
         .requests()
         .iter()
-        .filter(|s| s.body.get("response_format").is_some())
+        .filter(|s| s.body["response_format"]["type"] == "json_schema")
         .count();
     assert_eq!(
         refused_before, refused_after,
         "no second try with the schema"
+    );
+    // The fallback asks for a JSON object with the same schema (what llama-cpp-python takes).
+    let last_judge = llm
+        .requests()
+        .into_iter()
+        .filter(is_judge)
+        .last()
+        .expect("judged");
+    assert_eq!(last_judge.body["response_format"]["type"], "json_object");
+    assert_eq!(
+        last_judge.body["response_format"]["schema"],
+        botmesh::llm::verdict_schema()
     );
     mesh.shutdown().await;
 }
