@@ -535,12 +535,7 @@ async fn a_server_that_refuses_json_schema_still_gets_judged_without_it() {
         "no second try with the schema"
     );
     // The fallback asks for a JSON object with the same schema (what llama-cpp-python takes).
-    let last_judge = llm
-        .requests()
-        .into_iter()
-        .filter(is_judge)
-        .last()
-        .expect("judged");
+    let last_judge = llm.requests().into_iter().rfind(is_judge).expect("judged");
     assert_eq!(last_judge.body["response_format"]["type"], "json_object");
     assert_eq!(
         last_judge.body["response_format"]["schema"],
