@@ -92,18 +92,7 @@ fn authorized(node: &Node, req: &Request<Incoming>) -> bool {
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::to_string)
         .or_else(|| server::query_param(req.uri(), "token"));
-    given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes()))
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    // Compare digests so neither length nor content leaks through timing.
-    let da = ring::digest::digest(&ring::digest::SHA256, a);
-    let db = ring::digest::digest(&ring::digest::SHA256, b);
-    da.as_ref()
-        .iter()
-        .zip(db.as_ref())
-        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-        == 0
+    given.is_some_and(|g| crate::signing::constant_time_eq(g.as_bytes(), token.as_bytes()))
 }
 
 async fn read_json<T: for<'de> Deserialize<'de>>(

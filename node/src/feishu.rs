@@ -168,18 +168,6 @@ pub fn signature(timestamp: &str, nonce: &str, encrypt_key: &str, body: &[u8]) -
         .collect()
 }
 
-/// Equality whose time does not depend on where the inputs differ.
-fn ct_eq(a: &[u8], b: &[u8]) -> bool {
-    // Hashing first makes the comparison length-independent too.
-    let da = ring::digest::digest(&ring::digest::SHA256, a);
-    let db = ring::digest::digest(&ring::digest::SHA256, b);
-    da.as_ref()
-        .iter()
-        .zip(db.as_ref())
-        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-        == 0
-}
-
 // ---------------------------------------------------------------------------------
 // Callbacks
 // ---------------------------------------------------------------------------------
@@ -534,7 +522,10 @@ impl EventAuth {
                 return Err(EventError::Stale(skew));
             }
             let want = signature(ts, nonce, key, body);
-            if !ct_eq(want.as_bytes(), sig.trim().to_ascii_lowercase().as_bytes()) {
+            if !crate::signing::constant_time_eq(
+                want.as_bytes(),
+                sig.trim().to_ascii_lowercase().as_bytes(),
+            ) {
                 return Err(EventError::BadSignature);
             }
             signed = true;
@@ -558,7 +549,7 @@ impl EventAuth {
         if let Some(want) = &self.verification_token {
             if !cb
                 .token()
-                .is_some_and(|t| ct_eq(t.as_bytes(), want.as_bytes()))
+                .is_some_and(|t| crate::signing::constant_time_eq(t.as_bytes(), want.as_bytes()))
             {
                 return Err(EventError::BadToken);
             }

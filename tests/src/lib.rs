@@ -63,6 +63,8 @@ pub struct MeshSpec {
     pub top: String,
     /// Signing scheme.
     pub scheme: Scheme,
+    /// Environment variables the nodes' secrets are read from.
+    pub env: std::collections::HashMap<String, String>,
 }
 
 impl MeshSpec {
@@ -73,6 +75,7 @@ impl MeshSpec {
             mesh: String::new(),
             top: String::new(),
             scheme: Scheme::Ed25519,
+            env: Default::default(),
         }
     }
     /// Adds `[mesh]` lines.
@@ -142,6 +145,8 @@ pub struct TestMesh {
     pub apis: Vec<std::net::SocketAddr>,
     /// Each bot's signer (to forge or replay in tests).
     pub signers: Vec<Signer>,
+    /// Environment variables the nodes' secrets are read from.
+    pub env: std::collections::HashMap<String, String>,
     /// A plain HTTP client.
     pub http: reqwest::Client,
 }
@@ -221,6 +226,7 @@ impl TestMesh {
             apis,
             signers,
             http,
+            env: spec.env.clone(),
         };
         for (b, a) in bridges_l.into_iter().zip(apis_l) {
             let i = mesh.nodes.len();
@@ -232,8 +238,8 @@ impl TestMesh {
 
     async fn start_node(&self, i: usize, bridge: TcpListener, api: TcpListener) -> RunningNode {
         let name = &self.settings.bots[i].name;
-        let env: std::collections::HashMap<String, String> = std::collections::HashMap::new();
-        let cfg = NodeConfig::resolve(self.settings.clone(), name, None, &env).expect("resolve");
+        let cfg =
+            NodeConfig::resolve(self.settings.clone(), name, None, &self.env).expect("resolve");
         botmesh::node::start(cfg, bridge, api)
             .await
             .expect("start node")

@@ -367,3 +367,36 @@ async fn rotation_accepts_old_and_new_keys_and_nothing_else() {
     assert_eq!(s, 401);
     mesh.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_local_api_token_is_required_when_configured() {
+    let mut spec = quiet_bots(&["A", "B"]).mesh("api_token_env = \"TEST_API_TOKEN\"");
+    spec.env
+        .insert("TEST_API_TOKEN".into(), "s3cret-token".into());
+    let mesh = TestMesh::start(spec).await;
+    let url = format!("{}/v1/transcript", mesh.api(0));
+    let status =
+        |r: reqwest::RequestBuilder| async move { r.send().await.unwrap().status().as_u16() };
+    assert_eq!(status(mesh.http.get(&url)).await, 401);
+    assert_eq!(status(mesh.http.get(&url).bearer_auth("wrong")).await, 401);
+    assert_eq!(
+        status(mesh.http.get(&url).bearer_auth("s3cret-token")).await,
+        200
+    );
+    assert_eq!(
+        status(mesh.http.get(format!("{url}?token=s3cret-token"))).await,
+        200,
+        "the page passes ?token="
+    );
+    let post = mesh
+        .http
+        .post(format!("{}/v1/messages", mesh.api(0)))
+        .json(&serde_json::json!({"text": "hi"}));
+    assert_eq!(status(post).await, 401);
+    assert_eq!(
+        status(mesh.http.get(format!("{}/healthz", mesh.api(0)))).await,
+        200,
+        "health stays open"
+    );
+    mesh.shutdown().await;
+}
