@@ -139,7 +139,7 @@ impl Node {
                 self.brain.observe(&env);
                 if !self.accepting.is_cancelled() {
                     let node = self.clone();
-                    self.turns.spawn(consider(node, env, mentions));
+                    self.turns.spawn(crate::turn::consider(node, env, mentions));
                 }
             }
             Ok(Appended::Duplicate) => {}
@@ -195,19 +195,6 @@ impl Node {
     pub fn is_quiet(&self) -> bool {
         self.quiet.load(Ordering::Relaxed)
     }
-}
-
-/// The turn pipeline for a recorded message, boxed like [`crate::turn::consider`] so
-/// that recording (which replying does) need not name its own future's type.
-fn consider(
-    node: Arc<Node>,
-    env: Arc<Envelope>,
-    mentions: Vec<crate::mention::PlatformMention>,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
-    if mentions.is_empty() {
-        return crate::turn::consider(node, env);
-    }
-    Box::pin(async move { crate::turn::consider_with(node, env, &mentions).await })
 }
 
 /// Builds the node and starts its listeners and outboxes.

@@ -164,7 +164,7 @@ impl Transcripts {
             };
             let (log, dropped) = load_file(&path)?;
             report.groups += 1;
-            report.messages += log.recent.len().max(log.ids.len());
+            report.messages += log.ids.len();
             report.dropped_lines += dropped;
             groups.insert(group, log);
         }
@@ -175,10 +175,7 @@ impl Transcripts {
             .map(|p| p.seq + 1)
             .unwrap_or(1)
             .max(min_next_seq);
-        let outbox_log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)?;
+        let outbox_log = AppendFile::open(&log_path)?;
         let (tx, rx) = mpsc::channel();
         let last_error = Arc::new(Mutex::new(None));
         let writer = Writer {
@@ -355,13 +352,14 @@ impl Transcripts {
     }
 }
 
-fn load_file(path: &Path) -> std::io::Result<(GroupLog, usize)> {
+/// Reads every whole line of an append-only file (without its `\n`), calling `each`
+/// with the line and its end offset. A last line cut short by a crash is dropped and
+/// the file truncated to the last whole line, so the next append starts cleanly.
+/// Returns whether a torn tail was cut.
+fn read_whole_lines(path: &Path, mut each: impl FnMut(&[u8], u64)) -> std::io::Result<bool> {
     let mut file = OpenOptions::new().read(true).write(true).open(path)?;
-    let mut log = GroupLog::new();
-    let mut dropped = 0;
-    let mut good_end: u64 = 0;
     let mut offset: u64 = 0;
-    let mut cut_tail = false;
+    let mut torn = false;
     {
         let mut reader = BufReader::new(&mut file);
         let mut buf = Vec::new();
@@ -371,42 +369,47 @@ fn load_file(path: &Path) -> std::io::Result<(GroupLog, usize)> {
             if n == 0 {
                 break;
             }
-            offset += n as u64;
-            let complete = buf.last() == Some(&b'\n');
-            match serde_json::from_slice::<Envelope>(&buf) {
-                Ok(env) if complete => {
-                    if !log.is_duplicate(&env) {
-                        log.push(Arc::new(env));
-                    }
-                    good_end = offset;
-                }
-                _ if !complete => {
-                    cut_tail = true;
-                    dropped += 1;
-                }
-                Err(e) => {
-                    tracing::warn!(file = %path.display(), offset, error = %e, "skipping unreadable transcript line");
-                    dropped += 1;
-                    good_end = offset;
-                }
-                Ok(_) => unreachable!(),
+            if buf.last() != Some(&b'\n') {
+                torn = true;
+                break;
             }
+            offset += n as u64;
+            each(&buf[..buf.len() - 1], offset);
         }
     }
-    if cut_tail {
-        tracing::warn!(file = %path.display(), kept_bytes = good_end, "transcript ended mid-line (crash?); dropping the broken tail");
-        file.set_len(good_end)?;
+    if torn {
+        tracing::warn!(file = %path.display(), kept_bytes = offset, "file ended mid-line (crash?); dropping the torn tail");
+        file.set_len(offset)?;
         file.seek(SeekFrom::End(0))?;
     }
-    Ok((log, dropped))
+    Ok(torn)
+}
+
+fn load_file(path: &Path) -> std::io::Result<(GroupLog, usize)> {
+    let mut log = GroupLog::new();
+    let mut dropped = 0;
+    let torn = read_whole_lines(path, |line, offset| {
+        match serde_json::from_slice::<Envelope>(line) {
+            Ok(env) => {
+                if !log.is_duplicate(&env) {
+                    log.push(Arc::new(env));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(file = %path.display(), offset, error = %e, "skipping unreadable transcript line");
+                dropped += 1;
+            }
+        }
+    })?;
+    Ok((log, dropped + usize::from(torn)))
 }
 
 /// The writer thread's state: open files, the outbox log and its sequence.
 struct Writer {
     dir: PathBuf,
     fsync: bool,
-    files: HashMap<String, File>,
-    log: File,
+    files: HashMap<String, AppendFile>,
+    log: AppendFile,
     /// Whether the log may hold entries (so compaction is worth checking).
     log_entries: bool,
     next_seq: u64,
@@ -414,21 +417,41 @@ struct Writer {
     last_error: Arc<Mutex<Option<String>>>,
 }
 
-/// Appends `bytes` to `f`; on failure cuts the file back so no partial line remains.
-fn append_clean(f: &mut File, bytes: &[u8]) -> std::io::Result<()> {
-    let before = f.metadata()?.len();
-    if let Err(e) = f.write_all(bytes) {
-        let _ = f.set_len(before);
-        return Err(e);
+/// An append-only file that knows its length, so a failed append can be cut back
+/// without asking the file system for the length before every write.
+struct AppendFile {
+    file: File,
+    len: u64,
+}
+
+impl AppendFile {
+    fn open(path: &Path) -> std::io::Result<AppendFile> {
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        let len = file.metadata()?.len();
+        Ok(AppendFile { file, len })
     }
-    Ok(())
+
+    /// Appends `bytes`; on failure cuts the file back so no partial line remains.
+    fn append_clean(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        if let Err(e) = self.file.write_all(bytes) {
+            let _ = self.file.set_len(self.len);
+            return Err(e);
+        }
+        self.len += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn truncate(&mut self) -> std::io::Result<()> {
+        self.file.set_len(0)?;
+        self.len = 0;
+        Ok(())
+    }
 }
 
 impl Writer {
-    fn file(&mut self, group: &str) -> std::io::Result<&mut File> {
+    fn file(&mut self, group: &str) -> std::io::Result<&mut AppendFile> {
         if !self.files.contains_key(group) {
-            let path = self.dir.join(format!("{}.jsonl", encode_name(group)));
-            let f = OpenOptions::new().create(true).append(true).open(path)?;
+            let f = AppendFile::open(&self.dir.join(format!("{}.jsonl", encode_name(group))))?;
             self.files.insert(group.to_string(), f);
         }
         Ok(self.files.get_mut(group).expect("inserted"))
@@ -453,7 +476,7 @@ impl Writer {
         let mut log_touched = false;
         for job in &batch {
             let r = (|| {
-                append_clean(self.file(&job.group)?, &job.line)?;
+                self.file(&job.group)?.append_clean(&job.line)?;
                 let Some((id, body)) = &job.outbound else {
                     return Ok(None);
                 };
@@ -461,7 +484,7 @@ impl Writer {
                 let mut entry = format!("{seq}\t{id}\t").into_bytes();
                 entry.extend_from_slice(body);
                 entry.push(b'\n');
-                append_clean(&mut self.log, &entry)?;
+                self.log.append_clean(&entry)?;
                 self.next_seq += 1;
                 Ok(Some(seq))
             })();
@@ -481,12 +504,12 @@ impl Writer {
         let mut log_err = None;
         if self.fsync {
             for g in &touched {
-                if let Err(e) = self.files.get(g).expect("opened").sync_data() {
+                if let Err(e) = self.files.get(g).expect("opened").file.sync_data() {
                     sync_err.insert(g.clone(), e.to_string());
                 }
             }
             if log_touched {
-                log_err = self.log.sync_data().err().map(|e| e.to_string());
+                log_err = self.log.file.sync_data().err().map(|e| e.to_string());
             }
         }
         let mut any_err = None;
@@ -519,7 +542,7 @@ impl Writer {
         if !self.log_entries || self.fanout.delivered_through() + 1 < self.next_seq {
             return;
         }
-        match self.log.set_len(0) {
+        match self.log.truncate() {
             Ok(()) => self.log_entries = false,
             Err(e) => tracing::warn!(error = %e, "could not compact the outbox log"),
         }
@@ -528,46 +551,25 @@ impl Writer {
 
 /// Reads the outbox log: `seq \t id \t envelope-json` lines. A torn last line is cut.
 fn load_outbox_log(path: &Path) -> std::io::Result<Vec<LoggedOutbound>> {
-    let Ok(mut file) = OpenOptions::new().read(true).write(true).open(path) else {
-        return Ok(Vec::new());
-    };
     let mut out = Vec::new();
-    let mut good_end = 0u64;
-    let mut offset = 0u64;
-    {
-        let mut reader = BufReader::new(&mut file);
-        let mut buf = Vec::new();
-        loop {
-            buf.clear();
-            let n = reader.read_until(b'\n', &mut buf)?;
-            if n == 0 {
-                break;
+    if !path.exists() {
+        return Ok(out);
+    }
+    read_whole_lines(path, |line, offset| {
+        let mut parts = line.splitn(3, |b| *b == b'\t');
+        let parsed = (|| {
+            let seq: u64 = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
+            let id = std::str::from_utf8(parts.next()?).ok()?.to_string();
+            let body = Bytes::copy_from_slice(parts.next()?);
+            Some(LoggedOutbound { seq, id, body })
+        })();
+        match parsed {
+            Some(e) => out.push(e),
+            None => {
+                tracing::warn!(file = %path.display(), offset, "skipping unreadable outbox log line")
             }
-            offset += n as u64;
-            if buf.last() != Some(&b'\n') {
-                tracing::warn!(file = %path.display(), "outbox log ended mid-line (crash?); dropping the torn entry");
-                break;
-            }
-            let line = &buf[..buf.len() - 1];
-            let mut parts = line.splitn(3, |b| *b == b'\t');
-            let parsed = (|| {
-                let seq: u64 = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
-                let id = std::str::from_utf8(parts.next()?).ok()?.to_string();
-                let body = Bytes::copy_from_slice(parts.next()?);
-                Some(LoggedOutbound { seq, id, body })
-            })();
-            match parsed {
-                Some(e) => out.push(e),
-                None => {
-                    tracing::warn!(file = %path.display(), offset, "skipping unreadable outbox log line")
-                }
-            }
-            good_end = offset;
         }
-    }
-    if good_end < offset {
-        file.set_len(good_end)?;
-    }
+    })?;
     Ok(out)
 }
 

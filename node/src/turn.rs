@@ -398,13 +398,15 @@ fn context_before(node: &Node, msg: &Envelope, k: usize) -> Vec<Arc<Envelope>> {
     recent[start..end].to_vec()
 }
 
-/// Runs the whole pipeline for one newly recorded message. Boxed with an explicit
-/// `Send` because replying records a message, which spawns `consider` again.
+/// Runs the whole pipeline for one newly recorded message, with the platform's
+/// mention list (Feishu `mentions[]`, empty elsewhere). Boxed with an explicit `Send`
+/// because replying records a message, which spawns `consider` again.
 pub fn consider(
     node: Arc<Node>,
     msg: Arc<Envelope>,
+    platform: Vec<PlatformMention>,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
-    Box::pin(async move { consider_with(node, msg, &[]).await })
+    Box::pin(async move { consider_with(node, msg, &platform).await })
 }
 
 /// [`consider`] with the platform's mention list (Feishu `mentions[]`).
