@@ -325,8 +325,10 @@ pub fn health(node: &Node) -> Response<Body> {
         .map(|o| (o.peer().to_string(), serde_json::json!(o.len())))
         .collect();
     let storage = node.transcripts.health_error();
-    let status = if storage.is_some() { "degraded" } else { "ok" };
-    let code = if storage.is_some() {
+    let redis = node.stream.as_ref().map(|l| l.health());
+    let degraded = storage.is_some() || redis.as_ref().is_some_and(|r| !r.connected);
+    let status = if degraded { "degraded" } else { "ok" };
+    let code = if degraded {
         StatusCode::SERVICE_UNAVAILABLE
     } else {
         StatusCode::OK
@@ -337,6 +339,8 @@ pub fn health(node: &Node) -> Response<Body> {
             "status": status,
             "bot": node.cfg.bot().name,
             "storage_error": storage,
+            "transport": node.cfg.transport(),
+            "redis": redis,
             "outboxes": outboxes,
             "quiet": node.is_quiet(),
             "seen_cache": node.seen.len(),

@@ -40,9 +40,6 @@ pub async fn handle(node: Arc<Node>, req: Request<Incoming>, remote: SocketAddr)
     }
 }
 
-/// A rejection: status, reason code for metrics, human-readable detail for logs.
-struct Reject(StatusCode, &'static str, String);
-
 async fn receive(node: Arc<Node>, req: Request<Incoming>, remote: SocketAddr) -> Response<Body> {
     let header_id = req
         .headers()
@@ -90,8 +87,61 @@ async fn gauntlet(
             BodyError::Read(_) => Reject(StatusCode::BAD_REQUEST, "unreadable", e.to_string()),
         })?;
     let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
-    for name in [HEADER_ID, HEADER_TIMESTAMP, HEADER_SIGNATURE] {
-        if header(name).is_none() {
+    let signed = Signed {
+        id: header(HEADER_ID),
+        timestamp: header(HEADER_TIMESTAMP),
+        signature: header(HEADER_SIGNATURE),
+    };
+    let now = (crate::envelope::now_millis() / 1000) as i64;
+    admit(node, signed, &body, now, Via::Http).await
+}
+
+/// The three Standard Webhooks values that travel beside an envelope's bytes: HTTP
+/// headers on the bridge, entry fields on a Redis Stream.
+#[derive(Debug, Clone, Copy)]
+pub struct Signed<'a> {
+    /// `webhook-id`: must equal the envelope's id.
+    pub id: Option<&'a str>,
+    /// `webhook-timestamp`: unix seconds when it was signed.
+    pub timestamp: Option<&'a str>,
+    /// `webhook-signature`: the sender's signatures over `id.timestamp.body`.
+    pub signature: Option<&'a str>,
+}
+
+/// Which transport carried an envelope. The checks are the same; only what "now" is
+/// and whether the per-peer rate limit applies differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// POSTed by a peer: `now` is the wall clock, and the peer is rate-limited (it
+    /// pushes, so a flood must be pushed back with 429).
+    Http,
+    /// Read from a Redis Stream: `now` is when Redis stored the entry (so a bot that
+    /// catches up after downtime still accepts what was fresh when written, while a
+    /// re-added old entry is stale), and no rate limit (the node pulls at its own pace).
+    Stream,
+}
+
+/// A rejected envelope: status (the HTTP answer), reason code for metrics, and a
+/// human-readable detail for logs.
+#[derive(Debug)]
+pub struct Reject(pub StatusCode, pub &'static str, pub String);
+
+/// The checks every envelope passes, whichever transport carried it: headers → JSON
+/// shape → id match → known sender → signature and timestamp window → author rules →
+/// rate limit (HTTP) → replay/duplicate → transcript.
+pub async fn admit(
+    node: &Arc<Node>,
+    signed: Signed<'_>,
+    body: &[u8],
+    now: i64,
+    via: Via,
+) -> Result<(Arc<Envelope>, Appended), Reject> {
+    for (name, value) in [
+        (HEADER_ID, signed.id),
+        (HEADER_TIMESTAMP, signed.timestamp),
+        (HEADER_SIGNATURE, signed.signature),
+    ] {
+        if value.is_none() {
             return Err(Reject(
                 StatusCode::UNAUTHORIZED,
                 "missing_header",
@@ -99,9 +149,9 @@ async fn gauntlet(
             ));
         }
     }
-    let env = Envelope::parse(&body)
+    let env = Envelope::parse(body)
         .map_err(|e| Reject(StatusCode::BAD_REQUEST, "malformed", e.to_string()))?;
-    if header(HEADER_ID) != Some(env.id.to_string().as_str()) {
+    if signed.id != Some(env.id.to_string().as_str()) {
         return Err(Reject(
             StatusCode::BAD_REQUEST,
             "id_mismatch",
@@ -109,6 +159,10 @@ async fn gauntlet(
         ));
     }
     let cfg = &node.cfg;
+    if via == Via::Stream && env.sender == cfg.bot().name {
+        // The stream carries this node's own envelopes back to it.
+        return Err(Reject(StatusCode::OK, "own", String::new()));
+    }
     let Some(sender) = cfg.member(&env.sender).filter(|b| b.name != cfg.bot().name) else {
         return Err(Reject(
             StatusCode::FORBIDDEN,
@@ -116,15 +170,14 @@ async fn gauntlet(
             format!("sender {:?} is not a peer in peers.toml", env.sender),
         ));
     };
-    let now = (crate::envelope::now_millis() / 1000) as i64;
     node.cfg
         .verifier
         .verify(
             &env.sender,
-            header(HEADER_ID),
-            header(HEADER_TIMESTAMP),
-            header(HEADER_SIGNATURE),
-            &body,
+            signed.id,
+            signed.timestamp,
+            signed.signature,
+            body,
             now,
         )
         .map_err(|e| Reject(StatusCode::UNAUTHORIZED, e.reason_code(), e.to_string()))?;
@@ -155,7 +208,7 @@ async fn gauntlet(
         }
         _ => {}
     }
-    if !node.limiter.allow(&env.sender) {
+    if via == Via::Http && !node.limiter.allow(&env.sender) {
         return Err(Reject(
             StatusCode::TOO_MANY_REQUESTS,
             "rate_limited",
@@ -187,8 +240,12 @@ async fn gauntlet(
             Appended::Duplicate
         }
         Kind::Message => {
+            let source = match via {
+                Via::Http => "bridge",
+                Via::Stream => "stream",
+            };
             let outcome = node
-                .record((*env).clone(), "bridge")
+                .record((*env).clone(), source)
                 .await
                 .map_err(|e| Reject(StatusCode::SERVICE_UNAVAILABLE, "storage", e.to_string()))?;
             node.seen.insert(&id);

@@ -39,6 +39,9 @@ pub struct Settings {
     /// The OpenAI-compatible endpoint; absent means the offline provider.
     #[serde(default)]
     pub llm: Option<LlmSettings>,
+    /// The Redis server behind `transport = "redis"` (see [`RedisSettings`]).
+    #[serde(default)]
+    pub redis: RedisSettings,
     /// Every bot of the mesh, in the same order on every host.
     #[serde(default)]
     pub bots: Vec<BotSettings>,
@@ -87,6 +90,56 @@ pub struct MeshSettings {
     pub header_timeout_ms: u64,
     /// Open connections per listener; more wait in the kernel's backlog.
     pub max_connections: usize,
+    /// How envelopes travel between bots by default: `http` (every peer directly,
+    /// the default) or `redis` (one Redis Stream per group). A bot may override it.
+    pub transport: Transport,
+    /// A message older than this when it reaches the node (a catch-up after downtime)
+    /// is recorded but never answered: the conversation has moved on.
+    pub stale_after_secs: u64,
+}
+
+/// How a bot's envelopes travel.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// Signed POSTs to every peer's bridge, one outbox per peer.
+    #[default]
+    Http,
+    /// One XADD per envelope to the group's Redis Stream; every Redis bot reads the
+    /// stream with its own persisted cursor. Peers on `http` are still posted to.
+    Redis,
+}
+
+/// `[redis]`: the server carrying `transport = "redis"`, the same for every bot.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisSettings {
+    /// `redis://host:port/db` (no password here: use `url_env` for one).
+    pub url: String,
+    /// Env var holding the whole URL instead, when it carries a password.
+    pub url_env: Option<String>,
+    /// Prefix of every key botmesh writes: streams are `{prefix}group:{group}`.
+    pub key_prefix: String,
+    /// Each group's stream is trimmed to about this many entries; a bot down for
+    /// longer than that many messages misses the oldest (logged and counted).
+    pub max_len: u64,
+    /// How long one blocking read waits for new entries.
+    pub block_ms: u64,
+    /// Entries fetched per read.
+    pub batch: usize,
+}
+
+impl Default for RedisSettings {
+    fn default() -> Self {
+        RedisSettings {
+            url: "redis://127.0.0.1:6379".into(),
+            url_env: None,
+            key_prefix: "botmesh:".into(),
+            max_len: 100_000,
+            block_ms: 1_000,
+            batch: 256,
+        }
+    }
 }
 
 impl Default for MeshSettings {
@@ -110,6 +163,8 @@ impl Default for MeshSettings {
             shutdown_grace_secs: 5,
             header_timeout_ms: 10_000,
             max_connections: 1024,
+            transport: Transport::Http,
+            stale_after_secs: 600,
         }
     }
 }
@@ -340,6 +395,9 @@ pub struct BotSettings {
     /// Sidecar agent.
     #[serde(default)]
     pub agent: Option<AgentSettings>,
+    /// This bot's transport when it differs from `mesh.transport` (a mixed mesh).
+    #[serde(default)]
+    pub transport: Option<Transport>,
 }
 
 fn default_min_delay() -> u64 {
@@ -474,6 +532,7 @@ impl Settings {
         if m.group.trim().is_empty() {
             return Err(self.err("mesh.group", "must not be empty"));
         }
+        self.validate_redis()?;
         if m.max_depth == 0 {
             return Err(self.err(
                 "mesh.max_depth",
@@ -682,6 +741,53 @@ impl Settings {
         Ok(())
     }
 
+    /// A bot's transport: its own `transport`, else the mesh's.
+    pub fn transport_of(&self, b: &BotSettings) -> Transport {
+        b.transport.unwrap_or(self.mesh.transport)
+    }
+
+    /// `[redis]`, checked when any bot uses it.
+    fn validate_redis(&self) -> Result<(), ConfigError> {
+        if !self
+            .bots
+            .iter()
+            .any(|b| self.transport_of(b) == Transport::Redis)
+        {
+            return Ok(());
+        }
+        let r = &self.redis;
+        if r.url_env.is_none() {
+            redis::Client::open(r.url.as_str()).map_err(|e| {
+                self.err(
+                    "redis.url",
+                    format!("{:?} is not a redis:// URL: {e}", r.url),
+                )
+            })?;
+            if r.url.contains('@') {
+                return Err(self.err(
+                    "redis.url",
+                    "holds a password: put the URL in an env var and name it in redis.url_env",
+                ));
+            }
+        }
+        if r.key_prefix.is_empty() || r.key_prefix.contains(char::is_whitespace) {
+            return Err(self.err("redis.key_prefix", "must be non-empty, without spaces"));
+        }
+        if r.max_len < 100 {
+            return Err(self.err(
+                "redis.max_len",
+                "at least 100: a shorter stream loses messages while a bot restarts",
+            ));
+        }
+        if r.block_ms == 0 || r.block_ms > 60_000 {
+            return Err(self.err("redis.block_ms", "must be within 1..=60000"));
+        }
+        if r.batch == 0 || r.batch > 10_000 {
+            return Err(self.err("redis.batch", "must be within 1..=10000"));
+        }
+        Ok(())
+    }
+
     /// The bot called `name` (exact, then case-insensitive) and its index.
     pub fn bot(&self, name: &str) -> Option<(usize, &BotSettings)> {
         self.bots
@@ -763,6 +869,8 @@ pub struct NodeConfig {
     pub llm_keys: HashMap<String, String>,
     /// The Feishu app's secrets, for a bot whose platform is `feishu`.
     pub feishu: Option<FeishuSecrets>,
+    /// The Redis server's URL, when this bot's transport is `redis`.
+    pub redis_url: Option<String>,
 }
 
 /// A feishu bot's secrets, read from the variables `[bots.feishu]` names.
@@ -986,8 +1094,33 @@ impl NodeConfig {
             Some(f) if secrets => Some(feishu_secrets(&settings, me, f, env)?),
             _ => None,
         };
+        let redis_url = if settings.transport_of(&bot) == Transport::Redis {
+            let url = match &settings.redis.url_env {
+                Some(var) => match env.var(var) {
+                    Some(v) => v,
+                    None if secrets => {
+                        return Err(settings.err(
+                            "redis.url_env",
+                            format!("environment variable {var} is not set (it must hold the redis:// URL)"),
+                        ));
+                    }
+                    None => settings.redis.url.clone(),
+                },
+                None => settings.redis.url.clone(),
+            };
+            redis::Client::open(url.as_str()).map_err(|e| {
+                settings.err(
+                    "redis.url_env",
+                    format!("not a redis:// URL: {}", e.category()),
+                )
+            })?;
+            Some(url)
+        } else {
+            None
+        };
         let data_dir = data_dir.unwrap_or_else(|| settings.relative(&m.data_dir).join(&bot.name));
         Ok(NodeConfig {
+            redis_url,
             settings,
             me,
             signer,
@@ -1014,6 +1147,17 @@ impl NodeConfig {
             .enumerate()
             .filter(move |(i, _)| *i != self.me)
             .map(|(_, b)| b)
+    }
+
+    /// How this node's envelopes travel.
+    pub fn transport(&self) -> Transport {
+        self.settings.transport_of(self.bot())
+    }
+
+    /// Whether `peer` is reached through the Redis stream rather than by HTTP: only
+    /// when both ends are on `redis`.
+    pub fn via_stream(&self, peer: &BotSettings) -> bool {
+        self.transport() == Transport::Redis && self.settings.transport_of(peer) == Transport::Redis
     }
 
     /// The bot called exactly `name`.

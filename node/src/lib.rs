@@ -16,6 +16,7 @@
 //! - [`seen`] — `SeenCache`, the replay window's memory.
 //! - [`transcript`] — per-group, append-only, deduplicated, durable transcripts.
 //! - [`outbox`] — one ordered, retrying, bounded queue per peer.
+//! - [`streams`] — the Redis Streams transport: one stream per group, a cursor per bot.
 //! - [`bridge`] — the peer-facing listener and its checks.
 //! - [`api`] — the local API and page.
 //! - [`feishu`] — Feishu/Lark: signed, encrypted event callbacks in; messages with real `<at>` out.
@@ -53,5 +54,6 @@ pub mod seen;
 pub mod server;
 pub mod signing;
 pub mod simulate;
+pub mod streams;
 pub mod transcript;
 pub mod turn;

@@ -95,6 +95,12 @@ pub struct Metrics {
     pub api_requests: Family<ResultLabel, Counter>,
     /// Messages recorded in transcripts, by source (bridge, api, self).
     pub transcript_appends: Family<ResultLabel, Counter>,
+    /// 1 while the Redis Streams transport is connected, 0 while it is not (absent
+    /// on `http` nodes).
+    pub redis_up: Gauge,
+    /// Redis Streams transport incidents: `read_error`, `write_error`, `gap` (entries
+    /// trimmed before this bot read them), `reset` (a stream restarted behind a cursor).
+    pub stream_events: Family<ResultLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -117,6 +123,8 @@ impl Metrics {
         let llm_tokens = Family::<TokenLabel, Counter>::default();
         let api_requests = Family::<ResultLabel, Counter>::default();
         let transcript_appends = Family::<ResultLabel, Counter>::default();
+        let redis_up = Gauge::default();
+        let stream_events = Family::<ResultLabel, Counter>::default();
         registry.register(
             "botmesh_envelopes_in",
             "Envelopes received on the bridge, by result",
@@ -162,7 +170,19 @@ impl Metrics {
             "Transcript appends by result",
             transcript_appends.clone(),
         );
+        registry.register(
+            "botmesh_redis_up",
+            "1 while the Redis Streams transport is connected",
+            redis_up.clone(),
+        );
+        registry.register(
+            "botmesh_stream_events",
+            "Redis Streams transport incidents, by kind",
+            stream_events.clone(),
+        );
         Metrics {
+            redis_up,
+            stream_events,
             registry,
             envelopes_in,
             envelopes_out,
@@ -179,6 +199,15 @@ impl Metrics {
     /// Counts one incoming envelope.
     pub fn envelope_in(&self, result: &str) {
         self.envelopes_in
+            .get_or_create(&ResultLabel {
+                result: result.into(),
+            })
+            .inc();
+    }
+
+    /// Counts one Redis Streams incident.
+    pub fn stream_event(&self, result: &str) {
+        self.stream_events
             .get_or_create(&ResultLabel {
                 result: result.into(),
             })

@@ -26,6 +26,10 @@ use crate::server::{self, Limits};
 use crate::transcript::{Appended, TranscriptError, Transcripts};
 use crate::turn::Brain;
 
+/// The outbox that appends to the Redis Streams transport (not a bot name: bot names
+/// cannot contain `@`).
+pub const STREAM_OUTBOX: &str = "@redis";
+
 /// How long ids stay in the replay cache: more than twice the ±300 s window.
 pub const SEEN_TTL: Duration = Duration::from_secs(900);
 
@@ -55,6 +59,8 @@ pub struct Node {
     pub turns: tokio_util::task::TaskTracker,
     /// The Feishu app, when this bot's platform is `feishu`.
     pub feishu: Option<Arc<crate::feishu::Feishu>>,
+    /// The Redis Streams transport, when this bot's transport is `redis`.
+    pub stream: Option<Arc<crate::streams::StreamLink>>,
 }
 
 /// Hands durable outbound messages to every peer's outbox, in log order.
@@ -210,8 +216,18 @@ pub async fn start(
     let outbox_dir = cfg.data_dir.join("outbox");
     std::fs::create_dir_all(&outbox_dir)
         .with_context(|| format!("creating {}", outbox_dir.display()))?;
-    let outboxes: Vec<Arc<Outbox>> = cfg
+    let stream = match &cfg.redis_url {
+        Some(url) => Some(crate::streams::StreamLink::new(
+            url,
+            cfg.settings.redis.clone(),
+            metrics.clone(),
+        )?),
+        None => None,
+    };
+    // Peers on the stream are reached by one append; the others by HTTP.
+    let mut outboxes: Vec<Arc<Outbox>> = cfg
         .peers()
+        .filter(|p| !cfg.via_stream(p))
         .map(|p| {
             let cursor = outbox_dir.join(format!(
                 "{}.cursor",
@@ -225,6 +241,17 @@ pub async fn start(
             )
         })
         .collect();
+    if let Some(link) = &stream {
+        outboxes.push(Outbox::with_link(
+            STREAM_OUTBOX,
+            crate::outbox::Link::Stream(link.clone()),
+            cfg.mesh().outbox_capacity,
+            Some(outbox_dir.join(format!(
+                "{}.cursor",
+                crate::transcript::encode_name(STREAM_OUTBOX)
+            ))),
+        ));
+    }
     let cursors: Vec<Option<u64>> = outboxes.iter().map(|o| o.saved_cursor()).collect();
     let min_next_seq = cursors.iter().flatten().max().map(|c| c + 1).unwrap_or(1);
     let fanout = Arc::new(PeerFanout {
@@ -274,6 +301,7 @@ pub async fn start(
         metrics,
         brain,
         feishu,
+        stream,
         cfg,
     });
     if let Some(f) = node.feishu.clone() {
@@ -328,7 +356,14 @@ pub async fn start(
         grace,
         move |req, remote| crate::api::handle(n.clone(), req, remote),
     ));
-    tracing::info!(bot = %node.cfg.bot().name, %bridge_addr, %api_addr, peers = node.outboxes.len(), data_dir = %node.cfg.data_dir.display(), "node started");
+    if let Some(link) = node.stream.clone() {
+        servers.spawn(crate::streams::run_reader(
+            node.clone(),
+            link,
+            node.accepting.clone(),
+        ));
+    }
+    tracing::info!(bot = %node.cfg.bot().name, transport = ?node.cfg.transport(), %bridge_addr, %api_addr, peers = node.outboxes.len(), data_dir = %node.cfg.data_dir.display(), "node started");
     Ok(RunningNode {
         node,
         bridge_addr,

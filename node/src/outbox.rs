@@ -77,8 +77,8 @@ impl RetryPolicy {
 pub struct Outbox {
     /// The peer's bot name.
     peer: String,
-    /// Full URL of the peer's envelope endpoint.
-    url: String,
+    /// Where deliveries go.
+    link: Link,
     queue: Mutex<VecDeque<Pending>>,
     notify: Notify,
     capacity: usize,
@@ -88,6 +88,14 @@ pub struct Outbox {
     cursor_path: Option<PathBuf>,
     /// When the cursor was last written.
     cursor_saved_at: Mutex<Instant>,
+}
+
+/// Where an outbox delivers.
+pub enum Link {
+    /// A peer's bridge: the full URL of its envelope endpoint.
+    Http(String),
+    /// The Redis Streams transport: one XADD reaches every Redis peer.
+    Stream(Arc<crate::streams::StreamLink>),
 }
 
 /// How often, at most, a busy outbox saves its cursor.
@@ -135,9 +143,20 @@ impl Outbox {
         capacity: usize,
         cursor_path: Option<PathBuf>,
     ) -> Arc<Outbox> {
+        let url = format!("{}{}", base_url.trim_end_matches('/'), ENVELOPES_PATH);
+        Outbox::with_link(peer, Link::Http(url), capacity, cursor_path)
+    }
+
+    /// An empty outbox named `name` delivering through `link`.
+    pub fn with_link(
+        name: &str,
+        link: Link,
+        capacity: usize,
+        cursor_path: Option<PathBuf>,
+    ) -> Arc<Outbox> {
         Arc::new(Outbox {
-            peer: peer.to_string(),
-            url: format!("{}{}", base_url.trim_end_matches('/'), ENVELOPES_PATH),
+            peer: name.to_string(),
+            link,
             queue: Mutex::new(VecDeque::new()),
             notify: Notify::new(),
             capacity,
@@ -331,8 +350,18 @@ impl Outbox {
             .map(|d| d.as_secs() as i64)
             .unwrap_or(0);
         let sig = signer.cache.get_or_sign(&signer.signer, &p.id, ts, &p.body);
+        let url = match &self.link {
+            Link::Http(url) => url,
+            Link::Stream(link) => {
+                return match link.append(&p.id, ts, &sig, &p.body).await {
+                    Ok(()) => Attempt::Delivered,
+                    Err(crate::streams::AppendError::Permanent(why)) => Attempt::Permanent(why),
+                    Err(crate::streams::AppendError::Retry(why)) => Attempt::Retry(why),
+                };
+            }
+        };
         let sent = http
-            .post(&self.url)
+            .post(url)
             .timeout(timeout)
             .header(HEADER_ID, &p.id)
             .header(HEADER_TIMESTAMP, ts.to_string())

@@ -417,7 +417,13 @@ pub async fn consider_with(node: Arc<Node>, msg: Arc<Envelope>, platform: &[Plat
         return;
     }
     let recent = node.transcripts.recent(&msg.group, 64);
-    let d = brain.decide(mesh, &msg, platform, &recent, node.is_quiet());
+    let mut d = brain.decide(mesh, &msg, platform, &recent, node.is_quiet());
+    let age_secs = crate::envelope::now_millis().saturating_sub(msg.sent_at) / 1000;
+    if d.action != Action::Silent && age_secs > mesh.stale_after_secs {
+        // A catch-up after downtime: on record, but the conversation has moved on.
+        d.action = Action::Silent;
+        d.reason = "stale";
+    }
     let context = context_before(&node, &msg, brain.me.context_messages);
     let (why, relevance) = match d.action {
         Action::Silent => {

@@ -6,6 +6,7 @@
 
 pub mod fake_feishu;
 pub mod fake_llm;
+pub mod redis_server;
 pub mod webdriver;
 
 use std::path::PathBuf;

@@ -46,6 +46,11 @@ fn config_errors_name_the_key_and_bind_nothing() {
         Case { what: "wrong type", toml: base(port, "max_depth = \"three\"", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["max_depth"] },
         Case { what: "delays reversed", toml: base(port, "", "min_delay_ms = 5000\nmax_delay_ms = 1000\n"), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].min_delay_ms", "above max_delay_ms"] },
         Case { what: "env override validated too", toml: base(port, "", ""), env: vec![("TEST_SECRET", secret), ("BOTMESH__MESH__MAX_DEPTH", "0")], bot: "A", expect: &["mesh.max_depth", "at least 1"] },
+        Case { what: "unknown transport", toml: base(port, "transport = \"pigeon\"", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["transport", "pigeon"] },
+        Case { what: "redis url not redis", toml: base(port, "transport = \"redis\"\n[redis]\nurl = \"http://127.0.0.1:6379\"", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["redis.url", "not a redis:// URL"] },
+        Case { what: "redis password in the file", toml: base(port, "transport = \"redis\"\n[redis]\nurl = \"redis://:hunter2@127.0.0.1:6379\"", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["redis.url", "redis.url_env"] },
+        Case { what: "redis stream too short", toml: base(port, "transport = \"redis\"\n[redis]\nmax_len = 10", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["redis.max_len", "at least 100"] },
+        Case { what: "redis url env unset", toml: base(port, "transport = \"redis\"\n[redis]\nurl_env = \"TEST_REDIS_URL\"", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["redis.url_env", "TEST_REDIS_URL is not set"] },
         Case { what: "non-loopback api without token", toml: format!("[mesh]\nsecret_env = \"TEST_SECRET\"\n[[bots]]\nname = \"A\"\nbridge = \"127.0.0.1:{port}\"\napi = \"0.0.0.0:{}\"\n", port + 1), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].api", "bearer token"] },
     ];
     let dir = tempfile::tempdir().unwrap();
