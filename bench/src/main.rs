@@ -22,6 +22,7 @@ mod redis;
 mod report;
 mod sink;
 mod stats;
+mod transports;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -65,6 +66,28 @@ enum Cmd {
         #[arg(long)]
         addr: SocketAddr,
     },
+    /// The HTTP mesh against the Redis Streams transport at several sizes, in-process.
+    Transports(TransportArgs),
+}
+
+/// Options of `botmesh-bench transports`.
+#[derive(Args, Clone)]
+struct TransportArgs {
+    /// Small loads: finishes in under a minute.
+    #[arg(long)]
+    quick: bool,
+    /// Mesh sizes to measure.
+    #[arg(long, value_delimiter = ',', default_value = "3,8,32")]
+    bots: Vec<usize>,
+    /// The redis-server binary (default: from PATH); without one only HTTP is measured.
+    #[arg(long)]
+    redis_server: Option<PathBuf>,
+    /// Update the results block of this Markdown file (hand-written text is kept).
+    #[arg(long)]
+    out_md: Option<PathBuf>,
+    /// Write the JSON results here.
+    #[arg(long)]
+    out_json: Option<PathBuf>,
 }
 
 /// Options of a benchmark run.
@@ -183,6 +206,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Some(Cmd::Sink { addr }) => sink::run(addr),
+        Some(Cmd::Transports(t)) => tokio::runtime::Runtime::new()
+            .context("starting the tokio runtime")
+            .and_then(|rt| rt.block_on(run_transports(t))),
         None => tokio::runtime::Runtime::new()
             .context("starting the tokio runtime")
             .and_then(|rt| rt.block_on(run(cli.run))),
@@ -202,6 +228,60 @@ fn which(name: &str) -> Option<PathBuf> {
             .map(|d| d.join(name))
             .find(|p| p.is_file())
     })
+}
+
+async fn run_transports(args: TransportArgs) -> anyhow::Result<()> {
+    if args.bots.iter().any(|&n| n < 2) {
+        bail!("--bots: a mesh needs at least 2 bots");
+    }
+    let redis = args.redis_server.clone().or_else(|| which("redis-server"));
+    if redis.is_none() {
+        eprintln!("botmesh-bench: redis-server not found (scripts/bench.sh installs it); measuring HTTP only");
+    }
+    let tmp = tempfile::Builder::new()
+        .prefix("botmesh-transports-")
+        .tempdir()?;
+    let load = transports::Load::new(args.quick);
+    eprintln!(
+        "botmesh-bench transports: {} run, {:?} bots, {:?}",
+        if args.quick { "quick" } else { "full" },
+        args.bots,
+        load
+    );
+    let cells = transports::run(&args.bots, load, redis.as_deref(), tmp.path()).await?;
+    let machine = procs::Machine::probe();
+    let table = transports::table(&cells);
+    println!("{table}");
+    let unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    if let Some(path) = &args.out_md {
+        let body = format!(
+            "Measured {} ({} run) on {} ({} cores); load average at the end {:.2}. {} paced messages at {}/s for latency, then {} closed-loop with {} in flight; 500-byte texts.\n\n{table}",
+            report::utc(unix),
+            if args.quick { "quick" } else { "full" },
+            machine.cpu,
+            machine.cores,
+            procs::loadavg(),
+            load.paced,
+            load.rate,
+            load.saturated,
+            load.concurrency,
+        );
+        transports::write_markdown(path, &body)?;
+    }
+    if let Some(path) = &args.out_json {
+        std::fs::write(
+            path,
+            serde_json::to_string_pretty(&serde_json::json!({
+                "started_utc": report::utc(unix),
+                "quick": args.quick,
+                "cells": cells,
+            }))?,
+        )?;
+    }
+    Ok(())
 }
 
 fn ms(d: Duration) -> f64 {
