@@ -295,9 +295,14 @@ async fn measure(
     let mut tick = tokio::time::interval(gap);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    for k in load.warmup..load.warmup + load.paced {
+    for (k, slot) in sent_at
+        .iter_mut()
+        .enumerate()
+        .skip(load.warmup)
+        .take(load.paced)
+    {
         tick.tick().await;
-        sent_at[k] = Some(Instant::now());
+        *slot = Some(Instant::now());
         mesh.post(k).await?;
     }
     // Closed loop: `concurrency` POSTs in flight.
