@@ -69,7 +69,8 @@ pub struct MeshSettings {
     pub data_dir: PathBuf,
     /// Env var holding the bearer token for a local API bound to a non-loopback address.
     pub api_token_env: Option<String>,
-    /// Envelopes waiting for one peer before new ones for it are refused (and counted).
+    /// Envelopes held in memory for one peer; durable ones beyond that wait only in the
+    /// outbox log on disk (spilled) and claims are refused (logged and counted).
     pub outbox_capacity: usize,
     /// First retry delay for a failed delivery; doubles up to `retry_max_ms`.
     pub retry_base_ms: u64,

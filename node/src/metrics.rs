@@ -83,6 +83,8 @@ pub struct Metrics {
     pub envelopes_out: Family<PeerResult, Counter>,
     /// Envelopes waiting in each peer's outbox.
     pub outbox_depth: Family<PeerLabel, Gauge>,
+    /// Durable envelopes for each peer waiting only in the outbox log (spilled).
+    pub outbox_spilled: Family<PeerLabel, Gauge>,
     /// Decisions by action and reason.
     pub decisions: Family<DecisionLabel, Counter>,
     /// LLM calls by purpose and result.
@@ -110,6 +112,7 @@ impl Metrics {
         let envelopes_in = Family::<ResultLabel, Counter>::default();
         let envelopes_out = Family::<PeerResult, Counter>::default();
         let outbox_depth = Family::<PeerLabel, Gauge>::default();
+        let outbox_spilled = Family::<PeerLabel, Gauge>::default();
         let decisions = Family::<DecisionLabel, Counter>::default();
         let llm_calls = Family::<LlmLabel, Counter>::default();
         let llm_latency: HistogramFamily<PurposeLabel> =
@@ -131,6 +134,11 @@ impl Metrics {
             "botmesh_outbox_depth",
             "Envelopes waiting in a peer's outbox",
             outbox_depth.clone(),
+        );
+        registry.register(
+            "botmesh_outbox_spilled",
+            "Durable envelopes for a peer waiting only in the outbox log, beyond the memory capacity",
+            outbox_spilled.clone(),
         );
         registry.register(
             "botmesh_decisions",
@@ -167,6 +175,7 @@ impl Metrics {
             envelopes_in,
             envelopes_out,
             outbox_depth,
+            outbox_spilled,
             decisions,
             llm_calls,
             llm_latency,
@@ -200,6 +209,13 @@ impl Metrics {
         self.outbox_depth
             .get_or_create(&PeerLabel { peer: peer.into() })
             .set(depth as i64);
+    }
+
+    /// Sets how many durable envelopes for a peer wait only on disk.
+    pub fn set_outbox_spilled(&self, peer: &str, spilled: usize) {
+        self.outbox_spilled
+            .get_or_create(&PeerLabel { peer: peer.into() })
+            .set(spilled as i64);
     }
 
     /// Counts one decision.

@@ -64,9 +64,9 @@ struct PeerFanout {
 }
 
 impl crate::transcript::Fanout for PeerFanout {
-    fn push(&self, seq: u64, id: &str, body: Bytes) {
+    fn push(&self, entry: crate::transcript::LoggedOutbound) {
         for o in &self.outboxes {
-            let _ = o.push(id, body.clone(), Some(seq), &self.metrics);
+            o.push_logged(&entry, &self.metrics);
         }
     }
     fn delivered_through(&self) -> u64 {
@@ -225,6 +225,9 @@ pub async fn start(
             )
         })
         .collect();
+    for o in &outboxes {
+        o.set_log_path(cfg.data_dir.join(crate::transcript::OUTBOX_LOG));
+    }
     let cursors: Vec<Option<u64>> = outboxes.iter().map(|o| o.saved_cursor()).collect();
     let min_next_seq = cursors.iter().flatten().max().map(|c| c + 1).unwrap_or(1);
     let fanout = Arc::new(PeerFanout {
@@ -250,7 +253,7 @@ pub async fn start(
             tracing::info!(peer = %o.peer(), envelopes = resend.len(), "resuming undelivered envelopes from the outbox log");
         }
         for e in resend {
-            let _ = o.push(&e.id, e.body.clone(), Some(e.seq), &metrics);
+            o.push_logged(e, &metrics);
         }
     }
     let http = reqwest::Client::builder()

@@ -106,8 +106,8 @@ struct WriteJob {
 /// Implemented by the node over its peers' outboxes. Called from the writer thread, so
 /// the order peers see is exactly the order of the outbox log.
 pub trait Fanout: Send + Sync {
-    /// Queues `body` (envelope `id`, log sequence `seq`) for every peer.
-    fn push(&self, seq: u64, id: &str, body: Bytes);
+    /// Queues an envelope just written to the outbox log for every peer.
+    fn push(&self, entry: LoggedOutbound);
     /// The highest sequence every peer has been handed or has given up on.
     fn delivered_through(&self) -> u64;
 }
@@ -121,6 +121,8 @@ pub struct LoggedOutbound {
     pub id: String,
     /// Serialized envelope.
     pub body: Bytes,
+    /// Where its line starts in the outbox log (a spilled outbox re-reads from here).
+    pub offset: u64,
 }
 
 /// Name of the outbox log in the data folder.
@@ -471,7 +473,7 @@ impl Writer {
     }
 
     fn write_batch(&mut self, batch: Vec<WriteJob>) {
-        let mut results: Vec<std::io::Result<Option<u64>>> = Vec::with_capacity(batch.len());
+        let mut results: Vec<std::io::Result<Option<(u64, u64)>>> = Vec::with_capacity(batch.len());
         let mut touched: HashSet<String> = HashSet::new();
         let mut log_touched = false;
         for job in &batch {
@@ -484,9 +486,10 @@ impl Writer {
                 let mut entry = format!("{seq}\t{id}\t").into_bytes();
                 entry.extend_from_slice(body);
                 entry.push(b'\n');
+                let offset = self.log.len;
                 self.log.append_clean(&entry)?;
                 self.next_seq += 1;
-                Ok(Some(seq))
+                Ok(Some((seq, offset)))
             })();
             match &r {
                 Ok(Some(_)) => {
@@ -520,9 +523,14 @@ impl Writer {
             });
             match r {
                 Ok(seq) => {
-                    if let (Some(seq), Some((id, body))) = (seq, job.outbound) {
+                    if let (Some((seq, offset)), Some((id, body))) = (seq, job.outbound) {
                         self.log_entries = true;
-                        self.fanout.push(seq, &id, body);
+                        self.fanout.push(LoggedOutbound {
+                            seq,
+                            id,
+                            body,
+                            offset,
+                        });
                     }
                     let _ = job.done.send(Ok(()));
                 }
@@ -555,22 +563,30 @@ fn load_outbox_log(path: &Path) -> std::io::Result<Vec<LoggedOutbound>> {
     if !path.exists() {
         return Ok(out);
     }
-    read_whole_lines(path, |line, offset| {
-        let mut parts = line.splitn(3, |b| *b == b'\t');
-        let parsed = (|| {
-            let seq: u64 = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
-            let id = std::str::from_utf8(parts.next()?).ok()?.to_string();
-            let body = Bytes::copy_from_slice(parts.next()?);
-            Some(LoggedOutbound { seq, id, body })
-        })();
-        match parsed {
+    read_whole_lines(path, |line, end| {
+        let start = end - line.len() as u64 - 1;
+        match parse_outbox_line(line, start) {
             Some(e) => out.push(e),
             None => {
-                tracing::warn!(file = %path.display(), offset, "skipping unreadable outbox log line")
+                tracing::warn!(file = %path.display(), offset = start, "skipping unreadable outbox log line")
             }
         }
     })?;
     Ok(out)
+}
+
+/// Parses one outbox log line (without its `\n`) that starts at byte `offset`.
+pub(crate) fn parse_outbox_line(line: &[u8], offset: u64) -> Option<LoggedOutbound> {
+    let mut parts = line.splitn(3, |b| *b == b'\t');
+    let seq: u64 = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
+    let id = std::str::from_utf8(parts.next()?).ok()?.to_string();
+    let body = Bytes::copy_from_slice(parts.next()?);
+    Some(LoggedOutbound {
+        seq,
+        id,
+        body,
+        offset,
+    })
 }
 
 /// File-name-safe form of a group name (percent-encoding of anything unusual).
@@ -634,7 +650,7 @@ mod tests {
     /// A node with no peers.
     struct NoPeers;
     impl Fanout for NoPeers {
-        fn push(&self, _: u64, _: &str, _: Bytes) {}
+        fn push(&self, _: LoggedOutbound) {}
         fn delivered_through(&self) -> u64 {
             u64::MAX - 1
         }
