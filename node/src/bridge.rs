@@ -41,9 +41,16 @@ pub async fn handle(node: Arc<Node>, req: Request<Incoming>, remote: SocketAddr)
 }
 
 /// A rejection: status, reason code for metrics, human-readable detail for logs.
-struct Reject(StatusCode, &'static str, String);
+pub(crate) struct Reject(
+    pub(crate) StatusCode,
+    pub(crate) &'static str,
+    pub(crate) String,
+);
 
 async fn receive(node: Arc<Node>, req: Request<Incoming>, remote: SocketAddr) -> Response<Body> {
+    if req.headers().contains_key(crate::relay::HEADER_RELAY_TO) {
+        return crate::relay::receive(node, req, remote).await;
+    }
     let header_id = req
         .headers()
         .get(HEADER_ID)
@@ -89,7 +96,18 @@ async fn gauntlet(
             }
             BodyError::Read(_) => Reject(StatusCode::BAD_REQUEST, "unreadable", e.to_string()),
         })?;
-    let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+    admit(node, &parts.headers, &body).await
+}
+
+/// The gauntlet after the body is read: headers, shape, sender, signature, author
+/// rules, rate limit, dedup, transcript. Also run on relayed envelopes
+/// ([`crate::relay`]), by the relay and by the destination alike.
+pub(crate) async fn admit(
+    node: &Arc<Node>,
+    headers: &http::HeaderMap,
+    body: &[u8],
+) -> Result<(Arc<Envelope>, Appended), Reject> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     for name in [HEADER_ID, HEADER_TIMESTAMP, HEADER_SIGNATURE] {
         if header(name).is_none() {
             return Err(Reject(
@@ -99,7 +117,7 @@ async fn gauntlet(
             ));
         }
     }
-    let env = Envelope::parse(&body)
+    let env = Envelope::parse(body)
         .map_err(|e| Reject(StatusCode::BAD_REQUEST, "malformed", e.to_string()))?;
     if header(HEADER_ID) != Some(env.id.to_string().as_str()) {
         return Err(Reject(
@@ -124,7 +142,7 @@ async fn gauntlet(
             header(HEADER_ID),
             header(HEADER_TIMESTAMP),
             header(HEADER_SIGNATURE),
-            &body,
+            body,
             now,
         )
         .map_err(|e| Reject(StatusCode::UNAUTHORIZED, e.reason_code(), e.to_string()))?;

@@ -88,6 +88,13 @@ pub struct MeshSettings {
     pub header_timeout_ms: u64,
     /// Open connections per listener; more wait in the kernel's backlog.
     pub max_connections: usize,
+    /// When the direct link to a peer has failed for this long, envelopes for it are
+    /// also handed to another reachable peer to relay (still signed by this node, so
+    /// the relay cannot alter them). 0 disables relaying this node's envelopes.
+    pub relay_after_ms: u64,
+    /// Relay hops an envelope may take; this node refuses to relay beyond it, and 0
+    /// means it relays nothing for others.
+    pub max_relay_hops: u32,
 }
 
 impl Default for MeshSettings {
@@ -111,6 +118,8 @@ impl Default for MeshSettings {
             shutdown_grace_secs: 5,
             header_timeout_ms: 10_000,
             max_connections: 1024,
+            relay_after_ms: 3_000,
+            max_relay_hops: 1,
         }
     }
 }
@@ -492,6 +501,12 @@ impl Settings {
         }
         if m.outbox_capacity == 0 {
             return Err(self.err("mesh.outbox_capacity", "must be at least 1"));
+        }
+        if m.max_relay_hops > crate::relay::MAX_HOPS_LIMIT {
+            return Err(self.err(
+                "mesh.max_relay_hops",
+                format!("must be at most {}", crate::relay::MAX_HOPS_LIMIT),
+            ));
         }
         if m.retry_base_ms == 0 || m.retry_max_ms < m.retry_base_ms {
             return Err(self.err(

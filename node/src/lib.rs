@@ -17,6 +17,7 @@
 //! - [`transcript`] — per-group, append-only, deduplicated, durable transcripts.
 //! - [`outbox`] — one ordered, retrying, bounded queue per peer.
 //! - [`bridge`] — the peer-facing listener and its checks.
+//! - [`relay`] — relaying around a broken link: hop limit, original signatures, signed receipts.
 //! - [`api`] — the local API and page.
 //! - [`feishu`] — Feishu/Lark: signed, encrypted event callbacks in; messages with real `<at>` out.
 //! - [`server`] — hyper plumbing shared by both listeners.
@@ -47,6 +48,7 @@ pub mod metrics;
 pub mod node;
 pub mod outbox;
 pub mod policy;
+pub mod relay;
 pub mod reply;
 pub mod scheduler;
 pub mod seen;

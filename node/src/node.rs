@@ -55,6 +55,8 @@ pub struct Node {
     pub turns: tokio_util::task::TaskTracker,
     /// The Feishu app, when this bot's platform is `feishu`.
     pub feishu: Option<Arc<crate::feishu::Feishu>>,
+    /// Relaying around broken links (its HTTP client also forwards others' copies).
+    pub relay: Option<Arc<crate::relay::Relay>>,
 }
 
 /// Hands durable outbound messages to every peer's outbox, in log order.
@@ -263,6 +265,21 @@ pub async fn start(
         .pool_idle_timeout(Duration::from_secs(60))
         .build()
         .context("building the peer HTTP client")?;
+    let relay = Arc::new(crate::relay::Relay::new(
+        Duration::from_millis(cfg.mesh().relay_after_ms),
+        outboxes
+            .iter()
+            .zip(cfg.peers())
+            .map(|(o, p)| (p.name.clone(), p.bridge_base_url(), o.link().clone()))
+            .collect(),
+        http.clone(),
+        cfg.verifier.clone(),
+        metrics.clone(),
+        Duration::from_millis(cfg.mesh().peer_timeout_ms),
+    ));
+    for o in &outboxes {
+        o.set_relay(relay.clone());
+    }
     let brain = Brain::new(&cfg, metrics.clone(), events.clone())?;
     let feishu = crate::feishu::Feishu::from_config(&cfg)?.map(Arc::new);
     let node = Arc::new(Node {
@@ -277,6 +294,7 @@ pub async fn start(
         metrics,
         brain,
         feishu,
+        relay: Some(relay),
         cfg,
     });
     if let Some(f) = node.feishu.clone() {

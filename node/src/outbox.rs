@@ -125,6 +125,10 @@ pub struct Outbox {
     peak: AtomicUsize,
     /// The node's outbox log, which spilled envelopes are re-read from.
     log_path: OnceLock<PathBuf>,
+    /// Health of the direct link to the peer (shared with the relay).
+    link: Arc<crate::relay::LinkHealth>,
+    /// Relays envelopes through other peers while the direct link is down.
+    relay: OnceLock<Arc<crate::relay::Relay>>,
     /// The highest log sequence delivered to (or given up on for) this peer.
     handled: AtomicU64,
     /// Where `handled` is kept across restarts.
@@ -186,6 +190,8 @@ impl Outbox {
             capacity,
             peak: AtomicUsize::new(0),
             log_path: OnceLock::new(),
+            link: Arc::default(),
+            relay: OnceLock::new(),
             handled: AtomicU64::new(0),
             cursor_path,
             cursor_saved_at: Mutex::new(
@@ -248,6 +254,21 @@ impl Outbox {
     /// from. Without it, an outbox cannot spill and refuses like a claim when full.
     pub fn set_log_path(&self, path: PathBuf) {
         let _ = self.log_path.set(path);
+    }
+
+    /// Lets this outbox relay through other peers while its direct link is down.
+    pub fn set_relay(&self, relay: Arc<crate::relay::Relay>) {
+        let _ = self.relay.set(relay);
+    }
+
+    /// Health of the direct link to the peer.
+    pub fn link(&self) -> &Arc<crate::relay::LinkHealth> {
+        &self.link
+    }
+
+    /// Full URL of the peer's envelope endpoint.
+    pub fn url(&self) -> &str {
+        &self.url
     }
 
     /// Envelopes waiting in memory (never more than the capacity).
@@ -433,6 +454,11 @@ impl Outbox {
         policy: RetryPolicy,
         stop: CancellationToken,
     ) {
+        // The direct link's state across envelopes: consecutive failed attempts, when
+        // to probe it next while relaying, and whether relaying was announced.
+        let mut failures = 0u32;
+        let mut next_probe = Instant::now();
+        let mut relay_logged = false;
         loop {
             let refilled = self.refill(&metrics).await;
             let Some(next) = self.front() else {
@@ -447,21 +473,57 @@ impl Outbox {
             let mut attempt = 0u32;
             loop {
                 attempt += 1;
-                let outcome = self
-                    .attempt(&http, &signer, &next, policy.attempt_timeout)
-                    .await;
+                let ts = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs() as i64)
+                    .unwrap_or(0);
+                let sig = signer
+                    .cache
+                    .get_or_sign(&signer.signer, &next.id, ts, &next.body);
+                // While relaying, the direct link is only probed on its backoff schedule.
+                let relaying = self.relay.get().is_some_and(|r| r.due(&self.link));
+                let direct = !relaying || Instant::now() >= next_probe;
+                let outcome = if direct {
+                    self.attempt(&http, &next, ts, &sig, policy.attempt_timeout)
+                        .await
+                } else {
+                    Attempt::Retry("direct link down (relaying until the next probe)".into())
+                };
                 match outcome {
                     Attempt::Delivered => {
+                        self.link_ok(&mut failures);
+                        relay_logged = false;
                         metrics.envelope_out(&self.peer, "delivered");
                         tracing::debug!(peer = %self.peer, id = %next.id, attempt, "delivered");
                         break;
                     }
                     Attempt::Permanent(why) => {
+                        self.link_ok(&mut failures);
+                        relay_logged = false;
                         metrics.envelope_out(&self.peer, "given_up");
                         tracing::error!(peer = %self.peer, id = %next.id, attempt, reason = %why, "peer refused envelope permanently; giving up on it");
                         break;
                     }
                     Attempt::Retry(why) => {
+                        if direct {
+                            tracing::debug!(peer = %self.peer, id = %next.id, reason = %why, relaying, "direct attempt failed");
+                            failures += 1;
+                            self.link.failed();
+                            next_probe = Instant::now() + policy.backoff(failures);
+                        }
+                        if let Some(relay) = self.relay.get().filter(|r| r.due(&self.link)) {
+                            if !relay_logged {
+                                relay_logged = true;
+                                tracing::warn!(peer = %self.peer, down_ms = self.link.failing_for().unwrap_or_default().as_millis() as u64, "direct link failing: relaying envelopes for this peer through other peers (still probing it directly)");
+                            }
+                            if relay
+                                .deliver(&self.peer, &next.id, ts, &sig, &next.body)
+                                .await
+                            {
+                                metrics.envelope_out(&self.peer, "relayed");
+                                break;
+                            }
+                        }
                         if next.queued_at.elapsed() >= policy.give_up_after {
                             metrics.envelope_out(&self.peer, "given_up");
                             tracing::error!(peer = %self.peer, id = %next.id, attempt, reason = %why, waited_s = next.queued_at.elapsed().as_secs(), "delivery deadline passed; giving up on envelope");
@@ -481,18 +543,22 @@ impl Outbox {
         }
     }
 
+    /// A direct attempt the peer answered: the link works.
+    fn link_ok(&self, failures: &mut u32) {
+        *failures = 0;
+        if let Some(down) = self.link.ok() {
+            tracing::info!(peer = %self.peer, down_ms = down.as_millis() as u64, "direct link to peer works again");
+        }
+    }
+
     async fn attempt(
         &self,
         http: &reqwest::Client,
-        signer: &SharedSigner,
         p: &Pending,
+        ts: i64,
+        sig: &str,
         timeout: Duration,
     ) -> Attempt {
-        let ts = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs() as i64)
-            .unwrap_or(0);
-        let sig = signer.cache.get_or_sign(&signer.signer, &p.id, ts, &p.body);
         let sent = http
             .post(&self.url)
             .timeout(timeout)
