@@ -528,6 +528,31 @@ mod tests {
         assert!(l.failing_for().is_none());
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn relaying_starts_after_relay_after_and_zero_disables_it() {
+        let relay = |after_ms| {
+            Relay::new(
+                Duration::from_millis(after_ms),
+                Vec::new(),
+                reqwest::Client::new(),
+                Verifier::default(),
+                Arc::new(Metrics::new()),
+                Duration::from_secs(1),
+            )
+        };
+        let (on, off) = (relay(3_000), relay(0));
+        let l = LinkHealth::default();
+        assert!(!on.due(&l), "a healthy link is used directly");
+        l.failed();
+        tokio::time::advance(Duration::from_millis(2_999)).await;
+        assert!(!on.due(&l));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(on.due(&l));
+        assert!(!off.due(&l), "relay_after_ms = 0 never relays");
+        l.ok();
+        assert!(!on.due(&l));
+    }
+
     #[test]
     fn receipts_verify_only_as_the_destinations_for_that_envelope() {
         let b = SigningKey::generate();
