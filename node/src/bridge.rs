@@ -41,6 +41,9 @@ pub async fn handle(node: Arc<Node>, req: Request<Incoming>, remote: SocketAddr)
 }
 
 async fn receive(node: Arc<Node>, req: Request<Incoming>, remote: SocketAddr) -> Response<Body> {
+    if req.headers().contains_key(crate::relay::HEADER_RELAY_TO) {
+        return crate::relay::receive(node, req, remote).await;
+    }
     let header_id = req
         .headers()
         .get(HEADER_ID)
@@ -86,14 +89,24 @@ async fn gauntlet(
             }
             BodyError::Read(_) => Reject(StatusCode::BAD_REQUEST, "unreadable", e.to_string()),
         })?;
-    let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+    admit_posted(node, &parts.headers, &body).await
+}
+
+/// [`admit`] for an envelope POSTed to this node, directly or through a relay
+/// ([`crate::relay`]): its signature values are headers, `now` is the wall clock.
+pub(crate) async fn admit_posted(
+    node: &Arc<Node>,
+    headers: &http::HeaderMap,
+    body: &[u8],
+) -> Result<(Arc<Envelope>, Appended), Reject> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let signed = Signed {
         id: header(HEADER_ID),
         timestamp: header(HEADER_TIMESTAMP),
         signature: header(HEADER_SIGNATURE),
     };
     let now = (crate::envelope::now_millis() / 1000) as i64;
-    admit(node, signed, &body, now, Via::Http).await
+    admit(node, signed, body, now, Via::Http).await
 }
 
 /// The three Standard Webhooks values that travel beside an envelope's bytes: HTTP

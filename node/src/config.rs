@@ -72,7 +72,8 @@ pub struct MeshSettings {
     pub data_dir: PathBuf,
     /// Env var holding the bearer token for a local API bound to a non-loopback address.
     pub api_token_env: Option<String>,
-    /// Envelopes waiting for one peer before new ones for it are refused (and counted).
+    /// Envelopes held in memory for one peer; durable ones beyond that wait only in the
+    /// outbox log on disk (spilled) and claims are refused (logged and counted).
     pub outbox_capacity: usize,
     /// First retry delay for a failed delivery; doubles up to `retry_max_ms`.
     pub retry_base_ms: u64,
@@ -90,6 +91,13 @@ pub struct MeshSettings {
     pub header_timeout_ms: u64,
     /// Open connections per listener; more wait in the kernel's backlog.
     pub max_connections: usize,
+    /// When the direct link to a peer has failed for this long, envelopes for it are
+    /// also handed to another reachable peer to relay (still signed by this node, so
+    /// the relay cannot alter them). 0 disables relaying this node's envelopes.
+    pub relay_after_ms: u64,
+    /// Relay hops an envelope may take; this node refuses to relay beyond it, and 0
+    /// means it relays nothing for others.
+    pub max_relay_hops: u32,
     /// How envelopes travel between bots by default: `http` (every peer directly,
     /// the default) or `redis` (one Redis Stream per group). A bot may override it.
     pub transport: Transport,
@@ -163,6 +171,8 @@ impl Default for MeshSettings {
             shutdown_grace_secs: 5,
             header_timeout_ms: 10_000,
             max_connections: 1024,
+            relay_after_ms: 3_000,
+            max_relay_hops: 1,
             transport: Transport::Http,
             stale_after_secs: 600,
         }
@@ -550,6 +560,12 @@ impl Settings {
         }
         if m.outbox_capacity == 0 {
             return Err(self.err("mesh.outbox_capacity", "must be at least 1"));
+        }
+        if m.max_relay_hops > crate::relay::MAX_HOPS_LIMIT {
+            return Err(self.err(
+                "mesh.max_relay_hops",
+                format!("must be at most {}", crate::relay::MAX_HOPS_LIMIT),
+            ));
         }
         if m.retry_base_ms == 0 || m.retry_max_ms < m.retry_base_ms {
             return Err(self.err(

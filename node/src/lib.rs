@@ -18,6 +18,7 @@
 //! - [`outbox`] — one ordered, retrying, bounded queue per peer.
 //! - [`streams`] — the Redis Streams transport: one stream per group, a cursor per bot.
 //! - [`bridge`] — the peer-facing listener and its checks.
+//! - [`relay`] — relaying around a broken link: hop limit, original signatures, signed receipts.
 //! - [`api`] — the local API and page.
 //! - [`feishu`] — Feishu/Lark: signed, encrypted event callbacks in; messages with real `<at>` out.
 //! - [`server`] — hyper plumbing shared by both listeners.
@@ -48,6 +49,7 @@ pub mod metrics;
 pub mod node;
 pub mod outbox;
 pub mod policy;
+pub mod relay;
 pub mod reply;
 pub mod scheduler;
 pub mod seen;

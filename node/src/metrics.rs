@@ -34,6 +34,18 @@ pub struct PeerLabel {
     pub peer: String,
 }
 
+/// Labels for relayed envelopes.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RelayLabel {
+    /// origin (this node's envelope went through a relay), relay (this node
+    /// forwarded another's), or destination (this node received a relayed copy).
+    pub role: String,
+    /// The peer the envelope was for (origin, relay) or came from (destination).
+    pub peer: String,
+    /// delivered, failed, forwarded, refused reason, accepted, duplicate, …
+    pub result: String,
+}
+
 /// Labels for decisions.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DecisionLabel {
@@ -83,6 +95,10 @@ pub struct Metrics {
     pub envelopes_out: Family<PeerResult, Counter>,
     /// Envelopes waiting in each peer's outbox.
     pub outbox_depth: Family<PeerLabel, Gauge>,
+    /// Durable envelopes for each peer waiting only in the outbox log (spilled).
+    pub outbox_spilled: Family<PeerLabel, Gauge>,
+    /// Envelopes relayed around broken links, by role, peer and result.
+    pub envelopes_relayed: Family<RelayLabel, Counter>,
     /// Decisions by action and reason.
     pub decisions: Family<DecisionLabel, Counter>,
     /// LLM calls by purpose and result.
@@ -116,6 +132,8 @@ impl Metrics {
         let envelopes_in = Family::<ResultLabel, Counter>::default();
         let envelopes_out = Family::<PeerResult, Counter>::default();
         let outbox_depth = Family::<PeerLabel, Gauge>::default();
+        let outbox_spilled = Family::<PeerLabel, Gauge>::default();
+        let envelopes_relayed = Family::<RelayLabel, Counter>::default();
         let decisions = Family::<DecisionLabel, Counter>::default();
         let llm_calls = Family::<LlmLabel, Counter>::default();
         let llm_latency: HistogramFamily<PurposeLabel> =
@@ -139,6 +157,16 @@ impl Metrics {
             "botmesh_outbox_depth",
             "Envelopes waiting in a peer's outbox",
             outbox_depth.clone(),
+        );
+        registry.register(
+            "botmesh_outbox_spilled",
+            "Durable envelopes for a peer waiting only in the outbox log, beyond the memory capacity",
+            outbox_spilled.clone(),
+        );
+        registry.register(
+            "botmesh_envelopes_relayed",
+            "Envelopes relayed around a broken direct link, by role (origin, relay, destination), peer and result",
+            envelopes_relayed.clone(),
         );
         registry.register(
             "botmesh_decisions",
@@ -187,6 +215,8 @@ impl Metrics {
             envelopes_in,
             envelopes_out,
             outbox_depth,
+            outbox_spilled,
+            envelopes_relayed,
             decisions,
             llm_calls,
             llm_latency,
@@ -229,6 +259,24 @@ impl Metrics {
         self.outbox_depth
             .get_or_create(&PeerLabel { peer: peer.into() })
             .set(depth as i64);
+    }
+
+    /// Counts one relayed envelope.
+    pub fn relayed(&self, role: &str, peer: &str, result: &str) {
+        self.envelopes_relayed
+            .get_or_create(&RelayLabel {
+                role: role.into(),
+                peer: peer.into(),
+                result: result.into(),
+            })
+            .inc();
+    }
+
+    /// Sets how many durable envelopes for a peer wait only on disk.
+    pub fn set_outbox_spilled(&self, peer: &str, spilled: usize) {
+        self.outbox_spilled
+            .get_or_create(&PeerLabel { peer: peer.into() })
+            .set(spilled as i64);
     }
 
     /// Counts one decision.

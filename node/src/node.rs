@@ -61,6 +61,8 @@ pub struct Node {
     pub feishu: Option<Arc<crate::feishu::Feishu>>,
     /// The Redis Streams transport, when this bot's transport is `redis`.
     pub stream: Option<Arc<crate::streams::StreamLink>>,
+    /// Relaying around broken links (its HTTP client also forwards others' copies).
+    pub relay: Option<Arc<crate::relay::Relay>>,
 }
 
 /// Hands durable outbound messages to every peer's outbox, in log order.
@@ -70,9 +72,9 @@ struct PeerFanout {
 }
 
 impl crate::transcript::Fanout for PeerFanout {
-    fn push(&self, seq: u64, id: &str, body: Bytes) {
+    fn push(&self, entry: crate::transcript::LoggedOutbound) {
         for o in &self.outboxes {
-            let _ = o.push(id, body.clone(), Some(seq), &self.metrics);
+            o.push_logged(&entry, &self.metrics);
         }
     }
     fn delivered_through(&self) -> u64 {
@@ -252,6 +254,9 @@ pub async fn start(
             ))),
         ));
     }
+    for o in &outboxes {
+        o.set_log_path(cfg.data_dir.join(crate::transcript::OUTBOX_LOG));
+    }
     let cursors: Vec<Option<u64>> = outboxes.iter().map(|o| o.saved_cursor()).collect();
     let min_next_seq = cursors.iter().flatten().max().map(|c| c + 1).unwrap_or(1);
     let fanout = Arc::new(PeerFanout {
@@ -277,7 +282,7 @@ pub async fn start(
             tracing::info!(peer = %o.peer(), envelopes = resend.len(), "resuming undelivered envelopes from the outbox log");
         }
         for e in resend {
-            let _ = o.push(&e.id, e.body.clone(), Some(e.seq), &metrics);
+            o.push_logged(e, &metrics);
         }
     }
     let http = reqwest::Client::builder()
@@ -287,6 +292,25 @@ pub async fn start(
         .pool_idle_timeout(Duration::from_secs(60))
         .build()
         .context("building the peer HTTP client")?;
+    let relay = Arc::new(crate::relay::Relay::new(
+        Duration::from_millis(cfg.mesh().relay_after_ms),
+        outboxes
+            .iter()
+            .filter_map(|o| {
+                let p = cfg.member(o.peer())?;
+                o.url()?;
+                Some((p.name.clone(), p.bridge_base_url(), o.link().clone()))
+            })
+            .collect(),
+        http.clone(),
+        cfg.verifier.clone(),
+        metrics.clone(),
+        Duration::from_millis(cfg.mesh().peer_timeout_ms),
+    ));
+    // The stream has no relay: Redis is the relay.
+    for o in outboxes.iter().filter(|o| o.url().is_some()) {
+        o.set_relay(relay.clone());
+    }
     let brain = Brain::new(&cfg, metrics.clone(), events.clone())?;
     let feishu = crate::feishu::Feishu::from_config(&cfg)?.map(Arc::new);
     let node = Arc::new(Node {
@@ -302,6 +326,7 @@ pub async fn start(
         brain,
         feishu,
         stream,
+        relay: Some(relay),
         cfg,
     });
     if let Some(f) = node.feishu.clone() {

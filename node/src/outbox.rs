@@ -4,12 +4,20 @@
 //! the others. Envelopes go out one at a time, in order; a failed attempt is retried
 //! with exponential backoff and jitter, and signed afresh each time (the signature's
 //! timestamp must stay inside the receiver's ±300 s window). Nothing is dropped
-//! silently: a refused push (queue full) and a final give-up are logged and counted.
+//! silently: a final give-up is logged and counted.
+//!
+//! Memory stays bounded: at most `capacity` envelopes wait in memory per peer. Durable
+//! envelopes beyond that are already in the node's outbox log (written in the same
+//! durable write as the transcript), so the outbox *spills*: it remembers only where in
+//! the log its backlog starts and re-reads it, in sequence order, as the queue drains.
+//! Nothing durable is refused or lost however long a peer is away; only ephemeral
+//! claims are refused when the queue is full or spilling (they would be stale anyway).
 
 use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
 use crate::signing::{Signer, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP};
+use crate::transcript::{parse_outbox_line, LoggedOutbound};
 
 /// The bridge path envelopes are posted to.
 pub const ENVELOPES_PATH: &str = "/bridge/v1/envelopes";
@@ -37,7 +46,7 @@ struct Pending {
     seq: Option<u64>,
 }
 
-/// Why a push was refused.
+/// Why a push of an ephemeral envelope (a claim) was refused.
 #[derive(Debug, thiserror::Error)]
 #[error("outbox for {peer} is full ({capacity} envelopes waiting)")]
 pub struct OutboxFull {
@@ -73,15 +82,53 @@ impl RetryPolicy {
     }
 }
 
+/// The part of a peer's backlog that lives only in the outbox log: every durable
+/// envelope from `next_seq` through `last_seq`, the first one at byte `next_offset`.
+#[derive(Debug, Clone, Copy)]
+struct Spill {
+    /// The first sequence not in memory.
+    next_seq: u64,
+    /// Where that sequence's line starts in the outbox log.
+    next_offset: u64,
+    /// The newest sequence handed to this outbox (it is on disk).
+    last_seq: u64,
+}
+
+impl Spill {
+    fn len(&self) -> usize {
+        (self.last_seq + 1).saturating_sub(self.next_seq) as usize
+    }
+}
+
+/// What waits for one peer: in memory, plus (when spilling) a range of the outbox log.
+#[derive(Default)]
+struct Queue {
+    /// Envelopes in memory, in send order; never more than the capacity.
+    items: VecDeque<Pending>,
+    /// The backlog kept only on disk, when the memory queue filled up.
+    spill: Option<Spill>,
+}
+
 /// A peer's queue.
 pub struct Outbox {
     /// The peer's bot name.
     peer: String,
     /// Where deliveries go.
-    link: Link,
-    queue: Mutex<VecDeque<Pending>>,
+    dest: Link,
+    /// The memory queue and the spilled range.
+    queue: Mutex<Queue>,
+    /// Wakes the delivery task when something is queued.
     notify: Notify,
+    /// The most envelopes held in memory for this peer.
     capacity: usize,
+    /// The most envelopes ever held in memory at once (to prove the bound).
+    peak: AtomicUsize,
+    /// The node's outbox log, which spilled envelopes are re-read from.
+    log_path: OnceLock<PathBuf>,
+    /// Health of the direct link to the peer (shared with the relay).
+    link: Arc<crate::relay::LinkHealth>,
+    /// Relays envelopes through other peers while the direct link is down.
+    relay: OnceLock<Arc<crate::relay::Relay>>,
     /// The highest log sequence delivered to (or given up on for) this peer.
     handled: AtomicU64,
     /// Where `handled` is kept across restarts.
@@ -156,10 +203,14 @@ impl Outbox {
     ) -> Arc<Outbox> {
         Arc::new(Outbox {
             peer: name.to_string(),
-            link,
-            queue: Mutex::new(VecDeque::new()),
+            dest: link,
+            queue: Mutex::new(Queue::default()),
             notify: Notify::new(),
             capacity,
+            peak: AtomicUsize::new(0),
+            log_path: OnceLock::new(),
+            link: Arc::default(),
+            relay: OnceLock::new(),
             handled: AtomicU64::new(0),
             cursor_path,
             cursor_saved_at: Mutex::new(
@@ -218,18 +269,65 @@ impl Outbox {
         &self.peer
     }
 
-    /// Envelopes waiting.
+    /// Names the outbox log that durable envelopes beyond the capacity are re-read
+    /// from. Without it, an outbox cannot spill and refuses like a claim when full.
+    pub fn set_log_path(&self, path: PathBuf) {
+        let _ = self.log_path.set(path);
+    }
+
+    /// Lets this outbox relay through other peers while its direct link is down.
+    pub fn set_relay(&self, relay: Arc<crate::relay::Relay>) {
+        let _ = self.relay.set(relay);
+    }
+
+    /// Health of the direct link to the peer.
+    pub fn link(&self) -> &Arc<crate::relay::LinkHealth> {
+        &self.link
+    }
+
+    /// Full URL of the peer's envelope endpoint (None for the Redis stream).
+    pub fn url(&self) -> Option<&str> {
+        match &self.dest {
+            Link::Http(url) => Some(url),
+            Link::Stream(_) => None,
+        }
+    }
+
+    /// Envelopes waiting in memory (never more than the capacity).
     pub fn len(&self) -> usize {
-        self.queue.lock().expect("outbox lock").len()
+        self.queue.lock().expect("outbox lock").items.len()
     }
 
-    /// True when nothing waits.
+    /// Durable envelopes waiting only in the outbox log (spilled).
+    pub fn spilled(&self) -> usize {
+        self.queue
+            .lock()
+            .expect("outbox lock")
+            .spill
+            .map_or(0, |s| s.len())
+    }
+
+    /// The most envelopes this outbox ever held in memory at once.
+    pub fn peak_len(&self) -> usize {
+        self.peak.load(Ordering::SeqCst)
+    }
+
+    /// True when nothing waits, in memory or spilled.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        let q = self.queue.lock().expect("outbox lock");
+        q.items.is_empty() && q.spill.is_none()
     }
 
-    /// Queues an envelope; refuses (never silently drops) when full. `seq` is its
-    /// position in the outbox log for durable messages.
+    fn publish_depth(&self, q: &Queue, metrics: &Metrics) {
+        self.peak.fetch_max(q.items.len(), Ordering::SeqCst);
+        metrics.set_outbox_depth(&self.peer, q.items.len());
+        metrics.set_outbox_spilled(&self.peer, q.spill.map_or(0, |s| s.len()));
+    }
+
+    /// Queues an ephemeral envelope (`seq` None, a claim) or, without an outbox log,
+    /// any envelope; refuses (never silently drops) when the queue is full or when
+    /// durable envelopes are spilled (the peer is far behind: a claim would arrive
+    /// stale and out of order).
     pub fn push(
         &self,
         id: &str,
@@ -237,52 +335,136 @@ impl Outbox {
         seq: Option<u64>,
         metrics: &Metrics,
     ) -> Result<(), OutboxFull> {
-        let depth = {
+        {
             let mut q = self.queue.lock().expect("outbox lock");
-            if q.len() >= self.capacity {
+            if q.items.len() >= self.capacity || q.spill.is_some() {
                 metrics.envelope_out(&self.peer, "refused_full");
-                tracing::error!(peer = %self.peer, id, capacity = self.capacity, "outbox full: envelope NOT queued for this peer");
-                let nothing_durable_waits = q.iter().all(|p| p.seq.is_none());
+                let spilled = q.spill.map_or(0, |s| s.len());
                 drop(q);
-                if let Some(seq) = seq.filter(|_| nothing_durable_waits) {
-                    self.mark_handled(seq);
-                }
+                tracing::warn!(peer = %self.peer, id, capacity = self.capacity, spilled, durable = seq.is_some(), "outbox full: envelope NOT queued for this peer");
                 return Err(OutboxFull {
                     peer: self.peer.clone(),
                     capacity: self.capacity,
                 });
             }
-            q.push_back(Pending {
+            q.items.push_back(Pending {
                 id: id.to_string(),
                 body,
                 queued_at: Instant::now(),
                 seq,
             });
-            q.len()
-        };
-        metrics.set_outbox_depth(&self.peer, depth);
+            self.publish_depth(&q, metrics);
+        }
         self.notify.notify_one();
         Ok(())
     }
 
+    /// Queues a durable envelope that is already in the outbox log. Never refused:
+    /// beyond the capacity it stays only on disk and is re-read in order later.
+    pub fn push_logged(&self, e: &LoggedOutbound, metrics: &Metrics) {
+        if self.log_path.get().is_none() {
+            let _ = self.push(&e.id, e.body.clone(), Some(e.seq), metrics);
+            return;
+        }
+        {
+            let mut q = self.queue.lock().expect("outbox lock");
+            if let Some(s) = q.spill.as_mut() {
+                s.last_seq = e.seq;
+            } else if q.items.len() >= self.capacity {
+                q.spill = Some(Spill {
+                    next_seq: e.seq,
+                    next_offset: e.offset,
+                    last_seq: e.seq,
+                });
+                tracing::warn!(peer = %self.peer, capacity = self.capacity, from_seq = e.seq, "outbox memory queue full: further envelopes for this peer wait in the outbox log on disk (memory stays bounded)");
+            } else {
+                q.items.push_back(Pending {
+                    id: e.id.clone(),
+                    body: e.body.clone(),
+                    queued_at: Instant::now(),
+                    seq: Some(e.seq),
+                });
+            }
+            self.publish_depth(&q, metrics);
+        }
+        self.notify.notify_one();
+    }
+
+    /// Moves spilled envelopes back into memory once the queue has drained to half
+    /// its capacity. Returns false when reading the log failed (retry later).
+    async fn refill(&self, metrics: &Metrics) -> bool {
+        let (spill, room) = {
+            let q = self.queue.lock().expect("outbox lock");
+            match q.spill {
+                Some(s) if q.items.len() <= self.capacity / 2 => (s, self.capacity - q.items.len()),
+                _ => return true,
+            }
+        };
+        let Some(path) = self.log_path.get().cloned() else {
+            return true;
+        };
+        let read = tokio::task::spawn_blocking(move || read_log_range(&path, spill, room)).await;
+        let (entries, next_offset) = match read {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                tracing::error!(peer = %self.peer, error = %e, from_seq = spill.next_seq, "could not re-read spilled envelopes from the outbox log; will retry");
+                return false;
+            }
+            Err(e) => {
+                tracing::error!(peer = %self.peer, error = %e, "outbox log reader failed; will retry");
+                return false;
+            }
+        };
+        let Some(last) = entries.last().map(|e| e.seq) else {
+            tracing::error!(peer = %self.peer, from_seq = spill.next_seq, last_seq = spill.last_seq, "spilled envelopes not found in the outbox log; will retry");
+            return false;
+        };
+        let mut q = self.queue.lock().expect("outbox lock");
+        let now = Instant::now();
+        for e in entries {
+            q.items.push_back(Pending {
+                id: e.id,
+                body: e.body,
+                queued_at: now,
+                seq: Some(e.seq),
+            });
+        }
+        let s = q.spill.as_mut().expect("only this task ends a spill");
+        s.next_seq = last + 1;
+        s.next_offset = next_offset;
+        if s.next_seq > s.last_seq {
+            q.spill = None;
+            tracing::info!(peer = %self.peer, through_seq = last, "spilled backlog back in memory; outbox no longer spilling");
+        } else {
+            tracing::debug!(peer = %self.peer, through_seq = last, still_spilled = s.len(), "re-read spilled envelopes from the outbox log");
+        }
+        self.publish_depth(&q, metrics);
+        true
+    }
+
     fn front(&self) -> Option<Pending> {
-        self.queue.lock().expect("outbox lock").front().cloned()
+        self.queue
+            .lock()
+            .expect("outbox lock")
+            .items
+            .front()
+            .cloned()
     }
 
     fn pop(&self, id: &str, metrics: &Metrics) {
-        let (depth, seq) = {
+        let seq = {
             let mut q = self.queue.lock().expect("outbox lock");
-            let seq = if q.front().is_some_and(|p| p.id == id) {
-                q.pop_front().and_then(|p| p.seq)
+            let seq = if q.items.front().is_some_and(|p| p.id == id) {
+                q.items.pop_front().and_then(|p| p.seq)
             } else {
                 None
             };
-            (q.len(), seq)
+            self.publish_depth(&q, metrics);
+            seq
         };
         if let Some(seq) = seq {
             self.mark_handled(seq);
         }
-        metrics.set_outbox_depth(&self.peer, depth);
     }
 
     /// Delivers until `stop` fires: one envelope at a time, in order.
@@ -294,31 +476,76 @@ impl Outbox {
         policy: RetryPolicy,
         stop: CancellationToken,
     ) {
+        // The direct link's state across envelopes: consecutive failed attempts, when
+        // to probe it next while relaying, and whether relaying was announced.
+        let mut failures = 0u32;
+        let mut next_probe = Instant::now();
+        let mut relay_logged = false;
         loop {
+            let refilled = self.refill(&metrics).await;
             let Some(next) = self.front() else {
+                // A failed re-read of the spill is retried after a pause, not on the next push.
+                let pause = if refilled { Duration::MAX } else { policy.max };
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     _ = self.notify.notified() => continue,
+                    _ = tokio::time::sleep(pause.min(Duration::from_secs(3600))) => continue,
                 }
             };
             let mut attempt = 0u32;
             loop {
                 attempt += 1;
-                let outcome = self
-                    .attempt(&http, &signer, &next, policy.attempt_timeout)
-                    .await;
+                let ts = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs() as i64)
+                    .unwrap_or(0);
+                let sig = signer
+                    .cache
+                    .get_or_sign(&signer.signer, &next.id, ts, &next.body);
+                // While relaying, the direct link is only probed on its backoff schedule.
+                let relaying = self.relay.get().is_some_and(|r| r.due(&self.link));
+                let direct = !relaying || Instant::now() >= next_probe;
+                let outcome = if direct {
+                    self.attempt(&http, &next, ts, &sig, policy.attempt_timeout)
+                        .await
+                } else {
+                    Attempt::Retry("direct link down (relaying until the next probe)".into())
+                };
                 match outcome {
                     Attempt::Delivered => {
+                        self.link_ok(&mut failures);
+                        relay_logged = false;
                         metrics.envelope_out(&self.peer, "delivered");
                         tracing::debug!(peer = %self.peer, id = %next.id, attempt, "delivered");
                         break;
                     }
                     Attempt::Permanent(why) => {
+                        self.link_ok(&mut failures);
+                        relay_logged = false;
                         metrics.envelope_out(&self.peer, "given_up");
                         tracing::error!(peer = %self.peer, id = %next.id, attempt, reason = %why, "peer refused envelope permanently; giving up on it");
                         break;
                     }
                     Attempt::Retry(why) => {
+                        if direct {
+                            tracing::debug!(peer = %self.peer, id = %next.id, reason = %why, relaying, "direct attempt failed");
+                            failures += 1;
+                            self.link.failed();
+                            next_probe = Instant::now() + policy.backoff(failures);
+                        }
+                        if let Some(relay) = self.relay.get().filter(|r| r.due(&self.link)) {
+                            if !relay_logged {
+                                relay_logged = true;
+                                tracing::warn!(peer = %self.peer, down_ms = self.link.failing_for().unwrap_or_default().as_millis() as u64, "direct link failing: relaying envelopes for this peer through other peers (still probing it directly)");
+                            }
+                            if relay
+                                .deliver(&self.peer, &next.id, ts, &sig, &next.body)
+                                .await
+                            {
+                                metrics.envelope_out(&self.peer, "relayed");
+                                break;
+                            }
+                        }
                         if next.queued_at.elapsed() >= policy.give_up_after {
                             metrics.envelope_out(&self.peer, "given_up");
                             tracing::error!(peer = %self.peer, id = %next.id, attempt, reason = %why, waited_s = next.queued_at.elapsed().as_secs(), "delivery deadline passed; giving up on envelope");
@@ -338,22 +565,26 @@ impl Outbox {
         }
     }
 
+    /// A direct attempt the peer answered: the link works.
+    fn link_ok(&self, failures: &mut u32) {
+        *failures = 0;
+        if let Some(down) = self.link.ok() {
+            tracing::info!(peer = %self.peer, down_ms = down.as_millis() as u64, "direct link to peer works again");
+        }
+    }
+
     async fn attempt(
         &self,
         http: &reqwest::Client,
-        signer: &SharedSigner,
         p: &Pending,
+        ts: i64,
+        sig: &str,
         timeout: Duration,
     ) -> Attempt {
-        let ts = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs() as i64)
-            .unwrap_or(0);
-        let sig = signer.cache.get_or_sign(&signer.signer, &p.id, ts, &p.body);
-        let url = match &self.link {
+        let url = match &self.dest {
             Link::Http(url) => url,
             Link::Stream(link) => {
-                return match link.append(&p.id, ts, &sig, &p.body).await {
+                return match link.append(&p.id, ts, sig, &p.body).await {
                     Ok(()) => Attempt::Delivered,
                     Err(crate::streams::AppendError::Permanent(why)) => Attempt::Permanent(why),
                     Err(crate::streams::AppendError::Retry(why)) => Attempt::Retry(why),
@@ -394,6 +625,60 @@ impl Outbox {
             Err(e) => Attempt::Retry(format!("transport: {e}")),
         }
     }
+}
+
+/// Reads up to `max` outbox log entries of `spill`'s range, starting at its offset
+/// (checked: the line there must hold `next_seq`; otherwise the log is scanned from
+/// the start). Returns the entries and the offset after the last one.
+fn read_log_range(
+    path: &Path,
+    spill: Spill,
+    max: usize,
+) -> std::io::Result<(Vec<LoggedOutbound>, u64)> {
+    let mut file = std::fs::File::open(path)?;
+    let mut start = spill.next_offset;
+    for pass in 0..2 {
+        file.seek(SeekFrom::Start(start))?;
+        let mut reader = BufReader::new(&mut file);
+        let mut offset = start;
+        let mut out = Vec::new();
+        let mut buf = Vec::new();
+        let mut misplaced = false;
+        while out.len() < max {
+            buf.clear();
+            let n = reader.read_until(b'\n', &mut buf)?;
+            if n == 0 || buf.last() != Some(&b'\n') {
+                break;
+            }
+            let line_start = offset;
+            offset += n as u64;
+            let Some(e) = parse_outbox_line(&buf[..n - 1], line_start) else {
+                continue;
+            };
+            if e.seq < spill.next_seq {
+                if pass == 0 {
+                    misplaced = true;
+                    break;
+                }
+                continue;
+            }
+            if pass == 0 && out.is_empty() && e.seq != spill.next_seq {
+                misplaced = true;
+                break;
+            }
+            if e.seq > spill.last_seq {
+                offset = line_start;
+                break;
+            }
+            out.push(e);
+        }
+        if !misplaced {
+            return Ok((out, offset));
+        }
+        tracing::warn!(file = %path.display(), offset = start, seq = spill.next_seq, "outbox log offset did not match; scanning the log from the start");
+        start = 0;
+    }
+    Ok((Vec::new(), spill.next_offset))
 }
 
 fn write_cursor(path: &Path, seq: u64) -> std::io::Result<()> {
@@ -470,5 +755,82 @@ mod tests {
         o.pop("1", &m);
         assert_eq!(o.front().unwrap().id, "2");
         assert_eq!((o.handled(), o.saved_cursor()), (1, Some(1)));
+    }
+
+    /// Writes `n` entries in the outbox log format; returns them with their offsets.
+    fn write_log(path: &Path, seqs: std::ops::RangeInclusive<u64>) -> Vec<LoggedOutbound> {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .unwrap();
+        let mut offset = f.metadata().unwrap().len();
+        let mut out = Vec::new();
+        for seq in seqs {
+            let body = format!("{{\"n\":{seq}}}");
+            let line = format!("{seq}\tid{seq}\t{body}\n");
+            f.write_all(line.as_bytes()).unwrap();
+            out.push(LoggedOutbound {
+                seq,
+                id: format!("id{seq}"),
+                body: Bytes::from(body),
+                offset,
+            });
+            offset += line.len() as u64;
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn spills_beyond_capacity_and_refills_in_order_from_the_log() {
+        let m = Metrics::new();
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("outbox.log");
+        let o = Outbox::new("B", "http://127.0.0.1:1", 4, None);
+        o.set_log_path(log.clone());
+        for e in write_log(&log, 1..=10) {
+            o.push_logged(&e, &m);
+        }
+        assert_eq!((o.len(), o.spilled()), (4, 6));
+        assert!(
+            o.push("claim", Bytes::from_static(b"{}"), None, &m)
+                .is_err(),
+            "a claim is refused while durable envelopes are spilled"
+        );
+        // More arrive while spilling (the log grows), then the queue drains.
+        for e in write_log(&log, 11..=13) {
+            o.push_logged(&e, &m);
+        }
+        assert_eq!(o.spilled(), 9);
+        let mut seen = Vec::new();
+        for _ in 0..100 {
+            assert!(o.refill(&m).await);
+            let Some(p) = o.front() else { break };
+            assert!(o.len() <= 4);
+            seen.push(p.id.clone());
+            o.pop(&p.id, &m);
+        }
+        let want: Vec<String> = (1..=13).map(|n| format!("id{n}")).collect();
+        assert_eq!(seen, want);
+        assert!(o.is_empty());
+        assert_eq!(o.peak_len(), 4);
+        assert_eq!(o.handled(), 13);
+        assert!(m.render().contains(r#"botmesh_outbox_spilled{peer="B"} 0"#));
+    }
+
+    #[test]
+    fn a_wrong_offset_falls_back_to_a_scan() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("outbox.log");
+        write_log(&log, 1..=5);
+        let spill = Spill {
+            next_seq: 3,
+            next_offset: 0,
+            last_seq: 4,
+        };
+        let (got, _) = read_log_range(&log, spill, 10).unwrap();
+        let seqs: Vec<u64> = got.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, vec![3, 4]);
     }
 }

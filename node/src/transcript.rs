@@ -106,8 +106,8 @@ struct WriteJob {
 /// Implemented by the node over its peers' outboxes. Called from the writer thread, so
 /// the order peers see is exactly the order of the outbox log.
 pub trait Fanout: Send + Sync {
-    /// Queues `body` (envelope `id`, log sequence `seq`) for every peer.
-    fn push(&self, seq: u64, id: &str, body: Bytes);
+    /// Queues an envelope just written to the outbox log for every peer.
+    fn push(&self, entry: LoggedOutbound);
     /// The highest sequence every peer has been handed or has given up on.
     fn delivered_through(&self) -> u64;
 }
@@ -121,6 +121,8 @@ pub struct LoggedOutbound {
     pub id: String,
     /// Serialized envelope.
     pub body: Bytes,
+    /// Where its line starts in the outbox log (a spilled outbox re-reads from here).
+    pub offset: u64,
 }
 
 /// Name of the outbox log in the data folder.
@@ -421,29 +423,56 @@ struct Writer {
 /// without asking the file system for the length before every write.
 struct AppendFile {
     file: File,
+    /// Bytes of whole, acknowledged-or-pending lines: where the next append starts.
     len: u64,
+    /// A cut back failed, so bytes past `len` may remain: nothing is appended until
+    /// the file is cut back to `len` (a partial line must never be followed by more).
+    dirty: bool,
 }
 
 impl AppendFile {
     fn open(path: &Path) -> std::io::Result<AppendFile> {
         let file = OpenOptions::new().create(true).append(true).open(path)?;
         let len = file.metadata()?.len();
-        Ok(AppendFile { file, len })
+        Ok(AppendFile {
+            file,
+            len,
+            dirty: false,
+        })
     }
 
     /// Appends `bytes`; on failure cuts the file back so no partial line remains.
     fn append_clean(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        if self.dirty {
+            self.file.set_len(self.len)?;
+            self.dirty = false;
+            tracing::info!(
+                kept_bytes = self.len,
+                "partial write cut back; appending again"
+            );
+        }
         if let Err(e) = self.file.write_all(bytes) {
-            let _ = self.file.set_len(self.len);
+            let len = self.len;
+            self.cut_back(len);
             return Err(e);
         }
         self.len += bytes.len() as u64;
         Ok(())
     }
 
+    /// Forgets everything after `len` (written but not to be acknowledged).
+    fn cut_back(&mut self, len: u64) {
+        self.len = len;
+        if let Err(e) = self.file.set_len(len) {
+            self.dirty = true;
+            tracing::error!(error = %e, kept_bytes = len, "could not cut a failed write back; will retry before the next append");
+        }
+    }
+
     fn truncate(&mut self) -> std::io::Result<()> {
         self.file.set_len(0)?;
         self.len = 0;
+        self.dirty = false;
         Ok(())
     }
 }
@@ -470,13 +499,21 @@ impl Writer {
         }
     }
 
+    /// Writes one group commit. A job whose write fails leaves nothing behind (its
+    /// transcript line is cut back if its outbox log entry fails); if an fsync fails,
+    /// the whole batch is cut back and refused, since what it wrote may not be on disk.
     fn write_batch(&mut self, batch: Vec<WriteJob>) {
-        let mut results: Vec<std::io::Result<Option<u64>>> = Vec::with_capacity(batch.len());
-        let mut touched: HashSet<String> = HashSet::new();
-        let mut log_touched = false;
+        let mut results: Vec<std::io::Result<Option<(u64, u64)>>> = Vec::with_capacity(batch.len());
+        // Each touched file's length before this batch, to undo it if a sync fails.
+        let mut starts: HashMap<String, u64> = HashMap::new();
+        let log_start = self.log.len;
+        let seq_start = self.next_seq;
         for job in &batch {
             let r = (|| {
-                self.file(&job.group)?.append_clean(&job.line)?;
+                let f = self.file(&job.group)?;
+                let before = f.len;
+                starts.entry(job.group.clone()).or_insert(before);
+                f.append_clean(&job.line)?;
                 let Some((id, body)) = &job.outbound else {
                     return Ok(None);
                 };
@@ -484,53 +521,73 @@ impl Writer {
                 let mut entry = format!("{seq}\t{id}\t").into_bytes();
                 entry.extend_from_slice(body);
                 entry.push(b'\n');
-                self.log.append_clean(&entry)?;
+                let offset = self.log.len;
+                if let Err(e) = self.log.append_clean(&entry) {
+                    // Not in the outbox log, so not in the transcript either.
+                    self.files
+                        .get_mut(&job.group)
+                        .expect("opened")
+                        .cut_back(before);
+                    return Err(e);
+                }
                 self.next_seq += 1;
-                Ok(Some(seq))
+                Ok(Some((seq, offset)))
             })();
-            match &r {
-                Ok(Some(_)) => {
-                    touched.insert(job.group.clone());
-                    log_touched = true;
-                }
-                Ok(None) => {
-                    touched.insert(job.group.clone());
-                }
-                Err(_) => {}
-            }
             results.push(r);
         }
-        let mut sync_err: HashMap<String, String> = HashMap::new();
-        let mut log_err = None;
+        let mut sync_err = None;
         if self.fsync {
-            for g in &touched {
-                if let Err(e) = self.files.get(g).expect("opened").file.sync_data() {
-                    sync_err.insert(g.clone(), e.to_string());
+            for g in starts.keys() {
+                let f = &self.files.get(g).expect("opened").file;
+                if let Err(e) = f.sync_data() {
+                    sync_err.get_or_insert(e.to_string());
                 }
             }
-            if log_touched {
-                log_err = self.log.file.sync_data().err().map(|e| e.to_string());
+            if self.log.len != log_start {
+                if let Err(e) = self.log.file.sync_data() {
+                    sync_err.get_or_insert(e.to_string());
+                }
             }
+        }
+        if let Some(e) = &sync_err {
+            tracing::error!(error = %e, jobs = batch.len(), "fsync failed; cutting the whole batch back");
+            for (g, len) in &starts {
+                self.files.get_mut(g).expect("opened").cut_back(*len);
+            }
+            if self.log.len != log_start {
+                self.log.cut_back(log_start);
+            }
+            self.next_seq = seq_start;
         }
         let mut any_err = None;
         for (job, r) in batch.into_iter().zip(results) {
-            let r = r.and_then(|seq| match (sync_err.get(&job.group), &log_err, seq) {
-                (Some(e), _, _) | (None, Some(e), Some(_)) => Err(std::io::Error::other(e.clone())),
-                _ => Ok(seq),
-            });
+            let r = match &sync_err {
+                Some(e) => Err(std::io::Error::other(format!("fsync failed: {e}"))),
+                None => r,
+            };
             match r {
                 Ok(seq) => {
-                    if let (Some(seq), Some((id, body))) = (seq, job.outbound) {
+                    if let (Some((seq, offset)), Some((id, body))) = (seq, job.outbound) {
                         self.log_entries = true;
-                        self.fanout.push(seq, &id, body);
+                        self.fanout.push(LoggedOutbound {
+                            seq,
+                            id,
+                            body,
+                            offset,
+                        });
                     }
                     let _ = job.done.send(Ok(()));
                 }
                 Err(e) => {
-                    tracing::error!(group = %job.group, error = %e, "transcript write failed; message not acknowledged");
+                    tracing::error!(group = %job.group, dir = %self.dir.display(), error = %e, "transcript write failed; message not acknowledged, nothing of it kept");
                     any_err = Some(e.to_string());
                     let _ = job.done.send(Err(e));
                 }
+            }
+        }
+        if any_err.is_none() {
+            if let Some(was) = self.last_error.lock().expect("error lock").as_ref() {
+                tracing::info!(previous_error = %was, "transcript writes succeed again");
             }
         }
         *self.last_error.lock().expect("error lock") = any_err;
@@ -555,22 +612,30 @@ fn load_outbox_log(path: &Path) -> std::io::Result<Vec<LoggedOutbound>> {
     if !path.exists() {
         return Ok(out);
     }
-    read_whole_lines(path, |line, offset| {
-        let mut parts = line.splitn(3, |b| *b == b'\t');
-        let parsed = (|| {
-            let seq: u64 = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
-            let id = std::str::from_utf8(parts.next()?).ok()?.to_string();
-            let body = Bytes::copy_from_slice(parts.next()?);
-            Some(LoggedOutbound { seq, id, body })
-        })();
-        match parsed {
+    read_whole_lines(path, |line, end| {
+        let start = end - line.len() as u64 - 1;
+        match parse_outbox_line(line, start) {
             Some(e) => out.push(e),
             None => {
-                tracing::warn!(file = %path.display(), offset, "skipping unreadable outbox log line")
+                tracing::warn!(file = %path.display(), offset = start, "skipping unreadable outbox log line")
             }
         }
     })?;
     Ok(out)
+}
+
+/// Parses one outbox log line (without its `\n`) that starts at byte `offset`.
+pub(crate) fn parse_outbox_line(line: &[u8], offset: u64) -> Option<LoggedOutbound> {
+    let mut parts = line.splitn(3, |b| *b == b'\t');
+    let seq: u64 = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
+    let id = std::str::from_utf8(parts.next()?).ok()?.to_string();
+    let body = Bytes::copy_from_slice(parts.next()?);
+    Some(LoggedOutbound {
+        seq,
+        id,
+        body,
+        offset,
+    })
 }
 
 /// File-name-safe form of a group name (percent-encoding of anything unusual).
@@ -634,7 +699,7 @@ mod tests {
     /// A node with no peers.
     struct NoPeers;
     impl Fanout for NoPeers {
-        fn push(&self, _: u64, _: &str, _: Bytes) {}
+        fn push(&self, _: LoggedOutbound) {}
         fn delivered_through(&self) -> u64 {
             u64::MAX - 1
         }

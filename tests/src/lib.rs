@@ -6,6 +6,7 @@
 
 pub mod fake_feishu;
 pub mod fake_llm;
+pub mod faults;
 pub mod redis_server;
 pub mod webdriver;
 
@@ -66,6 +67,9 @@ pub struct MeshSpec {
     pub scheme: Scheme,
     /// Environment variables the nodes' secrets are read from.
     pub env: std::collections::HashMap<String, String>,
+    /// Per-node views of the network: (from, to, url) = bot `from` reaches bot `to`'s
+    /// bridge at `url` (a test proxy it can break), everyone else directly.
+    pub routes: Vec<(String, String, String)>,
 }
 
 impl MeshSpec {
@@ -77,7 +81,13 @@ impl MeshSpec {
             top: String::new(),
             scheme: Scheme::Ed25519,
             env: Default::default(),
+            routes: Vec::new(),
         }
+    }
+    /// Makes bot `from` reach bot `to` through `url` (e.g. a [`faults::LinkProxy`]).
+    pub fn route(mut self, from: &str, to: &str, url: &str) -> Self {
+        self.routes.push((from.into(), to.into(), url.into()));
+        self
     }
     /// Adds `[mesh]` lines.
     pub fn mesh(mut self, toml: &str) -> Self {
@@ -150,6 +160,8 @@ pub struct TestMesh {
     pub env: std::collections::HashMap<String, String>,
     /// A plain HTTP client.
     pub http: reqwest::Client,
+    /// Per-node bridge URLs (see [`MeshSpec::route`]).
+    pub routes: Vec<(String, String, String)>,
 }
 
 async fn bind() -> TcpListener {
@@ -228,6 +240,7 @@ impl TestMesh {
             signers,
             http,
             env: spec.env.clone(),
+            routes: spec.routes.clone(),
         };
         for (b, a) in bridges_l.into_iter().zip(apis_l) {
             let i = mesh.nodes.len();
@@ -239,8 +252,14 @@ impl TestMesh {
 
     async fn start_node(&self, i: usize, bridge: TcpListener, api: TcpListener) -> RunningNode {
         let name = &self.settings.bots[i].name;
-        let cfg =
-            NodeConfig::resolve(self.settings.clone(), name, None, &self.env).expect("resolve");
+        let mut settings = self.settings.clone();
+        for (from, to, url) in &self.routes {
+            if from == name {
+                let b = settings.bots.iter_mut().find(|b| &b.name == to);
+                b.expect("routed bot").bridge_url = Some(url.clone());
+            }
+        }
+        let cfg = NodeConfig::resolve(settings, name, None, &self.env).expect("resolve");
         botmesh::node::start(cfg, bridge, api)
             .await
             .expect("start node")

@@ -1,0 +1,602 @@
+//! Relaying around a broken link, with a hop limit.
+//!
+//! When a node's direct deliveries to peer B have failed for `relay_after_ms`, its
+//! outbox also hands each envelope for B to another peer C whose link is healthy:
+//! the same body and the same `webhook-*` signature headers, signed by the original
+//! sender A, plus `botmesh-relay-to: B` and `botmesh-hops: 1`. Nothing is re-signed:
+//!
+//! - C runs the full gauntlet on the copy ([`crate::bridge::admit`]): it must verify as
+//!   A's (the signature covers `id.timestamp.body`, so C cannot alter it, and C cannot
+//!   sign as A), and C records it if new. Only then does C forward the untouched
+//!   headers and body to B, and only while `hops <= max_relay_hops`; otherwise it
+//!   refuses with a reason. C never relays onward itself, so a copy takes one hop.
+//! - B verifies A's signature exactly as for a direct delivery and dedups by id. Because
+//!   the copy came through a third party, B answers with a *receipt* signed with its own
+//!   key (`webhook-id: receipt-<envelope id>`); C passes it back unchanged.
+//! - A counts the envelope delivered only on a receipt that verifies as B's, for that
+//!   envelope id. A relay that drops the copy or lies about delivery gains nothing: A
+//!   keeps retrying, directly and through relays. So order holds (the outbox still
+//!   sends one envelope at a time) and, when the link heals, nothing is doubled.
+//!
+//! While the link is down the outbox probes it directly on its backoff schedule and
+//! sends everything else through a relay, so a black-holed link costs one timeout per
+//! probe, not one per envelope. A relayed copy older than the ±300 s window is
+//! refused by B like any stale request; the direct path keeps retrying.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use tokio::time::Instant;
+
+use crate::bridge::{Reject, MAX_BODY_BYTES};
+use crate::envelope::Envelope;
+use crate::metrics::Metrics;
+use crate::node::Node;
+use crate::outbox::ENVELOPES_PATH;
+use crate::server::{self, Body, BodyError};
+use crate::signing::{Verifier, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP};
+use crate::transcript::Appended;
+
+/// Names the peer a relayed envelope is for.
+pub const HEADER_RELAY_TO: &str = "botmesh-relay-to";
+/// Relays the copy has reached, counting the one receiving it (the first relay sees 1).
+pub const HEADER_HOPS: &str = "botmesh-hops";
+/// The relay that forwarded the copy (informational: it is not signed).
+pub const HEADER_RELAYED_BY: &str = "botmesh-relayed-by";
+/// The largest `max_relay_hops` a configuration may set.
+pub const MAX_HOPS_LIMIT: u32 = 3;
+
+/// Health of the direct link to one peer, shared by its outbox and the relay.
+#[derive(Debug, Default)]
+pub struct LinkHealth {
+    /// When the current run of failed direct attempts began; None while healthy.
+    failing_since: Mutex<Option<Instant>>,
+}
+
+impl LinkHealth {
+    /// Records a failed direct attempt; true when the link was healthy until now.
+    pub fn failed(&self) -> bool {
+        let mut f = self.failing_since.lock().expect("link lock");
+        let fresh = f.is_none();
+        f.get_or_insert_with(Instant::now);
+        fresh
+    }
+
+    /// Records a direct attempt the peer answered; returns how long it had been failing.
+    pub fn ok(&self) -> Option<Duration> {
+        self.failing_since
+            .lock()
+            .expect("link lock")
+            .take()
+            .map(|t| t.elapsed())
+    }
+
+    /// How long direct attempts have been failing, if they are.
+    pub fn failing_for(&self) -> Option<Duration> {
+        self.failing_since
+            .lock()
+            .expect("link lock")
+            .map(|t| t.elapsed())
+    }
+}
+
+/// One peer as a relay candidate.
+struct RelayPeer {
+    /// Its bot name.
+    name: String,
+    /// Full URL of its envelope endpoint.
+    url: String,
+    /// This node's direct link to it (only healthy links are used as relays).
+    link: Arc<LinkHealth>,
+}
+
+/// The sending side of relaying: used by the outboxes of a node.
+pub struct Relay {
+    /// Direct failures for this long switch an outbox to relaying; zero disables it.
+    after: Duration,
+    /// Every peer, as a possible relay.
+    peers: Vec<RelayPeer>,
+    /// The node's peer HTTP client.
+    http: reqwest::Client,
+    /// Checks the destination's receipts.
+    verifier: Verifier,
+    /// Counts relay outcomes.
+    metrics: Arc<Metrics>,
+    /// One relayed attempt's timeout: the relay waits on the destination in between.
+    timeout: Duration,
+    /// Rotates which relay is tried first, to spread the load.
+    next: AtomicUsize,
+}
+
+impl Relay {
+    /// A relay over `peers` (name, base URL, direct-link health).
+    pub fn new(
+        after: Duration,
+        peers: Vec<(String, String, Arc<LinkHealth>)>,
+        http: reqwest::Client,
+        verifier: Verifier,
+        metrics: Arc<Metrics>,
+        peer_timeout: Duration,
+    ) -> Relay {
+        Relay {
+            after,
+            peers: peers
+                .into_iter()
+                .map(|(name, base, link)| RelayPeer {
+                    name,
+                    url: format!("{}{}", base.trim_end_matches('/'), ENVELOPES_PATH),
+                    link,
+                })
+                .collect(),
+            http,
+            verifier,
+            metrics,
+            timeout: peer_timeout.saturating_mul(2),
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// Whether envelopes over `link` should go through a relay now.
+    pub fn due(&self, link: &LinkHealth) -> bool {
+        !self.after.is_zero() && link.failing_for().is_some_and(|d| d >= self.after)
+    }
+
+    /// Hands one envelope for `to`, with its original signature, to each healthy peer in
+    /// turn until one returns `to`'s signed receipt. True when `to` has it.
+    pub async fn deliver(
+        &self,
+        to: &str,
+        id: &str,
+        ts: i64,
+        signature: &str,
+        body: &Bytes,
+    ) -> bool {
+        let candidates: Vec<&RelayPeer> = self
+            .peers
+            .iter()
+            .filter(|p| p.name != to && p.link.failing_for().is_none())
+            .collect();
+        if candidates.is_empty() {
+            tracing::debug!(to, id, "no peer with a healthy link to relay through");
+            return false;
+        }
+        let first = self.next.fetch_add(1, Ordering::Relaxed) % candidates.len();
+        for k in 0..candidates.len() {
+            let via = candidates[(first + k) % candidates.len()];
+            match self.via(via, to, id, ts, signature, body).await {
+                Ok(result) => {
+                    self.metrics.relayed("origin", to, "delivered");
+                    tracing::debug!(to, via = %via.name, id, result, "delivered through a relay (receipt verified)");
+                    return true;
+                }
+                Err(why) => {
+                    self.metrics.relayed("origin", to, "failed");
+                    tracing::warn!(to, via = %via.name, id, reason = %why, "relay attempt failed");
+                }
+            }
+        }
+        false
+    }
+
+    async fn via(
+        &self,
+        via: &RelayPeer,
+        to: &str,
+        id: &str,
+        ts: i64,
+        signature: &str,
+        body: &Bytes,
+    ) -> Result<&'static str, String> {
+        let resp = self
+            .http
+            .post(&via.url)
+            .timeout(self.timeout)
+            .header(HEADER_ID, id)
+            .header(HEADER_TIMESTAMP, ts.to_string())
+            .header(HEADER_SIGNATURE, signature)
+            .header(HEADER_RELAY_TO, to)
+            .header(HEADER_HOPS, "1")
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await
+            .map_err(|e| format!("transport: {e}"))?;
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let bytes = resp.bytes().await.map_err(|e| format!("transport: {e}"))?;
+        if !status.is_success() {
+            return Err(format!(
+                "{status}: {}",
+                String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
+            ));
+        }
+        verify_receipt(
+            &self.verifier,
+            to,
+            id,
+            &headers,
+            &bytes,
+            crate::signing::unix_now(),
+        )
+    }
+}
+
+/// The `webhook-id` of the receipt for envelope `id`.
+pub fn receipt_id(id: &str) -> String {
+    format!("receipt-{id}")
+}
+
+/// Checks that `body` is `from`'s signed receipt for envelope `id`; returns its result
+/// (`accepted` or `duplicate`).
+pub fn verify_receipt(
+    verifier: &Verifier,
+    from: &str,
+    id: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+    now: i64,
+) -> Result<&'static str, String> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if header(HEADER_ID) != Some(receipt_id(id).as_str()) {
+        return Err("answer carries no receipt for this envelope".into());
+    }
+    verifier
+        .verify(
+            from,
+            header(HEADER_ID),
+            header(HEADER_TIMESTAMP),
+            header(HEADER_SIGNATURE),
+            body,
+            now,
+        )
+        .map_err(|e| format!("receipt does not verify as {from}'s: {e}"))?;
+    let v: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| format!("receipt is not JSON: {e}"))?;
+    let r = &v["receipt"];
+    if r["for"] != id || r["by"] != from {
+        return Err("receipt names another envelope or bot".into());
+    }
+    match r["result"].as_str() {
+        Some("accepted") => Ok("accepted"),
+        Some("duplicate") => Ok("duplicate"),
+        other => Err(format!("receipt result {other:?}")),
+    }
+}
+
+/// A relay request's headers, parsed.
+struct RelayHeaders {
+    to: String,
+    hops: u32,
+    relayed_by: Option<String>,
+}
+
+fn relay_headers(headers: &HeaderMap) -> Result<RelayHeaders, Reject> {
+    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let to = get(HEADER_RELAY_TO)
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            Reject(
+                StatusCode::BAD_REQUEST,
+                "relay_bad_header",
+                format!("{HEADER_RELAY_TO} is empty or not text"),
+            )
+        })?
+        .to_string();
+    let hops = get(HEADER_HOPS)
+        .and_then(|h| h.trim().parse::<u32>().ok())
+        .filter(|h| *h >= 1)
+        .ok_or_else(|| {
+            Reject(
+                StatusCode::BAD_REQUEST,
+                "relay_bad_header",
+                format!("{HEADER_HOPS} must be a number >= 1"),
+            )
+        })?;
+    Ok(RelayHeaders {
+        to,
+        hops,
+        relayed_by: get(HEADER_RELAYED_BY).map(str::to_string),
+    })
+}
+
+/// `POST /bridge/v1/envelopes` with `botmesh-relay-to`: this node is either the relay
+/// (forward, unaltered) or the destination (admit and answer with a signed receipt).
+pub async fn receive(
+    node: Arc<Node>,
+    req: Request<Incoming>,
+    remote: std::net::SocketAddr,
+) -> Response<Body> {
+    let id = req
+        .headers()
+        .get(HEADER_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-")
+        .to_string();
+    match receive_inner(&node, req, remote).await {
+        Ok(resp) => resp,
+        Err(Reject(status, code, detail)) => {
+            node.metrics.envelope_in(code);
+            tracing::warn!(%remote, id, status = status.as_u16(), reason = code, %detail, "relayed envelope rejected");
+            server::json(
+                status,
+                &serde_json::json!({"error": code, "detail": detail}),
+            )
+        }
+    }
+}
+
+async fn receive_inner(
+    node: &Arc<Node>,
+    req: Request<Incoming>,
+    remote: std::net::SocketAddr,
+) -> Result<Response<Body>, Reject> {
+    let me = node.cfg.bot().name.clone();
+    let max = node.cfg.mesh().max_relay_hops;
+    let relay = relay_headers(req.headers())?;
+    let destination = relay.to == me;
+    // Cheap refusals first: a relay this node must not perform costs no signature check.
+    if !destination {
+        if max == 0 {
+            node.metrics.relayed("relay", &relay.to, "refused_disabled");
+            return Err(Reject(
+                StatusCode::FORBIDDEN,
+                "relay_disabled",
+                "this node relays nothing (mesh.max_relay_hops = 0)".into(),
+            ));
+        }
+        if node.cfg.member(&relay.to).is_none() {
+            return Err(Reject(
+                StatusCode::BAD_REQUEST,
+                "relay_unknown_target",
+                format!("{:?} is not a bot in peers.toml", relay.to),
+            ));
+        }
+    }
+    if relay.hops > max.max(1) {
+        node.metrics.relayed(
+            if destination { "destination" } else { "relay" },
+            &relay.to,
+            "refused_hop_limit",
+        );
+        return Err(Reject(
+            StatusCode::FORBIDDEN,
+            "relay_hop_limit",
+            format!(
+                "copy has taken {} relay hops; the limit is {}",
+                relay.hops,
+                max.max(1)
+            ),
+        ));
+    }
+    let (parts, body) = server::read_body(req, MAX_BODY_BYTES)
+        .await
+        .map_err(|e| match e {
+            BodyError::TooLarge { .. } => {
+                Reject(StatusCode::PAYLOAD_TOO_LARGE, "too_large", e.to_string())
+            }
+            BodyError::Read(_) => Reject(StatusCode::BAD_REQUEST, "unreadable", e.to_string()),
+        })?;
+    // The full gauntlet, as for a direct delivery: only the original sender's
+    // signature over these exact bytes gets past it.
+    let (env, outcome) = crate::bridge::admit_posted(node, &parts.headers, &body).await?;
+    let result = match outcome {
+        Appended::New => "accepted",
+        Appended::Duplicate => "duplicate",
+    };
+    node.metrics.envelope_in(result);
+    if destination {
+        node.metrics.relayed("destination", &env.sender, result);
+        tracing::info!(%remote, sender = %env.sender, id = %env.id, relayed_by = relay.relayed_by.as_deref().unwrap_or("-"), hops = relay.hops, result, "relayed envelope (sender's signature verified)");
+        return Ok(signed_receipt(node, &env, result));
+    }
+    if env.sender == relay.to {
+        return Err(Reject(
+            StatusCode::BAD_REQUEST,
+            "relay_loop",
+            format!(
+                "a copy of {}'s envelope cannot be relayed back to it",
+                env.sender
+            ),
+        ));
+    }
+    Ok(forward(node, &parts.headers, body, &env, &relay, &me).await)
+}
+
+/// Forwards a verified copy to its destination, untouched, and passes the answer back.
+async fn forward(
+    node: &Arc<Node>,
+    headers: &HeaderMap,
+    body: Bytes,
+    env: &Envelope,
+    relay: &RelayHeaders,
+    me: &str,
+) -> Response<Body> {
+    let Some((outbox, url)) = node
+        .outboxes
+        .iter()
+        .find(|o| o.peer() == relay.to)
+        .and_then(|o| Some((o, o.url()?)))
+    else {
+        return server::error(StatusCode::BAD_REQUEST, "relay target is this node");
+    };
+    if let Some(down) = outbox.link().failing_for() {
+        node.metrics.relayed("relay", &relay.to, "unreachable");
+        tracing::warn!(sender = %env.sender, id = %env.id, to = %relay.to, down_ms = down.as_millis() as u64, "cannot relay: this node's own link to the destination is failing");
+        return server::json(
+            StatusCode::BAD_GATEWAY,
+            &serde_json::json!({"error": "relay_unreachable", "detail": format!("{me} cannot reach {} either", relay.to)}),
+        );
+    }
+    let Some(http) = node.relay.as_ref().map(|r| r.http.clone()) else {
+        return server::error(StatusCode::SERVICE_UNAVAILABLE, "relay not started");
+    };
+    let mut req = http
+        .post(url)
+        .timeout(Duration::from_millis(node.cfg.mesh().peer_timeout_ms))
+        .header(HEADER_RELAY_TO, &relay.to)
+        .header(HEADER_HOPS, relay.hops.to_string())
+        .header(HEADER_RELAYED_BY, me)
+        .header("content-type", "application/json")
+        .body(body);
+    for name in [HEADER_ID, HEADER_TIMESTAMP, HEADER_SIGNATURE] {
+        if let Some(v) = headers.get(name) {
+            req = req.header(name, v);
+        }
+    }
+    let sent = req.send().await;
+    let resp = match sent {
+        Ok(r) => r,
+        Err(e) => {
+            node.metrics.relayed("relay", &relay.to, "unreachable");
+            tracing::warn!(sender = %env.sender, id = %env.id, to = %relay.to, error = %e, "relay could not reach the destination");
+            return server::json(
+                StatusCode::BAD_GATEWAY,
+                &serde_json::json!({"error": "relay_unreachable", "detail": e.to_string()}),
+            );
+        }
+    };
+    let status = resp.status();
+    let mut passed = HeaderMap::new();
+    for name in [HEADER_ID, HEADER_TIMESTAMP, HEADER_SIGNATURE] {
+        if let Some(v) = resp.headers().get(name) {
+            passed.insert(name, v.clone());
+        }
+    }
+    let bytes = resp.bytes().await.unwrap_or_default();
+    let result = if status.is_success() {
+        "forwarded"
+    } else {
+        "refused_by_destination"
+    };
+    node.metrics.relayed("relay", &relay.to, result);
+    tracing::info!(sender = %env.sender, id = %env.id, to = %relay.to, status = status.as_u16(), result, "relayed envelope forwarded unaltered");
+    let mut out = Response::new(server::full(bytes));
+    *out.status_mut() = status;
+    out.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    out.headers_mut().extend(passed);
+    out
+}
+
+/// The destination's answer to a relayed copy, signed with its own key so the origin
+/// can tell it really arrived.
+fn signed_receipt(node: &Node, env: &Envelope, result: &str) -> Response<Body> {
+    let me = &node.cfg.bot().name;
+    let id = env.id.to_string();
+    let body = serde_json::to_vec(&serde_json::json!({
+        result: true,
+        "receipt": {"for": id, "by": me, "result": result},
+    }))
+    .expect("json");
+    let rid = receipt_id(&id);
+    let ts = crate::signing::unix_now();
+    let sig = node.cfg.signer.sign(&rid, ts, &body);
+    let mut resp = Response::new(server::full(Bytes::from(body)));
+    let h = resp.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    for (name, value) in [
+        (HEADER_ID, rid),
+        (HEADER_TIMESTAMP, ts.to_string()),
+        (HEADER_SIGNATURE, sig),
+    ] {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            h.insert(name, v);
+        }
+    }
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signing::{Signer, SigningKey};
+
+    #[tokio::test(start_paused = true)]
+    async fn link_health_tracks_a_failing_run() {
+        let l = LinkHealth::default();
+        assert!(l.failing_for().is_none());
+        assert!(l.failed());
+        assert!(!l.failed(), "still the same run of failures");
+        tokio::time::advance(Duration::from_secs(4)).await;
+        assert_eq!(l.failing_for(), Some(Duration::from_secs(4)));
+        assert_eq!(l.ok(), Some(Duration::from_secs(4)));
+        assert!(l.failing_for().is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn relaying_starts_after_relay_after_and_zero_disables_it() {
+        let relay = |after_ms| {
+            Relay::new(
+                Duration::from_millis(after_ms),
+                Vec::new(),
+                reqwest::Client::new(),
+                Verifier::default(),
+                Arc::new(Metrics::new()),
+                Duration::from_secs(1),
+            )
+        };
+        let (on, off) = (relay(3_000), relay(0));
+        let l = LinkHealth::default();
+        assert!(!on.due(&l), "a healthy link is used directly");
+        l.failed();
+        tokio::time::advance(Duration::from_millis(2_999)).await;
+        assert!(!on.due(&l));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(on.due(&l));
+        assert!(!off.due(&l), "relay_after_ms = 0 never relays");
+        l.ok();
+        assert!(!on.due(&l));
+    }
+
+    #[test]
+    fn receipts_verify_only_as_the_destinations_for_that_envelope() {
+        let b = SigningKey::generate();
+        let c = SigningKey::generate();
+        let mut verifier = Verifier::default();
+        verifier.ed25519.insert("B".into(), vec![b.public_key()]);
+        verifier.ed25519.insert("C".into(), vec![c.public_key()]);
+        let sign = |key: &SigningKey, id: &str, by: &str| {
+            let body = serde_json::to_vec(&serde_json::json!({
+                "accepted": true,
+                "receipt": {"for": id, "by": by, "result": "accepted"},
+            }))
+            .unwrap();
+            let signer = Signer {
+                hmac: vec![],
+                ed25519: vec![key.clone()],
+            };
+            let ts = 1_000;
+            let mut h = HeaderMap::new();
+            h.insert(HEADER_ID, receipt_id(id).parse().unwrap());
+            h.insert(HEADER_TIMESTAMP, ts.to_string().parse().unwrap());
+            h.insert(
+                HEADER_SIGNATURE,
+                signer.sign(&receipt_id(id), ts, &body).parse().unwrap(),
+            );
+            (h, body)
+        };
+        let (h, body) = sign(&b, "01A", "B");
+        assert_eq!(
+            verify_receipt(&verifier, "B", "01A", &h, &body, 1_000),
+            Ok("accepted")
+        );
+        assert!(verify_receipt(&verifier, "B", "01B", &h, &body, 1_000).is_err());
+        // The relay C cannot make up B's receipt.
+        let (h, body) = sign(&c, "01A", "B");
+        assert!(verify_receipt(&verifier, "B", "01A", &h, &body, 1_000).is_err());
+        // Nor alter a real one.
+        let (h, mut body) = sign(&b, "01A", "B");
+        body[2] ^= 1;
+        assert!(verify_receipt(&verifier, "B", "01A", &h, &body, 1_000).is_err());
+    }
+}

@@ -1,0 +1,97 @@
+//! Fault layers the tests put between nodes: all in-process, on 127.0.0.1.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+/// A TCP forwarder standing for one network link (point a node's view of a peer at it
+/// with [`crate::MeshSpec::route`]). [`LinkProxy::cut`] breaks the link: open
+/// connections are torn down and new ones are closed at once, as a dead route would;
+/// [`LinkProxy::heal`] restores it.
+pub struct LinkProxy {
+    /// `http://127.0.0.1:port`, to use as a `bridge_url`.
+    pub url: String,
+    target: Arc<Mutex<Option<SocketAddr>>>,
+    broken: watch::Sender<bool>,
+    /// Connections forwarded while the link was up.
+    pub forwarded: Arc<AtomicUsize>,
+    /// Connections refused while the link was cut.
+    pub refused: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl LinkProxy {
+    /// Starts a proxy with no target yet (see [`LinkProxy::forward_to`]).
+    pub async fn start() -> LinkProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let target: Arc<Mutex<Option<SocketAddr>>> = Default::default();
+        let (broken, _) = watch::channel(false);
+        let forwarded: Arc<AtomicUsize> = Default::default();
+        let refused: Arc<AtomicUsize> = Default::default();
+        let (t, b, f, r) = (
+            target.clone(),
+            broken.clone(),
+            forwarded.clone(),
+            refused.clone(),
+        );
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    continue;
+                };
+                let mut cut = b.subscribe();
+                if *cut.borrow() {
+                    r.fetch_add(1, Ordering::SeqCst);
+                    drop(inbound);
+                    continue;
+                }
+                let Some(addr) = *t.lock().unwrap() else {
+                    continue;
+                };
+                f.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = TcpStream::connect(addr).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = cut.wait_for(|c| *c) => {}
+                    }
+                });
+            }
+        });
+        LinkProxy {
+            url,
+            target,
+            broken,
+            forwarded,
+            refused,
+            task,
+        }
+    }
+
+    /// Where traffic goes while the link is up.
+    pub fn forward_to(&self, addr: SocketAddr) {
+        *self.target.lock().unwrap() = Some(addr);
+    }
+
+    /// Breaks the link: tears down open connections, refuses new ones.
+    pub fn cut(&self) {
+        self.broken.send_replace(true);
+    }
+
+    /// Restores the link.
+    pub fn heal(&self) {
+        self.broken.send_replace(false);
+    }
+}
+
+impl Drop for LinkProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

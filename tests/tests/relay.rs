@@ -1,0 +1,236 @@
+//! Relaying around a broken link: A and B reach each other only through test proxies
+//! that the test cuts; C reaches both. Messages still arrive, through C, exactly once,
+//! in order, each still verifiably written by its original sender; a relay cannot
+//! alter or forge one; the hop limit holds; after healing nothing is doubled.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use botmesh_tests::faults::LinkProxy;
+use botmesh_tests::{bot_message, metric, MeshSpec, SignedRequest, TestMesh};
+
+/// POSTs a signed request to `bridge` as a relayed copy for `to` after `hops` hops,
+/// optionally with another body than the one signed.
+async fn send_relayed(
+    http: &reqwest::Client,
+    bridge: &str,
+    req: &SignedRequest,
+    to: &str,
+    hops: &str,
+    body: Option<Vec<u8>>,
+) -> (u16, serde_json::Value, reqwest::header::HeaderMap) {
+    let r = http
+        .post(format!("{bridge}/bridge/v1/envelopes"))
+        .header("webhook-id", &req.id)
+        .header("webhook-timestamp", &req.timestamp)
+        .header("webhook-signature", &req.signature)
+        .header("botmesh-relay-to", to)
+        .header("botmesh-hops", hops)
+        .header("content-type", "application/json")
+        .body(body.unwrap_or_else(|| req.body.clone()))
+        .send()
+        .await
+        .expect("send");
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    let v = r.json().await.unwrap_or(serde_json::Value::Null);
+    (status, v, headers)
+}
+
+/// Posts at node `i` as `from` (a human, or the node's own bot); returns the id.
+async fn post(mesh: &TestMesh, i: usize, from: &str, text: &str) -> String {
+    let r = mesh
+        .http
+        .post(format!("{}/v1/messages", mesh.api(i)))
+        .json(&serde_json::json!({"text": text, "from": from}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let v: serde_json::Value = r.json().await.unwrap();
+    v["id"].as_str().unwrap().to_string()
+}
+
+fn ids_in(t: &[botmesh::envelope::Envelope], wanted: &[String]) -> Vec<String> {
+    let want: HashSet<&String> = wanted.iter().collect();
+    t.iter()
+        .map(|e| e.id.to_string())
+        .filter(|id| want.contains(id))
+        .collect()
+}
+
+#[tokio::test]
+async fn broken_link_is_relayed_with_original_signatures_hop_limit_and_no_doubles() {
+    let a_to_b = LinkProxy::start().await;
+    let b_to_a = LinkProxy::start().await;
+    let spec = MeshSpec::new(&["A", "B", "C"])
+        .mesh("relay_after_ms = 300")
+        .all_bots("participation = \"mentions\"")
+        .route("A", "B", &a_to_b.url)
+        .route("B", "A", &b_to_a.url);
+    let mesh = TestMesh::start(spec).await;
+    let (a, b, c) = (mesh.index("A"), mesh.index("B"), mesh.index("C"));
+    a_to_b.forward_to(mesh.bridges[b]);
+    b_to_a.forward_to(mesh.bridges[a]);
+
+    // The direct link works at first.
+    let mut from_a = vec![post(&mesh, a, "alice", "before the cut").await];
+    let t = mesh
+        .wait_transcript(b, Duration::from_secs(10), |t| {
+            ids_in(t, &from_a).len() == 1
+        })
+        .await;
+    assert_eq!(ids_in(&t, &from_a), from_a);
+    assert!(a_to_b.forwarded.load(Ordering::SeqCst) >= 1);
+
+    // Cut A <-> B both ways; C still reaches both.
+    a_to_b.cut();
+    b_to_a.cut();
+    for n in 0..12 {
+        // Humans through A, and A's bot speaking for itself.
+        let from = if n % 3 == 2 { "A" } else { "alice" };
+        from_a.push(post(&mesh, a, from, &format!("while cut {n}")).await);
+    }
+    let mut from_b = Vec::new();
+    for n in 0..4 {
+        from_b.push(post(&mesh, b, "bob", &format!("from B while cut {n}")).await);
+    }
+    let t = mesh
+        .wait_transcript(b, Duration::from_secs(30), |t| {
+            ids_in(t, &from_a).len() == from_a.len()
+        })
+        .await;
+    assert_eq!(
+        ids_in(&t, &from_a),
+        from_a,
+        "every message from A reaches B through C, in order, once"
+    );
+    for e in t.iter().filter(|e| from_a.contains(&e.id.to_string())) {
+        assert_eq!(e.sender, "A", "still A's envelope");
+    }
+    let t = mesh
+        .wait_transcript(a, Duration::from_secs(30), |t| {
+            ids_in(t, &from_b).len() == from_b.len()
+        })
+        .await;
+    assert_eq!(ids_in(&t, &from_b), from_b, "and B's reach A the same way");
+    assert!(
+        a_to_b.refused.load(Ordering::SeqCst) >= 1,
+        "the direct link was really tried"
+    );
+    let ma = mesh.metrics(a).await;
+    assert!(
+        metric(
+            &ma,
+            r#"botmesh_envelopes_out_total{peer="B",result="relayed"}"#
+        ) >= 12.0,
+        "{ma}"
+    );
+    assert!(
+        metric(
+            &ma,
+            r#"botmesh_envelopes_relayed_total{role="origin",peer="B",result="delivered"}"#
+        ) >= 12.0
+    );
+    let mc = mesh.metrics(c).await;
+    assert!(
+        metric(
+            &mc,
+            r#"botmesh_envelopes_relayed_total{role="relay",peer="B",result="forwarded"}"#
+        ) >= 12.0,
+        "{mc}"
+    );
+    let mb = mesh.metrics(b).await;
+    assert!(
+        metric(
+            &mb,
+            r#"botmesh_envelopes_relayed_total{role="destination",peer="A",result="accepted"}"#
+        ) >= 12.0,
+        "{mb}"
+    );
+
+    // A relay cannot alter a copy: C itself refuses it, and so would B.
+    let env = bot_message("A", "the genuine text", 1);
+    let genuine = SignedRequest::new(&mesh.signers[a], &env, 0);
+    let tampered = String::from_utf8(genuine.body.clone())
+        .unwrap()
+        .replace("genuine", "tampered");
+    let (s, v, _) = send_relayed(
+        &mesh.http,
+        &mesh.bridge(c),
+        &genuine,
+        "B",
+        "1",
+        Some(tampered.clone().into_bytes()),
+    )
+    .await;
+    assert_eq!(s, 401, "relay verifies before forwarding: {v}");
+    let (s, v, _) = send_relayed(
+        &mesh.http,
+        &mesh.bridge(b),
+        &genuine,
+        "B",
+        "1",
+        Some(tampered.into_bytes()),
+    )
+    .await;
+    assert_eq!(s, 401, "destination verifies A's signature: {v}");
+    // Nor sign as A: C's own key does not make an envelope A's.
+    let forged = SignedRequest::new(&mesh.signers[c], &env, 0);
+    let (s, _, _) = send_relayed(&mesh.http, &mesh.bridge(b), &forged, "B", "1", None).await;
+    assert_eq!(s, 401);
+
+    // The hop limit: a copy that already went through a relay is not relayed again.
+    let (s, v, _) = send_relayed(&mesh.http, &mesh.bridge(c), &genuine, "B", "2", None).await;
+    assert_eq!(s, 403, "{v}");
+    assert_eq!(v["error"], "relay_hop_limit");
+    // Within the limit it goes through, and B's signed receipt comes back through C.
+    let (s, v, h) = send_relayed(&mesh.http, &mesh.bridge(c), &genuine, "B", "1", None).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["receipt"]["by"], "B");
+    assert_eq!(v["receipt"]["for"], env.id.to_string());
+    assert_eq!(
+        h.get("webhook-id").unwrap().to_str().unwrap(),
+        format!("receipt-{}", env.id)
+    );
+    let (s, v, _) = send_relayed(&mesh.http, &mesh.bridge(c), &genuine, "B", "1", None).await;
+    assert_eq!((s, &v["receipt"]["result"]), (200, &"duplicate".into()));
+
+    // Heal: the direct link carries traffic again and nothing is doubled.
+    let direct_before = a_to_b.forwarded.load(Ordering::SeqCst);
+    a_to_b.heal();
+    b_to_a.heal();
+    // While relaying, the direct link is probed on its backoff (retry_max_ms = 500).
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    for n in 0..5 {
+        from_a.push(post(&mesh, a, "alice", &format!("after healing {n}")).await);
+    }
+    let t = mesh
+        .wait_transcript(b, Duration::from_secs(30), |t| {
+            ids_in(t, &from_a).len() == from_a.len()
+        })
+        .await;
+    assert_eq!(ids_in(&t, &from_a), from_a);
+    for _ in 0..200 {
+        if a_to_b.forwarded.load(Ordering::SeqCst) > direct_before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(
+        a_to_b.forwarded.load(Ordering::SeqCst) > direct_before,
+        "A probes and uses the direct link again"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for i in [a, b, c] {
+        let t = mesh.transcript(i).await;
+        let unique: HashSet<_> = t.iter().map(|e| e.id).collect();
+        assert_eq!(unique.len(), t.len(), "node {i} has a duplicate");
+        // 1 + 12 + 5 from A, 4 from B, and the test's own copy signed by A
+        // (which A, its sender, never receives).
+        let want = if i == a { 22 } else { 23 };
+        assert_eq!(t.len(), want, "node {i}");
+    }
+    mesh.shutdown().await;
+}
