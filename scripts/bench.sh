@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The benchmark: real botmesh nodes on 127.0.0.1 (3 and 8), side by side with a bare hyper
-# server and Redis pub/sub measured in the same run with the same payloads.
+# server and Redis pub/sub measured in the same run with the same payloads; then the two
+# transports (HTTP mesh, Redis Streams) side by side at 3, 8 and 32 bots.
 #
-#   scripts/bench.sh            full run (< 10 min): writes docs/benchmarks.md and docs/benchmarks.json
-#   scripts/bench.sh --quick    smoke run (< 1 min): writes $TARGET/bench/benchmarks-quick.{md,json}
+#   scripts/bench.sh            full run (< 15 min): writes docs/benchmarks.{md,json} and docs/scaling.{md,json}
+#   scripts/bench.sh --quick    smoke run (< 2 min): writes $TARGET/bench/*-quick.{md,json}
 #
 # Further options go to botmesh-bench (see `botmesh-bench --help`), e.g.
 #   --note "others were compiling in parallel"   --perf DIR   --nodes 3   --no-redis
@@ -39,13 +40,25 @@ if [ "$quick" = 1 ]; then
   mkdir -p "$out"
   md="$out/benchmarks-quick.md"
   json="$out/benchmarks-quick.json"
+  scaling_md="$out/scaling-quick.md"
+  scaling_json="$out/scaling-quick.json"
+  quick_flag=(--quick)
 else
   mkdir -p docs
   md="docs/benchmarks.md"
   json="docs/benchmarks.json"
+  scaling_md="docs/scaling.md"
+  scaling_json="docs/scaling.json"
+  quick_flag=()
 fi
 
 # The bench starts its own redis-server on a random port and stops it at the end.
-exec "$target/release/botmesh-bench" \
+"$target/release/botmesh-bench" \
   --botmesh "$target/release/botmesh" \
   --out-md "$md" --out-json "$json" "$@"
+
+# HTTP mesh vs Redis Streams transport, many bots in one process (BENCH_TRANSPORTS=0 skips).
+if [ "${BENCH_TRANSPORTS:-1}" != 0 ]; then
+  "$target/release/botmesh-bench" transports "${quick_flag[@]}" \
+    --out-md "$scaling_md" --out-json "$scaling_json"
+fi

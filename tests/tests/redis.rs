@@ -430,3 +430,60 @@ async fn the_stream_is_capped_and_a_bot_away_too_long_is_told_what_it_missed() {
     );
     mesh.shutdown().await;
 }
+
+#[tokio::test]
+async fn each_group_is_its_own_stream_and_new_groups_are_found() {
+    let redis = RedisServer::start().await;
+    let mesh = TestMesh::start(spec(&redis, &["A", "B"])).await;
+    mesh.post_human(0, "alice", "in demo").await;
+    for group in ["ops", "研发群"] {
+        let r = mesh
+            .http
+            .post(format!("{}/v1/messages", mesh.api(0)))
+            .json(&serde_json::json!({"group": group, "text": format!("in {group}"), "from": "alice"}))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success());
+    }
+    for group in ["ops", "研发群"] {
+        let mut got = serde_json::Value::Null;
+        for _ in 0..200 {
+            got = mesh
+                .http
+                .get(format!("{}/v1/transcript", mesh.api(1)))
+                .query(&[("group", group)])
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if got["messages"].as_array().is_some_and(|m| !m.is_empty()) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        let msgs = got["messages"].as_array().unwrap();
+        assert_eq!(msgs.len(), 1, "{group}: {got}");
+        assert_eq!(msgs[0]["text"], format!("in {group}"));
+    }
+    assert_eq!(texts(&mesh.transcript(1).await), ["in demo"]);
+    let mut c = redis.client().await;
+    let mut groups: Vec<String> = redis::cmd("SMEMBERS")
+        .arg("t:groups")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    groups.sort();
+    assert_eq!(groups, ["demo", "ops", "研发群"]);
+    let len: u64 = redis::cmd("XLEN")
+        .arg("t:group:ops")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(len, 1);
+    let (_, h) = health(&mesh, 1).await;
+    assert_eq!(h["redis"]["groups"], 3);
+    mesh.shutdown().await;
+}
