@@ -418,18 +418,37 @@ pub async fn run_reader(node: Arc<Node>, link: Arc<StreamLink>, stop: Cancellati
             let Some(group) = followed.iter().find(|g| link.stream_key(g) == key).cloned() else {
                 continue;
             };
-            let mut last = None;
-            for entry in entries {
-                if !handle_entry(&node, &group, &entry).await {
-                    // Storage failed: stop here, keep the cursor before this entry and
-                    // read it again after a pause.
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-                    }
-                    break;
+            // Each entry is checked and handed to the transcript in stream order (the
+            // first poll of `handle_entry` runs up to the durable write's queue), then
+            // the whole batch waits for its writes together: one group commit, not one
+            // fsync per entry.
+            let mut outcomes = Vec::with_capacity(entries.len());
+            for entry in &entries {
+                let mut handled = Box::pin(handle_entry(&node, &group, entry));
+                match futures_util::poll!(handled.as_mut()) {
+                    std::task::Poll::Ready(ok) => outcomes.push((entry.id, None, ok)),
+                    std::task::Poll::Pending => outcomes.push((entry.id, Some(handled), false)),
                 }
-                last = Some(entry.id);
+            }
+            let mut last = None;
+            let mut failed = false;
+            for (id, handled, ready) in outcomes {
+                let ok = match handled {
+                    Some(h) => h.await,
+                    None => ready,
+                };
+                // The cursor stops before the first entry that could not be stored; the
+                // ones after it are read again (and deduplicated) after a pause.
+                failed |= !ok;
+                if !failed {
+                    last = Some(id);
+                }
+            }
+            if failed {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                }
             }
             if let Some(id) = last {
                 if let Err(e) = cursors.save(&group, id) {
