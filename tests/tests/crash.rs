@@ -69,3 +69,60 @@ async fn kill_9_while_500_messages_stream_loses_nothing_and_duplicates_nothing()
         assert!(mesh.terminate(i).success(), "{}", mesh.log(i));
     }
 }
+
+#[tokio::test]
+async fn kill_9_on_the_redis_transport_loses_nothing_and_duplicates_nothing() {
+    let redis = botmesh_tests::redis_server::RedisServer::start().await;
+    let extra = format!(
+        "transport = \"redis\"\n[redis]\nurl = \"{}\"\nblock_ms = 200\n",
+        redis.url()
+    );
+    let mut mesh =
+        ProcessMesh::start(&["A", "B", "C"], &extra, "participation = \"mentions\"").await;
+    let mut accepted: Vec<String> = Vec::new();
+    for n in 0..300usize {
+        match n {
+            // A reader dies mid-batch: its cursor is saved only after what it read is on disk.
+            80 => mesh.kill9(1),
+            // A sender dies with appends still owed to the stream.
+            120 => mesh.kill9(0),
+            150 => mesh.spawn(0).await,
+            200 => mesh.spawn(1).await,
+            _ => {}
+        }
+        let at = n % 3;
+        if let Some(id) = mesh.post(at, &format!("message {n} via {at}")).await {
+            accepted.push(id);
+        }
+    }
+    assert!(
+        accepted.len() >= 300 - 40 - 10 - 2,
+        "only {} accepted",
+        accepted.len()
+    );
+    let want: HashSet<&String> = accepted.iter().collect();
+    for i in 0..3 {
+        let mut got = Vec::new();
+        for _ in 0..400 {
+            got = mesh.ids(i).await;
+            if got.len() >= accepted.len() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let set: HashSet<&String> = got.iter().collect();
+        assert_eq!(set.len(), got.len(), "node {i} has duplicates");
+        let missing: Vec<_> = want.difference(&set).collect();
+        assert!(
+            missing.is_empty(),
+            "node {i} lost {} accepted messages, e.g. {:?}\n{}",
+            missing.len(),
+            missing.first(),
+            mesh.log(i)
+        );
+        assert_eq!(got.len(), accepted.len(), "node {i} has extra messages");
+    }
+    for i in 0..3 {
+        assert!(mesh.terminate(i).success(), "{}", mesh.log(i));
+    }
+}
