@@ -66,14 +66,7 @@ async fn receive(node: Arc<Node>, req: Request<Incoming>, remote: SocketAddr) ->
                 }
             }
         }
-        Err(Reject(status, code, detail)) => {
-            node.metrics.envelope_in(code);
-            tracing::warn!(%remote, id = header_id.as_deref().unwrap_or("-"), status = status.as_u16(), reason = code, %detail, "envelope rejected");
-            server::json(
-                status,
-                &serde_json::json!({"error": code, "detail": detail}),
-            )
-        }
+        Err(reject) => reject.respond(&node, remote, header_id.as_deref().unwrap_or("-"), false),
     }
 }
 
@@ -138,6 +131,25 @@ pub enum Via {
 /// human-readable detail for logs.
 #[derive(Debug)]
 pub struct Reject(pub StatusCode, pub &'static str, pub String);
+
+impl Reject {
+    /// Counts and logs the rejection, then answers the peer with its status and reason.
+    pub(crate) fn respond(
+        self,
+        node: &Node,
+        remote: SocketAddr,
+        id: &str,
+        relayed: bool,
+    ) -> Response<Body> {
+        let Reject(status, code, detail) = self;
+        node.metrics.envelope_in(code);
+        tracing::warn!(%remote, id, relayed, status = status.as_u16(), reason = code, %detail, "envelope rejected");
+        server::json(
+            status,
+            &serde_json::json!({"error": code, "detail": detail}),
+        )
+    }
+}
 
 /// The checks every envelope passes, whichever transport carried it: headers → JSON
 /// shape → id match → known sender → signature and timestamp window → author rules →

@@ -319,14 +319,7 @@ pub async fn receive(
         .to_string();
     match receive_inner(&node, req, remote).await {
         Ok(resp) => resp,
-        Err(Reject(status, code, detail)) => {
-            node.metrics.envelope_in(code);
-            tracing::warn!(%remote, id, status = status.as_u16(), reason = code, %detail, "relayed envelope rejected");
-            server::json(
-                status,
-                &serde_json::json!({"error": code, "detail": detail}),
-            )
-        }
+        Err(reject) => reject.respond(&node, remote, &id, true),
     }
 }
 

@@ -36,28 +36,7 @@ async fn kill_9_while_500_messages_stream_loses_nothing_and_duplicates_nothing()
         "only {} accepted",
         accepted.len()
     );
-    let want: HashSet<&String> = accepted.iter().collect();
-    for i in 0..3 {
-        let mut got = Vec::new();
-        for _ in 0..400 {
-            got = mesh.ids(i).await;
-            if got.len() >= accepted.len() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let set: HashSet<&String> = got.iter().collect();
-        assert_eq!(set.len(), got.len(), "node {i} has duplicates");
-        let missing: Vec<_> = want.difference(&set).collect();
-        assert!(
-            missing.is_empty(),
-            "node {i} lost {} accepted messages, e.g. {:?}\n{}",
-            missing.len(),
-            missing.first(),
-            mesh.log(i)
-        );
-        assert_eq!(got.len(), accepted.len(), "node {i} has extra messages");
-    }
+    assert_every_node_has_exactly(&mesh, &accepted).await;
     // A really did owe B envelopes across its crash, and resumed them from its outbox log.
     assert!(
         mesh.log(0).contains("resuming undelivered envelopes"),
@@ -100,6 +79,14 @@ async fn kill_9_on_the_redis_transport_loses_nothing_and_duplicates_nothing() {
         "only {} accepted",
         accepted.len()
     );
+    assert_every_node_has_exactly(&mesh, &accepted).await;
+    for i in 0..3 {
+        assert!(mesh.terminate(i).success(), "{}", mesh.log(i));
+    }
+}
+
+/// Every node ends up with exactly the accepted ids: none missing, none twice, none extra.
+async fn assert_every_node_has_exactly(mesh: &ProcessMesh, accepted: &[String]) {
     let want: HashSet<&String> = accepted.iter().collect();
     for i in 0..3 {
         let mut got = Vec::new();
@@ -121,8 +108,5 @@ async fn kill_9_on_the_redis_transport_loses_nothing_and_duplicates_nothing() {
             mesh.log(i)
         );
         assert_eq!(got.len(), accepted.len(), "node {i} has extra messages");
-    }
-    for i in 0..3 {
-        assert!(mesh.terminate(i).success(), "{}", mesh.log(i));
     }
 }
