@@ -1386,6 +1386,7 @@ pub async fn handle_events(
     };
     match outcome {
         Ok(Outcome::Challenge(challenge)) => {
+            node.metrics.feishu_event("challenge");
             tracing::info!(%remote, "feishu url_verification answered");
             server::json(
                 StatusCode::OK,
@@ -1393,14 +1394,17 @@ pub async fn handle_events(
             )
         }
         Ok(Outcome::Duplicate(event_id)) => {
+            node.metrics.feishu_event("duplicate");
             tracing::info!(%remote, %event_id, "feishu event already handled (retry)");
             server::json(StatusCode::OK, &serde_json::json!({"duplicate": true}))
         }
         Ok(Outcome::Ignored(event_id, event_type)) => {
+            node.metrics.feishu_event("ignored");
             tracing::debug!(%remote, %event_id, %event_type, "feishu event ignored");
             server::json(StatusCode::OK, &serde_json::json!({"ok": true}))
         }
         Ok(Outcome::Message(event_id, msg)) => {
+            node.metrics.feishu_event("message");
             tracing::info!(%remote, %event_id, message_id = %msg.message.message_id, sender_type = %msg.sender.sender_type, "feishu message event");
             if !node.accepting.is_cancelled() {
                 let n = node.clone();
@@ -1409,6 +1413,7 @@ pub async fn handle_events(
             server::json(StatusCode::OK, &serde_json::json!({"ok": true}))
         }
         Err(e) => {
+            node.metrics.feishu_event(e.reason());
             tracing::warn!(%remote, status = e.status().as_u16(), reason = e.reason(), detail = %e, "feishu callback rejected");
             server::json(
                 e.status(),

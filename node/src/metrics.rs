@@ -111,6 +111,9 @@ pub struct Metrics {
     pub api_requests: Family<ResultLabel, Counter>,
     /// Messages recorded in transcripts, by source (bridge, api, self).
     pub transcript_appends: Family<ResultLabel, Counter>,
+    /// Feishu/Lark event callbacks, by result (`message`, `challenge`, `duplicate`,
+    /// `ignored`, or the rejection reason).
+    pub feishu_events: Family<ResultLabel, Counter>,
     /// 1 while the Redis Streams transport is connected, 0 while it is not (absent
     /// on `http` nodes).
     pub redis_up: Gauge,
@@ -142,6 +145,7 @@ impl Metrics {
         let api_requests = Family::<ResultLabel, Counter>::default();
         let transcript_appends = Family::<ResultLabel, Counter>::default();
         let redis_up = Gauge::default();
+        let feishu_events = Family::<ResultLabel, Counter>::default();
         let stream_events = Family::<ResultLabel, Counter>::default();
         registry.register(
             "botmesh_envelopes_in",
@@ -199,6 +203,11 @@ impl Metrics {
             transcript_appends.clone(),
         );
         registry.register(
+            "botmesh_feishu_events",
+            "Feishu/Lark event callbacks, by result",
+            feishu_events.clone(),
+        );
+        registry.register(
             "botmesh_redis_up",
             "1 while the Redis Streams transport is connected",
             redis_up.clone(),
@@ -209,6 +218,7 @@ impl Metrics {
             stream_events.clone(),
         );
         Metrics {
+            feishu_events,
             redis_up,
             stream_events,
             registry,
@@ -229,6 +239,15 @@ impl Metrics {
     /// Counts one incoming envelope.
     pub fn envelope_in(&self, result: &str) {
         self.envelopes_in
+            .get_or_create(&ResultLabel {
+                result: result.into(),
+            })
+            .inc();
+    }
+
+    /// Counts one Feishu event callback.
+    pub fn feishu_event(&self, result: &str) {
+        self.feishu_events
             .get_or_create(&ResultLabel {
                 result: result.into(),
             })

@@ -432,6 +432,27 @@ async fn forged_stale_and_unsigned_callbacks_are_rejected() {
         .await;
     assert_eq!(with_platform_id(&t, "om_forged0001").len(), 1);
     assert_eq!(mesh.feishu.wait_sent(1, WAIT).await.len(), 1);
+    // Every callback is counted by what became of it.
+    let m = mesh
+        .http
+        .get(format!("http://{}/metrics", mesh.apis[XIAOBA]))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let count = |r: &str| {
+        botmesh_tests::metric(
+            &m,
+            &format!(r#"botmesh_feishu_events_total{{result="{r}"}}"#),
+        )
+    };
+    assert_eq!(count("bad_signature"), 2.0, "{m}");
+    assert_eq!(count("stale"), 2.0, "{m}");
+    assert_eq!(count("unsigned"), 1.0, "{m}");
+    assert_eq!(count("bad_token"), 1.0, "{m}");
+    assert_eq!(count("message"), 1.0, "{m}");
     mesh.shutdown().await;
 }
 
