@@ -21,6 +21,7 @@ mod record;
 mod redis;
 mod report;
 mod sink;
+mod soak;
 mod stats;
 
 use std::net::SocketAddr;
@@ -65,6 +66,9 @@ enum Cmd {
         #[arg(long)]
         addr: SocketAddr,
     },
+    /// A long run of a mesh under steady mixed traffic with peers restarting; fails if
+    /// RSS, open files or a cache grows without bound (scripts/soak.sh).
+    Soak(soak::SoakArgs),
 }
 
 /// Options of a benchmark run.
@@ -183,6 +187,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Some(Cmd::Sink { addr }) => sink::run(addr),
+        Some(Cmd::Soak(args)) => tokio::runtime::Runtime::new()
+            .context("starting the tokio runtime")
+            .and_then(|rt| rt.block_on(soak::run(args))),
         None => tokio::runtime::Runtime::new()
             .context("starting the tokio runtime")
             .and_then(|rt| rt.block_on(run(cli.run))),

@@ -34,6 +34,13 @@ pub struct PeerLabel {
     pub peer: String,
 }
 
+/// Labels naming one in-memory cache or table.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CacheLabel {
+    /// seen_ids, transcript_ids, rate_limiter_buckets, claim_triggers, feishu_event_ids.
+    pub cache: String,
+}
+
 /// Labels for decisions.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DecisionLabel {
@@ -95,6 +102,9 @@ pub struct Metrics {
     pub api_requests: Family<ResultLabel, Counter>,
     /// Messages recorded in transcripts, by source (bridge, api, self).
     pub transcript_appends: Family<ResultLabel, Counter>,
+    /// Entries held by each in-memory cache, refreshed at every scrape: lets an
+    /// operator (and `botmesh-bench soak`) see that none grows without bound.
+    pub cache_entries: Family<CacheLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -117,6 +127,7 @@ impl Metrics {
         let llm_tokens = Family::<TokenLabel, Counter>::default();
         let api_requests = Family::<ResultLabel, Counter>::default();
         let transcript_appends = Family::<ResultLabel, Counter>::default();
+        let cache_entries = Family::<CacheLabel, Gauge>::default();
         registry.register(
             "botmesh_envelopes_in",
             "Envelopes received on the bridge, by result",
@@ -162,6 +173,11 @@ impl Metrics {
             "Transcript appends by result",
             transcript_appends.clone(),
         );
+        registry.register(
+            "botmesh_cache_entries",
+            "Entries held by an in-memory cache or index, at the last scrape",
+            cache_entries.clone(),
+        );
         Metrics {
             registry,
             envelopes_in,
@@ -173,7 +189,17 @@ impl Metrics {
             llm_tokens,
             api_requests,
             transcript_appends,
+            cache_entries,
         }
+    }
+
+    /// Sets the size of one in-memory cache.
+    pub fn set_cache_entries(&self, cache: &str, entries: usize) {
+        self.cache_entries
+            .get_or_create(&CacheLabel {
+                cache: cache.into(),
+            })
+            .set(i64::try_from(entries).unwrap_or(i64::MAX));
     }
 
     /// Counts one incoming envelope.
