@@ -118,9 +118,16 @@ pub enum EnvelopeError {
 
 impl Envelope {
     /// Parses and checks a raw body. Invalid UTF-8 is reported as malformed.
+    ///
+    /// The whole body is checked as UTF-8 first: `serde_json::from_slice` skips the
+    /// strings of unknown fields without validating them, so a body with invalid bytes
+    /// in a field this version ignores would otherwise be accepted (found by the
+    /// `envelope_parse` fuzz target; JSON must be UTF-8, RFC 8259 §8.1).
     pub fn parse(body: &[u8]) -> Result<Envelope, EnvelopeError> {
+        let text = std::str::from_utf8(body)
+            .map_err(|e| EnvelopeError::Malformed(format!("body is not UTF-8: {e}")))?;
         let env: Envelope =
-            serde_json::from_slice(body).map_err(|e| EnvelopeError::Malformed(e.to_string()))?;
+            serde_json::from_str(text).map_err(|e| EnvelopeError::Malformed(e.to_string()))?;
         env.check()?;
         Ok(env)
     }
@@ -229,5 +236,18 @@ mod tests {
         assert!(Envelope::parse(b"{not json").is_err());
         assert!(Envelope::parse(&[0xff, 0xfe, 0x00]).is_err());
         assert!(Envelope::parse(br#"{"id":"nope"}"#).is_err());
+    }
+
+    #[test]
+    fn rejects_invalid_utf8_even_in_unknown_fields() {
+        // Regression (fuzz/regressions/envelope_parse): serde_json skips the strings
+        // of ignored fields without validating them.
+        let mut body = sample().to_bytes();
+        body.pop();
+        body.extend_from_slice(b",\"future\":\"\xff\xfe\"}");
+        assert!(matches!(
+            Envelope::parse(&body),
+            Err(EnvelopeError::Malformed(m)) if m.contains("UTF-8")
+        ));
     }
 }

@@ -310,9 +310,11 @@ pub fn mention(data: &[u8]) {
     let text = String::from_utf8_lossy(rest);
     let mentioned = check_mentions(m, &text, &pm);
 
-    // Rewriting to the canonical `@Name` keeps who is mentioned (placeholders and
-    // tags are not rewritten, and a canonical name always resolves to itself).
-    let rewritten = m.rewrite(&text, |name| Some(format!("@{name} ")));
+    // Rewriting to the canonical ` @Name ` keeps who is mentioned (placeholders and
+    // tags are not rewritten, and a canonical name always resolves to itself). The
+    // leading space matters: `x_＠二狗` is a mention but `x_@ErGoz` is an e-mail
+    // address (fuzz/regressions/mention).
+    let rewritten = m.rewrite(&text, |name| Some(format!(" @{name} ")));
     let again = check_mentions(m, &rewritten, &pm);
     let mut a = mentioned.clone();
     let mut b = again;
