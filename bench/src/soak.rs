@@ -14,7 +14,8 @@
 //!   /proc/PID/status, the entries of /proc/PID/fd, and from `/metrics` the
 //!   `botmesh_cache_entries` gauges and the summed `botmesh_outbox_depth`.
 //! * Growth check, per node and metric: over the samples taken after the metric's
-//!   warm-up, the largest value of the last third may exceed the largest of the middle
+//!   warm-up (counted from the start of the node's current process, since a restart
+//!   empties its caches), the largest value of the last third may exceed the largest of the middle
 //!   third by at most a tolerance (a ratio plus an absolute slack). Warm-up growth
 //!   (caches filling up to their TTL) is thus not a failure, but steady growth is.
 //!   Caches whose TTL is longer than the run cannot be checked and are reported so.
@@ -81,6 +82,9 @@ pub struct SoakArgs {
 struct Sample {
     /// Seconds since traffic started.
     t: f64,
+    /// Seconds since this node's current process started (restarts reset it): a
+    /// restarted node's caches fill up again from empty, so warm-up counts from here.
+    age: f64,
     /// Node index.
     node: usize,
     /// Metric name → value (rss_kib, fds, threads, outbox_depth, cache names).
@@ -261,6 +265,7 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
     let mut next_restart = started + restart_every;
     let mut next_victim = 1usize;
     let mut kill9 = false;
+    let mut born = vec![0.0f64; args.nodes];
     let mut tick = tokio::time::interval(sample_every);
     while Instant::now() < deadline {
         tick.tick().await;
@@ -271,7 +276,9 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
                 n.proc
                     .check_alive()
                     .with_context(|| format!("node{i} died during the soak"))?;
-                samples.push(sample(&http, &apis[i], n.proc.pid, i, t).await);
+                let mut s = sample(&http, &apis[i], n.proc.pid, i, t).await;
+                s.age = t - born[i];
+                samples.push(s);
             }
         }
         if Instant::now() >= next_restart && Instant::now() + Duration::from_secs(5) < deadline {
@@ -286,6 +293,7 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
             *down.lock().expect("down lock") = Some(victim);
             let took = restart(&mesh, &bin, victim, signal, &http).await?;
             *down.lock().expect("down lock") = None;
+            born[victim] = started.elapsed().as_secs_f64();
             let line = format!(
                 "t={t:.0}s node{victim} {signal} → healthy again in {:.1} s",
                 took.as_secs_f64()
@@ -468,7 +476,12 @@ async fn sample(http: &reqwest::Client, api: &str, pid: u32, node: usize, t: f64
     if let Some(th) = threads {
         values.insert("threads".into(), th);
     }
-    Sample { t, node, values }
+    Sample {
+        t,
+        age: t,
+        node,
+        values,
+    }
 }
 
 /// The cache gauges and the summed outbox depth from a node's `/metrics`.
@@ -506,12 +519,12 @@ fn judge(samples: &[Sample], nodes: usize) -> Vec<Verdict> {
             let series: Vec<(f64, f64)> = samples
                 .iter()
                 .filter(|s| s.node == node)
-                .filter_map(|s| s.values.get(rule.name).map(|v| (s.t, *v)))
+                .filter_map(|s| s.values.get(rule.name).map(|v| (s.age, *v)))
                 .collect();
             let first = series.first().map_or(f64::NAN, |s| s.1);
             let judged: Vec<f64> = series
                 .iter()
-                .filter(|(t, _)| *t >= rule.warmup_secs)
+                .filter(|(age, _)| *age >= rule.warmup_secs)
                 .map(|s| s.1)
                 .collect();
             let third = judged.len() / 3;
@@ -531,7 +544,7 @@ fn judge(samples: &[Sample], nodes: usize) -> Vec<Verdict> {
                 "not checked: no samples".to_string()
             } else if third < 2 {
                 format!(
-                    "not checked: warm-up {:.0} s leaves too few samples",
+                    "not checked: too few samples from a process older than its {:.0} s warm-up",
                     rule.warmup_secs
                 )
             } else if last_max > limit {
@@ -625,17 +638,24 @@ fn report(
     s
 }
 
-/// Every sample as CSV: t, node, then one column per metric.
+/// Every sample as CSV: t, process age, node, then one column per metric.
 fn csv(samples: &[Sample]) -> String {
     let mut cols: Vec<&str> = RULES.iter().map(|r| r.name).collect();
     cols.dedup();
-    let mut s = format!("t,node,{}\n", cols.join(","));
+    let mut s = format!("t,process_age,node,{}\n", cols.join(","));
     for x in samples {
         let vals: Vec<String> = cols
             .iter()
             .map(|c| x.values.get(*c).map_or(String::new(), |v| format!("{v}")))
             .collect();
-        let _ = writeln!(s, "{:.1},node{},{}", x.t, x.node, vals.join(","));
+        let _ = writeln!(
+            s,
+            "{:.1},{:.1},node{},{}",
+            x.t,
+            x.age,
+            x.node,
+            vals.join(",")
+        );
     }
     s
 }
@@ -650,6 +670,7 @@ mod tests {
             .enumerate()
             .map(|(k, v)| Sample {
                 t: 1000.0 + k as f64,
+                age: 1000.0 + k as f64,
                 node: 0,
                 values: BTreeMap::from([(metric.to_string(), *v)]),
             })
@@ -674,5 +695,13 @@ mod tests {
         assert_eq!(verdict("fds", &growing), "GROWS");
         assert!(verdict("fds", &[1.0, 2.0]).starts_with("not checked"));
         assert!(verdict("transcript_ids", &growing).starts_with("reported"));
+        // A restarted process's TTL cache is still warming up: not judged.
+        let mut young = series("seen_ids", &growing);
+        for s in &mut young {
+            s.age -= 900.0;
+        }
+        let v = judge(&young, 1);
+        let seen = v.iter().find(|v| v.metric == "seen_ids").expect("verdict");
+        assert!(seen.status.starts_with("not checked"), "{}", seen.status);
     }
 }
