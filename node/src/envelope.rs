@@ -239,6 +239,29 @@ mod tests {
     }
 
     #[test]
+    fn relevance_round_trips_exactly() {
+        // Regression (fuzz/regressions/envelope_parse/float-round-trip): without
+        // serde_json's `float_roundtrip` feature, "0.4442444444444445" parsed to a
+        // neighbouring f64, so a claim's relevance could differ by one ulp between the
+        // node that sent it and the nodes comparing it.
+        for text in [
+            "0.4442444444444445",
+            "0.44424444444444444",
+            "0.1",
+            "0.7000000000000001",
+        ] {
+            let want: f64 = text.parse().unwrap();
+            let got: f64 = serde_json::from_str(text).unwrap();
+            assert_eq!(got.to_bits(), want.to_bits(), "{text}");
+        }
+        let mut e = sample();
+        e.why = Some(Why::Interjected {
+            relevance: "0.4442444444444445".parse().unwrap(),
+        });
+        assert_eq!(Envelope::parse(&e.to_bytes()).unwrap(), e);
+    }
+
+    #[test]
     fn rejects_invalid_utf8_even_in_unknown_fields() {
         // Regression (fuzz/regressions/envelope_parse): serde_json skips the strings
         // of ignored fields without validating them.

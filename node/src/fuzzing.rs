@@ -298,8 +298,8 @@ fn floor_boundary(s: &str, mut at: usize) -> usize {
 /// bytes). Besides [`check_mentions`] on the text itself: with every backtick removed
 /// and the text cut in three at the selector positions (`a`, `x`, `b`), whatever is
 /// inside a code span must not matter — `` a`x`b `` and `` a`@XiaoBa…`b `` name the
-/// same members, and so do the same with a fenced block — and rewriting each plain
-/// mention to `@Name` keeps the set of members mentioned.
+/// same members, and so do the same with a fenced block — and, in text without `<`,
+/// rewriting each plain mention to ` @Name ` keeps the set of members mentioned.
 pub fn mention(data: &[u8]) {
     let (sel, rest) = match data {
         [a, b, rest @ ..] => ((*a, *b), rest),
@@ -314,13 +314,18 @@ pub fn mention(data: &[u8]) {
     // tags are not rewritten, and a canonical name always resolves to itself). The
     // leading space matters: `x_＠二狗` is a mention but `x_@ErGoz` is an e-mail
     // address (fuzz/regressions/mention).
-    let rewritten = m.rewrite(&text, |name| Some(format!(" @{name} ")));
-    let again = check_mentions(m, &rewritten, &pm);
-    let mut a = mentioned.clone();
-    let mut b = again;
-    a.sort();
-    b.sort();
-    assert_eq!(a, b, "rewrite to canonical names changed who is mentioned");
+    // Only for text without `<`: the inserted spaces can turn a malformed `<at …` run
+    // around a mention into a well-formed tag that then swallows it
+    // (fuzz/regressions/mention/space-completes-at-tag).
+    if !text.contains('<') {
+        let rewritten = m.rewrite(&text, |name| Some(format!(" @{name} ")));
+        let again = check_mentions(m, &rewritten, &pm);
+        let mut a = mentioned.clone();
+        let mut b = again;
+        a.sort();
+        b.sort();
+        assert_eq!(a, b, "rewrite to canonical names changed who is mentioned");
+    }
 
     let plain: String = text.chars().filter(|&c| c != '`').collect();
     let i = floor_boundary(&plain, usize::from(sel.0) * plain.len() / 255);
