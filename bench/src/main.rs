@@ -21,6 +21,7 @@ mod record;
 mod redis;
 mod report;
 mod sink;
+mod soak;
 mod stats;
 mod transports;
 
@@ -66,6 +67,9 @@ enum Cmd {
         #[arg(long)]
         addr: SocketAddr,
     },
+    /// A long run of a mesh under steady mixed traffic with peers restarting; fails if
+    /// RSS, open files or a cache grows without bound (scripts/soak.sh).
+    Soak(soak::SoakArgs),
     /// The HTTP mesh against the Redis Streams transport at several sizes, in-process.
     Transports(TransportArgs),
 }
@@ -206,6 +210,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Some(Cmd::Sink { addr }) => sink::run(addr),
+        Some(Cmd::Soak(args)) => tokio::runtime::Runtime::new()
+            .context("starting the tokio runtime")
+            .and_then(|rt| rt.block_on(soak::run(args))),
         Some(Cmd::Transports(t)) => tokio::runtime::Runtime::new()
             .context("starting the tokio runtime")
             .and_then(|rt| rt.block_on(run_transports(t))),

@@ -32,6 +32,22 @@ const MAX_API_BODY: usize = 256 * 1024;
 /// The embedded group-chat page.
 const PAGE: &str = include_str!("page.html");
 
+/// Brings the cache-size gauges and outbox depths up to date. Read at scrape time
+/// rather than on every change: each is one lock and a length, and scrapes are rare.
+fn refresh_cache_sizes(node: &Node) {
+    let m = &node.metrics;
+    m.set_cache_entries("seen_ids", node.seen.len());
+    m.set_cache_entries("transcript_ids", node.transcripts.indexed_ids());
+    m.set_cache_entries("rate_limiter_buckets", node.limiter.buckets());
+    m.set_cache_entries("claim_triggers", node.brain.board.len());
+    if let Some(f) = &node.feishu {
+        m.set_cache_entries("feishu_event_ids", f.dedup.len());
+    }
+    for o in &node.outboxes {
+        m.set_outbox_depth(o.peer(), o.len());
+    }
+}
+
 /// Routes a local API request.
 pub async fn handle(
     node: Arc<Node>,
@@ -58,11 +74,14 @@ pub async fn handle(
         (&Method::POST, "/v1/explain") => explain(&node, req).await,
         (&Method::POST, "/v1/quiet") => quiet(&node, req).await,
         (&Method::GET, "/healthz") => health(&node),
-        (&Method::GET, "/metrics") => server::text(
-            StatusCode::OK,
-            "text/plain; version=0.0.4; charset=utf-8",
-            node.metrics.render(),
-        ),
+        (&Method::GET, "/metrics") => {
+            refresh_cache_sizes(&node);
+            server::text(
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                node.metrics.render(),
+            )
+        }
         (
             _,
             "/" | "/v1/messages" | "/v1/transcript" | "/v1/events" | "/v1/explain" | "/v1/quiet"

@@ -315,6 +315,11 @@ impl RateLimiter {
             false
         }
     }
+
+    /// How many senders have a bucket (for metrics and soak checks).
+    pub fn buckets(&self) -> usize {
+        self.buckets.lock().expect("limiter lock").len()
+    }
 }
 
 #[cfg(test)]

@@ -118,9 +118,16 @@ pub enum EnvelopeError {
 
 impl Envelope {
     /// Parses and checks a raw body. Invalid UTF-8 is reported as malformed.
+    ///
+    /// The whole body is checked as UTF-8 first: `serde_json::from_slice` skips the
+    /// strings of unknown fields without validating them, so a body with invalid bytes
+    /// in a field this version ignores would otherwise be accepted (found by the
+    /// `envelope_parse` fuzz target; JSON must be UTF-8, RFC 8259 §8.1).
     pub fn parse(body: &[u8]) -> Result<Envelope, EnvelopeError> {
+        let text = std::str::from_utf8(body)
+            .map_err(|e| EnvelopeError::Malformed(format!("body is not UTF-8: {e}")))?;
         let env: Envelope =
-            serde_json::from_slice(body).map_err(|e| EnvelopeError::Malformed(e.to_string()))?;
+            serde_json::from_str(text).map_err(|e| EnvelopeError::Malformed(e.to_string()))?;
         env.check()?;
         Ok(env)
     }
@@ -229,5 +236,41 @@ mod tests {
         assert!(Envelope::parse(b"{not json").is_err());
         assert!(Envelope::parse(&[0xff, 0xfe, 0x00]).is_err());
         assert!(Envelope::parse(br#"{"id":"nope"}"#).is_err());
+    }
+
+    #[test]
+    fn relevance_round_trips_exactly() {
+        // Regression (fuzz/regressions/envelope_parse/float-round-trip): without
+        // serde_json's `float_roundtrip` feature, "0.4442444444444445" parsed to a
+        // neighbouring f64, so a claim's relevance could differ by one ulp between the
+        // node that sent it and the nodes comparing it.
+        for text in [
+            "0.4442444444444445",
+            "0.44424444444444444",
+            "0.1",
+            "0.7000000000000001",
+        ] {
+            let want: f64 = text.parse().unwrap();
+            let got: f64 = serde_json::from_str(text).unwrap();
+            assert_eq!(got.to_bits(), want.to_bits(), "{text}");
+        }
+        let mut e = sample();
+        e.why = Some(Why::Interjected {
+            relevance: "0.4442444444444445".parse().unwrap(),
+        });
+        assert_eq!(Envelope::parse(&e.to_bytes()).unwrap(), e);
+    }
+
+    #[test]
+    fn rejects_invalid_utf8_even_in_unknown_fields() {
+        // Regression (fuzz/regressions/envelope_parse): serde_json skips the strings
+        // of ignored fields without validating them.
+        let mut body = sample().to_bytes();
+        body.pop();
+        body.extend_from_slice(b",\"future\":\"\xff\xfe\"}");
+        assert!(matches!(
+            Envelope::parse(&body),
+            Err(EnvelopeError::Malformed(m)) if m.contains("UTF-8")
+        ));
     }
 }

@@ -33,6 +33,7 @@
 //! - [`turn`] — the pipeline for one message, and `explain`.
 //! - [`simulate`] — `botmesh simulate`: the real turn-taking code in virtual time, against baselines.
 //! - [`node`] — one running node: state, start, graceful shutdown.
+//! - [`fuzzing`] — the fuzz harnesses, shared by `fuzz/` and the corpus replay test.
 
 #![forbid(unsafe_code)]
 
@@ -42,6 +43,7 @@ pub mod config;
 pub mod envelope;
 pub mod events;
 pub mod feishu;
+pub mod fuzzing;
 pub mod judge;
 pub mod llm;
 pub mod mention;

@@ -34,6 +34,13 @@ pub struct PeerLabel {
     pub peer: String,
 }
 
+/// Labels naming one in-memory cache or table.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CacheLabel {
+    /// seen_ids, transcript_ids, rate_limiter_buckets, claim_triggers, feishu_event_ids.
+    pub cache: String,
+}
+
 /// Labels for relayed envelopes.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RelayLabel {
@@ -111,6 +118,9 @@ pub struct Metrics {
     pub api_requests: Family<ResultLabel, Counter>,
     /// Messages recorded in transcripts, by source (bridge, api, self).
     pub transcript_appends: Family<ResultLabel, Counter>,
+    /// Entries held by each in-memory cache, refreshed at every scrape: lets an
+    /// operator (and `botmesh-bench soak`) see that none grows without bound.
+    pub cache_entries: Family<CacheLabel, Gauge>,
     /// Feishu/Lark event callbacks, by result (`message`, `challenge`, `duplicate`,
     /// `ignored`, or the rejection reason).
     pub feishu_events: Family<ResultLabel, Counter>,
@@ -144,6 +154,7 @@ impl Metrics {
         let llm_tokens = Family::<TokenLabel, Counter>::default();
         let api_requests = Family::<ResultLabel, Counter>::default();
         let transcript_appends = Family::<ResultLabel, Counter>::default();
+        let cache_entries = Family::<CacheLabel, Gauge>::default();
         let redis_up = Gauge::default();
         let feishu_events = Family::<ResultLabel, Counter>::default();
         let stream_events = Family::<ResultLabel, Counter>::default();
@@ -203,6 +214,11 @@ impl Metrics {
             transcript_appends.clone(),
         );
         registry.register(
+            "botmesh_cache_entries",
+            "Entries held by an in-memory cache or index, at the last scrape",
+            cache_entries.clone(),
+        );
+        registry.register(
             "botmesh_feishu_events",
             "Feishu/Lark event callbacks, by result",
             feishu_events.clone(),
@@ -233,7 +249,17 @@ impl Metrics {
             llm_tokens,
             api_requests,
             transcript_appends,
+            cache_entries,
         }
+    }
+
+    /// Sets the size of one in-memory cache.
+    pub fn set_cache_entries(&self, cache: &str, entries: usize) {
+        self.cache_entries
+            .get_or_create(&CacheLabel {
+                cache: cache.into(),
+            })
+            .set(i64::try_from(entries).unwrap_or(i64::MAX));
     }
 
     /// Counts one incoming envelope.

@@ -101,6 +101,16 @@ impl ClaimBoard {
         f(t)
     }
 
+    /// Triggers currently tracked (for metrics and soak checks).
+    pub fn len(&self) -> usize {
+        self.triggers.lock().expect("claim board lock").len()
+    }
+
+    /// True when no trigger is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Records `bot`'s claim on `trigger`.
     pub fn claim(&self, trigger: Ulid, bot: &str, relevance: f64) {
         self.with(trigger, |t| {

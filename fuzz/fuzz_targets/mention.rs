@@ -1,0 +1,5 @@
+//! Fuzz target `mention`: see `botmesh::fuzzing::mention` for the input layout and the
+//! invariants checked (the same harness replays the corpus in the normal tests).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| botmesh::fuzzing::mention(data));
