@@ -265,7 +265,8 @@ pub fn asks_everyone(text: &str) -> bool {
             let after = lower[i + m.len()..].chars().next();
             let before = lower[..i].chars().next_back();
             let latin = m.is_ascii();
-            let glued_before = before.is_some_and(|c| c.is_alphanumeric() || c == '.' || c == '_');
+            let glued_before =
+                latin && before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_');
             let glued_after = latin && after.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
             !glued_before && !glued_after
         })
