@@ -424,6 +424,11 @@ pub async fn consider_with(node: Arc<Node>, msg: Arc<Envelope>, platform: &[Plat
         d.action = Action::Silent;
         d.reason = "stale";
     }
+    if d.everyone {
+        // A round: the colleagues' answers to it are what was asked for, not triggers
+        // of their own, so they cost no judge call (unless they mention this bot).
+        brain.board.pass(msg.id);
+    }
     let context = context_before(&node, &msg, brain.me.context_messages);
     let (why, relevance) = match d.action {
         Action::Silent => {
