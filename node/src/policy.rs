@@ -38,6 +38,9 @@ pub struct Decision {
     pub reason: &'static str,
     /// Whether this bot was @mentioned.
     pub mentioned: bool,
+    /// The message asks everyone to speak ([`asks_everyone`]): claims on it stagger
+    /// the answers but make nobody yield.
+    pub everyone: bool,
 }
 
 /// What the rules look at.
@@ -68,6 +71,7 @@ pub fn decide(f: &Facts<'_>) -> Decision {
         action,
         reason,
         mentioned: f.mentioned,
+        everyone: f.msg.author.kind == AuthorKind::Human && asks_everyone(&f.msg.text),
     };
     let is_bot = f.msg.author.kind == AuthorKind::Bot;
     if is_bot && f.msg.author.name == f.me.name {
@@ -195,6 +199,87 @@ pub fn is_acknowledgement(text: &str) -> bool {
         .filter(|p| !p.is_empty())
         .collect();
     pieces.len() <= 4 && !pieces.is_empty() && pieces.iter().all(|p| ACKS.contains(p))
+}
+
+/// `@all`-style forms: Latin ones need a boundary after them (`@allison` is not `@all`).
+const EVERYONE_AT: &[&str] = &[
+    "@all",
+    "@everyone",
+    "@here",
+    "@_all",
+    "@所有人",
+    "@全体成员",
+];
+
+/// Chinese phrases that ask every member for their own answer.
+const EVERYONE_ZH: &[&str] = &[
+    "大家都说说",
+    "大家说说",
+    "大家都谈谈",
+    "大家谈谈",
+    "大家都聊聊",
+    "大家分别",
+    "大家各自",
+    "大家都来说",
+    "大家都讲讲",
+    "各位都说",
+    "各位分别",
+    "各位说说",
+    "每人说",
+    "每人讲",
+    "每人谈",
+    "每个人都说",
+    "每个人说",
+    "每个人都谈",
+    "每个人都讲",
+    "都说一下",
+    "都说说",
+    "都评一下",
+    "都表个态",
+    "请每个人",
+    "请大家都",
+    "从自己的角度",
+    "从各自的角度",
+];
+
+/// English phrases (whole words, lowercase) that ask every member for their own answer.
+const EVERYONE_EN: &[&str] = &[
+    r"^(everyone|everybody|all)\s*[,:;—-]",
+    r"\b(everyone|everybody)\s+(please\s+)?(name|share|give|tell|say|list|pick|post|weigh|chime|add|suggest|propose|vote|introduce|send|write)\b",
+    r"\beach of you\b",
+    r"\ball of you\b",
+    r"\bgo around the (room|table)\b",
+    r"\bquick round\b",
+    r"\bround[- ]robin\b",
+];
+
+/// Whether a message asks everyone to speak ("@all", "@所有人", "大家都说说",
+/// "everyone, …"): then each bot with something relevant to say may answer, not just
+/// the best claimant. An explicit list, not a judge call: a greeting such as
+/// "大家好" or "hi everyone, …" asks one question, not a round.
+pub fn asks_everyone(text: &str) -> bool {
+    static EN: std::sync::OnceLock<regex::RegexSet> = std::sync::OnceLock::new();
+    let lower = text.trim().to_lowercase().replace('＠', "@");
+    let at = EVERYONE_AT.iter().any(|form| {
+        lower.match_indices(form).any(|(i, m)| {
+            let after = lower[i + m.len()..].chars().next();
+            let before = lower[..i].chars().next_back();
+            let latin = m.is_ascii();
+            let glued_before =
+                latin && before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_');
+            let glued_after = latin && after.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+            !glued_before && !glued_after
+        })
+    });
+    if at || lower.contains("user_id=\"all\"") {
+        return true;
+    }
+    let squeezed: String = lower.chars().filter(|c| !c.is_whitespace()).collect();
+    if EVERYONE_ZH.iter().any(|p| squeezed.contains(p)) {
+        return true;
+    }
+    EN.get_or_init(|| regex::RegexSet::new(EVERYONE_EN).expect("valid patterns"))
+        .is_match(&lower)
 }
 
 /// Counts bot messages in `recent` (oldest first) after the last human message and
@@ -394,6 +479,67 @@ mod tests {
         ] {
             assert!(!is_acknowledgement(t), "{t:?}");
         }
+    }
+
+    #[test]
+    fn messages_that_ask_everyone() {
+        for t in [
+            "@all 周五前把周报发一下",
+            "＠所有人 大家看看这个方案",
+            "@所有人：新版本上线了，各自说一下风险",
+            "老师@所有人 看一下",
+            "大家都说说自己的看法",
+            "大家分别从自己的角度评一下这个新架构方案，每人说一点",
+            "这个需求大家怎么看？每个人都说一句",
+            "各位分别讲讲下周的计划",
+            "老师请每个人都从自己的角度评一下",
+            "@everyone what's your top risk?",
+            "@All, standup in 5",
+            "Everyone, one sentence on the outage please",
+            "everybody: your favourite crate?",
+            "Quick round: everyone name one risk for the Q3 launch.",
+            "I'd like each of you to review the doc",
+            "let's go around the room on this",
+            "<at user_id=\"all\">所有人</at> 看一下",
+        ] {
+            assert!(asks_everyone(t), "{t:?}");
+        }
+        for t in [
+            "大家好",
+            "大家好，有人读过 Raft 那篇论文吗？",
+            "谢谢大家",
+            "Hi everyone, how do I reset the cache?",
+            "does everyone know where the runbook is?",
+            "thanks all",
+            "ask @allison about it",
+            "mail ops@all.dev",
+            "@Bob can you check the logs?",
+            "who can help with the deploy?",
+            "每位用户的配额是多少？",
+        ] {
+            assert!(!asks_everyone(t), "{t:?}");
+        }
+        // Only for human messages: a bot asking "everyone" does not open a round.
+        let mesh = MeshSettings::default();
+        let me = bot("A");
+        let f = |msg| Facts {
+            me: &me,
+            mesh: &mesh,
+            msg,
+            mentioned: false,
+            mentions_others: false,
+            quiet: false,
+            recent_bot_messages: 0,
+            passed_on_parent: false,
+        };
+        let h = msg("h", AuthorKind::Human, 0, "大家都说说");
+        let d = decide(&f(&h));
+        assert_eq!(
+            (d.action, d.reason, d.everyone),
+            (Action::Judge, "interject_check", true)
+        );
+        let b = msg("B", AuthorKind::Bot, 1, "大家都说说");
+        assert!(!decide(&f(&b)).everyone);
     }
 
     #[test]

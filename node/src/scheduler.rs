@@ -5,8 +5,17 @@
 //! jitter, and broadcasts a claim at once. While it waits it yields to a better claim
 //! (higher relevance; ties go to the smaller name, so every node agrees) or to a bot
 //! message that already answers the trigger.
+//!
+//! A yield to a better claim is not final: the yielding bot *stands by* until the
+//! trigger is answered. If the better claimant withdraws instead (its reply call
+//! failed, its re-judge declined, a hard rule stopped it, it shut down), the bots
+//! that stood by re-enter: the best remaining claimant goes after a short grace
+//! ([`grace_for`]), not after a whole new delay. On the wire a withdrawal is a claim
+//! at relevance 0 ([`WITHDRAWN`]): no bot claims at 0 (claims are floored at
+//! [`MIN_CLAIM`]), and a node that predates withdrawals reads it as a claim that
+//! beats nobody, so versions can mix.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,6 +28,17 @@ use crate::config::BotSettings;
 
 /// How long the board remembers a trigger.
 const TRIGGER_TTL: Duration = Duration::from_secs(900);
+
+/// The relevance a withdrawal claim carries on the wire.
+pub const WITHDRAWN: f64 = 0.0;
+
+/// The smallest relevance a real claim carries (so it is never read as a withdrawal).
+pub const MIN_CLAIM: f64 = 0.001;
+
+/// How long a bot stands by behind a better claim, after its own deadline, before it
+/// gives up for good (a claimant that vanished without withdrawing: killed, or cut
+/// off from the mesh).
+pub const STANDBY_MAX: Duration = Duration::from_secs(120);
 
 /// The wait before interjecting at `relevance`.
 pub fn delay_for(me: &BotSettings, relevance: f64) -> Duration {
@@ -33,6 +53,15 @@ pub fn delay_for(me: &BotSettings, relevance: f64) -> Duration {
     Duration::from_millis(base.round() as u64 + jitter)
 }
 
+/// The short wait before a bot that stood by behind a withdrawn claim goes ahead:
+/// a quarter of its relevance-scaled delay (without jitter), so that the remaining
+/// claimants still go in order of relevance but nobody starts from scratch.
+pub fn grace_for(me: &BotSettings, relevance: f64) -> Duration {
+    let r = relevance.clamp(0.0, 1.0);
+    let span = me.max_delay_ms.saturating_sub(me.min_delay_ms) as f64;
+    Duration::from_millis(((me.min_delay_ms as f64 + (1.0 - r) * span) / 4.0).round() as u64)
+}
+
 /// Whether claim `a` beats claim `b`: higher relevance, then the smaller name.
 pub fn beats(a: (&str, f64), b: (&str, f64)) -> bool {
     a.1 > b.1 || (a.1 == b.1 && a.0 < b.0)
@@ -43,6 +72,13 @@ pub fn beats(a: (&str, f64), b: (&str, f64)) -> bool {
 struct Trigger {
     /// bot → relevance.
     claims: HashMap<String, f64>,
+    /// Bots that withdrew their claim (a claim of theirs arriving later is stale).
+    withdrawn: HashSet<String>,
+    /// This node's bot stands by behind a better claim: an answer to the trigger
+    /// then means it passed on it (recorded at once, before that answer is judged).
+    standing_by: bool,
+    /// This node's bot re-entered after a withdrawal (for the decision log).
+    resumed: bool,
     /// Bots that have posted a reply to it.
     answered_by: Vec<String>,
     /// This node's bot passed on the trigger (judge declined, yielded, re-judged silent).
@@ -51,6 +87,25 @@ struct Trigger {
     notify: Arc<Notify>,
     /// For eviction.
     seen_at: Option<Instant>,
+}
+
+/// Where a claimant stands on a trigger right now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Standing {
+    /// Nothing better claimed, nobody answered: it may go at its deadline.
+    Clear,
+    /// A better claim stands: wait behind it (it may still be withdrawn).
+    Behind {
+        /// The best claimant.
+        bot: String,
+        /// Its relevance.
+        relevance: f64,
+    },
+    /// Someone else replied to the trigger: pass for good.
+    Answered {
+        /// Who.
+        bot: String,
+    },
 }
 
 /// Why a waiting bot gave up its turn.
@@ -111,12 +166,49 @@ impl ClaimBoard {
         self.len() == 0
     }
 
-    /// Records `bot`'s claim on `trigger`.
+    /// Records `bot`'s claim on `trigger`; a claim at [`WITHDRAWN`] relevance (or
+    /// below) withdraws its earlier claim.
     pub fn claim(&self, trigger: Ulid, bot: &str, relevance: f64) {
+        if relevance <= WITHDRAWN {
+            return self.withdraw(trigger, bot);
+        }
         self.with(trigger, |t| {
+            if t.withdrawn.contains(bot) {
+                return;
+            }
             t.claims.insert(bot.to_string(), relevance);
             t.notify.notify_waiters();
         });
+    }
+
+    /// Records that `bot` withdrew its claim on `trigger`: bots standing by behind it
+    /// re-enter.
+    pub fn withdraw(&self, trigger: Ulid, bot: &str) {
+        self.with(trigger, |t| {
+            t.claims.remove(bot);
+            t.withdrawn.insert(bot.to_string());
+            t.notify.notify_waiters();
+        });
+    }
+
+    /// Whether a bot other than `me` replied to `trigger`.
+    pub fn answered_by_other(&self, trigger: Ulid, me: &str) -> bool {
+        self.with(trigger, |t| t.answered_by.iter().any(|b| b != me))
+    }
+
+    /// Whether `bot` has a live claim on `trigger`.
+    pub fn has_claim(&self, trigger: Ulid, bot: &str) -> bool {
+        self.with(trigger, |t| t.claims.contains_key(bot))
+    }
+
+    /// Whether this node's bot re-entered `trigger` after a better claim was withdrawn.
+    pub fn resumed(&self, trigger: Ulid) -> bool {
+        self.with(trigger, |t| t.resumed)
+    }
+
+    /// Marks whether this node's bot stands by behind a better claim on `trigger`.
+    pub fn set_standing_by(&self, trigger: Ulid, on: bool) {
+        self.with(trigger, |t| t.standing_by = on);
     }
 
     /// Records that this node's bot passed on `trigger`: replies to it are then not
@@ -138,8 +230,20 @@ impl ClaimBoard {
     pub fn answered(&self, trigger: Ulid, bot: &str) {
         self.with(trigger, |t| {
             t.answered_by.push(bot.to_string());
+            if t.standing_by {
+                t.passed = true;
+            }
             t.notify.notify_waiters();
         });
+    }
+
+    /// Where `me`, claiming at `relevance`, stands on `trigger`.
+    pub fn standing(&self, trigger: Ulid, me: &str, relevance: f64) -> Standing {
+        match self.should_yield(trigger, me, relevance) {
+            None => Standing::Clear,
+            Some(Yield::Answered { bot }) => Standing::Answered { bot },
+            Some(Yield::BetterClaim { bot, relevance }) => Standing::Behind { bot, relevance },
+        }
     }
 
     /// Reason to yield now, if any, for `me` holding `relevance`.
@@ -160,27 +264,64 @@ impl ClaimBoard {
         })
     }
 
-    /// Waits until `deadline`, returning early with a reason to yield.
+    /// Waits for `me`'s turn on `trigger` until `deadline`. Behind a better claim it
+    /// stands by: until the trigger is answered (a final yield), until that claim is
+    /// withdrawn (then it goes at `max(deadline, now + grace)`, or stands by behind the
+    /// next better claim), or until `deadline + STANDBY_MAX` (a final yield). `None`
+    /// means: go ahead.
     pub async fn wait(
         &self,
         trigger: Ulid,
         me: &str,
         relevance: f64,
         deadline: Instant,
+        grace: Duration,
     ) -> Option<Yield> {
         let notify = self.with(trigger, |t| t.notify.clone());
-        loop {
+        let mut deadline = deadline;
+        let give_up = deadline + STANDBY_MAX;
+        let mut behind: Option<Yield> = None;
+        let out = loop {
             let notified = notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some(y) = self.should_yield(trigger, me, relevance) {
-                return Some(y);
-            }
+            let until = match self.standing(trigger, me, relevance) {
+                Standing::Answered { bot } => {
+                    // Stood behind the claim that answered: it was the better claim.
+                    break Some(behind.take().unwrap_or(Yield::Answered { bot }));
+                }
+                Standing::Behind { bot, relevance } => {
+                    if behind.is_none() {
+                        self.set_standing_by(trigger, true);
+                    }
+                    behind = Some(Yield::BetterClaim { bot, relevance });
+                    if Instant::now() >= give_up {
+                        break behind.take();
+                    }
+                    give_up
+                }
+                Standing::Clear => {
+                    if behind.take().is_some() {
+                        // The better claim was withdrawn: re-enter after a short grace.
+                        self.with(trigger, |t| {
+                            t.standing_by = false;
+                            t.resumed = true;
+                        });
+                        deadline = deadline.max(Instant::now() + grace);
+                    }
+                    if Instant::now() >= deadline {
+                        break None;
+                    }
+                    deadline
+                }
+            };
             tokio::select! {
-                _ = tokio::time::sleep_until(deadline) => return self.should_yield(trigger, me, relevance),
+                _ = tokio::time::sleep_until(until) => {}
                 _ = &mut notified => {}
             }
-        }
+        };
+        self.set_standing_by(trigger, false);
+        out
     }
 }
 
@@ -218,26 +359,42 @@ mod tests {
         assert!(!beats(("B", 0.7), ("A", 0.7)));
     }
 
+    #[test]
+    fn grace_is_a_quarter_of_the_delay() {
+        let b = bot(1000, 3000, 150);
+        assert_eq!(grace_for(&b, 0.6), Duration::from_millis(450));
+        assert_eq!(grace_for(&b, 0.9), Duration::from_millis(300));
+    }
+
+    const G: Duration = Duration::from_millis(450);
+
     #[tokio::test(start_paused = true)]
-    async fn yields_to_better_claim_and_to_answers() {
+    async fn stands_by_behind_a_better_claim_and_yields_when_it_answers() {
         let board = Arc::new(ClaimBoard::default());
         let t = Ulid::new();
         board.claim(t, "A", 0.6);
         let b2 = board.clone();
+        let start = Instant::now();
         let waiter = tokio::spawn(async move {
-            b2.wait(t, "A", 0.6, Instant::now() + Duration::from_millis(1800))
+            b2.wait(t, "A", 0.6, Instant::now() + Duration::from_millis(1800), G)
                 .await
         });
         tokio::time::sleep(Duration::from_millis(100)).await;
         board.claim(t, "B", 0.9);
-        let y = waiter.await.unwrap();
+        // Past A's own deadline it still stands by: B may yet withdraw.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(!waiter.is_finished());
+        assert!(!board.passed(t));
+        board.answered(t, "B");
+        assert!(board.passed(t), "standing by, so the answer means A passed");
         assert_eq!(
-            y,
+            waiter.await.unwrap(),
             Some(Yield::BetterClaim {
                 bot: "B".into(),
                 relevance: 0.9
             })
         );
+        assert!(Instant::now() - start < Duration::from_secs(6));
 
         // The better bot is not disturbed by a worse claim and goes at its deadline.
         let t2 = Ulid::new();
@@ -245,7 +402,7 @@ mod tests {
         let start = Instant::now();
         assert_eq!(
             board
-                .wait(t2, "B", 0.9, start + Duration::from_millis(1200))
+                .wait(t2, "B", 0.9, start + Duration::from_millis(1200), G)
                 .await,
             None
         );
@@ -255,7 +412,7 @@ mod tests {
         let t3 = Ulid::new();
         let b3 = board.clone();
         let waiter = tokio::spawn(async move {
-            b3.wait(t3, "A", 0.9, Instant::now() + Duration::from_secs(3))
+            b3.wait(t3, "A", 0.9, Instant::now() + Duration::from_secs(3), G)
                 .await
         });
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -267,5 +424,63 @@ mod tests {
         // Own reply or own claim never makes a bot yield.
         board.answered(t3, "A");
         assert_eq!(board.should_yield(Ulid::new(), "A", 0.5), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_withdrawn_claim_lets_the_next_best_go_after_a_grace() {
+        let board = Arc::new(ClaimBoard::default());
+        let t = Ulid::new();
+        board.claim(t, "A", 0.6);
+        board.claim(t, "B", 0.9);
+        board.claim(t, "C", 0.5);
+        let start = Instant::now();
+        let spawn = |me: &'static str, r: f64, ms: u64| {
+            let b = board.clone();
+            tokio::spawn(async move {
+                let y = b.wait(t, me, r, start + Duration::from_millis(ms), G).await;
+                (y, Instant::now() - start)
+            })
+        };
+        let a = spawn("A", 0.6, 1800);
+        let c = spawn("C", 0.5, 2000);
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        // B's reply failed: it withdraws (on the wire, a claim at relevance 0).
+        board.claim(t, "B", WITHDRAWN);
+        assert!(!board.has_claim(t, "B"));
+        let (y, at) = a.await.unwrap();
+        assert_eq!(y, None, "A, the next best, goes");
+        assert_eq!(at, Duration::from_millis(4000) + G, "after the grace only");
+        // C stays behind A's claim, and yields once A answers.
+        board.answered(t, "A");
+        let (y, _) = c.await.unwrap();
+        assert_eq!(
+            y,
+            Some(Yield::BetterClaim {
+                bot: "A".into(),
+                relevance: 0.6
+            })
+        );
+        // A claim that arrives after its withdrawal (reordered) stays withdrawn.
+        board.claim(t, "B", 0.9);
+        assert!(!board.has_claim(t, "B"));
+
+        // A claimant that vanishes without withdrawing is waited for STANDBY_MAX at most.
+        let t2 = Ulid::new();
+        board.claim(t2, "B", 0.9);
+        let start = Instant::now();
+        let y = board
+            .wait(t2, "A", 0.6, start + Duration::from_millis(1800), G)
+            .await;
+        assert_eq!(
+            y,
+            Some(Yield::BetterClaim {
+                bot: "B".into(),
+                relevance: 0.9
+            })
+        );
+        assert_eq!(
+            Instant::now() - start,
+            Duration::from_millis(1800) + STANDBY_MAX
+        );
     }
 }

@@ -21,7 +21,7 @@ use crate::mention::{Member, MentionMatcher, PlatformMention};
 use crate::metrics::Metrics;
 use crate::node::Node;
 use crate::policy::{decide, recent_bot_messages, Action, Decision, Facts};
-use crate::scheduler::{delay_for, ClaimBoard};
+use crate::scheduler::{delay_for, grace_for, ClaimBoard, Yield, MIN_CLAIM, WITHDRAWN};
 
 /// The window of the per-group bot-message cap.
 pub const RATE_WINDOW_MS: u64 = 60_000;
@@ -178,7 +178,7 @@ impl Brain {
         }
     }
 
-    /// A peer's claim.
+    /// A peer's claim (at relevance 0: its withdrawal).
     pub fn on_claim(&self, env: &Envelope) {
         if let (Some(trigger), Some(r)) = (env.reply_to, env.relevance) {
             self.board.claim(trigger, &env.sender, r);
@@ -424,6 +424,11 @@ pub async fn consider_with(node: Arc<Node>, msg: Arc<Envelope>, platform: &[Plat
         d.action = Action::Silent;
         d.reason = "stale";
     }
+    if d.everyone {
+        // A round: the colleagues' answers to it are what was asked for, not triggers
+        // of their own, so they cost no judge call (unless they mention this bot).
+        brain.board.pass(msg.id);
+    }
     let context = context_before(&node, &msg, brain.me.context_messages);
     let (why, relevance) = match d.action {
         Action::Silent => {
@@ -465,17 +470,25 @@ pub async fn consider_with(node: Arc<Node>, msg: Arc<Envelope>, platform: &[Plat
                     Why::Interjected {
                         relevance: v.relevance,
                     },
-                    Some(v.relevance),
+                    Some(v.relevance.max(MIN_CLAIM)),
                 )
             }
         }
     };
     if let Some(r) = relevance {
-        if !wait_turn(&node, &msg, r).await {
+        if !wait_turn(&node, &msg, r, d.everyone).await {
             return;
         }
     }
+    // From here on, every way out that posts nothing withdraws this bot's claim, so
+    // the bots that stood by behind it re-enter (a yield is not final).
+    let withdraw = |why: &str| {
+        if relevance.is_some() {
+            withdraw_claim(&node, &msg, why);
+        }
+    };
     if node.accepting.is_cancelled() {
+        withdraw("shutting down");
         return;
     }
     let context = context_before(&node, &msg, brain.me.context_messages.max(12));
@@ -509,12 +522,14 @@ pub async fn consider_with(node: Arc<Node>, msg: Arc<Envelope>, platform: &[Plat
             }
             Err(e) => {
                 brain.record(&msg, "silent", "agent_failed", &e);
+                withdraw("agent failed");
                 return;
             }
         }
     } else {
         let Some(text) = brain.write_reply(&context, &msg, reason).await else {
             brain.record(&msg, "silent", "reply_failed", "");
+            withdraw("reply failed");
             return;
         };
         text
@@ -525,12 +540,48 @@ pub async fn consider_with(node: Arc<Node>, msg: Arc<Envelope>, platform: &[Plat
     let last = crate::policy::last_check(node.cfg.mesh(), node.is_quiet(), msg.depth, recent_bots);
     if let Some(reason) = last {
         brain.record(&msg, "silent", reason, "checked again before sending");
+        withdraw(reason);
         return;
     }
-    if let Some(r) = relevance {
-        if let Some(y) = brain.board.should_yield(msg.id, &brain.me.name, r) {
-            brain.record(&msg, "yield", y.reason(), &format!("{y:?} while writing"));
-            return;
+    if let Some(r) = relevance.filter(|_| !d.everyone) {
+        // A better claim heard while writing: stand by with the text written; post it
+        // only if that claim is withdrawn (after the hard rules once more).
+        if brain
+            .board
+            .should_yield(msg.id, &brain.me.name, r)
+            .is_some()
+        {
+            let now = tokio::time::Instant::now();
+            let grace = grace_for(&brain.me, r);
+            let outcome = tokio::select! {
+                y = brain.board.wait(msg.id, &brain.me.name, r, now, grace) => y,
+                _ = node.accepting.cancelled() => Some(Yield::Answered { bot: String::new() }),
+            };
+            if let Some(y) = outcome {
+                brain.record(
+                    &msg,
+                    "yield_writing",
+                    y.reason(),
+                    &format!("{y:?} while writing"),
+                );
+                withdraw("yielded while writing");
+                return;
+            }
+            brain.record(
+                &msg,
+                "resume",
+                "claim_withdrawn",
+                "posting the reply written meanwhile",
+            );
+            let recent = node.transcripts.recent(&msg.group, 64);
+            let recent_bots = recent_bot_messages(&recent, now_millis(), RATE_WINDOW_MS);
+            let last =
+                crate::policy::last_check(node.cfg.mesh(), node.is_quiet(), msg.depth, recent_bots);
+            if let Some(reason) = last {
+                brain.record(&msg, "silent", reason, "checked again before sending");
+                withdraw(reason);
+                return;
+            }
         }
     }
     let reply = Envelope {
@@ -583,21 +634,16 @@ pub struct Turn<'a> {
     pub reply_to: Ulid,
 }
 
-/// Claims the trigger, waits the relevance-scaled delay, yields if beaten or answered,
-/// and re-judges once if others spoke meanwhile. True means: go ahead and reply.
-async fn wait_turn(node: &Arc<Node>, msg: &Envelope, relevance: f64) -> bool {
-    let brain = &node.brain;
-    let me = brain.me.name.clone();
-    let delay = delay_for(&brain.me, relevance);
-    brain.board.claim(msg.id, &me, relevance);
-    let claim = Envelope {
+/// A claim envelope for `msg` at `relevance` ([`WITHDRAWN`]: a withdrawal).
+fn claim_envelope(me: &str, msg: &Envelope, relevance: f64) -> Envelope {
+    Envelope {
         v: PROTOCOL_VERSION,
         id: Ulid::new(),
         kind: Kind::Claim,
         group: msg.group.clone(),
-        sender: me.clone(),
+        sender: me.to_string(),
         author: Author {
-            name: me.clone(),
+            name: me.to_string(),
             kind: AuthorKind::Bot,
         },
         text: String::new(),
@@ -608,20 +654,89 @@ async fn wait_turn(node: &Arc<Node>, msg: &Envelope, relevance: f64) -> bool {
         sent_at: now_millis(),
         relevance: Some(relevance),
         why: None,
-    };
+    }
+}
+
+/// Withdraws this bot's claim on `msg` (if it still holds one) and tells the peers,
+/// so the bots that stood by behind it re-enter.
+pub fn withdraw_claim(node: &Arc<Node>, msg: &Envelope, why: &str) {
+    let brain = &node.brain;
+    let me = brain.me.name.clone();
+    if !brain.board.has_claim(msg.id, &me) {
+        return;
+    }
+    brain.board.withdraw(msg.id, &me);
+    if brain.board.answered_by_other(msg.id, &me) {
+        // Everyone hears that answer anyway: nobody is left behind this claim.
+        return;
+    }
+    let env = claim_envelope(&me, msg, WITHDRAWN);
+    node.broadcast(&env);
+    node.events.publish(Event::Claim {
+        envelope: Arc::new(env),
+    });
+    brain.metrics.decision("withdraw", "claim");
+    tracing::info!(bot = %me, trigger = %msg.id, why, "claim withdrawn");
+}
+
+/// Claims the trigger, waits the relevance-scaled delay, stands by behind a better
+/// claim (and re-enters if it is withdrawn), yields if the trigger is answered, and
+/// re-judges once if others spoke meanwhile. True means: go ahead and reply.
+///
+/// On a message that asks everyone (`everyone`), the claim only staggers the answers:
+/// nobody yields to a better claim or to another answer, and there is no re-judge
+/// (the others' answers are what was asked for).
+async fn wait_turn(node: &Arc<Node>, msg: &Envelope, relevance: f64, everyone: bool) -> bool {
+    let brain = &node.brain;
+    let me = brain.me.name.clone();
+    let relevance = relevance.max(MIN_CLAIM);
+    let delay = delay_for(&brain.me, relevance);
+    brain.board.claim(msg.id, &me, relevance);
+    let claim = claim_envelope(&me, msg, relevance);
     node.broadcast(&claim);
     node.events.publish(Event::Claim {
         envelope: Arc::new(claim),
     });
-    tracing::info!(bot = %me, trigger = %msg.id, relevance, delay_ms = delay.as_millis() as u64, "claimed; waiting");
+    tracing::info!(bot = %me, trigger = %msg.id, relevance, delay_ms = delay.as_millis() as u64, everyone, "claimed; waiting");
     let deadline = tokio::time::Instant::now() + delay;
+    if everyone {
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => {}
+            _ = node.accepting.cancelled() => {
+                withdraw_claim(node, msg, "shutting down");
+                return false;
+            }
+        }
+        brain.record(
+            msg,
+            "judge",
+            "everyone_asked",
+            "no yield on a message to everyone",
+        );
+        return true;
+    }
+    let grace = grace_for(&brain.me, relevance);
     let outcome = tokio::select! {
-        y = brain.board.wait(msg.id, &me, relevance, deadline) => y,
-        _ = node.accepting.cancelled() => return false,
+        y = brain.board.wait(msg.id, &me, relevance, deadline, grace) => y,
+        _ = node.accepting.cancelled() => {
+            withdraw_claim(node, msg, "shutting down");
+            return false;
+        }
     };
     if let Some(y) = outcome {
         brain.record(msg, "yield", y.reason(), &format!("{y:?}"));
+        // Gave up for good (answered, or the better claimant vanished): let any bot
+        // behind this one go.
+        withdraw_claim(node, msg, "yielded");
         return false;
+    }
+    if brain.board.resumed(msg.id) {
+        brain.record(
+            msg,
+            "resume",
+            "claim_withdrawn",
+            "a better claim was withdrawn",
+        );
     }
     let newer: Vec<Arc<Envelope>> = node
         .transcripts
@@ -655,6 +770,7 @@ async fn wait_turn(node: &Arc<Node>, msg: &Envelope, relevance: f64) -> bool {
                     "rejudged_silent",
                     &format!("{} newer messages", newer.len()),
                 );
+                withdraw_claim(node, msg, "re-judged silent");
                 return false;
             }
         }

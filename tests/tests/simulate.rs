@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use botmesh::simulate::{load_dir, render_doc, run_once, simulate, PolicyKind, World};
+use botmesh::simulate::{load_dir, render_doc, run_once, simulate, PolicyKind, Tally, World};
 
 fn scenario(name: &str) -> World {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -114,4 +114,36 @@ fn shipped_scenarios_are_valid() {
             "no {lang} scenario"
         );
     }
+}
+
+#[test]
+fn rounds_to_everyone_and_withdrawn_claims_under_botmesh() {
+    // "Everyone, name one risk": each bot with something to say speaks.
+    let w = scenario("multi-en-brainstorm");
+    for seed in 0..10 {
+        let t = run_once(&w, PolicyKind::Botmesh, seed);
+        assert!(t.all_wanted > 0);
+        assert_eq!(t.all_spoke, t.all_wanted, "seed {seed}: {t:?}");
+    }
+    // A failed winner withdraws and a bot that stood by answers instead.
+    let w = scenario("failures-en-winner-fails");
+    let mut t = Tally::default();
+    for seed in 0..50 {
+        t.add(&run_once(&w, PolicyKind::Botmesh, seed));
+    }
+    assert!(
+        t.reasons
+            .get("resume/claim_withdrawn")
+            .copied()
+            .unwrap_or(0)
+            > 0,
+        "{:?}",
+        t.reasons
+    );
+    assert!(
+        t.unanswered * 10 < t.expected,
+        "{} of {} unanswered",
+        t.unanswered,
+        t.expected
+    );
 }

@@ -543,3 +543,163 @@ async fn a_server_that_refuses_json_schema_still_gets_judged_without_it() {
     );
     mesh.shutdown().await;
 }
+
+#[tokio::test]
+async fn when_the_winners_reply_fails_it_withdraws_and_the_next_best_answers() {
+    let llm = FakeLlm::start(|s| {
+        let about_the_question = s
+            .messages
+            .iter()
+            .any(|(_, c)| c.contains("New from alice:"));
+        if is_judge(s) && !about_the_question {
+            verdict(false, 0.0)
+        } else if is_judge(s) {
+            match bot_of(s).as_str() {
+                "Hi" => verdict(true, 0.9),
+                "Mid" => verdict(true, 0.6),
+                _ => verdict(false, 0.1),
+            }
+        } else if bot_of(s) == "Hi" {
+            Script::Status(500)
+        } else {
+            Script::reply(format!("answer from {}", bot_of(s)))
+        }
+    })
+    .await;
+    let mesh = TestMesh::start(
+        MeshSpec::new(&["Hi", "Mid", "Low"])
+            .llm(&llm.base_url)
+            .all_bots(FAST),
+    )
+    .await;
+    mesh.post_human(2, "alice", "How should we shard the transcript files?")
+        .await;
+    let t = settle(&mesh, 2, Duration::from_secs(3)).await;
+    let bots = bot_msgs(&t);
+    assert_eq!(
+        bots.iter()
+            .map(|e| (e.author.name.as_str(), e.text.as_str()))
+            .collect::<Vec<_>>(),
+        vec![("Mid", "answer from Mid")],
+        "exactly one answer, from the next best bot"
+    );
+    let hi = mesh.metrics(0).await;
+    assert_eq!(
+        metric(
+            &hi,
+            r#"botmesh_decisions_total{action="silent",reason="reply_failed"}"#
+        ),
+        1.0,
+        "{hi}"
+    );
+    assert_eq!(
+        metric(
+            &hi,
+            r#"botmesh_decisions_total{action="withdraw",reason="claim"}"#
+        ),
+        1.0,
+        "{hi}"
+    );
+    let mid = mesh.metrics(1).await;
+    assert_eq!(
+        metric(
+            &mid,
+            r#"botmesh_decisions_total{action="resume",reason="claim_withdrawn"}"#
+        ),
+        1.0,
+        "Mid stood by behind Hi's claim and re-entered: {mid}"
+    );
+    assert_eq!(
+        metric(
+            &mid,
+            r#"botmesh_decisions_total{action="yield",reason="better_claim"}"#
+        ),
+        0.0
+    );
+    // Mid waited for Hi's claim, not for a fresh delay, and judged only once.
+    let mid_judged = llm
+        .requests()
+        .iter()
+        .filter(|s| is_judge(s) && bot_of(s) == "Mid")
+        .count();
+    assert_eq!(mid_judged, 1);
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_message_to_everyone_gets_an_answer_from_each_relevant_bot_in_order() {
+    let llm = FakeLlm::start(|s| {
+        if is_judge(s) {
+            match bot_of(s).as_str() {
+                "A" => verdict(true, 0.9),
+                "B" => verdict(true, 0.6),
+                "C" => verdict(true, 0.4),
+                _ => verdict(false, 0.1),
+            }
+        } else {
+            Script::reply(format!("my view, from {}", bot_of(s)))
+        }
+    })
+    .await;
+    let mesh = TestMesh::start(
+        MeshSpec::new(&["A", "B", "C", "D"])
+            .llm(&llm.base_url)
+            .all_bots(FAST),
+    )
+    .await;
+    mesh.post_human(3, "老师", "大家都说说对这个新架构方案的看法")
+        .await;
+    let t = settle(&mesh, 3, Duration::from_secs(3)).await;
+    let bots = bot_msgs(&t);
+    assert_eq!(
+        bots.iter()
+            .map(|e| e.author.name.as_str())
+            .collect::<Vec<_>>(),
+        vec!["A", "B", "C"],
+        "each bot with something to say, staggered by relevance (D declined)"
+    );
+    assert!(bots.iter().all(|e| e.depth == 1));
+    // The round's answers are not triggers of their own: no judge call about them.
+    let judges = llm.requests().iter().filter(|s| is_judge(s)).count();
+    assert_eq!(judges, 4, "one judge call per bot, about the question only");
+    let m = mesh.metrics(2).await;
+    assert_eq!(
+        metric(
+            &m,
+            r#"botmesh_decisions_total{action="judge",reason="everyone_asked"}"#
+        ),
+        1.0,
+        "{m}"
+    );
+
+    // An ordinary question in the same group still gets one answer.
+    mesh.post_human(3, "老师", "这个方案的瓶颈在哪里？").await;
+    let t = settle(&mesh, 3, Duration::from_secs(3)).await;
+    assert_eq!(bot_msgs(&t).len(), 4, "one more answer, not three");
+    assert_eq!(bot_msgs(&t)[3].author.name, "A");
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_round_to_everyone_still_stops_at_the_group_rate_cap() {
+    let llm = FakeLlm::start(|s| {
+        if is_judge(s) {
+            verdict(true, 0.8)
+        } else {
+            Script::reply(format!("my risk, from {}", bot_of(s)))
+        }
+    })
+    .await;
+    let mesh = TestMesh::start(
+        MeshSpec::new(&["A", "B", "C", "D"])
+            .llm(&llm.base_url)
+            .mesh("max_depth = 3\nllm_threshold = 1\nbot_messages_per_minute = 2")
+            .all_bots("min_delay_ms = 100\nmax_delay_ms = 1000\njitter_ms = 300"),
+    )
+    .await;
+    mesh.post_human(0, "dana", "@all name one risk for the launch")
+        .await;
+    let t = settle(&mesh, 0, Duration::from_secs(3)).await;
+    assert_eq!(bot_msgs(&t).len(), 2, "the cap holds in a round too");
+    mesh.shutdown().await;
+}
