@@ -1,8 +1,10 @@
 //! `Outbox`: one bounded, ordered, retrying queue per peer.
 //!
 //! Each peer has its own queue and its own delivery task, so a dead peer never delays
-//! the others. Envelopes go out one at a time, in order; a failed attempt is retried
-//! with exponential backoff and jitter, and signed afresh each time (the signature's
+//! the others. Envelopes go out in order: when more than one waits, up to `batch_max`
+//! in one `POST /bridge/v1/batch` (each signed on its own, see [`crate::batch`]),
+//! otherwise one at a time. A failed attempt is retried one envelope at a time with
+//! exponential backoff and jitter, and signed afresh each time (the signature's
 //! timestamp must stay inside the receiver's ±300 s window). Nothing is dropped
 //! silently: a final give-up is logged and counted.
 //!
@@ -504,7 +506,8 @@ impl Outbox {
         }
     }
 
-    /// Delivers until `stop` fires: one envelope at a time, in order.
+    /// Delivers until `stop` fires, in order: a batch when more than one envelope
+    /// waits and the direct link is healthy, otherwise one envelope at a time.
     pub async fn run(
         self: Arc<Self>,
         http: reqwest::Client,
