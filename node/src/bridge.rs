@@ -16,6 +16,7 @@ use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
+use crate::batch::BATCH_PATH;
 use crate::config::Platform;
 use crate::envelope::{AuthorKind, Envelope, Kind};
 use crate::node::Node;
@@ -31,11 +32,14 @@ pub const MAX_BODY_BYTES: usize = 256 * 1024;
 pub async fn handle(node: Arc<Node>, req: Request<Incoming>, remote: SocketAddr) -> Response<Body> {
     match (req.method(), req.uri().path()) {
         (&Method::POST, ENVELOPES_PATH) => receive(node, req, remote).await,
+        (&Method::POST, BATCH_PATH) => receive_batch(node, req, remote).await,
         (&Method::POST, crate::feishu::EVENTS_PATH) => {
             crate::feishu::handle_events(node, req, remote).await
         }
         (&Method::GET, "/healthz") => crate::api::health(&node),
-        (_, ENVELOPES_PATH) => server::error(StatusCode::METHOD_NOT_ALLOWED, "use POST"),
+        (_, ENVELOPES_PATH | BATCH_PATH) => {
+            server::error(StatusCode::METHOD_NOT_ALLOWED, "use POST")
+        }
         _ => server::error(StatusCode::NOT_FOUND, "no such endpoint"),
     }
 }
@@ -161,6 +165,26 @@ pub async fn admit(
     now: i64,
     via: Via,
 ) -> Result<(Arc<Envelope>, Appended), Reject> {
+    match check(node, signed, body, now, via)? {
+        Checked::Duplicate(env) => Ok((env, Appended::Duplicate)),
+        Checked::Fresh(env) => {
+            let r = commit(node, vec![env.clone()], via)
+                .await
+                .pop()
+                .expect("one result");
+            r.map(|outcome| (env, outcome))
+        }
+    }
+}
+
+/// [`admit`] up to the replay cache, without recording anything.
+pub(crate) fn check(
+    node: &Arc<Node>,
+    signed: Signed<'_>,
+    body: &[u8],
+    now: i64,
+    via: Via,
+) -> Result<Checked, Reject> {
     for (name, value) in [
         (HEADER_ID, signed.id),
         (HEADER_TIMESTAMP, signed.timestamp),
@@ -244,40 +268,222 @@ pub async fn admit(
             ),
         ));
     }
-    let id = env.id.to_string();
-    if node.seen.contains(&id) {
-        return Ok((Arc::new(env), Appended::Duplicate));
+    if node.seen.contains(&env.id.to_string()) {
+        return Ok(Checked::Duplicate(Arc::new(env)));
     }
-    let env = Arc::new(env);
-    let outcome = match env.kind {
-        Kind::Claim => {
-            if node.seen.insert(&id) {
-                node.on_claim(env.clone());
-                Appended::New
-            } else {
-                Appended::Duplicate
+    Ok(Checked::Fresh(Arc::new(env)))
+}
+
+/// Records admitted envelopes, in order: claims go to the scheduler, messages to the
+/// transcript in one durable write. One result per envelope, in the same order.
+async fn commit(
+    node: &Arc<Node>,
+    envs: Vec<Arc<Envelope>>,
+    via: Via,
+) -> Vec<Result<Appended, Reject>> {
+    let cfg = &node.cfg;
+    let mut out: Vec<Option<Result<Appended, Reject>>> = Vec::with_capacity(envs.len());
+    let mut messages = Vec::new();
+    let mut slots = Vec::new();
+    for env in envs {
+        let id = env.id.to_string();
+        match env.kind {
+            Kind::Claim => {
+                out.push(Some(Ok(if node.seen.insert(&id) {
+                    node.on_claim(env.clone());
+                    Appended::New
+                } else {
+                    Appended::Duplicate
+                })));
+            }
+            Kind::Message if env.is_human() && cfg.bot().platform != Platform::Local => {
+                // This node's platform delivers humans itself; the bridge copy would be a second one.
+                node.seen.insert(&id);
+                tracing::info!(id = %env.id, sender = %env.sender, "ignoring bridge copy of a human message (platform delivers humans)");
+                out.push(Some(Ok(Appended::Duplicate)));
+            }
+            Kind::Message => {
+                slots.push(out.len());
+                out.push(None);
+                messages.push(env);
             }
         }
-        Kind::Message if env.is_human() && cfg.bot().platform != Platform::Local => {
-            // This node's platform delivers humans itself; the bridge copy would be a second one.
-            node.seen.insert(&id);
-            tracing::info!(id = %env.id, sender = %env.sender, "ignoring bridge copy of a human message (platform delivers humans)");
-            Appended::Duplicate
+    }
+    if !messages.is_empty() {
+        let source = match via {
+            Via::Http => "bridge",
+            Via::Stream => "stream",
+        };
+        let recorded = node.record_many(messages.clone(), source).await;
+        for ((slot, env), r) in slots.into_iter().zip(messages).zip(recorded) {
+            out[slot] = Some(match r {
+                Ok(outcome) => {
+                    node.seen.insert(&env.id.to_string());
+                    Ok(outcome)
+                }
+                Err(e) => Err(Reject(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "storage",
+                    e.to_string(),
+                )),
+            });
         }
-        Kind::Message => {
-            let source = match via {
-                Via::Http => "bridge",
-                Via::Stream => "stream",
-            };
-            let outcome = node
-                .record((*env).clone(), source)
-                .await
-                .map_err(|e| Reject(StatusCode::SERVICE_UNAVAILABLE, "storage", e.to_string()))?;
-            node.seen.insert(&id);
-            outcome
+    }
+    out.into_iter()
+        .map(|r| r.expect("every envelope has a result"))
+        .collect()
+}
+
+/// An envelope that passed every check up to the replay cache.
+pub(crate) enum Checked {
+    /// Not seen before: to be recorded.
+    Fresh(Arc<Envelope>),
+    /// Its id was already accepted.
+    Duplicate(Arc<Envelope>),
+}
+
+/// `POST /bridge/v1/batch` (see [`crate::batch`]): every item runs the same checks as
+/// a single post, in order; new messages are recorded in one durable write.
+async fn receive_batch(
+    node: Arc<Node>,
+    req: Request<Incoming>,
+    remote: SocketAddr,
+) -> Response<Body> {
+    let refuse = |status: StatusCode, code: &'static str, detail: String| {
+        node.metrics.envelope_in(code);
+        tracing::warn!(%remote, status = status.as_u16(), reason = code, %detail, "batch rejected");
+        server::json(
+            status,
+            &serde_json::json!({"error": code, "detail": detail}),
+        )
+    };
+    let body = match server::read_body(req, MAX_BODY_BYTES).await {
+        Ok((_, body)) => body,
+        Err(e @ BodyError::TooLarge { .. }) => {
+            return refuse(StatusCode::PAYLOAD_TOO_LARGE, "too_large", e.to_string())
+        }
+        Err(e) => return refuse(StatusCode::BAD_REQUEST, "unreadable", e.to_string()),
+    };
+    let batch = match crate::batch::parse(&body) {
+        Ok(b) => b,
+        Err(e) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                "malformed_batch",
+                format!("not a batch: {e}"),
+            )
         }
     };
-    Ok((env, outcome))
+    if batch.items.is_empty() || batch.items.len() > crate::batch::MAX_ITEMS {
+        return refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_many_items",
+            format!(
+                "{} items; a batch holds 1 to {}",
+                batch.items.len(),
+                crate::batch::MAX_ITEMS
+            ),
+        );
+    }
+    let now = (crate::envelope::now_millis() / 1000) as i64;
+    let n = batch.items.len();
+    let mut results: Vec<Option<Admitted>> = (0..n).map(|_| None).collect();
+    let mut fresh = Vec::new();
+    let mut fresh_at = Vec::new();
+    let mut stopped = false;
+    for (i, item) in batch.items.iter().enumerate() {
+        if stopped {
+            results[i] = Some(Err(Reject(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not_processed",
+                "an earlier item in the batch must be retried first".into(),
+            )));
+            continue;
+        }
+        let signed = Signed {
+            id: Some(&item.id),
+            timestamp: Some(&item.timestamp),
+            signature: Some(&item.signature),
+        };
+        match check(&node, signed, item.body.as_bytes(), now, Via::Http) {
+            Ok(Checked::Fresh(env)) => {
+                fresh_at.push(i);
+                fresh.push(env);
+            }
+            Ok(Checked::Duplicate(env)) => results[i] = Some(Ok((env, Appended::Duplicate))),
+            Err(r) => {
+                // Flow control and storage trouble stop the batch, so nothing behind this
+                // item overtakes it; a verdict on this item alone does not.
+                stopped = holds_back(r.0);
+                results[i] = Some(Err(r));
+            }
+        }
+    }
+    let committed = commit(&node, fresh.clone(), Via::Http).await;
+    let mut storage_failed = false;
+    for ((i, env), r) in fresh_at.into_iter().zip(fresh).zip(committed) {
+        // An item recorded after one that failed to store would overtake it.
+        if storage_failed {
+            if let Ok(Appended::New) = r {
+                tracing::warn!(id = %env.id, "batch item recorded after an earlier item failed to store (it will come again and be a duplicate)");
+            }
+        }
+        storage_failed |= r.is_err();
+        results[i] = Some(r.map(|o| (env, o)));
+    }
+    let mut answers = Vec::with_capacity(n);
+    for (item, r) in batch.items.iter().zip(results) {
+        answers.push(answer(
+            &node,
+            remote,
+            &item.id,
+            r.expect("every item answered"),
+        ));
+    }
+    server::json(StatusCode::OK, &serde_json::json!({ "results": answers }))
+}
+
+/// What [`admit`] made of one envelope.
+type Admitted = Result<(Arc<Envelope>, Appended), Reject>;
+
+/// Whether a rejection of one item stops the rest of its batch (retryable conditions).
+fn holds_back(status: StatusCode) -> bool {
+    status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error()
+}
+
+/// Counts, logs and words one batch item's result, as [`receive`] does for a single post.
+fn answer(
+    node: &Node,
+    remote: SocketAddr,
+    header_id: &str,
+    r: Admitted,
+) -> crate::batch::ItemResult {
+    match r {
+        Ok((env, outcome)) => {
+            let result = match outcome {
+                Appended::New => "accepted",
+                Appended::Duplicate => "duplicate",
+            };
+            node.metrics.envelope_in(result);
+            tracing::info!(%remote, sender = %env.sender, id = %env.id, kind = ?env.kind, group = %env.group, depth = env.depth, result, batch = true, "envelope");
+            crate::batch::ItemResult {
+                status: 200,
+                result: result.into(),
+                detail: None,
+            }
+        }
+        Err(Reject(status, code, detail)) => {
+            node.metrics.envelope_in(code);
+            if code != "not_processed" {
+                tracing::warn!(%remote, id = header_id, status = status.as_u16(), reason = code, %detail, batch = true, "envelope rejected");
+            }
+            crate::batch::ItemResult {
+                status: status.as_u16(),
+                result: code.into(),
+                detail: Some(detail),
+            }
+        }
+    }
 }
 
 /// A token bucket per verified sender.

@@ -75,6 +75,9 @@ pub struct MeshSettings {
     /// Envelopes held in memory for one peer; durable ones beyond that wait only in the
     /// outbox log on disk (spilled) and claims are refused (logged and counted).
     pub outbox_capacity: usize,
+    /// Envelopes sent to a peer in one `POST /bridge/v1/batch` when more than one
+    /// waits (one at a time otherwise); 1 turns batching off. At most 256.
+    pub batch_max: usize,
     /// First retry delay for a failed delivery; doubles up to `retry_max_ms`.
     pub retry_base_ms: u64,
     /// The longest delay between two delivery attempts.
@@ -163,6 +166,7 @@ impl Default for MeshSettings {
             data_dir: PathBuf::from("data"),
             api_token_env: None,
             outbox_capacity: 10_000,
+            batch_max: 64,
             retry_base_ms: 200,
             retry_max_ms: 30_000,
             give_up_after_secs: 24 * 3600,
@@ -560,6 +564,12 @@ impl Settings {
         }
         if m.outbox_capacity == 0 {
             return Err(self.err("mesh.outbox_capacity", "must be at least 1"));
+        }
+        if m.batch_max == 0 || m.batch_max > crate::batch::MAX_ITEMS {
+            return Err(self.err(
+                "mesh.batch_max",
+                format!("must be 1 to {}", crate::batch::MAX_ITEMS),
+            ));
         }
         if m.max_relay_hops > crate::relay::MAX_HOPS_LIMIT {
             return Err(self.err(

@@ -38,6 +38,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod batch;
 pub mod bridge;
 pub mod config;
 pub mod envelope;

@@ -173,8 +173,11 @@ fn main() -> ExitCode {
 fn init_tracing(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("BOTMESH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour codes only for a terminal: a log file or journal gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     if format == "json" {
         builder.json().init();

@@ -27,6 +27,15 @@ pub struct PeerResult {
     pub result: String,
 }
 
+/// Labels for delivery requests.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PeerKind {
+    /// The peer bot's name.
+    pub peer: String,
+    /// single or batch.
+    pub kind: String,
+}
+
 /// Labels naming one peer.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PeerLabel {
@@ -100,6 +109,8 @@ pub struct Metrics {
     pub envelopes_in: Family<ResultLabel, Counter>,
     /// Deliveries to peers, by peer and result.
     pub envelopes_out: Family<PeerResult, Counter>,
+    /// Requests sent to peers, by peer and kind (`single` envelope or `batch`).
+    pub peer_requests: Family<PeerKind, Counter>,
     /// Envelopes waiting in each peer's outbox.
     pub outbox_depth: Family<PeerLabel, Gauge>,
     /// Durable envelopes for each peer waiting only in the outbox log (spilled).
@@ -145,6 +156,7 @@ impl Metrics {
         let envelopes_in = Family::<ResultLabel, Counter>::default();
         let envelopes_out = Family::<PeerResult, Counter>::default();
         let outbox_depth = Family::<PeerLabel, Gauge>::default();
+        let peer_requests = Family::<PeerKind, Counter>::default();
         let outbox_spilled = Family::<PeerLabel, Gauge>::default();
         let envelopes_relayed = Family::<RelayLabel, Counter>::default();
         let decisions = Family::<DecisionLabel, Counter>::default();
@@ -167,6 +179,11 @@ impl Metrics {
             "botmesh_envelopes_out",
             "Envelope deliveries to peers, by peer and result",
             envelopes_out.clone(),
+        );
+        registry.register(
+            "botmesh_peer_requests",
+            "Delivery requests sent to peers, by peer and kind (single, batch)",
+            peer_requests.clone(),
         );
         registry.register(
             "botmesh_outbox_depth",
@@ -241,6 +258,7 @@ impl Metrics {
             envelopes_in,
             envelopes_out,
             outbox_depth,
+            peer_requests,
             outbox_spilled,
             envelopes_relayed,
             decisions,
@@ -295,6 +313,16 @@ impl Metrics {
             .get_or_create(&PeerResult {
                 peer: peer.into(),
                 result: result.into(),
+            })
+            .inc();
+    }
+
+    /// Counts one delivery request to a peer.
+    pub fn peer_request(&self, peer: &str, kind: &str) {
+        self.peer_requests
+            .get_or_create(&PeerKind {
+                peer: peer.into(),
+                kind: kind.into(),
             })
             .inc();
     }

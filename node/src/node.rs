@@ -131,12 +131,34 @@ impl Node {
         outbound: bool,
     ) -> Result<Appended, TranscriptError> {
         let env = Arc::new(env);
-        let outcome = if outbound {
-            self.transcripts.append_outbound((*env).clone()).await
-        } else {
-            self.transcripts.append((*env).clone()).await
-        };
-        match &outcome {
+        let outcome = self.transcripts.append_with(env.clone(), outbound).await;
+        self.after_append(&env, source, mentions, &outcome);
+        outcome
+    }
+
+    /// [`Node::record`] for several messages, in order, in one durable write where
+    /// possible (a batch from a peer): one result per message, in the same order.
+    pub async fn record_many(
+        self: &Arc<Self>,
+        envs: Vec<Arc<Envelope>>,
+        source: &str,
+    ) -> Vec<Result<Appended, TranscriptError>> {
+        let outcomes = self.transcripts.append_many(envs.clone()).await;
+        for (env, outcome) in envs.iter().zip(&outcomes) {
+            self.after_append(env, source, Vec::new(), outcome);
+        }
+        outcomes
+    }
+
+    /// What follows an append: metrics and, for a new message, the turn-taking pipeline.
+    fn after_append(
+        self: &Arc<Self>,
+        env: &Arc<Envelope>,
+        source: &str,
+        mentions: Vec<crate::mention::PlatformMention>,
+        outcome: &Result<Appended, TranscriptError>,
+    ) {
+        match outcome {
             Ok(Appended::New) => {
                 self.metrics
                     .transcript_appends
@@ -144,10 +166,11 @@ impl Node {
                         result: source.into(),
                     })
                     .inc();
-                self.brain.observe(&env);
+                self.brain.observe(env);
                 if !self.accepting.is_cancelled() {
                     let node = self.clone();
-                    self.turns.spawn(crate::turn::consider(node, env, mentions));
+                    self.turns
+                        .spawn(crate::turn::consider(node, env.clone(), mentions));
                 }
             }
             Ok(Appended::Duplicate) => {}
@@ -161,7 +184,6 @@ impl Node {
                 tracing::error!(id = %env.id, error = %e, "could not record message");
             }
         }
-        outcome
     }
 
     /// A claim from a peer: tell the scheduler and the watchers.
@@ -256,6 +278,7 @@ pub async fn start(
     }
     for o in &outboxes {
         o.set_log_path(cfg.data_dir.join(crate::transcript::OUTBOX_LOG));
+        o.set_batch_max(cfg.mesh().batch_max);
     }
     let cursors: Vec<Option<u64>> = outboxes.iter().map(|o| o.saved_cursor()).collect();
     let min_next_seq = cursors.iter().flatten().max().map(|c| c + 1).unwrap_or(1);

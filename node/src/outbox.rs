@@ -1,8 +1,10 @@
 //! `Outbox`: one bounded, ordered, retrying queue per peer.
 //!
 //! Each peer has its own queue and its own delivery task, so a dead peer never delays
-//! the others. Envelopes go out one at a time, in order; a failed attempt is retried
-//! with exponential backoff and jitter, and signed afresh each time (the signature's
+//! the others. Envelopes go out in order: when more than one waits, up to `batch_max`
+//! in one `POST /bridge/v1/batch` (each signed on its own, see [`crate::batch`]),
+//! otherwise one at a time. A failed attempt is retried one envelope at a time with
+//! exponential backoff and jitter, and signed afresh each time (the signature's
 //! timestamp must stay inside the receiver's ±300 s window). Nothing is dropped
 //! silently: a final give-up is logged and counted.
 //!
@@ -135,6 +137,10 @@ pub struct Outbox {
     cursor_path: Option<PathBuf>,
     /// When the cursor was last written.
     cursor_saved_at: Mutex<Instant>,
+    /// The peer's batch endpoint (HTTP links only).
+    batch_url: Option<String>,
+    /// Envelopes per batch at most; 1 = one envelope per request.
+    batch_max: AtomicUsize,
 }
 
 /// Where an outbox delivers.
@@ -144,6 +150,13 @@ pub enum Link {
     /// The Redis Streams transport: one XADD reaches every Redis peer.
     Stream(Arc<crate::streams::StreamLink>),
 }
+
+/// Envelopes per batch unless configured (`mesh.batch_max`).
+pub const DEFAULT_BATCH_MAX: usize = 64;
+
+/// After a peer answered 404 to a batch (it predates batches), single posts are used
+/// for this long before batching is tried again (the peer may have been upgraded).
+const BATCH_RETRY_AFTER: Duration = Duration::from_secs(300);
 
 /// How often, at most, a busy outbox saves its cursor.
 const CURSOR_EVERY: Duration = Duration::from_millis(100);
@@ -201,7 +214,15 @@ impl Outbox {
         capacity: usize,
         cursor_path: Option<PathBuf>,
     ) -> Arc<Outbox> {
+        let batch_url = match &link {
+            Link::Http(url) => url
+                .strip_suffix(ENVELOPES_PATH)
+                .map(|base| format!("{base}{}", crate::batch::BATCH_PATH)),
+            Link::Stream(_) => None,
+        };
         Arc::new(Outbox {
+            batch_url,
+            batch_max: AtomicUsize::new(DEFAULT_BATCH_MAX),
             peer: name.to_string(),
             dest: link,
             queue: Mutex::new(Queue::default()),
@@ -262,6 +283,12 @@ impl Outbox {
                 tracing::warn!(peer = %self.peer, error = %e, "could not save the outbox cursor (a restart may re-send; peers deduplicate)");
             }
         }
+    }
+
+    /// Sends at most `max` envelopes per request (1: one at a time).
+    pub fn set_batch_max(&self, max: usize) {
+        self.batch_max
+            .store(max.clamp(1, crate::batch::MAX_ITEMS), Ordering::Relaxed);
     }
 
     /// The peer's name.
@@ -451,6 +478,18 @@ impl Outbox {
             .cloned()
     }
 
+    /// Up to `max` envelopes from the front of the memory queue, in order.
+    fn front_batch(&self, max: usize) -> Vec<Pending> {
+        self.queue
+            .lock()
+            .expect("outbox lock")
+            .items
+            .iter()
+            .take(max)
+            .cloned()
+            .collect()
+    }
+
     fn pop(&self, id: &str, metrics: &Metrics) {
         let seq = {
             let mut q = self.queue.lock().expect("outbox lock");
@@ -467,7 +506,8 @@ impl Outbox {
         }
     }
 
-    /// Delivers until `stop` fires: one envelope at a time, in order.
+    /// Delivers until `stop` fires, in order: a batch when more than one envelope
+    /// waits and the direct link is healthy, otherwise one envelope at a time.
     pub async fn run(
         self: Arc<Self>,
         http: reqwest::Client,
@@ -481,9 +521,11 @@ impl Outbox {
         let mut failures = 0u32;
         let mut next_probe = Instant::now();
         let mut relay_logged = false;
+        // Set while the peer answers batches with 404 (an older version).
+        let mut batch_off_until: Option<Instant> = None;
         loop {
             let refilled = self.refill(&metrics).await;
-            let Some(next) = self.front() else {
+            let Some(mut next) = self.front() else {
                 // A failed re-read of the spill is retried after a pause, not on the next push.
                 let pause = if refilled { Duration::MAX } else { policy.max };
                 tokio::select! {
@@ -492,6 +534,68 @@ impl Outbox {
                     _ = tokio::time::sleep(pause.min(Duration::from_secs(3600))) => continue,
                 }
             };
+            // More than one waiting, the direct link healthy and the peer known to take
+            // batches (or not known not to): send a batch. Its first retryable result
+            // becomes the first attempt of the one-at-a-time path below, which owns
+            // backoff, relaying and giving up.
+            let mut first: Option<Attempt> = None;
+            let batch_max = self.batch_max.load(Ordering::Relaxed);
+            let relaying = self.relay.get().is_some_and(|r| r.due(&self.link));
+            if batch_off_until.is_some_and(|t| Instant::now() >= t) {
+                batch_off_until = None;
+            }
+            if batch_max > 1 && !relaying && batch_off_until.is_none() {
+                if let Some(url) = &self.batch_url {
+                    let batch = self.front_batch(batch_max);
+                    if batch.len() > 1 {
+                        match self
+                            .attempt_batch(
+                                &http,
+                                url,
+                                &signer,
+                                &batch,
+                                policy.attempt_timeout,
+                                &metrics,
+                            )
+                            .await
+                        {
+                            BatchOutcome::TooSmall => {}
+                            BatchOutcome::Unsupported(why) => {
+                                tracing::info!(peer = %self.peer, reason = %why, "peer does not take batches (older version?): sending one envelope per request");
+                                batch_off_until = Some(Instant::now() + BATCH_RETRY_AFTER);
+                            }
+                            BatchOutcome::Failed(why) => first = Some(Attempt::Retry(why)),
+                            BatchOutcome::Answered(results) => {
+                                self.link_ok(&mut failures);
+                                relay_logged = false;
+                                for (p, r) in batch.iter().zip(results) {
+                                    match r {
+                                        Attempt::Delivered => {
+                                            metrics.envelope_out(&self.peer, "delivered");
+                                        }
+                                        Attempt::Permanent(why) => {
+                                            metrics.envelope_out(&self.peer, "given_up");
+                                            tracing::error!(peer = %self.peer, id = %p.id, reason = %why, "peer refused envelope permanently; giving up on it");
+                                        }
+                                        Attempt::Retry(why) => {
+                                            if self.front().is_some_and(|f| f.id == p.id) {
+                                                // The envelopes before it are popped.
+                                                next = p.clone();
+                                                first = Some(Attempt::Retry(why));
+                                            }
+                                            break;
+                                        }
+                                    }
+                                    self.pop(&p.id, &metrics);
+                                }
+                                if first.is_none() {
+                                    continue;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
             let mut attempt = 0u32;
             loop {
                 attempt += 1;
@@ -504,9 +608,11 @@ impl Outbox {
                     .get_or_sign(&signer.signer, &next.id, ts, &next.body);
                 // While relaying, the direct link is only probed on its backoff schedule.
                 let relaying = self.relay.get().is_some_and(|r| r.due(&self.link));
-                let direct = !relaying || Instant::now() >= next_probe;
-                let outcome = if direct {
-                    self.attempt(&http, &next, ts, &sig, policy.attempt_timeout)
+                let direct = first.is_some() || !relaying || Instant::now() >= next_probe;
+                let outcome = if let Some(o) = first.take() {
+                    o
+                } else if direct {
+                    self.attempt(&http, &next, ts, &sig, policy.attempt_timeout, &metrics)
                         .await
                 } else {
                     Attempt::Retry("direct link down (relaying until the next probe)".into())
@@ -580,6 +686,7 @@ impl Outbox {
         ts: i64,
         sig: &str,
         timeout: Duration,
+        metrics: &Metrics,
     ) -> Attempt {
         let url = match &self.dest {
             Link::Http(url) => url,
@@ -591,6 +698,7 @@ impl Outbox {
                 };
             }
         };
+        metrics.peer_request(&self.peer, "single");
         let sent = http
             .post(url)
             .timeout(timeout)
@@ -623,6 +731,69 @@ impl Outbox {
             Err(e) if e.is_timeout() => Attempt::Retry("timeout".into()),
             Err(e) if e.is_connect() => Attempt::Retry("connect failed".into()),
             Err(e) => Attempt::Retry(format!("transport: {e}")),
+        }
+    }
+}
+
+impl Outbox {
+    /// Sends the front of the queue as one batch: each envelope signed as for a single
+    /// post, as many as fit under [`crate::batch::MAX_BATCH_BYTES`].
+    async fn attempt_batch(
+        &self,
+        http: &reqwest::Client,
+        url: &str,
+        signer: &SharedSigner,
+        batch: &[Pending],
+        timeout: Duration,
+        metrics: &Metrics,
+    ) -> BatchOutcome {
+        let ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        let mut enc = crate::batch::Encoder::new(crate::batch::MAX_BATCH_BYTES);
+        for p in batch {
+            let sig = signer.cache.get_or_sign(&signer.signer, &p.id, ts, &p.body);
+            if !enc.push(&p.id, ts, &sig, &p.body) {
+                break;
+            }
+        }
+        let sent = enc.len();
+        if sent < 2 {
+            return BatchOutcome::TooSmall;
+        }
+        metrics.peer_request(&self.peer, "batch");
+        let resp = http
+            .post(url)
+            .timeout(timeout)
+            .header("content-type", "application/json")
+            .body(enc.finish())
+            .send()
+            .await;
+        let resp = match resp {
+            Ok(r) => r,
+            Err(e) if e.is_timeout() => return BatchOutcome::Failed("timeout".into()),
+            Err(e) if e.is_connect() => return BatchOutcome::Failed("connect failed".into()),
+            Err(e) => return BatchOutcome::Failed(format!("transport: {e}")),
+        };
+        let status = resp.status();
+        let body = resp.bytes().await.unwrap_or_default();
+        let text = || String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+        if status == 404 || status == 405 || status == 400 || status == 413 {
+            return BatchOutcome::Unsupported(format!("{status}: {}", text()));
+        }
+        if !status.is_success() {
+            return BatchOutcome::Failed(format!("{status}: {}", text()));
+        }
+        match serde_json::from_slice::<crate::batch::Response>(&body) {
+            Ok(r) if r.results.len() == sent => {
+                BatchOutcome::Answered(r.results.into_iter().map(item_outcome).collect())
+            }
+            Ok(r) => BatchOutcome::Failed(format!(
+                "batch answer has {} results for {sent} envelopes",
+                r.results.len()
+            )),
+            Err(e) => BatchOutcome::Failed(format!("unreadable batch answer: {e}")),
         }
     }
 }
@@ -687,10 +858,38 @@ fn write_cursor(path: &Path, seq: u64) -> std::io::Result<()> {
     std::fs::rename(tmp, path)
 }
 
+#[derive(Debug)]
 enum Attempt {
     Delivered,
     Permanent(String),
     Retry(String),
+}
+
+/// How a batch request went.
+#[derive(Debug)]
+enum BatchOutcome {
+    /// Fewer than two envelopes fit (size, encoding): send one at a time.
+    TooSmall,
+    /// The peer does not take batches (404/405, or refused the batch as a whole).
+    Unsupported(String),
+    /// No per-item answer (transport error, timeout, 5xx): retry.
+    Failed(String),
+    /// One result per envelope sent, in order (the batch may hold fewer envelopes
+    /// than were offered).
+    Answered(Vec<Attempt>),
+}
+
+/// The outcome of one batch item, by the status a single post would have got.
+fn item_outcome(r: crate::batch::ItemResult) -> Attempt {
+    let why = || match &r.detail {
+        Some(d) => format!("{} {}: {d}", r.status, r.result),
+        None => format!("{} {}", r.status, r.result),
+    };
+    match r.status {
+        200..=299 => Attempt::Delivered,
+        400 | 413 => Attempt::Permanent(why()),
+        _ => Attempt::Retry(why()),
+    }
 }
 
 #[cfg(test)]
@@ -817,6 +1016,237 @@ mod tests {
         assert_eq!(o.peak_len(), 4);
         assert_eq!(o.handled(), 13);
         assert!(m.render().contains(r#"botmesh_outbox_spilled{peer="B"} 0"#));
+    }
+
+    /// A fake peer: `answer(path, body, request number)` gives status and body; every
+    /// request's path and envelope ids are recorded.
+    type Answer = dyn Fn(&str, &[u8], usize) -> (u16, String) + Send + Sync;
+    type Seen = Arc<Mutex<Vec<(String, Vec<String>)>>>;
+
+    async fn fake_peer(answer: Arc<Answer>) -> (String, Seen) {
+        use http_body_util::BodyExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let seen: Seen = Arc::default();
+        let s = seen.clone();
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let (answer, seen) = (answer.clone(), s.clone());
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(
+                        move |req: http::Request<hyper::body::Incoming>| {
+                            let (answer, seen) = (answer.clone(), seen.clone());
+                            async move {
+                                let path = req.uri().path().to_string();
+                                let header_id = req
+                                    .headers()
+                                    .get(HEADER_ID)
+                                    .map(|v| v.to_str().unwrap().to_string());
+                                let body = req.into_body().collect().await.unwrap().to_bytes();
+                                let ids = match header_id {
+                                    Some(id) => vec![id],
+                                    None => crate::batch::parse(&body).map_or(vec![], |b| {
+                                        b.items.iter().map(|i| i.id.to_string()).collect()
+                                    }),
+                                };
+                                let n = {
+                                    let mut s = seen.lock().unwrap();
+                                    s.push((path.clone(), ids));
+                                    s.len()
+                                };
+                                let (status, text) = answer(&path, &body, n);
+                                let mut r = http::Response::new(http_body_util::Full::new(
+                                    Bytes::from(text),
+                                ));
+                                *r.status_mut() = http::StatusCode::from_u16(status).unwrap();
+                                Ok::<_, std::convert::Infallible>(r)
+                            }
+                        },
+                    );
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        (url, seen)
+    }
+
+    /// Batch results: `accepted` for every item except those `special` names.
+    fn results(body: &[u8], special: impl Fn(&str) -> Option<(u16, &'static str)>) -> String {
+        let b = crate::batch::parse(body).unwrap();
+        let mut stop = false;
+        let rs: Vec<crate::batch::ItemResult> = b
+            .items
+            .iter()
+            .map(|i| {
+                let (status, result) = if stop {
+                    (503, "not_processed")
+                } else {
+                    special(&i.id).unwrap_or((200, "accepted"))
+                };
+                stop |= status == 429;
+                crate::batch::ItemResult {
+                    status,
+                    result: result.into(),
+                    detail: None,
+                }
+            })
+            .collect();
+        serde_json::to_string(&crate::batch::Response { results: rs }).unwrap()
+    }
+
+    /// Queues `n` envelopes `e0…`, runs the outbox against `url` until it is empty.
+    async fn deliver(url: &str, n: usize, batch_max: usize) -> (Arc<Outbox>, Arc<Metrics>) {
+        let m = Arc::new(Metrics::new());
+        let o = Outbox::new("B", url, 1000, None);
+        o.set_batch_max(batch_max);
+        for i in 0..n {
+            o.push(
+                &format!("e{i}"),
+                Bytes::from(format!("{{\"n\":{i}}}")),
+                Some(i as u64 + 1),
+                &m,
+            )
+            .unwrap();
+        }
+        let signer = Arc::new(SharedSigner {
+            signer: Signer {
+                hmac: vec![crate::signing::HmacSecret::generate()],
+                ed25519: vec![],
+            },
+            cache: Default::default(),
+        });
+        let policy = RetryPolicy {
+            base: Duration::from_millis(5),
+            max: Duration::from_millis(20),
+            give_up_after: Duration::from_secs(60),
+            attempt_timeout: Duration::from_secs(5),
+        };
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(o.clone().run(
+            reqwest::Client::builder().no_proxy().build().unwrap(),
+            signer,
+            m.clone(),
+            policy,
+            stop.clone(),
+        ));
+        for _ in 0..500 {
+            if o.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        stop.cancel();
+        task.await.unwrap();
+        assert!(o.is_empty(), "{} still queued", o.len());
+        (o, m)
+    }
+
+    fn ids(range: std::ops::Range<usize>) -> Vec<String> {
+        range.map(|i| format!("e{i}")).collect()
+    }
+
+    #[tokio::test]
+    async fn a_backlog_goes_in_batches_and_a_refused_item_is_given_up_alone() {
+        let (url, seen) = fake_peer(Arc::new(|path: &str, body: &[u8], _| {
+            assert_eq!(path, crate::batch::BATCH_PATH, "a backlog goes as batches");
+            (
+                200,
+                results(body, |id| (id == "e3").then_some((400, "malformed"))),
+            )
+        }))
+        .await;
+        let (o, m) = deliver(&url, 100, 64).await;
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 2, "100 envelopes in 64 + 36: {seen:?}");
+        assert_eq!(seen[0].1, ids(0..64));
+        assert_eq!(seen[1].1, ids(64..100));
+        let r = m.render();
+        assert!(r.contains(r#"botmesh_envelopes_out_total{peer="B",result="delivered"} 99"#));
+        assert!(r.contains(r#"botmesh_envelopes_out_total{peer="B",result="given_up"} 1"#));
+        assert!(
+            r.contains(r#"botmesh_peer_requests_total{peer="B",kind="batch"} 2"#),
+            "{r}"
+        );
+        assert_eq!(o.handled(), 100);
+    }
+
+    #[tokio::test]
+    async fn a_retryable_item_stops_the_batch_and_the_rest_follow_in_order() {
+        // e5 is rate-limited on the first batch only.
+        let (url, seen) = fake_peer(Arc::new(|path: &str, body: &[u8], n| {
+            if path == ENVELOPES_PATH {
+                return (200, r#"{"accepted":true}"#.into());
+            }
+            (
+                200,
+                results(body, |id| {
+                    (id == "e5" && n == 1).then_some((429, "rate_limited"))
+                }),
+            )
+        }))
+        .await;
+        let (o, m) = deliver(&url, 10, 64).await;
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 3, "{seen:?}");
+        assert_eq!(seen[0].1, ids(0..10));
+        // The held-back item is retried after a backoff, alone (the one-at-a-time path
+        // owns backoff, relaying and giving up), then batching resumes.
+        assert_eq!(seen[1], (ENVELOPES_PATH.to_string(), ids(5..6)));
+        assert_eq!(seen[2], (crate::batch::BATCH_PATH.to_string(), ids(6..10)));
+        let r = m.render();
+        assert!(r.contains(r#"botmesh_envelopes_out_total{peer="B",result="delivered"} 10"#));
+        assert!(
+            r.contains(r#"botmesh_envelopes_out_total{peer="B",result="retry"} 1"#),
+            "{r}"
+        );
+        assert_eq!(o.handled(), 10);
+    }
+
+    #[tokio::test]
+    async fn a_peer_without_batches_gets_single_posts_and_one_envelope_goes_alone() {
+        let (url, seen) = fake_peer(Arc::new(|path: &str, _: &[u8], _| {
+            if path == crate::batch::BATCH_PATH {
+                (404, r#"{"error":"no such endpoint"}"#.into())
+            } else {
+                (200, r#"{"accepted":true}"#.into())
+            }
+        }))
+        .await;
+        let (_, m) = deliver(&url, 5, 64).await;
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen[0].0, crate::batch::BATCH_PATH);
+        let singles: Vec<String> = seen[1..]
+            .iter()
+            .map(|(p, ids)| {
+                assert_eq!(p, ENVELOPES_PATH);
+                ids[0].clone()
+            })
+            .collect();
+        assert_eq!(singles, ids(0..5), "after the 404, one at a time, in order");
+        let r = m.render();
+        assert!(r.contains(r#"botmesh_envelopes_out_total{peer="B",result="delivered"} 5"#));
+
+        // A queue of one never waits for a batch.
+        let (url, seen) = fake_peer(Arc::new(|_: &str, _: &[u8], _| {
+            (200, r#"{"accepted":true}"#.into())
+        }))
+        .await;
+        deliver(&url, 1, 64).await;
+        assert_eq!(seen.lock().unwrap()[0].0, ENVELOPES_PATH);
+        // batch_max 1 turns batching off.
+        let (url, seen) = fake_peer(Arc::new(|_: &str, _: &[u8], _| {
+            (200, r#"{"accepted":true}"#.into())
+        }))
+        .await;
+        deliver(&url, 3, 1).await;
+        assert!(seen
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|(p, _)| p == ENVELOPES_PATH));
     }
 
     #[test]

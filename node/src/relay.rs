@@ -16,7 +16,8 @@
 //! - A counts the envelope delivered only on a receipt that verifies as B's, for that
 //!   envelope id. A relay that drops the copy or lies about delivery gains nothing: A
 //!   keeps retrying, directly and through relays. So order holds (the outbox still
-//!   sends one envelope at a time) and, when the link heals, nothing is doubled.
+//!   relays one envelope at a time, and batches only while the direct link is
+//!   healthy) and, when the link heals, nothing is doubled.
 //!
 //! While the link is down the outbox probes it directly on its backoff schedule and
 //! sends everything else through a relay, so a black-holed link costs one timeout per

@@ -208,70 +208,120 @@ impl Transcripts {
 
     /// Records `env` unless already present; returns once it is on disk.
     pub async fn append(&self, env: Envelope) -> Result<Appended, TranscriptError> {
-        self.append_with(env, false).await
+        self.append_with(Arc::new(env), false).await
     }
 
     /// Records `env` and, in the same durable write, queues it for every peer through
     /// the outbox log: once this returns, the message survives a crash on both counts.
     pub async fn append_outbound(&self, env: Envelope) -> Result<Appended, TranscriptError> {
-        self.append_with(env, true).await
+        self.append_with(Arc::new(env), true).await
     }
 
-    async fn append_with(
+    /// [`Transcripts::append`] for several messages at once, in order: they reach the
+    /// writer together, so one group commit (one fdatasync per file) usually covers
+    /// them all. One result per message, in the same order; returns once every
+    /// message is on disk (or refused).
+    pub async fn append_many(
         &self,
-        env: Envelope,
+        envs: Vec<Arc<Envelope>>,
+    ) -> Vec<Result<Appended, TranscriptError>> {
+        self.append_all(envs.into_iter().map(|e| (e, false)).collect())
+            .await
+    }
+
+    pub(crate) async fn append_with(
+        &self,
+        env: Arc<Envelope>,
         outbound: bool,
     ) -> Result<Appended, TranscriptError> {
-        let env = Arc::new(env);
-        let body = serde_json::to_vec(&*env).expect("envelope serializes");
-        let mut line = body.clone();
-        line.push(b'\n');
-        let outbound = outbound.then(|| (env.id.to_string(), Bytes::from(body)));
-        let (done_tx, done_rx) = oneshot::channel();
+        self.append_all(vec![(env, outbound)])
+            .await
+            .pop()
+            .expect("one result per message")
+    }
+
+    async fn append_all(
+        &self,
+        envs: Vec<(Arc<Envelope>, bool)>,
+    ) -> Vec<Result<Appended, TranscriptError>> {
+        enum Slot {
+            Done(Result<Appended, TranscriptError>),
+            Wait(Arc<Envelope>, oneshot::Receiver<std::io::Result<()>>),
+        }
+        // Serialized before taking the lock.
+        let prepared: Vec<_> = envs
+            .into_iter()
+            .map(|(env, outbound)| {
+                let body = serde_json::to_vec(&*env).expect("envelope serializes");
+                let mut line = Vec::with_capacity(body.len() + 1);
+                line.extend_from_slice(&body);
+                line.push(b'\n');
+                let outbound = outbound.then(|| (env.id.to_string(), Bytes::from(body)));
+                (env, line, outbound)
+            })
+            .collect();
+        let mut slots = Vec::with_capacity(prepared.len());
         {
             let mut groups = self.groups.lock().expect("transcripts lock");
-            let log = groups
-                .entry(env.group.clone())
-                .or_insert_with(GroupLog::new);
-            if log.is_duplicate(&env) {
-                return Ok(Appended::Duplicate);
-            }
-            log.push(env.clone());
             // Sent under the lock so the file order is the memory order.
             let writer = self.writer.lock().expect("writer lock");
-            let sent = writer
-                .as_ref()
-                .map(|w| {
-                    w.send(WriteJob {
-                        group: env.group.clone(),
-                        line,
-                        outbound,
-                        done: done_tx,
-                    })
-                    .is_ok()
-                })
-                .unwrap_or(false);
-            if !sent {
-                log.remove(&env);
-                return Err(TranscriptError::Stopped);
-            }
-        }
-        let result = done_rx
-            .await
-            .unwrap_or_else(|_| Err(std::io::Error::other("writer stopped")));
-        match result {
-            Ok(()) => {
-                self.events.publish(Event::Message { envelope: env });
-                Ok(Appended::New)
-            }
-            Err(e) => {
-                let mut groups = self.groups.lock().expect("transcripts lock");
-                if let Some(log) = groups.get_mut(&env.group) {
-                    log.remove(&env);
+            for (env, line, outbound) in prepared {
+                let log = groups
+                    .entry(env.group.clone())
+                    .or_insert_with(GroupLog::new);
+                if log.is_duplicate(&env) {
+                    slots.push(Slot::Done(Ok(Appended::Duplicate)));
+                    continue;
                 }
-                Err(TranscriptError::Io(e))
+                log.push(env.clone());
+                let (done_tx, done_rx) = oneshot::channel();
+                let sent = writer
+                    .as_ref()
+                    .map(|w| {
+                        w.send(WriteJob {
+                            group: env.group.clone(),
+                            line,
+                            outbound,
+                            done: done_tx,
+                        })
+                        .is_ok()
+                    })
+                    .unwrap_or(false);
+                if !sent {
+                    log.remove(&env);
+                    slots.push(Slot::Done(Err(TranscriptError::Stopped)));
+                    continue;
+                }
+                slots.push(Slot::Wait(env, done_rx));
             }
         }
+        let mut out = Vec::with_capacity(slots.len());
+        for slot in slots {
+            let (env, done_rx) = match slot {
+                Slot::Done(r) => {
+                    out.push(r);
+                    continue;
+                }
+                Slot::Wait(env, rx) => (env, rx),
+            };
+            let result = done_rx
+                .await
+                .unwrap_or_else(|_| Err(std::io::Error::other("writer stopped")));
+            out.push(match result {
+                Ok(()) => {
+                    self.events.publish(Event::Message { envelope: env });
+                    Ok(Appended::New)
+                }
+                Err(e) => {
+                    let mut groups = self.groups.lock().expect("transcripts lock");
+                    if let Some(log) = groups.get_mut(&env.group) {
+                        log.remove(&env);
+                    }
+                    Err(TranscriptError::Io(e))
+                }
+            });
+        }
+        out
     }
 
     /// Whether a message with this id or platform id is recorded in `group`.

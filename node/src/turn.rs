@@ -67,6 +67,15 @@ fn rejects_schema(e: &crate::llm::LlmError) -> bool {
     matches!(e, crate::llm::LlmError::Http { status: 400 | 422 | 500, body } if body.contains("response_format"))
 }
 
+/// Silent decisions of the cheap local filters, for messages that were never this
+/// bot's to answer: logged at debug, counted as every decision is.
+const ROUTINE_SILENCE: &[&str] = &[
+    "not_mentioned",
+    "addressed_to_other",
+    "acknowledgement",
+    "ignores_bots",
+];
+
 /// Whether a decision means this bot passed on the trigger for good.
 pub fn passes(action: &str, reason: &str) -> bool {
     action == "yield" || matches!(reason, "judge_declined" | "rejudged_silent")
@@ -190,7 +199,13 @@ impl Brain {
             self.board.pass(msg.id);
         }
         self.metrics.decision(action, reason);
-        tracing::info!(bot = %self.me.name, trigger = %msg.id, from = %msg.author.name, depth = msg.depth, action, reason, detail, "decision");
+        if action == "silent" && ROUTINE_SILENCE.contains(&reason) {
+            // One per message the bot stays out of: counted in the metrics, logged only
+            // at debug (an info line each cost ~2 % of a busy receiver's CPU).
+            tracing::debug!(bot = %self.me.name, trigger = %msg.id, from = %msg.author.name, depth = msg.depth, action, reason, detail, "decision");
+        } else {
+            tracing::info!(bot = %self.me.name, trigger = %msg.id, from = %msg.author.name, depth = msg.depth, action, reason, detail, "decision");
+        }
         self.events.publish(Event::Decision {
             group: msg.group.clone(),
             trigger: msg.id.to_string(),

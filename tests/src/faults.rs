@@ -95,3 +95,111 @@ impl Drop for LinkProxy {
         self.task.abort();
     }
 }
+
+/// An HTTP forwarder standing for a peer that predates batched delivery: it answers
+/// `404` to `POST /bridge/v1/batch` (as an older node does for any unknown path) and
+/// forwards every other request, headers and body untouched.
+pub struct OldReceiverProxy {
+    /// `http://127.0.0.1:port`, to use as a `bridge_url`.
+    pub url: String,
+    target: Arc<Mutex<Option<SocketAddr>>>,
+    /// Batches refused with 404.
+    pub batches_refused: Arc<AtomicUsize>,
+    /// Requests forwarded.
+    pub forwarded: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl OldReceiverProxy {
+    /// Starts the proxy; set its target with [`OldReceiverProxy::forward_to`].
+    pub async fn start() -> OldReceiverProxy {
+        use http_body_util::{BodyExt, Full};
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let target: Arc<Mutex<Option<SocketAddr>>> = Default::default();
+        let refused: Arc<AtomicUsize> = Default::default();
+        let forwarded: Arc<AtomicUsize> = Default::default();
+        let client = reqwest::Client::builder().no_proxy().build().unwrap();
+        let (t, r, f) = (target.clone(), refused.clone(), forwarded.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (t, r, f, client) = (t.clone(), r.clone(), f.clone(), client.clone());
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(
+                        move |req: hyper::Request<hyper::body::Incoming>| {
+                            let (t, r, f, client) =
+                                (t.clone(), r.clone(), f.clone(), client.clone());
+                            async move {
+                                let (parts, body) = req.into_parts();
+                                let body = body
+                                    .collect()
+                                    .await
+                                    .map(|c| c.to_bytes())
+                                    .unwrap_or_default();
+                                let reply = |status: u16, bytes: bytes::Bytes| {
+                                    let mut resp = hyper::Response::new(Full::new(bytes));
+                                    *resp.status_mut() =
+                                        hyper::StatusCode::from_u16(status).unwrap();
+                                    Ok::<_, std::convert::Infallible>(resp)
+                                };
+                                if parts.uri.path() == "/bridge/v1/batch" {
+                                    r.fetch_add(1, Ordering::SeqCst);
+                                    return reply(
+                                        404,
+                                        bytes::Bytes::from_static(
+                                            b"{\"error\":\"no such endpoint\"}",
+                                        ),
+                                    );
+                                }
+                                let addr = (*t.lock().unwrap()).expect("proxy target set");
+                                let mut fwd = client
+                                    .request(
+                                        parts.method.clone(),
+                                        format!("http://{addr}{}", parts.uri),
+                                    )
+                                    .body(body);
+                                for (k, v) in parts.headers.iter() {
+                                    if k != "host" && k != "content-length" {
+                                        fwd = fwd.header(k, v);
+                                    }
+                                }
+                                f.fetch_add(1, Ordering::SeqCst);
+                                match fwd.send().await {
+                                    Ok(resp) => {
+                                        let status = resp.status().as_u16();
+                                        reply(status, resp.bytes().await.unwrap_or_default())
+                                    }
+                                    Err(_) => reply(502, bytes::Bytes::new()),
+                                }
+                            }
+                        },
+                    );
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        OldReceiverProxy {
+            url,
+            target,
+            batches_refused: refused,
+            forwarded,
+            task,
+        }
+    }
+
+    /// Where forwarded requests go.
+    pub fn forward_to(&self, addr: SocketAddr) {
+        *self.target.lock().unwrap() = Some(addr);
+    }
+}
+
+impl Drop for OldReceiverProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

@@ -44,6 +44,8 @@ fn config_errors_name_the_key_and_bind_nothing() {
         Case { what: "unknown key", toml: base(port, "max_dept = 3", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["max_dept"] },
         Case { what: "threshold above depth", toml: base(port, "max_depth = 2\nllm_threshold = 2", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["mesh.llm_threshold", "below mesh.max_depth"] },
         Case { what: "too many relay hops", toml: base(port, "max_relay_hops = 9", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["mesh.max_relay_hops", "at most 3"] },
+        Case { what: "batch too large", toml: base(port, "batch_max = 1000", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["mesh.batch_max", "1 to 256"] },
+        Case { what: "batch of none", toml: base(port, "batch_max = 0", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["mesh.batch_max", "1 to 256"] },
         Case { what: "wrong type", toml: base(port, "max_depth = \"three\"", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["max_depth"] },
         Case { what: "delays reversed", toml: base(port, "", "min_delay_ms = 5000\nmax_delay_ms = 1000\n"), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].min_delay_ms", "above max_delay_ms"] },
         Case { what: "env override validated too", toml: base(port, "", ""), env: vec![("TEST_SECRET", secret), ("BOTMESH__MESH__MAX_DEPTH", "0")], bot: "A", expect: &["mesh.max_depth", "at least 1"] },

@@ -1,0 +1,202 @@
+//! Batched delivery (`POST /bridge/v1/batch`) end to end: a backlog goes in few
+//! requests, in order, exactly once; every item is verified on its own; an older
+//! receiver (404 on the batch path) still gets everything, one envelope at a time.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use botmesh::signing::{Signer, SigningKey};
+use botmesh_tests::faults::OldReceiverProxy;
+use botmesh_tests::{bot_message, metric, MeshSpec, SignedRequest, TestMesh};
+
+fn ids(t: &[botmesh::envelope::Envelope]) -> Vec<String> {
+    t.iter().map(|e| e.id.to_string()).collect()
+}
+
+#[tokio::test]
+async fn a_peer_back_after_300_messages_gets_them_in_order_once_in_few_requests() {
+    let spec = MeshSpec::new(&["A", "B"]).all_bots("participation = \"mentions\"");
+    let mut mesh = TestMesh::start(spec).await;
+    let (a, b) = (mesh.index("A"), mesh.index("B"));
+    mesh.stop(b).await;
+    let mut sent = Vec::new();
+    for n in 0..300 {
+        sent.push(mesh.post_human(a, "alice", &format!("message {n}")).await);
+    }
+    let before = mesh.metrics(a).await;
+    let requests_before = metric(
+        &before,
+        r#"botmesh_peer_requests_total{peer="B",kind="single"}"#,
+    ) + metric(
+        &before,
+        r#"botmesh_peer_requests_total{peer="B",kind="batch"}"#,
+    );
+    mesh.restart(b).await;
+    let got = mesh
+        .wait_transcript(b, Duration::from_secs(60), |t| t.len() >= 300)
+        .await;
+    assert_eq!(ids(&got), sent, "all 300, in order, exactly once");
+    let o = mesh.node(a).node.outboxes[0].clone();
+    for _ in 0..200 {
+        if o.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(o.is_empty());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(mesh.transcript(b).await.len(), 300, "nothing arrives twice");
+
+    let m = mesh.metrics(a).await;
+    let batches = metric(&m, r#"botmesh_peer_requests_total{peer="B",kind="batch"}"#);
+    let singles = metric(&m, r#"botmesh_peer_requests_total{peer="B",kind="single"}"#);
+    let after_return = batches + singles - requests_before;
+    assert!(batches >= 5.0, "{m}");
+    assert!(
+        after_return <= 20.0,
+        "{after_return} requests for 300 envelopes after the peer returned:\n{m}"
+    );
+    assert_eq!(
+        metric(
+            &m,
+            r#"botmesh_envelopes_out_total{peer="B",result="delivered"}"#
+        ),
+        300.0
+    );
+    let mb = mesh.metrics(b).await;
+    assert_eq!(
+        metric(&mb, r#"botmesh_envelopes_in_total{result="accepted"}"#),
+        300.0,
+        "{mb}"
+    );
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_forged_item_in_a_batch_is_rejected_alone() {
+    let spec = MeshSpec::new(&["A", "B"]).all_bots("participation = \"mentions\"");
+    let mesh = TestMesh::start(spec).await;
+    let (a, b) = (mesh.index("A"), mesh.index("B"));
+    let honest = &mesh.signers[b];
+    let forger = Signer {
+        hmac: vec![],
+        ed25519: vec![SigningKey::generate()],
+    };
+    let envs: Vec<_> = (0..3)
+        .map(|n| bot_message("B", &format!("batch item {n}"), 1))
+        .collect();
+    let reqs = [
+        SignedRequest::new(honest, &envs[0], 0),
+        SignedRequest::new(&forger, &envs[1], 0),
+        SignedRequest::new(honest, &envs[2], 0),
+    ];
+    let items: Vec<serde_json::Value> = reqs
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "id": r.id, "timestamp": r.timestamp, "signature": r.signature,
+                "body": String::from_utf8(r.body.clone()).unwrap(),
+            })
+        })
+        .collect();
+    let resp = mesh
+        .http
+        .post(format!("{}/bridge/v1/batch", mesh.bridge(a)))
+        .json(&serde_json::json!({ "items": items }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let v: serde_json::Value = resp.json().await.unwrap();
+    let r = v["results"].as_array().expect("results");
+    assert_eq!(r.len(), 3, "{v}");
+    assert_eq!(
+        (r[0]["status"].as_u64(), r[0]["result"].as_str()),
+        (Some(200), Some("accepted"))
+    );
+    assert_eq!(r[1]["status"], 401, "{v}");
+    assert_eq!(r[1]["result"], "bad_signature", "{v}");
+    assert_eq!(
+        (r[2]["status"].as_u64(), r[2]["result"].as_str()),
+        (Some(200), Some("accepted"))
+    );
+    let t = mesh
+        .wait_transcript(a, Duration::from_secs(5), |t| t.len() >= 2)
+        .await;
+    assert_eq!(
+        ids(&t),
+        vec![envs[0].id.to_string(), envs[2].id.to_string()]
+    );
+
+    // The same batch again: the two accepted ones are duplicates, the forgery still 401.
+    let again: serde_json::Value = mesh
+        .http
+        .post(format!("{}/bridge/v1/batch", mesh.bridge(a)))
+        .json(&serde_json::json!({ "items": items }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let r = again["results"].as_array().unwrap();
+    assert_eq!(r[0]["result"], "duplicate");
+    assert_eq!(r[1]["status"], 401);
+    assert_eq!(r[2]["result"], "duplicate");
+    // A batch that is not one is refused as a whole.
+    let bad = mesh
+        .http
+        .post(format!("{}/bridge/v1/batch", mesh.bridge(a)))
+        .body("[1,2,3]")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+    let m = mesh.metrics(a).await;
+    assert_eq!(
+        metric(&m, r#"botmesh_envelopes_in_total{result="bad_signature"}"#),
+        2.0,
+        "{m}"
+    );
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_older_receiver_without_batches_still_gets_everything_in_order() {
+    let proxy = OldReceiverProxy::start().await;
+    let spec = MeshSpec::new(&["A", "B"])
+        .all_bots("participation = \"mentions\"")
+        .route("A", "B", &proxy.url);
+    let mut mesh = TestMesh::start(spec).await;
+    let (a, b) = (mesh.index("A"), mesh.index("B"));
+    proxy.forward_to(mesh.bridges[b]);
+    mesh.stop(b).await;
+    let mut sent = Vec::new();
+    for n in 0..40 {
+        sent.push(mesh.post_human(a, "alice", &format!("old {n}")).await);
+    }
+    mesh.restart(b).await;
+    let got = mesh
+        .wait_transcript(b, Duration::from_secs(30), |t| t.len() >= 40)
+        .await;
+    assert_eq!(ids(&got), sent, "all 40, in order, exactly once");
+    assert!(proxy.batches_refused.load(Ordering::SeqCst) >= 1);
+    assert!(proxy.forwarded.load(Ordering::SeqCst) >= 40);
+    let m = mesh.metrics(a).await;
+    assert_eq!(
+        metric(
+            &m,
+            r#"botmesh_envelopes_out_total{peer="B",result="delivered"}"#
+        ),
+        40.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric(
+            &m,
+            r#"botmesh_envelopes_out_total{peer="B",result="given_up"}"#
+        ),
+        0.0
+    );
+    mesh.shutdown().await;
+}
