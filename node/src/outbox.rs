@@ -594,6 +594,39 @@ impl Outbox {
                             }
                         }
                     }
+                } else if let Link::Stream(link) = &self.dest {
+                    // The stream: one pipelined round trip appends the whole batch, in order.
+                    let batch = self.front_batch(batch_max);
+                    if batch.len() > 1 {
+                        let ts = std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map(|d| d.as_secs() as i64)
+                            .unwrap_or(0);
+                        let items: Vec<(&str, String, &[u8])> = batch
+                            .iter()
+                            .map(|p| {
+                                let sig =
+                                    signer.cache.get_or_sign(&signer.signer, &p.id, ts, &p.body);
+                                (p.id.as_str(), sig, &p.body[..])
+                            })
+                            .collect();
+                        metrics.peer_request(&self.peer, "batch");
+                        match link.append_many(ts, &items).await {
+                            Ok(()) => {
+                                self.link_ok(&mut failures);
+                                for p in &batch {
+                                    metrics.envelope_out(&self.peer, "delivered");
+                                    self.pop(&p.id, &metrics);
+                                }
+                                continue;
+                            }
+                            // An envelope without a group: the one-at-a-time path gives up on it.
+                            Err(crate::streams::AppendError::Permanent(_)) => {}
+                            Err(crate::streams::AppendError::Retry(why)) => {
+                                first = Some(Attempt::Retry(why))
+                            }
+                        }
+                    }
                 }
             }
             let mut attempt = 0u32;

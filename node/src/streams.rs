@@ -187,14 +187,47 @@ impl StreamLink {
         sig: &str,
         body: &[u8],
     ) -> Result<(), AppendError> {
+        self.append_many(ts, &[(id, sig.to_string(), body)]).await
+    }
+
+    /// Appends several signed envelopes (`id`, signature, body), in order, in one
+    /// pipelined round trip: all are appended or the call fails (and is retried; a
+    /// retry after a lost reply may add some twice, which readers drop by id).
+    pub async fn append_many(
+        &self,
+        ts: i64,
+        items: &[(&str, String, &[u8])],
+    ) -> Result<(), AppendError> {
         #[derive(serde::Deserialize)]
         struct GroupOnly<'a> {
             #[serde(borrow)]
             group: std::borrow::Cow<'a, str>,
         }
-        let group = serde_json::from_slice::<GroupOnly>(body)
-            .map_err(|e| AppendError::Permanent(format!("envelope without a group: {e}")))?
-            .group;
+        let mut pipe = redis::pipe();
+        for (id, sig, body) in items {
+            let group = serde_json::from_slice::<GroupOnly>(body)
+                .map_err(|e| AppendError::Permanent(format!("envelope without a group: {e}")))?
+                .group;
+            pipe.cmd("XADD")
+                .arg(self.stream_key(&group))
+                .arg("MAXLEN")
+                .arg("=")
+                .arg(self.settings.max_len)
+                .arg("*")
+                .arg(FIELD_ID)
+                .arg(*id)
+                .arg(FIELD_TS)
+                .arg(ts)
+                .arg(FIELD_SIG)
+                .arg(sig.as_str())
+                .arg(FIELD_BODY)
+                .arg(*body)
+                .ignore()
+                .cmd("SADD")
+                .arg(self.groups_key())
+                .arg(group.as_ref())
+                .ignore();
+        }
         let mut slot = self.writer.lock().await;
         if slot.is_none() {
             match self.connect(Duration::from_secs(3)).await {
@@ -207,26 +240,6 @@ impl StreamLink {
             }
         }
         let conn = slot.as_mut().expect("just connected");
-        let mut pipe = redis::pipe();
-        pipe.cmd("XADD")
-            .arg(self.stream_key(&group))
-            .arg("MAXLEN")
-            .arg("=")
-            .arg(self.settings.max_len)
-            .arg("*")
-            .arg(FIELD_ID)
-            .arg(id)
-            .arg(FIELD_TS)
-            .arg(ts)
-            .arg(FIELD_SIG)
-            .arg(sig)
-            .arg(FIELD_BODY)
-            .arg(body)
-            .ignore()
-            .cmd("SADD")
-            .arg(self.groups_key())
-            .arg(group.as_ref())
-            .ignore();
         match pipe.query_async::<()>(conn).await {
             Ok(()) => {
                 self.mark_up();

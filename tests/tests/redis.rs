@@ -229,6 +229,14 @@ async fn redis_going_away_loses_nothing_and_health_says_so() {
             r#"botmesh_envelopes_out_total{peer="@redis",result="retry"}"#
         ) >= 1.0
     );
+    // What waited during the outage went out in pipelined batches, not one by one.
+    assert!(
+        metric(
+            &m,
+            r#"botmesh_peer_requests_total{peer="@redis",kind="batch"}"#
+        ) >= 1.0,
+        "{m}"
+    );
     mesh.shutdown().await;
 }
 
