@@ -131,12 +131,16 @@ struct RunArgs {
     #[arg(long)]
     data_root: Option<PathBuf>,
     /// Record `perf` profiles of node0 (sender) and node1 (receiver) during the first
-    /// saturated fan-out into this folder.
+    /// saturated fan-out, and of node0 during the direct-bridge phase, into this folder.
     #[arg(long)]
     perf: Option<PathBuf>,
     /// Keep the temporary folder (its path is printed).
     #[arg(long)]
     keep: bool,
+    /// Envelopes in each direct-bridge phase (default: 1000 with --quick, else 5000);
+    /// more gives `--perf` enough samples of the receiver.
+    #[arg(long)]
+    direct: Option<usize>,
 }
 
 /// Load sizes and time limits of a run.
@@ -338,7 +342,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut machine = procs::Machine::probe();
     let (p50, p99) = procs::fsync_probe(tmp.path(), 200)?;
     let crypto = crypto::measure(if args.quick { 300 } else { 2000 });
-    let sizes = Sizes::new(args.quick);
+    let mut sizes = Sizes::new(args.quick);
+    if let Some(n) = args.direct {
+        sizes.direct = n;
+    }
     let mut ctx = Ctx {
         http: reqwest::Client::builder()
             .no_proxy()
@@ -615,7 +622,8 @@ async fn bench_size(ctx: &mut Ctx, n: usize) -> anyhow::Result<MeshResult> {
     Ok(res)
 }
 
-/// Starts `perf record` (cpu-clock, call graphs) on each of `pids` (node0, node1, …).
+/// Starts `perf record` (cpu-clock, call graphs) on each of `pids` (node0, node1, …);
+/// the direct-bridge phases are profiled on node0 alone.
 fn start_perf(dir: &Path, label: &str, pids: &[u32]) -> anyhow::Result<Vec<Proc>> {
     std::fs::create_dir_all(dir)?;
     let mut out = Vec::new();

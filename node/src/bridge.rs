@@ -22,7 +22,7 @@ use crate::envelope::{AuthorKind, Envelope, Kind};
 use crate::node::Node;
 use crate::outbox::ENVELOPES_PATH;
 use crate::server::{self, Body, BodyError};
-use crate::signing::{HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP};
+use crate::signing::{Pending, Scheme, VerifyError, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP};
 use crate::transcript::Appended;
 
 /// Largest accepted request body.
@@ -165,7 +165,14 @@ pub async fn admit(
     now: i64,
     via: Via,
 ) -> Result<(Arc<Envelope>, Appended), Reject> {
-    match check(node, signed, body, now, via)? {
+    let Prechecked { env, signature } = precheck(node, signed, body, now, via)?;
+    let verdict = node
+        .verify
+        .verify(vec![signature])
+        .await
+        .pop()
+        .expect("one verdict");
+    match postcheck(node, env, verdict, via)? {
         Checked::Duplicate(env) => Ok((env, Appended::Duplicate)),
         Checked::Fresh(env) => {
             let r = commit(node, vec![env.clone()], via)
@@ -177,14 +184,24 @@ pub async fn admit(
     }
 }
 
-/// [`admit`] up to the replay cache, without recording anything.
-pub(crate) fn check(
+/// An envelope that passed the cheap checks, with its signature check still to do.
+pub(crate) struct Prechecked {
+    /// The parsed envelope.
+    env: Envelope,
+    /// Its signature check, to decide on the [`crate::verify_pool::VerifyPool`].
+    signature: Pending,
+}
+
+/// [`admit`]'s checks up to the signature: headers, JSON shape, id match, known
+/// sender, timestamp window, and the signature entries' form. Stateless, so a batch's
+/// items can all be prechecked before their signatures are verified together.
+pub(crate) fn precheck(
     node: &Arc<Node>,
     signed: Signed<'_>,
     body: &[u8],
     now: i64,
     via: Via,
-) -> Result<Checked, Reject> {
+) -> Result<Prechecked, Reject> {
     for (name, value) in [
         (HEADER_ID, signed.id),
         (HEADER_TIMESTAMP, signed.timestamp),
@@ -212,16 +229,18 @@ pub(crate) fn check(
         // The stream carries this node's own envelopes back to it.
         return Err(Reject(StatusCode::OK, "own", String::new()));
     }
-    let Some(sender) = cfg.member(&env.sender).filter(|b| b.name != cfg.bot().name) else {
+    let is_peer = |b: &&crate::config::BotSettings| b.name != cfg.bot().name;
+    if cfg.member(&env.sender).filter(is_peer).is_none() {
         return Err(Reject(
             StatusCode::FORBIDDEN,
             "unknown_sender",
             format!("sender {:?} is not a peer in peers.toml", env.sender),
         ));
-    };
-    node.cfg
+    }
+    let signature = node
+        .cfg
         .verifier
-        .verify(
+        .precheck(
             &env.sender,
             signed.id,
             signed.timestamp,
@@ -229,7 +248,27 @@ pub(crate) fn check(
             body,
             now,
         )
-        .map_err(|e| Reject(StatusCode::UNAUTHORIZED, e.reason_code(), e.to_string()))?;
+        .map_err(unauthorized)?;
+    Ok(Prechecked { env, signature })
+}
+
+fn unauthorized(e: VerifyError) -> Reject {
+    Reject(StatusCode::UNAUTHORIZED, e.reason_code(), e.to_string())
+}
+
+/// [`admit`]'s checks after the signature's `verdict`: author rules, rate limit,
+/// replay cache; nothing is recorded yet.
+pub(crate) fn postcheck(
+    node: &Arc<Node>,
+    env: Envelope,
+    verdict: Result<Scheme, VerifyError>,
+    via: Via,
+) -> Result<Checked, Reject> {
+    verdict.map_err(unauthorized)?;
+    let cfg = &node.cfg;
+    let Some(sender) = cfg.member(&env.sender) else {
+        unreachable!("precheck found the sender among the peers")
+    };
     match env.author.kind {
         AuthorKind::Bot if env.author.name != env.sender => {
             return Err(Reject(
@@ -387,11 +426,30 @@ async fn receive_batch(
     }
     let now = (crate::envelope::now_millis() / 1000) as i64;
     let n = batch.items.len();
+    // The cheap checks of every item first, then all their signatures in one
+    // verification, then the rest of the checks in order.
+    let mut prechecked: Vec<Result<Envelope, Reject>> = Vec::with_capacity(n);
+    let mut signatures = Vec::with_capacity(n);
+    for item in &batch.items {
+        let signed = Signed {
+            id: Some(&item.id),
+            timestamp: Some(&item.timestamp),
+            signature: Some(&item.signature),
+        };
+        prechecked.push(
+            precheck(&node, signed, item.body.as_bytes(), now, Via::Http).map(|p| {
+                signatures.push(p.signature);
+                p.env
+            }),
+        );
+    }
+    let mut verdicts = node.verify.verify(signatures).await.into_iter();
     let mut results: Vec<Option<Admitted>> = (0..n).map(|_| None).collect();
     let mut fresh = Vec::new();
     let mut fresh_at = Vec::new();
     let mut stopped = false;
-    for (i, item) in batch.items.iter().enumerate() {
+    for (i, pre) in prechecked.into_iter().enumerate() {
+        let pre = pre.map(|env| (env, verdicts.next().expect("a verdict per prechecked item")));
         if stopped {
             results[i] = Some(Err(Reject(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -400,12 +458,7 @@ async fn receive_batch(
             )));
             continue;
         }
-        let signed = Signed {
-            id: Some(&item.id),
-            timestamp: Some(&item.timestamp),
-            signature: Some(&item.signature),
-        };
-        match check(&node, signed, item.body.as_bytes(), now, Via::Http) {
+        match pre.and_then(|(env, verdict)| postcheck(&node, env, verdict, Via::Http)) {
             Ok(Checked::Fresh(env)) => {
                 fresh_at.push(i);
                 fresh.push(env);

@@ -13,6 +13,7 @@
 //! - [`config`] — peers.toml: typed settings, env overrides, validation before binding.
 //! - [`envelope`] — the wire message and its rules.
 //! - [`signing`] — Standard Webhooks signatures: mesh HMAC and per-bot Ed25519.
+//! - [`verify_pool`] — `VerifyPool`: Ed25519 verification off the async workers, batched.
 //! - [`seen`] — `SeenCache`, the replay window's memory.
 //! - [`transcript`] — per-group, append-only, deduplicated, durable transcripts.
 //! - [`outbox`] — one ordered, retrying, bounded queue per peer.
@@ -62,3 +63,4 @@ pub mod simulate;
 pub mod streams;
 pub mod transcript;
 pub mod turn;
+pub mod verify_pool;

@@ -49,6 +49,8 @@ pub struct Node {
     pub outboxes: Vec<Arc<Outbox>>,
     /// Per-peer ingress rate limit.
     pub limiter: crate::bridge::RateLimiter,
+    /// Verifies envelope signatures off the async workers, coalescing concurrent ones.
+    pub verify: crate::verify_pool::VerifyPool,
     /// The turn-taking pipeline.
     pub brain: Brain,
     /// The operator's quiet switch: when set, the bot takes no turns.
@@ -339,6 +341,8 @@ pub async fn start(
     let node = Arc::new(Node {
         limiter: crate::bridge::RateLimiter::new(cfg.mesh().peer_rate_limit),
         seen: SeenCache::new(SEEN_TTL, 1_000_000),
+        verify: crate::verify_pool::VerifyPool::start(&cfg.bot().name)
+            .context("starting the signature verification thread")?,
         quiet: AtomicBool::new(false),
         accepting: CancellationToken::new(),
         turns: tokio_util::task::TaskTracker::new(),
