@@ -1124,6 +1124,7 @@ mod tests {
                     status,
                     result: result.into(),
                     detail: None,
+                    answered: None,
                 }
             })
             .collect();

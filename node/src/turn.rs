@@ -194,6 +194,16 @@ impl Brain {
         }
     }
 
+    /// For a peer's claim already on the board ([`Brain::on_claim`]): this bot's name
+    /// when it has committed to answer, or answered, the claim's trigger — what the
+    /// bridge's answer to the claim carries as `answered`.
+    pub fn answering(&self, env: &Envelope) -> Option<String> {
+        let trigger = env.reply_to.filter(|_| env.kind == Kind::Claim)?;
+        self.board
+            .answering(trigger, &self.me.name)
+            .then(|| self.me.name.clone())
+    }
+
     fn record(&self, msg: &Envelope, action: &str, reason: &str, detail: &str) {
         if passes(action, reason) {
             self.board.pass(msg.id);
