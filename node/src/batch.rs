@@ -16,6 +16,7 @@
 //! ```json
 //! {"results": [{"status": 200, "result": "accepted"},
 //!              {"status": 200, "result": "duplicate"},
+//!              {"status": 200, "result": "accepted", "answered": "Mid"},
 //!              {"status": 401, "result": "bad_signature", "detail": "…"},
 //!              {"status": 503, "result": "not_processed", "detail": "…"}]}
 //! ```
@@ -28,6 +29,11 @@
 //! retry, and sends the rest again. The request as a whole is refused with `413` over
 //! 256 KiB or [`MAX_ITEMS`] items and `400` when it is not this shape. A receiver that
 //! predates batches answers `404`: the sender then posts one envelope at a time.
+//!
+//! An accepted (or duplicate) *claim* whose trigger this node's bot has committed to
+//! answer, or answered, carries `"answered": "<bot>"` (as a single post's answer does,
+//! see [`crate::acks`]): the claimant then yields instead of posting a second answer.
+//! Senders that predate it ignore the field; receivers that predate it never send it.
 
 use std::borrow::Cow;
 
@@ -79,6 +85,10 @@ pub struct ItemResult {
     /// Why, for rejections.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// For an admitted claim: the receiving node's bot, when it has already committed
+    /// to answer (or answered) the claim's trigger, so the claimant yields.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered: Option<String>,
 }
 
 /// A batch answer.
@@ -219,8 +229,17 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r.results[0].detail, None);
+        assert_eq!(r.results[0].answered, None);
         assert_eq!(r.results[1].status, 401);
         let back = serde_json::to_string(&r.results[0]).unwrap();
         assert_eq!(back, r#"{"status":200,"result":"accepted"}"#);
+        let claim: ItemResult =
+            serde_json::from_str(r#"{"status":200,"result":"duplicate","answered":"Mid"}"#)
+                .unwrap();
+        assert_eq!(claim.answered.as_deref(), Some("Mid"));
+        assert_eq!(
+            serde_json::to_string(&claim).unwrap(),
+            r#"{"status":200,"result":"duplicate","answered":"Mid"}"#
+        );
     }
 }

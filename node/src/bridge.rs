@@ -6,6 +6,12 @@
 //! size (413) → headers (401) → JSON shape (400) → id match (400) → known sender (403)
 //! → signature and timestamp window (401) → author rules (403) → rate limit (429) →
 //! replay/duplicate (200 duplicate) → transcript (200 accepted).
+//!
+//! The answer to an admitted claim (new or duplicate) also says whether this node's
+//! bot has already committed to answer, or answered, the claim's trigger:
+//! `{"accepted": true, "answered": "<bot>"}` (and `"answered"` in a batch item's
+//! result). It is read from the claim board *after* the claim is on it, so a commit
+//! either saw the claim or is reported here (see [`crate::scheduler`], [`crate::acks`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -61,14 +67,14 @@ async fn receive(node: Arc<Node>, req: Request<Incoming>, remote: SocketAddr) ->
             };
             node.metrics.envelope_in(result);
             tracing::info!(%remote, sender = %env.sender, id = %env.id, kind = ?env.kind, group = %env.group, depth = env.depth, result, "envelope");
-            match outcome {
-                Appended::New => {
-                    server::json(StatusCode::OK, &serde_json::json!({"accepted": true}))
-                }
-                Appended::Duplicate => {
-                    server::json(StatusCode::OK, &serde_json::json!({"duplicate": true}))
-                }
+            let mut answer = match outcome {
+                Appended::New => serde_json::json!({"accepted": true}),
+                Appended::Duplicate => serde_json::json!({"duplicate": true}),
+            };
+            if let Some(bot) = node.brain.answering(&env) {
+                answer["answered"] = bot.into();
             }
+            server::json(StatusCode::OK, &answer)
         }
         Err(reject) => reject.respond(&node, remote, header_id.as_deref().unwrap_or("-"), false),
     }
@@ -523,6 +529,7 @@ fn answer(
                 status: 200,
                 result: result.into(),
                 detail: None,
+                answered: node.brain.answering(&env),
             }
         }
         Err(Reject(status, code, detail)) => {
@@ -534,6 +541,7 @@ fn answer(
                 status: status.as_u16(),
                 result: code.into(),
                 detail: Some(detail),
+                answered: None,
             }
         }
     }

@@ -391,6 +391,12 @@ pub struct BotSettings {
     /// Random extra delay, up to this, so equal relevances do not collide exactly.
     #[serde(default = "default_jitter")]
     pub jitter_ms: u64,
+    /// How long, at most, an interjection waits (once its reply is written) for its
+    /// claim to be acknowledged by every peer, so that a claim delayed in transit
+    /// cannot reach a peer after that peer has answered too. Past it the bot posts
+    /// anyway, logged and counted (`post/claim_unacked`). 0 = do not wait.
+    #[serde(default = "default_claim_ack_timeout")]
+    pub claim_ack_timeout_ms: u64,
     /// Messages of context for the judge.
     #[serde(default = "default_context")]
     pub context_messages: usize,
@@ -422,6 +428,9 @@ fn default_max_delay() -> u64 {
 }
 fn default_jitter() -> u64 {
     150
+}
+fn default_claim_ack_timeout() -> u64 {
+    3_000
 }
 fn default_context() -> usize {
     8

@@ -17,6 +17,7 @@
 //! - [`seen`] — `SeenCache`, the replay window's memory.
 //! - [`transcript`] — per-group, append-only, deduplicated, durable transcripts.
 //! - [`outbox`] — one ordered, retrying, bounded queue per peer.
+//! - [`acks`] — claim acknowledgements: when one claim has reached every peer, and who answered.
 //! - [`streams`] — the Redis Streams transport: one stream per group, a cursor per bot.
 //! - [`bridge`] — the peer-facing listener and its checks.
 //! - [`relay`] — relaying around a broken link: hop limit, original signatures, signed receipts.
@@ -38,6 +39,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod acks;
 pub mod api;
 pub mod batch;
 pub mod bridge;

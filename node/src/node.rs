@@ -65,6 +65,8 @@ pub struct Node {
     pub stream: Option<Arc<crate::streams::StreamLink>>,
     /// Relaying around broken links (its HTTP client also forwards others' copies).
     pub relay: Option<Arc<crate::relay::Relay>>,
+    /// Claims this node waits on: each outbox reports how they fared with its peer.
+    pub acks: Arc<crate::acks::AckTracker>,
 }
 
 /// Hands durable outbound messages to every peer's outbox, in log order.
@@ -204,6 +206,23 @@ impl Node {
         }
     }
 
+    /// [`Node::broadcast`], tracking the envelope's delivery to every peer: the handle
+    /// settles once each peer acknowledged it (with its `answered` value) or its
+    /// delivery was given up (a peer whose outbox refuses it counts as given up at once).
+    pub fn broadcast_tracked(&self, env: &Envelope) -> crate::acks::ClaimAcks {
+        let body = Bytes::from(env.to_bytes());
+        let id = env.id.to_string();
+        let peers = self.outboxes.iter().map(|o| o.peer().to_string()).collect();
+        let acks = self.acks.track(&id, peers);
+        for o in &self.outboxes {
+            if o.push(&id, body.clone(), None, &self.metrics).is_err() {
+                self.acks
+                    .report(&id, o.peer(), crate::acks::PeerOutcome::GivenUp);
+            }
+        }
+        acks
+    }
+
     /// Records this node's own message (human via the API, or the bot's reply) and,
     /// in the same durable write, queues it for every peer (see `transcript::Fanout`).
     /// On Feishu the bot's own message is posted to the chat first, so the envelope
@@ -278,7 +297,9 @@ pub async fn start(
             ))),
         ));
     }
+    let acks = Arc::new(crate::acks::AckTracker::default());
     for o in &outboxes {
+        o.set_acks(acks.clone());
         o.set_log_path(cfg.data_dir.join(crate::transcript::OUTBOX_LOG));
         o.set_batch_max(cfg.mesh().batch_max);
     }
@@ -354,6 +375,7 @@ pub async fn start(
         feishu,
         stream,
         relay: Some(relay),
+        acks,
         cfg,
     });
     if let Some(f) = node.feishu.clone() {

@@ -14,6 +14,10 @@
 //! the log its backlog starts and re-reads it, in sequence order, as the queue drains.
 //! Nothing durable is refused or lost however long a peer is away; only ephemeral
 //! claims are refused when the queue is full or spilling (they would be stale anyway).
+//!
+//! Claims a bot waits on are tracked ([`crate::acks`]): for every ephemeral envelope
+//! the outbox reports its final outcome for this peer (delivered, with the `answered`
+//! value of the peer's answer, or given up) to the node's [`AckTracker`].
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
@@ -28,6 +32,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::acks::{AckTracker, PeerOutcome};
 use crate::metrics::Metrics;
 use crate::signing::{Signer, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP};
 use crate::transcript::{parse_outbox_line, LoggedOutbound};
@@ -141,6 +146,9 @@ pub struct Outbox {
     batch_url: Option<String>,
     /// Envelopes per batch at most; 1 = one envelope per request.
     batch_max: AtomicUsize,
+    /// Where the final outcome of each ephemeral envelope (a claim) is reported, so
+    /// a bot can wait until its claim has reached every peer.
+    acks: OnceLock<Arc<AckTracker>>,
 }
 
 /// Where an outbox delivers.
@@ -221,6 +229,7 @@ impl Outbox {
             Link::Stream(_) => None,
         };
         Arc::new(Outbox {
+            acks: OnceLock::new(),
             batch_url,
             batch_max: AtomicUsize::new(DEFAULT_BATCH_MAX),
             peer: name.to_string(),
@@ -305,6 +314,21 @@ impl Outbox {
     /// Lets this outbox relay through other peers while its direct link is down.
     pub fn set_relay(&self, relay: Arc<crate::relay::Relay>) {
         let _ = self.relay.set(relay);
+    }
+
+    /// Reports the final outcome of every ephemeral envelope (claim) to `acks`.
+    pub fn set_acks(&self, acks: Arc<AckTracker>) {
+        let _ = self.acks.set(acks);
+    }
+
+    /// Tells the ack tracker how claim `p` fared with this peer (durable messages are
+    /// never tracked, so they skip the lookup).
+    fn report(&self, p: &Pending, outcome: PeerOutcome) {
+        if p.seq.is_none() {
+            if let Some(acks) = self.acks.get() {
+                acks.report(&p.id, &self.peer, outcome);
+            }
+        }
     }
 
     /// Health of the direct link to the peer.
@@ -570,11 +594,13 @@ impl Outbox {
                                 relay_logged = false;
                                 for (p, r) in batch.iter().zip(results) {
                                     match r {
-                                        Attempt::Delivered => {
+                                        Attempt::Delivered(answered) => {
                                             metrics.envelope_out(&self.peer, "delivered");
+                                            self.report(p, PeerOutcome::Delivered { answered });
                                         }
                                         Attempt::Permanent(why) => {
                                             metrics.envelope_out(&self.peer, "given_up");
+                                            self.report(p, PeerOutcome::GivenUp);
                                             tracing::error!(peer = %self.peer, id = %p.id, reason = %why, "peer refused envelope permanently; giving up on it");
                                         }
                                         Attempt::Retry(why) => {
@@ -616,6 +642,7 @@ impl Outbox {
                                 self.link_ok(&mut failures);
                                 for p in &batch {
                                     metrics.envelope_out(&self.peer, "delivered");
+                                    self.report(p, PeerOutcome::Delivered { answered: None });
                                     self.pop(&p.id, &metrics);
                                 }
                                 continue;
@@ -651,10 +678,11 @@ impl Outbox {
                     Attempt::Retry("direct link down (relaying until the next probe)".into())
                 };
                 match outcome {
-                    Attempt::Delivered => {
+                    Attempt::Delivered(answered) => {
                         self.link_ok(&mut failures);
                         relay_logged = false;
                         metrics.envelope_out(&self.peer, "delivered");
+                        self.report(&next, PeerOutcome::Delivered { answered });
                         tracing::debug!(peer = %self.peer, id = %next.id, attempt, "delivered");
                         break;
                     }
@@ -662,6 +690,7 @@ impl Outbox {
                         self.link_ok(&mut failures);
                         relay_logged = false;
                         metrics.envelope_out(&self.peer, "given_up");
+                        self.report(&next, PeerOutcome::GivenUp);
                         tracing::error!(peer = %self.peer, id = %next.id, attempt, reason = %why, "peer refused envelope permanently; giving up on it");
                         break;
                     }
@@ -681,12 +710,15 @@ impl Outbox {
                                 .deliver(&self.peer, &next.id, ts, &sig, &next.body)
                                 .await
                             {
+                                // The relay's receipt proves delivery but carries no `answered`.
                                 metrics.envelope_out(&self.peer, "relayed");
+                                self.report(&next, PeerOutcome::Delivered { answered: None });
                                 break;
                             }
                         }
                         if next.queued_at.elapsed() >= policy.give_up_after {
                             metrics.envelope_out(&self.peer, "given_up");
+                            self.report(&next, PeerOutcome::GivenUp);
                             tracing::error!(peer = %self.peer, id = %next.id, attempt, reason = %why, waited_s = next.queued_at.elapsed().as_secs(), "delivery deadline passed; giving up on envelope");
                             break;
                         }
@@ -725,7 +757,8 @@ impl Outbox {
             Link::Http(url) => url,
             Link::Stream(link) => {
                 return match link.append(&p.id, ts, sig, &p.body).await {
-                    Ok(()) => Attempt::Delivered,
+                    // The stream has no per-peer answer: a stored entry counts as delivered.
+                    Ok(()) => Attempt::Delivered(None),
                     Err(crate::streams::AppendError::Permanent(why)) => Attempt::Permanent(why),
                     Err(crate::streams::AppendError::Retry(why)) => Attempt::Retry(why),
                 };
@@ -748,7 +781,13 @@ impl Outbox {
                 // Read the body to the end so the connection can be reused.
                 let body = resp.bytes().await.unwrap_or_default();
                 if status.is_success() {
-                    Attempt::Delivered
+                    // Only a claim's answer can name who answered its trigger.
+                    let answered = if p.seq.is_none() {
+                        answered_field(&body)
+                    } else {
+                        None
+                    };
+                    Attempt::Delivered(answered)
                 } else if status == 400 || status == 413 {
                     Attempt::Permanent(format!(
                         "{status}: {}",
@@ -891,9 +930,20 @@ fn write_cursor(path: &Path, seq: u64) -> std::io::Result<()> {
     std::fs::rename(tmp, path)
 }
 
+/// The `answered` field of a peer's answer to a single post, if any.
+fn answered_field(body: &[u8]) -> Option<String> {
+    /// The one field read from `{"accepted": true, "answered": "…"}`.
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        answered: Option<String>,
+    }
+    serde_json::from_slice::<Answer>(body).ok()?.answered
+}
+
 #[derive(Debug)]
 enum Attempt {
-    Delivered,
+    /// Accepted (or a duplicate); for a claim, who already answers its trigger.
+    Delivered(Option<String>),
     Permanent(String),
     Retry(String),
 }
@@ -919,7 +969,7 @@ fn item_outcome(r: crate::batch::ItemResult) -> Attempt {
         None => format!("{} {}", r.status, r.result),
     };
     match r.status {
-        200..=299 => Attempt::Delivered,
+        200..=299 => Attempt::Delivered(r.answered),
         400 | 413 => Attempt::Permanent(why()),
         _ => Attempt::Retry(why()),
     }
@@ -1124,6 +1174,7 @@ mod tests {
                     status,
                     result: result.into(),
                     detail: None,
+                    answered: None,
                 }
             })
             .collect();

@@ -14,6 +14,15 @@
 //! at relevance 0 ([`WITHDRAWN`]): no bot claims at 0 (claims are floored at
 //! [`MIN_CLAIM`]), and a node that predates withdrawals reads it as a claim that
 //! beats nobody, so versions can mix.
+//!
+//! Right before it posts an interjection a bot *commits* ([`ClaimBoard::commit`]):
+//! under the board's lock it checks its standing one last time and, if clear, marks
+//! itself as answering the trigger. A peer's claim admitted after that is answered
+//! "already answered by me" ([`ClaimBoard::answering`], the `answered` field of the
+//! bridge's answer), so the claimant, which waits for its claim's acknowledgements
+//! before it posts (`turn.rs`), yields. A claim admitted before the commit is on the
+//! board when the commit checks it. Either way no claim slips between the last check
+//! and the post, however late it arrives.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -81,12 +90,34 @@ struct Trigger {
     resumed: bool,
     /// Bots that have posted a reply to it.
     answered_by: Vec<String>,
+    /// The bot (this node's) that committed to answer it ([`ClaimBoard::commit`]): a
+    /// peer's claim admitted from now on is told so.
+    committed: Option<String>,
     /// This node's bot passed on the trigger (judge declined, yielded, re-judged silent).
     passed: bool,
     /// Woken on every change.
     notify: Arc<Notify>,
     /// For eviction.
     seen_at: Option<Instant>,
+}
+
+impl Trigger {
+    /// Reason to yield for `me` holding `relevance`: another bot's answer, else the
+    /// best claim that beats it.
+    fn yield_reason(&self, me: &str, relevance: f64) -> Option<Yield> {
+        if let Some(bot) = self.answered_by.iter().find(|b| b.as_str() != me) {
+            return Some(Yield::Answered { bot: bot.clone() });
+        }
+        self.claims
+            .iter()
+            .filter(|(b, _)| b.as_str() != me)
+            .filter(|(b, r)| beats((b.as_str(), **r), (me, relevance)))
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(b, r)| Yield::BetterClaim {
+                bot: b.clone(),
+                relevance: *r,
+            })
+    }
 }
 
 /// Where a claimant stands on a trigger right now.
@@ -237,6 +268,33 @@ impl ClaimBoard {
         });
     }
 
+    /// The atomic last step before `me` posts an interjection on `trigger`: unless a
+    /// better claim stands or someone else answered (then the reason to yield), marks
+    /// this node's bot as answering, in one critical section with the check. From then
+    /// on [`ClaimBoard::answering`] is true, so every peer claim admitted later is told
+    /// the trigger is answered; every claim admitted earlier was seen by the check.
+    pub fn commit(&self, trigger: Ulid, me: &str, relevance: f64) -> Result<(), Yield> {
+        self.with(trigger, |t| {
+            if let Some(y) = t.yield_reason(me, relevance) {
+                return Err(y);
+            }
+            t.committed = Some(me.to_string());
+            Ok(())
+        })
+    }
+
+    /// Whether this node's bot `me` has committed to answer `trigger` or posted an
+    /// answer to it: what the bridge tells a peer whose claim on it arrives.
+    pub fn answering(&self, trigger: Ulid, me: &str) -> bool {
+        self.triggers
+            .lock()
+            .expect("claim board lock")
+            .get(&trigger)
+            .is_some_and(|t| {
+                t.committed.as_deref() == Some(me) || t.answered_by.iter().any(|b| b == me)
+            })
+    }
+
     /// Where `me`, claiming at `relevance`, stands on `trigger`.
     pub fn standing(&self, trigger: Ulid, me: &str, relevance: f64) -> Standing {
         match self.should_yield(trigger, me, relevance) {
@@ -248,20 +306,7 @@ impl ClaimBoard {
 
     /// Reason to yield now, if any, for `me` holding `relevance`.
     pub fn should_yield(&self, trigger: Ulid, me: &str, relevance: f64) -> Option<Yield> {
-        self.with(trigger, |t| {
-            if let Some(bot) = t.answered_by.iter().find(|b| b.as_str() != me) {
-                return Some(Yield::Answered { bot: bot.clone() });
-            }
-            t.claims
-                .iter()
-                .filter(|(b, _)| b.as_str() != me)
-                .filter(|(b, r)| beats((b.as_str(), **r), (me, relevance)))
-                .max_by(|a, b| a.1.total_cmp(b.1))
-                .map(|(b, r)| Yield::BetterClaim {
-                    bot: b.clone(),
-                    relevance: *r,
-                })
-        })
+        self.with(trigger, |t| t.yield_reason(me, relevance))
     }
 
     /// Waits for `me`'s turn on `trigger` until `deadline`. Behind a better claim it
@@ -482,5 +527,58 @@ mod tests {
             Instant::now() - start,
             Duration::from_millis(1800) + STANDBY_MAX
         );
+    }
+
+    #[test]
+    fn commit_checks_and_marks_in_one_step() {
+        let board = ClaimBoard::default();
+        let t = Ulid::new();
+        board.claim(t, "B", 0.9);
+        assert_eq!(
+            board.commit(t, "A", 0.6),
+            Err(Yield::BetterClaim {
+                bot: "B".into(),
+                relevance: 0.9
+            }),
+            "behind a better claim: no commit"
+        );
+        assert!(!board.answering(t, "A"));
+        board.withdraw(t, "B");
+        board.claim(t, "C", 0.5);
+        assert_eq!(
+            board.commit(t, "A", 0.6),
+            Ok(()),
+            "a worse claim is no obstacle"
+        );
+        assert!(board.answering(t, "A"));
+
+        let t2 = Ulid::new();
+        board.answered(t2, "C");
+        assert_eq!(
+            board.commit(t2, "A", 0.9),
+            Err(Yield::Answered { bot: "C".into() })
+        );
+        assert!(!board.answering(t2, "A"));
+    }
+
+    #[test]
+    fn a_claim_arriving_after_the_commit_is_told_it_is_answered() {
+        let board = ClaimBoard::default();
+        let t = Ulid::new();
+        assert!(!board.answering(t, "A"), "nothing known about the trigger");
+        board.commit(t, "A", 0.6).unwrap();
+        // B's better claim was late: it lands after A committed. The board takes it,
+        // and the answer the bridge computes from the board says A is answering.
+        board.claim(t, "B", 0.9);
+        assert!(board.answering(t, "A"));
+        assert!(!board.answering(t, "B"), "only the committed bot counts");
+        // Posting (observed) keeps it answered; another trigger is not.
+        board.answered(t, "A");
+        assert!(board.answering(t, "A"));
+        assert!(!board.answering(Ulid::new(), "A"));
+        // A mention reply (no claim, no commit) also counts once posted.
+        let t3 = Ulid::new();
+        board.answered(t3, "A");
+        assert!(board.answering(t3, "A"));
     }
 }

@@ -16,7 +16,11 @@
 //! prompt whose bytes are reported, [`delay_for`] gives the wait (its jitter is drawn
 //! from the run's seeded generator instead of `thread_rng`, same range), and each
 //! simulated node keeps its own [`ClaimBoard`] fed by the claims and replies that
-//! reach it over the simulated network. Only the LLM is scripted.
+//! reach it over the simulated network. A claim's delivery is acknowledged: the
+//! answer travels back with what the receiver's board said ([`ClaimBoard::answering`]),
+//! and a bot posts an interjection only after the acknowledgements (or
+//! `claim_ack_timeout_ms`) and [`ClaimBoard::commit`], as `turn.rs` does. Only the
+//! LLM is scripted.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
@@ -622,6 +626,9 @@ enum Stage {
     Wait,
     Rejudge,
     Write,
+    /// The reply is written; waiting for the claim's acknowledgements (at most
+    /// `claim_ack_timeout_ms`), as `turn::consider_with` does.
+    AwaitAcks,
     /// The reply is written but a better claim arrived meanwhile: stand by with it.
     Held,
 }
@@ -658,6 +665,16 @@ enum Event {
         trigger: Ulid,
         from: String,
         relevance: f64,
+        /// For a claim (not a withdrawal): the network delay of the answer back to the
+        /// claimant, which acknowledges it.
+        ack_after: Option<u64>,
+    },
+    /// A peer's answer to bot `to`'s claim on `trigger` reaches it: `answered` is the
+    /// peer's bot when it had committed to (or posted) an answer at delivery time.
+    Ack {
+        to: usize,
+        trigger: Ulid,
+        answered: Option<String>,
     },
     /// Task `.0`'s next step, valid while the task's generation is still `.1`.
     Step(usize, u32),
@@ -676,7 +693,21 @@ struct Post {
     mentioned: Vec<usize>,
 }
 
+/// What a bot knows about the acknowledgements of its own claim on one trigger
+/// (`acks::Acks` as the claim's `acks::ClaimAcks` handle sees it).
+#[derive(Default)]
+struct ClaimAckState {
+    /// Peers that have not answered yet.
+    pending: usize,
+    /// A peer's bot that, by its answer, already answers the trigger.
+    answered: Option<String>,
+    /// The task waiting on these acknowledgements (stage `AwaitAcks`).
+    awaiting: Option<usize>,
+}
+
 struct BotState {
+    /// This bot's own claims' acknowledgements, by trigger.
+    acks: HashMap<Ulid, ClaimAckState>,
     transcript: Vec<Arc<Envelope>>,
     arrived: Vec<u64>,
     board: ClaimBoard,
@@ -829,6 +860,7 @@ impl<'w> Sim<'w> {
                 .bots
                 .iter()
                 .map(|_| BotState {
+                    acks: HashMap::new(),
                     transcript: Vec::new(),
                     arrived: Vec::new(),
                     board: ClaimBoard::default(),
@@ -877,6 +909,7 @@ impl<'w> Sim<'w> {
                     trigger,
                     from,
                     relevance,
+                    ack_after,
                 } => {
                     self.log(Some(to), |s| {
                         if relevance <= WITHDRAWN {
@@ -889,8 +922,32 @@ impl<'w> Sim<'w> {
                         }
                     });
                     self.bots[to].board.claim(trigger, &from, relevance);
+                    if let Some(back) = ack_after {
+                        // The bridge answers from the board, after the claim is on it.
+                        let me = &self.w.bots[to].name;
+                        let answered = self.bots[to]
+                            .board
+                            .answering(trigger, me)
+                            .then(|| me.clone());
+                        let claimant = self.w.bots.iter().position(|b| b.name == from);
+                        if let Some(claimant) = claimant {
+                            self.at(
+                                self.now + back,
+                                Event::Ack {
+                                    to: claimant,
+                                    trigger,
+                                    answered,
+                                },
+                            );
+                        }
+                    }
                     self.check_yields(to);
                 }
+                Event::Ack {
+                    to,
+                    trigger,
+                    answered,
+                } => self.ack(to, trigger, answered),
                 Event::Step(id, gen) if self.tasks[id].gen == gen => self.step(id),
                 Event::Step(..) => {} // superseded by a later schedule
             }
@@ -911,6 +968,13 @@ impl<'w> Sim<'w> {
     /// `retry_max_ms`, jitter in [d/2, d]), drawing loss and delay afresh. Nothing
     /// accepted is lost: a drop makes an envelope late, never absent.
     fn link(&mut self, from: &str, to: &str, carry: Carry) -> u64 {
+        self.link_answered(from, to, carry).0
+    }
+
+    /// [`Sim::link`], also giving the network delay of the answer that acknowledges
+    /// the delivery (it travels back on the same request, so the outbox is free again
+    /// once it arrives).
+    fn link_answered(&mut self, from: &str, to: &str, carry: Carry) -> (u64, u64) {
         let t = &self.w.scenario.timing;
         let l = self
             .w
@@ -937,7 +1001,7 @@ impl<'w> Sim<'w> {
             let d = dist.sample(&mut self.rng);
             if !lost {
                 self.link_free.insert(key, at + 2 * d);
-                return at + d - self.now;
+                return (at + d - self.now, d);
             }
             at += 2 * d + self.backoff(attempt);
         }
@@ -1135,14 +1199,26 @@ impl<'w> Sim<'w> {
         self.send_claim(b, trigger, WITHDRAWN);
     }
 
-    /// Broadcasts bot `b`'s claim (or withdrawal) on `trigger` to every peer.
+    /// Broadcasts bot `b`'s claim (or withdrawal) on `trigger` to every peer; a claim's
+    /// deliveries are tracked (`Node::broadcast_tracked`) and each peer's answer comes
+    /// back one network delay after the delivery.
     fn send_claim(&mut self, b: usize, trigger: Ulid, relevance: f64) {
         let name = self.w.bots[b].name.clone();
+        let tracked = relevance > WITHDRAWN;
+        if tracked {
+            self.bots[b].acks.insert(
+                trigger,
+                ClaimAckState {
+                    pending: self.w.bots.len() - 1,
+                    ..ClaimAckState::default()
+                },
+            );
+        }
         for p in 0..self.w.bots.len() {
             if p == b {
                 continue;
             }
-            let d = self.link(&name, &self.w.bots[p].name, Carry::Claim);
+            let (d, back) = self.link_answered(&name, &self.w.bots[p].name, Carry::Claim);
             self.at(
                 self.now + d,
                 Event::Claim {
@@ -1150,8 +1226,35 @@ impl<'w> Sim<'w> {
                     trigger,
                     from: name.clone(),
                     relevance,
+                    ack_after: tracked.then_some(back),
                 },
             );
+        }
+    }
+
+    /// A peer's answer to bot `b`'s claim on `trigger` arrives; a turn waiting on the
+    /// acknowledgements goes on once they are settled (`acks::Acks::settled`).
+    fn ack(&mut self, b: usize, trigger: Ulid, answered: Option<String>) {
+        let Some(st) = self.bots[b].acks.get_mut(&trigger) else {
+            return;
+        };
+        st.pending = st.pending.saturating_sub(1);
+        if st.answered.is_none() {
+            st.answered = answered.clone();
+        }
+        let settled = st.pending == 0 || st.answered.is_some();
+        let waiting = st.awaiting.filter(|_| settled);
+        self.log(Some(b), |s| match &answered {
+            Some(bot) => format!(
+                "ack for its claim on {}: answered by {bot}",
+                s.num(&trigger)
+            ),
+            None => format!("ack for its claim on {}", s.num(&trigger)),
+        });
+        if let Some(id) = waiting {
+            if self.tasks[id].stage == Stage::AwaitAcks && !self.tasks[id].done {
+                self.schedule(id, self.now);
+            }
         }
     }
 
@@ -1564,28 +1667,27 @@ impl<'w> Sim<'w> {
                 }
             }
             Stage::Write => {
-                // The hard rules once more, then the last yield check, as turn.rs does.
+                // The hard rules once more, then (for an interjection) the claim's
+                // acknowledgements and the commit, as turn.rs does.
                 if self.final_rules(id) {
                     return;
                 }
-                if let (Some(r), false) = (self.tasks[id].relevance, self.tasks[id].everyone) {
-                    if self.bots[b]
-                        .board
-                        .should_yield(msg.id, &me.name, r)
-                        .is_some()
-                    {
-                        // Hold the written reply: stand by (or yield if answered).
-                        self.tasks[id].stage = Stage::Held;
-                        self.tasks[id].deadline = self.now;
-                        if self.standing_changed(id) {
-                            return;
-                        }
-                        self.bots[b].waiting.push(id);
-                        return;
-                    }
+                if self.tasks[id].relevance.is_none() || self.tasks[id].everyone {
+                    return self.post(id);
                 }
-                self.post(id);
+                let timeout = me.claim_ack_timeout_ms;
+                let st = self.bots[b].acks.entry(msg.id).or_default();
+                if timeout > 0 && st.pending > 0 && st.answered.is_none() {
+                    st.awaiting = Some(id);
+                    self.tasks[id].stage = Stage::AwaitAcks;
+                    self.log(Some(b), |s| {
+                        format!("waits for the acks of its claim on {}", s.num(&msg.id))
+                    });
+                    return self.schedule(id, self.now + timeout);
+                }
+                self.after_acks(id);
             }
+            Stage::AwaitAcks => self.after_acks(id),
             Stage::Held => {
                 let t = &self.tasks[id];
                 if self.now < t.deadline {
@@ -1602,10 +1704,52 @@ impl<'w> Sim<'w> {
                     }
                     return;
                 }
-                // The better claim was withdrawn: post what was written, rules permitting.
+                // The better claim was withdrawn: commit what was written, rules permitting.
                 self.bots[b].waiting.retain(|t| *t != id);
                 if !self.final_rules(id) {
-                    self.post(id);
+                    self.commit_or_hold(id);
+                }
+            }
+        }
+    }
+
+    /// After the claim's acknowledgements (all in, or the timeout): yield if a peer
+    /// answers already, count a timeout, then commit.
+    fn after_acks(&mut self, id: usize) {
+        let b = self.tasks[id].bot;
+        let trigger = self.tasks[id].msg.id;
+        let (pending, answered) = self.bots[b]
+            .acks
+            .get(&trigger)
+            .map_or((0, None), |a| (a.pending, a.answered.clone()));
+        if let Some(bot) = answered {
+            self.bots[b].board.answered(trigger, &bot);
+            self.tasks[id].done = true;
+            self.tally.replies_discarded += 1;
+            self.note(b, trigger, "yield_writing", "already_answered");
+            self.log(Some(b), |_| format!("  ({bot} answers it, by its ack)"));
+            return self.withdraw(id);
+        }
+        if pending > 0 && self.w.bots[b].claim_ack_timeout_ms > 0 {
+            self.note(b, trigger, "post", "claim_unacked");
+        }
+        self.commit_or_hold(id);
+    }
+
+    /// `ClaimBoard::commit`: post, or hold the written reply and stand by behind a
+    /// better claim (yield if the trigger is answered).
+    fn commit_or_hold(&mut self, id: usize) {
+        let b = self.tasks[id].bot;
+        let trigger = self.tasks[id].msg.id;
+        let r = self.tasks[id].relevance.unwrap_or(0.0);
+        let name = self.w.bots[b].name.clone();
+        match self.bots[b].board.commit(trigger, &name, r) {
+            Ok(()) => self.post(id),
+            Err(_) => {
+                self.tasks[id].stage = Stage::Held;
+                self.tasks[id].deadline = self.now;
+                if !self.standing_changed(id) {
+                    self.bots[b].waiting.push(id);
                 }
             }
         }
@@ -1675,7 +1819,9 @@ impl<'w> Sim<'w> {
                 }
                 self.start_reply(id);
             }
-            Stage::Rejudge | Stage::Held => unreachable!("xiaoba never re-judges or holds"),
+            Stage::Rejudge | Stage::AwaitAcks | Stage::Held => {
+                unreachable!("xiaoba never re-judges or holds")
+            }
             Stage::Write => self.post(id),
         }
     }
@@ -1731,7 +1877,9 @@ impl<'w> Sim<'w> {
                 }
             }
             Stage::Write => self.post(id),
-            Stage::Wait | Stage::Rejudge | Stage::Held => unreachable!("nanobot never waits"),
+            Stage::Wait | Stage::Rejudge | Stage::AwaitAcks | Stage::Held => {
+                unreachable!("nanobot never waits")
+            }
         }
     }
 
@@ -1767,7 +1915,9 @@ impl<'w> Sim<'w> {
             }
             Stage::Wait => self.start_reply(id),
             Stage::Write => self.post(id),
-            Stage::Rejudge | Stage::Held => unreachable!("the panel never re-judges or holds"),
+            Stage::Rejudge | Stage::AwaitAcks | Stage::Held => {
+                unreachable!("the panel never re-judges or holds")
+            }
         }
     }
 
@@ -2477,22 +2627,44 @@ fn findings(r: &Report) -> String {
             .all(|s| info(&s.name).is_some_and(|c| c.lossy));
         let _ = writeln!(
             d,
-            "- botmesh's duplicates all come from {}. The simulated outbox never loses an envelope (a drop is a failed \
-attempt, retried with the real backoff), so these are *late* claims: at 50% loss per attempt a claim can need \
-several retries (200, 400, 800 ms …) and arrive after the other bot has written and posted its answer. When the \
-late claim does arrive while the other bot still holds its written reply, that bot stands by and posts nothing \
-(`yield_writing/better_claim`: {} times); what is left is a better claim that no check could see yet. Closing \
-it needs claims to be acknowledged (go only once one's own claim has reached every peer, or its delivery \
-has been given up), which the outbox does not yet report per envelope.",
+            "- botmesh's duplicates all come from {}. A bot posts an interjection only once its claim has reached every \
+peer, so a late claim cannot land after the peer's answer, except when the acknowledgements do not all come back \
+within `claim_ack_timeout_ms`: the bot then posts anyway (`post/claim_unacked`: {} times), and a claim still in \
+transit can meet the other bot's answer.",
             if all_lossy {
                 "scenarios that lose claims or messages"
             } else {
                 "these scenarios (not all of them lossy)"
             },
-            reason("yield_writing/better_claim")
+            reason("post/claim_unacked")
         );
     } else {
-        d.push_str("- botmesh posted no duplicate interjection in any run.\n");
+        let network = r
+            .groups
+            .iter()
+            .find(|g| g.name == "network")
+            .and_then(|g| g.get(PolicyKind::Botmesh))
+            .and_then(|m| m.right_bot_first_pct);
+        let _ = writeln!(
+            d,
+            "- botmesh posted no duplicate interjection in any run. Under loss a claim can need several retries \
+(200, 400, 800 ms …) and arrive late; what keeps a late claim from producing a second answer is the claim's \
+acknowledgement: a bot posts an interjection only once its own claim has reached every peer, and then commits \
+on its board in one step with the last check (`ClaimBoard::commit`). A peer that committed first says so in its \
+acknowledgement, and the bot throws its written reply away (`yield_writing/already_answered`, which also counts \
+answers heard as messages while writing: {} times); a \
+better claim that arrived before the commit makes it stand by with its reply (`yield_writing/better_claim`: {} \
+times). {} posts went out after `claim_ack_timeout_ms` without every acknowledgement (`post/claim_unacked`); \
+none of them produced a duplicate in these runs, but that timeout is the window that remains. The price is \
+the ranking under loss: when the more relevant bot's claim is the late one, the less relevant bot may commit \
+first and answer alone{}.",
+            reason("yield_writing/already_answered"),
+            reason("yield_writing/better_claim"),
+            reason("post/claim_unacked"),
+            network.map_or(String::new(), |p| format!(
+                " (right bot first in the network group: {p:.1}%)"
+            ))
+        );
     }
 
     // Right bot first, per group.
@@ -2661,10 +2833,19 @@ Only the LLM is scripted. The decisions are the real code:
   `scheduler::grace_for`, once the trigger is answered it yields for good;
 - **the rest of `wait_turn`**: after the wait, if anyone else's message arrived since the trigger, one
   re-judge (an extra judge call) with the fresh context `turn.rs` builds; after the reply is written,
-  the rules once more and one more `should_yield` check (behind a better claim it holds the written
-  reply and stands by); every way out that posts nothing withdraws the bot's claim
-  (`turn::withdraw_claim`); a message that asks everyone (`Decision::everyone`) skips yields and the
-  re-judge.
+  the rules once more; every way out that posts nothing withdraws the bot's claim
+  (`turn::withdraw_claim`); a message that asks everyone (`Decision::everyone`) skips yields, the
+  re-judge and the acknowledgements;
+- **claim acknowledgements and the commit**: every peer's answer to a claim travels back one network
+  delay after the delivery (on the same request, so the outbox is busy until it arrives) and carries
+  what the receiving node's board says at that moment, after the claim is on it:
+  `ClaimBoard::answering`, i.e. whether its bot has committed to or posted an answer. Once its reply is
+  written, a bot waits until every peer has acknowledged its claim, at most `claim_ack_timeout_ms`
+  (default 3000 ms; as `acks::ClaimAcks::wait`), yields at once if an acknowledgement says the
+  trigger is answered (`yield_writing/already_answered`), counts `post/claim_unacked` if the timeout
+  passed first, then calls `ClaimBoard::commit`: behind a better claim it holds the written reply and
+  stands by (and commits again if that claim is withdrawn); otherwise it is marked as answering and
+  posts.
 
 Defaults unless a scenario says otherwise: `max_depth = 3`, `llm_threshold = 1`, 6 bot messages a
 minute, delays 1000–3000 ms with 150 ms jitter, `min_relevance = 0.3`, 8 messages of judge context;
@@ -2675,7 +2856,7 @@ U(20–150) ms, no failed deliveries, no LLM failures (a failed call means silen
 
 | policy | follows | on a human message | on a bot message | delay and collisions | loop brake |
 |---|---|---|---|---|---|
-| **botmesh** | DESIGN.md, "What a node does with each incoming message"; the real code | mentioned → reply at once; addressed to someone else / acknowledgement → silent; else judge → claim → wait `min + (1 − r)(max − min)` + jitter | same rules (mentioned at depth > `llm_threshold` → judge first) | stands by behind a better claim, re-enters if it is withdrawn, yields once the trigger is answered; re-judges once if anyone spoke meanwhile; on a message to everyone nobody yields | `depth ≥ max_depth` never; per-group bot message cap |
+| **botmesh** | DESIGN.md, "What a node does with each incoming message"; the real code | mentioned → reply at once; addressed to someone else / acknowledgement → silent; else judge → claim → wait `min + (1 − r)(max − min)` + jitter | same rules (mentioned at depth > `llm_threshold` → judge first) | stands by behind a better claim, re-enters if it is withdrawn, yields once the trigger is answered; re-judges once if anyone spoke meanwhile; posts only once every peer acknowledged its claim (or after `claim_ack_timeout_ms`) and none answered, committing atomically; on a message to everyone nobody yields | `depth ≥ max_depth` never; per-group bot message cap |
 | **xiaoba** | seed 004 (XiaoBa bot2bot bridge, P0 judge) as the issue describes it, and DESIGN.md's list of its weaknesses ("random 1–3 s delays that let two bots answer the same question", "LLM-only loop guards") | mentioned → full reply at once ("被@则触发推理"); else judge with the last 10 messages | every broadcast is judged the same way | uniform random 1–3 s; silent if any bot broadcast arrived during the wait; no check after writing | none but the LLM (seed 004 §四.2: "两个 bot 互相@会无限循环") |
 | **nanobot** | seed 000 (Feishu relay, stop policy §4), seed 001 (transcript `get_recent(20)` for the relevance check) | mentioned → reply; else `_check_relevance` (judge) → reply; no delay | not mentioned → ignored (never interjects on bots); mentioned → depth = trailing bot messages in the transcript incl. this one: `≥ max` reject, `≤ threshold` reply, else LLM YES/NO | none: everyone who passes replies at once | the depth rule above (`max_bot_reply_depth` 3, `bot_reply_llm_threshold` 1: same numbers as botmesh) |
 | **review-panel** | seed 002 (review panel protocol §3.1, §4.1, §8.1) | `should_respond` (judge on the message alone) → random 2–4 s (`reaction_delay: random(2, 4)`) → reply; mentioned → reply after the delay without judging | ignored, no LLM call (`finish()`) | none: every judge that says yes speaks | ignoring bots |

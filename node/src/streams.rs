@@ -18,6 +18,13 @@
 //! Freshness: a reader judges an entry's signature timestamp against the time Redis
 //! stored it (the entry id), not against its own clock, so a catch-up after hours
 //! still verifies while an old envelope re-added to the stream is stale.
+//!
+//! Claim acknowledgements ([`crate::acks`]): the stream has no per-peer answer, so a
+//! claim is counted as delivered to every stream peer once its XADD succeeded, and no
+//! `answered` comes back from them. A bot on the stream thus waits for Redis, not for
+//! its peers; a stream peer that already answers the trigger is only learned from its
+//! answer (a message) or, if late, not at all: the residual window acknowledgements
+//! close on HTTP links.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -3,8 +3,19 @@
 //! `consider` runs the pipeline for one message: policy (depth, quiet, caps, mentions,
 //! local filters) → judge (one short LLM call, or the offline overlap judge) →
 //! scheduler (relevance-scaled wait with claims, yield, one re-judge) → reply (one
-//! LLM call) → publish (transcript + every peer's outbox). Each step logs its decision
-//! and counts it in `botmesh_decisions_total{action,reason}`.
+//! LLM call) → for an interjection, the claim's acknowledgements and the commit →
+//! publish (transcript + every peer's outbox). Each step logs its decision and counts
+//! it in `botmesh_decisions_total{action,reason}`.
+//!
+//! Before an interjection is posted, the bot waits (at most `claim_ack_timeout_ms`)
+//! until its claim has reached every peer ([`crate::acks`]): a peer that already
+//! committed to answer says so in its acknowledgement, and the bot yields
+//! (`yield_writing/already_answered`). Then it commits on its board
+//! ([`ClaimBoard::commit`]): behind a better claim that arrived meanwhile it stands
+//! by with its written reply; otherwise it is marked as answering, so any claim that
+//! reaches it from now on is told so. A claim that is late in transit therefore
+//! cannot produce a second answer. If some peer never acknowledges in time, the bot
+//! posts anyway, logged at warn and counted as `post/claim_unacked`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,6 +23,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use ulid::Ulid;
 
+use crate::acks::ClaimAcks;
 use crate::config::{BotSettings, LlmSettings, NodeConfig};
 use crate::envelope::{now_millis, Author, AuthorKind, Envelope, Kind, Why, PROTOCOL_VERSION};
 use crate::events::{Event, EventBus};
@@ -78,7 +90,8 @@ const ROUTINE_SILENCE: &[&str] = &[
 
 /// Whether a decision means this bot passed on the trigger for good.
 pub fn passes(action: &str, reason: &str) -> bool {
-    action == "yield" || matches!(reason, "judge_declined" | "rejudged_silent")
+    matches!(action, "yield" | "yield_writing")
+        || matches!(reason, "judge_declined" | "rejudged_silent")
 }
 
 /// Builds the roster the matcher needs.
@@ -192,6 +205,16 @@ impl Brain {
         if let (Some(trigger), Some(r)) = (env.reply_to, env.relevance) {
             self.board.claim(trigger, &env.sender, r);
         }
+    }
+
+    /// For a peer's claim already on the board ([`Brain::on_claim`]): this bot's name
+    /// when it has committed to answer, or answered, the claim's trigger — what the
+    /// bridge's answer to the claim carries as `answered`.
+    pub fn answering(&self, env: &Envelope) -> Option<String> {
+        let trigger = env.reply_to.filter(|_| env.kind == Kind::Claim)?;
+        self.board
+            .answering(trigger, &self.me.name)
+            .then(|| self.me.name.clone())
     }
 
     fn record(&self, msg: &Envelope, action: &str, reason: &str, detail: &str) {
@@ -490,10 +513,14 @@ pub async fn consider_with(node: Arc<Node>, msg: Arc<Envelope>, platform: &[Plat
             }
         }
     };
+    // The claim's acknowledgements, for an interjection (a round to everyone does not
+    // wait for them: nobody yields there).
+    let mut acks = None;
     if let Some(r) = relevance {
-        if !wait_turn(&node, &msg, r, d.everyone).await {
+        let Some(claim_acks) = wait_turn(&node, &msg, r, d.everyone).await else {
             return;
-        }
+        };
+        acks = Some(claim_acks).filter(|_| !d.everyone);
     }
     // From here on, every way out that posts nothing withdraws this bot's claim, so
     // the bots that stood by behind it re-enter (a yield is not final).
@@ -558,21 +585,54 @@ pub async fn consider_with(node: Arc<Node>, msg: Arc<Envelope>, platform: &[Plat
         withdraw(reason);
         return;
     }
-    if let Some(r) = relevance.filter(|_| !d.everyone) {
-        // A better claim heard while writing: stand by with the text written; post it
-        // only if that claim is withdrawn (after the hard rules once more).
-        if brain
-            .board
-            .should_yield(msg.id, &brain.me.name, r)
-            .is_some()
-        {
-            let now = tokio::time::Instant::now();
-            let grace = grace_for(&brain.me, r);
-            let outcome = tokio::select! {
-                y = brain.board.wait(msg.id, &brain.me.name, r, now, grace) => y,
-                _ = node.accepting.cancelled() => Some(Yield::Answered { bot: String::new() }),
+    if let (Some(r), Some(acks)) = (relevance, acks.as_mut()) {
+        // Wait until the claim has reached every peer, so that it cannot land on a peer
+        // after that peer has answered too; a peer that already answers says so.
+        let timeout = Duration::from_millis(brain.me.claim_ack_timeout_ms);
+        let known = tokio::select! {
+            a = acks.wait(timeout) => a,
+            _ = node.accepting.cancelled() => {
+                withdraw("shutting down");
+                return;
+            }
+        };
+        if let Some(bot) = known.answered.first() {
+            brain.board.answered(msg.id, bot);
+            brain.record(
+                &msg,
+                "yield_writing",
+                "already_answered",
+                &format!("{bot} answers it, by its acknowledgement of this bot's claim"),
+            );
+            withdraw("yielded while writing");
+            return;
+        }
+        if !known.pending.is_empty() && brain.me.claim_ack_timeout_ms > 0 {
+            tracing::warn!(bot = %brain.me.name, trigger = %msg.id, unacked = ?known.pending, timeout_ms = brain.me.claim_ack_timeout_ms, "claim not acknowledged by every peer in time; posting anyway");
+            brain.record(
+                &msg,
+                "post",
+                "claim_unacked",
+                &format!("no acknowledgement from {}", known.pending.join(", ")),
+            );
+        }
+        // Commit, in one step with the last standing check. Behind a better claim heard
+        // meanwhile: stand by with the text written; go on only if that claim is
+        // withdrawn (after the hard rules once more), then commit again.
+        loop {
+            let y = match brain.board.commit(msg.id, &brain.me.name, r) {
+                Ok(()) => break,
+                Err(y @ Yield::Answered { .. }) => Some(y),
+                Err(Yield::BetterClaim { .. }) => {
+                    let now = tokio::time::Instant::now();
+                    let grace = grace_for(&brain.me, r);
+                    tokio::select! {
+                        y = brain.board.wait(msg.id, &brain.me.name, r, now, grace) => y,
+                        _ = node.accepting.cancelled() => Some(Yield::Answered { bot: String::new() }),
+                    }
+                }
             };
-            if let Some(y) = outcome {
+            if let Some(y) = y {
                 brain.record(
                     &msg,
                     "yield_writing",
@@ -696,19 +756,25 @@ pub fn withdraw_claim(node: &Arc<Node>, msg: &Envelope, why: &str) {
 
 /// Claims the trigger, waits the relevance-scaled delay, stands by behind a better
 /// claim (and re-enters if it is withdrawn), yields if the trigger is answered, and
-/// re-judges once if others spoke meanwhile. True means: go ahead and reply.
+/// re-judges once if others spoke meanwhile. `Some` means: go ahead and reply; it
+/// holds the claim's acknowledgements, to await before posting.
 ///
 /// On a message that asks everyone (`everyone`), the claim only staggers the answers:
 /// nobody yields to a better claim or to another answer, and there is no re-judge
 /// (the others' answers are what was asked for).
-async fn wait_turn(node: &Arc<Node>, msg: &Envelope, relevance: f64, everyone: bool) -> bool {
+async fn wait_turn(
+    node: &Arc<Node>,
+    msg: &Envelope,
+    relevance: f64,
+    everyone: bool,
+) -> Option<ClaimAcks> {
     let brain = &node.brain;
     let me = brain.me.name.clone();
     let relevance = relevance.max(MIN_CLAIM);
     let delay = delay_for(&brain.me, relevance);
     brain.board.claim(msg.id, &me, relevance);
     let claim = claim_envelope(&me, msg, relevance);
-    node.broadcast(&claim);
+    let acks = node.broadcast_tracked(&claim);
     node.events.publish(Event::Claim {
         envelope: Arc::new(claim),
     });
@@ -719,7 +785,7 @@ async fn wait_turn(node: &Arc<Node>, msg: &Envelope, relevance: f64, everyone: b
             _ = tokio::time::sleep_until(deadline) => {}
             _ = node.accepting.cancelled() => {
                 withdraw_claim(node, msg, "shutting down");
-                return false;
+                return None;
             }
         }
         brain.record(
@@ -728,14 +794,14 @@ async fn wait_turn(node: &Arc<Node>, msg: &Envelope, relevance: f64, everyone: b
             "everyone_asked",
             "no yield on a message to everyone",
         );
-        return true;
+        return Some(acks);
     }
     let grace = grace_for(&brain.me, relevance);
     let outcome = tokio::select! {
         y = brain.board.wait(msg.id, &me, relevance, deadline, grace) => y,
         _ = node.accepting.cancelled() => {
             withdraw_claim(node, msg, "shutting down");
-            return false;
+            return None;
         }
     };
     if let Some(y) = outcome {
@@ -743,7 +809,7 @@ async fn wait_turn(node: &Arc<Node>, msg: &Envelope, relevance: f64, everyone: b
         // Gave up for good (answered, or the better claimant vanished): let any bot
         // behind this one go.
         withdraw_claim(node, msg, "yielded");
-        return false;
+        return None;
     }
     if brain.board.resumed(msg.id) {
         brain.record(
@@ -786,11 +852,11 @@ async fn wait_turn(node: &Arc<Node>, msg: &Envelope, relevance: f64, everyone: b
                     &format!("{} newer messages", newer.len()),
                 );
                 withdraw_claim(node, msg, "re-judged silent");
-                return false;
+                return None;
             }
         }
     }
-    true
+    Some(acks)
 }
 
 /// `POST /v1/explain` and `botmesh explain` input.

@@ -502,28 +502,60 @@ pub fn is_judge(seen: &fake_llm::Seen) -> bool {
     seen.purpose_hint.as_deref() == Some("judge")
 }
 
-/// An HTTP forwarder put in front of one node's bridge (via `bridge_url`) that can
-/// swallow claim envelopes: it answers 200 as if delivered but never forwards them,
-/// so the receiving bot never learns of the claim.
-pub struct ClaimDropProxy {
+/// An HTTP forwarder put in front of one node's bridge (via `bridge_url`) that
+/// interferes with claim envelopes and forwards everything else untouched. Dropping
+/// ([`ClaimProxy::dropping`]): it answers a single-posted claim 200 as if delivered
+/// but never forwards it, so the receiving bot never learns of the claim. Holding
+/// ([`ClaimProxy::holding`]): it holds any request that carries a claim (single or in
+/// a batch) for a while before forwarding it, as a slow or lossy link would make a
+/// claim late; the sender's outbox, which sends in order, waits behind it.
+pub struct ClaimProxy {
     /// Where the proxy listens (use as the bot's `bridge_url`).
     pub url: String,
     target: std::sync::Arc<std::sync::Mutex<Option<String>>>,
-    /// How many claims were swallowed.
-    pub dropped: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// How many claims were swallowed or held.
+    pub claims: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
-impl ClaimDropProxy {
-    /// Starts the proxy; set its target with [`ClaimDropProxy::forward_to`].
-    pub async fn start() -> ClaimDropProxy {
+/// Whether a request body to a bridge carries a claim: a claim envelope, or a batch
+/// with one among its items.
+fn carries_claim(body: &[u8]) -> bool {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return false;
+    };
+    let is_claim = |e: &serde_json::Value| e["kind"] == "claim";
+    is_claim(&v)
+        || v["items"].as_array().is_some_and(|items| {
+            items.iter().any(|i| {
+                i["body"]
+                    .as_str()
+                    .and_then(|b| serde_json::from_str::<serde_json::Value>(b).ok())
+                    .is_some_and(|e| is_claim(&e))
+            })
+        })
+}
+
+impl ClaimProxy {
+    /// A proxy that swallows single-posted claims; set its target with
+    /// [`ClaimProxy::forward_to`].
+    pub async fn dropping() -> ClaimProxy {
+        ClaimProxy::start(None).await
+    }
+
+    /// A proxy that forwards requests carrying a claim only after `hold`.
+    pub async fn holding(hold: Duration) -> ClaimProxy {
+        ClaimProxy::start(Some(hold)).await
+    }
+
+    async fn start(hold: Option<Duration>) -> ClaimProxy {
         use http_body_util::{BodyExt, Full};
         let listener = bind().await;
         let url = format!("http://{}", listener.local_addr().unwrap());
         let target: std::sync::Arc<std::sync::Mutex<Option<String>>> = Default::default();
-        let dropped: std::sync::Arc<std::sync::atomic::AtomicUsize> = Default::default();
+        let claims: std::sync::Arc<std::sync::atomic::AtomicUsize> = Default::default();
         let client = reqwest::Client::builder().no_proxy().build().unwrap();
-        let (t, d) = (target.clone(), dropped.clone());
+        let (t, d) = (target.clone(), claims.clone());
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
@@ -541,10 +573,14 @@ impl ClaimDropProxy {
                                     .await
                                     .map(|c| c.to_bytes())
                                     .unwrap_or_default();
+                                if let Some(hold) = hold.filter(|_| carries_claim(&body)) {
+                                    d.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                                    tokio::time::sleep(hold).await;
+                                }
                                 let is_claim = serde_json::from_slice::<serde_json::Value>(&body)
                                     .map(|v| v["kind"] == "claim")
                                     .unwrap_or(false);
-                                if is_claim {
+                                if is_claim && hold.is_none() {
                                     d.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                                     return Ok::<_, std::convert::Infallible>(
                                         hyper::Response::new(Full::new(bytes::Bytes::from_static(
@@ -579,10 +615,10 @@ impl ClaimDropProxy {
                 });
             }
         });
-        ClaimDropProxy {
+        ClaimProxy {
             url,
             target,
-            dropped,
+            claims,
             task,
         }
     }
@@ -593,7 +629,7 @@ impl ClaimDropProxy {
     }
 }
 
-impl Drop for ClaimDropProxy {
+impl Drop for ClaimProxy {
     fn drop(&mut self) {
         self.task.abort();
     }

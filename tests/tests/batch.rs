@@ -13,6 +13,27 @@ fn ids(t: &[botmesh::envelope::Envelope]) -> Vec<String> {
     t.iter().map(|e| e.id.to_string()).collect()
 }
 
+/// One batch item as the outbox encodes it.
+fn item(r: &SignedRequest) -> serde_json::Value {
+    serde_json::json!({
+        "id": r.id, "timestamp": r.timestamp, "signature": r.signature,
+        "body": String::from_utf8(r.body.clone()).unwrap(),
+    })
+}
+
+/// POSTs `items` as one batch to node `i`'s bridge; the answer must be 200.
+async fn post_batch(mesh: &TestMesh, i: usize, items: &[serde_json::Value]) -> serde_json::Value {
+    let resp = mesh
+        .http
+        .post(format!("{}/bridge/v1/batch", mesh.bridge(i)))
+        .json(&serde_json::json!({ "items": items }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.json().await.unwrap()
+}
+
 #[tokio::test]
 async fn a_peer_back_after_300_messages_gets_them_in_order_once_in_few_requests() {
     let spec = MeshSpec::new(&["A", "B"]).all_bots("participation = \"mentions\"");
@@ -90,24 +111,8 @@ async fn a_forged_item_in_a_batch_is_rejected_alone() {
         SignedRequest::new(&forger, &envs[1], 0),
         SignedRequest::new(honest, &envs[2], 0),
     ];
-    let items: Vec<serde_json::Value> = reqs
-        .iter()
-        .map(|r| {
-            serde_json::json!({
-                "id": r.id, "timestamp": r.timestamp, "signature": r.signature,
-                "body": String::from_utf8(r.body.clone()).unwrap(),
-            })
-        })
-        .collect();
-    let resp = mesh
-        .http
-        .post(format!("{}/bridge/v1/batch", mesh.bridge(a)))
-        .json(&serde_json::json!({ "items": items }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let v: serde_json::Value = resp.json().await.unwrap();
+    let items: Vec<serde_json::Value> = reqs.iter().map(item).collect();
+    let v = post_batch(&mesh, a, &items).await;
     let r = v["results"].as_array().expect("results");
     assert_eq!(r.len(), 3, "{v}");
     assert_eq!(
@@ -129,16 +134,7 @@ async fn a_forged_item_in_a_batch_is_rejected_alone() {
     );
 
     // The same batch again: the two accepted ones are duplicates, the forgery still 401.
-    let again: serde_json::Value = mesh
-        .http
-        .post(format!("{}/bridge/v1/batch", mesh.bridge(a)))
-        .json(&serde_json::json!({ "items": items }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let again = post_batch(&mesh, a, &items).await;
     let r = again["results"].as_array().unwrap();
     assert_eq!(r[0]["result"], "duplicate");
     assert_eq!(r[1]["status"], 401);
@@ -197,6 +193,67 @@ async fn an_older_receiver_without_batches_still_gets_everything_in_order() {
             r#"botmesh_envelopes_out_total{peer="B",result="given_up"}"#
         ),
         0.0
+    );
+    mesh.shutdown().await;
+}
+
+/// A claim envelope from bot `sender` on `trigger` at `relevance`.
+fn claim(sender: &str, trigger: ulid::Ulid, relevance: f64) -> botmesh::envelope::Envelope {
+    let mut env = bot_message(sender, "", 0);
+    env.kind = botmesh::envelope::Kind::Claim;
+    env.reply_to = Some(trigger);
+    env.relevance = Some(relevance);
+    env
+}
+
+#[tokio::test]
+async fn a_claim_on_a_trigger_this_bot_answers_is_answered_answered_single_and_in_a_batch() {
+    let spec = MeshSpec::new(&["A", "B"]).all_bots("participation = \"mentions\"");
+    let mesh = TestMesh::start(spec).await;
+    let (a, b) = (mesh.index("A"), mesh.index("B"));
+    let signer = &mesh.signers[b];
+    let board = &mesh.node(a).node.brain.board;
+    let trigger = ulid::Ulid::new();
+    let early = SignedRequest::new(signer, &claim("B", trigger, 0.6), 0);
+    let (status, v) = early.send(&mesh.http, &mesh.bridge(a)).await;
+    assert_eq!(
+        (status, v.clone()),
+        (200, serde_json::json!({"accepted": true}))
+    );
+
+    // A commits on the trigger (its claim beats B's 0.6): from now on claims on it
+    // are told that A answers it, new ones and duplicates alike.
+    board.commit(trigger, "A", 0.9).expect("clear to commit");
+    let late = SignedRequest::new(signer, &claim("B", trigger, 0.7), 0);
+    let (status, v) = late.send(&mesh.http, &mesh.bridge(a)).await;
+    assert_eq!(
+        (status, v),
+        (200, serde_json::json!({"accepted": true, "answered": "A"}))
+    );
+    let (status, v) = early.send(&mesh.http, &mesh.bridge(a)).await;
+    assert_eq!(
+        (status, v),
+        (200, serde_json::json!({"duplicate": true, "answered": "A"}))
+    );
+
+    // In a batch: a new claim on the trigger, a duplicate one, a claim on another
+    // trigger and a plain message; only the first two carry `answered`.
+    let reqs = [
+        SignedRequest::new(signer, &claim("B", trigger, 0.8), 0),
+        early,
+        SignedRequest::new(signer, &claim("B", ulid::Ulid::new(), 0.8), 0),
+        SignedRequest::new(signer, &bot_message("B", "plain", 1), 0),
+    ];
+    let items: Vec<serde_json::Value> = reqs.iter().map(item).collect();
+    let v = post_batch(&mesh, a, &items).await;
+    assert_eq!(
+        v,
+        serde_json::json!({"results": [
+            {"status": 200, "result": "accepted", "answered": "A"},
+            {"status": 200, "result": "duplicate", "answered": "A"},
+            {"status": 200, "result": "accepted"},
+            {"status": 200, "result": "accepted"},
+        ]})
     );
     mesh.shutdown().await;
 }

@@ -147,3 +147,23 @@ fn rounds_to_everyone_and_withdrawn_claims_under_botmesh() {
         t.expected
     );
 }
+
+#[test]
+fn the_shipped_report_is_what_the_simulator_writes() {
+    // docs/turn-taking.md must be regenerated whenever the simulator or the scenarios
+    // change: `botmesh simulate --seed 1 --runs 50 --write-doc docs/turn-taking.md`.
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let worlds = load_dir(&root.join("scenarios")).unwrap();
+    let report = simulate(&worlds, &PolicyKind::ALL, 1, 50);
+    let shipped = std::fs::read_to_string(root.join("docs/turn-taking.md")).unwrap();
+    assert!(
+        render_doc(&report) == shipped,
+        "docs/turn-taking.md is stale: regenerate it with \
+         `botmesh simulate --seed 1 --runs 50 --write-doc docs/turn-taking.md`"
+    );
+    let botmesh = report.overall.get(PolicyKind::Botmesh).unwrap();
+    assert_eq!(
+        botmesh.dup_per_human_msg, 0.0,
+        "no duplicate interjection in any scenario"
+    );
+}

@@ -5,7 +5,7 @@ use std::time::Duration;
 use botmesh::envelope::{AuthorKind, Envelope};
 use botmesh_tests::fake_llm::{FakeLlm, Script};
 use botmesh_tests::{
-    bot_message, bot_of, is_judge, metric, ClaimDropProxy, MeshSpec, SignedRequest, TestMesh,
+    bot_message, bot_of, is_judge, metric, ClaimProxy, MeshSpec, SignedRequest, TestMesh,
 };
 
 const FAST: &str = "min_delay_ms = 100\nmax_delay_ms = 1000\njitter_ms = 0";
@@ -92,8 +92,11 @@ async fn two_bots_mentioning_each_other_stop_at_max_depth() {
     mesh.shutdown().await;
 }
 
-async fn one_interjection_from_the_most_relevant(drop_claims: bool) {
-    let llm = FakeLlm::start(|s| {
+/// A scripted LLM: Hi judges the human's question at 0.9, Mid at 0.6 (when
+/// `mid_speaks`), any other bot declines; nobody interjects on bot messages; replies
+/// name their bot.
+async fn hi_and_mid_llm(mid_speaks: bool) -> FakeLlm {
+    FakeLlm::start(move |s| {
         let about_the_question = s
             .messages
             .iter()
@@ -103,15 +106,19 @@ async fn one_interjection_from_the_most_relevant(drop_claims: bool) {
         } else if is_judge(s) {
             match bot_of(s).as_str() {
                 "Hi" => verdict(true, 0.9),
-                "Mid" => verdict(true, 0.6),
+                "Mid" if mid_speaks => verdict(true, 0.6),
                 _ => verdict(false, 0.1),
             }
         } else {
             Script::reply(format!("answer from {}", bot_of(s)))
         }
     })
-    .await;
-    let proxy = ClaimDropProxy::start().await;
+    .await
+}
+
+async fn one_interjection_from_the_most_relevant(drop_claims: bool) {
+    let llm = hi_and_mid_llm(true).await;
+    let proxy = ClaimProxy::dropping().await;
     let mut spec = MeshSpec::new(&["Hi", "Mid", "Low"])
         .llm(&llm.base_url)
         .all_bots(FAST);
@@ -151,7 +158,7 @@ async fn one_interjection_from_the_most_relevant(drop_claims: bool) {
     );
     if drop_claims {
         assert!(
-            proxy.dropped.load(std::sync::atomic::Ordering::SeqCst) >= 1,
+            proxy.claims.load(std::sync::atomic::Ordering::SeqCst) >= 1,
             "the claim was really swallowed"
         );
     }
@@ -187,6 +194,109 @@ async fn the_most_relevant_bot_interjects_and_the_other_yields_to_its_claim() {
 #[tokio::test]
 async fn with_the_claim_lost_in_transit_the_reply_itself_makes_the_other_yield() {
     one_interjection_from_the_most_relevant(true).await;
+}
+
+/// Hi and Mid ([`hi_and_mid_llm`]), Hi's link to Mid holding claims for `hold`;
+/// `hi` adds lines to Hi's settings.
+async fn hi_and_mid_with_held_claims(
+    mid_speaks: bool,
+    hold: Duration,
+    hi: &str,
+) -> (FakeLlm, ClaimProxy, TestMesh) {
+    let llm = hi_and_mid_llm(mid_speaks).await;
+    let proxy = ClaimProxy::holding(hold).await;
+    let mesh = TestMesh::start(
+        MeshSpec::new(&["Hi", "Mid"])
+            .llm(&llm.base_url)
+            .all_bots(FAST)
+            .bot("Hi", hi)
+            .route("Hi", "Mid", &proxy.url),
+    )
+    .await;
+    proxy.forward_to(&mesh.bridge(1));
+    (llm, proxy, mesh)
+}
+
+/// Node `i`'s count of decisions `action/reason`.
+async fn decisions(mesh: &TestMesh, i: usize, action: &str, reason: &str) -> f64 {
+    metric(
+        &mesh.metrics(i).await,
+        &format!("botmesh_decisions_total{{action=\"{action}\",reason=\"{reason}\"}}"),
+    )
+}
+
+#[tokio::test]
+async fn a_late_claim_makes_no_second_answer_the_acknowledgement_says_answered() {
+    // Hi's link to Mid holds every request carrying a claim for 1.5 s: Hi's claim
+    // reaches Mid long after Mid's own wait (460 ms), and Hi's reply queued behind it
+    // too. Without acknowledgements Hi (190 ms) and Mid would both post.
+    let (_llm, proxy, mesh) =
+        hi_and_mid_with_held_claims(true, Duration::from_millis(1500), "").await;
+    let q = mesh
+        .post_human(1, "alice", "How should we shard the transcript files?")
+        .await;
+    let answers = |t: &[Envelope]| -> Vec<String> {
+        t.iter()
+            .filter(|e| e.reply_to.map(|r| r.to_string()) == Some(q.clone()))
+            .map(|e| e.author.name.clone())
+            .collect()
+    };
+    // Wait until Hi's claim has been through the proxy and Hi has decided.
+    for _ in 0..400 {
+        if decisions(&mesh, 0, "yield_writing", "already_answered").await
+            + decisions(&mesh, 0, "post", "claim_unacked").await
+            > 0.0
+            || answers(&mesh.transcript(0).await).iter().any(|a| a == "Hi")
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let at_mid = settle(&mesh, 1, Duration::from_secs(2)).await;
+    let at_hi = settle(&mesh, 0, Duration::from_secs(1)).await;
+    assert_eq!(
+        answers(&at_mid),
+        vec!["Mid".to_string()],
+        "exactly one interjection: Mid committed first, Hi's late claim was told so"
+    );
+    assert_eq!(answers(&at_hi), vec!["Mid".to_string()]);
+    assert!(proxy.claims.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+    assert_eq!(
+        decisions(&mesh, 0, "yield_writing", "already_answered").await,
+        1.0,
+        "Hi wrote its reply, then its claim's acknowledgement said Mid answers"
+    );
+    assert_eq!(decisions(&mesh, 0, "post", "claim_unacked").await, 0.0);
+    assert!(
+        mesh.node(0).node.acks.is_empty(),
+        "tracking ends with the turn"
+    );
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_claim_never_acknowledged_in_time_still_posts_and_counts_it() {
+    // Hi's claim to Mid is held far longer than Hi's claim_ack_timeout_ms.
+    let (_llm, proxy, mesh) =
+        hi_and_mid_with_held_claims(false, Duration::from_secs(4), "claim_ack_timeout_ms = 200")
+            .await;
+    mesh.post_human(1, "alice", "How should we shard the transcript files?")
+        .await;
+    let t = mesh
+        .wait_transcript(0, Duration::from_secs(20), |t| {
+            t.iter().any(|e| e.author.name == "Hi")
+        })
+        .await;
+    let hi_answers: Vec<&Envelope> = t.iter().filter(|e| e.author.name == "Hi").collect();
+    assert_eq!(hi_answers.len(), 1, "Hi posts after the timeout: {t:?}");
+    assert_eq!(hi_answers[0].text, "answer from Hi");
+    assert_eq!(
+        decisions(&mesh, 0, "post", "claim_unacked").await,
+        1.0,
+        "the post without every acknowledgement is counted"
+    );
+    assert!(proxy.claims.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+    mesh.shutdown().await;
 }
 
 #[tokio::test]
