@@ -131,7 +131,7 @@ struct RunArgs {
     #[arg(long)]
     data_root: Option<PathBuf>,
     /// Record `perf` profiles of node0 (sender) and node1 (receiver) during the first
-    /// saturated fan-out, and of node0 during the direct-bridge phase, into this folder.
+    /// saturated fan-out, and of node0 during the direct-bridge phases, into this folder.
     #[arg(long)]
     perf: Option<PathBuf>,
     /// Keep the temporary folder (its path is printed).
@@ -560,7 +560,11 @@ async fn bench_size(ctx: &mut Ctx, n: usize) -> anyhow::Result<MeshResult> {
     let phase = ctx.next_phase();
     let hsenders = vec![(bot_name(1), hmesh.signers[1].clone())];
     let hmac_posts = Arc::new(bridge_posts(&hbridge0, phase, sizes.direct, &hsenders));
+    let perf = profile("direct-hmac", &hmesh.pids()[..1])?;
     res.botmesh.direct_hmac = ingest(ctx, hmac_posts.clone(), &hmesh.pids()[..1]).await;
+    for mut p in perf {
+        p.stop_with("-INT", Duration::from_secs(20));
+    }
     hmesh.stop();
     res.botmesh.log_problems.extend(hmesh.log_problems());
 

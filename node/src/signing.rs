@@ -661,6 +661,11 @@ impl Pending {
         }
     }
 
+    /// Whether public-key arithmetic is left to do (HMAC checks are decided at once).
+    pub fn needs_work(&self) -> bool {
+        matches!(&self.check, Check::Ed25519(pairs) if !pairs.is_empty())
+    }
+
     /// The one (key, signature) pair to verify, when there is exactly one.
     fn single_pair(&self) -> Option<&(ed25519_dalek::VerifyingKey, ed25519_dalek::Signature)> {
         match &self.check {

@@ -467,7 +467,6 @@ pub async fn consider_with(node: Arc<Node>, msg: Arc<Envelope>, platform: &[Plat
         // of their own, so they cost no judge call (unless they mention this bot).
         brain.board.pass(msg.id);
     }
-    let context = context_before(&node, &msg, brain.me.context_messages);
     let (why, relevance) = match d.action {
         Action::Silent => {
             // Own messages are not worth a log line each.
@@ -487,6 +486,7 @@ pub async fn consider_with(node: Arc<Node>, msg: Arc<Envelope>, platform: &[Plat
         }
         Action::Judge => {
             brain.record(&msg, "judge", d.reason, "");
+            let context = context_before(&node, &msg, brain.me.context_messages);
             let Some(v) = brain.judge(&context, &msg).await else {
                 brain.record(&msg, "silent", "judge_failed", "");
                 return;
