@@ -38,6 +38,8 @@ fn config_errors_name_the_key_and_bind_nothing() {
         Case { what: "missing secret", toml: base(port, "", ""), env: vec![], bot: "A", expect: &["mesh.secret_env", "TEST_SECRET is not set"] },
         Case { what: "malformed secret", toml: base(port, "", ""), env: vec![("TEST_SECRET", "hunter2")], bot: "A", expect: &["mesh.secret_env", "whsec_"] },
         Case { what: "malformed public key", toml: base(port, "", "public_key = \"whpk_notbase64!!\"\n"), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].public_key", "not a valid Ed25519 public key"] },
+        // The identity point: 32 bytes of valid base64, but a key under which anything verifies.
+        Case { what: "small-order public key", toml: base(port, "", "public_key = \"whpk_AQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\"\n"), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].public_key", "not a usable Ed25519 public key"] },
         Case { what: "public key without private key", toml: base(port, "", &format!("public_key = \"{pk}\"\n")), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].private_key_env", "needs private_key_env or private_key_file"] },
         Case { what: "private key not matching", toml: base(port, "", &format!("public_key = \"{pk}\"\nprivate_key_env = \"TEST_KEY\"\n")), env: vec![("TEST_SECRET", secret), ("TEST_KEY", "whsk_VEVTVFNJR05JTkdLRVlET05PVFVTRVRISVNGT1JBTlk=")], bot: "A", expect: &["bots[0].private_key", "does not match"] },
         Case { what: "bad address", toml: format!("[mesh]\nsecret_env = \"TEST_SECRET\"\n[[bots]]\nname = \"A\"\nbridge = \"localhost-ish\"\napi = \"127.0.0.1:{}\"\n", port + 1), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].bridge", "not an address"] },
