@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use botmesh::signing::{HmacSecret, Signer, SigningKey, Verifier};
+use botmesh::signing::{verify_all, HmacSecret, Pending, Signer, SigningKey, Verifier};
 use serde::Serialize;
 
 /// Microseconds per operation on a bench-sized envelope.
@@ -18,6 +18,11 @@ pub struct CryptoCost {
     pub ed25519_sign_us: f64,
     /// `Verifier::verify` of that signature (timestamp window, header parsing included).
     pub ed25519_verify_us: f64,
+    /// Per envelope, verifying 8 at once (`signing::verify_all`, as a node's
+    /// `VerifyPool` does when 8 wait), the cheap checks not included.
+    pub ed25519_verify_batch8_us: f64,
+    /// The same, 64 at once (a full batch request).
+    pub ed25519_verify_batch64_us: f64,
     /// `Signer::sign` with the mesh HMAC secret.
     pub hmac_sign_us: f64,
     /// `Verifier::verify` of that signature.
@@ -65,6 +70,27 @@ pub fn measure(n: usize) -> CryptoCost {
     };
     check(&ed_verifier, &ed_sig);
     check(&hm_verifier, &hm_sig);
+    // 64 distinct envelopes, prechecked once: what the verify thread receives.
+    let pending: Vec<Pending> = (0..64)
+        .map(|i| {
+            let env = crate::load::envelope(999, i + 1, "node1", false);
+            let (id, body) = (env.id.to_string(), env.to_bytes());
+            let sig = ed.sign(&id, ts, &body);
+            ed_verifier
+                .precheck("node1", Some(&id), Some(&ts_s), Some(&sig), &body, ts)
+                .expect("bench signature prechecks")
+        })
+        .collect();
+    let batch_us = |size: usize| {
+        let rounds = (n / size).max(4);
+        let per_round = time_us(rounds, || {
+            for chunk in pending.chunks(size) {
+                let verdicts = verify_all(chunk);
+                assert!(verdicts.iter().all(Result::is_ok), "bench batch verifies");
+            }
+        });
+        per_round / pending.len() as f64
+    };
     CryptoCost {
         iterations: n,
         body_bytes: body.len(),
@@ -72,6 +98,8 @@ pub fn measure(n: usize) -> CryptoCost {
             std::hint::black_box(ed.sign(&id, ts, &body));
         }),
         ed25519_verify_us: time_us(n, || check(&ed_verifier, &ed_sig)),
+        ed25519_verify_batch8_us: batch_us(8),
+        ed25519_verify_batch64_us: batch_us(64),
         hmac_sign_us: time_us(n, || {
             std::hint::black_box(hm.sign(&id, ts, &body));
         }),
