@@ -137,8 +137,8 @@ struct RunArgs {
     /// Keep the temporary folder (its path is printed).
     #[arg(long)]
     keep: bool,
-    /// Envelopes in each direct-bridge phase (default: 1000 with --quick, else 5000);
-    /// more gives `--perf` enough samples of the receiver.
+    /// Envelopes in each direct-bridge phase, over all its rounds (default: 1500 with
+    /// --quick, else 10000); more gives `--perf` enough samples of the receiver.
     #[arg(long)]
     direct: Option<usize>,
 }
@@ -149,6 +149,9 @@ struct Sizes {
     paced: usize,
     saturated: usize,
     direct: usize,
+    /// The direct-bridge envelopes are sent in this many rounds, each interleaved
+    /// with the hyper baseline (see `bench_size`).
+    direct_rounds: usize,
     warmup: usize,
     settle: Duration,
     phase_limit: Duration,
@@ -161,7 +164,8 @@ impl Sizes {
             Sizes {
                 paced: 150,
                 saturated: 800,
-                direct: 1000,
+                direct: 1500,
+                direct_rounds: 3,
                 warmup: 20,
                 settle: Duration::from_millis(500),
                 phase_limit: Duration::from_secs(8),
@@ -171,7 +175,8 @@ impl Sizes {
             Sizes {
                 paced: 1000,
                 saturated: 5000,
-                direct: 5000,
+                direct: 10000,
+                direct_rounds: 5,
                 warmup: 50,
                 settle: Duration::from_secs(2),
                 phase_limit: Duration::from_secs(60),
@@ -529,47 +534,16 @@ async fn bench_size(ctx: &mut Ctx, n: usize) -> anyhow::Result<MeshResult> {
         p.stop_with("-INT", Duration::from_secs(20));
     }
     res.botmesh.saturated = sat;
-    eprintln!(
-        "[{n} nodes] botmesh direct bridge: {} signed envelopes to node0, {c} in flight",
-        sizes.direct
-    );
-    let senders: Vec<_> = (1..n)
-        .map(|i| (bot_name(i), mesh.signers[i].clone()))
-        .collect();
-    let phase = ctx.next_phase();
-    let direct_posts = Arc::new(bridge_posts(&bridge0, phase, sizes.direct, &senders));
-    ctx.bridge_post_bytes = load::mean_size(&direct_posts);
-    let perf = profile("direct", &pids[..1])?;
-    res.botmesh.direct = ingest(ctx, direct_posts.clone(), &pids[..1]).await;
-    for mut p in perf {
-        p.stop_with("-INT", Duration::from_secs(20));
-    }
-    res.botmesh.procs.load_rss_mib = peak_mib(&pids, &rss.finish());
-    res.botmesh.sse_lagged = recorder.lagged.load(std::sync::atomic::Ordering::Relaxed);
-    mesh.stop();
-    res.botmesh.log_problems = mesh.log_problems();
 
-    // The same direct-bridge load on a 2-node mesh signed with the HMAC scheme: the
-    // difference to the Ed25519 figure is the cost of public-key signatures.
-    eprintln!(
-        "[{n} nodes] botmesh direct bridge, HMAC scheme (2-node mesh): {} envelopes",
-        sizes.direct
-    );
+    // The direct-bridge phases, interleaved with the bare hyper baseline: the host's
+    // speed drifts by tens of percent within minutes, so each round measures botmesh
+    // (Ed25519), the sink on the identical requests, botmesh (HMAC, a 2-node mesh),
+    // and the sink again, back to back; the headline ratio is the median of the
+    // rounds' ratios.
     let mut hmesh = start_mesh(ctx, 2, true).await?;
     let hbridge0 = format!("http://{}", hmesh.nodes[0].bridge);
-    let phase = ctx.next_phase();
     let hsenders = vec![(bot_name(1), hmesh.signers[1].clone())];
-    let hmac_posts = Arc::new(bridge_posts(&hbridge0, phase, sizes.direct, &hsenders));
-    let perf = profile("direct-hmac", &hmesh.pids()[..1])?;
-    res.botmesh.direct_hmac = ingest(ctx, hmac_posts.clone(), &hmesh.pids()[..1]).await;
-    for mut p in perf {
-        p.stop_with("-INT", Duration::from_secs(20));
-    }
-    hmesh.stop();
-    res.botmesh.log_problems.extend(hmesh.log_problems());
-
-    // bare hyper
-    eprintln!("[{n} nodes] bare hyper: the same API and bridge requests");
+    eprintln!("[{n} nodes] bare hyper sink for the baselines");
     let port = procs::free_port()?;
     let sink_base = format!("http://127.0.0.1:{port}");
     let mut cmd = Command::new(std::env::current_exe()?);
@@ -589,26 +563,88 @@ async fn bench_size(ctx: &mut Ctx, n: usize) -> anyhow::Result<MeshResult> {
         &sink_base,
     ));
     closed_loop(&ctx.http, warm, 4, None, ctx.deadline(Duration::ZERO)).await;
-    let rss = RssSampler::start(sink_pid.to_vec());
+    let sink_rss = RssSampler::start(sink_pid.to_vec());
+    let senders: Vec<_> = (1..n)
+        .map(|i| (bot_name(i), mesh.signers[i].clone()))
+        .collect();
+    let rounds = sizes.direct_rounds;
+    let per_round = (sizes.direct / rounds).max(1);
+    eprintln!(
+        "[{n} nodes] direct bridge: {rounds} rounds of {per_round} signed envelopes to node0 \
+         ({c} in flight), each round Ed25519 → hyper → HMAC (2-node mesh) → hyper"
+    );
+    let mut direct = Vec::new();
+    for round in 0..rounds {
+        let posts = Arc::new(bridge_posts(
+            &bridge0,
+            ctx.next_phase(),
+            per_round,
+            &senders,
+        ));
+        let hposts = Arc::new(bridge_posts(
+            &hbridge0,
+            ctx.next_phase(),
+            per_round,
+            &hsenders,
+        ));
+        ctx.bridge_post_bytes = load::mean_size(&posts);
+        let perf = if round == 0 {
+            profile("direct", &pids[..1])?
+        } else {
+            Vec::new()
+        };
+        let ed = ingest(ctx, posts.clone(), &pids[..1]).await;
+        for mut p in perf {
+            p.stop_with("-INT", Duration::from_secs(20));
+        }
+        let ed_sink = ingest(
+            ctx,
+            Arc::new(retarget(&posts, &bridge0, &sink_base)),
+            &sink_pid,
+        )
+        .await;
+        let perf = if round == 0 {
+            profile("direct-hmac", &hmesh.pids()[..1])?
+        } else {
+            Vec::new()
+        };
+        let hm = ingest(ctx, hposts.clone(), &hmesh.pids()[..1]).await;
+        for mut p in perf {
+            p.stop_with("-INT", Duration::from_secs(20));
+        }
+        let hm_sink = ingest(
+            ctx,
+            Arc::new(retarget(&hposts, &hbridge0, &sink_base)),
+            &sink_pid,
+        )
+        .await;
+        direct.push(report::DirectRound {
+            ed25519: ed,
+            hyper: ed_sink,
+            hmac: hm,
+            hyper_hmac: hm_sink,
+        });
+    }
+    res.botmesh.procs.load_rss_mib = peak_mib(&pids, &rss.finish());
+    res.botmesh.sse_lagged = recorder.lagged.load(std::sync::atomic::Ordering::Relaxed);
+    mesh.stop();
+    res.botmesh.log_problems = mesh.log_problems();
+    hmesh.stop();
+    res.botmesh.log_problems.extend(hmesh.log_problems());
+    res.botmesh.direct = Ingest::merge(direct.iter().map(|r| &r.ed25519));
+    res.botmesh.direct_hmac = Ingest::merge(direct.iter().map(|r| &r.hmac));
+    res.hyper.bridge = Ingest::merge(direct.iter().map(|r| &r.hyper));
+    res.hyper.bridge_hmac = Ingest::merge(direct.iter().map(|r| &r.hyper_hmac));
+    res.direct_rounds = direct;
+
+    // The API requests of the saturated fan-out, on the sink.
     res.hyper.api = ingest(
         ctx,
         Arc::new(retarget(&sat_posts, &api0, &sink_base)),
         &sink_pid,
     )
     .await;
-    res.hyper.bridge = ingest(
-        ctx,
-        Arc::new(retarget(&direct_posts, &bridge0, &sink_base)),
-        &sink_pid,
-    )
-    .await;
-    res.hyper.bridge_hmac = ingest(
-        ctx,
-        Arc::new(retarget(&hmac_posts, &hbridge0, &sink_base)),
-        &sink_pid,
-    )
-    .await;
-    figures.load_rss_mib = peak_mib(&sink_pid, &rss.finish());
+    figures.load_rss_mib = peak_mib(&sink_pid, &sink_rss.finish());
     res.hyper.procs = figures;
     sink.stop(Duration::from_secs(2));
 
@@ -737,6 +773,7 @@ async fn ingest(ctx: &Ctx, posts: Arc<Vec<Post>>, pids: &[u32]) -> Ingest {
         ok: run.ok,
         per_s: run.per_second(),
         rtt: Latency::from_nanos(run.rtt.clone()),
+        rtt_nanos: run.rtt.clone(),
         cpu_s_per_1000: if run.ok > 0 {
             cpu / run.ok as f64 * 1000.0
         } else {
