@@ -588,36 +588,33 @@ async fn bench_size(ctx: &mut Ctx, n: usize) -> anyhow::Result<MeshResult> {
             &hsenders,
         ));
         ctx.bridge_post_bytes = load::mean_size(&posts);
-        let perf = if round == 0 {
-            profile("direct", &pids[..1])?
-        } else {
-            Vec::new()
+        // node0 of each mesh is profiled in the first round only.
+        let perf = |label: &str| {
+            perf_dir
+                .as_deref()
+                .filter(|_| round == 0)
+                .map(|d| (d, format!("{n}nodes-{label}")))
         };
-        let ed = ingest(ctx, posts.clone(), &pids[..1]).await;
-        for mut p in perf {
-            p.stop_with("-INT", Duration::from_secs(20));
-        }
-        let ed_sink = ingest(
+        let (ed, ed_sink) = direct_pair(
             ctx,
-            Arc::new(retarget(&posts, &bridge0, &sink_base)),
+            perf("direct"),
+            posts,
+            &pids[..1],
+            &bridge0,
+            &sink_base,
             &sink_pid,
         )
-        .await;
-        let perf = if round == 0 {
-            profile("direct-hmac", &hmesh.pids()[..1])?
-        } else {
-            Vec::new()
-        };
-        let hm = ingest(ctx, hposts.clone(), &hmesh.pids()[..1]).await;
-        for mut p in perf {
-            p.stop_with("-INT", Duration::from_secs(20));
-        }
-        let hm_sink = ingest(
+        .await?;
+        let (hm, hm_sink) = direct_pair(
             ctx,
-            Arc::new(retarget(&hposts, &hbridge0, &sink_base)),
+            perf("direct-hmac"),
+            hposts,
+            &hmesh.pids()[..1],
+            &hbridge0,
+            &sink_base,
             &sink_pid,
         )
-        .await;
+        .await?;
         direct.push(report::DirectRound {
             ed25519: ed,
             hyper: ed_sink,
@@ -660,6 +657,29 @@ async fn bench_size(ctx: &mut Ctx, n: usize) -> anyhow::Result<MeshResult> {
         }
     }
     Ok(res)
+}
+
+/// One direct-bridge measurement: `posts` to botmesh (`pids`: node0, profiled into
+/// `perf` when given), then the identical requests to the sink, back to back.
+async fn direct_pair(
+    ctx: &Ctx,
+    perf: Option<(&Path, String)>,
+    posts: Arc<Vec<Post>>,
+    pids: &[u32],
+    bridge: &str,
+    sink_base: &str,
+    sink_pid: &[u32],
+) -> anyhow::Result<(Ingest, Ingest)> {
+    let profiling = match perf {
+        Some((dir, label)) => start_perf(dir, &label, pids)?,
+        None => Vec::new(),
+    };
+    let botmesh = ingest(ctx, posts.clone(), pids).await;
+    for mut p in profiling {
+        p.stop_with("-INT", Duration::from_secs(20));
+    }
+    let sink = ingest(ctx, Arc::new(retarget(&posts, bridge, sink_base)), sink_pid).await;
+    Ok((botmesh, sink))
 }
 
 /// Starts `perf record` (cpu-clock, call graphs) on each of `pids` (node0, node1, …);
