@@ -12,8 +12,8 @@
 //! queued for and returns a [`ClaimAcks`] handle; each outbox reports the final
 //! outcome of that envelope for its peer ([`AckTracker::report`]): delivered (with the
 //! `answered` value, if any) or given up (refused because the outbox is full, a final
-//! 4xx, the delivery deadline). Untracked ids (every durable message, and claims no
-//! one waits for) cost one map lookup and are ignored.
+//! 4xx, the delivery deadline). Durable messages are never looked up; an untracked
+//! claim (a withdrawal: nobody waits on it) costs one map lookup and is ignored.
 //!
 //! Bounded: an entry lives only as long as its handle. Dropping the handle (the turn
 //! ended, timed out or was cancelled) removes it; the handle of a bot's turn lives at

@@ -197,28 +197,29 @@ impl Node {
     }
 
     /// Queues an ephemeral envelope (a claim) for every peer, in memory only: a claim
-    /// that arrives after a restart would be stale anyway.
-    pub fn broadcast(&self, env: &Envelope) {
+    /// that arrives after a restart would be stale anyway. Returns the peers whose
+    /// outbox refused it (full: logged and counted there).
+    pub fn broadcast(&self, env: &Envelope) -> Vec<&str> {
         let body = Bytes::from(env.to_bytes());
         let id = env.id.to_string();
-        for o in &self.outboxes {
-            let _ = o.push(&id, body.clone(), None, &self.metrics);
-        }
+        self.outboxes
+            .iter()
+            .filter(|o| o.push(&id, body.clone(), None, &self.metrics).is_err())
+            .map(|o| o.peer())
+            .collect()
     }
 
     /// [`Node::broadcast`], tracking the envelope's delivery to every peer: the handle
     /// settles once each peer acknowledged it (with its `answered` value) or its
     /// delivery was given up (a peer whose outbox refuses it counts as given up at once).
     pub fn broadcast_tracked(&self, env: &Envelope) -> crate::acks::ClaimAcks {
-        let body = Bytes::from(env.to_bytes());
         let id = env.id.to_string();
         let peers = self.outboxes.iter().map(|o| o.peer().to_string()).collect();
+        // Tracked before it is queued, so no report can come before the entry.
         let acks = self.acks.track(&id, peers);
-        for o in &self.outboxes {
-            if o.push(&id, body.clone(), None, &self.metrics).is_err() {
-                self.acks
-                    .report(&id, o.peer(), crate::acks::PeerOutcome::GivenUp);
-            }
+        for peer in self.broadcast(env) {
+            self.acks
+                .report(&id, peer, crate::acks::PeerOutcome::GivenUp);
         }
         acks
     }

@@ -677,7 +677,8 @@ impl Pending {
 
 /// Decides many checks, the same verdicts as [`Pending::finish`] on each, but the
 /// Ed25519 ones together: a batch verification (ed25519-dalek's `verify_batch`, one
-/// multi-scalar multiplication) costs well under half of verifying them one by one.
+/// multi-scalar multiplication) costs about two thirds of verifying them one by one
+/// (the bench's signature figures).
 /// A batch that fails is split in halves until the bad signatures are found, so a
 /// forged envelope costs its honest neighbours a few extra verifications, never
 /// their verdict.
