@@ -298,6 +298,14 @@ impl MentionMatcher {
                 None => text.len(),
             };
             let rest = &text[i..lim];
+            // Only a few bytes can start a URL, a tag or a mention; every other
+            // character is passed over without decoding it (the scan runs on every
+            // message a node receives).
+            let skip = rest.bytes().position(may_start_token).unwrap_or(rest.len());
+            if skip > 0 {
+                i += skip;
+                continue;
+            }
             let Some(c) = rest.chars().next() else {
                 break;
             };
@@ -549,6 +557,13 @@ fn url_len(s: &str) -> Option<usize> {
             .find(|&(_, c)| ends_url(c))
             .map_or(s.len(), |(k, _)| k),
     )
+}
+
+/// Whether a byte can begin something [`MentionMatcher::scan`] looks at: a URL
+/// (`h`, `w`), a tag (`<`), a mention (`@`, or 0xEF, the lead byte of `＠`). None of
+/// them is a UTF-8 continuation byte, so skipping to one stays on a char boundary.
+fn may_start_token(b: u8) -> bool {
+    matches!(b, b'h' | b'H' | b'w' | b'W' | b'<' | b'@' | 0xEF)
 }
 
 /// Characters that end a URL: whitespace, a few ASCII characters URLs never
