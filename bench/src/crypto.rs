@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use botmesh::signing::{verify_all, HmacSecret, Pending, Signer, SigningKey, Verifier};
+use botmesh::signing::{
+    verify_all, HmacSecret, PairwiseKey, Pending, Signer, SigningKey, Verifier,
+};
 use serde::Serialize;
 
 /// Microseconds per operation on a bench-sized envelope.
@@ -23,6 +25,11 @@ pub struct CryptoCost {
     pub ed25519_verify_batch8_us: f64,
     /// The same, 64 at once (a full batch request).
     pub ed25519_verify_batch64_us: f64,
+    /// `Verifier::verify` of an Ed25519 sender's envelope carrying the pairwise `v1`
+    /// entry for the receiver (what a peer's outbox sends): no Ed25519 arithmetic.
+    pub pairwise_verify_us: f64,
+    /// Adding that entry for one peer (`Signer::add_pairwise`: one HMAC).
+    pub pairwise_sign_us: f64,
     /// `Signer::sign` with the mesh HMAC secret.
     pub hmac_sign_us: f64,
     /// `Verifier::verify` of that signature.
@@ -46,30 +53,61 @@ pub fn measure(n: usize) -> CryptoCost {
     let ts_s = ts.to_string();
     let key = SigningKey::generate();
     let ed = Signer {
+        pairwise: Default::default(),
         hmac: vec![],
         ed25519: vec![key.clone()],
     };
     let ed_verifier = Verifier {
+        pairwise: Default::default(),
         hmac: vec![],
         ed25519: HashMap::from([("node1".to_string(), vec![key.public_key()])]),
     };
+    // node1 sending to node0, each side holding its own key and the other's public key.
+    let receiver_key = SigningKey::generate();
+    let to_node0 = PairwiseKey::sending(&key, "node1", &receiver_key.public_key(), "node0")
+        .expect("pairwise key");
+    let pw = Signer {
+        pairwise: HashMap::from([("node0".to_string(), to_node0)]),
+        hmac: vec![],
+        ed25519: vec![key.clone()],
+    };
+    let pw_verifier = Verifier {
+        pairwise: HashMap::from([(
+            "node1".to_string(),
+            vec![
+                PairwiseKey::receiving(&receiver_key, "node0", &key.public_key(), "node1")
+                    .expect("pairwise key"),
+            ],
+        )]),
+        ..ed_verifier.clone()
+    };
     let secret = HmacSecret::generate();
     let hm = Signer {
+        pairwise: Default::default(),
         hmac: vec![secret.clone()],
         ed25519: vec![],
     };
     let hm_verifier = Verifier {
+        pairwise: Default::default(),
         hmac: vec![secret],
         ed25519: HashMap::new(),
     };
     let ed_sig = ed.sign(&id, ts, &body);
     let hm_sig = hm.sign(&id, ts, &body);
+    let pw_sig = pw.sign_for("node0", &id, ts, &body);
     let check = |v: &Verifier, sig: &str| {
         v.verify("node1", Some(&id), Some(&ts_s), Some(sig), &body, ts)
             .expect("bench signature verifies");
     };
     check(&ed_verifier, &ed_sig);
     check(&hm_verifier, &hm_sig);
+    let pairwise_decided = pw_verifier
+        .precheck("node1", Some(&id), Some(&ts_s), Some(&pw_sig), &body, ts)
+        .expect("bench pairwise signature prechecks");
+    assert!(
+        !pairwise_decided.needs_work(),
+        "the pairwise entry decides without Ed25519"
+    );
     // 64 distinct envelopes, prechecked once: what the verify thread receives.
     let pending: Vec<Pending> = (0..64)
         .map(|i| {
@@ -104,5 +142,9 @@ pub fn measure(n: usize) -> CryptoCost {
             std::hint::black_box(hm.sign(&id, ts, &body));
         }),
         hmac_verify_us: time_us(n, || check(&hm_verifier, &hm_sig)),
+        pairwise_verify_us: time_us(n, || check(&pw_verifier, &pw_sig)),
+        pairwise_sign_us: time_us(n, || {
+            std::hint::black_box(pw.add_pairwise("node0", String::new(), &id, ts, &body));
+        }),
     }
 }

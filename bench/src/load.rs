@@ -228,9 +228,16 @@ pub fn envelope(phase: u32, seq: usize, sender: &str, human: bool) -> Envelope {
     }
 }
 
-/// `n` signed bot envelopes to `bridge` (base URL), exactly as a peer's outbox sends
-/// them; senders rotate over `senders` (name, signer).
-pub fn bridge_posts(bridge: &str, phase: u32, n: usize, senders: &[(String, Signer)]) -> Vec<Post> {
+/// `n` signed bot envelopes to bot `to` at `bridge` (base URL), exactly as a peer's
+/// outbox sends them (with the pairwise entry for `to` when the signer has its key);
+/// senders rotate over `senders` (name, signer).
+pub fn bridge_posts(
+    bridge: &str,
+    to: &str,
+    phase: u32,
+    n: usize,
+    senders: &[(String, Signer)],
+) -> Vec<Post> {
     let ts = botmesh::signing::unix_now();
     (0..n)
         .map(|i| {
@@ -243,7 +250,7 @@ pub fn bridge_posts(bridge: &str, phase: u32, n: usize, senders: &[(String, Sign
                 headers: vec![
                     (HEADER_ID, id.clone()),
                     (HEADER_TIMESTAMP, ts.to_string()),
-                    (HEADER_SIGNATURE, signer.sign(&id, ts, &body)),
+                    (HEADER_SIGNATURE, signer.sign_for(to, &id, ts, &body)),
                 ],
                 body: Bytes::from(body),
             }

@@ -109,6 +109,11 @@ struct RunArgs {
     /// Skip the Redis baseline.
     #[arg(long)]
     no_redis: bool,
+    /// Sign the direct-bridge envelopes with the Ed25519 signature alone, as a sender
+    /// that does not derive pairwise keys (an older version) would: measures the
+    /// receiver's fallback path instead of the one its peers' outboxes use.
+    #[arg(long)]
+    ed25519_only: bool,
     /// Mesh sizes to measure.
     #[arg(long, value_delimiter = ',', default_value = "3,8")]
     nodes: Vec<usize>,
@@ -431,7 +436,16 @@ async fn start_mesh(ctx: &Ctx, n: usize, hmac: bool) -> anyhow::Result<Mesh> {
     for attempt in 0..2 {
         let scheme = if hmac { "hmac" } else { "ed25519" };
         let dir = ctx.tmp.join(format!("mesh{n}-{scheme}-{attempt}"));
-        match Mesh::start(&ctx.botmesh, &dir, n, hmac, &ctx.http).await {
+        match Mesh::start(
+            &ctx.botmesh,
+            &dir,
+            n,
+            hmac,
+            ctx.args.ed25519_only,
+            &ctx.http,
+        )
+        .await
+        {
             Ok(m) => return Ok(m),
             Err(e) => {
                 eprintln!("botmesh-bench: mesh of {n} did not start ({e:#}); retrying");
@@ -577,12 +591,14 @@ async fn bench_size(ctx: &mut Ctx, n: usize) -> anyhow::Result<MeshResult> {
     for round in 0..rounds {
         let posts = Arc::new(bridge_posts(
             &bridge0,
+            &bot_name(0),
             ctx.next_phase(),
             per_round,
             &senders,
         ));
         let hposts = Arc::new(bridge_posts(
             &hbridge0,
+            &bot_name(0),
             ctx.next_phase(),
             per_round,
             &hsenders,

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use botmesh::signing::{HmacSecret, Signer, SigningKey};
+use botmesh::signing::{HmacSecret, PairwiseKey, Signer, SigningKey};
 
 use crate::procs::{free_port, Proc};
 use crate::record::Recorder;
@@ -59,12 +59,14 @@ pub fn bot_name(i: usize) -> String {
 
 impl Mesh {
     /// Writes the config into `dir` and starts `n` nodes of `bin`, one at a time.
-    /// `hmac`: one mesh-wide HMAC secret instead of per-bot Ed25519 keys.
+    /// `hmac`: one mesh-wide HMAC secret instead of per-bot Ed25519 keys;
+    /// `ed25519_only`: the signers (for the bench's own posts) add no pairwise entries.
     pub async fn start(
         bin: &Path,
         dir: &Path,
         n: usize,
         hmac: bool,
+        ed25519_only: bool,
         http: &reqwest::Client,
     ) -> anyhow::Result<Mesh> {
         std::fs::create_dir_all(dir)?;
@@ -77,6 +79,9 @@ impl Mesh {
         toml.push('\n');
         let mut addrs = Vec::new();
         let mut signers = Vec::new();
+        let keys: Vec<(String, SigningKey)> = (0..n)
+            .map(|i| (bot_name(i), SigningKey::generate()))
+            .collect();
         for i in 0..n {
             let name = bot_name(i);
             let bridge: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
@@ -86,18 +91,30 @@ impl Mesh {
             ));
             match &secret {
                 Some(s) => signers.push(Signer {
+                    pairwise: Default::default(),
                     hmac: vec![s.clone()],
                     ed25519: vec![],
                 }),
                 None => {
-                    let key = SigningKey::generate();
+                    let key = keys[i].1.clone();
                     let key_file = format!("{name}.key");
                     std::fs::write(dir.join(&key_file), key.to_whsk())?;
                     toml.push_str(&format!(
                         "public_key = \"{}\"\nprivate_key_file = \"{key_file}\"\n",
                         key.public_key().to_whpk()
                     ));
+                    // As the node's own outbox signs: v1a plus a pairwise entry per peer
+                    // (unless `ed25519_only`: v1a alone, as an older sender would).
+                    let pairwise = keys
+                        .iter()
+                        .filter(|(peer, _)| *peer != name && !ed25519_only)
+                        .filter_map(|(peer, k)| {
+                            PairwiseKey::sending(&key, &name, &k.public_key(), peer)
+                                .map(|pk| (peer.clone(), pk))
+                        })
+                        .collect();
                     signers.push(Signer {
+                        pairwise,
                         hmac: vec![],
                         ed25519: vec![key],
                     });

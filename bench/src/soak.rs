@@ -239,7 +239,7 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
         sample_every.as_secs(),
         tmp.path().display()
     );
-    let mesh = Mesh::start(&bin, tmp.path(), args.nodes, false, &http).await?;
+    let mesh = Mesh::start(&bin, tmp.path(), args.nodes, false, false, &http).await?;
     let apis: Vec<String> = mesh
         .nodes
         .iter()

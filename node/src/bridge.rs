@@ -270,7 +270,8 @@ pub(crate) fn postcheck(
     verdict: Result<Scheme, VerifyError>,
     via: Via,
 ) -> Result<Checked, Reject> {
-    verdict.map_err(unauthorized)?;
+    let scheme = verdict.map_err(unauthorized)?;
+    node.metrics.signature_verified(scheme);
     let cfg = &node.cfg;
     let Some(sender) = cfg.member(&env.sender) else {
         unreachable!("precheck found the sender among the peers")

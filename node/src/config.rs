@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::signing::{HmacSecret, PublicKey, Signer, SigningKey, Verifier};
+use crate::signing::{HmacSecret, PairwiseKey, PublicKey, Signer, SigningKey, Verifier};
 
 /// A configuration problem, always naming the key it is about.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -1064,7 +1064,10 @@ impl NodeConfig {
             }
             own.push(key);
         }
-        let signer = Signer { hmac, ed25519: own };
+        // Pairwise keys with every other key-holding bot (signing.rs): this bot's key
+        // for what it sends to each, and one per listed key of each for what it receives.
+        let mut sending = HashMap::new();
+        let mut receiving = HashMap::new();
         let mut ed = HashMap::new();
         for b in &settings.bots {
             let keys: Vec<PublicKey> = b
@@ -1073,13 +1076,34 @@ impl NodeConfig {
                 .chain(b.previous_public_keys.iter())
                 .map(|k| PublicKey::parse(k).expect("validated"))
                 .collect();
+            if let (Some(mine), false) = (own.first(), b.name == bot.name) {
+                if let Some(k) = b.public_key.as_ref().and_then(|pk| {
+                    let pk = PublicKey::parse(pk).expect("validated");
+                    PairwiseKey::sending(mine, &bot.name, &pk, &b.name)
+                }) {
+                    sending.insert(b.name.clone(), k);
+                }
+                let from: Vec<PairwiseKey> = keys
+                    .iter()
+                    .filter_map(|pk| PairwiseKey::receiving(mine, &bot.name, pk, &b.name))
+                    .collect();
+                if !from.is_empty() {
+                    receiving.insert(b.name.clone(), from);
+                }
+            }
             if !keys.is_empty() {
                 ed.insert(b.name.clone(), keys);
             }
         }
+        let signer = Signer {
+            hmac,
+            ed25519: own,
+            pairwise: sending,
+        };
         let verifier = Verifier {
             hmac: verify_hmac,
             ed25519: ed,
+            pairwise: receiving,
         };
 
         let api_addr: SocketAddr = bot.api.parse().expect("validated");

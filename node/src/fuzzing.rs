@@ -104,14 +104,17 @@ fn keys() -> &'static Keys {
         let public: PublicKey = key.public_key();
         Keys {
             hmac: Signer {
+                pairwise: Default::default(),
                 hmac: vec![secret.clone()],
                 ed25519: vec![],
             },
             ed: Signer {
+                pairwise: Default::default(),
                 hmac: vec![],
                 ed25519: vec![key],
             },
             verifier: Verifier {
+                pairwise: Default::default(),
                 hmac: vec![secret],
                 ed25519: HashMap::from([("ed".to_string(), vec![public])]),
             },

@@ -102,11 +102,21 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.01, 2.0, 14))
 }
 
+/// Label for a signature scheme.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SchemeLabel {
+    /// `pairwise`, `ed25519` or `hmac` ([`crate::signing::Scheme::label`]).
+    pub scheme: String,
+}
+
 /// Every metric the node exports.
 pub struct Metrics {
     registry: Registry,
     /// Envelopes received on the bridge, by result.
     pub envelopes_in: Family<ResultLabel, Counter>,
+    /// Envelopes whose signature verified, by the scheme that verified it: shows
+    /// whether peers reach this node with the cheap pairwise entry or need Ed25519.
+    pub signatures_verified: Family<SchemeLabel, Counter>,
     /// Deliveries to peers, by peer and result.
     pub envelopes_out: Family<PeerResult, Counter>,
     /// Requests sent to peers, by peer and kind (`single` envelope or `batch`).
@@ -155,6 +165,7 @@ impl Metrics {
         let mut registry = Registry::default();
         let envelopes_in = Family::<ResultLabel, Counter>::default();
         let envelopes_out = Family::<PeerResult, Counter>::default();
+        let signatures_verified = Family::<SchemeLabel, Counter>::default();
         let outbox_depth = Family::<PeerLabel, Gauge>::default();
         let peer_requests = Family::<PeerKind, Counter>::default();
         let outbox_spilled = Family::<PeerLabel, Gauge>::default();
@@ -174,6 +185,11 @@ impl Metrics {
             "botmesh_envelopes_in",
             "Envelopes received on the bridge, by result",
             envelopes_in.clone(),
+        );
+        registry.register(
+            "botmesh_signatures_verified",
+            "Envelope signatures that verified, by scheme (pairwise, ed25519, hmac)",
+            signatures_verified.clone(),
         );
         registry.register(
             "botmesh_envelopes_out",
@@ -256,6 +272,7 @@ impl Metrics {
             stream_events,
             registry,
             envelopes_in,
+            signatures_verified,
             envelopes_out,
             outbox_depth,
             peer_requests,
@@ -285,6 +302,15 @@ impl Metrics {
         self.envelopes_in
             .get_or_create(&ResultLabel {
                 result: result.into(),
+            })
+            .inc();
+    }
+
+    /// Counts one envelope signature that verified under `scheme`.
+    pub fn signature_verified(&self, scheme: crate::signing::Scheme) {
+        self.signatures_verified
+            .get_or_create(&SchemeLabel {
+                scheme: scheme.label().into(),
             })
             .inc();
     }

@@ -566,6 +566,7 @@ mod tests {
             }))
             .unwrap();
             let signer = Signer {
+                pairwise: Default::default(),
                 hmac: vec![],
                 ed25519: vec![key.clone()],
             };

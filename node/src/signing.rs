@@ -19,6 +19,17 @@
 //!   those keys are accepted for that sender, so a bot that leaks the mesh secret
 //!   cannot impersonate a key-holding bot.
 //!
+//! * **Pairwise keys** (derived, scheme `v1`): in a per-bot-key mesh, each ordered
+//!   pair of bots also shares an HMAC key that only those two can compute: an X25519
+//!   agreement between one's Ed25519 private key and the other's public key (both
+//!   already in the files), expanded by HKDF-SHA256 with the direction and both
+//!   public keys ([`PairwiseKey`]). An outbox adds a `v1` entry under the key for its
+//!   peer beside the `v1a` signature, and a receiver that finds one that verifies
+//!   needs no Ed25519 arithmetic (about 1 µs instead of 27–40 µs). A bot that knows
+//!   the key for A → B is A or B, so the property above holds: C cannot speak as A.
+//!   Anything else (no such entry, a receiver or sender that does not derive it,
+//!   a key rotated on one side only) falls back to the `v1a` signature.
+//!
 //! Several keys may be valid at the same time (rotation): the sender signs with
 //! all of them and the verifier accepts if any entry verifies under any key.
 //!
@@ -299,6 +310,97 @@ impl fmt::Debug for SigningKey {
     }
 }
 
+/// HKDF salt of pairwise keys: names the protocol and its version.
+const PAIRWISE_SALT: &[u8] = b"botmesh pairwise v1";
+
+/// The HMAC key for envelopes from one bot to one other bot, which only those two
+/// can compute (see the module documentation).
+///
+/// `X25519(own private, peer public)` (the Ed25519 keys in their Montgomery form, as
+/// libsodium's `crypto_sign_ed25519_*_to_curve25519` do; the joint use of one key
+/// for Ed25519 and X25519 is analysed in <https://eprint.iacr.org/2021/509>), then
+/// HKDF-SHA256 with salt `botmesh pairwise v1` and info `from \0 to \0 from-key
+/// to-key`: each direction of each pair gets its own key, bound to both names and
+/// both public keys.
+#[derive(Clone)]
+pub struct PairwiseKey {
+    key: hmac::Key,
+}
+
+impl PairwiseKey {
+    /// The key for envelopes `own_name` sends to `peer_name`. `None` if the agreement
+    /// gives no secret (a public key of small order, which peers.toml refuses).
+    pub fn sending(
+        own: &SigningKey,
+        own_name: &str,
+        peer: &PublicKey,
+        peer_name: &str,
+    ) -> Option<Self> {
+        let own_public = own.public_key();
+        Self::derive(own, peer, (own_name, &own_public), (peer_name, peer))
+    }
+
+    /// The key for envelopes `peer_name` sends to `own_name`.
+    pub fn receiving(
+        own: &SigningKey,
+        own_name: &str,
+        peer: &PublicKey,
+        peer_name: &str,
+    ) -> Option<Self> {
+        let own_public = own.public_key();
+        Self::derive(own, peer, (peer_name, peer), (own_name, &own_public))
+    }
+
+    fn derive(
+        own: &SigningKey,
+        peer: &PublicKey,
+        (from, from_key): (&str, &PublicKey),
+        (to, to_key): (&str, &PublicKey),
+    ) -> Option<Self> {
+        let shared = peer
+            .key
+            .to_montgomery()
+            .mul_clamped(own.key.to_scalar_bytes())
+            .to_bytes();
+        if shared == [0u8; 32] {
+            return None;
+        }
+        let info = [
+            from.as_bytes(),
+            b"\0",
+            to.as_bytes(),
+            b"\0",
+            from_key.as_bytes(),
+            to_key.as_bytes(),
+        ];
+        let prk = ring::hkdf::Salt::new(ring::hkdf::HKDF_SHA256, PAIRWISE_SALT).extract(&shared);
+        let okm = prk.expand(&info, hmac::HMAC_SHA256).ok()?;
+        Some(PairwiseKey {
+            key: hmac::Key::from(okm),
+        })
+    }
+
+    /// The `v1,<base64 HMAC-SHA256>` entry for an envelope.
+    pub fn entry(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
+        let content = signed_content(id, &timestamp.to_string(), body);
+        format!(
+            "{TAG_HMAC},{}",
+            B64.encode(hmac::sign(&self.key, &content).as_ref())
+        )
+    }
+
+    /// Constant-time check of a raw (decoded) tag against `content`.
+    fn verify_tag(&self, content: &[u8], tag: &[u8]) -> bool {
+        hmac::verify(&self.key, content, tag).is_ok()
+    }
+}
+
+impl fmt::Debug for PairwiseKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PairwiseKey(<redacted>)")
+    }
+}
+
 /// Another bot's Ed25519 public key, written `whpk_<base64>` (bare base64 of
 /// 32 bytes is accepted too). Not secret: `Debug`/`Display` show it.
 ///
@@ -389,6 +491,9 @@ pub struct Signer {
     pub hmac: Vec<HmacSecret>,
     /// This bot's own private keys; each adds a `v1a` entry.
     pub ed25519: Vec<SigningKey>,
+    /// Keys for envelopes to each peer (by name), derived from this bot's key and
+    /// the peer's ([`PairwiseKey::sending`]); [`Signer::sign_for`] adds its `v1` entry.
+    pub pairwise: HashMap<String, PairwiseKey>,
 }
 
 impl Signer {
@@ -410,6 +515,29 @@ impl Signer {
         hmac.chain(ed).collect::<Vec<_>>().join(" ")
     }
 
+    /// [`Signer::sign`] for an envelope to `peer`: the entries every peer gets,
+    /// plus the `v1` entry under the pairwise key for `peer` when there is one.
+    pub fn sign_for(&self, peer: &str, id: &str, timestamp: i64, body: &[u8]) -> String {
+        self.add_pairwise(peer, self.sign(id, timestamp, body), id, timestamp, body)
+    }
+
+    /// Appends the pairwise entry for `peer` (if any) to an already made header
+    /// value `shared` (computed once for every peer, see the outbox's cache).
+    pub fn add_pairwise(
+        &self,
+        peer: &str,
+        shared: String,
+        id: &str,
+        timestamp: i64,
+        body: &[u8],
+    ) -> String {
+        match self.pairwise.get(peer) {
+            Some(k) if shared.is_empty() => k.entry(id, timestamp, body),
+            Some(k) => format!("{shared} {}", k.entry(id, timestamp, body)),
+            None => shared,
+        }
+    }
+
     /// True when there is nothing to sign with (the header would be empty).
     pub fn is_empty(&self) -> bool {
         self.hmac.is_empty() && self.ed25519.is_empty()
@@ -423,14 +551,26 @@ pub enum Scheme {
     Hmac,
     /// `v1a`: Ed25519 under the sender's own key.
     Ed25519,
+    /// `v1` under the pairwise key of the sender and this node, derived from their
+    /// Ed25519 keys: stands for the sender's `v1a` signature at a fraction of its cost.
+    Pairwise,
 }
 
 impl Scheme {
     /// The version tag used in the signature header (`v1` or `v1a`).
     pub fn tag(self) -> &'static str {
         match self {
-            Scheme::Hmac => TAG_HMAC,
+            Scheme::Hmac | Scheme::Pairwise => TAG_HMAC,
             Scheme::Ed25519 => TAG_ED25519,
+        }
+    }
+
+    /// A stable snake_case label for metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            Scheme::Hmac => "hmac",
+            Scheme::Ed25519 => "ed25519",
+            Scheme::Pairwise => "pairwise",
         }
     }
 }
@@ -440,6 +580,7 @@ impl fmt::Display for Scheme {
         match self {
             Scheme::Hmac => f.write_str("HMAC (v1)"),
             Scheme::Ed25519 => f.write_str("Ed25519 (v1a)"),
+            Scheme::Pairwise => f.write_str("pairwise HMAC (v1)"),
         }
     }
 }
@@ -534,6 +675,10 @@ pub struct Verifier {
     /// Public keys per sender name. A sender listed here with at least one key
     /// must sign with `v1a`; an empty list counts as not listed.
     pub ed25519: HashMap<String, Vec<PublicKey>>,
+    /// Keys for envelopes from each key-holding sender to this node
+    /// ([`PairwiseKey::receiving`], one per public key listed for the sender): a `v1`
+    /// entry under one of them is accepted in place of the `v1a` signature.
+    pub pairwise: HashMap<String, Vec<PairwiseKey>>,
 }
 
 impl Verifier {
@@ -596,6 +741,20 @@ impl Verifier {
         }
 
         let content = signed_content(id, ts_raw, body);
+        if let (Some(_), Some(keys)) = (sender_keys, self.pairwise.get(sender)) {
+            let pairwise_ok = entries.iter().any(|(tag, raw)| {
+                *tag == TAG_HMAC
+                    && raw.len() == HMAC_TAG_BYTES
+                    && keys.iter().any(|k| k.verify_tag(&content, raw))
+            });
+            if pairwise_ok {
+                return Ok(Pending {
+                    scheme: Scheme::Pairwise,
+                    content,
+                    check: Check::Decided(true),
+                });
+            }
+        }
         let wanted = scheme.tag();
         let mut entries = entries.iter().filter(|(tag, _)| *tag == wanted);
         let check = match sender_keys {
@@ -789,6 +948,155 @@ mod tests {
         let mut v = Verifier::default();
         v.ed25519.insert(sender.to_owned(), keys.to_vec());
         v
+    }
+
+    /// A mesh of named key holders as config.rs builds it: each bot's signer with
+    /// pairwise keys to the others, and its verifier with everyone's public keys and
+    /// pairwise keys from everyone.
+    fn pairwise_mesh(names: &[&str]) -> HashMap<String, (SigningKey, Signer, Verifier)> {
+        let keys: Vec<(String, SigningKey)> = names
+            .iter()
+            .map(|n| (n.to_string(), SigningKey::generate()))
+            .collect();
+        keys.iter()
+            .map(|(me, key)| {
+                let mut signer = Signer {
+                    ed25519: vec![key.clone()],
+                    ..Signer::default()
+                };
+                let mut verifier = Verifier::default();
+                for (peer, peer_key) in keys.iter().filter(|(p, _)| p != me) {
+                    let pk = peer_key.public_key();
+                    verifier.ed25519.insert(peer.clone(), vec![pk.clone()]);
+                    signer.pairwise.insert(
+                        peer.clone(),
+                        PairwiseKey::sending(key, me, &pk, peer).unwrap(),
+                    );
+                    verifier.pairwise.insert(
+                        peer.clone(),
+                        vec![PairwiseKey::receiving(key, me, &pk, peer).unwrap()],
+                    );
+                }
+                (me.clone(), (key.clone(), signer, verifier))
+            })
+            .collect()
+    }
+
+    fn check(v: &Verifier, sender: &str, sig: &str, body: &[u8]) -> Result<Pending, VerifyError> {
+        v.precheck(
+            sender,
+            Some("e1"),
+            Some(&NOW.to_string()),
+            Some(sig),
+            body,
+            NOW,
+        )
+    }
+
+    #[test]
+    fn pairwise_entry_verifies_at_its_peer_without_ed25519_work() {
+        let m = pairwise_mesh(&["A", "B", "C"]);
+        let body = b"{\"text\":\"hi\"}";
+        let for_b = m["A"].1.sign_for("B", "e1", NOW, body);
+        assert_eq!(
+            for_b.split(' ').count(),
+            2,
+            "v1a plus the pairwise v1: {for_b}"
+        );
+        assert!(for_b.contains("v1a,") && for_b.contains("v1,"));
+        let at_b = check(&m["B"].2, "A", &for_b, body).unwrap();
+        assert!(!at_b.needs_work(), "decided by the pairwise HMAC");
+        assert_eq!(at_b.finish(), Ok(Scheme::Pairwise));
+        // The copy B got, shown to C (a relay): not C's key, so the v1a signature decides.
+        let at_c = check(&m["C"].2, "A", &for_b, body).unwrap();
+        assert!(at_c.needs_work());
+        assert_eq!(at_c.finish(), Ok(Scheme::Ed25519));
+        // Tampering breaks both entries.
+        let at_b = check(&m["B"].2, "A", &for_b, b"{\"text\":\"hI\"}").unwrap();
+        assert_eq!(
+            at_b.finish(),
+            Err(VerifyError::BadSignature {
+                scheme: Scheme::Ed25519
+            })
+        );
+    }
+
+    #[test]
+    fn pairwise_keys_agree_per_direction_and_nobody_else_has_them() {
+        let m = pairwise_mesh(&["A", "B", "C"]);
+        let body = b"x";
+        let only_pairwise =
+            |signer: &Signer, peer: &str| signer.pairwise[peer].entry("e1", NOW, body);
+        // A -> B alone (no v1a): accepted by B as A's.
+        let ab = only_pairwise(&m["A"].1, "B");
+        assert_eq!(
+            check(&m["B"].2, "A", &ab, body).unwrap().finish(),
+            Ok(Scheme::Pairwise)
+        );
+        // The other direction has its own key: A's entry for B is not B's for A.
+        let ba = only_pairwise(&m["B"].1, "A");
+        assert_ne!(ab, ba);
+        assert!(
+            check(&m["A"].2, "B", &ab, body).unwrap().finish().is_err(),
+            "reflected"
+        );
+        assert_eq!(
+            check(&m["A"].2, "B", &ba, body).unwrap().finish(),
+            Ok(Scheme::Pairwise)
+        );
+        // C holds keys with A and with B, but cannot make the A -> B key: its best
+        // attempt (its own private key under A's name) is refused.
+        let c = &m["C"].0;
+        let fake = PairwiseKey::sending(c, "A", &m["B"].0.public_key(), "B").unwrap();
+        let forged = fake.entry("e1", NOW, body);
+        assert_eq!(
+            check(&m["B"].2, "A", &forged, body).unwrap().finish(),
+            Err(VerifyError::BadSignature {
+                scheme: Scheme::Ed25519
+            })
+        );
+        // Nor is C's own key with B accepted under A's name.
+        let cb = only_pairwise(&m["C"].1, "B");
+        assert!(check(&m["B"].2, "A", &cb, body).unwrap().finish().is_err());
+        assert_eq!(
+            check(&m["B"].2, "C", &cb, body).unwrap().finish(),
+            Ok(Scheme::Pairwise)
+        );
+    }
+
+    #[test]
+    fn pairwise_keys_follow_rotation_and_never_stand_for_the_mesh_secret() {
+        let m = pairwise_mesh(&["A", "B"]);
+        let (a_old, b) = (SigningKey::generate(), &m["B"].0);
+        // B lists A's previous key too (a rotation in progress): A, still on the old
+        // key, is accepted through the pairwise key derived from that one.
+        let mut v = m["B"].2.clone();
+        v.ed25519.get_mut("A").unwrap().push(a_old.public_key());
+        v.pairwise
+            .get_mut("A")
+            .unwrap()
+            .push(PairwiseKey::receiving(b, "B", &a_old.public_key(), "A").unwrap());
+        let old = PairwiseKey::sending(&a_old, "A", &b.public_key(), "B").unwrap();
+        let sig = old.entry("e1", NOW, b"x");
+        assert_eq!(
+            check(&v, "A", &sig, b"x").unwrap().finish(),
+            Ok(Scheme::Pairwise)
+        );
+        // A mesh secret's v1 entry is not a pairwise one: a key-holding sender still
+        // cannot be spoken for with the secret.
+        let secret = HmacSecret::generate();
+        v.hmac.push(secret.clone());
+        let with_secret = Signer {
+            hmac: vec![secret],
+            ..Signer::default()
+        }
+        .sign("e1", NOW, b"x");
+        assert!(check(&v, "A", &with_secret, b"x")
+            .unwrap()
+            .finish()
+            .is_err());
+        // Debug output never shows key material.
+        assert_eq!(format!("{old:?}"), "PairwiseKey(<redacted>)");
     }
 
     fn verify_at(
@@ -1084,6 +1392,7 @@ mod tests {
         );
         // Alice signing with both schemes passes as Ed25519.
         let both = Signer {
+            pairwise: Default::default(),
             hmac: vec![mesh],
             ed25519: vec![alice],
         }
@@ -1459,10 +1768,12 @@ mod tests {
         let k = SigningKey::parse(V1A_KEY).unwrap();
         let pk = k.public_key();
         let signer = Signer {
+            pairwise: Default::default(),
             hmac: vec![s.clone()],
             ed25519: vec![k.clone()],
         };
         let verifier = Verifier {
+            pairwise: Default::default(),
             hmac: vec![s.clone()],
             ed25519: HashMap::from([(BOT.to_owned(), vec![pk.clone()])]),
         };
@@ -1490,6 +1801,7 @@ mod tests {
         assert!(Signer::default().is_empty());
         assert_eq!(Signer::default().sign("e", NOW, b"x"), "");
         let signer = Signer {
+            pairwise: Default::default(),
             hmac: vec![HmacSecret::generate()],
             ed25519: vec![SigningKey::generate()],
         };

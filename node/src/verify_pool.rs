@@ -128,10 +128,12 @@ mod tests {
     fn ed_mesh() -> (Verifier, Signer) {
         let key = SigningKey::generate();
         let verifier = Verifier {
+            pairwise: Default::default(),
             hmac: vec![],
             ed25519: HashMap::from([("A".to_string(), vec![key.public_key()])]),
         };
         let signer = Signer {
+            pairwise: Default::default(),
             hmac: vec![],
             ed25519: vec![key],
         };
@@ -188,10 +190,12 @@ mod tests {
         let old = SigningKey::generate();
         let new = SigningKey::generate();
         let verifier = Verifier {
+            pairwise: Default::default(),
             hmac: vec![],
             ed25519: HashMap::from([("A".to_string(), vec![old.public_key(), new.public_key()])]),
         };
         let signer = Signer {
+            pairwise: Default::default(),
             hmac: vec![],
             ed25519: vec![new],
         };
@@ -202,10 +206,12 @@ mod tests {
 
         let secret = crate::signing::HmacSecret::generate();
         let verifier = Verifier {
+            pairwise: Default::default(),
             hmac: vec![secret.clone()],
             ed25519: HashMap::new(),
         };
         let signer = Signer {
+            pairwise: Default::default(),
             hmac: vec![secret],
             ed25519: vec![],
         };

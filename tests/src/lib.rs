@@ -193,6 +193,7 @@ impl TestMesh {
                 signers.push(Signer {
                     hmac: vec![secret.clone()],
                     ed25519: vec![],
+                    pairwise: Default::default(),
                 });
             }
         }
@@ -213,9 +214,11 @@ impl TestMesh {
                     "public_key = \"{}\"\nprivate_key_file = \"{file}\"\n",
                     key.public_key().to_whpk()
                 ));
+                // Signs as an older sender would: `v1a` only, no pairwise entry.
                 signers.push(Signer {
                     hmac: vec![],
                     ed25519: vec![key],
+                    pairwise: Default::default(),
                 });
             }
             toml.push_str(&b.extra);

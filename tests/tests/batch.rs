@@ -100,6 +100,7 @@ async fn a_forged_item_in_a_batch_is_rejected_alone() {
     let (a, b) = (mesh.index("A"), mesh.index("B"));
     let honest = &mesh.signers[b];
     let forger = Signer {
+        pairwise: Default::default(),
         hmac: vec![],
         ed25519: vec![SigningKey::generate()],
     };

@@ -76,7 +76,38 @@ async fn human_message_reaches_every_transcript_once_and_bot_messages_verify() {
                     2.0,
                     "node {i}:\n{m}"
                 );
+                // Per-bot keys: A's outbox adds the pairwise entry for each peer, so
+                // no receiver needs an Ed25519 verification.
+                let (cheap, ed) = match scheme {
+                    Scheme::Ed25519 => ("pairwise", 0.0),
+                    _ => ("hmac", 0.0),
+                };
+                let verified = |s: &str| {
+                    metric(
+                        &m,
+                        &format!(r#"botmesh_signatures_verified_total{{scheme="{s}"}}"#),
+                    )
+                };
+                assert_eq!(
+                    (verified(cheap), verified("ed25519")),
+                    (2.0, ed),
+                    "node {i}: {scheme:?}\n{m}"
+                );
             }
+        }
+        if scheme == Scheme::Ed25519 {
+            // A sender that adds no pairwise entry (an older version): its `v1a`
+            // signature is verified instead, and the envelope is accepted all the same.
+            let old_style = SignedRequest::new(&mesh.signers[0], &bot_message("A", "hi", 1), 0);
+            assert!(!old_style.signature.contains("v1,"));
+            let (status, _) = old_style.send(&mesh.http, &mesh.bridge(1)).await;
+            assert_eq!(status, 200);
+            let m = mesh.metrics(1).await;
+            assert_eq!(
+                metric(&m, r#"botmesh_signatures_verified_total{scheme="ed25519"}"#),
+                1.0,
+                "{m}"
+            );
         }
         mesh.shutdown().await;
     }
@@ -111,6 +142,7 @@ async fn bad_input_is_rejected_with_the_right_status_and_the_node_keeps_serving(
 
     // Forged signature: random key.
     let forged = Signer {
+        pairwise: Default::default(),
         hmac: vec![],
         ed25519: vec![SigningKey::generate()],
     };
@@ -125,6 +157,7 @@ async fn bad_input_is_rejected_with_the_right_status_and_the_node_keeps_serving(
     assert_eq!(s, 401);
     // The mesh HMAC secret does not help either when B has an Ed25519 key.
     let hmac = Signer {
+        pairwise: Default::default(),
         hmac: vec![HmacSecret::generate()],
         ed25519: vec![],
     };
@@ -182,6 +215,7 @@ async fn bad_input_is_rejected_with_the_right_status_and_the_node_keeps_serving(
     assert_eq!(s, 400);
     // Unknown sender.
     let stranger = Signer {
+        pairwise: Default::default(),
         hmac: vec![],
         ed25519: vec![SigningKey::generate()],
     };
@@ -338,6 +372,7 @@ async fn rotation_accepts_old_and_new_keys_and_nothing_else() {
     let mesh = TestMesh::start(spec).await;
     let a = mesh.bridge(0);
     let with_old = Signer {
+        pairwise: Default::default(),
         hmac: vec![],
         ed25519: vec![old.clone()],
     };
@@ -350,6 +385,7 @@ async fn rotation_accepts_old_and_new_keys_and_nothing_else() {
     .await;
     assert_eq!(s, 200, "old key still valid during the rotation");
     let both = Signer {
+        pairwise: Default::default(),
         hmac: vec![],
         ed25519: vec![old, mesh.signers[1].ed25519[0].clone()],
     };
@@ -358,6 +394,7 @@ async fn rotation_accepts_old_and_new_keys_and_nothing_else() {
         .await;
     assert_eq!(s, 200);
     let other = Signer {
+        pairwise: Default::default(),
         hmac: vec![],
         ed25519: vec![SigningKey::generate()],
     };
