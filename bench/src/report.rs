@@ -810,10 +810,12 @@ const METHOD: &str = "\
   *paced* phase sends open-loop at a fixed rate (latency); the *saturated* phase keeps a fixed \
   number of POSTs in flight (throughput = messages / (first send → last arrival at every peer)).
 - **Direct bridge**: the bench signs envelopes itself (`botmesh::signing`, as a peer's outbox \
-  does) from the other bots and POSTs them to node0's `/bridge/v1/envelopes` with the same \
-  number in flight; the identical requests (same bytes and headers) go to the bare hyper server. \
-  The same phase is repeated on a 2-node mesh configured with the mesh-wide HMAC secret instead \
-  of per-bot Ed25519 keys: the difference is the price of public-key signatures. The phase runs \
+  does: the sender's Ed25519 signature plus the pairwise entry for node0, docs/security.md; \
+  `--ed25519-only` leaves the pairwise entry out, as an older sender would, so node0 verifies \
+  the Ed25519 signature) from the other bots and POSTs them to node0's `/bridge/v1/envelopes` \
+  with the same number in flight; the identical requests (same bytes and headers) go to the \
+  bare hyper server. The same phase is repeated on a 2-node mesh configured with the \
+  mesh-wide HMAC secret instead of per-bot Ed25519 keys. The phase runs \
   in rounds (5; 3 with `--quick`), each one botmesh Ed25519 → hyper → botmesh HMAC → hyper on \
   fresh envelopes, back to back, because this host's speed drifts by tens of percent within \
   minutes; the direct ratios are the medians of the rounds' ratios, and the envelopes/s columns \

@@ -84,5 +84,8 @@ async fn two_processes_exchange_messages_and_stop_cleanly_on_sigterm() {
     }
     // The transcript is on disk for the next start.
     let file = mesh.dir.path().join("data/B/transcripts/demo.jsonl");
-    assert!(std::fs::read_to_string(file).unwrap().contains(&id));
+    let text = std::fs::read_to_string(file).unwrap();
+    assert!(text.contains(&id));
+    // A clean stop gives back the zeroed space kept ahead of the lines.
+    assert!(!text.contains('\0') && text.ends_with('\n'), "{text:?}");
 }
