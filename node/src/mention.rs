@@ -99,6 +99,7 @@ enum Kind {
 
 /// A mention found by the scanner; `member` indexes `MentionMatcher::names`.
 #[derive(Debug, Clone, Copy)]
+#[cfg_attr(test, derive(PartialEq, Eq))]
 struct Found {
     start: usize,
     end: usize,
@@ -280,6 +281,12 @@ impl MentionMatcher {
 
     /// The single left-to-right scan behind every public query.
     fn scan(&self, text: &str, platform: &[PlatformMention]) -> Vec<Found> {
+        self.scan_with(text, platform, true)
+    }
+
+    /// [`MentionMatcher::scan`]; `skip: false` decodes every character instead of
+    /// jumping to the next byte that may start a token (what tests compare it with).
+    fn scan_with(&self, text: &str, platform: &[PlatformMention], skip: bool) -> Vec<Found> {
         let code = code_ranges(text);
         let mut ci = 0;
         let mut out: Vec<Found> = Vec::new();
@@ -301,7 +308,15 @@ impl MentionMatcher {
             // Only a few bytes can start a URL, a tag or a mention; every other
             // character is passed over without decoding it (the scan runs on every
             // message a node receives).
-            let skip = rest.bytes().position(may_start_token).unwrap_or(rest.len());
+            let bytes = text.as_bytes();
+            let skip = if !skip {
+                0
+            } else {
+                rest.bytes()
+                    .enumerate()
+                    .position(|(k, b)| may_start_token(b, (i + k).checked_sub(1).map(|p| bytes[p])))
+                    .unwrap_or(rest.len())
+            };
             if skip > 0 {
                 i += skip;
                 continue;
@@ -559,11 +574,18 @@ fn url_len(s: &str) -> Option<usize> {
     )
 }
 
-/// Whether a byte can begin something [`MentionMatcher::scan`] looks at: a URL
-/// (`h`, `w`), a tag (`<`), a mention (`@`, or 0xEF, the lead byte of `＠`). None of
-/// them is a UTF-8 continuation byte, so skipping to one stays on a char boundary.
-fn may_start_token(b: u8) -> bool {
-    matches!(b, b'h' | b'H' | b'w' | b'W' | b'<' | b'@' | 0xEF)
+/// Whether byte `b` (after byte `prev`) can begin something [`MentionMatcher::scan`]
+/// looks at: a URL (`h`, `w`, not inside a word: the scan's own rule), a tag (`<`), a
+/// mention (`@`, or 0xEF, the lead byte of `＠`). None of them is a UTF-8 continuation
+/// byte, so skipping to one stays on a char boundary; a non-ASCII character before an
+/// `h` ends in a continuation byte, which is not ASCII alphanumeric, as the scan's
+/// check of the previous character expects.
+fn may_start_token(b: u8, prev: Option<u8>) -> bool {
+    match b {
+        b'<' | b'@' | 0xEF => true,
+        b'h' | b'H' | b'w' | b'W' => !prev.is_some_and(|p| p.is_ascii_alphanumeric()),
+        _ => false,
+    }
 }
 
 /// Characters that end a URL: whitespace, a few ASCII characters URLs never
@@ -646,6 +668,72 @@ mod tests {
             name: name.to_string(),
             aliases: aliases.iter().map(|s| s.to_string()).collect(),
             open_ids: open_ids.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn skipping_to_token_bytes_finds_what_a_full_scan_finds() {
+        // Texts built from pieces that matter to the scan, in every order a small
+        // deterministic generator makes; both scans must agree on all of them.
+        const PIECES: &[&str] = &[
+            "h",
+            "H",
+            "w",
+            "W",
+            "http://x.io/@Bob",
+            "https://a.b",
+            "www.c.d",
+            "@",
+            "＠",
+            "小八",
+            "小八哥",
+            "Bob",
+            "bobby",
+            "xiaoba",
+            "ops@",
+            "a",
+            "1",
+            " ",
+            "é",
+            "看",
+            "\n",
+            "`",
+            "``",
+            "```",
+            "<at user_id=\"ou_ergoz\">",
+            "</at>",
+            "<",
+            "@_user_1",
+            "，",
+            "。",
+            "(",
+            "Alice",
+            "爱丽丝",
+            "_",
+            ".",
+            "-",
+            "ｈ",
+        ];
+        let m = roster();
+        let pm = platform(U1_U2);
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..20_000 {
+            let mut text = String::new();
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let len = 1 + (state % 12) as usize;
+            for _ in 0..len {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                text.push_str(PIECES[(state % PIECES.len() as u64) as usize]);
+            }
+            assert_eq!(
+                m.scan_with(&text, &pm, true),
+                m.scan_with(&text, &pm, false),
+                "{text:?}"
+            );
         }
     }
 
