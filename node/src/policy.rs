@@ -284,13 +284,12 @@ pub fn asks_everyone(text: &str) -> bool {
 
 /// Counts bot messages in `recent` (oldest first) after the last human message and
 /// no older than `window_ms` before `now_ms`.
-pub fn recent_bot_messages(
-    recent: &[std::sync::Arc<Envelope>],
+pub fn recent_bot_messages<'a>(
+    recent: impl DoubleEndedIterator<Item = &'a std::sync::Arc<Envelope>>,
     now_ms: u64,
     window_ms: u64,
 ) -> usize {
     recent
-        .iter()
         .rev()
         .take_while(|e| e.author.kind == AuthorKind::Bot)
         .filter(|e| now_ms.saturating_sub(e.sent_at) <= window_ms)
@@ -551,8 +550,8 @@ mod tests {
             v.push(m);
         }
         let v: Vec<_> = v.into_iter().map(std::sync::Arc::new).collect();
-        assert_eq!(recent_bot_messages(&v, 60_000, 60_000), 4);
-        assert_eq!(recent_bot_messages(&v, 75_000, 60_000), 3);
-        assert_eq!(recent_bot_messages(&v[..1], 60_000, 60_000), 0);
+        assert_eq!(recent_bot_messages(v.iter(), 60_000, 60_000), 4);
+        assert_eq!(recent_bot_messages(v.iter(), 75_000, 60_000), 3);
+        assert_eq!(recent_bot_messages(v[..1].iter(), 60_000, 60_000), 0);
     }
 }

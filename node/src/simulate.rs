@@ -1547,7 +1547,11 @@ impl<'w> Sim<'w> {
 
     fn recent_bots(&self, b: usize) -> usize {
         let t = &self.bots[b].transcript;
-        recent_bot_messages(&t[t.len().saturating_sub(64)..], self.now, RATE_WINDOW_MS)
+        recent_bot_messages(
+            t[t.len().saturating_sub(64)..].iter(),
+            self.now,
+            RATE_WINDOW_MS,
+        )
     }
 
     // --- botmesh: turn::consider_with and wait_turn, step by step ---------

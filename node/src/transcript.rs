@@ -345,6 +345,22 @@ impl Transcripts {
             .unwrap_or_default()
     }
 
+    /// [`crate::policy::recent_bot_messages`] over the last `limit` messages of
+    /// `group`, counted in place (no copy of the messages: it runs for every message).
+    pub fn recent_bot_messages(
+        &self,
+        group: &str,
+        limit: usize,
+        now_ms: u64,
+        window_ms: u64,
+    ) -> usize {
+        let groups = self.groups.lock().expect("transcripts lock");
+        groups.get(group).map_or(0, |g| {
+            let start = g.recent.len().saturating_sub(limit);
+            crate::policy::recent_bot_messages(g.recent.range(start..), now_ms, window_ms)
+        })
+    }
+
     /// Messages recorded in `group` after the message `after` (exclusive), oldest first.
     pub fn since(&self, group: &str, after: &Ulid) -> Vec<Arc<Envelope>> {
         let groups = self.groups.lock().expect("transcripts lock");

@@ -237,13 +237,14 @@ impl Brain {
         });
     }
 
-    /// The local rules for `msg` given the recent transcript.
+    /// The local rules for `msg`, given how many bot messages end the recent
+    /// transcript (`recent_bots`, see [`crate::policy::recent_bot_messages`]).
     pub fn decide(
         &self,
         mesh: &crate::config::MeshSettings,
         msg: &Envelope,
         platform: &[PlatformMention],
-        recent: &[Arc<Envelope>],
+        recent_bots: usize,
         quiet: bool,
     ) -> Decision {
         let mentioned_names = self.matcher.mentioned(&msg.text, platform);
@@ -256,7 +257,7 @@ impl Brain {
             mentioned,
             mentions_others,
             quiet,
-            recent_bot_messages: recent_bot_messages(recent, now_millis(), RATE_WINDOW_MS),
+            recent_bot_messages: recent_bots,
             passed_on_parent: msg.reply_to.is_some_and(|p| self.board.passed(p)),
         })
     }
@@ -454,8 +455,10 @@ pub async fn consider_with(node: Arc<Node>, msg: Arc<Envelope>, platform: &[Plat
     if msg.kind != Kind::Message {
         return;
     }
-    let recent = node.transcripts.recent(&msg.group, 64);
-    let mut d = brain.decide(mesh, &msg, platform, &recent, node.is_quiet());
+    let recent_bots =
+        node.transcripts
+            .recent_bot_messages(&msg.group, 64, now_millis(), RATE_WINDOW_MS);
+    let mut d = brain.decide(mesh, &msg, platform, recent_bots, node.is_quiet());
     let age_secs = crate::envelope::now_millis().saturating_sub(msg.sent_at) / 1000;
     if d.action != Action::Silent && age_secs > mesh.stale_after_secs {
         // A catch-up after downtime: on record, but the conversation has moved on.
@@ -577,8 +580,9 @@ pub async fn consider_with(node: Arc<Node>, msg: Arc<Envelope>, platform: &[Plat
         text
     };
     // The world may have moved during the LLM call: apply the hard rules once more.
-    let recent = node.transcripts.recent(&msg.group, 64);
-    let recent_bots = recent_bot_messages(&recent, now_millis(), RATE_WINDOW_MS);
+    let recent_bots =
+        node.transcripts
+            .recent_bot_messages(&msg.group, 64, now_millis(), RATE_WINDOW_MS);
     let last = crate::policy::last_check(node.cfg.mesh(), node.is_quiet(), msg.depth, recent_bots);
     if let Some(reason) = last {
         brain.record(&msg, "silent", reason, "checked again before sending");
@@ -648,8 +652,9 @@ pub async fn consider_with(node: Arc<Node>, msg: Arc<Envelope>, platform: &[Plat
                 "claim_withdrawn",
                 "posting the reply written meanwhile",
             );
-            let recent = node.transcripts.recent(&msg.group, 64);
-            let recent_bots = recent_bot_messages(&recent, now_millis(), RATE_WINDOW_MS);
+            let recent_bots =
+                node.transcripts
+                    .recent_bot_messages(&msg.group, 64, now_millis(), RATE_WINDOW_MS);
             let last =
                 crate::policy::last_check(node.cfg.mesh(), node.is_quiet(), msg.depth, recent_bots);
             if let Some(reason) = last {
@@ -960,7 +965,8 @@ pub async fn explain(
     quiet: bool,
 ) -> Result<Explanation, String> {
     let msg = hypothetical(cfg, &req)?;
-    let d = brain.decide(cfg.mesh(), &msg, &[], recent, quiet);
+    let recent_bots = recent_bot_messages(recent.iter(), now_millis(), RATE_WINDOW_MS);
+    let d = brain.decide(cfg.mesh(), &msg, &[], recent_bots, quiet);
     let context_start = recent.len().saturating_sub(brain.me.context_messages);
     let context = &recent[context_start..];
     let mut out = Explanation {
