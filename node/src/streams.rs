@@ -565,7 +565,7 @@ async fn handle_entry(node: &Arc<Node>, group: &str, entry: &Entry) -> bool {
                 Appended::Duplicate => "duplicate",
             };
             node.metrics.envelope_in(result);
-            tracing::info!(via = "redis", %group, entry = %entry.id, sender = %env.sender, id = %env.id, kind = ?env.kind, depth = env.depth, result, "envelope");
+            tracing::debug!(via = "redis", %group, entry = %entry.id, sender = %env.sender, id = %env.id, kind = ?env.kind, depth = env.depth, result, "envelope");
             true
         }
         Err(crate::bridge::Reject(_, "own", _)) => true,
