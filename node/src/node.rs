@@ -171,7 +171,12 @@ impl Node {
                     })
                     .inc();
                 self.brain.observe(env);
-                if !self.accepting.is_cancelled() {
+                // The local rules at once: silence (most of what a busy node receives)
+                // needs no task. A turn to act on decides again in its task, where a
+                // yield that this very message causes has been taken into account.
+                if !self.accepting.is_cancelled()
+                    && crate::turn::triage(self, env, &mentions).is_some()
+                {
                     let node = self.clone();
                     self.turns
                         .spawn(crate::turn::consider(node, env.clone(), mentions));

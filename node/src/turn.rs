@@ -450,15 +450,24 @@ pub fn consider(
 
 /// [`consider`] with the platform's mention list (Feishu `mentions[]`).
 pub async fn consider_with(node: Arc<Node>, msg: Arc<Envelope>, platform: &[PlatformMention]) {
+    if let Some(d) = triage(&node, &msg, platform) {
+        act(node, msg, d).await;
+    }
+}
+
+/// The local rules for a newly recorded message: `None` when the bot stays silent (the
+/// decision is recorded), else what [`act`] is to do. Cheap and synchronous, so the
+/// node runs it as the message is recorded and spawns a turn only when there is one.
+pub fn triage(node: &Node, msg: &Envelope, platform: &[PlatformMention]) -> Option<Decision> {
     let brain = &node.brain;
     let mesh = node.cfg.mesh();
     if msg.kind != Kind::Message {
-        return;
+        return None;
     }
     let recent_bots =
         node.transcripts
             .recent_bot_messages(&msg.group, 64, now_millis(), RATE_WINDOW_MS);
-    let mut d = brain.decide(mesh, &msg, platform, recent_bots, node.is_quiet());
+    let mut d = brain.decide(mesh, msg, platform, recent_bots, node.is_quiet());
     let age_secs = crate::envelope::now_millis().saturating_sub(msg.sent_at) / 1000;
     if d.action != Action::Silent && age_secs > mesh.stale_after_secs {
         // A catch-up after downtime: on record, but the conversation has moved on.
@@ -470,14 +479,22 @@ pub async fn consider_with(node: Arc<Node>, msg: Arc<Envelope>, platform: &[Plat
         // of their own, so they cost no judge call (unless they mention this bot).
         brain.board.pass(msg.id);
     }
-    let (why, relevance) = match d.action {
-        Action::Silent => {
-            // Own messages are not worth a log line each.
-            if d.reason != "own_message" {
-                brain.record(&msg, "silent", d.reason, "");
-            }
-            return;
+    if d.action == Action::Silent {
+        // Own messages are not worth a log line each.
+        if d.reason != "own_message" {
+            brain.record(msg, "silent", d.reason, "");
         }
+        return None;
+    }
+    Some(d)
+}
+
+/// Carries out a [`triage`] decision that is not silence: judge, wait and claim,
+/// write, post.
+async fn act(node: Arc<Node>, msg: Arc<Envelope>, d: Decision) {
+    let brain = &node.brain;
+    let (why, relevance) = match d.action {
+        Action::Silent => return,
         Action::Reply => {
             brain.record(&msg, "reply", d.reason, "");
             let why = if d.mentioned {
