@@ -463,7 +463,7 @@ fn rounds_line(m: &MeshResult) -> Option<String> {
     };
     Some(format!(
         "Direct-bridge rounds, botmesh ÷ bare hyper envelopes/s, each round back to back \
-         (the direct ratios above are their medians): Ed25519 {}; HMAC {}.",
+         (the direct ratios above are their medians): per-bot keys {}; HMAC {}.",
         list(|r| r.ratios().0),
         list(|r| r.ratios().1)
     ))
@@ -477,7 +477,7 @@ fn headline_rows(m: &MeshResult) -> Vec<[String; 5]> {
     let redis = |f: &dyn Fn(&RedisResult) -> String| r.map(f).unwrap_or_else(dash);
     vec![
         [
-            "direct bridge ingest, envelopes/s (same signed POSTs)".into(),
+            "direct bridge ingest, per-bot keys, envelopes/s (same signed POSTs)".into(),
             fmt_num(b.direct.per_s),
             fmt_num(h.bridge.per_s),
             dash(),
