@@ -436,12 +436,13 @@ impl Transcripts {
 }
 
 /// Reads every whole line of an append-only file (without its `\n`), calling `each`
-/// with the line and its end offset. The lines end at the end of the file or at the
-/// first NUL byte (the zeroed space a running node keeps ahead, see [`AppendFile`]).
-/// Whatever follows the last whole line is cut off, so the next append starts
-/// cleanly: zeros quietly, anything else (a line cut short by a crash, or lines of a
-/// group commit that never finished its sync) with a warning.
-/// Returns whether such a torn tail was cut.
+/// with the line and its end offset. What follows the last whole line is cut off, so
+/// the next append starts cleanly: quietly when it is only zeros (the space a running
+/// node keeps ahead, see [`AppendFile`]), with a warning when it holds anything else
+/// (a line cut short by a crash). A whole line with NUL bytes in it (pages of an
+/// unfinished group commit that reached the disk out of order) is handed to `each`
+/// like any other line, which finds it unreadable; the lines after it are kept.
+/// Returns whether a torn tail was cut.
 fn read_whole_lines(path: &Path, mut each: impl FnMut(&[u8], u64)) -> std::io::Result<bool> {
     let mut file = OpenOptions::new().read(true).write(true).open(path)?;
     let mut offset: u64 = 0;
@@ -456,17 +457,9 @@ fn read_whole_lines(path: &Path, mut each: impl FnMut(&[u8], u64)) -> std::io::R
             if n == 0 {
                 break;
             }
-            if buf.last() != Some(&b'\n') || buf.contains(&0) {
+            if buf.last() != Some(&b'\n') {
                 tail = true;
                 torn = buf.iter().any(|&b| b != 0);
-                // Whatever lies beyond the first NUL was never acknowledged.
-                while !torn {
-                    buf.clear();
-                    if reader.read_until(b'\n', &mut buf)? == 0 {
-                        break;
-                    }
-                    torn = buf.iter().any(|&b| b != 0);
-                }
                 break;
             }
             offset += n as u64;
@@ -951,6 +944,27 @@ mod tests {
         assert_eq!(t.recent("g 1", 10).len(), 3);
     }
 
+    #[tokio::test]
+    async fn a_damaged_line_in_the_middle_costs_only_that_line() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("transcripts")).unwrap();
+        let mut bytes = Vec::new();
+        for line in [
+            serde_json::to_vec(&msg("demo", "before", None)).unwrap(),
+            b"{\"v\":1,\0\0\0 damaged".to_vec(),
+            serde_json::to_vec(&msg("demo", "after", None)).unwrap(),
+        ] {
+            bytes.extend_from_slice(&line);
+            bytes.push(b'\n');
+        }
+        std::fs::write(dir.path().join("transcripts/demo.jsonl"), &bytes).unwrap();
+        let (t, report, _) =
+            Transcripts::open(dir.path(), EventBus::new(16), true, Arc::new(NoPeers), 1).unwrap();
+        assert_eq!(report.dropped_lines, 1);
+        assert_eq!(texts(&t, "demo"), ["before", "after"]);
+        t.close();
+    }
+
     fn texts(t: &Transcripts, group: &str) -> Vec<String> {
         t.recent(group, 10).iter().map(|e| e.text.clone()).collect()
     }
@@ -984,8 +998,8 @@ mod tests {
         assert_eq!(lines.iter().filter(|&&b| b == b'\n').count(), 2);
         assert_eq!(lines.last(), Some(&b'\n'));
 
-        // Two crashes, as the disk may look after one: the zeros still there, and the
-        // zeros with a line from a commit that never finished its sync beyond a gap.
+        // Two crashes, as the disk may look after one: the zeros still there, and a
+        // commit whose pages reached the disk out of order (a gap of zeros in a line).
         let crashed = tempfile::tempdir().unwrap();
         let unsynced = tempfile::tempdir().unwrap();
         for d in [&crashed, &unsynced] {
@@ -1017,12 +1031,24 @@ mod tests {
         assert_eq!(texts(&t, "demo"), ["one", "two", "three"]);
         t.close();
 
-        // Past the first NUL nothing was acknowledged: reported and cut, not restored.
+        // A line with NULs in it is unreadable like any damaged line: reported, the
+        // lines around it kept; the zeros after the last line are cut quietly.
         let (t, report, _) = open(unsynced.path());
         assert_eq!(report.dropped_lines, 1);
         assert_eq!(texts(&t, "demo"), ["one", "two"]);
         let ufile = unsynced.path().join("transcripts/demo.jsonl");
-        assert_eq!(std::fs::read(&ufile).unwrap(), lines);
+        let kept = std::fs::read(&ufile).unwrap();
+        assert!(kept.starts_with(lines) && kept.ends_with(b"\n"));
+        assert_eq!(
+            kept.len(),
+            gap.len() - 4096,
+            "only the zeros after the last line cut"
+        );
+        t.append(msg("demo", "after", None)).await.unwrap();
+        t.close();
+        let (t, report, _) = open(unsynced.path());
+        assert_eq!(report.dropped_lines, 1);
+        assert_eq!(texts(&t, "demo"), ["one", "two", "after"]);
         t.close();
     }
 }
