@@ -210,7 +210,12 @@ impl StreamLink {
             #[serde(borrow)]
             group: std::borrow::Cow<'a, str>,
         }
+        // MULTI/EXEC: all or nothing. A plain pipeline can fail in part, e.g. while a
+        // restarted Redis is still loading its AOF (`LOADING` for the first commands,
+        // success for the later ones), and the one-at-a-time retry of the front item
+        // would then land behind items that were appended (seen in the outage test).
         let mut pipe = redis::pipe();
+        pipe.atomic();
         for (id, sig, body) in items {
             let group = serde_json::from_slice::<GroupOnly>(body)
                 .map_err(|e| AppendError::Permanent(format!("envelope without a group: {e}")))?
