@@ -79,9 +79,13 @@ impl Mesh {
         toml.push('\n');
         let mut addrs = Vec::new();
         let mut signers = Vec::new();
-        let keys: Vec<(String, SigningKey)> = (0..n)
-            .map(|i| (bot_name(i), SigningKey::generate()))
-            .collect();
+        // Per-bot keys, made up front so each signer can derive its pairwise keys.
+        let keys: Vec<(String, SigningKey)> = match &secret {
+            Some(_) => Vec::new(),
+            None => (0..n)
+                .map(|i| (bot_name(i), SigningKey::generate()))
+                .collect(),
+        };
         for i in 0..n {
             let name = bot_name(i);
             let bridge: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;

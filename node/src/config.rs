@@ -1077,10 +1077,11 @@ impl NodeConfig {
                 .map(|k| PublicKey::parse(k).expect("validated"))
                 .collect();
             if let (Some(mine), false) = (own.first(), b.name == bot.name) {
-                if let Some(k) = b.public_key.as_ref().and_then(|pk| {
-                    let pk = PublicKey::parse(pk).expect("validated");
-                    PairwiseKey::sending(mine, &bot.name, &pk, &b.name)
-                }) {
+                // `keys` starts with the current `public_key`, when there is one.
+                let current = keys.first().filter(|_| b.public_key.is_some());
+                if let Some(k) =
+                    current.and_then(|pk| PairwiseKey::sending(mine, &bot.name, pk, &b.name))
+                {
                     sending.insert(b.name.clone(), k);
                 }
                 let from: Vec<PairwiseKey> = keys

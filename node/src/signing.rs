@@ -324,7 +324,8 @@ const PAIRWISE_SALT: &[u8] = b"botmesh pairwise v1";
 /// both public keys.
 #[derive(Clone)]
 pub struct PairwiseKey {
-    key: hmac::Key,
+    /// The derived 32 bytes, used exactly as a mesh secret is (`v1`).
+    secret: HmacSecret,
 }
 
 impl PairwiseKey {
@@ -336,8 +337,7 @@ impl PairwiseKey {
         peer: &PublicKey,
         peer_name: &str,
     ) -> Option<Self> {
-        let own_public = own.public_key();
-        Self::derive(own, peer, (own_name, &own_public), (peer_name, peer))
+        Self::derive(own, peer, (own_name, &own.public_key()), (peer_name, peer))
     }
 
     /// The key for envelopes `peer_name` sends to `own_name`.
@@ -347,8 +347,7 @@ impl PairwiseKey {
         peer: &PublicKey,
         peer_name: &str,
     ) -> Option<Self> {
-        let own_public = own.public_key();
-        Self::derive(own, peer, (peer_name, peer), (own_name, &own_public))
+        Self::derive(own, peer, (peer_name, peer), (own_name, &own.public_key()))
     }
 
     fn derive(
@@ -374,24 +373,19 @@ impl PairwiseKey {
             to_key.as_bytes(),
         ];
         let prk = ring::hkdf::Salt::new(ring::hkdf::HKDF_SHA256, PAIRWISE_SALT).extract(&shared);
-        let okm = prk.expand(&info, hmac::HMAC_SHA256).ok()?;
+        let mut bytes = vec![0u8; HMAC_SECRET_GENERATED_BYTES];
+        prk.expand(&info, hmac::HMAC_SHA256)
+            .and_then(|okm| okm.fill(&mut bytes))
+            .ok()?;
         Some(PairwiseKey {
-            key: hmac::Key::from(okm),
+            secret: HmacSecret::from_bytes(bytes),
         })
     }
 
     /// The `v1,<base64 HMAC-SHA256>` entry for an envelope.
     pub fn entry(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
         let content = signed_content(id, &timestamp.to_string(), body);
-        format!(
-            "{TAG_HMAC},{}",
-            B64.encode(hmac::sign(&self.key, &content).as_ref())
-        )
-    }
-
-    /// Constant-time check of a raw (decoded) tag against `content`.
-    fn verify_tag(&self, content: &[u8], tag: &[u8]) -> bool {
-        hmac::verify(&self.key, content, tag).is_ok()
+        format!("{TAG_HMAC},{}", self.secret.sign(&content))
     }
 }
 
@@ -745,7 +739,7 @@ impl Verifier {
             let pairwise_ok = entries.iter().any(|(tag, raw)| {
                 *tag == TAG_HMAC
                     && raw.len() == HMAC_TAG_BYTES
-                    && keys.iter().any(|k| k.verify_tag(&content, raw))
+                    && keys.iter().any(|k| k.secret.verify_tag(&content, raw))
             });
             if pairwise_ok {
                 return Ok(Pending {

@@ -653,6 +653,7 @@ impl AppendFile {
 impl Writer {
     fn file(&mut self, group: &str) -> std::io::Result<&mut AppendFile> {
         if !self.files.contains_key(group) {
+            // Preallocation only pays where every commit is synced.
             let f = AppendFile::open(
                 &self.dir.join(format!("{}.jsonl", encode_name(group))),
                 self.fsync,

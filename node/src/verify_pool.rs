@@ -1,7 +1,9 @@
 //! `VerifyPool`: Ed25519 verification off the async workers, many signatures at once.
 //!
-//! Verifying an Ed25519 signature is the largest single cost a node pays per
-//! envelope (tens of µs, a quarter to a third of a receiver's CPU in the bench). A
+//! Verifying an Ed25519 signature costs tens of µs, more than everything else a
+//! receiver does for an envelope. Envelopes from peers' outboxes carry a pairwise
+//! entry that is checked instead ([`crate::signing::PairwiseKey`]); what comes here
+//! is the rest: Redis Stream entries, copies at a relay, older senders. A
 //! batch verification of a few signatures costs about two thirds of verifying them
 //! one by one ([`crate::signing::verify_all`]; the bench reports both figures).
 //! Envelopes arrive one per request, so the pool
