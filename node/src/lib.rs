@@ -17,6 +17,7 @@
 //! - [`seen`] — `SeenCache`, the replay window's memory.
 //! - [`transcript`] — per-group, append-only, deduplicated, durable transcripts.
 //! - [`outbox`] — one ordered, retrying, bounded queue per peer.
+//! - [`cursor`] — `DeliveryCursor`: how far delivery to a peer got, saved off the async workers.
 //! - [`acks`] — claim acknowledgements: when one claim has reached every peer, and who answered.
 //! - [`streams`] — the Redis Streams transport: one stream per group, a cursor per bot.
 //! - [`bridge`] — the peer-facing listener and its checks.
@@ -44,6 +45,7 @@ pub mod api;
 pub mod batch;
 pub mod bridge;
 pub mod config;
+pub mod cursor;
 pub mod envelope;
 pub mod events;
 pub mod feishu;

@@ -326,9 +326,10 @@ pub async fn start(
     );
     for (o, cursor) in outboxes.iter().zip(cursors) {
         // A peer without a cursor is new to this node: it starts from now, not from history.
+        let saved = cursor.is_some();
         let cursor =
             cursor.unwrap_or_else(|| logged.last().map(|e| e.seq).unwrap_or(min_next_seq - 1));
-        o.set_handled(cursor);
+        o.set_handled(cursor, saved);
         let resend: Vec<_> = logged.iter().filter(|e| e.seq > cursor).collect();
         if !resend.is_empty() {
             tracing::info!(peer = %o.peer(), envelopes = resend.len(), "resuming undelivered envelopes from the outbox log");

@@ -22,7 +22,7 @@
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -33,6 +33,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::acks::{AckTracker, PeerOutcome};
+use crate::cursor::DeliveryCursor;
 use crate::metrics::Metrics;
 use crate::signing::{Signer, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP};
 use crate::transcript::{parse_outbox_line, LoggedOutbound};
@@ -136,12 +137,9 @@ pub struct Outbox {
     link: Arc<crate::relay::LinkHealth>,
     /// Relays envelopes through other peers while the direct link is down.
     relay: OnceLock<Arc<crate::relay::Relay>>,
-    /// The highest log sequence delivered to (or given up on for) this peer.
-    handled: AtomicU64,
-    /// Where `handled` is kept across restarts.
-    cursor_path: Option<PathBuf>,
-    /// When the cursor was last written.
-    cursor_saved_at: Mutex<Instant>,
+    /// The highest log sequence delivered to (or given up on for) this peer, and its
+    /// copy on disk for restarts.
+    cursor: Arc<DeliveryCursor>,
     /// The peer's batch endpoint (HTTP links only).
     batch_url: Option<String>,
     /// Envelopes per batch at most; 1 = one envelope per request.
@@ -165,9 +163,6 @@ pub const DEFAULT_BATCH_MAX: usize = 64;
 /// After a peer answered 404 to a batch (it predates batches), single posts are used
 /// for this long before batching is tried again (the peer may have been upgraded).
 const BATCH_RETRY_AFTER: Duration = Duration::from_secs(300);
-
-/// How often, at most, a busy outbox saves its cursor.
-const CURSOR_EVERY: Duration = Duration::from_millis(100);
 
 /// The node's signer plus the signatures its outboxes share.
 pub struct SharedSigner {
@@ -251,57 +246,29 @@ impl Outbox {
             log_path: OnceLock::new(),
             link: Arc::default(),
             relay: OnceLock::new(),
-            handled: AtomicU64::new(0),
-            cursor_path,
-            cursor_saved_at: Mutex::new(
-                Instant::now()
-                    .checked_sub(CURSOR_EVERY)
-                    .unwrap_or_else(Instant::now),
-            ),
+            cursor: DeliveryCursor::new(name, cursor_path),
         })
     }
 
     /// The saved delivery position, if this peer has one.
     pub fn saved_cursor(&self) -> Option<u64> {
-        let path = self.cursor_path.as_ref()?;
-        std::fs::read_to_string(path).ok()?.trim().parse().ok()
+        self.cursor.read_saved()
     }
 
-    /// Sets the delivery position (at start, from the saved cursor).
-    pub fn set_handled(&self, seq: u64) {
-        self.handled.store(seq, Ordering::SeqCst);
+    /// Sets the delivery position at start: the saved cursor (`saved`), or where a
+    /// peer new to this node starts (its cursor is then written soon).
+    pub fn set_handled(&self, seq: u64, saved: bool) {
+        self.cursor.set(seq, saved);
     }
 
     /// The highest log sequence delivered to or given up on for this peer.
     pub fn handled(&self) -> u64 {
-        self.handled.load(Ordering::SeqCst)
+        self.cursor.handled()
     }
 
-    fn mark_handled(&self, seq: u64) {
-        self.handled.fetch_max(seq, Ordering::SeqCst);
-        // Saving the cursor costs a file write; do it at most every CURSOR_EVERY, or
-        // when the queue runs dry. A cursor that lags only means re-sends after a
-        // crash, which peers answer with `duplicate`.
-        let due = {
-            let mut last = self.cursor_saved_at.lock().expect("cursor lock");
-            let due = self.is_empty() || last.elapsed() >= CURSOR_EVERY;
-            if due {
-                *last = Instant::now();
-            }
-            due
-        };
-        if due {
-            self.save_cursor();
-        }
-    }
-
-    /// Writes the delivery position to disk now (also called at shutdown).
+    /// Writes the delivery position to disk now (at shutdown, after any write under way).
     pub fn save_cursor(&self) {
-        if let Some(path) = &self.cursor_path {
-            if let Err(e) = write_cursor(path, self.handled()) {
-                tracing::warn!(peer = %self.peer, error = %e, "could not save the outbox cursor (a restart may re-send; peers deduplicate)");
-            }
-        }
+        self.cursor.save_now();
     }
 
     /// Sends at most `max` envelopes per request (1: one at a time).
@@ -536,7 +503,7 @@ impl Outbox {
             seq
         };
         if let Some(seq) = seq {
-            self.mark_handled(seq);
+            self.cursor.advance(seq);
         }
     }
 
@@ -557,15 +524,26 @@ impl Outbox {
         let mut relay_logged = false;
         // Set while the peer answers batches with 404 (an older version).
         let mut batch_off_until: Option<Instant> = None;
+        // A peer new to this node gets its cursor on disk now, not at its first
+        // delivery: were the node killed before then, the next start would take the
+        // peer for new again and skip what it is owed.
+        self.cursor.save_soon();
         loop {
             let refilled = self.refill(&metrics).await;
             let Some(mut next) = self.front() else {
                 // A failed re-read of the spill is retried after a pause, not on the next push.
-                let pause = if refilled { Duration::MAX } else { policy.max };
+                let mut pause = if refilled { Duration::MAX } else { policy.max };
+                // Caught up with the cursor behind: write it once things stay quiet.
+                if self.cursor.behind() {
+                    pause = pause.min(crate::cursor::SAVE_EVERY);
+                }
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     _ = self.notify.notified() => continue,
-                    _ = tokio::time::sleep(pause.min(Duration::from_secs(3600))) => continue,
+                    _ = tokio::time::sleep(pause.min(Duration::from_secs(3600))) => {
+                        self.cursor.save_soon();
+                        continue;
+                    }
                 }
             };
             // More than one waiting, the direct link healthy and the peer known to take
@@ -930,12 +908,6 @@ fn read_log_range(
         start = 0;
     }
     Ok((Vec::new(), spill.next_offset))
-}
-
-fn write_cursor(path: &Path, seq: u64) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, seq.to_string())?;
-    std::fs::rename(tmp, path)
 }
 
 /// The `answered` field of a peer's answer to a single post, if any.

@@ -85,6 +85,35 @@ async fn kill_9_on_the_redis_transport_loses_nothing_and_duplicates_nothing() {
     }
 }
 
+#[tokio::test]
+async fn a_peer_down_since_the_start_still_gets_everything_after_the_sender_is_killed() {
+    // B dies before A delivered it anything, so A has no delivery position for B yet
+    // other than its starting one; A must have written that down, or after its own
+    // `kill -9` it would take B for a peer new to it and start B from "now".
+    let mut mesh = ProcessMesh::start(&["A", "B"], "", "participation = \"mentions\"").await;
+    mesh.kill9(1);
+    let mut accepted = Vec::new();
+    for n in 0..20 {
+        accepted.push(
+            mesh.post(0, &format!("owed {n}"))
+                .await
+                .expect("A accepts while B is down"),
+        );
+    }
+    mesh.kill9(0);
+    mesh.spawn(0).await;
+    mesh.spawn(1).await;
+    let mut got = Vec::new();
+    for _ in 0..400 {
+        got = mesh.ids(1).await;
+        if got.len() >= accepted.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(got, accepted, "B got all 20, in order\n{}", mesh.log(0));
+}
+
 /// Every node ends up with exactly the accepted ids: none missing, none twice, none extra.
 async fn assert_every_node_has_exactly(mesh: &ProcessMesh, accepted: &[String]) {
     let want: HashSet<&String> = accepted.iter().collect();

@@ -1,0 +1,225 @@
+//! `DeliveryCursor`: how far delivery to one peer got, and its copy on disk.
+//!
+//! An outbox marks each outbox-log sequence it delivered (or gave up on) as handled;
+//! after a restart only the entries after the saved position are sent again. The copy
+//! on disk may lag: a lagging cursor only means re-sends after a crash, which peers
+//! answer with `duplicate`. So it is written at most every [`SAVE_EVERY`] while the
+//! outbox is busy, once more when it falls quiet, and at shutdown.
+//!
+//! Writes happen on tokio's blocking pool, never on an async worker: a create, write
+//! and rename can block for a millisecond when the disk is busy with transcript
+//! fsyncs, and a sender with seven peers used to do seven of them per message on the
+//! workers that also answer its API and deliver to its peers. At most one write per
+//! cursor is under way at a time.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// How often, at most, a busy outbox writes its cursor.
+pub const SAVE_EVERY: Duration = Duration::from_millis(100);
+
+/// A peer's delivery position, shared with the blocking-pool task that writes it.
+pub struct DeliveryCursor {
+    /// The peer, for log lines.
+    peer: String,
+    /// Where the position is kept across restarts (`None`: in memory only).
+    path: Option<PathBuf>,
+    /// The highest log sequence delivered to (or given up on for) this peer.
+    handled: AtomicU64,
+    /// One more than the position on disk (0: there is none, not even 0): a peer
+    /// that never got anything still needs its cursor written, or the next start
+    /// would take it for a new peer and skip what it is owed.
+    on_disk_plus_one: AtomicU64,
+    /// A write is queued or running on the blocking pool.
+    writing: AtomicBool,
+    /// Held for the whole create-write-rename, so two writes never share the temp file.
+    file: Mutex<()>,
+    /// When the last write was started.
+    started_at: Mutex<Instant>,
+}
+
+impl DeliveryCursor {
+    /// A cursor for `peer` at position 0, kept in `path` when given.
+    pub fn new(peer: &str, path: Option<PathBuf>) -> Arc<DeliveryCursor> {
+        Arc::new(DeliveryCursor {
+            peer: peer.to_string(),
+            path,
+            handled: AtomicU64::new(0),
+            on_disk_plus_one: AtomicU64::new(0),
+            writing: AtomicBool::new(false),
+            file: Mutex::new(()),
+            started_at: Mutex::new(
+                Instant::now()
+                    .checked_sub(SAVE_EVERY)
+                    .unwrap_or_else(Instant::now),
+            ),
+        })
+    }
+
+    /// The position saved on disk by an earlier run, if any.
+    pub fn read_saved(&self) -> Option<u64> {
+        let path = self.path.as_ref()?;
+        std::fs::read_to_string(path).ok()?.trim().parse().ok()
+    }
+
+    /// Sets the position at start: the saved one (`on_disk`), or where a peer new to
+    /// this node starts (then it is written soon).
+    pub fn set(&self, seq: u64, on_disk: bool) {
+        self.handled.store(seq, Ordering::SeqCst);
+        self.on_disk_plus_one
+            .store(if on_disk { seq + 1 } else { 0 }, Ordering::SeqCst);
+    }
+
+    /// The highest log sequence delivered to or given up on.
+    pub fn handled(&self) -> u64 {
+        self.handled.load(Ordering::SeqCst)
+    }
+
+    /// Whether the copy on disk is behind or missing (a quiet outbox should write it).
+    pub fn behind(&self) -> bool {
+        self.path.is_some() && self.on_disk_plus_one.load(Ordering::SeqCst) <= self.handled()
+    }
+
+    /// Marks `seq` handled; starts a write when the last one is [`SAVE_EVERY`] old.
+    pub fn advance(self: &Arc<Self>, seq: u64) {
+        self.handled.fetch_max(seq, Ordering::SeqCst);
+        let due = self.started_at.lock().expect("cursor clock lock").elapsed() >= SAVE_EVERY;
+        if due {
+            self.save_soon();
+        }
+    }
+
+    /// Starts a write on the blocking pool unless one is under way or nothing changed
+    /// (outside a tokio runtime: writes now).
+    pub fn save_soon(self: &Arc<Self>) {
+        if !self.behind() || self.writing.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        *self.started_at.lock().expect("cursor clock lock") = Instant::now();
+        let me = self.clone();
+        let write = move || {
+            me.save_now();
+            me.writing.store(false, Ordering::SeqCst);
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(write)),
+            Err(_) => write(),
+        }
+    }
+
+    /// Writes the current position now, after any write under way (at shutdown).
+    pub fn save_now(&self) {
+        let Some(path) = &self.path else { return };
+        let _file = self.file.lock().expect("cursor file lock");
+        if !self.behind() {
+            return;
+        }
+        let seq = self.handled();
+        match write_atomically(path, seq) {
+            Ok(()) => {
+                self.on_disk_plus_one.fetch_max(seq + 1, Ordering::SeqCst);
+            }
+            Err(e) => {
+                tracing::warn!(peer = %self.peer, error = %e, "could not save the outbox cursor (a restart may re-send; peers deduplicate)");
+            }
+        }
+    }
+}
+
+/// Replaces `path` with `seq` via a temporary file and a rename (never half a number).
+fn write_atomically(path: &Path, seq: u64) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, seq.to_string())?;
+    std::fs::rename(tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outside_a_runtime_a_due_advance_writes_at_once_and_a_later_one_waits() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = DeliveryCursor::new("B", Some(dir.path().join("B.cursor")));
+        assert_eq!(c.read_saved(), None);
+        assert!(c.behind(), "not on disk yet, not even as 0");
+        c.save_now();
+        assert_eq!((c.read_saved(), c.behind()), (Some(0), false));
+        *c.started_at.lock().unwrap() -= SAVE_EVERY;
+        c.advance(3);
+        assert_eq!(c.read_saved(), Some(3));
+        assert!(!c.behind());
+        c.advance(5);
+        assert_eq!(
+            c.read_saved(),
+            Some(3),
+            "within SAVE_EVERY of the last write"
+        );
+        assert!(c.behind());
+        c.save_now();
+        assert_eq!((c.read_saved(), c.behind()), (Some(5), false));
+        c.advance(4);
+        assert_eq!(c.handled(), 5, "the position never goes back");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn inside_a_runtime_writes_happen_on_the_blocking_pool_one_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = DeliveryCursor::new("B", Some(dir.path().join("B.cursor")));
+        // Many advances racing with many save requests: every write finishes whole,
+        // and once the last one is done the file holds the final position.
+        let tasks: Vec<_> = (0..4u64)
+            .map(|t| {
+                let c = c.clone();
+                tokio::spawn(async move {
+                    for i in 0..250u64 {
+                        c.advance(t * 1000 + i + 1);
+                        c.save_soon();
+                        tokio::task::yield_now().await;
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while c.behind() && std::time::Instant::now() < deadline {
+            c.save_soon();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(c.handled(), 3250);
+        assert_eq!(c.read_saved(), Some(3250));
+        assert!(
+            !dir.path().join("B.tmp").exists(),
+            "no temp file left behind"
+        );
+    }
+
+    #[test]
+    fn a_position_read_from_disk_is_not_written_again_and_a_new_peer_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = DeliveryCursor::new("B", Some(dir.path().join("B.cursor")));
+        c.set(9, true);
+        assert!(!c.behind());
+        c.save_now();
+        assert_eq!(c.read_saved(), None, "nothing changed, nothing written");
+        let n = DeliveryCursor::new("C", Some(dir.path().join("C.cursor")));
+        n.set(9, false);
+        assert!(n.behind(), "a peer new to this node has no cursor yet");
+        n.save_now();
+        assert_eq!(n.read_saved(), Some(9));
+    }
+
+    #[test]
+    fn without_a_path_nothing_is_written_and_nothing_is_behind() {
+        let c = DeliveryCursor::new("B", None);
+        c.advance(7);
+        c.save_now();
+        assert_eq!((c.handled(), c.behind(), c.read_saved()), (7, false, None));
+    }
+}
