@@ -802,9 +802,10 @@ const METHOD: &str = "\
   (the default 200 envelopes/s per peer, burst 400, would otherwise answer 429 and cap one \
   sender). Node logs stay at the default `info` level, written to a file.
 - **Fan-out** (the real path): the bench POSTs a human message (`{\"text\", \"from\": \"bench\"}`) to \
-  node0's `POST /v1/messages`; node0 records it durably (transcript and outbox log, \
-  fdatasync) and its per-peer outboxes deliver the signed envelope to every other node, which \
-  verifies and records it (fdatasync). Arrival is the \
+  node0's `POST /v1/messages`; node0 writes it to its transcript and outbox log and, while \
+  that batch's fdatasync runs, hands it to its per-peer outboxes, which deliver the signed \
+  envelope to every other node; each verifies and records it (fdatasync) before answering. \
+  The API call is answered after node0's fdatasync. Arrival is the \
   moment the bench reads the `message` event from each peer's `GET /v1/events` SSE stream, which \
   is published after the transcript write: latency = send → in every peer's transcript. The \
   *paced* phase sends open-loop at a fixed rate (latency); the *saturated* phase keeps a fixed \

@@ -5,6 +5,15 @@
 //! batches concurrent appends into one `fsync` (group commit), and acknowledged only
 //! once on disk. On start every file is read back; a line cut short by a crash is
 //! dropped (and the file truncated to the last whole line) with a warning.
+//!
+//! The node's own messages also go to its peers: the writer appends them to the outbox
+//! log and hands them to the [`Fanout`] as soon as they are written, while its `fsync`
+//! runs, so delivery to the peers overlaps the local sync instead of waiting for it
+//! (as a Raft leader sends entries to its followers in parallel with its own disk
+//! write). The local caller is still answered only after the sync. A power cut inside
+//! that fraction of a millisecond can leave the peers with a message this node's disk
+//! did not keep; a failed sync refuses the batch locally but cannot call back what
+//! the peers were handed (see [`Writer::write_batch`]).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::{File, OpenOptions};
@@ -102,7 +111,8 @@ struct WriteJob {
     done: oneshot::Sender<std::io::Result<()>>,
 }
 
-/// Where durable outbound messages go once they are on disk, in log order.
+/// Where outbound messages go once they are written to the outbox log, in log order
+/// (the sync of that write runs while the peers are sent to; see the module docs).
 ///
 /// Implemented by the node over its peers' outboxes. Called from the writer thread, so
 /// the order peers see is exactly the order of the outbox log.
@@ -216,7 +226,9 @@ impl Transcripts {
     }
 
     /// Records `env` and, in the same durable write, queues it for every peer through
-    /// the outbox log: once this returns, the message survives a crash on both counts.
+    /// the outbox log: once this returns `Ok`, the message survives a crash on both
+    /// counts. The peers are handed it as soon as it is written, before the sync
+    /// ends (see the module docs), so they may have it even when this returns an error.
     pub async fn append_outbound(&self, env: Envelope) -> Result<Appended, TranscriptError> {
         self.append_with(Arc::new(env), true).await
     }
@@ -680,9 +692,14 @@ impl Writer {
         }
     }
 
-    /// Writes one group commit. A job whose write fails leaves nothing behind (its
-    /// transcript line is cut back if its outbox log entry fails); if an fsync fails,
-    /// the whole batch is cut back and refused, since what it wrote may not be on disk.
+    /// Writes one group commit: appends every job, hands the outbound ones to the
+    /// peers, syncs, then answers. A job whose write fails leaves nothing behind (its
+    /// transcript line is cut back if its outbox log entry fails). If a sync fails,
+    /// every job of the batch is refused and its transcript lines are cut back, since
+    /// what they wrote may not be on disk; but the outbound messages already handed to
+    /// the peers stay in the outbox log, and their sequence numbers are not reused: an
+    /// outbox that spilled re-reads them from there, and a restart sends them again
+    /// (peers deduplicate), so no peer misses a message another peer got.
     fn write_batch(&mut self, batch: Vec<WriteJob>) {
         let mut results: Vec<std::io::Result<Option<(u64, u64)>>> = Vec::with_capacity(batch.len());
         // Each touched file's length before this batch, to undo it if a sync fails.
@@ -716,6 +733,18 @@ impl Writer {
             })();
             results.push(r);
         }
+        // To the peers now, while the sync below runs (see the module docs).
+        for (job, r) in batch.iter().zip(&results) {
+            if let (Ok(Some((seq, offset))), Some((id, body))) = (r, &job.outbound) {
+                self.log_entries = true;
+                self.fanout.push(LoggedOutbound {
+                    seq: *seq,
+                    id: id.clone(),
+                    body: body.clone(),
+                    offset: *offset,
+                });
+            }
+        }
         let mut sync_err = None;
         if self.fsync {
             for g in starts.keys() {
@@ -731,14 +760,11 @@ impl Writer {
             }
         }
         if let Some(e) = &sync_err {
-            tracing::error!(error = %e, jobs = batch.len(), "fsync failed; cutting the whole batch back");
+            let handed = self.next_seq - seq_start;
+            tracing::error!(error = %e, jobs = batch.len(), handed_to_peers = handed, "fsync failed: the batch is refused and its transcript lines cut back; its outbound messages were already handed to the peers and stay in the outbox log");
             for (g, len) in &starts {
                 self.files.get_mut(g).expect("opened").cut_back(*len);
             }
-            if self.log.len != log_start {
-                self.log.cut_back(log_start);
-            }
-            self.next_seq = seq_start;
         }
         let mut any_err = None;
         for (job, r) in batch.into_iter().zip(results) {
@@ -747,16 +773,7 @@ impl Writer {
                 None => r,
             };
             match r {
-                Ok(seq) => {
-                    if let (Some((seq, offset)), Some((id, body))) = (seq, job.outbound) {
-                        self.log_entries = true;
-                        self.fanout.push(LoggedOutbound {
-                            seq,
-                            id,
-                            body,
-                            offset,
-                        });
-                    }
+                Ok(_) => {
                     let _ = job.done.send(Ok(()));
                 }
                 Err(e) => {
@@ -893,6 +910,60 @@ mod tests {
         fn delivered_through(&self) -> u64 {
             u64::MAX - 1
         }
+    }
+
+    /// A node whose peers' outboxes record what they were handed and never deliver.
+    #[derive(Default)]
+    struct RecordingPeers(Mutex<Vec<LoggedOutbound>>);
+    impl Fanout for RecordingPeers {
+        fn push(&self, entry: LoggedOutbound) {
+            self.0.lock().unwrap().push(entry);
+        }
+        fn delivered_through(&self) -> u64 {
+            0
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_sync_refuses_the_batch_but_keeps_what_the_peers_were_handed() {
+        let dir = tempfile::tempdir().unwrap();
+        // `fdatasync` on /dev/null fails (EINVAL) while writes to it succeed: a disk
+        // whose sync fails after the data was written.
+        let transcripts = dir.path().join("transcripts");
+        std::fs::create_dir_all(&transcripts).unwrap();
+        std::os::unix::fs::symlink(
+            "/dev/null",
+            transcripts.join(format!("{}.jsonl", encode_name("broken"))),
+        )
+        .unwrap();
+        let peers = Arc::new(RecordingPeers::default());
+        let (t, _, _) =
+            Transcripts::open(dir.path(), EventBus::new(16), true, peers.clone(), 1).unwrap();
+        let lost = msg("broken", "said while the disk failed", None);
+        let err = t.append_outbound(lost.clone()).await.unwrap_err();
+        assert!(err.to_string().contains("fsync failed"), "{err}");
+        assert!(t.recent("broken", 10).is_empty(), "refused locally");
+        let ok = msg("fine", "said afterwards", None);
+        assert_eq!(t.append_outbound(ok.clone()).await.unwrap(), Appended::New);
+        let handed: Vec<(u64, String)> = peers
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| (e.seq, e.id.clone()))
+            .collect();
+        assert_eq!(
+            handed,
+            vec![(1, lost.id.to_string()), (2, ok.id.to_string())],
+            "the peers were handed the message before its sync failed, and its sequence number is not reused"
+        );
+        t.close();
+        drop(t);
+        // A restart sends both again (no peer had confirmed either).
+        let (_t, _, pending) =
+            Transcripts::open(dir.path(), EventBus::new(16), true, Arc::new(NoPeers), 1).unwrap();
+        let pending: Vec<(u64, String)> = pending.into_iter().map(|e| (e.seq, e.id)).collect();
+        assert_eq!(pending, handed, "both stay in the outbox log");
     }
 
     #[test]
