@@ -4,7 +4,9 @@
 //! after a restart only the entries after the saved position are sent again. The copy
 //! on disk may lag: a lagging cursor only means re-sends after a crash, which peers
 //! answer with `duplicate`. So it is written at most every [`SAVE_EVERY`] while the
-//! outbox is busy, once more when it falls quiet, and at shutdown.
+//! outbox is busy, once more when it falls quiet, and at shutdown. A peer new to the
+//! node is the exception: its starting position is written at start, before anything
+//! is accepted (a missing cursor means "new peer, start from now").
 //!
 //! Writes happen on tokio's blocking pool, never on an async worker: a create, write
 //! and rename can block for a millisecond when the disk is busy with transcript

@@ -330,6 +330,12 @@ pub async fn start(
         let cursor =
             cursor.unwrap_or_else(|| logged.last().map(|e| e.seq).unwrap_or(min_next_seq - 1));
         o.set_handled(cursor, saved);
+        if !saved {
+            // Written before anything is accepted, not at the first delivery: were the
+            // node killed before that, the next start would take the peer for new
+            // again and skip what it is owed.
+            o.save_cursor();
+        }
         let resend: Vec<_> = logged.iter().filter(|e| e.seq > cursor).collect();
         if !resend.is_empty() {
             tracing::info!(peer = %o.peer(), envelopes = resend.len(), "resuming undelivered envelopes from the outbox log");

@@ -524,10 +524,6 @@ impl Outbox {
         let mut relay_logged = false;
         // Set while the peer answers batches with 404 (an older version).
         let mut batch_off_until: Option<Instant> = None;
-        // A peer new to this node gets its cursor on disk now, not at its first
-        // delivery: were the node killed before then, the next start would take the
-        // peer for new again and skip what it is owed.
-        self.cursor.save_soon();
         loop {
             let refilled = self.refill(&metrics).await;
             let Some(mut next) = self.front() else {
