@@ -738,6 +738,7 @@ async fn fanout_http(
     };
     let deadline = ctx.deadline(expected);
     let cpu0 = cpu_total(cpu_pids);
+    let host0 = procs::host_cpu_ticks();
     let run = match pace {
         Pace::Rate(r) => {
             paced(
@@ -756,6 +757,7 @@ async fn fanout_http(
     };
     let complete = run.ok == count && table.wait_complete(deadline).await;
     let cpu = cpu_total(cpu_pids) - cpu0;
+    let steal = procs::steal_percent(host0, procs::host_cpu_ticks());
     let mut out = fanout_result(
         &table,
         complete,
@@ -765,6 +767,7 @@ async fn fanout_http(
         !cpu_pids.is_empty(),
     );
     out.inject_rtt = Latency::from_nanos(run.rtt);
+    out.host_steal_percent = steal;
     (out, posts)
 }
 
@@ -795,6 +798,7 @@ fn fanout_result(
         },
         send_errors: errors,
         inject_rtt: Latency::default(),
+        host_steal_percent: None,
     }
 }
 

@@ -168,6 +168,29 @@ pub fn cpu_total(pids: &[u32]) -> f64 {
     pids.iter().filter_map(|&p| cpu_secs(p)).sum()
 }
 
+/// The machine's CPU time from the first line of /proc/stat, in ticks: (stolen by
+/// the hypervisor, all). On a virtual machine whose host is busy, steal is time the
+/// vCPUs were ready to run and did not: it shows up as latency, not as CPU use.
+pub fn host_cpu_ticks() -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string("/proc/stat").ok()?;
+    let fields: Vec<u64> = s
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal [guest guest_nice, inside user].
+    let all = fields.iter().take(8).sum();
+    Some((*fields.get(7)?, all))
+}
+
+/// Percent of the machine's CPU time stolen between two [`host_cpu_ticks`] readings.
+pub fn steal_percent(before: Option<(u64, u64)>, after: Option<(u64, u64)>) -> Option<f64> {
+    let ((s0, a0), (s1, a1)) = (before?, after?);
+    (a1 > a0).then(|| (s1.saturating_sub(s0)) as f64 * 100.0 / (a1 - a0) as f64)
+}
+
 /// A free TCP port on 127.0.0.1 (bound to port 0, then released).
 pub fn free_port() -> anyhow::Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0")?;
@@ -310,5 +333,17 @@ mod tests {
         assert!(cpu_secs(me).is_some());
         assert!(stat_cpu_secs(me).is_some());
         assert!(free_port().unwrap() > 0);
+    }
+
+    #[test]
+    fn steal_is_the_stolen_share_of_the_ticks_between_two_readings() {
+        let (steal, all) = host_cpu_ticks().expect("/proc/stat has a steal column");
+        assert!(steal <= all && all > 0);
+        assert_eq!(
+            steal_percent(Some((10, 1_000)), Some((60, 2_000))),
+            Some(5.0)
+        );
+        assert_eq!(steal_percent(Some((10, 1_000)), Some((10, 1_000))), None);
+        assert_eq!(steal_percent(None, Some((10, 1_000))), None);
     }
 }

@@ -99,6 +99,9 @@ pub struct FanOut {
     pub send_errors: usize,
     /// Round trip of the injecting request (`POST /v1/messages`, or PUBLISH is not timed).
     pub inject_rtt: Latency,
+    /// Percent of the machine's CPU time the hypervisor stole during the phase (None
+    /// where /proc/stat has no steal column): the tail latency follows it.
+    pub host_steal_percent: Option<f64>,
 }
 
 /// One ingest phase: POSTs to a single receiver.
@@ -604,9 +607,15 @@ pub fn text_table(rep: &Report) -> String {
                 w[i] = w[i].max(c.chars().count());
             }
         }
+        let steal = m
+            .botmesh
+            .paced
+            .host_steal_percent
+            .map(|p| format!(", host steal in the paced phase {p:.1} %"))
+            .unwrap_or_default();
         let _ = writeln!(
             out,
-            "\n== {} nodes (fdatasync p50 {:.2} ms, p99 {:.2} ms) ==",
+            "\n== {} nodes (fdatasync p50 {:.2} ms, p99 {:.2} ms{steal}) ==",
             m.nodes, m.fsync_ms.0, m.fsync_ms.1
         );
         let line = |cells: &[String]| {
@@ -763,6 +772,12 @@ pub fn markdown(rep: &Report, notes: &str) -> String {
                 b.log_problems.len(),
                 b.log_problems[0].replace('`', "'")
             ));
+        }
+        if let (Some(p), Some(s)) = (b.paced.host_steal_percent, b.saturated.host_steal_percent) {
+            let _ = writeln!(
+                md,
+                "\nHost: the hypervisor took {p:.1} % of this machine's CPU time during botmesh's paced phase and {s:.1} % during its saturated one (steal, /proc/stat; time the vCPUs were ready to run and did not, which lands in the latency tail)."
+            );
         }
         if issues.is_empty() {
             let _ = writeln!(
