@@ -701,7 +701,7 @@ impl Writer {
     /// outbox that spilled re-reads them from there, and a restart sends them again
     /// (peers deduplicate), so no peer misses a message another peer got.
     fn write_batch(&mut self, batch: Vec<WriteJob>) {
-        let mut results: Vec<std::io::Result<Option<(u64, u64)>>> = Vec::with_capacity(batch.len());
+        let mut results: Vec<std::io::Result<()>> = Vec::with_capacity(batch.len());
         // Each touched file's length before this batch, to undo it if a sync fails.
         let mut starts: HashMap<String, u64> = HashMap::new();
         let log_start = self.log.len;
@@ -713,7 +713,7 @@ impl Writer {
                 starts.entry(job.group.clone()).or_insert(before);
                 f.append_clean(&job.line)?;
                 let Some((id, body)) = &job.outbound else {
-                    return Ok(None);
+                    return Ok(());
                 };
                 let seq = self.next_seq;
                 let mut entry = format!("{seq}\t{id}\t").into_bytes();
@@ -729,21 +729,17 @@ impl Writer {
                     return Err(e);
                 }
                 self.next_seq += 1;
-                Ok(Some((seq, offset)))
-            })();
-            results.push(r);
-        }
-        // To the peers now, while the sync below runs (see the module docs).
-        for (job, r) in batch.iter().zip(&results) {
-            if let (Ok(Some((seq, offset))), Some((id, body))) = (r, &job.outbound) {
+                // To the peers now, while the sync below runs (see the module docs).
                 self.log_entries = true;
                 self.fanout.push(LoggedOutbound {
-                    seq: *seq,
+                    seq,
                     id: id.clone(),
                     body: body.clone(),
-                    offset: *offset,
+                    offset,
                 });
-            }
+                Ok(())
+            })();
+            results.push(r);
         }
         let mut sync_err = None;
         if self.fsync {
@@ -773,7 +769,7 @@ impl Writer {
                 None => r,
             };
             match r {
-                Ok(_) => {
+                Ok(()) => {
                     let _ = job.done.send(Ok(()));
                 }
                 Err(e) => {
@@ -1096,12 +1092,10 @@ mod tests {
         assert_eq!(texts(&t, "demo"), ["one", "two"]);
         let cfile = crashed.path().join("transcripts/demo.jsonl");
         assert_eq!(std::fs::read(&cfile).unwrap(), lines);
-        t.append(msg("demo", "three", None)).await.unwrap();
-        t.close();
-        let (t, report, _) = open(crashed.path());
-        assert_eq!(report.dropped_lines, 0);
-        assert_eq!(texts(&t, "demo"), ["one", "two", "three"]);
-        t.close();
+        assert_eq!(
+            append_then_reopen(t, crashed.path(), "three").await,
+            (0, vec!["one".into(), "two".into(), "three".into()])
+        );
 
         // A line with NULs in it is unreadable like any damaged line: reported, the
         // lines around it kept; the zeros after the last line are cut quietly.
@@ -1116,11 +1110,21 @@ mod tests {
             gap.len() - 4096,
             "only the zeros after the last line cut"
         );
-        t.append(msg("demo", "after", None)).await.unwrap();
+        assert_eq!(
+            append_then_reopen(t, unsynced.path(), "after").await,
+            (1, vec!["one".into(), "two".into(), "after".into()])
+        );
+    }
+
+    /// Appends `text` to group `demo`, stops, and opens `dir` again: the lines the
+    /// restart reports dropped, and the group's texts.
+    async fn append_then_reopen(t: Transcripts, dir: &Path, text: &str) -> (usize, Vec<String>) {
+        t.append(msg("demo", text, None)).await.unwrap();
         t.close();
-        let (t, report, _) = open(unsynced.path());
-        assert_eq!(report.dropped_lines, 1);
-        assert_eq!(texts(&t, "demo"), ["one", "two", "after"]);
+        let (t, report, _) =
+            Transcripts::open(dir, EventBus::new(16), true, Arc::new(NoPeers), 1).unwrap();
+        let out = (report.dropped_lines, texts(&t, "demo"));
         t.close();
+        out
     }
 }
