@@ -434,23 +434,63 @@ async fn receive_batch(
         );
     }
     let now = (crate::envelope::now_millis() / 1000) as i64;
-    let n = batch.items.len();
-    // The cheap checks of every item first, then all their signatures in one
-    // verification, then the rest of the checks in order.
+    let arrivals: Vec<Arrival> = batch
+        .items
+        .iter()
+        .map(|item| Arrival {
+            signed: Signed {
+                id: Some(&item.id),
+                timestamp: Some(&item.timestamp),
+                signature: Some(&item.signature),
+            },
+            body: item.body.as_bytes(),
+            now,
+        })
+        .collect();
+    let results = admit_many(&node, &arrivals, Via::Http).await;
+    let mut answers = Vec::with_capacity(results.len());
+    for (item, r) in batch.items.iter().zip(results) {
+        answers.push(answer(&node, remote, &item.id, r));
+    }
+    server::json(StatusCode::OK, &serde_json::json!({ "results": answers }))
+}
+
+/// What [`admit`] made of one envelope.
+pub(crate) type Admitted = Result<(Arc<Envelope>, Appended), Reject>;
+
+/// One envelope of several that arrived together, for [`admit_many`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Arrival<'a> {
+    /// Its signature values.
+    pub signed: Signed<'a>,
+    /// Its bytes as signed.
+    pub body: &'a [u8],
+    /// The time its timestamp is checked against (see [`Via`]).
+    pub now: i64,
+}
+
+/// [`admit`] for envelopes that arrived together and must be recorded in their order
+/// (a batch POST, one read of a Redis Stream): the cheap checks of each first, then
+/// all their signatures in one verification, then the rest of the checks in order,
+/// then every new message in one durable write. A retryable rejection (flow control,
+/// storage) stops the rest, answered `not_processed`, so nothing overtakes an item
+/// that must come again. One result per arrival, in the same order.
+///
+/// Calling [`admit`] once per arrival is not the same: an arrival whose signature
+/// happened to be decided sooner would be recorded before the ones ahead of it.
+pub(crate) async fn admit_many(
+    node: &Arc<Node>,
+    arrivals: &[Arrival<'_>],
+    via: Via,
+) -> Vec<Admitted> {
+    let n = arrivals.len();
     let mut prechecked: Vec<Result<Envelope, Reject>> = Vec::with_capacity(n);
     let mut signatures = Vec::with_capacity(n);
-    for item in &batch.items {
-        let signed = Signed {
-            id: Some(&item.id),
-            timestamp: Some(&item.timestamp),
-            signature: Some(&item.signature),
-        };
-        prechecked.push(
-            precheck(&node, signed, item.body.as_bytes(), now, Via::Http).map(|p| {
-                signatures.push(p.signature);
-                p.env
-            }),
-        );
+    for a in arrivals {
+        prechecked.push(precheck(node, a.signed, a.body, a.now, via).map(|p| {
+            signatures.push(p.signature);
+            p.env
+        }));
     }
     let mut verdicts = node.verify.verify(signatures).await.into_iter();
     let mut results: Vec<Option<Admitted>> = (0..n).map(|_| None).collect();
@@ -462,51 +502,46 @@ async fn receive_batch(
         if stopped {
             results[i] = Some(Err(Reject(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "not_processed",
-                "an earlier item in the batch must be retried first".into(),
+                NOT_PROCESSED,
+                "an earlier envelope must be retried first".into(),
             )));
             continue;
         }
-        match pre.and_then(|(env, verdict)| postcheck(&node, env, verdict, Via::Http)) {
+        match pre.and_then(|(env, verdict)| postcheck(node, env, verdict, via)) {
             Ok(Checked::Fresh(env)) => {
                 fresh_at.push(i);
                 fresh.push(env);
             }
             Ok(Checked::Duplicate(env)) => results[i] = Some(Ok((env, Appended::Duplicate))),
             Err(r) => {
-                // Flow control and storage trouble stop the batch, so nothing behind this
+                // Flow control and storage trouble stop the rest, so nothing behind this
                 // item overtakes it; a verdict on this item alone does not.
                 stopped = holds_back(r.0);
                 results[i] = Some(Err(r));
             }
         }
     }
-    let committed = commit(&node, fresh.clone(), Via::Http).await;
+    let committed = commit(node, fresh.clone(), via).await;
     let mut storage_failed = false;
     for ((i, env), r) in fresh_at.into_iter().zip(fresh).zip(committed) {
         // An item recorded after one that failed to store would overtake it.
         if storage_failed {
             if let Ok(Appended::New) = r {
-                tracing::warn!(id = %env.id, "batch item recorded after an earlier item failed to store (it will come again and be a duplicate)");
+                tracing::warn!(id = %env.id, "envelope recorded after an earlier one failed to store (it will come again and be a duplicate)");
             }
         }
         storage_failed |= r.is_err();
         results[i] = Some(r.map(|o| (env, o)));
     }
-    let mut answers = Vec::with_capacity(n);
-    for (item, r) in batch.items.iter().zip(results) {
-        answers.push(answer(
-            &node,
-            remote,
-            &item.id,
-            r.expect("every item answered"),
-        ));
-    }
-    server::json(StatusCode::OK, &serde_json::json!({ "results": answers }))
+    results
+        .into_iter()
+        .map(|r| r.expect("every arrival has a result"))
+        .collect()
 }
 
-/// What [`admit`] made of one envelope.
-type Admitted = Result<(Arc<Envelope>, Appended), Reject>;
+/// The reason given for an envelope [`admit_many`] did not look at because one ahead
+/// of it must be retried first.
+pub(crate) const NOT_PROCESSED: &str = "not_processed";
 
 /// Whether a rejection of one item stops the rest of its batch (retryable conditions).
 fn holds_back(status: StatusCode) -> bool {
@@ -537,7 +572,7 @@ fn answer(
         }
         Err(Reject(status, code, detail)) => {
             node.metrics.envelope_in(code);
-            if code != "not_processed" {
+            if code != NOT_PROCESSED {
                 tracing::warn!(%remote, id = header_id, status = status.as_u16(), reason = code, %detail, batch = true, "envelope rejected");
             }
             crate::batch::ItemResult {

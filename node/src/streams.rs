@@ -35,7 +35,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::bridge::{admit, Signed, Via};
+use crate::bridge::{admit_many, Arrival, Reject, Signed, Via, NOT_PROCESSED};
 use crate::config::RedisSettings;
 use crate::metrics::Metrics;
 use crate::node::Node;
@@ -443,32 +443,10 @@ pub async fn run_reader(node: Arc<Node>, link: Arc<StreamLink>, stop: Cancellati
             let Some(group) = followed.iter().find(|g| link.stream_key(g) == key).cloned() else {
                 continue;
             };
-            // Each entry is checked and handed to the transcript in stream order (the
-            // first poll of `handle_entry` runs up to the durable write's queue), then
-            // the whole batch waits for its writes together: one group commit, not one
-            // fsync per entry.
-            let mut outcomes = Vec::with_capacity(entries.len());
-            for entry in &entries {
-                let mut handled = Box::pin(handle_entry(&node, &group, entry));
-                match futures_util::poll!(handled.as_mut()) {
-                    std::task::Poll::Ready(ok) => outcomes.push((entry.id, None, ok)),
-                    std::task::Poll::Pending => outcomes.push((entry.id, Some(handled), false)),
-                }
-            }
-            let mut last = None;
-            let mut failed = false;
-            for (id, handled, ready) in outcomes {
-                let ok = match handled {
-                    Some(h) => h.await,
-                    None => ready,
-                };
-                // The cursor stops before the first entry that could not be stored; the
-                // ones after it are read again (and deduplicated) after a pause.
-                failed |= !ok;
-                if !failed {
-                    last = Some(id);
-                }
-            }
+            // The whole read is checked and recorded as one batch, in stream order: its
+            // signatures verified together, its new messages in one durable write.
+            let last = handle_entries(&node, &group, &entries).await;
+            let failed = last != entries.last().map(|e| e.id);
             if failed {
                 tokio::select! {
                     _ = stop.cancelled() => return,
@@ -549,42 +527,59 @@ async fn check_stream(
     Ok(())
 }
 
-/// Checks and records one entry. False when it must be read again later (storage
-/// failed); every other outcome is final and logged.
-async fn handle_entry(node: &Arc<Node>, group: &str, entry: &Entry) -> bool {
-    let Some(body) = entry.fields.get(FIELD_BODY) else {
-        node.metrics.envelope_in("malformed");
-        tracing::warn!(%group, entry = %entry.id, "stream entry without a body ignored");
-        return true;
-    };
-    let signed = Signed {
-        id: entry.text(FIELD_ID),
-        timestamp: entry.text(FIELD_TS),
-        signature: entry.text(FIELD_SIG),
-    };
-    let stored_at = (entry.id.ms / 1000) as i64;
-    match admit(node, signed, body, stored_at, Via::Stream).await {
-        Ok((env, outcome)) => {
-            let result = match outcome {
-                Appended::New => "accepted",
-                Appended::Duplicate => "duplicate",
-            };
-            node.metrics.envelope_in(result);
-            tracing::debug!(via = "redis", %group, entry = %entry.id, sender = %env.sender, id = %env.id, kind = ?env.kind, depth = env.depth, result, "envelope");
-            true
+/// Checks and records one read's entries, in order. Returns the id of the last entry
+/// up to which every entry is settled; the entries after it (one could not be stored,
+/// so the ones behind it were held back) must be read again. Every other outcome is
+/// final and logged.
+async fn handle_entries(node: &Arc<Node>, group: &str, entries: &[Entry]) -> Option<EntryId> {
+    let arrivals: Vec<Arrival> = entries
+        .iter()
+        .filter_map(|entry| {
+            Some(Arrival {
+                signed: Signed {
+                    id: entry.text(FIELD_ID),
+                    timestamp: entry.text(FIELD_TS),
+                    signature: entry.text(FIELD_SIG),
+                },
+                body: entry.fields.get(FIELD_BODY)?,
+                // When Redis stored it (see `Via::Stream`).
+                now: (entry.id.ms / 1000) as i64,
+            })
+        })
+        .collect();
+    let mut results = admit_many(node, &arrivals, Via::Stream).await.into_iter();
+    let mut settled_through = None;
+    for entry in entries {
+        if !entry.fields.contains_key(FIELD_BODY) {
+            node.metrics.envelope_in("malformed");
+            tracing::warn!(%group, entry = %entry.id, "stream entry without a body ignored");
+        } else {
+            match results.next().expect("a result per entry with a body") {
+                Ok((env, outcome)) => {
+                    let result = match outcome {
+                        Appended::New => "accepted",
+                        Appended::Duplicate => "duplicate",
+                    };
+                    node.metrics.envelope_in(result);
+                    tracing::debug!(via = "redis", %group, entry = %entry.id, sender = %env.sender, id = %env.id, kind = ?env.kind, depth = env.depth, result, "envelope");
+                }
+                Err(Reject(_, "own", _)) => {}
+                Err(Reject(_, code @ ("storage" | NOT_PROCESSED), detail)) => {
+                    node.metrics.envelope_in(code);
+                    if code == "storage" {
+                        tracing::error!(via = "redis", %group, entry = %entry.id, %detail, "could not record envelope; will read it again");
+                    }
+                    return settled_through;
+                }
+                Err(Reject(status, code, detail)) => {
+                    node.metrics.envelope_in(code);
+                    tracing::warn!(via = "redis", %group, entry = %entry.id, id = entry.text(FIELD_ID).unwrap_or("-"), status = status.as_u16(), reason = code, %detail, "envelope rejected");
+                }
+            }
         }
-        Err(crate::bridge::Reject(_, "own", _)) => true,
-        Err(crate::bridge::Reject(_, "storage", detail)) => {
-            node.metrics.envelope_in("storage");
-            tracing::error!(via = "redis", %group, entry = %entry.id, %detail, "could not record envelope; will read it again");
-            false
-        }
-        Err(crate::bridge::Reject(status, code, detail)) => {
-            node.metrics.envelope_in(code);
-            tracing::warn!(via = "redis", %group, entry = %entry.id, id = signed.id.unwrap_or("-"), status = status.as_u16(), reason = code, %detail, "envelope rejected");
-            true
-        }
+        settled_through = Some(entry.id);
     }
+    settled_through
 }
 
 /// `XREAD`'s reply: `[[key, [[id, [field, value, …]], …]], …]` (RESP2) or a map of

@@ -349,6 +349,79 @@ async fn forged_tampered_stale_and_replayed_entries_get_nowhere() {
     mesh.shutdown().await;
 }
 
+/// A reader records one read's entries in stream order, even when the later ones'
+/// signatures are decided at once (a pairwise tag) and the earlier ones need
+/// public-key arithmetic. Checking each entry on its own let the cheap ones overtake.
+#[tokio::test]
+async fn entries_are_recorded_in_stream_order_whatever_their_signatures_cost() {
+    let redis = RedisServer::start().await;
+    let mesh = TestMesh::start(spec(&redis, &["A", "B"])).await;
+    mesh.post_human(0, "alice", "genuine").await;
+    mesh.wait_transcript(1, Duration::from_secs(10), |t| t.len() == 1)
+        .await;
+    // A's signer with the pairwise key for B, as A's HTTP outbox to B signs.
+    let mut a = mesh.signers[0].clone();
+    let a_key = a.ed25519[0].clone();
+    let b_pub = mesh.signers[1].ed25519[0].public_key();
+    a.pairwise.insert(
+        "B".into(),
+        botmesh::signing::PairwiseKey::sending(&a_key, "A", &b_pub, "B").unwrap(),
+    );
+    // Six entries appended atomically, so B reads them together: every other one
+    // carries a pairwise entry for B (no Ed25519 work), the others only `v1a`.
+    let now = botmesh::signing::unix_now();
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    let mut want = vec!["genuine".to_string()];
+    for n in 0..6 {
+        let e = bot_message("A", &format!("entry {n}"), 0);
+        let id = e.id.to_string();
+        let sig = if n % 2 == 1 {
+            a.sign_for("B", &id, now, &e.to_bytes())
+        } else {
+            a.sign(&id, now, &e.to_bytes())
+        };
+        pipe.cmd("XADD")
+            .arg("t:group:demo")
+            .arg("*")
+            .arg("id")
+            .arg(&id)
+            .arg("ts")
+            .arg(now)
+            .arg("sig")
+            .arg(sig)
+            .arg("body")
+            .arg(e.to_bytes())
+            .ignore();
+        want.push(e.text);
+    }
+    let () = pipe.query_async(&mut redis.client().await).await.unwrap();
+    let t = mesh
+        .wait_transcript(1, Duration::from_secs(10), |t| t.len() >= 7)
+        .await;
+    assert_eq!(texts(&t), want);
+    // Counted once the durable write ends, which may be after the transcript shows them.
+    let accepted = r#"botmesh_envelopes_in_total{result="accepted"}"#;
+    let mut m = mesh.metrics(1).await;
+    for _ in 0..200 {
+        if metric(&m, accepted) >= 7.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        m = mesh.metrics(1).await;
+    }
+    assert_eq!(metric(&m, accepted), 7.0, "{m}");
+    assert_eq!(
+        metric(
+            &m,
+            r#"botmesh_signatures_verified_total{scheme="pairwise"}"#
+        ),
+        3.0,
+        "{m}"
+    );
+    mesh.shutdown().await;
+}
+
 #[tokio::test]
 async fn mixed_mesh_http_and_redis_bots_hear_each_other_once() {
     let redis = RedisServer::start().await;
