@@ -762,29 +762,32 @@ impl Writer {
                 self.files.get_mut(g).expect("opened").cut_back(*len);
             }
         }
-        let mut any_err = None;
-        for (job, r) in batch.into_iter().zip(results) {
-            let r = match &sync_err {
+        let results: Vec<std::io::Result<()>> = results
+            .into_iter()
+            .map(|r| match &sync_err {
                 Some(e) => Err(std::io::Error::other(format!("fsync failed: {e}"))),
                 None => r,
-            };
-            match r {
-                Ok(()) => {
-                    let _ = job.done.send(Ok(()));
-                }
-                Err(e) => {
-                    tracing::error!(group = %job.group, dir = %self.dir.display(), error = %e, "transcript write failed; message not acknowledged, nothing of it kept");
-                    any_err = Some(e.to_string());
-                    let _ = job.done.send(Err(e));
-                }
-            }
-        }
-        if any_err.is_none() {
-            if let Some(was) = self.last_error.lock().expect("error lock").as_ref() {
+            })
+            .collect();
+        // The health state first, then the answers: a caller answered "written" must
+        // not find the node still degraded by the failure this batch ended.
+        let any_err = results
+            .iter()
+            .rev()
+            .find_map(|r| r.as_ref().err().map(|e| e.to_string()));
+        {
+            let mut last = self.last_error.lock().expect("error lock");
+            if let (None, Some(was)) = (&any_err, last.as_ref()) {
                 tracing::info!(previous_error = %was, "transcript writes succeed again");
             }
+            *last = any_err;
         }
-        *self.last_error.lock().expect("error lock") = any_err;
+        for (job, r) in batch.into_iter().zip(results) {
+            if let Err(e) = &r {
+                tracing::error!(group = %job.group, dir = %self.dir.display(), error = %e, "transcript write failed; message not acknowledged, nothing of it kept");
+            }
+            let _ = job.done.send(r);
+        }
         if sync_err.is_none() {
             // After the answers: a commit never waits for the zeroing of the next space.
             for g in starts.keys() {
