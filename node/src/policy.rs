@@ -296,6 +296,27 @@ pub fn recent_bot_messages<'a>(
         .count()
 }
 
+/// How many of the bots `ahead` have no answer to `trigger` in `recent`: in a round
+/// to everyone, the answers still due from the bots whose claims go first. They post
+/// before this bot whatever happens, so [`last_check`]'s rate cap counts them with
+/// [`recent_bot_messages`] (an answer counts once: as a message when recorded, else
+/// as one due).
+pub fn answers_due<'a>(
+    recent: impl DoubleEndedIterator<Item = &'a std::sync::Arc<Envelope>> + Clone,
+    trigger: &ulid::Ulid,
+    ahead: &[String],
+) -> usize {
+    ahead
+        .iter()
+        .filter(|bot| {
+            !recent
+                .clone()
+                .rev()
+                .any(|e| e.reply_to.as_ref() == Some(trigger) && e.author.name == bot.as_str())
+        })
+        .count()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

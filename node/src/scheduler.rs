@@ -232,6 +232,18 @@ impl ClaimBoard {
         self.with(trigger, |t| t.claims.contains_key(bot))
     }
 
+    /// The bots whose live claims on `trigger` beat `me`'s at `relevance`. In a round
+    /// to everyone nobody yields, so these are the bots that answer before `me`.
+    pub fn claims_ahead(&self, trigger: Ulid, me: &str, relevance: f64) -> Vec<String> {
+        self.with(trigger, |t| {
+            t.claims
+                .iter()
+                .filter(|(b, r)| b.as_str() != me && beats((b.as_str(), **r), (me, relevance)))
+                .map(|(b, _)| b.clone())
+                .collect()
+        })
+    }
+
     /// Whether this node's bot re-entered `trigger` after a better claim was withdrawn.
     pub fn resumed(&self, trigger: Ulid) -> bool {
         self.with(trigger, |t| t.resumed)
@@ -527,6 +539,30 @@ mod tests {
             Instant::now() - start,
             Duration::from_millis(1800) + STANDBY_MAX
         );
+    }
+
+    #[test]
+    fn claims_ahead_are_the_live_better_ones_ties_to_the_smaller_name() {
+        let board = ClaimBoard::default();
+        let t = Ulid::new();
+        for (bot, r) in [("A", 0.8), ("B", 0.8), ("C", 0.8), ("D", 0.9), ("E", 0.5)] {
+            board.claim(t, bot, r);
+        }
+        let ahead = |me: &str, r: f64| {
+            let mut v = board.claims_ahead(t, me, r);
+            v.sort();
+            v
+        };
+        assert_eq!(ahead("C", 0.8), ["A", "B", "D"]);
+        assert_eq!(ahead("A", 0.8), ["D"]);
+        assert!(ahead("D", 0.9).is_empty());
+        board.withdraw(t, "B");
+        assert_eq!(
+            ahead("C", 0.8),
+            ["A", "D"],
+            "a withdrawn claim is not ahead"
+        );
+        assert!(board.claims_ahead(Ulid::new(), "C", 0.8).is_empty());
     }
 
     #[test]

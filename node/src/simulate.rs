@@ -39,7 +39,7 @@ use crate::envelope::{Author, AuthorKind, Envelope, Kind, PROTOCOL_VERSION};
 use crate::judge::{build_prompt, JudgeInput};
 use crate::llm::Verdict;
 use crate::mention::MentionMatcher;
-use crate::policy::{decide, recent_bot_messages, Action, Facts};
+use crate::policy::{answers_due, decide, recent_bot_messages, Action, Facts};
 use crate::scheduler::{
     delay_for, grace_for, ClaimBoard, Standing, Yield, MIN_CLAIM, STANDBY_MAX, WITHDRAWN,
 };
@@ -1759,18 +1759,27 @@ impl<'w> Sim<'w> {
         }
     }
 
-    /// `policy::last_check` right before posting; true when it stopped the reply.
+    /// `policy::last_check` right before posting; true when it stopped the reply. In a
+    /// round, the answers due from the bots ahead count against the cap, as in turn.rs.
     fn final_rules(&mut self, id: usize) -> bool {
         let b = self.tasks[id].bot;
         let depth = self.tasks[id].msg.depth;
-        let why =
-            crate::policy::last_check(&self.w.mesh, false, depth, self.recent_bots(b)).map(|r| {
-                match r {
-                    "max_depth" => "max_depth_final",
-                    "rate_cap" => "rate_cap_final",
-                    _ => "quiet_final",
-                }
-            });
+        let trigger = self.tasks[id].msg.id;
+        let due = match self.tasks[id].relevance {
+            Some(r) if self.tasks[id].everyone => {
+                let ahead = self.bots[b]
+                    .board
+                    .claims_ahead(trigger, &self.w.bots[b].name, r);
+                answers_due(self.bots[b].transcript.iter(), &trigger, &ahead)
+            }
+            _ => 0,
+        };
+        let recent = self.recent_bots(b) + due;
+        let why = crate::policy::last_check(&self.w.mesh, false, depth, recent).map(|r| match r {
+            "max_depth" => "max_depth_final",
+            "rate_cap" => "rate_cap_final",
+            _ => "quiet_final",
+        });
         match why {
             Some(why) => {
                 self.tally.replies_discarded += 1;

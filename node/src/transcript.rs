@@ -373,6 +373,30 @@ impl Transcripts {
         })
     }
 
+    /// [`Transcripts::recent_bot_messages`] and [`crate::policy::answers_due`] from
+    /// `ahead` on `trigger`, under one lock, so an answer recorded meanwhile counts
+    /// once, either as a message or as one due.
+    pub fn recent_bot_messages_and_due(
+        &self,
+        group: &str,
+        limit: usize,
+        now_ms: u64,
+        window_ms: u64,
+        trigger: &Ulid,
+        ahead: &[String],
+    ) -> (usize, usize) {
+        let groups = self.groups.lock().expect("transcripts lock");
+        let Some(g) = groups.get(group) else {
+            return (0, ahead.len());
+        };
+        let start = g.recent.len().saturating_sub(limit);
+        let recent = crate::policy::recent_bot_messages(g.recent.range(start..), now_ms, window_ms);
+        (
+            recent,
+            crate::policy::answers_due(g.recent.iter(), trigger, ahead),
+        )
+    }
+
     /// Messages recorded in `group` after the message `after` (exclusive), oldest first.
     pub fn since(&self, group: &str, after: &Ulid) -> Vec<Arc<Envelope>> {
         let groups = self.groups.lock().expect("transcripts lock");
@@ -1033,6 +1057,43 @@ mod tests {
             Transcripts::open(dir.path(), EventBus::new(16), true, Arc::new(NoPeers), 1).unwrap();
         assert_eq!(report.dropped_lines, 1);
         assert_eq!(texts(&t, "demo"), ["before", "after"]);
+        t.close();
+    }
+
+    #[tokio::test]
+    async fn answers_due_from_bots_ahead_count_once_recorded_or_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let (t, _, _) =
+            Transcripts::open(dir.path(), EventBus::new(16), true, Arc::new(NoPeers), 1).unwrap();
+        let trigger = msg("demo", "@all one risk each", None);
+        t.append(trigger.clone()).await.unwrap();
+        let reply = |bot: &str| {
+            let mut m = msg("demo", &format!("from {bot}"), None);
+            m.author = Author {
+                name: bot.into(),
+                kind: AuthorKind::Bot,
+            };
+            m.reply_to = Some(trigger.id);
+            m.sent_at = 1_000;
+            m
+        };
+        let ahead = ["A".to_string(), "B".to_string()];
+        let count = |t: &Transcripts| {
+            t.recent_bot_messages_and_due("demo", 64, 2_000, 60_000, &trigger.id, &ahead)
+        };
+        assert_eq!(count(&t), (0, 2), "nothing arrived: both due");
+        t.append(reply("A")).await.unwrap();
+        assert_eq!(count(&t), (1, 1), "A's answer is a message now, not due");
+        // Another bot's message, not an answer to the trigger by a bot ahead.
+        t.append(reply("C")).await.unwrap();
+        assert_eq!(count(&t), (2, 1));
+        t.append(reply("B")).await.unwrap();
+        assert_eq!(count(&t), (3, 0));
+        assert_eq!(
+            t.recent_bot_messages_and_due("other", 64, 2_000, 60_000, &trigger.id, &ahead),
+            (0, 2),
+            "a group without messages: everything ahead is due"
+        );
         t.close();
     }
 

@@ -597,12 +597,34 @@ async fn act(node: Arc<Node>, msg: Arc<Envelope>, d: Decision) {
         text
     };
     // The world may have moved during the LLM call: apply the hard rules once more.
-    let recent_bots =
-        node.transcripts
-            .recent_bot_messages(&msg.group, 64, now_millis(), RATE_WINDOW_MS);
-    let last = crate::policy::last_check(node.cfg.mesh(), node.is_quiet(), msg.depth, recent_bots);
+    // In a round, the answers of the bots whose claims go first count against the
+    // rate cap even before they arrive: they post first whatever happens, so counting
+    // only what has arrived would let bots that finish together all pass the cap.
+    let ahead = match relevance {
+        Some(r) if d.everyone => brain.board.claims_ahead(msg.id, &brain.me.name, r),
+        _ => Vec::new(),
+    };
+    let (recent_bots, due) = node.transcripts.recent_bot_messages_and_due(
+        &msg.group,
+        64,
+        now_millis(),
+        RATE_WINDOW_MS,
+        &msg.id,
+        &ahead,
+    );
+    let last = crate::policy::last_check(
+        node.cfg.mesh(),
+        node.is_quiet(),
+        msg.depth,
+        recent_bots + due,
+    );
     if let Some(reason) = last {
-        brain.record(&msg, "silent", reason, "checked again before sending");
+        brain.record(
+            &msg,
+            "silent",
+            reason,
+            &format!("checked again before sending: {recent_bots} bot messages recorded, {due} due from bots ahead in the round"),
+        );
         withdraw(reason);
         return;
     }

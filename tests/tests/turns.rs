@@ -790,8 +790,9 @@ async fn a_message_to_everyone_gets_an_answer_from_each_relevant_bot_in_order() 
     mesh.shutdown().await;
 }
 
-#[tokio::test]
-async fn a_round_to_everyone_still_stops_at_the_group_rate_cap() {
+/// Four bots, all judging 0.8, a cap of two bot messages: "@all" from a human, and the
+/// transcript once things settle.
+async fn round_under_a_cap_of_two(jitter_ms: u64) -> (FakeLlm, TestMesh, Vec<Envelope>) {
     let llm = FakeLlm::start(|s| {
         if is_judge(s) {
             verdict(true, 0.8)
@@ -804,12 +805,51 @@ async fn a_round_to_everyone_still_stops_at_the_group_rate_cap() {
         MeshSpec::new(&["A", "B", "C", "D"])
             .llm(&llm.base_url)
             .mesh("max_depth = 3\nllm_threshold = 1\nbot_messages_per_minute = 2")
-            .all_bots("min_delay_ms = 100\nmax_delay_ms = 1000\njitter_ms = 300"),
+            .all_bots(&format!(
+                "min_delay_ms = 100\nmax_delay_ms = 1000\njitter_ms = {jitter_ms}"
+            )),
     )
     .await;
     mesh.post_human(0, "dana", "@all name one risk for the launch")
         .await;
     let t = settle(&mesh, 0, Duration::from_secs(3)).await;
+    (llm, mesh, t)
+}
+
+#[tokio::test]
+async fn a_round_to_everyone_still_stops_at_the_group_rate_cap() {
+    let (_llm, mesh, t) = round_under_a_cap_of_two(300).await;
     assert_eq!(bot_msgs(&t).len(), 2, "the cap holds in a round too");
+    mesh.shutdown().await;
+}
+
+/// Equal relevance and no jitter: all four finish writing at the same moment, before
+/// any answer has arrived anywhere. The cap still holds, because each bot counts the
+/// answers due from the bots whose claims go first (ties go to the smaller name).
+#[tokio::test]
+async fn a_round_where_everyone_finishes_at_once_still_stops_at_the_cap() {
+    let (llm, mesh, t) = round_under_a_cap_of_two(0).await;
+    let mut who: Vec<&str> = bot_msgs(&t)
+        .iter()
+        .map(|e| e.author.name.as_str())
+        .collect();
+    who.sort();
+    assert_eq!(
+        who,
+        ["A", "B"],
+        "the two whose claims go first, and no one else"
+    );
+    // All four wrote an answer: C and D were stopped by the last check, not earlier.
+    let mut writers: Vec<String> = llm
+        .requests()
+        .iter()
+        .filter(|s| !is_judge(s))
+        .map(bot_of)
+        .collect();
+    writers.sort();
+    assert_eq!(writers, ["A", "B", "C", "D"]);
+    for i in [2, 3] {
+        assert!(decisions(&mesh, i, "silent", "rate_cap").await >= 1.0);
+    }
     mesh.shutdown().await;
 }
