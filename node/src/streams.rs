@@ -3,9 +3,10 @@
 //! Each group is one Redis Stream, `{key_prefix}group:{group}`, carrying the same
 //! signed envelopes as the HTTP bridge: every entry holds the envelope's bytes and its
 //! Standard Webhooks values (`id`, `ts`, `sig`), so a reader checks it exactly as the
-//! bridge checks a POST ([`crate::bridge::admit`]). A sender appends once (XADD, with
-//! the stream trimmed to `max_len`) instead of posting to every peer; the set
-//! `{key_prefix}groups` lists the streams so readers find new groups.
+//! bridge checks a batch POST (`bridge::admit_many`: what one XREAD returned is
+//! checked together and recorded in stream order, in one durable write). A sender
+//! appends once (XADD, with the stream trimmed to `max_len`) instead of posting to
+//! every peer; the set `{key_prefix}groups` lists the streams so readers find new groups.
 //!
 //! Sending goes through an ordinary [`crate::outbox::Outbox`] whose link is the stream:
 //! durable (the outbox log), ordered, retried with backoff while Redis is away.
