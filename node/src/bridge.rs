@@ -172,24 +172,12 @@ pub async fn admit(
     body: &[u8],
     now: i64,
     via: Via,
-) -> Result<(Arc<Envelope>, Appended), Reject> {
-    let Prechecked { env, signature } = precheck(node, signed, body, now, via)?;
-    let verdict = node
-        .verify
-        .verify(vec![signature])
+) -> Admitted {
+    let arrival = Arrival { signed, body, now };
+    admit_many(node, &[arrival], via)
         .await
         .pop()
-        .expect("one verdict");
-    match postcheck(node, env, verdict, via)? {
-        Checked::Duplicate(env) => Ok((env, Appended::Duplicate)),
-        Checked::Fresh(env) => {
-            let r = commit(node, vec![env.clone()], via)
-                .await
-                .pop()
-                .expect("one result");
-            r.map(|outcome| (env, outcome))
-        }
-    }
+        .expect("one result per arrival")
 }
 
 /// An envelope that passed the cheap checks, with its signature check still to do.

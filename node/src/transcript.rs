@@ -84,6 +84,11 @@ impl GroupLog {
                 .as_ref()
                 .is_some_and(|p| self.platform_ids.contains(p))
     }
+    /// [`crate::policy::recent_bot_messages`] over the last `limit` messages, in place.
+    fn recent_bot_messages(&self, limit: usize, now_ms: u64, window_ms: u64) -> usize {
+        let start = self.recent.len().saturating_sub(limit);
+        crate::policy::recent_bot_messages(self.recent.range(start..), now_ms, window_ms)
+    }
     fn push(&mut self, env: Arc<Envelope>) {
         self.ids.insert(env.id);
         if let Some(p) = &env.platform_msg_id {
@@ -367,10 +372,9 @@ impl Transcripts {
         window_ms: u64,
     ) -> usize {
         let groups = self.groups.lock().expect("transcripts lock");
-        groups.get(group).map_or(0, |g| {
-            let start = g.recent.len().saturating_sub(limit);
-            crate::policy::recent_bot_messages(g.recent.range(start..), now_ms, window_ms)
-        })
+        groups
+            .get(group)
+            .map_or(0, |g| g.recent_bot_messages(limit, now_ms, window_ms))
     }
 
     /// [`Transcripts::recent_bot_messages`] and [`crate::policy::answers_due`] from
@@ -389,10 +393,8 @@ impl Transcripts {
         let Some(g) = groups.get(group) else {
             return (0, ahead.len());
         };
-        let start = g.recent.len().saturating_sub(limit);
-        let recent = crate::policy::recent_bot_messages(g.recent.range(start..), now_ms, window_ms);
         (
-            recent,
+            g.recent_bot_messages(limit, now_ms, window_ms),
             crate::policy::answers_due(g.recent.iter(), trigger, ahead),
         )
     }
