@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use botmesh::signing::{
+use botmesh::wire::signing::{
     verify_all, HmacSecret, PairwiseKey, Pending, Signer, SigningKey, Verifier,
 };
 use serde::Serialize;
@@ -49,7 +49,7 @@ pub fn measure(n: usize) -> CryptoCost {
     let env = crate::load::envelope(999, 0, "node1", false);
     let body = env.to_bytes();
     let id = env.id.to_string();
-    let ts = botmesh::signing::unix_now();
+    let ts = botmesh::wire::signing::unix_now();
     let ts_s = ts.to_string();
     let key = SigningKey::generate();
     let ed = Signer {

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use botmesh::envelope::{now_millis, Author, AuthorKind, Envelope, Kind, PROTOCOL_VERSION};
-use botmesh::signing::{Signer, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP};
+use botmesh::wire::envelope::{now_millis, Author, AuthorKind, Envelope, Kind, PROTOCOL_VERSION};
+use botmesh::wire::signing::{Signer, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP};
 use bytes::Bytes;
 use serde::Serialize;
 use tokio::sync::Semaphore;
@@ -238,7 +238,7 @@ pub fn bridge_posts(
     n: usize,
     senders: &[(String, Signer)],
 ) -> Vec<Post> {
-    let ts = botmesh::signing::unix_now();
+    let ts = botmesh::wire::signing::unix_now();
     (0..n)
         .map(|i| {
             let (name, signer) = &senders[i % senders.len()];
@@ -246,7 +246,7 @@ pub fn bridge_posts(
             let body = env.to_bytes();
             let id = env.id.to_string();
             Post {
-                url: format!("{bridge}{}", botmesh::outbox::ENVELOPES_PATH),
+                url: format!("{bridge}{}", botmesh::egress::outbox::ENVELOPES_PATH),
                 headers: vec![
                     (HEADER_ID, id.clone()),
                     (HEADER_TIMESTAMP, ts.to_string()),

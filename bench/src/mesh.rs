@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use botmesh::signing::{HmacSecret, PairwiseKey, Signer, SigningKey};
+use botmesh::wire::signing::{HmacSecret, PairwiseKey, Signer, SigningKey};
 
 use crate::procs::{free_port, Proc};
 use crate::record::Recorder;

@@ -825,7 +825,7 @@ const METHOD: &str = "\
   is published after the transcript write: latency = send → in every peer's transcript. The \
   *paced* phase sends open-loop at a fixed rate (latency); the *saturated* phase keeps a fixed \
   number of POSTs in flight (throughput = messages / (first send → last arrival at every peer)).
-- **Direct bridge**: the bench signs envelopes itself (`botmesh::signing`, as a peer's outbox \
+- **Direct bridge**: the bench signs envelopes itself (`botmesh::wire::signing`, as a peer's outbox \
   does: the sender's Ed25519 signature plus the pairwise entry for node0, docs/security.md; \
   `--ed25519-only` leaves the pairwise entry out, as an older sender would, so node0 verifies \
   the Ed25519 signature) from the other bots and POSTs them to node0's `/bridge/v1/envelopes` \

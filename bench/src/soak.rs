@@ -106,7 +106,7 @@ struct Rule {
 }
 
 /// The seen cache and the claim board forget entries after 900 s
-/// (`botmesh::node::SEEN_TTL`, the scheduler's trigger TTL): until then they grow.
+/// (`botmesh::app::node::SEEN_TTL`, the scheduler's trigger TTL): until then they grow.
 const TTL_WARMUP_SECS: f64 = 930.0;
 
 const RULES: &[Rule] = &[

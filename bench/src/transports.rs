@@ -14,10 +14,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use botmesh::app::node::RunningNode;
 use botmesh::config::{NodeConfig, Settings};
-use botmesh::events::Event;
-use botmesh::node::RunningNode;
-use botmesh::signing::SigningKey;
+use botmesh::telemetry::events::Event;
+use botmesh::wire::signing::SigningKey;
 use serde::Serialize;
 use tokio::sync::Semaphore;
 
@@ -175,7 +175,7 @@ impl Mesh {
         for (i, (bridge, api)) in listeners.into_iter().enumerate() {
             let cfg = NodeConfig::resolve(settings.clone(), &format!("node{i}"), None, &env)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
-            nodes.push(botmesh::node::start(cfg, bridge, api).await?);
+            nodes.push(botmesh::app::node::start(cfg, bridge, api).await?);
         }
         let http = reqwest::Client::builder()
             .no_proxy()

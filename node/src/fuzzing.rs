@@ -18,10 +18,12 @@ use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use http::{HeaderMap, HeaderValue};
 
-use crate::envelope::Envelope;
-use crate::feishu::{self, Callback, EventAuth, EventError, MessageReceived};
-use crate::mention::{Member, MentionMatcher, PlatformMention};
-use crate::signing::{HmacSecret, PublicKey, Scheme, Signer, SigningKey, Verifier, VerifyError};
+use crate::platform::feishu::{self, Callback, EventAuth, EventError, MessageReceived};
+use crate::turn::mention::{Member, MentionMatcher, PlatformMention};
+use crate::wire::envelope::Envelope;
+use crate::wire::signing::{
+    HmacSecret, PublicKey, Scheme, Signer, SigningKey, Verifier, VerifyError,
+};
 
 /// Every fuzz target, by the name used for `fuzz/fuzz_targets/<name>.rs` and
 /// `fuzz/corpus/<name>/`; the replay test walks this list so a new target cannot be
@@ -156,7 +158,7 @@ pub fn envelope_verify(data: &[u8]) {
     ] {
         if k.verifier.verify(sender, i, t, s, body, NOW).is_ok() {
             let at: i64 = ts.parse().expect("an accepted timestamp is an integer");
-            assert!((NOW - at).abs() <= crate::signing::TOLERANCE_SECS);
+            assert!((NOW - at).abs() <= crate::wire::signing::TOLERANCE_SECS);
         }
     }
     let _ = k
@@ -174,7 +176,7 @@ pub fn envelope_verify(data: &[u8]) {
     );
     // Extra junk entries around it do not hurt (rotation, future schemes).
     let padded = format!("v9,AAAA {good} {sig}");
-    if padded.split_ascii_whitespace().count() <= crate::signing::MAX_SIGNATURE_ENTRIES {
+    if padded.split_ascii_whitespace().count() <= crate::wire::signing::MAX_SIGNATURE_ENTRIES {
         assert_eq!(
             k.verifier
                 .verify(sender, Some(&id), Some(&now), Some(&padded), body, NOW),

@@ -40,31 +40,15 @@
 
 #![forbid(unsafe_code)]
 
-pub mod acks;
-pub mod api;
-pub mod batch;
-pub mod bridge;
+pub mod app;
 pub mod config;
-pub mod cursor;
-pub mod envelope;
-pub mod events;
-pub mod feishu;
+pub mod egress;
 pub mod fuzzing;
-pub mod judge;
+pub mod ingress;
 pub mod llm;
-pub mod mention;
-pub mod metrics;
-pub mod node;
-pub mod outbox;
-pub mod policy;
-pub mod relay;
-pub mod reply;
-pub mod scheduler;
-pub mod seen;
-pub mod server;
-pub mod signing;
+pub mod platform;
 pub mod simulate;
-pub mod streams;
-pub mod transcript;
+pub mod store;
+pub mod telemetry;
 pub mod turn;
-pub mod verify_pool;
+pub mod wire;

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use botmesh::config::{NodeConfig, ProcessEnv, Settings};
-use botmesh::signing::{HmacSecret, SigningKey};
+use botmesh::wire::signing::{HmacSecret, SigningKey};
 use clap::{Parser, Subcommand};
 
 /// mimalloc instead of glibc's malloc. A node allocates per envelope on the async
@@ -213,7 +213,7 @@ fn run(
         let api = tokio::net::TcpListener::bind(cfg.api_addr)
             .await
             .with_context(|| format!("binding the local API on {}", cfg.api_addr))?;
-        botmesh::node::run(cfg, bridge, api, shutdown_signal()).await
+        botmesh::app::node::run(cfg, bridge, api, shutdown_signal()).await
     })
 }
 
@@ -292,8 +292,8 @@ fn explain(bot: String, config: PathBuf, req: botmesh::turn::ExplainRequest) -> 
     let out = rt.block_on(async {
         let brain = botmesh::turn::Brain::new(
             &cfg,
-            std::sync::Arc::new(botmesh::metrics::Metrics::new()),
-            botmesh::events::EventBus::new(1),
+            std::sync::Arc::new(botmesh::telemetry::metrics::Metrics::new()),
+            botmesh::telemetry::events::EventBus::new(1),
         )?;
         botmesh::turn::explain(&brain, &cfg, req, &[], false)
             .await

@@ -11,7 +11,7 @@
 //!
 //! It is a discrete-event loop over virtual milliseconds (a heap of timed events),
 //! so a run is fully determined by its seed. What decides is the real code:
-//! [`MentionMatcher`] finds mentions, [`policy::decide`](crate::policy::decide) and
+//! [`MentionMatcher`] finds mentions, [`policy::decide`](crate::turn::policy::decide) and
 //! [`recent_bot_messages`] apply the hard rules, [`build_prompt`] builds every judge
 //! prompt whose bytes are reported, [`delay_for`] gives the wait (its jitter is drawn
 //! from the run's seeded generator instead of `thread_rng`, same range), and each
@@ -35,15 +35,15 @@ use serde::{Deserialize, Serialize};
 use ulid::Ulid;
 
 use crate::config::{BotSettings, MeshSettings};
-use crate::envelope::{Author, AuthorKind, Envelope, Kind, PROTOCOL_VERSION};
-use crate::judge::{build_prompt, JudgeInput};
 use crate::llm::Verdict;
-use crate::mention::MentionMatcher;
-use crate::policy::{answers_due, decide, recent_bot_messages, Action, Facts};
-use crate::scheduler::{
+use crate::turn::judge::{build_prompt, JudgeInput};
+use crate::turn::mention::MentionMatcher;
+use crate::turn::policy::{answers_due, decide, recent_bot_messages, Action, Facts};
+use crate::turn::scheduler::{
     delay_for, grace_for, ClaimBoard, Standing, Yield, MIN_CLAIM, STANDBY_MAX, WITHDRAWN,
 };
 use crate::turn::{roster, RATE_WINDOW_MS};
+use crate::wire::envelope::{Author, AuthorKind, Envelope, Kind, PROTOCOL_VERSION};
 
 /// A run stops early once this many bot messages were posted (a runaway loop).
 pub const RUNAWAY_POSTS: usize = 200;
@@ -1775,11 +1775,12 @@ impl<'w> Sim<'w> {
             _ => 0,
         };
         let recent = self.recent_bots(b) + due;
-        let why = crate::policy::last_check(&self.w.mesh, false, depth, recent).map(|r| match r {
-            "max_depth" => "max_depth_final",
-            "rate_cap" => "rate_cap_final",
-            _ => "quiet_final",
-        });
+        let why =
+            crate::turn::policy::last_check(&self.w.mesh, false, depth, recent).map(|r| match r {
+                "max_depth" => "max_depth_final",
+                "rate_cap" => "rate_cap_final",
+                _ => "quiet_final",
+            });
         match why {
             Some(why) => {
                 self.tally.replies_discarded += 1;

@@ -341,8 +341,8 @@ fn send(state: &State, query: &str, body: &Value) -> Reply {
         200,
         json!({"code": 0, "msg": "success", "data": {
             "message_id": message_id, "root_id": "", "parent_id": "",
-            "msg_type": sent.msg_type, "create_time": botmesh::envelope::now_millis().to_string(),
-            "update_time": botmesh::envelope::now_millis().to_string(), "deleted": false, "updated": false,
+            "msg_type": sent.msg_type, "create_time": botmesh::wire::envelope::now_millis().to_string(),
+            "update_time": botmesh::wire::envelope::now_millis().to_string(), "deleted": false, "updated": false,
             "chat_id": sent.receive_id,
             "sender": {"id": state.app.app_id, "id_type": "app_id", "sender_type": "app", "tenant_key": "736588c9260f175e"},
             "body": {"content": content}, "mentions": []
@@ -378,7 +378,7 @@ pub struct MessageSpec<'a> {
 
 /// An `im.message.receive_v1` callback body, shaped like Feishu's documented example.
 pub fn message_event(m: &MessageSpec<'_>) -> Value {
-    let now = botmesh::envelope::now_millis();
+    let now = botmesh::wire::envelope::now_millis();
     let mentions: Vec<Value> = m
         .mentions
         .iter()
@@ -446,7 +446,8 @@ impl Callback {
     /// `{"encrypt": …}` of `payload` under `encrypt_key`, without signature headers.
     pub fn encrypted_unsigned(payload: &Value, encrypt_key: &str) -> Callback {
         let iv: [u8; 16] = rand::random();
-        let enc = botmesh::feishu::encrypt(encrypt_key, payload.to_string().as_bytes(), iv);
+        let enc =
+            botmesh::platform::feishu::encrypt(encrypt_key, payload.to_string().as_bytes(), iv);
         Callback {
             timestamp: None,
             nonce: None,
@@ -467,9 +468,9 @@ impl Callback {
 
     /// (Re-)signs the body at now + `skew_secs` with a fresh nonce.
     pub fn sign(&mut self, encrypt_key: &str, skew_secs: i64) {
-        let ts = (botmesh::signing::unix_now() + skew_secs).to_string();
+        let ts = (botmesh::wire::signing::unix_now() + skew_secs).to_string();
         let nonce = format!("{:016x}", rand::random::<u64>());
-        self.signature = Some(botmesh::feishu::signature(
+        self.signature = Some(botmesh::platform::feishu::signature(
             &ts,
             &nonce,
             encrypt_key,
@@ -482,13 +483,16 @@ impl Callback {
     /// POSTs it to a node's bridge (`http://host:port`); returns status and JSON.
     pub async fn send(&self, http: &reqwest::Client, bridge: &str) -> (u16, Value) {
         let mut req = http
-            .post(format!("{bridge}{}", botmesh::feishu::EVENTS_PATH))
+            .post(format!(
+                "{bridge}{}",
+                botmesh::platform::feishu::EVENTS_PATH
+            ))
             .header("content-type", "application/json; charset=utf-8")
             .body(self.body.clone());
         for (name, value) in [
-            (botmesh::feishu::HEADER_TIMESTAMP, &self.timestamp),
-            (botmesh::feishu::HEADER_NONCE, &self.nonce),
-            (botmesh::feishu::HEADER_SIGNATURE, &self.signature),
+            (botmesh::platform::feishu::HEADER_TIMESTAMP, &self.timestamp),
+            (botmesh::platform::feishu::HEADER_NONCE, &self.nonce),
+            (botmesh::platform::feishu::HEADER_SIGNATURE, &self.signature),
         ] {
             if let Some(v) = value {
                 req = req.header(name, v);

@@ -14,10 +14,10 @@ use std::path::PathBuf;
 use std::sync::Once;
 use std::time::Duration;
 
+use botmesh::app::node::RunningNode;
 use botmesh::config::{NodeConfig, Settings};
-use botmesh::envelope::Envelope;
-use botmesh::node::RunningNode;
-use botmesh::signing::{HmacSecret, Signer, SigningKey};
+use botmesh::wire::envelope::Envelope;
+use botmesh::wire::signing::{HmacSecret, Signer, SigningKey};
 use tokio::net::TcpListener;
 
 /// How bots sign.
@@ -263,7 +263,7 @@ impl TestMesh {
             }
         }
         let cfg = NodeConfig::resolve(settings, name, None, &self.env).expect("resolve");
-        botmesh::node::start(cfg, bridge, api)
+        botmesh::app::node::start(cfg, bridge, api)
             .await
             .expect("start node")
     }
@@ -429,7 +429,7 @@ impl SignedRequest {
     /// Signs `env` with `signer` at `now + skew_secs`.
     pub fn new(signer: &Signer, env: &Envelope, skew_secs: i64) -> Self {
         let body = env.to_bytes();
-        let ts = botmesh::signing::unix_now() + skew_secs;
+        let ts = botmesh::wire::signing::unix_now() + skew_secs;
         let id = env.id.to_string();
         SignedRequest {
             signature: signer.sign(&id, ts, &body),
@@ -459,7 +459,7 @@ impl SignedRequest {
 
 /// A fresh message envelope from bot `sender` to group `demo`.
 pub fn bot_message(sender: &str, text: &str, depth: u32) -> Envelope {
-    use botmesh::envelope::{Author, AuthorKind, Kind};
+    use botmesh::wire::envelope::{Author, AuthorKind, Kind};
     Envelope {
         v: 1,
         id: ulid::Ulid::new(),
@@ -475,7 +475,7 @@ pub fn bot_message(sender: &str, text: &str, depth: u32) -> Envelope {
         reply_to: None,
         root: None,
         platform_msg_id: None,
-        sent_at: botmesh::envelope::now_millis(),
+        sent_at: botmesh::wire::envelope::now_millis(),
         relevance: None,
         why: None,
     }

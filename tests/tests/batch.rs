@@ -5,11 +5,11 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use botmesh::signing::{Signer, SigningKey};
+use botmesh::wire::signing::{Signer, SigningKey};
 use botmesh_tests::faults::OldReceiverProxy;
 use botmesh_tests::{bot_message, metric, MeshSpec, SignedRequest, TestMesh};
 
-fn ids(t: &[botmesh::envelope::Envelope]) -> Vec<String> {
+fn ids(t: &[botmesh::wire::envelope::Envelope]) -> Vec<String> {
     t.iter().map(|e| e.id.to_string()).collect()
 }
 
@@ -199,9 +199,9 @@ async fn an_older_receiver_without_batches_still_gets_everything_in_order() {
 }
 
 /// A claim envelope from bot `sender` on `trigger` at `relevance`.
-fn claim(sender: &str, trigger: ulid::Ulid, relevance: f64) -> botmesh::envelope::Envelope {
+fn claim(sender: &str, trigger: ulid::Ulid, relevance: f64) -> botmesh::wire::envelope::Envelope {
     let mut env = bot_message(sender, "", 0);
-    env.kind = botmesh::envelope::Kind::Claim;
+    env.kind = botmesh::wire::envelope::Kind::Claim;
     env.reply_to = Some(trigger);
     env.relevance = Some(relevance);
     env

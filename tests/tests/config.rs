@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use botmesh::signing::SigningKey;
+use botmesh::wire::signing::SigningKey;
 use botmesh_tests::botmesh_bin;
 
 struct Case {
@@ -120,6 +120,6 @@ fn keygen_makes_keys_that_parse() {
         .output()
         .unwrap();
     let secret = String::from_utf8(out.stdout).unwrap();
-    let s = botmesh::signing::HmacSecret::parse(secret.trim()).unwrap();
+    let s = botmesh::wire::signing::HmacSecret::parse(secret.trim()).unwrap();
     s.validate_strength().unwrap();
 }

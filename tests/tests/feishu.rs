@@ -9,10 +9,10 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use botmesh::app::node::RunningNode;
 use botmesh::config::{NodeConfig, Settings};
-use botmesh::envelope::{AuthorKind, Envelope};
-use botmesh::node::RunningNode;
-use botmesh::signing::HmacSecret;
+use botmesh::wire::envelope::{AuthorKind, Envelope};
+use botmesh::wire::signing::HmacSecret;
 use botmesh_tests::fake_feishu::{
     message_event, url_verification, Callback, Fail, FakeApp, FakeFeishu, MessageSpec,
 };
@@ -151,7 +151,9 @@ reply_to = "humans"
         let name = self.settings.bots[i].name.clone();
         let cfg = NodeConfig::resolve(self.settings.clone(), &name, None, &self.env)
             .unwrap_or_else(|e| panic!("{e}"));
-        botmesh::node::start(cfg, bridge, api).await.expect("start")
+        botmesh::app::node::start(cfg, bridge, api)
+            .await
+            .expect("start")
     }
 
     async fn restart(&mut self, i: usize) {

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use botmesh::envelope::{AuthorKind, Envelope};
-use botmesh::signing::{HmacSecret, Signer, SigningKey};
+use botmesh::wire::envelope::{AuthorKind, Envelope};
+use botmesh::wire::signing::{HmacSecret, Signer, SigningKey};
 use botmesh_tests::{bot_message, metric, MeshSpec, Scheme, SignedRequest, TestMesh};
 
 /// Bots that only speak when mentioned, so transport tests see only what they send.

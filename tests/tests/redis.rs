@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use botmesh::envelope::Envelope;
+use botmesh::wire::envelope::Envelope;
 use botmesh_tests::redis_server::RedisServer;
 use botmesh_tests::{bot_message, metric, MeshSpec, TestMesh};
 
@@ -248,7 +248,7 @@ async fn forged_tampered_stale_and_replayed_entries_get_nowhere() {
     mesh.wait_transcript(1, Duration::from_secs(10), |t| t.len() == 1)
         .await;
     let mut c = redis.client().await;
-    let now = botmesh::signing::unix_now();
+    let now = botmesh::wire::signing::unix_now();
     let add = |id: String, ts: i64, sig: String, body: Vec<u8>| {
         let mut cmd = redis::cmd("XADD");
         cmd.arg("t:group:demo")
@@ -365,11 +365,11 @@ async fn entries_are_recorded_in_stream_order_whatever_their_signatures_cost() {
     let b_pub = mesh.signers[1].ed25519[0].public_key();
     a.pairwise.insert(
         "B".into(),
-        botmesh::signing::PairwiseKey::sending(&a_key, "A", &b_pub, "B").unwrap(),
+        botmesh::wire::signing::PairwiseKey::sending(&a_key, "A", &b_pub, "B").unwrap(),
     );
     // Six entries appended atomically, so B reads them together: every other one
     // carries a pairwise entry for B (no Ed25519 work), the others only `v1a`.
-    let now = botmesh::signing::unix_now();
+    let now = botmesh::wire::signing::unix_now();
     let mut pipe = redis::pipe();
     pipe.atomic();
     let mut want = vec!["genuine".to_string()];

@@ -52,7 +52,7 @@ async fn post(mesh: &TestMesh, i: usize, from: &str, text: &str) -> String {
     v["id"].as_str().unwrap().to_string()
 }
 
-fn ids_in(t: &[botmesh::envelope::Envelope], wanted: &[String]) -> Vec<String> {
+fn ids_in(t: &[botmesh::wire::envelope::Envelope], wanted: &[String]) -> Vec<String> {
     let want: HashSet<&String> = wanted.iter().collect();
     t.iter()
         .map(|e| e.id.to_string())

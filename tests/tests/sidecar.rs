@@ -4,7 +4,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use botmesh::envelope::{AuthorKind, Why};
+use botmesh::wire::envelope::{AuthorKind, Why};
 use botmesh_tests::{MeshSpec, TestMesh};
 
 struct Sidecar(Child);

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use botmesh::envelope::{AuthorKind, Envelope};
+use botmesh::wire::envelope::{AuthorKind, Envelope};
 use botmesh_tests::fake_llm::{FakeLlm, Script};
 use botmesh_tests::{
     bot_message, bot_of, is_judge, metric, ClaimProxy, MeshSpec, SignedRequest, TestMesh,
@@ -319,7 +319,7 @@ async fn a_mention_is_answered_even_when_the_judge_says_no_and_nobody_answers_it
         (bots[0].author.name.as_str(), bots[0].text.as_str()),
         ("B", "here is B")
     );
-    assert_eq!(bots[0].why, Some(botmesh::envelope::Why::Mentioned));
+    assert_eq!(bots[0].why, Some(botmesh::wire::envelope::Why::Mentioned));
     // A bot's own message mentioning itself gets no answer from it.
     let before = llm.count();
     let r = mesh

@@ -8,7 +8,7 @@
 //! it in `botmesh_decisions_total{action,reason}`.
 //!
 //! Before an interjection is posted, the bot waits (at most `claim_ack_timeout_ms`)
-//! until its claim has reached every peer ([`crate::acks`]): a peer that already
+//! until its claim has reached every peer ([`crate::egress::acks`]): a peer that already
 //! committed to answer says so in its acknowledgement, and the bot yields
 //! (`yield_writing/already_answered`). Then it commits on its board
 //! ([`ClaimBoard::commit`]): behind a better claim that arrived meanwhile it stands
@@ -23,17 +23,19 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use ulid::Ulid;
 
-use crate::acks::ClaimAcks;
+use crate::app::node::Node;
 use crate::config::{BotSettings, LlmSettings, NodeConfig};
-use crate::envelope::{now_millis, Author, AuthorKind, Envelope, Kind, Why, PROTOCOL_VERSION};
-use crate::events::{Event, EventBus};
-use crate::judge::{build_prompt, offline_verdict, JudgeInput};
+use crate::egress::acks::ClaimAcks;
 use crate::llm::{parse_verdict, ChatMessage, Endpoint, LlmClient, Purpose, Verdict};
-use crate::mention::{Member, MentionMatcher, PlatformMention};
-use crate::metrics::Metrics;
-use crate::node::Node;
-use crate::policy::{decide, recent_bot_messages, Action, Decision, Facts};
-use crate::scheduler::{delay_for, grace_for, ClaimBoard, Yield, MIN_CLAIM, WITHDRAWN};
+use crate::telemetry::events::{Event, EventBus};
+use crate::telemetry::metrics::Metrics;
+use crate::turn::judge::{build_prompt, offline_verdict, JudgeInput};
+use crate::turn::mention::{Member, MentionMatcher, PlatformMention};
+use crate::turn::policy::{decide, recent_bot_messages, Action, Decision, Facts};
+use crate::turn::scheduler::{delay_for, grace_for, ClaimBoard, Yield, MIN_CLAIM, WITHDRAWN};
+use crate::wire::envelope::{
+    now_millis, Author, AuthorKind, Envelope, Kind, Why, PROTOCOL_VERSION,
+};
 
 /// The window of the per-group bot-message cap.
 pub const RATE_WINDOW_MS: u64 = 60_000;
@@ -238,7 +240,7 @@ impl Brain {
     }
 
     /// The local rules for `msg`, given how many bot messages end the recent
-    /// transcript (`recent_bots`, see [`crate::policy::recent_bot_messages`]).
+    /// transcript (`recent_bots`, see [`crate::turn::policy::recent_bot_messages`]).
     pub fn decide(
         &self,
         mesh: &crate::config::MeshSettings,
@@ -311,7 +313,7 @@ impl Brain {
                 let v = parse_verdict(&text);
                 if v.is_none() {
                     self.metrics.llm_call("judge", "unparsable", 0.0, 0, 0);
-                    tracing::warn!(bot = %self.me.name, trigger = %msg.id, answer = %crate::judge::trim(&text, 200), "judge answer not understood; staying silent");
+                    tracing::warn!(bot = %self.me.name, trigger = %msg.id, answer = %crate::turn::judge::trim(&text, 200), "judge answer not understood; staying silent");
                 }
                 v
             }
@@ -379,9 +381,10 @@ impl Brain {
         why: &str,
     ) -> Option<String> {
         match &self.provider {
-            Provider::Offline => Some(crate::reply::offline_reply(&self.me, msg, why)),
+            Provider::Offline => Some(crate::turn::reply::offline_reply(&self.me, msg, why)),
             Provider::Remote { client, reply, .. } => {
-                let messages = crate::reply::messages(&self.me, &self.colleagues, context, msg);
+                let messages =
+                    crate::turn::reply::messages(&self.me, &self.colleagues, context, msg);
                 let text = self
                     .call(client, reply, Purpose::Reply, &messages)
                     .await
@@ -468,7 +471,7 @@ pub fn triage(node: &Node, msg: &Envelope, platform: &[PlatformMention]) -> Opti
         node.transcripts
             .recent_bot_messages(&msg.group, 64, now_millis(), RATE_WINDOW_MS);
     let mut d = brain.decide(mesh, msg, platform, recent_bots, node.is_quiet());
-    let age_secs = crate::envelope::now_millis().saturating_sub(msg.sent_at) / 1000;
+    let age_secs = crate::wire::envelope::now_millis().saturating_sub(msg.sent_at) / 1000;
     if d.action != Action::Silent && age_secs > mesh.stale_after_secs {
         // A catch-up after downtime: on record, but the conversation has moved on.
         d.action = Action::Silent;
@@ -612,7 +615,7 @@ async fn act(node: Arc<Node>, msg: Arc<Envelope>, d: Decision) {
         &msg.id,
         &ahead,
     );
-    let last = crate::policy::last_check(
+    let last = crate::turn::policy::last_check(
         node.cfg.mesh(),
         node.is_quiet(),
         msg.depth,
@@ -694,8 +697,12 @@ async fn act(node: Arc<Node>, msg: Arc<Envelope>, d: Decision) {
             let recent_bots =
                 node.transcripts
                     .recent_bot_messages(&msg.group, 64, now_millis(), RATE_WINDOW_MS);
-            let last =
-                crate::policy::last_check(node.cfg.mesh(), node.is_quiet(), msg.depth, recent_bots);
+            let last = crate::turn::policy::last_check(
+                node.cfg.mesh(),
+                node.is_quiet(),
+                msg.depth,
+                recent_bots,
+            );
             if let Some(reason) = last {
                 brain.record(&msg, "silent", reason, "checked again before sending");
                 withdraw(reason);

@@ -5,7 +5,7 @@
 //! or while the operator's quiet switch is on.
 
 use crate::config::{BotSettings, MeshSettings, Participation, ReplyTo};
-use crate::envelope::{AuthorKind, Envelope};
+use crate::wire::envelope::{AuthorKind, Envelope};
 
 /// What the node will do about a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -320,7 +320,7 @@ pub fn answers_due<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::envelope::{Author, Kind};
+    use crate::wire::envelope::{Author, Kind};
 
     fn bot(name: &str) -> BotSettings {
         BotSettings::from_toml(&format!("name = \"{name}\"")).unwrap()

@@ -5,7 +5,7 @@
 //! peer (or delivery to that peer was given up), so that no claim of its own can
 //! arrive somewhere *after* that peer has answered the same trigger. A peer that has
 //! already committed to answer the trigger says so in its answer to the claim
-//! (`"answered": "<bot>"`, see [`crate::bridge`] and [`crate::batch`]), and the
+//! (`"answered": "<bot>"`, see [`crate::ingress::bridge`] and [`crate::wire::batch`]), and the
 //! claimant then yields.
 //!
 //! [`AckTracker::track`] registers an envelope id with the peers (outboxes) it is

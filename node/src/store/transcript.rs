@@ -26,8 +26,8 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 use ulid::Ulid;
 
-use crate::envelope::Envelope;
-use crate::events::{Event, EventBus};
+use crate::telemetry::events::{Event, EventBus};
+use crate::wire::envelope::Envelope;
 
 /// How many recent messages of each group are kept in memory for context and the API.
 pub const MEMORY_MESSAGES: usize = 2_000;
@@ -84,10 +84,10 @@ impl GroupLog {
                 .as_ref()
                 .is_some_and(|p| self.platform_ids.contains(p))
     }
-    /// [`crate::policy::recent_bot_messages`] over the last `limit` messages, in place.
+    /// [`crate::turn::policy::recent_bot_messages`] over the last `limit` messages, in place.
     fn recent_bot_messages(&self, limit: usize, now_ms: u64, window_ms: u64) -> usize {
         let start = self.recent.len().saturating_sub(limit);
-        crate::policy::recent_bot_messages(self.recent.range(start..), now_ms, window_ms)
+        crate::turn::policy::recent_bot_messages(self.recent.range(start..), now_ms, window_ms)
     }
     fn push(&mut self, env: Arc<Envelope>) {
         self.ids.insert(env.id);
@@ -362,7 +362,7 @@ impl Transcripts {
             .unwrap_or_default()
     }
 
-    /// [`crate::policy::recent_bot_messages`] over the last `limit` messages of
+    /// [`crate::turn::policy::recent_bot_messages`] over the last `limit` messages of
     /// `group`, counted in place (no copy of the messages: it runs for every message).
     pub fn recent_bot_messages(
         &self,
@@ -377,7 +377,7 @@ impl Transcripts {
             .map_or(0, |g| g.recent_bot_messages(limit, now_ms, window_ms))
     }
 
-    /// [`Transcripts::recent_bot_messages`] and [`crate::policy::answers_due`] from
+    /// [`Transcripts::recent_bot_messages`] and [`crate::turn::policy::answers_due`] from
     /// `ahead` on `trigger`, under one lock, so an answer recorded meanwhile counts
     /// once, either as a message or as one due.
     pub fn recent_bot_messages_and_due(
@@ -395,7 +395,7 @@ impl Transcripts {
         };
         (
             g.recent_bot_messages(limit, now_ms, window_ms),
-            crate::policy::answers_due(g.recent.iter(), trigger, ahead),
+            crate::turn::policy::answers_due(g.recent.iter(), trigger, ahead),
         )
     }
 
@@ -903,7 +903,7 @@ pub fn decode_name(name: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::envelope::{Author, AuthorKind, Kind};
+    use crate::wire::envelope::{Author, AuthorKind, Kind};
     use std::io::Write;
 
     fn msg(group: &str, text: &str, pid: Option<&str>) -> Envelope {

@@ -2,7 +2,7 @@
 //!
 //! Each peer has its own queue and its own delivery task, so a dead peer never delays
 //! the others. Envelopes go out in order: when more than one waits, up to `batch_max`
-//! in one `POST /bridge/v1/batch` (each signed on its own, see [`crate::batch`]),
+//! in one `POST /bridge/v1/batch` (each signed on its own, see [`crate::wire::batch`]),
 //! otherwise one at a time. A failed attempt is retried one envelope at a time with
 //! exponential backoff and jitter, and signed afresh each time (the signature's
 //! timestamp must stay inside the receiver's ±300 s window). Nothing is dropped
@@ -15,7 +15,7 @@
 //! Nothing durable is refused or lost however long a peer is away; only ephemeral
 //! claims are refused when the queue is full or spilling (they would be stale anyway).
 //!
-//! Claims a bot waits on are tracked ([`crate::acks`]): for every ephemeral envelope
+//! Claims a bot waits on are tracked ([`crate::egress::acks`]): for every ephemeral envelope
 //! the outbox reports its final outcome for this peer (delivered, with the `answered`
 //! value of the peer's answer, or given up) to the node's [`AckTracker`].
 
@@ -32,11 +32,11 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::acks::{AckTracker, PeerOutcome};
-use crate::cursor::DeliveryCursor;
-use crate::metrics::Metrics;
-use crate::signing::{Signer, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP};
-use crate::transcript::{parse_outbox_line, LoggedOutbound};
+use crate::egress::acks::{AckTracker, PeerOutcome};
+use crate::store::cursor::DeliveryCursor;
+use crate::store::transcript::{parse_outbox_line, LoggedOutbound};
+use crate::telemetry::metrics::Metrics;
+use crate::wire::signing::{Signer, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP};
 
 /// The bridge path envelopes are posted to.
 pub const ENVELOPES_PATH: &str = "/bridge/v1/envelopes";
@@ -134,9 +134,9 @@ pub struct Outbox {
     /// The node's outbox log, which spilled envelopes are re-read from.
     log_path: OnceLock<PathBuf>,
     /// Health of the direct link to the peer (shared with the relay).
-    link: Arc<crate::relay::LinkHealth>,
+    link: Arc<crate::egress::relay::LinkHealth>,
     /// Relays envelopes through other peers while the direct link is down.
-    relay: OnceLock<Arc<crate::relay::Relay>>,
+    relay: OnceLock<Arc<crate::egress::relay::Relay>>,
     /// The highest log sequence delivered to (or given up on for) this peer, and its
     /// copy on disk for restarts.
     cursor: Arc<DeliveryCursor>,
@@ -154,7 +154,7 @@ pub enum Link {
     /// A peer's bridge: the full URL of its envelope endpoint.
     Http(String),
     /// The Redis Streams transport: one XADD reaches every Redis peer.
-    Stream(Arc<crate::streams::StreamLink>),
+    Stream(Arc<crate::egress::stream::StreamLink>),
 }
 
 /// Envelopes per batch unless configured (`mesh.batch_max`).
@@ -230,7 +230,7 @@ impl Outbox {
         let batch_url = match &link {
             Link::Http(url) => url
                 .strip_suffix(ENVELOPES_PATH)
-                .map(|base| format!("{base}{}", crate::batch::BATCH_PATH)),
+                .map(|base| format!("{base}{}", crate::wire::batch::BATCH_PATH)),
             Link::Stream(_) => None,
         };
         Arc::new(Outbox {
@@ -273,8 +273,10 @@ impl Outbox {
 
     /// Sends at most `max` envelopes per request (1: one at a time).
     pub fn set_batch_max(&self, max: usize) {
-        self.batch_max
-            .store(max.clamp(1, crate::batch::MAX_ITEMS), Ordering::Relaxed);
+        self.batch_max.store(
+            max.clamp(1, crate::wire::batch::MAX_ITEMS),
+            Ordering::Relaxed,
+        );
     }
 
     /// The peer's name.
@@ -289,7 +291,7 @@ impl Outbox {
     }
 
     /// Lets this outbox relay through other peers while its direct link is down.
-    pub fn set_relay(&self, relay: Arc<crate::relay::Relay>) {
+    pub fn set_relay(&self, relay: Arc<crate::egress::relay::Relay>) {
         let _ = self.relay.set(relay);
     }
 
@@ -309,7 +311,7 @@ impl Outbox {
     }
 
     /// Health of the direct link to the peer.
-    pub fn link(&self) -> &Arc<crate::relay::LinkHealth> {
+    pub fn link(&self) -> &Arc<crate::egress::relay::LinkHealth> {
         &self.link
     }
 
@@ -531,7 +533,7 @@ impl Outbox {
                 let mut pause = if refilled { Duration::MAX } else { policy.max };
                 // Caught up with the cursor behind: write it once things stay quiet.
                 if self.cursor.behind() {
-                    pause = pause.min(crate::cursor::SAVE_EVERY);
+                    pause = pause.min(crate::store::cursor::SAVE_EVERY);
                 }
                 tokio::select! {
                     _ = stop.cancelled() => return,
@@ -632,8 +634,8 @@ impl Outbox {
                                 continue;
                             }
                             // An envelope without a group: the one-at-a-time path gives up on it.
-                            Err(crate::streams::AppendError::Permanent(_)) => {}
-                            Err(crate::streams::AppendError::Retry(why)) => {
+                            Err(crate::egress::stream::AppendError::Permanent(_)) => {}
+                            Err(crate::egress::stream::AppendError::Retry(why)) => {
                                 first = Some(Attempt::Retry(why))
                             }
                         }
@@ -741,8 +743,10 @@ impl Outbox {
                 return match link.append(&p.id, ts, sig, &p.body).await {
                     // The stream has no per-peer answer: a stored entry counts as delivered.
                     Ok(()) => Attempt::Delivered(None),
-                    Err(crate::streams::AppendError::Permanent(why)) => Attempt::Permanent(why),
-                    Err(crate::streams::AppendError::Retry(why)) => Attempt::Retry(why),
+                    Err(crate::egress::stream::AppendError::Permanent(why)) => {
+                        Attempt::Permanent(why)
+                    }
+                    Err(crate::egress::stream::AppendError::Retry(why)) => Attempt::Retry(why),
                 };
             }
         };
@@ -791,7 +795,7 @@ impl Outbox {
 
 impl Outbox {
     /// Sends the front of the queue as one batch: each envelope signed as for a single
-    /// post, as many as fit under [`crate::batch::MAX_BATCH_BYTES`].
+    /// post, as many as fit under [`crate::wire::batch::MAX_BATCH_BYTES`].
     async fn attempt_batch(
         &self,
         http: &reqwest::Client,
@@ -805,7 +809,7 @@ impl Outbox {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs() as i64)
             .unwrap_or(0);
-        let mut enc = crate::batch::Encoder::new(crate::batch::MAX_BATCH_BYTES);
+        let mut enc = crate::wire::batch::Encoder::new(crate::wire::batch::MAX_BATCH_BYTES);
         for p in batch {
             let sig = signer.sign_for(&self.peer, &p.id, ts, &p.body);
             if !enc.push(&p.id, ts, &sig, &p.body) {
@@ -839,7 +843,7 @@ impl Outbox {
         if !status.is_success() {
             return BatchOutcome::Failed(format!("{status}: {}", text()));
         }
-        match serde_json::from_slice::<crate::batch::Response>(&body) {
+        match serde_json::from_slice::<crate::wire::batch::Response>(&body) {
             Ok(r) if r.results.len() == sent => {
                 BatchOutcome::Answered(r.results.into_iter().map(item_outcome).collect())
             }
@@ -939,7 +943,7 @@ enum BatchOutcome {
 }
 
 /// The outcome of one batch item, by the status a single post would have got.
-fn item_outcome(r: crate::batch::ItemResult) -> Attempt {
+fn item_outcome(r: crate::wire::batch::ItemResult) -> Attempt {
     let why = || match &r.detail {
         Some(d) => format!("{} {}: {d}", r.status, r.result),
         None => format!("{} {}", r.status, r.result),
@@ -977,7 +981,7 @@ mod tests {
     fn one_signature_per_envelope_and_second_is_shared() {
         let signer = Signer {
             pairwise: Default::default(),
-            hmac: vec![crate::signing::HmacSecret::generate()],
+            hmac: vec![crate::wire::signing::HmacSecret::generate()],
             ed25519: vec![],
         };
         let cache = SignatureCache::default();
@@ -1106,7 +1110,7 @@ mod tests {
                                 let body = req.into_body().collect().await.unwrap().to_bytes();
                                 let ids = match header_id {
                                     Some(id) => vec![id],
-                                    None => crate::batch::parse(&body).map_or(vec![], |b| {
+                                    None => crate::wire::batch::parse(&body).map_or(vec![], |b| {
                                         b.items.iter().map(|i| i.id.to_string()).collect()
                                     }),
                                 };
@@ -1135,9 +1139,9 @@ mod tests {
 
     /// Batch results: `accepted` for every item except those `special` names.
     fn results(body: &[u8], special: impl Fn(&str) -> Option<(u16, &'static str)>) -> String {
-        let b = crate::batch::parse(body).unwrap();
+        let b = crate::wire::batch::parse(body).unwrap();
         let mut stop = false;
-        let rs: Vec<crate::batch::ItemResult> = b
+        let rs: Vec<crate::wire::batch::ItemResult> = b
             .items
             .iter()
             .map(|i| {
@@ -1147,7 +1151,7 @@ mod tests {
                     special(&i.id).unwrap_or((200, "accepted"))
                 };
                 stop |= status == 429;
-                crate::batch::ItemResult {
+                crate::wire::batch::ItemResult {
                     status,
                     result: result.into(),
                     detail: None,
@@ -1155,7 +1159,7 @@ mod tests {
                 }
             })
             .collect();
-        serde_json::to_string(&crate::batch::Response { results: rs }).unwrap()
+        serde_json::to_string(&crate::wire::batch::Response { results: rs }).unwrap()
     }
 
     /// Queues `n` envelopes `e0…`, runs the outbox against `url` until it is empty.
@@ -1175,7 +1179,7 @@ mod tests {
         let signer = Arc::new(SharedSigner {
             signer: Signer {
                 pairwise: Default::default(),
-                hmac: vec![crate::signing::HmacSecret::generate()],
+                hmac: vec![crate::wire::signing::HmacSecret::generate()],
                 ed25519: vec![],
             },
             cache: Default::default(),
@@ -1213,7 +1217,11 @@ mod tests {
     #[tokio::test]
     async fn a_backlog_goes_in_batches_and_a_refused_item_is_given_up_alone() {
         let (url, seen) = fake_peer(Arc::new(|path: &str, body: &[u8], _| {
-            assert_eq!(path, crate::batch::BATCH_PATH, "a backlog goes as batches");
+            assert_eq!(
+                path,
+                crate::wire::batch::BATCH_PATH,
+                "a backlog goes as batches"
+            );
             (
                 200,
                 results(body, |id| (id == "e3").then_some((400, "malformed"))),
@@ -1257,7 +1265,10 @@ mod tests {
         // The held-back item is retried after a backoff, alone (the one-at-a-time path
         // owns backoff, relaying and giving up), then batching resumes.
         assert_eq!(seen[1], (ENVELOPES_PATH.to_string(), ids(5..6)));
-        assert_eq!(seen[2], (crate::batch::BATCH_PATH.to_string(), ids(6..10)));
+        assert_eq!(
+            seen[2],
+            (crate::wire::batch::BATCH_PATH.to_string(), ids(6..10))
+        );
         let r = m.render();
         assert!(r.contains(r#"botmesh_envelopes_out_total{peer="B",result="delivered"} 10"#));
         assert!(
@@ -1270,7 +1281,7 @@ mod tests {
     #[tokio::test]
     async fn a_peer_without_batches_gets_single_posts_and_one_envelope_goes_alone() {
         let (url, seen) = fake_peer(Arc::new(|path: &str, _: &[u8], _| {
-            if path == crate::batch::BATCH_PATH {
+            if path == crate::wire::batch::BATCH_PATH {
                 (404, r#"{"error":"no such endpoint"}"#.into())
             } else {
                 (200, r#"{"accepted":true}"#.into())
@@ -1279,7 +1290,7 @@ mod tests {
         .await;
         let (_, m) = deliver(&url, 5, 64).await;
         let seen = seen.lock().unwrap().clone();
-        assert_eq!(seen[0].0, crate::batch::BATCH_PATH);
+        assert_eq!(seen[0].0, crate::wire::batch::BATCH_PATH);
         let singles: Vec<String> = seen[1..]
             .iter()
             .map(|(p, ids)| {

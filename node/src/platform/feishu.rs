@@ -64,12 +64,12 @@ use serde::Deserialize;
 use tokio::time::Instant;
 use ulid::Ulid;
 
+use crate::app::node::Node;
 use crate::config::{NodeConfig, Platform};
-use crate::envelope::{now_millis, Author, AuthorKind, Envelope, Kind, PROTOCOL_VERSION};
-use crate::mention::{MentionMatcher, PlatformMention};
-use crate::node::Node;
-use crate::server::{self, Body, BodyError};
-use crate::transcript::Appended;
+use crate::ingress::server::{self, Body, BodyError};
+use crate::store::transcript::Appended;
+use crate::turn::mention::{MentionMatcher, PlatformMention};
+use crate::wire::envelope::{now_millis, Author, AuthorKind, Envelope, Kind, PROTOCOL_VERSION};
 
 /// Where Feishu posts event callbacks, on the peer-facing listener.
 pub const EVENTS_PATH: &str = "/feishu/v1/events";
@@ -522,7 +522,7 @@ impl EventAuth {
                 return Err(EventError::Stale(skew));
             }
             let want = signature(ts, nonce, key, body);
-            if !crate::signing::constant_time_eq(
+            if !crate::wire::signing::constant_time_eq(
                 want.as_bytes(),
                 sig.trim().to_ascii_lowercase().as_bytes(),
             ) {
@@ -547,10 +547,9 @@ impl EventAuth {
             }
         }
         if let Some(want) = &self.verification_token {
-            if !cb
-                .token()
-                .is_some_and(|t| crate::signing::constant_time_eq(t.as_bytes(), want.as_bytes()))
-            {
+            if !cb.token().is_some_and(|t| {
+                crate::wire::signing::constant_time_eq(t.as_bytes(), want.as_bytes())
+            }) {
                 return Err(EventError::BadToken);
             }
         }
@@ -1424,7 +1423,7 @@ pub async fn handle_events(
 }
 
 async fn accept(f: &Feishu, req: Request<Incoming>) -> Result<Outcome, EventError> {
-    let (parts, body) = server::read_body(req, crate::bridge::MAX_BODY_BYTES)
+    let (parts, body) = server::read_body(req, crate::ingress::bridge::MAX_BODY_BYTES)
         .await
         .map_err(|e| match e {
             BodyError::TooLarge { limit } => EventError::TooLarge(limit),
@@ -1468,8 +1467,8 @@ async fn process(node: Arc<Node>, ev: MessageReceived) {
     let group = f.group_for_chat(&msg.chat_id);
     let text = f.readable_text(&raw_text, &msg.mentions, matcher);
     let mut text = text.trim().to_string();
-    if text.len() > crate::envelope::MAX_TEXT_BYTES {
-        let mut end = crate::envelope::MAX_TEXT_BYTES;
+    if text.len() > crate::wire::envelope::MAX_TEXT_BYTES {
+        let mut end = crate::wire::envelope::MAX_TEXT_BYTES;
         while !text.is_char_boundary(end) {
             end -= 1;
         }
@@ -1555,7 +1554,7 @@ async fn process(node: Arc<Node>, ev: MessageReceived) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mention::Member;
+    use crate::turn::mention::Member;
 
     /// Feishu's documented example: encrypt key "test key", plaintext "hello world"
     /// (open.feishu.cn event subscription docs; also in many SDKs' tests).

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::signing::{HmacSecret, PairwiseKey, PublicKey, Signer, SigningKey, Verifier};
+use crate::wire::signing::{HmacSecret, PairwiseKey, PublicKey, Signer, SigningKey, Verifier};
 
 /// A configuration problem, always naming the key it is about.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -574,16 +574,16 @@ impl Settings {
         if m.outbox_capacity == 0 {
             return Err(self.err("mesh.outbox_capacity", "must be at least 1"));
         }
-        if m.batch_max == 0 || m.batch_max > crate::batch::MAX_ITEMS {
+        if m.batch_max == 0 || m.batch_max > crate::wire::batch::MAX_ITEMS {
             return Err(self.err(
                 "mesh.batch_max",
-                format!("must be 1 to {}", crate::batch::MAX_ITEMS),
+                format!("must be 1 to {}", crate::wire::batch::MAX_ITEMS),
             ));
         }
-        if m.max_relay_hops > crate::relay::MAX_HOPS_LIMIT {
+        if m.max_relay_hops > crate::egress::relay::MAX_HOPS_LIMIT {
             return Err(self.err(
                 "mesh.max_relay_hops",
-                format!("must be at most {}", crate::relay::MAX_HOPS_LIMIT),
+                format!("must be at most {}", crate::egress::relay::MAX_HOPS_LIMIT),
             ));
         }
         if m.retry_base_ms == 0 || m.retry_max_ms < m.retry_base_ms {

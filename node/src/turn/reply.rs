@@ -6,9 +6,9 @@
 use std::sync::Arc;
 
 use crate::config::BotSettings;
-use crate::envelope::{AuthorKind, Envelope};
-use crate::judge::{colleague_profiles, trim};
 use crate::llm::ChatMessage;
+use crate::turn::judge::{colleague_profiles, trim};
+use crate::wire::envelope::{AuthorKind, Envelope};
 
 /// Marks every reply written without an LLM, so nobody mistakes it for a model's answer.
 pub const OFFLINE_MARK: &str = "[offline]";

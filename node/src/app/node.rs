@@ -17,14 +17,14 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::NodeConfig;
-use crate::envelope::Envelope;
-use crate::events::{Event, EventBus};
-use crate::metrics::Metrics;
-use crate::outbox::{Outbox, RetryPolicy};
-use crate::seen::SeenCache;
-use crate::server::{self, Limits};
-use crate::transcript::{Appended, TranscriptError, Transcripts};
+use crate::egress::outbox::{Outbox, RetryPolicy};
+use crate::ingress::seen::SeenCache;
+use crate::ingress::server::{self, Limits};
+use crate::store::transcript::{Appended, TranscriptError, Transcripts};
+use crate::telemetry::events::{Event, EventBus};
+use crate::telemetry::metrics::Metrics;
 use crate::turn::Brain;
+use crate::wire::envelope::Envelope;
 
 /// The outbox that appends to the Redis Streams transport (not a bot name: bot names
 /// cannot contain `@`).
@@ -48,9 +48,9 @@ pub struct Node {
     /// One outbox per peer.
     pub outboxes: Vec<Arc<Outbox>>,
     /// Per-peer ingress rate limit.
-    pub limiter: crate::bridge::RateLimiter,
+    pub limiter: crate::ingress::bridge::RateLimiter,
     /// Verifies envelope signatures off the async workers, coalescing concurrent ones.
-    pub verify: crate::verify_pool::VerifyPool,
+    pub verify: crate::ingress::verify_pool::VerifyPool,
     /// The turn-taking pipeline.
     pub brain: Brain,
     /// The operator's quiet switch: when set, the bot takes no turns.
@@ -60,13 +60,13 @@ pub struct Node {
     /// Tracks the background turn tasks so shutdown can wait for them.
     pub turns: tokio_util::task::TaskTracker,
     /// The Feishu app, when this bot's platform is `feishu`.
-    pub feishu: Option<Arc<crate::feishu::Feishu>>,
+    pub feishu: Option<Arc<crate::platform::feishu::Feishu>>,
     /// The Redis Streams transport, when this bot's transport is `redis`.
-    pub stream: Option<Arc<crate::streams::StreamLink>>,
+    pub stream: Option<Arc<crate::egress::stream::StreamLink>>,
     /// Relaying around broken links (its HTTP client also forwards others' copies).
-    pub relay: Option<Arc<crate::relay::Relay>>,
+    pub relay: Option<Arc<crate::egress::relay::Relay>>,
     /// Claims this node waits on: each outbox reports how they fared with its peer.
-    pub acks: Arc<crate::acks::AckTracker>,
+    pub acks: Arc<crate::egress::acks::AckTracker>,
 }
 
 /// Hands durable outbound messages to every peer's outbox, in log order.
@@ -75,8 +75,8 @@ struct PeerFanout {
     metrics: Arc<Metrics>,
 }
 
-impl crate::transcript::Fanout for PeerFanout {
-    fn push(&self, entry: crate::transcript::LoggedOutbound) {
+impl crate::store::transcript::Fanout for PeerFanout {
+    fn push(&self, entry: crate::store::transcript::LoggedOutbound) {
         for o in &self.outboxes {
             o.push_logged(&entry, &self.metrics);
         }
@@ -120,7 +120,7 @@ impl Node {
         self: &Arc<Self>,
         env: Envelope,
         source: &str,
-        mentions: Vec<crate::mention::PlatformMention>,
+        mentions: Vec<crate::turn::mention::PlatformMention>,
     ) -> Result<Appended, TranscriptError> {
         self.record_inner(env, source, mentions, false).await
     }
@@ -131,7 +131,7 @@ impl Node {
         self: &Arc<Self>,
         env: Envelope,
         source: &str,
-        mentions: Vec<crate::mention::PlatformMention>,
+        mentions: Vec<crate::turn::mention::PlatformMention>,
         outbound: bool,
     ) -> Result<Appended, TranscriptError> {
         let env = Arc::new(env);
@@ -159,14 +159,14 @@ impl Node {
         self: &Arc<Self>,
         env: &Arc<Envelope>,
         source: &str,
-        mentions: Vec<crate::mention::PlatformMention>,
+        mentions: Vec<crate::turn::mention::PlatformMention>,
         outcome: &Result<Appended, TranscriptError>,
     ) {
         match outcome {
             Ok(Appended::New) => {
                 self.metrics
                     .transcript_appends
-                    .get_or_create(&crate::metrics::ResultLabel {
+                    .get_or_create(&crate::telemetry::metrics::ResultLabel {
                         result: source.into(),
                     })
                     .inc();
@@ -186,7 +186,7 @@ impl Node {
             Err(e) => {
                 self.metrics
                     .transcript_appends
-                    .get_or_create(&crate::metrics::ResultLabel {
+                    .get_or_create(&crate::telemetry::metrics::ResultLabel {
                         result: "error".into(),
                     })
                     .inc();
@@ -217,14 +217,14 @@ impl Node {
     /// [`Node::broadcast`], tracking the envelope's delivery to every peer: the handle
     /// settles once each peer acknowledged it (with its `answered` value) or its
     /// delivery was given up (a peer whose outbox refuses it counts as given up at once).
-    pub fn broadcast_tracked(&self, env: &Envelope) -> crate::acks::ClaimAcks {
+    pub fn broadcast_tracked(&self, env: &Envelope) -> crate::egress::acks::ClaimAcks {
         let id = env.id.to_string();
         let peers = self.outboxes.iter().map(|o| o.peer().to_string()).collect();
         // Tracked before it is queued, so no report can come before the entry.
         let acks = self.acks.track(&id, peers);
         for peer in self.broadcast(env) {
             self.acks
-                .report(&id, peer, crate::acks::PeerOutcome::GivenUp);
+                .report(&id, peer, crate::egress::acks::PeerOutcome::GivenUp);
         }
         acks
     }
@@ -268,7 +268,7 @@ pub async fn start(
     std::fs::create_dir_all(&outbox_dir)
         .with_context(|| format!("creating {}", outbox_dir.display()))?;
     let stream = match &cfg.redis_url {
-        Some(url) => Some(crate::streams::StreamLink::new(
+        Some(url) => Some(crate::egress::stream::StreamLink::new(
             url,
             cfg.settings.redis.clone(),
             metrics.clone(),
@@ -282,7 +282,7 @@ pub async fn start(
         .map(|p| {
             let cursor = outbox_dir.join(format!(
                 "{}.cursor",
-                crate::transcript::encode_name(&p.name)
+                crate::store::transcript::encode_name(&p.name)
             ));
             Outbox::new(
                 &p.name,
@@ -295,18 +295,18 @@ pub async fn start(
     if let Some(link) = &stream {
         outboxes.push(Outbox::with_link(
             STREAM_OUTBOX,
-            crate::outbox::Link::Stream(link.clone()),
+            crate::egress::outbox::Link::Stream(link.clone()),
             cfg.mesh().outbox_capacity,
             Some(outbox_dir.join(format!(
                 "{}.cursor",
-                crate::transcript::encode_name(STREAM_OUTBOX)
+                crate::store::transcript::encode_name(STREAM_OUTBOX)
             ))),
         ));
     }
-    let acks = Arc::new(crate::acks::AckTracker::default());
+    let acks = Arc::new(crate::egress::acks::AckTracker::default());
     for o in &outboxes {
         o.set_acks(acks.clone());
-        o.set_log_path(cfg.data_dir.join(crate::transcript::OUTBOX_LOG));
+        o.set_log_path(cfg.data_dir.join(crate::store::transcript::OUTBOX_LOG));
         o.set_batch_max(cfg.mesh().batch_max);
     }
     let cursors: Vec<Option<u64>> = outboxes.iter().map(|o| o.saved_cursor()).collect();
@@ -351,7 +351,7 @@ pub async fn start(
         .pool_idle_timeout(Duration::from_secs(60))
         .build()
         .context("building the peer HTTP client")?;
-    let relay = Arc::new(crate::relay::Relay::new(
+    let relay = Arc::new(crate::egress::relay::Relay::new(
         Duration::from_millis(cfg.mesh().relay_after_ms),
         outboxes
             .iter()
@@ -371,11 +371,11 @@ pub async fn start(
         o.set_relay(relay.clone());
     }
     let brain = Brain::new(&cfg, metrics.clone(), events.clone())?;
-    let feishu = crate::feishu::Feishu::from_config(&cfg)?.map(Arc::new);
+    let feishu = crate::platform::feishu::Feishu::from_config(&cfg)?.map(Arc::new);
     let node = Arc::new(Node {
-        limiter: crate::bridge::RateLimiter::new(cfg.mesh().peer_rate_limit),
+        limiter: crate::ingress::bridge::RateLimiter::new(cfg.mesh().peer_rate_limit),
         seen: SeenCache::new(SEEN_TTL, 1_000_000),
-        verify: crate::verify_pool::VerifyPool::start(&cfg.bot().name)
+        verify: crate::ingress::verify_pool::VerifyPool::start(&cfg.bot().name)
             .context("starting the signature verification thread")?,
         quiet: AtomicBool::new(false),
         accepting: CancellationToken::new(),
@@ -403,7 +403,7 @@ pub async fn start(
     };
     let stop_outboxes = CancellationToken::new();
     let mut outbox_tasks = JoinSet::new();
-    let shared_signer = Arc::new(crate::outbox::SharedSigner {
+    let shared_signer = Arc::new(crate::egress::outbox::SharedSigner {
         signer: node.cfg.signer.clone(),
         cache: Default::default(),
     });
@@ -432,7 +432,7 @@ pub async fn start(
         limits,
         node.accepting.clone(),
         grace,
-        move |req, remote| crate::bridge::handle(n.clone(), req, remote),
+        move |req, remote| crate::ingress::bridge::handle(n.clone(), req, remote),
     ));
     let n = node.clone();
     servers.spawn(server::serve(
@@ -441,10 +441,10 @@ pub async fn start(
         limits,
         node.accepting.clone(),
         grace,
-        move |req, remote| crate::api::handle(n.clone(), req, remote),
+        move |req, remote| crate::app::api::handle(n.clone(), req, remote),
     ));
     if let Some(link) = node.stream.clone() {
-        servers.spawn(crate::streams::run_reader(
+        servers.spawn(crate::egress::stream::run_reader(
             node.clone(),
             link,
             node.accepting.clone(),

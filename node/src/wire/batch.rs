@@ -3,7 +3,7 @@
 //! A batch is only a container: it is not signed itself. Each item carries the three
 //! Standard Webhooks values that a single `POST /bridge/v1/envelopes` carries as
 //! headers (`id`, `timestamp`, `signature`, verbatim) and the envelope's exact bytes as
-//! a JSON string, so the receiver runs the same [`crate::bridge::admit`] checks on every
+//! a JSON string, so the receiver runs the same [`crate::ingress::bridge::admit`] checks on every
 //! item, with the same rejection codes, as if it had been posted alone:
 //!
 //! ```json
@@ -32,7 +32,7 @@
 //!
 //! An accepted (or duplicate) *claim* whose trigger this node's bot has committed to
 //! answer, or answered, carries `"answered": "<bot>"` (as a single post's answer does,
-//! see [`crate::acks`]): the claimant then yields instead of posting a second answer.
+//! see [`crate::egress::acks`]): the claimant then yields instead of posting a second answer.
 //! Senders that predate it ignore the field; receivers that predate it never send it.
 
 use std::borrow::Cow;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use tokio::sync::broadcast;
 
-use crate::envelope::Envelope;
+use crate::wire::envelope::Envelope;
 
 /// One thing worth showing to a watcher.
 #[derive(Debug, Clone, Serialize)]

@@ -9,8 +9,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::config::BotSettings;
-use crate::envelope::{AuthorKind, Envelope};
 use crate::llm::Verdict;
+use crate::wire::envelope::{AuthorKind, Envelope};
 
 /// The built-in judge prompt. Kept small on purpose: it is sent for every message
 /// that does not mention the bot (its size is measured in the tests and docs).
@@ -175,7 +175,7 @@ pub fn offline_verdict(me: &BotSettings, text: &str) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::envelope::{Author, Kind};
+    use crate::wire::envelope::{Author, Kind};
 
     fn bot(name: &str, role: &str, skills: &[&str]) -> BotSettings {
         let skills = skills

@@ -1,5 +1,5 @@
 //! The peer-facing listener: `POST /bridge/v1/envelopes`, and Feishu's event callbacks
-//! at `POST /feishu/v1/events` (checked by [`crate::feishu`]).
+//! at `POST /feishu/v1/events` (checked by [`crate::platform::feishu`]).
 //!
 //! Every request runs the same gauntlet, cheapest check first, and every rejection is
 //! counted and logged with its reason, the peer address and the id (never a secret):
@@ -11,7 +11,7 @@
 //! bot has already committed to answer, or answered, the claim's trigger:
 //! `{"accepted": true, "answered": "<bot>"}` (and `"answered"` in a batch item's
 //! result). It is read from the claim board *after* the claim is on it, so a commit
-//! either saw the claim or is reported here (see [`crate::scheduler`], [`crate::acks`]).
+//! either saw the claim or is reported here (see [`crate::turn::scheduler`], [`crate::egress::acks`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -22,14 +22,16 @@ use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
-use crate::batch::BATCH_PATH;
+use crate::app::node::Node;
 use crate::config::Platform;
-use crate::envelope::{AuthorKind, Envelope, Kind};
-use crate::node::Node;
-use crate::outbox::ENVELOPES_PATH;
-use crate::server::{self, Body, BodyError};
-use crate::signing::{Pending, Scheme, VerifyError, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP};
-use crate::transcript::Appended;
+use crate::egress::outbox::ENVELOPES_PATH;
+use crate::ingress::server::{self, Body, BodyError};
+use crate::store::transcript::Appended;
+use crate::wire::batch::BATCH_PATH;
+use crate::wire::envelope::{AuthorKind, Envelope, Kind};
+use crate::wire::signing::{
+    Pending, Scheme, VerifyError, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP,
+};
 
 /// Largest accepted request body.
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
@@ -39,10 +41,10 @@ pub async fn handle(node: Arc<Node>, req: Request<Incoming>, remote: SocketAddr)
     match (req.method(), req.uri().path()) {
         (&Method::POST, ENVELOPES_PATH) => receive(node, req, remote).await,
         (&Method::POST, BATCH_PATH) => receive_batch(node, req, remote).await,
-        (&Method::POST, crate::feishu::EVENTS_PATH) => {
-            crate::feishu::handle_events(node, req, remote).await
+        (&Method::POST, crate::platform::feishu::EVENTS_PATH) => {
+            crate::platform::feishu::handle_events(node, req, remote).await
         }
-        (&Method::GET, "/healthz") => crate::api::health(&node),
+        (&Method::GET, "/healthz") => crate::app::api::health(&node),
         (_, ENVELOPES_PATH | BATCH_PATH) => {
             server::error(StatusCode::METHOD_NOT_ALLOWED, "use POST")
         }
@@ -51,8 +53,11 @@ pub async fn handle(node: Arc<Node>, req: Request<Incoming>, remote: SocketAddr)
 }
 
 async fn receive(node: Arc<Node>, req: Request<Incoming>, remote: SocketAddr) -> Response<Body> {
-    if req.headers().contains_key(crate::relay::HEADER_RELAY_TO) {
-        return crate::relay::receive(node, req, remote).await;
+    if req
+        .headers()
+        .contains_key(crate::egress::relay::HEADER_RELAY_TO)
+    {
+        return crate::egress::relay::receive(node, req, remote).await;
     }
     let header_id = req
         .headers()
@@ -98,7 +103,7 @@ async fn gauntlet(
 }
 
 /// [`admit`] for an envelope POSTed to this node, directly or through a relay
-/// ([`crate::relay`]): its signature values are headers, `now` is the wall clock.
+/// ([`crate::egress::relay`]): its signature values are headers, `now` is the wall clock.
 pub(crate) async fn admit_posted(
     node: &Arc<Node>,
     headers: &http::HeaderMap,
@@ -110,7 +115,7 @@ pub(crate) async fn admit_posted(
         timestamp: header(HEADER_TIMESTAMP),
         signature: header(HEADER_SIGNATURE),
     };
-    let now = (crate::envelope::now_millis() / 1000) as i64;
+    let now = (crate::wire::envelope::now_millis() / 1000) as i64;
     admit(node, signed, body, now, Via::Http).await
 }
 
@@ -184,7 +189,7 @@ pub async fn admit(
 pub(crate) struct Prechecked {
     /// The parsed envelope.
     env: Envelope,
-    /// Its signature check, to decide on the [`crate::verify_pool::VerifyPool`].
+    /// Its signature check, to decide on the [`crate::ingress::verify_pool::VerifyPool`].
     signature: Pending,
 }
 
@@ -378,7 +383,7 @@ pub(crate) enum Checked {
     Duplicate(Arc<Envelope>),
 }
 
-/// `POST /bridge/v1/batch` (see [`crate::batch`]): every item runs the same checks as
+/// `POST /bridge/v1/batch` (see [`crate::wire::batch`]): every item runs the same checks as
 /// a single post, in order; new messages are recorded in one durable write.
 async fn receive_batch(
     node: Arc<Node>,
@@ -400,7 +405,7 @@ async fn receive_batch(
         }
         Err(e) => return refuse(StatusCode::BAD_REQUEST, "unreadable", e.to_string()),
     };
-    let batch = match crate::batch::parse(&body) {
+    let batch = match crate::wire::batch::parse(&body) {
         Ok(b) => b,
         Err(e) => {
             return refuse(
@@ -410,18 +415,18 @@ async fn receive_batch(
             )
         }
     };
-    if batch.items.is_empty() || batch.items.len() > crate::batch::MAX_ITEMS {
+    if batch.items.is_empty() || batch.items.len() > crate::wire::batch::MAX_ITEMS {
         return refuse(
             StatusCode::PAYLOAD_TOO_LARGE,
             "too_many_items",
             format!(
                 "{} items; a batch holds 1 to {}",
                 batch.items.len(),
-                crate::batch::MAX_ITEMS
+                crate::wire::batch::MAX_ITEMS
             ),
         );
     }
-    let now = (crate::envelope::now_millis() / 1000) as i64;
+    let now = (crate::wire::envelope::now_millis() / 1000) as i64;
     let arrivals: Vec<Arrival> = batch
         .items
         .iter()
@@ -542,7 +547,7 @@ fn answer(
     remote: SocketAddr,
     header_id: &str,
     r: Admitted,
-) -> crate::batch::ItemResult {
+) -> crate::wire::batch::ItemResult {
     match r {
         Ok((env, outcome)) => {
             let result = match outcome {
@@ -551,7 +556,7 @@ fn answer(
             };
             node.metrics.envelope_in(result);
             tracing::debug!(%remote, sender = %env.sender, id = %env.id, kind = ?env.kind, group = %env.group, depth = env.depth, result, batch = true, "envelope");
-            crate::batch::ItemResult {
+            crate::wire::batch::ItemResult {
                 status: 200,
                 result: result.into(),
                 detail: None,
@@ -563,7 +568,7 @@ fn answer(
             if code != NOT_PROCESSED {
                 tracing::warn!(%remote, id = header_id, status = status.as_u16(), reason = code, %detail, batch = true, "envelope rejected");
             }
-            crate::batch::ItemResult {
+            crate::wire::batch::ItemResult {
                 status: status.as_u16(),
                 result: code.into(),
                 detail: Some(detail),

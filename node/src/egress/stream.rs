@@ -8,7 +8,7 @@
 //! appends once (XADD, with the stream trimmed to `max_len`) instead of posting to
 //! every peer; the set `{key_prefix}groups` lists the streams so readers find new groups.
 //!
-//! Sending goes through an ordinary [`crate::outbox::Outbox`] whose link is the stream:
+//! Sending goes through an ordinary [`crate::egress::outbox::Outbox`] whose link is the stream:
 //! durable (the outbox log), ordered, retried with backoff while Redis is away.
 //! Reading is [`run_reader`]: one blocking XREAD over every group's stream, from a
 //! cursor per group kept in `<data_dir>/streams/` and saved after each batch is on
@@ -20,7 +20,7 @@
 //! stored it (the entry id), not against its own clock, so a catch-up after hours
 //! still verifies while an old envelope re-added to the stream is stale.
 //!
-//! Claim acknowledgements ([`crate::acks`]): the stream has no per-peer answer, so a
+//! Claim acknowledgements ([`crate::egress::acks`]): the stream has no per-peer answer, so a
 //! claim is counted as delivered to every stream peer once its XADD succeeded, and no
 //! `answered` comes back from them. A bot on the stream thus waits for Redis, not for
 //! its peers; a stream peer that already answers the trigger is only learned from its
@@ -36,11 +36,11 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::bridge::{admit_many, Arrival, Reject, Signed, Via, NOT_PROCESSED};
+use crate::app::node::Node;
 use crate::config::RedisSettings;
-use crate::metrics::Metrics;
-use crate::node::Node;
-use crate::transcript::Appended;
+use crate::ingress::bridge::{admit_many, Arrival, Reject, Signed, Via, NOT_PROCESSED};
+use crate::store::transcript::Appended;
+use crate::telemetry::metrics::Metrics;
 
 /// Entry field: the envelope id (`webhook-id`).
 const FIELD_ID: &str = "id";
@@ -303,7 +303,7 @@ impl Cursors {
             let Some(group) = path
                 .file_stem()
                 .and_then(|s| s.to_str())
-                .and_then(crate::transcript::decode_name)
+                .and_then(crate::store::transcript::decode_name)
             else {
                 continue;
             };
@@ -325,9 +325,10 @@ impl Cursors {
     /// Records and saves `group`'s position (write to a temporary file, then rename).
     pub fn save(&mut self, group: &str, id: EntryId) -> std::io::Result<()> {
         self.by_group.insert(group.to_string(), id);
-        let path = self
-            .dir
-            .join(format!("{}.cursor", crate::transcript::encode_name(group)));
+        let path = self.dir.join(format!(
+            "{}.cursor",
+            crate::store::transcript::encode_name(group)
+        ));
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, id.to_string())?;
         std::fs::rename(tmp, path)

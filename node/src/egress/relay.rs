@@ -5,7 +5,7 @@
 //! the same body and the same `webhook-*` signature headers, signed by the original
 //! sender A, plus `botmesh-relay-to: B` and `botmesh-hops: 1`. Nothing is re-signed:
 //!
-//! - C runs the full gauntlet on the copy ([`crate::bridge::admit`]): it must verify as
+//! - C runs the full gauntlet on the copy ([`crate::ingress::bridge::admit`]): it must verify as
 //!   A's (the signature covers `id.timestamp.body`, so C cannot alter it, and C cannot
 //!   sign as A), and C records it if new. Only then does C forward the untouched
 //!   headers and body to B, and only while `hops <= max_relay_hops`; otherwise it
@@ -33,14 +33,14 @@ use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
-use crate::bridge::{Reject, MAX_BODY_BYTES};
-use crate::envelope::Envelope;
-use crate::metrics::Metrics;
-use crate::node::Node;
-use crate::outbox::ENVELOPES_PATH;
-use crate::server::{self, Body, BodyError};
-use crate::signing::{Verifier, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP};
-use crate::transcript::Appended;
+use crate::app::node::Node;
+use crate::egress::outbox::ENVELOPES_PATH;
+use crate::ingress::bridge::{Reject, MAX_BODY_BYTES};
+use crate::ingress::server::{self, Body, BodyError};
+use crate::store::transcript::Appended;
+use crate::telemetry::metrics::Metrics;
+use crate::wire::envelope::Envelope;
+use crate::wire::signing::{Verifier, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP};
 
 /// Names the peer a relayed envelope is for.
 pub const HEADER_RELAY_TO: &str = "botmesh-relay-to";
@@ -221,7 +221,7 @@ impl Relay {
             id,
             &headers,
             &bytes,
-            crate::signing::unix_now(),
+            crate::wire::signing::unix_now(),
         )
     }
 }
@@ -377,7 +377,7 @@ async fn receive_inner(
         })?;
     // The full gauntlet, as for a direct delivery: only the original sender's
     // signature over these exact bytes gets past it.
-    let (env, outcome) = crate::bridge::admit_posted(node, &parts.headers, &body).await?;
+    let (env, outcome) = crate::ingress::bridge::admit_posted(node, &parts.headers, &body).await?;
     let result = match outcome {
         Appended::New => "accepted",
         Appended::Duplicate => "duplicate",
@@ -490,7 +490,7 @@ fn signed_receipt(node: &Node, env: &Envelope, result: &str) -> Response<Body> {
     }))
     .expect("json");
     let rid = receipt_id(&id);
-    let ts = crate::signing::unix_now();
+    let ts = crate::wire::signing::unix_now();
     let sig = node.cfg.signer.sign(&rid, ts, &body);
     let mut resp = Response::new(server::full(Bytes::from(body)));
     let h = resp.headers_mut();
@@ -513,7 +513,7 @@ fn signed_receipt(node: &Node, env: &Envelope, result: &str) -> Response<Body> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signing::{Signer, SigningKey};
+    use crate::wire::signing::{Signer, SigningKey};
 
     #[tokio::test(start_paused = true)]
     async fn link_health_tracks_a_failing_run() {

@@ -18,13 +18,13 @@ use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 use tokio_stream::wrappers::BroadcastStream;
 use ulid::Ulid;
 
+use crate::app::node::Node;
 use crate::config::Platform;
-use crate::envelope::{
+use crate::ingress::server::{self, Body, BodyError};
+use crate::store::transcript::{Appended, MEMORY_MESSAGES};
+use crate::wire::envelope::{
     now_millis, Author, AuthorKind, Envelope, Kind, Why, MAX_TEXT_BYTES, PROTOCOL_VERSION,
 };
-use crate::node::Node;
-use crate::server::{self, Body, BodyError};
-use crate::transcript::{Appended, MEMORY_MESSAGES};
 
 /// Largest request body on the local API.
 const MAX_API_BODY: usize = 256 * 1024;
@@ -59,7 +59,7 @@ pub async fn handle(
     if !authorized(&node, &req) && path != "/healthz" {
         node.metrics
             .api_requests
-            .get_or_create(&crate::metrics::ResultLabel {
+            .get_or_create(&crate::telemetry::metrics::ResultLabel {
                 result: "unauthorized".into(),
             })
             .inc();
@@ -95,7 +95,7 @@ pub async fn handle(
     let code = resp.status().as_u16().to_string();
     node.metrics
         .api_requests
-        .get_or_create(&crate::metrics::ResultLabel { result: code })
+        .get_or_create(&crate::telemetry::metrics::ResultLabel { result: code })
         .inc();
     resp
 }
@@ -111,7 +111,7 @@ fn authorized(node: &Node, req: &Request<Incoming>) -> bool {
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::to_string)
         .or_else(|| server::query_param(req.uri(), "token"));
-    given.is_some_and(|g| crate::signing::constant_time_eq(g.as_bytes(), token.as_bytes()))
+    given.is_some_and(|g| crate::wire::signing::constant_time_eq(g.as_bytes(), token.as_bytes()))
 }
 
 async fn read_json<T: for<'de> Deserialize<'de>>(

@@ -2,10 +2,10 @@
 //!
 //! Verifying an Ed25519 signature costs tens of µs, more than everything else a
 //! receiver does for an envelope. Envelopes from peers' outboxes carry a pairwise
-//! entry that is checked instead ([`crate::signing::PairwiseKey`]); what comes here
+//! entry that is checked instead ([`crate::wire::signing::PairwiseKey`]); what comes here
 //! is the rest: Redis Stream entries, copies at a relay, older senders. A
 //! batch verification of a few signatures costs about two thirds of verifying them
-//! one by one ([`crate::signing::verify_all`]; the bench reports both figures).
+//! one by one ([`crate::wire::signing::verify_all`]; the bench reports both figures).
 //! Envelopes arrive one per request, so the pool
 //! *coalesces*: one thread takes every check waiting in its queue, up to
 //! [`MAX_COALESCED`] envelopes, and decides them in one call. Under load the queue
@@ -19,7 +19,7 @@ use std::sync::mpsc;
 
 use tokio::sync::oneshot;
 
-use crate::signing::{verify_all, Pending, Scheme, VerifyError};
+use crate::wire::signing::{verify_all, Pending, Scheme, VerifyError};
 
 /// The most envelopes one coalesced verification takes (a job is never split, so
 /// one batch request can make it larger).
@@ -98,7 +98,7 @@ fn run(queue: mpsc::Receiver<Job>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signing::{Signer, SigningKey, Verifier};
+    use crate::wire::signing::{Signer, SigningKey, Verifier};
     use std::collections::HashMap;
 
     fn checks(verifier: &Verifier, signer: &Signer, n: usize, forged: &[usize]) -> Vec<Pending> {
@@ -206,7 +206,7 @@ mod tests {
         let bad: Vec<bool> = got.iter().map(Result::is_err).collect();
         assert_eq!(bad, [false, false, true, false, false]);
 
-        let secret = crate::signing::HmacSecret::generate();
+        let secret = crate::wire::signing::HmacSecret::generate();
         let verifier = Verifier {
             pairwise: Default::default(),
             hmac: vec![secret.clone()],

@@ -105,7 +105,7 @@ fn latency_histogram() -> Histogram {
 /// Label for a signature scheme.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SchemeLabel {
-    /// `pairwise`, `ed25519` or `hmac` ([`crate::signing::Scheme::label`]).
+    /// `pairwise`, `ed25519` or `hmac` ([`crate::wire::signing::Scheme::label`]).
     pub scheme: String,
 }
 
@@ -307,7 +307,7 @@ impl Metrics {
     }
 
     /// Counts one envelope signature that verified under `scheme`.
-    pub fn signature_verified(&self, scheme: crate::signing::Scheme) {
+    pub fn signature_verified(&self, scheme: crate::wire::signing::Scheme) {
         self.signatures_verified
             .get_or_create(&SchemeLabel {
                 scheme: scheme.label().into(),

@@ -1,0 +1,3 @@
+//! The running node.
+pub mod api;
+pub mod node;

@@ -1,0 +1,2 @@
+//! Chat platforms.
+pub mod feishu;

@@ -1,0 +1,4 @@
+//! The wire: what travels between nodes and how it is signed.
+pub mod batch;
+pub mod envelope;
+pub mod signing;
