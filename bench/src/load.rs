@@ -246,7 +246,7 @@ pub fn bridge_posts(
             let body = env.to_bytes();
             let id = env.id.to_string();
             Post {
-                url: format!("{bridge}{}", botmesh::egress::outbox::ENVELOPES_PATH),
+                url: format!("{bridge}{}", botmesh::wire::limits::ENVELOPES_PATH),
                 headers: vec![
                     (HEADER_ID, id.clone()),
                     (HEADER_TIMESTAMP, ts.to_string()),

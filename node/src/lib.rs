@@ -8,34 +8,34 @@
 //! ingress (bridge, api) → transcript → policy → judge → scheduler → reply → egress (outbox)
 //! ```
 //!
-//! Modules, one concern each:
+//! The source tree is that path, in layers: each folder uses only the folders below
+//! it, never one above (`node/tests/layers.rs` fails on an upward import).
 //!
+//! ```text
+//! simulate    botmesh simulate: the production turn code in virtual time, against baselines
+//! app         Node: start-up, the two listeners and their routing, local API, page, metrics
+//! platform    one adapter per chat platform behind ChatPlatform: local, feishu
+//! ingress     Ingest: admission (verify, dedup, rate limit), HTTP bridge, stream reader, relayed copies
+//! turn        mention → policy → judge → scheduler → reply, over the Ports trait
+//! egress      one outbox per peer over its link (HTTP peer, relay, Redis stream), claim acks
+//! llm         the OpenAI-compatible client
+//! store       transcripts, the outbox log, delivery cursors
+//! telemetry   Prometheus metrics, live events
+//! config      peers.toml → a validated NodeConfig
+//! wire        envelope, batch, signatures, paths and limits
+//! ```
+//!
+//! - [`wire`] — what travels between nodes and how it is signed.
 //! - [`config`] — peers.toml: typed settings, env overrides, validation before binding.
-//! - [`envelope`] — the wire message and its rules.
-//! - [`signing`] — Standard Webhooks signatures: mesh HMAC and per-bot Ed25519.
-//! - [`verify_pool`] — `VerifyPool`: Ed25519 verification off the async workers, batched.
-//! - [`seen`] — `SeenCache`, the replay window's memory.
-//! - [`transcript`] — per-group, append-only, deduplicated, durable transcripts.
-//! - [`outbox`] — one ordered, retrying, bounded queue per peer.
-//! - [`cursor`] — `DeliveryCursor`: how far delivery to a peer got, saved off the async workers.
-//! - [`acks`] — claim acknowledgements: when one claim has reached every peer, and who answered.
-//! - [`streams`] — the Redis Streams transport: one stream per group, a cursor per bot.
-//! - [`bridge`] — the peer-facing listener and its checks.
-//! - [`relay`] — relaying around a broken link: hop limit, original signatures, signed receipts.
-//! - [`api`] — the local API and page.
-//! - [`feishu`] — Feishu/Lark: signed, encrypted event callbacks in; messages with real `<at>` out.
-//! - [`server`] — hyper plumbing shared by both listeners.
-//! - [`events`] — live events for the page and SSE.
-//! - [`metrics`] — Prometheus metrics.
-//! - [`mention`] — `MentionMatcher`: @mentions with real Latin and CJK boundaries.
-//! - [`policy`] — depth, quiet, caps, participation: the rules no prompt can bend.
-//! - [`judge`] — the short "should I interject?" prompt and the offline judge.
-//! - [`scheduler`] — relevance-scaled delays, claims and yielding.
-//! - [`reply`] — the reply prompt and the offline reply.
+//! - [`telemetry`] — `Metrics` (Prometheus) and `EventBus` (the page, SSE).
+//! - [`store`] — per-group, append-only, deduplicated, durable transcripts; cursors.
 //! - [`llm`] — the OpenAI-compatible client.
-//! - [`turn`] — the pipeline for one message, and `explain`.
-//! - [`simulate`] — `botmesh simulate`: the real turn-taking code in virtual time, against baselines.
-//! - [`node`] — one running node: state, start, graceful shutdown.
+//! - [`egress`] — `Outbox` per peer, relaying around a broken link, the Redis stream link.
+//! - [`turn`] — the bots' manners, talking to the node only through `turn::Ports`.
+//! - [`ingress`] — `Ingest`: every inbound path's narrow handle, and the checks.
+//! - [`platform`] — `ChatPlatform`: what a chat platform shows to whom, events in, posts out.
+//! - [`app`] — one running node: state, start, routing, the local API, graceful shutdown.
+//! - [`simulate`] — `botmesh simulate`.
 //! - [`fuzzing`] — the fuzz harnesses, shared by `fuzz/` and the corpus replay test.
 
 #![forbid(unsafe_code)]

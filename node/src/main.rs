@@ -293,9 +293,11 @@ fn explain(bot: String, config: PathBuf, req: botmesh::turn::ExplainRequest) -> 
         let brain = botmesh::turn::Brain::new(
             &cfg,
             std::sync::Arc::new(botmesh::telemetry::metrics::Metrics::new()),
-            botmesh::telemetry::events::EventBus::new(1),
         )?;
-        botmesh::turn::explain(&brain, &cfg, req, &[], false)
+        let llm = botmesh::llm::LlmClient::new(botmesh::llm::LlmClient::build_http(
+            std::time::Duration::from_secs(3),
+        )?);
+        botmesh::turn::explain(&brain, &llm, &cfg, req, &[], false)
             .await
             .map_err(anyhow::Error::msg)
     })?;

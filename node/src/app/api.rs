@@ -40,8 +40,8 @@ fn refresh_cache_sizes(node: &Node) {
     m.set_cache_entries("transcript_ids", node.transcripts.indexed_ids());
     m.set_cache_entries("rate_limiter_buckets", node.limiter.buckets());
     m.set_cache_entries("claim_triggers", node.brain.board.len());
-    if let Some(f) = &node.feishu {
-        m.set_cache_entries("feishu_event_ids", f.dedup.len());
+    for (cache, entries) in node.platform.cache_sizes() {
+        m.set_cache_entries(cache, entries);
     }
     for o in &node.outboxes {
         m.set_outbox_depth(o.peer(), o.len());
@@ -372,7 +372,7 @@ async fn explain(node: &Arc<Node>, req: Request<Incoming>) -> Response<Body> {
         Ok(q) => q,
         Err(r) => return r,
     };
-    match crate::turn::explain_live(node, q).await {
+    match crate::app::node::explain_live(node, q).await {
         Ok(v) => server::json(StatusCode::OK, &v),
         Err(e) => server::error(StatusCode::BAD_REQUEST, e),
     }

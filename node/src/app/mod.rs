@@ -1,3 +1,5 @@
-//! The running node.
+//! One running node: its state and lifecycle ([`node`]), the routing of its two
+//! listeners, and the local API and page ([`api`]). The node implements the narrow
+//! handles the layers below hold: `turn::Ports`, `ingress::ingest::Sink`.
 pub mod api;
 pub mod node;

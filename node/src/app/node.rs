@@ -12,18 +12,27 @@ use std::time::Duration;
 
 use anyhow::Context;
 use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use http::{Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::NodeConfig;
+use crate::egress::acks::ClaimAcks;
 use crate::egress::outbox::{Outbox, RetryPolicy};
+use crate::ingress::ingest::{Arrival, Ingest, Sink, Source};
+use crate::ingress::limiter::RateLimiter;
 use crate::ingress::seen::SeenCache;
-use crate::ingress::server::{self, Limits};
+use crate::ingress::server::{self, Body, Limits};
+use crate::ingress::verify_pool::VerifyPool;
+use crate::llm::LlmClient;
+use crate::platform::ChatPlatform;
 use crate::store::transcript::{Appended, TranscriptError, Transcripts};
 use crate::telemetry::events::{Event, EventBus};
 use crate::telemetry::metrics::Metrics;
-use crate::turn::Brain;
+use crate::turn::{Brain, Llm, Ports};
 use crate::wire::envelope::Envelope;
 
 /// The outbox that appends to the Redis Streams transport (not a bot name: bot names
@@ -36,7 +45,7 @@ pub const SEEN_TTL: Duration = Duration::from_secs(900);
 /// A running bot's shared state.
 pub struct Node {
     /// The validated configuration and keys.
-    pub cfg: NodeConfig,
+    pub cfg: Arc<NodeConfig>,
     /// Prometheus metrics.
     pub metrics: Arc<Metrics>,
     /// Live events for the page and SSE.
@@ -44,13 +53,15 @@ pub struct Node {
     /// Every group's messages.
     pub transcripts: Transcripts,
     /// Recently seen envelope ids (replay protection).
-    pub seen: SeenCache,
+    pub seen: Arc<SeenCache>,
     /// One outbox per peer.
     pub outboxes: Vec<Arc<Outbox>>,
     /// Per-peer ingress rate limit.
-    pub limiter: crate::ingress::bridge::RateLimiter,
+    pub limiter: Arc<RateLimiter>,
     /// Verifies envelope signatures off the async workers, coalescing concurrent ones.
-    pub verify: crate::ingress::verify_pool::VerifyPool,
+    pub verify: Arc<VerifyPool>,
+    /// The LLM client shared by the judge and the reply (idle without `[llm]`).
+    pub llm: LlmClient,
     /// The turn-taking pipeline.
     pub brain: Brain,
     /// The operator's quiet switch: when set, the bot takes no turns.
@@ -59,8 +70,8 @@ pub struct Node {
     pub accepting: CancellationToken,
     /// Tracks the background turn tasks so shutdown can wait for them.
     pub turns: tokio_util::task::TaskTracker,
-    /// The Feishu app, when this bot's platform is `feishu`.
-    pub feishu: Option<Arc<crate::platform::feishu::Feishu>>,
+    /// This bot's chat platform.
+    pub platform: Arc<dyn ChatPlatform>,
     /// The Redis Streams transport, when this bot's transport is `redis`.
     pub stream: Option<Arc<crate::egress::stream::StreamLink>>,
     /// Relaying around broken links (its HTTP client also forwards others' copies).
@@ -175,7 +186,7 @@ impl Node {
                 // needs no task. A turn to act on decides again in its task, where a
                 // yield that this very message causes has been taken into account.
                 if !self.accepting.is_cancelled()
-                    && crate::turn::triage(self, env, &mentions).is_some()
+                    && crate::turn::triage(&**self, env, &mentions).is_some()
                 {
                     let node = self.clone();
                     self.turns
@@ -231,18 +242,18 @@ impl Node {
 
     /// Records this node's own message (human via the API, or the bot's reply) and,
     /// in the same durable write, queues it for every peer (see `transcript::Fanout`).
-    /// On Feishu the bot's own message is posted to the chat first, so the envelope
-    /// carries its `om_…` id (`platform_msg_id`) to the peers.
+    /// On a platform the bot's own message is posted to the chat first, so the
+    /// envelope carries the platform's id (`platform_msg_id`) to the peers.
     pub async fn publish(
         self: &Arc<Self>,
         mut env: Envelope,
         source: &str,
     ) -> Result<Appended, TranscriptError> {
-        if let Some(f) = self.feishu.as_ref().filter(|f| f.should_post(&env)) {
-            if !self.transcripts.contains(&env.group, &env.id, None) {
-                if let Ok(id) = f.post(&self.brain.matcher, &env).await {
-                    env.platform_msg_id = Some(id);
-                }
+        if self.platform.should_post(&env) && !self.transcripts.contains(&env.group, &env.id, None)
+        {
+            // A failure is logged by the adapter: the mesh still gets the message.
+            if let Ok(id) = self.platform.post(&env).await {
+                env.platform_msg_id = Some(id);
             }
         }
         self.record_inner(env, source, Vec::new(), true).await
@@ -260,6 +271,7 @@ pub async fn start(
     bridge: TcpListener,
     api: TcpListener,
 ) -> anyhow::Result<RunningNode> {
+    let cfg = Arc::new(cfg);
     let metrics = Arc::new(Metrics::new());
     let events = EventBus::new(1024);
     std::fs::create_dir_all(&cfg.data_dir)
@@ -370,13 +382,18 @@ pub async fn start(
     for o in outboxes.iter().filter(|o| o.url().is_some()) {
         o.set_relay(relay.clone());
     }
-    let brain = Brain::new(&cfg, metrics.clone(), events.clone())?;
-    let feishu = crate::platform::feishu::Feishu::from_config(&cfg)?.map(Arc::new);
+    let brain = Brain::new(&cfg, metrics.clone())?;
+    let platform = crate::platform::build(&cfg)?;
     let node = Arc::new(Node {
-        limiter: crate::ingress::bridge::RateLimiter::new(cfg.mesh().peer_rate_limit),
-        seen: SeenCache::new(SEEN_TTL, 1_000_000),
-        verify: crate::ingress::verify_pool::VerifyPool::start(&cfg.bot().name)
-            .context("starting the signature verification thread")?,
+        limiter: Arc::new(RateLimiter::new(cfg.mesh().peer_rate_limit)),
+        seen: Arc::new(SeenCache::new(SEEN_TTL, 1_000_000)),
+        verify: Arc::new(
+            VerifyPool::start(&cfg.bot().name)
+                .context("starting the signature verification thread")?,
+        ),
+        llm: LlmClient::new(
+            LlmClient::build_http(Duration::from_secs(3)).context("building the LLM client")?,
+        ),
         quiet: AtomicBool::new(false),
         accepting: CancellationToken::new(),
         turns: tokio_util::task::TaskTracker::new(),
@@ -385,16 +402,24 @@ pub async fn start(
         events,
         metrics,
         brain,
-        feishu,
+        platform,
         stream,
         relay: Some(relay),
         acks,
         cfg,
     });
-    if let Some(f) = node.feishu.clone() {
-        // Best effort: log when the app's real open_id differs from peers.toml.
-        tokio::spawn(async move { f.check_identity().await });
-    }
+    let ingest = Ingest {
+        cfg: node.cfg.clone(),
+        metrics: node.metrics.clone(),
+        seen: node.seen.clone(),
+        limiter: node.limiter.clone(),
+        verify: node.verify.clone(),
+        relay: node.relay.clone(),
+        humans: Arc::new(crate::platform::human_rules(&node.cfg)),
+        accepting: node.accepting.clone(),
+        tasks: node.turns.clone(),
+        sink: Arc::new(NodeSink(node.clone())),
+    };
     let policy = RetryPolicy {
         base: node.cfg.retry_base(),
         max: Duration::from_millis(node.cfg.mesh().retry_max_ms),
@@ -425,14 +450,14 @@ pub async fn start(
         header_timeout: Duration::from_millis(node.cfg.mesh().header_timeout_ms),
     };
     let mut servers = JoinSet::new();
-    let n = node.clone();
+    let (n, i) = (node.clone(), ingest.clone());
     servers.spawn(server::serve(
         "bridge",
         bridge,
         limits,
         node.accepting.clone(),
         grace,
-        move |req, remote| crate::ingress::bridge::handle(n.clone(), req, remote),
+        move |req, remote| peer_listener(n.clone(), i.clone(), req, remote),
     ));
     let n = node.clone();
     servers.spawn(server::serve(
@@ -444,11 +469,14 @@ pub async fn start(
         move |req, remote| crate::app::api::handle(n.clone(), req, remote),
     ));
     if let Some(link) = node.stream.clone() {
-        servers.spawn(crate::egress::stream::run_reader(
-            node.clone(),
+        servers.spawn(crate::ingress::stream::run_reader(
+            ingest.clone(),
             link,
             node.accepting.clone(),
         ));
+    }
+    if let Some(task) = node.platform.clone().start(ingest) {
+        servers.spawn(task);
     }
     tracing::info!(bot = %node.cfg.bot().name, transport = ?node.cfg.transport(), %bridge_addr, %api_addr, peers = node.outboxes.len(), data_dir = %node.cfg.data_dir.display(), "node started");
     Ok(RunningNode {
@@ -508,4 +536,171 @@ pub async fn run(
     signal.await;
     running.shutdown().await;
     Ok(())
+}
+
+/// Routes a request on the peer-facing listener: the bridge, the platform's
+/// callbacks, and `/healthz`.
+async fn peer_listener(
+    node: Arc<Node>,
+    ingest: Ingest,
+    req: Request<Incoming>,
+    remote: std::net::SocketAddr,
+) -> Response<Body> {
+    use crate::ingress::bridge;
+    use crate::wire::batch::BATCH_PATH;
+    use crate::wire::limits::ENVELOPES_PATH;
+    let path = req.uri().path();
+    if req.method() == Method::POST && node.platform.webhook_path() == Some(path) {
+        return node.platform.clone().webhook(req, remote).await;
+    }
+    match (req.method(), path) {
+        (&Method::POST, ENVELOPES_PATH) => bridge::receive(ingest, req, remote).await,
+        (&Method::POST, BATCH_PATH) => bridge::receive_batch(ingest, req, remote).await,
+        (&Method::POST, crate::platform::feishu::EVENTS_PATH) => {
+            crate::platform::feishu::not_enabled(&node.metrics, remote)
+        }
+        (&Method::GET, "/healthz") => crate::app::api::health(&node),
+        (_, ENVELOPES_PATH | BATCH_PATH) => {
+            server::error(StatusCode::METHOD_NOT_ALLOWED, "use POST")
+        }
+        _ => server::error(StatusCode::NOT_FOUND, "no such endpoint"),
+    }
+}
+
+/// The node as ingress sees it ([`Sink`]): it records, and starts turns.
+struct NodeSink(Arc<Node>);
+
+impl Sink for NodeSink {
+    fn record_many(
+        &self,
+        envs: Vec<Arc<Envelope>>,
+        source: Source,
+    ) -> BoxFuture<'_, Vec<Result<Appended, TranscriptError>>> {
+        Box::pin(self.0.record_many(envs, source))
+    }
+
+    fn arrive(&self, arrival: Arrival) -> BoxFuture<'_, Result<Appended, TranscriptError>> {
+        Box::pin(
+            self.0
+                .record_with_mentions(arrival.env, arrival.source, arrival.mentions),
+        )
+    }
+
+    fn on_claim(&self, env: Arc<Envelope>) {
+        self.0.on_claim(env);
+    }
+
+    fn answering(&self, env: &Envelope) -> Option<String> {
+        self.0.brain.answering(env)
+    }
+
+    fn has_platform_msg(&self, group: &str, platform_msg_id: &str) -> bool {
+        self.0
+            .transcripts
+            .contains(group, &ulid::Ulid::nil(), Some(platform_msg_id))
+    }
+}
+
+/// The node as the turn code sees it ([`Ports`]).
+impl Ports for Node {
+    fn brain(&self) -> &Brain {
+        &self.brain
+    }
+
+    fn mesh(&self) -> &crate::config::MeshSettings {
+        self.cfg.mesh()
+    }
+
+    fn llm(&self) -> &dyn Llm {
+        &self.llm
+    }
+
+    fn now_millis(&self) -> u64 {
+        crate::wire::envelope::now_millis()
+    }
+
+    fn new_id(&self) -> ulid::Ulid {
+        ulid::Ulid::new()
+    }
+
+    fn jitter_ms(&self, max_ms: u64) -> u64 {
+        use rand::Rng;
+        if max_ms == 0 {
+            0
+        } else {
+            rand::thread_rng().gen_range(0..=max_ms)
+        }
+    }
+
+    fn recent(&self, group: &str, limit: usize) -> Vec<Arc<Envelope>> {
+        self.transcripts.recent(group, limit)
+    }
+
+    fn since(&self, group: &str, id: &ulid::Ulid) -> Vec<Arc<Envelope>> {
+        self.transcripts.since(group, id)
+    }
+
+    fn bot_messages_and_due(
+        &self,
+        group: &str,
+        limit: usize,
+        now_ms: u64,
+        window_ms: u64,
+        trigger: &ulid::Ulid,
+        ahead: &[String],
+    ) -> (usize, usize) {
+        self.transcripts
+            .recent_bot_messages_and_due(group, limit, now_ms, window_ms, trigger, ahead)
+    }
+
+    fn quiet(&self) -> bool {
+        self.is_quiet()
+    }
+
+    fn stopping(&self) -> &CancellationToken {
+        &self.accepting
+    }
+
+    fn broadcast(&self, env: &Envelope) {
+        Node::broadcast(self, env);
+    }
+
+    fn broadcast_tracked(&self, env: &Envelope) -> ClaimAcks {
+        Node::broadcast_tracked(self, env)
+    }
+
+    fn publish(self: Arc<Self>, env: Envelope) -> BoxFuture<'static, Result<(), String>> {
+        Box::pin(async move {
+            Node::publish(&self, env, "self")
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn event(&self, event: Event) {
+        self.events.publish(event);
+    }
+}
+
+/// Explain against a running node's live transcript.
+pub async fn explain_live(
+    node: &Node,
+    req: crate::turn::ExplainRequest,
+) -> Result<serde_json::Value, String> {
+    let group = req
+        .group
+        .clone()
+        .unwrap_or_else(|| node.cfg.mesh().group.clone());
+    let recent = node.transcripts.recent(&group, 64);
+    let e = crate::turn::explain(
+        &node.brain,
+        &node.llm,
+        &node.cfg,
+        req,
+        &recent,
+        node.is_quiet(),
+    )
+    .await?;
+    Ok(serde_json::to_value(e).expect("serializes"))
 }

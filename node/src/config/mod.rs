@@ -580,10 +580,10 @@ impl Settings {
                 format!("must be 1 to {}", crate::wire::batch::MAX_ITEMS),
             ));
         }
-        if m.max_relay_hops > crate::egress::relay::MAX_HOPS_LIMIT {
+        if m.max_relay_hops > crate::wire::limits::MAX_HOPS_LIMIT {
             return Err(self.err(
                 "mesh.max_relay_hops",
-                format!("must be at most {}", crate::egress::relay::MAX_HOPS_LIMIT),
+                format!("must be at most {}", crate::wire::limits::MAX_HOPS_LIMIT),
             ));
         }
         if m.retry_base_ms == 0 || m.retry_max_ms < m.retry_base_ms {

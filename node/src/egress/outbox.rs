@@ -36,10 +36,8 @@ use crate::egress::acks::{AckTracker, PeerOutcome};
 use crate::store::cursor::DeliveryCursor;
 use crate::store::transcript::{parse_outbox_line, LoggedOutbound};
 use crate::telemetry::metrics::Metrics;
+use crate::wire::limits::ENVELOPES_PATH;
 use crate::wire::signing::{Signer, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP};
-
-/// The bridge path envelopes are posted to.
-pub const ENVELOPES_PATH: &str = "/bridge/v1/envelopes";
 
 /// One envelope waiting for one peer.
 #[derive(Debug, Clone)]

@@ -29,27 +29,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
-use hyper::body::Incoming;
+use http::HeaderMap;
 use tokio::time::Instant;
 
-use crate::app::node::Node;
-use crate::egress::outbox::ENVELOPES_PATH;
-use crate::ingress::bridge::{Reject, MAX_BODY_BYTES};
-use crate::ingress::server::{self, Body, BodyError};
-use crate::store::transcript::Appended;
 use crate::telemetry::metrics::Metrics;
-use crate::wire::envelope::Envelope;
+use crate::wire::limits::ENVELOPES_PATH;
+use crate::wire::limits::{HEADER_HOPS, HEADER_RELAY_TO};
 use crate::wire::signing::{Verifier, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP};
-
-/// Names the peer a relayed envelope is for.
-pub const HEADER_RELAY_TO: &str = "botmesh-relay-to";
-/// Relays the copy has reached, counting the one receiving it (the first relay sees 1).
-pub const HEADER_HOPS: &str = "botmesh-hops";
-/// The relay that forwarded the copy (informational: it is not signed).
-pub const HEADER_RELAYED_BY: &str = "botmesh-relayed-by";
-/// The largest `max_relay_hops` a configuration may set.
-pub const MAX_HOPS_LIMIT: u32 = 3;
 
 /// Health of the direct link to one peer, shared by its outbox and the relay.
 #[derive(Debug, Default)]
@@ -114,6 +100,20 @@ pub struct Relay {
 }
 
 impl Relay {
+    /// The envelope URL of peer `to` and the health of this node's direct link to it,
+    /// for forwarding a copy this node relays (None: not a peer reached over HTTP).
+    pub fn direct(&self, to: &str) -> Option<(&str, &Arc<LinkHealth>)> {
+        self.peers
+            .iter()
+            .find(|p| p.name == to)
+            .map(|p| (p.url.as_str(), &p.link))
+    }
+
+    /// The node's peer HTTP client, shared with the forwarding of relayed copies.
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
     /// A relay over `peers` (name, base URL, direct-link health).
     pub fn new(
         after: Duration,
@@ -266,248 +266,6 @@ pub fn verify_receipt(
         Some("duplicate") => Ok("duplicate"),
         other => Err(format!("receipt result {other:?}")),
     }
-}
-
-/// A relay request's headers, parsed.
-struct RelayHeaders {
-    to: String,
-    hops: u32,
-    relayed_by: Option<String>,
-}
-
-fn relay_headers(headers: &HeaderMap) -> Result<RelayHeaders, Reject> {
-    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let to = get(HEADER_RELAY_TO)
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .ok_or_else(|| {
-            Reject(
-                StatusCode::BAD_REQUEST,
-                "relay_bad_header",
-                format!("{HEADER_RELAY_TO} is empty or not text"),
-            )
-        })?
-        .to_string();
-    let hops = get(HEADER_HOPS)
-        .and_then(|h| h.trim().parse::<u32>().ok())
-        .filter(|h| *h >= 1)
-        .ok_or_else(|| {
-            Reject(
-                StatusCode::BAD_REQUEST,
-                "relay_bad_header",
-                format!("{HEADER_HOPS} must be a number >= 1"),
-            )
-        })?;
-    Ok(RelayHeaders {
-        to,
-        hops,
-        relayed_by: get(HEADER_RELAYED_BY).map(str::to_string),
-    })
-}
-
-/// `POST /bridge/v1/envelopes` with `botmesh-relay-to`: this node is either the relay
-/// (forward, unaltered) or the destination (admit and answer with a signed receipt).
-pub async fn receive(
-    node: Arc<Node>,
-    req: Request<Incoming>,
-    remote: std::net::SocketAddr,
-) -> Response<Body> {
-    let id = req
-        .headers()
-        .get(HEADER_ID)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("-")
-        .to_string();
-    match receive_inner(&node, req, remote).await {
-        Ok(resp) => resp,
-        Err(reject) => reject.respond(&node, remote, &id, true),
-    }
-}
-
-async fn receive_inner(
-    node: &Arc<Node>,
-    req: Request<Incoming>,
-    remote: std::net::SocketAddr,
-) -> Result<Response<Body>, Reject> {
-    let me = node.cfg.bot().name.clone();
-    let max = node.cfg.mesh().max_relay_hops;
-    let relay = relay_headers(req.headers())?;
-    let destination = relay.to == me;
-    // Cheap refusals first: a relay this node must not perform costs no signature check.
-    if !destination {
-        if max == 0 {
-            node.metrics.relayed("relay", &relay.to, "refused_disabled");
-            return Err(Reject(
-                StatusCode::FORBIDDEN,
-                "relay_disabled",
-                "this node relays nothing (mesh.max_relay_hops = 0)".into(),
-            ));
-        }
-        if node.cfg.member(&relay.to).is_none() {
-            return Err(Reject(
-                StatusCode::BAD_REQUEST,
-                "relay_unknown_target",
-                format!("{:?} is not a bot in peers.toml", relay.to),
-            ));
-        }
-    }
-    if relay.hops > max.max(1) {
-        node.metrics.relayed(
-            if destination { "destination" } else { "relay" },
-            &relay.to,
-            "refused_hop_limit",
-        );
-        return Err(Reject(
-            StatusCode::FORBIDDEN,
-            "relay_hop_limit",
-            format!(
-                "copy has taken {} relay hops; the limit is {}",
-                relay.hops,
-                max.max(1)
-            ),
-        ));
-    }
-    let (parts, body) = server::read_body(req, MAX_BODY_BYTES)
-        .await
-        .map_err(|e| match e {
-            BodyError::TooLarge { .. } => {
-                Reject(StatusCode::PAYLOAD_TOO_LARGE, "too_large", e.to_string())
-            }
-            BodyError::Read(_) => Reject(StatusCode::BAD_REQUEST, "unreadable", e.to_string()),
-        })?;
-    // The full gauntlet, as for a direct delivery: only the original sender's
-    // signature over these exact bytes gets past it.
-    let (env, outcome) = crate::ingress::bridge::admit_posted(node, &parts.headers, &body).await?;
-    let result = match outcome {
-        Appended::New => "accepted",
-        Appended::Duplicate => "duplicate",
-    };
-    node.metrics.envelope_in(result);
-    if destination {
-        node.metrics.relayed("destination", &env.sender, result);
-        tracing::info!(%remote, sender = %env.sender, id = %env.id, relayed_by = relay.relayed_by.as_deref().unwrap_or("-"), hops = relay.hops, result, "relayed envelope (sender's signature verified)");
-        return Ok(signed_receipt(node, &env, result));
-    }
-    if env.sender == relay.to {
-        return Err(Reject(
-            StatusCode::BAD_REQUEST,
-            "relay_loop",
-            format!(
-                "a copy of {}'s envelope cannot be relayed back to it",
-                env.sender
-            ),
-        ));
-    }
-    Ok(forward(node, &parts.headers, body, &env, &relay, &me).await)
-}
-
-/// Forwards a verified copy to its destination, untouched, and passes the answer back.
-async fn forward(
-    node: &Arc<Node>,
-    headers: &HeaderMap,
-    body: Bytes,
-    env: &Envelope,
-    relay: &RelayHeaders,
-    me: &str,
-) -> Response<Body> {
-    let Some((outbox, url)) = node
-        .outboxes
-        .iter()
-        .find(|o| o.peer() == relay.to)
-        .and_then(|o| Some((o, o.url()?)))
-    else {
-        return server::error(StatusCode::BAD_REQUEST, "relay target is this node");
-    };
-    if let Some(down) = outbox.link().failing_for() {
-        node.metrics.relayed("relay", &relay.to, "unreachable");
-        tracing::warn!(sender = %env.sender, id = %env.id, to = %relay.to, down_ms = down.as_millis() as u64, "cannot relay: this node's own link to the destination is failing");
-        return server::json(
-            StatusCode::BAD_GATEWAY,
-            &serde_json::json!({"error": "relay_unreachable", "detail": format!("{me} cannot reach {} either", relay.to)}),
-        );
-    }
-    let Some(http) = node.relay.as_ref().map(|r| r.http.clone()) else {
-        return server::error(StatusCode::SERVICE_UNAVAILABLE, "relay not started");
-    };
-    let mut req = http
-        .post(url)
-        .timeout(Duration::from_millis(node.cfg.mesh().peer_timeout_ms))
-        .header(HEADER_RELAY_TO, &relay.to)
-        .header(HEADER_HOPS, relay.hops.to_string())
-        .header(HEADER_RELAYED_BY, me)
-        .header("content-type", "application/json")
-        .body(body);
-    for name in [HEADER_ID, HEADER_TIMESTAMP, HEADER_SIGNATURE] {
-        if let Some(v) = headers.get(name) {
-            req = req.header(name, v);
-        }
-    }
-    let sent = req.send().await;
-    let resp = match sent {
-        Ok(r) => r,
-        Err(e) => {
-            node.metrics.relayed("relay", &relay.to, "unreachable");
-            tracing::warn!(sender = %env.sender, id = %env.id, to = %relay.to, error = %e, "relay could not reach the destination");
-            return server::json(
-                StatusCode::BAD_GATEWAY,
-                &serde_json::json!({"error": "relay_unreachable", "detail": e.to_string()}),
-            );
-        }
-    };
-    let status = resp.status();
-    let mut passed = HeaderMap::new();
-    for name in [HEADER_ID, HEADER_TIMESTAMP, HEADER_SIGNATURE] {
-        if let Some(v) = resp.headers().get(name) {
-            passed.insert(name, v.clone());
-        }
-    }
-    let bytes = resp.bytes().await.unwrap_or_default();
-    let result = if status.is_success() {
-        "forwarded"
-    } else {
-        "refused_by_destination"
-    };
-    node.metrics.relayed("relay", &relay.to, result);
-    tracing::info!(sender = %env.sender, id = %env.id, to = %relay.to, status = status.as_u16(), result, "relayed envelope forwarded unaltered");
-    let mut out = Response::new(server::full(bytes));
-    *out.status_mut() = status;
-    out.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    out.headers_mut().extend(passed);
-    out
-}
-
-/// The destination's answer to a relayed copy, signed with its own key so the origin
-/// can tell it really arrived.
-fn signed_receipt(node: &Node, env: &Envelope, result: &str) -> Response<Body> {
-    let me = &node.cfg.bot().name;
-    let id = env.id.to_string();
-    let body = serde_json::to_vec(&serde_json::json!({
-        result: true,
-        "receipt": {"for": id, "by": me, "result": result},
-    }))
-    .expect("json");
-    let rid = receipt_id(&id);
-    let ts = crate::wire::signing::unix_now();
-    let sig = node.cfg.signer.sign(&rid, ts, &body);
-    let mut resp = Response::new(server::full(Bytes::from(body)));
-    let h = resp.headers_mut();
-    h.insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    for (name, value) in [
-        (HEADER_ID, rid),
-        (HEADER_TIMESTAMP, ts.to_string()),
-        (HEADER_SIGNATURE, sig),
-    ] {
-        if let Ok(v) = HeaderValue::from_str(&value) {
-            h.insert(name, v);
-        }
-    }
-    resp
 }
 
 #[cfg(test)]

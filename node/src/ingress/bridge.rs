@@ -1,5 +1,6 @@
-//! The peer-facing listener: `POST /bridge/v1/envelopes`, and Feishu's event callbacks
-//! at `POST /feishu/v1/events` (checked by [`crate::platform::feishu`]).
+//! The HTTP bridge: `POST /bridge/v1/envelopes` and `POST /bridge/v1/batch` on the
+//! peer-facing listener (routed by `app`), and the admission checks every envelope
+//! passes, whichever transport carried it.
 //!
 //! Every request runs the same gauntlet, cheapest check first, and every rejection is
 //! counted and logged with its reason, the peer address and the id (never a secret):
@@ -11,66 +12,43 @@
 //! bot has already committed to answer, or answered, the claim's trigger:
 //! `{"accepted": true, "answered": "<bot>"}` (and `"answered"` in a batch item's
 //! result). It is read from the claim board *after* the claim is on it, so a commit
-//! either saw the claim or is reported here (see [`crate::turn::scheduler`], [`crate::egress::acks`]).
+//! either saw the claim or is reported here (see `turn::scheduler`, [`crate::egress::acks`]).
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
-use http::{Method, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
-use tokio::time::Instant;
 
-use crate::app::node::Node;
-use crate::config::Platform;
-use crate::egress::outbox::ENVELOPES_PATH;
+use crate::ingress::ingest::Ingest;
 use crate::ingress::server::{self, Body, BodyError};
 use crate::store::transcript::Appended;
-use crate::wire::batch::BATCH_PATH;
 use crate::wire::envelope::{AuthorKind, Envelope, Kind};
+use crate::wire::limits::MAX_BODY_BYTES;
 use crate::wire::signing::{
     Pending, Scheme, VerifyError, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP,
 };
 
-/// Largest accepted request body.
-pub const MAX_BODY_BYTES: usize = 256 * 1024;
-
-/// Routes a request on the peer-facing listener.
-pub async fn handle(node: Arc<Node>, req: Request<Incoming>, remote: SocketAddr) -> Response<Body> {
-    match (req.method(), req.uri().path()) {
-        (&Method::POST, ENVELOPES_PATH) => receive(node, req, remote).await,
-        (&Method::POST, BATCH_PATH) => receive_batch(node, req, remote).await,
-        (&Method::POST, crate::platform::feishu::EVENTS_PATH) => {
-            crate::platform::feishu::handle_events(node, req, remote).await
-        }
-        (&Method::GET, "/healthz") => crate::app::api::health(&node),
-        (_, ENVELOPES_PATH | BATCH_PATH) => {
-            server::error(StatusCode::METHOD_NOT_ALLOWED, "use POST")
-        }
-        _ => server::error(StatusCode::NOT_FOUND, "no such endpoint"),
-    }
-}
-
-async fn receive(node: Arc<Node>, req: Request<Incoming>, remote: SocketAddr) -> Response<Body> {
+/// `POST /bridge/v1/envelopes`: one signed envelope (or a relayed copy).
+pub async fn receive(ingest: Ingest, req: Request<Incoming>, remote: SocketAddr) -> Response<Body> {
     if req
         .headers()
-        .contains_key(crate::egress::relay::HEADER_RELAY_TO)
+        .contains_key(crate::wire::limits::HEADER_RELAY_TO)
     {
-        return crate::egress::relay::receive(node, req, remote).await;
+        return crate::ingress::relayed::receive(ingest, req, remote).await;
     }
     let header_id = req
         .headers()
         .get(HEADER_ID)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    match gauntlet(&node, req).await {
+    match gauntlet(&ingest, req).await {
         Ok((env, outcome)) => {
             let result = match outcome {
                 Appended::New => "accepted",
                 Appended::Duplicate => "duplicate",
             };
-            node.metrics.envelope_in(result);
+            ingest.metrics.envelope_in(result);
             // Routine: every accepted envelope is in the transcript and counted; the log
             // keeps rejections and decisions at info (10 % of a receiver's CPU under load).
             tracing::debug!(%remote, sender = %env.sender, id = %env.id, kind = ?env.kind, group = %env.group, depth = env.depth, result, "envelope");
@@ -78,17 +56,17 @@ async fn receive(node: Arc<Node>, req: Request<Incoming>, remote: SocketAddr) ->
                 Appended::New => serde_json::json!({"accepted": true}),
                 Appended::Duplicate => serde_json::json!({"duplicate": true}),
             };
-            if let Some(bot) = node.brain.answering(&env) {
+            if let Some(bot) = ingest.sink.answering(&env) {
                 answer["answered"] = bot.into();
             }
             server::json(StatusCode::OK, &answer)
         }
-        Err(reject) => reject.respond(&node, remote, header_id.as_deref().unwrap_or("-"), false),
+        Err(reject) => reject.respond(&ingest, remote, header_id.as_deref().unwrap_or("-"), false),
     }
 }
 
 async fn gauntlet(
-    node: &Arc<Node>,
+    ingest: &Ingest,
     req: Request<Incoming>,
 ) -> Result<(Arc<Envelope>, Appended), Reject> {
     let (parts, body) = server::read_body(req, MAX_BODY_BYTES)
@@ -99,13 +77,13 @@ async fn gauntlet(
             }
             BodyError::Read(_) => Reject(StatusCode::BAD_REQUEST, "unreadable", e.to_string()),
         })?;
-    admit_posted(node, &parts.headers, &body).await
+    admit_posted(ingest, &parts.headers, &body).await
 }
 
 /// [`admit`] for an envelope POSTed to this node, directly or through a relay
 /// ([`crate::egress::relay`]): its signature values are headers, `now` is the wall clock.
 pub(crate) async fn admit_posted(
-    node: &Arc<Node>,
+    ingest: &Ingest,
     headers: &http::HeaderMap,
     body: &[u8],
 ) -> Result<(Arc<Envelope>, Appended), Reject> {
@@ -116,7 +94,7 @@ pub(crate) async fn admit_posted(
         signature: header(HEADER_SIGNATURE),
     };
     let now = (crate::wire::envelope::now_millis() / 1000) as i64;
-    admit(node, signed, body, now, Via::Http).await
+    admit(ingest, signed, body, now, Via::Http).await
 }
 
 /// The three Standard Webhooks values that travel beside an envelope's bytes: HTTP
@@ -153,13 +131,13 @@ impl Reject {
     /// Counts and logs the rejection, then answers the peer with its status and reason.
     pub(crate) fn respond(
         self,
-        node: &Node,
+        ingest: &Ingest,
         remote: SocketAddr,
         id: &str,
         relayed: bool,
     ) -> Response<Body> {
         let Reject(status, code, detail) = self;
-        node.metrics.envelope_in(code);
+        ingest.metrics.envelope_in(code);
         tracing::warn!(%remote, id, relayed, status = status.as_u16(), reason = code, %detail, "envelope rejected");
         server::json(
             status,
@@ -172,14 +150,14 @@ impl Reject {
 /// shape → id match → known sender → signature and timestamp window → author rules →
 /// rate limit (HTTP) → replay/duplicate → transcript.
 pub async fn admit(
-    node: &Arc<Node>,
+    ingest: &Ingest,
     signed: Signed<'_>,
     body: &[u8],
     now: i64,
     via: Via,
 ) -> Admitted {
     let arrival = Arrival { signed, body, now };
-    admit_many(node, &[arrival], via)
+    admit_many(ingest, &[arrival], via)
         .await
         .pop()
         .expect("one result per arrival")
@@ -197,7 +175,7 @@ pub(crate) struct Prechecked {
 /// sender, timestamp window, and the signature entries' form. Stateless, so a batch's
 /// items can all be prechecked before their signatures are verified together.
 pub(crate) fn precheck(
-    node: &Arc<Node>,
+    ingest: &Ingest,
     signed: Signed<'_>,
     body: &[u8],
     now: i64,
@@ -225,7 +203,7 @@ pub(crate) fn precheck(
             "webhook-id does not equal the body's id".into(),
         ));
     }
-    let cfg = &node.cfg;
+    let cfg = &ingest.cfg;
     if via == Via::Stream && env.sender == cfg.bot().name {
         // The stream carries this node's own envelopes back to it.
         return Err(Reject(StatusCode::OK, "own", String::new()));
@@ -238,7 +216,7 @@ pub(crate) fn precheck(
             format!("sender {:?} is not a peer in peers.toml", env.sender),
         ));
     }
-    let signature = node
+    let signature = ingest
         .cfg
         .verifier
         .precheck(
@@ -260,14 +238,14 @@ fn unauthorized(e: VerifyError) -> Reject {
 /// [`admit`]'s checks after the signature's `verdict`: author rules, rate limit,
 /// replay cache; nothing is recorded yet.
 pub(crate) fn postcheck(
-    node: &Arc<Node>,
+    ingest: &Ingest,
     env: Envelope,
     verdict: Result<Scheme, VerifyError>,
     via: Via,
 ) -> Result<Checked, Reject> {
     let scheme = verdict.map_err(unauthorized)?;
-    node.metrics.signature_verified(scheme);
-    let cfg = &node.cfg;
+    ingest.metrics.signature_verified(scheme);
+    let cfg = &ingest.cfg;
     let Some(sender) = cfg.member(&env.sender) else {
         unreachable!("precheck found the sender among the peers")
     };
@@ -279,12 +257,12 @@ pub(crate) fn postcheck(
                 format!("{} may not send as bot {:?}", env.sender, env.author.name),
             ));
         }
-        AuthorKind::Human if sender.platform != Platform::Local => {
+        AuthorKind::Human if !ingest.humans.carriers.contains(&sender.name) => {
             return Err(Reject(
                 StatusCode::FORBIDDEN,
                 "human_from_platform_bot",
                 format!(
-                    "{} is on {:?}: its humans arrive through the platform, not the bridge",
+                    "{} is on {:?}, which shows humans to every bot: they arrive through the platform, not the bridge",
                     env.sender, sender.platform
                 ),
             ));
@@ -298,7 +276,7 @@ pub(crate) fn postcheck(
         }
         _ => {}
     }
-    if via == Via::Http && !node.limiter.allow(&env.sender) {
+    if via == Via::Http && !ingest.limiter.allow(&env.sender) {
         return Err(Reject(
             StatusCode::TOO_MANY_REQUESTS,
             "rate_limited",
@@ -309,7 +287,7 @@ pub(crate) fn postcheck(
             ),
         ));
     }
-    if node.seen.contains(&env.id.to_string()) {
+    if ingest.seen.contains(&env.id.to_string()) {
         return Ok(Checked::Duplicate(Arc::new(env)));
     }
     Ok(Checked::Fresh(Arc::new(env)))
@@ -318,11 +296,10 @@ pub(crate) fn postcheck(
 /// Records admitted envelopes, in order: claims go to the scheduler, messages to the
 /// transcript in one durable write. One result per envelope, in the same order.
 async fn commit(
-    node: &Arc<Node>,
+    ingest: &Ingest,
     envs: Vec<Arc<Envelope>>,
     via: Via,
 ) -> Vec<Result<Appended, Reject>> {
-    let cfg = &node.cfg;
     let mut out: Vec<Option<Result<Appended, Reject>>> = Vec::with_capacity(envs.len());
     let mut messages = Vec::new();
     let mut slots = Vec::new();
@@ -330,16 +307,16 @@ async fn commit(
         let id = env.id.to_string();
         match env.kind {
             Kind::Claim => {
-                out.push(Some(Ok(if node.seen.insert(&id) {
-                    node.on_claim(env.clone());
+                out.push(Some(Ok(if ingest.seen.insert(&id) {
+                    ingest.sink.on_claim(env.clone());
                     Appended::New
                 } else {
                     Appended::Duplicate
                 })));
             }
-            Kind::Message if env.is_human() && cfg.bot().platform != Platform::Local => {
+            Kind::Message if env.is_human() && ingest.humans.platform_delivers_humans => {
                 // This node's platform delivers humans itself; the bridge copy would be a second one.
-                node.seen.insert(&id);
+                ingest.seen.insert(&id);
                 tracing::info!(id = %env.id, sender = %env.sender, "ignoring bridge copy of a human message (platform delivers humans)");
                 out.push(Some(Ok(Appended::Duplicate)));
             }
@@ -355,11 +332,11 @@ async fn commit(
             Via::Http => "bridge",
             Via::Stream => "stream",
         };
-        let recorded = node.record_many(messages.clone(), source).await;
+        let recorded = ingest.sink.record_many(messages.clone(), source).await;
         for ((slot, env), r) in slots.into_iter().zip(messages).zip(recorded) {
             out[slot] = Some(match r {
                 Ok(outcome) => {
-                    node.seen.insert(&env.id.to_string());
+                    ingest.seen.insert(&env.id.to_string());
                     Ok(outcome)
                 }
                 Err(e) => Err(Reject(
@@ -385,13 +362,13 @@ pub(crate) enum Checked {
 
 /// `POST /bridge/v1/batch` (see [`crate::wire::batch`]): every item runs the same checks as
 /// a single post, in order; new messages are recorded in one durable write.
-async fn receive_batch(
-    node: Arc<Node>,
+pub async fn receive_batch(
+    ingest: Ingest,
     req: Request<Incoming>,
     remote: SocketAddr,
 ) -> Response<Body> {
     let refuse = |status: StatusCode, code: &'static str, detail: String| {
-        node.metrics.envelope_in(code);
+        ingest.metrics.envelope_in(code);
         tracing::warn!(%remote, status = status.as_u16(), reason = code, %detail, "batch rejected");
         server::json(
             status,
@@ -440,10 +417,10 @@ async fn receive_batch(
             now,
         })
         .collect();
-    let results = admit_many(&node, &arrivals, Via::Http).await;
+    let results = admit_many(&ingest, &arrivals, Via::Http).await;
     let mut answers = Vec::with_capacity(results.len());
     for (item, r) in batch.items.iter().zip(results) {
-        answers.push(answer(&node, remote, &item.id, r));
+        answers.push(answer(&ingest, remote, &item.id, r));
     }
     server::json(StatusCode::OK, &serde_json::json!({ "results": answers }))
 }
@@ -472,7 +449,7 @@ pub(crate) struct Arrival<'a> {
 /// Calling [`admit`] once per arrival is not the same: an arrival whose signature
 /// happened to be decided sooner would be recorded before the ones ahead of it.
 pub(crate) async fn admit_many(
-    node: &Arc<Node>,
+    ingest: &Ingest,
     arrivals: &[Arrival<'_>],
     via: Via,
 ) -> Vec<Admitted> {
@@ -480,12 +457,12 @@ pub(crate) async fn admit_many(
     let mut prechecked: Vec<Result<Envelope, Reject>> = Vec::with_capacity(n);
     let mut signatures = Vec::with_capacity(n);
     for a in arrivals {
-        prechecked.push(precheck(node, a.signed, a.body, a.now, via).map(|p| {
+        prechecked.push(precheck(ingest, a.signed, a.body, a.now, via).map(|p| {
             signatures.push(p.signature);
             p.env
         }));
     }
-    let mut verdicts = node.verify.verify(signatures).await.into_iter();
+    let mut verdicts = ingest.verify.verify(signatures).await.into_iter();
     let mut results: Vec<Option<Admitted>> = (0..n).map(|_| None).collect();
     let mut fresh = Vec::new();
     let mut fresh_at = Vec::new();
@@ -500,7 +477,7 @@ pub(crate) async fn admit_many(
             )));
             continue;
         }
-        match pre.and_then(|(env, verdict)| postcheck(node, env, verdict, via)) {
+        match pre.and_then(|(env, verdict)| postcheck(ingest, env, verdict, via)) {
             Ok(Checked::Fresh(env)) => {
                 fresh_at.push(i);
                 fresh.push(env);
@@ -514,7 +491,7 @@ pub(crate) async fn admit_many(
             }
         }
     }
-    let committed = commit(node, fresh.clone(), via).await;
+    let committed = commit(ingest, fresh.clone(), via).await;
     let mut storage_failed = false;
     for ((i, env), r) in fresh_at.into_iter().zip(fresh).zip(committed) {
         // An item recorded after one that failed to store would overtake it.
@@ -543,7 +520,7 @@ fn holds_back(status: StatusCode) -> bool {
 
 /// Counts, logs and words one batch item's result, as [`receive`] does for a single post.
 fn answer(
-    node: &Node,
+    ingest: &Ingest,
     remote: SocketAddr,
     header_id: &str,
     r: Admitted,
@@ -554,17 +531,17 @@ fn answer(
                 Appended::New => "accepted",
                 Appended::Duplicate => "duplicate",
             };
-            node.metrics.envelope_in(result);
+            ingest.metrics.envelope_in(result);
             tracing::debug!(%remote, sender = %env.sender, id = %env.id, kind = ?env.kind, group = %env.group, depth = env.depth, result, batch = true, "envelope");
             crate::wire::batch::ItemResult {
                 status: 200,
                 result: result.into(),
                 detail: None,
-                answered: node.brain.answering(&env),
+                answered: ingest.sink.answering(&env),
             }
         }
         Err(Reject(status, code, detail)) => {
-            node.metrics.envelope_in(code);
+            ingest.metrics.envelope_in(code);
             if code != NOT_PROCESSED {
                 tracing::warn!(%remote, id = header_id, status = status.as_u16(), reason = code, %detail, batch = true, "envelope rejected");
             }
@@ -575,63 +552,5 @@ fn answer(
                 answered: None,
             }
         }
-    }
-}
-
-/// A token bucket per verified sender.
-pub struct RateLimiter {
-    per_second: f64,
-    burst: f64,
-    buckets: Mutex<HashMap<String, (f64, Instant)>>,
-}
-
-impl RateLimiter {
-    /// `per_second` sustained, bursts up to twice that.
-    pub fn new(per_second: u32) -> Self {
-        RateLimiter {
-            per_second: per_second as f64,
-            burst: (per_second * 2) as f64,
-            buckets: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// Takes one token for `who`, if there is one.
-    pub fn allow(&self, who: &str) -> bool {
-        let now = Instant::now();
-        let mut b = self.buckets.lock().expect("limiter lock");
-        let (tokens, at) = b.entry(who.to_string()).or_insert((self.burst, now));
-        let elapsed = now
-            .duration_since(*at)
-            .min(Duration::from_secs(60))
-            .as_secs_f64();
-        *tokens = (*tokens + elapsed * self.per_second).min(self.burst);
-        *at = now;
-        if *tokens >= 1.0 {
-            *tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-
-    /// How many senders have a bucket (for metrics and soak checks).
-    pub fn buckets(&self) -> usize {
-        self.buckets.lock().expect("limiter lock").len()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn limiter_refills() {
-        let l = RateLimiter::new(2);
-        assert!((0..4).all(|_| l.allow("A")));
-        assert!(!l.allow("A"));
-        assert!(l.allow("B"), "buckets are per sender");
-        tokio::time::advance(Duration::from_millis(500)).await;
-        assert!(l.allow("A"));
-        assert!(!l.allow("A"));
     }
 }

@@ -53,7 +53,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use base64::Engine;
@@ -64,12 +64,15 @@ use serde::Deserialize;
 use tokio::time::Instant;
 use ulid::Ulid;
 
-use crate::app::node::Node;
 use crate::config::{NodeConfig, Platform};
+use crate::ingress::ingest::{Arrival, Ingest};
 use crate::ingress::server::{self, Body, BodyError};
+use crate::platform::{ChatPlatform, PostError, Visibility};
 use crate::store::transcript::Appended;
+use crate::telemetry::metrics::Metrics;
 use crate::turn::mention::{MentionMatcher, PlatformMention};
 use crate::wire::envelope::{now_millis, Author, AuthorKind, Envelope, Kind, PROTOCOL_VERSION};
+use futures_util::future::BoxFuture;
 
 /// Where Feishu posts event callbacks, on the peer-facing listener.
 pub const EVENTS_PATH: &str = "/feishu/v1/events";
@@ -1121,6 +1124,63 @@ pub struct Feishu {
     bots_by_open_id: HashMap<String, String>,
     /// Colleague (canonical name) → open_id in this app.
     peer_open_ids: HashMap<String, String>,
+    /// Finds and rewrites mentions of the roster (names and aliases).
+    matcher: MentionMatcher,
+    /// The inbound handle, once the node has started the adapter.
+    ingest: OnceLock<Ingest>,
+}
+
+/// Every bot with `im:message.group_msg` sees every human message in its groups;
+/// other bots' messages arrive only with the include_bot scopes (and then twice: the
+/// bridge copy is authoritative).
+pub const VISIBILITY: Visibility = Visibility {
+    humans_reach_every_bot: true,
+    bots_see_bots: false,
+};
+
+impl ChatPlatform for Feishu {
+    fn name(&self) -> &'static str {
+        "feishu"
+    }
+
+    fn visibility(&self) -> Visibility {
+        VISIBILITY
+    }
+
+    fn should_post(&self, env: &Envelope) -> bool {
+        Feishu::should_post(self, env)
+    }
+
+    fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
+        Box::pin(async move {
+            Feishu::post(self, env)
+                .await
+                .map_err(|e| PostError(e.to_string()))
+        })
+    }
+
+    fn start(self: Arc<Self>, ingest: Ingest) -> Option<BoxFuture<'static, ()>> {
+        let _ = self.ingest.set(ingest);
+        // Best effort: log when the app's real open_id differs from peers.toml.
+        tokio::spawn(async move { self.check_identity().await });
+        None
+    }
+
+    fn webhook_path(&self) -> Option<&'static str> {
+        Some(EVENTS_PATH)
+    }
+
+    fn webhook(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        remote: SocketAddr,
+    ) -> BoxFuture<'static, Response<Body>> {
+        Box::pin(handle_events(self, req, remote))
+    }
+
+    fn cache_sizes(&self) -> Vec<(&'static str, usize)> {
+        vec![("feishu_event_ids", self.dedup.len())]
+    }
 }
 
 impl std::fmt::Debug for Feishu {
@@ -1143,11 +1203,11 @@ fn at_tag(open_id: &str, name: &str) -> String {
 }
 
 impl Feishu {
-    /// The Feishu side of `cfg`'s bot, or `None` when its platform is not feishu.
-    pub fn from_config(cfg: &NodeConfig) -> anyhow::Result<Option<Feishu>> {
+    /// The Feishu side of `cfg`'s bot (an error when its platform is not feishu).
+    pub fn from_config(cfg: &NodeConfig) -> anyhow::Result<Feishu> {
         let bot = cfg.bot();
         if bot.platform != Platform::Feishu {
-            return Ok(None);
+            anyhow::bail!("bot {} is not on feishu", bot.name);
         }
         let ids = bot.feishu.as_ref().ok_or_else(|| {
             anyhow::anyhow!(
@@ -1191,7 +1251,9 @@ impl Feishu {
         if !missing.is_empty() {
             tracing::warn!(bot = %bot.name, peers = ?missing, "no feishu.peer_open_ids for these colleagues: @mentions of them stay plain text on feishu");
         }
-        Ok(Some(Feishu {
+        Ok(Feishu {
+            matcher: MentionMatcher::new(&crate::turn::roster(&cfg.settings.bots)),
+            ingest: OnceLock::new(),
             client,
             auth: EventAuth {
                 app_id,
@@ -1206,7 +1268,7 @@ impl Feishu {
             max_depth: cfg.mesh().max_depth,
             bots_by_open_id,
             peer_open_ids,
-        }))
+        })
     }
 
     /// Best effort at start: asks Feishu for the bot's open_id and logs a mismatch.
@@ -1333,17 +1395,13 @@ impl Feishu {
 
     /// Posts the bot's own message to its chat (the envelope id is the idempotency
     /// uuid). Returns the `om_…` id. Failures are logged here.
-    pub async fn post(
-        &self,
-        matcher: &MentionMatcher,
-        env: &Envelope,
-    ) -> Result<String, SendError> {
+    pub async fn post(&self, env: &Envelope) -> Result<String, SendError> {
         let Some(chat) = self.chat_for_group(&env.group) else {
             let e = SendError::NoChat(env.group.clone());
             tracing::error!(bot = %self.me, id = %env.id, error = %e, "not posted to feishu; the mesh still gets it");
             return Err(e);
         };
-        let text = self.outgoing_text(matcher, &env.text);
+        let text = self.outgoing_text(&self.matcher, &env.text);
         match self
             .client
             .send_text(&chat, &text, &env.id.to_string())
@@ -1373,16 +1431,31 @@ enum Outcome {
     Message(String, Box<MessageReceived>),
 }
 
+/// `POST /feishu/v1/events` on a node whose platform is not feishu: refused, counted.
+pub fn not_enabled(metrics: &Metrics, remote: SocketAddr) -> Response<Body> {
+    let e = EventError::NotEnabled;
+    metrics.feishu_event(e.reason());
+    tracing::warn!(%remote, reason = e.reason(), "feishu callback to a node that is not on feishu");
+    server::json(
+        e.status(),
+        &serde_json::json!({"error": e.reason(), "detail": e.to_string()}),
+    )
+}
+
 /// `POST /feishu/v1/events`: verifies, answers at once, handles the message after.
 pub async fn handle_events(
-    node: Arc<Node>,
+    f: Arc<Feishu>,
     req: Request<Incoming>,
     remote: SocketAddr,
 ) -> Response<Body> {
-    let outcome = match node.feishu.clone() {
-        None => Err(EventError::NotEnabled),
-        Some(f) => accept(&f, req).await,
+    let Some(ingest) = f.ingest.get().cloned() else {
+        return server::error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "feishu adapter not started",
+        );
     };
+    let outcome = accept(&f, req).await;
+    let node = &ingest;
     match outcome {
         Ok(Outcome::Challenge(challenge)) => {
             node.metrics.feishu_event("challenge");
@@ -1407,7 +1480,7 @@ pub async fn handle_events(
             tracing::info!(%remote, %event_id, message_id = %msg.message.message_id, sender_type = %msg.sender.sender_type, "feishu message event");
             if !node.accepting.is_cancelled() {
                 let n = node.clone();
-                node.turns.spawn(async move { process(n, *msg).await });
+                node.tasks.spawn(async move { process(&f, &n, *msg).await });
             }
             server::json(StatusCode::OK, &serde_json::json!({"ok": true}))
         }
@@ -1423,7 +1496,7 @@ pub async fn handle_events(
 }
 
 async fn accept(f: &Feishu, req: Request<Incoming>) -> Result<Outcome, EventError> {
-    let (parts, body) = server::read_body(req, crate::ingress::bridge::MAX_BODY_BYTES)
+    let (parts, body) = server::read_body(req, crate::wire::limits::MAX_BODY_BYTES)
         .await
         .map_err(|e| match e {
             BodyError::TooLarge { limit } => EventError::TooLarge(limit),
@@ -1450,10 +1523,7 @@ async fn accept(f: &Feishu, req: Request<Incoming>) -> Result<Outcome, EventErro
 }
 
 /// Records one received message (after the 200 went out).
-async fn process(node: Arc<Node>, ev: MessageReceived) {
-    let Some(f) = node.feishu.clone() else {
-        return;
-    };
+async fn process(f: &Feishu, node: &Ingest, ev: MessageReceived) {
     let msg = &ev.message;
     if msg.chat_type == "p2p" {
         tracing::info!(message_id = %msg.message_id, "ignoring a direct message: botmesh bots talk in group chats");
@@ -1463,7 +1533,7 @@ async fn process(node: Arc<Node>, ev: MessageReceived) {
         tracing::info!(message_id = %msg.message_id, message_type = %msg.message_type, "ignoring a non-text feishu message");
         return;
     };
-    let matcher = &node.brain.matcher;
+    let matcher = &f.matcher;
     let group = f.group_for_chat(&msg.chat_id);
     let text = f.readable_text(&raw_text, &msg.mentions, matcher);
     let mut text = text.trim().to_string();
@@ -1506,7 +1576,12 @@ async fn process(node: Arc<Node>, ev: MessageReceived) {
     };
     if ev.sender.sender_type != "app" {
         let mentions = f.platform_mentions(&msg.mentions, matcher);
-        match node.record_with_mentions(env, "feishu", mentions).await {
+        let arrival = Arrival {
+            env,
+            mentions,
+            source: "feishu",
+        };
+        match node.arrive(arrival).await {
             Ok(Appended::New) => {}
             Ok(Appended::Duplicate) => {
                 tracing::info!(message_id = %msg.message_id, "feishu message already recorded");
@@ -1525,10 +1600,7 @@ async fn process(node: Arc<Node>, ev: MessageReceived) {
     if bot.is_some() {
         let deadline = Instant::now() + BRIDGE_GRACE;
         loop {
-            if node
-                .transcripts
-                .contains(&group, &Ulid::nil(), Some(&msg.message_id))
-            {
+            if node.sink.has_platform_msg(&group, &msg.message_id) {
                 tracing::debug!(message_id = %msg.message_id, "feishu copy of a colleague's message: the bridge copy is already recorded");
                 return;
             }
@@ -1546,7 +1618,12 @@ async fn process(node: Arc<Node>, ev: MessageReceived) {
     };
     env.depth = f.max_depth;
     env.root = None;
-    if let Err(e) = node.record(env, "feishu").await {
+    let arrival = Arrival {
+        env,
+        mentions: Vec::new(),
+        source: "feishu",
+    };
+    if let Err(e) = node.arrive(arrival).await {
         tracing::error!(message_id = %msg.message_id, error = %e, "feishu bot message could not be recorded");
     }
 }
@@ -1835,6 +1912,8 @@ mod tests {
             peer_open_ids: [("ErGoz".to_string(), "ou_ergoz_here".to_string())]
                 .into_iter()
                 .collect(),
+            matcher: matcher(),
+            ingest: OnceLock::new(),
         }
     }
 

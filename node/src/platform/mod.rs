@@ -1,2 +1,122 @@
-//! Chat platforms.
+//! Chat platforms behind one boundary, [`ChatPlatform`].
+//!
+//! An adapter turns its platform's events into arrivals for the transcript
+//! ([`crate::ingress::ingest::Arrival`]: the platform's message id, the author by display
+//! name, mentions resolved to roster names, rich content flattened to text) and posts a
+//! bot's text back with the platform's real mentions, returning the platform's message
+//! id. It declares what its platform shows to whom ([`Visibility`]), which decides who
+//! may carry human messages over the bridge. Inbound, an adapter holds only an
+//! [`Ingest`] handle, given to it at [`ChatPlatform::start`]; it never sees the node.
+//!
+//! - [`local`] — the mesh is the chat: people post through the page or the API.
+//! - [`feishu`] — Feishu/Lark event callbacks in, messages with real `<at>` out.
+
 pub mod feishu;
+pub mod local;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+
+use crate::config::{NodeConfig, Platform};
+use futures_util::future::BoxFuture;
+
+use crate::ingress::ingest::{HumanRules, Ingest};
+use crate::ingress::server::Body;
+use crate::wire::envelope::Envelope;
+
+/// What a platform shows to whom. The table in DESIGN.md, as data each adapter declares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Visibility {
+    /// Every bot in a group sees every human message there on the platform itself.
+    /// When false (local: nobody sees anything but the mesh; DingTalk: only the
+    /// mentioned robots), the node that receives a person's message carries it to its
+    /// peers as a human envelope — and only such nodes may send one.
+    pub humans_reach_every_bot: bool,
+    /// A bot sees other bots' messages on the platform (then a colleague's message
+    /// arrives twice, from the platform and over the bridge, and is recorded once).
+    pub bots_see_bots: bool,
+}
+
+/// Why a message could not be posted to the platform (logged by the adapter; the mesh
+/// still gets the message).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct PostError(pub String);
+
+/// One chat platform, as a node uses it.
+pub trait ChatPlatform: Send + Sync + 'static {
+    /// The platform's name as written in peers.toml (`local`, `feishu`, ...).
+    fn name(&self) -> &'static str;
+
+    /// What the platform shows to whom.
+    fn visibility(&self) -> Visibility;
+
+    /// Whether `env` (a message this node publishes) is to be posted to the platform:
+    /// the bot's own chat message, not yet there.
+    fn should_post(&self, env: &Envelope) -> bool;
+
+    /// Posts a bot's message with real platform mentions; returns the platform's id of
+    /// the posted message.
+    fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>>;
+
+    /// Starts the inbound side with its handle. A platform that keeps a connection
+    /// open returns the task that runs it until `ingest.accepting` is cancelled; one
+    /// whose events come as webhooks keeps the handle for [`ChatPlatform::webhook`].
+    fn start(self: Arc<Self>, ingest: Ingest) -> Option<BoxFuture<'static, ()>>;
+
+    /// The path on the peer-facing listener where the platform delivers callbacks, if
+    /// it does.
+    fn webhook_path(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// Answers a callback at [`ChatPlatform::webhook_path`].
+    fn webhook(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        remote: SocketAddr,
+    ) -> BoxFuture<'static, Response<Body>> {
+        let _ = (req, remote);
+        Box::pin(async {
+            crate::ingress::server::error(http::StatusCode::NOT_FOUND, "no such endpoint")
+        })
+    }
+
+    /// Sizes of the adapter's caches, for `botmesh_cache_entries{cache}`.
+    fn cache_sizes(&self) -> Vec<(&'static str, usize)> {
+        Vec::new()
+    }
+}
+
+/// What a platform of this kind shows to whom, without building its adapter (for the
+/// peers' platforms).
+pub fn visibility_of(kind: Platform) -> Visibility {
+    match kind {
+        Platform::Local => local::VISIBILITY,
+        Platform::Feishu => feishu::VISIBILITY,
+    }
+}
+
+/// Who may carry humans over the bridge to this node, and whether it ignores bridge
+/// copies of them, from every bot's platform.
+pub fn human_rules(cfg: &NodeConfig) -> HumanRules {
+    HumanRules {
+        platform_delivers_humans: visibility_of(cfg.bot().platform).humans_reach_every_bot,
+        carriers: cfg
+            .peers()
+            .filter(|p| !visibility_of(p.platform).humans_reach_every_bot)
+            .map(|p| p.name.clone())
+            .collect(),
+    }
+}
+
+/// The adapter for this node's bot.
+pub fn build(cfg: &NodeConfig) -> anyhow::Result<Arc<dyn ChatPlatform>> {
+    Ok(match cfg.bot().platform {
+        Platform::Local => Arc::new(local::Local),
+        Platform::Feishu => Arc::new(feishu::Feishu::from_config(cfg)?),
+    })
+}

@@ -27,7 +27,7 @@ use tokio::sync::oneshot;
 use ulid::Ulid;
 
 use crate::telemetry::events::{Event, EventBus};
-use crate::wire::envelope::Envelope;
+use crate::wire::envelope::{AuthorKind, Envelope};
 
 /// How many recent messages of each group are kept in memory for context and the API.
 pub const MEMORY_MESSAGES: usize = 2_000;
@@ -84,10 +84,10 @@ impl GroupLog {
                 .as_ref()
                 .is_some_and(|p| self.platform_ids.contains(p))
     }
-    /// [`crate::turn::policy::recent_bot_messages`] over the last `limit` messages, in place.
+    /// [`recent_bot_messages`] over the last `limit` messages, in place.
     fn recent_bot_messages(&self, limit: usize, now_ms: u64, window_ms: u64) -> usize {
         let start = self.recent.len().saturating_sub(limit);
-        crate::turn::policy::recent_bot_messages(self.recent.range(start..), now_ms, window_ms)
+        recent_bot_messages(self.recent.range(start..), now_ms, window_ms)
     }
     fn push(&mut self, env: Arc<Envelope>) {
         self.ids.insert(env.id);
@@ -362,7 +362,7 @@ impl Transcripts {
             .unwrap_or_default()
     }
 
-    /// [`crate::turn::policy::recent_bot_messages`] over the last `limit` messages of
+    /// [`recent_bot_messages`] over the last `limit` messages of
     /// `group`, counted in place (no copy of the messages: it runs for every message).
     pub fn recent_bot_messages(
         &self,
@@ -377,7 +377,7 @@ impl Transcripts {
             .map_or(0, |g| g.recent_bot_messages(limit, now_ms, window_ms))
     }
 
-    /// [`Transcripts::recent_bot_messages`] and [`crate::turn::policy::answers_due`] from
+    /// [`Transcripts::recent_bot_messages`] and [`answers_due`] from
     /// `ahead` on `trigger`, under one lock, so an answer recorded meanwhile counts
     /// once, either as a message or as one due.
     pub fn recent_bot_messages_and_due(
@@ -395,7 +395,7 @@ impl Transcripts {
         };
         (
             g.recent_bot_messages(limit, now_ms, window_ms),
-            crate::turn::policy::answers_due(g.recent.iter(), trigger, ahead),
+            answers_due(g.recent.iter(), trigger, ahead),
         )
     }
 
@@ -898,6 +898,41 @@ pub fn decode_name(name: &str) -> Option<String> {
         }
     }
     String::from_utf8(out).ok()
+}
+
+/// Counts bot messages in `recent` (oldest first) after the last human message and
+/// no older than `window_ms` before `now_ms`.
+pub fn recent_bot_messages<'a>(
+    recent: impl DoubleEndedIterator<Item = &'a std::sync::Arc<Envelope>>,
+    now_ms: u64,
+    window_ms: u64,
+) -> usize {
+    recent
+        .rev()
+        .take_while(|e| e.author.kind == AuthorKind::Bot)
+        .filter(|e| now_ms.saturating_sub(e.sent_at) <= window_ms)
+        .count()
+}
+
+/// How many of the bots `ahead` have no answer to `trigger` in `recent`: in a round
+/// to everyone, the answers still due from the bots whose claims go first. They post
+/// before this bot whatever happens, so `turn::policy::last_check`'s rate cap counts them with
+/// [`recent_bot_messages`] (an answer counts once: as a message when recorded, else
+/// as one due).
+pub fn answers_due<'a>(
+    recent: impl DoubleEndedIterator<Item = &'a std::sync::Arc<Envelope>> + Clone,
+    trigger: &ulid::Ulid,
+    ahead: &[String],
+) -> usize {
+    ahead
+        .iter()
+        .filter(|bot| {
+            !recent
+                .clone()
+                .rev()
+                .any(|e| e.reply_to.as_ref() == Some(trigger) && e.author.name == bot.as_str())
+        })
+        .count()
 }
 
 #[cfg(test)]

@@ -18,68 +18,21 @@
 //! posts anyway, logged at warn and counted as `post/claim_unacked`.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use ulid::Ulid;
 
-use crate::app::node::Node;
-use crate::config::{BotSettings, LlmSettings, NodeConfig};
 use crate::egress::acks::ClaimAcks;
-use crate::llm::{parse_verdict, ChatMessage, Endpoint, LlmClient, Purpose, Verdict};
-use crate::telemetry::events::{Event, EventBus};
-use crate::telemetry::metrics::Metrics;
-use crate::turn::judge::{build_prompt, offline_verdict, JudgeInput};
-use crate::turn::mention::{Member, MentionMatcher, PlatformMention};
-use crate::turn::policy::{decide, recent_bot_messages, Action, Decision, Facts};
-use crate::turn::scheduler::{delay_for, grace_for, ClaimBoard, Yield, MIN_CLAIM, WITHDRAWN};
-use crate::wire::envelope::{
-    now_millis, Author, AuthorKind, Envelope, Kind, Why, PROTOCOL_VERSION,
-};
+use crate::telemetry::events::Event;
+use crate::turn::mention::PlatformMention;
+use crate::turn::policy::{Action, Decision};
+use crate::turn::ports::Ports;
+use crate::turn::scheduler::{delay_for, grace_for, Yield, MIN_CLAIM, WITHDRAWN};
+use crate::wire::envelope::{Envelope, Kind, Why};
 
 /// The window of the per-group bot-message cap.
 pub const RATE_WINDOW_MS: u64 = 60_000;
-
-/// Where answers come from. (One per node, so the variants' size difference is moot.)
-#[allow(clippy::large_enum_variant)]
-pub enum Provider {
-    /// No LLM configured: lexical-overlap judge, marked placeholder replies.
-    Offline,
-    /// An OpenAI-compatible endpoint per purpose.
-    Remote {
-        /// The shared client.
-        client: LlmClient,
-        /// Judge settings.
-        judge: Endpoint,
-        /// Reply settings.
-        reply: Endpoint,
-    },
-}
-
-/// The node's turn-taking state: who it is, whom it knows, what it has seen claimed.
-pub struct Brain {
-    /// This bot.
-    pub me: BotSettings,
-    /// The other bots.
-    pub colleagues: Vec<BotSettings>,
-    /// Finds @mentions against the whole roster.
-    pub matcher: MentionMatcher,
-    /// The LLM, or the offline provider.
-    pub provider: Provider,
-    /// Claims and replies per trigger.
-    pub board: ClaimBoard,
-    /// Set once the judge endpoint refused structured output.
-    schema_unsupported: std::sync::atomic::AtomicBool,
-    /// Client for the sidecar agent's webhook, when one is configured.
-    agent: Option<(reqwest::Client, String)>,
-    metrics: Arc<Metrics>,
-    events: EventBus,
-}
-
-/// Whether an error is a server refusing the `response_format` we sent.
-fn rejects_schema(e: &crate::llm::LlmError) -> bool {
-    matches!(e, crate::llm::LlmError::Http { status: 400 | 422 | 500, body } if body.contains("response_format"))
-}
 
 /// Silent decisions of the cheap local filters, for messages that were never this
 /// bot's to answer: logged at debug, counted as every decision is.
@@ -96,342 +49,38 @@ pub fn passes(action: &str, reason: &str) -> bool {
         || matches!(reason, "judge_declined" | "rejudged_silent")
 }
 
-/// Builds the roster the matcher needs.
-pub fn roster(bots: &[BotSettings]) -> Vec<Member> {
-    bots.iter()
-        .map(|b| Member {
-            name: b.name.clone(),
-            aliases: b.aliases.clone(),
-            open_ids: b.open_id().map(|o| vec![o.to_string()]).unwrap_or_default(),
-        })
-        .collect()
-}
-
-/// Endpoints for judge and reply from `[llm]` and its overrides.
-pub fn endpoints(
-    llm: &LlmSettings,
-    keys: &std::collections::HashMap<String, String>,
-) -> (Endpoint, Endpoint) {
-    let make = |o: Option<&crate::config::LlmOverride>, purpose: Purpose| {
-        let o = o.cloned().unwrap_or_default();
-        let mut ep = Endpoint::new(
-            o.base_url.unwrap_or_else(|| llm.base_url.clone()),
-            o.model.unwrap_or_else(|| llm.model.clone()),
-        );
-        ep.api_key = o
-            .api_key_env
-            .as_ref()
-            .or(llm.api_key_env.as_ref())
-            .and_then(|v| keys.get(v).cloned());
-        let default_timeout = if purpose == Purpose::Judge {
-            llm.timeout_ms.min(10_000)
-        } else {
-            llm.timeout_ms
-        };
-        ep.timeout = Duration::from_millis(o.timeout_ms.unwrap_or(default_timeout));
-        ep.connect_timeout = Duration::from_secs(3);
-        ep.max_tokens = o.max_tokens.unwrap_or(if purpose == Purpose::Judge {
-            24
-        } else {
-            llm.max_tokens
-        });
-        ep.temperature = o
-            .temperature
-            .or(llm.temperature)
-            .or(if purpose == Purpose::Judge {
-                Some(0.0)
-            } else {
-                None
-            });
-        ep.json_schema = purpose == Purpose::Judge && llm.json_schema;
-        ep.retries = if purpose == Purpose::Judge { 1 } else { 2 };
-        ep
-    };
-    (
-        make(llm.judge.as_ref(), Purpose::Judge),
-        make(llm.reply.as_ref(), Purpose::Reply),
-    )
-}
-
-impl Brain {
-    /// Builds the brain for the node's bot.
-    pub fn new(cfg: &NodeConfig, metrics: Arc<Metrics>, events: EventBus) -> anyhow::Result<Brain> {
-        let provider = match &cfg.settings.llm {
-            None => Provider::Offline,
-            Some(llm) => {
-                let (judge, reply) = endpoints(llm, &cfg.llm_keys);
-                let http = LlmClient::build_http(Duration::from_secs(3))?;
-                Provider::Remote {
-                    client: LlmClient::new(http),
-                    judge,
-                    reply,
-                }
-            }
-        };
-        let agent = match &cfg.bot().agent {
-            Some(a) => Some((
-                reqwest::Client::builder()
-                    .no_proxy()
-                    .connect_timeout(Duration::from_secs(3))
-                    .timeout(Duration::from_millis(a.timeout_ms))
-                    .build()?,
-                a.webhook.clone(),
-            )),
-            None => None,
-        };
-        Ok(Brain {
-            schema_unsupported: std::sync::atomic::AtomicBool::new(false),
-            agent,
-            me: cfg.bot().clone(),
-            colleagues: cfg.peers().cloned().collect(),
-            matcher: MentionMatcher::new(&roster(&cfg.settings.bots)),
-            provider,
-            board: ClaimBoard::default(),
-            metrics,
-            events,
-        })
+/// Records a decision about `msg`: the board learns when the bot passed for good,
+/// `botmesh_decisions_total{action,reason}` counts it, the log and the watchers see it.
+pub(crate) fn record<P: Ports + ?Sized>(
+    p: &P,
+    msg: &Envelope,
+    action: &str,
+    reason: &str,
+    detail: &str,
+) {
+    let brain = p.brain();
+    if passes(action, reason) {
+        brain.board.pass(msg.id);
     }
-
-    /// Every newly recorded message passes here: a bot's reply to a trigger makes
-    /// waiting bots yield.
-    pub fn observe(&self, env: &Envelope) {
-        if env.author.kind == AuthorKind::Bot {
-            if let Some(trigger) = env.reply_to {
-                self.board.answered(trigger, &env.author.name);
-            }
-        }
+    brain.metrics.decision(action, reason);
+    if action == "silent" && ROUTINE_SILENCE.contains(&reason) {
+        // One per message the bot stays out of: counted in the metrics, logged only
+        // at debug (an info line each cost ~2 % of a busy receiver's CPU).
+        tracing::debug!(bot = %brain.me.name, trigger = %msg.id, from = %msg.author.name, depth = msg.depth, action, reason, detail, "decision");
+    } else {
+        tracing::info!(bot = %brain.me.name, trigger = %msg.id, from = %msg.author.name, depth = msg.depth, action, reason, detail, "decision");
     }
-
-    /// A peer's claim (at relevance 0: its withdrawal).
-    pub fn on_claim(&self, env: &Envelope) {
-        if let (Some(trigger), Some(r)) = (env.reply_to, env.relevance) {
-            self.board.claim(trigger, &env.sender, r);
-        }
-    }
-
-    /// For a peer's claim already on the board ([`Brain::on_claim`]): this bot's name
-    /// when it has committed to answer, or answered, the claim's trigger — what the
-    /// bridge's answer to the claim carries as `answered`.
-    pub fn answering(&self, env: &Envelope) -> Option<String> {
-        let trigger = env.reply_to.filter(|_| env.kind == Kind::Claim)?;
-        self.board
-            .answering(trigger, &self.me.name)
-            .then(|| self.me.name.clone())
-    }
-
-    fn record(&self, msg: &Envelope, action: &str, reason: &str, detail: &str) {
-        if passes(action, reason) {
-            self.board.pass(msg.id);
-        }
-        self.metrics.decision(action, reason);
-        if action == "silent" && ROUTINE_SILENCE.contains(&reason) {
-            // One per message the bot stays out of: counted in the metrics, logged only
-            // at debug (an info line each cost ~2 % of a busy receiver's CPU).
-            tracing::debug!(bot = %self.me.name, trigger = %msg.id, from = %msg.author.name, depth = msg.depth, action, reason, detail, "decision");
-        } else {
-            tracing::info!(bot = %self.me.name, trigger = %msg.id, from = %msg.author.name, depth = msg.depth, action, reason, detail, "decision");
-        }
-        self.events.publish(Event::Decision {
-            group: msg.group.clone(),
-            trigger: msg.id.to_string(),
-            action: action.into(),
-            reason: reason.into(),
-        });
-    }
-
-    /// The local rules for `msg`, given how many bot messages end the recent
-    /// transcript (`recent_bots`, see [`crate::turn::policy::recent_bot_messages`]).
-    pub fn decide(
-        &self,
-        mesh: &crate::config::MeshSettings,
-        msg: &Envelope,
-        platform: &[PlatformMention],
-        recent_bots: usize,
-        quiet: bool,
-    ) -> Decision {
-        let mentioned_names = self.matcher.mentioned(&msg.text, platform);
-        let mentioned = mentioned_names.iter().any(|n| n == &self.me.name);
-        let mentions_others = !mentioned && !mentioned_names.is_empty();
-        decide(&Facts {
-            me: &self.me,
-            mesh,
-            msg,
-            mentioned,
-            mentions_others,
-            quiet,
-            recent_bot_messages: recent_bots,
-            passed_on_parent: msg.reply_to.is_some_and(|p| self.board.passed(p)),
-        })
-    }
-
-    /// The judge prompt for `msg` with `context` before it.
-    pub fn judge_prompt(&self, context: &[Arc<Envelope>], msg: &Envelope) -> String {
-        build_prompt(&JudgeInput {
-            me: &self.me,
-            colleagues: &self.colleagues,
-            context,
-            msg,
-        })
-    }
-
-    /// Asks the judge. `None` means it failed (logged and counted): stay silent.
-    pub async fn judge(&self, context: &[Arc<Envelope>], msg: &Envelope) -> Option<Verdict> {
-        match &self.provider {
-            // Offline placeholders say little worth answering: interject on humans only.
-            Provider::Offline if msg.author.kind == AuthorKind::Bot => Some(Verdict {
-                speak: false,
-                relevance: 0.0,
-            }),
-            Provider::Offline => Some(offline_verdict(&self.me, &msg.text)),
-            Provider::Remote { client, judge, .. } => {
-                let prompt = self.judge_prompt(context, msg);
-                let messages = [ChatMessage::user(prompt)];
-                let mut ep = judge.clone();
-                if self
-                    .schema_unsupported
-                    .load(std::sync::atomic::Ordering::Relaxed)
-                {
-                    ep.json_schema = false;
-                    ep.json_object = judge.json_schema;
-                }
-                let text = match self.call(client, &ep, Purpose::Judge, &messages).await {
-                    Ok(text) => text,
-                    Err(e) if ep.json_schema && rejects_schema(&e) => {
-                        // Some servers (llama-cpp-python) refuse `json_schema` but accept
-                        // `json_object` with a schema; the tolerant parser copes either way.
-                        self.schema_unsupported
-                            .store(true, std::sync::atomic::Ordering::Relaxed);
-                        tracing::warn!(bot = %self.me.name, "the judge endpoint refuses response_format json_schema; using json_object from now on");
-                        ep.json_schema = false;
-                        ep.json_object = true;
-                        self.call(client, &ep, Purpose::Judge, &messages)
-                            .await
-                            .ok()?
-                    }
-                    Err(_) => return None,
-                };
-                let v = parse_verdict(&text);
-                if v.is_none() {
-                    self.metrics.llm_call("judge", "unparsable", 0.0, 0, 0);
-                    tracing::warn!(bot = %self.me.name, trigger = %msg.id, answer = %crate::turn::judge::trim(&text, 200), "judge answer not understood; staying silent");
-                }
-                v
-            }
-        }
-    }
-
-    /// Hands the turn to the sidecar agent. `Ok(Some(text))`: it answered in the
-    /// response; `Ok(None)`: it will answer later through `POST /v1/messages`.
-    async fn ask_agent(
-        &self,
-        client: &reqwest::Client,
-        url: &str,
-        turn: &Turn<'_>,
-    ) -> Result<Option<String>, String> {
-        let started = Instant::now();
-        let result = async {
-            let resp = client
-                .post(url)
-                .json(turn)
-                .send()
-                .await
-                .map_err(|e| format!("transport: {e}"))?;
-            let status = resp.status();
-            let body = resp
-                .bytes()
-                .await
-                .map_err(|e| format!("reading body: {e}"))?;
-            if status == reqwest::StatusCode::ACCEPTED || status == reqwest::StatusCode::NO_CONTENT
-            {
-                return Ok(None);
-            }
-            if !status.is_success() {
-                return Err(format!(
-                    "status {status}: {}",
-                    String::from_utf8_lossy(&body[..body.len().min(200)])
-                ));
-            }
-            /// The agent's in-response answer.
-            #[derive(Deserialize)]
-            struct AgentAnswer {
-                text: Option<String>,
-            }
-            let a: AgentAnswer = serde_json::from_slice(&body)
-                .map_err(|e| format!("answer is not {{\"text\": …}}: {e}"))?;
-            Ok(a.text
-                .map(|t| t.trim().to_string())
-                .filter(|t| !t.is_empty()))
-        }
-        .await;
-        let label = match &result {
-            Ok(Some(_)) => "ok",
-            Ok(None) => "deferred",
-            Err(_) => "failed",
-        };
-        self.metrics
-            .llm_call("agent", label, started.elapsed().as_secs_f64(), 0, 0);
-        result
-    }
-
-    /// Writes the reply text. `None` means the LLM failed (logged and counted).
-    pub async fn write_reply(
-        &self,
-        context: &[Arc<Envelope>],
-        msg: &Envelope,
-        why: &str,
-    ) -> Option<String> {
-        match &self.provider {
-            Provider::Offline => Some(crate::turn::reply::offline_reply(&self.me, msg, why)),
-            Provider::Remote { client, reply, .. } => {
-                let messages =
-                    crate::turn::reply::messages(&self.me, &self.colleagues, context, msg);
-                let text = self
-                    .call(client, reply, Purpose::Reply, &messages)
-                    .await
-                    .ok()?;
-                let text = text.trim().to_string();
-                (!text.is_empty()).then_some(text)
-            }
-        }
-    }
-
-    async fn call(
-        &self,
-        client: &LlmClient,
-        ep: &Endpoint,
-        purpose: Purpose,
-        messages: &[ChatMessage],
-    ) -> Result<String, crate::llm::LlmError> {
-        let started = Instant::now();
-        match client.complete(ep, purpose, messages).await {
-            Ok(c) => {
-                self.metrics.llm_call(
-                    purpose.as_str(),
-                    "ok",
-                    started.elapsed().as_secs_f64(),
-                    c.usage.prompt_tokens,
-                    c.usage.completion_tokens,
-                );
-                Ok(c.text)
-            }
-            Err(e) => {
-                self.metrics.llm_call(
-                    purpose.as_str(),
-                    e.label(),
-                    started.elapsed().as_secs_f64(),
-                    0,
-                    0,
-                );
-                tracing::warn!(bot = %self.me.name, purpose = purpose.as_str(), error = %e, "LLM call failed");
-                Err(e)
-            }
-        }
-    }
+    p.event(Event::Decision {
+        group: msg.group.clone(),
+        trigger: msg.id.to_string(),
+        action: action.into(),
+        reason: reason.into(),
+    });
 }
 
 /// Context for a judge or reply: up to `k` messages before `msg` in its group.
-fn context_before(node: &Node, msg: &Envelope, k: usize) -> Vec<Arc<Envelope>> {
-    let recent = node.transcripts.recent(&msg.group, k + 64);
+fn context_before<P: Ports + ?Sized>(p: &P, msg: &Envelope, k: usize) -> Vec<Arc<Envelope>> {
+    let recent = p.recent(&msg.group, k + 64);
     let end = recent
         .iter()
         .position(|e| e.id == msg.id)
@@ -443,35 +92,38 @@ fn context_before(node: &Node, msg: &Envelope, k: usize) -> Vec<Arc<Envelope>> {
 /// Runs the whole pipeline for one newly recorded message, with the platform's
 /// mention list (Feishu `mentions[]`, empty elsewhere). Boxed with an explicit `Send`
 /// because replying records a message, which spawns `consider` again.
-pub fn consider(
-    node: Arc<Node>,
+pub fn consider<P: Ports>(
+    p: Arc<P>,
     msg: Arc<Envelope>,
     platform: Vec<PlatformMention>,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
-    Box::pin(async move { consider_with(node, msg, &platform).await })
+    Box::pin(async move { consider_with(p, msg, &platform).await })
 }
 
 /// [`consider`] with the platform's mention list (Feishu `mentions[]`).
-pub async fn consider_with(node: Arc<Node>, msg: Arc<Envelope>, platform: &[PlatformMention]) {
-    if let Some(d) = triage(&node, &msg, platform) {
-        act(node, msg, d).await;
+pub async fn consider_with<P: Ports>(p: Arc<P>, msg: Arc<Envelope>, platform: &[PlatformMention]) {
+    if let Some(d) = triage(&*p, &msg, platform) {
+        act(p, msg, d).await;
     }
 }
 
 /// The local rules for a newly recorded message: `None` when the bot stays silent (the
 /// decision is recorded), else what [`act`] is to do. Cheap and synchronous, so the
 /// node runs it as the message is recorded and spawns a turn only when there is one.
-pub fn triage(node: &Node, msg: &Envelope, platform: &[PlatformMention]) -> Option<Decision> {
-    let brain = &node.brain;
-    let mesh = node.cfg.mesh();
+pub fn triage<P: Ports + ?Sized>(
+    p: &P,
+    msg: &Envelope,
+    platform: &[PlatformMention],
+) -> Option<Decision> {
+    let brain = p.brain();
+    let mesh = p.mesh();
     if msg.kind != Kind::Message {
         return None;
     }
-    let recent_bots =
-        node.transcripts
-            .recent_bot_messages(&msg.group, 64, now_millis(), RATE_WINDOW_MS);
-    let mut d = brain.decide(mesh, msg, platform, recent_bots, node.is_quiet());
-    let age_secs = crate::wire::envelope::now_millis().saturating_sub(msg.sent_at) / 1000;
+    let now = p.now_millis();
+    let recent_bots = bots_since_human(p, &msg.group, now);
+    let mut d = brain.decide(mesh, msg, platform, recent_bots, p.quiet());
+    let age_secs = now.saturating_sub(msg.sent_at) / 1000;
     if d.action != Action::Silent && age_secs > mesh.stale_after_secs {
         // A catch-up after downtime: on record, but the conversation has moved on.
         d.action = Action::Silent;
@@ -485,7 +137,7 @@ pub fn triage(node: &Node, msg: &Envelope, platform: &[PlatformMention]) -> Opti
     if d.action == Action::Silent {
         // Own messages are not worth a log line each.
         if d.reason != "own_message" {
-            brain.record(msg, "silent", d.reason, "");
+            record(p, msg, "silent", d.reason, "");
         }
         return None;
     }
@@ -494,12 +146,12 @@ pub fn triage(node: &Node, msg: &Envelope, platform: &[PlatformMention]) -> Opti
 
 /// Carries out a [`triage`] decision that is not silence: judge, wait and claim,
 /// write, post.
-async fn act(node: Arc<Node>, msg: Arc<Envelope>, d: Decision) {
-    let brain = &node.brain;
+pub async fn act<P: Ports>(p: Arc<P>, msg: Arc<Envelope>, d: Decision) {
+    let brain = p.brain();
     let (why, relevance) = match d.action {
         Action::Silent => return,
         Action::Reply => {
-            brain.record(&msg, "reply", d.reason, "");
+            record(&*p, &msg, "reply", d.reason, "");
             let why = if d.mentioned {
                 Why::Mentioned
             } else {
@@ -508,14 +160,15 @@ async fn act(node: Arc<Node>, msg: Arc<Envelope>, d: Decision) {
             (why, None)
         }
         Action::Judge => {
-            brain.record(&msg, "judge", d.reason, "");
-            let context = context_before(&node, &msg, brain.me.context_messages);
-            let Some(v) = brain.judge(&context, &msg).await else {
-                brain.record(&msg, "silent", "judge_failed", "");
+            record(&*p, &msg, "judge", d.reason, "");
+            let context = context_before(&*p, &msg, brain.me.context_messages);
+            let Some(v) = brain.judge(p.llm(), &context, &msg).await else {
+                record(&*p, &msg, "silent", "judge_failed", "");
                 return;
             };
             if !v.speak || v.relevance < brain.me.min_relevance {
-                brain.record(
+                record(
+                    &*p,
                     &msg,
                     "silent",
                     "judge_declined",
@@ -540,7 +193,7 @@ async fn act(node: Arc<Node>, msg: Arc<Envelope>, d: Decision) {
     // wait for them: nobody yields there).
     let mut acks = None;
     if let Some(r) = relevance {
-        let Some(claim_acks) = wait_turn(&node, &msg, r, d.everyone).await else {
+        let Some(claim_acks) = wait_turn(&*p, &msg, r, d.everyone).await else {
             return;
         };
         acks = Some(claim_acks).filter(|_| !d.everyone);
@@ -549,14 +202,14 @@ async fn act(node: Arc<Node>, msg: Arc<Envelope>, d: Decision) {
     // the bots that stood by behind it re-enter (a yield is not final).
     let withdraw = |why: &str| {
         if relevance.is_some() {
-            withdraw_claim(&node, &msg, why);
+            withdraw_claim(&*p, &msg, why);
         }
     };
-    if node.accepting.is_cancelled() {
+    if p.stopping().is_cancelled() {
         withdraw("shutting down");
         return;
     }
-    let context = context_before(&node, &msg, brain.me.context_messages.max(12));
+    let context = context_before(&*p, &msg, brain.me.context_messages.max(12));
     let reason = match &why {
         Why::Mentioned => "mentioned",
         Why::Interjected { .. } => "interjected",
@@ -577,7 +230,8 @@ async fn act(node: Arc<Node>, msg: Arc<Envelope>, d: Decision) {
         match brain.ask_agent(client, url, &turn).await {
             Ok(Some(text)) => text,
             Ok(None) => {
-                brain.record(
+                record(
+                    &*p,
                     &msg,
                     "reply",
                     "handed_to_agent",
@@ -586,14 +240,14 @@ async fn act(node: Arc<Node>, msg: Arc<Envelope>, d: Decision) {
                 return;
             }
             Err(e) => {
-                brain.record(&msg, "silent", "agent_failed", &e);
+                record(&*p, &msg, "silent", "agent_failed", &e);
                 withdraw("agent failed");
                 return;
             }
         }
     } else {
-        let Some(text) = brain.write_reply(&context, &msg, reason).await else {
-            brain.record(&msg, "silent", "reply_failed", "");
+        let Some(text) = brain.write_reply(p.llm(), &context, &msg, reason).await else {
+            record(&*p, &msg, "silent", "reply_failed", "");
             withdraw("reply failed");
             return;
         };
@@ -607,23 +261,17 @@ async fn act(node: Arc<Node>, msg: Arc<Envelope>, d: Decision) {
         Some(r) if d.everyone => brain.board.claims_ahead(msg.id, &brain.me.name, r),
         _ => Vec::new(),
     };
-    let (recent_bots, due) = node.transcripts.recent_bot_messages_and_due(
+    let (recent_bots, due) = p.bot_messages_and_due(
         &msg.group,
         64,
-        now_millis(),
+        p.now_millis(),
         RATE_WINDOW_MS,
         &msg.id,
         &ahead,
     );
-    let last = crate::turn::policy::last_check(
-        node.cfg.mesh(),
-        node.is_quiet(),
-        msg.depth,
-        recent_bots + due,
-    );
+    let last = crate::turn::policy::last_check(p.mesh(), p.quiet(), msg.depth, recent_bots + due);
     if let Some(reason) = last {
-        brain.record(
-            &msg,
+        record(&*p, &msg,
             "silent",
             reason,
             &format!("checked again before sending: {recent_bots} bot messages recorded, {due} due from bots ahead in the round"),
@@ -637,14 +285,15 @@ async fn act(node: Arc<Node>, msg: Arc<Envelope>, d: Decision) {
         let timeout = Duration::from_millis(brain.me.claim_ack_timeout_ms);
         let known = tokio::select! {
             a = acks.wait(timeout) => a,
-            _ = node.accepting.cancelled() => {
+            _ = p.stopping().cancelled() => {
                 withdraw("shutting down");
                 return;
             }
         };
         if let Some(bot) = known.answered.first() {
             brain.board.answered(msg.id, bot);
-            brain.record(
+            record(
+                &*p,
                 &msg,
                 "yield_writing",
                 "already_answered",
@@ -655,7 +304,8 @@ async fn act(node: Arc<Node>, msg: Arc<Envelope>, d: Decision) {
         }
         if !known.pending.is_empty() && brain.me.claim_ack_timeout_ms > 0 {
             tracing::warn!(bot = %brain.me.name, trigger = %msg.id, unacked = ?known.pending, timeout_ms = brain.me.claim_ack_timeout_ms, "claim not acknowledged by every peer in time; posting anyway");
-            brain.record(
+            record(
+                &*p,
                 &msg,
                 "post",
                 "claim_unacked",
@@ -674,12 +324,13 @@ async fn act(node: Arc<Node>, msg: Arc<Envelope>, d: Decision) {
                     let grace = grace_for(&brain.me, r);
                     tokio::select! {
                         y = brain.board.wait(msg.id, &brain.me.name, r, now, grace) => y,
-                        _ = node.accepting.cancelled() => Some(Yield::Answered { bot: String::new() }),
+                        _ = p.stopping().cancelled() => Some(Yield::Answered { bot: String::new() }),
                     }
                 }
             };
             if let Some(y) = y {
-                brain.record(
+                record(
+                    &*p,
                     &msg,
                     "yield_writing",
                     y.reason(),
@@ -688,50 +339,27 @@ async fn act(node: Arc<Node>, msg: Arc<Envelope>, d: Decision) {
                 withdraw("yielded while writing");
                 return;
             }
-            brain.record(
+            record(
+                &*p,
                 &msg,
                 "resume",
                 "claim_withdrawn",
                 "posting the reply written meanwhile",
             );
-            let recent_bots =
-                node.transcripts
-                    .recent_bot_messages(&msg.group, 64, now_millis(), RATE_WINDOW_MS);
-            let last = crate::turn::policy::last_check(
-                node.cfg.mesh(),
-                node.is_quiet(),
-                msg.depth,
-                recent_bots,
-            );
+            let recent_bots = bots_since_human(&*p, &msg.group, p.now_millis());
+            let last = crate::turn::policy::last_check(p.mesh(), p.quiet(), msg.depth, recent_bots);
             if let Some(reason) = last {
-                brain.record(&msg, "silent", reason, "checked again before sending");
+                record(&*p, &msg, "silent", reason, "checked again before sending");
                 withdraw(reason);
                 return;
             }
         }
     }
-    let reply = Envelope {
-        v: PROTOCOL_VERSION,
-        id: Ulid::new(),
-        kind: Kind::Message,
-        group: msg.group.clone(),
-        sender: brain.me.name.clone(),
-        author: Author {
-            name: brain.me.name.clone(),
-            kind: AuthorKind::Bot,
-        },
-        text,
-        depth: msg.depth + 1,
-        reply_to: Some(msg.id),
-        root: msg.root.or(Some(msg.id)),
-        platform_msg_id: None,
-        sent_at: now_millis(),
-        relevance: None,
-        why: Some(why),
-    };
-    match node.publish(reply.clone(), "self").await {
+    let reply = Envelope::answer(p.new_id(), p.now_millis(), &brain.me.name, &msg, text, why);
+    let (id, depth) = (reply.id, reply.depth);
+    match p.clone().publish(reply).await {
         Ok(_) => {
-            tracing::info!(bot = %brain.me.name, id = %reply.id, trigger = %msg.id, depth = reply.depth, reason, "replied")
+            tracing::info!(bot = %brain.me.name, %id, trigger = %msg.id, depth, reason, "replied")
         }
         Err(e) => {
             tracing::error!(bot = %brain.me.name, trigger = %msg.id, error = %e, "reply could not be recorded; not sent")
@@ -761,32 +389,20 @@ pub struct Turn<'a> {
 }
 
 /// A claim envelope for `msg` at `relevance` ([`WITHDRAWN`]: a withdrawal).
-fn claim_envelope(me: &str, msg: &Envelope, relevance: f64) -> Envelope {
-    Envelope {
-        v: PROTOCOL_VERSION,
-        id: Ulid::new(),
-        kind: Kind::Claim,
-        group: msg.group.clone(),
-        sender: me.to_string(),
-        author: Author {
-            name: me.to_string(),
-            kind: AuthorKind::Bot,
-        },
-        text: String::new(),
-        depth: msg.depth,
-        reply_to: Some(msg.id),
-        root: msg.root.or(Some(msg.id)),
-        platform_msg_id: None,
-        sent_at: now_millis(),
-        relevance: Some(relevance),
-        why: None,
-    }
+fn claim_envelope<P: Ports + ?Sized>(p: &P, msg: &Envelope, relevance: f64) -> Envelope {
+    Envelope::claim(
+        p.new_id(),
+        p.now_millis(),
+        &p.brain().me.name,
+        msg,
+        relevance,
+    )
 }
 
 /// Withdraws this bot's claim on `msg` (if it still holds one) and tells the peers,
 /// so the bots that stood by behind it re-enter.
-pub fn withdraw_claim(node: &Arc<Node>, msg: &Envelope, why: &str) {
-    let brain = &node.brain;
+pub fn withdraw_claim<P: Ports + ?Sized>(p: &P, msg: &Envelope, why: &str) {
+    let brain = p.brain();
     let me = brain.me.name.clone();
     if !brain.board.has_claim(msg.id, &me) {
         return;
@@ -796,9 +412,9 @@ pub fn withdraw_claim(node: &Arc<Node>, msg: &Envelope, why: &str) {
         // Everyone hears that answer anyway: nobody is left behind this claim.
         return;
     }
-    let env = claim_envelope(&me, msg, WITHDRAWN);
-    node.broadcast(&env);
-    node.events.publish(Event::Claim {
+    let env = claim_envelope(p, msg, WITHDRAWN);
+    p.broadcast(&env);
+    p.event(Event::Claim {
         envelope: Arc::new(env),
     });
     brain.metrics.decision("withdraw", "claim");
@@ -813,20 +429,20 @@ pub fn withdraw_claim(node: &Arc<Node>, msg: &Envelope, why: &str) {
 /// On a message that asks everyone (`everyone`), the claim only staggers the answers:
 /// nobody yields to a better claim or to another answer, and there is no re-judge
 /// (the others' answers are what was asked for).
-async fn wait_turn(
-    node: &Arc<Node>,
+async fn wait_turn<P: Ports + ?Sized>(
+    p: &P,
     msg: &Envelope,
     relevance: f64,
     everyone: bool,
 ) -> Option<ClaimAcks> {
-    let brain = &node.brain;
+    let brain = p.brain();
     let me = brain.me.name.clone();
     let relevance = relevance.max(MIN_CLAIM);
-    let delay = delay_for(&brain.me, relevance);
+    let delay = delay_for(&brain.me, relevance, p.jitter_ms(brain.me.jitter_ms));
     brain.board.claim(msg.id, &me, relevance);
-    let claim = claim_envelope(&me, msg, relevance);
-    let acks = node.broadcast_tracked(&claim);
-    node.events.publish(Event::Claim {
+    let claim = claim_envelope(p, msg, relevance);
+    let acks = p.broadcast_tracked(&claim);
+    p.event(Event::Claim {
         envelope: Arc::new(claim),
     });
     tracing::info!(bot = %me, trigger = %msg.id, relevance, delay_ms = delay.as_millis() as u64, everyone, "claimed; waiting");
@@ -834,12 +450,13 @@ async fn wait_turn(
     if everyone {
         tokio::select! {
             _ = tokio::time::sleep_until(deadline) => {}
-            _ = node.accepting.cancelled() => {
-                withdraw_claim(node, msg, "shutting down");
+            _ = p.stopping().cancelled() => {
+                withdraw_claim(p, msg, "shutting down");
                 return None;
             }
         }
-        brain.record(
+        record(
+            p,
             msg,
             "judge",
             "everyone_asked",
@@ -850,35 +467,35 @@ async fn wait_turn(
     let grace = grace_for(&brain.me, relevance);
     let outcome = tokio::select! {
         y = brain.board.wait(msg.id, &me, relevance, deadline, grace) => y,
-        _ = node.accepting.cancelled() => {
-            withdraw_claim(node, msg, "shutting down");
+        _ = p.stopping().cancelled() => {
+            withdraw_claim(p, msg, "shutting down");
             return None;
         }
     };
     if let Some(y) = outcome {
-        brain.record(msg, "yield", y.reason(), &format!("{y:?}"));
+        record(p, msg, "yield", y.reason(), &format!("{y:?}"));
         // Gave up for good (answered, or the better claimant vanished): let any bot
         // behind this one go.
-        withdraw_claim(node, msg, "yielded");
+        withdraw_claim(p, msg, "yielded");
         return None;
     }
     if brain.board.resumed(msg.id) {
-        brain.record(
+        record(
+            p,
             msg,
             "resume",
             "claim_withdrawn",
             "a better claim was withdrawn",
         );
     }
-    let newer: Vec<Arc<Envelope>> = node
-        .transcripts
+    let newer: Vec<Arc<Envelope>> = p
         .since(&msg.group, &msg.id)
         .into_iter()
         .filter(|e| e.author.name != me)
         .collect();
     if !newer.is_empty() {
         let context = context_before(
-            node,
+            p,
             newer.last().expect("non-empty"),
             brain.me.context_messages,
         );
@@ -886,9 +503,10 @@ async fn wait_turn(
         fresh.push(newer.last().expect("non-empty").clone());
         let fresh_context: Vec<Arc<Envelope>> =
             fresh.iter().filter(|e| e.id != msg.id).cloned().collect();
-        match brain.judge(&fresh_context, msg).await {
+        match brain.judge(p.llm(), &fresh_context, msg).await {
             Some(v) if v.speak && v.relevance >= brain.me.min_relevance => {
-                brain.record(
+                record(
+                    p,
                     msg,
                     "judge",
                     "rejudged_speak",
@@ -896,13 +514,14 @@ async fn wait_turn(
                 );
             }
             _ => {
-                brain.record(
+                record(
+                    p,
                     msg,
                     "silent",
                     "rejudged_silent",
                     &format!("{} newer messages", newer.len()),
                 );
-                withdraw_claim(node, msg, "re-judged silent");
+                withdraw_claim(p, msg, "re-judged silent");
                 return None;
             }
         }
@@ -910,161 +529,8 @@ async fn wait_turn(
     Some(acks)
 }
 
-/// `POST /v1/explain` and `botmesh explain` input.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExplainRequest {
-    /// The hypothetical message.
-    pub text: String,
-    /// Its author: a bot's name or a human's (default "human").
-    #[serde(default)]
-    pub from: Option<String>,
-    /// Its depth (default 0 for humans, 1 for bots).
-    #[serde(default)]
-    pub depth: Option<u32>,
-    /// The group (default `[mesh].group`).
-    #[serde(default)]
-    pub group: Option<String>,
-    /// Actually call the judge.
-    #[serde(default)]
-    pub call_llm: bool,
-}
-
-/// What explain answers.
-#[derive(Debug, Clone, Serialize)]
-pub struct Explanation {
-    /// The bot deciding.
-    pub bot: String,
-    /// Whether it is mentioned.
-    pub mentioned: bool,
-    /// Everyone the message mentions.
-    pub mentions: Vec<String>,
-    /// reply, judge or silent.
-    pub action: String,
-    /// Why.
-    pub reason: String,
-    /// The exact judge prompt (present when the action is judge).
-    pub judge_prompt: Option<String>,
-    /// Its size in bytes.
-    pub judge_prompt_bytes: Option<usize>,
-    /// The judge's answer, when asked to call it (or offline).
-    pub verdict: Option<VerdictJson>,
-    /// The delay the bot would wait before interjecting, in ms (without jitter).
-    pub delay_ms: Option<u64>,
-    /// The provider in use.
-    pub provider: &'static str,
-}
-
-/// A verdict as JSON.
-#[derive(Debug, Clone, Serialize)]
-pub struct VerdictJson {
-    /// Speak or not.
-    pub speak: bool,
-    /// 0..1.
-    pub relevance: f64,
-}
-
-/// Builds the hypothetical envelope for an explain request.
-fn hypothetical(cfg: &NodeConfig, req: &ExplainRequest) -> Result<Envelope, String> {
-    let from = req.from.clone().unwrap_or_else(|| "human".into());
-    let is_bot = cfg.member(&from).is_some();
-    let depth = req.depth.unwrap_or(if is_bot { 1 } else { 0 });
-    if !is_bot && depth != 0 {
-        return Err(format!(
-            "{from:?} is not a bot in peers.toml, so it is a human and its depth is 0"
-        ));
-    }
-    Ok(Envelope {
-        v: PROTOCOL_VERSION,
-        id: Ulid::new(),
-        kind: Kind::Message,
-        group: req
-            .group
-            .clone()
-            .unwrap_or_else(|| cfg.mesh().group.clone()),
-        sender: from.clone(),
-        author: Author {
-            name: from,
-            kind: if is_bot {
-                AuthorKind::Bot
-            } else {
-                AuthorKind::Human
-            },
-        },
-        text: req.text.clone(),
-        depth,
-        reply_to: None,
-        root: None,
-        platform_msg_id: None,
-        sent_at: now_millis(),
-        relevance: None,
-        why: None,
-    })
-}
-
-/// Explains the decision for a hypothetical message, with the given context.
-pub async fn explain(
-    brain: &Brain,
-    cfg: &NodeConfig,
-    req: ExplainRequest,
-    recent: &[Arc<Envelope>],
-    quiet: bool,
-) -> Result<Explanation, String> {
-    let msg = hypothetical(cfg, &req)?;
-    let recent_bots = recent_bot_messages(recent.iter(), now_millis(), RATE_WINDOW_MS);
-    let d = brain.decide(cfg.mesh(), &msg, &[], recent_bots, quiet);
-    let context_start = recent.len().saturating_sub(brain.me.context_messages);
-    let context = &recent[context_start..];
-    let mut out = Explanation {
-        bot: brain.me.name.clone(),
-        mentioned: d.mentioned,
-        mentions: brain.matcher.mentioned(&msg.text, &[]),
-        action: d.action.as_str().into(),
-        reason: d.reason.into(),
-        judge_prompt: None,
-        judge_prompt_bytes: None,
-        verdict: None,
-        delay_ms: None,
-        provider: match brain.provider {
-            Provider::Offline => "offline",
-            Provider::Remote { .. } => "llm",
-        },
-    };
-    if d.action == Action::Judge {
-        let prompt = brain.judge_prompt(context, &msg);
-        out.judge_prompt_bytes = Some(prompt.len());
-        out.judge_prompt = Some(prompt);
-        let verdict = match brain.provider {
-            Provider::Offline => brain.judge(context, &msg).await,
-            Provider::Remote { .. } if req.call_llm => brain.judge(context, &msg).await,
-            Provider::Remote { .. } => None,
-        };
-        if let Some(v) = verdict {
-            if !d.mentioned && v.speak && v.relevance >= brain.me.min_relevance {
-                let me = &brain.me;
-                let span = me.max_delay_ms.saturating_sub(me.min_delay_ms) as f64;
-                out.delay_ms =
-                    Some((me.min_delay_ms as f64 + (1.0 - v.relevance) * span).round() as u64);
-            }
-            out.verdict = Some(VerdictJson {
-                speak: v.speak,
-                relevance: v.relevance,
-            });
-        }
-    }
-    Ok(out)
-}
-
-/// Explain against a running node's live transcript.
-pub async fn explain_live(
-    node: &Arc<Node>,
-    req: ExplainRequest,
-) -> Result<serde_json::Value, String> {
-    let group = req
-        .group
-        .clone()
-        .unwrap_or_else(|| node.cfg.mesh().group.clone());
-    let recent = node.transcripts.recent(&group, 64);
-    let e = explain(&node.brain, &node.cfg, req, &recent, node.is_quiet()).await?;
-    Ok(serde_json::to_value(e).expect("serializes"))
+/// Bot messages since the last human one in `group`, within the rate window.
+fn bots_since_human<P: Ports + ?Sized>(p: &P, group: &str, now: u64) -> usize {
+    p.bot_messages_and_due(group, 64, now, RATE_WINDOW_MS, &Ulid::nil(), &[])
+        .0
 }

@@ -282,44 +282,10 @@ pub fn asks_everyone(text: &str) -> bool {
         .is_match(&lower)
 }
 
-/// Counts bot messages in `recent` (oldest first) after the last human message and
-/// no older than `window_ms` before `now_ms`.
-pub fn recent_bot_messages<'a>(
-    recent: impl DoubleEndedIterator<Item = &'a std::sync::Arc<Envelope>>,
-    now_ms: u64,
-    window_ms: u64,
-) -> usize {
-    recent
-        .rev()
-        .take_while(|e| e.author.kind == AuthorKind::Bot)
-        .filter(|e| now_ms.saturating_sub(e.sent_at) <= window_ms)
-        .count()
-}
-
-/// How many of the bots `ahead` have no answer to `trigger` in `recent`: in a round
-/// to everyone, the answers still due from the bots whose claims go first. They post
-/// before this bot whatever happens, so [`last_check`]'s rate cap counts them with
-/// [`recent_bot_messages`] (an answer counts once: as a message when recorded, else
-/// as one due).
-pub fn answers_due<'a>(
-    recent: impl DoubleEndedIterator<Item = &'a std::sync::Arc<Envelope>> + Clone,
-    trigger: &ulid::Ulid,
-    ahead: &[String],
-) -> usize {
-    ahead
-        .iter()
-        .filter(|bot| {
-            !recent
-                .clone()
-                .rev()
-                .any(|e| e.reply_to.as_ref() == Some(trigger) && e.author.name == bot.as_str())
-        })
-        .count()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::transcript::recent_bot_messages;
     use crate::wire::envelope::{Author, Kind};
 
     fn bot(name: &str) -> BotSettings {

@@ -28,7 +28,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rand::Rng;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use ulid::Ulid;
@@ -49,17 +48,13 @@ pub const MIN_CLAIM: f64 = 0.001;
 /// off from the mesh).
 pub const STANDBY_MAX: Duration = Duration::from_secs(120);
 
-/// The wait before interjecting at `relevance`.
-pub fn delay_for(me: &BotSettings, relevance: f64) -> Duration {
+/// The wait before interjecting at `relevance`, plus `jitter_ms` (drawn by the caller
+/// in `0..=me.jitter_ms`, so the simulator can draw it from its seeded generator).
+pub fn delay_for(me: &BotSettings, relevance: f64, jitter_ms: u64) -> Duration {
     let r = relevance.clamp(0.0, 1.0);
     let span = me.max_delay_ms.saturating_sub(me.min_delay_ms) as f64;
     let base = me.min_delay_ms as f64 + (1.0 - r) * span;
-    let jitter = if me.jitter_ms > 0 {
-        rand::thread_rng().gen_range(0..=me.jitter_ms)
-    } else {
-        0
-    };
-    Duration::from_millis(base.round() as u64 + jitter)
+    Duration::from_millis(base.round() as u64 + jitter_ms.min(me.jitter_ms))
 }
 
 /// The short wait before a bot that stood by behind a withdrawn claim goes ahead:
@@ -396,16 +391,22 @@ mod tests {
     #[test]
     fn delay_shrinks_with_relevance() {
         let b = bot(1000, 3000, 0);
-        assert_eq!(delay_for(&b, 1.0), Duration::from_millis(1000));
-        assert_eq!(delay_for(&b, 0.0), Duration::from_millis(3000));
-        assert_eq!(delay_for(&b, 0.9), Duration::from_millis(1200));
-        assert_eq!(delay_for(&b, 0.6), Duration::from_millis(1800));
-        assert_eq!(delay_for(&b, 7.0), Duration::from_millis(1000), "clamped");
+        assert_eq!(delay_for(&b, 1.0, 0), Duration::from_millis(1000));
+        assert_eq!(delay_for(&b, 0.0, 0), Duration::from_millis(3000));
+        assert_eq!(delay_for(&b, 0.9, 0), Duration::from_millis(1200));
+        assert_eq!(delay_for(&b, 0.6, 0), Duration::from_millis(1800));
+        assert_eq!(
+            delay_for(&b, 7.0, 0),
+            Duration::from_millis(1000),
+            "clamped"
+        );
         let j = bot(1000, 3000, 150);
-        for _ in 0..100 {
-            let d = delay_for(&j, 0.5).as_millis();
-            assert!((2000..=2150).contains(&d));
-        }
+        assert_eq!(delay_for(&j, 0.5, 40), Duration::from_millis(2040));
+        assert_eq!(
+            delay_for(&j, 0.5, 900),
+            Duration::from_millis(2150),
+            "jitter is capped at jitter_ms"
+        );
     }
 
     #[test]

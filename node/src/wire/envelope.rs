@@ -43,6 +43,24 @@ pub struct Author {
     pub kind: AuthorKind,
 }
 
+impl Author {
+    /// The bot `name`.
+    pub fn bot(name: impl Into<String>) -> Author {
+        Author {
+            name: name.into(),
+            kind: AuthorKind::Bot,
+        }
+    }
+
+    /// The person `name`.
+    pub fn human(name: impl Into<String>) -> Author {
+        Author {
+            name: name.into(),
+            kind: AuthorKind::Human,
+        }
+    }
+}
+
 /// Why a bot spoke, attached to its own messages so people can follow turn-taking.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "reason", rename_all = "snake_case")]
@@ -117,6 +135,71 @@ pub enum EnvelopeError {
 }
 
 impl Envelope {
+    /// A new chat message that answers nothing (depth 0): a person's message, or a
+    /// bot's own message that starts an exchange. The one way to build an envelope;
+    /// [`Envelope::answer`] and [`Envelope::claim`] start from it.
+    pub fn message(
+        id: Ulid,
+        sent_at: u64,
+        group: impl Into<String>,
+        sender: impl Into<String>,
+        author: Author,
+        text: impl Into<String>,
+    ) -> Envelope {
+        Envelope {
+            v: PROTOCOL_VERSION,
+            id,
+            kind: Kind::Message,
+            group: group.into(),
+            sender: sender.into(),
+            author,
+            text: text.into(),
+            depth: 0,
+            reply_to: None,
+            root: None,
+            platform_msg_id: None,
+            sent_at,
+            relevance: None,
+            why: None,
+        }
+    }
+
+    /// Bot `me`'s answer to `trigger`: one turn deeper, in the same exchange.
+    pub fn answer(
+        id: Ulid,
+        sent_at: u64,
+        me: &str,
+        trigger: &Envelope,
+        text: String,
+        why: Why,
+    ) -> Envelope {
+        let mut env = Envelope::message(
+            id,
+            sent_at,
+            trigger.group.clone(),
+            me,
+            Author::bot(me),
+            text,
+        );
+        env.depth = trigger.depth + 1;
+        env.reply_to = Some(trigger.id);
+        env.root = trigger.root.or(Some(trigger.id));
+        env.why = Some(why);
+        env
+    }
+
+    /// Bot `me`'s claim on `trigger` at `relevance` (`0.0`: its withdrawal).
+    pub fn claim(id: Ulid, sent_at: u64, me: &str, trigger: &Envelope, relevance: f64) -> Envelope {
+        let mut env =
+            Envelope::message(id, sent_at, trigger.group.clone(), me, Author::bot(me), "");
+        env.kind = Kind::Claim;
+        env.depth = trigger.depth;
+        env.reply_to = Some(trigger.id);
+        env.root = trigger.root.or(Some(trigger.id));
+        env.relevance = Some(relevance);
+        env
+    }
+
     /// Parses and checks a raw body. Invalid UTF-8 is reported as malformed.
     ///
     /// The whole body is checked as UTF-8 first: `serde_json::from_slice` skips the

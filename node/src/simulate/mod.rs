@@ -36,9 +36,10 @@ use ulid::Ulid;
 
 use crate::config::{BotSettings, MeshSettings};
 use crate::llm::Verdict;
+use crate::store::transcript::{answers_due, recent_bot_messages};
 use crate::turn::judge::{build_prompt, JudgeInput};
 use crate::turn::mention::MentionMatcher;
-use crate::turn::policy::{answers_due, decide, recent_bot_messages, Action, Facts};
+use crate::turn::policy::{decide, Action, Facts};
 use crate::turn::scheduler::{
     delay_for, grace_for, ClaimBoard, Standing, Yield, MIN_CLAIM, STANDBY_MAX, WITHDRAWN,
 };
@@ -1441,7 +1442,7 @@ impl<'w> Sim<'w> {
 
     /// Counts a decision (and traces it).
     fn note(&mut self, b: usize, trigger: Ulid, action: &str, reason: &str) {
-        if crate::turn::passes(action, reason) {
+        if crate::turn::pipeline::passes(action, reason) {
             self.bots[b].board.pass(trigger);
         }
         self.tally.reason(action, reason);
@@ -1610,7 +1611,7 @@ impl<'w> Sim<'w> {
                 self.log(Some(b), |s| format!("claims {} at {r:.2}", s.num(&msg.id)));
                 self.bots[b].board.claim(msg.id, &name, r);
                 self.send_claim(b, msg.id, r);
-                let base = delay_for(&self.no_jitter[b], r).as_millis() as u64;
+                let base = delay_for(&self.no_jitter[b], r, 0).as_millis() as u64;
                 let jitter = match me.jitter_ms {
                     0 => 0,
                     j => self.rng.gen_range(0..=j),

@@ -1,0 +1,111 @@
+//! `Ingest`: the narrow handle every inbound path holds — the bridge's HTTP handlers,
+//! the stream reader, relayed copies and the platform adapters. It carries what the
+//! admission checks need (configuration, replay cache, rate limiter, signature pool,
+//! metrics) and hands admitted traffic to a [`Sink`], which the node implements in
+//! `app/`. Nothing in ingress or a platform adapter ever holds the whole node.
+
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::NodeConfig;
+use crate::egress::relay::Relay;
+use crate::ingress::limiter::RateLimiter;
+use crate::ingress::seen::SeenCache;
+use crate::ingress::verify_pool::VerifyPool;
+use crate::store::transcript::{Appended, TranscriptError};
+use crate::telemetry::metrics::Metrics;
+use crate::turn::mention::PlatformMention;
+use crate::wire::envelope::Envelope;
+
+/// What a node's message arrived through, as counted in
+/// `botmesh_transcript_appends_total{result}` and logged.
+pub type Source = &'static str;
+
+/// One message from a chat platform, ready for the transcript: the envelope (with the
+/// platform's message id, the author by display name) and the platform's own mention
+/// list, already resolved to roster names where the platform names people by id.
+#[derive(Debug, Clone)]
+pub struct Arrival {
+    /// The message as the mesh records it.
+    pub env: Envelope,
+    /// Mentions the platform resolved itself (Feishu `mentions[]`); empty elsewhere.
+    pub mentions: Vec<PlatformMention>,
+    /// Where it came from (`feishu`, ...).
+    pub source: Source,
+}
+
+/// Where admitted traffic goes: the node, behind the narrowest interface that lets
+/// ingress record, forward claims and answer the claimant.
+pub trait Sink: Send + Sync + 'static {
+    /// Records messages in order, in one durable write where possible, and hands each
+    /// new one to the turn-taking pipeline. One result per message, in order.
+    fn record_many(
+        &self,
+        envs: Vec<Arc<Envelope>>,
+        source: Source,
+    ) -> BoxFuture<'_, Vec<Result<Appended, TranscriptError>>>;
+
+    /// Records one platform message with its platform mentions.
+    fn arrive(&self, arrival: Arrival) -> BoxFuture<'_, Result<Appended, TranscriptError>>;
+
+    /// A peer's claim (or its withdrawal) for the scheduler.
+    fn on_claim(&self, env: Arc<Envelope>);
+
+    /// For a claim already handed over: this bot's name when it has committed to
+    /// answer (or answered) the claim's trigger, for the answer to the claimant.
+    fn answering(&self, env: &Envelope) -> Option<String>;
+
+    /// Whether `group` already holds the message with this platform message id (a
+    /// colleague's message seen on the platform after its bridge copy).
+    fn has_platform_msg(&self, group: &str, platform_msg_id: &str) -> bool;
+}
+
+/// Who may carry human messages over the bridge, and whether this node ignores
+/// bridge copies of them: the platforms' declarations ([`crate::platform`]), resolved
+/// for this mesh by the node at start.
+#[derive(Debug, Clone, Default)]
+pub struct HumanRules {
+    /// This node's platform shows every human message to every bot itself, so a
+    /// bridge copy would be a second one.
+    pub platform_delivers_humans: bool,
+    /// Peers whose platform does not show humans to every bot: only they may send
+    /// human envelopes (a human envelope resets depth, so it is the one thing a
+    /// compromised bot would forge to restart a loop).
+    pub carriers: std::collections::HashSet<String>,
+}
+
+/// The narrow handle of every inbound path (cheap to clone).
+#[derive(Clone)]
+pub struct Ingest {
+    /// The validated configuration and keys.
+    pub cfg: Arc<NodeConfig>,
+    /// Counts every admission and rejection.
+    pub metrics: Arc<Metrics>,
+    /// Recently seen envelope ids (replay protection).
+    pub seen: Arc<SeenCache>,
+    /// Per-peer rate limit of pushed traffic.
+    pub limiter: Arc<RateLimiter>,
+    /// Signature verification off the async workers.
+    pub verify: Arc<VerifyPool>,
+    /// Forwards relayed copies on to their destination (absent: relaying refused).
+    pub relay: Option<Arc<Relay>>,
+    /// Who may carry humans over the bridge.
+    pub humans: Arc<HumanRules>,
+    /// Cancelled when the node stops accepting work.
+    pub accepting: CancellationToken,
+    /// Tracks work an adapter starts after answering its platform (so shutdown waits).
+    pub tasks: TaskTracker,
+    /// Where admitted traffic goes.
+    pub sink: Arc<dyn Sink>,
+}
+
+impl Ingest {
+    /// Records one platform arrival.
+    pub async fn arrive(&self, arrival: Arrival) -> Result<Appended, TranscriptError> {
+        self.sink.arrive(arrival).await
+    }
+}

@@ -1,0 +1,43 @@
+//! `local`: the mesh is the chat. People post through the page or `POST /v1/messages`
+//! and the node broadcasts their messages as human envelopes; nothing is posted
+//! anywhere else.
+
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+
+use crate::ingress::ingest::Ingest;
+use crate::platform::{ChatPlatform, PostError, Visibility};
+use crate::wire::envelope::Envelope;
+
+/// Nobody sees anything but the mesh: every node carries its people's messages.
+pub const VISIBILITY: Visibility = Visibility {
+    humans_reach_every_bot: false,
+    bots_see_bots: false,
+};
+
+/// The local platform (it has no state: the node's API is its inbound side).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Local;
+
+impl ChatPlatform for Local {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    fn visibility(&self) -> Visibility {
+        VISIBILITY
+    }
+
+    fn should_post(&self, _env: &Envelope) -> bool {
+        false
+    }
+
+    fn post<'a>(&'a self, _env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
+        Box::pin(async { Err(PostError("the local platform posts nowhere".into())) })
+    }
+
+    fn start(self: Arc<Self>, _ingest: Ingest) -> Option<BoxFuture<'static, ()>> {
+        None
+    }
+}

@@ -1,0 +1,91 @@
+//! `Ports`: everything the turn code touches outside itself, as one small trait. The
+//! node implements it over its transcripts, outboxes, LLM client and clock (`app/`);
+//! the simulator implements it in virtual time over scripted judges and a modelled
+//! network, so `botmesh simulate` runs this very code.
+
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
+use ulid::Ulid;
+
+use crate::config::MeshSettings;
+use crate::egress::acks::ClaimAcks;
+use crate::llm::{ChatMessage, Completion, Endpoint, LlmClient, LlmError, Purpose};
+use crate::telemetry::events::Event;
+use crate::turn::brain::Brain;
+use crate::wire::envelope::Envelope;
+
+/// An OpenAI-compatible completion, as the turn code asks for one.
+pub trait Llm: Send + Sync {
+    /// Completes `messages` at `ep` for `purpose`. `about` is the message the call is
+    /// about (the trigger), which a real endpoint never sees and a scripted one
+    /// answers by.
+    fn complete<'a>(
+        &'a self,
+        ep: &'a Endpoint,
+        purpose: Purpose,
+        messages: &'a [ChatMessage],
+        about: &'a Envelope,
+    ) -> BoxFuture<'a, Result<Completion, LlmError>>;
+}
+
+impl Llm for LlmClient {
+    fn complete<'a>(
+        &'a self,
+        ep: &'a Endpoint,
+        purpose: Purpose,
+        messages: &'a [ChatMessage],
+        _about: &'a Envelope,
+    ) -> BoxFuture<'a, Result<Completion, LlmError>> {
+        Box::pin(LlmClient::complete(self, ep, purpose, messages))
+    }
+}
+
+/// The turn code's view of the rest of the node.
+pub trait Ports: Send + Sync + 'static {
+    /// This bot's turn-taking state.
+    fn brain(&self) -> &Brain;
+    /// The mesh-wide rules (depth, caps, staleness).
+    fn mesh(&self) -> &MeshSettings;
+    /// The LLM the judge and the reply use.
+    fn llm(&self) -> &dyn Llm;
+
+    /// Unix milliseconds now (virtual in the simulator).
+    fn now_millis(&self) -> u64;
+    /// A fresh envelope id.
+    fn new_id(&self) -> Ulid;
+    /// A random delay in `0..=max_ms`, the jitter added to a wait.
+    fn jitter_ms(&self, max_ms: u64) -> u64;
+
+    /// Up to `limit` of the group's most recent messages, oldest first.
+    fn recent(&self, group: &str, limit: usize) -> Vec<Arc<Envelope>>;
+    /// The group's messages recorded after `id`, oldest first.
+    fn since(&self, group: &str, id: &Ulid) -> Vec<Arc<Envelope>>;
+    /// Bot messages since the last human one within `window_ms` of `now_ms`, among
+    /// the last `limit` messages, and how many of the bots `ahead` still owe an answer
+    /// to `trigger` (see `store::transcript::answers_due`). One consistent read.
+    fn bot_messages_and_due(
+        &self,
+        group: &str,
+        limit: usize,
+        now_ms: u64,
+        window_ms: u64,
+        trigger: &Ulid,
+        ahead: &[String],
+    ) -> (usize, usize);
+
+    /// Whether the operator switched the bot quiet.
+    fn quiet(&self) -> bool;
+    /// Cancelled when the node stops taking turns.
+    fn stopping(&self) -> &CancellationToken;
+
+    /// Sends an ephemeral envelope (a claim or its withdrawal) to every peer.
+    fn broadcast(&self, env: &Envelope);
+    /// [`Ports::broadcast`], tracking the envelope's delivery to every peer.
+    fn broadcast_tracked(&self, env: &Envelope) -> ClaimAcks;
+    /// Records the bot's reply, posts it to the platform and queues it for every peer.
+    fn publish(self: Arc<Self>, env: Envelope) -> BoxFuture<'static, Result<(), String>>;
+    /// Tells the watchers (the page, SSE, the simulator's tally).
+    fn event(&self, event: Event);
+}
