@@ -9,18 +9,14 @@
 //! interjections, whether the right bot answered, time to first answer, bot-only
 //! chains, LLM calls and judge prompt sizes.
 //!
-//! It is a discrete-event loop over virtual milliseconds (a heap of timed events),
-//! so a run is fully determined by its seed. What decides is the real code:
-//! [`MentionMatcher`] finds mentions, [`policy::decide`](crate::turn::policy::decide) and
-//! [`recent_bot_messages`] apply the hard rules, [`build_prompt`] builds every judge
-//! prompt whose bytes are reported, [`delay_for`] gives the wait (its jitter is drawn
-//! from the run's seeded generator instead of `thread_rng`, same range), and each
-//! simulated node keeps its own [`ClaimBoard`] fed by the claims and replies that
-//! reach it over the simulated network. A claim's delivery is acknowledged: the
-//! answer travels back with what the receiver's board said ([`ClaimBoard::answering`]),
-//! and a bot posts an interjection only after the acknowledgements (or
-//! `claim_ack_timeout_ms`) and [`ClaimBoard::commit`], as `turn.rs` does. Only the
-//! LLM is scripted.
+//! Under botmesh's own policy every bot runs the production turn code (`turn::triage`,
+//! `turn::act`) against a virtual-time `turn::Ports` on tokio's paused clock
+//! ([`virtual_mesh`]); only the LLM and the network are scripted. The baselines are a
+//! discrete-event loop over virtual milliseconds (a heap of timed events) sharing the
+//! same network model, mention matcher and judge prompts. A run is fully determined by
+//! its seed.
+
+mod virtual_mesh;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
@@ -36,14 +32,9 @@ use ulid::Ulid;
 
 use crate::config::{BotSettings, MeshSettings};
 use crate::llm::Verdict;
-use crate::store::transcript::{answers_due, recent_bot_messages};
 use crate::turn::judge::{build_prompt, JudgeInput};
 use crate::turn::mention::MentionMatcher;
-use crate::turn::policy::{decide, Action, Facts};
-use crate::turn::scheduler::{
-    delay_for, grace_for, ClaimBoard, Standing, Yield, MIN_CLAIM, STANDBY_MAX, WITHDRAWN,
-};
-use crate::turn::{roster, RATE_WINDOW_MS};
+use crate::turn::roster;
 use crate::wire::envelope::{Author, AuthorKind, Envelope, Kind, PROTOCOL_VERSION};
 
 /// A run stops early once this many bot messages were posted (a runaway loop).
@@ -374,6 +365,7 @@ pub struct Scenario {
 }
 
 /// A scenario checked and compiled into the real settings types.
+#[derive(Clone)]
 pub struct World {
     /// The scenario as written.
     pub scenario: Scenario,
@@ -625,29 +617,15 @@ Message from {from}: {message}\nShould you respond? Answer yes or no.";
 enum Stage {
     Judge,
     Wait,
-    Rejudge,
     Write,
-    /// The reply is written; waiting for the claim's acknowledgements (at most
-    /// `claim_ack_timeout_ms`), as `turn::consider_with` does.
-    AwaitAcks,
-    /// The reply is written but a better claim arrived meanwhile: stand by with it.
-    Held,
 }
 
 struct Task {
     bot: usize,
     msg: Arc<Envelope>,
-    mentioned: bool,
     stage: Stage,
     verdict: Verdict,
-    relevance: Option<f64>,
     wait_start: u64,
-    /// When the wait (or the hold after writing) ends, unless behind a better claim.
-    deadline: u64,
-    /// Standing by behind a better claim (ClaimBoard::wait's `behind`).
-    behind: Option<Yield>,
-    /// The message asks everyone (`Decision::everyone`): no yields, no re-judge.
-    everyone: bool,
     /// Generation of the one step that is still due (see [`Sim::schedule`]).
     gen: u32,
     done: bool,
@@ -660,22 +638,6 @@ enum Event {
     Deliver {
         to: usize,
         env: Arc<Envelope>,
-    },
-    Claim {
-        to: usize,
-        trigger: Ulid,
-        from: String,
-        relevance: f64,
-        /// For a claim (not a withdrawal): the network delay of the answer back to the
-        /// claimant, which acknowledges it.
-        ack_after: Option<u64>,
-    },
-    /// A peer's answer to bot `to`'s claim on `trigger` reaches it: `answered` is the
-    /// peer's bot when it had committed to (or posted) an answer at delivery time.
-    Ack {
-        to: usize,
-        trigger: Ulid,
-        answered: Option<String>,
     },
     /// Task `.0`'s next step, valid while the task's generation is still `.1`.
     Step(usize, u32),
@@ -694,25 +656,9 @@ struct Post {
     mentioned: Vec<usize>,
 }
 
-/// What a bot knows about the acknowledgements of its own claim on one trigger
-/// (`acks::Acks` as the claim's `acks::ClaimAcks` handle sees it).
-#[derive(Default)]
-struct ClaimAckState {
-    /// Peers that have not answered yet.
-    pending: usize,
-    /// A peer's bot that, by its answer, already answers the trigger.
-    answered: Option<String>,
-    /// The task waiting on these acknowledgements (stage `AwaitAcks`).
-    awaiting: Option<usize>,
-}
-
 struct BotState {
-    /// This bot's own claims' acknowledgements, by trigger.
-    acks: HashMap<Ulid, ClaimAckState>,
     transcript: Vec<Arc<Envelope>>,
     arrived: Vec<u64>,
-    board: ClaimBoard,
-    waiting: Vec<usize>,
     /// (root message, replying to a bot message) → replies posted so far.
     replies: HashMap<(usize, bool), usize>,
 }
@@ -803,11 +749,136 @@ impl Tally {
     }
 }
 
+/// The scenario's network as the outboxes see it: one delivery task per link, one
+/// envelope at a time and in order; a dropped attempt is retried after the outbox's
+/// backoff. Shared by the baselines' event loop and the botmesh runner.
+#[derive(Default)]
+struct Network {
+    /// (sender, receiver) → when that outbox's delivery task is free again.
+    link_free: HashMap<(String, String), u64>,
+}
+
+impl Network {
+    /// Delay until one envelope from `from` to `to`, queued at `now`, is delivered,
+    /// and the network delay of the answer that acknowledges it.
+    ///
+    /// As the real outbox does (`egress::outbox::Outbox::run`): one delivery task per
+    /// peer, one envelope at a time and in order, so an envelope waits for the ones
+    /// queued before it (until their answer comes back, one more network delay). A
+    /// "dropped" attempt fails: the sender learns it after a round trip and retries
+    /// after `RetryPolicy::backoff` (exponential from `retry_base_ms`, capped at
+    /// `retry_max_ms`, jitter in [d/2, d]), drawing loss and delay afresh. Nothing
+    /// accepted is lost: a drop makes an envelope late, never absent.
+    fn delay(
+        &mut self,
+        w: &World,
+        rng: &mut StdRng,
+        now: u64,
+        from: &str,
+        to: &str,
+        carry: Carry,
+    ) -> (u64, u64) {
+        let t = &w.scenario.timing;
+        let l = w
+            .scenario
+            .links
+            .iter()
+            .rev()
+            .find(|l| (l.from == "*" || l.from == from) && (l.to == "*" || l.to == to));
+        let p = match carry {
+            Carry::Human => l.and_then(|l| l.drop).unwrap_or(t.human_drop),
+            Carry::Message => l.and_then(|l| l.drop).unwrap_or(t.drop),
+            Carry::Claim => l.and_then(|l| l.claim_drop).unwrap_or(t.claim_drop),
+        };
+        let dist = l.and_then(|l| l.delay.as_ref()).unwrap_or(&t.network);
+        let key = (from.to_string(), to.to_string());
+        let mut at = now.max(self.link_free.get(&key).copied().unwrap_or(0));
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let lost = p > 0.0 && rng.gen_bool(p.min(1.0));
+            let d = dist.sample(rng);
+            if !lost {
+                self.link_free.insert(key, at + 2 * d);
+                return (at + d - now, d);
+            }
+            let exp = w
+                .mesh
+                .retry_base_ms
+                .saturating_mul(1u64 << attempt.saturating_sub(1).min(20));
+            let b = exp.min(w.mesh.retry_max_ms);
+            at += 2 * d + b / 2 + rng.gen_range(0..=b / 2);
+        }
+    }
+}
+
+/// What the scripted judge answers bot `b` about `msg` (`post`: its registry entry);
+/// `answered`: the prompt shows another bot's answer to it.
+fn scripted_verdict(
+    w: &World,
+    b: usize,
+    msg: &Envelope,
+    post: &Post,
+    mentioned: bool,
+    answered: bool,
+) -> Verdict {
+    let name = &w.bots[b].name;
+    let sm = &w.scenario.messages[post.root];
+    let human = msg.author.kind == AuthorKind::Human;
+    let table = if human { &sm.judge } else { &sm.bot_judge };
+    let addressed_elsewhere = !human && !mentioned && !post.mentioned.is_empty();
+    let base = match table.get(name) {
+        // A bot message @addressed to another bot is not this bot's to answer.
+        _ if addressed_elsewhere => Verdict {
+            speak: false,
+            relevance: 0.1,
+        },
+        Some(a) => a.verdict(),
+        None if mentioned => MENTIONED_DEFAULT,
+        None => Verdict {
+            speak: false,
+            relevance: 0.0,
+        },
+    };
+    if !answered || mentioned {
+        return base;
+    }
+    match sm.after_answer.get(name).filter(|_| human) {
+        Some(a) => a.verdict(),
+        None => Verdict {
+            speak: false,
+            relevance: base.relevance * AFTER_ANSWER_SCALE,
+        },
+    }
+}
+
+/// Bot `b`'s `k`-th reply text in the exchange of human message `root` (to a bot
+/// message when `to_bot`): the scenario's, else a plain synthetic answer.
+fn reply_text(w: &World, b: usize, root: usize, to_bot: bool, k: usize) -> String {
+    let me = &w.bots[b];
+    let sm = &w.scenario.messages[root];
+    let table = if to_bot { &sm.bot_reply } else { &sm.reply };
+    match table.get(&me.name) {
+        Some(r) => r.pick(k).to_string(),
+        None if w.scenario.lang == "zh" => {
+            format!(
+                "（{} 的回答）我来补充我这边的看法和做法，第 {} 条。",
+                me.name,
+                k + 1
+            )
+        }
+        None => format!(
+            "{} here: my take on this, with details ({}).",
+            me.name,
+            k + 1
+        ),
+    }
+}
+
 struct Sim<'w> {
     w: &'w World,
     policy: PolicyKind,
     prompt_bots: Vec<BotSettings>,
-    no_jitter: Vec<BotSettings>,
     rng: StdRng,
     now: u64,
     queue: BinaryHeap<Reverse<(u64, usize)>>,
@@ -816,8 +887,7 @@ struct Sim<'w> {
     bots: Vec<BotState>,
     posts: Vec<Post>,
     by_id: HashMap<Ulid, usize>,
-    /// (sender, receiver) → when that outbox's delivery task is free again.
-    link_free: HashMap<(String, String), u64>,
+    net: Network,
     next_id: u128,
     tally: Tally,
     trace: Option<Vec<String>>,
@@ -825,12 +895,19 @@ struct Sim<'w> {
 
 /// Runs one scenario once under one policy.
 pub fn run_once(w: &World, policy: PolicyKind, seed: u64) -> Tally {
-    Sim::new(w, policy, seed).run().0
+    match policy {
+        PolicyKind::Botmesh => virtual_mesh::run(w, seed, false).0,
+        _ => Sim::new(w, policy, seed).run().0,
+    }
 }
 
 /// Runs one scenario once under one policy and returns the event trace too: every
 /// message, judge call, claim, wait, yield and decision, in virtual time.
 pub fn trace_once(w: &World, policy: PolicyKind, seed: u64) -> (Tally, Vec<String>) {
+    if policy == PolicyKind::Botmesh {
+        let (t, lines) = virtual_mesh::run(w, seed, true);
+        return (t, lines.unwrap_or_default());
+    }
     let mut sim = Sim::new(w, policy, seed);
     sim.trace = Some(Vec::new());
     let (t, lines) = sim.run();
@@ -843,15 +920,6 @@ impl<'w> Sim<'w> {
             w,
             policy,
             prompt_bots: w.bots.iter().map(|b| policy.prompt_bot(b)).collect(),
-            no_jitter: w
-                .bots
-                .iter()
-                .map(|b| {
-                    let mut b = b.clone();
-                    b.jitter_ms = 0;
-                    b
-                })
-                .collect(),
             rng: StdRng::seed_from_u64(seed),
             now: 0,
             queue: BinaryHeap::new(),
@@ -861,17 +929,14 @@ impl<'w> Sim<'w> {
                 .bots
                 .iter()
                 .map(|_| BotState {
-                    acks: HashMap::new(),
                     transcript: Vec::new(),
                     arrived: Vec::new(),
-                    board: ClaimBoard::default(),
-                    waiting: Vec::new(),
                     replies: HashMap::new(),
                 })
                 .collect(),
             posts: Vec::new(),
             by_id: HashMap::new(),
-            link_free: HashMap::new(),
+            net: Network::default(),
             next_id: 1,
             tally: Tally {
                 runs: 1,
@@ -905,50 +970,6 @@ impl<'w> Sim<'w> {
             match self.events[seq].take().expect("each event runs once") {
                 Event::Human(i) => self.human(i),
                 Event::Deliver { to, env } => self.deliver(to, env),
-                Event::Claim {
-                    to,
-                    trigger,
-                    from,
-                    relevance,
-                    ack_after,
-                } => {
-                    self.log(Some(to), |s| {
-                        if relevance <= WITHDRAWN {
-                            format!("hears {from} withdraw its claim on {}", s.num(&trigger))
-                        } else {
-                            format!(
-                                "hears {from}'s claim on {} at {relevance:.2}",
-                                s.num(&trigger)
-                            )
-                        }
-                    });
-                    self.bots[to].board.claim(trigger, &from, relevance);
-                    if let Some(back) = ack_after {
-                        // The bridge answers from the board, after the claim is on it.
-                        let me = &self.w.bots[to].name;
-                        let answered = self.bots[to]
-                            .board
-                            .answering(trigger, me)
-                            .then(|| me.clone());
-                        let claimant = self.w.bots.iter().position(|b| b.name == from);
-                        if let Some(claimant) = claimant {
-                            self.at(
-                                self.now + back,
-                                Event::Ack {
-                                    to: claimant,
-                                    trigger,
-                                    answered,
-                                },
-                            );
-                        }
-                    }
-                    self.check_yields(to);
-                }
-                Event::Ack {
-                    to,
-                    trigger,
-                    answered,
-                } => self.ack(to, trigger, answered),
                 Event::Step(id, gen) if self.tasks[id].gen == gen => self.step(id),
                 Event::Step(..) => {} // superseded by a later schedule
             }
@@ -960,63 +981,10 @@ impl<'w> Sim<'w> {
     // --- the network -------------------------------------------------------
 
     /// Delay until one envelope from `from` to `to`, queued now, is delivered.
-    ///
-    /// As the real outbox does (`outbox::Outbox::run`): one delivery task per peer,
-    /// one envelope at a time and in order, so an envelope waits for the ones queued
-    /// before it (until their answer comes back, one more network delay). A "dropped"
-    /// attempt fails: the sender learns it after a round trip and retries after
-    /// `RetryPolicy::backoff` (exponential from `retry_base_ms`, capped at
-    /// `retry_max_ms`, jitter in [d/2, d]), drawing loss and delay afresh. Nothing
-    /// accepted is lost: a drop makes an envelope late, never absent.
     fn link(&mut self, from: &str, to: &str, carry: Carry) -> u64 {
-        self.link_answered(from, to, carry).0
-    }
-
-    /// [`Sim::link`], also giving the network delay of the answer that acknowledges
-    /// the delivery (it travels back on the same request, so the outbox is free again
-    /// once it arrives).
-    fn link_answered(&mut self, from: &str, to: &str, carry: Carry) -> (u64, u64) {
-        let t = &self.w.scenario.timing;
-        let l = self
-            .w
-            .scenario
-            .links
-            .iter()
-            .rev()
-            .find(|l| (l.from == "*" || l.from == from) && (l.to == "*" || l.to == to));
-        let p = match carry {
-            Carry::Human => l.and_then(|l| l.drop).unwrap_or(t.human_drop),
-            Carry::Message => l.and_then(|l| l.drop).unwrap_or(t.drop),
-            Carry::Claim => l.and_then(|l| l.claim_drop).unwrap_or(t.claim_drop),
-        };
-        let dist = l
-            .and_then(|l| l.delay.as_ref())
-            .unwrap_or(&t.network)
-            .clone();
-        let key = (from.to_string(), to.to_string());
-        let mut at = self.now.max(self.link_free.get(&key).copied().unwrap_or(0));
-        let mut attempt = 0u32;
-        loop {
-            attempt += 1;
-            let lost = p > 0.0 && self.rng.gen_bool(p.min(1.0));
-            let d = dist.sample(&mut self.rng);
-            if !lost {
-                self.link_free.insert(key, at + 2 * d);
-                return (at + d - self.now, d);
-            }
-            at += 2 * d + self.backoff(attempt);
-        }
-    }
-
-    /// `outbox::RetryPolicy::backoff` with the run's generator instead of `thread_rng`.
-    fn backoff(&mut self, attempt: u32) -> u64 {
-        let exp = self
-            .w
-            .mesh
-            .retry_base_ms
-            .saturating_mul(1u64 << attempt.saturating_sub(1).min(20));
-        let d = exp.min(self.w.mesh.retry_max_ms);
-        d / 2 + self.rng.gen_range(0..=d / 2)
+        self.net
+            .delay(self.w, &mut self.rng, self.now, from, to, carry)
+            .0
     }
 
     fn envelope(&mut self, author: Author, text: String, trigger: Option<&Envelope>) -> Envelope {
@@ -1092,190 +1060,26 @@ impl<'w> Sim<'w> {
         let st = &mut self.bots[to];
         st.transcript.push(env.clone());
         st.arrived.push(self.now);
-        // Brain::observe: a bot's reply to a trigger tells waiting bots it is answered.
-        if env.author.kind == AuthorKind::Bot {
-            if let Some(t) = env.reply_to {
-                st.board.answered(t, &env.author.name);
-            }
-        }
-        if self.policy == PolicyKind::Botmesh {
-            self.check_yields(to);
-        }
         match self.policy {
-            PolicyKind::Botmesh => self.consider_botmesh(to, env),
+            PolicyKind::Botmesh => unreachable!("botmesh runs in virtual_mesh"),
             PolicyKind::Xiaoba => self.consider_xiaoba(to, env),
             PolicyKind::Nanobot => self.consider_nanobot(to, env),
             PolicyKind::ReviewPanel => self.consider_panel(to, env),
         }
     }
 
-    /// `ClaimBoard::wait`, event by event: on every claim, withdrawal or answer that
-    /// reaches bot `b`, each of its waiting turns stands by behind a better claim,
-    /// re-enters after a grace when that claim is withdrawn, or yields for good once
-    /// the trigger is answered.
-    fn check_yields(&mut self, b: usize) {
-        let mut i = 0;
-        while i < self.bots[b].waiting.len() {
-            let id = self.bots[b].waiting[i];
-            if self.standing_changed(id) {
-                self.bots[b].waiting.swap_remove(i);
-            } else {
-                i += 1;
-            }
-        }
-    }
-
-    /// Applies the board's current standing to a waiting turn; true when it ended.
-    fn standing_changed(&mut self, id: usize) -> bool {
-        let b = self.tasks[id].bot;
-        let name = self.w.bots[b].name.clone();
-        let r = self.tasks[id].relevance.unwrap_or(0.0);
-        let trigger = self.tasks[id].msg.id;
-        let held = self.tasks[id].stage == Stage::Held;
-        match self.bots[b].board.standing(trigger, &name, r) {
-            Standing::Answered { bot } => {
-                let y = self.tasks[id]
-                    .behind
-                    .take()
-                    .unwrap_or(Yield::Answered { bot });
-                self.bots[b].board.set_standing_by(trigger, false);
-                self.tasks[id].done = true;
-                if held {
-                    self.tally.replies_discarded += 1;
-                }
-                self.note(
-                    b,
-                    trigger,
-                    if held { "yield_writing" } else { "yield" },
-                    y.reason(),
-                );
-                self.log(Some(b), |_| format!("  ({y:?})"));
-                self.withdraw(id);
-                true
-            }
-            Standing::Behind { bot, relevance } => {
-                if self.tasks[id].behind.is_none() {
-                    self.bots[b].board.set_standing_by(trigger, true);
-                    self.log(Some(b), |s| {
-                        format!("stands by behind {bot}'s claim on {}", s.num(&trigger))
-                    });
-                    // The stand-by ends at the latest STANDBY_MAX after the deadline.
-                    let give_up = self.tasks[id].deadline + STANDBY_MAX.as_millis() as u64;
-                    self.schedule(id, give_up);
-                }
-                self.tasks[id].behind = Some(Yield::BetterClaim { bot, relevance });
-                false
-            }
-            Standing::Clear => {
-                if self.tasks[id].behind.take().is_some() {
-                    self.bots[b].board.set_standing_by(trigger, false);
-                    let grace = grace_for(&self.w.bots[b], r).as_millis() as u64;
-                    let deadline = self.tasks[id].deadline.max(self.now + grace);
-                    self.tasks[id].deadline = deadline;
-                    self.note(b, trigger, "resume", "claim_withdrawn");
-                    self.schedule(id, deadline);
-                }
-                false
-            }
-        }
-    }
-
-    /// `turn::withdraw_claim`: drop this bot's claim and, unless the trigger is
-    /// answered already, tell every peer with a claim at relevance 0.
-    fn withdraw(&mut self, id: usize) {
-        let b = self.tasks[id].bot;
-        let trigger = self.tasks[id].msg.id;
-        let name = self.w.bots[b].name.clone();
-        if !self.bots[b].board.has_claim(trigger, &name) {
-            return;
-        }
-        self.bots[b].board.withdraw(trigger, &name);
-        if self.bots[b].board.answered_by_other(trigger, &name) {
-            return;
-        }
-        self.tally.reason("withdraw", "claim");
-        self.log(Some(b), |s| {
-            format!("withdraws its claim on {}", s.num(&trigger))
-        });
-        self.send_claim(b, trigger, WITHDRAWN);
-    }
-
-    /// Broadcasts bot `b`'s claim (or withdrawal) on `trigger` to every peer; a claim's
-    /// deliveries are tracked (`Node::broadcast_tracked`) and each peer's answer comes
-    /// back one network delay after the delivery.
-    fn send_claim(&mut self, b: usize, trigger: Ulid, relevance: f64) {
-        let name = self.w.bots[b].name.clone();
-        let tracked = relevance > WITHDRAWN;
-        if tracked {
-            self.bots[b].acks.insert(
-                trigger,
-                ClaimAckState {
-                    pending: self.w.bots.len() - 1,
-                    ..ClaimAckState::default()
-                },
-            );
-        }
-        for p in 0..self.w.bots.len() {
-            if p == b {
-                continue;
-            }
-            let (d, back) = self.link_answered(&name, &self.w.bots[p].name, Carry::Claim);
-            self.at(
-                self.now + d,
-                Event::Claim {
-                    to: p,
-                    trigger,
-                    from: name.clone(),
-                    relevance,
-                    ack_after: tracked.then_some(back),
-                },
-            );
-        }
-    }
-
-    /// A peer's answer to bot `b`'s claim on `trigger` arrives; a turn waiting on the
-    /// acknowledgements goes on once they are settled (`acks::Acks::settled`).
-    fn ack(&mut self, b: usize, trigger: Ulid, answered: Option<String>) {
-        let Some(st) = self.bots[b].acks.get_mut(&trigger) else {
-            return;
-        };
-        st.pending = st.pending.saturating_sub(1);
-        if st.answered.is_none() {
-            st.answered = answered.clone();
-        }
-        let settled = st.pending == 0 || st.answered.is_some();
-        let waiting = st.awaiting.filter(|_| settled);
-        self.log(Some(b), |s| match &answered {
-            Some(bot) => format!(
-                "ack for its claim on {}: answered by {bot}",
-                s.num(&trigger)
-            ),
-            None => format!("ack for its claim on {}", s.num(&trigger)),
-        });
-        if let Some(id) = waiting {
-            if self.tasks[id].stage == Stage::AwaitAcks && !self.tasks[id].done {
-                self.schedule(id, self.now);
-            }
-        }
-    }
-
     // --- tasks -------------------------------------------------------------
 
-    fn new_task(&mut self, bot: usize, msg: Arc<Envelope>, mentioned: bool) -> usize {
+    fn new_task(&mut self, bot: usize, msg: Arc<Envelope>) -> usize {
         self.tasks.push(Task {
             bot,
             msg,
-            mentioned,
             stage: Stage::Judge,
             verdict: Verdict {
                 speak: false,
                 relevance: 0.0,
             },
-            relevance: None,
             wait_start: 0,
-            deadline: 0,
-            behind: None,
-            everyone: false,
             gen: 0,
             done: false,
             failed: false,
@@ -1299,37 +1103,10 @@ impl<'w> Sim<'w> {
         mentioned: bool,
     ) -> Verdict {
         let name = &self.w.bots[b].name;
-        let sm = &self.w.scenario.messages[self.post_of(&msg.id).root];
-        let human = msg.author.kind == AuthorKind::Human;
-        let table = if human { &sm.judge } else { &sm.bot_judge };
-        let addressed_elsewhere =
-            !human && !mentioned && !self.post_of(&msg.id).mentioned.is_empty();
-        let base = match table.get(name) {
-            // A bot message @addressed to another bot is not this bot's to answer.
-            _ if addressed_elsewhere => Verdict {
-                speak: false,
-                relevance: 0.1,
-            },
-            Some(a) => a.verdict(),
-            None if mentioned => MENTIONED_DEFAULT,
-            None => Verdict {
-                speak: false,
-                relevance: 0.0,
-            },
-        };
         let answered = context.iter().any(|e| {
             e.author.kind == AuthorKind::Bot && &e.author.name != name && e.reply_to == Some(msg.id)
         });
-        if !answered || mentioned {
-            return base;
-        }
-        match sm.after_answer.get(name).filter(|_| human) {
-            Some(a) => a.verdict(),
-            None => Verdict {
-                speak: false,
-                relevance: base.relevance * AFTER_ANSWER_SCALE,
-            },
-        }
+        scripted_verdict(self.w, b, msg, self.post_of(&msg.id), mentioned, answered)
     }
 
     fn start_judge(&mut self, id: usize, context: &[Arc<Envelope>], rejudge: bool) {
@@ -1350,16 +1127,13 @@ impl<'w> Sim<'w> {
         } else {
             self.tally.judge_human += 1;
         }
-        let v = self.scripted(b, &msg, context, self.tasks[id].mentioned);
+        let mentioned = self.post_of(&msg.id).mentioned.contains(&b);
+        let v = self.scripted(b, &msg, context, mentioned);
         let failed = self.fails(self.w.scenario.timing.judge_fail);
         let t = &mut self.tasks[id];
         t.verdict = v;
         t.failed = failed;
-        t.stage = if rejudge {
-            Stage::Rejudge
-        } else {
-            Stage::Judge
-        };
+        t.stage = Stage::Judge;
         let lat = self.w.judge_lat[b].sample(&mut self.rng);
         self.log(Some(b), |s| {
             format!(
@@ -1424,11 +1198,10 @@ impl<'w> Sim<'w> {
                 Stage::Write => self.silent(id, "reply_failed"),
                 _ => self.silent(id, "judge_failed"),
             }
-            // turn.rs withdraws the claim of a turn that ends without posting.
-            return self.withdraw(id);
+            return;
         }
         match self.policy {
-            PolicyKind::Botmesh => self.step_botmesh(id),
+            PolicyKind::Botmesh => unreachable!("botmesh runs in virtual_mesh"),
             PolicyKind::Xiaoba => self.step_xiaoba(id),
             PolicyKind::Nanobot => self.step_nanobot(id),
             PolicyKind::ReviewPanel => self.step_panel(id),
@@ -1442,9 +1215,6 @@ impl<'w> Sim<'w> {
 
     /// Counts a decision (and traces it).
     fn note(&mut self, b: usize, trigger: Ulid, action: &str, reason: &str) {
-        if crate::turn::pipeline::passes(action, reason) {
-            self.bots[b].board.pass(trigger);
-        }
         self.tally.reason(action, reason);
         self.log(Some(b), |s| {
             format!("{}: {action}/{reason}", s.num(&trigger))
@@ -1479,24 +1249,8 @@ impl<'w> Sim<'w> {
             *c += 1;
             *c - 1
         };
+        let text = reply_text(self.w, b, root, to_bot, k);
         let me = &self.w.bots[b];
-        let sm = &self.w.scenario.messages[root];
-        let table = if to_bot { &sm.bot_reply } else { &sm.reply };
-        let text = match table.get(&me.name) {
-            Some(r) => r.pick(k).to_string(),
-            None if self.w.scenario.lang == "zh" => {
-                format!(
-                    "（{} 的回答）我来补充我这边的看法和做法，第 {} 条。",
-                    me.name,
-                    k + 1
-                )
-            }
-            None => format!(
-                "{} here: my take on this, with details ({}).",
-                me.name,
-                k + 1
-            ),
-        };
         let name = me.name.clone();
         let env = Arc::new(self.envelope(
             Author {
@@ -1520,7 +1274,6 @@ impl<'w> Sim<'w> {
         let st = &mut self.bots[b];
         st.transcript.push(env.clone());
         st.arrived.push(self.now);
-        st.board.answered(trigger.id, &name);
         for p in 0..self.w.bots.len() {
             if p == b {
                 continue;
@@ -1546,253 +1299,6 @@ impl<'w> Sim<'w> {
         (me, !me && !names.is_empty())
     }
 
-    fn recent_bots(&self, b: usize) -> usize {
-        let t = &self.bots[b].transcript;
-        recent_bot_messages(
-            t[t.len().saturating_sub(64)..].iter(),
-            self.now,
-            RATE_WINDOW_MS,
-        )
-    }
-
-    // --- botmesh: turn::consider_with and wait_turn, step by step ---------
-
-    fn consider_botmesh(&mut self, b: usize, env: Arc<Envelope>) {
-        let (mentioned, mentions_others) = self.mentioned(b, &env);
-        let me = &self.w.bots[b];
-        let d = decide(&Facts {
-            me,
-            mesh: &self.w.mesh,
-            msg: &env,
-            mentioned,
-            mentions_others,
-            quiet: false,
-            recent_bot_messages: self.recent_bots(b),
-            passed_on_parent: env.reply_to.is_some_and(|p| self.bots[b].board.passed(p)),
-        });
-        if d.reason != "own_message" {
-            self.note(b, env.id, d.action.as_str(), d.reason);
-        }
-        if d.everyone {
-            self.bots[b].board.pass(env.id); // as turn::consider_with does
-        }
-        match d.action {
-            Action::Silent => {}
-            Action::Reply => {
-                let id = self.new_task(b, env, mentioned);
-                self.start_reply(id);
-            }
-            Action::Judge => {
-                let ctx = self.context_before(b, &env.id, me.context_messages);
-                let id = self.new_task(b, env, mentioned);
-                self.tasks[id].everyone = d.everyone;
-                self.start_judge(id, &ctx, false);
-            }
-        }
-    }
-
-    fn step_botmesh(&mut self, id: usize) {
-        let b = self.tasks[id].bot;
-        let me = &self.w.bots[b];
-        let msg = self.tasks[id].msg.clone();
-        match self.tasks[id].stage {
-            Stage::Judge => {
-                let v = self.tasks[id].verdict;
-                if !v.speak || v.relevance < me.min_relevance {
-                    return self.silent(id, "judge_declined");
-                }
-                if self.tasks[id].mentioned {
-                    return self.start_reply(id);
-                }
-                // wait_turn: claim at once, broadcast it, wait the relevance-scaled delay.
-                let r = v.relevance.max(MIN_CLAIM);
-                self.tasks[id].relevance = Some(r);
-                let name = me.name.clone();
-                self.log(Some(b), |s| format!("claims {} at {r:.2}", s.num(&msg.id)));
-                self.bots[b].board.claim(msg.id, &name, r);
-                self.send_claim(b, msg.id, r);
-                let base = delay_for(&self.no_jitter[b], r, 0).as_millis() as u64;
-                let jitter = match me.jitter_ms {
-                    0 => 0,
-                    j => self.rng.gen_range(0..=j),
-                };
-                self.tasks[id].deadline = self.now + base + jitter;
-                self.start_wait(id, base + jitter);
-                if !self.tasks[id].everyone {
-                    self.bots[b].waiting.push(id);
-                    self.check_yields(b);
-                }
-            }
-            Stage::Wait => {
-                let t = &self.tasks[id];
-                if self.now < t.deadline {
-                    return; // a step scheduled for an earlier deadline
-                }
-                if let Some(y) = t.behind.clone() {
-                    if self.now >= t.deadline + STANDBY_MAX.as_millis() as u64 {
-                        // The better claimant vanished without a withdrawal: give up.
-                        self.tasks[id].done = true;
-                        self.bots[b].waiting.retain(|t| *t != id);
-                        self.bots[b].board.set_standing_by(msg.id, false);
-                        self.note(b, msg.id, "yield", y.reason());
-                        self.withdraw(id);
-                    }
-                    return; // standing by
-                }
-                self.bots[b].waiting.retain(|t| *t != id);
-                if self.tasks[id].everyone {
-                    self.note(b, msg.id, "judge", "everyone_asked");
-                    return self.start_reply(id);
-                }
-                let t = &self.bots[b].transcript;
-                let pos = t.iter().position(|e| e.id == msg.id).unwrap_or(t.len());
-                let newer: Vec<Arc<Envelope>> = t[(pos + 1).min(t.len())..]
-                    .iter()
-                    .filter(|e| e.author.name != me.name)
-                    .cloned()
-                    .collect();
-                match newer.last() {
-                    None => self.start_reply(id),
-                    Some(last) => {
-                        let mut fresh = self.context_before(b, &last.id, me.context_messages);
-                        fresh.push(last.clone());
-                        fresh.retain(|e| e.id != msg.id);
-                        self.start_judge(id, &fresh, true);
-                    }
-                }
-            }
-            Stage::Rejudge => {
-                let v = self.tasks[id].verdict;
-                if v.speak && v.relevance >= me.min_relevance {
-                    self.note(b, msg.id, "judge", "rejudged_speak");
-                    self.start_reply(id);
-                } else {
-                    self.silent(id, "rejudged_silent");
-                    self.withdraw(id);
-                }
-            }
-            Stage::Write => {
-                // The hard rules once more, then (for an interjection) the claim's
-                // acknowledgements and the commit, as turn.rs does.
-                if self.final_rules(id) {
-                    return;
-                }
-                if self.tasks[id].relevance.is_none() || self.tasks[id].everyone {
-                    return self.post(id);
-                }
-                let timeout = me.claim_ack_timeout_ms;
-                let st = self.bots[b].acks.entry(msg.id).or_default();
-                if timeout > 0 && st.pending > 0 && st.answered.is_none() {
-                    st.awaiting = Some(id);
-                    self.tasks[id].stage = Stage::AwaitAcks;
-                    self.log(Some(b), |s| {
-                        format!("waits for the acks of its claim on {}", s.num(&msg.id))
-                    });
-                    return self.schedule(id, self.now + timeout);
-                }
-                self.after_acks(id);
-            }
-            Stage::AwaitAcks => self.after_acks(id),
-            Stage::Held => {
-                let t = &self.tasks[id];
-                if self.now < t.deadline {
-                    return;
-                }
-                if let Some(y) = t.behind.clone() {
-                    if self.now >= t.deadline + STANDBY_MAX.as_millis() as u64 {
-                        self.tasks[id].done = true;
-                        self.tally.replies_discarded += 1;
-                        self.bots[b].waiting.retain(|t| *t != id);
-                        self.bots[b].board.set_standing_by(msg.id, false);
-                        self.note(b, msg.id, "yield_writing", y.reason());
-                        self.withdraw(id);
-                    }
-                    return;
-                }
-                // The better claim was withdrawn: commit what was written, rules permitting.
-                self.bots[b].waiting.retain(|t| *t != id);
-                if !self.final_rules(id) {
-                    self.commit_or_hold(id);
-                }
-            }
-        }
-    }
-
-    /// After the claim's acknowledgements (all in, or the timeout): yield if a peer
-    /// answers already, count a timeout, then commit.
-    fn after_acks(&mut self, id: usize) {
-        let b = self.tasks[id].bot;
-        let trigger = self.tasks[id].msg.id;
-        let (pending, answered) = self.bots[b]
-            .acks
-            .get(&trigger)
-            .map_or((0, None), |a| (a.pending, a.answered.clone()));
-        if let Some(bot) = answered {
-            self.bots[b].board.answered(trigger, &bot);
-            self.tasks[id].done = true;
-            self.tally.replies_discarded += 1;
-            self.note(b, trigger, "yield_writing", "already_answered");
-            self.log(Some(b), |_| format!("  ({bot} answers it, by its ack)"));
-            return self.withdraw(id);
-        }
-        if pending > 0 && self.w.bots[b].claim_ack_timeout_ms > 0 {
-            self.note(b, trigger, "post", "claim_unacked");
-        }
-        self.commit_or_hold(id);
-    }
-
-    /// `ClaimBoard::commit`: post, or hold the written reply and stand by behind a
-    /// better claim (yield if the trigger is answered).
-    fn commit_or_hold(&mut self, id: usize) {
-        let b = self.tasks[id].bot;
-        let trigger = self.tasks[id].msg.id;
-        let r = self.tasks[id].relevance.unwrap_or(0.0);
-        let name = self.w.bots[b].name.clone();
-        match self.bots[b].board.commit(trigger, &name, r) {
-            Ok(()) => self.post(id),
-            Err(_) => {
-                self.tasks[id].stage = Stage::Held;
-                self.tasks[id].deadline = self.now;
-                if !self.standing_changed(id) {
-                    self.bots[b].waiting.push(id);
-                }
-            }
-        }
-    }
-
-    /// `policy::last_check` right before posting; true when it stopped the reply. In a
-    /// round, the answers due from the bots ahead count against the cap, as in turn.rs.
-    fn final_rules(&mut self, id: usize) -> bool {
-        let b = self.tasks[id].bot;
-        let depth = self.tasks[id].msg.depth;
-        let trigger = self.tasks[id].msg.id;
-        let due = match self.tasks[id].relevance {
-            Some(r) if self.tasks[id].everyone => {
-                let ahead = self.bots[b]
-                    .board
-                    .claims_ahead(trigger, &self.w.bots[b].name, r);
-                answers_due(self.bots[b].transcript.iter(), &trigger, &ahead)
-            }
-            _ => 0,
-        };
-        let recent = self.recent_bots(b) + due;
-        let why =
-            crate::turn::policy::last_check(&self.w.mesh, false, depth, recent).map(|r| match r {
-                "max_depth" => "max_depth_final",
-                "rate_cap" => "rate_cap_final",
-                _ => "quiet_final",
-            });
-        match why {
-            Some(why) => {
-                self.tally.replies_discarded += 1;
-                self.silent(id, why);
-                self.withdraw(id);
-                true
-            }
-            None => false,
-        }
-    }
-
     // --- XiaoBa (seed 004) -------------------------------------------------
 
     fn consider_xiaoba(&mut self, b: usize, env: Arc<Envelope>) {
@@ -1800,7 +1306,7 @@ impl<'w> Sim<'w> {
             return;
         }
         let (mentioned, _) = self.mentioned(b, &env);
-        let id = self.new_task(b, env.clone(), mentioned);
+        let id = self.new_task(b, env.clone());
         if mentioned {
             // "被@则触发推理": full reasoning at once, no depth limit.
             self.note(b, env.id, "reply", "mentioned");
@@ -1834,9 +1340,6 @@ impl<'w> Sim<'w> {
                 }
                 self.start_reply(id);
             }
-            Stage::Rejudge | Stage::AwaitAcks | Stage::Held => {
-                unreachable!("xiaoba never re-judges or holds")
-            }
             Stage::Write => self.post(id),
         }
     }
@@ -1849,7 +1352,7 @@ impl<'w> Sim<'w> {
         }
         let (mentioned, _) = self.mentioned(b, &env);
         if env.author.kind == AuthorKind::Human {
-            let id = self.new_task(b, env.clone(), mentioned);
+            let id = self.new_task(b, env.clone());
             if mentioned {
                 self.note(b, env.id, "reply", "mentioned");
                 return self.start_reply(id);
@@ -1872,7 +1375,7 @@ impl<'w> Sim<'w> {
         if depth >= mesh.max_depth {
             return self.note(b, env.id, "silent", "max_bot_reply_depth");
         }
-        let id = self.new_task(b, env.clone(), mentioned);
+        let id = self.new_task(b, env.clone());
         if depth <= mesh.llm_threshold {
             self.note(b, env.id, "reply", "mentioned_shallow");
             return self.start_reply(id);
@@ -1892,7 +1395,7 @@ impl<'w> Sim<'w> {
                 }
             }
             Stage::Write => self.post(id),
-            Stage::Wait | Stage::Rejudge | Stage::AwaitAcks | Stage::Held => {
+            Stage::Wait => {
                 unreachable!("nanobot never waits")
             }
         }
@@ -1909,7 +1412,7 @@ impl<'w> Sim<'w> {
             return;
         }
         let (mentioned, _) = self.mentioned(b, &env);
-        let id = self.new_task(b, env.clone(), mentioned);
+        let id = self.new_task(b, env.clone());
         if mentioned {
             self.note(b, env.id, "reply", "mentioned");
             let ms = self.rng.gen_range(2000..=4000);
@@ -1930,102 +1433,100 @@ impl<'w> Sim<'w> {
             }
             Stage::Wait => self.start_reply(id),
             Stage::Write => self.post(id),
-            Stage::Rejudge | Stage::AwaitAcks | Stage::Held => {
-                unreachable!("the panel never re-judges or holds")
-            }
         }
     }
 
     // --- measuring ---------------------------------------------------------
 
-    fn finish(mut self) -> Tally {
-        let w = self.w;
-        let mut replies: HashMap<Ulid, Vec<usize>> = HashMap::new();
-        for (i, p) in self.posts.iter().enumerate() {
-            if let Some(t) = p.env.reply_to {
-                replies.entry(t).or_default().push(i);
-            }
-        }
-        let bot_index = |name: &str| w.bots.iter().position(|b| b.name == name);
-        let mut dup = 0u64;
-        for p in &self.posts {
-            let human = p.env.author.kind == AuthorKind::Human;
-            let sm = &w.scenario.messages[p.root];
-            if !human {
-                self.tally.longest_chain = self.tally.longest_chain.max(p.env.depth);
-                if p.env.depth > w.mesh.max_depth {
-                    self.tally.over_max_depth += 1;
-                }
-            } else {
-                self.tally.human_msgs += 1;
-            }
-            let rs: Vec<usize> = replies
-                .get(&p.env.id)
-                .map(|v| {
-                    v.iter()
-                        .filter_map(|i| bot_index(&self.posts[*i].env.author.name))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let want = if human { sm.want } else { Want::One };
-            if want == Want::One {
-                let mentioned_spoke = rs.iter().any(|b| p.mentioned.contains(b));
-                let unmentioned = rs.iter().filter(|b| !p.mentioned.contains(b)).count() as u64;
-                dup += if mentioned_spoke {
-                    unmentioned
-                } else {
-                    unmentioned.saturating_sub(1)
-                };
-            }
-            if !human {
-                continue;
-            }
-            if let Some(first) = replies.get(&p.env.id).and_then(|v| v.first()) {
-                self.tally
-                    .ttfa
-                    .push(self.posts[*first].env.sent_at - p.env.sent_at);
-            }
-            let speakers: Vec<(usize, f64)> = sm
-                .judge
-                .iter()
-                .filter_map(|(n, a)| {
-                    let v = a.verdict();
-                    (v.speak).then(|| (bot_index(n).expect("checked"), v.relevance))
-                })
-                .collect();
-            match want {
-                Want::One => {
-                    let expected: Vec<usize> = if !p.mentioned.is_empty() {
-                        p.mentioned.clone()
-                    } else {
-                        let best = speakers.iter().map(|s| s.1).fold(f64::MIN, f64::max);
-                        speakers
-                            .iter()
-                            .filter(|s| s.1 == best)
-                            .map(|s| s.0)
-                            .collect()
-                    };
-                    if expected.is_empty() {
-                        continue;
-                    }
-                    self.tally.expected += 1;
-                    match rs.first() {
-                        None => self.tally.unanswered += 1,
-                        Some(b) if expected.contains(b) => self.tally.right_first += 1,
-                        Some(_) => {}
-                    }
-                }
-                Want::All => {
-                    self.tally.all_wanted += speakers.len() as u64;
-                    self.tally.all_spoke +=
-                        speakers.iter().filter(|s| rs.contains(&s.0)).count() as u64;
-                }
-            }
-        }
-        self.tally.dup_interjections = dup;
-        self.tally.runs_with_dup = u64::from(dup > 0);
-        self.tally
+    fn finish(self) -> Tally {
+        measure(self.w, &self.posts, self.tally)
     }
+}
+
+/// Adds the measures of one run (its posts, in order) to its tally.
+fn measure(w: &World, posts: &[Post], mut tally: Tally) -> Tally {
+    let mut replies: HashMap<Ulid, Vec<usize>> = HashMap::new();
+    for (i, p) in posts.iter().enumerate() {
+        if let Some(t) = p.env.reply_to {
+            replies.entry(t).or_default().push(i);
+        }
+    }
+    let bot_index = |name: &str| w.bots.iter().position(|b| b.name == name);
+    let mut dup = 0u64;
+    for p in posts {
+        let human = p.env.author.kind == AuthorKind::Human;
+        let sm = &w.scenario.messages[p.root];
+        if !human {
+            tally.longest_chain = tally.longest_chain.max(p.env.depth);
+            if p.env.depth > w.mesh.max_depth {
+                tally.over_max_depth += 1;
+            }
+        } else {
+            tally.human_msgs += 1;
+        }
+        let rs: Vec<usize> = replies
+            .get(&p.env.id)
+            .map(|v| {
+                v.iter()
+                    .filter_map(|i| bot_index(&posts[*i].env.author.name))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let want = if human { sm.want } else { Want::One };
+        if want == Want::One {
+            let mentioned_spoke = rs.iter().any(|b| p.mentioned.contains(b));
+            let unmentioned = rs.iter().filter(|b| !p.mentioned.contains(b)).count() as u64;
+            dup += if mentioned_spoke {
+                unmentioned
+            } else {
+                unmentioned.saturating_sub(1)
+            };
+        }
+        if !human {
+            continue;
+        }
+        if let Some(first) = replies.get(&p.env.id).and_then(|v| v.first()) {
+            tally.ttfa.push(posts[*first].env.sent_at - p.env.sent_at);
+        }
+        let speakers: Vec<(usize, f64)> = sm
+            .judge
+            .iter()
+            .filter_map(|(n, a)| {
+                let v = a.verdict();
+                (v.speak).then(|| (bot_index(n).expect("checked"), v.relevance))
+            })
+            .collect();
+        match want {
+            Want::One => {
+                let expected: Vec<usize> = if !p.mentioned.is_empty() {
+                    p.mentioned.clone()
+                } else {
+                    let best = speakers.iter().map(|s| s.1).fold(f64::MIN, f64::max);
+                    speakers
+                        .iter()
+                        .filter(|s| s.1 == best)
+                        .map(|s| s.0)
+                        .collect()
+                };
+                if expected.is_empty() {
+                    continue;
+                }
+                tally.expected += 1;
+                match rs.first() {
+                    None => tally.unanswered += 1,
+                    Some(b) if expected.contains(b) => tally.right_first += 1,
+                    Some(_) => {}
+                }
+            }
+            Want::All => {
+                tally.all_wanted += speakers.len() as u64;
+                tally.all_spoke += speakers.iter().filter(|s| rs.contains(&s.0)).count() as u64;
+            }
+        }
+    }
+    tally.dup_interjections = dup;
+    tally.runs_with_dup = u64::from(dup > 0);
+    tally
 }
 
 // ---------------------------------------------------------------------------
@@ -2815,8 +2316,7 @@ cost no judge call of their own (`judge/everyone_asked`: {} turns).",
 
 const DOC_METHOD: &str = r#"## What is simulated
 
-`botmesh simulate` is a discrete-event simulation over virtual milliseconds (a heap of timed events,
-no threads, no wall clock), so one seed gives one result. Each scenario names 3–8 bots, human
+`botmesh simulate` runs in virtual milliseconds, so one seed gives one result. Each scenario names 3–8 bots, human
 messages at given times, what each bot's judge LLM would answer about each message (`speak` and
 `relevance`, optionally a different answer once the judge's prompt already shows another bot's answer),
 reply texts (which may @mention other bots, so bots talk to bots), LLM latency distributions for judge
@@ -2832,35 +2332,19 @@ drawing loss and delay afresh, until it gets through. (Before this model, the si
 claims outright, which the real mesh never does: a dropped claim there is a late one.) Relaying
 around a broken link is not modelled.
 
-Only the LLM is scripted. The decisions are the real code:
-
-- **who is mentioned**: `mention::MentionMatcher` over the bots' names and aliases (for every policy,
-  so the policies differ in turn-taking only, not in mention parsing);
-- **the hard rules**: `policy::decide` with `policy::recent_bot_messages` (depth, rate cap,
-  participation, mentions, acknowledgements), and the same rules again right before sending, as
-  `turn::consider_with` does (`policy::last_check`);
-- **the judge prompt**: `judge::build_prompt`, whose length in bytes is what the tables report;
-- **the wait**: `scheduler::delay_for` (its jitter is drawn from the run's seeded generator, same range
-  `0..=jitter_ms`, because the real function uses `thread_rng`), and each node's own
-  `scheduler::ClaimBoard`, fed by the claims, withdrawals and replies that reach it; on each of them a
-  waiting bot asks its board where it stands (`ClaimBoard::standing`), as `ClaimBoard::wait` does:
-  behind a better claim it stands by, when that claim is withdrawn it re-enters after
-  `scheduler::grace_for`, once the trigger is answered it yields for good;
-- **the rest of `wait_turn`**: after the wait, if anyone else's message arrived since the trigger, one
-  re-judge (an extra judge call) with the fresh context `turn.rs` builds; after the reply is written,
-  the rules once more; every way out that posts nothing withdraws the bot's claim
-  (`turn::withdraw_claim`); a message that asks everyone (`Decision::everyone`) skips yields, the
-  re-judge and the acknowledgements;
-- **claim acknowledgements and the commit**: every peer's answer to a claim travels back one network
-  delay after the delivery (on the same request, so the outbox is busy until it arrives) and carries
-  what the receiving node's board says at that moment, after the claim is on it:
-  `ClaimBoard::answering`, i.e. whether its bot has committed to or posted an answer. Once its reply is
-  written, a bot waits until every peer has acknowledged its claim, at most `claim_ack_timeout_ms`
-  (default 3000 ms; as `acks::ClaimAcks::wait`), yields at once if an acknowledgement says the
-  trigger is answered (`yield_writing/already_answered`), counts `post/claim_unacked` if the timeout
-  passed first, then calls `ClaimBoard::commit`: behind a better claim it holds the written reply and
-  stands by (and commits again if that claim is withdrawn); otherwise it is marked as answering and
-  posts.
+Under the botmesh policy every bot runs the production turn code itself: each simulated node is a
+`turn::Ports` (the same trait the real node implements) on tokio's paused clock, and each message it
+receives goes through `turn::triage` and `turn::act` exactly as on a node (`Node::after_append`). So
+the mention matcher, `policy::decide` and `policy::last_check`, `judge::build_prompt` (whose length in
+bytes is what the tables report), `scheduler::delay_for` (its jitter drawn from the run's seeded
+generator through `Ports::jitter_ms`), each node's own `scheduler::ClaimBoard` and its `wait`, the
+claim acknowledgements (`egress::acks::AckTracker`, `ClaimAcks::wait`), `ClaimBoard::commit`, the
+re-judge, the withdrawals and every decision's reason are the real ones. The `Ports` of a simulated
+node only carries things: its transcript, the clock, the scripted LLM (judge verdicts and reply texts
+after sampled latencies, failing at the scenario's rates) and the network above, on which each peer's
+answer to a claim travels back one network delay after the delivery and carries what the receiving
+node's board says at that moment (`Brain::answering`, as the bridge answers). The baselines are a
+discrete-event loop over the same network, mention matcher, judge prompts and scripts.
 
 Defaults unless a scenario says otherwise: `max_depth = 3`, `llm_threshold = 1`, 6 bot messages a
 minute, delays 1000–3000 ms with 150 ms jitter, `min_relevance = 0.3`, 8 messages of judge context;

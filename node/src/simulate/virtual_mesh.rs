@@ -1,0 +1,597 @@
+//! The botmesh policy in `botmesh simulate`: every bot runs the production turn code
+//! (`turn::triage`, `turn::act`, and through them the real `ClaimBoard`, claim
+//! acknowledgements, policy and judge prompt) against a virtual-time [`Ports`]:
+//! tokio's paused clock, scripted judges and replies with sampled latencies, and the
+//! scenario's network (per-link delays, drops retried with the outbox's backoff).
+//! Nothing here decides a turn: it only carries messages, claims and answers.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio_util::sync::CancellationToken;
+use ulid::Ulid;
+
+use super::{Carry, Network, Post, Tally, World, RUNAWAY_POSTS};
+use crate::config::MeshSettings;
+use crate::egress::acks::{AckTracker, ClaimAcks, PeerOutcome};
+use crate::llm::{ChatMessage, Completion, Endpoint, LlmError, Purpose, Usage};
+use crate::store::transcript::{answers_due, recent_bot_messages};
+use crate::telemetry::events::Event;
+use crate::telemetry::metrics::Metrics;
+use crate::turn::scheduler::WITHDRAWN;
+use crate::turn::{Brain, Llm, Ports, Provider};
+use crate::wire::envelope::{Author, AuthorKind, Envelope};
+
+/// What one run shares between its bots: the scenario, the random generator, the
+/// network's state, the posts so far and the tally.
+struct Run {
+    /// The scenario.
+    w: World,
+    /// Virtual time zero.
+    start: tokio::time::Instant,
+    /// Everything that changes, behind one lock (never held across an await).
+    state: Mutex<RunState>,
+    /// The bots, by index (cleared at the end of the run to drop the cycle).
+    bots: Mutex<Vec<Arc<SimBot>>>,
+    /// Cancelled when the run ends (horizon or runaway).
+    done: CancellationToken,
+}
+
+/// The changing part of a run.
+struct RunState {
+    rng: StdRng,
+    net: Network,
+    posts: Vec<Post>,
+    by_id: HashMap<Ulid, usize>,
+    tally: Tally,
+    next_id: u128,
+    /// (bot, trigger) pairs judged once already: a second call is the re-judge.
+    judged: HashSet<(usize, Ulid)>,
+    /// Replies written (successful reply calls), to count the ones thrown away.
+    written: u64,
+    trace: Option<Vec<String>>,
+}
+
+impl RunState {
+    /// [`Network::delay`] with the run's generator.
+    fn link(&mut self, w: &World, now: u64, from: &str, to: &str, carry: Carry) -> (u64, u64) {
+        self.net.delay(w, &mut self.rng, now, from, to, carry)
+    }
+}
+
+/// One bot: its brain (the production `Brain`), its transcript and its claims'
+/// acknowledgements; the [`Ports`] the turn code runs against.
+struct SimBot {
+    run: Arc<Run>,
+    idx: usize,
+    brain: Brain,
+    transcript: Mutex<Vec<Arc<Envelope>>>,
+    acks: Arc<AckTracker>,
+    stopping: CancellationToken,
+}
+
+/// Runs one scenario once under the botmesh policy; with `trace`, the event trace too.
+pub(super) fn run(w: &World, seed: u64, trace: bool) -> (Tally, Option<Vec<String>>) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime");
+    rt.block_on(run_async(w.clone(), seed, trace))
+}
+
+async fn run_async(w: World, seed: u64, trace: bool) -> (Tally, Option<Vec<String>>) {
+    let end = w.scenario.messages.last().map_or(0, |m| m.at) + w.scenario.timing.horizon_ms;
+    let run = Arc::new(Run {
+        start: tokio::time::Instant::now(),
+        state: Mutex::new(RunState {
+            rng: StdRng::seed_from_u64(seed),
+            net: Network::default(),
+            posts: Vec::new(),
+            by_id: HashMap::new(),
+            tally: Tally {
+                runs: 1,
+                ..Tally::default()
+            },
+            next_id: 1,
+            judged: HashSet::new(),
+            written: 0,
+            trace: trace.then(Vec::new),
+        }),
+        bots: Mutex::new(Vec::new()),
+        done: CancellationToken::new(),
+        w,
+    });
+    let bots: Vec<Arc<SimBot>> = (0..run.w.bots.len())
+        .map(|i| {
+            let me = run.w.bots[i].clone();
+            let colleagues = run.w.colleagues[i].clone();
+            // A remote provider: its calls come to `SimBot::complete`, scripted.
+            let provider = Provider::Remote {
+                judge: Endpoint::new("sim://judge", "scripted"),
+                reply: Endpoint::new("sim://reply", "scripted"),
+            };
+            let brain = Brain::with(
+                me,
+                colleagues,
+                &run.w.bots,
+                provider,
+                Arc::new(Metrics::new()),
+            );
+            Arc::new(SimBot {
+                run: run.clone(),
+                idx: i,
+                brain,
+                transcript: Mutex::new(Vec::new()),
+                acks: Arc::new(AckTracker::default()),
+                stopping: CancellationToken::new(),
+            })
+        })
+        .collect();
+    *run.bots.lock().expect("bots lock") = bots.clone();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..run.w.scenario.messages.len() {
+        let run = run.clone();
+        tasks.spawn(async move {
+            let at = run.w.scenario.messages[i].at;
+            tokio::time::sleep_until(run.start + Duration::from_millis(at)).await;
+            run.human(i);
+        });
+    }
+    tokio::select! {
+        biased;
+        _ = run.done.cancelled() => {}
+        _ = tokio::time::sleep_until(run.start + Duration::from_millis(end)) => {}
+    }
+    for b in &bots {
+        b.stopping.cancel();
+    }
+    run.done.cancel();
+    tasks.abort_all();
+    run.bots.lock().expect("bots lock").clear();
+    drop(bots);
+    let mut st = run.state.lock().expect("run lock");
+    let posts = std::mem::take(&mut st.posts);
+    let mut tally = std::mem::take(&mut st.tally);
+    tally.replies_discarded = st.written.saturating_sub(tally.bot_posts);
+    let trace = st.trace.take();
+    drop(st);
+    (super::measure(&run.w, &posts, tally), trace)
+}
+
+impl Run {
+    /// Virtual milliseconds since the start.
+    fn now(&self) -> u64 {
+        (tokio::time::Instant::now() - self.start).as_millis() as u64
+    }
+
+    fn bot(&self, i: usize) -> Option<Arc<SimBot>> {
+        self.bots.lock().expect("bots lock").get(i).cloned()
+    }
+
+    /// Adds a trace line, when tracing.
+    fn log(&self, st: &mut RunState, who: Option<usize>, line: impl FnOnce(&RunState) -> String) {
+        if st.trace.is_some() {
+            let who = who.map_or("", |b| self.w.bots[b].name.as_str());
+            let text = format!("{:>7} ms  {who:<8} {}", self.now(), line(st));
+            if let Some(trace) = &mut st.trace {
+                trace.push(text);
+            }
+        }
+    }
+
+    /// Records a post in the run's registry (for the measures and the scripts).
+    fn register(&self, st: &mut RunState, env: Arc<Envelope>, root: usize) {
+        let names = self.w.matcher.mentioned(&env.text, &[]);
+        let mentioned = self
+            .w
+            .bots
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| names.contains(&b.name))
+            .map(|(i, _)| i)
+            .collect();
+        st.by_id.insert(env.id, st.posts.len());
+        st.posts.push(Post {
+            env,
+            root,
+            mentioned,
+        });
+    }
+
+    /// A scripted human message is posted: every bot receives it over its link.
+    fn human(self: &Arc<Self>, i: usize) {
+        let m = &self.w.scenario.messages[i];
+        let mut st = self.state.lock().expect("run lock");
+        st.next_id += 1;
+        let id = Ulid::from_parts(self.now(), st.next_id);
+        let env = Arc::new(Envelope::message(
+            id,
+            self.now(),
+            "sim",
+            &m.from,
+            Author::human(&m.from),
+            &m.text,
+        ));
+        self.register(&mut st, env.clone(), i);
+        self.log(&mut st, None, |s| {
+            format!("{} {}: {}", num(s, &env.id), env.author.name, env.text)
+        });
+        for b in 0..self.w.bots.len() {
+            let to = self.w.bots[b].name.clone();
+            let (d, _) = st.link(&self.w, self.now(), &m.from, &to, Carry::Human);
+            self.deliver(b, env.clone(), d);
+        }
+    }
+
+    /// Delivers `env` to bot `to` after `after_ms`.
+    fn deliver(self: &Arc<Self>, to: usize, env: Arc<Envelope>, after_ms: u64) {
+        let run = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(after_ms)).await;
+            if let Some(bot) = run.bot(to) {
+                bot.receive(env);
+            }
+        });
+    }
+}
+
+/// `#k`: the k-th message posted in the run.
+fn num(st: &RunState, id: &Ulid) -> String {
+    format!("#{}", st.by_id.get(id).copied().unwrap_or(usize::MAX))
+}
+
+impl SimBot {
+    fn name(&self) -> &str {
+        &self.brain.me.name
+    }
+
+    /// A message reaches this bot: recorded once, observed, then handed to the turn
+    /// code as `Node::after_append` does (the local rules at once, a task only for a
+    /// turn to act on).
+    fn receive(self: &Arc<Self>, env: Arc<Envelope>) {
+        {
+            let mut t = self.transcript.lock().expect("transcript lock");
+            if t.iter().any(|e| e.id == env.id) {
+                return;
+            }
+            t.push(env.clone());
+        }
+        self.brain.observe(&env);
+        if self.stopping.is_cancelled() {
+            return;
+        }
+        if crate::turn::triage(&**self, &env, &[]).is_some() {
+            tokio::spawn(crate::turn::consider(self.clone(), env, Vec::new()));
+        }
+    }
+
+    /// Sends a claim (or withdrawal) to every peer; with `acks`, each peer's answer
+    /// comes back one network delay after the delivery and is reported there.
+    fn send_claim(&self, env: &Envelope, acks: Option<&Arc<AckTracker>>) {
+        let run = &self.run;
+        let env = Arc::new(env.clone());
+        let mut st = run.state.lock().expect("run lock");
+        for p in 0..run.w.bots.len() {
+            if p == self.idx {
+                continue;
+            }
+            let to = run.w.bots[p].name.clone();
+            let (d, back) = st.link(&run.w, run.now(), self.name(), &to, Carry::Claim);
+            let (run2, env, acks) = (run.clone(), env.clone(), acks.cloned());
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(d)).await;
+                let Some(peer) = run2.bot(p) else { return };
+                peer.brain.on_claim(&env);
+                {
+                    let mut st = run2.state.lock().expect("run lock");
+                    let r = env.relevance.unwrap_or(0.0);
+                    let trigger = env.reply_to.unwrap_or_default();
+                    run2.log(&mut st, Some(p), |s| {
+                        if r <= WITHDRAWN {
+                            format!(
+                                "hears {} withdraw its claim on {}",
+                                env.sender,
+                                num(s, &trigger)
+                            )
+                        } else {
+                            format!(
+                                "hears {}'s claim on {} at {r:.2}",
+                                env.sender,
+                                num(s, &trigger)
+                            )
+                        }
+                    });
+                }
+                if let Some(acks) = acks {
+                    // The bridge answers from the board, after the claim is on it.
+                    let answered = peer.brain.answering(&env);
+                    tokio::time::sleep(Duration::from_millis(back)).await;
+                    acks.report(
+                        &env.id.to_string(),
+                        peer.name(),
+                        PeerOutcome::Delivered { answered },
+                    );
+                }
+            });
+        }
+    }
+
+    /// What the scripted judge answers this bot about `msg`; `answered`: its prompt
+    /// shows another bot's answer to it.
+    fn scripted(&self, st: &RunState, msg: &Envelope, answered: bool) -> crate::llm::Verdict {
+        let w = &self.run.w;
+        let post = &st.posts[st.by_id[&msg.id]];
+        let mentioned = post.mentioned.contains(&self.idx);
+        super::scripted_verdict(w, self.idx, msg, post, mentioned, answered)
+    }
+}
+
+impl Llm for SimBot {
+    fn complete<'a>(
+        &'a self,
+        _ep: &'a Endpoint,
+        purpose: Purpose,
+        messages: &'a [ChatMessage],
+        about: &'a Envelope,
+    ) -> BoxFuture<'a, Result<Completion, LlmError>> {
+        Box::pin(async move {
+            let run = &self.run;
+            let w = &run.w;
+            let (latency, answer) = {
+                let mut st = run.state.lock().expect("run lock");
+                match purpose {
+                    Purpose::Judge => {
+                        let prompt_len = messages.iter().map(|m| m.content.len()).sum::<usize>();
+                        st.tally.prompt_bytes += prompt_len as u64;
+                        st.tally.prompts += 1;
+                        let rejudge = !st.judged.insert((self.idx, about.id));
+                        if rejudge {
+                            st.tally.rejudge += 1;
+                        } else if about.author.kind == AuthorKind::Bot {
+                            st.tally.judge_bot += 1;
+                        } else {
+                            st.tally.judge_human += 1;
+                        }
+                        // The re-judge's prompt shows what was said since the trigger.
+                        let answered =
+                            rejudge
+                                && self.transcript.lock().expect("transcript lock").iter().any(
+                                    |e| {
+                                        e.author.kind == AuthorKind::Bot
+                                            && e.author.name != self.name()
+                                            && e.reply_to == Some(about.id)
+                                    },
+                                );
+                        let v = self.scripted(&st, about, answered);
+                        let p = w.scenario.timing.judge_fail;
+                        let failed = p > 0.0 && st.rng.gen_bool(p.min(1.0));
+                        let lat = w.judge_lat[self.idx].sample(&mut st.rng);
+                        run.log(&mut st, Some(self.idx), |s| {
+                            format!(
+                                "{} {}: speak={} relevance={:.2} in {lat} ms{} ({prompt_len} B prompt)",
+                                if rejudge { "re-judges" } else { "judges" },
+                                num(s, &about.id),
+                                v.speak,
+                                v.relevance,
+                                if failed { ", FAILS" } else { "" },
+                            )
+                        });
+                        let text = serde_json::json!({"speak": v.speak, "relevance": v.relevance})
+                            .to_string();
+                        (lat, (!failed).then_some(text))
+                    }
+                    Purpose::Reply => {
+                        st.tally.reply_calls += 1;
+                        let p = w.scenario.timing.reply_fail;
+                        let failed = p > 0.0 && st.rng.gen_bool(p.min(1.0));
+                        let lat = w.reply_lat[self.idx].sample(&mut st.rng);
+                        let root = st.posts[st.by_id[&about.id]].root;
+                        let to_bot = about.author.kind == AuthorKind::Bot;
+                        // The k-th reply this bot posts in the exchange picks the k-th text.
+                        let k = st
+                            .posts
+                            .iter()
+                            .filter(|p| {
+                                p.root == root
+                                    && p.env.author.name == self.name()
+                                    && st.posts[st.by_id[&p.env.reply_to.unwrap_or_default()]]
+                                        .env
+                                        .author
+                                        .kind
+                                        == about.author.kind
+                            })
+                            .count();
+                        let text = super::reply_text(w, self.idx, root, to_bot, k);
+                        run.log(&mut st, Some(self.idx), |s| {
+                            format!(
+                                "writes a reply to {} ({lat} ms){}",
+                                num(s, &about.id),
+                                if failed { ", FAILS" } else { "" }
+                            )
+                        });
+                        (lat, (!failed).then_some(text))
+                    }
+                }
+            };
+            tokio::time::sleep(Duration::from_millis(latency)).await;
+            let text = answer.ok_or(LlmError::Timeout)?;
+            if purpose == Purpose::Reply {
+                run.state.lock().expect("run lock").written += 1;
+            }
+            Ok(Completion {
+                text,
+                usage: Usage::default(),
+                attempts: 1,
+            })
+        })
+    }
+}
+
+impl Ports for SimBot {
+    fn brain(&self) -> &Brain {
+        &self.brain
+    }
+
+    fn mesh(&self) -> &MeshSettings {
+        &self.run.w.mesh
+    }
+
+    fn llm(&self) -> &dyn Llm {
+        self
+    }
+
+    fn now_millis(&self) -> u64 {
+        self.run.now()
+    }
+
+    fn new_id(&self) -> Ulid {
+        let mut st = self.run.state.lock().expect("run lock");
+        st.next_id += 1;
+        Ulid::from_parts(self.run.now(), st.next_id)
+    }
+
+    fn jitter_ms(&self, max_ms: u64) -> u64 {
+        match max_ms {
+            0 => 0,
+            m => self
+                .run
+                .state
+                .lock()
+                .expect("run lock")
+                .rng
+                .gen_range(0..=m),
+        }
+    }
+
+    fn recent(&self, _group: &str, limit: usize) -> Vec<Arc<Envelope>> {
+        let t = self.transcript.lock().expect("transcript lock");
+        t[t.len().saturating_sub(limit)..].to_vec()
+    }
+
+    fn since(&self, _group: &str, id: &Ulid) -> Vec<Arc<Envelope>> {
+        let t = self.transcript.lock().expect("transcript lock");
+        match t.iter().position(|e| &e.id == id) {
+            Some(i) => t[i + 1..].to_vec(),
+            None => Vec::new(),
+        }
+    }
+
+    fn bot_messages_and_due(
+        &self,
+        _group: &str,
+        limit: usize,
+        now_ms: u64,
+        window_ms: u64,
+        trigger: &Ulid,
+        ahead: &[String],
+    ) -> (usize, usize) {
+        let t = self.transcript.lock().expect("transcript lock");
+        let start = t.len().saturating_sub(limit);
+        (
+            recent_bot_messages(t[start..].iter(), now_ms, window_ms),
+            answers_due(t.iter(), trigger, ahead),
+        )
+    }
+
+    fn quiet(&self) -> bool {
+        false
+    }
+
+    fn stopping(&self) -> &CancellationToken {
+        &self.stopping
+    }
+
+    fn broadcast(&self, env: &Envelope) {
+        if env.relevance.is_some_and(|r| r <= WITHDRAWN) {
+            let mut st = self.run.state.lock().expect("run lock");
+            st.tally.reason("withdraw", "claim");
+            let trigger = env.reply_to.unwrap_or_default();
+            self.run.log(&mut st, Some(self.idx), |s| {
+                format!("withdraws its claim on {}", num(s, &trigger))
+            });
+        }
+        self.send_claim(env, None);
+    }
+
+    fn broadcast_tracked(&self, env: &Envelope) -> ClaimAcks {
+        let peers = (0..self.run.w.bots.len())
+            .filter(|p| *p != self.idx)
+            .map(|p| self.run.w.bots[p].name.clone())
+            .collect();
+        let acks = self.acks.track(&env.id.to_string(), peers);
+        {
+            let mut st = self.run.state.lock().expect("run lock");
+            let (trigger, r) = (
+                env.reply_to.unwrap_or_default(),
+                env.relevance.unwrap_or(0.0),
+            );
+            self.run.log(&mut st, Some(self.idx), |s| {
+                format!("claims {} at {r:.2}", num(s, &trigger))
+            });
+        }
+        self.send_claim(env, Some(&self.acks));
+        acks
+    }
+
+    fn publish(self: Arc<Self>, env: Envelope) -> BoxFuture<'static, Result<(), String>> {
+        Box::pin(async move {
+            let env = Arc::new(env);
+            let run = self.run.clone();
+            let mut st = run.state.lock().expect("run lock");
+            let trigger = env.reply_to.unwrap_or_default();
+            let root = st.by_id.get(&trigger).map_or(0, |i| st.posts[*i].root);
+            run.register(&mut st, env.clone(), root);
+            st.tally.bot_posts += 1;
+            run.log(&mut st, Some(self.idx), |s| {
+                format!(
+                    "{} posts (reply to {}, depth {}): {}",
+                    num(s, &env.id),
+                    num(s, &trigger),
+                    env.depth,
+                    env.text
+                )
+            });
+            if st.tally.bot_posts as usize >= RUNAWAY_POSTS {
+                st.tally.runaway_runs = 1;
+                run.log(&mut st, None, |_| {
+                    format!("stopped: {RUNAWAY_POSTS} bot messages")
+                });
+                run.done.cancel();
+            }
+            for p in 0..run.w.bots.len() {
+                if p == self.idx {
+                    continue;
+                }
+                let to = run.w.bots[p].name.clone();
+                let (d, _) = st.link(&run.w, run.now(), self.name(), &to, Carry::Message);
+                run.deliver(p, env.clone(), d);
+            }
+            drop(st);
+            // Recorded as `Node::publish` records: the bot's own message, observed.
+            self.receive(env);
+            Ok(())
+        })
+    }
+
+    fn event(&self, event: Event) {
+        if let Event::Decision {
+            action,
+            reason,
+            trigger,
+            ..
+        } = event
+        {
+            let mut st = self.run.state.lock().expect("run lock");
+            st.tally.reason(&action, &reason);
+            let id = Ulid::from_string(&trigger).unwrap_or_default();
+            self.run.log(&mut st, Some(self.idx), |s| {
+                format!("{}: {action}/{reason}", num(s, &id))
+            });
+        }
+    }
+}
