@@ -599,6 +599,10 @@ impl Sink for NodeSink {
             .transcripts
             .contains(group, &ulid::Ulid::nil(), Some(platform_msg_id))
     }
+
+    fn message(&self, group: &str, id: &ulid::Ulid) -> Option<Arc<Envelope>> {
+        self.0.transcripts.get(group, id)
+    }
 }
 
 /// The node as the turn code sees it ([`Ports`]).

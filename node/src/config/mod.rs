@@ -251,6 +251,8 @@ pub enum Platform {
     Local,
     /// Feishu/Lark delivers humans' messages to the bot itself.
     Feishu,
+    /// Discord: the gateway delivers every message of the bot's channels (docs/discord.md).
+    Discord,
 }
 
 /// When a bot takes part in a conversation.
@@ -321,6 +323,52 @@ impl FeishuIds {
     }
 }
 
+/// Discord's REST API base URL (v10).
+pub const DISCORD_API_BASE_URL: &str = "https://discord.com/api/v10";
+
+/// `[bots.discord]`: a Discord bot's identity and where it talks (see docs/discord.md).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiscordSettings {
+    /// Env var holding the bot token (never the token itself: secrets stay out of the file).
+    #[serde(default)]
+    pub token_env: Option<String>,
+    /// The channel that is the mesh's `[mesh].group`; messages in other channels the
+    /// bot can read become groups named by the channel id.
+    #[serde(default)]
+    pub channel_id: Option<String>,
+    /// The bot's own user id (a snowflake), checked against `GET /users/@me` at start:
+    /// how its own messages and mentions of it are recognised.
+    #[serde(default)]
+    pub user_id: Option<String>,
+    /// Colleagues' user ids, bot name → snowflake, for real `<@id>` mentions and to
+    /// recognise their messages (else a colleague's own `[bots.discord].user_id`).
+    #[serde(default)]
+    pub peer_user_ids: HashMap<String, String>,
+    /// REST base URL; Discord's v10 API unless a test points it at a stand-in.
+    #[serde(default)]
+    pub api_base_url: Option<String>,
+    /// Gateway URL used instead of the one `GET /gateway/bot` returns (a stand-in).
+    #[serde(default)]
+    pub gateway_url: Option<String>,
+}
+
+impl DiscordSettings {
+    /// The REST base URL without a trailing `/`.
+    pub fn api_base_url(&self) -> String {
+        self.api_base_url
+            .as_deref()
+            .unwrap_or(DISCORD_API_BASE_URL)
+            .trim_end_matches('/')
+            .to_string()
+    }
+}
+
+/// Whether `s` looks like a Discord snowflake: 1 to 20 ASCII digits.
+pub fn is_snowflake(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit())
+}
+
 /// Sidecar mode: hand each turn to an external bot instead of the built-in reply.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -376,6 +424,9 @@ pub struct BotSettings {
     /// Feishu ids.
     #[serde(default)]
     pub feishu: Option<FeishuIds>,
+    /// Discord ids and token variable (`platform = "discord"`, or a colleague's user id).
+    #[serde(default)]
+    pub discord: Option<DiscordSettings>,
     /// When it takes part.
     #[serde(default)]
     pub participation: Participation,
@@ -723,6 +774,15 @@ impl Settings {
             if let Some(f) = &b.feishu {
                 self.validate_feishu(i, b, f)?;
             }
+            if b.platform == Platform::Discord && b.discord.is_none() {
+                return Err(self.err(
+                    at("discord"),
+                    "a discord bot needs a [bots.discord] table (token_env, channel_id, user_id)",
+                ));
+            }
+            if let Some(d) = &b.discord {
+                self.validate_discord(i, b, d)?;
+            }
             if let Some(a) = &b.agent {
                 check_url(&a.webhook).map_err(|p| self.err(at("agent.webhook"), p))?;
             }
@@ -772,6 +832,91 @@ impl Settings {
         }
         if f.chat_id.as_deref().is_some_and(|c| c.trim().is_empty()) {
             return Err(self.err(at("chat_id"), "must not be empty (a chat_id like oc_…)"));
+        }
+        Ok(())
+    }
+
+    /// `bots[i].discord`: what a discord bot needs, and well-formed ids and URLs.
+    fn validate_discord(
+        &self,
+        i: usize,
+        b: &BotSettings,
+        d: &DiscordSettings,
+    ) -> Result<(), ConfigError> {
+        let at = |k: &str| format!("bots[{i}].discord.{k}");
+        if let Some(url) = &d.api_base_url {
+            check_url(url).map_err(|p| self.err(at("api_base_url"), p))?;
+        }
+        if let Some(url) = &d.gateway_url {
+            let rest = url
+                .strip_prefix("ws://")
+                .or_else(|| url.strip_prefix("wss://"))
+                .filter(|r| !r.is_empty() && !r.starts_with('/'));
+            if rest.is_none() || reqwest::Url::parse(url).is_err() {
+                return Err(self.err(
+                    at("gateway_url"),
+                    format!("{url:?} must be a ws:// or wss:// URL with a host"),
+                ));
+            }
+        }
+        for (key, value) in [("channel_id", &d.channel_id), ("user_id", &d.user_id)] {
+            if let Some(v) = value {
+                if !is_snowflake(v.trim()) {
+                    return Err(self.err(
+                        at(key),
+                        format!(
+                            "{v:?} is not a Discord id (digits only: Developer Mode → Copy ID)"
+                        ),
+                    ));
+                }
+            }
+        }
+        let mut seen: HashMap<&str, &str> = HashMap::new();
+        if let Some(own) = &d.user_id {
+            seen.insert(own.trim(), b.name.as_str());
+        }
+        let mut peers: Vec<(&String, &String)> = d.peer_user_ids.iter().collect();
+        peers.sort();
+        for (peer, id) in peers {
+            let key = at(&format!("peer_user_ids.{peer}"));
+            match self.bot(peer) {
+                None => return Err(self.err(key, format!("{peer:?} is not a bot of this mesh"))),
+                Some((j, _)) if j == i => {
+                    return Err(self.err(key, "a bot's own id goes in discord.user_id"));
+                }
+                _ => {}
+            }
+            if !is_snowflake(id.trim()) {
+                return Err(self.err(
+                    key,
+                    format!("{id:?} is not a Discord user id (digits only)"),
+                ));
+            }
+            if let Some(other) = seen.insert(id.trim(), peer.as_str()) {
+                return Err(self.err(key, format!("{id} is already the id of {other}")));
+            }
+        }
+        if b.platform != Platform::Discord {
+            return Ok(());
+        }
+        let blank = |v: &Option<String>| v.as_deref().is_none_or(|v| v.trim().is_empty());
+        if blank(&d.token_env) {
+            return Err(self.err(
+                at("token_env"),
+                "a discord bot needs the env var holding its bot token",
+            ));
+        }
+        if blank(&d.channel_id) {
+            return Err(self.err(
+                at("channel_id"),
+                "a discord bot needs the id of the channel that is [mesh].group",
+            ));
+        }
+        if blank(&d.user_id) {
+            return Err(self.err(
+                at("user_id"),
+                "a discord bot needs its own user id (the application's bot user)",
+            ));
         }
         Ok(())
     }
@@ -904,6 +1049,8 @@ pub struct NodeConfig {
     pub llm_keys: HashMap<String, String>,
     /// The Feishu app's secrets, for a bot whose platform is `feishu`.
     pub feishu: Option<FeishuSecrets>,
+    /// The bot token, for a bot whose platform is `discord`.
+    pub discord: Option<DiscordSecrets>,
     /// The Redis server's URL, when this bot's transport is `redis`.
     pub redis_url: Option<String>,
 }
@@ -917,6 +1064,19 @@ pub struct FeishuSecrets {
     pub verification_token: Option<String>,
     /// Encrypt Key, when configured.
     pub encrypt_key: Option<String>,
+}
+
+/// A discord bot's secret, read from the variable `[bots.discord].token_env` names.
+#[derive(Clone)]
+pub struct DiscordSecrets {
+    /// The bot token (sent as `Authorization: Bot …` and in IDENTIFY).
+    pub token: String,
+}
+
+impl std::fmt::Debug for DiscordSecrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiscordSecrets").finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for FeishuSecrets {
@@ -1154,6 +1314,25 @@ impl NodeConfig {
             Some(f) if secrets => Some(feishu_secrets(&settings, me, f, env)?),
             _ => None,
         };
+        let discord = match bot
+            .discord
+            .as_ref()
+            .filter(|_| bot.platform == Platform::Discord)
+        {
+            Some(d) if secrets => {
+                let var = d.token_env.clone().unwrap_or_default();
+                let token = env.var(&var).filter(|t| !t.trim().is_empty()).ok_or_else(|| {
+                    settings.err(
+                        at("discord.token_env"),
+                        format!("environment variable {var} is not set (it must hold the bot token)"),
+                    )
+                })?;
+                Some(DiscordSecrets {
+                    token: token.trim().to_string(),
+                })
+            }
+            _ => None,
+        };
         let redis_url = if settings.transport_of(&bot) == Transport::Redis {
             let url = match &settings.redis.url_env {
                 Some(var) => match env.var(var) {
@@ -1191,6 +1370,7 @@ impl NodeConfig {
             api_addr,
             llm_keys,
             feishu,
+            discord,
         })
     }
 

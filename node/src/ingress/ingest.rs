@@ -62,6 +62,10 @@ pub trait Sink: Send + Sync + 'static {
     /// Whether `group` already holds the message with this platform message id (a
     /// colleague's message seen on the platform after its bridge copy).
     fn has_platform_msg(&self, group: &str, platform_msg_id: &str) -> bool;
+
+    /// One recorded message of `group` by id (what an adapter needs to answer it on
+    /// its platform: the platform's id of the message answered).
+    fn message(&self, group: &str, id: &ulid::Ulid) -> Option<Arc<Envelope>>;
 }
 
 /// Who may carry human messages over the bridge, and whether this node ignores

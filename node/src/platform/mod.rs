@@ -10,7 +10,9 @@
 //!
 //! - [`local`] — the mesh is the chat: people post through the page or the API.
 //! - [`feishu`] — Feishu/Lark event callbacks in, messages with real `<at>` out.
+//! - [`discord`] — the Discord gateway in, messages with real `<@id>` out.
 
+pub mod discord;
 pub mod feishu;
 pub mod local;
 
@@ -97,6 +99,7 @@ pub fn visibility_of(kind: Platform) -> Visibility {
     match kind {
         Platform::Local => local::VISIBILITY,
         Platform::Feishu => feishu::VISIBILITY,
+        Platform::Discord => discord::VISIBILITY,
     }
 }
 
@@ -118,5 +121,6 @@ pub fn build(cfg: &NodeConfig) -> anyhow::Result<Arc<dyn ChatPlatform>> {
     Ok(match cfg.bot().platform {
         Platform::Local => Arc::new(local::Local),
         Platform::Feishu => Arc::new(feishu::Feishu::from_config(cfg)?),
+        Platform::Discord => Arc::new(discord::Discord::from_config(cfg)?),
     })
 }

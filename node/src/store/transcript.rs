@@ -81,8 +81,8 @@ impl GroupLog {
         self.ids.contains(&env.id)
             || env
                 .platform_msg_id
-                .as_ref()
-                .is_some_and(|p| self.platform_ids.contains(p))
+                .as_deref()
+                .is_some_and(|p| platform_ids(p).any(|p| self.platform_ids.contains(p)))
     }
     /// [`recent_bot_messages`] over the last `limit` messages, in place.
     fn recent_bot_messages(&self, limit: usize, now_ms: u64, window_ms: u64) -> usize {
@@ -92,7 +92,8 @@ impl GroupLog {
     fn push(&mut self, env: Arc<Envelope>) {
         self.ids.insert(env.id);
         if let Some(p) = &env.platform_msg_id {
-            self.platform_ids.insert(p.clone());
+            self.platform_ids
+                .extend(platform_ids(p).map(str::to_string));
         }
         self.recent.push_back(env);
         if self.recent.len() > MEMORY_MESSAGES {
@@ -102,10 +103,19 @@ impl GroupLog {
     fn remove(&mut self, env: &Envelope) {
         self.ids.remove(&env.id);
         if let Some(p) = &env.platform_msg_id {
-            self.platform_ids.remove(p);
+            for p in platform_ids(p) {
+                self.platform_ids.remove(p);
+            }
         }
         self.recent.retain(|e| e.id != env.id);
     }
+}
+
+/// The platform ids one `platform_msg_id` holds: one, or several separated by spaces
+/// when the platform split a long message into parts (Discord's 2,000 characters).
+/// Each is indexed, so a part seen on the platform finds the message it belongs to.
+pub fn platform_ids(platform_msg_id: &str) -> impl Iterator<Item = &str> {
+    platform_msg_id.split_ascii_whitespace()
 }
 
 struct WriteJob {

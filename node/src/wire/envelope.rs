@@ -105,8 +105,9 @@ pub struct Envelope {
     /// The human message that started this exchange.
     #[serde(default)]
     pub root: Option<Ulid>,
-    /// The platform's own message id (Feishu `om_…`), so a message seen on the platform
-    /// and on the bridge is processed once.
+    /// The platform's own message id (Feishu `om_…`, a Discord snowflake), so a message
+    /// seen on the platform and on the bridge is processed once. A message the platform
+    /// took in several parts carries each part's id, separated by spaces.
     #[serde(default)]
     pub platform_msg_id: Option<String>,
     /// Sender's clock when the envelope was created, unix milliseconds.

@@ -1,0 +1,700 @@
+//! Discord: the gateway in, `POST /channels/{id}/messages` with real `<@id>` mentions
+//! out (docs/discord.md).
+//!
+//! - [`gateway`] — the v10 gateway session: heartbeats, resume, close codes.
+//! - [`rest`] — `GET /users/@me`, `GET /gateway/bot`, posting; rate limits; splitting.
+//!
+//! # Start
+//!
+//! `GET /users/@me` is compared with `discord.user_id` (a mismatch is logged: mentions
+//! of this bot would be missed; a rejected token stops the adapter with that error),
+//! the gateway URL comes from `GET /gateway/bot` (or `discord.gateway_url`), and the
+//! gateway session runs until the node stops.
+//!
+//! # Inbound: MESSAGE_CREATE
+//!
+//! Messages in guild channels become transcript entries; the configured channel is
+//! `[mesh].group`, any other channel the bot reads is the group named by its id.
+//! Direct messages and system messages (joins, pins) are ignored.
+//!
+//! - A person's message: a human envelope (depth 0, `platform_msg_id` = the message
+//!   id) under their display name (server nickname, else global name, else username),
+//!   recorded and never broadcast (every bot reads Discord itself). `<@id>` / `<@!id>`
+//!   of a mesh bot becomes `@Name`; of anyone else `<at user_id="id">Name</at>`, a tag
+//!   that names no bot even when the person is called like one; a role mention
+//!   (`<@&id>`) becomes `@everyone`, so that it, `@everyone` and `@here` ask every bot.
+//! - A colleague's message arrives twice, on Discord and over the bridge, whose copy
+//!   carries depth and reply_to and the Discord id as `platform_msg_id`. If the bridge
+//!   copy is already recorded, the Discord copy is dropped; otherwise it waits up to
+//!   [`BRIDGE_GRACE`] for it and, failing that, is recorded as context nobody answers
+//!   (depth = max_depth). Either order ends with one entry.
+//! - This bot's own messages are ignored; other bots and webhooks are context.
+//! - MESSAGE_UPDATE and MESSAGE_DELETE are logged: a message is judged once.
+//!
+//! # Outbound
+//!
+//! `@Colleague` becomes `<@id>`; `allowed_mentions` lets exactly the colleagues named
+//! and the author of the message answered be pinged (never `@everyone` or roles);
+//! `message_reference` points at the message answered; text over 2,000 characters
+//! goes in parts cut at paragraph, line or sentence boundaries, and the envelope's
+//! `platform_msg_id` lists every part's id (so colleagues recognise each part).
+
+pub mod gateway;
+pub mod rest;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use serde::Deserialize;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use ulid::Ulid;
+
+use crate::config::{is_snowflake, NodeConfig, Platform};
+use crate::ingress::ingest::{Arrival, Ingest};
+use crate::platform::{ChatPlatform, PostError, Visibility};
+use crate::store::transcript::{platform_ids, Appended};
+use crate::turn::mention::MentionMatcher;
+use crate::wire::envelope::{Author, AuthorKind, Envelope, Kind};
+use futures_util::future::BoxFuture;
+
+use gateway::{Connector, Dispatch, Gateway, WsConnector};
+use rest::{AllowedMentions, CreateMessage, MessageReference, RestClient, RestError};
+
+/// Discord shows every message of a channel to every bot in it, bots' included.
+pub const VISIBILITY: Visibility = Visibility {
+    humans_reach_every_bot: true,
+    bots_see_bots: true,
+};
+
+/// How long a Discord copy of a colleague's message waits for its bridge copy.
+pub const BRIDGE_GRACE: Duration = Duration::from_secs(10);
+/// Authors of recent messages remembered (to ping the person answered).
+pub const AUTHOR_MEMORY: usize = 10_000;
+/// Discord's epoch (2015-01-01) in unix milliseconds: a snowflake's top 42 bits
+/// count milliseconds from it.
+pub const DISCORD_EPOCH_MS: u64 = 1_420_070_400_000;
+
+/// When a snowflake was made, unix milliseconds.
+pub fn snowflake_millis(id: &str) -> Option<u64> {
+    id.parse::<u64>().ok().map(|v| (v >> 22) + DISCORD_EPOCH_MS)
+}
+
+/// A server member's guild-specific fields (MESSAGE_CREATE's `member`).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Member {
+    /// The server nickname.
+    #[serde(default)]
+    pub nick: Option<String>,
+}
+
+/// A user in a message (author or mention), with the member fields Discord adds.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct MessageUser {
+    /// Snowflake.
+    pub id: String,
+    /// Username.
+    #[serde(default)]
+    pub username: String,
+    /// Display name.
+    #[serde(default)]
+    pub global_name: Option<String>,
+    /// Bot account.
+    #[serde(default)]
+    pub bot: Option<bool>,
+    /// Guild member fields (in `mentions[]`).
+    #[serde(default)]
+    pub member: Option<Member>,
+}
+
+impl MessageUser {
+    /// Nickname, else global name, else username.
+    pub fn display_name(&self, member: Option<&Member>) -> String {
+        member
+            .or(self.member.as_ref())
+            .and_then(|m| m.nick.as_deref())
+            .or(self.global_name.as_deref())
+            .filter(|n| !n.trim().is_empty())
+            .unwrap_or(&self.username)
+            .to_string()
+    }
+}
+
+/// The fields of a MESSAGE_CREATE the mesh uses (Discord's message object plus the
+/// gateway's `guild_id` and `member`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct MessageCreate {
+    /// Message id.
+    pub id: String,
+    /// Channel.
+    pub channel_id: String,
+    /// Absent in direct messages.
+    #[serde(default)]
+    pub guild_id: Option<String>,
+    /// Who wrote it.
+    pub author: MessageUser,
+    /// The author's member fields.
+    #[serde(default)]
+    pub member: Option<Member>,
+    /// Text (empty without the MESSAGE_CONTENT intent).
+    #[serde(default)]
+    pub content: String,
+    /// Users mentioned, with their member fields.
+    #[serde(default)]
+    pub mentions: Vec<MessageUser>,
+    /// Roles mentioned.
+    #[serde(default)]
+    pub mention_roles: Vec<String>,
+    /// `@everyone` / `@here` used.
+    #[serde(default)]
+    pub mention_everyone: bool,
+    /// Message type: 0 default, 19 reply; the rest are system messages.
+    #[serde(default, rename = "type")]
+    pub kind: u8,
+    /// Set for messages posted by a webhook.
+    #[serde(default)]
+    pub webhook_id: Option<String>,
+}
+
+/// A bounded map of message id → author id, oldest forgotten first.
+#[derive(Default)]
+struct Authors {
+    map: HashMap<String, String>,
+    order: VecDeque<String>,
+}
+
+impl Authors {
+    fn insert(&mut self, msg: &str, author: &str) {
+        if self
+            .map
+            .insert(msg.to_string(), author.to_string())
+            .is_none()
+        {
+            self.order.push_back(msg.to_string());
+        }
+        while self.order.len() > AUTHOR_MEMORY {
+            if let Some(old) = self.order.pop_front() {
+                self.map.remove(&old);
+            }
+        }
+    }
+}
+
+/// A discord bot's platform state.
+pub struct Discord {
+    /// The REST client.
+    pub rest: RestClient,
+    token: String,
+    me: String,
+    user_id: String,
+    channel_id: String,
+    mesh_group: String,
+    max_depth: u32,
+    gateway_url: Option<String>,
+    /// User id → bot name (this bot and the colleagues).
+    bots_by_user_id: HashMap<String, String>,
+    /// Colleague → user id.
+    peer_user_ids: HashMap<String, String>,
+    matcher: MentionMatcher,
+    authors: Mutex<Authors>,
+    connector: Arc<dyn Connector>,
+    ingest: OnceLock<Ingest>,
+}
+
+impl std::fmt::Debug for Discord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Discord")
+            .field("bot", &self.me)
+            .field("user_id", &self.user_id)
+            .field("rest", &self.rest)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChatPlatform for Discord {
+    fn name(&self) -> &'static str {
+        "discord"
+    }
+
+    fn visibility(&self) -> Visibility {
+        VISIBILITY
+    }
+
+    fn should_post(&self, env: &Envelope) -> bool {
+        env.kind == Kind::Message
+            && env.author.kind == AuthorKind::Bot
+            && env.author.name == self.me
+            && env.platform_msg_id.is_none()
+    }
+
+    fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
+        Box::pin(async move {
+            Discord::post(self, env)
+                .await
+                .map_err(|e| PostError(e.to_string()))
+        })
+    }
+
+    fn start(self: Arc<Self>, ingest: Ingest) -> Option<BoxFuture<'static, ()>> {
+        let _ = self.ingest.set(ingest.clone());
+        Some(Box::pin(async move { self.run(ingest).await }))
+    }
+
+    fn cache_sizes(&self) -> Vec<(&'static str, usize)> {
+        vec![(
+            "discord_authors",
+            self.authors.lock().expect("authors lock").map.len(),
+        )]
+    }
+}
+
+/// Why a post failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PostFailure {
+    /// The group is neither the mesh group nor a channel id.
+    #[error("group {0:?} maps to no discord channel (discord.channel_id is [mesh].group)")]
+    NoChannel(String),
+    /// Discord refused or could not be reached.
+    #[error(transparent)]
+    Rest(#[from] RestError),
+}
+
+impl Discord {
+    /// The Discord side of `cfg`'s bot (an error when its platform is not discord).
+    pub fn from_config(cfg: &NodeConfig) -> anyhow::Result<Discord> {
+        Self::with_connector(cfg, Arc::new(WsConnector))
+    }
+
+    /// [`Discord::from_config`] with another socket (tests).
+    pub fn with_connector(
+        cfg: &NodeConfig,
+        connector: Arc<dyn Connector>,
+    ) -> anyhow::Result<Discord> {
+        let bot = cfg.bot();
+        if bot.platform != Platform::Discord {
+            anyhow::bail!("bot {} is not on discord", bot.name);
+        }
+        let d = bot.discord.as_ref().ok_or_else(|| {
+            anyhow::anyhow!(
+                "bot {} is on discord but has no [bots.discord] table",
+                bot.name
+            )
+        })?;
+        let token = cfg
+            .discord
+            .as_ref()
+            .ok_or_else(|| {
+                anyhow::anyhow!("bot {} is on discord but its token was not read", bot.name)
+            })?
+            .token
+            .clone();
+        let user_id = d.user_id.clone().unwrap_or_default().trim().to_string();
+        let mut peer_user_ids = HashMap::new();
+        let mut bots_by_user_id = HashMap::new();
+        bots_by_user_id.insert(user_id.clone(), bot.name.clone());
+        for p in cfg.peers() {
+            let id = d
+                .peer_user_ids
+                .get(&p.name)
+                .or_else(|| p.discord.as_ref().and_then(|pd| pd.user_id.as_ref()));
+            if let Some(id) = id {
+                peer_user_ids.insert(p.name.clone(), id.trim().to_string());
+                bots_by_user_id.insert(id.trim().to_string(), p.name.clone());
+            }
+        }
+        let missing: Vec<&str> = cfg
+            .peers()
+            .map(|p| p.name.as_str())
+            .filter(|p| !peer_user_ids.contains_key(*p))
+            .collect();
+        if !missing.is_empty() {
+            tracing::info!(bot = %bot.name, peers = ?missing, "no discord user id for these colleagues: @mentions of them stay plain text on discord");
+        }
+        Ok(Discord {
+            rest: RestClient::new(&d.api_base_url(), &token, rest::RetryPolicy::default())?,
+            token,
+            me: bot.name.clone(),
+            user_id,
+            channel_id: d.channel_id.clone().unwrap_or_default().trim().to_string(),
+            mesh_group: cfg.mesh().group.clone(),
+            max_depth: cfg.mesh().max_depth,
+            gateway_url: d.gateway_url.clone(),
+            bots_by_user_id,
+            peer_user_ids,
+            matcher: MentionMatcher::new(&crate::turn::roster(&cfg.settings.bots)),
+            authors: Mutex::new(Authors::default()),
+            connector,
+            ingest: OnceLock::new(),
+        })
+    }
+
+    /// The group a channel's messages belong to.
+    pub fn group_for_channel(&self, channel_id: &str) -> String {
+        if channel_id == self.channel_id {
+            self.mesh_group.clone()
+        } else {
+            channel_id.to_string()
+        }
+    }
+
+    /// The channel a group's messages go to.
+    pub fn channel_for_group(&self, group: &str) -> Option<String> {
+        if group == self.mesh_group {
+            Some(self.channel_id.clone())
+        } else if is_snowflake(group) {
+            Some(group.to_string())
+        } else {
+            None
+        }
+    }
+
+    /// The adapter's life: identity check, gateway URL, then the session until the
+    /// node stops (or a close code that retrying cannot fix).
+    async fn run(self: Arc<Self>, ingest: Ingest) {
+        let cancel = ingest.accepting.clone();
+        match self.rest.current_user().await {
+            Ok(u) if u.id == self.user_id => {
+                tracing::info!(bot = %self.me, user = %u.username, user_id = %u.id, "discord identity confirmed");
+            }
+            Ok(u) => {
+                tracing::error!(bot = %self.me, configured = %self.user_id, actual = %u.id, user = %u.username, "discord.user_id in peers.toml differs from the token's bot user (GET /users/@me): its own messages and mentions of it would be misread; fix discord.user_id");
+            }
+            Err(RestError::Unauthorized) => {
+                tracing::error!(bot = %self.me, "discord rejected the bot token (GET /users/@me answered 401): set discord.token_env to the bot's current token; discord is stopped for this node");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(bot = %self.me, error = %e, "could not read the discord bot user (continuing)");
+            }
+        }
+        let url = match &self.gateway_url {
+            Some(u) => u.clone(),
+            None => {
+                let mut attempt = 0u32;
+                loop {
+                    match self.rest.gateway_bot().await {
+                        Ok(g) => break g.url,
+                        Err(RestError::Unauthorized) => {
+                            tracing::error!(bot = %self.me, "discord rejected the bot token (GET /gateway/bot answered 401); discord is stopped for this node");
+                            return;
+                        }
+                        Err(e) => {
+                            attempt += 1;
+                            let wait = Duration::from_secs(1 << attempt.min(6));
+                            tracing::warn!(bot = %self.me, error = %e, wait_s = wait.as_secs(), "could not get the discord gateway URL; retrying");
+                            tokio::select! {
+                                _ = cancel.cancelled() => return,
+                                _ = tokio::time::sleep(wait) => {}
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        let gw = Gateway::new(self.connector.clone(), url, self.token.clone());
+        let (tx, mut rx) = mpsc::unbounded_channel::<Dispatch>();
+        let me = self.clone();
+        let ing = ingest.clone();
+        let consumer = tokio::spawn(async move {
+            while let Some(d) = rx.recv().await {
+                me.on_dispatch(&ing, d).await;
+            }
+        });
+        if let Err(e) = gw.run(tx, cancel).await {
+            tracing::error!(bot = %self.me, error = %e, "discord is stopped for this node; the mesh goes on without it");
+        }
+        let _ = consumer.await;
+    }
+
+    async fn on_dispatch(self: &Arc<Self>, ingest: &Ingest, d: Dispatch) {
+        match d.t.as_str() {
+            "READY" => {
+                let guilds = d.d["guilds"].as_array().map_or(0, Vec::len);
+                tracing::info!(bot = %self.me, user_id = %d.d["user"]["id"].as_str().unwrap_or(""), guilds, "discord session ready");
+            }
+            "MESSAGE_CREATE" => match MessageCreate::deserialize(&d.d) {
+                Ok(m) => self.on_message(ingest, m).await,
+                Err(e) => {
+                    tracing::warn!(bot = %self.me, error = %e, "a MESSAGE_CREATE this build cannot read; ignoring it");
+                }
+            },
+            "MESSAGE_UPDATE" => {
+                tracing::info!(bot = %self.me, message_id = %d.d["id"].as_str().unwrap_or(""), channel_id = %d.d["channel_id"].as_str().unwrap_or(""), "discord message edited; the transcript keeps what was judged");
+            }
+            "MESSAGE_DELETE" => {
+                tracing::info!(bot = %self.me, message_id = %d.d["id"].as_str().unwrap_or(""), channel_id = %d.d["channel_id"].as_str().unwrap_or(""), "discord message deleted; the transcript keeps it");
+            }
+            _ => {}
+        }
+    }
+
+    /// The message's text as the mesh shows it (see the module docs).
+    pub fn readable_text(&self, m: &MessageCreate) -> String {
+        static RE: OnceLock<regex::Regex> = OnceLock::new();
+        let re = RE.get_or_init(|| regex::Regex::new(r"<@([!&]?)(\d{1,20})>").expect("valid"));
+        re.replace_all(&m.content, |c: &regex::Captures| {
+            let (sigil, id) = (&c[1], &c[2]);
+            if sigil == "&" {
+                return "@everyone".to_string();
+            }
+            if let Some(bot) = self.bots_by_user_id.get(id) {
+                return format!("@{bot}");
+            }
+            let name = m
+                .mentions
+                .iter()
+                .find(|u| u.id == id)
+                .map(|u| u.display_name(None))
+                .unwrap_or_else(|| id.to_string());
+            let name: String = name.chars().filter(|c| !matches!(c, '<' | '>')).collect();
+            format!("<at user_id=\"{id}\">{name}</at>")
+        })
+        .into_owned()
+    }
+
+    /// Records one MESSAGE_CREATE (see the module docs).
+    pub async fn on_message(self: &Arc<Self>, ingest: &Ingest, m: MessageCreate) {
+        if m.guild_id.is_none() {
+            tracing::info!(message_id = %m.id, "ignoring a discord direct message: botmesh bots talk in channels");
+            return;
+        }
+        if !matches!(m.kind, 0 | 19) {
+            return;
+        }
+        if m.author.id == self.user_id {
+            return;
+        }
+        let mut text = self.readable_text(&m).trim().to_string();
+        if text.is_empty() {
+            tracing::info!(message_id = %m.id, "ignoring a discord message without text (attachments only, or the MESSAGE CONTENT intent is off)");
+            return;
+        }
+        if m.mention_everyone && !crate::turn::policy::asks_everyone(&text) {
+            text.push_str(" @everyone");
+        }
+        if text.len() > crate::wire::envelope::MAX_TEXT_BYTES {
+            let mut end = crate::wire::envelope::MAX_TEXT_BYTES;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            text.truncate(end);
+        }
+        let group = self.group_for_channel(&m.channel_id);
+        let sent_at = snowflake_millis(&m.id).unwrap_or_else(crate::wire::envelope::now_millis);
+        let is_bot = m.author.bot == Some(true) || m.webhook_id.is_some();
+        let name = m.author.display_name(m.member.as_ref());
+        let mut env = Envelope::message(
+            Ulid::new(),
+            sent_at,
+            &group,
+            &self.me,
+            Author::human(name),
+            text,
+        );
+        env.platform_msg_id = Some(m.id.clone());
+        if !is_bot {
+            self.authors
+                .lock()
+                .expect("authors lock")
+                .insert(&m.id, &m.author.id);
+            env.root = Some(env.id);
+            let arrival = Arrival {
+                env,
+                mentions: Vec::new(),
+                source: "discord",
+            };
+            match ingest.arrive(arrival).await {
+                Ok(Appended::New) => {}
+                Ok(Appended::Duplicate) => {
+                    tracing::debug!(message_id = %m.id, "discord message already recorded (a replay after RESUME)");
+                }
+                Err(e) => {
+                    tracing::error!(message_id = %m.id, error = %e, "discord message could not be recorded");
+                }
+            }
+            return;
+        }
+        let bot = self.bots_by_user_id.get(&m.author.id).cloned();
+        env.author = Author::bot(
+            bot.clone()
+                .unwrap_or_else(|| format!("bot:{}", m.author.display_name(m.member.as_ref()))),
+        );
+        env.depth = self.max_depth;
+        let me = self.clone();
+        let ing = ingest.clone();
+        ingest.tasks.spawn(async move {
+            if bot.is_some() && me.wait_for_bridge_copy(&ing, &env).await {
+                return;
+            }
+            tracing::info!(message_id = ?env.platform_msg_id, bot = ?bot, "recording a discord bot message as context only (no bridge copy)");
+            if let Err(e) = ing
+                .arrive(Arrival {
+                    env,
+                    mentions: Vec::new(),
+                    source: "discord",
+                })
+                .await
+            {
+                tracing::error!(error = %e, "discord bot message could not be recorded");
+            }
+        });
+    }
+
+    /// Waits up to [`BRIDGE_GRACE`] for the bridge copy of a colleague's message;
+    /// true once it is recorded.
+    async fn wait_for_bridge_copy(&self, ingest: &Ingest, env: &Envelope) -> bool {
+        let pid = env.platform_msg_id.as_deref().unwrap_or_default();
+        let deadline = Instant::now() + BRIDGE_GRACE;
+        loop {
+            if ingest.sink.has_platform_msg(&env.group, pid) {
+                tracing::debug!(message_id = %pid, "discord copy of a colleague's message: the bridge copy is recorded");
+                return true;
+            }
+            if Instant::now() >= deadline || ingest.accepting.is_cancelled() {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The text to post: `@Colleague` becomes `<@id>`, and `<at user_id="id">` tags
+    /// (people, as the transcript shows them) become `<@id>` too. Returns the text
+    /// and the colleagues' ids it mentions.
+    pub fn outgoing_text(&self, text: &str) -> (String, Vec<String>) {
+        static AT: OnceLock<regex::Regex> = OnceLock::new();
+        let at = AT.get_or_init(|| {
+            regex::Regex::new(r#"<at user_id="(\d{1,20})">[^<]*</at>"#).expect("valid")
+        });
+        let pinged = std::cell::RefCell::new(Vec::new());
+        let text = self.matcher.rewrite(text, |member| {
+            let id = self
+                .peer_user_ids
+                .get(member)
+                .filter(|_| member != self.me)?;
+            let mut p = pinged.borrow_mut();
+            if !p.contains(id) {
+                p.push(id.clone());
+            }
+            Some(format!("<@{id}>"))
+        });
+        let pinged = pinged.into_inner();
+        (at.replace_all(&text, "<@$1>").into_owned(), pinged)
+    }
+
+    /// Nonce of part `i` of envelope `id`: at most 25 characters, the same on a retry.
+    pub fn nonce(id: &Ulid, i: usize) -> String {
+        let s = id.to_string();
+        format!("{}{:03}", &s[4..], i % 1000)
+    }
+
+    /// Posts the bot's own message; returns the ids of its parts, space-separated.
+    pub async fn post(&self, env: &Envelope) -> Result<String, PostFailure> {
+        let Some(channel) = self.channel_for_group(&env.group) else {
+            let e = PostFailure::NoChannel(env.group.clone());
+            tracing::error!(bot = %self.me, id = %env.id, error = %e, "not posted to discord; the mesh still gets it");
+            return Err(e);
+        };
+        let (text, colleagues) = self.outgoing_text(&env.text);
+        // The message answered: its Discord id and its author.
+        let trigger = env
+            .reply_to
+            .and_then(|r| self.ingest.get()?.sink.message(&env.group, &r));
+        let reference = trigger.as_ref().and_then(|t| {
+            let first = platform_ids(t.platform_msg_id.as_deref()?)
+                .next()?
+                .to_string();
+            Some(MessageReference {
+                message_id: first,
+                channel_id: channel.clone(),
+                fail_if_not_exists: false,
+            })
+        });
+        let answered: Option<String> = reference.as_ref().and_then(|r| {
+            let t = trigger.as_ref()?;
+            match t.author.kind {
+                AuthorKind::Human => self
+                    .authors
+                    .lock()
+                    .expect("authors lock")
+                    .map
+                    .get(&r.message_id)
+                    .cloned(),
+                AuthorKind::Bot => self.peer_user_ids.get(&t.author.name).cloned(),
+            }
+        });
+        let mut users: Vec<String> = colleagues;
+        if let Some(a) = &answered {
+            if !users.contains(a) {
+                users.push(a.clone());
+            }
+        }
+        let parts = rest::split_message(&text, rest::MAX_MESSAGE_CHARS);
+        let mut ids = Vec::new();
+        for (i, part) in parts.iter().enumerate() {
+            let in_part: Vec<String> = users
+                .iter()
+                .filter(|u| part.contains(&format!("<@{u}>")) || Some(*u) == answered.as_ref())
+                .cloned()
+                .collect::<HashSet<_>>()
+                .into_iter()
+                .collect();
+            let mut in_part = in_part;
+            in_part.sort();
+            let msg = CreateMessage {
+                content: part.clone(),
+                allowed_mentions: AllowedMentions {
+                    parse: Vec::new(),
+                    users: in_part,
+                    replied_user: i == 0 && answered.is_some(),
+                },
+                message_reference: reference.clone().filter(|_| i == 0),
+                nonce: Self::nonce(&env.id, i),
+                enforce_nonce: true,
+            };
+            match self.rest.create_message(&channel, &msg).await {
+                Ok(id) => ids.push(id),
+                Err(e) if ids.is_empty() => {
+                    tracing::error!(bot = %self.me, id = %env.id, channel = %channel, error = %e, "could not post to discord; the mesh still gets the message");
+                    return Err(e.into());
+                }
+                Err(e) => {
+                    tracing::error!(bot = %self.me, id = %env.id, channel = %channel, part = i + 1, parts = parts.len(), error = %e, "could not post a later part to discord");
+                    break;
+                }
+            }
+        }
+        if ids.is_empty() {
+            return Err(PostFailure::Rest(RestError::Malformed(
+                "empty message".into(),
+            )));
+        }
+        let joined = ids.join(" ");
+        tracing::info!(bot = %self.me, id = %env.id, message_id = %joined, channel = %channel, "posted to discord");
+        Ok(joined)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snowflakes_carry_their_time() {
+        // Discord's docs: 175928847299117063 was made at 2016-04-30 11:18:25.796 UTC.
+        assert_eq!(
+            snowflake_millis("175928847299117063"),
+            Some(1_462_015_105_796)
+        );
+        assert_eq!(snowflake_millis("x"), None);
+    }
+
+    #[test]
+    fn nonces_fit_discords_limit_and_differ_per_part() {
+        let id = Ulid::new();
+        let a = Discord::nonce(&id, 0);
+        assert!(a.len() <= 25);
+        assert_ne!(a, Discord::nonce(&id, 1));
+        assert_eq!(a, Discord::nonce(&id, 0));
+    }
+}
