@@ -248,8 +248,13 @@ impl Inner {
             "components": [],
         });
         if let Some(r) = reference {
+            // Clients may send the id as a number (discord.py does); Discord answers strings.
+            let id = match &r["message_id"] {
+                Value::Number(n) => n.to_string(),
+                other => other.as_str().unwrap_or_default().to_string(),
+            };
             msg["message_reference"] = json!({
-                "type": 0, "message_id": r["message_id"], "channel_id": channel_id, "guild_id": GUILD_ID,
+                "type": 0, "message_id": id, "channel_id": channel_id, "guild_id": GUILD_ID,
             });
             msg["referenced_message"] = Value::Null;
         }
@@ -281,25 +286,36 @@ impl Inner {
                 })
             })
             .collect();
-        json!({
+        let mut g = json!({
             "id": GUILD_ID, "name": "botmesh test guild", "icon": null, "splash": null,
-            "discovery_splash": null, "owner_id": self.people.first().map(|p| p.id.clone()).unwrap_or_default(),
+            "discovery_splash": null,
+            "owner_id": self.people.first().map(|p| p.id.clone()).unwrap_or_default(),
             "afk_channel_id": null, "afk_timeout": 300, "verification_level": 0,
             "default_message_notifications": 0, "explicit_content_filter": 0,
-            "roles": [{"id": GUILD_ID, "name": "@everyone", "color": 0, "hoist": false,
-                       "icon": null, "unicode_emoji": null, "position": 0, "permissions": "0",
-                       "managed": false, "mentionable": false, "flags": 0}],
             "emojis": [], "features": [], "mfa_level": 0, "application_id": null,
             "system_channel_id": null, "system_channel_flags": 0, "rules_channel_id": null,
+        });
+        let more = json!({
             "max_members": 500000, "vanity_url_code": null, "description": null, "banner": null,
             "premium_tier": 0, "premium_subscription_count": 0, "preferred_locale": "en-US",
             "public_updates_channel_id": null, "nsfw_level": 0, "stickers": [],
             "premium_progress_bar_enabled": false, "safety_alerts_channel_id": null,
+        });
+        let gateway_fields = json!({
             "joined_at": "2024-01-01T00:00:00.000000+00:00", "large": false, "unavailable": false,
             "member_count": self.people.len() + self.bots.len(), "voice_states": [], "members": [],
             "channels": channels, "threads": [], "presences": [], "stage_instances": [],
             "guild_scheduled_events": [], "soundboard_sounds": [],
-        })
+        });
+        g["roles"] = json!([{"id": GUILD_ID, "name": "@everyone", "color": 0, "hoist": false,
+            "icon": null, "unicode_emoji": null, "position": 0, "permissions": "0",
+            "managed": false, "mentionable": false, "flags": 0}]);
+        for part in [more, gateway_fields] {
+            if let (Some(g), Value::Object(p)) = (g.as_object_mut(), part) {
+                g.extend(p);
+            }
+        }
+        g
     }
 }
 
@@ -586,6 +602,24 @@ fn route(
             u["email"] = Value::Null;
             reply(200, u, &bucket_headers("users-me", 4))
         }
+        ("GET", "/oauth2/applications/@me") => {
+            let owner = g
+                .people
+                .first()
+                .map(|p| user_json(&p.id, &p.username, p.global_name.as_deref(), false));
+            reply(
+                200,
+                json!({
+                    "id": bot.user_id, "name": bot.username, "icon": null,
+                    "description": "", "summary": "", "type": null, "bot_public": true,
+                    "bot_require_code_grant": false, "verify_key": "0".repeat(64),
+                    "flags": 1 << 19, "owner": owner, "team": null,
+                    "bot": user_json(&bot.user_id, &bot.username, None, true),
+                    "redirect_uris": [], "interactions_endpoint_url": null,
+                }),
+                &bucket_headers("applications-me", 4),
+            )
+        }
         ("GET", "/gateway/bot") => reply(
             200,
             json!({"url": g.gateway_url, "shards": 1, "session_start_limit": {
@@ -843,7 +877,7 @@ fn resume(inner: &Mutex<Inner>, d: &Value, tx: mpsc::UnboundedSender<Out>) -> Op
         }
     }
     s.seq += 1;
-    let resumed = json!({"op": 0, "s": s.seq, "t": "RESUMED", "d": null});
+    let resumed = json!({"op": 0, "s": s.seq, "t": "RESUMED", "d": {"_trace": ["fake-discord"]}});
     s.backlog.push((s.seq, resumed.clone()));
     let _ = tx.send(Out::Text(resumed.to_string()));
     s.conn = Some(tx);

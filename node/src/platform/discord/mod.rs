@@ -81,6 +81,21 @@ pub fn snowflake_millis(id: &str) -> Option<u64> {
     id.parse::<u64>().ok().map(|v| (v >> 22) + DISCORD_EPOCH_MS)
 }
 
+/// The envelope id of a Discord message: the same on every node of the mesh, so that
+/// claims, acknowledgements and answers of the bots that each read it from Discord
+/// name the same trigger. Time part: the snowflake's; random part: 80 bits of
+/// SHA-256 of the message id (snowflakes are unique across Discord).
+pub fn envelope_id(message_id: &str) -> Ulid {
+    let at = snowflake_millis(message_id).unwrap_or_else(crate::wire::envelope::now_millis);
+    let digest = ring::digest::digest(
+        &ring::digest::SHA256,
+        format!("discord:{message_id}").as_bytes(),
+    );
+    let mut random = [0u8; 16];
+    random[6..].copy_from_slice(&digest.as_ref()[..10]);
+    Ulid::from_parts(at, u128::from_be_bytes(random))
+}
+
 /// A server member's guild-specific fields (MESSAGE_CREATE's `member`).
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct Member {
@@ -485,7 +500,7 @@ impl Discord {
         let is_bot = m.author.bot == Some(true) || m.webhook_id.is_some();
         let name = m.author.display_name(m.member.as_ref());
         let mut env = Envelope::message(
-            Ulid::new(),
+            envelope_id(&m.id),
             sent_at,
             &group,
             &self.me,
@@ -687,6 +702,14 @@ mod tests {
             Some(1_462_015_105_796)
         );
         assert_eq!(snowflake_millis("x"), None);
+    }
+
+    #[test]
+    fn every_node_names_a_discord_message_alike() {
+        let a = envelope_id("175928847299117063");
+        assert_eq!(a, envelope_id("175928847299117063"));
+        assert_ne!(a, envelope_id("175928847299117064"));
+        assert_eq!(a.timestamp_ms(), 1_462_015_105_796);
     }
 
     #[test]

@@ -1,0 +1,747 @@
+//! Discord end to end: real nodes with `platform = "discord"` against the stand-in
+//! of tests/src/fake_discord.rs, first proven faithful by discord.py itself.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use botmesh::platform::discord::gateway::{Gateway, GatewayError, WsConnector};
+use botmesh::wire::envelope::{AuthorKind, Envelope};
+use botmesh_tests::fake_discord::{BotAccount, FakeDiscord, Limit, Person};
+use botmesh_tests::fake_llm::{FakeLlm, Script, Seen};
+use botmesh_tests::{bot_of, is_judge, MeshSpec, TestMesh};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio_util::sync::CancellationToken;
+
+const CHANNEL: &str = "1200000000000000001";
+const OTHER_CHANNEL: &str = "1200000000000000002";
+const ADA_ID: &str = "1300000000000000001";
+const BIX_ID: &str = "1300000000000000002";
+const PY_ID: &str = "1300000000000000009";
+const CAROL_ID: &str = "1400000000000000001";
+const DAN_ID: &str = "1400000000000000002";
+const FAST: &str = "min_delay_ms = 100\nmax_delay_ms = 1000\njitter_ms = 0";
+const WAIT: Duration = Duration::from_secs(20);
+
+fn account(token: &str, id: &str, name: &str) -> BotAccount {
+    BotAccount {
+        token: token.into(),
+        user_id: id.into(),
+        username: name.into(),
+    }
+}
+
+fn people() -> Vec<Person> {
+    vec![
+        Person {
+            id: CAROL_ID.into(),
+            username: "carol".into(),
+            global_name: Some("Carol".into()),
+            nick: Some("Carol C".into()),
+        },
+        Person {
+            id: DAN_ID.into(),
+            username: "dan".into(),
+            global_name: None,
+            nick: None,
+        },
+    ]
+}
+
+// ---------------------------------------------------------------------------------
+// The stand-in, proven by discord.py
+// ---------------------------------------------------------------------------------
+
+/// discord.py 2.x as a client of the stand-in: it logs in (GET /users/@me), connects
+/// to the gateway, gets READY and GUILD_CREATE, reads a MESSAGE_CREATE, replies
+/// (POST with message_reference), survives a dropped connection by RESUMEing and
+/// gets the message sent while it was away. It prints one JSON line per event.
+const DISCORD_PY_CLIENT: &str = r#"
+import asyncio, json, sys
+import yarl
+import discord
+from discord.http import Route
+from discord.gateway import DiscordWebSocket
+
+api, gateway, token = sys.argv[1:4]
+Route.BASE = api
+DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(gateway + "/")
+
+def say(**kw):
+    print(json.dumps(kw), flush=True)
+
+intents = discord.Intents.default()
+intents.message_content = True
+client = discord.Client(intents=intents)
+
+@client.event
+async def on_ready():
+    say(event="ready", user=str(client.user.id), name=client.user.name,
+        guilds=[str(g.id) for g in client.guilds],
+        channels=[str(c.id) for g in client.guilds for c in g.text_channels])
+
+@client.event
+async def on_resumed():
+    say(event="resumed")
+
+@client.event
+async def on_message(m):
+    if m.author.id == client.user.id:
+        say(event="own", id=str(m.id), content=m.content,
+            reference=str(m.reference.message_id) if m.reference else None)
+        return
+    say(event="message", id=str(m.id), content=m.content, author=m.author.display_name,
+        channel=str(m.channel.id), mentions=[str(u.id) for u in m.mentions])
+    if m.content == "ping":
+        r = await m.reply("pong", mention_author=True)
+        say(event="replied", id=str(r.id))
+    if m.content == "done":
+        await client.close()
+
+async def main():
+    async with client:
+        await asyncio.wait_for(client.start(token), timeout=60)
+
+asyncio.run(main())
+say(event="closed")
+"#;
+
+fn python() -> String {
+    std::env::var("BOTMESH_TEST_PYTHON").unwrap_or_else(|_| {
+        panic!(
+            "BOTMESH_TEST_PYTHON is not set: run scripts/test.sh, which creates .venv-test/ \
+             with tests/requirements.txt (discord.py) and exports it"
+        )
+    })
+}
+
+/// Reads the client's JSON lines until one satisfies `want` (bounded in time).
+async fn expect_line(
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    seen: &mut Vec<serde_json::Value>,
+    stderr: &std::sync::Mutex<String>,
+    what: &str,
+    want: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let line = tokio::time::timeout_at(deadline, lines.next_line())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "discord.py: no {what} in time; saw {seen:#?}\nstderr:\n{}",
+                    stderr.lock().unwrap()
+                )
+            })
+            .expect("read stdout")
+            .unwrap_or_else(|| {
+                tokio::task::block_in_place(|| std::thread::sleep(Duration::from_millis(300)));
+                panic!(
+                    "discord.py exited before {what}; saw {seen:#?}\nstderr:\n{}",
+                    stderr.lock().unwrap()
+                )
+            });
+        let v: serde_json::Value = match serde_json::from_str(&line) {
+            Ok(v) => v,
+            Err(_) => continue,
+        };
+        seen.push(v.clone());
+        if want(&v) {
+            return v;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stand_in_is_faithful_to_discord_py() {
+    botmesh_tests::init_logs();
+    let python = python();
+    let fake = FakeDiscord::start(
+        vec![account("py-token", PY_ID, "pybot")],
+        people(),
+        &[CHANNEL],
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("client.py");
+    std::fs::write(&script, DISCORD_PY_CLIENT).unwrap();
+    let mut child = tokio::process::Command::new(python)
+        .arg(&script)
+        .arg(&fake.api_base_url)
+        .arg(&fake.gateway_url)
+        .arg("py-token")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start python");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let stderr = Arc::new(std::sync::Mutex::new(String::new()));
+    let mut err_lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let sink = stderr.clone();
+    tokio::spawn(async move {
+        while let Ok(Some(l)) = err_lines.next_line().await {
+            let mut s = sink.lock().unwrap();
+            s.push_str(&l);
+            s.push('\n');
+        }
+    });
+    let mut seen = Vec::new();
+    let ready = expect_line(&mut lines, &mut seen, &stderr, "ready", |v| {
+        v["event"] == "ready"
+    })
+    .await;
+    assert_eq!(ready["user"], PY_ID);
+    assert_eq!(
+        ready["channels"],
+        serde_json::json!([CHANNEL]),
+        "GUILD_CREATE was understood"
+    );
+
+    let ping = fake.say(CHANNEL, CAROL_ID, "ping");
+    let m = expect_line(&mut lines, &mut seen, &stderr, "the ping", |v| {
+        v["event"] == "message"
+    })
+    .await;
+    assert_eq!(m["id"], ping.as_str());
+    assert_eq!(m["author"], "Carol C", "member.nick is the display name");
+    assert_eq!(m["channel"], CHANNEL);
+    expect_line(&mut lines, &mut seen, &stderr, "the reply", |v| {
+        v["event"] == "replied"
+    })
+    .await;
+    let own = expect_line(&mut lines, &mut seen, &stderr, "its own reply", |v| {
+        v["event"] == "own"
+    })
+    .await;
+    assert_eq!(own["content"], "pong");
+    assert_eq!(own["reference"], ping.as_str());
+    let posted = fake.posted_by(PY_ID);
+    assert_eq!(posted.len(), 1);
+    let req = posted[0].request.as_ref().unwrap();
+    // discord.py sends the id as a number, which Discord accepts as well as a string.
+    assert_eq!(
+        req["message_reference"]["message_id"]
+            .to_string()
+            .trim_matches('"'),
+        ping
+    );
+
+    // A drop: discord.py resumes and gets what was said meanwhile.
+    fake.drop_connections();
+    let while_away = fake.say(CHANNEL, DAN_ID, &format!("while away <@{PY_ID}>"));
+    // Discord replays what was missed, then says RESUMED.
+    let m = expect_line(
+        &mut lines,
+        &mut seen,
+        &stderr,
+        "the replayed message",
+        |v| v["event"] == "message",
+    )
+    .await;
+    expect_line(&mut lines, &mut seen, &stderr, "RESUMED", |v| {
+        v["event"] == "resumed"
+    })
+    .await;
+    assert_eq!(m["id"], while_away.as_str());
+    assert_eq!(m["author"], "dan");
+    assert_eq!(m["mentions"], serde_json::json!([PY_ID]));
+    let (identifies, resumes, heartbeats, _) = fake.gateway_counts();
+    assert_eq!(
+        (identifies, resumes),
+        (1, 1),
+        "resumed, not identified again"
+    );
+    assert!(heartbeats >= 2, "discord.py heartbeats on every connection");
+
+    fake.say(CHANNEL, CAROL_ID, "done");
+    expect_line(&mut lines, &mut seen, &stderr, "a clean close", |v| {
+        v["event"] == "closed"
+    })
+    .await;
+    let status = tokio::time::timeout(WAIT, child.wait())
+        .await
+        .expect("exits")
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let err = stderr.lock().unwrap().clone();
+    assert!(status.success(), "discord.py failed: {err}");
+    assert!(
+        !err.contains("Traceback"),
+        "discord.py raised while parsing the stand-in's payloads:\n{err}"
+    );
+    // The same messages, one each, on the REST side.
+    assert_eq!(fake.messages(CHANNEL).len(), 4);
+}
+
+// ---------------------------------------------------------------------------------
+// Gateway close codes against the stand-in
+// ---------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_bad_token_4004_and_a_missing_intent_4014_stop_with_clear_errors() {
+    botmesh_tests::init_logs();
+    let fake = FakeDiscord::start(vec![account("good", ADA_ID, "ada")], people(), &[CHANNEL]).await;
+    let run = |token: &str| {
+        let g = Gateway::new(
+            Arc::new(WsConnector),
+            fake.gateway_url.clone(),
+            token.into(),
+        );
+        async move {
+            let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+            tokio::time::timeout(WAIT, g.run(tx, CancellationToken::new()))
+                .await
+                .expect("the gateway stops by itself")
+        }
+    };
+    let e = run("wrong").await.unwrap_err();
+    assert_eq!(e, GatewayError::AuthenticationFailed);
+    assert!(
+        e.to_string().contains("4004") && e.to_string().contains("token"),
+        "{e}"
+    );
+    fake.set_message_content_enabled(false);
+    let e = run("good").await.unwrap_err();
+    assert_eq!(e, GatewayError::DisallowedIntents);
+    assert!(
+        e.to_string().contains("4014") && e.to_string().contains("MESSAGE CONTENT"),
+        "{e}"
+    );
+    assert_eq!(
+        fake.gateway_counts().0,
+        2,
+        "one IDENTIFY each, no retry loop"
+    );
+}
+
+// ---------------------------------------------------------------------------------
+// A mesh on Discord
+// ---------------------------------------------------------------------------------
+
+/// The text a judge or reply request is about.
+fn subject(s: &Seen) -> String {
+    let text: String = s
+        .messages
+        .iter()
+        .map(|(_, c)| c.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    if let Some(rest) = text.split("\nNow reply, as ").nth(1) {
+        return rest
+            .split_once(":\n")
+            .map(|(_, t)| t)
+            .unwrap_or("")
+            .to_string();
+    }
+    if let Some(rest) = text.split("New from ").last() {
+        let rest = rest.split_once(": ").map(|(_, t)| t).unwrap_or("");
+        return rest.split("\nSpeak only").next().unwrap_or("").to_string();
+    }
+    String::new()
+}
+
+/// The conversation's LLM: the unmentioned question is Ada's (0.9) more than Bix's
+/// (0.5); "what do you think" bounces between Ada and Bix; anything else is nobody's
+/// business. Replies name their bot, except the bouncing ones and a long answer.
+async fn conversation_llm() -> FakeLlm {
+    FakeLlm::start(|s| {
+        let about = subject(s);
+        let me = bot_of(s);
+        if is_judge(s) {
+            let (speak, r) = if about.contains("rotate the keys") {
+                match me.as_str() {
+                    "Ada" => (true, 0.9),
+                    "Bix" => (true, 0.5),
+                    _ => (false, 0.1),
+                }
+            } else if about.contains("what do you think") {
+                (true, 0.9)
+            } else {
+                (false, 0.0)
+            };
+            return Script::reply(format!("{{\"speak\": {speak}, \"relevance\": {r}}}"));
+        }
+        if about.contains("debate") || about.contains("what do you think") {
+            let other = if me == "Ada" { "Bix" } else { "Ada" };
+            Script::reply(format!("@{other}, what do you think?"))
+        } else if about.contains("ask Loc") {
+            Script::reply("@Loc please share the deploy logs")
+        } else if about.contains("long answer") {
+            let para = "This paragraph explains one more step of the rollout in detail. ".repeat(9);
+            Script::reply(vec![para.trim(); 8].join("\n\n"))
+        } else {
+            Script::reply(format!("answer from {me}"))
+        }
+    })
+    .await
+}
+
+fn discord_bot(token_env: &str, id: &str, fake: &FakeDiscord) -> String {
+    format!(
+        "platform = \"discord\"\ndiscord = {{ token_env = \"{token_env}\", channel_id = \"{CHANNEL}\", user_id = \"{id}\", api_base_url = \"{}\", gateway_url = \"{}\" }}",
+        fake.api_base_url, fake.gateway_url
+    )
+}
+
+struct DiscordMesh {
+    mesh: TestMesh,
+    fake: FakeDiscord,
+    _llm: FakeLlm,
+}
+
+const ADA: usize = 0;
+const BIX: usize = 1;
+const LOC: usize = 2;
+
+async fn discord_mesh() -> DiscordMesh {
+    let fake = FakeDiscord::start(
+        vec![
+            account("ada-token", ADA_ID, "ada"),
+            account("bix-token", BIX_ID, "bix"),
+        ],
+        people(),
+        &[CHANNEL, OTHER_CHANNEL],
+    )
+    .await;
+    let llm = conversation_llm().await;
+    let mut spec = MeshSpec::new(&["Ada", "Bix", "Loc"])
+        .llm(&llm.base_url)
+        .mesh("max_depth = 3\nllm_threshold = 1")
+        .all_bots(FAST)
+        .bot("Ada", &discord_bot("ADA_TOKEN", ADA_ID, &fake))
+        .bot("Bix", &discord_bot("BIX_TOKEN", BIX_ID, &fake))
+        .bot("Loc", "participation = \"mentions\"");
+    spec.env = HashMap::from([
+        ("ADA_TOKEN".to_string(), "ada-token".to_string()),
+        ("BIX_TOKEN".to_string(), "bix-token".to_string()),
+    ]);
+    let mesh = TestMesh::start(spec).await;
+    fake.wait("both bots connected", |f| f.connected() == 2)
+        .await;
+    DiscordMesh {
+        mesh,
+        fake,
+        _llm: llm,
+    }
+}
+
+fn bot_msgs(t: &[Envelope]) -> Vec<&Envelope> {
+    t.iter()
+        .filter(|e| e.author.kind == AuthorKind::Bot)
+        .collect()
+}
+
+fn show(t: &[Envelope]) -> Vec<(String, u32, String, Option<String>)> {
+    t.iter()
+        .map(|e| {
+            (
+                e.author.name.clone(),
+                e.depth,
+                e.text.clone(),
+                e.platform_msg_id.clone(),
+            )
+        })
+        .collect()
+}
+
+/// Waits until node `i`'s transcript stops changing for `quiet` (bounded).
+async fn settle(mesh: &TestMesh, i: usize, quiet: Duration) -> Vec<Envelope> {
+    let mut last = usize::MAX;
+    let mut since = tokio::time::Instant::now();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let t = mesh.transcript(i).await;
+        if t.len() != last {
+            last = t.len();
+            since = tokio::time::Instant::now();
+        } else if since.elapsed() >= quiet || tokio::time::Instant::now() > deadline {
+            return t;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn two_discord_bots_and_a_local_bot_hold_a_conversation() {
+    botmesh_tests::init_logs();
+    let DiscordMesh { mesh, fake, _llm } = discord_mesh().await;
+
+    // 1. A mention gets an answer on Discord: a reply to the message, pinging its author.
+    let q = fake.say(CHANNEL, CAROL_ID, &format!("<@{ADA_ID}> what's the plan?"));
+    fake.wait("Ada's answer", |f| f.posted_by(ADA_ID).len() == 1)
+        .await;
+    let a = &fake.posted_by(ADA_ID)[0];
+    let req = a.request.as_ref().unwrap();
+    assert_eq!(a.content, "answer from Ada");
+    assert_eq!(req["message_reference"]["message_id"], q.as_str());
+    assert_eq!(req["allowed_mentions"]["parse"], serde_json::json!([]));
+    assert_eq!(
+        req["allowed_mentions"]["users"],
+        serde_json::json!([CAROL_ID])
+    );
+    assert_eq!(req["allowed_mentions"]["replied_user"], true);
+    let t = mesh
+        .wait_transcript(BIX, WAIT, |t| bot_msgs(t).len() == 1)
+        .await;
+    assert_eq!(t[0].author.name, "Carol C");
+    assert_eq!(t[0].author.kind, AuthorKind::Human);
+    assert_eq!(t[0].text, "@Ada what's the plan?");
+    assert_eq!(t[0].platform_msg_id.as_deref(), Some(q.as_str()));
+    let answer = bot_msgs(&t)[0];
+    assert_eq!(
+        (
+            answer.author.name.as_str(),
+            answer.depth,
+            answer.platform_msg_id.as_deref()
+        ),
+        ("Ada", 1, Some(a.id.as_str())),
+        "Bix keeps the bridge copy (depth 1) of what it also saw on Discord: {:#?}",
+        show(&t)
+    );
+    let loc = mesh.wait_transcript(LOC, WAIT, |t| !t.is_empty()).await;
+    assert_eq!(
+        show(&loc)[0].0,
+        "Ada",
+        "the local bot hears Ada over the bridge"
+    );
+
+    // 2. An unmentioned question: one interjection, from the most relevant bot.
+    let before = fake.messages(CHANNEL).len();
+    fake.say(CHANNEL, DAN_ID, "how do we rotate the keys safely?");
+    let t = settle(&mesh, BIX, Duration::from_secs(3)).await;
+    let said: Vec<_> = fake.messages(CHANNEL)[before..]
+        .iter()
+        .filter(|m| m.request.is_some())
+        .map(|m| (m.author_id.clone(), m.content.clone()))
+        .collect();
+    assert_eq!(
+        said,
+        vec![(ADA_ID.to_string(), "answer from Ada".to_string())],
+        "{:#?}",
+        show(&t)
+    );
+
+    // 3. Ada asks the local bot, which answers over the bridge (depth 2).
+    fake.say(
+        CHANNEL,
+        CAROL_ID,
+        &format!("<@{ADA_ID}> ask Loc for the logs"),
+    );
+    let t = mesh
+        .wait_transcript(ADA, WAIT, |t| t.iter().any(|e| e.author.name == "Loc"))
+        .await;
+    let loc_msg = t.iter().find(|e| e.author.name == "Loc").unwrap();
+    assert_eq!(
+        (loc_msg.depth, loc_msg.text.as_str()),
+        (2, "answer from Loc")
+    );
+    let ask = fake.posted_by(ADA_ID).last().unwrap().content.clone();
+    assert_eq!(
+        ask, "@Loc please share the deploy logs",
+        "no Discord id for Loc: plain text"
+    );
+
+    // 4. Two bots that @ each other stop at max_depth.
+    let start = fake.messages(CHANNEL).len();
+    fake.say(
+        CHANNEL,
+        CAROL_ID,
+        &format!("<@{ADA_ID}> start a debate with Bix"),
+    );
+    let t = settle(&mesh, ADA, Duration::from_secs(3)).await;
+    let on_discord: Vec<_> = fake.messages(CHANNEL)[start..]
+        .iter()
+        .filter(|m| m.request.is_some())
+        .map(|m| (m.author_id.clone(), m.content.clone()))
+        .collect();
+    assert_eq!(
+        on_discord,
+        vec![
+            (
+                ADA_ID.to_string(),
+                format!("<@{BIX_ID}>, what do you think?")
+            ),
+            (
+                BIX_ID.to_string(),
+                format!("<@{ADA_ID}>, what do you think?")
+            ),
+            (
+                ADA_ID.to_string(),
+                format!("<@{BIX_ID}>, what do you think?")
+            ),
+        ],
+        "{:#?}",
+        show(&t)
+    );
+    let first = &fake.messages(CHANNEL)[start + 1];
+    let users = &first.request.as_ref().unwrap()["allowed_mentions"]["users"];
+    assert_eq!(
+        users,
+        &serde_json::json!([BIX_ID, CAROL_ID]),
+        "the colleague named and the person answered, nobody else"
+    );
+    let depths: Vec<u32> = t
+        .iter()
+        .filter(|e| e.text.contains("what do you think"))
+        .map(|e| e.depth)
+        .collect();
+    assert_eq!(depths, vec![1, 2, 3], "{:#?}", show(&t));
+    // Every message once in each Discord bot's transcript.
+    for i in [ADA, BIX] {
+        let t = mesh.transcript(i).await;
+        let mut ids: Vec<&str> = t
+            .iter()
+            .filter_map(|e| e.platform_msg_id.as_deref())
+            .collect();
+        let n = ids.len();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(
+            ids.len(),
+            n,
+            "a Discord message recorded twice: {:#?}",
+            show(&t)
+        );
+    }
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_dropped_gateway_resumes_with_no_message_lost_or_doubled() {
+    botmesh_tests::init_logs();
+    let DiscordMesh { mesh, fake, _llm } = discord_mesh().await;
+    fake.say(CHANNEL, DAN_ID, "before the drop");
+    mesh.wait_transcript(ADA, WAIT, |t| t.len() == 1).await;
+    fake.drop_connections();
+    // Said while both bots are disconnected: replayed on RESUME.
+    let q = fake.say(
+        CHANNEL,
+        CAROL_ID,
+        &format!("<@{ADA_ID}> are you still there?"),
+    );
+    fake.say(OTHER_CHANNEL, DAN_ID, "over here too");
+    fake.wait("Ada's answer", |f| f.posted_by(ADA_ID).len() == 1)
+        .await;
+    let a = &fake.posted_by(ADA_ID)[0];
+    assert_eq!(
+        a.request.as_ref().unwrap()["message_reference"]["message_id"],
+        q.as_str()
+    );
+    let (identifies, resumes, _, _) = fake.gateway_counts();
+    assert_eq!(
+        identifies, 2,
+        "one session per bot, resumed rather than identified again"
+    );
+    assert!(resumes >= 2, "both bots resumed ({resumes})");
+    fake.wait("reconnected", |f| f.connected() == 2).await;
+    // A second drop, with a close code that keeps the session.
+    fake.close_connections(4000);
+    fake.say(CHANNEL, DAN_ID, "after the second drop");
+    for i in [ADA, BIX] {
+        let t = mesh
+            .wait_transcript(i, WAIT, |t| {
+                t.iter().any(|e| e.text == "after the second drop") && bot_msgs(t).len() == 1
+            })
+            .await;
+        let humans: Vec<&str> = t
+            .iter()
+            .filter(|e| e.author.kind == AuthorKind::Human)
+            .map(|e| e.text.as_str())
+            .collect();
+        assert_eq!(
+            humans,
+            vec![
+                "before the drop",
+                "@Ada are you still there?",
+                "after the second drop"
+            ],
+            "node {i}: {:#?}",
+            show(&t)
+        );
+    }
+    // The other channel is a group named by its id.
+    let v: serde_json::Value = mesh
+        .http
+        .get(format!(
+            "{}/v1/transcript?group={OTHER_CHANNEL}",
+            mesh.api(BIX)
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["messages"][0]["text"], "over here too");
+    assert_eq!(fake.gateway_counts().0, 2);
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_429_burst_loses_nothing_and_a_long_answer_goes_in_parts() {
+    botmesh_tests::init_logs();
+    let DiscordMesh { mesh, fake, _llm } = discord_mesh().await;
+    fake.rate_limit(
+        3,
+        Limit {
+            retry_after: 0.2,
+            global: false,
+        },
+    );
+    fake.rate_limit(
+        2,
+        Limit {
+            retry_after: 0.1,
+            global: true,
+        },
+    );
+    let q = fake.say(
+        CHANNEL,
+        CAROL_ID,
+        &format!("<@{ADA_ID}> give me the long answer"),
+    );
+    fake.wait("every part", |f| f.posted_by(ADA_ID).len() >= 3)
+        .await;
+    let t = mesh
+        .wait_transcript(BIX, WAIT, |t| bot_msgs(t).len() == 1)
+        .await;
+    let parts = fake.posted_by(ADA_ID);
+    assert_eq!(parts.len(), 3, "2,000 characters at most each");
+    for p in &parts {
+        assert!(p.content.chars().count() <= 2000);
+        assert!(
+            p.content.ends_with("in detail."),
+            "cut at a paragraph: {:?}",
+            &p.content[p.content.len() - 30..]
+        );
+    }
+    assert_eq!(
+        parts[0].request.as_ref().unwrap()["message_reference"]["message_id"],
+        q.as_str()
+    );
+    assert!(parts[1]
+        .request
+        .as_ref()
+        .unwrap()
+        .get("message_reference")
+        .is_none());
+    let statuses: Vec<u16> = fake
+        .requests()
+        .into_iter()
+        .filter(|(r, _)| r.starts_with("POST "))
+        .map(|(_, s)| s)
+        .collect();
+    assert_eq!(statuses, vec![429, 429, 429, 429, 429, 200, 200, 200]);
+    // Bix recorded Ada's answer once, from the bridge, though it saw three parts.
+    let answer = bot_msgs(&t)[0];
+    let ids: Vec<String> = parts.iter().map(|p| p.id.clone()).collect();
+    assert_eq!(
+        answer.platform_msg_id.as_deref(),
+        Some(ids.join(" ").as_str())
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(bot_msgs(&mesh.transcript(BIX).await).len(), 1);
+    mesh.shutdown().await;
+}
