@@ -370,7 +370,7 @@ async fn conversation_llm() -> FakeLlm {
             Script::reply("@Loc please share the deploy logs")
         } else if about.contains("long answer") {
             let para = "This paragraph explains one more step of the rollout in detail. ".repeat(9);
-            Script::reply(vec![para.trim(); 8].join("\n\n"))
+            Script::reply([para.trim(); 8].join("\n\n"))
         } else {
             Script::reply(format!("answer from {me}"))
         }

@@ -694,6 +694,240 @@ impl Discord {
 mod tests {
     use super::*;
 
+    /// The shape docs/discord.md shows.
+    const DOCS_CONFIG: &str = r#"
+[mesh]
+group = "team"
+secret_env = "BOTMESH_SECRET"
+
+[[bots]]
+name = "Ada"
+bridge = "127.0.0.1:7101"
+api = "127.0.0.1:8101"
+platform = "discord"
+
+[bots.discord]
+token_env = "ADA_DISCORD_TOKEN"
+channel_id = "1200000000000000001"
+user_id = "1300000000000000001"
+[bots.discord.peer_user_ids]
+Bix = "1300000000000000002"
+
+[[bots]]
+name = "Bix"
+aliases = ["bixie"]
+bridge = "127.0.0.1:7102"
+api = "127.0.0.1:8102"
+platform = "discord"
+discord = { token_env = "BIX_DISCORD_TOKEN", channel_id = "1200000000000000001", user_id = "1300000000000000002" }
+
+[[bots]]
+name = "Loc"
+bridge = "127.0.0.1:7103"
+api = "127.0.0.1:8103"
+"#;
+
+    fn settings(text: &str) -> Result<crate::config::Settings, crate::config::ConfigError> {
+        crate::config::Settings::from_toml(text, std::path::Path::new("peers.toml"))
+    }
+
+    fn env() -> HashMap<String, String> {
+        [
+            ("BOTMESH_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+            ("ADA_DISCORD_TOKEN", "ada-token-value"),
+            ("BIX_DISCORD_TOKEN", "bix-token-value"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    }
+
+    fn ada() -> Discord {
+        let cfg = NodeConfig::resolve(settings(DOCS_CONFIG).unwrap(), "Ada", None, &env()).unwrap();
+        Discord::from_config(&cfg).unwrap()
+    }
+
+    #[test]
+    fn the_documented_config_loads_and_resolves_its_token() {
+        let s = settings(DOCS_CONFIG).unwrap();
+        let d = s.bots[0].discord.as_ref().unwrap();
+        assert_eq!(d.api_base_url(), crate::config::DISCORD_API_BASE_URL);
+        assert_eq!(d.peer_user_ids["Bix"], "1300000000000000002");
+        let cfg = NodeConfig::resolve(s.clone(), "Ada", None, &env()).unwrap();
+        assert_eq!(cfg.discord.as_ref().unwrap().token, "ada-token-value");
+        assert!(!format!("{cfg:?} {:?}", cfg.discord).contains("ada-token-value"));
+        let mut no_token = env();
+        no_token.remove("ADA_DISCORD_TOKEN");
+        let e = NodeConfig::resolve(s.clone(), "Ada", None, &no_token).unwrap_err();
+        assert_eq!(e.key, "bots[0].discord.token_env");
+        let loc = NodeConfig::resolve(s, "Loc", None, &no_token).unwrap();
+        assert!(loc.discord.is_none(), "a local bot needs no discord token");
+        assert_eq!(
+            crate::platform::visibility_of(Platform::Discord),
+            Visibility {
+                humans_reach_every_bot: true,
+                bots_see_bots: true
+            }
+        );
+    }
+
+    #[test]
+    fn discord_config_mistakes_name_their_key() {
+        let cases = [
+            (
+                "token_env = \"ADA_DISCORD_TOKEN\"\n",
+                "",
+                "bots[0].discord.token_env",
+            ),
+            (
+                "channel_id = \"1200000000000000001\"\nuser_id",
+                "user_id",
+                "bots[0].discord.channel_id",
+            ),
+            (
+                "channel_id = \"1200000000000000001\"\nuser_id",
+                "channel_id = \"#general\"\nuser_id",
+                "bots[0].discord.channel_id",
+            ),
+            (
+                "user_id = \"1300000000000000001\"\n",
+                "",
+                "bots[0].discord.user_id",
+            ),
+            (
+                "user_id = \"1300000000000000001\"\n",
+                "user_id = \"ada\"\n",
+                "bots[0].discord.user_id",
+            ),
+            (
+                "Bix = \"1300000000000000002\"",
+                "Nobody = \"1\"",
+                "bots[0].discord.peer_user_ids.Nobody",
+            ),
+            (
+                "Bix = \"1300000000000000002\"",
+                "Ada = \"1\"",
+                "bots[0].discord.peer_user_ids.Ada",
+            ),
+            (
+                "Bix = \"1300000000000000002\"",
+                "Bix = \"<@1>\"",
+                "bots[0].discord.peer_user_ids.Bix",
+            ),
+            (
+                "Bix = \"1300000000000000002\"",
+                "Bix = \"1300000000000000001\"",
+                "bots[0].discord.peer_user_ids.Bix",
+            ),
+            (
+                "token_env = \"ADA_DISCORD_TOKEN\"\n",
+                "token_env = \"ADA_DISCORD_TOKEN\"\napi_base_url = \"discord.com/api\"\n",
+                "bots[0].discord.api_base_url",
+            ),
+            (
+                "token_env = \"ADA_DISCORD_TOKEN\"\n",
+                "token_env = \"ADA_DISCORD_TOKEN\"\ngateway_url = \"http://127.0.0.1:9\"\n",
+                "bots[0].discord.gateway_url",
+            ),
+            (
+                "discord = { token_env = \"BIX_DISCORD_TOKEN\", channel_id = \"1200000000000000001\", user_id = \"1300000000000000002\" }\n",
+                "",
+                "bots[1].discord",
+            ),
+        ];
+        for (from, to, key) in cases {
+            assert!(DOCS_CONFIG.contains(from), "{from}");
+            let e = settings(&DOCS_CONFIG.replacen(from, to, 1)).unwrap_err();
+            assert_eq!(e.key, key, "{from:?} → {to:?}: {e}");
+        }
+        let e =
+            settings(&DOCS_CONFIG.replace("token_env = \"ADA", "tokn_env = \"ADA")).unwrap_err();
+        assert!(e.to_string().contains("unknown field `tokn_env`"), "{e}");
+    }
+
+    fn message(content: &str, mentions: serde_json::Value) -> MessageCreate {
+        serde_json::from_value(serde_json::json!({
+            "id": "1500000000000000001", "channel_id": "1200000000000000001",
+            "guild_id": "1100000000000000001", "type": 0, "content": content,
+            "author": {"id": "1400000000000000001", "username": "carol", "global_name": "Carol", "avatar": null},
+            "member": {"nick": "Carol C", "roles": []},
+            "mentions": mentions, "mention_roles": [], "mention_everyone": false,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn mentions_become_roster_names_tags_for_people_and_everyone_for_roles() {
+        let d = ada();
+        let m = message(
+            "<@1300000000000000001> <@!1300000000000000002> ask <@1400000000000000002> and <@1400000000000000003>, cc <@&1600000000000000001>",
+            serde_json::json!([
+                {"id": "1400000000000000002", "username": "ada_fan", "global_name": "Ada", "member": {"nick": null}},
+                {"id": "1400000000000000003", "username": "eve", "global_name": null, "member": {"nick": "Eve <3"}},
+            ]),
+        );
+        let text = d.readable_text(&m);
+        assert_eq!(
+            text,
+            "@Ada @Bix ask <at user_id=\"1400000000000000002\">Ada</at> and <at user_id=\"1400000000000000003\">Eve 3</at>, cc @everyone"
+        );
+        assert_eq!(m.author.display_name(m.member.as_ref()), "Carol C");
+        let matcher =
+            MentionMatcher::new(&crate::turn::roster(&settings(DOCS_CONFIG).unwrap().bots));
+        assert_eq!(
+            matcher.mentioned(&text, &[]),
+            vec!["Ada", "Bix"],
+            "the person called Ada is nobody's mention"
+        );
+        assert!(
+            crate::turn::policy::asks_everyone(&text),
+            "a role mention asks everyone"
+        );
+        assert!(crate::turn::policy::asks_everyone(&d.readable_text(
+            &message("@here anyone?", serde_json::json!([]))
+        )));
+    }
+
+    #[test]
+    fn outgoing_mentions_of_colleagues_become_pings() {
+        let d = ada();
+        let (text, pinged) = d.outgoing_text(
+            "@bixie please review, @Ada is me, @Loc has no id, `@Bix` in code, thanks <at user_id=\"1400000000000000001\">Carol C</at>",
+        );
+        assert_eq!(
+            text,
+            "<@1300000000000000002> please review, @Ada is me, @Loc has no id, `@Bix` in code, thanks <@1400000000000000001>"
+        );
+        assert_eq!(pinged, vec!["1300000000000000002".to_string()]);
+        assert_eq!(d.group_for_channel("1200000000000000001"), "team");
+        assert_eq!(
+            d.group_for_channel("1200000000000000009"),
+            "1200000000000000009"
+        );
+        assert_eq!(
+            d.channel_for_group("team").as_deref(),
+            Some("1200000000000000001")
+        );
+        assert_eq!(
+            d.channel_for_group("1200000000000000009").as_deref(),
+            Some("1200000000000000009")
+        );
+        assert_eq!(d.channel_for_group("demo"), None);
+        let own = Envelope::message(Ulid::new(), 1, "team", "Ada", Author::bot("Ada"), "hi");
+        assert!(d.should_post(&own));
+        let mut posted = own.clone();
+        posted.platform_msg_id = Some("1".into());
+        assert!(!d.should_post(&posted));
+        assert!(!d.should_post(&Envelope::message(
+            Ulid::new(),
+            1,
+            "team",
+            "Ada",
+            Author::human("x"),
+            "hi"
+        )));
+    }
+
     #[test]
     fn snowflakes_carry_their_time() {
         // Discord's docs: 175928847299117063 was made at 2016-04-30 11:18:25.796 UTC.
