@@ -676,6 +676,25 @@ async fn a_dropped_gateway_resumes_with_no_message_lost_or_doubled() {
         .unwrap();
     assert_eq!(v["messages"][0]["text"], "over here too");
     assert_eq!(fake.gateway_counts().0, 2);
+    // Edited and deleted later: logged, not judged again, the transcript unchanged.
+    fake.edit(&q, &format!("<@{ADA_ID}> are you still there? (edited)"));
+    fake.delete(&q);
+    fake.say(CHANNEL, DAN_ID, "last");
+    let t = mesh
+        .wait_transcript(ADA, WAIT, |t| t.iter().any(|e| e.text == "last"))
+        .await;
+    assert_eq!(
+        t.iter().filter(|e| e.text.contains("still there")).count(),
+        1,
+        "{:#?}",
+        show(&t)
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        fake.posted_by(ADA_ID).len(),
+        1,
+        "no second answer to the edit"
+    );
     mesh.shutdown().await;
 }
 

@@ -928,6 +928,198 @@ api = "127.0.0.1:8103"
         )));
     }
 
+    /// A sink that records arrivals the way the transcript does (dedup by id and by
+    /// each platform id), for the adapter's inbound rules without a node.
+    #[derive(Default)]
+    struct TestSink(Mutex<Vec<Envelope>>);
+
+    impl TestSink {
+        fn add(&self, env: Envelope) -> Appended {
+            let mut v = self.0.lock().unwrap();
+            let pids: Vec<String> = env
+                .platform_msg_id
+                .as_deref()
+                .map(|p| platform_ids(p).map(str::to_string).collect())
+                .unwrap_or_default();
+            let dup = v.iter().any(|e| {
+                e.id == env.id
+                    || e.platform_msg_id
+                        .as_deref()
+                        .is_some_and(|p| platform_ids(p).any(|p| pids.iter().any(|q| q == p)))
+            });
+            if dup {
+                return Appended::Duplicate;
+            }
+            v.push(env);
+            Appended::New
+        }
+        fn all(&self) -> Vec<Envelope> {
+            self.0.lock().unwrap().clone()
+        }
+    }
+
+    impl crate::ingress::ingest::Sink for TestSink {
+        fn record_many(
+            &self,
+            envs: Vec<Arc<Envelope>>,
+            _source: crate::ingress::ingest::Source,
+        ) -> BoxFuture<'_, Vec<Result<Appended, crate::store::transcript::TranscriptError>>>
+        {
+            let out = envs
+                .into_iter()
+                .map(|e| Ok(self.add((*e).clone())))
+                .collect();
+            Box::pin(async move { out })
+        }
+        fn arrive(
+            &self,
+            arrival: Arrival,
+        ) -> BoxFuture<'_, Result<Appended, crate::store::transcript::TranscriptError>> {
+            let r = self.add(arrival.env);
+            Box::pin(async move { Ok(r) })
+        }
+        fn on_claim(&self, _env: Arc<Envelope>) {}
+        fn answering(&self, _env: &Envelope) -> Option<String> {
+            None
+        }
+        fn has_platform_msg(&self, _group: &str, platform_msg_id: &str) -> bool {
+            self.0.lock().unwrap().iter().any(|e| {
+                e.platform_msg_id
+                    .as_deref()
+                    .is_some_and(|p| platform_ids(p).any(|p| p == platform_msg_id))
+            })
+        }
+        fn message(&self, _group: &str, id: &Ulid) -> Option<Arc<Envelope>> {
+            self.0
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|e| &e.id == id)
+                .cloned()
+                .map(Arc::new)
+        }
+    }
+
+    fn ingest(sink: Arc<TestSink>) -> Ingest {
+        let cfg = NodeConfig::resolve(settings(DOCS_CONFIG).unwrap(), "Ada", None, &env()).unwrap();
+        Ingest {
+            cfg: Arc::new(cfg),
+            metrics: Arc::new(crate::telemetry::metrics::Metrics::new()),
+            seen: Arc::new(crate::ingress::seen::SeenCache::new(
+                Duration::from_secs(60),
+                100,
+            )),
+            limiter: Arc::new(crate::ingress::limiter::RateLimiter::new(100)),
+            verify: Arc::new(crate::ingress::verify_pool::VerifyPool::start("Ada").unwrap()),
+            relay: None,
+            humans: Arc::new(Default::default()),
+            accepting: tokio_util::sync::CancellationToken::new(),
+            tasks: tokio_util::task::TaskTracker::new(),
+            sink,
+        }
+    }
+
+    /// A message by Bix (a colleague bot) on Discord, with id `id`.
+    fn from_bix(id: &str) -> MessageCreate {
+        serde_json::from_value(serde_json::json!({
+            "id": id, "channel_id": "1200000000000000001", "guild_id": "1100000000000000001",
+            "type": 0, "content": "<@1300000000000000001> done",
+            "author": {"id": "1300000000000000002", "username": "bix", "global_name": null, "avatar": null, "bot": true},
+            "mentions": [], "mention_roles": [], "mention_everyone": false,
+        }))
+        .unwrap()
+    }
+
+    fn bridge_copy(pid: &str) -> Envelope {
+        let mut e = Envelope::message(
+            Ulid::new(),
+            1,
+            "team",
+            "Bix",
+            Author::bot("Bix"),
+            "@Ada done",
+        );
+        e.depth = 1;
+        e.platform_msg_id = Some(pid.into());
+        e
+    }
+
+    /// A colleague's message is recorded once, keeping the bridge copy (its depth),
+    /// whether the bridge copy comes before the Discord copy, during its wait, or never
+    /// (then the Discord copy is context at max_depth). Own messages are ignored; a
+    /// person's message replayed after a RESUME is recorded once.
+    #[tokio::test(start_paused = true)]
+    async fn a_colleagues_message_is_recorded_once_in_either_order() {
+        let d = Arc::new(ada());
+        let sink = Arc::new(TestSink::default());
+        let ing = ingest(sink.clone());
+        // Bridge copy first.
+        sink.add(bridge_copy("1500000000000000010"));
+        d.on_message(&ing, from_bix("1500000000000000010")).await;
+        ing.tasks.close();
+        ing.tasks.wait().await;
+        ing.tasks.reopen();
+        assert_eq!(sink.all().len(), 1);
+        // Discord copy first; the bridge copy comes 2 s later.
+        d.on_message(&ing, from_bix("1500000000000000011")).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(sink.all().len(), 1, "the Discord copy waits");
+        sink.add(bridge_copy("1500000000000000011"));
+        ing.tasks.close();
+        ing.tasks.wait().await;
+        ing.tasks.reopen();
+        let all = sink.all();
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[1].depth, 1, "the bridge copy's depth");
+        // No bridge copy at all: context nobody answers.
+        let start = Instant::now();
+        d.on_message(&ing, from_bix("1500000000000000012")).await;
+        ing.tasks.close();
+        ing.tasks.wait().await;
+        ing.tasks.reopen();
+        assert!(start.elapsed() >= BRIDGE_GRACE);
+        let ctx = sink.all().pop().unwrap();
+        assert_eq!(
+            (
+                ctx.author.name.as_str(),
+                ctx.author.kind,
+                ctx.depth,
+                ctx.text.as_str()
+            ),
+            ("Bix", AuthorKind::Bot, 3, "@Ada done")
+        );
+        // Its own message: ignored.
+        let mut own = from_bix("1500000000000000013");
+        own.author.id = "1300000000000000001".into();
+        d.on_message(&ing, own).await;
+        ing.tasks.close();
+        ing.tasks.wait().await;
+        ing.tasks.reopen();
+        assert_eq!(sink.all().len(), 3);
+        // A person's message, twice (a replay): once, with the id every node derives.
+        let m = message("hello <@1300000000000000001>", serde_json::json!([]));
+        d.on_message(&ing, m.clone()).await;
+        d.on_message(&ing, m).await;
+        let all = sink.all();
+        assert_eq!(all.len(), 4);
+        let h = &all[3];
+        assert_eq!(h.id, envelope_id("1500000000000000001"));
+        assert_eq!(
+            (h.author.name.as_str(), h.text.as_str(), h.root),
+            ("Carol C", "hello @Ada", Some(h.id))
+        );
+        // DMs and system messages are not the mesh's.
+        let mut dm = message("psst", serde_json::json!([]));
+        dm.id = "1500000000000000099".into();
+        dm.guild_id = None;
+        d.on_message(&ing, dm).await;
+        let mut join = message("joined", serde_json::json!([]));
+        join.id = "1500000000000000098".into();
+        join.kind = 7;
+        d.on_message(&ing, join).await;
+        assert_eq!(sink.all().len(), 4);
+    }
+
     #[test]
     fn snowflakes_carry_their_time() {
         // Discord's docs: 175928847299117063 was made at 2016-04-30 11:18:25.796 UTC.
