@@ -783,6 +783,27 @@ mod tests {
         assert!(conns.try_recv().is_err(), "no reconnect after 4004");
     }
 
+    /// `wss://` goes through rustls (webpki roots): against a server that is not TLS
+    /// the handshake fails with an error, and building the TLS client does not panic.
+    #[tokio::test]
+    async fn wss_urls_use_tls() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            let (mut s, _) = l.accept().await.unwrap();
+            let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").await;
+        });
+        let r = WsConnector
+            .connect(&format!(
+                "wss://127.0.0.1:{}/?v=10&encoding=json",
+                addr.port()
+            ))
+            .await;
+        assert!(r.is_err());
+        server.abort();
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_drop_resumes_and_4014_stops_with_the_intent_advice() {
         let (g, mut conns) = gateway(0.5);
