@@ -78,6 +78,8 @@ pub struct Stored {
     pub content: String,
     /// The POST body, for messages posted through the REST API.
     pub request: Option<Value>,
+    /// When the stand-in took it.
+    pub at: std::time::Instant,
 }
 
 /// A 429 to answer.
@@ -124,6 +126,8 @@ struct Inner {
     heartbeats: usize,
     connections: usize,
     message_content_enabled: bool,
+    /// When set, every accepted post empties its bucket for this many seconds.
+    bucket_reset_after: Option<f64>,
     heartbeat_interval: u64,
     gateway_url: String,
 }
@@ -374,6 +378,7 @@ impl FakeDiscord {
             author_id: person_id.into(),
             content: content.into(),
             request: None,
+            at: std::time::Instant::now(),
         });
         g.dispatch("MESSAGE_CREATE", d);
         id
@@ -431,6 +436,12 @@ impl FakeDiscord {
         for _ in 0..n {
             g.limits.push_back(limit);
         }
+    }
+
+    /// From now on every accepted post answers `X-RateLimit-Remaining: 0` with this
+    /// `X-RateLimit-Reset-After`, so a client that obeys waits that long between posts.
+    pub fn empty_bucket_after_each_post(&self, reset_after: f64) {
+        self.inner.lock().unwrap().bucket_reset_after = Some(reset_after);
     }
 
     /// Every message in `channel`, oldest first.
@@ -706,9 +717,16 @@ fn route(
                 author_id: bot.user_id.clone(),
                 content,
                 request: Some(req),
+                at: std::time::Instant::now(),
             });
             g.dispatch("MESSAGE_CREATE", d.clone());
-            reply(200, d, &bucket_headers("channel-messages", 4))
+            let mut h = bucket_headers("channel-messages", 4);
+            if let Some(after) = g.bucket_reset_after {
+                h = bucket_headers("channel-messages", 0);
+                h.retain(|(k, _)| *k != "x-ratelimit-reset-after");
+                h.push(("x-ratelimit-reset-after", format!("{after:.3}")));
+            }
+            reply(200, d, &h)
         }
         _ => reply(404, json!({"message": "404: Not Found", "code": 0}), &[]),
     }

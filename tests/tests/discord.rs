@@ -716,6 +716,7 @@ async fn a_429_burst_loses_nothing_and_a_long_answer_goes_in_parts() {
             global: true,
         },
     );
+    fake.empty_bucket_after_each_post(0.3);
     let q = fake.say(
         CHANNEL,
         CAROL_ID,
@@ -740,6 +741,12 @@ async fn a_429_burst_loses_nothing_and_a_long_answer_goes_in_parts() {
         parts[0].request.as_ref().unwrap()["message_reference"]["message_id"],
         q.as_str()
     );
+    for w in parts.windows(2) {
+        assert!(
+            w[1].at.duration_since(w[0].at) >= Duration::from_millis(290),
+            "the empty bucket's X-RateLimit-Reset-After was waited out"
+        );
+    }
     assert!(parts[1]
         .request
         .as_ref()
