@@ -316,6 +316,65 @@ async fn a_bad_token_4004_and_a_missing_intent_4014_stop_with_clear_errors() {
     );
 }
 
+/// The same at node level: a rejected token (401 from `GET /users/@me`) and a
+/// disabled MESSAGE CONTENT intent (4014) stop Discord for that node, which says why
+/// in `/healthz` (503), while the bridge keeps working.
+#[tokio::test]
+async fn a_node_says_why_discord_stopped_in_healthz() {
+    botmesh_tests::init_logs();
+    let fake = FakeDiscord::start(
+        vec![
+            account("ada-token", ADA_ID, "ada"),
+            account("bix-token", BIX_ID, "bix"),
+        ],
+        people(),
+        &[CHANNEL],
+    )
+    .await;
+    fake.set_message_content_enabled(false);
+    let mut spec = MeshSpec::new(&["Ada", "Bix"])
+        .bot("Ada", &discord_bot("ADA_TOKEN", ADA_ID, &fake))
+        .bot("Bix", &discord_bot("BIX_TOKEN", BIX_ID, &fake));
+    spec.env = HashMap::from([
+        ("ADA_TOKEN".to_string(), "reset-long-ago".to_string()),
+        ("BIX_TOKEN".to_string(), "bix-token".to_string()),
+    ]);
+    let mesh = TestMesh::start(spec).await;
+    let health = |i: usize| {
+        let url = format!("{}/healthz", mesh.bridge(i));
+        let http = mesh.http.clone();
+        async move {
+            let r = http.get(url).send().await.unwrap();
+            (
+                r.status().as_u16(),
+                r.json::<serde_json::Value>().await.unwrap(),
+            )
+        }
+    };
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let (ada, bix) = loop {
+        let (a, b) = (health(ADA).await, health(BIX).await);
+        if (a.0, b.0) == (503, 503) || tokio::time::Instant::now() > deadline {
+            break (a, b);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(ada.0, 503, "{ada:?}");
+    let why = ada.1["platform"]["error"].as_str().unwrap();
+    assert!(
+        why.contains("401") && why.contains("discord.token_env"),
+        "{why}"
+    );
+    assert_eq!(bix.0, 503, "{bix:?}");
+    let why = bix.1["platform"]["error"].as_str().unwrap();
+    assert!(
+        why.contains("4014") && why.contains("MESSAGE CONTENT INTENT"),
+        "{why}"
+    );
+    assert_eq!(bix.1["platform"]["connected"], false);
+    mesh.shutdown().await;
+}
+
 // ---------------------------------------------------------------------------------
 // A mesh on Discord
 // ---------------------------------------------------------------------------------

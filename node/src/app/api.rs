@@ -345,7 +345,10 @@ pub fn health(node: &Node) -> Response<Body> {
         .collect();
     let storage = node.transcripts.health_error();
     let redis = node.stream.as_ref().map(|l| l.health());
-    let degraded = storage.is_some() || redis.as_ref().is_some_and(|r| !r.connected);
+    let platform = node.platform.health();
+    let degraded = storage.is_some()
+        || redis.as_ref().is_some_and(|r| !r.connected)
+        || platform.as_ref().is_some_and(|p| p.degraded());
     let status = if degraded { "degraded" } else { "ok" };
     let code = if degraded {
         StatusCode::SERVICE_UNAVAILABLE
@@ -360,6 +363,7 @@ pub fn health(node: &Node) -> Response<Body> {
             "storage_error": storage,
             "transport": node.cfg.transport(),
             "redis": redis,
+            "platform": platform,
             "outboxes": outboxes,
             "quiet": node.is_quiet(),
             "seen_cache": node.seen.len(),

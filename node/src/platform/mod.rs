@@ -42,6 +42,24 @@ pub struct Visibility {
     pub bots_see_bots: bool,
 }
 
+/// What an adapter reports in `/healthz`.
+#[derive(Debug, Clone, serde::Serialize, PartialEq, Eq)]
+pub struct PlatformHealth {
+    /// The platform's name.
+    pub name: &'static str,
+    /// Whether its connection is up now (a reconnect in progress is `false`).
+    pub connected: bool,
+    /// Why it stopped for good, in words that say what to fix.
+    pub error: Option<String>,
+}
+
+impl PlatformHealth {
+    /// Out of service until someone acts.
+    pub fn degraded(&self) -> bool {
+        self.error.is_some()
+    }
+}
+
 /// Why a message could not be posted to the platform (logged by the adapter; the mesh
 /// still gets the message).
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +103,13 @@ pub trait ChatPlatform: Send + Sync + 'static {
         Box::pin(async {
             crate::ingress::server::error(http::StatusCode::NOT_FOUND, "no such endpoint")
         })
+    }
+
+    /// The adapter's state for `/healthz` (`"platform"`): `None` when it has none to
+    /// report. `degraded` says the platform is out of service until an operator acts
+    /// (a rejected token, a missing intent), which turns `/healthz` into 503.
+    fn health(&self) -> Option<PlatformHealth> {
+        None
     }
 
     /// Sizes of the adapter's caches, for `botmesh_cache_entries{cache}`.

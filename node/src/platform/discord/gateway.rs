@@ -244,6 +244,9 @@ pub struct Gateway {
     pub token: String,
     /// The intents sent in IDENTIFY.
     pub intents: u64,
+    /// True while a session is established (set at READY/RESUMED, cleared when the
+    /// connection ends), for `/healthz`.
+    pub connected: Arc<std::sync::atomic::AtomicBool>,
     /// A number in 0..1 for the first heartbeat's delay and the re-identify pause
     /// (random in production; fixed in tests).
     pub jitter: Arc<dyn Fn() -> f64 + Send + Sync>,
@@ -292,6 +295,7 @@ impl Gateway {
             url,
             token,
             intents: INTENTS,
+            connected: Default::default(),
             jitter: Arc::new(|| {
                 use rand::Rng;
                 rand::thread_rng().gen_range(0.0..1.0)
@@ -313,6 +317,8 @@ impl Gateway {
                 return Ok(());
             }
             let (ended, established) = self.connect_once(&mut state, &events, &cancel).await;
+            self.connected
+                .store(false, std::sync::atomic::Ordering::Relaxed);
             match ended {
                 Ended::Cancelled => return Ok(()),
                 Ended::Stop(e) => {
@@ -464,9 +470,13 @@ impl Gateway {
                             resume_url: resume_url.to_string(),
                         });
                         established = true;
+                        self.connected
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
                         tracing::info!(%session_id, "discord gateway: READY");
                     } else if t == "RESUMED" {
                         established = true;
+                        self.connected
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
                         tracing::info!(seq = ?state.seq, "discord gateway: RESUMED");
                     }
                     let _ = events.send(Dispatch {
@@ -634,6 +644,7 @@ mod tests {
             url: "wss://gateway.example".into(),
             token: "tok".into(),
             intents: INTENTS,
+            connected: Default::default(),
             jitter: Arc::new(move || jitter),
         };
         (g, rx)

@@ -53,7 +53,7 @@ use ulid::Ulid;
 
 use crate::config::{is_snowflake, NodeConfig, Platform};
 use crate::ingress::ingest::{Arrival, Ingest};
-use crate::platform::{ChatPlatform, PostError, Visibility};
+use crate::platform::{ChatPlatform, PlatformHealth, PostError, Visibility};
 use crate::store::transcript::{platform_ids, Appended};
 use crate::turn::mention::MentionMatcher;
 use crate::wire::envelope::{Author, AuthorKind, Envelope, Kind};
@@ -215,6 +215,10 @@ pub struct Discord {
     authors: Mutex<Authors>,
     connector: Arc<dyn Connector>,
     ingest: OnceLock<Ingest>,
+    /// Whether the gateway session is up.
+    connected: Arc<std::sync::atomic::AtomicBool>,
+    /// Why Discord stopped for this node, for `/healthz`.
+    stopped: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for Discord {
@@ -254,6 +258,14 @@ impl ChatPlatform for Discord {
     fn start(self: Arc<Self>, ingest: Ingest) -> Option<BoxFuture<'static, ()>> {
         let _ = self.ingest.set(ingest.clone());
         Some(Box::pin(async move { self.run(ingest).await }))
+    }
+
+    fn health(&self) -> Option<PlatformHealth> {
+        Some(PlatformHealth {
+            name: "discord",
+            connected: self.connected.load(std::sync::atomic::Ordering::Relaxed),
+            error: self.stopped.lock().expect("stopped lock").clone(),
+        })
     }
 
     fn cache_sizes(&self) -> Vec<(&'static str, usize)> {
@@ -341,6 +353,8 @@ impl Discord {
             authors: Mutex::new(Authors::default()),
             connector,
             ingest: OnceLock::new(),
+            connected: Default::default(),
+            stopped: Mutex::new(None),
         })
     }
 
@@ -376,7 +390,9 @@ impl Discord {
                 tracing::error!(bot = %self.me, configured = %self.user_id, actual = %u.id, user = %u.username, "discord.user_id in peers.toml differs from the token's bot user (GET /users/@me): its own messages and mentions of it would be misread; fix discord.user_id");
             }
             Err(RestError::Unauthorized) => {
-                tracing::error!(bot = %self.me, "discord rejected the bot token (GET /users/@me answered 401): set discord.token_env to the bot's current token; discord is stopped for this node");
+                let why = "discord rejected the bot token (GET /users/@me answered 401): set discord.token_env to the bot's current token";
+                tracing::error!(bot = %self.me, "{why}; discord is stopped for this node");
+                self.stop(why);
                 return;
             }
             Err(e) => {
@@ -391,7 +407,9 @@ impl Discord {
                     match self.rest.gateway_bot().await {
                         Ok(g) => break g.url,
                         Err(RestError::Unauthorized) => {
-                            tracing::error!(bot = %self.me, "discord rejected the bot token (GET /gateway/bot answered 401); discord is stopped for this node");
+                            let why = "discord rejected the bot token (GET /gateway/bot answered 401): set discord.token_env to the bot's current token";
+                            tracing::error!(bot = %self.me, "{why}; discord is stopped for this node");
+                            self.stop(why);
                             return;
                         }
                         Err(e) => {
@@ -407,7 +425,8 @@ impl Discord {
                 }
             }
         };
-        let gw = Gateway::new(self.connector.clone(), url, self.token.clone());
+        let mut gw = Gateway::new(self.connector.clone(), url, self.token.clone());
+        gw.connected = self.connected.clone();
         let (tx, mut rx) = mpsc::unbounded_channel::<Dispatch>();
         let me = self.clone();
         let ing = ingest.clone();
@@ -418,8 +437,13 @@ impl Discord {
         });
         if let Err(e) = gw.run(tx, cancel).await {
             tracing::error!(bot = %self.me, error = %e, "discord is stopped for this node; the mesh goes on without it");
+            self.stop(&e.to_string());
         }
         let _ = consumer.await;
+    }
+
+    fn stop(&self, why: &str) {
+        *self.stopped.lock().expect("stopped lock") = Some(why.to_string());
     }
 
     async fn on_dispatch(self: &Arc<Self>, ingest: &Ingest, d: Dispatch) {
