@@ -157,8 +157,12 @@ pub async fn serve<F, Fut>(
             let h = h.clone();
             async move { Ok::<_, Infallible>(h(req, peer).await) }
         });
+        // half_close: a client may send its request and then shut down its write side
+        // (`shutdown(SHUT_WR)`) while it waits; without this, hyper takes that EOF for an
+        // aborted request and closes the connection without writing the answer.
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
+            .half_close(true)
             .header_read_timeout(limits.header_timeout)
             .serve_connection(TokioIo::new(stream), svc);
         let conn = graceful.watch(conn);
