@@ -76,9 +76,11 @@ pub async fn handle(
         (&Method::GET, "/healthz") => health(&node),
         (&Method::GET, "/metrics") => {
             refresh_cache_sizes(&node);
+            // prometheus-client's text encoder writes OpenMetrics 1.0 (`# EOF`, counter
+            // families named without `_total`): say so, or scrapers parse it as 0.0.4.
             server::text(
                 StatusCode::OK,
-                "text/plain; version=0.0.4; charset=utf-8",
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
                 node.metrics.render(),
             )
         }

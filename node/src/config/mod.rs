@@ -860,25 +860,45 @@ fn check_url(url: &str) -> Result<(), String> {
 }
 
 fn from_config_error(file: &str, e: config::ConfigError) -> ConfigError {
-    let text = e.to_string();
+    let mut text = e.to_string();
     // The config crate writes "... for key `mesh.max_depth` in ...": lift the key out.
-    let key = text
+    let raw_key = text
         .split("key `")
         .nth(1)
         .and_then(|s| s.split('`').next())
-        .map(str::to_string)
-        .or_else(|| {
-            text.split("unknown field `")
-                .nth(1)
-                .and_then(|s| s.split('`').next())
-                .map(|f| format!("{f} (unknown key)"))
-        })
-        .unwrap_or_else(|| "(file)".into());
+        .map(str::to_string);
+    let key = match raw_key {
+        Some(raw) => {
+            let key = dotted_key(&raw);
+            text = text.replace(&format!("`{raw}`"), &format!("`{key}`"));
+            key
+        }
+        None => text
+            .split("unknown field `")
+            .nth(1)
+            .and_then(|s| s.split('`').next())
+            .map(|f| format!("{f} (unknown key)"))
+            .unwrap_or_else(|| "(file)".into()),
+    };
     ConfigError {
         file: file.into(),
         key,
         problem: text,
     }
+}
+
+/// The config crate joins an array index to the key after it without a dot
+/// (`bots[1]feishu.app_id`); the key as written in the file is `bots[1].feishu.app_id`.
+fn dotted_key(raw: &str) -> String {
+    let mut key = String::with_capacity(raw.len() + 2);
+    let mut chars = raw.chars().peekable();
+    while let Some(c) = chars.next() {
+        key.push(c);
+        if c == ']' && chars.peek().is_some_and(|&n| n != '.' && n != '[') {
+            key.push('.');
+        }
+    }
+    key
 }
 
 /// Everything one running node needs: the validated file plus its own secrets.
@@ -1284,4 +1304,35 @@ fn read_secret_file(s: &Settings, key: &str, file: &Path) -> Result<String, Conf
     std::fs::read_to_string(&path)
         .map(|v| v.trim().to_string())
         .map_err(|e| s.err(key, format!("cannot read {}: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_in_a_table_under_an_array_name_the_key_with_its_dots() {
+        let toml = "[[bots]]\nname = \"A\"\nbridge = \"127.0.0.1:1\"\napi = \"127.0.0.1:2\"\n\
+                    [[bots]]\nname = \"B\"\nbridge = \"127.0.0.1:3\"\napi = \"127.0.0.1:4\"\n\
+                    [bots.feishu]\napp_id = [\"cli_x\"]\n";
+        let e = Settings::from_toml(toml, Path::new("peers.toml")).unwrap_err();
+        assert_eq!(e.key, "bots[1].feishu.app_id", "{e}");
+        assert!(e.problem.contains("`bots[1].feishu.app_id`"), "{e}");
+        assert!(!e.to_string().contains("]feishu"), "{e}");
+
+        let unknown = toml.replace("app_id = [\"cli_x\"]", "app_idd = \"cli_x\"");
+        let e = Settings::from_toml(&unknown, Path::new("peers.toml")).unwrap_err();
+        assert_eq!(e.key, "bots[1].feishu", "{e}");
+        assert!(e.problem.contains("unknown field `app_idd`"), "{e}");
+    }
+
+    #[test]
+    fn dotted_key_leaves_well_formed_keys_alone() {
+        assert_eq!(dotted_key("bots[1]feishu.app_id"), "bots[1].feishu.app_id");
+        assert_eq!(dotted_key("bots[1].bridge"), "bots[1].bridge");
+        assert_eq!(dotted_key("bots[0]aliases[2]"), "bots[0].aliases[2]");
+        assert_eq!(dotted_key("a[0][1]b"), "a[0][1].b");
+        assert_eq!(dotted_key("mesh.max_depth"), "mesh.max_depth");
+        assert_eq!(dotted_key("bots[3]"), "bots[3]");
+    }
 }
