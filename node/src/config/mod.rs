@@ -17,6 +17,8 @@ use serde::Deserialize;
 
 use crate::wire::signing::{HmacSecret, PairwiseKey, PublicKey, Signer, SigningKey, Verifier};
 
+pub mod pacing;
+
 /// A configuration problem, always naming the key it is about.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("{file}: {key}: {problem}")]

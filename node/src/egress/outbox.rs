@@ -27,11 +27,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use rand::Rng;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::pacing::{Backoff, Jitter};
 use crate::egress::acks::{AckTracker, PeerOutcome};
 use crate::store::cursor::DeliveryCursor;
 use crate::store::transcript::{parse_outbox_line, LoggedOutbound};
@@ -79,12 +79,7 @@ impl RetryPolicy {
     /// Delay before retry number `attempt` (1-based): exponential, capped, with jitter
     /// in [d/2, d] so that many senders do not retry in lockstep.
     pub fn backoff(&self, attempt: u32) -> Duration {
-        let exp = self
-            .base
-            .saturating_mul(1u32 << attempt.saturating_sub(1).min(20));
-        let d = exp.min(self.max);
-        let half = d / 2;
-        half + rand::thread_rng().gen_range(Duration::ZERO..=half)
+        Backoff::new(self.base, self.max).delay(attempt, Jitter::Scale(0.5..=1.0))
     }
 }
 

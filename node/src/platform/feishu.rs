@@ -64,6 +64,7 @@ use serde::Deserialize;
 use tokio::time::Instant;
 use ulid::Ulid;
 
+use crate::config::pacing::{Backoff, Jitter};
 use crate::config::{NodeConfig, Platform};
 use crate::ingress::ingest::{Arrival, Ingest};
 use crate::ingress::server::{self, Body, BodyError};
@@ -765,14 +766,12 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// The wait before retry number `attempt`: the server's hint if it gave one,
+    /// else exponential with up to 20 % added jitter; never more than `max`.
     fn delay(&self, attempt: u32, hint: Option<Duration>) -> Duration {
-        use rand::Rng;
-        let exp = self
-            .base
-            .saturating_mul(1u32 << attempt.saturating_sub(1).min(16))
-            .min(self.max);
-        let jitter = exp.mul_f64(rand::thread_rng().gen_range(0.0..0.2));
-        hint.map(|h| h.min(self.max)).unwrap_or(exp + jitter)
+        hint.map(|h| h.min(self.max)).unwrap_or_else(|| {
+            Backoff::new(self.base, self.max).delay(attempt, Jitter::Scale(1.0..=1.2))
+        })
     }
 }
 
