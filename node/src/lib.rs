@@ -21,13 +21,13 @@
 //! llm         the OpenAI-compatible client
 //! store       transcripts, the outbox log, delivery cursors
 //! telemetry   Prometheus metrics, live events
-//! config      peers.toml → a validated NodeConfig; pacing (retry backoff) for every layer
+//! config      peers.toml → a validated NodeConfig; pacing (backoff, token bucket) for every layer
 //! wire        envelope, batch, signatures, paths and limits
 //! ```
 //!
 //! - [`wire`] — what travels between nodes and how it is signed.
 //! - [`config`] — peers.toml: typed settings, env overrides, validation before binding;
-//!   `config::pacing`, the one retry schedule every layer above shares.
+//!   `config::pacing`, the one retry schedule and token bucket every layer above shares.
 //! - [`telemetry`] — `Metrics` (Prometheus) and `EventBus` (the page, SSE).
 //! - [`store`] — per-group, append-only, deduplicated, durable transcripts; cursors.
 //! - [`llm`] — the OpenAI-compatible client.

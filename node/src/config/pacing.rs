@@ -1,12 +1,14 @@
-//! Pacing: how long to wait before trying again ([`Backoff`]). Every retrying path
-//! (the outbox, the Feishu client, the LLM client, the Redis stream reader) shares it,
-//! so there is one schedule to read and test. It sits in `config`, below every layer
-//! that uses it.
+//! Pacing: how long to wait before trying again ([`Backoff`]) and how fast to go
+//! ([`TokenBucket`]). Every retrying path (the outbox, the Feishu client, the LLM
+//! client, the Redis stream reader) and every rate-limited one (admission per sender,
+//! Feishu sends per chat) shares these two, so there is one schedule to read and test.
+//! They sit in `config`, below every layer that uses them.
 
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use rand::Rng;
+use tokio::time::Instant;
 
 /// A capped exponential retry schedule: `base` before the first retry, doubling per
 /// attempt, never more than `max` (jitter included).
@@ -55,6 +57,42 @@ impl Backoff {
     }
 }
 
+/// A token bucket: `rate` tokens a second, holding at most `burst`; starts full.
+/// Callers that pace many keys (senders, chats) keep one per key.
+#[derive(Debug, Clone, Copy)]
+pub struct TokenBucket {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+impl TokenBucket {
+    /// A full bucket at `now`.
+    pub fn full(rate: f64, burst: f64, now: Instant) -> Self {
+        TokenBucket {
+            rate,
+            burst,
+            tokens: burst,
+            at: now,
+        }
+    }
+
+    /// Takes one token at `now` if there is one; otherwise says how long until there
+    /// will be.
+    pub fn take(&mut self, now: Instant) -> Result<(), Duration> {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64((1.0 - self.tokens) / self.rate))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,5 +110,15 @@ mod tests {
             assert!(d >= Duration::from_millis(100) && d <= Duration::from_millis(200));
             assert!(b.delay(30, Jitter::Scale(1.0..=1.5)) <= Duration::from_secs(1));
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bucket_bursts_then_paces() {
+        let mut b = TokenBucket::full(2.0, 2.0, Instant::now());
+        assert!(b.take(Instant::now()).is_ok());
+        assert!(b.take(Instant::now()).is_ok());
+        assert_eq!(b.take(Instant::now()), Err(Duration::from_millis(500)));
+        tokio::time::advance(Duration::from_millis(500)).await;
+        assert!(b.take(Instant::now()).is_ok());
     }
 }

@@ -3,15 +3,16 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
 
 use tokio::time::Instant;
+
+use crate::config::pacing::TokenBucket;
 
 /// A token bucket per verified sender.
 pub struct RateLimiter {
     per_second: f64,
     burst: f64,
-    buckets: Mutex<HashMap<String, (f64, Instant)>>,
+    buckets: Mutex<HashMap<String, TokenBucket>>,
 }
 
 impl RateLimiter {
@@ -28,19 +29,10 @@ impl RateLimiter {
     pub fn allow(&self, who: &str) -> bool {
         let now = Instant::now();
         let mut b = self.buckets.lock().expect("limiter lock");
-        let (tokens, at) = b.entry(who.to_string()).or_insert((self.burst, now));
-        let elapsed = now
-            .duration_since(*at)
-            .min(Duration::from_secs(60))
-            .as_secs_f64();
-        *tokens = (*tokens + elapsed * self.per_second).min(self.burst);
-        *at = now;
-        if *tokens >= 1.0 {
-            *tokens -= 1.0;
-            true
-        } else {
-            false
-        }
+        b.entry(who.to_string())
+            .or_insert_with(|| TokenBucket::full(self.per_second, self.burst, now))
+            .take(now)
+            .is_ok()
     }
 
     /// How many senders have a bucket (for metrics and soak checks).
@@ -52,6 +44,7 @@ impl RateLimiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[tokio::test(start_paused = true)]
     async fn limiter_refills() {

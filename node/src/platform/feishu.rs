@@ -64,7 +64,7 @@ use serde::Deserialize;
 use tokio::time::Instant;
 use ulid::Ulid;
 
-use crate::config::pacing::{Backoff, Jitter};
+use crate::config::pacing::{Backoff, Jitter, TokenBucket};
 use crate::config::{NodeConfig, Platform};
 use crate::ingress::ingest::{Arrival, Ingest};
 use crate::ingress::server::{self, Body, BodyError};
@@ -820,7 +820,7 @@ pub struct BotInfo {
 struct ChatLimiter {
     rate: f64,
     burst: f64,
-    buckets: Mutex<HashMap<String, (f64, Instant)>>,
+    buckets: Mutex<HashMap<String, TokenBucket>>,
 }
 
 impl ChatLimiter {
@@ -837,15 +837,13 @@ impl ChatLimiter {
             let wait = {
                 let now = Instant::now();
                 let mut b = self.buckets.lock().expect("limiter lock");
-                let (tokens, at) = b.entry(chat.to_string()).or_insert((self.burst, now));
-                *tokens =
-                    (*tokens + now.duration_since(*at).as_secs_f64() * self.rate).min(self.burst);
-                *at = now;
-                if *tokens >= 1.0 {
-                    *tokens -= 1.0;
-                    return;
+                let bucket = b
+                    .entry(chat.to_string())
+                    .or_insert_with(|| TokenBucket::full(self.rate, self.burst, now));
+                match bucket.take(now) {
+                    Ok(()) => return,
+                    Err(wait) => wait,
                 }
-                Duration::from_secs_f64((1.0 - *tokens) / self.rate)
             };
             tokio::time::sleep(wait).await;
         }
