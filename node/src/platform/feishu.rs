@@ -72,7 +72,7 @@ use crate::platform::{ChatPlatform, PostError, Visibility};
 use crate::store::transcript::Appended;
 use crate::telemetry::metrics::Metrics;
 use crate::turn::mention::{MentionMatcher, PlatformMention};
-use crate::wire::envelope::{now_millis, Author, AuthorKind, Envelope, Kind, PROTOCOL_VERSION};
+use crate::wire::envelope::{now_millis, Author, AuthorKind, Envelope, Kind};
 use futures_util::future::BoxFuture;
 
 /// Where Feishu posts event callbacks, on the peer-facing listener.
@@ -1548,29 +1548,14 @@ async fn process(f: &Feishu, node: &Ingest, ev: MessageReceived) {
         .unwrap_or_else(now_millis);
     let sender_open_id = ev.sender.sender_id.open_id.clone();
     let id = Ulid::new();
-    let mut env = Envelope {
-        v: PROTOCOL_VERSION,
-        id,
-        kind: Kind::Message,
-        group: group.clone(),
-        sender: f.me.clone(),
-        author: Author {
-            name: if sender_open_id.is_empty() {
-                "feishu user".into()
-            } else {
-                sender_open_id.clone()
-            },
-            kind: AuthorKind::Human,
-        },
-        text,
-        depth: 0,
-        reply_to: None,
-        root: Some(id),
-        platform_msg_id: Some(msg.message_id.clone()),
-        sent_at,
-        relevance: None,
-        why: None,
-    };
+    let author = Author::human(if sender_open_id.is_empty() {
+        "feishu user".to_string()
+    } else {
+        sender_open_id.clone()
+    });
+    let mut env = Envelope::message(id, sent_at, group.clone(), f.me.clone(), author, text);
+    env.root = Some(id);
+    env.platform_msg_id = Some(msg.message_id.clone());
     if ev.sender.sender_type != "app" {
         let mentions = f.platform_mentions(&msg.mentions, matcher);
         let arrival = Arrival {

@@ -938,29 +938,13 @@ pub fn answers_due<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::envelope::{Author, AuthorKind, Kind};
+    use crate::wire::envelope::{Author, AuthorKind};
     use std::io::Write;
 
     fn msg(group: &str, text: &str, pid: Option<&str>) -> Envelope {
-        Envelope {
-            v: 1,
-            id: Ulid::new(),
-            kind: Kind::Message,
-            group: group.into(),
-            sender: "A".into(),
-            author: Author {
-                name: "human".into(),
-                kind: AuthorKind::Human,
-            },
-            text: text.into(),
-            depth: 0,
-            reply_to: None,
-            root: None,
-            platform_msg_id: pid.map(str::to_string),
-            sent_at: 0,
-            relevance: None,
-            why: None,
-        }
+        let mut env = Envelope::message(Ulid::new(), 0, group, "A", Author::human("human"), text);
+        env.platform_msg_id = pid.map(str::to_string);
+        env
     }
 
     /// A node with no peers.
