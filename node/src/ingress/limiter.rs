@@ -1,8 +1,8 @@
 //! `RateLimiter`: a token bucket per verified sender, so one flooding peer is pushed
 //! back with 429 while the others go on.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 use tokio::time::Instant;
 
@@ -28,7 +28,7 @@ impl RateLimiter {
     /// Takes one token for `who`, if there is one.
     pub fn allow(&self, who: &str) -> bool {
         let now = Instant::now();
-        let mut b = self.buckets.lock().expect("limiter lock");
+        let mut b = self.buckets.lock();
         b.entry(who.to_string())
             .or_insert_with(|| TokenBucket::full(self.per_second, self.burst, now))
             .take(now)
@@ -37,7 +37,7 @@ impl RateLimiter {
 
     /// How many senders have a bucket (for metrics and soak checks).
     pub fn buckets(&self) -> usize {
-        self.buckets.lock().expect("limiter lock").len()
+        self.buckets.lock().len()
     }
 }
 

@@ -147,7 +147,7 @@ pub async fn run_reader(ingest: Ingest, link: Arc<StreamLink>, stop: Cancellatio
                 checked = true;
             }
             link.mark_up();
-            link.health.lock().expect("health lock").groups = followed.len();
+            link.health.lock().groups = followed.len();
             if followed.is_empty() {
                 tokio::time::sleep((GROUP_REFRESH / 5).min(block)).await;
                 return Ok::<_, redis::RedisError>(Vec::new());

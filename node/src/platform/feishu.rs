@@ -48,12 +48,13 @@
 //! exponential backoff and jitter; a per-chat token bucket of [`SENDS_PER_CHAT_PER_SEC`].
 //! `@Name` of a colleague becomes `<at user_id="ou_…">Name</at>`.
 
+use parking_lot::Mutex;
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use base64::Engine;
@@ -635,7 +636,7 @@ impl EventDedup {
             inner: Mutex::new(inner),
         };
         {
-            let mut inner = dedup.inner.lock().expect("dedup lock");
+            let mut inner = dedup.inner.lock();
             dedup.compact(&mut inner)?;
         }
         Ok(dedup)
@@ -664,7 +665,7 @@ impl EventDedup {
 
     /// True the first time `id` is seen (and remembers it); false for a repeat.
     pub fn first_time(&self, id: &str, now_secs: u64) -> bool {
-        let mut inner = self.inner.lock().expect("dedup lock");
+        let mut inner = self.inner.lock();
         while let Some((at, _)) = inner.order.front() {
             if now_secs.saturating_sub(*at) < self.ttl_secs && inner.order.len() < self.capacity {
                 break;
@@ -698,7 +699,7 @@ impl EventDedup {
 
     /// How many ids are remembered.
     pub fn len(&self) -> usize {
-        self.inner.lock().expect("dedup lock").order.len()
+        self.inner.lock().order.len()
     }
 
     /// True when no id is remembered.
@@ -836,7 +837,7 @@ impl ChatLimiter {
         loop {
             let wait = {
                 let now = Instant::now();
-                let mut b = self.buckets.lock().expect("limiter lock");
+                let mut b = self.buckets.lock();
                 let bucket = b
                     .entry(chat.to_string())
                     .or_insert_with(|| TokenBucket::full(self.rate, self.burst, now));
