@@ -40,6 +40,7 @@
 //! - [`fuzzing`] — the fuzz harnesses, shared by `fuzz/` and the corpus replay test.
 
 #![forbid(unsafe_code)]
+#![deny(missing_docs, unreachable_pub)]
 
 pub mod app;
 pub mod config;
