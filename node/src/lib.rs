@@ -37,7 +37,8 @@
 //! - [`platform`] — `ChatPlatform`: what a chat platform shows to whom, events in, posts out.
 //! - [`app`] — one running node: state, start, routing, the local API, graceful shutdown.
 //! - [`simulate`] — `botmesh simulate`.
-//! - [`fuzzing`] — the fuzz harnesses, shared by `fuzz/` and the corpus replay test.
+//! - `fuzzing` — the fuzz harnesses, shared by `fuzz/` and the corpus replay test; only
+//!   with the `fuzzing` feature, so they are not part of the production library.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs, unreachable_pub)]
@@ -45,6 +46,7 @@
 pub mod app;
 pub mod config;
 pub mod egress;
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod ingress;
 pub mod llm;
