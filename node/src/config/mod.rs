@@ -17,6 +17,8 @@ use serde::Deserialize;
 
 use crate::wire::signing::{HmacSecret, PairwiseKey, PublicKey, Signer, SigningKey, Verifier};
 
+pub mod pacing;
+
 /// A configuration problem, always naming the key it is about.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("{file}: {key}: {problem}")]
@@ -1022,68 +1024,9 @@ impl NodeConfig {
         let at = |k: &str| format!("bots[{me}].{k}");
         let m = &settings.mesh;
 
-        let mut hmac = Vec::new();
-        if !secrets {
-            // Explain-only: no keys, and LLM keys only when present.
-        } else if let Some(var) = &m.secret_env {
-            let value = env.var(var).ok_or_else(|| {
-                settings.err(
-                    "mesh.secret_env",
-                    format!("environment variable {var} is not set (it must hold whsec_…)"),
-                )
-            })?;
-            hmac.push(parse_secret(&settings, "mesh.secret_env", var, &value)?);
-        }
-        if let Some(file) = m.secret_file.as_ref().filter(|_| secrets) {
-            let value = read_secret_file(&settings, "mesh.secret_file", file)?;
-            hmac.push(parse_secret(
-                &settings,
-                "mesh.secret_file",
-                &file.display().to_string(),
-                &value,
-            )?);
-        }
-        let mut verify_hmac = hmac.clone();
-        if let Some(var) = m.secret_prev_env.as_ref().filter(|_| secrets) {
-            if let Some(value) = env.var(var) {
-                verify_hmac.push(parse_secret(
-                    &settings,
-                    "mesh.secret_prev_env",
-                    var,
-                    &value,
-                )?);
-            }
-        }
+        let (hmac, verify_hmac) = hmac_secrets(&settings, env, secrets)?;
+        let own = own_signing_key(&settings, &bot, &at, env, secrets)?;
 
-        let mut own = Vec::new();
-        if let Some(pk) = bot.public_key.as_ref().filter(|_| secrets) {
-            let value = if let Some(var) = &bot.private_key_env {
-                env.var(var).ok_or_else(|| {
-                    settings.err(
-                        at("private_key_env"),
-                        format!("environment variable {var} is not set (it must hold whsk_…)"),
-                    )
-                })?
-            } else if let Some(file) = &bot.private_key_file {
-                read_secret_file(&settings, &at("private_key_file"), file)?
-            } else {
-                return Err(settings.err(
-                    at("private_key_env"),
-                    "this bot has a public_key, so it needs private_key_env or private_key_file",
-                ));
-            };
-            let key = SigningKey::parse(value.trim()).map_err(|e| {
-                settings.err(
-                    at("private_key"),
-                    format!("not a valid whsk_ private key: {e}"),
-                )
-            })?;
-            let want = PublicKey::parse(pk).expect("validated");
-            if key.public_key() != want {
-                return Err(settings.err(at("private_key"), "does not match this bot's public_key"));
-            }
-            own.push(key);
-        }
         // Pairwise keys with every other key-holding bot (signing.rs): this bot's key
         // for what it sends to each, and one per listed key of each for what it receives.
         let mut sending = HashMap::new();
@@ -1304,6 +1247,86 @@ fn read_secret_file(s: &Settings, key: &str, file: &Path) -> Result<String, Conf
     std::fs::read_to_string(&path)
         .map(|v| v.trim().to_string())
         .map_err(|e| s.err(key, format!("cannot read {}: {e}", path.display())))
+}
+
+/// The mesh-wide HMAC secrets of a [`NodeConfig::build`]: the ones this node signs
+/// with, and the ones it accepts (those plus the previous secret, during a rotation).
+/// Without `secrets` (explain-only) there are none.
+fn hmac_secrets(
+    settings: &Settings,
+    env: &dyn SecretSource,
+    secrets: bool,
+) -> Result<(Vec<HmacSecret>, Vec<HmacSecret>), ConfigError> {
+    let m = &settings.mesh;
+    let mut hmac = Vec::new();
+    if !secrets {
+        // Explain-only: no keys, and LLM keys only when present.
+    } else if let Some(var) = &m.secret_env {
+        let value = env.var(var).ok_or_else(|| {
+            settings.err(
+                "mesh.secret_env",
+                format!("environment variable {var} is not set (it must hold whsec_…)"),
+            )
+        })?;
+        hmac.push(parse_secret(settings, "mesh.secret_env", var, &value)?);
+    }
+    if let Some(file) = m.secret_file.as_ref().filter(|_| secrets) {
+        let value = read_secret_file(settings, "mesh.secret_file", file)?;
+        hmac.push(parse_secret(
+            settings,
+            "mesh.secret_file",
+            &file.display().to_string(),
+            &value,
+        )?);
+    }
+    let mut verify_hmac = hmac.clone();
+    if let Some(var) = m.secret_prev_env.as_ref().filter(|_| secrets) {
+        if let Some(value) = env.var(var) {
+            verify_hmac.push(parse_secret(settings, "mesh.secret_prev_env", var, &value)?);
+        }
+    }
+    Ok((hmac, verify_hmac))
+}
+
+/// This bot's Ed25519 signing key of a [`NodeConfig::build`], checked against its
+/// `public_key` (none when it has no public key, or without `secrets`).
+fn own_signing_key(
+    settings: &Settings,
+    bot: &BotSettings,
+    at: &dyn Fn(&str) -> String,
+    env: &dyn SecretSource,
+    secrets: bool,
+) -> Result<Vec<SigningKey>, ConfigError> {
+    let mut own = Vec::new();
+    if let Some(pk) = bot.public_key.as_ref().filter(|_| secrets) {
+        let value = if let Some(var) = &bot.private_key_env {
+            env.var(var).ok_or_else(|| {
+                settings.err(
+                    at("private_key_env"),
+                    format!("environment variable {var} is not set (it must hold whsk_…)"),
+                )
+            })?
+        } else if let Some(file) = &bot.private_key_file {
+            read_secret_file(settings, &at("private_key_file"), file)?
+        } else {
+            return Err(settings.err(
+                at("private_key_env"),
+                "this bot has a public_key, so it needs private_key_env or private_key_file",
+            ));
+        };
+        let key = SigningKey::parse(value.trim()).map_err(|e| {
+            settings.err(
+                at("private_key"),
+                format!("not a valid whsk_ private key: {e}"),
+            )
+        })?;
+        let want = PublicKey::parse(pk).expect("validated");
+        if key.public_key() != want {
+            return Err(settings.err(at("private_key"), "does not match this bot's public_key"));
+        }
+        own.push(key);
+    }
+    Ok(own)
 }
 
 #[cfg(test)]
