@@ -31,6 +31,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::pacing::Backoff;
+
 /// Gateway version in the connection URL.
 pub const GATEWAY_VERSION: u32 = 10;
 /// GUILDS (1 << 0): guild and channel events.
@@ -333,10 +335,8 @@ impl Gateway {
             }
             failures = if established { 0 } else { failures + 1 };
             if failures > 0 {
-                let exp = Duration::from_secs(1)
-                    .saturating_mul(1u32 << (failures - 1).min(6))
-                    .min(MAX_BACKOFF);
-                let wait = exp.mul_f64(0.5 + (self.jitter)() * 0.5);
+                let nominal = Backoff::new(Duration::from_secs(1), MAX_BACKOFF).nominal(failures);
+                let wait = nominal.mul_f64(0.5 + (self.jitter)() * 0.5);
                 tracing::info!(
                     failures,
                     wait_ms = wait.as_millis() as u64,

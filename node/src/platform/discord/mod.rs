@@ -43,7 +43,9 @@ pub mod gateway;
 pub mod rest;
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -264,15 +266,12 @@ impl ChatPlatform for Discord {
         Some(PlatformHealth {
             name: "discord",
             connected: self.connected.load(std::sync::atomic::Ordering::Relaxed),
-            error: self.stopped.lock().expect("stopped lock").clone(),
+            error: self.stopped.lock().clone(),
         })
     }
 
     fn cache_sizes(&self) -> Vec<(&'static str, usize)> {
-        vec![(
-            "discord_authors",
-            self.authors.lock().expect("authors lock").map.len(),
-        )]
+        vec![("discord_authors", self.authors.lock().map.len())]
     }
 }
 
@@ -414,7 +413,11 @@ impl Discord {
                         }
                         Err(e) => {
                             attempt += 1;
-                            let wait = Duration::from_secs(1 << attempt.min(6));
+                            let wait = crate::config::pacing::Backoff::new(
+                                Duration::from_secs(1),
+                                gateway::MAX_BACKOFF,
+                            )
+                            .delay(attempt, crate::config::pacing::Jitter::Scale(0.8..=1.0));
                             tracing::warn!(bot = %self.me, error = %e, wait_s = wait.as_secs(), "could not get the discord gateway URL; retrying");
                             tokio::select! {
                                 _ = cancel.cancelled() => return,
@@ -443,7 +446,7 @@ impl Discord {
     }
 
     fn stop(&self, why: &str) {
-        *self.stopped.lock().expect("stopped lock") = Some(why.to_string());
+        *self.stopped.lock() = Some(why.to_string());
     }
 
     async fn on_dispatch(self: &Arc<Self>, ingest: &Ingest, d: Dispatch) {
@@ -533,10 +536,7 @@ impl Discord {
         );
         env.platform_msg_id = Some(m.id.clone());
         if !is_bot {
-            self.authors
-                .lock()
-                .expect("authors lock")
-                .insert(&m.id, &m.author.id);
+            self.authors.lock().insert(&m.id, &m.author.id);
             env.root = Some(env.id);
             let arrival = Arrival {
                 env,
@@ -652,13 +652,7 @@ impl Discord {
         let answered: Option<String> = reference.as_ref().and_then(|r| {
             let t = trigger.as_ref()?;
             match t.author.kind {
-                AuthorKind::Human => self
-                    .authors
-                    .lock()
-                    .expect("authors lock")
-                    .map
-                    .get(&r.message_id)
-                    .cloned(),
+                AuthorKind::Human => self.authors.lock().map.get(&r.message_id).cloned(),
                 AuthorKind::Bot => self.peer_user_ids.get(&t.author.name).cloned(),
             }
         });
@@ -959,7 +953,7 @@ api = "127.0.0.1:8103"
 
     impl TestSink {
         fn add(&self, env: Envelope) -> Appended {
-            let mut v = self.0.lock().unwrap();
+            let mut v = self.0.lock();
             let pids: Vec<String> = env
                 .platform_msg_id
                 .as_deref()
@@ -978,7 +972,7 @@ api = "127.0.0.1:8103"
             Appended::New
         }
         fn all(&self) -> Vec<Envelope> {
-            self.0.lock().unwrap().clone()
+            self.0.lock().clone()
         }
     }
 
@@ -1007,7 +1001,7 @@ api = "127.0.0.1:8103"
             None
         }
         fn has_platform_msg(&self, _group: &str, platform_msg_id: &str) -> bool {
-            self.0.lock().unwrap().iter().any(|e| {
+            self.0.lock().iter().any(|e| {
                 e.platform_msg_id
                     .as_deref()
                     .is_some_and(|p| platform_ids(p).any(|p| p == platform_msg_id))
@@ -1016,7 +1010,6 @@ api = "127.0.0.1:8103"
         fn message(&self, _group: &str, id: &Ulid) -> Option<Arc<Envelope>> {
             self.0
                 .lock()
-                .unwrap()
                 .iter()
                 .find(|e| &e.id == id)
                 .cloned()

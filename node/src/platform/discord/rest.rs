@@ -18,12 +18,16 @@
 //! that did reach Discord does not post it twice.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
+
+use crate::config::pacing::{Backoff, Jitter};
 
 /// Longest message content Discord accepts, in characters.
 pub const MAX_MESSAGE_CHARS: usize = 2000;
@@ -173,12 +177,7 @@ impl Default for RetryPolicy {
 
 impl RetryPolicy {
     fn delay(&self, attempt: u32) -> Duration {
-        use rand::Rng;
-        let exp = self
-            .base
-            .saturating_mul(1u32 << attempt.saturating_sub(1).min(16))
-            .min(self.max);
-        exp + exp.mul_f64(rand::thread_rng().gen_range(0.0..0.2))
+        Backoff::new(self.base, self.max).delay(attempt, Jitter::Scale(1.0..=1.2))
     }
 }
 
@@ -218,7 +217,6 @@ impl RateLimits {
     fn lane(&self, route: &str) -> Arc<tokio::sync::Mutex<()>> {
         self.lanes
             .lock()
-            .expect("lanes lock")
             .entry(route.to_string())
             .or_default()
             .clone()
@@ -229,13 +227,11 @@ impl RateLimits {
         let global = self
             .global_until
             .lock()
-            .expect("global lock")
             .map(|t| t.saturating_duration_since(now))
             .unwrap_or_default();
         let bucket = self
             .buckets
             .lock()
-            .expect("buckets lock")
             .get(route)
             .filter(|b| b.remaining == 0)
             .map(|b| b.reset_at.saturating_duration_since(now))
@@ -248,7 +244,7 @@ impl RateLimits {
         let remaining = header_secs(headers, "x-ratelimit-remaining");
         let reset_after = header_secs(headers, "x-ratelimit-reset-after");
         if let (Some(remaining), Some(after)) = (remaining, reset_after) {
-            self.buckets.lock().expect("buckets lock").insert(
+            self.buckets.lock().insert(
                 route.to_string(),
                 Bucket {
                     remaining: remaining as u32,
@@ -262,10 +258,10 @@ impl RateLimits {
     pub fn limited(&self, route: &str, global: bool, wait: Duration, now: Instant) {
         let until = now + wait;
         if global {
-            let mut g = self.global_until.lock().expect("global lock");
+            let mut g = self.global_until.lock();
             *g = Some(g.map_or(until, |t| t.max(until)));
         } else {
-            self.buckets.lock().expect("buckets lock").insert(
+            self.buckets.lock().insert(
                 route.to_string(),
                 Bucket {
                     remaining: 0,
