@@ -94,41 +94,62 @@ pub struct Limit {
 /// An instruction for one gateway connection.
 #[derive(Debug)]
 enum Out {
+    /// Send a text frame.
     Text(String),
+    /// Close with this code.
     Close(u16),
+    /// Drop the TCP connection without a close frame.
     Drop,
 }
 
 /// A gateway session, kept across connections so it can be resumed.
 struct Session {
-    user_id: String,
+    /// The bot's token (a RESUME must carry the same).
     token: String,
+    /// The last sequence number given out.
     seq: u64,
     /// Every dispatch with its seq (what a RESUME replays).
     backlog: Vec<(u64, Value)>,
+    /// The connection it is on now, if any.
     conn: Option<mpsc::UnboundedSender<Out>>,
 }
 
+/// Everything the stand-in knows.
 #[derive(Default)]
 struct Inner {
+    /// Bot accounts (tokens).
     bots: Vec<BotAccount>,
+    /// People in the guild.
     people: Vec<Person>,
+    /// The guild's text channels.
     channels: Vec<String>,
+    /// Every message, oldest first.
     messages: Vec<Stored>,
+    /// Gateway sessions by id.
     sessions: HashMap<String, Session>,
+    /// Counter in the low bits of new snowflakes.
     next_id: u64,
+    /// 429s still to answer.
     limits: VecDeque<Limit>,
+    /// (author, nonce) → message id, for `enforce_nonce`.
     nonces: HashMap<(String, String), String>,
     /// `(method path, status)` of every REST request.
     requests: Vec<(String, u16)>,
+    /// IDENTIFYs received.
     identifies: usize,
+    /// RESUMEs received.
     resumes: usize,
+    /// Heartbeats received.
     heartbeats: usize,
+    /// Gateway connections accepted.
     connections: usize,
+    /// Whether bots may ask for MESSAGE_CONTENT (else 4014).
     message_content_enabled: bool,
     /// When set, every accepted post empties its bucket for this many seconds.
     bucket_reset_after: Option<f64>,
+    /// HELLO's interval.
     heartbeat_interval: u64,
+    /// What `GET /gateway/bot` and READY's `resume_gateway_url` say.
     gateway_url: String,
 }
 
@@ -138,7 +159,9 @@ pub struct FakeDiscord {
     pub api_base_url: String,
     /// Gateway URL, e.g. `ws://127.0.0.1:5001`.
     pub gateway_url: String,
+    /// The shared state.
     inner: Arc<Mutex<Inner>>,
+    /// The REST and gateway accept loops.
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -864,7 +887,6 @@ fn identify(
     });
     let guild = g.guild_create();
     let mut s = Session {
-        user_id: bot.user_id.clone(),
         token: token.to_string(),
         seq: 0,
         backlog: Vec::new(),
@@ -876,7 +898,6 @@ fn identify(
         s.backlog.push((s.seq, payload.clone()));
         let _ = tx.send(Out::Text(payload.to_string()));
     }
-    let _ = &s.user_id;
     g.sessions.insert(session_id.clone(), s);
     Ok(session_id)
 }

@@ -153,6 +153,7 @@ pub struct WsConnector;
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
+/// A tungstenite socket as a [`Conn`].
 struct WsConn(Ws);
 
 impl Conn for WsConn {
@@ -285,7 +286,9 @@ pub fn connect_url(url: &str) -> String {
 /// What the connection loop keeps between connections.
 #[derive(Debug, Default)]
 struct State {
+    /// The session to resume, once READY gave one.
     session: Option<Session>,
+    /// The last sequence number received (sent in heartbeats and RESUME).
     seq: Option<u64>,
 }
 
@@ -586,8 +589,11 @@ pub mod memory {
         pub accepted: mpsc::UnboundedSender<ServerSide>,
     }
 
+    /// The client's side of an in-memory connection.
     struct MemoryConn {
+        /// Frames to the test.
         to_server: mpsc::UnboundedSender<ClientFrame>,
+        /// Frames from the test.
         from_server: mpsc::UnboundedReceiver<Frame>,
     }
 

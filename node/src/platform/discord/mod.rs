@@ -177,7 +177,9 @@ pub struct MessageCreate {
 /// A bounded map of message id → author id, oldest forgotten first.
 #[derive(Default)]
 struct Authors {
+    /// Message id → its author's user id.
     map: HashMap<String, String>,
+    /// Message ids, oldest first, to forget the oldest beyond [`AUTHOR_MEMORY`].
     order: VecDeque<String>,
 }
 
@@ -202,20 +204,31 @@ impl Authors {
 pub struct Discord {
     /// The REST client.
     pub rest: RestClient,
+    /// The bot token, for IDENTIFY and RESUME.
     token: String,
+    /// This bot's name in the mesh.
     me: String,
+    /// This bot's Discord user id (its own messages are ignored).
     user_id: String,
+    /// The channel that is `[mesh].group`.
     channel_id: String,
+    /// `[mesh].group`.
     mesh_group: String,
+    /// Depth given to bot messages recorded as context only (nobody answers them).
     max_depth: u32,
+    /// `discord.gateway_url`, used instead of `GET /gateway/bot`.
     gateway_url: Option<String>,
     /// User id → bot name (this bot and the colleagues).
     bots_by_user_id: HashMap<String, String>,
     /// Colleague → user id.
     peer_user_ids: HashMap<String, String>,
+    /// Finds `@Name` of the roster in outgoing text.
     matcher: MentionMatcher,
+    /// Who wrote the people's messages seen lately (to ping the person answered).
     authors: Mutex<Authors>,
+    /// Opens gateway sockets (in-memory ones in tests).
     connector: Arc<dyn Connector>,
+    /// The inbound handle, once the node has started the adapter.
     ingest: OnceLock<Ingest>,
     /// Whether the gateway session is up.
     connected: Arc<std::sync::atomic::AtomicBool>,
