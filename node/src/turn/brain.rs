@@ -52,6 +52,15 @@ pub struct Brain {
     pub(crate) metrics: Arc<Metrics>,
 }
 
+/// A reply the LLM wrote, with its completion tokens (counted when it is thrown away).
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// The text to post.
+    pub text: String,
+    /// Completion tokens it cost.
+    pub tokens: u64,
+}
+
 /// Whether an error is a server refusing the `response_format` we sent.
 fn rejects_schema(e: &crate::llm::LlmError) -> bool {
     matches!(e, crate::llm::LlmError::Http { status: 400 | 422 | 500, body } if body.contains("response_format"))
@@ -340,18 +349,21 @@ impl Brain {
         context: &[Arc<Envelope>],
         msg: &Envelope,
         why: &str,
-    ) -> Option<String> {
+    ) -> Option<Reply> {
         match &self.provider {
-            Provider::Offline => Some(crate::turn::reply::offline_reply(&self.me, msg, why)),
+            Provider::Offline => Some(Reply {
+                text: crate::turn::reply::offline_reply(&self.me, msg, why),
+                tokens: 0,
+            }),
             Provider::Remote { reply, .. } => {
                 let messages =
                     crate::turn::reply::messages(&self.me, &self.colleagues, context, msg);
-                let text = self
-                    .call(llm, reply, Purpose::Reply, &messages, msg)
+                let (text, tokens) = self
+                    .call_counted(llm, reply, Purpose::Reply, &messages, msg)
                     .await
                     .ok()?;
                 let text = text.trim().to_string();
-                (!text.is_empty()).then_some(text)
+                (!text.is_empty()).then_some(Reply { text, tokens })
             }
         }
     }
@@ -364,6 +376,20 @@ impl Brain {
         messages: &[ChatMessage],
         about: &Envelope,
     ) -> Result<String, crate::llm::LlmError> {
+        self.call_counted(llm, ep, purpose, messages, about)
+            .await
+            .map(|(text, _)| text)
+    }
+
+    /// [`Brain::call`], also giving the completion's token count.
+    async fn call_counted(
+        &self,
+        llm: &dyn Llm,
+        ep: &Endpoint,
+        purpose: Purpose,
+        messages: &[ChatMessage],
+        about: &Envelope,
+    ) -> Result<(String, u64), crate::llm::LlmError> {
         let started = Instant::now();
         match llm.complete(ep, purpose, messages, about).await {
             Ok(c) => {
@@ -374,7 +400,7 @@ impl Brain {
                     c.usage.prompt_tokens,
                     c.usage.completion_tokens,
                 );
-                Ok(c.text)
+                Ok((c.text, c.usage.completion_tokens))
             }
             Err(e) => {
                 self.metrics.llm_call(
