@@ -15,7 +15,7 @@ use crate::turn::mention::{Member, MentionMatcher, PlatformMention};
 use crate::turn::pipeline::Turn;
 use crate::turn::policy::{decide, Decision, Facts};
 use crate::turn::ports::Llm;
-use crate::turn::scheduler::ClaimBoard;
+use crate::turn::scheduler::{ClaimBoard, ClaimReply};
 use crate::wire::envelope::{AuthorKind, Envelope, Kind};
 
 /// Where answers come from. (One per node, so the variants' size difference is moot.)
@@ -193,14 +193,15 @@ impl Brain {
         }
     }
 
-    /// For a peer's claim already on the board ([`Brain::on_claim`]): this bot's name
-    /// when it has committed to answer, or answered, the claim's trigger — what the
-    /// bridge's answer to the claim carries as `answered`.
-    pub fn answering(&self, env: &Envelope) -> Option<String> {
-        let trigger = env.reply_to.filter(|_| env.kind == Kind::Claim)?;
-        self.board
-            .answering(trigger, &self.me.name)
-            .then(|| self.me.name.clone())
+    /// For a peer's claim already on the board ([`Brain::on_claim`]): what the
+    /// bridge answers the claimant — this bot's name when it has committed to answer,
+    /// or answered, the trigger (`answered`), or that its judge about the trigger is
+    /// still out (`judging`: this bot then owes the peers its claim or a withdrawal).
+    pub fn answer_claim(&self, env: &Envelope) -> ClaimReply {
+        match env.reply_to.filter(|_| env.kind == Kind::Claim) {
+            Some(trigger) => self.board.answer_claim(trigger, &self.me.name, &env.sender),
+            None => ClaimReply::default(),
+        }
     }
 
     /// The local rules for `msg`, given how many bot messages end the recent

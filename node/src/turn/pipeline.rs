@@ -135,11 +135,15 @@ pub fn triage<P: Ports + ?Sized>(
         // of their own, so they cost no judge call (unless they mention this bot).
         brain.board.pass(msg.id);
     }
+    // From here a peer's claim on it is answered from what this node decided (judging
+    // while the judge is out), no longer as a trigger not yet looked at.
+    brain.board.decided(msg.id, d.action == Action::Judge);
     if d.action == Action::Silent {
         // Own messages are not worth a log line each.
         if d.reason != "own_message" {
             record(p, msg, "silent", d.reason, "");
         }
+        send_owed_word(p, msg);
         return None;
     }
     Some(d)
@@ -163,8 +167,14 @@ pub async fn act<P: Ports>(p: Arc<P>, msg: Arc<Envelope>, d: Decision) {
         Action::Judge => {
             record(&*p, &msg, "judge", d.reason, "");
             let context = context_before(&*p, &msg, brain.me.context_messages);
-            let Some(v) = brain.judge(p.llm(), &context, &msg).await else {
+            // While the judge is out, a peer's claim on this trigger is answered
+            // `judging`: that peer then waits for this bot's word before it commits.
+            brain.board.set_judging(msg.id, true); // (triage set it already)
+            let verdict = brain.judge(p.llm(), &context, &msg).await;
+            brain.board.set_judging(msg.id, false);
+            let Some(v) = verdict else {
                 record(&*p, &msg, "silent", "judge_failed", "");
+                send_owed_word(&*p, &msg);
                 return;
             };
             if !v.speak || v.relevance < brain.me.min_relevance {
@@ -175,6 +185,7 @@ pub async fn act<P: Ports>(p: Arc<P>, msg: Arc<Envelope>, d: Decision) {
                     "judge_declined",
                     &format!("speak={} relevance={:.2}", v.speak, v.relevance),
                 );
+                send_owed_word(&*p, &msg);
                 return;
             }
             if d.mentioned {
@@ -291,40 +302,8 @@ pub async fn act<P: Ports>(p: Arc<P>, msg: Arc<Envelope>, d: Decision) {
         return;
     }
     if let (Some(r), Some(acks)) = (relevance, acks.as_mut()) {
-        // Wait until the claim has reached every peer, so that it cannot land on a peer
-        // after that peer has answered too; a peer that already answers says so.
-        let timeout = Duration::from_millis(brain.me.claim_ack_timeout_ms);
-        let known = tokio::select! {
-            a = acks.wait(timeout) => a,
-            _ = p.stopping().cancelled() => {
-                withdraw("shutting down");
-                return;
-            }
-        };
-        if let Some(bot) = known.answered.first() {
-            brain.board.answered(msg.id, bot);
-            record(
-                &*p,
-                &msg,
-                "yield_writing",
-                "already_answered",
-                &format!("{bot} answers it, by its acknowledgement of this bot's claim"),
-            );
-            brain
-                .metrics
-                .reply_discarded("already_answered", reply.tokens);
-            withdraw("yielded while writing");
+        if !settle_claim(&*p, &msg, acks, &reply).await {
             return;
-        }
-        if !known.pending.is_empty() && brain.me.claim_ack_timeout_ms > 0 {
-            tracing::warn!(bot = %brain.me.name, trigger = %msg.id, unacked = ?known.pending, timeout_ms = brain.me.claim_ack_timeout_ms, "claim not acknowledged by every peer in time; posting anyway");
-            record(
-                &*p,
-                &msg,
-                "post",
-                "claim_unacked",
-                &format!("no acknowledgement from {}", known.pending.join(", ")),
-            );
         }
         // Commit, in one step with the last standing check. Behind a better claim heard
         // meanwhile: stand by with the text written; go on only if that claim is
@@ -390,6 +369,106 @@ pub async fn act<P: Ports>(p: Arc<P>, msg: Arc<Envelope>, d: Decision) {
     }
 }
 
+/// How many `claim_ack_timeout_ms` an interjection waits, at most, for the
+/// acknowledgement of a peer whose link still works.
+const CLAIM_ACK_PATIENCE: u32 = 4;
+
+/// Before an interjection commits: waits until its claim has reached every peer, so
+/// that it cannot land on a peer after that peer has answered too (a peer that already
+/// answers says so: yield), and for the word of every peer that was still judging when
+/// the claim reached it (it may be the more relevant bot). `false`: the turn ended here
+/// (yielded or stopping; the claim is withdrawn).
+///
+/// A claim that a lossy link dropped arrives on a retry a few hundred ms later, so the
+/// wait goes on past `claim_ack_timeout_ms` (up to [`CLAIM_ACK_PATIENCE`] times it) for
+/// every peer whose link works; a peer whose link has been failing for the whole
+/// timeout is taken for down and not waited for (`post/claim_unacked`).
+async fn settle_claim<P: Ports + ?Sized>(
+    p: &P,
+    msg: &Envelope,
+    acks: &mut ClaimAcks,
+    reply: &Reply,
+) -> bool {
+    let brain = p.brain();
+    let timeout = Duration::from_millis(brain.me.claim_ack_timeout_ms);
+    let hard = tokio::time::Instant::now() + timeout * CLAIM_ACK_PATIENCE;
+    let mut known = tokio::select! {
+        a = acks.wait(timeout) => a,
+        _ = p.stopping().cancelled() => {
+            withdraw_claim(p, msg, "shutting down");
+            return false;
+        }
+    };
+    while !known.settled() && !timeout.is_zero() {
+        let now = tokio::time::Instant::now();
+        let alive = known
+            .pending
+            .iter()
+            .any(|peer| p.link_failing_for(peer).is_none_or(|d| d < timeout));
+        if !alive || now >= hard {
+            break;
+        }
+        let step = (hard - now).min(Duration::from_millis(250));
+        known = tokio::select! {
+            a = acks.wait(step) => a,
+            _ = p.stopping().cancelled() => {
+                withdraw_claim(p, msg, "shutting down");
+                return false;
+            }
+        };
+    }
+    if let Some(bot) = known.answered.first() {
+        brain.board.answered(msg.id, bot);
+        record(
+            p,
+            msg,
+            "yield_writing",
+            "already_answered",
+            &format!("{bot} answers it, by its acknowledgement of this bot's claim"),
+        );
+        brain
+            .metrics
+            .reply_discarded("already_answered", reply.tokens);
+        withdraw_claim(p, msg, "yielded while writing");
+        return false;
+    }
+    if !known.judging.is_empty() {
+        // Peers whose judge was still out when this claim reached them: a slower
+        // judge may still be the more relevant bot. Wait for each one's word (its
+        // claim, its withdrawal, or its answer) before committing.
+        let until =
+            tokio::time::Instant::now() + Duration::from_millis(brain.me.judge_word_timeout_ms);
+        let silent = tokio::select! {
+            s = brain.board.await_words(msg.id, &known.judging, until) => s,
+            _ = p.stopping().cancelled() => {
+                withdraw_claim(p, msg, "shutting down");
+                return false;
+            }
+        };
+        if !silent.is_empty() {
+            tracing::warn!(bot = %brain.me.name, trigger = %msg.id, silent = ?silent, "peers that were judging sent no word in time; going on");
+            record(
+                p,
+                msg,
+                "post",
+                "judge_word_missing",
+                &format!("no word from {}", silent.join(", ")),
+            );
+        }
+    }
+    if !known.pending.is_empty() && !timeout.is_zero() {
+        tracing::warn!(bot = %brain.me.name, trigger = %msg.id, unacked = ?known.pending, timeout_ms = brain.me.claim_ack_timeout_ms, "claim not acknowledged by every peer in time (their links fail); posting anyway");
+        record(
+            p,
+            msg,
+            "post",
+            "claim_unacked",
+            &format!("no acknowledgement from {}", known.pending.join(", ")),
+        );
+    }
+    true
+}
+
 /// What a sidecar agent receives when its bot takes a turn (docs/sidecar.md).
 #[derive(Debug, Serialize)]
 pub struct Turn<'a> {
@@ -440,8 +519,27 @@ pub fn withdraw_claim<P: Ports + ?Sized>(p: &P, msg: &Envelope, why: &str) {
     p.event(Event::Claim {
         envelope: Arc::new(env),
     });
-    brain.metrics.decision("withdraw", "claim");
-    tracing::info!(bot = %me, trigger = %msg.id, why, "claim withdrawn");
+    record(p, msg, "withdraw", "claim", why);
+}
+
+/// After local rules or a judge that did not lead to a claim: if this bot told a
+/// claimant it was still judging the trigger (or had not looked at it yet), it owes
+/// the peers its word, so it sends a withdrawal (relevance 0) and nobody waits on it
+/// any longer. One message to each such claimant, only in that case.
+fn send_owed_word<P: Ports + ?Sized>(p: &P, msg: &Envelope) {
+    let owed = p.brain().board.take_owed_word(msg.id);
+    if owed.is_empty() {
+        return;
+    }
+    let env = claim_envelope(p, msg, WITHDRAWN);
+    p.send_to(&owed, &env);
+    record(
+        p,
+        msg,
+        "withdraw",
+        "after_judging",
+        &format!("{} waited for this bot's word", owed.join(", ")),
+    );
 }
 
 /// What a reply written while waiting came to.
