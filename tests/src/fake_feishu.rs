@@ -21,7 +21,6 @@
 //! `feishu::signature`, which the unit tests pin to Feishu's published vectors).
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -29,13 +28,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper::{Method, Request, Response};
-use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
-use tokio::net::TcpListener;
-use tokio::task::{JoinHandle, JoinSet};
+
+use crate::serve::{serve_http, HttpServer, Reply};
 
 /// The app the fake serves.
 #[derive(Debug, Clone)]
@@ -99,16 +95,12 @@ pub struct FakeFeishu {
     /// Base URL for `feishu.base_url`: `http://127.0.0.1:PORT`.
     pub base_url: String,
     state: Arc<State>,
-    task: JoinHandle<()>,
+    _server: HttpServer,
 }
 
 impl FakeFeishu {
     /// Starts the fake for `app`.
     pub async fn start(app: FakeApp) -> FakeFeishu {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("fake_feishu: bind");
-        let base_url = format!("http://{}", listener.local_addr().expect("local_addr"));
         let state = Arc::new(State {
             app,
             token_requests: AtomicUsize::new(0),
@@ -120,11 +112,12 @@ impl FakeFeishu {
             sent: Mutex::new(Vec::new()),
             by_uuid: Mutex::new(HashMap::new()),
         });
-        let task = tokio::spawn(accept_loop(listener, state.clone()));
+        let handler_state = state.clone();
+        let server = serve_http(move |req| handle(handler_state.clone(), req)).await;
         FakeFeishu {
-            base_url,
+            base_url: server.url(),
             state,
-            task,
+            _server: server,
         }
     }
 
@@ -166,35 +159,6 @@ impl FakeFeishu {
     }
 }
 
-impl Drop for FakeFeishu {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-async fn accept_loop(listener: TcpListener, state: Arc<State>) {
-    let mut connections = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    let state = state.clone();
-                    connections.spawn(async move {
-                        let service = service_fn(move |req| handle(state.clone(), req));
-                        let _ = http1::Builder::new()
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await;
-                    });
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-            },
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-        }
-    }
-}
-
-type Reply = Response<Full<Bytes>>;
-
 fn reply(status: u16, body: Value) -> Reply {
     let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
     *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::OK);
@@ -212,7 +176,7 @@ fn invalid_token() -> Reply {
     )
 }
 
-async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Reply, Infallible> {
+async fn handle(state: Arc<State>, req: Request<Incoming>) -> Reply {
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or_default().to_string();
     let method = req.method().clone();
@@ -230,7 +194,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Reply, Infa
         .unwrap_or_default();
     let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     let authorised = bearer.is_some_and(|t| state.valid.lock().unwrap().contains(&t));
-    let r = match (method, path.as_str()) {
+    match (method, path.as_str()) {
         (Method::POST, "/open-apis/auth/v3/tenant_access_token/internal") => {
             state.token_requests.fetch_add(1, Ordering::SeqCst);
             if body["app_id"] != state.app.app_id.as_str()
@@ -291,8 +255,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Reply, Infa
             }
         }
         _ => reply(404, json!({"code": 404, "msg": "not found"})),
-    };
-    Ok(r)
+    }
 }
 
 fn send(state: &State, query: &str, body: &Value) -> Reply {

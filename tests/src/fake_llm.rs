@@ -10,7 +10,6 @@
 //! Token usage in replies is a deterministic word count (see
 //! [`approx_tokens`]) so tests can predict it.
 
-use std::convert::Infallible;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -20,13 +19,10 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{json, Value};
-use tokio::net::TcpListener;
-use tokio::task::{JoinHandle, JoinSet};
+
+use crate::serve::{serve_http, HttpServer, Reply};
 
 /// What the scripted server does for one request.
 #[derive(Clone, Debug)]
@@ -175,7 +171,7 @@ pub struct FakeLlm {
     /// Base URL to put in an endpoint config: `http://127.0.0.1:PORT/v1`.
     pub base_url: String,
     state: Arc<State>,
-    accept: Option<JoinHandle<()>>,
+    server: HttpServer,
 }
 
 impl fmt::Debug for FakeLlm {
@@ -192,20 +188,17 @@ impl FakeLlm {
     ///
     /// Panics if it cannot bind a loopback port (test support only).
     pub async fn start(script: impl Fn(&Seen) -> Script + Send + Sync + 'static) -> FakeLlm {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("fake_llm: bind 127.0.0.1:0");
-        let addr = listener.local_addr().expect("fake_llm: local_addr");
         let state = Arc::new(State {
             script: Box::new(script),
             seen: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(1),
         });
-        let accept = tokio::spawn(accept_loop(listener, state.clone()));
+        let handler_state = state.clone();
+        let server = serve_http(move |req| handle(handler_state.clone(), req)).await;
         FakeLlm {
-            base_url: format!("http://{addr}/v1"),
+            base_url: format!("{}/v1", server.url()),
             state,
-            accept: Some(accept),
+            server,
         }
     }
 
@@ -221,55 +214,17 @@ impl FakeLlm {
 
     /// Stops accepting, closes the listening port and drops every open
     /// connection (including hanging ones), then returns.
-    pub async fn shutdown(mut self) {
-        if let Some(accept) = self.accept.take() {
-            accept.abort();
-            let _ = accept.await;
-        }
+    pub async fn shutdown(self) {
+        self.server.shutdown().await;
     }
 }
 
-impl Drop for FakeLlm {
-    fn drop(&mut self) {
-        if let Some(accept) = self.accept.take() {
-            accept.abort();
-        }
-    }
-}
-
-/// Accepts connections until aborted; the connection tasks live in a
-/// `JoinSet` owned here, so aborting this task aborts them all.
-async fn accept_loop(listener: TcpListener, state: Arc<State>) {
-    let mut connections = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    let state = state.clone();
-                    connections.spawn(async move {
-                        let service = service_fn(move |req| handle(state.clone(), req));
-                        let _ = http1::Builder::new()
-                            .timer(TokioTimer::new())
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await;
-                    });
-                }
-                // Transient accept errors (e.g. out of file descriptors).
-                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-            },
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-        }
-    }
-}
-
-type Reply = Response<Full<Bytes>>;
-
-async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Reply, Infallible> {
+async fn handle(state: Arc<State>, req: Request<Incoming>) -> Reply {
     if req.uri().path() != "/v1/chat/completions" {
-        return Ok(error_response(404, "no such route"));
+        return error_response(404, "no such route");
     }
     if req.method() != Method::POST {
-        return Ok(error_response(405, "use POST"));
+        return error_response(405, "use POST");
     }
     let authorization = req
         .headers()
@@ -278,13 +233,13 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Reply, Infa
         .map(str::to_string);
     let bytes = match req.into_body().collect().await {
         Ok(collected) => collected.to_bytes(),
-        Err(_) => return Ok(error_response(400, "could not read body")),
+        Err(_) => return error_response(400, "could not read body"),
     };
     let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     let seen = Seen::new(body, authorization);
     state.seen().push(seen.clone());
     if !seen.body.is_object() {
-        return Ok(error_response(400, "body is not a JSON object"));
+        return error_response(400, "body is not a JSON object");
     }
     let mut script = (state.script)(&seen);
     loop {
@@ -295,7 +250,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Reply, Infa
             }
             Script::Hang => std::future::pending::<()>().await,
             Script::Status(status) => {
-                return Ok(error_response(status, "scripted failure"));
+                return error_response(status, "scripted failure");
             }
             Script::Raw {
                 status,
@@ -311,11 +266,11 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Reply, Infa
                         response.headers_mut().append(name, value);
                     }
                 }
-                return Ok(response);
+                return response;
             }
             Script::Reply(text) => {
                 let id = state.next_id.fetch_add(1, Ordering::Relaxed);
-                return Ok(json_response(200, completion_body(id, &seen, &text)));
+                return json_response(200, completion_body(id, &seen, &text));
             }
         }
     }

@@ -8,6 +8,7 @@ pub mod fake_feishu;
 pub mod fake_llm;
 pub mod faults;
 pub mod redis_server;
+pub mod serve;
 pub mod webdriver;
 
 use std::path::PathBuf;
@@ -518,7 +519,7 @@ pub struct ClaimProxy {
     target: std::sync::Arc<std::sync::Mutex<Option<String>>>,
     /// How many claims were swallowed or held.
     pub claims: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    task: tokio::task::JoinHandle<()>,
+    _server: serve::HttpServer,
 }
 
 /// Whether a request body to a bridge carries a claim: a claim envelope, or a batch
@@ -553,88 +554,62 @@ impl ClaimProxy {
 
     async fn start(hold: Option<Duration>) -> ClaimProxy {
         use http_body_util::{BodyExt, Full};
-        let listener = bind().await;
-        let url = format!("http://{}", listener.local_addr().unwrap());
         let target: std::sync::Arc<std::sync::Mutex<Option<String>>> = Default::default();
         let claims: std::sync::Arc<std::sync::atomic::AtomicUsize> = Default::default();
         let client = reqwest::Client::builder().no_proxy().build().unwrap();
         let (t, d) = (target.clone(), claims.clone());
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
+        let server = serve::serve_http(move |req: hyper::Request<hyper::body::Incoming>| {
+            let (t, d, client) = (t.clone(), d.clone(), client.clone());
+            async move {
+                let (parts, body) = req.into_parts();
+                let body = body
+                    .collect()
+                    .await
+                    .map(|c| c.to_bytes())
+                    .unwrap_or_default();
+                if let Some(hold) = hold.filter(|_| carries_claim(&body)) {
+                    d.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    tokio::time::sleep(hold).await;
+                }
+                let is_claim = serde_json::from_slice::<serde_json::Value>(&body)
+                    .map(|v| v["kind"] == "claim")
+                    .unwrap_or(false);
+                if is_claim && hold.is_none() {
+                    d.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    return hyper::Response::new(Full::new(bytes::Bytes::from_static(
+                        b"{\"accepted\":true}",
+                    )));
+                }
+                let base = t.lock().unwrap().clone().expect("proxy target set");
+                let mut fwd = client
+                    .post(format!("{base}{}", parts.uri.path()))
+                    .body(body);
+                for (k, v) in parts.headers.iter() {
+                    if k.as_str().starts_with("webhook-") || k == "content-type" {
+                        fwd = fwd.header(k, v);
+                    }
+                }
+                let (status, bytes) = match fwd.send().await {
+                    Ok(r) => (r.status().as_u16(), r.bytes().await.unwrap_or_default()),
+                    Err(_) => (502, bytes::Bytes::new()),
                 };
-                let (t, d, client) = (t.clone(), d.clone(), client.clone());
-                tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(
-                        move |req: hyper::Request<hyper::body::Incoming>| {
-                            let (t, d, client) = (t.clone(), d.clone(), client.clone());
-                            async move {
-                                let (parts, body) = req.into_parts();
-                                let body = body
-                                    .collect()
-                                    .await
-                                    .map(|c| c.to_bytes())
-                                    .unwrap_or_default();
-                                if let Some(hold) = hold.filter(|_| carries_claim(&body)) {
-                                    d.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                                    tokio::time::sleep(hold).await;
-                                }
-                                let is_claim = serde_json::from_slice::<serde_json::Value>(&body)
-                                    .map(|v| v["kind"] == "claim")
-                                    .unwrap_or(false);
-                                if is_claim && hold.is_none() {
-                                    d.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                                    return Ok::<_, std::convert::Infallible>(
-                                        hyper::Response::new(Full::new(bytes::Bytes::from_static(
-                                            b"{\"accepted\":true}",
-                                        ))),
-                                    );
-                                }
-                                let base = t.lock().unwrap().clone().expect("proxy target set");
-                                let mut fwd = client
-                                    .post(format!("{base}{}", parts.uri.path()))
-                                    .body(body);
-                                for (k, v) in parts.headers.iter() {
-                                    if k.as_str().starts_with("webhook-") || k == "content-type" {
-                                        fwd = fwd.header(k, v);
-                                    }
-                                }
-                                let (status, bytes) = match fwd.send().await {
-                                    Ok(r) => {
-                                        (r.status().as_u16(), r.bytes().await.unwrap_or_default())
-                                    }
-                                    Err(_) => (502, bytes::Bytes::new()),
-                                };
-                                let mut resp = hyper::Response::new(Full::new(bytes));
-                                *resp.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
-                                Ok(resp)
-                            }
-                        },
-                    );
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                        .await;
-                });
+                let mut resp = hyper::Response::new(Full::new(bytes));
+                *resp.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
+                resp
             }
-        });
+        })
+        .await;
         ClaimProxy {
-            url,
+            url: server.url(),
             target,
             claims,
-            task,
+            _server: server,
         }
     }
 
     /// Where non-claim traffic goes.
     pub fn forward_to(&self, base_url: &str) {
         *self.target.lock().unwrap() = Some(base_url.to_string());
-    }
-}
-
-impl Drop for ClaimProxy {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
 
