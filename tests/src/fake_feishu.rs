@@ -26,12 +26,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
 use serde_json::{json, Value};
 
-use crate::serve::{serve_http, HttpServer, Reply};
+use crate::serve::{read_request, serve_http, HttpServer, Reply};
 
 /// The app the fake serves.
 #[derive(Debug, Clone)]
@@ -177,21 +177,16 @@ fn invalid_token() -> Reply {
 }
 
 async fn handle(state: Arc<State>, req: Request<Incoming>) -> Reply {
-    let path = req.uri().path().to_string();
-    let query = req.uri().query().unwrap_or_default().to_string();
-    let method = req.method().clone();
-    let bearer = req
-        .headers()
+    let (parts, bytes) = read_request(req).await;
+    let path = parts.uri.path().to_string();
+    let query = parts.uri.query().unwrap_or_default().to_string();
+    let method = parts.method.clone();
+    let bearer = parts
+        .headers
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::to_string);
-    let bytes = req
-        .into_body()
-        .collect()
-        .await
-        .map(|c| c.to_bytes())
-        .unwrap_or_default();
     let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     let authorised = bearer.is_some_and(|t| state.valid.lock().unwrap().contains(&t));
     match (method, path.as_str()) {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-use crate::serve::{serve_http, HttpServer};
+use crate::serve::{forward, read_request, reply, serve_http, HttpServer};
 
 /// A TCP forwarder standing for one network link (point a node's view of a peer at it
 /// with [`crate::MeshSpec::route`]). [`LinkProxy::cut`] breaks the link: open
@@ -115,32 +115,18 @@ pub struct OldReceiverProxy {
 impl OldReceiverProxy {
     /// Starts the proxy; set its target with [`OldReceiverProxy::forward_to`].
     pub async fn start() -> OldReceiverProxy {
-        use http_body_util::{BodyExt, Full};
         let target: Arc<Mutex<Option<SocketAddr>>> = Default::default();
         let refused: Arc<AtomicUsize> = Default::default();
         let forwarded: Arc<AtomicUsize> = Default::default();
         let client = reqwest::Client::builder().no_proxy().build().unwrap();
         let (t, r, f) = (target.clone(), refused.clone(), forwarded.clone());
-        let server = serve_http(move |req: hyper::Request<hyper::body::Incoming>| {
+        let server = serve_http(move |req| {
             let (t, r, f, client) = (t.clone(), r.clone(), f.clone(), client.clone());
             async move {
-                let (parts, body) = req.into_parts();
-                let body = body
-                    .collect()
-                    .await
-                    .map(|c| c.to_bytes())
-                    .unwrap_or_default();
-                let reply = |status: u16, bytes: bytes::Bytes| {
-                    let mut resp = hyper::Response::new(Full::new(bytes));
-                    *resp.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
-                    resp
-                };
+                let (parts, body) = read_request(req).await;
                 if parts.uri.path() == "/bridge/v1/batch" {
                     r.fetch_add(1, Ordering::SeqCst);
-                    return reply(
-                        404,
-                        bytes::Bytes::from_static(b"{\"error\":\"no such endpoint\"}"),
-                    );
+                    return reply(404, &b"{\"error\":\"no such endpoint\"}"[..]);
                 }
                 let addr = (*t.lock().unwrap()).expect("proxy target set");
                 let mut fwd = client
@@ -152,13 +138,7 @@ impl OldReceiverProxy {
                     }
                 }
                 f.fetch_add(1, Ordering::SeqCst);
-                match fwd.send().await {
-                    Ok(resp) => {
-                        let status = resp.status().as_u16();
-                        reply(status, resp.bytes().await.unwrap_or_default())
-                    }
-                    Err(_) => reply(502, bytes::Bytes::new()),
-                }
+                forward(fwd).await
             }
         })
         .await;

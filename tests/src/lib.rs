@@ -553,20 +553,14 @@ impl ClaimProxy {
     }
 
     async fn start(hold: Option<Duration>) -> ClaimProxy {
-        use http_body_util::{BodyExt, Full};
         let target: std::sync::Arc<std::sync::Mutex<Option<String>>> = Default::default();
         let claims: std::sync::Arc<std::sync::atomic::AtomicUsize> = Default::default();
         let client = reqwest::Client::builder().no_proxy().build().unwrap();
         let (t, d) = (target.clone(), claims.clone());
-        let server = serve::serve_http(move |req: hyper::Request<hyper::body::Incoming>| {
+        let server = serve::serve_http(move |req| {
             let (t, d, client) = (t.clone(), d.clone(), client.clone());
             async move {
-                let (parts, body) = req.into_parts();
-                let body = body
-                    .collect()
-                    .await
-                    .map(|c| c.to_bytes())
-                    .unwrap_or_default();
+                let (parts, body) = serve::read_request(req).await;
                 if let Some(hold) = hold.filter(|_| carries_claim(&body)) {
                     d.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     tokio::time::sleep(hold).await;
@@ -576,9 +570,7 @@ impl ClaimProxy {
                     .unwrap_or(false);
                 if is_claim && hold.is_none() {
                     d.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    return hyper::Response::new(Full::new(bytes::Bytes::from_static(
-                        b"{\"accepted\":true}",
-                    )));
+                    return serve::reply(200, &b"{\"accepted\":true}"[..]);
                 }
                 let base = t.lock().unwrap().clone().expect("proxy target set");
                 let mut fwd = client
@@ -589,13 +581,7 @@ impl ClaimProxy {
                         fwd = fwd.header(k, v);
                     }
                 }
-                let (status, bytes) = match fwd.send().await {
-                    Ok(r) => (r.status().as_u16(), r.bytes().await.unwrap_or_default()),
-                    Err(_) => (502, bytes::Bytes::new()),
-                };
-                let mut resp = hyper::Response::new(Full::new(bytes));
-                *resp.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
-                resp
+                serve::forward(fwd).await
             }
         })
         .await;

@@ -12,11 +12,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
+use hyper::http::request::Parts;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper::{Request, Response};
+use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::task::{JoinHandle, JoinSet};
@@ -71,6 +72,42 @@ where
     let addr = listener.local_addr().expect("serve_http: local_addr");
     let task = tokio::spawn(accept_loop(listener, Arc::new(handler)));
     HttpServer { addr, task }
+}
+
+/// A request's head and its whole body (empty when the body cannot be read).
+///
+/// Exists because every proxy handler reads the whole body before deciding what to do.
+pub async fn read_request(req: Request<Incoming>) -> (Parts, Bytes) {
+    let (parts, body) = req.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    (parts, body)
+}
+
+/// A reply with `status` (which must be valid) and `body`, no headers.
+///
+/// Exists so handlers that answer raw bytes (the proxies) build a response one way.
+pub fn reply(status: u16, body: impl Into<Bytes>) -> Reply {
+    let mut resp = Response::new(Full::new(body.into()));
+    *resp.status_mut() = StatusCode::from_u16(status).expect("valid status");
+    resp
+}
+
+/// Sends `request` on to the real receiver and answers with its status and body, or
+/// 502 with no body when it cannot be reached.
+///
+/// Exists because every proxy here ends the same way once it has decided to forward.
+pub async fn forward(request: reqwest::RequestBuilder) -> Reply {
+    match request.send().await {
+        Ok(r) => {
+            let status = r.status().as_u16();
+            reply(status, r.bytes().await.unwrap_or_default())
+        }
+        Err(_) => reply(502, Bytes::new()),
+    }
 }
 
 /// Accepts connections until aborted; the connection tasks live in a `JoinSet` owned
