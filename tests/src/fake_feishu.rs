@@ -148,14 +148,13 @@ impl FakeFeishu {
 
     /// Waits up to `timeout` until at least `n` sends were accepted.
     pub async fn wait_sent(&self, n: usize, timeout: Duration) -> Vec<Sent> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let s = self.sent();
-            if s.len() >= n || tokio::time::Instant::now() >= deadline {
-                return s;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        crate::wait_for(
+            timeout,
+            Duration::from_millis(20),
+            || async { self.sent() },
+            |s| s.len() >= n,
+        )
+        .await
     }
 }
 

@@ -348,14 +348,27 @@ impl TestMesh {
         timeout: Duration,
         cond: impl Fn(&[Envelope]) -> bool,
     ) -> Vec<Envelope> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let t = self.transcript(i).await;
-            if cond(&t) || tokio::time::Instant::now() >= deadline {
-                return t;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        wait_for(
+            timeout,
+            Duration::from_millis(25),
+            || self.transcript(i),
+            |t| cond(t),
+        )
+        .await
+    }
+
+    /// Waits (up to `timeout`) until every outbox of node `i` is empty; true if they are.
+    ///
+    /// Exists because tests that bring a peer back check, after the transcript, that the
+    /// sender has nothing left to send.
+    pub async fn wait_outboxes_empty(&self, i: usize, timeout: Duration) -> bool {
+        wait_for(
+            timeout,
+            Duration::from_millis(25),
+            || async { self.node(i).node.outboxes.iter().all(|o| o.is_empty()) },
+            |empty| *empty,
+        )
+        .await
     }
 
     /// Metrics text of node `i`.
@@ -378,15 +391,40 @@ impl TestMesh {
     }
 }
 
+/// Asks `probe` every `every` until `done` holds of its answer or `within` has passed,
+/// and returns the last answer, so the caller's assertion shows what was last seen.
+///
+/// Exists because what these tests check arrives eventually (over a bridge, a stream,
+/// a restart): every bounded wait for it is this one loop rather than a copy per test.
+pub async fn wait_for<T, Fut>(
+    within: Duration,
+    every: Duration,
+    mut probe: impl FnMut() -> Fut,
+    done: impl Fn(&T) -> bool,
+) -> T
+where
+    Fut: std::future::Future<Output = T>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let answer = probe().await;
+        if done(&answer) || tokio::time::Instant::now() >= deadline {
+            return answer;
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
 /// Re-binds a port that was just released (retries briefly).
 pub async fn rebind(addr: std::net::SocketAddr) -> TcpListener {
-    for _ in 0..100 {
-        if let Ok(l) = TcpListener::bind(addr).await {
-            return l;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("could not re-bind {addr}");
+    wait_for(
+        Duration::from_secs(2),
+        Duration::from_millis(20),
+        || TcpListener::bind(addr),
+        Result::is_ok,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("could not re-bind {addr}: {e}"))
 }
 
 /// Reads one counter value out of Prometheus text (0 when absent).
@@ -678,19 +716,30 @@ impl ProcessMesh {
             .spawn()
             .unwrap();
         self.procs[i] = Some(child);
-        for _ in 0..400 {
-            if self
-                .http
-                .get(format!("{}/healthz", self.apis[i]))
-                .send()
-                .await
-                .is_ok_and(|r| r.status() == 200)
-            {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("{} never became healthy:\n{}", self.names[i], self.log(i));
+        let healthy = wait_for(
+            Duration::from_secs(10),
+            Duration::from_millis(25),
+            || self.health(i),
+            |status| *status == Some(200),
+        )
+        .await;
+        assert!(
+            healthy == Some(200),
+            "{} never became healthy:\n{}",
+            self.names[i],
+            self.log(i)
+        );
+    }
+
+    /// Bot `i`'s `/healthz` status, None while it does not answer.
+    pub async fn health(&self, i: usize) -> Option<u16> {
+        let r = self
+            .http
+            .get(format!("{}/healthz", self.apis[i]))
+            .send()
+            .await
+            .ok()?;
+        Some(r.status().as_u16())
     }
 
     /// Bot `i`'s log so far.
@@ -750,6 +799,22 @@ impl ProcessMesh {
             .iter()
             .map(|m| m["id"].as_str().unwrap().to_string())
             .collect()
+    }
+
+    /// Waits (up to `timeout`) until `cond` holds for the ids in bot `i`'s transcript.
+    pub async fn wait_ids(
+        &self,
+        i: usize,
+        timeout: Duration,
+        cond: impl Fn(&[String]) -> bool,
+    ) -> Vec<String> {
+        wait_for(
+            timeout,
+            Duration::from_millis(25),
+            || self.ids(i),
+            |ids| cond(ids),
+        )
+        .await
     }
 }
 

@@ -58,12 +58,7 @@ async fn a_peer_back_after_300_messages_gets_them_in_order_once_in_few_requests(
         .await;
     assert_eq!(ids(&got), sent, "all 300, in order, exactly once");
     let o = mesh.node(a).node.outboxes[0].clone();
-    for _ in 0..200 {
-        if o.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    mesh.wait_outboxes_empty(a, Duration::from_secs(5)).await;
     assert!(o.is_empty());
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(mesh.transcript(b).await.len(), 300, "nothing arrives twice");

@@ -9,14 +9,10 @@ use botmesh_tests::{botmesh_bin, ProcessMesh};
 async fn two_processes_exchange_messages_and_stop_cleanly_on_sigterm() {
     let mut mesh = ProcessMesh::start(&["A", "B"], "", "participation = \"mentions\"").await;
     let id = mesh.post(0, "across processes").await.expect("accepted");
-    let mut seen = false;
-    for _ in 0..200 {
-        if mesh.ids(1).await.contains(&id) {
-            seen = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let seen = mesh
+        .wait_ids(1, Duration::from_secs(5), |ids| ids.contains(&id))
+        .await
+        .contains(&id);
     assert!(seen, "B received A's message");
 
     // The operator's tools against the running processes.

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use botmesh_tests::faults::LinkProxy;
-use botmesh_tests::{bot_message, metric, MeshSpec, SignedRequest, TestMesh};
+use botmesh_tests::{bot_message, metric, wait_for, MeshSpec, SignedRequest, TestMesh};
 
 /// POSTs a signed request to `bridge` as a relayed copy for `to` after `hops` hops,
 /// optionally with another body than the one signed.
@@ -212,12 +212,13 @@ async fn broken_link_is_relayed_with_original_signatures_hop_limit_and_no_double
         })
         .await;
     assert_eq!(ids_in(&t, &from_a), from_a);
-    for _ in 0..200 {
-        if a_to_b.forwarded.load(Ordering::SeqCst) > direct_before {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    wait_for(
+        Duration::from_secs(5),
+        Duration::from_millis(25),
+        || async { a_to_b.forwarded.load(Ordering::SeqCst) },
+        |forwarded| *forwarded > direct_before,
+    )
+    .await;
     assert!(
         a_to_b.forwarded.load(Ordering::SeqCst) > direct_before,
         "A probes and uses the direct link again"

@@ -5,7 +5,7 @@ use std::time::Duration;
 use botmesh::envelope::{AuthorKind, Envelope};
 use botmesh_tests::fake_llm::{FakeLlm, Script};
 use botmesh_tests::{
-    bot_message, bot_of, is_judge, metric, ClaimProxy, MeshSpec, SignedRequest, TestMesh,
+    bot_message, bot_of, is_judge, metric, wait_for, ClaimProxy, MeshSpec, SignedRequest, TestMesh,
 };
 
 const FAST: &str = "min_delay_ms = 100\nmax_delay_ms = 1000\njitter_ms = 0";
@@ -242,16 +242,18 @@ async fn a_late_claim_makes_no_second_answer_the_acknowledgement_says_answered()
             .collect()
     };
     // Wait until Hi's claim has been through the proxy and Hi has decided.
-    for _ in 0..400 {
-        if decisions(&mesh, 0, "yield_writing", "already_answered").await
-            + decisions(&mesh, 0, "post", "claim_unacked").await
-            > 0.0
-            || answers(&mesh.transcript(0).await).iter().any(|a| a == "Hi")
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    wait_for(
+        Duration::from_secs(10),
+        Duration::from_millis(25),
+        || async {
+            decisions(&mesh, 0, "yield_writing", "already_answered").await
+                + decisions(&mesh, 0, "post", "claim_unacked").await
+                > 0.0
+                || answers(&mesh.transcript(0).await).iter().any(|a| a == "Hi")
+        },
+        |decided| *decided,
+    )
+    .await;
     let at_mid = settle(&mesh, 1, Duration::from_secs(2)).await;
     let at_hi = settle(&mesh, 0, Duration::from_secs(1)).await;
     assert_eq!(
@@ -357,20 +359,18 @@ async fn llm_down_or_hanging_means_silence_a_healthy_node_and_a_counted_failure(
         mesh.post_human(0, "alice", "@B are you there?").await;
         mesh.post_human(0, "alice", "anyone know about sharding?")
             .await;
-        let metrics_b = {
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-            loop {
-                let m = mesh.metrics(1).await;
-                let failed = metric(
-                    &m,
+        let metrics_b = wait_for(
+            Duration::from_secs(10),
+            Duration::from_millis(50),
+            || mesh.metrics(1),
+            |m| {
+                metric(
+                    m,
                     &format!("botmesh_llm_calls_total{{purpose=\"reply\",result=\"{label}\"}}"),
-                );
-                if failed >= 1.0 || tokio::time::Instant::now() > deadline {
-                    break m;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        };
+                ) >= 1.0
+            },
+        )
+        .await;
         assert!(
             metric(
                 &metrics_b,
