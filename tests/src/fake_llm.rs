@@ -150,6 +150,99 @@ pub fn sequence(scripts: Vec<Script>) -> impl Fn(&Seen) -> Script + Send + Sync 
     }
 }
 
+/// A judge's answer as a model writes it: `{"speak": …, "relevance": …}`.
+///
+/// Exists so tests script verdicts by value instead of spelling the JSON each time.
+pub fn verdict(speak: bool, relevance: f64) -> Script {
+    Script::reply(format!(
+        "{{\"speak\": {speak}, \"relevance\": {relevance}}}"
+    ))
+}
+
+/// The LLM of a whole test mesh, scripted by bot: what each bot's judge call says
+/// ([`verdict`]) and what its reply call writes. Which bot a request is for is read from
+/// its prompt ([`crate::bot_of`]); a judge call is one that asks for a response format
+/// ([`crate::is_judge`]).
+///
+/// Exists because the mesh tests all want this one closure (judge by bot, reply by
+/// bot) and used to write it out inline, each a little differently.
+#[derive(Clone)]
+pub struct BotLlm {
+    verdict: (bool, f64),
+    verdicts: Vec<(String, (bool, f64))>,
+    only_about: Option<String>,
+    reply: Arc<dyn Fn(&str) -> String + Send + Sync>,
+    reply_scripts: Vec<(String, Script)>,
+}
+
+impl BotLlm {
+    /// Every bot's judge says `speak` at `relevance`; every reply is `ok` until
+    /// [`BotLlm::replies`] says otherwise.
+    pub fn judging(speak: bool, relevance: f64) -> BotLlm {
+        BotLlm {
+            verdict: (speak, relevance),
+            verdicts: Vec::new(),
+            only_about: None,
+            reply: Arc::new(|_| "ok".to_string()),
+            reply_scripts: Vec::new(),
+        }
+    }
+
+    /// Bot `bot`'s judge says `speak` at `relevance` instead.
+    pub fn judge(mut self, bot: &str, speak: bool, relevance: f64) -> BotLlm {
+        self.verdicts.push((bot.to_string(), (speak, relevance)));
+        self
+    }
+
+    /// Judge calls whose prompt does not contain `marker` say no (`speak: false`,
+    /// relevance 0): only the message carrying it gets the verdicts set here.
+    pub fn judging_only(mut self, marker: &str) -> BotLlm {
+        self.only_about = Some(marker.to_string());
+        self
+    }
+
+    /// Reply calls write `text(bot)` for the bot they are for.
+    pub fn replies(mut self, text: impl Fn(&str) -> String + Send + Sync + 'static) -> BotLlm {
+        self.reply = Arc::new(text);
+        self
+    }
+
+    /// Bot `bot`'s reply calls get `script` instead (a failure, a delay…).
+    pub fn reply_with(mut self, bot: &str, script: Script) -> BotLlm {
+        self.reply_scripts.push((bot.to_string(), script));
+        self
+    }
+
+    /// What the server answers to `seen`.
+    pub fn answer(&self, seen: &Seen) -> Script {
+        let bot = crate::bot_of(seen);
+        if crate::is_judge(seen) {
+            let about = self
+                .only_about
+                .as_deref()
+                .is_none_or(|marker| seen.messages.iter().any(|(_, c)| c.contains(marker)));
+            if !about {
+                return verdict(false, 0.0);
+            }
+            let (speak, relevance) = self
+                .verdicts
+                .iter()
+                .find(|(b, _)| *b == bot)
+                .map_or(self.verdict, |(_, v)| *v);
+            return verdict(speak, relevance);
+        }
+        match self.reply_scripts.iter().find(|(b, _)| *b == bot) {
+            Some((_, script)) => script.clone(),
+            None => Script::Reply((self.reply)(&bot)),
+        }
+    }
+
+    /// Starts a [`FakeLlm`] answering by this script.
+    pub async fn start(self) -> FakeLlm {
+        FakeLlm::start(move |seen| self.answer(seen)).await
+    }
+}
+
 type ScriptFn = dyn Fn(&Seen) -> Script + Send + Sync;
 
 struct State {
@@ -210,6 +303,29 @@ impl FakeLlm {
     /// How many chat-completions requests were received so far.
     pub fn count(&self) -> usize {
         self.state.seen().len()
+    }
+
+    /// Which bot each judge call so far was for, in arrival order.
+    ///
+    /// Exists because mesh tests count who judged (see [`BotLlm`]).
+    pub fn judge_bots(&self) -> Vec<String> {
+        self.bots_of(true)
+    }
+
+    /// Which bot each reply call so far was for, in arrival order.
+    ///
+    /// Exists because mesh tests check who wrote an answer (see [`BotLlm`]).
+    pub fn reply_bots(&self) -> Vec<String> {
+        self.bots_of(false)
+    }
+
+    fn bots_of(&self, judge: bool) -> Vec<String> {
+        self.state
+            .seen()
+            .iter()
+            .filter(|s| crate::is_judge(s) == judge)
+            .map(crate::bot_of)
+            .collect()
     }
 
     /// Stops accepting, closes the listening port and drops every open

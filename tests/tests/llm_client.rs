@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use botmesh::llm::{parse_verdict, ChatMessage, Endpoint, LlmClient, LlmError, Purpose, Verdict};
-use botmesh_tests::fake_llm::{approx_tokens, sequence, FakeLlm, Script};
+use botmesh_tests::fake_llm::{approx_tokens, sequence, BotLlm, FakeLlm, Script};
 
 fn client() -> LlmClient {
     LlmClient::new(LlmClient::build_http(Duration::from_secs(2)).expect("http client"))
@@ -32,11 +32,10 @@ async fn closed_port_url() -> String {
 
 #[tokio::test]
 async fn judge_sends_response_format_and_parses() {
-    let fake = FakeLlm::start(|seen| match seen.purpose_hint.as_deref() {
-        Some("judge") => Script::reply("{\"speak\": true, \"relevance\": 0.8}"),
-        _ => Script::reply("not a verdict"),
-    })
-    .await;
+    let fake = BotLlm::judging(true, 0.8)
+        .replies(|_| "not a verdict".into())
+        .start()
+        .await;
     let mut ep = endpoint(&fake.base_url);
     ep.json_schema = true;
     ep.max_tokens = 32;

@@ -3,18 +3,12 @@
 use std::time::Duration;
 
 use botmesh::envelope::{AuthorKind, Envelope};
-use botmesh_tests::fake_llm::{FakeLlm, Script};
+use botmesh_tests::fake_llm::{BotLlm, FakeLlm, Script};
 use botmesh_tests::{
     bot_message, bot_of, is_judge, metric, wait_for, ClaimProxy, MeshSpec, SignedRequest, TestMesh,
 };
 
 const FAST: &str = "min_delay_ms = 100\nmax_delay_ms = 1000\njitter_ms = 0";
-
-fn verdict(speak: bool, relevance: f64) -> Script {
-    Script::reply(format!(
-        "{{\"speak\": {speak}, \"relevance\": {relevance}}}"
-    ))
-}
 
 fn bot_msgs(t: &[Envelope]) -> Vec<&Envelope> {
     t.iter()
@@ -41,16 +35,13 @@ async fn settle(mesh: &TestMesh, i: usize, quiet: Duration) -> Vec<Envelope> {
 
 #[tokio::test]
 async fn two_bots_mentioning_each_other_stop_at_max_depth() {
-    let llm = FakeLlm::start(|s| {
-        if is_judge(s) {
-            verdict(true, 0.9)
-        } else if bot_of(s) == "A" {
-            Script::reply("@B, what do you think?")
-        } else {
-            Script::reply("@A, what do you think?")
-        }
-    })
-    .await;
+    let llm = BotLlm::judging(true, 0.9)
+        .replies(|bot| {
+            let other = if bot == "A" { "B" } else { "A" };
+            format!("@{other}, what do you think?")
+        })
+        .start()
+        .await;
     let mesh = TestMesh::start(
         MeshSpec::new(&["A", "B"])
             .llm(&llm.base_url)
@@ -95,29 +86,20 @@ async fn two_bots_mentioning_each_other_stop_at_max_depth() {
 /// A scripted LLM: Hi judges the human's question at 0.9, Mid at 0.6 (when
 /// `mid_speaks`), any other bot declines; nobody interjects on bot messages; replies
 /// name their bot.
-async fn hi_and_mid_llm(mid_speaks: bool) -> FakeLlm {
-    FakeLlm::start(move |s| {
-        let about_the_question = s
-            .messages
-            .iter()
-            .any(|(_, c)| c.contains("New from alice:"));
-        if is_judge(s) && !about_the_question {
-            verdict(false, 0.0)
-        } else if is_judge(s) {
-            match bot_of(s).as_str() {
-                "Hi" => verdict(true, 0.9),
-                "Mid" if mid_speaks => verdict(true, 0.6),
-                _ => verdict(false, 0.1),
-            }
-        } else {
-            Script::reply(format!("answer from {}", bot_of(s)))
-        }
-    })
-    .await
+fn hi_and_mid(mid_speaks: bool) -> BotLlm {
+    let llm = BotLlm::judging(false, 0.1)
+        .judging_only("New from alice:")
+        .judge("Hi", true, 0.9)
+        .replies(|bot| format!("answer from {bot}"));
+    if mid_speaks {
+        llm.judge("Mid", true, 0.6)
+    } else {
+        llm
+    }
 }
 
 async fn one_interjection_from_the_most_relevant(drop_claims: bool) {
-    let llm = hi_and_mid_llm(true).await;
+    let llm = hi_and_mid(true).start().await;
     let proxy = ClaimProxy::dropping().await;
     let mut spec = MeshSpec::new(&["Hi", "Mid", "Low"])
         .llm(&llm.base_url)
@@ -176,12 +158,7 @@ async fn one_interjection_from_the_most_relevant(drop_claims: bool) {
         .count();
     assert_eq!(judged_answer, 0);
     // Only the winner asked for a reply.
-    let replies: Vec<String> = llm
-        .requests()
-        .iter()
-        .filter(|s| !is_judge(s))
-        .map(bot_of)
-        .collect();
+    let replies = llm.reply_bots();
     assert_eq!(replies, vec!["Hi".to_string()]);
     mesh.shutdown().await;
 }
@@ -203,7 +180,7 @@ async fn hi_and_mid_with_held_claims(
     hold: Duration,
     hi: &str,
 ) -> (FakeLlm, ClaimProxy, TestMesh) {
-    let llm = hi_and_mid_llm(mid_speaks).await;
+    let llm = hi_and_mid(mid_speaks).start().await;
     let proxy = ClaimProxy::holding(hold).await;
     let mesh = TestMesh::start(
         MeshSpec::new(&["Hi", "Mid"])
@@ -303,14 +280,10 @@ async fn a_claim_never_acknowledged_in_time_still_posts_and_counts_it() {
 
 #[tokio::test]
 async fn a_mention_is_answered_even_when_the_judge_says_no_and_nobody_answers_itself() {
-    let llm = FakeLlm::start(|s| {
-        if is_judge(s) {
-            verdict(false, 0.0)
-        } else {
-            Script::reply(format!("here is {}", bot_of(s)))
-        }
-    })
-    .await;
+    let llm = BotLlm::judging(false, 0.0)
+        .replies(|bot| format!("here is {bot}"))
+        .start()
+        .await;
     let mesh = TestMesh::start(MeshSpec::new(&["A", "B"]).llm(&llm.base_url).all_bots(FAST)).await;
     mesh.post_human(0, "alice", "@B can you check the logs?")
         .await;
@@ -402,14 +375,10 @@ async fn llm_down_or_hanging_means_silence_a_healthy_node_and_a_counted_failure(
 
 #[tokio::test]
 async fn acknowledgements_from_bots_get_no_reply_and_no_llm_call() {
-    let llm = FakeLlm::start(|s| {
-        if is_judge(s) {
-            verdict(true, 1.0)
-        } else {
-            Script::reply("sure")
-        }
-    })
-    .await;
+    let llm = BotLlm::judging(true, 1.0)
+        .replies(|_| "sure".into())
+        .start()
+        .await;
     let mesh = TestMesh::start(MeshSpec::new(&["A", "B"]).llm(&llm.base_url).all_bots(FAST)).await;
     for (i, text) in ["好的", "thanks!", "收到", "ok 👍"].iter().enumerate() {
         let env = bot_message("B", text, 1 + (i as u32 % 2));
@@ -435,14 +404,10 @@ async fn acknowledgements_from_bots_get_no_reply_and_no_llm_call() {
 
 #[tokio::test]
 async fn a_humans_only_bot_ignores_bot_messages() {
-    let llm = FakeLlm::start(|s| {
-        if is_judge(s) {
-            verdict(true, 1.0)
-        } else {
-            Script::reply(format!("from {}", bot_of(s)))
-        }
-    })
-    .await;
+    let llm = BotLlm::judging(true, 1.0)
+        .replies(|bot| format!("from {bot}"))
+        .start()
+        .await;
     let mesh = TestMesh::start(
         MeshSpec::new(&["A", "B"])
             .llm(&llm.base_url)
@@ -474,23 +439,18 @@ async fn a_humans_only_bot_ignores_bot_messages() {
 
 #[tokio::test]
 async fn the_group_rate_cap_holds_when_the_llm_always_says_speak() {
-    let llm = FakeLlm::start(|s| {
-        if is_judge(s) {
-            verdict(true, 0.9)
-        } else {
+    let llm = BotLlm::judging(true, 0.9)
+        .replies(|bot| {
             // Every reply hands over to the next bot, so only the cap can end the chain.
-            let next = match bot_of(s).as_str() {
+            let next = match bot {
                 "A" => "B",
                 "B" => "C",
                 _ => "A",
             };
-            Script::reply(format!(
-                "more thoughts from {}. @{next} what do you think?",
-                bot_of(s)
-            ))
-        }
-    })
-    .await;
+            format!("more thoughts from {bot}. @{next} what do you think?")
+        })
+        .start()
+        .await;
     let spec = MeshSpec::new(&["A", "B", "C"])
         .llm(&llm.base_url)
         .mesh("max_depth = 50\nllm_threshold = 1\nbot_messages_per_minute = 4")
@@ -517,14 +477,10 @@ async fn the_group_rate_cap_holds_when_the_llm_always_says_speak() {
 
 #[tokio::test]
 async fn quiet_switch_and_explain() {
-    let llm = FakeLlm::start(|s| {
-        if is_judge(s) {
-            verdict(true, 0.8)
-        } else {
-            Script::reply("hi")
-        }
-    })
-    .await;
+    let llm = BotLlm::judging(true, 0.8)
+        .replies(|_| "hi".into())
+        .start()
+        .await;
     let mesh = TestMesh::start(
         MeshSpec::new(&["A", "B"])
             .llm(&llm.base_url)
@@ -594,17 +550,16 @@ async fn quiet_switch_and_explain() {
 #[tokio::test]
 async fn a_server_that_refuses_json_schema_still_gets_judged_without_it() {
     // llama-cpp-python's server answers 500 to `response_format: json_schema`.
-    let llm = FakeLlm::start(|s| {
+    let bots = BotLlm::judging(true, 0.9).replies(|_| "an answer".into());
+    let llm = FakeLlm::start(move |s| {
         if s.body["response_format"]["type"] == "json_schema" {
             Script::Raw {
                 status: 500,
                 headers: vec![],
                 body: "{\"error\":{\"message\":\"1 validation error: ('body', 'response_format', 'type') Input should be 'text' or 'json_object'\"}}".into(),
             }
-        } else if s.messages.iter().any(|(_, c)| c.contains("speak")) {
-            verdict(true, 0.9)
         } else {
-            Script::reply("an answer")
+            bots.answer(s)
         }
     })
     .await;
@@ -656,26 +611,10 @@ async fn a_server_that_refuses_json_schema_still_gets_judged_without_it() {
 
 #[tokio::test]
 async fn when_the_winners_reply_fails_it_withdraws_and_the_next_best_answers() {
-    let llm = FakeLlm::start(|s| {
-        let about_the_question = s
-            .messages
-            .iter()
-            .any(|(_, c)| c.contains("New from alice:"));
-        if is_judge(s) && !about_the_question {
-            verdict(false, 0.0)
-        } else if is_judge(s) {
-            match bot_of(s).as_str() {
-                "Hi" => verdict(true, 0.9),
-                "Mid" => verdict(true, 0.6),
-                _ => verdict(false, 0.1),
-            }
-        } else if bot_of(s) == "Hi" {
-            Script::Status(500)
-        } else {
-            Script::reply(format!("answer from {}", bot_of(s)))
-        }
-    })
-    .await;
+    let llm = hi_and_mid(true)
+        .reply_with("Hi", Script::Status(500))
+        .start()
+        .await;
     let mesh = TestMesh::start(
         MeshSpec::new(&["Hi", "Mid", "Low"])
             .llm(&llm.base_url)
@@ -727,30 +666,20 @@ async fn when_the_winners_reply_fails_it_withdraws_and_the_next_best_answers() {
         0.0
     );
     // Mid waited for Hi's claim, not for a fresh delay, and judged only once.
-    let mid_judged = llm
-        .requests()
-        .iter()
-        .filter(|s| is_judge(s) && bot_of(s) == "Mid")
-        .count();
+    let mid_judged = llm.judge_bots().iter().filter(|b| *b == "Mid").count();
     assert_eq!(mid_judged, 1);
     mesh.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_message_to_everyone_gets_an_answer_from_each_relevant_bot_in_order() {
-    let llm = FakeLlm::start(|s| {
-        if is_judge(s) {
-            match bot_of(s).as_str() {
-                "A" => verdict(true, 0.9),
-                "B" => verdict(true, 0.6),
-                "C" => verdict(true, 0.4),
-                _ => verdict(false, 0.1),
-            }
-        } else {
-            Script::reply(format!("my view, from {}", bot_of(s)))
-        }
-    })
-    .await;
+    let llm = BotLlm::judging(false, 0.1)
+        .judge("A", true, 0.9)
+        .judge("B", true, 0.6)
+        .judge("C", true, 0.4)
+        .replies(|bot| format!("my view, from {bot}"))
+        .start()
+        .await;
     let mesh = TestMesh::start(
         MeshSpec::new(&["A", "B", "C", "D"])
             .llm(&llm.base_url)
@@ -770,7 +699,7 @@ async fn a_message_to_everyone_gets_an_answer_from_each_relevant_bot_in_order() 
     );
     assert!(bots.iter().all(|e| e.depth == 1));
     // The round's answers are not triggers of their own: no judge call about them.
-    let judges = llm.requests().iter().filter(|s| is_judge(s)).count();
+    let judges = llm.judge_bots().len();
     assert_eq!(judges, 4, "one judge call per bot, about the question only");
     let m = mesh.metrics(2).await;
     assert_eq!(
@@ -793,14 +722,10 @@ async fn a_message_to_everyone_gets_an_answer_from_each_relevant_bot_in_order() 
 /// Four bots, all judging 0.8, a cap of two bot messages: "@all" from a human, and the
 /// transcript once things settle.
 async fn round_under_a_cap_of_two(jitter_ms: u64) -> (FakeLlm, TestMesh, Vec<Envelope>) {
-    let llm = FakeLlm::start(|s| {
-        if is_judge(s) {
-            verdict(true, 0.8)
-        } else {
-            Script::reply(format!("my risk, from {}", bot_of(s)))
-        }
-    })
-    .await;
+    let llm = BotLlm::judging(true, 0.8)
+        .replies(|bot| format!("my risk, from {bot}"))
+        .start()
+        .await;
     let mesh = TestMesh::start(
         MeshSpec::new(&["A", "B", "C", "D"])
             .llm(&llm.base_url)
@@ -840,12 +765,7 @@ async fn a_round_where_everyone_finishes_at_once_still_stops_at_the_cap() {
         "the two whose claims go first, and no one else"
     );
     // All four wrote an answer: C and D were stopped by the last check, not earlier.
-    let mut writers: Vec<String> = llm
-        .requests()
-        .iter()
-        .filter(|s| !is_judge(s))
-        .map(bot_of)
-        .collect();
+    let mut writers = llm.reply_bots();
     writers.sort();
     assert_eq!(writers, ["A", "B", "C", "D"]);
     for i in [2, 3] {
