@@ -383,6 +383,11 @@ impl TestMesh {
             .unwrap()
     }
 
+    /// Node `i`'s count of decisions `action`/`reason` (see [`decisions`]).
+    pub async fn decisions(&self, i: usize, action: &str, reason: &str) -> f64 {
+        decisions(&self.metrics(i).await, action, reason)
+    }
+
     /// Stops everything.
     pub async fn shutdown(mut self) {
         for i in 0..self.nodes.len() {
@@ -425,6 +430,17 @@ pub async fn rebind(addr: std::net::SocketAddr) -> TcpListener {
     )
     .await
     .unwrap_or_else(|e| panic!("could not re-bind {addr}: {e}"))
+}
+
+/// The count of decisions `action`/`reason` (`botmesh_decisions_total`) in Prometheus
+/// text (0 when absent).
+///
+/// Exists because the turn-taking tests read this one counter family again and again.
+pub fn decisions(metrics: &str, action: &str, reason: &str) -> f64 {
+    metric(
+        metrics,
+        &format!("botmesh_decisions_total{{action=\"{action}\",reason=\"{reason}\"}}"),
+    )
 }
 
 /// Reads one counter value out of Prometheus text (0 when absent).

@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use botmesh_tests::fake_llm::BotLlm;
-use botmesh_tests::{bot_message, metric, MeshSpec, SignedRequest, TestMesh};
+use botmesh_tests::{bot_message, decisions, metric, MeshSpec, SignedRequest, TestMesh};
 
 fn quiet(names: &[&str]) -> MeshSpec {
     MeshSpec::new(names).all_bots("participation = \"mentions\"")
@@ -222,12 +222,6 @@ async fn text_written_to_break_the_rules_cannot_move_depth_or_rate_caps() {
         "exactly one answer, at depth 4, then the brake: {depths:?}"
     );
     let m = mesh.metrics(1).await;
-    assert!(
-        metric(
-            &m,
-            r#"botmesh_decisions_total{action="silent",reason="max_depth"}"#
-        ) >= 1.0,
-        "{m}"
-    );
+    assert!(decisions(&m, "silent", "max_depth") >= 1.0, "{m}");
     mesh.shutdown().await;
 }

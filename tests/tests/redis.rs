@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use botmesh::envelope::Envelope;
 use botmesh_tests::redis_server::RedisServer;
-use botmesh_tests::{bot_message, metric, wait_for, MeshSpec, TestMesh};
+use botmesh_tests::{bot_message, decisions, metric, wait_for, MeshSpec, TestMesh};
 
 /// A mesh of `names` on the stream transport of `redis`, bots answering mentions only.
 fn spec(redis: &RedisServer, names: &[&str]) -> MeshSpec {
@@ -160,14 +160,7 @@ async fn a_mention_that_waited_too_long_is_recorded_but_not_answered() {
         .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let m = mesh.metrics(1).await;
-    assert_eq!(
-        metric(
-            &m,
-            r#"botmesh_decisions_total{action="silent",reason="stale"}"#
-        ),
-        1.0,
-        "{m}"
-    );
+    assert_eq!(decisions(&m, "silent", "stale"), 1.0, "{m}");
     assert!(mesh.transcript(0).await.iter().all(|e| e.sender != "B"));
     mesh.shutdown().await;
 }

@@ -5,10 +5,16 @@ use std::time::Duration;
 use botmesh::envelope::{AuthorKind, Envelope};
 use botmesh_tests::fake_llm::{BotLlm, FakeLlm, Script};
 use botmesh_tests::{
-    bot_message, bot_of, is_judge, metric, wait_for, ClaimProxy, MeshSpec, SignedRequest, TestMesh,
+    bot_message, bot_of, decisions, is_judge, metric, wait_for, ClaimProxy, MeshSpec,
+    SignedRequest, TestMesh,
 };
 
 const FAST: &str = "min_delay_ms = 100\nmax_delay_ms = 1000\njitter_ms = 0";
+
+/// Bots `names` on `llm`, with the short reply delays ([`FAST`]) most tests here use.
+fn fast_mesh(names: &[&str], llm: &FakeLlm) -> MeshSpec {
+    MeshSpec::new(names).llm(&llm.base_url).all_bots(FAST)
+}
 
 fn bot_msgs(t: &[Envelope]) -> Vec<&Envelope> {
     t.iter()
@@ -42,13 +48,9 @@ async fn two_bots_mentioning_each_other_stop_at_max_depth() {
         })
         .start()
         .await;
-    let mesh = TestMesh::start(
-        MeshSpec::new(&["A", "B"])
-            .llm(&llm.base_url)
-            .mesh("max_depth = 3\nllm_threshold = 1")
-            .all_bots(FAST),
-    )
-    .await;
+    let mesh =
+        TestMesh::start(fast_mesh(&["A", "B"], &llm).mesh("max_depth = 3\nllm_threshold = 1"))
+            .await;
     mesh.post_human(0, "alice", "@A kick this off please").await;
     let t = settle(&mesh, 1, Duration::from_secs(3)).await;
     let bots = bot_msgs(&t);
@@ -72,14 +74,7 @@ async fn two_bots_mentioning_each_other_stop_at_max_depth() {
     );
     // B saw depth 3 and refused by rule, without asking the LLM.
     let m = mesh.metrics(1).await;
-    assert_eq!(
-        metric(
-            &m,
-            r#"botmesh_decisions_total{action="silent",reason="max_depth"}"#
-        ),
-        1.0,
-        "{m}"
-    );
+    assert_eq!(decisions(&m, "silent", "max_depth"), 1.0, "{m}");
     mesh.shutdown().await;
 }
 
@@ -101,9 +96,7 @@ fn hi_and_mid(mid_speaks: bool) -> BotLlm {
 async fn one_interjection_from_the_most_relevant(drop_claims: bool) {
     let llm = hi_and_mid(true).start().await;
     let proxy = ClaimProxy::dropping().await;
-    let mut spec = MeshSpec::new(&["Hi", "Mid", "Low"])
-        .llm(&llm.base_url)
-        .all_bots(FAST);
+    let mut spec = fast_mesh(&["Hi", "Mid", "Low"], &llm);
     if drop_claims {
         // Every envelope to Mid goes through the proxy, which swallows claims:
         // Mid must yield because of Hi's reply itself.
@@ -130,14 +123,7 @@ async fn one_interjection_from_the_most_relevant(drop_claims: bool) {
     } else {
         "better_claim"
     };
-    assert_eq!(
-        metric(
-            &m,
-            &format!("botmesh_decisions_total{{action=\"yield\",reason=\"{reason}\"}}")
-        ),
-        1.0,
-        "{m}"
-    );
+    assert_eq!(decisions(&m, "yield", reason), 1.0, "{m}");
     if drop_claims {
         assert!(
             proxy.claims.load(std::sync::atomic::Ordering::SeqCst) >= 1,
@@ -183,23 +169,13 @@ async fn hi_and_mid_with_held_claims(
     let llm = hi_and_mid(mid_speaks).start().await;
     let proxy = ClaimProxy::holding(hold).await;
     let mesh = TestMesh::start(
-        MeshSpec::new(&["Hi", "Mid"])
-            .llm(&llm.base_url)
-            .all_bots(FAST)
+        fast_mesh(&["Hi", "Mid"], &llm)
             .bot("Hi", hi)
             .route("Hi", "Mid", &proxy.url),
     )
     .await;
     proxy.forward_to(&mesh.bridge(1));
     (llm, proxy, mesh)
-}
-
-/// Node `i`'s count of decisions `action/reason`.
-async fn decisions(mesh: &TestMesh, i: usize, action: &str, reason: &str) -> f64 {
-    metric(
-        &mesh.metrics(i).await,
-        &format!("botmesh_decisions_total{{action=\"{action}\",reason=\"{reason}\"}}"),
-    )
 }
 
 #[tokio::test]
@@ -223,8 +199,8 @@ async fn a_late_claim_makes_no_second_answer_the_acknowledgement_says_answered()
         Duration::from_secs(10),
         Duration::from_millis(25),
         || async {
-            decisions(&mesh, 0, "yield_writing", "already_answered").await
-                + decisions(&mesh, 0, "post", "claim_unacked").await
+            mesh.decisions(0, "yield_writing", "already_answered").await
+                + mesh.decisions(0, "post", "claim_unacked").await
                 > 0.0
                 || answers(&mesh.transcript(0).await).iter().any(|a| a == "Hi")
         },
@@ -241,11 +217,11 @@ async fn a_late_claim_makes_no_second_answer_the_acknowledgement_says_answered()
     assert_eq!(answers(&at_hi), vec!["Mid".to_string()]);
     assert!(proxy.claims.load(std::sync::atomic::Ordering::SeqCst) >= 1);
     assert_eq!(
-        decisions(&mesh, 0, "yield_writing", "already_answered").await,
+        mesh.decisions(0, "yield_writing", "already_answered").await,
         1.0,
         "Hi wrote its reply, then its claim's acknowledgement said Mid answers"
     );
-    assert_eq!(decisions(&mesh, 0, "post", "claim_unacked").await, 0.0);
+    assert_eq!(mesh.decisions(0, "post", "claim_unacked").await, 0.0);
     assert!(
         mesh.node(0).node.acks.is_empty(),
         "tracking ends with the turn"
@@ -270,7 +246,7 @@ async fn a_claim_never_acknowledged_in_time_still_posts_and_counts_it() {
     assert_eq!(hi_answers.len(), 1, "Hi posts after the timeout: {t:?}");
     assert_eq!(hi_answers[0].text, "answer from Hi");
     assert_eq!(
-        decisions(&mesh, 0, "post", "claim_unacked").await,
+        mesh.decisions(0, "post", "claim_unacked").await,
         1.0,
         "the post without every acknowledgement is counted"
     );
@@ -284,7 +260,7 @@ async fn a_mention_is_answered_even_when_the_judge_says_no_and_nobody_answers_it
         .replies(|bot| format!("here is {bot}"))
         .start()
         .await;
-    let mesh = TestMesh::start(MeshSpec::new(&["A", "B"]).llm(&llm.base_url).all_bots(FAST)).await;
+    let mesh = TestMesh::start(fast_mesh(&["A", "B"], &llm)).await;
     mesh.post_human(0, "alice", "@B can you check the logs?")
         .await;
     let t = settle(&mesh, 0, Duration::from_secs(2)).await;
@@ -351,12 +327,7 @@ async fn llm_down_or_hanging_means_silence_a_healthy_node_and_a_counted_failure(
             ) >= 1.0,
             "{label}: {metrics_b}"
         );
-        assert!(
-            metric(
-                &metrics_b,
-                r#"botmesh_decisions_total{action="silent",reason="reply_failed"}"#
-            ) >= 1.0
-        );
+        assert!(decisions(&metrics_b, "silent", "reply_failed") >= 1.0);
         let t = settle(&mesh, 1, Duration::from_millis(800)).await;
         assert!(bot_msgs(&t).is_empty(), "{label}: nobody spoke");
         for i in 0..2 {
@@ -379,7 +350,7 @@ async fn acknowledgements_from_bots_get_no_reply_and_no_llm_call() {
         .replies(|_| "sure".into())
         .start()
         .await;
-    let mesh = TestMesh::start(MeshSpec::new(&["A", "B"]).llm(&llm.base_url).all_bots(FAST)).await;
+    let mesh = TestMesh::start(fast_mesh(&["A", "B"], &llm)).await;
     for (i, text) in ["好的", "thanks!", "收到", "ok 👍"].iter().enumerate() {
         let env = bot_message("B", text, 1 + (i as u32 % 2));
         let (s, _) = SignedRequest::new(&mesh.signers[1], &env, 0)
@@ -391,14 +362,7 @@ async fn acknowledgements_from_bots_get_no_reply_and_no_llm_call() {
     assert_eq!(t.len(), 4);
     assert_eq!(llm.count(), 0, "no LLM call for acknowledgements");
     let m = mesh.metrics(0).await;
-    assert_eq!(
-        metric(
-            &m,
-            r#"botmesh_decisions_total{action="silent",reason="acknowledgement"}"#
-        ),
-        4.0,
-        "{m}"
-    );
+    assert_eq!(decisions(&m, "silent", "acknowledgement"), 4.0, "{m}");
     mesh.shutdown().await;
 }
 
@@ -408,13 +372,8 @@ async fn a_humans_only_bot_ignores_bot_messages() {
         .replies(|bot| format!("from {bot}"))
         .start()
         .await;
-    let mesh = TestMesh::start(
-        MeshSpec::new(&["A", "B"])
-            .llm(&llm.base_url)
-            .all_bots(FAST)
-            .bot("A", "reply_to = \"humans\""),
-    )
-    .await;
+    let mesh =
+        TestMesh::start(fast_mesh(&["A", "B"], &llm).bot("A", "reply_to = \"humans\"")).await;
     let env = bot_message("B", "@A what do you think about the parser?", 1);
     SignedRequest::new(&mesh.signers[1], &env, 0)
         .send(&mesh.http, &mesh.bridge(0))
@@ -423,13 +382,7 @@ async fn a_humans_only_bot_ignores_bot_messages() {
     assert_eq!(bot_msgs(&t).len(), 1, "A stayed silent");
     assert!(llm.requests().iter().all(|s| bot_of(s) != "A"));
     let m = mesh.metrics(0).await;
-    assert_eq!(
-        metric(
-            &m,
-            r#"botmesh_decisions_total{action="silent",reason="ignores_bots"}"#
-        ),
-        1.0
-    );
+    assert_eq!(decisions(&m, "silent", "ignores_bots"), 1.0);
     // A human's mention is still answered.
     mesh.post_human(1, "alice", "@A and you?").await;
     let t = settle(&mesh, 0, Duration::from_secs(1)).await;
@@ -481,13 +434,7 @@ async fn quiet_switch_and_explain() {
         .replies(|_| "hi".into())
         .start()
         .await;
-    let mesh = TestMesh::start(
-        MeshSpec::new(&["A", "B"])
-            .llm(&llm.base_url)
-            .all_bots(FAST)
-            .bot("A", "aliases = [\"小A\"]"),
-    )
-    .await;
+    let mesh = TestMesh::start(fast_mesh(&["A", "B"], &llm).bot("A", "aliases = [\"小A\"]")).await;
     let explain = |body: serde_json::Value| {
         let req = mesh
             .http
@@ -563,13 +510,9 @@ async fn a_server_that_refuses_json_schema_still_gets_judged_without_it() {
         }
     })
     .await;
-    let mesh = TestMesh::start(
-        MeshSpec::new(&["A", "B"])
-            .llm(&llm.base_url)
-            .all_bots(FAST)
-            .bot("B", "participation = \"mentions\""),
-    )
-    .await;
+    let mesh =
+        TestMesh::start(fast_mesh(&["A", "B"], &llm).bot("B", "participation = \"mentions\""))
+            .await;
     mesh.post_human(1, "alice", "what is a good sharding key?")
         .await;
     let t = settle(&mesh, 0, Duration::from_secs(2)).await;
@@ -615,12 +558,7 @@ async fn when_the_winners_reply_fails_it_withdraws_and_the_next_best_answers() {
         .reply_with("Hi", Script::Status(500))
         .start()
         .await;
-    let mesh = TestMesh::start(
-        MeshSpec::new(&["Hi", "Mid", "Low"])
-            .llm(&llm.base_url)
-            .all_bots(FAST),
-    )
-    .await;
+    let mesh = TestMesh::start(fast_mesh(&["Hi", "Mid", "Low"], &llm)).await;
     mesh.post_human(2, "alice", "How should we shard the transcript files?")
         .await;
     let t = settle(&mesh, 2, Duration::from_secs(3)).await;
@@ -633,38 +571,15 @@ async fn when_the_winners_reply_fails_it_withdraws_and_the_next_best_answers() {
         "exactly one answer, from the next best bot"
     );
     let hi = mesh.metrics(0).await;
-    assert_eq!(
-        metric(
-            &hi,
-            r#"botmesh_decisions_total{action="silent",reason="reply_failed"}"#
-        ),
-        1.0,
-        "{hi}"
-    );
-    assert_eq!(
-        metric(
-            &hi,
-            r#"botmesh_decisions_total{action="withdraw",reason="claim"}"#
-        ),
-        1.0,
-        "{hi}"
-    );
+    assert_eq!(decisions(&hi, "silent", "reply_failed"), 1.0, "{hi}");
+    assert_eq!(decisions(&hi, "withdraw", "claim"), 1.0, "{hi}");
     let mid = mesh.metrics(1).await;
     assert_eq!(
-        metric(
-            &mid,
-            r#"botmesh_decisions_total{action="resume",reason="claim_withdrawn"}"#
-        ),
+        decisions(&mid, "resume", "claim_withdrawn"),
         1.0,
         "Mid stood by behind Hi's claim and re-entered: {mid}"
     );
-    assert_eq!(
-        metric(
-            &mid,
-            r#"botmesh_decisions_total{action="yield",reason="better_claim"}"#
-        ),
-        0.0
-    );
+    assert_eq!(decisions(&mid, "yield", "better_claim"), 0.0);
     // Mid waited for Hi's claim, not for a fresh delay, and judged only once.
     let mid_judged = llm.judge_bots().iter().filter(|b| *b == "Mid").count();
     assert_eq!(mid_judged, 1);
@@ -680,12 +595,7 @@ async fn a_message_to_everyone_gets_an_answer_from_each_relevant_bot_in_order() 
         .replies(|bot| format!("my view, from {bot}"))
         .start()
         .await;
-    let mesh = TestMesh::start(
-        MeshSpec::new(&["A", "B", "C", "D"])
-            .llm(&llm.base_url)
-            .all_bots(FAST),
-    )
-    .await;
+    let mesh = TestMesh::start(fast_mesh(&["A", "B", "C", "D"], &llm)).await;
     mesh.post_human(3, "老师", "大家都说说对这个新架构方案的看法")
         .await;
     let t = settle(&mesh, 3, Duration::from_secs(3)).await;
@@ -702,14 +612,7 @@ async fn a_message_to_everyone_gets_an_answer_from_each_relevant_bot_in_order() 
     let judges = llm.judge_bots().len();
     assert_eq!(judges, 4, "one judge call per bot, about the question only");
     let m = mesh.metrics(2).await;
-    assert_eq!(
-        metric(
-            &m,
-            r#"botmesh_decisions_total{action="judge",reason="everyone_asked"}"#
-        ),
-        1.0,
-        "{m}"
-    );
+    assert_eq!(decisions(&m, "judge", "everyone_asked"), 1.0, "{m}");
 
     // An ordinary question in the same group still gets one answer.
     mesh.post_human(3, "老师", "这个方案的瓶颈在哪里？").await;
@@ -769,7 +672,7 @@ async fn a_round_where_everyone_finishes_at_once_still_stops_at_the_cap() {
     writers.sort();
     assert_eq!(writers, ["A", "B", "C", "D"]);
     for i in [2, 3] {
-        assert!(decisions(&mesh, i, "silent", "rate_cap").await >= 1.0);
+        assert!(mesh.decisions(i, "silent", "rate_cap").await >= 1.0);
     }
     mesh.shutdown().await;
 }
