@@ -326,18 +326,11 @@ impl TestMesh {
 
     /// Node `i`'s transcript of the default group, via the API.
     pub async fn transcript(&self, i: usize) -> Vec<Envelope> {
-        let v: serde_json::Value = self
-            .http
-            .get(format!(
-                "{}/v1/transcript?group=demo&limit=2000",
-                self.api(i)
-            ))
-            .send()
-            .await
-            .expect("get")
-            .json()
-            .await
-            .expect("json");
+        let v = fetch_json(self.http.get(format!(
+            "{}/v1/transcript?group=demo&limit=2000",
+            self.api(i)
+        )))
+        .await;
         serde_json::from_value(v["messages"].clone()).expect("envelopes")
     }
 
@@ -418,6 +411,20 @@ where
         }
         tokio::time::sleep(every).await;
     }
+}
+
+/// Sends `request` and reads the answer as JSON, panicking if either fails.
+///
+/// Exists because tests read many JSON answers from the nodes' APIs and spelled out
+/// this send-then-parse chain at each one.
+pub async fn fetch_json(request: reqwest::RequestBuilder) -> serde_json::Value {
+    request
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("a JSON answer")
 }
 
 /// Re-binds a port that was just released (retries briefly).
@@ -800,15 +807,11 @@ impl ProcessMesh {
 
     /// Ids in bot `i`'s transcript of the default group, in order.
     pub async fn ids(&self, i: usize) -> Vec<String> {
-        let v: serde_json::Value = self
-            .http
-            .get(format!("{}/v1/transcript?limit=2000", self.apis[i]))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v = fetch_json(
+            self.http
+                .get(format!("{}/v1/transcript?limit=2000", self.apis[i])),
+        )
+        .await;
         v["messages"]
             .as_array()
             .unwrap()

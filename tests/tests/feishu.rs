@@ -12,7 +12,7 @@ use botmesh_tests::fake_feishu::{
     message_event, url_verification, Callback, Fail, FakeApp, FakeFeishu, MessageSpec,
 };
 use botmesh_tests::fake_llm::{FakeLlm, Script};
-use botmesh_tests::{MeshSpec, Scheme, TestMesh};
+use botmesh_tests::{fetch_json, MeshSpec, Scheme, TestMesh};
 use serde_json::Value;
 
 const APP_ID: &str = "cli_a1b2c3d4e5f60001";
@@ -413,16 +413,12 @@ async fn sends_retry_rate_limits_and_server_errors_and_refresh_an_expired_token(
 async fn a_colleagues_message_seen_on_feishu_and_the_bridge_is_recorded_once() {
     let mesh = Mesh::start("-").await;
     // ErGoz posts (as its sidecar would, after posting to Feishu itself) and broadcasts.
-    let r: Value = mesh
-        .http
-        .post(format!("http://{}/v1/messages", mesh.apis[ERGOZ]))
-        .json(&serde_json::json!({"text": "status: all green", "from": "ErGoz", "platform_msg_id": "om_from_ergoz"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let r = fetch_json(
+        mesh.http
+            .post(format!("{}/v1/messages", mesh.api(ERGOZ)))
+            .json(&serde_json::json!({"text": "status: all green", "from": "ErGoz", "platform_msg_id": "om_from_ergoz"})),
+    )
+    .await;
     assert!(r["id"].is_string(), "{r}");
     mesh.wait_transcript(XIAOBA, |t| !with_platform_id(t, "om_from_ergoz").is_empty())
         .await;

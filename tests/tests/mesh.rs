@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use botmesh::envelope::{AuthorKind, Envelope};
 use botmesh::signing::{HmacSecret, Signer, SigningKey};
-use botmesh_tests::{bot_message, metric, MeshSpec, Scheme, SignedRequest, TestMesh};
+use botmesh_tests::{bot_message, fetch_json, metric, MeshSpec, Scheme, SignedRequest, TestMesh};
 
 /// Bots that only speak when mentioned, so transport tests see only what they send.
 fn quiet_bots(names: &[&str]) -> MeshSpec {
@@ -42,16 +42,11 @@ async fn human_message_reaches_every_transcript_once_and_bot_messages_verify() {
             );
         }
         // A bot message from A (posted by A's sidecar as A itself).
-        let r: serde_json::Value = mesh
-            .http
-            .post(format!("{}/v1/messages", mesh.api(0)))
-            .json(&serde_json::json!({"text": "status: all green", "from": "A", "reply_to": id}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let r =
+            fetch_json(mesh.http.post(format!("{}/v1/messages", mesh.api(0))).json(
+                &serde_json::json!({"text": "status: all green", "from": "A", "reply_to": id}),
+            ))
+            .await;
         let bot_id = r["id"].as_str().unwrap().to_string();
         assert_eq!(r["depth"], 1, "a bot answer to a human is one deeper");
         for i in 1..3 {

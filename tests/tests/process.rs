@@ -3,7 +3,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use botmesh_tests::{botmesh_bin, ProcessMesh};
+use botmesh_tests::{botmesh_bin, fetch_json, ProcessMesh};
 
 #[tokio::test]
 async fn two_processes_exchange_messages_and_stop_cleanly_on_sigterm() {
@@ -16,17 +16,7 @@ async fn two_processes_exchange_messages_and_stop_cleanly_on_sigterm() {
     assert!(seen, "B received A's message");
 
     // The operator's tools against the running processes.
-    let info = |mesh: &ProcessMesh| {
-        let req = mesh.http.get(format!("{}/v1/info", mesh.apis[1]));
-        async move {
-            req.send()
-                .await
-                .unwrap()
-                .json::<serde_json::Value>()
-                .await
-                .unwrap()
-        }
-    };
+    let info = |mesh: &ProcessMesh| fetch_json(mesh.http.get(format!("{}/v1/info", mesh.apis[1])));
     let quiet = Command::new(botmesh_bin())
         .args(["quiet", "--bot", "B", "--config"])
         .arg(&mesh.config)

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use botmesh::envelope::Envelope;
 use botmesh_tests::redis_server::RedisServer;
-use botmesh_tests::{bot_message, decisions, metric, wait_for, MeshSpec, TestMesh};
+use botmesh_tests::{bot_message, decisions, fetch_json, metric, wait_for, MeshSpec, TestMesh};
 
 /// A mesh of `names` on the stream transport of `redis`, bots answering mentions only.
 fn spec(redis: &RedisServer, names: &[&str]) -> MeshSpec {
@@ -517,16 +517,12 @@ async fn each_group_is_its_own_stream_and_new_groups_are_found() {
         let got: serde_json::Value = wait_for(
             Duration::from_secs(5),
             Duration::from_millis(25),
-            || async {
-                mesh.http
-                    .get(format!("{}/v1/transcript", mesh.api(1)))
-                    .query(&[("group", group)])
-                    .send()
-                    .await
-                    .unwrap()
-                    .json()
-                    .await
-                    .unwrap()
+            || {
+                fetch_json(
+                    mesh.http
+                        .get(format!("{}/v1/transcript", mesh.api(1)))
+                        .query(&[("group", group)]),
+                )
             },
             |got: &serde_json::Value| got["messages"].as_array().is_some_and(|m| !m.is_empty()),
         )

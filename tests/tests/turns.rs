@@ -5,7 +5,7 @@ use std::time::Duration;
 use botmesh::envelope::{AuthorKind, Envelope};
 use botmesh_tests::fake_llm::{BotLlm, FakeLlm, Script};
 use botmesh_tests::{
-    bot_message, bot_of, decisions, is_judge, metric, wait_for, ClaimProxy, MeshSpec,
+    bot_message, bot_of, decisions, fetch_json, is_judge, metric, wait_for, ClaimProxy, MeshSpec,
     SignedRequest, TestMesh,
 };
 
@@ -436,18 +436,11 @@ async fn quiet_switch_and_explain() {
         .await;
     let mesh = TestMesh::start(fast_mesh(&["A", "B"], &llm).bot("A", "aliases = [\"小A\"]")).await;
     let explain = |body: serde_json::Value| {
-        let req = mesh
-            .http
-            .post(format!("{}/v1/explain", mesh.api(0)))
-            .json(&body);
-        async move {
-            req.send()
-                .await
-                .unwrap()
-                .json::<serde_json::Value>()
-                .await
-                .unwrap()
-        }
+        fetch_json(
+            mesh.http
+                .post(format!("{}/v1/explain", mesh.api(0)))
+                .json(&body),
+        )
     };
     let e = explain(serde_json::json!({"text": "问@小A吧", "from": "alice"})).await;
     assert_eq!(
