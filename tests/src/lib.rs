@@ -85,6 +85,13 @@ impl MeshSpec {
             routes: Vec::new(),
         }
     }
+    /// `names` answering only when mentioned (`participation = "mentions"`), so a test
+    /// of transport or security sees only the messages it sends itself.
+    ///
+    /// Exists because most tests that are not about turn-taking start from this spec.
+    pub fn mentions_only(names: &[&str]) -> Self {
+        MeshSpec::new(names).all_bots("participation = \"mentions\"")
+    }
     /// Makes bot `from` reach bot `to` through `url` (e.g. a [`faults::LinkProxy`]).
     pub fn route(mut self, from: &str, to: &str, url: &str) -> Self {
         self.routes.push((from.into(), to.into(), url.into()));
@@ -362,6 +369,20 @@ impl TestMesh {
             |empty| *empty,
         )
         .await
+    }
+
+    /// Node `i`'s `/healthz`: status and JSON body.
+    ///
+    /// Exists because several tests check a node's health, some waiting for it to change.
+    pub async fn health(&self, i: usize) -> (u16, serde_json::Value) {
+        let r = self
+            .http
+            .get(format!("{}/healthz", self.api(i)))
+            .send()
+            .await
+            .expect("healthz");
+        let status = r.status().as_u16();
+        (status, r.json().await.expect("health JSON"))
     }
 
     /// Metrics text of node `i`.

@@ -36,7 +36,7 @@ async fn post_batch(mesh: &TestMesh, i: usize, items: &[serde_json::Value]) -> s
 
 #[tokio::test]
 async fn a_peer_back_after_300_messages_gets_them_in_order_once_in_few_requests() {
-    let spec = MeshSpec::new(&["A", "B"]).all_bots("participation = \"mentions\"");
+    let spec = MeshSpec::mentions_only(&["A", "B"]);
     let mut mesh = TestMesh::start(spec).await;
     let (a, b) = (mesh.index("A"), mesh.index("B"));
     mesh.stop(b).await;
@@ -90,7 +90,7 @@ async fn a_peer_back_after_300_messages_gets_them_in_order_once_in_few_requests(
 
 #[tokio::test]
 async fn a_forged_item_in_a_batch_is_rejected_alone() {
-    let spec = MeshSpec::new(&["A", "B"]).all_bots("participation = \"mentions\"");
+    let spec = MeshSpec::mentions_only(&["A", "B"]);
     let mesh = TestMesh::start(spec).await;
     let (a, b) = (mesh.index("A"), mesh.index("B"));
     let honest = &mesh.signers[b];
@@ -156,9 +156,7 @@ async fn a_forged_item_in_a_batch_is_rejected_alone() {
 #[tokio::test]
 async fn an_older_receiver_without_batches_still_gets_everything_in_order() {
     let proxy = OldReceiverProxy::start().await;
-    let spec = MeshSpec::new(&["A", "B"])
-        .all_bots("participation = \"mentions\"")
-        .route("A", "B", &proxy.url);
+    let spec = MeshSpec::mentions_only(&["A", "B"]).route("A", "B", &proxy.url);
     let mut mesh = TestMesh::start(spec).await;
     let (a, b) = (mesh.index("A"), mesh.index("B"));
     proxy.forward_to(mesh.bridges[b]);
@@ -204,7 +202,7 @@ fn claim(sender: &str, trigger: ulid::Ulid, relevance: f64) -> botmesh::envelope
 
 #[tokio::test]
 async fn a_claim_on_a_trigger_this_bot_answers_is_answered_answered_single_and_in_a_batch() {
-    let spec = MeshSpec::new(&["A", "B"]).all_bots("participation = \"mentions\"");
+    let spec = MeshSpec::mentions_only(&["A", "B"]);
     let mesh = TestMesh::start(spec).await;
     let (a, b) = (mesh.index("A"), mesh.index("B"));
     let signer = &mesh.signers[b];

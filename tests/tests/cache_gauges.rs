@@ -7,11 +7,7 @@ use botmesh_tests::{metric, wait_for, MeshSpec, TestMesh};
 
 #[tokio::test]
 async fn cache_gauges_follow_traffic() {
-    let mut spec = MeshSpec::new(&["A", "B"]);
-    for b in &mut spec.bots {
-        b.extra.push_str("participation = \"mentions\"\n");
-    }
-    let mesh = TestMesh::start(spec).await;
+    let mesh = TestMesh::start(MeshSpec::mentions_only(&["A", "B"])).await;
     let id = mesh.post_human(0, "alice", "hello, colleagues").await;
     mesh.wait_transcript(1, Duration::from_secs(10), |t| {
         t.iter().any(|e| e.id.to_string() == id)

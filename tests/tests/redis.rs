@@ -11,9 +11,7 @@ use botmesh_tests::{bot_message, decisions, fetch_json, metric, wait_for, MeshSp
 
 /// A mesh of `names` on the stream transport of `redis`, bots answering mentions only.
 fn spec(redis: &RedisServer, names: &[&str]) -> MeshSpec {
-    let mut s = MeshSpec::new(names)
-        .mesh("transport = \"redis\"")
-        .all_bots("participation = \"mentions\"");
+    let mut s = MeshSpec::mentions_only(names).mesh("transport = \"redis\"");
     s.top.push_str(&format!(
         "[redis]\nurl = \"{}\"\nkey_prefix = \"t:\"\nblock_ms = 200\nmax_len = 100\n",
         redis.url()
@@ -28,17 +26,6 @@ fn texts(t: &[Envelope]) -> Vec<&str> {
 fn count_ids(t: &[Envelope]) -> (usize, usize) {
     let set: HashSet<_> = t.iter().map(|e| e.id).collect();
     (t.len(), set.len())
-}
-
-async fn health(mesh: &TestMesh, i: usize) -> (u16, serde_json::Value) {
-    let r = mesh
-        .http
-        .get(format!("{}/healthz", mesh.api(i)))
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap())
 }
 
 async fn xlen(redis: &RedisServer) -> u64 {
@@ -87,7 +74,7 @@ async fn three_bots_share_a_group_through_one_stream() {
     assert!(!m.contains(r#"peer="B""#), "no HTTP outbox for B: {m}");
     assert_eq!(metric(&m, "botmesh_redis_up"), 1.0);
     assert!(xlen(&redis).await >= 3);
-    let (status, h) = health(&mesh, 1).await;
+    let (status, h) = mesh.health(1).await;
     assert_eq!(status, 200, "{h}");
     assert_eq!(h["transport"], "redis");
     assert_eq!(h["redis"]["connected"], true);
@@ -181,7 +168,7 @@ async fn redis_going_away_loses_nothing_and_health_says_so() {
     let h = wait_for(
         Duration::from_secs(5),
         Duration::from_millis(50),
-        || health(&mesh, 0),
+        || mesh.health(0),
         |h| h.0 == 503,
     )
     .await;
@@ -207,7 +194,7 @@ async fn redis_going_away_loses_nothing_and_health_says_so() {
     let (ok, _) = wait_for(
         Duration::from_secs(5),
         Duration::from_millis(50),
-        || async { (health(&mesh, 1).await.0, health(&mesh, 0).await.0) },
+        || async { (mesh.health(1).await.0, mesh.health(0).await.0) },
         |both| *both == (200, 200),
     )
     .await;
@@ -546,7 +533,7 @@ async fn each_group_is_its_own_stream_and_new_groups_are_found() {
         .await
         .unwrap();
     assert_eq!(len, 1);
-    let (_, h) = health(&mesh, 1).await;
+    let (_, h) = mesh.health(1).await;
     assert_eq!(h["redis"]["groups"], 3);
     mesh.shutdown().await;
 }

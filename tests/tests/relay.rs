@@ -61,9 +61,8 @@ async fn wait_all(
 async fn broken_link_is_relayed_with_original_signatures_hop_limit_and_no_doubles() {
     let a_to_b = LinkProxy::start().await;
     let b_to_a = LinkProxy::start().await;
-    let spec = MeshSpec::new(&["A", "B", "C"])
+    let spec = MeshSpec::mentions_only(&["A", "B", "C"])
         .mesh("relay_after_ms = 300")
-        .all_bots("participation = \"mentions\"")
         .route("A", "B", &a_to_b.url)
         .route("B", "A", &b_to_a.url);
     let mesh = TestMesh::start(spec).await;

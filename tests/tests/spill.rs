@@ -9,9 +9,7 @@ use botmesh_tests::{metric, MeshSpec, TestMesh};
 
 #[tokio::test]
 async fn peer_down_for_200_messages_gets_all_in_order_with_memory_bounded_across_a_restart() {
-    let spec = MeshSpec::new(&["A", "B"])
-        .mesh("outbox_capacity = 8")
-        .all_bots("participation = \"mentions\"");
+    let spec = MeshSpec::mentions_only(&["A", "B"]).mesh("outbox_capacity = 8");
     let mut mesh = TestMesh::start(spec).await;
     let (a, b) = (mesh.index("A"), mesh.index("B"));
     mesh.stop(b).await;

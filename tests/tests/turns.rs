@@ -331,13 +331,7 @@ async fn llm_down_or_hanging_means_silence_a_healthy_node_and_a_counted_failure(
         let t = settle(&mesh, 1, Duration::from_millis(800)).await;
         assert!(bot_msgs(&t).is_empty(), "{label}: nobody spoke");
         for i in 0..2 {
-            let h = mesh
-                .http
-                .get(format!("{}/healthz", mesh.api(i)))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(h.status(), 200);
+            assert_eq!(mesh.health(i).await.0, 200);
         }
         mesh.shutdown().await;
         llm.shutdown().await;
