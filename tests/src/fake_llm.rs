@@ -7,6 +7,9 @@
 //! so tests can assert on the model, messages, response format and
 //! `Authorization` header the client sent. Other paths get 404.
 //!
+//! [`BotLlm`] builds the usual script for a mesh of bots (a verdict per bot for judge
+//! calls, a text per bot for replies) so tests need not write that closure out.
+//!
 //! Token usage in replies is a deterministic word count (see
 //! [`approx_tokens`]) so tests can predict it.
 

@@ -397,7 +397,8 @@ impl TestMesh {
             .unwrap()
     }
 
-    /// Node `i`'s count of decisions `action`/`reason` (see [`decisions`]).
+    /// Node `i`'s count of decisions `action`/`reason` (see [`decisions`]), for tests
+    /// that check one count without keeping the metrics text.
     pub async fn decisions(&self, i: usize, action: &str, reason: &str) -> f64 {
         decisions(&self.metrics(i).await, action, reason)
     }
@@ -775,7 +776,8 @@ impl ProcessMesh {
         );
     }
 
-    /// Bot `i`'s `/healthz` status, None while it does not answer.
+    /// Bot `i`'s `/healthz` status, None while it does not answer: what a wait for a
+    /// started process polls.
     pub async fn health(&self, i: usize) -> Option<u16> {
         let r = self
             .http
@@ -841,7 +843,9 @@ impl ProcessMesh {
             .collect()
     }
 
-    /// Waits (up to `timeout`) until `cond` holds for the ids in bot `i`'s transcript.
+    /// Waits (up to `timeout`) until `cond` holds for the ids in bot `i`'s transcript:
+    /// [`TestMesh::wait_transcript`] for processes, which the crash and process tests
+    /// used to write out as loops.
     pub async fn wait_ids(
         &self,
         i: usize,

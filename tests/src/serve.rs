@@ -22,7 +22,8 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::task::{JoinHandle, JoinSet};
 
-/// What a handler answers: a whole body, as every fake here builds it.
+/// What a handler answers: a whole body, as every fake here builds it (one name for the
+/// type all handlers share).
 pub type Reply = Response<Full<Bytes>>;
 
 /// A running server from [`serve_http`]; stops (the port and every open connection)
@@ -59,6 +60,9 @@ impl Drop for HttpServer {
 /// Serves `handler` over HTTP/1 on a fresh port of 127.0.0.1, one task per connection,
 /// with hyper's default header timeout. Connection tasks belong to the server: when it
 /// stops, they stop, so a handler that never answers cannot outlive the test's fake.
+///
+/// Exists because the fake LLM, the fake Feishu and the HTTP proxies each carried their
+/// own copy of this accept loop.
 ///
 /// Panics if it cannot bind a loopback port (test support only).
 pub async fn serve_http<F, Fut>(handler: F) -> HttpServer

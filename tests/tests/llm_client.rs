@@ -41,7 +41,7 @@ async fn failed_reply(script: Script, configure: impl FnOnce(&mut Endpoint)) -> 
     (err, requests)
 }
 
-/// What a call that succeeded after retries came to.
+/// What a call that succeeded after retries came to ([`retried`]).
 struct Retried {
     text: String,
     attempts: u32,

@@ -46,7 +46,8 @@ fn ids_in(t: &[botmesh::envelope::Envelope], wanted: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// Node `i`'s transcript once every one of `wanted` is in it (or after `within`).
+/// Node `i`'s transcript once every one of `wanted` is in it (or after `within`): the
+/// wait this test makes after each round of posts.
 async fn wait_all(
     mesh: &TestMesh,
     i: usize,

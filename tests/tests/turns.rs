@@ -11,7 +11,8 @@ use botmesh_tests::{
 
 const FAST: &str = "min_delay_ms = 100\nmax_delay_ms = 1000\njitter_ms = 0";
 
-/// Bots `names` on `llm`, with the short reply delays ([`FAST`]) most tests here use.
+/// Bots `names` on `llm`, with the short reply delays ([`FAST`]): the mesh most tests
+/// here start from, written once.
 fn fast_mesh(names: &[&str], llm: &FakeLlm) -> MeshSpec {
     MeshSpec::new(names).llm(&llm.base_url).all_bots(FAST)
 }
