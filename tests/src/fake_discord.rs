@@ -16,18 +16,14 @@
 //! and whether the MESSAGE CONTENT intent is enabled.
 
 use std::collections::{HashMap, VecDeque};
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -35,6 +31,8 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+use crate::serve::{read_request, serve_http, HttpServer, Reply};
 
 /// The guild every account is in.
 pub const GUILD_ID: &str = "1100000000000000001";
@@ -161,15 +159,15 @@ pub struct FakeDiscord {
     pub gateway_url: String,
     /// The shared state.
     inner: Arc<Mutex<Inner>>,
-    /// The REST and gateway accept loops.
-    tasks: Vec<JoinHandle<()>>,
+    /// The REST server (stops when dropped).
+    _rest: HttpServer,
+    /// The gateway's accept loop.
+    gateway: JoinHandle<()>,
 }
 
 impl Drop for FakeDiscord {
     fn drop(&mut self) {
-        for t in &self.tasks {
-            t.abort();
-        }
+        self.gateway.abort();
     }
 }
 
@@ -353,11 +351,9 @@ impl FakeDiscord {
         people: Vec<Person>,
         channels: &[&str],
     ) -> FakeDiscord {
-        let rest = TcpListener::bind("127.0.0.1:0").await.expect("bind rest");
         let gw = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind gateway");
-        let api_base_url = format!("http://{}/api/v10", rest.local_addr().unwrap());
         let gateway_url = format!("ws://{}", gw.local_addr().unwrap());
         let inner = Arc::new(Mutex::new(Inner {
             bots,
@@ -368,15 +364,16 @@ impl FakeDiscord {
             gateway_url: gateway_url.clone(),
             ..Default::default()
         }));
-        let tasks = vec![
-            tokio::spawn(rest_loop(rest, inner.clone())),
-            tokio::spawn(gateway_loop(gw, inner.clone())),
-        ];
+        let state = inner.clone();
+        let rest = serve_http(move |req| handle(state.clone(), req)).await;
+        let api_base_url = format!("{}/api/v10", rest.url());
+        let gateway = tokio::spawn(gateway_loop(gw, inner.clone()));
         FakeDiscord {
             api_base_url,
             gateway_url,
             inner,
-            tasks,
+            _rest: rest,
+            gateway,
         }
     }
 
@@ -530,29 +527,6 @@ impl FakeDiscord {
 // REST
 // ---------------------------------------------------------------------------------
 
-async fn rest_loop(listener: TcpListener, inner: Arc<Mutex<Inner>>) {
-    let mut connections = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    let inner = inner.clone();
-                    connections.spawn(async move {
-                        let service = service_fn(move |req| handle(inner.clone(), req));
-                        let _ = http1::Builder::new()
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await;
-                    });
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-            },
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-        }
-    }
-}
-
-type Reply = Response<Full<Bytes>>;
-
 fn reply(status: u16, body: Value, headers: &[(&str, String)]) -> Reply {
     let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
     *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::OK);
@@ -582,28 +556,22 @@ fn bucket_headers(bucket: &str, remaining: u32) -> Vec<(&'static str, String)> {
     ]
 }
 
-async fn handle(inner: Arc<Mutex<Inner>>, req: Request<Incoming>) -> Result<Reply, Infallible> {
-    let method = req.method().clone();
-    let path = req.uri().path().to_string();
-    let auth = req
-        .headers()
+async fn handle(inner: Arc<Mutex<Inner>>, req: Request<Incoming>) -> Reply {
+    let (parts, body) = read_request(req).await;
+    let path = parts.uri.path().to_string();
+    let auth = parts
+        .headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string();
-    let body = req
-        .into_body()
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
-    let r = route(&inner, &method, &path, &auth, &body);
+    let r = route(&inner, &parts.method, &path, &auth, &body);
     inner
         .lock()
         .unwrap()
         .requests
-        .push((format!("{method} {path}"), r.status().as_u16()));
-    Ok(r)
+        .push((format!("{} {path}", parts.method), r.status().as_u16()));
+    r
 }
 
 fn unauthorized() -> Reply {

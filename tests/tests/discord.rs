@@ -10,7 +10,7 @@ use botmesh::platform::discord::gateway::{Gateway, GatewayError, WsConnector};
 use botmesh::wire::envelope::{AuthorKind, Envelope};
 use botmesh_tests::fake_discord::{BotAccount, FakeDiscord, Limit, Person};
 use botmesh_tests::fake_llm::{FakeLlm, Script, Seen};
-use botmesh_tests::{bot_of, is_judge, MeshSpec, TestMesh};
+use botmesh_tests::{bot_of, is_judge, metric, MeshSpec, TestMesh};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
@@ -569,6 +569,12 @@ async fn two_discord_bots_and_a_local_bot_hold_a_conversation() {
     // 2. An unmentioned question: one interjection, from the most relevant bot.
     let before = fake.messages(CHANNEL).len();
     fake.say(CHANNEL, DAN_ID, "how do we rotate the keys safely?");
+    fake.wait("an interjection", |f| {
+        f.messages(CHANNEL)[before..]
+            .iter()
+            .any(|m| m.request.is_some())
+    })
+    .await;
     let t = settle(&mesh, BIX, Duration::from_secs(3)).await;
     let said: Vec<_> = fake.messages(CHANNEL)[before..]
         .iter()
@@ -580,6 +586,17 @@ async fn two_discord_bots_and_a_local_bot_hold_a_conversation() {
         vec![(ADA_ID.to_string(), "answer from Ada".to_string())],
         "{:#?}",
         show(&t)
+    );
+
+    // Loc never sees Discord's people, so it does not make Ada wait for its judge.
+    let m = mesh.metrics(ADA).await;
+    assert_eq!(
+        metric(
+            &m,
+            r#"botmesh_decisions_total{action="post",reason="judge_word_missing"}"#
+        ),
+        0.0,
+        "{m}"
     );
 
     // 3. Ada asks the local bot, which answers over the bridge (depth 2).

@@ -591,6 +591,16 @@ impl Sink for NodeSink {
     }
 
     fn answer_claim(&self, env: &Envelope) -> crate::wire::batch::ClaimReply {
+        // A claim on a person's message (depth 0) from a platform whose people never
+        // reach this node: this node will never judge it, so it is not "judging" (the
+        // claimant would wait judge_word_timeout_ms for a word that never comes).
+        let claimant = self.0.cfg.member(&env.sender).map(|b| b.platform);
+        if env.depth == 0
+            && claimant
+                .is_some_and(|c| !crate::platform::sees_humans_of(self.0.cfg.bot().platform, c))
+        {
+            return crate::wire::batch::ClaimReply::default();
+        }
         self.0.brain.answer_claim(env)
     }
 

@@ -128,6 +128,18 @@ pub fn visibility_of(kind: Platform) -> Visibility {
     }
 }
 
+/// Whether a person's message that a bot on `claimant`'s platform sees ever reaches a
+/// bot on `me`'s: carried over the bridge (the claimant's platform does not show people
+/// to every bot, and `me`'s does not deliver people itself, which would make it ignore
+/// bridge copies), or shown by the platform to both (the same platform, showing people
+/// to every bot). A claim on a person's message `me` can never see is not one `me` will
+/// ever judge, so `me` must not make the claimant wait for its word.
+pub fn sees_humans_of(me: Platform, claimant: Platform) -> bool {
+    let (mine, theirs) = (visibility_of(me), visibility_of(claimant));
+    (!theirs.humans_reach_every_bot && !mine.humans_reach_every_bot)
+        || (me == claimant && mine.humans_reach_every_bot)
+}
+
 /// Who may carry humans over the bridge to this node, and whether it ignores bridge
 /// copies of them, from every bot's platform.
 pub fn human_rules(cfg: &NodeConfig) -> HumanRules {
@@ -148,4 +160,26 @@ pub fn build(cfg: &NodeConfig) -> anyhow::Result<Arc<dyn ChatPlatform>> {
         Platform::Feishu => Arc::new(feishu::Feishu::from_config(cfg)?),
         Platform::Discord => Arc::new(discord::Discord::from_config(cfg)?),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn who_sees_whose_people() {
+        use Platform::{Discord, Feishu, Local};
+        assert!(sees_humans_of(Local, Local), "carried over the bridge");
+        assert!(sees_humans_of(Discord, Discord), "both read the channel");
+        assert!(sees_humans_of(Feishu, Feishu));
+        assert!(
+            !sees_humans_of(Local, Discord),
+            "nobody carries Discord's people"
+        );
+        assert!(
+            !sees_humans_of(Discord, Local),
+            "a Discord node ignores bridge copies"
+        );
+        assert!(!sees_humans_of(Feishu, Discord));
+    }
 }

@@ -1010,8 +1010,8 @@ api = "127.0.0.1:8103"
             Box::pin(async move { Ok(r) })
         }
         fn on_claim(&self, _env: Arc<Envelope>) {}
-        fn answering(&self, _env: &Envelope) -> Option<String> {
-            None
+        fn answer_claim(&self, _env: &Envelope) -> crate::wire::batch::ClaimReply {
+            crate::wire::batch::ClaimReply::default()
         }
         fn has_platform_msg(&self, _group: &str, platform_msg_id: &str) -> bool {
             self.0.lock().iter().any(|e| {
