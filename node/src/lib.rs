@@ -45,14 +45,14 @@
 
 pub mod app;
 pub mod config;
-pub mod egress;
+pub(crate) mod egress;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
-pub mod ingress;
+pub(crate) mod ingress;
 pub mod llm;
 pub mod platform;
 pub mod simulate;
-pub mod store;
+pub(crate) mod store;
 pub mod telemetry;
 pub mod turn;
 pub mod wire;

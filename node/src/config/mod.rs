@@ -17,7 +17,7 @@ use serde::Deserialize;
 
 use crate::wire::signing::{HmacSecret, PairwiseKey, PublicKey, Signer, SigningKey, Verifier};
 
-pub mod pacing;
+pub(crate) mod pacing;
 
 /// A configuration problem, always naming the key it is about.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -152,7 +152,7 @@ pub enum Link {
 }
 
 /// Envelopes per batch unless configured (`mesh.batch_max`).
-pub const DEFAULT_BATCH_MAX: usize = 64;
+pub(crate) const DEFAULT_BATCH_MAX: usize = 64;
 
 /// After a peer answered 404 to a batch (it predates batches), single posts are used
 /// for this long before batching is tried again (the peer may have been upgraded).

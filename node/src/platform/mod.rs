@@ -12,7 +12,7 @@
 //! - [`feishu`] — Feishu/Lark event callbacks in, messages with real `<at>` out.
 
 pub mod feishu;
-pub mod local;
+pub(crate) mod local;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -31,7 +31,7 @@ use crate::telemetry::events::{Event, EventBus};
 use crate::wire::envelope::{AuthorKind, Envelope};
 
 /// How many recent messages of each group are kept in memory for context and the API.
-pub const MEMORY_MESSAGES: usize = 2_000;
+pub(crate) const MEMORY_MESSAGES: usize = 2_000;
 
 /// Result of an append.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,7 +143,7 @@ pub struct LoggedOutbound {
 }
 
 /// Name of the outbox log in the data folder.
-pub const OUTBOX_LOG: &str = "outbox.log";
+pub(crate) const OUTBOX_LOG: &str = "outbox.log";
 
 /// Every group's transcript, in memory and on disk.
 pub struct Transcripts {
@@ -856,7 +856,7 @@ pub(crate) fn parse_outbox_line(line: &[u8], offset: u64) -> Option<LoggedOutbou
 }
 
 /// File-name-safe form of a group name (percent-encoding of anything unusual).
-pub fn encode_name(group: &str) -> String {
+pub(crate) fn encode_name(group: &str) -> String {
     let mut out = String::new();
     for b in group.bytes() {
         if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
@@ -869,7 +869,7 @@ pub fn encode_name(group: &str) -> String {
 }
 
 /// Inverse of [`encode_name`].
-pub fn decode_name(name: &str) -> Option<String> {
+pub(crate) fn decode_name(name: &str) -> Option<String> {
     let bytes = name.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;
@@ -888,7 +888,7 @@ pub fn decode_name(name: &str) -> Option<String> {
 
 /// Counts bot messages in `recent` (oldest first) after the last human message and
 /// no older than `window_ms` before `now_ms`.
-pub fn recent_bot_messages<'a>(
+pub(crate) fn recent_bot_messages<'a>(
     recent: impl DoubleEndedIterator<Item = &'a std::sync::Arc<Envelope>>,
     now_ms: u64,
     window_ms: u64,
@@ -905,7 +905,7 @@ pub fn recent_bot_messages<'a>(
 /// before this bot whatever happens, so `turn::policy::last_check`'s rate cap counts them with
 /// [`recent_bot_messages`] (an answer counts once: as a message when recorded, else
 /// as one due).
-pub fn answers_due<'a>(
+pub(crate) fn answers_due<'a>(
     recent: impl DoubleEndedIterator<Item = &'a std::sync::Arc<Envelope>> + Clone,
     trigger: &ulid::Ulid,
     ahead: &[String],

@@ -58,7 +58,7 @@ fn rejects_schema(e: &crate::llm::LlmError) -> bool {
 }
 
 /// Builds the roster the matcher needs.
-pub fn roster(bots: &[BotSettings]) -> Vec<Member> {
+pub(crate) fn roster(bots: &[BotSettings]) -> Vec<Member> {
     bots.iter()
         .map(|b| Member {
             name: b.name.clone(),
@@ -69,7 +69,7 @@ pub fn roster(bots: &[BotSettings]) -> Vec<Member> {
 }
 
 /// Endpoints for judge and reply from `[llm]` and its overrides.
-pub fn endpoints(
+pub(crate) fn endpoints(
     llm: &LlmSettings,
     keys: &std::collections::HashMap<String, String>,
 ) -> (Endpoint, Endpoint) {
