@@ -37,10 +37,10 @@ use crate::wire::envelope::Envelope;
 
 /// The outbox that appends to the Redis Streams transport (not a bot name: bot names
 /// cannot contain `@`).
-pub const STREAM_OUTBOX: &str = "@redis";
+pub(crate) const STREAM_OUTBOX: &str = "@redis";
 
 /// How long ids stay in the replay cache: more than twice the ±300 s window.
-pub const SEEN_TTL: Duration = Duration::from_secs(900);
+pub(crate) const SEEN_TTL: Duration = Duration::from_secs(900);
 
 /// A running bot's shared state.
 pub struct Node {
@@ -684,7 +684,7 @@ impl Ports for Node {
 }
 
 /// Explain against a running node's live transcript.
-pub async fn explain_live(
+pub(crate) async fn explain_live(
     node: &Node,
     req: crate::turn::ExplainRequest,
 ) -> Result<serde_json::Value, String> {

@@ -310,7 +310,7 @@ pub struct FeishuIds {
 }
 
 /// The Feishu open platform's default base URL.
-pub const FEISHU_BASE_URL: &str = "https://open.feishu.cn";
+pub(crate) const FEISHU_BASE_URL: &str = "https://open.feishu.cn";
 
 impl FeishuIds {
     /// The configured base URL without a trailing `/`, or Feishu's.

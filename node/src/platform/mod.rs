@@ -93,7 +93,7 @@ pub trait ChatPlatform: Send + Sync + 'static {
 
 /// What a platform of this kind shows to whom, without building its adapter (for the
 /// peers' platforms).
-pub fn visibility_of(kind: Platform) -> Visibility {
+pub(crate) fn visibility_of(kind: Platform) -> Visibility {
     match kind {
         Platform::Local => local::VISIBILITY,
         Platform::Feishu => feishu::VISIBILITY,
@@ -102,7 +102,7 @@ pub fn visibility_of(kind: Platform) -> Visibility {
 
 /// Who may carry humans over the bridge to this node, and whether it ignores bridge
 /// copies of them, from every bot's platform.
-pub fn human_rules(cfg: &NodeConfig) -> HumanRules {
+pub(crate) fn human_rules(cfg: &NodeConfig) -> HumanRules {
     HumanRules {
         platform_delivers_humans: visibility_of(cfg.bot().platform).humans_reach_every_bot,
         carriers: cfg
@@ -114,7 +114,7 @@ pub fn human_rules(cfg: &NodeConfig) -> HumanRules {
 }
 
 /// The adapter for this node's bot.
-pub fn build(cfg: &NodeConfig) -> anyhow::Result<Arc<dyn ChatPlatform>> {
+pub(crate) fn build(cfg: &NodeConfig) -> anyhow::Result<Arc<dyn ChatPlatform>> {
     Ok(match cfg.bot().platform {
         Platform::Local => Arc::new(local::Local),
         Platform::Feishu => Arc::new(feishu::Feishu::from_config(cfg)?),

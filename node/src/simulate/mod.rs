@@ -38,7 +38,7 @@ use crate::turn::roster;
 use crate::wire::envelope::{Author, AuthorKind, Envelope, Kind, PROTOCOL_VERSION};
 
 /// A run stops early once this many bot messages were posted (a runaway loop).
-pub const RUNAWAY_POSTS: usize = 200;
+pub(crate) const RUNAWAY_POSTS: usize = 200;
 
 /// How a judge that already sees another bot's answer to the trigger answers when
 /// the scenario does not say (`after_answer`): it declines, at half the relevance.
@@ -589,21 +589,22 @@ impl PolicyKind {
 
 /// Estimated XiaoBa judge prompt (seed 004 P0: a short prompt with the last 5–10
 /// broadcasts, the bot's profile and, per P1, the colleague table; yes/no answer).
-pub const XIAOBA_JUDGE_PROMPT: &str = "你是 {name}（{role}，擅长：{skills}）。\n\
+pub(crate) const XIAOBA_JUDGE_PROMPT: &str = "你是 {name}（{role}，擅长：{skills}）。\n\
 群里的同事：{colleagues}\n最近的群聊记录：\n{context}\n新消息（{from}）：{message}\n\
 这条消息跟你有没有关系，你该不该主动回应？只回答 yes 或 no。";
 
 /// Estimated nanobot relevance / stop-policy prompt (seed 000 §4.4: recent
 /// transcript, the current message and the agent's role → YES/NO; seed 001: the
 /// transcript is read with `get_recent(max_messages=20)`, untrimmed).
-pub const NANOBOT_JUDGE_PROMPT: &str = "You are {name}, {role}.\nRecent group conversation:\n\
+pub(crate) const NANOBOT_JUDGE_PROMPT: &str =
+    "You are {name}, {role}.\nRecent group conversation:\n\
 {context}\nNew message from {from}: {message}\n\
 Is it necessary for you to respond to this message? Decline courtesy replies \
 (ok/thanks), messages without substance and finished conversations. Answer YES or NO.";
 
 /// Estimated review-panel `should_respond` prompt (seed 002 §8.1: the judge's
 /// instruction; §4.1: the message alone, no history).
-pub const PANEL_JUDGE_PROMPT: &str = "You are {name} ({role}) in a multi-agent panel.\n\
+pub(crate) const PANEL_JUDGE_PROMPT: &str = "You are {name} ({role}) in a multi-agent panel.\n\
 YOUR ROLE:\n- {skills}\nRULES:\n1. Keep responses under 150 words\n\
 2. Use send_channel_message to respond\n3. Only respond to human messages\n\
 4. Ask 1-2 probing questions per response\n5. Focus on {skills}\n\
@@ -1727,7 +1728,7 @@ pub fn run_seed(seed: u64, scenario: &str, run: usize) -> u64 {
 }
 
 /// Sums `runs` runs of one scenario under one policy.
-pub fn run_many(w: &World, policy: PolicyKind, seed: u64, runs: usize) -> Tally {
+pub(crate) fn run_many(w: &World, policy: PolicyKind, seed: u64, runs: usize) -> Tally {
     let mut t = Tally::default();
     for r in 0..runs {
         t.add(&run_once(w, policy, run_seed(seed, &w.scenario.name, r)));

@@ -11,7 +11,7 @@ pub const PROTOCOL_VERSION: u32 = 1;
 
 /// The largest text a node accepts in one envelope, in bytes. Bodies are capped at
 /// 256 KiB on the wire; text is the only field that can be large.
-pub const MAX_TEXT_BYTES: usize = 200 * 1024;
+pub(crate) const MAX_TEXT_BYTES: usize = 200 * 1024;
 
 /// What an envelope carries: a chat message, or a claim to answer a trigger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]

@@ -53,28 +53,28 @@ pub const HEADER_TIMESTAMP: &str = "webhook-timestamp";
 pub const HEADER_SIGNATURE: &str = "webhook-signature";
 /// Largest accepted clock difference, in seconds, in either direction
 /// (exactly this many seconds is still accepted).
-pub const TOLERANCE_SECS: i64 = 300;
+pub(crate) const TOLERANCE_SECS: i64 = 300;
 
 /// Textual prefix of an HMAC mesh secret.
-pub const HMAC_SECRET_PREFIX: &str = "whsec_";
+pub(crate) const HMAC_SECRET_PREFIX: &str = "whsec_";
 /// Textual prefix of an Ed25519 private key (its 32-byte seed).
-pub const SIGNING_KEY_PREFIX: &str = "whsk_";
+pub(crate) const SIGNING_KEY_PREFIX: &str = "whsk_";
 /// Textual prefix of an Ed25519 public key.
-pub const PUBLIC_KEY_PREFIX: &str = "whpk_";
+pub(crate) const PUBLIC_KEY_PREFIX: &str = "whpk_";
 
 /// Smallest HMAC secret accepted, in bytes (Standard Webhooks: at least 192 bits).
-pub const HMAC_SECRET_MIN_BYTES: usize = 24;
+pub(crate) const HMAC_SECRET_MIN_BYTES: usize = 24;
 /// Largest HMAC secret accepted, in bytes (Standard Webhooks: at most 512 bits).
-pub const HMAC_SECRET_MAX_BYTES: usize = 64;
+pub(crate) const HMAC_SECRET_MAX_BYTES: usize = 64;
 /// Size of secrets made by [`HmacSecret::generate`].
-pub const HMAC_SECRET_GENERATED_BYTES: usize = 32;
+pub(crate) const HMAC_SECRET_GENERATED_BYTES: usize = 32;
 /// Size of an Ed25519 seed and of an Ed25519 public key.
-pub const ED25519_KEY_BYTES: usize = 32;
+pub(crate) const ED25519_KEY_BYTES: usize = 32;
 
 /// At most this many entries of a `webhook-signature` header are looked at, so
 /// a huge header cannot make us run thousands of Ed25519 verifications. A
 /// legitimate sender emits one entry per key it holds (a handful).
-pub const MAX_SIGNATURE_ENTRIES: usize = 16;
+pub(crate) const MAX_SIGNATURE_ENTRIES: usize = 16;
 
 const TAG_HMAC: &str = "v1";
 const TAG_ED25519: &str = "v1a";
@@ -160,7 +160,7 @@ fn random_bytes<const N: usize>() -> [u8; N] {
 /// The bytes that both schemes sign: `{id}.{timestamp}.{body}`.
 ///
 /// Exposed so callers (and tests) can sign or inspect exactly what is covered.
-pub fn signed_content(id: &str, timestamp: &str, body: &[u8]) -> Vec<u8> {
+pub(crate) fn signed_content(id: &str, timestamp: &str, body: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(id.len() + timestamp.len() + body.len() + 2);
     out.extend_from_slice(id.as_bytes());
     out.push(b'.');
@@ -890,7 +890,7 @@ fn settle(checks: &[Pending], idx: &[usize], ok: &mut [Option<bool>]) {
 
 /// Equality of two secrets-derived byte strings whose time depends on neither where
 /// they differ nor their lengths (both are hashed first, then compared in full).
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     let da = ring::digest::digest(&ring::digest::SHA256, a);
     let db = ring::digest::digest(&ring::digest::SHA256, b);
     da.as_ref()
