@@ -6,6 +6,7 @@
 //! cancels `accepting` (listeners stop, pending turns are abandoned), outboxes get a
 //! grace period to drain, then everything stops and the transcript writer flushes.
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,8 +21,10 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::NodeConfig;
-use crate::egress::acks::ClaimAcks;
+use crate::egress::acks::{AckTracker, ClaimAcks};
 use crate::egress::outbox::{Outbox, RetryPolicy};
+use crate::egress::relay::Relay;
+use crate::egress::stream::StreamLink;
 use crate::ingress::ingest::{Arrival, Ingest, Sink, Source};
 use crate::ingress::limiter::RateLimiter;
 use crate::ingress::seen::SeenCache;
@@ -274,20 +277,90 @@ pub async fn start(
     let cfg = Arc::new(cfg);
     let metrics = Arc::new(Metrics::new());
     let events = EventBus::new(1024);
+    let outbox_dir = create_data_dirs(&cfg)?;
+    let stream = open_stream(&cfg, &metrics)?;
+    let acks = Arc::new(AckTracker::default());
+    let outboxes = open_outboxes(&cfg, &outbox_dir, stream.as_ref(), &acks);
+    let transcripts = resume_from_log(&cfg, &outboxes, &metrics, &events)?;
+    let http = peer_http_client(&cfg)?;
+    let relay = build_relay(&cfg, &outboxes, &http, &metrics);
+    let brain = Brain::new(&cfg, metrics.clone())?;
+    let platform = crate::platform::build(&cfg)?;
+    let node = Arc::new(Node {
+        limiter: Arc::new(RateLimiter::new(cfg.mesh().peer_rate_limit)),
+        seen: Arc::new(SeenCache::new(SEEN_TTL, 1_000_000)),
+        verify: Arc::new(
+            VerifyPool::start(&cfg.bot().name)
+                .context("starting the signature verification thread")?,
+        ),
+        llm: LlmClient::new(
+            LlmClient::build_http(Duration::from_secs(3)).context("building the LLM client")?,
+        ),
+        quiet: AtomicBool::new(false),
+        accepting: CancellationToken::new(),
+        turns: tokio_util::task::TaskTracker::new(),
+        outboxes,
+        transcripts,
+        events,
+        metrics,
+        brain,
+        platform,
+        stream,
+        relay: Some(relay),
+        acks,
+        cfg,
+    });
+    let ingest = ingest_for(&node);
+    let (stop_outboxes, outbox_tasks) = spawn_outboxes(&node, &http);
+    let bridge_addr = bridge.local_addr()?;
+    let api_addr = api.local_addr()?;
+    let servers = spawn_listeners(&node, ingest, bridge, api);
+    tracing::info!(bot = %node.cfg.bot().name, transport = ?node.cfg.transport(), %bridge_addr, %api_addr, peers = node.outboxes.len(), data_dir = %node.cfg.data_dir.display(), "node started");
+    Ok(RunningNode {
+        node,
+        bridge_addr,
+        api_addr,
+        stop_outboxes,
+        servers,
+        outbox_tasks,
+    })
+}
+
+/// Creates the data folder and its `outbox` folder (the peers' cursors); returns the
+/// latter.
+fn create_data_dirs(cfg: &NodeConfig) -> anyhow::Result<PathBuf> {
     std::fs::create_dir_all(&cfg.data_dir)
         .with_context(|| format!("creating data folder {}", cfg.data_dir.display()))?;
     let outbox_dir = cfg.data_dir.join("outbox");
     std::fs::create_dir_all(&outbox_dir)
         .with_context(|| format!("creating {}", outbox_dir.display()))?;
-    let stream = match &cfg.redis_url {
-        Some(url) => Some(crate::egress::stream::StreamLink::new(
+    Ok(outbox_dir)
+}
+
+/// The Redis Streams link, when this bot's transport is `redis`.
+fn open_stream(
+    cfg: &NodeConfig,
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<Option<Arc<StreamLink>>> {
+    Ok(match &cfg.redis_url {
+        Some(url) => Some(StreamLink::new(
             url,
             cfg.settings.redis.clone(),
             metrics.clone(),
         )?),
         None => None,
-    };
-    // Peers on the stream are reached by one append; the others by HTTP.
+    })
+}
+
+/// One outbox per HTTP peer, plus one for the stream when there is one (peers on the
+/// stream are reached by one append), each with its cursor file, the claim tracker,
+/// the outbox log and the batch size.
+fn open_outboxes(
+    cfg: &NodeConfig,
+    outbox_dir: &Path,
+    stream: Option<&Arc<StreamLink>>,
+    acks: &Arc<AckTracker>,
+) -> Vec<Arc<Outbox>> {
     let mut outboxes: Vec<Arc<Outbox>> = cfg
         .peers()
         .filter(|p| !cfg.via_stream(p))
@@ -304,7 +377,7 @@ pub async fn start(
             )
         })
         .collect();
-    if let Some(link) = &stream {
+    if let Some(link) = stream {
         outboxes.push(Outbox::with_link(
             STREAM_OUTBOX,
             crate::egress::outbox::Link::Stream(link.clone()),
@@ -315,16 +388,26 @@ pub async fn start(
             ))),
         ));
     }
-    let acks = Arc::new(crate::egress::acks::AckTracker::default());
     for o in &outboxes {
         o.set_acks(acks.clone());
         o.set_log_path(cfg.data_dir.join(crate::store::transcript::OUTBOX_LOG));
         o.set_batch_max(cfg.mesh().batch_max);
     }
+    outboxes
+}
+
+/// Opens the transcripts (their writer fans durable outbound messages out to the
+/// outboxes) and hands each outbox what the outbox log holds past its saved cursor.
+fn resume_from_log(
+    cfg: &NodeConfig,
+    outboxes: &[Arc<Outbox>],
+    metrics: &Arc<Metrics>,
+    events: &EventBus,
+) -> anyhow::Result<Transcripts> {
     let cursors: Vec<Option<u64>> = outboxes.iter().map(|o| o.saved_cursor()).collect();
     let min_next_seq = cursors.iter().flatten().max().map(|c| c + 1).unwrap_or(1);
     let fanout = Arc::new(PeerFanout {
-        outboxes: outboxes.clone(),
+        outboxes: outboxes.to_vec(),
         metrics: metrics.clone(),
     });
     let (transcripts, report, logged) =
@@ -353,17 +436,32 @@ pub async fn start(
             tracing::info!(peer = %o.peer(), envelopes = resend.len(), "resuming undelivered envelopes from the outbox log");
         }
         for e in resend {
-            o.push_logged(e, &metrics);
+            o.push_logged(e, metrics);
         }
     }
-    let http = reqwest::Client::builder()
+    Ok(transcripts)
+}
+
+/// The HTTP client every outbox and the relay send to peers with.
+fn peer_http_client(cfg: &NodeConfig) -> anyhow::Result<reqwest::Client> {
+    reqwest::Client::builder()
         .no_proxy()
         .connect_timeout(Duration::from_secs(2))
         .timeout(Duration::from_millis(cfg.mesh().peer_timeout_ms))
         .pool_idle_timeout(Duration::from_secs(60))
         .build()
-        .context("building the peer HTTP client")?;
-    let relay = Arc::new(crate::egress::relay::Relay::new(
+        .context("building the peer HTTP client")
+}
+
+/// The relay around broken links, over every HTTP peer, set on their outboxes (the
+/// stream has no relay: Redis is the relay).
+fn build_relay(
+    cfg: &NodeConfig,
+    outboxes: &[Arc<Outbox>],
+    http: &reqwest::Client,
+    metrics: &Arc<Metrics>,
+) -> Arc<Relay> {
+    let relay = Arc::new(Relay::new(
         Duration::from_millis(cfg.mesh().relay_after_ms),
         outboxes
             .iter()
@@ -378,37 +476,16 @@ pub async fn start(
         metrics.clone(),
         Duration::from_millis(cfg.mesh().peer_timeout_ms),
     ));
-    // The stream has no relay: Redis is the relay.
     for o in outboxes.iter().filter(|o| o.url().is_some()) {
         o.set_relay(relay.clone());
     }
-    let brain = Brain::new(&cfg, metrics.clone())?;
-    let platform = crate::platform::build(&cfg)?;
-    let node = Arc::new(Node {
-        limiter: Arc::new(RateLimiter::new(cfg.mesh().peer_rate_limit)),
-        seen: Arc::new(SeenCache::new(SEEN_TTL, 1_000_000)),
-        verify: Arc::new(
-            VerifyPool::start(&cfg.bot().name)
-                .context("starting the signature verification thread")?,
-        ),
-        llm: LlmClient::new(
-            LlmClient::build_http(Duration::from_secs(3)).context("building the LLM client")?,
-        ),
-        quiet: AtomicBool::new(false),
-        accepting: CancellationToken::new(),
-        turns: tokio_util::task::TaskTracker::new(),
-        outboxes,
-        transcripts,
-        events,
-        metrics,
-        brain,
-        platform,
-        stream,
-        relay: Some(relay),
-        acks,
-        cfg,
-    });
-    let ingest = Ingest {
+    relay
+}
+
+/// The narrow handle every inbound path (bridge, stream reader, platform) admits
+/// messages through.
+fn ingest_for(node: &Arc<Node>) -> Ingest {
+    Ingest {
         cfg: node.cfg.clone(),
         metrics: node.metrics.clone(),
         seen: node.seen.clone(),
@@ -419,7 +496,12 @@ pub async fn start(
         accepting: node.accepting.clone(),
         tasks: node.turns.clone(),
         sink: Arc::new(NodeSink(node.clone())),
-    };
+    }
+}
+
+/// Starts every outbox's delivery task; returns the token that stops them and the
+/// tasks.
+fn spawn_outboxes(node: &Arc<Node>, http: &reqwest::Client) -> (CancellationToken, JoinSet<()>) {
     let policy = RetryPolicy {
         base: node.cfg.retry_base(),
         max: Duration::from_millis(node.cfg.mesh().retry_max_ms),
@@ -442,8 +524,17 @@ pub async fn start(
             stop_outboxes.clone(),
         ));
     }
-    let bridge_addr = bridge.local_addr()?;
-    let api_addr = api.local_addr()?;
+    (stop_outboxes, outbox_tasks)
+}
+
+/// Serves the peer-facing listener and the local API, and starts the stream reader
+/// and the platform's own task when there are any.
+fn spawn_listeners(
+    node: &Arc<Node>,
+    ingest: Ingest,
+    bridge: TcpListener,
+    api: TcpListener,
+) -> JoinSet<()> {
     let grace = Duration::from_secs(node.cfg.mesh().shutdown_grace_secs);
     let limits = Limits {
         max_connections: node.cfg.mesh().max_connections,
@@ -478,15 +569,7 @@ pub async fn start(
     if let Some(task) = node.platform.clone().start(ingest) {
         servers.spawn(task);
     }
-    tracing::info!(bot = %node.cfg.bot().name, transport = ?node.cfg.transport(), %bridge_addr, %api_addr, peers = node.outboxes.len(), data_dir = %node.cfg.data_dir.display(), "node started");
-    Ok(RunningNode {
-        node,
-        bridge_addr,
-        api_addr,
-        stop_outboxes,
-        servers,
-        outbox_tasks,
-    })
+    servers
 }
 
 impl RunningNode {
