@@ -1003,6 +1003,9 @@ impl NodeConfig {
         Self::build(settings, name, None, env, false)
     }
 
+    /// The one constructor behind [`NodeConfig::resolve`] and
+    /// [`NodeConfig::without_secrets`]: every secret is read, and every missing one is
+    /// an error, only with `secrets`.
     fn build(
         settings: Settings,
         name: &str,
@@ -1010,105 +1013,15 @@ impl NodeConfig {
         env: &dyn SecretSource,
         secrets: bool,
     ) -> Result<NodeConfig, ConfigError> {
-        let (me, bot) = settings.bot(name).ok_or_else(|| {
-            let known: Vec<&str> = settings.bots.iter().map(|b| b.name.as_str()).collect();
-            settings.err(
-                "--bot",
-                format!(
-                    "unknown bot {name:?}; this file lists: {}",
-                    known.join(", ")
-                ),
-            )
-        })?;
-        let bot = bot.clone();
+        let (me, bot) = pick_bot(&settings, name)?;
         let at = |k: &str| format!("bots[{me}].{k}");
-        let m = &settings.mesh;
-
         let (hmac, verify_hmac) = hmac_secrets(&settings, env, secrets)?;
         let own = own_signing_key(&settings, &bot, &at, env, secrets)?;
-
-        // Pairwise keys with every other key-holding bot (signing.rs): this bot's key
-        // for what it sends to each, and one per listed key of each for what it receives.
-        let mut sending = HashMap::new();
-        let mut receiving = HashMap::new();
-        let mut ed = HashMap::new();
-        for b in &settings.bots {
-            let keys: Vec<PublicKey> = b
-                .public_key
-                .iter()
-                .chain(b.previous_public_keys.iter())
-                .map(|k| PublicKey::parse(k).expect("validated"))
-                .collect();
-            if let (Some(mine), false) = (own.first(), b.name == bot.name) {
-                // `keys` starts with the current `public_key`, when there is one.
-                let current = keys.first().filter(|_| b.public_key.is_some());
-                if let Some(k) =
-                    current.and_then(|pk| PairwiseKey::sending(mine, &bot.name, pk, &b.name))
-                {
-                    sending.insert(b.name.clone(), k);
-                }
-                let from: Vec<PairwiseKey> = keys
-                    .iter()
-                    .filter_map(|pk| PairwiseKey::receiving(mine, &bot.name, pk, &b.name))
-                    .collect();
-                if !from.is_empty() {
-                    receiving.insert(b.name.clone(), from);
-                }
-            }
-            if !keys.is_empty() {
-                ed.insert(b.name.clone(), keys);
-            }
-        }
-        let signer = Signer {
-            hmac,
-            ed25519: own,
-            pairwise: sending,
-        };
-        let verifier = Verifier {
-            hmac: verify_hmac,
-            ed25519: ed,
-            pairwise: receiving,
-        };
-
+        let (signer, verifier) = signer_and_verifier(&settings, &bot, own, hmac, verify_hmac);
         let api_addr: SocketAddr = bot.api.parse().expect("validated");
         let bridge_addr: SocketAddr = bot.bridge.parse().expect("validated");
-        let api_token = match &m.api_token_env {
-            Some(var) => env.var(var),
-            None => None,
-        };
-        if secrets && !api_addr.ip().is_loopback() && api_token.is_none() {
-            return Err(settings.err(
-                at("api"),
-                format!("{api_addr} is not loopback, so the local API needs a bearer token: set mesh.api_token_env and that variable"),
-            ));
-        }
-        let mut llm_keys = HashMap::new();
-        if let Some(llm) = &settings.llm {
-            let vars = [
-                ("llm.api_key_env", llm.api_key_env.as_ref()),
-                (
-                    "llm.judge.api_key_env",
-                    llm.judge.as_ref().and_then(|o| o.api_key_env.as_ref()),
-                ),
-                (
-                    "llm.reply.api_key_env",
-                    llm.reply.as_ref().and_then(|o| o.api_key_env.as_ref()),
-                ),
-            ];
-            for (key, var) in vars {
-                if let Some(var) = var {
-                    match env.var(var) {
-                        Some(value) => {
-                            llm_keys.insert(var.clone(), value);
-                        }
-                        None if secrets => {
-                            return Err(settings.err(key, format!("environment variable {var} is not set (it must hold the API key)")));
-                        }
-                        None => {}
-                    }
-                }
-            }
-        }
+        let api_token = api_token(&settings, api_addr, &at, env, secrets)?;
+        let llm_keys = llm_keys(&settings, env, secrets)?;
         let feishu = match bot
             .feishu
             .as_ref()
@@ -1117,31 +1030,9 @@ impl NodeConfig {
             Some(f) if secrets => Some(feishu_secrets(&settings, me, f, env)?),
             _ => None,
         };
-        let redis_url = if settings.transport_of(&bot) == Transport::Redis {
-            let url = match &settings.redis.url_env {
-                Some(var) => match env.var(var) {
-                    Some(v) => v,
-                    None if secrets => {
-                        return Err(settings.err(
-                            "redis.url_env",
-                            format!("environment variable {var} is not set (it must hold the redis:// URL)"),
-                        ));
-                    }
-                    None => settings.redis.url.clone(),
-                },
-                None => settings.redis.url.clone(),
-            };
-            redis::Client::open(url.as_str()).map_err(|e| {
-                settings.err(
-                    "redis.url_env",
-                    format!("not a redis:// URL: {}", e.category()),
-                )
-            })?;
-            Some(url)
-        } else {
-            None
-        };
-        let data_dir = data_dir.unwrap_or_else(|| settings.relative(&m.data_dir).join(&bot.name));
+        let redis_url = redis_url(&settings, &bot, env, secrets)?;
+        let data_dir =
+            data_dir.unwrap_or_else(|| settings.relative(&settings.mesh.data_dir).join(&bot.name));
         Ok(NodeConfig {
             redis_url,
             settings,
@@ -1197,6 +1088,176 @@ impl NodeConfig {
     pub fn retry_base(&self) -> Duration {
         Duration::from_millis(self.mesh().retry_base_ms)
     }
+}
+
+/// Bot `name`'s index and entry of a [`NodeConfig::build`]; an unknown name is an
+/// error listing the file's bots.
+fn pick_bot(settings: &Settings, name: &str) -> Result<(usize, BotSettings), ConfigError> {
+    let (me, bot) = settings.bot(name).ok_or_else(|| {
+        let known: Vec<&str> = settings.bots.iter().map(|b| b.name.as_str()).collect();
+        settings.err(
+            "--bot",
+            format!(
+                "unknown bot {name:?}; this file lists: {}",
+                known.join(", ")
+            ),
+        )
+    })?;
+    Ok((me, bot.clone()))
+}
+
+/// The signer and verifier of a [`NodeConfig::build`]: the HMAC secrets, this bot's
+/// own key, every bot's listed public keys, and the pairwise keys with every other
+/// key-holding bot (signing.rs): this bot's key for what it sends to each, and one per
+/// listed key of each for what it receives.
+fn signer_and_verifier(
+    settings: &Settings,
+    bot: &BotSettings,
+    own: Vec<SigningKey>,
+    hmac: Vec<HmacSecret>,
+    verify_hmac: Vec<HmacSecret>,
+) -> (Signer, Verifier) {
+    let mut sending = HashMap::new();
+    let mut receiving = HashMap::new();
+    let mut ed = HashMap::new();
+    for b in &settings.bots {
+        let keys: Vec<PublicKey> = b
+            .public_key
+            .iter()
+            .chain(b.previous_public_keys.iter())
+            .map(|k| PublicKey::parse(k).expect("validated"))
+            .collect();
+        if let (Some(mine), false) = (own.first(), b.name == bot.name) {
+            // `keys` starts with the current `public_key`, when there is one.
+            let current = keys.first().filter(|_| b.public_key.is_some());
+            if let Some(k) =
+                current.and_then(|pk| PairwiseKey::sending(mine, &bot.name, pk, &b.name))
+            {
+                sending.insert(b.name.clone(), k);
+            }
+            let from: Vec<PairwiseKey> = keys
+                .iter()
+                .filter_map(|pk| PairwiseKey::receiving(mine, &bot.name, pk, &b.name))
+                .collect();
+            if !from.is_empty() {
+                receiving.insert(b.name.clone(), from);
+            }
+        }
+        if !keys.is_empty() {
+            ed.insert(b.name.clone(), keys);
+        }
+    }
+    let signer = Signer {
+        hmac,
+        ed25519: own,
+        pairwise: sending,
+    };
+    let verifier = Verifier {
+        hmac: verify_hmac,
+        ed25519: ed,
+        pairwise: receiving,
+    };
+    (signer, verifier)
+}
+
+/// The local API's bearer token of a [`NodeConfig::build`]: required (with `secrets`)
+/// when the API listens on anything but loopback.
+fn api_token(
+    settings: &Settings,
+    api_addr: SocketAddr,
+    at: &dyn Fn(&str) -> String,
+    env: &dyn SecretSource,
+    secrets: bool,
+) -> Result<Option<String>, ConfigError> {
+    let api_token = match &settings.mesh.api_token_env {
+        Some(var) => env.var(var),
+        None => None,
+    };
+    if secrets && !api_addr.ip().is_loopback() && api_token.is_none() {
+        return Err(settings.err(
+            at("api"),
+            format!("{api_addr} is not loopback, so the local API needs a bearer token: set mesh.api_token_env and that variable"),
+        ));
+    }
+    Ok(api_token)
+}
+
+/// The LLM API keys of a [`NodeConfig::build`], by variable name: every variable
+/// `[llm]` names must be set (with `secrets`; without, the ones set are read).
+fn llm_keys(
+    settings: &Settings,
+    env: &dyn SecretSource,
+    secrets: bool,
+) -> Result<HashMap<String, String>, ConfigError> {
+    let mut llm_keys = HashMap::new();
+    if let Some(llm) = &settings.llm {
+        let vars = [
+            ("llm.api_key_env", llm.api_key_env.as_ref()),
+            (
+                "llm.judge.api_key_env",
+                llm.judge.as_ref().and_then(|o| o.api_key_env.as_ref()),
+            ),
+            (
+                "llm.reply.api_key_env",
+                llm.reply.as_ref().and_then(|o| o.api_key_env.as_ref()),
+            ),
+        ];
+        for (key, var) in vars {
+            if let Some(var) = var {
+                match env.var(var) {
+                    Some(value) => {
+                        llm_keys.insert(var.clone(), value);
+                    }
+                    None if secrets => {
+                        return Err(settings.err(
+                            key,
+                            format!(
+                                "environment variable {var} is not set (it must hold the API key)"
+                            ),
+                        ));
+                    }
+                    None => {}
+                }
+            }
+        }
+    }
+    Ok(llm_keys)
+}
+
+/// The Redis URL of a [`NodeConfig::build`], when the bot's transport is `redis`: from
+/// `redis.url_env` (which must be set, with `secrets`) or `redis.url`, checked to be a
+/// redis:// URL.
+fn redis_url(
+    settings: &Settings,
+    bot: &BotSettings,
+    env: &dyn SecretSource,
+    secrets: bool,
+) -> Result<Option<String>, ConfigError> {
+    if settings.transport_of(bot) != Transport::Redis {
+        return Ok(None);
+    }
+    let url = match &settings.redis.url_env {
+        Some(var) => match env.var(var) {
+            Some(v) => v,
+            None if secrets => {
+                return Err(settings.err(
+                    "redis.url_env",
+                    format!(
+                        "environment variable {var} is not set (it must hold the redis:// URL)"
+                    ),
+                ));
+            }
+            None => settings.redis.url.clone(),
+        },
+        None => settings.redis.url.clone(),
+    };
+    redis::Client::open(url.as_str()).map_err(|e| {
+        settings.err(
+            "redis.url_env",
+            format!("not a redis:// URL: {}", e.category()),
+        )
+    })?;
+    Ok(Some(url))
 }
 
 fn parse_secret(
