@@ -48,37 +48,37 @@ pub(crate) const SEEN_TTL: Duration = Duration::from_secs(900);
 /// A running bot's shared state.
 pub struct Node {
     /// The validated configuration and keys.
-    pub cfg: Arc<NodeConfig>,
+    pub(crate) cfg: Arc<NodeConfig>,
     /// Prometheus metrics.
-    pub metrics: Arc<Metrics>,
+    pub(crate) metrics: Arc<Metrics>,
     /// Live events for the page and SSE.
     pub events: EventBus,
     /// Every group's messages.
-    pub transcripts: Transcripts,
+    pub(crate) transcripts: Transcripts,
     /// Recently seen envelope ids (replay protection).
-    pub seen: Arc<SeenCache>,
+    pub(crate) seen: Arc<SeenCache>,
     /// One outbox per peer.
     pub outboxes: Vec<Arc<Outbox>>,
     /// Per-peer ingress rate limit.
-    pub limiter: Arc<RateLimiter>,
+    pub(crate) limiter: Arc<RateLimiter>,
     /// Verifies envelope signatures off the async workers, coalescing concurrent ones.
-    pub verify: Arc<VerifyPool>,
+    pub(crate) verify: Arc<VerifyPool>,
     /// The LLM client shared by the judge and the reply (idle without `[llm]`).
-    pub llm: LlmClient,
+    pub(crate) llm: LlmClient,
     /// The turn-taking pipeline.
     pub brain: Brain,
     /// The operator's quiet switch: when set, the bot takes no turns.
-    pub quiet: AtomicBool,
+    pub(crate) quiet: AtomicBool,
     /// Cancelled when the node stops accepting work.
-    pub accepting: CancellationToken,
+    pub(crate) accepting: CancellationToken,
     /// Tracks the background turn tasks so shutdown can wait for them.
-    pub turns: tokio_util::task::TaskTracker,
+    pub(crate) turns: tokio_util::task::TaskTracker,
     /// This bot's chat platform.
-    pub platform: Arc<dyn ChatPlatform>,
+    pub(crate) platform: Arc<dyn ChatPlatform>,
     /// The Redis Streams transport, when this bot's transport is `redis`.
-    pub stream: Option<Arc<crate::egress::stream::StreamLink>>,
+    pub(crate) stream: Option<Arc<crate::egress::stream::StreamLink>>,
     /// Relaying around broken links (its HTTP client also forwards others' copies).
-    pub relay: Option<Arc<crate::egress::relay::Relay>>,
+    pub(crate) relay: Option<Arc<crate::egress::relay::Relay>>,
     /// Claims this node waits on: each outbox reports how they fared with its peer.
     pub acks: Arc<crate::egress::acks::AckTracker>,
 }
@@ -109,7 +109,7 @@ pub struct RunningNode {
     /// The shared state (for tests and embedding).
     pub node: Arc<Node>,
     /// Where the peer-facing listener is bound.
-    pub bridge_addr: std::net::SocketAddr,
+    pub(crate) bridge_addr: std::net::SocketAddr,
     /// Where the local API is bound.
     pub api_addr: std::net::SocketAddr,
     stop_outboxes: CancellationToken,
@@ -119,18 +119,10 @@ pub struct RunningNode {
 
 impl Node {
     /// Records a message in its group's transcript and, when new, hands it to the
-    /// turn-taking pipeline. Returns once the message is on disk.
-    pub async fn record(
-        self: &Arc<Self>,
-        env: Envelope,
-        source: &str,
-    ) -> Result<Appended, TranscriptError> {
-        self.record_with_mentions(env, source, Vec::new()).await
-    }
-
-    /// [`Node::record`] for a platform message whose `@_user_N` placeholders resolve
-    /// through the platform's mention list (Feishu `mentions[]`).
-    pub async fn record_with_mentions(
+    /// turn-taking pipeline; a platform message's `@_user_N` placeholders resolve
+    /// through the platform's mention list (Feishu `mentions[]`). Returns once the
+    /// message is on disk.
+    pub(crate) async fn record_with_mentions(
         self: &Arc<Self>,
         env: Envelope,
         source: &str,
@@ -156,7 +148,7 @@ impl Node {
 
     /// [`Node::record`] for several messages, in order, in one durable write where
     /// possible (a batch from a peer): one result per message, in the same order.
-    pub async fn record_many(
+    pub(crate) async fn record_many(
         self: &Arc<Self>,
         envs: Vec<Arc<Envelope>>,
         source: &str,
@@ -210,7 +202,7 @@ impl Node {
     }
 
     /// A claim from a peer: tell the scheduler and the watchers.
-    pub fn on_claim(&self, env: Arc<Envelope>) {
+    pub(crate) fn on_claim(&self, env: Arc<Envelope>) {
         self.brain.on_claim(&env);
         self.events.publish(Event::Claim { envelope: env });
     }
@@ -218,7 +210,7 @@ impl Node {
     /// Queues an ephemeral envelope (a claim) for every peer, in memory only: a claim
     /// that arrives after a restart would be stale anyway. Returns the peers whose
     /// outbox refused it (full: logged and counted there).
-    pub fn broadcast(&self, env: &Envelope) -> Vec<&str> {
+    pub(crate) fn broadcast(&self, env: &Envelope) -> Vec<&str> {
         let body = Bytes::from(env.to_bytes());
         let id = env.id.to_string();
         self.outboxes
@@ -231,7 +223,7 @@ impl Node {
     /// [`Node::broadcast`], tracking the envelope's delivery to every peer: the handle
     /// settles once each peer acknowledged it (with its `answered` value) or its
     /// delivery was given up (a peer whose outbox refuses it counts as given up at once).
-    pub fn broadcast_tracked(&self, env: &Envelope) -> crate::egress::acks::ClaimAcks {
+    pub(crate) fn broadcast_tracked(&self, env: &Envelope) -> crate::egress::acks::ClaimAcks {
         let id = env.id.to_string();
         let peers = self.outboxes.iter().map(|o| o.peer().to_string()).collect();
         // Tracked before it is queued, so no report can come before the entry.
@@ -247,7 +239,7 @@ impl Node {
     /// in the same durable write, queues it for every peer (see `transcript::Fanout`).
     /// On a platform the bot's own message is posted to the chat first, so the
     /// envelope carries the platform's id (`platform_msg_id`) to the peers.
-    pub async fn publish(
+    pub(crate) async fn publish(
         self: &Arc<Self>,
         mut env: Envelope,
         source: &str,
@@ -263,7 +255,7 @@ impl Node {
     }
 
     /// Whether the operator switched the bot quiet.
-    pub fn is_quiet(&self) -> bool {
+    pub(crate) fn is_quiet(&self) -> bool {
         self.quiet.load(Ordering::Relaxed)
     }
 }

@@ -267,21 +267,21 @@ impl EventError {
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 pub(crate) struct EventHeader {
     /// Unique per event (and the same on every retry of it).
-    pub event_id: String,
+    pub(crate) event_id: String,
     /// E.g. `im.message.receive_v1`.
-    pub event_type: String,
+    pub(crate) event_type: String,
     /// The Verification Token.
     #[serde(default)]
-    pub token: Option<String>,
+    pub(crate) token: Option<String>,
     /// The app the event is for (`cli_…`).
     #[serde(default)]
-    pub app_id: Option<String>,
+    pub(crate) app_id: Option<String>,
     /// When the event was created (a string of digits).
     #[serde(default)]
-    pub create_time: Option<String>,
+    pub(crate) create_time: Option<String>,
     /// The tenant.
     #[serde(default)]
-    pub tenant_key: Option<String>,
+    pub(crate) tenant_key: Option<String>,
 }
 
 /// A decrypted, parsed callback.
@@ -391,13 +391,13 @@ pub(crate) fn parse_callback(plain: &[u8]) -> Result<Callback, EventError> {
 pub(crate) struct UserIds {
     /// Per-app id (`ou_…`): the same person has a different one in each app.
     #[serde(default)]
-    pub open_id: String,
+    pub(crate) open_id: String,
     /// Per-developer id (`on_…`).
     #[serde(default)]
-    pub union_id: Option<String>,
+    pub(crate) union_id: Option<String>,
     /// Tenant-wide user id.
     #[serde(default)]
-    pub user_id: Option<String>,
+    pub(crate) user_id: Option<String>,
 }
 
 /// Who sent a message.
@@ -405,52 +405,52 @@ pub(crate) struct UserIds {
 pub(crate) struct Sender {
     /// Their ids.
     #[serde(default)]
-    pub sender_id: UserIds,
+    pub(crate) sender_id: UserIds,
     /// `user` for a person, `app` for a bot.
     #[serde(default)]
-    pub sender_type: String,
+    pub(crate) sender_type: String,
 }
 
 /// One entry of a message's `mentions[]`.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 pub(crate) struct Mention {
     /// The placeholder in the text, e.g. `@_user_1`.
-    pub key: String,
+    pub(crate) key: String,
     /// Who is mentioned.
     #[serde(default)]
-    pub id: UserIds,
+    pub(crate) id: UserIds,
     /// Their display name.
     #[serde(default)]
-    pub name: String,
+    pub(crate) name: String,
 }
 
 /// `event.message` of `im.message.receive_v1`.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 pub(crate) struct Message {
     /// `om_…`.
-    pub message_id: String,
+    pub(crate) message_id: String,
     /// The chat (`oc_…`).
-    pub chat_id: String,
+    pub(crate) chat_id: String,
     /// `group` or `p2p`.
     #[serde(default)]
-    pub chat_type: String,
+    pub(crate) chat_type: String,
     /// `text`, `post`, `image`, …
-    pub message_type: String,
+    pub(crate) message_type: String,
     /// A JSON string; for text `{"text": "@_user_1 hi"}`.
     #[serde(default)]
-    pub content: String,
+    pub(crate) content: String,
     /// The mentions' placeholders and ids.
     #[serde(default)]
-    pub mentions: Vec<Mention>,
+    pub(crate) mentions: Vec<Mention>,
     /// Unix milliseconds, as a string.
     #[serde(default)]
-    pub create_time: Option<String>,
+    pub(crate) create_time: Option<String>,
     /// The thread root, when a reply.
     #[serde(default)]
-    pub root_id: Option<String>,
+    pub(crate) root_id: Option<String>,
     /// The message replied to, when a reply.
     #[serde(default)]
-    pub parent_id: Option<String>,
+    pub(crate) parent_id: Option<String>,
 }
 
 impl Message {
@@ -474,9 +474,9 @@ impl Message {
 pub(crate) struct MessageReceived {
     /// Who sent it.
     #[serde(default)]
-    pub sender: Sender,
+    pub(crate) sender: Sender,
     /// The message.
-    pub message: Message,
+    pub(crate) message: Message,
 }
 
 impl MessageReceived {
@@ -491,11 +491,11 @@ impl MessageReceived {
 #[derive(Clone)]
 pub(crate) struct EventAuth {
     /// This bot's App ID; events for another app are refused.
-    pub app_id: String,
+    pub(crate) app_id: String,
     /// The Verification Token, when configured.
-    pub verification_token: Option<String>,
+    pub(crate) verification_token: Option<String>,
     /// The Encrypt Key, when configured (then events must be signed).
-    pub encrypt_key: Option<String>,
+    pub(crate) encrypt_key: Option<String>,
 }
 
 impl std::fmt::Debug for EventAuth {
@@ -751,11 +751,11 @@ pub(crate) enum SendError {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RetryPolicy {
     /// Attempts at most (token refreshes do not count).
-    pub attempts: u32,
+    pub(crate) attempts: u32,
     /// First delay; doubles each attempt.
-    pub base: Duration,
+    pub(crate) base: Duration,
     /// Longest delay.
-    pub max: Duration,
+    pub(crate) max: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -813,10 +813,10 @@ struct ApiReply {
 pub(crate) struct BotInfo {
     /// The bot's open_id in its own app.
     #[serde(default)]
-    pub open_id: String,
+    pub(crate) open_id: String,
     /// The app's name.
     #[serde(default)]
-    pub app_name: String,
+    pub(crate) app_name: String,
 }
 
 /// A token bucket per chat.
@@ -1110,11 +1110,11 @@ impl FeishuClient {
 /// A feishu bot's platform state: the app, its ids and the event id memory.
 pub(crate) struct Feishu {
     /// The API client.
-    pub client: FeishuClient,
+    pub(crate) client: FeishuClient,
     /// Checks callbacks.
-    pub auth: EventAuth,
+    pub(crate) auth: EventAuth,
     /// Handled event ids.
-    pub dedup: EventDedup,
+    pub(crate) dedup: EventDedup,
     me: String,
     open_id: Option<String>,
     chat_id: Option<String>,

@@ -34,10 +34,10 @@ pub struct Visibility {
     /// When false (local: nobody sees anything but the mesh; DingTalk: only the
     /// mentioned robots), the node that receives a person's message carries it to its
     /// peers as a human envelope — and only such nodes may send one.
-    pub humans_reach_every_bot: bool,
+    pub(crate) humans_reach_every_bot: bool,
     /// A bot sees other bots' messages on the platform (then a colleague's message
     /// arrives twice, from the platform and over the bridge, and is recorded once).
-    pub bots_see_bots: bool,
+    pub(crate) bots_see_bots: bool,
 }
 
 /// Why a message could not be posted to the platform (logged by the adapter; the mesh

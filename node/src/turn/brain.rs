@@ -20,7 +20,7 @@ use crate::wire::envelope::{AuthorKind, Envelope, Kind};
 
 /// Where answers come from. (One per node, so the variants' size difference is moot.)
 #[allow(clippy::large_enum_variant)]
-pub enum Provider {
+pub(crate) enum Provider {
     /// No LLM configured: lexical-overlap judge, marked placeholder replies.
     Offline,
     /// An OpenAI-compatible endpoint per purpose (called through [`Ports::llm`]).
@@ -35,13 +35,13 @@ pub enum Provider {
 /// The node's turn-taking state: who it is, whom it knows, what it has seen claimed.
 pub struct Brain {
     /// This bot.
-    pub me: BotSettings,
+    pub(crate) me: BotSettings,
     /// The other bots.
-    pub colleagues: Vec<BotSettings>,
+    pub(crate) colleagues: Vec<BotSettings>,
     /// Finds @mentions against the whole roster.
-    pub matcher: MentionMatcher,
+    pub(crate) matcher: MentionMatcher,
     /// The LLM, or the offline provider.
-    pub provider: Provider,
+    pub(crate) provider: Provider,
     /// Claims and replies per trigger.
     pub board: ClaimBoard,
     /// Set once the judge endpoint refused structured output.
@@ -148,7 +148,7 @@ impl Brain {
 
     /// A brain for bot `me` among `colleagues` (`roster`: every bot, for mentions),
     /// without a sidecar agent: what the simulator builds for each of its bots.
-    pub fn with(
+    pub(crate) fn with(
         me: BotSettings,
         colleagues: Vec<BotSettings>,
         roster_of: &[BotSettings],
@@ -169,7 +169,7 @@ impl Brain {
 
     /// Every newly recorded message passes here: a bot's reply to a trigger makes
     /// waiting bots yield.
-    pub fn observe(&self, env: &Envelope) {
+    pub(crate) fn observe(&self, env: &Envelope) {
         if env.author.kind == AuthorKind::Bot {
             if let Some(trigger) = env.reply_to {
                 self.board.answered(trigger, &env.author.name);
@@ -178,7 +178,7 @@ impl Brain {
     }
 
     /// A peer's claim (at relevance 0: its withdrawal).
-    pub fn on_claim(&self, env: &Envelope) {
+    pub(crate) fn on_claim(&self, env: &Envelope) {
         if let (Some(trigger), Some(r)) = (env.reply_to, env.relevance) {
             self.board.claim(trigger, &env.sender, r);
         }
@@ -187,7 +187,7 @@ impl Brain {
     /// For a peer's claim already on the board ([`Brain::on_claim`]): this bot's name
     /// when it has committed to answer, or answered, the claim's trigger — what the
     /// bridge's answer to the claim carries as `answered`.
-    pub fn answering(&self, env: &Envelope) -> Option<String> {
+    pub(crate) fn answering(&self, env: &Envelope) -> Option<String> {
         let trigger = env.reply_to.filter(|_| env.kind == Kind::Claim)?;
         self.board
             .answering(trigger, &self.me.name)
@@ -196,7 +196,7 @@ impl Brain {
 
     /// The local rules for `msg`, given how many bot messages end the recent
     /// transcript (`recent_bots`, see [`crate::turn::policy::recent_bot_messages`]).
-    pub fn decide(
+    pub(crate) fn decide(
         &self,
         mesh: &crate::config::MeshSettings,
         msg: &Envelope,
@@ -220,7 +220,7 @@ impl Brain {
     }
 
     /// The judge prompt for `msg` with `context` before it.
-    pub fn judge_prompt(&self, context: &[Arc<Envelope>], msg: &Envelope) -> String {
+    pub(crate) fn judge_prompt(&self, context: &[Arc<Envelope>], msg: &Envelope) -> String {
         build_prompt(&JudgeInput {
             me: &self.me,
             colleagues: &self.colleagues,
@@ -230,7 +230,7 @@ impl Brain {
     }
 
     /// Asks the judge. `None` means it failed (logged and counted): stay silent.
-    pub async fn judge(
+    pub(crate) async fn judge(
         &self,
         llm: &dyn Llm,
         context: &[Arc<Envelope>],
@@ -334,7 +334,7 @@ impl Brain {
     }
 
     /// Writes the reply text. `None` means the LLM failed (logged and counted).
-    pub async fn write_reply(
+    pub(crate) async fn write_reply(
         &self,
         llm: &dyn Llm,
         context: &[Arc<Envelope>],

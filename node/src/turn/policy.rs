@@ -9,7 +9,7 @@ use crate::wire::envelope::{AuthorKind, Envelope};
 
 /// What the node will do about a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     /// Answer now (mentioned, or always-answer).
     Reply,
     /// Ask the judge first.
@@ -20,7 +20,7 @@ pub enum Action {
 
 impl Action {
     /// Label used in metrics, logs and explain output.
-    pub fn as_str(&self) -> &'static str {
+    pub(crate) fn as_str(&self) -> &'static str {
         match self {
             Action::Reply => "reply",
             Action::Judge => "judge",
@@ -31,7 +31,7 @@ impl Action {
 
 /// The outcome of the local rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Decision {
+pub(crate) struct Decision {
     /// What to do.
     pub action: Action,
     /// Stable snake_case reason.
