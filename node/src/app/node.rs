@@ -146,7 +146,7 @@ impl Node {
         outcome
     }
 
-    /// [`Node::record`] for several messages, in order, in one durable write where
+    /// [`Node::record_with_mentions`] for several messages (no platform mentions), in order, in one durable write where
     /// possible (a batch from a peer): one result per message, in the same order.
     pub(crate) async fn record_many(
         self: &Arc<Self>,

@@ -239,9 +239,9 @@ impl Transcripts {
         self.append_with(Arc::new(env), true).await
     }
 
-    /// [`Transcripts::append`] for several messages at once, in order: they reach the
-    /// writer together, so one group commit (one fdatasync per file) usually covers
-    /// them all. One result per message, in the same order; returns once every
+    /// Records several messages at once, each unless already present, in order: they
+    /// reach the writer together, so one group commit (one fdatasync per file) usually
+    /// covers them all. One result per message, in the same order; returns once every
     /// message is on disk (or refused).
     pub(crate) async fn append_many(
         &self,
