@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use botmesh::wire::envelope::{AuthorKind, Envelope};
-use botmesh_tests::fake_llm::{verdict, BotLlm, FakeLlm, Script};
+use botmesh_tests::fake_llm::{BotLlm, FakeLlm, Script};
 use botmesh_tests::{
     bot_message, bot_of, decisions, fetch_json, is_judge, metric, wait_for, ClaimProxy, MeshSpec,
     SignedRequest, TestMesh,
@@ -700,24 +700,10 @@ async fn a_round_where_everyone_finishes_at_once_still_stops_at_the_cap() {
 /// and stands by, and Hi answers first and alone.
 #[tokio::test]
 async fn a_slow_judge_on_the_most_relevant_bot_still_answers_first() {
-    let llm = FakeLlm::start(|s| {
-        let about_the_question = s
-            .messages
-            .iter()
-            .any(|(_, c)| c.contains("New from alice:"));
-        if is_judge(s) && !about_the_question {
-            verdict(false, 0.0)
-        } else if is_judge(s) {
-            match bot_of(s).as_str() {
-                "Hi" => Script::delay(Duration::from_millis(1500), verdict(true, 0.9)),
-                "Mid" => verdict(true, 0.6),
-                _ => verdict(false, 0.1),
-            }
-        } else {
-            Script::reply(format!("answer from {}", bot_of(s)))
-        }
-    })
-    .await;
+    let llm = hi_and_mid(true)
+        .judge_after("Hi", Duration::from_millis(1500))
+        .start()
+        .await;
     let delays = "min_delay_ms = 300\nmax_delay_ms = 800\njitter_ms = 0";
     let spec = MeshSpec::new(&["Hi", "Mid", "Low"])
         .llm(&llm.base_url)
@@ -767,23 +753,13 @@ async fn a_slow_judge_on_the_most_relevant_bot_still_answers_first() {
 /// word and sends a withdrawal, so Mid does not wait out `judge_word_timeout_ms`.
 #[tokio::test]
 async fn a_slow_judge_that_declines_sends_its_word_and_the_claimant_goes_on() {
-    let llm = FakeLlm::start(|s| {
-        let about_the_question = s
-            .messages
-            .iter()
-            .any(|(_, c)| c.contains("New from alice:"));
-        if is_judge(s) && !about_the_question {
-            verdict(false, 0.0)
-        } else if is_judge(s) {
-            match bot_of(s).as_str() {
-                "Mid" => verdict(true, 0.6),
-                _ => Script::delay(Duration::from_millis(1200), verdict(false, 0.2)),
-            }
-        } else {
-            Script::reply(format!("answer from {}", bot_of(s)))
-        }
-    })
-    .await;
+    let llm = BotLlm::judging(false, 0.2)
+        .judging_only("New from alice:")
+        .judge("Mid", true, 0.6)
+        .judge_after("Low", Duration::from_millis(1200))
+        .replies(|bot| format!("answer from {bot}"))
+        .start()
+        .await;
     let delays =
         "min_delay_ms = 200\nmax_delay_ms = 400\njitter_ms = 0\njudge_word_timeout_ms = 60000";
     let spec = MeshSpec::new(&["Mid", "Low"])
