@@ -580,10 +580,12 @@ impl Sink for NodeSink {
     }
 
     fn arrive(&self, arrival: Arrival) -> BoxFuture<'_, Result<Appended, TranscriptError>> {
-        Box::pin(
-            self.0
-                .record_with_mentions(arrival.env, arrival.source, arrival.mentions),
-        )
+        Box::pin(self.0.record_inner(
+            arrival.env,
+            arrival.source,
+            arrival.mentions,
+            arrival.forward,
+        ))
     }
 
     fn on_claim(&self, env: Arc<Envelope>) {

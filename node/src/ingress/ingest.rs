@@ -36,6 +36,10 @@ pub struct Arrival {
     pub mentions: Vec<PlatformMention>,
     /// Where it came from (`feishu`, ...).
     pub source: Source,
+    /// Also queue it for every peer, in the same durable write: the platform showed
+    /// it to this bot only (a DingTalk person's message reaches just the mentioned
+    /// robots), so this node carries it to its colleagues as a human envelope.
+    pub forward: bool,
 }
 
 /// Where admitted traffic goes: the node, behind the narrowest interface that lets

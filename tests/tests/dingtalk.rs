@@ -1,0 +1,611 @@
+//! DingTalk end to end: real nodes with `platform = "dingtalk"` against the stand-in
+//! DingTalk of `botmesh_tests::fake_dingtalk` (Stream gateway, token, session webhook
+//! and group-send APIs), itself proven faithful in the same run by DingTalk's official
+//! Python SDK (`dingtalk-stream`, from tests/requirements.txt).
+//!
+//! The mesh: Ada and Bo, two DingTalk robots in one group, and (where a test says so)
+//! Cy on the local platform. DingTalk shows a person's message only to the robots it
+//! @-mentions and never shows robots each other's messages; the bridge closes the gap.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use botmesh::wire::envelope::{AuthorKind, Envelope};
+use botmesh_tests::fake_dingtalk::{FakeDingTalk, FakeRobot, PersonMessage, Via};
+use botmesh_tests::fake_llm::{FakeLlm, Script};
+use botmesh_tests::{bot_of, is_judge, MeshSpec, TestMesh};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+const WAIT: Duration = Duration::from_secs(15);
+const CONV: &str = "cid6KeBBLoveMJOGXoYKF5x7EeiodoA==";
+const ALICE: &str = "Alice";
+const ALICE_STAFF: &str = "manager4512";
+const FAST: &str = "min_delay_ms = 100\nmax_delay_ms = 1000\njitter_ms = 0";
+
+fn robot(name: &str) -> FakeRobot {
+    let id = format!("ding{}", name.to_lowercase());
+    FakeRobot {
+        client_id: id.clone(),
+        client_secret: format!("{id}-secret"),
+        robot_code: id.clone(),
+        name: name.into(),
+        dingtalk_id: format!("$:LWCP_v1:${name}=="),
+    }
+}
+
+/// The `[[bots]]` lines of a DingTalk bot against `fake`.
+fn dingtalk_bot(fake: &FakeDingTalk, r: &FakeRobot, peer: &FakeRobot) -> String {
+    format!(
+        "platform = \"dingtalk\"\ndingtalk = {{ client_id = \"{id}\", client_secret_env = \"{env}\", robot_code = \"{code}\", conversation_id = \"{CONV}\", api_base_url = \"{base}\", peer_user_ids = {{ {peer_name} = \"{peer_id}\" }} }}",
+        id = r.client_id,
+        env = secret_env(r),
+        code = r.robot_code,
+        base = fake.base_url,
+        peer_name = peer.name,
+        peer_id = peer.dingtalk_id,
+    )
+}
+
+fn secret_env(r: &FakeRobot) -> String {
+    format!("{}_CLIENT_SECRET", r.name.to_uppercase())
+}
+
+fn verdict(speak: bool, relevance: f64) -> Script {
+    Script::reply(format!(
+        "{{\"speak\": {speak}, \"relevance\": {relevance}}}"
+    ))
+}
+
+/// A scripted LLM: the judge gives each bot the relevance `score(bot)` for a person's
+/// message (speaking at 0.5 and above) and declines bot messages; a reply says
+/// `reply(bot)`.
+async fn llm(
+    score: impl Fn(&str) -> f64 + Send + Sync + 'static,
+    reply: impl Fn(&str) -> String + Send + Sync + 'static,
+) -> FakeLlm {
+    FakeLlm::start(move |s| {
+        let about_a_person = s
+            .messages
+            .iter()
+            .any(|(_, c)| c.contains(&format!("New from {ALICE}:")));
+        if is_judge(s) && !about_a_person {
+            verdict(false, 0.0)
+        } else if is_judge(s) {
+            let r = score(&bot_of(s));
+            verdict(r >= 0.5, r)
+        } else {
+            Script::reply(reply(&bot_of(s)))
+        }
+    })
+    .await
+}
+
+struct Setup {
+    fake: FakeDingTalk,
+    mesh: TestMesh,
+    ada: FakeRobot,
+    bo: FakeRobot,
+}
+
+/// Ada and Bo on DingTalk (and Cy on the local platform when `with_local`).
+async fn setup(llm: &FakeLlm, with_local: bool) -> Setup {
+    let (ada, bo) = (robot("Ada"), robot("Bo"));
+    let fake = FakeDingTalk::start(vec![ada.clone(), bo.clone()]).await;
+    let names: &[&str] = if with_local {
+        &["Ada", "Bo", "Cy"]
+    } else {
+        &["Ada", "Bo"]
+    };
+    let mut spec = MeshSpec::new(names)
+        .llm(&llm.base_url)
+        .all_bots(FAST)
+        .bot("Ada", &dingtalk_bot(&fake, &ada, &bo))
+        .bot("Bo", &dingtalk_bot(&fake, &bo, &ada));
+    if with_local {
+        spec = spec.bot("Cy", "participation = \"mentions\"");
+    }
+    for r in [&ada, &bo] {
+        spec.env.insert(secret_env(r), r.client_secret.clone());
+    }
+    let mesh = TestMesh::start(spec).await;
+    for r in [&ada, &bo] {
+        assert!(
+            fake.wait_for(WAIT, |f| f.connected(&r.client_id)).await,
+            "{} never connected its stream",
+            r.name
+        );
+        assert_eq!(
+            fake.subscriptions(&r.client_id),
+            serde_json::json!([{"type": "CALLBACK", "topic": "/v1.0/im/bot/messages/get"}])
+        );
+    }
+    Setup {
+        fake,
+        mesh,
+        ada,
+        bo,
+    }
+}
+
+fn with_msg_id<'a>(t: &'a [Envelope], msg_id: &str) -> Vec<&'a Envelope> {
+    t.iter()
+        .filter(|e| e.platform_msg_id.as_deref() == Some(msg_id))
+        .collect()
+}
+
+fn bot_msgs(t: &[Envelope]) -> Vec<&Envelope> {
+    t.iter()
+        .filter(|e| e.author.kind == AuthorKind::Bot)
+        .collect()
+}
+
+/// Waits until node `i`'s transcript stops changing for `quiet` (at most 30 s).
+async fn settle(mesh: &TestMesh, i: usize, quiet: Duration) -> Vec<Envelope> {
+    let mut last = usize::MAX;
+    let mut stable_since = tokio::time::Instant::now();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let t = mesh.transcript(i).await;
+        if t.len() != last {
+            last = t.len();
+            stable_since = tokio::time::Instant::now();
+        } else if stable_since.elapsed() >= quiet || tokio::time::Instant::now() > deadline {
+            return t;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// The stand-in, proven by the official SDK
+// ---------------------------------------------------------------------------------
+
+/// The interpreter of the venv scripts/test.sh makes.
+fn test_python() -> String {
+    std::env::var("BOTMESH_TEST_PYTHON").unwrap_or_else(|_| {
+        panic!(
+            "BOTMESH_TEST_PYTHON is not set: run scripts/test.sh, which creates .venv-test/ \
+             with the Python packages this test needs (dingtalk-stream) and sets it"
+        )
+    })
+}
+
+/// A bot written with DingTalk's official Stream SDK: prints each robot message it
+/// receives as JSON, answers it through its session webhook with the SDK's
+/// `reply_text`, and acknowledges it (the SDK does, after `process`).
+const SDK_BOT: &str = r#"
+import json, sys
+import dingtalk_stream
+from dingtalk_stream import AckMessage
+
+class Handler(dingtalk_stream.ChatbotHandler):
+    async def process(self, callback):
+        msg = dingtalk_stream.ChatbotMessage.from_dict(callback.data)
+        print(json.dumps({
+            "msgId": msg.message_id,
+            "senderNick": msg.sender_nick,
+            "senderStaffId": msg.sender_staff_id,
+            "text": msg.text.content,
+            "conversationId": msg.conversation_id,
+            "conversationType": msg.conversation_type,
+            "isInAtList": msg.is_in_at_list,
+            "atUsers": [u.dingtalk_id for u in msg.at_users],
+        }), flush=True)
+        self.reply_text("pong from the sdk", msg)
+        return AckMessage.STATUS_OK, "OK"
+
+client = dingtalk_stream.DingTalkStreamClient(dingtalk_stream.Credential(sys.argv[1], sys.argv[2]))
+client.register_callback_handler(dingtalk_stream.ChatbotMessage.TOPIC, Handler())
+client.start_forever()
+"#;
+
+#[tokio::test]
+async fn the_official_sdk_connects_to_the_stand_in_and_receives_answers_and_acknowledges() {
+    let python = test_python();
+    let sdk = robot("Sdk");
+    let fake = FakeDingTalk::start(vec![sdk.clone()]).await;
+    let mut cmd = tokio::process::Command::new(&python);
+    cmd.args(["-c", SDK_BOT, &sdk.client_id, &sdk.client_secret])
+        .env("DINGTALK_OPENAPI_ENDPOINT", &fake.base_url)
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .env("no_proxy", "127.0.0.1,localhost")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    for var in [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ] {
+        cmd.env_remove(var);
+    }
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {python} ({e}): run scripts/test.sh"));
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let stderr = child.stderr.take().unwrap();
+    let log = tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
+        let mut all = String::new();
+        while let Ok(Some(l)) = lines.next_line().await {
+            all.push_str(&l);
+            all.push('\n');
+        }
+        all
+    });
+
+    let connected = fake
+        .wait_for(Duration::from_secs(30), |f| f.connected(&sdk.client_id))
+        .await;
+    if !connected {
+        let _ = child.kill().await;
+        panic!(
+            "the SDK never opened a stream to the stand-in:\n{}",
+            log.await.unwrap()
+        );
+    }
+    assert_eq!(
+        fake.subscriptions(&sdk.client_id),
+        serde_json::json!([{"type": "CALLBACK", "topic": "/v1.0/im/bot/messages/get"}])
+    );
+
+    // A ping is acknowledged with its own data.
+    let ping = fake.ping(&sdk.client_id, "opaque-7");
+    assert!(
+        fake.wait_for(WAIT, |f| f
+            .acks(&sdk.client_id)
+            .iter()
+            .any(|a| a["headers"]["messageId"] == ping.as_str()))
+            .await
+    );
+    let ack = fake
+        .acks(&sdk.client_id)
+        .into_iter()
+        .find(|a| a["headers"]["messageId"] == ping.as_str())
+        .unwrap();
+    assert_eq!(ack["code"], 200);
+    let data: serde_json::Value = serde_json::from_str(ack["data"].as_str().unwrap()).unwrap();
+    assert_eq!(data["opaque"], "opaque-7");
+
+    // A person's message @-mentioning the robot.
+    let msg_id = fake.post(&PersonMessage {
+        conversation: CONV,
+        sender_nick: ALICE,
+        sender_staff_id: ALICE_STAFF,
+        text: "@Sdk are you there?",
+        at_robots: &[&sdk.client_id],
+    });
+    let line = tokio::time::timeout(WAIT, stdout.next_line())
+        .await
+        .ok()
+        .and_then(|l| l.ok().flatten());
+    let Some(line) = line else {
+        let _ = child.kill().await;
+        panic!("the SDK printed nothing:\n{}", log.await.unwrap());
+    };
+    let seen: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(
+        seen,
+        serde_json::json!({
+            "msgId": msg_id,
+            "senderNick": ALICE,
+            "senderStaffId": ALICE_STAFF,
+            "text": " are you there?",
+            "conversationId": CONV,
+            "conversationType": "2",
+            "isInAtList": true,
+            "atUsers": [sdk.dingtalk_id],
+        })
+    );
+    // Acknowledged, so nothing is pending; answered through the session webhook.
+    assert!(
+        fake.wait_for(WAIT, |f| f.pending(&sdk.client_id) == 0
+            && !f.sent().is_empty())
+            .await,
+        "pending {} sent {:?}",
+        fake.pending(&sdk.client_id),
+        fake.sent()
+    );
+    let acked: Vec<_> = fake
+        .acks(&sdk.client_id)
+        .into_iter()
+        .filter(|a| a["headers"]["messageId"] != ping.as_str())
+        .collect();
+    assert_eq!(acked.len(), 1, "{acked:?}");
+    assert_eq!(acked[0]["code"], 200);
+    assert_eq!(acked[0]["headers"]["contentType"], "application/json");
+    let sent = fake.sent();
+    assert_eq!(
+        (
+            sent[0].via,
+            sent[0].robot.as_str(),
+            sent[0].conversation.as_str(),
+            sent[0].text.as_str(),
+            sent[0].at_user_ids.clone()
+        ),
+        (
+            Via::Session,
+            sdk.client_id.as_str(),
+            CONV,
+            "pong from the sdk",
+            vec![ALICE_STAFF.to_string()]
+        )
+    );
+    let _ = child.kill().await;
+}
+
+// ---------------------------------------------------------------------------------
+// The mesh on DingTalk
+// ---------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_person_mentions_one_robot_it_answers_and_the_other_records_the_message() {
+    let llm = llm(
+        |bot| if bot == "Ada" { 0.9 } else { 0.1 },
+        |bot| format!("@{ALICE} {bot} here: the build is green"),
+    )
+    .await;
+    let s = setup(&llm, false).await;
+    let msg_id = s.fake.post(&PersonMessage {
+        conversation: CONV,
+        sender_nick: ALICE,
+        sender_staff_id: ALICE_STAFF,
+        text: "@Ada is the build green?",
+        at_robots: &[&s.ada.client_id],
+    });
+    assert!(
+        s.fake.wait_for(WAIT, |f| !f.sent().is_empty()).await,
+        "nobody answered on dingtalk"
+    );
+    let t = settle(&s.mesh, 1, Duration::from_secs(2)).await;
+
+    // Ada answered on DingTalk through the message's session webhook, with a real @.
+    let sent = s.fake.sent();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(
+        (
+            sent[0].via,
+            sent[0].robot.as_str(),
+            sent[0].text.as_str(),
+            sent[0].at_user_ids.clone()
+        ),
+        (
+            Via::Session,
+            s.ada.client_id.as_str(),
+            format!("@{ALICE_STAFF} Ada here: the build is green").as_str(),
+            vec![ALICE_STAFF.to_string()]
+        )
+    );
+
+    // Bo, which DingTalk never showed the message, has it from Ada, once, under the
+    // person's name and DingTalk's msgId, and Ada's answer after it.
+    assert_eq!(s.fake.connections(&s.bo.client_id), 1);
+    assert!(
+        s.fake.acks(&s.bo.client_id).is_empty(),
+        "Bo got nothing from DingTalk"
+    );
+    let human = with_msg_id(&t, &msg_id);
+    assert_eq!(human.len(), 1, "{t:#?}");
+    assert_eq!(
+        (
+            human[0].author.name.as_str(),
+            human[0].author.kind,
+            human[0].sender.as_str(),
+            human[0].text.as_str(),
+            human[0].depth
+        ),
+        (ALICE, AuthorKind::Human, "Ada", "is the build green?", 0)
+    );
+    let bots = bot_msgs(&t);
+    assert_eq!(bots.len(), 1, "{t:#?}");
+    assert_eq!(bots[0].author.name, "Ada");
+    assert_eq!(bots[0].reply_to, Some(human[0].id));
+    assert_eq!(
+        bots[0].text,
+        format!("@{ALICE} Ada here: the build is green")
+    );
+    // Ada's own transcript: the same two messages; its stream acknowledged the frame.
+    let t0 = settle(&s.mesh, 0, Duration::from_millis(500)).await;
+    assert_eq!(with_msg_id(&t0, &msg_id).len(), 1);
+    assert_eq!(bot_msgs(&t0).len(), 1);
+    assert_eq!(s.fake.pending(&s.ada.client_id), 0);
+    // Bo was asked (it judged the question: it saw it) and declined.
+    assert!(llm
+        .requests()
+        .iter()
+        .any(|r| is_judge(r) && bot_of(r) == "Bo"));
+    s.mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_question_for_the_other_robot_gets_one_answer_from_it() {
+    let llm = llm(
+        |bot| if bot == "Bo" { 0.9 } else { 0.3 },
+        |bot| format!("{bot}: add an index on conversation_id"),
+    )
+    .await;
+    let s = setup(&llm, false).await;
+    // Alice has to @ some robot to be heard at all; she picks Ada, but it is Bo's field.
+    let msg_id = s.fake.post(&PersonMessage {
+        conversation: CONV,
+        sender_nick: ALICE,
+        sender_staff_id: ALICE_STAFF,
+        text: "@Ada why is the transcript query slow?",
+        at_robots: &[&s.ada.client_id],
+    });
+    assert!(s.fake.wait_for(WAIT, |f| !f.sent().is_empty()).await);
+    let t = settle(&s.mesh, 0, Duration::from_secs(3)).await;
+    let bots = bot_msgs(&t);
+    assert_eq!(
+        bots.iter()
+            .map(|e| (e.author.name.as_str(), e.text.as_str()))
+            .collect::<Vec<_>>(),
+        vec![("Bo", "Bo: add an index on conversation_id")],
+        "one answer, from Bo"
+    );
+    assert_eq!(
+        bots[0].reply_to,
+        Some(with_msg_id(&t, &msg_id)[0].id),
+        "an answer to Alice's question"
+    );
+    // Bo never received the message from DingTalk, so it has no session webhook: it
+    // posts with the group-send API and an access token.
+    let sent = s.fake.sent();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(
+        (
+            sent[0].via,
+            sent[0].robot.as_str(),
+            sent[0].conversation.as_str()
+        ),
+        (Via::GroupSend, s.bo.client_id.as_str(), CONV)
+    );
+    assert_eq!(s.fake.token_requests(), 1);
+    // Only Bo asked for a reply.
+    let replies: Vec<String> = llm
+        .requests()
+        .iter()
+        .filter(|r| !is_judge(r))
+        .map(bot_of)
+        .collect();
+    assert_eq!(replies, vec!["Bo".to_string()]);
+    s.mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_message_mentioning_both_robots_is_recorded_once_everywhere() {
+    // Nobody speaks: the point is the record.
+    let llm = llm(|_| 0.0, |bot| format!("{bot} should not speak")).await;
+    let s = setup(&llm, true).await;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let text = format!("@Ada @Bo status update {i}, please note");
+        ids.push(s.fake.post(&PersonMessage {
+            conversation: CONV,
+            sender_nick: ALICE,
+            sender_staff_id: ALICE_STAFF,
+            text: &text,
+            at_robots: &[&s.ada.client_id, &s.bo.client_id],
+        }));
+    }
+    for i in 0..3 {
+        let t = s
+            .mesh
+            .wait_transcript(i, WAIT, |t| {
+                ids.iter().all(|id| !with_msg_id(t, id).is_empty())
+            })
+            .await;
+        let t = {
+            // Both copies have had time to arrive everywhere.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let _ = t;
+            s.mesh.transcript(i).await
+        };
+        for id in &ids {
+            let copies = with_msg_id(&t, id);
+            assert_eq!(copies.len(), 1, "node {i}, {id}: {t:#?}");
+            assert_eq!(copies[0].author.name, ALICE);
+        }
+        assert_eq!(t.len(), 3, "node {i}: {t:#?}");
+    }
+    // Both robots received and acknowledged every message, and each forwarded it: Cy
+    // (local) got two envelopes per message and kept one.
+    for r in [&s.ada, &s.bo] {
+        assert_eq!(s.fake.pending(&r.client_id), 0);
+        assert_eq!(
+            s.fake
+                .acks(&r.client_id)
+                .iter()
+                .filter(|a| a["code"] == 200)
+                .count(),
+            3
+        );
+    }
+    let m = s.mesh.metrics(2).await;
+    let bridged: f64 =
+        botmesh_tests::metric(&m, r#"botmesh_transcript_appends_total{result="bridge"}"#);
+    assert_eq!(bridged, 3.0, "{m}");
+    assert!(s.fake.sent().is_empty());
+    s.mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_dropped_socket_loses_nothing() {
+    let llm = llm(|_| 0.0, |bot| format!("{bot} should not speak")).await;
+    let s = setup(&llm, false).await;
+    let ada = &s.ada.client_id;
+    let post = |text: &str| {
+        s.fake.post(&PersonMessage {
+            conversation: CONV,
+            sender_nick: ALICE,
+            sender_staff_id: ALICE_STAFF,
+            text,
+            at_robots: &[ada],
+        })
+    };
+    // 1. Cut right after a message is sent, before its acknowledgement: delivered again
+    //    on the next connection, recorded once.
+    s.fake.cut_after_next(ada);
+    let m1 = post("@Ada first");
+    // 2. Cut while idle, and a message arrives while the robot is away.
+    assert!(
+        s.fake
+            .wait_for(WAIT, |f| f.connections(ada) >= 2 && f.connected(ada))
+            .await
+    );
+    s.fake.cut(ada);
+    let m2 = post("@Ada second");
+    // 3. The gateway says goodbye: acknowledged, and a new connection follows.
+    assert!(
+        s.fake
+            .wait_for(WAIT, |f| f.connections(ada) >= 3 && f.connected(ada))
+            .await
+    );
+    s.fake.say_disconnect(ada);
+    assert!(
+        s.fake
+            .wait_for(WAIT, |f| f.connections(ada) >= 4 && f.connected(ada))
+            .await
+    );
+    let m3 = post("@Ada third");
+    // 4. Pings are answered with their own data.
+    let ping = s.fake.ping(ada, "still-there");
+    assert!(
+        s.fake
+            .wait_for(WAIT, |f| f.pending(ada) == 0
+                && f.acks(ada)
+                    .iter()
+                    .any(|a| a["headers"]["messageId"] == ping.as_str()
+                        && a["data"] == "{\"opaque\":\"still-there\"}"))
+            .await,
+        "acks: {:?}",
+        s.fake.acks(ada)
+    );
+    for i in 0..2 {
+        let t = s
+            .mesh
+            .wait_transcript(i, WAIT, |t| {
+                [&m1, &m2, &m3]
+                    .iter()
+                    .all(|id| !with_msg_id(t, id).is_empty())
+            })
+            .await;
+        let texts: Vec<&str> = t.iter().map(|e| e.text.as_str()).collect();
+        assert_eq!(texts, vec!["first", "second", "third"], "node {i}");
+    }
+    // The first message really went out twice (its first acknowledgement was lost with
+    // the socket), and every message ended acknowledged.
+    assert_eq!(s.fake.frames_sent(ada), 4);
+    let acked = s
+        .fake
+        .acks(ada)
+        .iter()
+        .filter(|a| a["code"] == 200 && a["data"] == "{\"response\":\"OK\"}")
+        .count();
+    assert_eq!(acked, 3, "{:?}", s.fake.acks(ada));
+    s.mesh.shutdown().await;
+}
