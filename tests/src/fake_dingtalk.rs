@@ -231,6 +231,12 @@ impl FakeDingTalk {
         *self.state.session_ttl_ms.lock().unwrap() = ttl_ms;
     }
 
+    /// Forgets every access token it issued (as when they expire): the next
+    /// group send with one is refused with 401.
+    pub fn revoke_tokens(&self) {
+        self.state.tokens.lock().unwrap().clear();
+    }
+
     /// A person writes in a group; returns the message's `msgId`.
     pub fn post(&self, m: &PersonMessage<'_>) -> String {
         let msg_id = self.state.id("msg");

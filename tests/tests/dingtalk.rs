@@ -609,3 +609,55 @@ async fn a_dropped_socket_loses_nothing() {
     assert_eq!(acked, 3, "{:?}", s.fake.acks(ada));
     s.mesh.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_expired_session_webhook_falls_back_to_group_send_and_a_refused_token_is_renewed() {
+    let llm = llm(
+        |bot| if bot == "Ada" { 0.9 } else { 0.1 },
+        |bot| format!("{bot} on it"),
+    )
+    .await;
+    let s = setup(&llm, false).await;
+    // The webhook DingTalk hands out has already expired: Ada must use the API.
+    s.fake.set_session_ttl(-1_000);
+    s.fake.post(&PersonMessage {
+        conversation: CONV,
+        sender_nick: ALICE,
+        sender_staff_id: ALICE_STAFF,
+        text: "@Ada first question",
+        at_robots: &[&s.ada.client_id],
+    });
+    assert!(s.fake.wait_for(WAIT, |f| f.sent().len() == 1).await);
+    assert_eq!(s.fake.token_requests(), 1);
+    // DingTalk forgets the token before it was due: refused, fetched again, sent.
+    s.fake.revoke_tokens();
+    s.fake.post(&PersonMessage {
+        conversation: CONV,
+        sender_nick: ALICE,
+        sender_staff_id: ALICE_STAFF,
+        text: "@Ada second question",
+        at_robots: &[&s.ada.client_id],
+    });
+    assert!(
+        s.fake.wait_for(WAIT, |f| f.sent().len() == 2).await,
+        "{:?}",
+        s.fake.sent()
+    );
+    let sent = s.fake.sent();
+    assert!(
+        sent.iter().all(|m| m.via == Via::GroupSend
+            && m.robot == s.ada.client_id
+            && m.text == "Ada on it"),
+        "{sent:?}"
+    );
+    assert_eq!(s.fake.token_requests(), 2);
+    // The transcript carries DingTalk's processQueryKey as the answers' platform ids.
+    let t = settle(&s.mesh, 1, Duration::from_millis(500)).await;
+    let answers = bot_msgs(&t);
+    assert_eq!(answers.len(), 2);
+    assert!(answers.iter().all(|e| e
+        .platform_msg_id
+        .as_deref()
+        .is_some_and(|p| p.starts_with("pqk"))));
+    s.mesh.shutdown().await;
+}

@@ -351,6 +351,7 @@ impl DingTalk {
             tracing::info!(msg_id = %msg.msg_id, "ignoring a direct message: botmesh bots talk in group chats");
             return true;
         }
+        tracing::debug!(msg_id = %msg.msg_id, conversation = %msg.conversation_id, at_users = ?msg.at_users, is_in_at_list = msg.is_in_at_list, "dingtalk robot message");
         self.learn(&msg);
         let mut text = msg.flattened_text();
         if text.is_empty() {
@@ -415,7 +416,7 @@ impl DingTalk {
         };
         match ingest.arrive(arrival).await {
             Ok(Appended::New) => {
-                tracing::info!(msg_id = %msg.msg_id, also_delivered_to = ?also, "dingtalk message recorded and forwarded to the peers");
+                tracing::info!(msg_id = %msg.msg_id, conversation = %msg.conversation_id, also_delivered_to = ?also, "dingtalk message recorded and forwarded to the peers");
                 true
             }
             Ok(Appended::Duplicate) => {
