@@ -56,7 +56,7 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| {
-                panic!("cannot start redis-server ({e}): install it with `apt-get install redis-server` (.ci/run does)")
+                panic!("cannot start redis-server ({e}): install it with `apt-get install redis-server` (scripts/test.sh does)")
             });
         self.child = Some(child);
         for _ in 0..200 {

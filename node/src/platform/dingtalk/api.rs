@@ -16,11 +16,15 @@
 //! spaces them so no minute ever holds more. Nothing is dropped; a send waits.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use serde::Deserialize;
 use tokio::time::Instant;
+
+use crate::config::pacing::{Backoff, Jitter};
 
 /// The token endpoint.
 pub const TOKEN_PATH: &str = "/v1.0/oauth2/accessToken";
@@ -30,6 +34,8 @@ pub const GROUP_SEND_PATH: &str = "/v1.0/robot/groupMessages/send";
 pub const TOKEN_HEADER: &str = "x-acs-dingtalk-access-token";
 /// Messages a robot may send to one group per minute (DingTalk's limit is 20).
 pub const SENDS_PER_MINUTE: usize = 20;
+/// The longest delay between two attempts of a send.
+pub const RETRY_MAX: Duration = Duration::from_secs(8);
 /// How long before its expiry a session webhook is no longer used.
 pub const WEBHOOK_MARGIN: Duration = Duration::from_secs(60);
 
@@ -115,6 +121,10 @@ struct ErrorBody {
 }
 
 /// Spaces sends per group: at most `per_window` in any `window`, in arrival order.
+///
+/// A sliding window rather than the shared [`crate::config::pacing::TokenBucket`]: a
+/// bucket of 20 refilling at 20 a minute lets a full burst be followed by another 19
+/// within the same minute, which DingTalk's per-minute count would refuse.
 pub struct Pacer {
     per_window: usize,
     window: Duration,
@@ -137,7 +147,6 @@ impl Pacer {
         let slot = self
             .groups
             .lock()
-            .expect("pacer lock")
             .entry(group.to_string())
             .or_default()
             .clone();
@@ -161,7 +170,7 @@ impl Pacer {
 
     /// How many groups it keeps a window for.
     pub fn len(&self) -> usize {
-        self.groups.lock().expect("pacer lock").len()
+        self.groups.lock().len()
     }
 
     /// True when it keeps none.
@@ -288,10 +297,8 @@ impl DingTalkApi {
             match call().await {
                 Ok(v) => return Ok(v),
                 Err(e) if e.retryable() && attempt < self.attempts => {
-                    let delay = self
-                        .retry_base
-                        .saturating_mul(1 << (attempt - 1).min(6))
-                        .min(Duration::from_secs(8));
+                    let delay = Backoff::new(self.retry_base, RETRY_MAX)
+                        .delay(attempt, Jitter::Scale(1.0..=1.2));
                     tracing::warn!(attempt, error = %e, what, "dingtalk call failed; retrying");
                     tokio::time::sleep(delay).await;
                 }
@@ -361,7 +368,7 @@ impl DingTalkApi {
         let url = format!("{}{GROUP_SEND_PATH}", self.base_url);
         let rejected: Mutex<Option<String>> = Mutex::new(None);
         self.with_retries("group send", || async {
-            let stale = rejected.lock().expect("token slot").clone();
+            let stale = rejected.lock().clone();
             let token = self.access_token(stale.as_deref()).await?;
             let resp = self
                 .http
@@ -373,7 +380,7 @@ impl DingTalkApi {
                 .map_err(|e| ApiError::Http(e.to_string()))?;
             if resp.status() == reqwest::StatusCode::UNAUTHORIZED && stale.is_none() {
                 // Refused token: the next attempt fetches a new one.
-                *rejected.lock().expect("token slot") = Some(token);
+                *rejected.lock() = Some(token);
                 return Err(ApiError::Http("access token refused (401)".into()));
             }
             if !resp.status().is_success() {

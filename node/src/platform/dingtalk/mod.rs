@@ -34,7 +34,9 @@ pub mod frames;
 pub mod stream;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -145,14 +147,8 @@ impl ChatPlatform for DingTalk {
 
     fn cache_sizes(&self) -> Vec<(&'static str, usize)> {
         vec![
-            (
-                "dingtalk_people",
-                self.people.lock().expect("people lock").len(),
-            ),
-            (
-                "dingtalk_session_webhooks",
-                self.webhooks.lock().expect("webhooks lock").len(),
-            ),
+            ("dingtalk_people", self.people.lock().len()),
+            ("dingtalk_session_webhooks", self.webhooks.lock().len()),
             ("dingtalk_paced_groups", self.pacer.len()),
         ]
     }
@@ -275,14 +271,13 @@ impl DingTalk {
             if !url.is_empty() {
                 self.webhooks
                     .lock()
-                    .expect("webhooks lock")
                     .insert(msg.conversation_id.clone(), (url.clone(), exp));
             }
         }
         if let Some(staff) = msg.sender_staff_id.as_deref().filter(|s| !s.is_empty()) {
             let nick = msg.sender_nick.trim();
             if !nick.is_empty() && !self.bot_names.iter().any(|b| b == nick) {
-                let mut people = self.people.lock().expect("people lock");
+                let mut people = self.people.lock();
                 if people.len() >= PEOPLE_CAPACITY && !people.contains_key(nick) {
                     if let Some(k) = people.keys().next().cloned() {
                         people.remove(&k);
@@ -296,7 +291,7 @@ impl DingTalk {
     /// The session webhook of `conversation` while it is valid for another
     /// [`WEBHOOK_MARGIN`].
     pub fn valid_webhook(&self, conversation: &str, now_ms: i64) -> Option<String> {
-        let hooks = self.webhooks.lock().expect("webhooks lock");
+        let hooks = self.webhooks.lock();
         let (url, exp) = hooks.get(conversation)?;
         (*exp - now_ms > WEBHOOK_MARGIN.as_millis() as i64).then(|| url.clone())
     }
@@ -305,7 +300,7 @@ impl DingTalk {
     /// `@staffId` with the id in `atUserIds` (DingTalk renders it as a real @ there);
     /// anything else — a colleague robot included — stays as written.
     pub fn outgoing(&self, text: &str) -> Outgoing {
-        let people = self.people.lock().expect("people lock");
+        let people = self.people.lock();
         let mut nicks: Vec<(&String, &String)> = people.iter().collect();
         nicks.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(b.0)));
         let mut out = String::with_capacity(text.len());
@@ -400,10 +395,7 @@ impl DingTalk {
             sent_at,
             group,
             self.me.clone(),
-            Author {
-                name: self.author_name(&msg),
-                kind: AuthorKind::Human,
-            },
+            Author::human(self.author_name(&msg)),
             text,
         );
         env.root = Some(id);

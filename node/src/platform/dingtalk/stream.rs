@@ -23,6 +23,8 @@ use serde::Deserialize;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::pacing::{Backoff, Jitter};
+
 use super::frames::{Frame, FrameKind, RobotMessage, TOPIC_ROBOT};
 
 /// The endpoint that opens a Stream connection.
@@ -99,14 +101,14 @@ impl std::fmt::Debug for StreamClient {
     }
 }
 
-/// The delay before reconnection attempt `failures` (1-based), with up to 20 % jitter.
+/// The delay before reconnection attempt `failures` (1-based), with up to 20 % jitter
+/// (capped at [`BACKOFF_MAX`]).
 pub fn backoff(failures: u32) -> Duration {
-    use rand::Rng;
-    let exp = BACKOFF_BASE
-        .saturating_mul(1u32 << failures.saturating_sub(1).min(16))
-        .min(BACKOFF_MAX);
-    exp + exp.mul_f64(rand::thread_rng().gen_range(0.0..0.2))
+    RECONNECT.delay(failures, Jitter::Scale(1.0..=1.2))
 }
+
+/// The reconnection schedule.
+const RECONNECT: Backoff = Backoff::new(BACKOFF_BASE, BACKOFF_MAX);
 
 impl StreamClient {
     /// A client of the gateway at `base_url` for the app `client_id`.
