@@ -580,12 +580,14 @@ impl Sink for NodeSink {
     }
 
     fn arrive(&self, arrival: Arrival) -> BoxFuture<'_, Result<Appended, TranscriptError>> {
-        Box::pin(self.0.record_inner(
-            arrival.env,
-            arrival.source,
-            arrival.mentions,
-            arrival.forward,
-        ))
+        // The platform's own declaration decides: only where people's messages do not
+        // reach every bot does this node carry them (see `platform::human_rules`).
+        let forward =
+            arrival.env.is_human() && !self.0.platform.visibility().humans_reach_every_bot;
+        Box::pin(
+            self.0
+                .record_inner(arrival.env, arrival.source, arrival.mentions, forward),
+        )
     }
 
     fn on_claim(&self, env: Arc<Envelope>) {

@@ -1563,7 +1563,6 @@ async fn process(f: &Feishu, node: &Ingest, ev: MessageReceived) {
             env,
             mentions,
             source: "feishu",
-            forward: false,
         };
         match node.arrive(arrival).await {
             Ok(Appended::New) => {}
@@ -1606,7 +1605,6 @@ async fn process(f: &Feishu, node: &Ingest, ev: MessageReceived) {
         env,
         mentions: Vec::new(),
         source: "feishu",
-        forward: false,
     };
     if let Err(e) = node.arrive(arrival).await {
         tracing::error!(message_id = %msg.message_id, error = %e, "feishu bot message could not be recorded");

@@ -404,7 +404,6 @@ impl DingTalk {
             env,
             mentions: Vec::new(),
             source: "dingtalk",
-            forward: true,
         };
         match ingest.arrive(arrival).await {
             Ok(Appended::New) => {

@@ -10,7 +10,8 @@
 //!    only once the handler has recorded it (a message it could not record stays
 //!    unacknowledged, so DingTalk delivers it again); every other frame is
 //!    acknowledged and ignored;
-//! 4. a socket that drops, a failed open or a silent gateway ([`IDLE_TIMEOUT`]) leads
+//! 4. the client pings the gateway every [`KEEPALIVE`]; a socket that drops, a failed
+//!    open or a gateway silent for [`IDLE_TIMEOUT`] (not even a pong) leads
 //!    to a new connection after a backoff that doubles up to [`BACKOFF_MAX`] (with
 //!    jitter) and starts over once a connection delivered something.
 
@@ -33,9 +34,12 @@ pub const OPEN_PATH: &str = "/v1.0/gateway/connections/open";
 pub const BACKOFF_BASE: Duration = Duration::from_millis(500);
 /// Longest reconnection delay.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
-/// A connection that delivers nothing (not even a ping) for this long is taken for
-/// dead. DingTalk pings every few seconds.
+/// A connection that delivers nothing (no frame, no pong to our pings) for this long
+/// is taken for dead.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// How often the client pings the gateway (WebSocket ping), so a quiet group's
+/// connection still proves itself alive within [`IDLE_TIMEOUT`].
+pub const KEEPALIVE: Duration = Duration::from_secs(30);
 
 /// What the stream hands a robot message to.
 pub trait StreamHandler: Send + Sync + 'static {
@@ -207,28 +211,41 @@ impl StreamClient {
         tracing::info!(endpoint = %conn.endpoint, "dingtalk stream connected");
         let (mut tx, mut rx) = ws.split();
         let mut delivered = false;
+        let mut last_heard = tokio::time::Instant::now();
+        let mut keepalive =
+            tokio::time::interval_at(tokio::time::Instant::now() + KEEPALIVE, KEEPALIVE);
         loop {
             let next = tokio::select! {
                 _ = stop.cancelled() => {
                     let _ = tx.close().await;
                     return Ok(Ended::Stopped);
                 }
-                n = tokio::time::timeout(IDLE_TIMEOUT, rx.next()) => n,
+                _ = tokio::time::sleep_until(last_heard + IDLE_TIMEOUT) => {
+                    return Err(StreamError::Idle(IDLE_TIMEOUT));
+                }
+                _ = keepalive.tick() => {
+                    // Our own ping: its pong (or anything else) proves the link alive.
+                    tx.send(WsMessage::Ping(Default::default()))
+                        .await
+                        .map_err(|e| StreamError::Socket(e.to_string()))?;
+                    continue;
+                }
+                n = rx.next() => n,
             };
             let msg = match next {
-                Err(_) => return Err(StreamError::Idle(IDLE_TIMEOUT)),
-                Ok(None) => return Ok(Ended::Closed { delivered }),
-                Ok(Some(Err(e))) if delivered => {
+                None => return Ok(Ended::Closed { delivered }),
+                Some(Err(e)) if delivered => {
                     tracing::warn!(error = %e, "dingtalk stream: socket error");
                     return Ok(Ended::Closed { delivered });
                 }
-                Ok(Some(Err(e))) => return Err(StreamError::Socket(e.to_string())),
-                Ok(Some(Ok(m))) => m,
+                Some(Err(e)) => return Err(StreamError::Socket(e.to_string())),
+                Some(Ok(m)) => m,
             };
+            last_heard = tokio::time::Instant::now();
             let text = match msg {
                 WsMessage::Text(t) => t,
                 WsMessage::Close(_) => return Ok(Ended::Closed { delivered }),
-                // Pings are answered by the socket itself; nothing else is expected.
+                // Pings are answered by the socket itself, pongs only prove the link.
                 _ => continue,
             };
             delivered = true;
