@@ -614,7 +614,7 @@ async fn a_dropped_socket_loses_nothing() {
 async fn an_expired_session_webhook_falls_back_to_group_send_and_a_refused_token_is_renewed() {
     let llm = llm(
         |bot| if bot == "Ada" { 0.9 } else { 0.1 },
-        |bot| format!("{bot} on it"),
+        |bot| format!("@{ALICE} {bot} on it"),
     )
     .await;
     let s = setup(&llm, false).await;
@@ -629,7 +629,8 @@ async fn an_expired_session_webhook_falls_back_to_group_send_and_a_refused_token
     });
     assert!(s.fake.wait_for(WAIT, |f| f.sent().len() == 1).await);
     assert_eq!(s.fake.token_requests(), 1);
-    // DingTalk forgets the token before it was due: refused, fetched again, sent.
+    // DingTalk forgets the token before it was due: refused, fetched again, sent. The
+    // group-send API cannot @ anyone: the person's name stays as written.
     s.fake.revoke_tokens();
     s.fake.post(&PersonMessage {
         conversation: CONV,
@@ -647,7 +648,8 @@ async fn an_expired_session_webhook_falls_back_to_group_send_and_a_refused_token
     assert!(
         sent.iter().all(|m| m.via == Via::GroupSend
             && m.robot == s.ada.client_id
-            && m.text == "Ada on it"),
+            && m.text == format!("@{ALICE} Ada on it")
+            && m.at_user_ids.is_empty()),
         "{sent:?}"
     );
     assert_eq!(s.fake.token_requests(), 2);

@@ -24,10 +24,11 @@
 //! - [`frames`] — its frames and the robot message.
 //! - [`api`] — access token, session webhook, group send, the per-group pace.
 //!
-//! Outbound, `@Name` of a person whose staff id the adapter has seen (they wrote in
-//! a group this robot is in) becomes a real DingTalk @ (`@userId` in the text, the id
-//! in `atUserIds`); a colleague robot stays plain `@Name`: DingTalk cannot notify a
-//! robot, the bridge does.
+//! Outbound, through a session webhook, `@Name` of a person whose staff id the adapter
+//! has seen (they wrote in a group this robot is in) becomes a real DingTalk @
+//! (`@userId` in the text, the id in `atUserIds`); the group-send API has no @ list, so
+//! there the text goes as written. A colleague robot always stays plain `@Name`:
+//! DingTalk cannot notify a robot, the bridge does.
 
 pub mod api;
 pub mod frames;
@@ -444,7 +445,12 @@ impl DingTalk {
                 }
             }
         }
-        match self.api.send_to_group(&conversation, &out).await {
+        // The group-send API's sampleText has no @ list: there `@Name` stays as written.
+        let plain = Outgoing {
+            text: env.text.clone(),
+            at_user_ids: Vec::new(),
+        };
+        match self.api.send_to_group(&conversation, &plain).await {
             Ok(key) => {
                 tracing::info!(bot = %self.me, id = %env.id, %conversation, process_query_key = %key, "posted to dingtalk (group send)");
                 Ok(key)
