@@ -424,7 +424,8 @@ async fn a_person_mentions_one_robot_it_answers_and_the_other_records_the_messag
 #[tokio::test]
 async fn a_question_for_the_other_robot_gets_one_answer_from_it() {
     let llm = llm(
-        |bot| if bot == "Bo" { 0.9 } else { 0.3 },
+        // Both would speak; Bo is the more relevant.
+        |bot| if bot == "Bo" { 0.9 } else { 0.6 },
         |bot| format!("{bot}: add an index on conversation_id"),
     )
     .await;
@@ -465,6 +466,16 @@ async fn a_question_for_the_other_robot_gets_one_answer_from_it() {
         (Via::GroupSend, s.bo.client_id.as_str(), CONV)
     );
     assert_eq!(s.fake.token_requests(), 1);
+    // Ada, which received the question, stood back behind Bo's better claim.
+    let m = s.mesh.metrics(0).await;
+    assert_eq!(
+        botmesh_tests::metric(
+            &m,
+            r#"botmesh_decisions_total{action="yield",reason="better_claim"}"#
+        ),
+        1.0,
+        "{m}"
+    );
     // Only Bo asked for a reply.
     let replies: Vec<String> = llm
         .requests()

@@ -37,6 +37,10 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// A connection that delivers nothing (no frame, no pong to our pings) for this long
 /// is taken for dead.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// The longest wait for the WebSocket handshake.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The pause before reconnecting after the gateway's `disconnect`.
+pub const DISCONNECT_PAUSE: Duration = Duration::from_millis(100);
 /// How often the client pings the gateway (WebSocket ping), so a quiet group's
 /// connection still proves itself alive within [`IDLE_TIMEOUT`].
 pub const KEEPALIVE: Duration = Duration::from_secs(30);
@@ -170,6 +174,12 @@ impl StreamClient {
                 Ok(Ended::Disconnect) => {
                     tracing::info!("dingtalk stream: the gateway asked to reconnect");
                     failures = 0;
+                    // A short pause, so a gateway that says nothing but goodbye is not
+                    // asked for connections in a tight loop.
+                    tokio::select! {
+                        _ = stop.cancelled() => break,
+                        _ = tokio::time::sleep(DISCONNECT_PAUSE) => {}
+                    }
                     continue;
                 }
                 Ok(Ended::Closed { delivered }) => {
@@ -203,9 +213,13 @@ impl StreamClient {
             '?'
         };
         let url = format!("{}{sep}ticket={ticket}", conn.endpoint);
-        let (ws, _) = tokio_tungstenite::connect_async(url.as_str())
-            .await
-            .map_err(|e| StreamError::Socket(e.to_string()))?;
+        let (ws, _) = tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            tokio_tungstenite::connect_async(url.as_str()),
+        )
+        .await
+        .map_err(|_| StreamError::Socket(format!("no handshake within {CONNECT_TIMEOUT:?}")))?
+        .map_err(|e| StreamError::Socket(e.to_string()))?;
         self.connections
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::info!(endpoint = %conn.endpoint, "dingtalk stream connected");
