@@ -466,6 +466,12 @@ async fn a_question_for_the_other_robot_gets_one_answer_from_it() {
         (Via::GroupSend, s.bo.client_id.as_str(), CONV)
     );
     assert_eq!(s.fake.token_requests(), 1);
+    let m = s.mesh.metrics(1).await;
+    assert_eq!(
+        botmesh_tests::metric(&m, r#"botmesh_dingtalk_events_total{result="send_group"}"#),
+        1.0,
+        "{m}"
+    );
     // Ada, which received the question, stood back behind Bo's better claim.
     let m = s.mesh.metrics(0).await;
     assert_eq!(
@@ -618,6 +624,26 @@ async fn a_dropped_socket_loses_nothing() {
         .filter(|a| a["code"] == 200 && a["data"] == "{\"response\":\"OK\"}")
         .count();
     assert_eq!(acked, 3, "{:?}", s.fake.acks(ada));
+    // And Ada's metrics tell the story: three messages, one redelivery recognised,
+    // the goodbye, the ping, four connections.
+    let m = s.mesh.metrics(0).await;
+    let count = |result: &str| {
+        botmesh_tests::metric(
+            &m,
+            &format!("botmesh_dingtalk_events_total{{result=\"{result}\"}}"),
+        )
+    };
+    assert_eq!(
+        (
+            count("message"),
+            count("duplicate"),
+            count("disconnect"),
+            count("ping"),
+            count("connected")
+        ),
+        (3.0, 1.0, 1.0, 1.0, 4.0),
+        "{m}"
+    );
     s.mesh.shutdown().await;
 }
 

@@ -159,6 +159,10 @@ impl StreamHandler for DingTalk {
     fn robot_message(&self, msg: RobotMessage) -> BoxFuture<'_, bool> {
         Box::pin(self.receive(msg))
     }
+
+    fn event(&self, result: &'static str) {
+        self.count(result);
+    }
 }
 
 /// `text` without the `@Name` of each of `members` (DingTalk's @s of robots), and
@@ -226,6 +230,13 @@ impl DingTalk {
             people: Mutex::new(HashMap::new()),
             ingest: OnceLock::new(),
         })
+    }
+
+    /// Counts `botmesh_dingtalk_events_total{result}` (once started).
+    fn count(&self, result: &str) {
+        if let Some(i) = self.ingest.get() {
+            i.metrics.dingtalk_event(result);
+        }
     }
 
     /// The mesh group of a conversation: `[mesh].group` for the configured one, else
@@ -345,6 +356,7 @@ impl DingTalk {
         };
         if msg.is_direct() {
             tracing::info!(msg_id = %msg.msg_id, "ignoring a direct message: botmesh bots talk in group chats");
+            self.count("ignored");
             return true;
         }
         tracing::debug!(msg_id = %msg.msg_id, conversation = %msg.conversation_id, at_users = ?msg.at_users, is_in_at_list = msg.is_in_at_list, "dingtalk robot message");
@@ -352,6 +364,7 @@ impl DingTalk {
         let mut text = msg.flattened_text();
         if text.is_empty() {
             tracing::info!(msg_id = %msg.msg_id, msgtype = %msg.msgtype, "ignoring an empty dingtalk message");
+            self.count("ignored");
             return true;
         }
         if text.len() > MAX_TEXT_BYTES {
@@ -382,6 +395,7 @@ impl DingTalk {
         let text = strip_mentions(&self.matcher, &text, &delivered);
         if text.is_empty() {
             tracing::info!(msg_id = %msg.msg_id, "ignoring a dingtalk message that only @-mentions robots");
+            self.count("ignored");
             return true;
         }
         let group = self.group_for_conversation(&msg.conversation_id);
@@ -409,14 +423,17 @@ impl DingTalk {
         match ingest.arrive(arrival).await {
             Ok(Appended::New) => {
                 tracing::info!(msg_id = %msg.msg_id, conversation = %msg.conversation_id, also_delivered_to = ?also, "dingtalk message recorded and forwarded to the peers");
+                self.count("message");
                 true
             }
             Ok(Appended::Duplicate) => {
                 tracing::info!(msg_id = %msg.msg_id, "dingtalk message already recorded (a colleague forwarded it first, or a redelivery)");
+                self.count("duplicate");
                 true
             }
             Err(e) => {
                 tracing::error!(msg_id = %msg.msg_id, error = %e, "dingtalk message could not be recorded");
+                self.count("unrecorded");
                 false
             }
         }
@@ -438,6 +455,7 @@ impl DingTalk {
             match self.api.send_by_session(&url, &out).await {
                 Ok(()) => {
                     tracing::info!(bot = %self.me, id = %env.id, %conversation, "posted to dingtalk (session webhook)");
+                    self.count("send_session");
                     return Ok(format!("session:{}", env.id));
                 }
                 Err(e) => {
@@ -453,10 +471,12 @@ impl DingTalk {
         match self.api.send_to_group(&conversation, &plain).await {
             Ok(key) => {
                 tracing::info!(bot = %self.me, id = %env.id, %conversation, process_query_key = %key, "posted to dingtalk (group send)");
+                self.count("send_group");
                 Ok(key)
             }
             Err(e) => {
                 tracing::error!(bot = %self.me, id = %env.id, %conversation, error = %e, "could not post to dingtalk; the mesh still gets the message");
+                self.count("send_failed");
                 Err(e.into())
             }
         }

@@ -51,6 +51,12 @@ pub trait StreamHandler: Send + Sync + 'static {
     /// direct message, a duplicate), which acknowledges it; `false` leaves it
     /// unacknowledged for DingTalk to deliver again.
     fn robot_message(&self, msg: RobotMessage) -> BoxFuture<'_, bool>;
+
+    /// Counts a stream event (`ping`, `disconnect`, `other`, `unreadable`,
+    /// `connected`, `connect_failed`, `closed`).
+    fn event(&self, result: &'static str) {
+        let _ = result;
+    }
 }
 
 /// Why a connection ended badly.
@@ -169,6 +175,12 @@ impl StreamClient {
                 _ = stop.cancelled() => break,
                 r = self.session(&*handler, &stop) => r,
             };
+            match &ended {
+                Ok(Ended::Stopped) => {}
+                Ok(Ended::Disconnect) => handler.event("disconnect"),
+                Ok(Ended::Closed { .. }) => handler.event("closed"),
+                Err(_) => handler.event("connect_failed"),
+            }
             match ended {
                 Ok(Ended::Stopped) => break,
                 Ok(Ended::Disconnect) => {
@@ -223,6 +235,7 @@ impl StreamClient {
         self.connections
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::info!(endpoint = %conn.endpoint, "dingtalk stream connected");
+        handler.event("connected");
         let (mut tx, mut rx) = ws.split();
         let mut delivered = false;
         let mut last_heard = tokio::time::Instant::now();
@@ -267,11 +280,15 @@ impl StreamClient {
                 Ok(f) => f,
                 Err(e) => {
                     tracing::warn!(error = %e, "dingtalk stream: unreadable frame ignored");
+                    handler.event("unreadable");
                     continue;
                 }
             };
             let ack = match frame.classify() {
-                FrameKind::Ping => Some(frame.ack(200, "OK", &frame.data)),
+                FrameKind::Ping => {
+                    handler.event("ping");
+                    Some(frame.ack(200, "OK", &frame.data))
+                }
                 FrameKind::Disconnect => {
                     let ack = frame.ack(200, "OK", &frame.data);
                     let _ = tx.send(WsMessage::Text(ack.into())).await;
@@ -291,11 +308,13 @@ impl StreamClient {
                     Err(e) => {
                         // It will never read better: acknowledged, so it is not redelivered forever.
                         tracing::warn!(error = %e, frame = frame.message_id(), "dingtalk stream: unreadable robot message acknowledged and dropped");
+                        handler.event("unreadable");
                         Some(frame.ack(200, "OK", r#"{"response":"unreadable"}"#))
                     }
                 },
                 FrameKind::Other(kind) => {
                     tracing::debug!(%kind, "dingtalk stream: frame acknowledged and ignored");
+                    handler.event("other");
                     Some(frame.ack(200, "OK", &frame.data))
                 }
             };
