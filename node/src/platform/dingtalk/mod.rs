@@ -630,13 +630,13 @@ api = "127.0.0.1:8102"
             (
                 "robot_code = \"dingxiaoba0000001\"\n",
                 "robot_code = \"dingxiaoba0000001\"\nrobotcode = \"typo\"\n",
-                "bots[0]",
+                "bots[0].dingtalk",
             ),
         ];
         for (from, to, key) in cases {
             assert!(DOCS_CONFIG.contains(from), "{from}");
             let e = settings(&DOCS_CONFIG.replace(from, to)).unwrap_err();
-            assert!(e.key.starts_with(key), "{key}: {e}");
+            assert_eq!(e.key, key, "{e}");
         }
         let without_table = DOCS_CONFIG
             .split("[bots.dingtalk]")
