@@ -700,3 +700,71 @@ async fn an_expired_session_webhook_falls_back_to_group_send_and_a_refused_token
         .is_some_and(|p| p.starts_with("pqk"))));
     s.mesh.shutdown().await;
 }
+
+#[tokio::test]
+async fn rich_text_and_pictures_are_recorded_as_text_and_direct_messages_are_not() {
+    let llm = llm(|_| 0.0, |bot| format!("{bot} should not speak")).await;
+    let s = setup(&llm, false).await;
+    let ada = &s.ada.client_id;
+    let base = |msg_id: &str| {
+        serde_json::json!({
+            "conversationId": CONV,
+            "conversationType": "2",
+            "msgId": msg_id,
+            "senderNick": ALICE,
+            "senderStaffId": ALICE_STAFF,
+            "isInAtList": true,
+            "atUsers": [{"dingtalkId": s.ada.dingtalk_id}],
+            "createAt": 1_700_000_000_000u64,
+            "robotCode": ada,
+        })
+    };
+    let mut rich = base("msgRich1");
+    rich["msgtype"] = "richText".into();
+    rich["content"] = serde_json::json!({"richText": [
+        {"text": "the dashboard looks like this"},
+        {"pictureDownloadCode": "pdc", "downloadCode": "dc", "type": "picture"},
+        {"text": "\nwhat is that spike?"},
+    ]});
+    let mut picture = base("msgPic1");
+    picture["msgtype"] = "picture".into();
+    picture["content"] = serde_json::json!({"downloadCode": "dc2", "pictureDownloadCode": "pdc2"});
+    let mut direct = base("msgDirect1");
+    direct["conversationType"] = "1".into();
+    direct["conversationId"] = "cidDirectChat==".into();
+    direct["msgtype"] = "text".into();
+    direct["text"] = serde_json::json!({"content": "just between us"});
+    for data in [&rich, &picture, &direct] {
+        s.fake.push_callback(ada, data);
+    }
+    assert!(
+        s.fake
+            .wait_for(WAIT, |f| f.pending(ada) == 0 && f.acks(ada).len() == 3)
+            .await,
+        "every frame acknowledged, the direct message included: {:?}",
+        s.fake.acks(ada)
+    );
+    let t = s.mesh.wait_transcript(1, WAIT, |t| t.len() >= 2).await;
+    let texts: Vec<(&str, &str)> = t
+        .iter()
+        .map(|e| (e.platform_msg_id.as_deref().unwrap_or(""), e.text.as_str()))
+        .collect();
+    assert_eq!(
+        texts,
+        vec![
+            (
+                "msgRich1",
+                "the dashboard looks like this [image]\nwhat is that spike?"
+            ),
+            ("msgPic1", "[image]"),
+        ]
+    );
+    assert!(t.iter().all(|e| e.author.name == ALICE));
+    let m = s.mesh.metrics(0).await;
+    assert_eq!(
+        botmesh_tests::metric(&m, r#"botmesh_dingtalk_events_total{result="ignored"}"#),
+        1.0,
+        "{m}"
+    );
+    s.mesh.shutdown().await;
+}
