@@ -21,21 +21,17 @@
 //! `feishu::signature`, which the unit tests pin to Feishu's published vectors).
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper::{Method, Request, Response};
-use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
-use tokio::net::TcpListener;
-use tokio::task::{JoinHandle, JoinSet};
+
+use crate::serve::{read_request, serve_http, HttpServer, Reply};
 
 /// The app the fake serves.
 #[derive(Debug, Clone)]
@@ -99,16 +95,12 @@ pub struct FakeFeishu {
     /// Base URL for `feishu.base_url`: `http://127.0.0.1:PORT`.
     pub base_url: String,
     state: Arc<State>,
-    task: JoinHandle<()>,
+    _server: HttpServer,
 }
 
 impl FakeFeishu {
     /// Starts the fake for `app`.
     pub async fn start(app: FakeApp) -> FakeFeishu {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("fake_feishu: bind");
-        let base_url = format!("http://{}", listener.local_addr().expect("local_addr"));
         let state = Arc::new(State {
             app,
             token_requests: AtomicUsize::new(0),
@@ -120,11 +112,12 @@ impl FakeFeishu {
             sent: Mutex::new(Vec::new()),
             by_uuid: Mutex::new(HashMap::new()),
         });
-        let task = tokio::spawn(accept_loop(listener, state.clone()));
+        let handler_state = state.clone();
+        let server = serve_http(move |req| handle(handler_state.clone(), req)).await;
         FakeFeishu {
-            base_url,
+            base_url: server.url(),
             state,
-            task,
+            _server: server,
         }
     }
 
@@ -155,45 +148,15 @@ impl FakeFeishu {
 
     /// Waits up to `timeout` until at least `n` sends were accepted.
     pub async fn wait_sent(&self, n: usize, timeout: Duration) -> Vec<Sent> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let s = self.sent();
-            if s.len() >= n || tokio::time::Instant::now() >= deadline {
-                return s;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        crate::wait_for(
+            timeout,
+            Duration::from_millis(20),
+            || async { self.sent() },
+            |s| s.len() >= n,
+        )
+        .await
     }
 }
-
-impl Drop for FakeFeishu {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-async fn accept_loop(listener: TcpListener, state: Arc<State>) {
-    let mut connections = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    let state = state.clone();
-                    connections.spawn(async move {
-                        let service = service_fn(move |req| handle(state.clone(), req));
-                        let _ = http1::Builder::new()
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await;
-                    });
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-            },
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-        }
-    }
-}
-
-type Reply = Response<Full<Bytes>>;
 
 fn reply(status: u16, body: Value) -> Reply {
     let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
@@ -212,25 +175,20 @@ fn invalid_token() -> Reply {
     )
 }
 
-async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Reply, Infallible> {
-    let path = req.uri().path().to_string();
-    let query = req.uri().query().unwrap_or_default().to_string();
-    let method = req.method().clone();
-    let bearer = req
-        .headers()
+async fn handle(state: Arc<State>, req: Request<Incoming>) -> Reply {
+    let (parts, bytes) = read_request(req).await;
+    let path = parts.uri.path().to_string();
+    let query = parts.uri.query().unwrap_or_default().to_string();
+    let method = parts.method.clone();
+    let bearer = parts
+        .headers
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::to_string);
-    let bytes = req
-        .into_body()
-        .collect()
-        .await
-        .map(|c| c.to_bytes())
-        .unwrap_or_default();
     let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     let authorised = bearer.is_some_and(|t| state.valid.lock().unwrap().contains(&t));
-    let r = match (method, path.as_str()) {
+    match (method, path.as_str()) {
         (Method::POST, "/open-apis/auth/v3/tenant_access_token/internal") => {
             state.token_requests.fetch_add(1, Ordering::SeqCst);
             if body["app_id"] != state.app.app_id.as_str()
@@ -291,8 +249,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Reply, Infa
             }
         }
         _ => reply(404, json!({"code": 404, "msg": "not found"})),
-    };
-    Ok(r)
+    }
 }
 
 fn send(state: &State, query: &str, body: &Value) -> Reply {
