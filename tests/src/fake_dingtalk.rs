@@ -24,24 +24,22 @@
 //! cut a socket, or cut it right after the next frame before its acknowledgement.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper::{Method, Request, Response};
-use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+use crate::serve::{read_request, serve_http, HttpServer};
 
 /// The robot-message callback topic.
 pub const TOPIC_ROBOT: &str = "/v1.0/im/bot/messages/get";
@@ -174,7 +172,10 @@ pub struct FakeDingTalk {
     /// `dingtalk.api_base_url`: `http://127.0.0.1:PORT`.
     pub base_url: String,
     state: Arc<State>,
-    tasks: Vec<JoinHandle<()>>,
+    /// The open API.
+    _api: HttpServer,
+    /// The Stream gateway's accept loop.
+    gateway: JoinHandle<()>,
 }
 
 fn frame(kind: &str, topic: &str, message_id: &str, data: &Value) -> String {
@@ -197,10 +198,23 @@ fn frame(kind: &str, topic: &str, message_id: &str, data: &Value) -> String {
 impl FakeDingTalk {
     /// Starts the stand-in for `robots`.
     pub async fn start(robots: Vec<FakeRobot>) -> FakeDingTalk {
-        let api = TcpListener::bind("127.0.0.1:0").await.expect("bind api");
         let ws = TcpListener::bind("127.0.0.1:0").await.expect("bind ws");
-        let base_url = format!("http://{}", api.local_addr().unwrap());
         let ws_url = format!("ws://{}/connect", ws.local_addr().unwrap());
+        // The state needs the API's address (for the session webhooks it hands out),
+        // known only once the API is bound: the handler finds the state in this slot.
+        let slot: Arc<std::sync::OnceLock<Arc<State>>> = Arc::default();
+        let handler_slot = slot.clone();
+        let api = serve_http(move |req| {
+            let state = handler_slot.get().cloned();
+            async move {
+                match state {
+                    Some(state) => handle(state, req).await,
+                    None => reply(503, json!({"code": "NotReady", "message": "starting"})),
+                }
+            }
+        })
+        .await;
+        let base_url = api.url();
         let state = Arc::new(State {
             robots,
             ws_url,
@@ -214,14 +228,13 @@ impl FakeDingTalk {
             token_requests: AtomicU64::new(0),
             session_ttl_ms: Mutex::new(3_600_000),
         });
-        let tasks = vec![
-            tokio::spawn(api_loop(api, state.clone())),
-            tokio::spawn(ws_loop(ws, state.clone())),
-        ];
+        let _ = slot.set(state.clone());
+        let gateway = tokio::spawn(ws_loop(ws, state.clone()));
         FakeDingTalk {
             base_url,
             state,
-            tasks,
+            _api: api,
+            gateway,
         }
     }
 
@@ -414,26 +427,21 @@ impl FakeDingTalk {
         self.state.sent.lock().unwrap().clone()
     }
 
-    /// Waits up to `timeout` until `cond` holds, polling every 20 ms.
+    /// Waits up to `timeout` until `cond` holds ([`crate::wait_for`], every 20 ms).
     pub async fn wait_for(&self, timeout: Duration, cond: impl Fn(&FakeDingTalk) -> bool) -> bool {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            if cond(self) {
-                return true;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        crate::wait_for(
+            timeout,
+            Duration::from_millis(20),
+            || async { cond(self) },
+            |done| *done,
+        )
+        .await
     }
 }
 
 impl Drop for FakeDingTalk {
     fn drop(&mut self) {
-        for t in &self.tasks {
-            t.abort();
-        }
+        self.gateway.abort();
     }
 }
 
@@ -559,27 +567,6 @@ fn form_urlencoded_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-async fn api_loop(listener: TcpListener, state: Arc<State>) {
-    let mut connections = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    let state = state.clone();
-                    connections.spawn(async move {
-                        let service = service_fn(move |req| handle(state.clone(), req));
-                        let _ = http1::Builder::new()
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await;
-                    });
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-            },
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-        }
-    }
-}
-
 type Reply = Response<Full<Bytes>>;
 
 fn reply(status: u16, body: Value) -> Reply {
@@ -599,21 +586,16 @@ fn unauthorized() -> Reply {
     )
 }
 
-async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Reply, Infallible> {
-    let path = req.uri().path().to_string();
-    let query = req.uri().query().unwrap_or_default().to_string();
-    let method = req.method().clone();
-    let token = req
-        .headers()
+async fn handle(state: Arc<State>, req: Request<Incoming>) -> Reply {
+    let (parts, bytes) = read_request(req).await;
+    let path = parts.uri.path().to_string();
+    let query = parts.uri.query().unwrap_or_default().to_string();
+    let method = parts.method.clone();
+    let token = parts
+        .headers
         .get("x-acs-dingtalk-access-token")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    let bytes = req
-        .into_body()
-        .collect()
-        .await
-        .map(|c| c.to_bytes())
-        .unwrap_or_default();
     let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
     let r = match (method, path.as_str()) {
@@ -660,7 +642,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Reply, Infa
         (Method::POST, "/v1.0/robot/groupMessages/send") => {
             let app = token.and_then(|t| state.tokens.lock().unwrap().get(&t).cloned());
             let Some(app) = app else {
-                return Ok(unauthorized());
+                return unauthorized();
             };
             let robot_ok = state
                 .robot(&app)
@@ -723,5 +705,5 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Reply, Infa
         }
         _ => reply(404, json!({"code": "NotFound", "message": "not found"})),
     };
-    Ok(r)
+    r
 }

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use botmesh::wire::envelope::{AuthorKind, Envelope};
 use botmesh_tests::fake_dingtalk::{FakeDingTalk, FakeRobot, PersonMessage, Via};
-use botmesh_tests::fake_llm::{FakeLlm, Script};
-use botmesh_tests::{bot_of, is_judge, MeshSpec, TestMesh};
+use botmesh_tests::fake_llm::{BotLlm, FakeLlm};
+use botmesh_tests::{bot_of, is_judge, wait_for, MeshSpec, TestMesh};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const WAIT: Duration = Duration::from_secs(15);
@@ -50,34 +50,19 @@ fn secret_env(r: &FakeRobot) -> String {
     format!("{}_CLIENT_SECRET", r.name.to_uppercase())
 }
 
-fn verdict(speak: bool, relevance: f64) -> Script {
-    Script::reply(format!(
-        "{{\"speak\": {speak}, \"relevance\": {relevance}}}"
-    ))
-}
-
-/// A scripted LLM: the judge gives each bot the relevance `score(bot)` for a person's
-/// message (speaking at 0.5 and above) and declines bot messages; a reply says
-/// `reply(bot)`.
-async fn llm(
-    score: impl Fn(&str) -> f64 + Send + Sync + 'static,
+/// The scripted LLM of these tests: judges weigh only Alice's messages (each listed bot
+/// says `(speak, relevance)`, the others no), replies say `reply(bot)`.
+fn llm(
+    judge: &[(&str, bool, f64)],
     reply: impl Fn(&str) -> String + Send + Sync + 'static,
-) -> FakeLlm {
-    FakeLlm::start(move |s| {
-        let about_a_person = s
-            .messages
-            .iter()
-            .any(|(_, c)| c.contains(&format!("New from {ALICE}:")));
-        if is_judge(s) && !about_a_person {
-            verdict(false, 0.0)
-        } else if is_judge(s) {
-            let r = score(&bot_of(s));
-            verdict(r >= 0.5, r)
-        } else {
-            Script::reply(reply(&bot_of(s)))
-        }
-    })
-    .await
+) -> BotLlm {
+    judge
+        .iter()
+        .fold(
+            BotLlm::judging(false, 0.0).judging_only(&format!("New from {ALICE}:")),
+            |l, (bot, speak, relevance)| l.judge(bot, *speak, *relevance),
+        )
+        .replies(reply)
 }
 
 struct Setup {
@@ -139,21 +124,24 @@ fn bot_msgs(t: &[Envelope]) -> Vec<&Envelope> {
         .collect()
 }
 
-/// Waits until node `i`'s transcript stops changing for `quiet` (at most 30 s).
+/// Waits until node `i`'s transcript has not grown for `quiet` (at most 30 s).
 async fn settle(mesh: &TestMesh, i: usize, quiet: Duration) -> Vec<Envelope> {
-    let mut last = usize::MAX;
-    let mut stable_since = tokio::time::Instant::now();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let t = mesh.transcript(i).await;
-        if t.len() != last {
-            last = t.len();
-            stable_since = tokio::time::Instant::now();
-        } else if stable_since.elapsed() >= quiet || tokio::time::Instant::now() > deadline {
-            return t;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let last = std::cell::Cell::new((usize::MAX, tokio::time::Instant::now()));
+    wait_for(
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || mesh.transcript(i),
+        |t: &Vec<Envelope>| {
+            let (len, since) = last.get();
+            if t.len() != len {
+                last.set((t.len(), tokio::time::Instant::now()));
+                false
+            } else {
+                since.elapsed() >= quiet
+            }
+        },
+    )
+    .await
 }
 
 // ---------------------------------------------------------------------------------
@@ -344,10 +332,10 @@ async fn the_official_sdk_connects_to_the_stand_in_and_receives_answers_and_ackn
 
 #[tokio::test]
 async fn a_person_mentions_one_robot_it_answers_and_the_other_records_the_message() {
-    let llm = llm(
-        |bot| if bot == "Ada" { 0.9 } else { 0.1 },
-        |bot| format!("@{ALICE} {bot} here: the build is green"),
-    )
+    let llm = llm(&[("Ada", true, 0.9), ("Bo", false, 0.1)], |bot| {
+        format!("@{ALICE} {bot} here: the build is green")
+    })
+    .start()
     .await;
     let s = setup(&llm, false).await;
     let msg_id = s.fake.post(&PersonMessage {
@@ -423,11 +411,11 @@ async fn a_person_mentions_one_robot_it_answers_and_the_other_records_the_messag
 
 #[tokio::test]
 async fn a_question_for_the_other_robot_gets_one_answer_from_it() {
-    let llm = llm(
-        // Both would speak; Bo is the more relevant.
-        |bot| if bot == "Bo" { 0.9 } else { 0.6 },
-        |bot| format!("{bot}: add an index on conversation_id"),
-    )
+    // Both would speak; Bo is the more relevant.
+    let llm = llm(&[("Bo", true, 0.9), ("Ada", true, 0.6)], |bot| {
+        format!("{bot}: add an index on conversation_id")
+    })
+    .start()
     .await;
     let s = setup(&llm, false).await;
     // Alice has to @ some robot to be heard at all; she picks Ada, but it is Bo's field.
@@ -496,7 +484,9 @@ async fn a_question_for_the_other_robot_gets_one_answer_from_it() {
 #[tokio::test]
 async fn a_message_mentioning_both_robots_is_recorded_once_everywhere() {
     // Nobody speaks: the point is the record.
-    let llm = llm(|_| 0.0, |bot| format!("{bot} should not speak")).await;
+    let llm = llm(&[], |bot| format!("{bot} should not speak"))
+        .start()
+        .await;
     let s = setup(&llm, true).await;
     let mut ids = Vec::new();
     for i in 0..3 {
@@ -552,7 +542,9 @@ async fn a_message_mentioning_both_robots_is_recorded_once_everywhere() {
 
 #[tokio::test]
 async fn a_dropped_socket_loses_nothing() {
-    let llm = llm(|_| 0.0, |bot| format!("{bot} should not speak")).await;
+    let llm = llm(&[], |bot| format!("{bot} should not speak"))
+        .start()
+        .await;
     let s = setup(&llm, false).await;
     let ada = &s.ada.client_id;
     let post = |text: &str| {
@@ -649,10 +641,10 @@ async fn a_dropped_socket_loses_nothing() {
 
 #[tokio::test]
 async fn an_expired_session_webhook_falls_back_to_group_send_and_a_refused_token_is_renewed() {
-    let llm = llm(
-        |bot| if bot == "Ada" { 0.9 } else { 0.1 },
-        |bot| format!("@{ALICE} {bot} on it"),
-    )
+    let llm = llm(&[("Ada", true, 0.9), ("Bo", false, 0.1)], |bot| {
+        format!("@{ALICE} {bot} on it")
+    })
+    .start()
     .await;
     let s = setup(&llm, false).await;
     // The webhook DingTalk hands out has already expired: Ada must use the API.
@@ -703,7 +695,9 @@ async fn an_expired_session_webhook_falls_back_to_group_send_and_a_refused_token
 
 #[tokio::test]
 async fn rich_text_and_pictures_are_recorded_as_text_and_direct_messages_are_not() {
-    let llm = llm(|_| 0.0, |bot| format!("{bot} should not speak")).await;
+    let llm = llm(&[], |bot| format!("{bot} should not speak"))
+        .start()
+        .await;
     let s = setup(&llm, false).await;
     let ada = &s.ada.client_id;
     let base = |msg_id: &str| {
