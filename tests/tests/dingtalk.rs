@@ -470,14 +470,21 @@ async fn a_question_for_the_other_robot_gets_one_answer_from_it() {
         1.0,
         "{m}"
     );
-    // Only Bo asked for a reply.
-    let replies: Vec<String> = llm
-        .requests()
-        .iter()
-        .filter(|r| !is_judge(r))
-        .map(bot_of)
-        .collect();
-    assert_eq!(replies, vec!["Bo".to_string()]);
+    // Bo wrote its reply once; Ada, if it wrote while waiting, threw its text away and
+    // says so in its metrics.
+    let replies = llm.reply_bots();
+    assert_eq!(
+        replies.iter().filter(|b| *b == "Bo").count(),
+        1,
+        "{replies:?}"
+    );
+    let ada_wrote = replies.iter().filter(|b| *b == "Ada").count() as f64;
+    let ada_discarded: f64 = m
+        .lines()
+        .filter(|l| l.starts_with("botmesh_replies_discarded_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(ada_discarded, ada_wrote, "{m}");
     s.mesh.shutdown().await;
 }
 
