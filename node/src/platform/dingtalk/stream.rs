@@ -326,3 +326,39 @@ impl StreamClient {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    /// DingTalk's endpoints are `wss://`: the client must build a TLS connection (a
+    /// missing TLS provider would panic here, not fail).
+    #[tokio::test]
+    async fn a_wss_endpoint_is_dialled_over_tls() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            // Not TLS: the client's handshake must fail on it.
+            let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").await;
+        });
+        let r = tokio::time::timeout(
+            Duration::from_secs(10),
+            tokio_tungstenite::connect_async(format!("wss://127.0.0.1:{port}/connect?ticket=t")),
+        )
+        .await
+        .expect("an answer within 10 s");
+        let e = r.err().expect("a plain-text server is no TLS peer");
+        // rustls read the plain-text answer and refused it as a TLS record.
+        assert!(format!("{e:?}").contains("InvalidContentType"), "{e:?}");
+        server.await.unwrap();
+    }
+
+    #[test]
+    fn reconnect_delays_grow_and_stay_capped() {
+        assert!(backoff(1) >= BACKOFF_BASE && backoff(1) <= BACKOFF_BASE.mul_f64(1.2));
+        assert!(backoff(3) >= BACKOFF_BASE * 4);
+        assert!(backoff(40) <= BACKOFF_MAX);
+    }
+}
