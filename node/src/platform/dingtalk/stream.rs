@@ -349,7 +349,9 @@ mod tests {
         )
         .await
         .expect("an answer within 10 s");
-        let e = r.err().expect("a plain-text server is no TLS peer");
+        let Err(e) = r else {
+            panic!("a plain-text server is no TLS peer");
+        };
         // rustls read the plain-text answer and refused it as a TLS record.
         assert!(format!("{e:?}").contains("InvalidContentType"), "{e:?}");
         server.await.unwrap();
