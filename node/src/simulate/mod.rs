@@ -35,7 +35,7 @@ use crate::llm::Verdict;
 use crate::turn::judge::{build_prompt, JudgeInput};
 use crate::turn::mention::MentionMatcher;
 use crate::turn::roster;
-use crate::wire::envelope::{Author, AuthorKind, Envelope, Kind, PROTOCOL_VERSION};
+use crate::wire::envelope::{Author, AuthorKind, Envelope};
 
 /// A run stops early once this many bot messages were posted (a runaway loop).
 pub const RUNAWAY_POSTS: usize = 200;
@@ -989,22 +989,15 @@ impl<'w> Sim<'w> {
 
     fn envelope(&mut self, author: Author, text: String, trigger: Option<&Envelope>) -> Envelope {
         self.next_id += 1;
-        Envelope {
-            v: PROTOCOL_VERSION,
-            id: Ulid::from_parts(self.now, self.next_id),
-            kind: Kind::Message,
-            group: "sim".into(),
-            sender: author.name.clone(),
-            author,
-            text,
-            depth: trigger.map_or(0, |t| t.depth + 1),
-            reply_to: trigger.map(|t| t.id),
-            root: trigger.and_then(|t| t.root.or(Some(t.id))),
-            platform_msg_id: None,
-            sent_at: self.now,
-            relevance: None,
-            why: None,
+        let id = Ulid::from_parts(self.now, self.next_id);
+        let sender = author.name.clone();
+        let mut env = Envelope::message(id, self.now, "sim", sender, author, text);
+        if let Some(t) = trigger {
+            env.depth = t.depth + 1;
+            env.reply_to = Some(t.id);
+            env.root = t.root.or(Some(t.id));
         }
+        env
     }
 
     fn register(&mut self, env: Arc<Envelope>, root: usize) {
