@@ -17,10 +17,9 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-
-use parking_lot::Mutex;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use serde::Deserialize;
 use tokio::time::Instant;
 

@@ -36,11 +36,10 @@ pub mod stream;
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
-
-use parking_lot::Mutex;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
+use parking_lot::Mutex;
 use ulid::Ulid;
 
 use crate::config::{NodeConfig, Platform};
@@ -78,8 +77,8 @@ pub struct DingTalk {
     conversation_id: String,
     /// `[mesh].group`.
     mesh_group: String,
-    /// Colleague robots' ids in `atUsers` → their names (diagnostics: which colleagues
-    /// DingTalk delivered the same message to).
+    /// Colleague robots' ids in `atUsers` → their names: DingTalk delivered the same
+    /// message to them, so their @ is removed from the text like this robot's own.
     peers_by_user_id: HashMap<String, String>,
     /// Every bot's name, so a person called like a bot is told apart.
     bot_names: Vec<String>,
