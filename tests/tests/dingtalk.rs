@@ -74,6 +74,11 @@ struct Setup {
 
 /// Ada and Bo on DingTalk (and Cy on the local platform when `with_local`).
 async fn setup(llm: &FakeLlm, with_local: bool) -> Setup {
+    setup_with(llm, with_local, "").await
+}
+
+/// [`setup`] with extra lines for Bo's entry.
+async fn setup_with(llm: &FakeLlm, with_local: bool, bo_extra: &str) -> Setup {
     let (ada, bo) = (robot("Ada"), robot("Bo"));
     let fake = FakeDingTalk::start(vec![ada.clone(), bo.clone()]).await;
     let names: &[&str] = if with_local {
@@ -85,7 +90,8 @@ async fn setup(llm: &FakeLlm, with_local: bool) -> Setup {
         .llm(&llm.base_url)
         .all_bots(FAST)
         .bot("Ada", &dingtalk_bot(&fake, &ada, &bo))
-        .bot("Bo", &dingtalk_bot(&fake, &bo, &ada));
+        .bot("Bo", &dingtalk_bot(&fake, &bo, &ada))
+        .bot("Bo", bo_extra);
     if with_local {
         spec = spec.bot("Cy", "participation = \"mentions\"");
     }
@@ -766,6 +772,44 @@ async fn rich_text_and_pictures_are_recorded_as_text_and_direct_messages_are_not
         botmesh_tests::metric(&m, r#"botmesh_dingtalk_events_total{result="ignored"}"#),
         1.0,
         "{m}"
+    );
+    s.mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_mentions_only_robot_answers_its_dingtalk_at_and_the_judging_one_stands_back() {
+    // Ada's judge would gladly answer; Bo only ever answers when addressed.
+    let llm = llm(&[("Ada", true, 0.9), ("Bo", true, 0.9)], |bot| {
+        format!("{bot} answering")
+    })
+    .start()
+    .await;
+    let s = setup_with(&llm, false, "participation = \"mentions\"").await;
+    let msg_id = s.fake.post(&PersonMessage {
+        conversation: CONV,
+        sender_nick: ALICE,
+        sender_staff_id: ALICE_STAFF,
+        text: "@Bo can you check the deploy?",
+        at_robots: &[&s.bo.client_id],
+    });
+    assert!(s.fake.wait_for(WAIT, |f| !f.sent().is_empty()).await);
+    let t = settle(&s.mesh, 0, Duration::from_secs(2)).await;
+    // DingTalk left Bo's @ out; Bo put it back, so Ada sees whom Alice addressed.
+    let human = with_msg_id(&t, &msg_id);
+    assert_eq!(human.len(), 1, "{t:#?}");
+    assert_eq!(human[0].text, "@Bo can you check the deploy?");
+    let bots = bot_msgs(&t);
+    assert_eq!(
+        bots.iter()
+            .map(|e| (e.author.name.as_str(), e.text.as_str()))
+            .collect::<Vec<_>>(),
+        vec![("Bo", "Bo answering")]
+    );
+    assert_eq!(bots[0].why, Some(botmesh::wire::envelope::Why::Mentioned));
+    assert_eq!(
+        s.mesh.decisions(0, "silent", "addressed_to_other").await,
+        1.0,
+        "Ada stood back"
     );
     s.mesh.shutdown().await;
 }

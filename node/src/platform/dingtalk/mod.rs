@@ -18,7 +18,10 @@
 //! reads the same whichever robot carried it. The message is then decided like any
 //! message in a group of colleagues: every bot's judge sees it and the most relevant
 //! bot answers, once. A typed `@Name` that is not such a DingTalk @ stays in the text
-//! and is a mention as anywhere else.
+//! and is a mention as anywhere else. The one exception is a robot with
+//! `participation = "mentions"`: a DingTalk @ is the only way to address it, so its @
+//! is kept (put back in front where DingTalk left it out) and it answers as mentioned
+//! ([`DingTalk::mesh_text`]).
 //!
 //! - [`stream`] — the Stream mode client (open, WebSocket, ping, ack, reconnect).
 //! - [`frames`] — its frames and the robot message.
@@ -84,6 +87,9 @@ pub struct DingTalk {
     bot_names: Vec<String>,
     /// Finds `@Name` of the roster in a message (to remove DingTalk's @s of robots).
     matcher: MentionMatcher,
+    /// The bots with `participation = "mentions"`, in roster order: for them a
+    /// DingTalk @ is the only way to be addressed, so it stays a mention.
+    mentions_only: Vec<String>,
     /// Conversation → its latest session webhook and expiry (unix ms).
     webhooks: Mutex<HashMap<String, (String, i64)>>,
     /// A person's display name → staff id, learnt from their messages.
@@ -225,6 +231,13 @@ impl DingTalk {
             peers_by_user_id,
             bot_names: cfg.settings.bots.iter().map(|b| b.name.clone()).collect(),
             matcher: MentionMatcher::new(&crate::turn::roster(&cfg.settings.bots)),
+            mentions_only: cfg
+                .settings
+                .bots
+                .iter()
+                .filter(|b| b.participation == crate::config::Participation::Mentions)
+                .map(|b| b.name.clone())
+                .collect(),
             webhooks: Mutex::new(HashMap::new()),
             people: Mutex::new(HashMap::new()),
             ingest: OnceLock::new(),
@@ -348,6 +361,32 @@ impl DingTalk {
         }
     }
 
+    /// The text the mesh records for a message DingTalk delivered to the robots
+    /// `delivered` (this one, and the colleagues recognised in `atUsers`): the @ of a
+    /// judging robot is removed (it was only the way in), the @ of a robot with
+    /// `participation = "mentions"` is kept, put back in front if DingTalk left it
+    /// out (it is the only way to address such a robot). The result depends only on
+    /// the message, so every carrier records the same text.
+    pub fn mesh_text(&self, text: &str, delivered: &[&str]) -> String {
+        let (keep, strip): (Vec<&str>, Vec<&str>) = delivered
+            .iter()
+            .copied()
+            .partition(|b| self.mentions_only.iter().any(|m| m == b));
+        let text = strip_mentions(&self.matcher, text, &strip);
+        let missing: Vec<&str> = self
+            .mentions_only
+            .iter()
+            .map(String::as_str)
+            .filter(|b| keep.contains(b) && !self.matcher.mentions(&text, &[], b))
+            .collect();
+        if missing.is_empty() || text.is_empty() {
+            return text;
+        }
+        let mut out: String = missing.iter().map(|b| format!("@{b} ")).collect();
+        out.push_str(&text);
+        out
+    }
+
     /// Records one robot message (see [`StreamHandler::robot_message`]).
     pub async fn receive(&self, msg: RobotMessage) -> bool {
         let Some(ingest) = self.ingest.get() else {
@@ -391,7 +430,7 @@ impl DingTalk {
         if msg.is_in_at_list {
             delivered.push(&self.me);
         }
-        let text = strip_mentions(&self.matcher, &text, &delivered);
+        let text = self.mesh_text(&text, &delivered);
         if text.is_empty() {
             tracing::info!(msg_id = %msg.msg_id, "ignoring a dingtalk message that only @-mentions robots");
             self.count("ignored");
@@ -680,6 +719,40 @@ api = "127.0.0.1:8102"
         assert_eq!(
             strip_mentions(m, "`@ErGoz` in code", &["ErGoz"]),
             "`@ErGoz` in code"
+        );
+    }
+
+    #[test]
+    fn a_mentions_only_robot_keeps_its_dingtalk_at_and_a_judging_one_loses_it() {
+        let vars = env(&[
+            ("BOTMESH_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+            ("XIAOBA_CLIENT_SECRET", "s"),
+        ]);
+        let dir = tempfile::tempdir().unwrap();
+        let toml = DOCS_CONFIG.replace(
+            "aliases = [\"二狗\"]\n",
+            "aliases = [\"二狗\"]\nparticipation = \"mentions\"\n",
+        );
+        assert_ne!(toml, DOCS_CONFIG);
+        let cfg = NodeConfig::resolve(
+            settings(&toml).unwrap(),
+            "XiaoBa",
+            Some(dir.path().to_path_buf()),
+            &vars,
+        )
+        .unwrap();
+        let d = DingTalk::from_config(&cfg).unwrap();
+        // XiaoBa's copy: DingTalk left out XiaoBa's own @ and kept ErGoz's.
+        let from_xiaoba = d.mesh_text("@ErGoz what broke?", &["ErGoz", "XiaoBa"]);
+        assert_eq!(from_xiaoba, "@ErGoz what broke?");
+        // Only XiaoBa was picked: nothing to keep.
+        assert_eq!(d.mesh_text("what broke?", &["XiaoBa"]), "what broke?");
+        // A copy that lost ErGoz's @ gets it back, in front.
+        assert_eq!(d.mesh_text("what broke?", &["ErGoz"]), "@ErGoz what broke?");
+        // A judging robot's own @ typed again in the text goes too.
+        assert_eq!(
+            d.mesh_text("@XiaoBa @ErGoz what broke?", &["XiaoBa", "ErGoz"]),
+            "@ErGoz what broke?"
         );
     }
 
