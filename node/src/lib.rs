@@ -42,17 +42,20 @@
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs, unreachable_pub)]
+// Most of the crate is private by design and its docs are read with
+// `cargo doc --document-private-items`: links into it are meant.
+#![allow(rustdoc::private_intra_doc_links)]
 
 pub mod app;
 pub mod config;
-pub mod egress;
+pub(crate) mod egress;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
-pub mod ingress;
+pub(crate) mod ingress;
 pub mod llm;
 pub mod platform;
 pub mod simulate;
-pub mod store;
+pub(crate) mod store;
 pub mod telemetry;
 pub mod turn;
 pub mod wire;

@@ -2,7 +2,7 @@
 //! over its link — the peer's HTTP bridge, a relay around a broken link ([`relay`]),
 //! or the Redis stream ([`stream`]) — and the tracking of claims' acknowledgements
 //! ([`acks`]).
-pub mod acks;
-pub mod outbox;
-pub mod relay;
-pub mod stream;
+pub(crate) mod acks;
+pub(crate) mod outbox;
+pub(crate) mod relay;
+pub(crate) mod stream;

@@ -153,7 +153,7 @@ pub enum Link {
 }
 
 /// Envelopes per batch unless configured (`mesh.batch_max`).
-pub const DEFAULT_BATCH_MAX: usize = 64;
+pub(crate) const DEFAULT_BATCH_MAX: usize = 64;
 
 /// After a peer answered 404 to a batch (it predates batches), single posts are used
 /// for this long before batching is tried again (the peer may have been upgraded).
@@ -498,205 +498,310 @@ impl Outbox {
         policy: RetryPolicy,
         stop: CancellationToken,
     ) {
-        // The direct link's state across envelopes: consecutive failed attempts, when
-        // to probe it next while relaying, and whether relaying was announced.
-        let mut failures = 0u32;
-        let mut next_probe = Instant::now();
-        let mut relay_logged = false;
-        // Set while the peer answers batches with 404 (an older version).
-        let mut batch_off_until: Option<Instant> = None;
+        let cx = RunContext {
+            http,
+            signer,
+            metrics,
+            policy,
+            stop,
+        };
+        let mut state = LinkState {
+            failures: 0,
+            next_probe: Instant::now(),
+            relay_logged: false,
+            batch_off_until: None,
+        };
         loop {
-            let refilled = self.refill(&metrics).await;
-            let Some(mut next) = self.front() else {
-                // A failed re-read of the spill is retried after a pause, not on the next push.
-                let mut pause = if refilled { Duration::MAX } else { policy.max };
-                // Caught up with the cursor behind: write it once things stay quiet.
-                if self.cursor.behind() {
-                    pause = pause.min(crate::store::cursor::SAVE_EVERY);
+            let refilled = self.refill(&cx.metrics).await;
+            let Some(next) = self.front() else {
+                if self.idle(refilled, &cx).await {
+                    continue;
                 }
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = self.notify.notified() => continue,
-                    _ = tokio::time::sleep(pause.min(Duration::from_secs(3600))) => {
-                        self.cursor.save_soon();
-                        continue;
-                    }
-                }
+                return;
             };
-            // More than one waiting, the direct link healthy and the peer known to take
-            // batches (or not known not to): send a batch. Its first retryable result
-            // becomes the first attempt of the one-at-a-time path below, which owns
-            // backoff, relaying and giving up.
-            let mut first: Option<Attempt> = None;
-            let batch_max = self.batch_max.load(Ordering::Relaxed);
-            let relaying = self.relay.get().is_some_and(|r| r.due(&self.link));
-            if batch_off_until.is_some_and(|t| Instant::now() >= t) {
-                batch_off_until = None;
+            let (next, first) = match self.try_batch(&cx, &mut state, next).await {
+                AfterBatch::Done => continue,
+                AfterBatch::OneAtATime(next, first) => (next, first),
+            };
+            if !self.deliver_one(&cx, &mut state, &next, first).await {
+                return;
             }
-            if batch_max > 1 && !relaying && batch_off_until.is_none() {
-                if let Some(url) = &self.batch_url {
-                    let batch = self.front_batch(batch_max);
-                    if batch.len() > 1 {
-                        match self
-                            .attempt_batch(
-                                &http,
-                                url,
-                                &signer,
-                                &batch,
-                                policy.attempt_timeout,
-                                &metrics,
-                            )
-                            .await
-                        {
-                            BatchOutcome::TooSmall => {}
-                            BatchOutcome::Unsupported(why) => {
-                                tracing::info!(peer = %self.peer, reason = %why, "peer does not take batches (older version?): sending one envelope per request");
-                                batch_off_until = Some(Instant::now() + BATCH_RETRY_AFTER);
-                            }
-                            BatchOutcome::Failed(why) => first = Some(Attempt::Retry(why)),
-                            BatchOutcome::Answered(results) => {
-                                self.link_ok(&mut failures);
-                                relay_logged = false;
-                                for (p, r) in batch.iter().zip(results) {
-                                    match r {
-                                        Attempt::Delivered(answered) => {
-                                            metrics.envelope_out(&self.peer, "delivered");
-                                            self.report(p, PeerOutcome::Delivered(answered));
-                                        }
-                                        Attempt::Permanent(why) => {
-                                            metrics.envelope_out(&self.peer, "given_up");
-                                            self.report(p, PeerOutcome::GivenUp);
-                                            tracing::error!(peer = %self.peer, id = %p.id, reason = %why, "peer refused envelope permanently; giving up on it");
-                                        }
-                                        Attempt::Retry(why) => {
-                                            if self.front().is_some_and(|f| f.id == p.id) {
-                                                // The envelopes before it are popped.
-                                                next = p.clone();
-                                                first = Some(Attempt::Retry(why));
-                                            }
-                                            break;
-                                        }
-                                    }
-                                    self.pop(&p.id, &metrics);
-                                }
-                                if first.is_none() {
-                                    continue;
-                                }
-                            }
-                        }
-                    }
-                } else if let Link::Stream(link) = &self.dest {
-                    // The stream: one pipelined round trip appends the whole batch, in order.
-                    let batch = self.front_batch(batch_max);
-                    if batch.len() > 1 {
-                        let ts = std::time::SystemTime::now()
-                            .duration_since(std::time::UNIX_EPOCH)
-                            .map(|d| d.as_secs() as i64)
-                            .unwrap_or(0);
-                        let items: Vec<(&str, String, &[u8])> = batch
-                            .iter()
-                            .map(|p| {
-                                let sig =
-                                    signer.cache.get_or_sign(&signer.signer, &p.id, ts, &p.body);
-                                (p.id.as_str(), sig, &p.body[..])
-                            })
-                            .collect();
-                        metrics.peer_request(&self.peer, "batch");
-                        match link.append_many(ts, &items).await {
-                            Ok(()) => {
-                                self.link_ok(&mut failures);
-                                for p in &batch {
-                                    metrics.envelope_out(&self.peer, "delivered");
-                                    self.report(p, PeerOutcome::Delivered(ClaimReply::default()));
-                                    self.pop(&p.id, &metrics);
-                                }
-                                continue;
-                            }
-                            // An envelope without a group: the one-at-a-time path gives up on it.
-                            Err(crate::egress::stream::AppendError::Permanent(_)) => {}
-                            Err(crate::egress::stream::AppendError::Retry(why)) => {
-                                first = Some(Attempt::Retry(why))
-                            }
-                        }
-                    }
-                }
-            }
-            let mut attempt = 0u32;
-            loop {
-                attempt += 1;
-                let ts = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_secs() as i64)
-                    .unwrap_or(0);
-                let sig = signer.sign_for(&self.peer, &next.id, ts, &next.body);
-                // While relaying, the direct link is only probed on its backoff schedule.
-                let relaying = self.relay.get().is_some_and(|r| r.due(&self.link));
-                let direct = first.is_some() || !relaying || Instant::now() >= next_probe;
-                let outcome = if let Some(o) = first.take() {
-                    o
-                } else if direct {
-                    self.attempt(&http, &next, ts, &sig, policy.attempt_timeout, &metrics)
-                        .await
-                } else {
-                    Attempt::Retry("direct link down (relaying until the next probe)".into())
-                };
-                match outcome {
-                    Attempt::Delivered(answered) => {
-                        self.link_ok(&mut failures);
-                        relay_logged = false;
-                        metrics.envelope_out(&self.peer, "delivered");
-                        self.report(&next, PeerOutcome::Delivered(answered));
-                        tracing::debug!(peer = %self.peer, id = %next.id, attempt, "delivered");
-                        break;
-                    }
-                    Attempt::Permanent(why) => {
-                        self.link_ok(&mut failures);
-                        relay_logged = false;
-                        metrics.envelope_out(&self.peer, "given_up");
-                        self.report(&next, PeerOutcome::GivenUp);
-                        tracing::error!(peer = %self.peer, id = %next.id, attempt, reason = %why, "peer refused envelope permanently; giving up on it");
-                        break;
-                    }
-                    Attempt::Retry(why) => {
-                        if direct {
-                            tracing::debug!(peer = %self.peer, id = %next.id, reason = %why, relaying, "direct attempt failed");
-                            failures += 1;
-                            self.link.failed();
-                            next_probe = Instant::now() + policy.backoff(failures);
-                        }
-                        if let Some(relay) = self.relay.get().filter(|r| r.due(&self.link)) {
-                            if !relay_logged {
-                                relay_logged = true;
-                                tracing::warn!(peer = %self.peer, down_ms = self.link.failing_for().unwrap_or_default().as_millis() as u64, "direct link failing: relaying envelopes for this peer through other peers (still probing it directly)");
-                            }
-                            if relay
-                                .deliver(&self.peer, &next.id, ts, &sig, &next.body)
-                                .await
-                            {
-                                // The relay's receipt proves delivery but carries no `answered`.
-                                metrics.envelope_out(&self.peer, "relayed");
-                                self.report(&next, PeerOutcome::Delivered(ClaimReply::default()));
-                                break;
-                            }
-                        }
-                        if next.queued_at.elapsed() >= policy.give_up_after {
-                            metrics.envelope_out(&self.peer, "given_up");
-                            self.report(&next, PeerOutcome::GivenUp);
-                            tracing::error!(peer = %self.peer, id = %next.id, attempt, reason = %why, waited_s = next.queued_at.elapsed().as_secs(), "delivery deadline passed; giving up on envelope");
-                            break;
-                        }
-                        metrics.envelope_out(&self.peer, "retry");
-                        let wait = policy.backoff(attempt);
-                        tracing::warn!(peer = %self.peer, id = %next.id, attempt, reason = %why, retry_in_ms = wait.as_millis() as u64, "delivery failed; will retry");
-                        tokio::select! {
-                            _ = stop.cancelled() => return,
-                            _ = tokio::time::sleep(wait) => {}
-                        }
-                    }
-                }
-            }
-            self.pop(&next.id, &metrics);
+            self.pop(&next.id, &cx.metrics);
         }
+    }
+
+    /// Waits, with nothing queued, for a push or a pause (true), or for `stop`
+    /// (false). A failed re-read of the spill is retried after a pause, not on the
+    /// next push; a cursor left behind is written once things stay quiet.
+    async fn idle(&self, refilled: bool, cx: &RunContext) -> bool {
+        // A failed re-read of the spill is retried after a pause, not on the next push.
+        let mut pause = if refilled {
+            Duration::MAX
+        } else {
+            cx.policy.max
+        };
+        // Caught up with the cursor behind: write it once things stay quiet.
+        if self.cursor.behind() {
+            pause = pause.min(crate::store::cursor::SAVE_EVERY);
+        }
+        tokio::select! {
+            _ = cx.stop.cancelled() => false,
+            _ = self.notify.notified() => true,
+            _ = tokio::time::sleep(pause.min(Duration::from_secs(3600))) => {
+                self.cursor.save_soon();
+                true
+            }
+        }
+    }
+
+    /// More than one waiting, the direct link healthy and the peer known to take
+    /// batches (or not known not to): sends a batch, over HTTP or on the stream. Its
+    /// first retryable result becomes the first attempt of the one-at-a-time path
+    /// ([`Outbox::deliver_one`]), which owns backoff, relaying and giving up.
+    async fn try_batch(&self, cx: &RunContext, state: &mut LinkState, next: Pending) -> AfterBatch {
+        let batch_max = self.batch_max.load(Ordering::Relaxed);
+        let relaying = self.relay.get().is_some_and(|r| r.due(&self.link));
+        if state.batch_off_until.is_some_and(|t| Instant::now() >= t) {
+            state.batch_off_until = None;
+        }
+        if batch_max <= 1 || relaying || state.batch_off_until.is_some() {
+            return AfterBatch::OneAtATime(next, None);
+        }
+        if let Some(url) = &self.batch_url {
+            self.http_batch(cx, state, url, batch_max, next).await
+        } else if let Link::Stream(link) = &self.dest {
+            self.stream_batch(cx, state, link, batch_max, next).await
+        } else {
+            AfterBatch::OneAtATime(next, None)
+        }
+    }
+
+    /// A batch to the peer's batch endpoint: the envelopes it answers for are handled
+    /// up to the first retryable one, which goes on alone.
+    async fn http_batch(
+        &self,
+        cx: &RunContext,
+        state: &mut LinkState,
+        url: &str,
+        batch_max: usize,
+        mut next: Pending,
+    ) -> AfterBatch {
+        let batch = self.front_batch(batch_max);
+        if batch.len() <= 1 {
+            return AfterBatch::OneAtATime(next, None);
+        }
+        let outcome = self
+            .attempt_batch(
+                &cx.http,
+                url,
+                &cx.signer,
+                &batch,
+                cx.policy.attempt_timeout,
+                &cx.metrics,
+            )
+            .await;
+        let results = match outcome {
+            BatchOutcome::TooSmall => return AfterBatch::OneAtATime(next, None),
+            BatchOutcome::Unsupported(why) => {
+                tracing::info!(peer = %self.peer, reason = %why, "peer does not take batches (older version?): sending one envelope per request");
+                state.batch_off_until = Some(Instant::now() + BATCH_RETRY_AFTER);
+                return AfterBatch::OneAtATime(next, None);
+            }
+            BatchOutcome::Failed(why) => {
+                return AfterBatch::OneAtATime(next, Some(Attempt::Retry(why)))
+            }
+            BatchOutcome::Answered(results) => results,
+        };
+        self.link_ok(&mut state.failures);
+        state.relay_logged = false;
+        let mut first = None;
+        for (p, r) in batch.iter().zip(results) {
+            match r {
+                Attempt::Delivered(answered) => {
+                    cx.metrics.envelope_out(&self.peer, "delivered");
+                    self.report(p, PeerOutcome::Delivered(answered));
+                }
+                Attempt::Permanent(why) => {
+                    cx.metrics.envelope_out(&self.peer, "given_up");
+                    self.report(p, PeerOutcome::GivenUp);
+                    tracing::error!(peer = %self.peer, id = %p.id, reason = %why, "peer refused envelope permanently; giving up on it");
+                }
+                Attempt::Retry(why) => {
+                    if self.front().is_some_and(|f| f.id == p.id) {
+                        // The envelopes before it are popped.
+                        next = p.clone();
+                        first = Some(Attempt::Retry(why));
+                    }
+                    break;
+                }
+            }
+            self.pop(&p.id, &cx.metrics);
+        }
+        match first {
+            None => AfterBatch::Done,
+            first => AfterBatch::OneAtATime(next, first),
+        }
+    }
+
+    /// A batch on the stream: one pipelined round trip appends the whole batch, in
+    /// order.
+    async fn stream_batch(
+        &self,
+        cx: &RunContext,
+        state: &mut LinkState,
+        link: &crate::egress::stream::StreamLink,
+        batch_max: usize,
+        next: Pending,
+    ) -> AfterBatch {
+        let batch = self.front_batch(batch_max);
+        if batch.len() <= 1 {
+            return AfterBatch::OneAtATime(next, None);
+        }
+        let ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        let items: Vec<(&str, String, &[u8])> = batch
+            .iter()
+            .map(|p| {
+                let sig = cx
+                    .signer
+                    .cache
+                    .get_or_sign(&cx.signer.signer, &p.id, ts, &p.body);
+                (p.id.as_str(), sig, &p.body[..])
+            })
+            .collect();
+        cx.metrics.peer_request(&self.peer, "batch");
+        match link.append_many(ts, &items).await {
+            Ok(()) => {
+                self.link_ok(&mut state.failures);
+                for p in &batch {
+                    cx.metrics.envelope_out(&self.peer, "delivered");
+                    self.report(p, PeerOutcome::Delivered(ClaimReply::default()));
+                    self.pop(&p.id, &cx.metrics);
+                }
+                AfterBatch::Done
+            }
+            // An envelope without a group: the one-at-a-time path gives up on it.
+            Err(crate::egress::stream::AppendError::Permanent(_)) => {
+                AfterBatch::OneAtATime(next, None)
+            }
+            Err(crate::egress::stream::AppendError::Retry(why)) => {
+                AfterBatch::OneAtATime(next, Some(Attempt::Retry(why)))
+            }
+        }
+    }
+
+    /// Delivers `next` alone, `first` being the attempt a batch already made for it:
+    /// direct attempts with backoff (while relaying, only on the probe schedule), the
+    /// relay while the direct link is down, giving up on a permanent refusal or after
+    /// `give_up_after`. True once it is handled (delivered or given up); false when
+    /// `stop` fires first.
+    async fn deliver_one(
+        &self,
+        cx: &RunContext,
+        state: &mut LinkState,
+        next: &Pending,
+        mut first: Option<Attempt>,
+    ) -> bool {
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let ts = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs() as i64)
+                .unwrap_or(0);
+            let sig = cx.signer.sign_for(&self.peer, &next.id, ts, &next.body);
+            // While relaying, the direct link is only probed on its backoff schedule.
+            let relaying = self.relay.get().is_some_and(|r| r.due(&self.link));
+            let direct = first.is_some() || !relaying || Instant::now() >= state.next_probe;
+            let outcome = if let Some(o) = first.take() {
+                o
+            } else if direct {
+                self.attempt(
+                    &cx.http,
+                    next,
+                    ts,
+                    &sig,
+                    cx.policy.attempt_timeout,
+                    &cx.metrics,
+                )
+                .await
+            } else {
+                Attempt::Retry("direct link down (relaying until the next probe)".into())
+            };
+            match outcome {
+                Attempt::Delivered(answered) => {
+                    self.link_ok(&mut state.failures);
+                    state.relay_logged = false;
+                    cx.metrics.envelope_out(&self.peer, "delivered");
+                    self.report(next, PeerOutcome::Delivered(answered));
+                    tracing::debug!(peer = %self.peer, id = %next.id, attempt, "delivered");
+                    return true;
+                }
+                Attempt::Permanent(why) => {
+                    self.link_ok(&mut state.failures);
+                    state.relay_logged = false;
+                    cx.metrics.envelope_out(&self.peer, "given_up");
+                    self.report(next, PeerOutcome::GivenUp);
+                    tracing::error!(peer = %self.peer, id = %next.id, attempt, reason = %why, "peer refused envelope permanently; giving up on it");
+                    return true;
+                }
+                Attempt::Retry(why) => {
+                    if direct {
+                        tracing::debug!(peer = %self.peer, id = %next.id, reason = %why, relaying, "direct attempt failed");
+                        state.failures += 1;
+                        self.link.failed();
+                        state.next_probe = Instant::now() + cx.policy.backoff(state.failures);
+                    }
+                    if self.relayed(cx, state, next, ts, &sig).await {
+                        return true;
+                    }
+                    if next.queued_at.elapsed() >= cx.policy.give_up_after {
+                        cx.metrics.envelope_out(&self.peer, "given_up");
+                        self.report(next, PeerOutcome::GivenUp);
+                        tracing::error!(peer = %self.peer, id = %next.id, attempt, reason = %why, waited_s = next.queued_at.elapsed().as_secs(), "delivery deadline passed; giving up on envelope");
+                        return true;
+                    }
+                    cx.metrics.envelope_out(&self.peer, "retry");
+                    let wait = cx.policy.backoff(attempt);
+                    tracing::warn!(peer = %self.peer, id = %next.id, attempt, reason = %why, retry_in_ms = wait.as_millis() as u64, "delivery failed; will retry");
+                    tokio::select! {
+                        _ = cx.stop.cancelled() => return false,
+                        _ = tokio::time::sleep(wait) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// While the direct link is down (the relay says it is due), hands `next` to the
+    /// relay, announcing relaying once; true when the relay delivered it.
+    async fn relayed(
+        &self,
+        cx: &RunContext,
+        state: &mut LinkState,
+        next: &Pending,
+        ts: i64,
+        sig: &str,
+    ) -> bool {
+        let Some(relay) = self.relay.get().filter(|r| r.due(&self.link)) else {
+            return false;
+        };
+        if !state.relay_logged {
+            state.relay_logged = true;
+            tracing::warn!(peer = %self.peer, down_ms = self.link.failing_for().unwrap_or_default().as_millis() as u64, "direct link failing: relaying envelopes for this peer through other peers (still probing it directly)");
+        }
+        if relay
+            .deliver(&self.peer, &next.id, ts, sig, &next.body)
+            .await
+        {
+            // The relay's receipt proves delivery but carries no `answered`.
+            cx.metrics.envelope_out(&self.peer, "relayed");
+            self.report(next, PeerOutcome::Delivered(ClaimReply::default()));
+            return true;
+        }
+        false
     }
 
     /// A direct attempt the peer answered: the link works.
@@ -912,6 +1017,35 @@ enum Attempt {
     Delivered(ClaimReply),
     Permanent(String),
     Retry(String),
+}
+
+/// What [`Outbox::run`] delivers with, shared by its steps.
+struct RunContext {
+    http: reqwest::Client,
+    signer: Arc<SharedSigner>,
+    metrics: Arc<Metrics>,
+    policy: RetryPolicy,
+    stop: CancellationToken,
+}
+
+/// The direct link's state across envelopes, in [`Outbox::run`].
+struct LinkState {
+    /// Consecutive failed direct attempts.
+    failures: u32,
+    /// When to probe the direct link next while relaying.
+    next_probe: Instant,
+    /// Whether relaying was announced.
+    relay_logged: bool,
+    /// Set while the peer answers batches with 404 (an older version).
+    batch_off_until: Option<Instant>,
+}
+
+/// What [`Outbox::try_batch`] leaves for the one-at-a-time path.
+enum AfterBatch {
+    /// Every envelope the batch held is handled: look at the queue again.
+    Done,
+    /// Deliver this envelope alone, starting from the batch's attempt when it made one.
+    OneAtATime(Pending, Option<Attempt>),
 }
 
 /// How a batch request went.

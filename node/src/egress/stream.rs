@@ -59,7 +59,7 @@ pub enum AppendError {
 
 /// A stream entry id, `ms-seq`, ordered as Redis orders them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
-pub struct EntryId {
+pub(crate) struct EntryId {
     /// Milliseconds of Redis's clock when the entry was added.
     pub ms: u64,
     /// Sequence within that millisecond.
@@ -68,7 +68,7 @@ pub struct EntryId {
 
 impl EntryId {
     /// Parses `1700000000000-3`.
-    pub fn parse(s: &str) -> Option<EntryId> {
+    pub(crate) fn parse(s: &str) -> Option<EntryId> {
         let (ms, seq) = s.split_once('-')?;
         Some(EntryId {
             ms: ms.parse().ok()?,

@@ -33,7 +33,7 @@ use crate::turn::scheduler::{delay_for, grace_for, Standing, Yield, MIN_CLAIM, W
 use crate::wire::envelope::{Envelope, Kind, Why};
 
 /// The window of the per-group bot-message cap.
-pub const RATE_WINDOW_MS: u64 = 60_000;
+pub(crate) const RATE_WINDOW_MS: u64 = 60_000;
 
 /// Silent decisions of the cheap local filters, for messages that were never this
 /// bot's to answer: logged at debug, counted as every decision is.
@@ -45,7 +45,7 @@ const ROUTINE_SILENCE: &[&str] = &[
 ];
 
 /// Whether a decision means this bot passed on the trigger for good.
-pub fn passes(action: &str, reason: &str) -> bool {
+pub(crate) fn passes(action: &str, reason: &str) -> bool {
     matches!(action, "yield" | "yield_writing")
         || matches!(reason, "judge_declined" | "rejudged_silent")
 }
@@ -93,7 +93,7 @@ fn context_before<P: Ports + ?Sized>(p: &P, msg: &Envelope, k: usize) -> Vec<Arc
 /// Runs the whole pipeline for one newly recorded message, with the platform's
 /// mention list (Feishu `mentions[]`, empty elsewhere). Boxed with an explicit `Send`
 /// because replying records a message, which spawns `consider` again.
-pub fn consider<P: Ports>(
+pub(crate) fn consider<P: Ports>(
     p: Arc<P>,
     msg: Arc<Envelope>,
     platform: Vec<PlatformMention>,
@@ -102,7 +102,11 @@ pub fn consider<P: Ports>(
 }
 
 /// [`consider`] with the platform's mention list (Feishu `mentions[]`).
-pub async fn consider_with<P: Ports>(p: Arc<P>, msg: Arc<Envelope>, platform: &[PlatformMention]) {
+pub(crate) async fn consider_with<P: Ports>(
+    p: Arc<P>,
+    msg: Arc<Envelope>,
+    platform: &[PlatformMention],
+) {
     if let Some(d) = triage(&*p, &msg, platform) {
         act(p, msg, d).await;
     }
@@ -111,7 +115,7 @@ pub async fn consider_with<P: Ports>(p: Arc<P>, msg: Arc<Envelope>, platform: &[
 /// The local rules for a newly recorded message: `None` when the bot stays silent (the
 /// decision is recorded), else what [`act`] is to do. Cheap and synchronous, so the
 /// node runs it as the message is recorded and spawns a turn only when there is one.
-pub fn triage<P: Ports + ?Sized>(
+pub(crate) fn triage<P: Ports + ?Sized>(
     p: &P,
     msg: &Envelope,
     platform: &[PlatformMention],
@@ -151,7 +155,7 @@ pub fn triage<P: Ports + ?Sized>(
 
 /// Carries out a [`triage`] decision that is not silence: judge, wait and claim,
 /// write, check once more, settle the claim and commit, post.
-pub async fn act<P: Ports>(p: Arc<P>, msg: Arc<Envelope>, d: Decision) {
+pub(crate) async fn act<P: Ports>(p: Arc<P>, msg: Arc<Envelope>, d: Decision) {
     let Some((why, relevance)) = judge_step(&*p, &msg, &d).await else {
         return;
     };
@@ -532,7 +536,7 @@ async fn settle_claim<P: Ports + ?Sized>(
 
 /// What a sidecar agent receives when its bot takes a turn (docs/sidecar.md).
 #[derive(Debug, Serialize)]
-pub struct Turn<'a> {
+pub(crate) struct Turn<'a> {
     /// The bot taking the turn.
     pub bot: &'a str,
     /// The group.
@@ -564,7 +568,7 @@ fn claim_envelope<P: Ports + ?Sized>(p: &P, msg: &Envelope, relevance: f64) -> E
 
 /// Withdraws this bot's claim on `msg` (if it still holds one) and tells the peers,
 /// so the bots that stood by behind it re-enter.
-pub fn withdraw_claim<P: Ports + ?Sized>(p: &P, msg: &Envelope, why: &str) {
+pub(crate) fn withdraw_claim<P: Ports + ?Sized>(p: &P, msg: &Envelope, why: &str) {
     let brain = p.brain();
     let me = brain.me.name.clone();
     if !brain.board.has_claim(msg.id, &me) {

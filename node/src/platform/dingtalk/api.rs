@@ -26,21 +26,21 @@ use tokio::time::Instant;
 use crate::config::pacing::{Backoff, Jitter};
 
 /// The token endpoint.
-pub const TOKEN_PATH: &str = "/v1.0/oauth2/accessToken";
+pub(crate) const TOKEN_PATH: &str = "/v1.0/oauth2/accessToken";
 /// The robot group-send endpoint.
-pub const GROUP_SEND_PATH: &str = "/v1.0/robot/groupMessages/send";
+pub(crate) const GROUP_SEND_PATH: &str = "/v1.0/robot/groupMessages/send";
 /// The header carrying the access token on the new (`api.dingtalk.com`) APIs.
-pub const TOKEN_HEADER: &str = "x-acs-dingtalk-access-token";
+pub(crate) const TOKEN_HEADER: &str = "x-acs-dingtalk-access-token";
 /// Messages a robot may send to one group per minute (DingTalk's limit is 20).
-pub const SENDS_PER_MINUTE: usize = 20;
+pub(crate) const SENDS_PER_MINUTE: usize = 20;
 /// The longest delay between two attempts of a send.
-pub const RETRY_MAX: Duration = Duration::from_secs(8);
+pub(crate) const RETRY_MAX: Duration = Duration::from_secs(8);
 /// How long before its expiry a session webhook is no longer used.
-pub const WEBHOOK_MARGIN: Duration = Duration::from_secs(60);
+pub(crate) const WEBHOOK_MARGIN: Duration = Duration::from_secs(60);
 
 /// Why a call to DingTalk failed.
 #[derive(Debug, thiserror::Error)]
-pub enum ApiError {
+pub(crate) enum ApiError {
     /// The request got no answer.
     #[error("request failed: {0}")]
     Http(String),
@@ -89,11 +89,11 @@ impl ApiError {
 
 /// A text to send, with the people it really @-mentions.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outgoing {
+pub(crate) struct Outgoing {
     /// The content, with `@userId` where each mention stands.
-    pub text: String,
+    pub(crate) text: String,
     /// Staff ids to notify (`at.atUserIds`).
-    pub at_user_ids: Vec<String>,
+    pub(crate) at_user_ids: Vec<String>,
 }
 
 #[derive(Clone)]
@@ -124,7 +124,7 @@ struct ErrorBody {
 /// A sliding window rather than the shared [`crate::config::pacing::TokenBucket`]: a
 /// bucket of 20 refilling at 20 a minute lets a full burst be followed by another 19
 /// within the same minute, which DingTalk's per-minute count would refuse.
-pub struct Pacer {
+pub(crate) struct Pacer {
     per_window: usize,
     window: Duration,
     groups: Mutex<HashMap<String, Arc<tokio::sync::Mutex<VecDeque<Instant>>>>>,
@@ -132,7 +132,7 @@ pub struct Pacer {
 
 impl Pacer {
     /// A pacer allowing `per_window` sends per `window` per group.
-    pub fn new(per_window: usize, window: Duration) -> Pacer {
+    pub(crate) fn new(per_window: usize, window: Duration) -> Pacer {
         Pacer {
             per_window: per_window.max(1),
             window,
@@ -142,7 +142,7 @@ impl Pacer {
 
     /// Waits for `group`'s turn and counts the send. Sends to one group queue in the
     /// order they asked (tokio's mutex is fair); other groups are not held up.
-    pub async fn acquire(&self, group: &str) {
+    pub(crate) async fn acquire(&self, group: &str) {
         let slot = self
             .groups
             .lock()
@@ -168,18 +168,13 @@ impl Pacer {
     }
 
     /// How many groups it keeps a window for.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.groups.lock().len()
-    }
-
-    /// True when it keeps none.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
 /// The open API as this robot's app.
-pub struct DingTalkApi {
+pub(crate) struct DingTalkApi {
     http: reqwest::Client,
     base_url: String,
     client_id: String,
@@ -202,7 +197,7 @@ impl std::fmt::Debug for DingTalkApi {
 }
 
 /// An HTTP client for `base_url` that never goes through a proxy for loopback.
-pub fn http_client(base_url: &str) -> anyhow::Result<reqwest::Client> {
+pub(crate) fn http_client(base_url: &str) -> anyhow::Result<reqwest::Client> {
     let mut builder = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(3))
         .timeout(Duration::from_secs(10));
@@ -228,7 +223,7 @@ async fn error_of(resp: reqwest::Response) -> ApiError {
 
 impl DingTalkApi {
     /// The API at `base_url` for the app `client_id` and its robot `robot_code`.
-    pub fn new(
+    pub(crate) fn new(
         base_url: &str,
         client_id: &str,
         client_secret: &str,
@@ -249,7 +244,7 @@ impl DingTalkApi {
 
     /// A valid access token: the cached one, or a fresh one when it is near expiry or
     /// is `rejected` (the one DingTalk just refused). One fetch at a time.
-    pub async fn access_token(&self, rejected: Option<&str>) -> Result<String, ApiError> {
+    pub(crate) async fn access_token(&self, rejected: Option<&str>) -> Result<String, ApiError> {
         let mut slot = self.token.lock().await;
         if let Some(t) = slot.as_ref() {
             if Instant::now() < t.refresh_at && rejected != Some(t.value.as_str()) {
@@ -313,7 +308,11 @@ impl DingTalkApi {
     }
 
     /// Answers into a conversation through a message's session webhook.
-    pub async fn send_by_session(&self, webhook: &str, msg: &Outgoing) -> Result<(), ApiError> {
+    pub(crate) async fn send_by_session(
+        &self,
+        webhook: &str,
+        msg: &Outgoing,
+    ) -> Result<(), ApiError> {
         let body = serde_json::json!({
             "msgtype": "text",
             "text": {"content": msg.text},
@@ -353,7 +352,7 @@ impl DingTalkApi {
     }
 
     /// Sends to a group with the robot group-send API. Returns `processQueryKey`.
-    pub async fn send_to_group(
+    pub(crate) async fn send_to_group(
         &self,
         open_conversation_id: &str,
         msg: &Outgoing,

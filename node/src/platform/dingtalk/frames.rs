@@ -11,33 +11,33 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// The callback topic of robot messages (what botmesh subscribes to).
-pub const TOPIC_ROBOT: &str = "/v1.0/im/bot/messages/get";
+pub(crate) const TOPIC_ROBOT: &str = "/v1.0/im/bot/messages/get";
 /// The system topic of DingTalk's keep-alive: answered with the frame's data.
-pub const TOPIC_PING: &str = "ping";
+pub(crate) const TOPIC_PING: &str = "ping";
 /// The system topic of a server-side goodbye: acknowledge, then reconnect.
-pub const TOPIC_DISCONNECT: &str = "disconnect";
+pub(crate) const TOPIC_DISCONNECT: &str = "disconnect";
 
 /// One frame from the Stream gateway.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
-pub struct Frame {
+pub(crate) struct Frame {
     /// Protocol version (`1.0`).
     #[serde(rename = "specVersion", default)]
-    pub spec_version: String,
+    pub(crate) spec_version: String,
     /// `SYSTEM`, `EVENT` or `CALLBACK`.
     #[serde(rename = "type", default)]
-    pub kind: String,
+    pub(crate) kind: String,
     /// `messageId`, `topic`, `contentType`, `time`, …: kept as a map because each
     /// frame type has its own extra headers and only two matter here.
     #[serde(default)]
-    pub headers: serde_json::Map<String, Value>,
+    pub(crate) headers: serde_json::Map<String, Value>,
     /// The payload: JSON text inside a string.
     #[serde(default)]
-    pub data: String,
+    pub(crate) data: String,
 }
 
 /// What a frame asks of the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FrameKind {
+pub(crate) enum FrameKind {
     /// Keep-alive: acknowledge with the same data.
     Ping,
     /// The gateway is going away: acknowledge, close, reconnect.
@@ -51,7 +51,7 @@ pub enum FrameKind {
 
 /// Why a frame could not be read.
 #[derive(Debug, thiserror::Error)]
-pub enum FrameError {
+pub(crate) enum FrameError {
     /// Not JSON, or not a frame's shape.
     #[error("malformed frame: {0}")]
     Malformed(String),
@@ -62,7 +62,7 @@ pub enum FrameError {
 
 impl Frame {
     /// Parses one text frame.
-    pub fn parse(text: &str) -> Result<Frame, FrameError> {
+    pub(crate) fn parse(text: &str) -> Result<Frame, FrameError> {
         let f: Frame =
             serde_json::from_str(text).map_err(|e| FrameError::Malformed(e.to_string()))?;
         if f.message_id().is_empty() {
@@ -79,17 +79,17 @@ impl Frame {
     }
 
     /// `headers.messageId`: what the acknowledgement names.
-    pub fn message_id(&self) -> &str {
+    pub(crate) fn message_id(&self) -> &str {
         self.header("messageId")
     }
 
     /// `headers.topic`.
-    pub fn topic(&self) -> &str {
+    pub(crate) fn topic(&self) -> &str {
         self.header("topic")
     }
 
     /// What the frame asks for.
-    pub fn classify(&self) -> FrameKind {
+    pub(crate) fn classify(&self) -> FrameKind {
         match (self.kind.as_str(), self.topic()) {
             ("SYSTEM", TOPIC_PING) => FrameKind::Ping,
             ("SYSTEM", TOPIC_DISCONNECT) => FrameKind::Disconnect,
@@ -99,7 +99,7 @@ impl Frame {
     }
 
     /// The acknowledgement of this frame with `code`, echoing `data` (a JSON text).
-    pub fn ack(&self, code: u16, message: &str, data: &str) -> String {
+    pub(crate) fn ack(&self, code: u16, message: &str, data: &str) -> String {
         serde_json::json!({
             "code": code,
             "headers": {
@@ -115,80 +115,80 @@ impl Frame {
 
 /// One entry of a robot message's `atUsers`.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
-pub struct AtUser {
+pub(crate) struct AtUser {
     /// The @-mentioned member's id as this robot sees it (robots have one too).
     #[serde(rename = "dingtalkId", default)]
-    pub dingtalk_id: String,
+    pub(crate) dingtalk_id: String,
     /// Their staff (user) id in the organisation, for people of the robot's org.
     #[serde(rename = "staffId", default)]
-    pub staff_id: Option<String>,
+    pub(crate) staff_id: Option<String>,
 }
 
 /// A robot message: the `data` of a [`TOPIC_ROBOT`] callback.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct RobotMessage {
+pub(crate) struct RobotMessage {
     /// The conversation (`cid…`): a group, or a direct chat.
-    pub conversation_id: String,
+    pub(crate) conversation_id: String,
     /// `"1"` direct, `"2"` group (a string in DingTalk's JSON; a number accepted).
     #[serde(default)]
-    pub conversation_type: Value,
+    pub(crate) conversation_type: Value,
     /// DingTalk's message id: the `platform_msg_id` that makes every copy one message.
-    pub msg_id: String,
+    pub(crate) msg_id: String,
     /// `text`, `richText`, `picture`, `audio`, `file`, `video`, …
     #[serde(default)]
-    pub msgtype: String,
+    pub(crate) msgtype: String,
     /// The sender's display name: the transcript's author.
     #[serde(default)]
-    pub sender_nick: String,
+    pub(crate) sender_nick: String,
     /// The sender's staff id (people of the robot's org): what an `atUserIds` names.
     #[serde(default)]
-    pub sender_staff_id: Option<String>,
+    pub(crate) sender_staff_id: Option<String>,
     /// The sender's id as this robot sees it.
     #[serde(default)]
-    pub sender_id: String,
+    pub(crate) sender_id: String,
     /// `{"content": …}` of a text message.
     #[serde(default)]
-    pub text: Option<TextContent>,
+    pub(crate) text: Option<TextContent>,
     /// The body of a rich-text, picture, audio, file or video message.
     #[serde(default)]
-    pub content: Option<Value>,
+    pub(crate) content: Option<Value>,
     /// Everyone the message @-mentions (robots included).
     #[serde(default)]
-    pub at_users: Vec<AtUser>,
+    pub(crate) at_users: Vec<AtUser>,
     /// This robot is among the @-mentioned.
     #[serde(default)]
-    pub is_in_at_list: bool,
+    pub(crate) is_in_at_list: bool,
     /// A URL that answers into this conversation without a token, until it expires.
     #[serde(default)]
-    pub session_webhook: Option<String>,
+    pub(crate) session_webhook: Option<String>,
     /// When [`RobotMessage::session_webhook`] expires (unix ms).
     #[serde(default)]
-    pub session_webhook_expired_time: Option<i64>,
+    pub(crate) session_webhook_expired_time: Option<i64>,
     /// When the message was sent (unix ms).
     #[serde(default)]
-    pub create_at: Option<i64>,
+    pub(crate) create_at: Option<i64>,
     /// The receiving robot's code.
     #[serde(default)]
-    pub robot_code: Option<String>,
+    pub(crate) robot_code: Option<String>,
 }
 
 /// The `text` of a text message.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
-pub struct TextContent {
+pub(crate) struct TextContent {
     /// What the person typed (DingTalk leaves out the @ of the receiving robot).
     #[serde(default)]
-    pub content: String,
+    pub(crate) content: String,
 }
 
 impl RobotMessage {
     /// Parses a callback's `data`.
-    pub fn parse(data: &str) -> Result<RobotMessage, FrameError> {
+    pub(crate) fn parse(data: &str) -> Result<RobotMessage, FrameError> {
         serde_json::from_str(data).map_err(|e| FrameError::Malformed(format!("robot message: {e}")))
     }
 
     /// A direct (one-to-one) conversation rather than a group.
-    pub fn is_direct(&self) -> bool {
+    pub(crate) fn is_direct(&self) -> bool {
         match &self.conversation_type {
             Value::String(s) => s.trim() == "1",
             Value::Number(n) => n.as_u64() == Some(1),
@@ -198,7 +198,7 @@ impl RobotMessage {
 
     /// The message as text: text as typed, rich text's pieces with `[image]` for its
     /// pictures, and a placeholder for media (`[image]`, `[voice]`, `[file: name]`, …).
-    pub fn flattened_text(&self) -> String {
+    pub(crate) fn flattened_text(&self) -> String {
         let content = self.content.as_ref();
         let field = |k: &str| {
             content

@@ -33,9 +33,9 @@
 //! there the text goes as written. A colleague robot always stays plain `@Name`:
 //! DingTalk cannot notify a robot, the bridge does.
 
-pub mod api;
-pub mod frames;
-pub mod stream;
+pub(crate) mod api;
+pub(crate) mod frames;
+pub(crate) mod stream;
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -58,22 +58,22 @@ use stream::{StreamClient, StreamHandler};
 
 /// A person's message reaches only the robots it @-mentions; robots never see each
 /// other's messages.
-pub const VISIBILITY: Visibility = Visibility {
+pub(crate) const VISIBILITY: Visibility = Visibility {
     humans_reach_every_bot: false,
     bots_see_bots: false,
 };
 
 /// At most this many people's staff ids are remembered for outgoing @s.
-pub const PEOPLE_CAPACITY: usize = 10_000;
+pub(crate) const PEOPLE_CAPACITY: usize = 10_000;
 
 /// A dingtalk bot's platform state.
-pub struct DingTalk {
+pub(crate) struct DingTalk {
     /// The open API (token, sends).
-    pub api: DingTalkApi,
+    pub(crate) api: DingTalkApi,
     /// The Stream connection.
-    pub stream: StreamClient,
+    pub(crate) stream: StreamClient,
     /// Spaces sends per group ([`SENDS_PER_MINUTE`]).
-    pub pacer: Pacer,
+    pub(crate) pacer: Pacer,
     /// This bot's name.
     me: String,
     /// The conversation that is `[mesh].group`.
@@ -109,7 +109,7 @@ impl std::fmt::Debug for DingTalk {
 
 /// Why a message could not be posted.
 #[derive(Debug, thiserror::Error)]
-pub enum PostFailure {
+pub(crate) enum PostFailure {
     /// The group maps to no DingTalk conversation.
     #[error("group {0:?} maps to no dingtalk conversation (set dingtalk.conversation_id for [mesh].group)")]
     NoConversation(String),
@@ -172,7 +172,7 @@ impl StreamHandler for DingTalk {
 
 /// `text` without the `@Name` of each of `members` (DingTalk's @s of robots), and
 /// without the space that followed each.
-pub fn strip_mentions(matcher: &MentionMatcher, text: &str, members: &[&str]) -> String {
+pub(crate) fn strip_mentions(matcher: &MentionMatcher, text: &str, members: &[&str]) -> String {
     let mut out = String::with_capacity(text.len());
     let mut last = 0;
     for span in matcher.spans(text, &[]) {
@@ -196,7 +196,7 @@ fn continues_handle(c: char) -> bool {
 
 impl DingTalk {
     /// The DingTalk side of `cfg`'s bot (an error when its platform is not dingtalk).
-    pub fn from_config(cfg: &NodeConfig) -> anyhow::Result<DingTalk> {
+    pub(crate) fn from_config(cfg: &NodeConfig) -> anyhow::Result<DingTalk> {
         let bot = cfg.bot();
         if bot.platform != Platform::Dingtalk {
             anyhow::bail!("bot {} is not on dingtalk", bot.name);
@@ -253,7 +253,7 @@ impl DingTalk {
 
     /// The mesh group of a conversation: `[mesh].group` for the configured one, else
     /// the conversation id itself.
-    pub fn group_for_conversation(&self, conversation_id: &str) -> String {
+    pub(crate) fn group_for_conversation(&self, conversation_id: &str) -> String {
         if conversation_id == self.conversation_id {
             self.mesh_group.clone()
         } else {
@@ -262,7 +262,7 @@ impl DingTalk {
     }
 
     /// The conversation a group's messages go to.
-    pub fn conversation_for_group(&self, group: &str) -> Option<String> {
+    pub(crate) fn conversation_for_group(&self, group: &str) -> Option<String> {
         if group == self.mesh_group {
             Some(self.conversation_id.clone())
         } else if group.starts_with("cid") {
@@ -314,7 +314,7 @@ impl DingTalk {
 
     /// The session webhook of `conversation` while it is valid for another
     /// [`WEBHOOK_MARGIN`].
-    pub fn valid_webhook(&self, conversation: &str, now_ms: i64) -> Option<String> {
+    pub(crate) fn valid_webhook(&self, conversation: &str, now_ms: i64) -> Option<String> {
         let hooks = self.webhooks.lock();
         let (url, exp) = hooks.get(conversation)?;
         (*exp - now_ms > WEBHOOK_MARGIN.as_millis() as i64).then(|| url.clone())
@@ -323,7 +323,7 @@ impl DingTalk {
     /// The text to send: each `@Nick` of a person whose staff id is known becomes
     /// `@staffId` with the id in `atUserIds` (DingTalk renders it as a real @ there);
     /// anything else — a colleague robot included — stays as written.
-    pub fn outgoing(&self, text: &str) -> Outgoing {
+    pub(crate) fn outgoing(&self, text: &str) -> Outgoing {
         let people = self.people.lock();
         let mut nicks: Vec<(&String, &String)> = people.iter().collect();
         nicks.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(b.0)));
@@ -367,7 +367,7 @@ impl DingTalk {
     /// `participation = "mentions"` is kept, put back in front if DingTalk left it
     /// out (it is the only way to address such a robot). The result depends only on
     /// the message, so every carrier records the same text.
-    pub fn mesh_text(&self, text: &str, delivered: &[&str]) -> String {
+    pub(crate) fn mesh_text(&self, text: &str, delivered: &[&str]) -> String {
         let (keep, strip): (Vec<&str>, Vec<&str>) = delivered
             .iter()
             .copied()
@@ -388,7 +388,7 @@ impl DingTalk {
     }
 
     /// Records one robot message (see [`StreamHandler::robot_message`]).
-    pub async fn receive(&self, msg: RobotMessage) -> bool {
+    pub(crate) async fn receive(&self, msg: RobotMessage) -> bool {
         let Some(ingest) = self.ingest.get() else {
             return false;
         };
@@ -481,7 +481,7 @@ impl DingTalk {
     /// session webhook while it is valid, else the group-send API. Returns the
     /// platform id (`processQueryKey`, or `session:<envelope id>` for a webhook send,
     /// which returns none). Failures are logged here.
-    pub async fn post(&self, env: &Envelope) -> Result<String, PostFailure> {
+    pub(crate) async fn post(&self, env: &Envelope) -> Result<String, PostFailure> {
         let Some(conversation) = self.conversation_for_group(&env.group) else {
             let e = PostFailure::NoConversation(env.group.clone());
             tracing::error!(bot = %self.me, id = %env.id, error = %e, "not posted to dingtalk; the mesh still gets it");

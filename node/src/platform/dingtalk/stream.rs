@@ -29,24 +29,24 @@ use crate::config::pacing::{Backoff, Jitter};
 use super::frames::{Frame, FrameKind, RobotMessage, TOPIC_ROBOT};
 
 /// The endpoint that opens a Stream connection.
-pub const OPEN_PATH: &str = "/v1.0/gateway/connections/open";
+pub(crate) const OPEN_PATH: &str = "/v1.0/gateway/connections/open";
 /// First reconnection delay.
-pub const BACKOFF_BASE: Duration = Duration::from_millis(500);
+pub(crate) const BACKOFF_BASE: Duration = Duration::from_millis(500);
 /// Longest reconnection delay.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// A connection that delivers nothing (no frame, no pong to our pings) for this long
 /// is taken for dead.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// The longest wait for the WebSocket handshake.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The pause before reconnecting after the gateway's `disconnect`.
-pub const DISCONNECT_PAUSE: Duration = Duration::from_millis(100);
+pub(crate) const DISCONNECT_PAUSE: Duration = Duration::from_millis(100);
 /// How often the client pings the gateway (WebSocket ping), so a quiet group's
 /// connection still proves itself alive within [`IDLE_TIMEOUT`].
-pub const KEEPALIVE: Duration = Duration::from_secs(30);
+pub(crate) const KEEPALIVE: Duration = Duration::from_secs(30);
 
 /// What the stream hands a robot message to.
-pub trait StreamHandler: Send + Sync + 'static {
+pub(crate) trait StreamHandler: Send + Sync + 'static {
     /// Records a robot message. `true` once it is recorded (or never will be: a
     /// direct message, a duplicate), which acknowledges it; `false` leaves it
     /// unacknowledged for DingTalk to deliver again.
@@ -61,7 +61,7 @@ pub trait StreamHandler: Send + Sync + 'static {
 
 /// Why a connection ended badly.
 #[derive(Debug, thiserror::Error)]
-pub enum StreamError {
+pub(crate) enum StreamError {
     /// `connections/open` failed.
     #[error("opening the stream connection: {0}")]
     Open(String),
@@ -75,7 +75,7 @@ pub enum StreamError {
 
 /// How a connection that worked ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ended {
+pub(crate) enum Ended {
     /// The gateway said `disconnect`: reconnect at once.
     Disconnect,
     /// The socket closed; `delivered` tells whether it carried any frame.
@@ -89,21 +89,21 @@ pub enum Ended {
 
 /// `connections/open`'s answer.
 #[derive(Debug, Clone, Deserialize)]
-pub struct Connection {
+pub(crate) struct Connection {
     /// The WebSocket URL.
-    pub endpoint: String,
+    pub(crate) endpoint: String,
     /// The one-time ticket for it.
-    pub ticket: String,
+    pub(crate) ticket: String,
 }
 
 /// One app's Stream connection.
-pub struct StreamClient {
+pub(crate) struct StreamClient {
     http: reqwest::Client,
     base_url: String,
     client_id: String,
     client_secret: String,
     /// Counts connections opened (for logs and tests).
-    pub connections: std::sync::atomic::AtomicU64,
+    pub(crate) connections: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for StreamClient {
@@ -117,7 +117,7 @@ impl std::fmt::Debug for StreamClient {
 
 /// The delay before reconnection attempt `failures` (1-based), with up to 20 % jitter
 /// (capped at [`BACKOFF_MAX`]).
-pub fn backoff(failures: u32) -> Duration {
+pub(crate) fn backoff(failures: u32) -> Duration {
     RECONNECT.delay(failures, Jitter::Scale(1.0..=1.2))
 }
 
@@ -126,7 +126,7 @@ const RECONNECT: Backoff = Backoff::new(BACKOFF_BASE, BACKOFF_MAX);
 
 impl StreamClient {
     /// A client of the gateway at `base_url` for the app `client_id`.
-    pub fn new(
+    pub(crate) fn new(
         base_url: &str,
         client_id: &str,
         client_secret: &str,
@@ -142,7 +142,7 @@ impl StreamClient {
     }
 
     /// Asks the gateway for an endpoint and a ticket.
-    pub async fn open(&self) -> Result<Connection, StreamError> {
+    pub(crate) async fn open(&self) -> Result<Connection, StreamError> {
         let body = serde_json::json!({
             "clientId": self.client_id,
             "clientSecret": self.client_secret,
@@ -168,7 +168,7 @@ impl StreamClient {
     }
 
     /// Keeps a connection open until `stop`, reconnecting with backoff.
-    pub async fn run(&self, handler: Arc<dyn StreamHandler>, stop: CancellationToken) {
+    pub(crate) async fn run(&self, handler: Arc<dyn StreamHandler>, stop: CancellationToken) {
         let mut failures: u32 = 0;
         while !stop.is_cancelled() {
             let ended = tokio::select! {
