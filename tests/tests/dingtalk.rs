@@ -466,16 +466,15 @@ async fn a_question_for_the_other_robot_gets_one_answer_from_it() {
         1.0,
         "{m}"
     );
-    // Ada, which received the question, stood back behind Bo's better claim.
+    // Ada, which received the question, stood back: behind Bo's better claim, or (on
+    // a slow machine) before Bo's answer itself.
     let m = s.mesh.metrics(0).await;
-    assert_eq!(
-        botmesh_tests::metric(
-            &m,
-            r#"botmesh_decisions_total{action="yield",reason="better_claim"}"#
-        ),
-        1.0,
-        "{m}"
-    );
+    let yields: f64 = m
+        .lines()
+        .filter(|l| l.starts_with(r#"botmesh_decisions_total{action="yield"#))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(yields, 1.0, "{m}");
     // Bo wrote its reply once; Ada, if it wrote while waiting, threw its text away and
     // says so in its metrics.
     let replies = llm.reply_bots();
@@ -573,18 +572,24 @@ async fn a_dropped_socket_loses_nothing() {
     //    on the next connection, recorded once.
     s.fake.cut_after_next(ada);
     let m1 = post("@Ada first");
-    // 2. Cut while idle, and a message arrives while the robot is away.
+    // 2. Cut while idle (the first message redelivered and acknowledged), and a
+    //    message arrives while the robot is away.
     assert!(
         s.fake
-            .wait_for(WAIT, |f| f.connections(ada) >= 2 && f.connected(ada))
+            .wait_for(WAIT, |f| f.connections(ada) >= 2
+                && f.connected(ada)
+                && f.pending(ada) == 0)
             .await
     );
     s.fake.cut(ada);
     let m2 = post("@Ada second");
-    // 3. The gateway says goodbye: acknowledged, and a new connection follows.
+    // 3. The gateway says goodbye (the second message delivered and acknowledged):
+    //    acknowledged, and a new connection follows.
     assert!(
         s.fake
-            .wait_for(WAIT, |f| f.connections(ada) >= 3 && f.connected(ada))
+            .wait_for(WAIT, |f| f.connections(ada) >= 3
+                && f.connected(ada)
+                && f.pending(ada) == 0)
             .await
     );
     s.fake.say_disconnect(ada);
