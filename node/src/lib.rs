@@ -17,7 +17,7 @@
 //! platform    one adapter per chat platform behind ChatPlatform: local, feishu, dingtalk
 //! ingress     Ingest: admission (verify, dedup, rate limit), HTTP bridge, stream reader, relayed copies
 //! turn        mention → policy → judge → scheduler → reply, over the Ports trait
-//! egress      one outbox per peer over its link (HTTP peer, relay, Redis stream), claim acks
+//! egress      one outbox per peer over a Transport (HTTP peer, Redis stream), relay, claim acks
 //! llm         the OpenAI-compatible client
 //! store       transcripts, the outbox log, delivery cursors
 //! telemetry   Prometheus metrics, live events

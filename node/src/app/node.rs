@@ -372,9 +372,9 @@ fn open_outboxes(
         })
         .collect();
     if let Some(link) = stream {
-        outboxes.push(Outbox::with_link(
+        outboxes.push(Outbox::with_transport(
             STREAM_OUTBOX,
-            crate::egress::outbox::Link::Stream(link.clone()),
+            Arc::new(crate::egress::transport::StreamTransport(link.clone())),
             cfg.mesh().outbox_capacity,
             Some(outbox_dir.join(format!(
                 "{}.cursor",

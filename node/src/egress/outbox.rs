@@ -34,24 +34,24 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::pacing::{Backoff, Jitter};
 use crate::egress::acks::{AckTracker, PeerOutcome};
+use crate::egress::transport::{Attempt, BatchOutcome, HttpPeer, SendContext, Transport};
 use crate::store::cursor::DeliveryCursor;
 use crate::store::transcript::{parse_outbox_line, LoggedOutbound};
 use crate::telemetry::metrics::Metrics;
 use crate::wire::batch::ClaimReply;
-use crate::wire::limits::ENVELOPES_PATH;
-use crate::wire::signing::{Signer, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP};
+use crate::wire::signing::Signer;
 
 /// One envelope waiting for one peer.
 #[derive(Debug, Clone)]
-struct Pending {
+pub(crate) struct Pending {
     /// Envelope id (the `webhook-id`).
-    id: String,
+    pub(crate) id: String,
     /// The serialized envelope, shared by every peer's outbox.
-    body: Bytes,
+    pub(crate) body: Bytes,
     /// When it was queued, for the give-up deadline.
     queued_at: Instant,
     /// Position in the node's outbox log, for durable messages (claims have none).
-    seq: Option<u64>,
+    pub(crate) seq: Option<u64>,
 }
 
 /// Why a push of an ephemeral envelope (a claim) was refused.
@@ -116,8 +116,8 @@ struct Queue {
 pub struct Outbox {
     /// The peer's bot name.
     peer: String,
-    /// Where deliveries go.
-    dest: Link,
+    /// Where deliveries go: the peer's HTTP bridge or the Redis stream.
+    dest: Arc<dyn Transport>,
     /// The memory queue and the spilled range.
     queue: Mutex<Queue>,
     /// Wakes the delivery task when something is queued.
@@ -135,21 +135,11 @@ pub struct Outbox {
     /// The highest log sequence delivered to (or given up on for) this peer, and its
     /// copy on disk for restarts.
     cursor: Arc<DeliveryCursor>,
-    /// The peer's batch endpoint (HTTP links only).
-    batch_url: Option<String>,
     /// Envelopes per batch at most; 1 = one envelope per request.
     batch_max: AtomicUsize,
     /// Where the final outcome of each ephemeral envelope (a claim) is reported, so
     /// a bot can wait until its claim has reached every peer.
     acks: OnceLock<Arc<AckTracker>>,
-}
-
-/// Where an outbox delivers.
-pub enum Link {
-    /// A peer's bridge: the full URL of its envelope endpoint.
-    Http(String),
-    /// The Redis Streams transport: one XADD reaches every Redis peer.
-    Stream(Arc<crate::egress::stream::StreamLink>),
 }
 
 /// Envelopes per batch unless configured (`mesh.batch_max`).
@@ -211,29 +201,26 @@ impl Outbox {
         capacity: usize,
         cursor_path: Option<PathBuf>,
     ) -> Arc<Outbox> {
-        let url = format!("{}{}", base_url.trim_end_matches('/'), ENVELOPES_PATH);
-        Outbox::with_link(peer, Link::Http(url), capacity, cursor_path)
+        Outbox::with_transport(
+            peer,
+            Arc::new(HttpPeer::new(base_url)),
+            capacity,
+            cursor_path,
+        )
     }
 
-    /// An empty outbox named `name` delivering through `link`.
-    pub fn with_link(
+    /// An empty outbox named `name` delivering through `dest`.
+    pub(crate) fn with_transport(
         name: &str,
-        link: Link,
+        dest: Arc<dyn Transport>,
         capacity: usize,
         cursor_path: Option<PathBuf>,
     ) -> Arc<Outbox> {
-        let batch_url = match &link {
-            Link::Http(url) => url
-                .strip_suffix(ENVELOPES_PATH)
-                .map(|base| format!("{base}{}", crate::wire::batch::BATCH_PATH)),
-            Link::Stream(_) => None,
-        };
         Arc::new(Outbox {
             acks: OnceLock::new(),
-            batch_url,
             batch_max: AtomicUsize::new(DEFAULT_BATCH_MAX),
             peer: name.to_string(),
-            dest: link,
+            dest,
             queue: Mutex::new(Queue::default()),
             notify: Notify::new(),
             capacity,
@@ -312,10 +299,7 @@ impl Outbox {
 
     /// Full URL of the peer's envelope endpoint (None for the Redis stream).
     pub fn url(&self) -> Option<&str> {
-        match &self.dest {
-            Link::Http(url) => Some(url),
-            Link::Stream(_) => None,
-        }
+        self.dest.url()
     }
 
     /// Envelopes waiting in memory (never more than the capacity).
@@ -567,22 +551,15 @@ impl Outbox {
         if batch_max <= 1 || relaying || state.batch_off_until.is_some() {
             return AfterBatch::OneAtATime(next, None);
         }
-        if let Some(url) = &self.batch_url {
-            self.http_batch(cx, state, url, batch_max, next).await
-        } else if let Link::Stream(link) = &self.dest {
-            self.stream_batch(cx, state, link, batch_max, next).await
-        } else {
-            AfterBatch::OneAtATime(next, None)
-        }
+        self.send_batch(cx, state, batch_max, next).await
     }
 
-    /// A batch to the peer's batch endpoint: the envelopes it answers for are handled
-    /// up to the first retryable one, which goes on alone.
-    async fn http_batch(
+    /// A batch over the transport: the envelopes it answers for are handled up to the
+    /// first retryable one, which goes on alone.
+    async fn send_batch(
         &self,
         cx: &RunContext,
         state: &mut LinkState,
-        url: &str,
         batch_max: usize,
         mut next: Pending,
     ) -> AfterBatch {
@@ -591,14 +568,8 @@ impl Outbox {
             return AfterBatch::OneAtATime(next, None);
         }
         let outcome = self
-            .attempt_batch(
-                &cx.http,
-                url,
-                &cx.signer,
-                &batch,
-                cx.policy.attempt_timeout,
-                &cx.metrics,
-            )
+            .dest
+            .send_batch(&cx.send_context(&self.peer), &batch)
             .await;
         let results = match outcome {
             BatchOutcome::TooSmall => return AfterBatch::OneAtATime(next, None),
@@ -643,55 +614,6 @@ impl Outbox {
         }
     }
 
-    /// A batch on the stream: one pipelined round trip appends the whole batch, in
-    /// order.
-    async fn stream_batch(
-        &self,
-        cx: &RunContext,
-        state: &mut LinkState,
-        link: &crate::egress::stream::StreamLink,
-        batch_max: usize,
-        next: Pending,
-    ) -> AfterBatch {
-        let batch = self.front_batch(batch_max);
-        if batch.len() <= 1 {
-            return AfterBatch::OneAtATime(next, None);
-        }
-        let ts = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs() as i64)
-            .unwrap_or(0);
-        let items: Vec<(&str, String, &[u8])> = batch
-            .iter()
-            .map(|p| {
-                let sig = cx
-                    .signer
-                    .cache
-                    .get_or_sign(&cx.signer.signer, &p.id, ts, &p.body);
-                (p.id.as_str(), sig, &p.body[..])
-            })
-            .collect();
-        cx.metrics.peer_request(&self.peer, "batch");
-        match link.append_many(ts, &items).await {
-            Ok(()) => {
-                self.link_ok(&mut state.failures);
-                for p in &batch {
-                    cx.metrics.envelope_out(&self.peer, "delivered");
-                    self.report(p, PeerOutcome::Delivered(ClaimReply::default()));
-                    self.pop(&p.id, &cx.metrics);
-                }
-                AfterBatch::Done
-            }
-            // An envelope without a group: the one-at-a-time path gives up on it.
-            Err(crate::egress::stream::AppendError::Permanent(_)) => {
-                AfterBatch::OneAtATime(next, None)
-            }
-            Err(crate::egress::stream::AppendError::Retry(why)) => {
-                AfterBatch::OneAtATime(next, Some(Attempt::Retry(why)))
-            }
-        }
-    }
-
     /// Delivers `next` alone, `first` being the attempt a batch already made for it:
     /// direct attempts with backoff (while relaying, only on the probe schedule), the
     /// relay while the direct link is down, giving up on a permanent refusal or after
@@ -718,15 +640,9 @@ impl Outbox {
             let outcome = if let Some(o) = first.take() {
                 o
             } else if direct {
-                self.attempt(
-                    &cx.http,
-                    next,
-                    ts,
-                    &sig,
-                    cx.policy.attempt_timeout,
-                    &cx.metrics,
-                )
-                .await
+                self.dest
+                    .send_one(&cx.send_context(&self.peer), next, ts, &sig)
+                    .await
             } else {
                 Attempt::Retry("direct link down (relaying until the next probe)".into())
             };
@@ -811,133 +727,6 @@ impl Outbox {
             tracing::info!(peer = %self.peer, down_ms = down.as_millis() as u64, "direct link to peer works again");
         }
     }
-
-    async fn attempt(
-        &self,
-        http: &reqwest::Client,
-        p: &Pending,
-        ts: i64,
-        sig: &str,
-        timeout: Duration,
-        metrics: &Metrics,
-    ) -> Attempt {
-        let url = match &self.dest {
-            Link::Http(url) => url,
-            Link::Stream(link) => {
-                return match link.append(&p.id, ts, sig, &p.body).await {
-                    // The stream has no per-peer answer: a stored entry counts as delivered.
-                    Ok(()) => Attempt::Delivered(ClaimReply::default()),
-                    Err(crate::egress::stream::AppendError::Permanent(why)) => {
-                        Attempt::Permanent(why)
-                    }
-                    Err(crate::egress::stream::AppendError::Retry(why)) => Attempt::Retry(why),
-                };
-            }
-        };
-        metrics.peer_request(&self.peer, "single");
-        let sent = http
-            .post(url)
-            .timeout(timeout)
-            .header(HEADER_ID, &p.id)
-            .header(HEADER_TIMESTAMP, ts.to_string())
-            .header(HEADER_SIGNATURE, sig)
-            .header("content-type", "application/json")
-            .body(p.body.clone())
-            .send()
-            .await;
-        match sent {
-            Ok(resp) => {
-                let status = resp.status();
-                // Read the body to the end so the connection can be reused.
-                let body = resp.bytes().await.unwrap_or_default();
-                if status.is_success() {
-                    // Only a claim's answer can name who answered its trigger.
-                    let answered = if p.seq.is_none() {
-                        claim_reply(&body)
-                    } else {
-                        ClaimReply::default()
-                    };
-                    Attempt::Delivered(answered)
-                } else if status == 400 || status == 413 {
-                    Attempt::Permanent(format!(
-                        "{status}: {}",
-                        String::from_utf8_lossy(&body[..body.len().min(200)])
-                    ))
-                } else {
-                    Attempt::Retry(format!(
-                        "{status}: {}",
-                        String::from_utf8_lossy(&body[..body.len().min(200)])
-                    ))
-                }
-            }
-            Err(e) if e.is_timeout() => Attempt::Retry("timeout".into()),
-            Err(e) if e.is_connect() => Attempt::Retry("connect failed".into()),
-            Err(e) => Attempt::Retry(format!("transport: {e}")),
-        }
-    }
-}
-
-impl Outbox {
-    /// Sends the front of the queue as one batch: each envelope signed as for a single
-    /// post, as many as fit under [`crate::wire::batch::MAX_BATCH_BYTES`].
-    async fn attempt_batch(
-        &self,
-        http: &reqwest::Client,
-        url: &str,
-        signer: &SharedSigner,
-        batch: &[Pending],
-        timeout: Duration,
-        metrics: &Metrics,
-    ) -> BatchOutcome {
-        let ts = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs() as i64)
-            .unwrap_or(0);
-        let mut enc = crate::wire::batch::Encoder::new(crate::wire::batch::MAX_BATCH_BYTES);
-        for p in batch {
-            let sig = signer.sign_for(&self.peer, &p.id, ts, &p.body);
-            if !enc.push(&p.id, ts, &sig, &p.body) {
-                break;
-            }
-        }
-        let sent = enc.len();
-        if sent < 2 {
-            return BatchOutcome::TooSmall;
-        }
-        metrics.peer_request(&self.peer, "batch");
-        let resp = http
-            .post(url)
-            .timeout(timeout)
-            .header("content-type", "application/json")
-            .body(enc.finish())
-            .send()
-            .await;
-        let resp = match resp {
-            Ok(r) => r,
-            Err(e) if e.is_timeout() => return BatchOutcome::Failed("timeout".into()),
-            Err(e) if e.is_connect() => return BatchOutcome::Failed("connect failed".into()),
-            Err(e) => return BatchOutcome::Failed(format!("transport: {e}")),
-        };
-        let status = resp.status();
-        let body = resp.bytes().await.unwrap_or_default();
-        let text = || String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
-        if status == 404 || status == 405 || status == 400 || status == 413 {
-            return BatchOutcome::Unsupported(format!("{status}: {}", text()));
-        }
-        if !status.is_success() {
-            return BatchOutcome::Failed(format!("{status}: {}", text()));
-        }
-        match serde_json::from_slice::<crate::wire::batch::Response>(&body) {
-            Ok(r) if r.results.len() == sent => {
-                BatchOutcome::Answered(r.results.into_iter().map(item_outcome).collect())
-            }
-            Ok(r) => BatchOutcome::Failed(format!(
-                "batch answer has {} results for {sent} envelopes",
-                r.results.len()
-            )),
-            Err(e) => BatchOutcome::Failed(format!("unreadable batch answer: {e}")),
-        }
-    }
 }
 
 /// Reads up to `max` outbox log entries of `spill`'s range, starting at its offset
@@ -994,31 +783,6 @@ fn read_log_range(
     Ok((Vec::new(), spill.next_offset))
 }
 
-/// The claim fields of a peer's answer to a single post (`answered`, `judging`).
-fn claim_reply(body: &[u8]) -> ClaimReply {
-    /// The fields read from `{"accepted": true, "answered": "…", "judging": true}`.
-    #[derive(serde::Deserialize)]
-    struct Answer {
-        answered: Option<String>,
-        #[serde(default)]
-        judging: bool,
-    }
-    serde_json::from_slice::<Answer>(body)
-        .map(|a| ClaimReply {
-            answered: a.answered,
-            judging: a.judging,
-        })
-        .unwrap_or_default()
-}
-
-#[derive(Debug)]
-enum Attempt {
-    /// Accepted (or a duplicate); for a claim, the peer's answer to it.
-    Delivered(ClaimReply),
-    Permanent(String),
-    Retry(String),
-}
-
 /// What [`Outbox::run`] delivers with, shared by its steps.
 struct RunContext {
     http: reqwest::Client,
@@ -1026,6 +790,19 @@ struct RunContext {
     metrics: Arc<Metrics>,
     policy: RetryPolicy,
     stop: CancellationToken,
+}
+
+impl RunContext {
+    /// What a transport needs for one request to `peer`.
+    fn send_context<'a>(&'a self, peer: &'a str) -> SendContext<'a> {
+        SendContext {
+            peer,
+            http: &self.http,
+            signer: &self.signer,
+            metrics: &self.metrics,
+            timeout: self.policy.attempt_timeout,
+        }
+    }
 }
 
 /// The direct link's state across envelopes, in [`Outbox::run`].
@@ -1048,39 +825,11 @@ enum AfterBatch {
     OneAtATime(Pending, Option<Attempt>),
 }
 
-/// How a batch request went.
-#[derive(Debug)]
-enum BatchOutcome {
-    /// Fewer than two envelopes fit (size, encoding): send one at a time.
-    TooSmall,
-    /// The peer does not take batches (404/405, or refused the batch as a whole).
-    Unsupported(String),
-    /// No per-item answer (transport error, timeout, 5xx): retry.
-    Failed(String),
-    /// One result per envelope sent, in order (the batch may hold fewer envelopes
-    /// than were offered).
-    Answered(Vec<Attempt>),
-}
-
-/// The outcome of one batch item, by the status a single post would have got.
-fn item_outcome(r: crate::wire::batch::ItemResult) -> Attempt {
-    let why = || match &r.detail {
-        Some(d) => format!("{} {}: {d}", r.status, r.result),
-        None => format!("{} {}", r.status, r.result),
-    };
-    match r.status {
-        200..=299 => Attempt::Delivered(ClaimReply {
-            answered: r.answered,
-            judging: r.judging,
-        }),
-        400 | 413 => Attempt::Permanent(why()),
-        _ => Attempt::Retry(why()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::limits::ENVELOPES_PATH;
+    use crate::wire::signing::HEADER_ID;
 
     #[test]
     fn backoff_grows_and_is_capped() {
