@@ -14,7 +14,7 @@
 //! ```text
 //! simulate    botmesh simulate: the production turn code in virtual time, against baselines
 //! app         Node: start-up, the two listeners and their routing, local API, page, metrics
-//! platform    one adapter per chat platform behind ChatPlatform: local, feishu, discord
+//! platform    one adapter per chat platform behind ChatPlatform: local, feishu, dingtalk, discord
 //! ingress     Ingest: admission (verify, dedup, rate limit), HTTP bridge, stream reader, relayed copies
 //! turn        mention → policy → judge → scheduler → reply, over the Ports trait
 //! egress      one outbox per peer over a Transport (HTTP peer, Redis stream), relay, claim acks

@@ -1,7 +1,7 @@
 //! The one HTTP/1 server loop behind every fake and proxy of the test support.
 //!
 //! [`serve_http`] binds `127.0.0.1:0`, accepts connections and serves each with hyper,
-//! calling a handler per request. The fakes (LLM, Feishu) and the HTTP proxies differ
+//! calling a handler per request. The fakes (LLM, Feishu, DingTalk) and the HTTP proxies differ
 //! only in their handlers; the accepting, the connection tasks and the stopping are
 //! here once.
 

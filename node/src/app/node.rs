@@ -120,15 +120,17 @@ pub struct RunningNode {
 impl Node {
     /// Records a message in its group's transcript and, when new, hands it to the
     /// turn-taking pipeline; a platform message's `@_user_N` placeholders resolve
-    /// through the platform's mention list (Feishu `mentions[]`). Returns once the
-    /// message is on disk.
+    /// through the platform's mention list (Feishu `mentions[]`). With `forward` it
+    /// is also queued for every peer in the same durable write (a person's message
+    /// that the platform showed to this bot only). Returns once it is on disk.
     pub(crate) async fn record_with_mentions(
         self: &Arc<Self>,
         env: Envelope,
         source: &str,
         mentions: Vec<crate::turn::mention::PlatformMention>,
+        forward: bool,
     ) -> Result<Appended, TranscriptError> {
-        self.record_inner(env, source, mentions, false).await
+        self.record_inner(env, source, mentions, forward).await
     }
 
     /// The one way into a transcript. `outbound`: also queue the message for every
@@ -655,10 +657,16 @@ impl Sink for NodeSink {
     }
 
     fn arrive(&self, arrival: Arrival) -> BoxFuture<'_, Result<Appended, TranscriptError>> {
-        Box::pin(
-            self.0
-                .record_with_mentions(arrival.env, arrival.source, arrival.mentions),
-        )
+        // The platform's own declaration decides: only where people's messages do not
+        // reach every bot does this node carry them (see `platform::human_rules`).
+        let forward =
+            arrival.env.is_human() && !self.0.platform.visibility().humans_reach_every_bot;
+        Box::pin(self.0.record_with_mentions(
+            arrival.env,
+            arrival.source,
+            arrival.mentions,
+            forward,
+        ))
     }
 
     fn on_claim(&self, env: Arc<Envelope>) {

@@ -255,6 +255,9 @@ pub enum Platform {
     Feishu,
     /// Discord: the gateway delivers every message of the bot's channels (docs/discord.md).
     Discord,
+    /// DingTalk (Stream mode) delivers a person's message only to the robots it
+    /// @-mentions; the receiving node carries it to its colleagues.
+    Dingtalk,
 }
 
 /// When a bot takes part in a conversation.
@@ -366,6 +369,49 @@ impl DiscordSettings {
     }
 }
 
+/// A DingTalk bot's app and robot (see docs/dingtalk.md).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DingTalkIds {
+    /// The app's Client ID (formerly AppKey): opens the Stream connection and gets
+    /// access tokens.
+    #[serde(default)]
+    pub client_id: Option<String>,
+    /// Env var holding the app's Client Secret (formerly AppSecret).
+    #[serde(default)]
+    pub client_secret_env: Option<String>,
+    /// The robot's code (usually equal to the Client ID): the group-send API names the
+    /// robot by it.
+    #[serde(default)]
+    pub robot_code: Option<String>,
+    /// The group conversation (`cid…`) that is the mesh's `[mesh].group`; messages of
+    /// other groups go to groups named by their conversation id.
+    #[serde(default)]
+    pub conversation_id: Option<String>,
+    /// Colleagues' ids as they appear in this robot's `atUsers` (`dingtalkId`, or
+    /// `staffId`): bot name → id, so a person's @ of a colleague robot is recognised.
+    #[serde(default)]
+    pub peer_user_ids: HashMap<String, String>,
+    /// Open API base URL (default `https://api.dingtalk.com`); tests point it at a
+    /// stand-in.
+    #[serde(default)]
+    pub api_base_url: Option<String>,
+}
+
+/// DingTalk's open API base URL.
+pub(crate) const DINGTALK_BASE_URL: &str = "https://api.dingtalk.com";
+
+impl DingTalkIds {
+    /// The configured base URL without a trailing `/`, or DingTalk's.
+    pub(crate) fn api_base_url(&self) -> String {
+        self.api_base_url
+            .as_deref()
+            .unwrap_or(DINGTALK_BASE_URL)
+            .trim_end_matches('/')
+            .to_string()
+    }
+}
+
 /// Whether `s` looks like a Discord snowflake: 1 to 20 ASCII digits.
 pub fn is_snowflake(s: &str) -> bool {
     !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit())
@@ -429,6 +475,9 @@ pub struct BotSettings {
     /// Discord ids and token variable (`platform = "discord"`, or a colleague's user id).
     #[serde(default)]
     pub(crate) discord: Option<DiscordSettings>,
+    /// DingTalk app and robot, for a bot whose platform is `dingtalk`.
+    #[serde(default)]
+    pub(crate) dingtalk: Option<DingTalkIds>,
     /// When it takes part.
     #[serde(default)]
     pub(crate) participation: Participation,
@@ -798,6 +847,15 @@ impl Settings {
             if let Some(d) = &b.discord {
                 self.validate_discord(i, b, d)?;
             }
+            if b.platform == Platform::Dingtalk && b.dingtalk.is_none() {
+                return Err(self.err(
+                    at("dingtalk"),
+                    "a dingtalk bot needs a [bots.dingtalk] table (client_id, client_secret_env, robot_code, conversation_id)",
+                ));
+            }
+            if let Some(d) = &b.dingtalk {
+                self.validate_dingtalk(i, b, d)?;
+            }
             if let Some(a) = &b.agent {
                 check_url(&a.webhook).map_err(|p| self.err(at("agent.webhook"), p))?;
             }
@@ -931,6 +989,67 @@ impl Settings {
             return Err(self.err(
                 at("user_id"),
                 "a discord bot needs its own user id (the application's bot user)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `bots[i].dingtalk`: the app and robot a dingtalk bot needs, and well-formed
+    /// peer ids.
+    fn validate_dingtalk(
+        &self,
+        i: usize,
+        b: &BotSettings,
+        d: &DingTalkIds,
+    ) -> Result<(), ConfigError> {
+        let at = |k: &str| format!("bots[{i}].dingtalk.{k}");
+        if let Some(url) = &d.api_base_url {
+            check_url(url).map_err(|p| self.err(at("api_base_url"), p))?;
+        }
+        for (peer, id) in &d.peer_user_ids {
+            let key = at(&format!("peer_user_ids.{peer}"));
+            match self.bot(peer) {
+                None => {
+                    return Err(self.err(key, format!("{peer:?} is not a bot of this mesh")));
+                }
+                Some((j, _)) if j == i => {
+                    return Err(self.err(key, "a bot does not list itself among its peers"));
+                }
+                _ => {}
+            }
+            if id.trim().is_empty() || id.chars().any(char::is_whitespace) {
+                return Err(self.err(
+                    key,
+                    "must be the colleague's id in atUsers (dingtalkId or staffId), without spaces",
+                ));
+            }
+        }
+        if b.platform != Platform::Dingtalk {
+            return Ok(());
+        }
+        let blank = |v: &Option<String>| v.as_deref().is_none_or(|v| v.trim().is_empty());
+        if blank(&d.client_id) {
+            return Err(self.err(
+                at("client_id"),
+                "a dingtalk bot needs its app's Client ID (formerly AppKey, ding…)",
+            ));
+        }
+        if blank(&d.client_secret_env) {
+            return Err(self.err(
+                at("client_secret_env"),
+                "a dingtalk bot needs the env var holding its app's Client Secret",
+            ));
+        }
+        if blank(&d.robot_code) {
+            return Err(self.err(
+                at("robot_code"),
+                "a dingtalk bot needs its robot's code (usually the Client ID)",
+            ));
+        }
+        if blank(&d.conversation_id) {
+            return Err(self.err(
+                at("conversation_id"),
+                "a dingtalk bot needs the group's conversation id (cid…) that is [mesh].group",
             ));
         }
         Ok(())
@@ -1086,6 +1205,8 @@ pub struct NodeConfig {
     pub(crate) feishu: Option<FeishuSecrets>,
     /// The bot token, for a bot whose platform is `discord`.
     pub(crate) discord: Option<DiscordSecrets>,
+    /// The DingTalk app's Client Secret, for a bot whose platform is `dingtalk`.
+    pub(crate) dingtalk: Option<DingTalkSecrets>,
     /// The Redis server's URL, when this bot's transport is `redis`.
     pub(crate) redis_url: Option<String>,
 }
@@ -1111,6 +1232,19 @@ pub struct DiscordSecrets {
 impl std::fmt::Debug for DiscordSecrets {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DiscordSecrets").finish_non_exhaustive()
+    }
+}
+
+/// A dingtalk bot's secret, read from the variable `[bots.dingtalk]` names.
+#[derive(Clone)]
+pub struct DingTalkSecrets {
+    /// Client Secret: opens the Stream connection and gets access tokens.
+    pub client_secret: String,
+}
+
+impl std::fmt::Debug for DingTalkSecrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DingTalkSecrets").finish_non_exhaustive()
     }
 }
 
@@ -1211,6 +1345,22 @@ impl NodeConfig {
             Some(d) if secrets => Some(discord_secrets(&settings, me, d, env)?),
             _ => None,
         };
+        let dingtalk = match bot
+            .dingtalk
+            .as_ref()
+            .filter(|_| bot.platform == Platform::Dingtalk)
+            .and_then(|d| d.client_secret_env.as_ref())
+        {
+            Some(var) if secrets => Some(DingTalkSecrets {
+                client_secret: env.var(var).ok_or_else(|| {
+                    settings.err(
+                        format!("bots[{me}].dingtalk.client_secret_env"),
+                        format!("environment variable {var} is not set"),
+                    )
+                })?,
+            }),
+            _ => None,
+        };
         let redis_url = redis_url(&settings, &bot, env, secrets)?;
         let data_dir =
             data_dir.unwrap_or_else(|| settings.relative(&settings.mesh.data_dir).join(&bot.name));
@@ -1227,6 +1377,7 @@ impl NodeConfig {
             llm_keys,
             feishu,
             discord,
+            dingtalk,
         })
     }
 

@@ -50,7 +50,10 @@ pub trait Sink: Send + Sync + 'static {
         source: Source,
     ) -> BoxFuture<'_, Vec<Result<Appended, TranscriptError>>>;
 
-    /// Records one platform message with its platform mentions.
+    /// Records one platform message with its platform mentions. A person's message
+    /// from a platform that does not show people to every bot (DingTalk: only the
+    /// @-mentioned robots) is also queued for every peer in the same durable write:
+    /// this node carries it to its colleagues as a human envelope.
     fn arrive(&self, arrival: Arrival) -> BoxFuture<'_, Result<Appended, TranscriptError>>;
 
     /// A peer's claim (or its withdrawal) for the scheduler.

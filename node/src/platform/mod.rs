@@ -10,8 +10,11 @@
 //!
 //! - [`local`] — the mesh is the chat: people post through the page or the API.
 //! - [`feishu`] — Feishu/Lark event callbacks in, messages with real `<at>` out.
+//! - [`dingtalk`] — DingTalk Stream mode in (forwarded to the peers: DingTalk shows a
+//!   person's message only to the robots it @-mentions), session webhook or group send out.
 //! - [`discord`] — the Discord gateway in, messages with real `<@id>` out.
 
+pub(crate) mod dingtalk;
 pub mod discord;
 pub mod feishu;
 pub(crate) mod local;
@@ -124,6 +127,7 @@ pub(crate) fn visibility_of(kind: Platform) -> Visibility {
     match kind {
         Platform::Local => local::VISIBILITY,
         Platform::Feishu => feishu::VISIBILITY,
+        Platform::Dingtalk => dingtalk::VISIBILITY,
         Platform::Discord => discord::VISIBILITY,
     }
 }
@@ -158,6 +162,7 @@ pub(crate) fn build(cfg: &NodeConfig) -> anyhow::Result<Arc<dyn ChatPlatform>> {
     Ok(match cfg.bot().platform {
         Platform::Local => Arc::new(local::Local),
         Platform::Feishu => Arc::new(feishu::Feishu::from_config(cfg)?),
+        Platform::Dingtalk => Arc::new(dingtalk::DingTalk::from_config(cfg)?),
         Platform::Discord => Arc::new(discord::Discord::from_config(cfg)?),
     })
 }

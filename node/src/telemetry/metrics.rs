@@ -150,6 +150,12 @@ pub struct Metrics {
     /// Feishu/Lark event callbacks, by result (`message`, `challenge`, `duplicate`,
     /// `ignored`, or the rejection reason).
     pub(crate) feishu_events: Family<ResultLabel, Counter>,
+    /// DingTalk Stream mode events, by result: `message` (a robot message recorded and
+    /// acknowledged), `duplicate`, `ignored` (direct or empty), `unrecorded` (left
+    /// unacknowledged for redelivery), `ping`, `disconnect`, `other`, `unreadable`,
+    /// `connected`, `connect_failed`, `closed`; and sends by path: `send_session`,
+    /// `send_group`, `send_failed`.
+    pub(crate) dingtalk_events: Family<ResultLabel, Counter>,
     /// 1 while the Redis Streams transport is connected, 0 while it is not (absent
     /// on `http` nodes).
     pub(crate) redis_up: Gauge,
@@ -197,6 +203,7 @@ impl Metrics {
         let cache_entries = Family::<CacheLabel, Gauge>::default();
         let redis_up = Gauge::default();
         let feishu_events = Family::<ResultLabel, Counter>::default();
+        let dingtalk_events = Family::<ResultLabel, Counter>::default();
         let stream_events = Family::<ResultLabel, Counter>::default();
         registry.register(
             "botmesh_envelopes_in",
@@ -274,6 +281,11 @@ impl Metrics {
             feishu_events.clone(),
         );
         registry.register(
+            "botmesh_dingtalk_events",
+            "DingTalk Stream mode events and sends, by result",
+            dingtalk_events.clone(),
+        );
+        registry.register(
             "botmesh_redis_up",
             "1 while the Redis Streams transport is connected",
             redis_up.clone(),
@@ -285,6 +297,7 @@ impl Metrics {
         );
         Metrics {
             feishu_events,
+            dingtalk_events,
             redis_up,
             stream_events,
             registry,
@@ -330,6 +343,15 @@ impl Metrics {
         self.signatures_verified
             .get_or_create(&SchemeLabel {
                 scheme: scheme.label().into(),
+            })
+            .inc();
+    }
+
+    /// Counts one DingTalk Stream event or send.
+    pub(crate) fn dingtalk_event(&self, result: &str) {
+        self.dingtalk_events
+            .get_or_create(&ResultLabel {
+                result: result.into(),
             })
             .inc();
     }

@@ -75,8 +75,7 @@ pub struct PlatformMention {
 }
 
 /// Where a mention stands in the text (byte offsets), and whom it names; lets
-/// callers highlight or rewrite mentions.
-#[cfg(any(test, feature = "fuzzing"))]
+/// callers highlight or rewrite mentions (the DingTalk adapter removes its robots' @s).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct MentionSpan {
     /// Byte offset of the first byte of the mention (the `@`, `＠` or `<`).
@@ -192,7 +191,6 @@ impl MentionMatcher {
 
     /// Whether `name` (canonical) is mentioned. An alias or a differently cased
     /// name is first resolved to its canonical member.
-    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn mentions(&self, text: &str, platform: &[PlatformMention], name: &str) -> bool {
         let target = self.resolve(name).unwrap_or(name);
         self.scan(text, platform)
@@ -202,7 +200,6 @@ impl MentionMatcher {
 
     /// The @name / ＠alias / <at …> / @_user_N spans found (for rewriting text),
     /// in order of appearance, repeated mentions included.
-    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn spans(&self, text: &str, platform: &[PlatformMention]) -> Vec<MentionSpan> {
         self.scan(text, platform)
             .into_iter()

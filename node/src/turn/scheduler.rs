@@ -92,10 +92,6 @@ struct Trigger {
     committed: Option<String>,
     /// This node's bot passed on the trigger (judge declined, yielded, re-judged silent).
     passed: bool,
-    /// This node has applied its local rules to the trigger (`turn::triage`): until
-    /// then a peer's claim is answered `judging` too (the trigger may still be on its
-    /// way here, or its rules not applied yet), and this node owes that peer a word.
-    decided: bool,
     /// This node's judge call about the trigger is in flight (and no claim out yet).
     judging: bool,
     /// Claimants this node told it was still judging: it owes each a word (its claim,
@@ -179,27 +175,69 @@ impl Yield {
 /// Claims and replies per trigger, shared by the bridge (writers) and waiting turns.
 #[derive(Default)]
 pub struct ClaimBoard {
-    triggers: Mutex<HashMap<Ulid, Trigger>>,
+    triggers: Mutex<Triggers>,
+    /// The messages this node applied its local rules to, most recent last: a peer's
+    /// claim on one of them is answered from the board, on any other `judging`.
+    /// Bounded, and apart from `triggers` so that the silent majority of messages
+    /// costs no trigger entry.
+    decided: Mutex<RecentIds>,
+}
+
+/// The triggers and when expired ones were last swept.
+#[derive(Default)]
+struct Triggers {
+    map: HashMap<Ulid, Trigger>,
+    swept_at: Option<Instant>,
+}
+
+/// A bounded set of ids, oldest dropped first.
+#[derive(Default)]
+struct RecentIds {
+    order: std::collections::VecDeque<Ulid>,
+    ids: HashSet<Ulid>,
+}
+
+/// How many decided message ids the board remembers.
+const DECIDED_CAPACITY: usize = 8192;
+
+impl RecentIds {
+    fn insert(&mut self, id: Ulid) {
+        if self.ids.insert(id) {
+            self.order.push_back(id);
+            if self.order.len() > DECIDED_CAPACITY {
+                if let Some(old) = self.order.pop_front() {
+                    self.ids.remove(&old);
+                }
+            }
+        }
+    }
 }
 
 impl ClaimBoard {
     fn with<R>(&self, trigger: Ulid, f: impl FnOnce(&mut Trigger) -> R) -> R {
-        let mut map = self.triggers.lock();
+        let mut triggers = self.triggers.lock();
         let now = Instant::now();
-        if map.len() > 1024 {
-            map.retain(|_, t| {
+        // Expired triggers go at most once a second, not on every call (a sweep is a
+        // pass over the whole map).
+        if triggers.map.len() > 1024
+            && triggers
+                .swept_at
+                .is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1))
+        {
+            triggers.swept_at = Some(now);
+            triggers.map.retain(|_, t| {
                 t.seen_at
                     .is_some_and(|s| now.duration_since(s) < TRIGGER_TTL)
             });
         }
-        let t = map.entry(trigger).or_default();
+        let t = triggers.map.entry(trigger).or_default();
         t.seen_at.get_or_insert(now);
         f(t)
     }
 
     /// Triggers currently tracked (for metrics and soak checks).
     pub fn len(&self) -> usize {
-        self.triggers.lock().len()
+        self.triggers.lock().map.len()
     }
 
     /// True when no trigger is tracked.
@@ -274,7 +312,11 @@ impl ClaimBoard {
 
     /// Whether this node's bot passed on `trigger`.
     pub fn passed(&self, trigger: Ulid) -> bool {
-        self.triggers.lock().get(&trigger).is_some_and(|t| t.passed)
+        self.triggers
+            .lock()
+            .map
+            .get(&trigger)
+            .is_some_and(|t| t.passed)
     }
 
     /// Records that `bot` replied to `trigger`.
@@ -307,18 +349,19 @@ impl ClaimBoard {
     /// Whether this node's bot `me` has committed to answer `trigger` or posted an
     /// answer to it: what the bridge tells a peer whose claim on it arrives.
     pub fn answering(&self, trigger: Ulid, me: &str) -> bool {
-        self.triggers.lock().get(&trigger).is_some_and(|t| {
+        self.triggers.lock().map.get(&trigger).is_some_and(|t| {
             t.committed.as_deref() == Some(me) || t.answered_by.iter().any(|b| b == me)
         })
     }
 
     /// Records that this node applied its local rules to `trigger`; `judging`: they
-    /// sent it to the judge, whose call is now out.
+    /// sent it to the judge, whose call is now out (only then does the trigger get an
+    /// entry on the board).
     pub fn decided(&self, trigger: Ulid, judging: bool) {
-        self.with(trigger, |t| {
-            t.decided = true;
-            t.judging = judging;
-        });
+        self.decided.lock().insert(trigger);
+        if judging {
+            self.with(trigger, |t| t.judging = true);
+        }
     }
 
     /// Marks this node's judge call about `trigger` as in flight (`true`) or done.
@@ -333,7 +376,10 @@ impl ClaimBoard {
         self.with(trigger, |t| {
             let answered =
                 t.committed.as_deref() == Some(me) || t.answered_by.iter().any(|b| b == me);
-            let judging = !answered && (t.judging || !t.decided) && !t.claims.contains_key(me);
+            // Until this node applied its rules to the trigger (it may still be on its
+            // way here), a claim on it is answered `judging` too, and a word is owed.
+            let decided = self.decided.lock().ids.contains(&trigger);
+            let judging = !answered && (t.judging || !decided) && !t.claims.contains_key(me);
             if judging {
                 t.owes_word.insert(claimant.to_string());
             }
