@@ -363,6 +363,7 @@ pub fn health(node: &Node) -> Response<Body> {
             "outboxes": outboxes,
             "quiet": node.is_quiet(),
             "seen_cache": node.seen.len(),
+            "platform": node.platform.health(),
         }),
     )
 }

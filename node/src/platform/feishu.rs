@@ -1,7 +1,14 @@
-//! Feishu/Lark: signed, encrypted event callbacks in; messages with real `<at>` mentions out.
+//! Feishu/Lark: events in; messages with real `<at>` mentions out.
 //!
 //! A bot whose `platform = "feishu"` gets its humans from Feishu itself, so this module
 //! is both its ingress for human messages and its egress for its own replies.
+//!
+//! Events come one of two ways (`[bots.feishu] mode`):
+//!
+//! - `long_connection` (the default): the node opens an outbound WebSocket to Feishu
+//!   ([`crate::platform::feishu_ws`]); no public address, Verification Token or
+//!   Encrypt Key. Each event is acknowledged once it is recorded ([`WsEvents`]).
+//! - `webhook`: Feishu POSTs callbacks to the bridge listener, as below.
 //!
 //! # Inbound: `POST /feishu/v1/events` (on the peer-facing listener)
 //!
@@ -64,9 +71,10 @@ use serde::Deserialize;
 use tokio::time::Instant;
 use ulid::Ulid;
 
-use crate::config::{NodeConfig, Platform};
+use crate::config::{FeishuMode, NodeConfig, Platform};
 use crate::ingress::ingest::{Arrival, Ingest};
 use crate::ingress::server::{self, Body, BodyError};
+use crate::platform::feishu_ws::{self, WsSettings, WsStatus};
 use crate::platform::{ChatPlatform, PostError, Visibility};
 use crate::store::transcript::Appended;
 use crate::telemetry::metrics::Metrics;
@@ -695,6 +703,11 @@ impl EventDedup {
         true
     }
 
+    /// Whether `id` is remembered (without remembering it).
+    pub fn contains(&self, id: &str) -> bool {
+        self.inner.lock().expect("dedup lock").seen.contains_key(id)
+    }
+
     /// How many ids are remembered.
     pub fn len(&self) -> usize {
         self.inner.lock().expect("dedup lock").order.len()
@@ -1128,6 +1141,14 @@ pub struct Feishu {
     matcher: MentionMatcher,
     /// The inbound handle, once the node has started the adapter.
     ingest: OnceLock<Ingest>,
+    /// How events arrive.
+    mode: FeishuMode,
+    /// The open platform base URL (the long connection asks it for an endpoint).
+    base_url: String,
+    /// The App Secret (the long connection's endpoint call needs it).
+    app_secret: String,
+    /// The long connection's state, once started (for health).
+    ws: OnceLock<Arc<WsStatus>>,
 }
 
 /// Every bot with `im:message.group_msg` sees every human message in its groups;
@@ -1160,14 +1181,44 @@ impl ChatPlatform for Feishu {
     }
 
     fn start(self: Arc<Self>, ingest: Ingest) -> Option<BoxFuture<'static, ()>> {
-        let _ = self.ingest.set(ingest);
+        let _ = self.ingest.set(ingest.clone());
         // Best effort: log when the app's real open_id differs from peers.toml.
-        tokio::spawn(async move { self.check_identity().await });
-        None
+        let me = self.clone();
+        tokio::spawn(async move { me.check_identity().await });
+        if self.mode != FeishuMode::LongConnection {
+            return None;
+        }
+        let status = Arc::new(WsStatus::new(ingest.metrics.clone()));
+        let _ = self.ws.set(status.clone());
+        let settings = WsSettings {
+            base_url: self.base_url.clone(),
+            app_id: self.auth.app_id.clone(),
+            app_secret: self.app_secret.clone(),
+        };
+        let handler = Arc::new(WsEvents(self.clone()));
+        Some(Box::pin(feishu_ws::run(
+            settings,
+            handler,
+            status,
+            ingest.accepting.clone(),
+        )))
     }
 
     fn webhook_path(&self) -> Option<&'static str> {
-        Some(EVENTS_PATH)
+        (self.mode == FeishuMode::Webhook).then_some(EVENTS_PATH)
+    }
+
+    fn health(&self) -> Option<serde_json::Value> {
+        let ws = self.ws.get().map(|s| s.health());
+        Some(serde_json::json!({
+            "feishu": {
+                "mode": match self.mode {
+                    FeishuMode::LongConnection => "long_connection",
+                    FeishuMode::Webhook => "webhook",
+                },
+                "long_connection": ws,
+            }
+        }))
     }
 
     fn webhook(
@@ -1222,6 +1273,15 @@ impl Feishu {
             )
         })?;
         let app_id = ids.app_id.clone().unwrap_or_default();
+        if ids.mode == FeishuMode::Webhook
+            && secrets.verification_token.is_none()
+            && secrets.encrypt_key.is_none()
+        {
+            anyhow::bail!(
+                "bot {}: webhook mode needs a Verification Token or an Encrypt Key",
+                bot.name
+            );
+        }
         let client = FeishuClient::new(
             &ids.base_url(),
             &app_id,
@@ -1268,6 +1328,10 @@ impl Feishu {
             max_depth: cfg.mesh().max_depth,
             bots_by_open_id,
             peer_open_ids,
+            mode: ids.mode,
+            base_url: ids.base_url(),
+            app_secret: secrets.app_secret.clone(),
+            ws: OnceLock::new(),
         })
     }
 
@@ -1480,7 +1544,9 @@ pub async fn handle_events(
             tracing::info!(%remote, %event_id, message_id = %msg.message.message_id, sender_type = %msg.sender.sender_type, "feishu message event");
             if !node.accepting.is_cancelled() {
                 let n = node.clone();
-                node.tasks.spawn(async move { process(&f, &n, *msg).await });
+                node.tasks.spawn(async move {
+                    let _ = process(&f, &n, *msg).await;
+                });
             }
             server::json(StatusCode::OK, &serde_json::json!({"ok": true}))
         }
@@ -1522,16 +1588,99 @@ async fn accept(f: &Feishu, req: Request<Incoming>) -> Result<Outcome, EventErro
     }
 }
 
-/// Records one received message (after the 200 went out).
-async fn process(f: &Feishu, node: &Ingest, ev: MessageReceived) {
+/// Events off the long connection: each is recorded before it is acknowledged.
+pub struct WsEvents(pub Arc<Feishu>);
+
+impl feishu_ws::EventHandler for WsEvents {
+    fn handle(&self, payload: Vec<u8>) -> BoxFuture<'_, u16> {
+        Box::pin(take_event(&self.0, payload))
+    }
+}
+
+/// One event from the long connection: 200 once it is recorded (or is a repeat, or
+/// is deliberately ignored), 500 when it could not be recorded (Feishu sends it
+/// again). Its event id is remembered only after that, so a redelivery of an event
+/// that failed is handled afresh.
+pub async fn take_event(f: &Arc<Feishu>, payload: Vec<u8>) -> u16 {
+    let Some(ingest) = f.ingest.get().cloned() else {
+        return 500;
+    };
+    let now = now_millis() / 1000;
+    let (header, event) = match parse_callback(&payload) {
+        Ok(Callback::Event { header, event }) => (header, event),
+        Ok(_) => {
+            ingest.metrics.feishu_event("ignored");
+            return 200;
+        }
+        Err(e) => {
+            ingest.metrics.feishu_event(e.reason());
+            tracing::warn!(reason = e.reason(), detail = %e, "feishu long-connection event malformed; acknowledged and dropped");
+            return 200;
+        }
+    };
+    if let Some(app) = header.app_id.as_ref().filter(|a| **a != f.auth.app_id) {
+        ingest.metrics.feishu_event("wrong_app");
+        tracing::warn!(%app, event_id = %header.event_id, "feishu event for another app; dropped");
+        return 200;
+    }
+    if f.dedup.contains(&header.event_id) {
+        ingest.metrics.feishu_event("duplicate");
+        tracing::info!(event_id = %header.event_id, "feishu event already handled (redelivery)");
+        return 200;
+    }
+    if header.event_type != "im.message.receive_v1" {
+        f.dedup.first_time(&header.event_id, now);
+        ingest.metrics.feishu_event("ignored");
+        tracing::debug!(event_id = %header.event_id, event_type = %header.event_type, "feishu event ignored");
+        return 200;
+    }
+    let msg = match MessageReceived::from_event(&event) {
+        Ok(m) => m,
+        Err(e) => {
+            ingest.metrics.feishu_event(e.reason());
+            tracing::warn!(event_id = %header.event_id, detail = %e, "feishu message event malformed; dropped");
+            f.dedup.first_time(&header.event_id, now);
+            return 200;
+        }
+    };
+    tracing::info!(event_id = %header.event_id, message_id = %msg.message.message_id, sender_type = %msg.sender.sender_type, "feishu message event (long connection)");
+    if ingest.accepting.is_cancelled() {
+        return 500;
+    }
+    if msg.sender.sender_type == "app" {
+        // A bot's message may wait for its bridge copy: do not hold the connection.
+        f.dedup.first_time(&header.event_id, now);
+        ingest.metrics.feishu_event("message");
+        let (f, n) = (f.clone(), ingest.clone());
+        ingest.tasks.spawn(async move {
+            let _ = process(&f, &n, msg).await;
+        });
+        return 200;
+    }
+    match process(f, &ingest, msg).await {
+        Ok(()) => {
+            f.dedup.first_time(&header.event_id, now);
+            ingest.metrics.feishu_event("message");
+            200
+        }
+        Err(()) => {
+            ingest.metrics.feishu_event("record_failed");
+            500
+        }
+    }
+}
+
+/// Records one received message. `Err` when the transcript refused it (already
+/// logged); a message deliberately not recorded is `Ok`.
+async fn process(f: &Feishu, node: &Ingest, ev: MessageReceived) -> Result<(), ()> {
     let msg = &ev.message;
     if msg.chat_type == "p2p" {
         tracing::info!(message_id = %msg.message_id, "ignoring a direct message: botmesh bots talk in group chats");
-        return;
+        return Ok(());
     }
     let Some(raw_text) = msg.text().filter(|t| !t.trim().is_empty()) else {
         tracing::info!(message_id = %msg.message_id, message_type = %msg.message_type, "ignoring a non-text feishu message");
-        return;
+        return Ok(());
     };
     let matcher = &f.matcher;
     let group = f.group_for_chat(&msg.chat_id);
@@ -1588,21 +1737,22 @@ async fn process(f: &Feishu, node: &Ingest, ev: MessageReceived) {
             }
             Err(e) => {
                 tracing::error!(message_id = %msg.message_id, error = %e, "feishu message could not be recorded");
+                return Err(());
             }
         }
-        return;
+        return Ok(());
     }
     // A bot's message. A mesh colleague's authoritative copy comes over the bridge.
     let bot = f.bots_by_open_id.get(&sender_open_id).cloned();
     if bot.as_deref() == Some(f.me.as_str()) {
-        return;
+        return Ok(());
     }
     if bot.is_some() {
         let deadline = Instant::now() + BRIDGE_GRACE;
         loop {
             if node.sink.has_platform_msg(&group, &msg.message_id) {
                 tracing::debug!(message_id = %msg.message_id, "feishu copy of a colleague's message: the bridge copy is already recorded");
-                return;
+                return Ok(());
             }
             if Instant::now() >= deadline || node.accepting.is_cancelled() {
                 break;
@@ -1625,7 +1775,9 @@ async fn process(f: &Feishu, node: &Ingest, ev: MessageReceived) {
     };
     if let Err(e) = node.arrive(arrival).await {
         tracing::error!(message_id = %msg.message_id, error = %e, "feishu bot message could not be recorded");
+        return Err(());
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -1914,6 +2066,10 @@ mod tests {
                 .collect(),
             matcher: matcher(),
             ingest: OnceLock::new(),
+            mode: FeishuMode::Webhook,
+            base_url: "http://127.0.0.1:9".into(),
+            app_secret: "s".into(),
+            ws: OnceLock::new(),
         }
     }
 
@@ -2084,6 +2240,7 @@ api = "127.0.0.1:8101"
 platform = "feishu"
 
 [bots.feishu]
+mode = "webhook"
 open_id = "ou_xiaoba"
 app_id = "cli_a1b2c3d4e5f60001"
 app_secret_env = "XIAOBA_APP_SECRET"

@@ -50,6 +50,13 @@ pub struct CacheLabel {
     pub cache: String,
 }
 
+/// Labels naming a connection state.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabel {
+    /// The state's name.
+    pub state: String,
+}
+
 /// Labels for relayed envelopes.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RelayLabel {
@@ -145,6 +152,13 @@ pub struct Metrics {
     /// Feishu/Lark event callbacks, by result (`message`, `challenge`, `duplicate`,
     /// `ignored`, or the rejection reason).
     pub feishu_events: Family<ResultLabel, Counter>,
+    /// 1 for the Feishu long connection's current state (`connecting`, `connected`,
+    /// `reconnecting`, `stopped`), 0 for the others: an operator sees a bot that
+    /// cannot hear Feishu.
+    pub feishu_connection: Family<StateLabel, Gauge>,
+    /// Feishu long-connection attempts and endings, by result (`connected`,
+    /// `handshake_refused`, `endpoint_refused`, `dropped`, …).
+    pub feishu_connects: Family<ResultLabel, Counter>,
     /// 1 while the Redis Streams transport is connected, 0 while it is not (absent
     /// on `http` nodes).
     pub redis_up: Gauge,
@@ -180,6 +194,8 @@ impl Metrics {
         let cache_entries = Family::<CacheLabel, Gauge>::default();
         let redis_up = Gauge::default();
         let feishu_events = Family::<ResultLabel, Counter>::default();
+        let feishu_connection = Family::<StateLabel, Gauge>::default();
+        let feishu_connects = Family::<ResultLabel, Counter>::default();
         let stream_events = Family::<ResultLabel, Counter>::default();
         registry.register(
             "botmesh_envelopes_in",
@@ -257,6 +273,16 @@ impl Metrics {
             feishu_events.clone(),
         );
         registry.register(
+            "botmesh_feishu_connection",
+            "1 for the Feishu long connection's current state",
+            feishu_connection.clone(),
+        );
+        registry.register(
+            "botmesh_feishu_connects",
+            "Feishu long-connection attempts and endings, by result",
+            feishu_connects.clone(),
+        );
+        registry.register(
             "botmesh_redis_up",
             "1 while the Redis Streams transport is connected",
             redis_up.clone(),
@@ -268,6 +294,8 @@ impl Metrics {
         );
         Metrics {
             feishu_events,
+            feishu_connection,
+            feishu_connects,
             redis_up,
             stream_events,
             registry,
@@ -318,6 +346,24 @@ impl Metrics {
     /// Counts one Feishu event callback.
     pub fn feishu_event(&self, result: &str) {
         self.feishu_events
+            .get_or_create(&ResultLabel {
+                result: result.into(),
+            })
+            .inc();
+    }
+
+    /// Sets the Feishu long connection's state gauge for `state`.
+    pub fn set_feishu_connection(&self, state: &str, value: i64) {
+        self.feishu_connection
+            .get_or_create(&StateLabel {
+                state: state.into(),
+            })
+            .set(value);
+    }
+
+    /// Counts one Feishu long-connection attempt or ending.
+    pub fn feishu_connect(&self, result: &str) {
+        self.feishu_connects
             .get_or_create(&ResultLabel {
                 result: result.into(),
             })
