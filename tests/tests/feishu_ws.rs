@@ -199,6 +199,7 @@ struct Node {
     node: Option<RunningNode>,
     peer: Option<RunningNode>,
     api: SocketAddr,
+    peer_api: SocketAddr,
     bridge: SocketAddr,
     http: reqwest::Client,
     fake: FakeFeishu,
@@ -213,10 +214,15 @@ impl Node {
     /// XiaoBa on Feishu over the long connection (no token, no key), ErGoz local;
     /// `before` prepares the fake before the node connects.
     async fn start(before: impl FnOnce(&FakeFeishu)) -> Node {
+        Node::start_with("-", before).await
+    }
+
+    /// [`Node::start`] with the LLM answering `reply`.
+    async fn start_with(reply: &'static str, before: impl FnOnce(&FakeFeishu)) -> Node {
         init_logs();
         let fake = FakeFeishu::start(fake_app()).await;
         before(&fake);
-        let llm = FakeLlm::start(|_| Script::reply("-")).await;
+        let llm = FakeLlm::start(move |_| Script::reply(reply)).await;
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
             dir.path().join("mesh.secret"),
@@ -268,7 +274,7 @@ reply_to = "humans"
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        let (api, bridge) = (addr(&a0), addr(&b0));
+        let (api, bridge, peer_api) = (addr(&a0), addr(&b0), addr(&a1));
         let start = |name: &str, b, a| {
             let cfg = NodeConfig::resolve(settings.clone(), name, None, &env)
                 .unwrap_or_else(|e| panic!("{e}"));
@@ -281,6 +287,7 @@ reply_to = "humans"
             node: Some(node),
             peer: Some(peer),
             api,
+            peer_api,
             bridge,
             http: reqwest::Client::builder()
                 .no_proxy()
@@ -303,9 +310,19 @@ reply_to = "humans"
     }
 
     async fn transcript(&self) -> Vec<Envelope> {
-        let (_, body) = self.get("/v1/transcript?group=demo&limit=2000").await;
-        let v: Value = serde_json::from_str(&body).unwrap();
-        serde_json::from_value(v["messages"].clone()).unwrap()
+        self.transcript_of(self.api, "demo").await
+    }
+
+    async fn transcript_of(&self, api: SocketAddr, group: &str) -> Vec<Envelope> {
+        let r = self
+            .http
+            .get(format!("http://{api}/v1/transcript"))
+            .query(&[("group", group), ("limit", "2000")])
+            .send()
+            .await
+            .unwrap();
+        let v: Value = r.json().await.unwrap();
+        serde_json::from_value(v["messages"].clone()).unwrap_or_default()
     }
 
     async fn wait_transcript(&self, cond: impl Fn(&[Envelope]) -> bool) -> Vec<Envelope> {
@@ -546,5 +563,90 @@ async fn a_refused_handshake_is_explained_and_retried() {
         .push_event(&human_event("ev-x", "om_ws_x", "finally"), 1);
     let acks = n.fake.wait_acks(WAIT, |a| acked_ok(a, &e) == 1).await;
     assert_eq!(acked_ok(&acks, &e), 1);
+    n.shutdown().await;
+}
+
+/// `event` with its message's type and content replaced.
+fn with_content(mut event: Value, message_type: &str, content: Value) -> Value {
+    event["event"]["message"]["message_type"] = message_type.into();
+    event["event"]["message"]["content"] = content.to_string().into();
+    event
+}
+
+#[tokio::test]
+async fn rich_text_and_media_are_recorded_readably() {
+    let n = Node::start(|_| {}).await;
+    n.fake.wait_connections(1, WAIT).await;
+    let mut post = with_content(
+        human_event("ev-post", "om_post", ""),
+        "post",
+        serde_json::json!({"title": "Deploy", "content": [
+            [{"tag": "at", "user_id": "@_user_1", "user_name": "二狗"},
+             {"tag": "text", "text": " see "},
+             {"tag": "a", "href": "https://ci.example/7", "text": "build 7"}],
+            [{"tag": "code_block", "language": "bash", "text": "echo @XiaoBa\n"}]
+        ]}),
+    );
+    post["event"]["message"]["mentions"] = serde_json::json!([
+        {"key": "@_user_1", "id": {"open_id": ERGOZ_IN_XIAOBAS_APP}, "name": "二狗", "tenant_key": "t"}
+    ]);
+    let file = with_content(
+        human_event("ev-file", "om_file", ""),
+        "file",
+        serde_json::json!({"file_key": "file_v2_1", "file_name": "report.pdf"}),
+    );
+    let image = with_content(
+        human_event("ev-image", "om_image", ""),
+        "image",
+        serde_json::json!({"image_key": "img_v2_1"}),
+    );
+    let sticker = with_content(
+        human_event("ev-sticker", "om_sticker", ""),
+        "sticker",
+        serde_json::json!({"file_key": "s"}),
+    );
+    for e in [&post, &file, &image, &sticker] {
+        n.fake.push_event(e, 1);
+    }
+    let t = n
+        .wait_transcript(|t| !copies(t, "om_sticker").is_empty())
+        .await;
+    let text = |om: &str| copies(&t, om).first().map(|e| e.text.clone());
+    assert_eq!(
+        text("om_post").as_deref(),
+        Some("Deploy\n@ErGoz see [build 7](https://ci.example/7)\n```bash\necho @XiaoBa\n```"),
+        "{t:?}"
+    );
+    assert_eq!(text("om_file").as_deref(), Some("[file report.pdf]"));
+    assert_eq!(text("om_image").as_deref(), Some("[image]"));
+    assert_eq!(text("om_sticker").as_deref(), Some("[sticker]"));
+    // XiaoBa answers mentions only: the one in the code block is no mention.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(n.fake.sent().is_empty(), "{:?}", n.fake.sent());
+    n.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_direct_chat_is_answered_without_a_mention_and_reaches_no_peer() {
+    let n = Node::start_with("happy to help", |_| {}).await;
+    n.fake.wait_connections(1, WAIT).await;
+    let mut dm = human_event("ev-dm", "om_dm", "can you check the build?");
+    dm["event"]["message"]["chat_type"] = "p2p".into();
+    dm["event"]["message"]["chat_id"] = "oc_p2p_alice_xiaoba".into();
+    n.fake.push_event(&dm, 1);
+    let sent = n.fake.wait_sent(1, WAIT).await;
+    assert_eq!(sent.len(), 1, "answered: {sent:?}");
+    assert_eq!(
+        sent[0].receive_id, "oc_p2p_alice_xiaoba",
+        "in the direct chat"
+    );
+    assert_eq!(sent[0].text, "happy to help");
+    let group = "direct:oc_p2p_alice_xiaoba";
+    let mine = n.transcript_of(n.api, group).await;
+    assert_eq!(mine.len(), 2, "{mine:?}");
+    // The peer hears nothing of it (give a broadcast time to arrive, bounded).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(n.transcript_of(n.peer_api, group).await.is_empty());
+    assert!(n.transcript().await.is_empty(), "nothing in the team group");
     n.shutdown().await;
 }

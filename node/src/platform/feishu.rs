@@ -1362,6 +1362,9 @@ impl Feishu {
 
     /// The chat a group's messages go to.
     pub fn chat_for_group(&self, group: &str) -> Option<String> {
+        if let Some(chat) = group.strip_prefix(crate::wire::envelope::DIRECT_GROUP_PREFIX) {
+            return Some(chat.to_string()).filter(|c| c.starts_with("oc_"));
+        }
         if group == self.mesh_group {
             self.chat_id.clone()
         } else if group.starts_with("oc_") {
@@ -1437,6 +1440,31 @@ impl Feishu {
         }
         out.push_str(rest);
         out
+    }
+
+    /// Any message as the mesh shows it ([`crate::platform::feishu_content`]): text
+    /// and rich text with mentions resolved, media as placeholders.
+    pub fn message_text(&self, msg: &Message, matcher: &MentionMatcher) -> String {
+        let text = |t: &str| self.readable_text(t, &msg.mentions, matcher);
+        let at = |user_id: &str, user_name: &str| {
+            if user_id.starts_with("@_user_") {
+                self.readable_text(user_id, &msg.mentions, matcher)
+            } else if user_id == "all" {
+                "@all".to_string()
+            } else if let Some(bot) = self.bots_by_open_id.get(user_id) {
+                format!("@{bot}")
+            } else {
+                at_tag(user_id, user_name)
+            }
+        };
+        crate::platform::feishu_content::flatten(
+            &msg.message_type,
+            &msg.content,
+            &crate::platform::feishu_content::Resolve {
+                text: &text,
+                at: &at,
+            },
+        )
     }
 
     /// The text to post: `@Colleague` becomes a real `<at user_id="ou_…">` mention.
@@ -1674,17 +1702,22 @@ pub async fn take_event(f: &Arc<Feishu>, payload: Vec<u8>) -> u16 {
 /// logged); a message deliberately not recorded is `Ok`.
 async fn process(f: &Feishu, node: &Ingest, ev: MessageReceived) -> Result<(), ()> {
     let msg = &ev.message;
-    if msg.chat_type == "p2p" {
-        tracing::info!(message_id = %msg.message_id, "ignoring a direct message: botmesh bots talk in group chats");
+    let matcher = &f.matcher;
+    let text = f.message_text(msg, matcher);
+    if text.trim().is_empty() {
+        tracing::info!(message_id = %msg.message_id, message_type = %msg.message_type, "ignoring an empty feishu message");
         return Ok(());
     }
-    let Some(raw_text) = msg.text().filter(|t| !t.trim().is_empty()) else {
-        tracing::info!(message_id = %msg.message_id, message_type = %msg.message_type, "ignoring a non-text feishu message");
-        return Ok(());
+    // A direct (p2p) chat is its own group, with this bot alone in it.
+    let group = if msg.chat_type == "p2p" {
+        format!(
+            "{}{}",
+            crate::wire::envelope::DIRECT_GROUP_PREFIX,
+            msg.chat_id
+        )
+    } else {
+        f.group_for_chat(&msg.chat_id)
     };
-    let matcher = &f.matcher;
-    let group = f.group_for_chat(&msg.chat_id);
-    let text = f.readable_text(&raw_text, &msg.mentions, matcher);
     let mut text = text.trim().to_string();
     if text.len() > crate::wire::envelope::MAX_TEXT_BYTES {
         let mut end = crate::wire::envelope::MAX_TEXT_BYTES;
@@ -2144,6 +2177,8 @@ mod tests {
         assert_eq!(f.chat_for_group("demo").as_deref(), Some("oc_team"));
         assert_eq!(f.chat_for_group("oc_other").as_deref(), Some("oc_other"));
         assert_eq!(f.chat_for_group("elsewhere"), None);
+        assert_eq!(f.chat_for_group("direct:oc_p2p").as_deref(), Some("oc_p2p"));
+        assert_eq!(f.chat_for_group("direct:nope"), None);
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //!   as callbacks), messages with real `<at>` out.
 
 pub mod feishu;
+pub mod feishu_content;
 pub mod feishu_ws;
 pub mod local;
 
