@@ -650,3 +650,86 @@ async fn a_direct_chat_is_answered_without_a_mention_and_reaches_no_peer() {
     assert!(n.transcript().await.is_empty(), "nothing in the team group");
     n.shutdown().await;
 }
+
+/// ErGoz's message as Feishu delivers it to XiaoBa's app (the include_bot scopes).
+fn ergoz_on_feishu(event_id: &str, message_id: &str, text: &str) -> Value {
+    message_event(&MessageSpec {
+        app_id: APP_ID,
+        token: "",
+        event_id,
+        message_id,
+        chat_id: CHAT,
+        sender_open_id: ERGOZ_IN_XIAOBAS_APP,
+        sender_type: "app",
+        text,
+        mentions: &[],
+    })
+}
+
+impl Node {
+    /// ErGoz publishes a message it posted on Feishu as `om` (as its sidecar would):
+    /// the bridge copy, with its depth. Returns its envelope id.
+    async fn ergoz_says(&self, text: &str, om: &str) -> String {
+        let r: Value = self
+            .http
+            .post(format!("http://{}/v1/messages", self.peer_api))
+            .json(&serde_json::json!({"text": text, "from": "ErGoz", "platform_msg_id": om}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        r["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{r}"))
+            .to_string()
+    }
+}
+
+#[tokio::test]
+async fn a_colleagues_message_from_feishu_and_the_bridge_is_recorded_once_in_either_order() {
+    let n = Node::start(|_| {}).await;
+    n.fake.wait_connections(1, WAIT).await;
+    // Bridge first, Feishu's copy after.
+    let first = n.ergoz_says("status: all green", "om_bridge_first").await;
+    n.wait_transcript(|t| !copies(t, "om_bridge_first").is_empty())
+        .await;
+    let m1 = n.fake.push_event(
+        &ergoz_on_feishu("ev-bf", "om_bridge_first", "status: all green"),
+        1,
+    );
+    // Feishu's copy first, the bridge copy after.
+    let m2 = n.fake.push_event(
+        &ergoz_on_feishu("ev-ff", "om_feishu_first", "deploy done"),
+        1,
+    );
+    let acks = n
+        .fake
+        .wait_acks(WAIT, |a| acked_ok(a, &m1) == 1 && acked_ok(a, &m2) == 1)
+        .await;
+    assert_eq!(
+        (acked_ok(&acks, &m1), acked_ok(&acks, &m2)),
+        (1, 1),
+        "{acks:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let second = n.ergoz_says("deploy done", "om_feishu_first").await;
+    let t = n
+        .wait_transcript(|t| !copies(t, "om_feishu_first").is_empty())
+        .await;
+    // Wait out the adapter's polling for the bridge copy (bounded by its grace).
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let t2 = n.transcript().await;
+    for (om, id) in [("om_bridge_first", &first), ("om_feishu_first", &second)] {
+        let c = copies(&t2, om);
+        assert_eq!(c.len(), 1, "{om} once: {t:?}");
+        assert_eq!(
+            &c[0].id.to_string(),
+            id,
+            "{om}: the bridge copy, with its depth, is kept"
+        );
+        assert_eq!(c[0].author.name, "ErGoz");
+    }
+    n.shutdown().await;
+}
