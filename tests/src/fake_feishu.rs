@@ -171,7 +171,31 @@ struct WsState {
     drop_after_next_push: bool,
 }
 
+/// The directory the fake answers from: people, chat members, scopes, history.
+#[derive(Debug, Clone, Default)]
+pub struct Directory {
+    /// The app has `contact:user.base:readonly`.
+    pub contact_scope: bool,
+    /// The app has `im:chat.members:read`.
+    pub members_scope: bool,
+    /// People the contact API knows: open_id → name.
+    pub users: HashMap<String, String>,
+    /// Chat members (any chat): (open_id, name).
+    pub members: Vec<(String, String)>,
+    /// Mentions in the chat's history, newest first: (open_id, name).
+    pub history_mentions: Vec<(String, String)>,
+}
+
+fn no_scope(scope: &str) -> Reply {
+    reply(
+        400,
+        json!({"code": 99991672, "msg": format!("Access denied. One of the following scopes is required: [{scope}]")}),
+    )
+}
+
 struct State {
+    directory: Mutex<Directory>,
+    calls: Mutex<Vec<String>>,
     ws: Mutex<WsState>,
     app: FakeApp,
     token_requests: AtomicUsize,
@@ -208,6 +232,8 @@ impl FakeFeishu {
             ..WsState::default()
         };
         let state = Arc::new(State {
+            directory: Mutex::new(Directory::default()),
+            calls: Mutex::new(Vec::new()),
             ws: Mutex::new(ws),
             app,
             token_requests: AtomicUsize::new(0),
@@ -229,6 +255,24 @@ impl FakeFeishu {
             state,
             task,
         }
+    }
+
+    /// Sets what the contact, chat members and message list APIs answer.
+    pub fn set_directory(&self, d: Directory) {
+        *self.state.directory.lock().unwrap() = d;
+    }
+
+    /// Every request so far as `METHOD /path`, in order.
+    pub fn calls(&self) -> Vec<String> {
+        self.state.calls.lock().unwrap().clone()
+    }
+
+    /// How many requests went to paths starting with `prefix`.
+    pub fn calls_to(&self, prefix: &str) -> usize {
+        self.calls()
+            .iter()
+            .filter(|c| c.starts_with(prefix))
+            .count()
     }
 
     /// Sets the `ClientConfig` the endpoint and pongs give (seconds).
@@ -478,7 +522,67 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Reply, Infa
         .unwrap_or_default();
     let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     let authorised = bearer.is_some_and(|t| state.valid.lock().unwrap().contains(&t));
+    state.calls.lock().unwrap().push(format!("{method} {path}"));
     let r = match (method, path.as_str()) {
+        (Method::GET, p) if p.starts_with("/open-apis/contact/v3/users/") => {
+            let d = state.directory.lock().unwrap().clone();
+            let id = p.trim_start_matches("/open-apis/contact/v3/users/");
+            if !authorised {
+                invalid_token()
+            } else if !d.contact_scope {
+                no_scope("contact:user.base:readonly")
+            } else {
+                match d.users.get(id) {
+                    Some(name) => reply(
+                        200,
+                        json!({"code": 0, "msg": "success", "data": {"user": {"open_id": id, "name": name}}}),
+                    ),
+                    None => reply(
+                        400,
+                        json!({"code": 41050, "msg": "no user authority error"}),
+                    ),
+                }
+            }
+        }
+        (Method::GET, p) if p.starts_with("/open-apis/im/v1/chats/") && p.ends_with("/members") => {
+            let d = state.directory.lock().unwrap().clone();
+            if !authorised {
+                invalid_token()
+            } else if !d.members_scope {
+                no_scope("im:chat.members:read")
+            } else {
+                let items: Vec<Value> = d
+                    .members
+                    .iter()
+                    .map(|(id, name)| json!({"member_id_type": "open_id", "member_id": id, "name": name, "tenant_key": "t"}))
+                    .collect();
+                reply(
+                    200,
+                    json!({"code": 0, "msg": "success", "data": {"items": items, "has_more": false, "page_token": "", "member_total": items.len()}}),
+                )
+            }
+        }
+        (Method::GET, "/open-apis/im/v1/messages") => {
+            let d = state.directory.lock().unwrap().clone();
+            if !authorised {
+                invalid_token()
+            } else {
+                let items: Vec<Value> = d
+                    .history_mentions
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (id, name))| json!({
+                        "message_id": format!("om_hist{i}"), "msg_type": "text",
+                        "body": {"content": json!({"text": "@_user_1 hi"}).to_string()},
+                        "mentions": [{"key": "@_user_1", "id": id, "id_type": "open_id", "name": name, "tenant_key": "t"}]
+                    }))
+                    .collect();
+                reply(
+                    200,
+                    json!({"code": 0, "msg": "success", "data": {"items": items, "has_more": false}}),
+                )
+            }
+        }
         (Method::POST, "/open-apis/auth/v3/tenant_access_token/internal") => {
             state.token_requests.fetch_add(1, Ordering::SeqCst);
             if body["app_id"] != state.app.app_id.as_str()

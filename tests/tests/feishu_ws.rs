@@ -733,3 +733,98 @@ async fn a_colleagues_message_from_feishu_and_the_bridge_is_recorded_once_in_eit
     }
     n.shutdown().await;
 }
+
+const CAROL: &str = "ou_carol_not_in_any_directory";
+
+#[tokio::test]
+async fn people_appear_by_name_and_every_api_call_is_counted() {
+    use botmesh_tests::fake_feishu::Directory;
+    // No contact scope: names come from the chat's members, listed once.
+    let n = Node::start(|f| {
+        f.set_directory(Directory {
+            contact_scope: false,
+            members_scope: true,
+            members: vec![(ALICE.to_string(), "Alice Chen".to_string())],
+            ..Directory::default()
+        })
+    })
+    .await;
+    n.fake.wait_connections(1, WAIT).await;
+    n.fake
+        .push_event(&human_event("ev-n1", "om_n1", "first"), 1);
+    n.fake
+        .push_event(&human_event("ev-n2", "om_n2", "second"), 1);
+    let mut carol = human_event("ev-n3", "om_n3", "from a stranger");
+    carol["event"]["sender"]["sender_id"]["open_id"] = CAROL.into();
+    n.fake.push_event(&carol, 1);
+    let mut carol2 = human_event("ev-n4", "om_n4", "again");
+    carol2["event"]["sender"]["sender_id"]["open_id"] = CAROL.into();
+    n.fake.push_event(&carol2, 1);
+    let t = n.wait_transcript(|t| !copies(t, "om_n4").is_empty()).await;
+    let author = |om: &str| copies(&t, om)[0].author.name.clone();
+    assert_eq!(author("om_n1"), "Alice Chen");
+    assert_eq!(author("om_n2"), "Alice Chen");
+    assert_eq!(author("om_n3"), CAROL, "no name anywhere: the open_id");
+    assert_eq!(author("om_n4"), CAROL);
+    let contact = "GET /open-apis/contact/v3/users/";
+    let members = "GET /open-apis/im/v1/chats/";
+    assert_eq!(
+        n.fake.calls_to(contact),
+        1,
+        "refused once, never asked again"
+    );
+    assert_eq!(
+        n.fake.calls_to(members),
+        1,
+        "listed once: {:?}",
+        n.fake.calls()
+    );
+    // /metrics counts every call by endpoint, and a health check costs none.
+    let before = n.fake.calls().len();
+    for _ in 0..3 {
+        n.get("/healthz").await;
+    }
+    assert_eq!(n.fake.calls().len(), before, "health never calls Feishu");
+    let (_, m) = n.get("/metrics").await;
+    let calls = |e: &str| {
+        metric(
+            &m,
+            &format!("botmesh_feishu_api_calls_total{{endpoint=\"{e}\"}}"),
+        )
+    };
+    assert_eq!(calls("GET /open-apis/contact/v3/users/{id}"), 1.0, "{m}");
+    assert_eq!(calls("GET /open-apis/im/v1/chats/{id}/members"), 1.0, "{m}");
+    assert_eq!(calls("POST /callback/ws/endpoint"), 1.0, "{m}");
+    assert_eq!(
+        calls("POST /open-apis/auth/v3/tenant_access_token/internal"),
+        n.fake.token_requests() as f64,
+        "{m}"
+    );
+    assert_eq!(
+        calls("GET /open-apis/bot/v3/info"),
+        n.fake.info_requests() as f64,
+        "{m}"
+    );
+    n.shutdown().await;
+
+    // With the contact scope: one look-up per person, then the cache.
+    let n = Node::start(|f| {
+        f.set_directory(Directory {
+            contact_scope: true,
+            users: [(ALICE.to_string(), "Alice Chen".to_string())]
+                .into_iter()
+                .collect(),
+            ..Directory::default()
+        })
+    })
+    .await;
+    n.fake.wait_connections(1, WAIT).await;
+    n.fake.push_event(&human_event("ev-c1", "om_c1", "one"), 1);
+    n.fake.push_event(&human_event("ev-c2", "om_c2", "two"), 1);
+    let t = n.wait_transcript(|t| !copies(t, "om_c2").is_empty()).await;
+    assert_eq!(copies(&t, "om_c1")[0].author.name, "Alice Chen");
+    assert_eq!(copies(&t, "om_c2")[0].author.name, "Alice Chen");
+    assert_eq!(n.fake.calls_to("GET /open-apis/contact/v3/users/"), 1);
+    assert_eq!(n.fake.calls_to("GET /open-apis/im/v1/chats/"), 0);
+    n.shutdown().await;
+}

@@ -875,6 +875,30 @@ pub struct FeishuClient {
     token: tokio::sync::Mutex<Option<CachedToken>>,
     limiter: ChatLimiter,
     retry: RetryPolicy,
+    /// Where every API call is counted (set when the node starts the adapter).
+    metrics: OnceLock<Arc<Metrics>>,
+}
+
+/// `METHOD /path` of a Feishu API URL with ids (`ou_…`, `oc_…`, `om_…`, `on_…`,
+/// `cli_…`) as `{id}`: the label of `botmesh_feishu_api_calls_total`.
+pub fn api_endpoint(method: &str, url: &str) -> String {
+    let path = reqwest::Url::parse(url)
+        .map(|u| u.path().to_string())
+        .unwrap_or_default();
+    let path: Vec<&str> = path
+        .split('/')
+        .map(|seg| {
+            if ["ou_", "oc_", "om_", "on_", "cli_"]
+                .iter()
+                .any(|p| seg.starts_with(p))
+            {
+                "{id}"
+            } else {
+                seg
+            }
+        })
+        .collect();
+    format!("{method} {}", path.join("/"))
 }
 
 impl std::fmt::Debug for FeishuClient {
@@ -884,6 +908,11 @@ impl std::fmt::Debug for FeishuClient {
             .field("app_id", &self.app_id)
             .finish_non_exhaustive()
     }
+}
+
+/// `s` as one URL path segment or query value (ids are plain, but never trusted).
+fn url_segment(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
 fn retryable(status: StatusCode) -> bool {
@@ -925,7 +954,19 @@ impl FeishuClient {
             token: tokio::sync::Mutex::new(None),
             limiter: ChatLimiter::new(SENDS_PER_CHAT_PER_SEC),
             retry,
+            metrics: OnceLock::new(),
         })
+    }
+
+    /// Counts every API call from now on in `metrics`.
+    pub fn set_metrics(&self, metrics: Arc<Metrics>) {
+        let _ = self.metrics.set(metrics);
+    }
+
+    fn count(&self, method: &str, url: &str) {
+        if let Some(m) = self.metrics.get() {
+            m.feishu_api_call(&api_endpoint(method, url));
+        }
     }
 
     /// A valid tenant access token: the cached one, or a fresh one when it is near
@@ -953,6 +994,7 @@ impl FeishuClient {
         let mut attempt = 0;
         loop {
             attempt += 1;
+            self.count("POST", &url);
             let (last, hint) = match self.http.post(&url).json(&body).send().await {
                 Err(e) => (SendError::Http(e.to_string()), None),
                 Ok(resp) => {
@@ -1025,6 +1067,7 @@ impl FeishuClient {
             if let Some(b) = body {
                 req = req.json(b);
             }
+            self.count(method.as_str(), url);
             let (last, hint) = match req.send().await {
                 Err(e) => (SendError::Http(e.to_string()), None),
                 Ok(resp) => {
@@ -1103,6 +1146,96 @@ impl FeishuClient {
             .ok_or_else(|| SendError::Malformed("no data.message_id".into()))
     }
 
+    /// A person's display name, from the contact API (scope
+    /// `contact:user.base:readonly`). `Ok(None)` when Feishu gives no name.
+    pub async fn user_name(&self, open_id: &str) -> Result<Option<String>, SendError> {
+        let url = format!(
+            "{}/open-apis/contact/v3/users/{}?user_id_type=open_id",
+            self.base_url,
+            url_segment(open_id)
+        );
+        let r = self.call(reqwest::Method::GET, &url, None, None).await?;
+        Ok(r.data
+            .as_ref()
+            .and_then(|d| d.pointer("/user/name"))
+            .and_then(|v| v.as_str())
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty()))
+    }
+
+    /// The people in a chat as (open_id, name), from the chat members API (scope
+    /// `im:chat.members:read` or `im:chat:readonly`); at most 20 pages of 100.
+    pub async fn chat_members(&self, chat_id: &str) -> Result<Vec<(String, String)>, SendError> {
+        let mut out = Vec::new();
+        let mut page: Option<String> = None;
+        for _ in 0..20 {
+            let mut url = format!(
+                "{}/open-apis/im/v1/chats/{}/members?member_id_type=open_id&page_size=100",
+                self.base_url,
+                url_segment(chat_id)
+            );
+            if let Some(p) = &page {
+                url.push_str("&page_token=");
+                url.push_str(&url_segment(p));
+            }
+            let r = self.call(reqwest::Method::GET, &url, None, None).await?;
+            let data = r.data.unwrap_or_default();
+            for item in data["items"].as_array().into_iter().flatten() {
+                let id = item["member_id"].as_str().unwrap_or_default();
+                let name = item["name"].as_str().unwrap_or_default().trim();
+                if !id.is_empty() && !name.is_empty() {
+                    out.push((id.to_string(), name.to_string()));
+                }
+            }
+            page = data["page_token"].as_str().map(str::to_string);
+            if !data["has_more"].as_bool().unwrap_or(false) || page.is_none() {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Who was @mentioned in the chat's recent messages, as (open_id in this app,
+    /// display name), newest first; `pages` pages of 50 messages at most.
+    pub async fn recent_mentions(
+        &self,
+        chat_id: &str,
+        pages: usize,
+    ) -> Result<Vec<(String, String)>, SendError> {
+        let mut out = Vec::new();
+        let mut page: Option<String> = None;
+        for _ in 0..pages.max(1) {
+            let mut url = format!(
+                "{}/open-apis/im/v1/messages?container_id_type=chat&container_id={}&sort_type=ByCreateTimeDesc&page_size=50",
+                self.base_url,
+                url_segment(chat_id)
+            );
+            if let Some(p) = &page {
+                url.push_str("&page_token=");
+                url.push_str(&url_segment(p));
+            }
+            let r = self.call(reqwest::Method::GET, &url, None, None).await?;
+            let data = r.data.unwrap_or_default();
+            for item in data["items"].as_array().into_iter().flatten() {
+                for m in item["mentions"].as_array().into_iter().flatten() {
+                    let id = m["id"]
+                        .as_str()
+                        .or_else(|| m.pointer("/id/open_id").and_then(|v| v.as_str()))
+                        .unwrap_or_default();
+                    let name = m["name"].as_str().unwrap_or_default().trim();
+                    if id.starts_with("ou_") && !name.is_empty() {
+                        out.push((id.to_string(), name.to_string()));
+                    }
+                }
+            }
+            page = data["page_token"].as_str().map(str::to_string);
+            if !data["has_more"].as_bool().unwrap_or(false) || page.is_none() {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
     /// The app's bot: its open_id (in this app) and name.
     pub async fn bot_info(&self) -> Result<BotInfo, SendError> {
         let url = format!("{}/open-apis/bot/v3/info", self.base_url);
@@ -1149,6 +1282,8 @@ pub struct Feishu {
     app_secret: String,
     /// The long connection's state, once started (for health).
     ws: OnceLock<Arc<WsStatus>>,
+    /// People's display names by open_id.
+    pub names: crate::platform::feishu_names::Names,
 }
 
 /// Every bot with `im:message.group_msg` sees every human message in its groups;
@@ -1182,6 +1317,7 @@ impl ChatPlatform for Feishu {
 
     fn start(self: Arc<Self>, ingest: Ingest) -> Option<BoxFuture<'static, ()>> {
         let _ = self.ingest.set(ingest.clone());
+        self.client.set_metrics(ingest.metrics.clone());
         // Best effort: log when the app's real open_id differs from peers.toml.
         let me = self.clone();
         tokio::spawn(async move { me.check_identity().await });
@@ -1230,7 +1366,10 @@ impl ChatPlatform for Feishu {
     }
 
     fn cache_sizes(&self) -> Vec<(&'static str, usize)> {
-        vec![("feishu_event_ids", self.dedup.len())]
+        vec![
+            ("feishu_event_ids", self.dedup.len()),
+            ("feishu_names", self.names.len()),
+        ]
     }
 }
 
@@ -1332,6 +1471,7 @@ impl Feishu {
             base_url: ids.base_url(),
             app_secret: secrets.app_secret.clone(),
             ws: OnceLock::new(),
+            names: Default::default(),
         })
     }
 
@@ -1732,6 +1872,18 @@ async fn process(f: &Feishu, node: &Ingest, ev: MessageReceived) -> Result<(), (
         .and_then(|t| t.parse::<u64>().ok())
         .unwrap_or_else(now_millis);
     let sender_open_id = ev.sender.sender_id.open_id.clone();
+    for m in &msg.mentions {
+        if !f.bots_by_open_id.contains_key(&m.id.open_id) {
+            f.names.learn(&m.id.open_id, &m.name);
+        }
+    }
+    let human_name = if ev.sender.sender_type == "app" || sender_open_id.is_empty() {
+        String::new()
+    } else {
+        f.names
+            .display_name(&f.client, &sender_open_id, &msg.chat_id)
+            .await
+    };
     let id = Ulid::new();
     let mut env = Envelope {
         v: PROTOCOL_VERSION,
@@ -1743,7 +1895,7 @@ async fn process(f: &Feishu, node: &Ingest, ev: MessageReceived) -> Result<(), (
             name: if sender_open_id.is_empty() {
                 "feishu user".into()
             } else {
-                sender_open_id.clone()
+                human_name
             },
             kind: AuthorKind::Human,
         },
@@ -2103,6 +2255,7 @@ mod tests {
             base_url: "http://127.0.0.1:9".into(),
             app_secret: "s".into(),
             ws: OnceLock::new(),
+            names: Default::default(),
         }
     }
 

@@ -428,8 +428,12 @@ pub async fn fetch_endpoint(
     base_url: &str,
     app_id: &str,
     app_secret: &str,
+    metrics: Option<&Metrics>,
 ) -> Result<Endpoint, WsError> {
     let url = format!("{}{ENDPOINT_PATH}", base_url.trim_end_matches('/'));
+    if let Some(m) = metrics {
+        m.feishu_api_call(&format!("POST {ENDPOINT_PATH}"));
+    }
     let resp = http
         .post(&url)
         .header("locale", "zh")
@@ -848,6 +852,7 @@ async fn connect_and_serve(
         &settings.base_url,
         &settings.app_id,
         &settings.app_secret,
+        Some(&status.metrics),
     )
     .await
     .map_err(not_yet)?;

@@ -14,6 +14,7 @@
 
 pub mod feishu;
 pub mod feishu_content;
+pub mod feishu_names;
 pub mod feishu_ws;
 pub mod local;
 

@@ -57,6 +57,13 @@ pub struct StateLabel {
     pub state: String,
 }
 
+/// Labels naming an API endpoint.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndpointLabel {
+    /// `METHOD /path`, ids replaced by `{id}`.
+    pub endpoint: String,
+}
+
 /// Labels for relayed envelopes.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RelayLabel {
@@ -159,6 +166,9 @@ pub struct Metrics {
     /// Feishu long-connection attempts and endings, by result (`connected`,
     /// `handshake_refused`, `endpoint_refused`, `dropped`, …).
     pub feishu_connects: Family<ResultLabel, Counter>,
+    /// Every call to the Feishu API, by endpoint (`METHOD /path` with ids as
+    /// `{id}`): the quota an operator spends.
+    pub feishu_api_calls: Family<EndpointLabel, Counter>,
     /// 1 while the Redis Streams transport is connected, 0 while it is not (absent
     /// on `http` nodes).
     pub redis_up: Gauge,
@@ -196,6 +206,7 @@ impl Metrics {
         let feishu_events = Family::<ResultLabel, Counter>::default();
         let feishu_connection = Family::<StateLabel, Gauge>::default();
         let feishu_connects = Family::<ResultLabel, Counter>::default();
+        let feishu_api_calls = Family::<EndpointLabel, Counter>::default();
         let stream_events = Family::<ResultLabel, Counter>::default();
         registry.register(
             "botmesh_envelopes_in",
@@ -283,6 +294,11 @@ impl Metrics {
             feishu_connects.clone(),
         );
         registry.register(
+            "botmesh_feishu_api_calls",
+            "Calls to the Feishu API, by endpoint",
+            feishu_api_calls.clone(),
+        );
+        registry.register(
             "botmesh_redis_up",
             "1 while the Redis Streams transport is connected",
             redis_up.clone(),
@@ -296,6 +312,7 @@ impl Metrics {
             feishu_events,
             feishu_connection,
             feishu_connects,
+            feishu_api_calls,
             redis_up,
             stream_events,
             registry,
@@ -359,6 +376,15 @@ impl Metrics {
                 state: state.into(),
             })
             .set(value);
+    }
+
+    /// Counts one call to the Feishu API.
+    pub fn feishu_api_call(&self, endpoint: &str) {
+        self.feishu_api_calls
+            .get_or_create(&EndpointLabel {
+                endpoint: endpoint.into(),
+            })
+            .inc();
     }
 
     /// Counts one Feishu long-connection attempt or ending.

@@ -1,0 +1,175 @@
+//! People by name: Feishu events name a sender by open_id only, so the display
+//! name comes, cheapest first, from
+//!
+//! 1. what is already known: names learned from events' `mentions[]` (free) and
+//!    earlier look-ups, cached;
+//! 2. the contact API (`GET /open-apis/contact/v3/users/{open_id}`, scope
+//!    `contact:user.base:readonly`), one call per new person;
+//! 3. the chat members API (`GET /open-apis/im/v1/chats/{chat_id}/members`, scope
+//!    `im:chat.members:read`), one listing per chat at most every
+//!    [`MEMBERS_REFRESH`], which names everyone in it at once.
+//!
+//! Without either scope the open_id is shown; that is logged once, and a person
+//! whose name could not be found is not looked up again for [`RETRY_AFTER`], so a
+//! busy chat never spends API quota on every message.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::platform::feishu::{FeishuClient, SendError};
+
+/// How often a chat's member list may be fetched again.
+pub const MEMBERS_REFRESH: Duration = Duration::from_secs(600);
+/// How long a person whose name was not found is shown by open_id before the
+/// next look-up.
+pub const RETRY_AFTER: Duration = Duration::from_secs(600);
+/// At most this many names are cached (the cache restarts when full).
+pub const CAPACITY: usize = 20_000;
+
+/// Whether an API may be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// Not tried yet, or it worked.
+    Open,
+    /// Feishu refused it (no scope): not asked again.
+    Refused,
+}
+
+struct Inner {
+    by_open_id: HashMap<String, String>,
+    contact: Access,
+    members: Access,
+    members_fetched: HashMap<String, Instant>,
+    not_found: HashMap<String, Instant>,
+    warned: bool,
+}
+
+/// Display names of people by open_id (in this bot's app).
+pub struct Names {
+    inner: Mutex<Inner>,
+}
+
+impl Default for Names {
+    fn default() -> Self {
+        Names {
+            inner: Mutex::new(Inner {
+                by_open_id: HashMap::new(),
+                contact: Access::Open,
+                members: Access::Open,
+                members_fetched: HashMap::new(),
+                not_found: HashMap::new(),
+                warned: false,
+            }),
+        }
+    }
+}
+
+impl Names {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().expect("names lock")
+    }
+
+    /// Remembers a name seen for free (a mention in an event).
+    pub fn learn(&self, open_id: &str, name: &str) {
+        let (open_id, name) = (open_id.trim(), name.trim());
+        if open_id.is_empty() || name.is_empty() {
+            return;
+        }
+        let mut g = self.lock();
+        if g.by_open_id.len() >= CAPACITY {
+            g.by_open_id.clear();
+        }
+        g.by_open_id.insert(open_id.to_string(), name.to_string());
+        g.not_found.remove(open_id);
+    }
+
+    /// The cached name, if any.
+    pub fn cached(&self, open_id: &str) -> Option<String> {
+        self.lock().by_open_id.get(open_id).cloned()
+    }
+
+    /// How many names are cached.
+    pub fn len(&self) -> usize {
+        self.lock().by_open_id.len()
+    }
+
+    /// True when no name is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The display name of `open_id`, a sender in `chat_id`; the open_id itself when
+    /// no name can be found (see the module docs for the order and the limits).
+    pub async fn display_name(
+        &self,
+        client: &FeishuClient,
+        open_id: &str,
+        chat_id: &str,
+    ) -> String {
+        let now = Instant::now();
+        let (ask_contact, ask_members) = {
+            let mut g = self.lock();
+            if let Some(n) = g.by_open_id.get(open_id) {
+                return n.clone();
+            }
+            if g.not_found
+                .get(open_id)
+                .is_some_and(|at| now.duration_since(*at) < RETRY_AFTER)
+            {
+                return open_id.to_string();
+            }
+            g.not_found
+                .retain(|_, at| now.duration_since(*at) < RETRY_AFTER);
+            let fresh = g
+                .members_fetched
+                .get(chat_id)
+                .is_some_and(|at| now.duration_since(*at) < MEMBERS_REFRESH);
+            (
+                g.contact == Access::Open,
+                g.members == Access::Open && !fresh && !chat_id.is_empty(),
+            )
+        };
+        if ask_contact {
+            match client.user_name(open_id).await {
+                Ok(Some(name)) => {
+                    self.learn(open_id, &name);
+                    return name;
+                }
+                Ok(None) => {}
+                Err(SendError::Api { code, msg }) => {
+                    tracing::info!(code, %msg, "feishu contact API refused (no contact:user.base:readonly scope?): names come from chat members instead");
+                    self.lock().contact = Access::Refused;
+                }
+                Err(e) => tracing::debug!(error = %e, "feishu contact look-up failed"),
+            }
+        }
+        if ask_members {
+            match client.chat_members(chat_id).await {
+                Ok(members) => {
+                    self.lock().members_fetched.insert(chat_id.to_string(), now);
+                    for (id, name) in members {
+                        self.learn(&id, &name);
+                    }
+                }
+                Err(SendError::Api { code, msg }) => {
+                    tracing::info!(code, %msg, "feishu chat members API refused (no im:chat.members:read scope?)");
+                    self.lock().members = Access::Refused;
+                }
+                Err(e) => tracing::debug!(error = %e, "feishu chat members look-up failed"),
+            }
+        }
+        let mut g = self.lock();
+        if let Some(n) = g.by_open_id.get(open_id) {
+            return n.clone();
+        }
+        g.not_found.insert(open_id.to_string(), now);
+        if !g.warned {
+            g.warned = true;
+            tracing::warn!(%open_id, "no display name for a feishu user: grant the app contact:user.base:readonly or im:chat.members:read (docs/feishu.md); people are shown by open_id meanwhile");
+        }
+        open_id.to_string()
+    }
+}
