@@ -196,6 +196,8 @@ async fn official_sdk_receives_events_from_the_fake() {
 
 struct Node {
     _dir: tempfile::TempDir,
+    settings: Settings,
+    env: HashMap<String, String>,
     node: Option<RunningNode>,
     peer: Option<RunningNode>,
     api: SocketAddr,
@@ -283,6 +285,8 @@ reply_to = "humans"
         let node = start("XiaoBa", b0, a0).await.expect("start XiaoBa");
         let peer = start("ErGoz", b1, a1).await.expect("start ErGoz");
         Node {
+            settings: settings.clone(),
+            env: env.clone(),
             _dir: dir,
             node: Some(node),
             peer: Some(peer),
@@ -826,5 +830,41 @@ async fn people_appear_by_name_and_every_api_call_is_counted() {
     assert_eq!(copies(&t, "om_c2")[0].author.name, "Alice Chen");
     assert_eq!(n.fake.calls_to("GET /open-apis/contact/v3/users/"), 1);
     assert_eq!(n.fake.calls_to("GET /open-apis/im/v1/chats/"), 0);
+    n.shutdown().await;
+}
+
+#[tokio::test]
+async fn feishu_ids_prints_colleagues_open_ids_from_recent_mentions() {
+    use botmesh_tests::fake_feishu::Directory;
+    let n = Node::start(|f| {
+        f.set_directory(Directory {
+            history_mentions: vec![
+                ("ou_alice_here".to_string(), "Alice Chen".to_string()),
+                ("ou_ergoz_newest".to_string(), "ergoz".to_string()),
+                ("ou_ergoz_older".to_string(), "ErGoz".to_string()),
+                (XIAOBA_OPEN_ID.to_string(), "XiaoBa".to_string()),
+            ],
+            ..Directory::default()
+        })
+    })
+    .await;
+    let cfg = NodeConfig::resolve(n.settings.clone(), "XiaoBa", None, &n.env).unwrap();
+    let before = n.fake.calls_to("GET /open-apis/im/v1/messages");
+    let text = botmesh::platform::feishu_names::colleague_ids(&cfg)
+        .await
+        .unwrap();
+    assert!(
+        text.contains(&format!("open_id = \"{XIAOBA_OPEN_ID}\"")),
+        "{text}"
+    );
+    assert!(
+        text.contains("ErGoz = \"ou_ergoz_newest\""),
+        "the newest mention wins: {text}"
+    );
+    assert!(
+        !text.contains("ou_alice_here"),
+        "people are not colleagues: {text}"
+    );
+    assert_eq!(n.fake.calls_to("GET /open-apis/im/v1/messages"), before + 1);
     n.shutdown().await;
 }

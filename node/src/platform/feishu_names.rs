@@ -173,3 +173,76 @@ impl Names {
         open_id.to_string()
     }
 }
+
+/// `botmesh feishu ids --bot NAME`: the bot's own open_id and its colleagues'
+/// open_ids *in this bot's app* (open_ids differ per app), as TOML to paste under
+/// `[bots.feishu]`. Colleagues are found by their display names (name or alias) in
+/// the @mentions of the chat's recent messages; whoever is not found is listed with
+/// what to do. Calls `GET /open-apis/bot/v3/info` and up to 10 pages of
+/// `GET /open-apis/im/v1/messages`.
+pub async fn colleague_ids(cfg: &crate::config::NodeConfig) -> anyhow::Result<String> {
+    use std::fmt::Write as _;
+    let bot = cfg.bot();
+    let me = cfg
+        .settings
+        .bot(&bot.name)
+        .map(|(i, _)| i)
+        .unwrap_or_default();
+    let ids = bot
+        .feishu
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("bots[{me}].feishu: {} has no feishu table", bot.name))?;
+    let secrets = cfg
+        .feishu
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("bots[{me}].platform: {} is not on feishu", bot.name))?;
+    let chat = ids.chat_id.as_deref().ok_or_else(|| {
+        anyhow::anyhow!("bots[{me}].feishu.chat_id is not set: the ids are read from that chat's recent @mentions")
+    })?;
+    let client = FeishuClient::new(
+        &ids.base_url(),
+        ids.app_id.as_deref().unwrap_or_default(),
+        &secrets.app_secret,
+        crate::platform::feishu::RetryPolicy {
+            attempts: 3,
+            ..Default::default()
+        },
+    )?;
+    let info = client.bot_info().await?;
+    let mentions = client.recent_mentions(chat, 10).await?;
+    let matcher =
+        crate::turn::mention::MentionMatcher::new(&crate::turn::roster(&cfg.settings.bots));
+    let mut found: std::collections::BTreeMap<String, String> = Default::default();
+    for (open_id, name) in mentions {
+        if open_id == info.open_id {
+            continue;
+        }
+        if let Some(member) = matcher.resolve(name.trim()) {
+            if member != bot.name {
+                found.entry(member.to_string()).or_insert(open_id);
+            }
+        }
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# {} — app {} ({:?})",
+        bot.name,
+        ids.app_id.as_deref().unwrap_or_default(),
+        info.app_name
+    );
+    let _ = writeln!(out, "[bots.feishu]");
+    let _ = writeln!(out, "open_id = {:?}", info.open_id);
+    let _ = writeln!(out, "[bots.feishu.peer_open_ids]");
+    for (name, open_id) in &found {
+        let _ = writeln!(out, "{name} = {open_id:?}");
+    }
+    for p in cfg.peers().filter(|p| !found.contains_key(&p.name)) {
+        let _ = writeln!(
+            out,
+            "# {}: not found — ask someone to @mention {} in chat {chat} (its display name must be its name or an alias), then run this again",
+            p.name, p.name
+        );
+    }
+    Ok(out)
+}
