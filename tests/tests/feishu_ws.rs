@@ -868,3 +868,71 @@ async fn feishu_ids_prints_colleagues_open_ids_from_recent_mentions() {
     assert_eq!(n.fake.calls_to("GET /open-apis/im/v1/messages"), before + 1);
     n.shutdown().await;
 }
+
+/// A handler that cannot take the first delivery of each event, then can.
+struct FailsOnce {
+    seen: std::sync::Mutex<Vec<Vec<u8>>>,
+}
+
+impl botmesh::platform::feishu_ws::EventHandler for FailsOnce {
+    fn handle(&self, payload: Vec<u8>) -> futures_util::future::BoxFuture<'_, u16> {
+        Box::pin(async move {
+            let mut seen = self.seen.lock().unwrap();
+            let first = !seen.contains(&payload);
+            seen.push(payload);
+            if first {
+                500
+            } else {
+                200
+            }
+        })
+    }
+}
+
+#[tokio::test]
+async fn an_event_the_node_could_not_take_is_answered_500_and_delivered_again() {
+    use botmesh::platform::feishu_ws::{run, WsSettings, WsStatus};
+    init_logs();
+    let fake = FakeFeishu::start(fake_app()).await;
+    let handler = std::sync::Arc::new(FailsOnce {
+        seen: Default::default(),
+    });
+    let status = std::sync::Arc::new(WsStatus::new(std::sync::Arc::new(
+        botmesh::telemetry::metrics::Metrics::new(),
+    )));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(run(
+        WsSettings {
+            base_url: fake.base_url.clone(),
+            app_id: APP_ID.into(),
+            app_secret: APP_SECRET.into(),
+        },
+        handler.clone(),
+        status.clone(),
+        stop.clone(),
+    ));
+    fake.wait_connections(1, WAIT).await;
+    let m = fake.push_event(&human_event("ev-500", "om_500", "not yet"), 2);
+    let acks = fake
+        .wait_acks(WAIT, |a| a.iter().any(|k| k.message_id == m))
+        .await;
+    assert_eq!(acks[0].code, 500, "{acks:?}");
+    assert_eq!(fake.unacked(), vec![m.clone()], "Feishu keeps it");
+    // Feishu delivers it again (here: on the next connection).
+    fake.drop_connection();
+    let acks = fake
+        .wait_acks(WAIT, |a| {
+            a.iter().any(|k| k.message_id == m && k.code == 200)
+        })
+        .await;
+    assert_eq!(
+        acks.iter().map(|a| a.code).collect::<Vec<_>>(),
+        vec![500, 200],
+        "{acks:?}"
+    );
+    assert!(fake.unacked().is_empty());
+    let h = status.health();
+    assert_eq!((h.acked, h.refused), (1, 1), "{h:?}");
+    stop.cancel();
+    task.await.unwrap();
+}

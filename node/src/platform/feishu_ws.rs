@@ -1107,6 +1107,54 @@ mod tests {
         .contains("retrying"));
     }
 
+    struct Never;
+    impl EventHandler for Never {
+        fn handle(&self, _payload: Vec<u8>) -> BoxFuture<'_, u16> {
+            Box::pin(async { 500 })
+        }
+    }
+
+    /// With Feishu unreachable the client tries again forever: once at once, once
+    /// after the jitter, then every reconnect interval (virtual time).
+    #[tokio::test(start_paused = true)]
+    async fn an_unreachable_feishu_is_retried_every_interval_forever() {
+        let metrics = Arc::new(Metrics::new());
+        let status = Arc::new(WsStatus::new(metrics.clone()));
+        let stop = CancellationToken::new();
+        // A closed loopback port: every endpoint call fails at once.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let base_url = format!("http://{}", closed.local_addr().unwrap());
+        drop(closed);
+        let task = tokio::spawn(run(
+            WsSettings {
+                base_url,
+                app_id: "cli_x".into(),
+                app_secret: "s".into(),
+            },
+            Arc::new(Never),
+            status.clone(),
+            stop.clone(),
+        ));
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        let failures = metrics
+            .feishu_connects
+            .get_or_create(&crate::telemetry::metrics::ResultLabel {
+                result: "endpoint_unreachable".into(),
+            })
+            .get();
+        // t=0, t=jitter (< 30 s), then every 120 s: 31 or 32 attempts in an hour.
+        assert!((31..=32).contains(&failures), "{failures}");
+        assert_eq!(status.health().state, ConnState::Reconnecting);
+        assert!(status
+            .health()
+            .last_error
+            .unwrap()
+            .contains("endpoint request failed"));
+        stop.cancel();
+        task.await.unwrap();
+        assert_eq!(status.health().state, ConnState::Stopped);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn fragments_reassemble_in_any_order_and_expire() {
         let mut r = Reassembly::default();
