@@ -1,9 +1,56 @@
 #!/usr/bin/env bash
 # The whole test run: format check, lints, then every unit and end-to-end test.
 # End-to-end tests start real nodes on 127.0.0.1 and a scripted LLM; nothing else is contacted.
+#
+# On a fresh machine it first installs what the tests need:
+#   - Debian packages (as root, with apt-get): redis-server, chromium, chromium-driver,
+#     python3, python3-venv; without root or apt-get it stops, naming what is missing;
+#   - a Python venv in .venv-test/ with the packages of tests/requirements.txt (pip), whose
+#     interpreter the tests find in BOTMESH_TEST_PYTHON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+# --- Debian packages -------------------------------------------------------------------
+py_can_venv() { "$1" -c 'import venv, ensurepip' >/dev/null 2>&1; }
+
+need=()
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+[ -x "${BOTMESH_CHROMIUM:-/usr/bin/chromium}" ] || need+=(chromium)
+[ -x "${BOTMESH_CHROMEDRIVER:-/usr/bin/chromedriver}" ] || need+=(chromium-driver)
+if ! command -v python3 >/dev/null 2>&1; then
+  need+=(python3 python3-venv)
+elif ! py_can_venv python3 && ! py_can_venv /usr/bin/python3; then
+  need+=(python3-venv)
+fi
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "test.sh: installing ${need[*]} (apt-get)" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${need[@]}" >/dev/null
+  else
+    echo "test.sh: missing ${need[*]}; the end-to-end tests need them." >&2
+    echo "test.sh: install them first (as root): apt-get install -y ${need[*]}" >&2
+    exit 1
+  fi
+fi
+
+# --- Python packages for the tests, in a venv of their own ------------------------------
+python=python3
+py_can_venv "$python" || python=/usr/bin/python3
+venv="$PWD/.venv-test"
+requirements=tests/requirements.txt
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c '' >/dev/null 2>&1; then
+  rm -rf "$venv"
+  "$python" -m venv "$venv"
+fi
+if ! cmp -s "$requirements" "$venv/requirements.txt"; then
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
+  cp "$requirements" "$venv/requirements.txt"
+fi
+export BOTMESH_TEST_PYTHON="$venv/bin/python"
+
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo build --workspace --locked --bins

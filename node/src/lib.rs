@@ -21,12 +21,13 @@
 //! llm         the OpenAI-compatible client
 //! store       transcripts, the outbox log, delivery cursors
 //! telemetry   Prometheus metrics, live events
-//! config      peers.toml → a validated NodeConfig
+//! config      peers.toml → a validated NodeConfig; pacing (backoff, token bucket) for every layer
 //! wire        envelope, batch, signatures, paths and limits
 //! ```
 //!
 //! - [`wire`] — what travels between nodes and how it is signed.
-//! - [`config`] — peers.toml: typed settings, env overrides, validation before binding.
+//! - [`config`] — peers.toml: typed settings, env overrides, validation before binding;
+//!   `config::pacing`, the one retry schedule and token bucket every layer above shares.
 //! - [`telemetry`] — `Metrics` (Prometheus) and `EventBus` (the page, SSE).
 //! - [`store`] — per-group, append-only, deduplicated, durable transcripts; cursors.
 //! - [`llm`] — the OpenAI-compatible client.
@@ -36,13 +37,16 @@
 //! - [`platform`] — `ChatPlatform`: what a chat platform shows to whom, events in, posts out.
 //! - [`app`] — one running node: state, start, routing, the local API, graceful shutdown.
 //! - [`simulate`] — `botmesh simulate`.
-//! - [`fuzzing`] — the fuzz harnesses, shared by `fuzz/` and the corpus replay test.
+//! - `fuzzing` — the fuzz harnesses, shared by `fuzz/` and the corpus replay test; only
+//!   with the `fuzzing` feature, so they are not part of the production library.
 
 #![forbid(unsafe_code)]
+#![deny(missing_docs, unreachable_pub)]
 
 pub mod app;
 pub mod config;
 pub mod egress;
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod ingress;
 pub mod llm;

@@ -36,7 +36,6 @@
 //! `feishu::signature`, which the unit tests pin to Feishu's published vectors).
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -44,17 +43,16 @@ use std::time::Duration;
 use botmesh::platform::feishu_ws::{self, Frame, Header};
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper::{Method, Request, Response};
-use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_tungstenite::tungstenite;
+
+use crate::serve::{read_request, serve_http, HttpServer, Reply};
 
 /// The `service_id` the fake puts in its connection URLs.
 pub const SERVICE_ID: i32 = 33554678;
@@ -213,16 +211,20 @@ pub struct FakeFeishu {
     /// Base URL for `feishu.base_url`: `http://127.0.0.1:PORT`.
     pub base_url: String,
     state: Arc<State>,
-    task: JoinHandle<()>,
+    _server: HttpServer,
+    /// Accepts long connections; aborted (with every connection) when dropped.
+    ws_task: JoinHandle<()>,
+}
+
+impl Drop for FakeFeishu {
+    fn drop(&mut self) {
+        self.ws_task.abort();
+    }
 }
 
 impl FakeFeishu {
     /// Starts the fake for `app`.
     pub async fn start(app: FakeApp) -> FakeFeishu {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("fake_feishu: bind");
-        let base_url = format!("http://{}", listener.local_addr().expect("local_addr"));
         let ws_listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("fake_feishu: bind ws");
@@ -245,15 +247,14 @@ impl FakeFeishu {
             sent: Mutex::new(Vec::new()),
             by_uuid: Mutex::new(HashMap::new()),
         });
-        let http_task = tokio::spawn(accept_loop(listener, state.clone()));
+        let handler_state = state.clone();
+        let server = serve_http(move |req| handle(handler_state.clone(), req)).await;
         let ws_task = tokio::spawn(ws_accept_loop(ws_listener, state.clone()));
-        let task = tokio::spawn(async move {
-            let _ = tokio::join!(http_task, ws_task);
-        });
         FakeFeishu {
-            base_url,
+            base_url: server.url(),
             state,
-            task,
+            _server: server,
+            ws_task,
         }
     }
 
@@ -447,45 +448,15 @@ impl FakeFeishu {
 
     /// Waits up to `timeout` until at least `n` sends were accepted.
     pub async fn wait_sent(&self, n: usize, timeout: Duration) -> Vec<Sent> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let s = self.sent();
-            if s.len() >= n || tokio::time::Instant::now() >= deadline {
-                return s;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        crate::wait_for(
+            timeout,
+            Duration::from_millis(20),
+            || async { self.sent() },
+            |s| s.len() >= n,
+        )
+        .await
     }
 }
-
-impl Drop for FakeFeishu {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-async fn accept_loop(listener: TcpListener, state: Arc<State>) {
-    let mut connections = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    let state = state.clone();
-                    connections.spawn(async move {
-                        let service = service_fn(move |req| handle(state.clone(), req));
-                        let _ = http1::Builder::new()
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await;
-                    });
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-            },
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-        }
-    }
-}
-
-type Reply = Response<Full<Bytes>>;
 
 fn reply(status: u16, body: Value) -> Reply {
     let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
@@ -504,26 +475,21 @@ fn invalid_token() -> Reply {
     )
 }
 
-async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Reply, Infallible> {
-    let path = req.uri().path().to_string();
-    let query = req.uri().query().unwrap_or_default().to_string();
-    let method = req.method().clone();
-    let bearer = req
-        .headers()
+async fn handle(state: Arc<State>, req: Request<Incoming>) -> Reply {
+    let (parts, bytes) = read_request(req).await;
+    let path = parts.uri.path().to_string();
+    let query = parts.uri.query().unwrap_or_default().to_string();
+    let method = parts.method.clone();
+    let bearer = parts
+        .headers
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::to_string);
-    let bytes = req
-        .into_body()
-        .collect()
-        .await
-        .map(|c| c.to_bytes())
-        .unwrap_or_default();
     let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     let authorised = bearer.is_some_and(|t| state.valid.lock().unwrap().contains(&t));
     state.calls.lock().unwrap().push(format!("{method} {path}"));
-    let r = match (method, path.as_str()) {
+    match (method, path.as_str()) {
         (Method::GET, p) if p.starts_with("/open-apis/contact/v3/users/") => {
             let d = state.directory.lock().unwrap().clone();
             let id = p.trim_start_matches("/open-apis/contact/v3/users/");
@@ -644,8 +610,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Reply, Infa
             }
         }
         _ => reply(404, json!({"code": 404, "msg": "not found"})),
-    };
-    Ok(r)
+    }
 }
 
 fn endpoint(state: &State, body: &Value) -> Reply {

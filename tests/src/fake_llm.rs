@@ -7,10 +7,12 @@
 //! so tests can assert on the model, messages, response format and
 //! `Authorization` header the client sent. Other paths get 404.
 //!
+//! [`BotLlm`] builds the usual script for a mesh of bots (a verdict per bot for judge
+//! calls, a text per bot for replies) so tests need not write that closure out.
+//!
 //! Token usage in replies is a deterministic word count (see
 //! [`approx_tokens`]) so tests can predict it.
 
-use std::convert::Infallible;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -20,13 +22,10 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{json, Value};
-use tokio::net::TcpListener;
-use tokio::task::{JoinHandle, JoinSet};
+
+use crate::serve::{serve_http, HttpServer, Reply};
 
 /// What the scripted server does for one request.
 #[derive(Clone, Debug)]
@@ -154,6 +153,99 @@ pub fn sequence(scripts: Vec<Script>) -> impl Fn(&Seen) -> Script + Send + Sync 
     }
 }
 
+/// A judge's answer as a model writes it: `{"speak": …, "relevance": …}`.
+///
+/// Exists so tests script verdicts by value instead of spelling the JSON each time.
+pub fn verdict(speak: bool, relevance: f64) -> Script {
+    Script::reply(format!(
+        "{{\"speak\": {speak}, \"relevance\": {relevance}}}"
+    ))
+}
+
+/// The LLM of a whole test mesh, scripted by bot: what each bot's judge call says
+/// ([`verdict`]) and what its reply call writes. Which bot a request is for is read from
+/// its prompt ([`crate::bot_of`]); a judge call is one that asks for a response format
+/// ([`crate::is_judge`]).
+///
+/// Exists because the mesh tests all want this one closure (judge by bot, reply by
+/// bot) and used to write it out inline, each a little differently.
+#[derive(Clone)]
+pub struct BotLlm {
+    verdict: (bool, f64),
+    verdicts: Vec<(String, (bool, f64))>,
+    only_about: Option<String>,
+    reply: Arc<dyn Fn(&str) -> String + Send + Sync>,
+    reply_scripts: Vec<(String, Script)>,
+}
+
+impl BotLlm {
+    /// Every bot's judge says `speak` at `relevance`; every reply is `ok` until
+    /// [`BotLlm::replies`] says otherwise.
+    pub fn judging(speak: bool, relevance: f64) -> BotLlm {
+        BotLlm {
+            verdict: (speak, relevance),
+            verdicts: Vec::new(),
+            only_about: None,
+            reply: Arc::new(|_| "ok".to_string()),
+            reply_scripts: Vec::new(),
+        }
+    }
+
+    /// Bot `bot`'s judge says `speak` at `relevance` instead.
+    pub fn judge(mut self, bot: &str, speak: bool, relevance: f64) -> BotLlm {
+        self.verdicts.push((bot.to_string(), (speak, relevance)));
+        self
+    }
+
+    /// Judge calls whose prompt does not contain `marker` say no (`speak: false`,
+    /// relevance 0): only the message carrying it gets the verdicts set here.
+    pub fn judging_only(mut self, marker: &str) -> BotLlm {
+        self.only_about = Some(marker.to_string());
+        self
+    }
+
+    /// Reply calls write `text(bot)` for the bot they are for.
+    pub fn replies(mut self, text: impl Fn(&str) -> String + Send + Sync + 'static) -> BotLlm {
+        self.reply = Arc::new(text);
+        self
+    }
+
+    /// Bot `bot`'s reply calls get `script` instead (a failure, a delay…).
+    pub fn reply_with(mut self, bot: &str, script: Script) -> BotLlm {
+        self.reply_scripts.push((bot.to_string(), script));
+        self
+    }
+
+    /// What the server answers to `seen`.
+    pub fn answer(&self, seen: &Seen) -> Script {
+        let bot = crate::bot_of(seen);
+        if crate::is_judge(seen) {
+            let about = self
+                .only_about
+                .as_deref()
+                .is_none_or(|marker| seen.messages.iter().any(|(_, c)| c.contains(marker)));
+            if !about {
+                return verdict(false, 0.0);
+            }
+            let (speak, relevance) = self
+                .verdicts
+                .iter()
+                .find(|(b, _)| *b == bot)
+                .map_or(self.verdict, |(_, v)| *v);
+            return verdict(speak, relevance);
+        }
+        match self.reply_scripts.iter().find(|(b, _)| *b == bot) {
+            Some((_, script)) => script.clone(),
+            None => Script::Reply((self.reply)(&bot)),
+        }
+    }
+
+    /// Starts a [`FakeLlm`] answering by this script.
+    pub async fn start(self) -> FakeLlm {
+        FakeLlm::start(move |seen| self.answer(seen)).await
+    }
+}
+
 type ScriptFn = dyn Fn(&Seen) -> Script + Send + Sync;
 
 struct State {
@@ -175,7 +267,7 @@ pub struct FakeLlm {
     /// Base URL to put in an endpoint config: `http://127.0.0.1:PORT/v1`.
     pub base_url: String,
     state: Arc<State>,
-    accept: Option<JoinHandle<()>>,
+    server: HttpServer,
 }
 
 impl fmt::Debug for FakeLlm {
@@ -192,20 +284,17 @@ impl FakeLlm {
     ///
     /// Panics if it cannot bind a loopback port (test support only).
     pub async fn start(script: impl Fn(&Seen) -> Script + Send + Sync + 'static) -> FakeLlm {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("fake_llm: bind 127.0.0.1:0");
-        let addr = listener.local_addr().expect("fake_llm: local_addr");
         let state = Arc::new(State {
             script: Box::new(script),
             seen: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(1),
         });
-        let accept = tokio::spawn(accept_loop(listener, state.clone()));
+        let handler_state = state.clone();
+        let server = serve_http(move |req| handle(handler_state.clone(), req)).await;
         FakeLlm {
-            base_url: format!("http://{addr}/v1"),
+            base_url: format!("{}/v1", server.url()),
             state,
-            accept: Some(accept),
+            server,
         }
     }
 
@@ -219,57 +308,42 @@ impl FakeLlm {
         self.state.seen().len()
     }
 
+    /// Which bot each judge call so far was for, in arrival order.
+    ///
+    /// Exists because mesh tests count who judged (see [`BotLlm`]).
+    pub fn judge_bots(&self) -> Vec<String> {
+        self.bots_of(true)
+    }
+
+    /// Which bot each reply call so far was for, in arrival order.
+    ///
+    /// Exists because mesh tests check who wrote an answer (see [`BotLlm`]).
+    pub fn reply_bots(&self) -> Vec<String> {
+        self.bots_of(false)
+    }
+
+    fn bots_of(&self, judge: bool) -> Vec<String> {
+        self.state
+            .seen()
+            .iter()
+            .filter(|s| crate::is_judge(s) == judge)
+            .map(crate::bot_of)
+            .collect()
+    }
+
     /// Stops accepting, closes the listening port and drops every open
     /// connection (including hanging ones), then returns.
-    pub async fn shutdown(mut self) {
-        if let Some(accept) = self.accept.take() {
-            accept.abort();
-            let _ = accept.await;
-        }
+    pub async fn shutdown(self) {
+        self.server.shutdown().await;
     }
 }
 
-impl Drop for FakeLlm {
-    fn drop(&mut self) {
-        if let Some(accept) = self.accept.take() {
-            accept.abort();
-        }
-    }
-}
-
-/// Accepts connections until aborted; the connection tasks live in a
-/// `JoinSet` owned here, so aborting this task aborts them all.
-async fn accept_loop(listener: TcpListener, state: Arc<State>) {
-    let mut connections = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    let state = state.clone();
-                    connections.spawn(async move {
-                        let service = service_fn(move |req| handle(state.clone(), req));
-                        let _ = http1::Builder::new()
-                            .timer(TokioTimer::new())
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await;
-                    });
-                }
-                // Transient accept errors (e.g. out of file descriptors).
-                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-            },
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-        }
-    }
-}
-
-type Reply = Response<Full<Bytes>>;
-
-async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Reply, Infallible> {
+async fn handle(state: Arc<State>, req: Request<Incoming>) -> Reply {
     if req.uri().path() != "/v1/chat/completions" {
-        return Ok(error_response(404, "no such route"));
+        return error_response(404, "no such route");
     }
     if req.method() != Method::POST {
-        return Ok(error_response(405, "use POST"));
+        return error_response(405, "use POST");
     }
     let authorization = req
         .headers()
@@ -278,13 +352,13 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Reply, Infa
         .map(str::to_string);
     let bytes = match req.into_body().collect().await {
         Ok(collected) => collected.to_bytes(),
-        Err(_) => return Ok(error_response(400, "could not read body")),
+        Err(_) => return error_response(400, "could not read body"),
     };
     let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     let seen = Seen::new(body, authorization);
     state.seen().push(seen.clone());
     if !seen.body.is_object() {
-        return Ok(error_response(400, "body is not a JSON object"));
+        return error_response(400, "body is not a JSON object");
     }
     let mut script = (state.script)(&seen);
     loop {
@@ -295,7 +369,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Reply, Infa
             }
             Script::Hang => std::future::pending::<()>().await,
             Script::Status(status) => {
-                return Ok(error_response(status, "scripted failure"));
+                return error_response(status, "scripted failure");
             }
             Script::Raw {
                 status,
@@ -311,11 +385,11 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Reply, Infa
                         response.headers_mut().append(name, value);
                     }
                 }
-                return Ok(response);
+                return response;
             }
             Script::Reply(text) => {
                 let id = state.next_id.fetch_add(1, Ordering::Relaxed);
-                return Ok(json_response(200, completion_body(id, &seen, &text)));
+                return json_response(200, completion_body(id, &seen, &text));
             }
         }
     }

@@ -7,6 +7,8 @@ use std::sync::{Arc, Mutex};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+use crate::serve::{forward, read_request, reply, serve_http, HttpServer};
+
 /// A TCP forwarder standing for one network link (point a node's view of a peer at it
 /// with [`crate::MeshSpec::route`]). [`LinkProxy::cut`] breaks the link: open
 /// connections are torn down and new ones are closed at once, as a dead route would;
@@ -107,99 +109,50 @@ pub struct OldReceiverProxy {
     pub batches_refused: Arc<AtomicUsize>,
     /// Requests forwarded.
     pub forwarded: Arc<AtomicUsize>,
-    task: tokio::task::JoinHandle<()>,
+    _server: HttpServer,
 }
 
 impl OldReceiverProxy {
     /// Starts the proxy; set its target with [`OldReceiverProxy::forward_to`].
     pub async fn start() -> OldReceiverProxy {
-        use http_body_util::{BodyExt, Full};
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let url = format!("http://{}", listener.local_addr().unwrap());
         let target: Arc<Mutex<Option<SocketAddr>>> = Default::default();
         let refused: Arc<AtomicUsize> = Default::default();
         let forwarded: Arc<AtomicUsize> = Default::default();
         let client = reqwest::Client::builder().no_proxy().build().unwrap();
         let (t, r, f) = (target.clone(), refused.clone(), forwarded.clone());
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let (t, r, f, client) = (t.clone(), r.clone(), f.clone(), client.clone());
-                tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(
-                        move |req: hyper::Request<hyper::body::Incoming>| {
-                            let (t, r, f, client) =
-                                (t.clone(), r.clone(), f.clone(), client.clone());
-                            async move {
-                                let (parts, body) = req.into_parts();
-                                let body = body
-                                    .collect()
-                                    .await
-                                    .map(|c| c.to_bytes())
-                                    .unwrap_or_default();
-                                let reply = |status: u16, bytes: bytes::Bytes| {
-                                    let mut resp = hyper::Response::new(Full::new(bytes));
-                                    *resp.status_mut() =
-                                        hyper::StatusCode::from_u16(status).unwrap();
-                                    Ok::<_, std::convert::Infallible>(resp)
-                                };
-                                if parts.uri.path() == "/bridge/v1/batch" {
-                                    r.fetch_add(1, Ordering::SeqCst);
-                                    return reply(
-                                        404,
-                                        bytes::Bytes::from_static(
-                                            b"{\"error\":\"no such endpoint\"}",
-                                        ),
-                                    );
-                                }
-                                let addr = (*t.lock().unwrap()).expect("proxy target set");
-                                let mut fwd = client
-                                    .request(
-                                        parts.method.clone(),
-                                        format!("http://{addr}{}", parts.uri),
-                                    )
-                                    .body(body);
-                                for (k, v) in parts.headers.iter() {
-                                    if k != "host" && k != "content-length" {
-                                        fwd = fwd.header(k, v);
-                                    }
-                                }
-                                f.fetch_add(1, Ordering::SeqCst);
-                                match fwd.send().await {
-                                    Ok(resp) => {
-                                        let status = resp.status().as_u16();
-                                        reply(status, resp.bytes().await.unwrap_or_default())
-                                    }
-                                    Err(_) => reply(502, bytes::Bytes::new()),
-                                }
-                            }
-                        },
-                    );
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                        .await;
-                });
+        let server = serve_http(move |req| {
+            let (t, r, f, client) = (t.clone(), r.clone(), f.clone(), client.clone());
+            async move {
+                let (parts, body) = read_request(req).await;
+                if parts.uri.path() == "/bridge/v1/batch" {
+                    r.fetch_add(1, Ordering::SeqCst);
+                    return reply(404, &b"{\"error\":\"no such endpoint\"}"[..]);
+                }
+                let addr = (*t.lock().unwrap()).expect("proxy target set");
+                let mut fwd = client
+                    .request(parts.method.clone(), format!("http://{addr}{}", parts.uri))
+                    .body(body);
+                for (k, v) in parts.headers.iter() {
+                    if k != "host" && k != "content-length" {
+                        fwd = fwd.header(k, v);
+                    }
+                }
+                f.fetch_add(1, Ordering::SeqCst);
+                forward(fwd).await
             }
-        });
+        })
+        .await;
         OldReceiverProxy {
-            url,
+            url: server.url(),
             target,
             batches_refused: refused,
             forwarded,
-            task,
+            _server: server,
         }
     }
 
     /// Where forwarded requests go.
     pub fn forward_to(&self, addr: SocketAddr) {
         *self.target.lock().unwrap() = Some(addr);
-    }
-}
-
-impl Drop for OldReceiverProxy {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }

@@ -8,6 +8,7 @@ pub mod fake_feishu;
 pub mod fake_llm;
 pub mod faults;
 pub mod redis_server;
+pub mod serve;
 pub mod webdriver;
 
 use std::path::PathBuf;
@@ -83,6 +84,13 @@ impl MeshSpec {
             env: Default::default(),
             routes: Vec::new(),
         }
+    }
+    /// `names` answering only when mentioned (`participation = "mentions"`), so a test
+    /// of transport or security sees only the messages it sends itself.
+    ///
+    /// Exists because most tests that are not about turn-taking start from this spec.
+    pub fn mentions_only(names: &[&str]) -> Self {
+        MeshSpec::new(names).all_bots("participation = \"mentions\"")
     }
     /// Makes bot `from` reach bot `to` through `url` (e.g. a [`faults::LinkProxy`]).
     pub fn route(mut self, from: &str, to: &str, url: &str) -> Self {
@@ -325,18 +333,11 @@ impl TestMesh {
 
     /// Node `i`'s transcript of the default group, via the API.
     pub async fn transcript(&self, i: usize) -> Vec<Envelope> {
-        let v: serde_json::Value = self
-            .http
-            .get(format!(
-                "{}/v1/transcript?group=demo&limit=2000",
-                self.api(i)
-            ))
-            .send()
-            .await
-            .expect("get")
-            .json()
-            .await
-            .expect("json");
+        let v = fetch_json(self.http.get(format!(
+            "{}/v1/transcript?group=demo&limit=2000",
+            self.api(i)
+        )))
+        .await;
         serde_json::from_value(v["messages"].clone()).expect("envelopes")
     }
 
@@ -347,14 +348,41 @@ impl TestMesh {
         timeout: Duration,
         cond: impl Fn(&[Envelope]) -> bool,
     ) -> Vec<Envelope> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let t = self.transcript(i).await;
-            if cond(&t) || tokio::time::Instant::now() >= deadline {
-                return t;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        wait_for(
+            timeout,
+            Duration::from_millis(25),
+            || self.transcript(i),
+            |t| cond(t),
+        )
+        .await
+    }
+
+    /// Waits (up to `timeout`) until every outbox of node `i` is empty; true if they are.
+    ///
+    /// Exists because tests that bring a peer back check, after the transcript, that the
+    /// sender has nothing left to send.
+    pub async fn wait_outboxes_empty(&self, i: usize, timeout: Duration) -> bool {
+        wait_for(
+            timeout,
+            Duration::from_millis(25),
+            || async { self.node(i).node.outboxes.iter().all(|o| o.is_empty()) },
+            |empty| *empty,
+        )
+        .await
+    }
+
+    /// Node `i`'s `/healthz`: status and JSON body.
+    ///
+    /// Exists because several tests check a node's health, some waiting for it to change.
+    pub async fn health(&self, i: usize) -> (u16, serde_json::Value) {
+        let r = self
+            .http
+            .get(format!("{}/healthz", self.api(i)))
+            .send()
+            .await
+            .expect("healthz");
+        let status = r.status().as_u16();
+        (status, r.json().await.expect("health JSON"))
     }
 
     /// Metrics text of node `i`.
@@ -369,6 +397,12 @@ impl TestMesh {
             .unwrap()
     }
 
+    /// Node `i`'s count of decisions `action`/`reason` (see [`decisions`]), for tests
+    /// that check one count without keeping the metrics text.
+    pub async fn decisions(&self, i: usize, action: &str, reason: &str) -> f64 {
+        decisions(&self.metrics(i).await, action, reason)
+    }
+
     /// Stops everything.
     pub async fn shutdown(mut self) {
         for i in 0..self.nodes.len() {
@@ -377,15 +411,65 @@ impl TestMesh {
     }
 }
 
+/// Asks `probe` every `every` until `done` holds of its answer or `within` has passed,
+/// and returns the last answer, so the caller's assertion shows what was last seen.
+///
+/// Exists because what these tests check arrives eventually (over a bridge, a stream,
+/// a restart): every bounded wait for it is this one loop rather than a copy per test.
+pub async fn wait_for<T, Fut>(
+    within: Duration,
+    every: Duration,
+    mut probe: impl FnMut() -> Fut,
+    done: impl Fn(&T) -> bool,
+) -> T
+where
+    Fut: std::future::Future<Output = T>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let answer = probe().await;
+        if done(&answer) || tokio::time::Instant::now() >= deadline {
+            return answer;
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// Sends `request` and reads the answer as JSON, panicking if either fails.
+///
+/// Exists because tests read many JSON answers from the nodes' APIs and spelled out
+/// this send-then-parse chain at each one.
+pub async fn fetch_json(request: reqwest::RequestBuilder) -> serde_json::Value {
+    request
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("a JSON answer")
+}
+
 /// Re-binds a port that was just released (retries briefly).
 pub async fn rebind(addr: std::net::SocketAddr) -> TcpListener {
-    for _ in 0..100 {
-        if let Ok(l) = TcpListener::bind(addr).await {
-            return l;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("could not re-bind {addr}");
+    wait_for(
+        Duration::from_secs(2),
+        Duration::from_millis(20),
+        || TcpListener::bind(addr),
+        Result::is_ok,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("could not re-bind {addr}: {e}"))
+}
+
+/// The count of decisions `action`/`reason` (`botmesh_decisions_total`) in Prometheus
+/// text (0 when absent).
+///
+/// Exists because the turn-taking tests read this one counter family again and again.
+pub fn decisions(metrics: &str, action: &str, reason: &str) -> f64 {
+    metric(
+        metrics,
+        &format!("botmesh_decisions_total{{action=\"{action}\",reason=\"{reason}\"}}"),
+    )
 }
 
 /// Reads one counter value out of Prometheus text (0 when absent).
@@ -518,7 +602,7 @@ pub struct ClaimProxy {
     target: std::sync::Arc<std::sync::Mutex<Option<String>>>,
     /// How many claims were swallowed or held.
     pub claims: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    task: tokio::task::JoinHandle<()>,
+    _server: serve::HttpServer,
 }
 
 /// Whether a request body to a bridge carries a claim: a claim envelope, or a batch
@@ -552,89 +636,49 @@ impl ClaimProxy {
     }
 
     async fn start(hold: Option<Duration>) -> ClaimProxy {
-        use http_body_util::{BodyExt, Full};
-        let listener = bind().await;
-        let url = format!("http://{}", listener.local_addr().unwrap());
         let target: std::sync::Arc<std::sync::Mutex<Option<String>>> = Default::default();
         let claims: std::sync::Arc<std::sync::atomic::AtomicUsize> = Default::default();
         let client = reqwest::Client::builder().no_proxy().build().unwrap();
         let (t, d) = (target.clone(), claims.clone());
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let (t, d, client) = (t.clone(), d.clone(), client.clone());
-                tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(
-                        move |req: hyper::Request<hyper::body::Incoming>| {
-                            let (t, d, client) = (t.clone(), d.clone(), client.clone());
-                            async move {
-                                let (parts, body) = req.into_parts();
-                                let body = body
-                                    .collect()
-                                    .await
-                                    .map(|c| c.to_bytes())
-                                    .unwrap_or_default();
-                                if let Some(hold) = hold.filter(|_| carries_claim(&body)) {
-                                    d.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                                    tokio::time::sleep(hold).await;
-                                }
-                                let is_claim = serde_json::from_slice::<serde_json::Value>(&body)
-                                    .map(|v| v["kind"] == "claim")
-                                    .unwrap_or(false);
-                                if is_claim && hold.is_none() {
-                                    d.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                                    return Ok::<_, std::convert::Infallible>(
-                                        hyper::Response::new(Full::new(bytes::Bytes::from_static(
-                                            b"{\"accepted\":true}",
-                                        ))),
-                                    );
-                                }
-                                let base = t.lock().unwrap().clone().expect("proxy target set");
-                                let mut fwd = client
-                                    .post(format!("{base}{}", parts.uri.path()))
-                                    .body(body);
-                                for (k, v) in parts.headers.iter() {
-                                    if k.as_str().starts_with("webhook-") || k == "content-type" {
-                                        fwd = fwd.header(k, v);
-                                    }
-                                }
-                                let (status, bytes) = match fwd.send().await {
-                                    Ok(r) => {
-                                        (r.status().as_u16(), r.bytes().await.unwrap_or_default())
-                                    }
-                                    Err(_) => (502, bytes::Bytes::new()),
-                                };
-                                let mut resp = hyper::Response::new(Full::new(bytes));
-                                *resp.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
-                                Ok(resp)
-                            }
-                        },
-                    );
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                        .await;
-                });
+        let server = serve::serve_http(move |req| {
+            let (t, d, client) = (t.clone(), d.clone(), client.clone());
+            async move {
+                let (parts, body) = serve::read_request(req).await;
+                if let Some(hold) = hold.filter(|_| carries_claim(&body)) {
+                    d.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    tokio::time::sleep(hold).await;
+                }
+                let is_claim = serde_json::from_slice::<serde_json::Value>(&body)
+                    .map(|v| v["kind"] == "claim")
+                    .unwrap_or(false);
+                if is_claim && hold.is_none() {
+                    d.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    return serve::reply(200, &b"{\"accepted\":true}"[..]);
+                }
+                let base = t.lock().unwrap().clone().expect("proxy target set");
+                let mut fwd = client
+                    .post(format!("{base}{}", parts.uri.path()))
+                    .body(body);
+                for (k, v) in parts.headers.iter() {
+                    if k.as_str().starts_with("webhook-") || k == "content-type" {
+                        fwd = fwd.header(k, v);
+                    }
+                }
+                serve::forward(fwd).await
             }
-        });
+        })
+        .await;
         ClaimProxy {
-            url,
+            url: server.url(),
             target,
             claims,
-            task,
+            _server: server,
         }
     }
 
     /// Where non-claim traffic goes.
     pub fn forward_to(&self, base_url: &str) {
         *self.target.lock().unwrap() = Some(base_url.to_string());
-    }
-}
-
-impl Drop for ClaimProxy {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
 
@@ -717,19 +761,31 @@ impl ProcessMesh {
             .spawn()
             .unwrap();
         self.procs[i] = Some(child);
-        for _ in 0..400 {
-            if self
-                .http
-                .get(format!("{}/healthz", self.apis[i]))
-                .send()
-                .await
-                .is_ok_and(|r| r.status() == 200)
-            {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("{} never became healthy:\n{}", self.names[i], self.log(i));
+        let healthy = wait_for(
+            Duration::from_secs(10),
+            Duration::from_millis(25),
+            || self.health(i),
+            |status| *status == Some(200),
+        )
+        .await;
+        assert!(
+            healthy == Some(200),
+            "{} never became healthy:\n{}",
+            self.names[i],
+            self.log(i)
+        );
+    }
+
+    /// Bot `i`'s `/healthz` status, None while it does not answer: what a wait for a
+    /// started process polls.
+    pub async fn health(&self, i: usize) -> Option<u16> {
+        let r = self
+            .http
+            .get(format!("{}/healthz", self.apis[i]))
+            .send()
+            .await
+            .ok()?;
+        Some(r.status().as_u16())
     }
 
     /// Bot `i`'s log so far.
@@ -774,21 +830,35 @@ impl ProcessMesh {
 
     /// Ids in bot `i`'s transcript of the default group, in order.
     pub async fn ids(&self, i: usize) -> Vec<String> {
-        let v: serde_json::Value = self
-            .http
-            .get(format!("{}/v1/transcript?limit=2000", self.apis[i]))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v = fetch_json(
+            self.http
+                .get(format!("{}/v1/transcript?limit=2000", self.apis[i])),
+        )
+        .await;
         v["messages"]
             .as_array()
             .unwrap()
             .iter()
             .map(|m| m["id"].as_str().unwrap().to_string())
             .collect()
+    }
+
+    /// Waits (up to `timeout`) until `cond` holds for the ids in bot `i`'s transcript:
+    /// [`TestMesh::wait_transcript`] for processes, which the crash and process tests
+    /// used to write out as loops.
+    pub async fn wait_ids(
+        &self,
+        i: usize,
+        timeout: Duration,
+        cond: impl Fn(&[String]) -> bool,
+    ) -> Vec<String> {
+        wait_for(
+            timeout,
+            Duration::from_millis(25),
+            || self.ids(i),
+            |ids| cond(ids),
+        )
+        .await
     }
 }
 

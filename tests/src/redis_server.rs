@@ -56,16 +56,18 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| {
-                panic!("cannot start redis-server ({e}): install it with `apt-get install redis-server` (.ci/run does)")
+                panic!("cannot start redis-server ({e}): install it with `apt-get install redis-server` (scripts/test.sh does)")
             });
         self.child = Some(child);
-        for _ in 0..200 {
-            if self.ping().await {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!(
+        let up = crate::wait_for(
+            Duration::from_secs(5),
+            Duration::from_millis(25),
+            || self.ping(),
+            |up| *up,
+        )
+        .await;
+        assert!(
+            up,
             "redis-server on port {} never answered:\n{}",
             self.port,
             std::fs::read_to_string(self.log_path()).unwrap_or_default()

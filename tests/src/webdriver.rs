@@ -245,17 +245,16 @@ impl Browser {
         timeout: Duration,
         done: impl Fn(&Value) -> bool,
     ) -> Result<(Value, bool)> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let v = self.execute(script, vec![]).await?;
-            if done(&v) {
-                return Ok((v, true));
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Ok((v, false));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        // An error ends the wait at once: it is returned, not retried.
+        let v = crate::wait_for(
+            timeout,
+            Duration::from_millis(100),
+            || self.execute(script, vec![]),
+            |v| v.as_ref().map_or(true, &done),
+        )
+        .await?;
+        let held = done(&v);
+        Ok((v, held))
     }
 
     /// Resizes the window.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use botmesh::wire::signing::{Signer, SigningKey};
 use botmesh_tests::faults::OldReceiverProxy;
-use botmesh_tests::{bot_message, metric, MeshSpec, SignedRequest, TestMesh};
+use botmesh_tests::{bot_message, metric, wait_for, MeshSpec, SignedRequest, TestMesh};
 
 fn ids(t: &[botmesh::wire::envelope::Envelope]) -> Vec<String> {
     t.iter().map(|e| e.id.to_string()).collect()
@@ -36,7 +36,7 @@ async fn post_batch(mesh: &TestMesh, i: usize, items: &[serde_json::Value]) -> s
 
 #[tokio::test]
 async fn a_peer_back_after_300_messages_gets_them_in_order_once_in_few_requests() {
-    let spec = MeshSpec::new(&["A", "B"]).all_bots("participation = \"mentions\"");
+    let spec = MeshSpec::mentions_only(&["A", "B"]);
     let mut mesh = TestMesh::start(spec).await;
     let (a, b) = (mesh.index("A"), mesh.index("B"));
     mesh.stop(b).await;
@@ -58,12 +58,7 @@ async fn a_peer_back_after_300_messages_gets_them_in_order_once_in_few_requests(
         .await;
     assert_eq!(ids(&got), sent, "all 300, in order, exactly once");
     let o = mesh.node(a).node.outboxes[0].clone();
-    for _ in 0..200 {
-        if o.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    mesh.wait_outboxes_empty(a, Duration::from_secs(5)).await;
     assert!(o.is_empty());
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(mesh.transcript(b).await.len(), 300, "nothing arrives twice");
@@ -95,7 +90,7 @@ async fn a_peer_back_after_300_messages_gets_them_in_order_once_in_few_requests(
 
 #[tokio::test]
 async fn a_forged_item_in_a_batch_is_rejected_alone() {
-    let spec = MeshSpec::new(&["A", "B"]).all_bots("participation = \"mentions\"");
+    let spec = MeshSpec::mentions_only(&["A", "B"]);
     let mesh = TestMesh::start(spec).await;
     let (a, b) = (mesh.index("A"), mesh.index("B"));
     let honest = &mesh.signers[b];
@@ -161,9 +156,7 @@ async fn a_forged_item_in_a_batch_is_rejected_alone() {
 #[tokio::test]
 async fn an_older_receiver_without_batches_still_gets_everything_in_order() {
     let proxy = OldReceiverProxy::start().await;
-    let spec = MeshSpec::new(&["A", "B"])
-        .all_bots("participation = \"mentions\"")
-        .route("A", "B", &proxy.url);
+    let spec = MeshSpec::mentions_only(&["A", "B"]).route("A", "B", &proxy.url);
     let mut mesh = TestMesh::start(spec).await;
     let (a, b) = (mesh.index("A"), mesh.index("B"));
     proxy.forward_to(mesh.bridges[b]);
@@ -179,15 +172,17 @@ async fn an_older_receiver_without_batches_still_gets_everything_in_order() {
     assert_eq!(ids(&got), sent, "all 40, in order, exactly once");
     assert!(proxy.batches_refused.load(Ordering::SeqCst) >= 1);
     assert!(proxy.forwarded.load(Ordering::SeqCst) >= 40);
-    let m = mesh.metrics(a).await;
-    assert_eq!(
-        metric(
-            &m,
-            r#"botmesh_envelopes_out_total{peer="B",result="delivered"}"#
-        ),
-        40.0,
-        "{m}"
-    );
+    // B records the 40th message before its answer reaches A's outbox: wait (bounded)
+    // for A to count the last delivery, then check the count is exactly 40.
+    let delivered = r#"botmesh_envelopes_out_total{peer="B",result="delivered"}"#;
+    let m = wait_for(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || mesh.metrics(a),
+        |m: &String| metric(m, delivered) >= 40.0,
+    )
+    .await;
+    assert_eq!(metric(&m, delivered), 40.0, "{m}");
     assert_eq!(
         metric(
             &m,
@@ -209,7 +204,7 @@ fn claim(sender: &str, trigger: ulid::Ulid, relevance: f64) -> botmesh::wire::en
 
 #[tokio::test]
 async fn a_claim_on_a_trigger_this_bot_answers_is_answered_answered_single_and_in_a_batch() {
-    let spec = MeshSpec::new(&["A", "B"]).all_bots("participation = \"mentions\"");
+    let spec = MeshSpec::mentions_only(&["A", "B"]);
     let mesh = TestMesh::start(spec).await;
     let (a, b) = (mesh.index("A"), mesh.index("B"));
     let signer = &mesh.signers[b];

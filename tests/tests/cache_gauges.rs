@@ -3,15 +3,11 @@
 
 use std::time::Duration;
 
-use botmesh_tests::{metric, MeshSpec, TestMesh};
+use botmesh_tests::{metric, wait_for, MeshSpec, TestMesh};
 
 #[tokio::test]
 async fn cache_gauges_follow_traffic() {
-    let mut spec = MeshSpec::new(&["A", "B"]);
-    for b in &mut spec.bots {
-        b.extra.push_str("participation = \"mentions\"\n");
-    }
-    let mesh = TestMesh::start(spec).await;
+    let mesh = TestMesh::start(MeshSpec::mentions_only(&["A", "B"])).await;
     let id = mesh.post_human(0, "alice", "hello, colleagues").await;
     mesh.wait_transcript(1, Duration::from_secs(10), |t| {
         t.iter().any(|e| e.id.to_string() == id)
@@ -19,14 +15,13 @@ async fn cache_gauges_follow_traffic() {
     .await;
     // The bridge records the message before it remembers the id and counts it:
     // wait (a bounded number of scrapes) for the count.
-    let mut m = String::new();
-    for _ in 0..200 {
-        m = mesh.metrics(1).await;
-        if metric(&m, r#"botmesh_envelopes_in_total{result="accepted"}"#) >= 1.0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let m = wait_for(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || mesh.metrics(1),
+        |m| metric(m, r#"botmesh_envelopes_in_total{result="accepted"}"#) >= 1.0,
+    )
+    .await;
     let gauge = |cache: &str| metric(&m, &format!("botmesh_cache_entries{{cache=\"{cache}\"}}"));
     assert_eq!(gauge("seen_ids"), 1.0, "{m}");
     assert_eq!(gauge("transcript_ids"), 1.0, "{m}");

@@ -49,6 +49,8 @@ fn config_errors_name_the_key_and_bind_nothing() {
         Case { what: "batch too large", toml: base(port, "batch_max = 1000", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["mesh.batch_max", "1 to 256"] },
         Case { what: "batch of none", toml: base(port, "batch_max = 0", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["mesh.batch_max", "1 to 256"] },
         Case { what: "wrong type", toml: base(port, "max_depth = \"three\"", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["max_depth"] },
+        // A table under an array element: the key as written, `bots[1].feishu.app_id`.
+        Case { what: "nested table under a bot", toml: base(port, "", "[[bots]]\nname = \"B\"\nbridge = \"127.0.0.1:1\"\napi = \"127.0.0.1:2\"\n[bots.feishu]\napp_id = [\"cli_x\"]\n"), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &[": bots[1].feishu.app_id: invalid type", "key `bots[1].feishu.app_id`"] },
         Case { what: "delays reversed", toml: base(port, "", "min_delay_ms = 5000\nmax_delay_ms = 1000\n"), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].min_delay_ms", "above max_delay_ms"] },
         Case { what: "env override validated too", toml: base(port, "", ""), env: vec![("TEST_SECRET", secret), ("BOTMESH__MESH__MAX_DEPTH", "0")], bot: "A", expect: &["mesh.max_depth", "at least 1"] },
         Case { what: "unknown transport", toml: base(port, "transport = \"pigeon\"", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["transport", "pigeon"] },

@@ -103,14 +103,11 @@ async fn a_peer_down_since_the_start_still_gets_everything_after_the_sender_is_k
     mesh.kill9(0);
     mesh.spawn(0).await;
     mesh.spawn(1).await;
-    let mut got = Vec::new();
-    for _ in 0..400 {
-        got = mesh.ids(1).await;
-        if got.len() >= accepted.len() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let got = mesh
+        .wait_ids(1, Duration::from_secs(20), |got| {
+            got.len() >= accepted.len()
+        })
+        .await;
     assert_eq!(got, accepted, "B got all 20, in order\n{}", mesh.log(0));
 }
 
@@ -118,14 +115,11 @@ async fn a_peer_down_since_the_start_still_gets_everything_after_the_sender_is_k
 async fn assert_every_node_has_exactly(mesh: &ProcessMesh, accepted: &[String]) {
     let want: HashSet<&String> = accepted.iter().collect();
     for i in 0..3 {
-        let mut got = Vec::new();
-        for _ in 0..400 {
-            got = mesh.ids(i).await;
-            if got.len() >= accepted.len() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let got = mesh
+            .wait_ids(i, Duration::from_secs(20), |got| {
+                got.len() >= accepted.len()
+            })
+            .await;
         let set: HashSet<&String> = got.iter().collect();
         assert_eq!(set.len(), got.len(), "node {i} has duplicates");
         let missing: Vec<_> = want.difference(&set).collect();

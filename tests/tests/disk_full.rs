@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use botmesh_tests::{botmesh_bin, ProcessMesh};
+use botmesh_tests::{botmesh_bin, wait_for, ProcessMesh};
 
 /// Kills and reaps a child when dropped.
 struct Reap(Child);
@@ -78,20 +78,18 @@ impl Harness {
     }
 
     async fn wait_up(&self) {
-        for _ in 0..400 {
-            if self
-                .mesh
-                .http
-                .get(format!("{}/healthz", self.mesh.apis[0]))
-                .send()
-                .await
-                .is_ok()
-            {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("node never answered:\n{}", self.mesh.log(0));
+        let answered = wait_for(
+            Duration::from_secs(10),
+            Duration::from_millis(25),
+            || self.mesh.health(0),
+            Option::is_some,
+        )
+        .await;
+        assert!(
+            answered.is_some(),
+            "node never answered:\n{}",
+            self.mesh.log(0)
+        );
     }
 
     async fn post(&self, text: &str) -> (u16, serde_json::Value) {
@@ -196,14 +194,15 @@ async fn disk_full_gives_503_and_unhealthy_keeps_files_whole_and_recovers() {
         data: data.clone(),
     };
     let holder_pid = h.holder.0.id();
-    for _ in 0..200 {
-        let info =
-            std::fs::read_to_string(format!("/proc/{holder_pid}/mountinfo")).unwrap_or_default();
-        if info.contains(&format!(" {} ", data.display())) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for(
+        Duration::from_secs(2),
+        Duration::from_millis(10),
+        || async {
+            std::fs::read_to_string(format!("/proc/{holder_pid}/mountinfo")).unwrap_or_default()
+        },
+        |info| info.contains(&format!(" {} ", data.display())),
+    )
+    .await;
     h.start_node();
     h.wait_up().await;
     let mut acked = Vec::new();
@@ -284,22 +283,7 @@ async fn disk_full_gives_503_and_unhealthy_keeps_files_whole_and_recovers() {
     }
     h.start_node();
     h.wait_up().await;
-    let v: serde_json::Value = h
-        .mesh
-        .http
-        .get(format!("{}/v1/transcript?limit=2000", h.mesh.apis[0]))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let ids: Vec<String> = v["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["id"].as_str().unwrap().to_string())
-        .collect();
+    let ids = h.mesh.ids(0).await;
     assert_eq!(ids, acked, "every acknowledged message, nothing else");
     let log = strip_ansi(&h.mesh.log(0));
     assert!(log.contains("dropping the torn tail"), "{log}");

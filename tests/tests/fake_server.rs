@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use botmesh_tests::fake_llm::{sequence, FakeLlm, Script};
+use botmesh_tests::wait_for;
 use serde_json::{json, Value};
 
 #[tokio::test]
@@ -110,19 +111,20 @@ async fn drop_stops_the_server() {
     let url = format!("{}/chat/completions", fake.base_url);
     drop(fake);
     // Abort is asynchronous; give the runtime a moment to drop the listener.
-    let mut refused = false;
-    for _ in 0..50 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        let result = reqwest::Client::new()
-            .post(&url)
-            .json(&json!({}))
-            .timeout(Duration::from_millis(500))
-            .send()
-            .await;
-        if matches!(&result, Err(e) if e.is_connect()) {
-            refused = true;
-            break;
-        }
-    }
+    let refused = wait_for(
+        Duration::from_secs(5),
+        Duration::from_millis(10),
+        || async {
+            let result = reqwest::Client::new()
+                .post(&url)
+                .json(&json!({}))
+                .timeout(Duration::from_millis(500))
+                .send()
+                .await;
+            matches!(&result, Err(e) if e.is_connect())
+        },
+        |refused| *refused,
+    )
+    .await;
     assert!(refused, "listener still open after drop");
 }

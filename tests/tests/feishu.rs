@@ -5,21 +5,15 @@
 //! (answers humans only, so XiaoBa's messages never trigger it) to observe what
 //! XiaoBa broadcasts.
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use botmesh::app::node::RunningNode;
-use botmesh::config::{NodeConfig, Settings};
 use botmesh::wire::envelope::{AuthorKind, Envelope};
-use botmesh::wire::signing::HmacSecret;
 use botmesh_tests::fake_feishu::{
     message_event, url_verification, Callback, Fail, FakeApp, FakeFeishu, MessageSpec,
 };
 use botmesh_tests::fake_llm::{FakeLlm, Script};
-use botmesh_tests::{init_logs, rebind};
+use botmesh_tests::{fetch_json, MeshSpec, Scheme, TestMesh};
 use serde_json::Value;
-use tokio::net::TcpListener;
 
 const APP_ID: &str = "cli_a1b2c3d4e5f60001";
 const APP_SECRET: &str = "dskLLdkasdjlasdKK";
@@ -31,28 +25,26 @@ const CHAT: &str = "oc_5ce6d572455d361153b7xx51da133945";
 const ALICE: &str = "ou_c99c5f35d542efc7ee492afe11af19ef";
 const WAIT: Duration = Duration::from_secs(10);
 
+const XIAOBA: usize = 0;
+const ERGOZ: usize = 1;
+
+/// The two-bot mesh of this file ([`TestMesh`] on an HMAC secret), with the fake Feishu
+/// XiaoBa posts to and the LLM that always answers the same.
 struct Mesh {
-    _dir: tempfile::TempDir,
-    settings: Settings,
-    env: HashMap<String, String>,
-    nodes: Vec<Option<RunningNode>>,
-    bridges: Vec<SocketAddr>,
-    apis: Vec<SocketAddr>,
-    http: reqwest::Client,
+    mesh: TestMesh,
     feishu: FakeFeishu,
     llm: FakeLlm,
 }
 
-const XIAOBA: usize = 0;
-const ERGOZ: usize = 1;
-
-async fn bind() -> TcpListener {
-    TcpListener::bind("127.0.0.1:0").await.expect("bind")
+impl std::ops::Deref for Mesh {
+    type Target = TestMesh;
+    fn deref(&self) -> &TestMesh {
+        &self.mesh
+    }
 }
 
 impl Mesh {
     async fn start(reply: &'static str) -> Mesh {
-        init_logs();
         let feishu = FakeFeishu::start(FakeApp {
             app_id: APP_ID.into(),
             app_secret: APP_SECRET.into(),
@@ -62,61 +54,24 @@ impl Mesh {
         })
         .await;
         let llm = FakeLlm::start(move |_| Script::reply(reply)).await;
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(
-            dir.path().join("mesh.secret"),
-            HmacSecret::generate().to_whsec(),
-        )
-        .unwrap();
-        let (mut bl, mut al) = (Vec::new(), Vec::new());
-        for _ in 0..2 {
-            bl.push(bind().await);
-            al.push(bind().await);
-        }
-        let bridges: Vec<SocketAddr> = bl.iter().map(|l| l.local_addr().unwrap()).collect();
-        let apis: Vec<SocketAddr> = al.iter().map(|l| l.local_addr().unwrap()).collect();
-        let toml = format!(
-            r#"[mesh]
-group = "demo"
-data_dir = "data"
-secret_file = "mesh.secret"
-retry_base_ms = 50
-retry_max_ms = 500
-shutdown_grace_secs = 2
-
-[llm]
-base_url = "{llm}"
-model = "test-model"
-timeout_ms = 3000
-
-[[bots]]
-name = "XiaoBa"
-aliases = ["小八"]
-bridge = "{b0}"
-api = "{a0}"
+        let mut spec = MeshSpec::new(&["XiaoBa", "ErGoz"])
+            .llm(&llm.base_url)
+            .bot(
+                "XiaoBa",
+                &format!(
+                    r#"aliases = ["小八"]
 platform = "feishu"
 participation = "mentions"
-feishu = {{ mode = "webhook", open_id = "{XIAOBA_OPEN_ID}", app_id = "{APP_ID}", app_secret_env = "XIAOBA_APP_SECRET", verification_token_env = "XIAOBA_VERIFICATION_TOKEN", encrypt_key_env = "XIAOBA_ENCRYPT_KEY", base_url = "{base}", chat_id = "{CHAT}", peer_open_ids = {{ ErGoz = "{ERGOZ_IN_XIAOBAS_APP}" }} }}
-
-[[bots]]
-name = "ErGoz"
-aliases = ["二狗"]
-bridge = "{b1}"
-api = "{a1}"
-participation = "mentions"
-reply_to = "humans"
-"#,
-            llm = llm.base_url,
-            base = feishu.base_url,
-            b0 = bridges[0],
-            a0 = apis[0],
-            b1 = bridges[1],
-            a1 = apis[1],
-        );
-        let path = dir.path().join("peers.toml");
-        std::fs::write(&path, &toml).unwrap();
-        let settings = Settings::load_with_env(&path, &[]).unwrap_or_else(|e| panic!("{e}"));
-        let env: HashMap<String, String> = [
+feishu = {{ mode = "webhook", open_id = "{XIAOBA_OPEN_ID}", app_id = "{APP_ID}", app_secret_env = "XIAOBA_APP_SECRET", verification_token_env = "XIAOBA_VERIFICATION_TOKEN", encrypt_key_env = "XIAOBA_ENCRYPT_KEY", base_url = "{base}", chat_id = "{CHAT}", peer_open_ids = {{ ErGoz = "{ERGOZ_IN_XIAOBAS_APP}" }} }}"#,
+                    base = feishu.base_url,
+                ),
+            )
+            .bot(
+                "ErGoz",
+                "aliases = [\"二狗\"]\nparticipation = \"mentions\"\nreply_to = \"humans\"",
+            );
+        spec.scheme = Scheme::Hmac;
+        spec.env = [
             ("XIAOBA_APP_SECRET", APP_SECRET),
             ("XIAOBA_VERIFICATION_TOKEN", TOKEN),
             ("XIAOBA_ENCRYPT_KEY", KEY),
@@ -124,89 +79,30 @@ reply_to = "humans"
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .timeout(Duration::from_secs(10))
-            .build()
-            .unwrap();
-        let mut mesh = Mesh {
-            _dir: dir,
-            settings,
-            env,
-            nodes: Vec::new(),
-            bridges,
-            apis,
-            http,
+        Mesh {
+            mesh: TestMesh::start(spec).await,
             feishu,
             llm,
-        };
-        for (i, (b, a)) in bl.into_iter().zip(al).enumerate() {
-            let n = mesh.start_node(i, b, a).await;
-            mesh.nodes.push(Some(n));
         }
-        mesh
     }
 
-    async fn start_node(&self, i: usize, bridge: TcpListener, api: TcpListener) -> RunningNode {
-        let name = self.settings.bots[i].name.clone();
-        let cfg = NodeConfig::resolve(self.settings.clone(), &name, None, &self.env)
-            .unwrap_or_else(|e| panic!("{e}"));
-        botmesh::app::node::start(cfg, bridge, api)
-            .await
-            .expect("start")
-    }
-
+    /// Stops node `i` and starts it again on its ports and data.
     async fn restart(&mut self, i: usize) {
-        if let Some(n) = self.nodes[i].take() {
-            n.shutdown().await;
-        }
-        let b = rebind(self.bridges[i]).await;
-        let a = rebind(self.apis[i]).await;
-        let n = self.start_node(i, b, a).await;
-        self.nodes[i] = Some(n);
-    }
-
-    fn bridge(&self, i: usize) -> String {
-        format!("http://{}", self.bridges[i])
+        self.mesh.stop(i).await;
+        self.mesh.restart(i).await;
     }
 
     async fn deliver(&self, cb: &Callback) -> (u16, Value) {
         cb.send(&self.http, &self.bridge(XIAOBA)).await
     }
 
-    async fn transcript(&self, i: usize) -> Vec<Envelope> {
-        let v: Value = self
-            .http
-            .get(format!(
-                "http://{}/v1/transcript?group=demo&limit=2000",
-                self.apis[i]
-            ))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        serde_json::from_value(v["messages"].clone()).unwrap()
-    }
-
+    /// Node `i`'s transcript once `cond` holds of it (or after [`WAIT`]).
     async fn wait_transcript(&self, i: usize, cond: impl Fn(&[Envelope]) -> bool) -> Vec<Envelope> {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let t = self.transcript(i).await;
-            if cond(&t) || tokio::time::Instant::now() >= deadline {
-                return t;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        self.mesh.wait_transcript(i, WAIT, cond).await
     }
 
-    async fn shutdown(mut self) {
-        for n in self.nodes.iter_mut() {
-            if let Some(n) = n.take() {
-                n.shutdown().await;
-            }
-        }
+    async fn shutdown(self) {
+        self.mesh.shutdown().await;
     }
 }
 
@@ -435,15 +331,7 @@ async fn forged_stale_and_unsigned_callbacks_are_rejected() {
     assert_eq!(with_platform_id(&t, "om_forged0001").len(), 1);
     assert_eq!(mesh.feishu.wait_sent(1, WAIT).await.len(), 1);
     // Every callback is counted by what became of it.
-    let m = mesh
-        .http
-        .get(format!("http://{}/metrics", mesh.apis[XIAOBA]))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = mesh.metrics(XIAOBA).await;
     let count = |r: &str| {
         botmesh_tests::metric(
             &m,
@@ -525,16 +413,12 @@ async fn sends_retry_rate_limits_and_server_errors_and_refresh_an_expired_token(
 async fn a_colleagues_message_seen_on_feishu_and_the_bridge_is_recorded_once() {
     let mesh = Mesh::start("-").await;
     // ErGoz posts (as its sidecar would, after posting to Feishu itself) and broadcasts.
-    let r: Value = mesh
-        .http
-        .post(format!("http://{}/v1/messages", mesh.apis[ERGOZ]))
-        .json(&serde_json::json!({"text": "status: all green", "from": "ErGoz", "platform_msg_id": "om_from_ergoz"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let r = fetch_json(
+        mesh.http
+            .post(format!("{}/v1/messages", mesh.api(ERGOZ)))
+            .json(&serde_json::json!({"text": "status: all green", "from": "ErGoz", "platform_msg_id": "om_from_ergoz"})),
+    )
+    .await;
     assert!(r["id"].is_string(), "{r}");
     mesh.wait_transcript(XIAOBA, |t| !with_platform_id(t, "om_from_ergoz").is_empty())
         .await;

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use botmesh::llm::{parse_verdict, ChatMessage, Endpoint, LlmClient, LlmError, Purpose, Verdict};
-use botmesh_tests::fake_llm::{approx_tokens, sequence, FakeLlm, Script};
+use botmesh_tests::fake_llm::{approx_tokens, sequence, BotLlm, FakeLlm, Script};
 
 fn client() -> LlmClient {
     LlmClient::new(LlmClient::build_http(Duration::from_secs(2)).expect("http client"))
@@ -22,6 +22,60 @@ fn chat() -> Vec<ChatMessage> {
     ]
 }
 
+/// A reply call through an endpoint set up by `configure`, against a fake that answers
+/// `script` to every request: the error the call ends in, and how many requests the
+/// fake saw.
+///
+/// Exists because the failure tests differ only in the script, the endpoint and what
+/// they check of the error.
+async fn failed_reply(script: Script, configure: impl FnOnce(&mut Endpoint)) -> (LlmError, usize) {
+    let fake = FakeLlm::start(move |_| script.clone()).await;
+    let mut ep = endpoint(&fake.base_url);
+    configure(&mut ep);
+    let err = client()
+        .complete(&ep, Purpose::Reply, &chat())
+        .await
+        .unwrap_err();
+    let requests = fake.count();
+    fake.shutdown().await;
+    (err, requests)
+}
+
+/// What a call that succeeded after retries came to ([`retried`]).
+struct Retried {
+    text: String,
+    attempts: u32,
+    /// Requests the fake saw.
+    requests: usize,
+    elapsed: Duration,
+}
+
+/// A call of `purpose` through an endpoint set up by `configure`, against a fake that
+/// plays `scripts` in order ([`sequence`]); the call must succeed in the end.
+///
+/// Exists because the retry tests differ only in the scripts played before the answer,
+/// the endpoint and the timing they check.
+async fn retried(
+    scripts: Vec<Script>,
+    purpose: Purpose,
+    configure: impl FnOnce(&mut Endpoint),
+) -> Retried {
+    let fake = FakeLlm::start(sequence(scripts)).await;
+    let mut ep = endpoint(&fake.base_url);
+    configure(&mut ep);
+    let started = Instant::now();
+    let completion = client().complete(&ep, purpose, &chat()).await.unwrap();
+    let elapsed = started.elapsed();
+    let requests = fake.count();
+    fake.shutdown().await;
+    Retried {
+        text: completion.text,
+        attempts: completion.attempts,
+        requests,
+        elapsed,
+    }
+}
+
 /// A port on 127.0.0.1 that nothing listens on.
 async fn closed_port_url() -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -32,11 +86,10 @@ async fn closed_port_url() -> String {
 
 #[tokio::test]
 async fn judge_sends_response_format_and_parses() {
-    let fake = FakeLlm::start(|seen| match seen.purpose_hint.as_deref() {
-        Some("judge") => Script::reply("{\"speak\": true, \"relevance\": 0.8}"),
-        _ => Script::reply("not a verdict"),
-    })
-    .await;
+    let fake = BotLlm::judging(true, 0.8)
+        .replies(|_| "not a verdict".into())
+        .start()
+        .await;
     let mut ep = endpoint(&fake.base_url);
     ep.json_schema = true;
     ep.max_tokens = 32;
@@ -123,15 +176,15 @@ async fn usage_is_returned() {
 
 #[tokio::test]
 async fn server_error_then_success_is_retried() {
-    let fake = FakeLlm::start(sequence(vec![Script::Status(500), Script::reply("ok")])).await;
-    let completion = client()
-        .complete(&endpoint(&fake.base_url), Purpose::Reply, &chat())
-        .await
-        .unwrap();
-    assert_eq!(completion.text, "ok");
-    assert_eq!(completion.attempts, 2);
-    assert_eq!(fake.count(), 2);
-    fake.shutdown().await;
+    let call = retried(
+        vec![Script::Status(500), Script::reply("ok")],
+        Purpose::Reply,
+        |_| {},
+    )
+    .await;
+    assert_eq!(call.text, "ok");
+    assert_eq!(call.attempts, 2);
+    assert_eq!(call.requests, 2);
 }
 
 fn rate_limited(retry_after: &str) -> Script {
@@ -144,120 +197,94 @@ fn rate_limited(retry_after: &str) -> Script {
 
 #[tokio::test]
 async fn rate_limit_with_retry_after_zero_is_retried_at_once() {
-    let fake = FakeLlm::start(sequence(vec![
-        rate_limited("0"),
-        rate_limited("0"),
-        rate_limited("0"),
-        Script::reply("ok"),
-    ]))
+    let call = retried(
+        vec![
+            rate_limited("0"),
+            rate_limited("0"),
+            rate_limited("0"),
+            Script::reply("ok"),
+        ],
+        Purpose::Judge,
+        |ep| ep.retries = 3,
+    )
     .await;
-    let mut ep = endpoint(&fake.base_url);
-    ep.retries = 3;
-    let started = Instant::now();
-    let completion = client()
-        .complete(&ep, Purpose::Judge, &chat())
-        .await
-        .unwrap();
-    assert_eq!(completion.attempts, 4);
-    assert_eq!(fake.count(), 4);
+    assert_eq!(call.attempts, 4);
+    assert_eq!(call.requests, 4);
     // Computed backoff would total at least 160 + 320 + 640 ms; Retry-After: 0 wins.
     assert!(
-        started.elapsed() < Duration::from_millis(700),
+        call.elapsed < Duration::from_millis(700),
         "{:?}",
-        started.elapsed()
+        call.elapsed
     );
-    fake.shutdown().await;
 }
 
 #[tokio::test]
 async fn retry_after_seconds_is_honored() {
-    let fake = FakeLlm::start(sequence(vec![rate_limited("1"), Script::reply("ok")])).await;
-    let started = Instant::now();
-    let completion = client()
-        .complete(&endpoint(&fake.base_url), Purpose::Reply, &chat())
-        .await
-        .unwrap();
-    assert_eq!(completion.attempts, 2);
+    let call = retried(
+        vec![rate_limited("1"), Script::reply("ok")],
+        Purpose::Reply,
+        |_| {},
+    )
+    .await;
+    assert_eq!(call.attempts, 2);
     assert!(
-        started.elapsed() >= Duration::from_millis(950),
+        call.elapsed >= Duration::from_millis(950),
         "{:?}",
-        started.elapsed()
+        call.elapsed
     );
-    fake.shutdown().await;
 }
 
 #[tokio::test]
 async fn rate_limit_without_retry_after_uses_backoff() {
-    let fake = FakeLlm::start(sequence(vec![Script::Status(429), Script::reply("ok")])).await;
-    let started = Instant::now();
-    let completion = client()
-        .complete(&endpoint(&fake.base_url), Purpose::Reply, &chat())
-        .await
-        .unwrap();
-    assert_eq!(completion.attempts, 2);
+    let call = retried(
+        vec![Script::Status(429), Script::reply("ok")],
+        Purpose::Reply,
+        |_| {},
+    )
+    .await;
+    assert_eq!(call.attempts, 2);
     assert!(
-        started.elapsed() >= Duration::from_millis(150),
+        call.elapsed >= Duration::from_millis(150),
         "{:?}",
-        started.elapsed()
+        call.elapsed
     );
-    fake.shutdown().await;
 }
 
 #[tokio::test]
 async fn bad_request_is_not_retried() {
-    let fake = FakeLlm::start(|_| Script::Status(400)).await;
-    let err = client()
-        .complete(&endpoint(&fake.base_url), Purpose::Reply, &chat())
-        .await
-        .unwrap_err();
+    let (err, requests) = failed_reply(Script::Status(400), |_| {}).await;
     assert!(matches!(err, LlmError::Http { status: 400, .. }), "{err}");
     assert_eq!(err.label(), "http_4xx");
-    assert_eq!(fake.count(), 1);
-    fake.shutdown().await;
+    assert_eq!(requests, 1);
 }
 
 #[tokio::test]
 async fn persistent_server_error_exhausts_retries() {
-    let fake = FakeLlm::start(|_| Script::Status(503)).await;
-    let mut ep = endpoint(&fake.base_url);
-    ep.retries = 2;
-    let err = client()
-        .complete(&ep, Purpose::Reply, &chat())
-        .await
-        .unwrap_err();
+    let (err, requests) = failed_reply(Script::Status(503), |ep| ep.retries = 2).await;
     assert!(matches!(err, LlmError::Http { status: 503, .. }), "{err}");
     assert_eq!(err.label(), "http_5xx");
-    assert_eq!(fake.count(), 3);
-    fake.shutdown().await;
+    assert_eq!(requests, 3);
 }
 
 #[tokio::test]
 async fn zero_retries_means_one_attempt() {
-    let fake = FakeLlm::start(|_| Script::Status(502)).await;
-    let mut ep = endpoint(&fake.base_url);
-    ep.retries = 0;
-    let err = client()
-        .complete(&ep, Purpose::Reply, &chat())
-        .await
-        .unwrap_err();
+    let (err, requests) = failed_reply(Script::Status(502), |ep| ep.retries = 0).await;
     assert_eq!(err.label(), "http_5xx");
-    assert_eq!(fake.count(), 1);
-    fake.shutdown().await;
+    assert_eq!(requests, 1);
 }
 
 #[tokio::test]
 async fn error_body_is_truncated() {
     let long = "x".repeat(1000);
-    let fake = FakeLlm::start(move |_| Script::Raw {
-        status: 422,
-        headers: vec![],
-        body: long.clone(),
-    })
+    let (err, _) = failed_reply(
+        Script::Raw {
+            status: 422,
+            headers: vec![],
+            body: long,
+        },
+        |_| {},
+    )
     .await;
-    let err = client()
-        .complete(&endpoint(&fake.base_url), Purpose::Reply, &chat())
-        .await
-        .unwrap_err();
     match err {
         LlmError::Http { status, body } => {
             assert_eq!(status, 422);
@@ -265,7 +292,6 @@ async fn error_body_is_truncated() {
         }
         other => panic!("unexpected {other:?}"),
     }
-    fake.shutdown().await;
 }
 
 #[tokio::test]
@@ -305,17 +331,13 @@ async fn slow_answer_within_timeout_succeeds() {
 
 #[tokio::test]
 async fn delay_past_timeout_is_a_timeout() {
-    let fake =
-        FakeLlm::start(|_| Script::delay(Duration::from_secs(5), Script::reply("too late"))).await;
-    let mut ep = endpoint(&fake.base_url);
-    ep.timeout = Duration::from_millis(200);
-    let err = client()
-        .complete(&ep, Purpose::Reply, &chat())
-        .await
-        .unwrap_err();
+    let (err, requests) = failed_reply(
+        Script::delay(Duration::from_secs(5), Script::reply("too late")),
+        |ep| ep.timeout = Duration::from_millis(200),
+    )
+    .await;
     assert!(matches!(err, LlmError::Timeout), "{err}");
-    assert_eq!(fake.count(), 1);
-    fake.shutdown().await;
+    assert_eq!(requests, 1);
 }
 
 #[tokio::test]
@@ -392,20 +414,18 @@ async fn no_authorization_header_without_key() {
 
 #[tokio::test]
 async fn non_json_success_is_bad_response_and_not_retried() {
-    let fake = FakeLlm::start(|_| Script::Raw {
-        status: 200,
-        headers: vec![],
-        body: "<html>oops</html>".into(),
-    })
+    let (err, requests) = failed_reply(
+        Script::Raw {
+            status: 200,
+            headers: vec![],
+            body: "<html>oops</html>".into(),
+        },
+        |_| {},
+    )
     .await;
-    let err = client()
-        .complete(&endpoint(&fake.base_url), Purpose::Reply, &chat())
-        .await
-        .unwrap_err();
     assert!(matches!(err, LlmError::BadResponse(_)), "{err}");
     assert_eq!(err.label(), "bad_response");
-    assert_eq!(fake.count(), 1);
-    fake.shutdown().await;
+    assert_eq!(requests, 1);
 }
 
 #[tokio::test]

@@ -4,16 +4,7 @@ use std::time::Duration;
 
 use botmesh::wire::envelope::{AuthorKind, Envelope};
 use botmesh::wire::signing::{HmacSecret, Signer, SigningKey};
-use botmesh_tests::{bot_message, metric, MeshSpec, Scheme, SignedRequest, TestMesh};
-
-/// Bots that only speak when mentioned, so transport tests see only what they send.
-fn quiet_bots(names: &[&str]) -> MeshSpec {
-    let mut spec = MeshSpec::new(names);
-    for b in &mut spec.bots {
-        b.extra.push_str("participation = \"mentions\"\n");
-    }
-    spec
-}
+use botmesh_tests::{bot_message, fetch_json, metric, MeshSpec, Scheme, SignedRequest, TestMesh};
 
 fn count(t: &[Envelope], id: &str) -> usize {
     t.iter().filter(|e| e.id.to_string() == id).count()
@@ -22,7 +13,7 @@ fn count(t: &[Envelope], id: &str) -> usize {
 #[tokio::test]
 async fn human_message_reaches_every_transcript_once_and_bot_messages_verify() {
     for scheme in [Scheme::Ed25519, Scheme::Hmac] {
-        let mut spec = quiet_bots(&["A", "B", "C"]);
+        let mut spec = MeshSpec::mentions_only(&["A", "B", "C"]);
         spec.scheme = scheme;
         let mesh = TestMesh::start(spec).await;
         let id = mesh.post_human(0, "alice", "hello everyone").await;
@@ -42,16 +33,11 @@ async fn human_message_reaches_every_transcript_once_and_bot_messages_verify() {
             );
         }
         // A bot message from A (posted by A's sidecar as A itself).
-        let r: serde_json::Value = mesh
-            .http
-            .post(format!("{}/v1/messages", mesh.api(0)))
-            .json(&serde_json::json!({"text": "status: all green", "from": "A", "reply_to": id}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let r =
+            fetch_json(mesh.http.post(format!("{}/v1/messages", mesh.api(0))).json(
+                &serde_json::json!({"text": "status: all green", "from": "A", "reply_to": id}),
+            ))
+            .await;
         let bot_id = r["id"].as_str().unwrap().to_string();
         assert_eq!(r["depth"], 1, "a bot answer to a human is one deeper");
         for i in 1..3 {
@@ -115,7 +101,7 @@ async fn human_message_reaches_every_transcript_once_and_bot_messages_verify() {
 
 #[tokio::test]
 async fn bad_input_is_rejected_with_the_right_status_and_the_node_keeps_serving() {
-    let mesh = TestMesh::start(quiet_bots(&["A", "B", "C"])).await;
+    let mesh = TestMesh::start(MeshSpec::mentions_only(&["A", "B", "C"])).await;
     let a = mesh.bridge(0);
     let b_signer = mesh.signers[1].clone();
     let c_signer = mesh.signers[2].clone();
@@ -256,7 +242,7 @@ async fn bad_input_is_rejected_with_the_right_status_and_the_node_keeps_serving(
 
 #[tokio::test]
 async fn a_peer_down_for_a_while_gets_everything_in_order_exactly_once() {
-    let mut mesh = TestMesh::start(quiet_bots(&["A", "B", "C"])).await;
+    let mut mesh = TestMesh::start(MeshSpec::mentions_only(&["A", "B", "C"])).await;
     mesh.stop(1).await;
     let mut ids = Vec::new();
     for i in 0..20 {
@@ -293,7 +279,7 @@ async fn a_peer_down_for_a_while_gets_everything_in_order_exactly_once() {
 
 #[tokio::test]
 async fn a_restarted_node_still_has_its_transcript() {
-    let mut mesh = TestMesh::start(quiet_bots(&["A", "B"])).await;
+    let mut mesh = TestMesh::start(MeshSpec::mentions_only(&["A", "B"])).await;
     let first = mesh.post_human(0, "alice", "remember me").await;
     mesh.wait_transcript(1, Duration::from_secs(10), |t| t.len() == 1)
         .await;
@@ -320,7 +306,7 @@ async fn a_restarted_node_still_has_its_transcript() {
 
 #[tokio::test]
 async fn local_api_rejects_bad_posts() {
-    let mesh = TestMesh::start(quiet_bots(&["A", "B"])).await;
+    let mesh = TestMesh::start(MeshSpec::mentions_only(&["A", "B"])).await;
     let post = |body: serde_json::Value| {
         let req = mesh
             .http
@@ -362,7 +348,7 @@ async fn local_api_rejects_bad_posts() {
 #[tokio::test]
 async fn rotation_accepts_old_and_new_keys_and_nothing_else() {
     let old = SigningKey::generate();
-    let spec = quiet_bots(&["A", "B"]).bot(
+    let spec = MeshSpec::mentions_only(&["A", "B"]).bot(
         "B",
         &format!(
             "previous_public_keys = [\"{}\"]",
@@ -407,7 +393,7 @@ async fn rotation_accepts_old_and_new_keys_and_nothing_else() {
 
 #[tokio::test]
 async fn a_local_api_token_is_required_when_configured() {
-    let mut spec = quiet_bots(&["A", "B"]).mesh("api_token_env = \"TEST_API_TOKEN\"");
+    let mut spec = MeshSpec::mentions_only(&["A", "B"]).mesh("api_token_env = \"TEST_API_TOKEN\"");
     spec.env
         .insert("TEST_API_TOKEN".into(), "s3cret-token".into());
     let mesh = TestMesh::start(spec).await;

@@ -3,34 +3,20 @@
 use std::process::Command;
 use std::time::Duration;
 
-use botmesh_tests::{botmesh_bin, ProcessMesh};
+use botmesh_tests::{botmesh_bin, fetch_json, ProcessMesh};
 
 #[tokio::test]
 async fn two_processes_exchange_messages_and_stop_cleanly_on_sigterm() {
     let mut mesh = ProcessMesh::start(&["A", "B"], "", "participation = \"mentions\"").await;
     let id = mesh.post(0, "across processes").await.expect("accepted");
-    let mut seen = false;
-    for _ in 0..200 {
-        if mesh.ids(1).await.contains(&id) {
-            seen = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let seen = mesh
+        .wait_ids(1, Duration::from_secs(5), |ids| ids.contains(&id))
+        .await
+        .contains(&id);
     assert!(seen, "B received A's message");
 
     // The operator's tools against the running processes.
-    let info = |mesh: &ProcessMesh| {
-        let req = mesh.http.get(format!("{}/v1/info", mesh.apis[1]));
-        async move {
-            req.send()
-                .await
-                .unwrap()
-                .json::<serde_json::Value>()
-                .await
-                .unwrap()
-        }
-    };
+    let info = |mesh: &ProcessMesh| fetch_json(mesh.http.get(format!("{}/v1/info", mesh.apis[1])));
     let quiet = Command::new(botmesh_bin())
         .args(["quiet", "--bot", "B", "--config"])
         .arg(&mesh.config)

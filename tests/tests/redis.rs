@@ -7,13 +7,11 @@ use std::time::Duration;
 
 use botmesh::wire::envelope::Envelope;
 use botmesh_tests::redis_server::RedisServer;
-use botmesh_tests::{bot_message, metric, MeshSpec, TestMesh};
+use botmesh_tests::{bot_message, decisions, fetch_json, metric, wait_for, MeshSpec, TestMesh};
 
 /// A mesh of `names` on the stream transport of `redis`, bots answering mentions only.
 fn spec(redis: &RedisServer, names: &[&str]) -> MeshSpec {
-    let mut s = MeshSpec::new(names)
-        .mesh("transport = \"redis\"")
-        .all_bots("participation = \"mentions\"");
+    let mut s = MeshSpec::mentions_only(names).mesh("transport = \"redis\"");
     s.top.push_str(&format!(
         "[redis]\nurl = \"{}\"\nkey_prefix = \"t:\"\nblock_ms = 200\nmax_len = 100\n",
         redis.url()
@@ -28,17 +26,6 @@ fn texts(t: &[Envelope]) -> Vec<&str> {
 fn count_ids(t: &[Envelope]) -> (usize, usize) {
     let set: HashSet<_> = t.iter().map(|e| e.id).collect();
     (t.len(), set.len())
-}
-
-async fn health(mesh: &TestMesh, i: usize) -> (u16, serde_json::Value) {
-    let r = mesh
-        .http
-        .get(format!("{}/healthz", mesh.api(i)))
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap())
 }
 
 async fn xlen(redis: &RedisServer) -> u64 {
@@ -87,7 +74,7 @@ async fn three_bots_share_a_group_through_one_stream() {
     assert!(!m.contains(r#"peer="B""#), "no HTTP outbox for B: {m}");
     assert_eq!(metric(&m, "botmesh_redis_up"), 1.0);
     assert!(xlen(&redis).await >= 3);
-    let (status, h) = health(&mesh, 1).await;
+    let (status, h) = mesh.health(1).await;
     assert_eq!(status, 200, "{h}");
     assert_eq!(h["transport"], "redis");
     assert_eq!(h["redis"]["connected"], true);
@@ -160,14 +147,7 @@ async fn a_mention_that_waited_too_long_is_recorded_but_not_answered() {
         .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let m = mesh.metrics(1).await;
-    assert_eq!(
-        metric(
-            &m,
-            r#"botmesh_decisions_total{action="silent",reason="stale"}"#
-        ),
-        1.0,
-        "{m}"
-    );
+    assert_eq!(decisions(&m, "silent", "stale"), 1.0, "{m}");
     assert!(mesh.transcript(0).await.iter().all(|e| e.sender != "B"));
     mesh.shutdown().await;
 }
@@ -185,14 +165,13 @@ async fn redis_going_away_loses_nothing_and_health_says_so() {
         mesh.post_human(0, "alice", &format!("during the outage {n}"))
             .await;
     }
-    let mut h = (0, serde_json::Value::Null);
-    for _ in 0..100 {
-        h = health(&mesh, 0).await;
-        if h.0 == 503 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let h = wait_for(
+        Duration::from_secs(5),
+        Duration::from_millis(50),
+        || mesh.health(0),
+        |h| h.0 == 503,
+    )
+    .await;
     assert_eq!(h.0, 503, "{}", h.1);
     assert_eq!(h.1["status"], "degraded");
     assert_eq!(h.1["redis"]["connected"], false);
@@ -212,14 +191,13 @@ async fn redis_going_away_loses_nothing_and_health_says_so() {
         let got: Vec<String> = t.iter().map(|e| e.text.clone()).collect();
         assert_eq!(got, want, "node {i}: in order, exactly once");
     }
-    let mut ok = 0;
-    for _ in 0..100 {
-        ok = health(&mesh, 1).await.0;
-        if ok == 200 && health(&mesh, 0).await.0 == 200 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (ok, _) = wait_for(
+        Duration::from_secs(5),
+        Duration::from_millis(50),
+        || async { (mesh.health(1).await.0, mesh.health(0).await.0) },
+        |both| *both == (200, 200),
+    )
+    .await;
     assert_eq!(ok, 200);
     let m = mesh.metrics(0).await;
     assert!(metric(&m, r#"botmesh_stream_events_total{result="write_error"}"#) >= 1.0);
@@ -402,14 +380,13 @@ async fn entries_are_recorded_in_stream_order_whatever_their_signatures_cost() {
     assert_eq!(texts(&t), want);
     // Counted once the durable write ends, which may be after the transcript shows them.
     let accepted = r#"botmesh_envelopes_in_total{result="accepted"}"#;
-    let mut m = mesh.metrics(1).await;
-    for _ in 0..200 {
-        if metric(&m, accepted) >= 7.0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-        m = mesh.metrics(1).await;
-    }
+    let m = wait_for(
+        Duration::from_secs(5),
+        Duration::from_millis(25),
+        || mesh.metrics(1),
+        |m| metric(m, accepted) >= 7.0,
+    )
+    .await;
     assert_eq!(metric(&m, accepted), 7.0, "{m}");
     assert_eq!(
         metric(
@@ -489,12 +466,7 @@ async fn the_stream_is_capped_and_a_bot_away_too_long_is_told_what_it_missed() {
     for n in 0..150 {
         mesh.post_human(0, "alice", &format!("burst {n}")).await;
     }
-    for _ in 0..100 {
-        if mesh.node(0).node.outboxes.iter().all(|o| o.is_empty()) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    mesh.wait_outboxes_empty(0, Duration::from_secs(5)).await;
     assert_eq!(xlen(&redis).await, 100, "MAXLEN = 100 holds");
     mesh.restart(1).await;
     let t = mesh
@@ -529,23 +501,19 @@ async fn each_group_is_its_own_stream_and_new_groups_are_found() {
     }
     // Groups are separate streams, read in no particular order: wait for each.
     for group in ["demo", "ops", "研发群"] {
-        let mut got = serde_json::Value::Null;
-        for _ in 0..200 {
-            got = mesh
-                .http
-                .get(format!("{}/v1/transcript", mesh.api(1)))
-                .query(&[("group", group)])
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            if got["messages"].as_array().is_some_and(|m| !m.is_empty()) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        let got: serde_json::Value = wait_for(
+            Duration::from_secs(5),
+            Duration::from_millis(25),
+            || {
+                fetch_json(
+                    mesh.http
+                        .get(format!("{}/v1/transcript", mesh.api(1)))
+                        .query(&[("group", group)]),
+                )
+            },
+            |got: &serde_json::Value| got["messages"].as_array().is_some_and(|m| !m.is_empty()),
+        )
+        .await;
         let msgs = got["messages"].as_array().unwrap();
         assert_eq!(msgs.len(), 1, "{group}: {got}");
         assert_eq!(msgs[0]["text"], format!("in {group}"));
@@ -565,7 +533,7 @@ async fn each_group_is_its_own_stream_and_new_groups_are_found() {
         .await
         .unwrap();
     assert_eq!(len, 1);
-    let (_, h) = health(&mesh, 1).await;
+    let (_, h) = mesh.health(1).await;
     assert_eq!(h["redis"]["groups"], 3);
     mesh.shutdown().await;
 }

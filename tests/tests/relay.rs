@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use botmesh_tests::faults::LinkProxy;
-use botmesh_tests::{bot_message, metric, MeshSpec, SignedRequest, TestMesh};
+use botmesh_tests::{bot_message, metric, wait_for, MeshSpec, SignedRequest, TestMesh};
 
 /// POSTs a signed request to `bridge` as a relayed copy for `to` after `hops` hops,
 /// optionally with another body than the one signed.
@@ -38,20 +38,6 @@ async fn send_relayed(
     (status, v, headers)
 }
 
-/// Posts at node `i` as `from` (a human, or the node's own bot); returns the id.
-async fn post(mesh: &TestMesh, i: usize, from: &str, text: &str) -> String {
-    let r = mesh
-        .http
-        .post(format!("{}/v1/messages", mesh.api(i)))
-        .json(&serde_json::json!({"text": text, "from": from}))
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_success(), "{}", r.status());
-    let v: serde_json::Value = r.json().await.unwrap();
-    v["id"].as_str().unwrap().to_string()
-}
-
 fn ids_in(t: &[botmesh::wire::envelope::Envelope], wanted: &[String]) -> Vec<String> {
     let want: HashSet<&String> = wanted.iter().collect();
     t.iter()
@@ -60,13 +46,24 @@ fn ids_in(t: &[botmesh::wire::envelope::Envelope], wanted: &[String]) -> Vec<Str
         .collect()
 }
 
+/// Node `i`'s transcript once every one of `wanted` is in it (or after `within`): the
+/// wait this test makes after each round of posts.
+async fn wait_all(
+    mesh: &TestMesh,
+    i: usize,
+    wanted: &[String],
+    within: Duration,
+) -> Vec<botmesh::wire::envelope::Envelope> {
+    mesh.wait_transcript(i, within, |t| ids_in(t, wanted).len() == wanted.len())
+        .await
+}
+
 #[tokio::test]
 async fn broken_link_is_relayed_with_original_signatures_hop_limit_and_no_doubles() {
     let a_to_b = LinkProxy::start().await;
     let b_to_a = LinkProxy::start().await;
-    let spec = MeshSpec::new(&["A", "B", "C"])
+    let spec = MeshSpec::mentions_only(&["A", "B", "C"])
         .mesh("relay_after_ms = 300")
-        .all_bots("participation = \"mentions\"")
         .route("A", "B", &a_to_b.url)
         .route("B", "A", &b_to_a.url);
     let mesh = TestMesh::start(spec).await;
@@ -75,12 +72,8 @@ async fn broken_link_is_relayed_with_original_signatures_hop_limit_and_no_double
     b_to_a.forward_to(mesh.bridges[a]);
 
     // The direct link works at first.
-    let mut from_a = vec![post(&mesh, a, "alice", "before the cut").await];
-    let t = mesh
-        .wait_transcript(b, Duration::from_secs(10), |t| {
-            ids_in(t, &from_a).len() == 1
-        })
-        .await;
+    let mut from_a = vec![mesh.post_human(a, "alice", "before the cut").await];
+    let t = wait_all(&mesh, b, &from_a, Duration::from_secs(10)).await;
     assert_eq!(ids_in(&t, &from_a), from_a);
     assert!(a_to_b.forwarded.load(Ordering::SeqCst) >= 1);
 
@@ -90,17 +83,16 @@ async fn broken_link_is_relayed_with_original_signatures_hop_limit_and_no_double
     for n in 0..12 {
         // Humans through A, and A's bot speaking for itself.
         let from = if n % 3 == 2 { "A" } else { "alice" };
-        from_a.push(post(&mesh, a, from, &format!("while cut {n}")).await);
+        from_a.push(mesh.post_human(a, from, &format!("while cut {n}")).await);
     }
     let mut from_b = Vec::new();
     for n in 0..4 {
-        from_b.push(post(&mesh, b, "bob", &format!("from B while cut {n}")).await);
+        from_b.push(
+            mesh.post_human(b, "bob", &format!("from B while cut {n}"))
+                .await,
+        );
     }
-    let t = mesh
-        .wait_transcript(b, Duration::from_secs(30), |t| {
-            ids_in(t, &from_a).len() == from_a.len()
-        })
-        .await;
+    let t = wait_all(&mesh, b, &from_a, Duration::from_secs(30)).await;
     assert_eq!(
         ids_in(&t, &from_a),
         from_a,
@@ -109,11 +101,7 @@ async fn broken_link_is_relayed_with_original_signatures_hop_limit_and_no_double
     for e in t.iter().filter(|e| from_a.contains(&e.id.to_string())) {
         assert_eq!(e.sender, "A", "still A's envelope");
     }
-    let t = mesh
-        .wait_transcript(a, Duration::from_secs(30), |t| {
-            ids_in(t, &from_b).len() == from_b.len()
-        })
-        .await;
+    let t = wait_all(&mesh, a, &from_b, Duration::from_secs(30)).await;
     assert_eq!(ids_in(&t, &from_b), from_b, "and B's reach A the same way");
     assert!(
         a_to_b.refused.load(Ordering::SeqCst) >= 1,
@@ -204,20 +192,20 @@ async fn broken_link_is_relayed_with_original_signatures_hop_limit_and_no_double
     // While relaying, the direct link is probed on its backoff (retry_max_ms = 500).
     tokio::time::sleep(Duration::from_millis(600)).await;
     for n in 0..5 {
-        from_a.push(post(&mesh, a, "alice", &format!("after healing {n}")).await);
+        from_a.push(
+            mesh.post_human(a, "alice", &format!("after healing {n}"))
+                .await,
+        );
     }
-    let t = mesh
-        .wait_transcript(b, Duration::from_secs(30), |t| {
-            ids_in(t, &from_a).len() == from_a.len()
-        })
-        .await;
+    let t = wait_all(&mesh, b, &from_a, Duration::from_secs(30)).await;
     assert_eq!(ids_in(&t, &from_a), from_a);
-    for _ in 0..200 {
-        if a_to_b.forwarded.load(Ordering::SeqCst) > direct_before {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    wait_for(
+        Duration::from_secs(5),
+        Duration::from_millis(25),
+        || async { a_to_b.forwarded.load(Ordering::SeqCst) },
+        |forwarded| *forwarded > direct_before,
+    )
+    .await;
     assert!(
         a_to_b.forwarded.load(Ordering::SeqCst) > direct_before,
         "A probes and uses the direct link again"

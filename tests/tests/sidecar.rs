@@ -52,12 +52,10 @@ async fn the_python_example_bot_takes_turns_in_both_modes() {
         let webhook_port = probe.local_addr().unwrap().port();
         drop(probe);
         let webhook = format!("http://127.0.0.1:{webhook_port}/turn");
-        let spec = MeshSpec::new(&["A", "B"])
-            .all_bots("participation = \"mentions\"")
-            .bot(
-                "B",
-                &format!("agent = {{ webhook = \"{webhook}\", timeout_ms = 5000 }}"),
-            );
+        let spec = MeshSpec::mentions_only(&["A", "B"]).bot(
+            "B",
+            &format!("agent = {{ webhook = \"{webhook}\", timeout_ms = 5000 }}"),
+        );
         let mesh = TestMesh::start(spec).await;
         let (_sidecar, url) = start_sidecar(mode, &mesh.api(1), webhook_port);
         assert_eq!(url, webhook);

@@ -9,9 +9,7 @@ use botmesh_tests::{metric, MeshSpec, TestMesh};
 
 #[tokio::test]
 async fn peer_down_for_200_messages_gets_all_in_order_with_memory_bounded_across_a_restart() {
-    let spec = MeshSpec::new(&["A", "B"])
-        .mesh("outbox_capacity = 8")
-        .all_bots("participation = \"mentions\"");
+    let spec = MeshSpec::mentions_only(&["A", "B"]).mesh("outbox_capacity = 8");
     let mut mesh = TestMesh::start(spec).await;
     let (a, b) = (mesh.index("A"), mesh.index("B"));
     mesh.stop(b).await;
@@ -63,12 +61,7 @@ async fn peer_down_for_200_messages_gets_all_in_order_with_memory_bounded_across
     let got_ids: Vec<String> = got.iter().map(|e| e.id.to_string()).collect();
     assert_eq!(got_ids, ids, "all 200, in order, exactly once");
     assert!(got.iter().all(|e| e.sender == "A"));
-    for _ in 0..200 {
-        if o.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    mesh.wait_outboxes_empty(a, Duration::from_secs(5)).await;
     assert!(o.is_empty() && o.spilled() == 0);
     assert!(o.peak_len() <= 8, "peak {}", o.peak_len());
     // Nothing arrives twice later either.

@@ -3,17 +3,18 @@
 use std::time::Duration;
 
 use botmesh::wire::envelope::{AuthorKind, Envelope};
-use botmesh_tests::fake_llm::{FakeLlm, Script};
+use botmesh_tests::fake_llm::{BotLlm, FakeLlm, Script};
 use botmesh_tests::{
-    bot_message, bot_of, is_judge, metric, ClaimProxy, MeshSpec, SignedRequest, TestMesh,
+    bot_message, bot_of, decisions, fetch_json, is_judge, metric, wait_for, ClaimProxy, MeshSpec,
+    SignedRequest, TestMesh,
 };
 
 const FAST: &str = "min_delay_ms = 100\nmax_delay_ms = 1000\njitter_ms = 0";
 
-fn verdict(speak: bool, relevance: f64) -> Script {
-    Script::reply(format!(
-        "{{\"speak\": {speak}, \"relevance\": {relevance}}}"
-    ))
+/// Bots `names` on `llm`, with the short reply delays ([`FAST`]): the mesh most tests
+/// here start from, written once.
+fn fast_mesh(names: &[&str], llm: &FakeLlm) -> MeshSpec {
+    MeshSpec::new(names).llm(&llm.base_url).all_bots(FAST)
 }
 
 fn bot_msgs(t: &[Envelope]) -> Vec<&Envelope> {
@@ -41,23 +42,16 @@ async fn settle(mesh: &TestMesh, i: usize, quiet: Duration) -> Vec<Envelope> {
 
 #[tokio::test]
 async fn two_bots_mentioning_each_other_stop_at_max_depth() {
-    let llm = FakeLlm::start(|s| {
-        if is_judge(s) {
-            verdict(true, 0.9)
-        } else if bot_of(s) == "A" {
-            Script::reply("@B, what do you think?")
-        } else {
-            Script::reply("@A, what do you think?")
-        }
-    })
-    .await;
-    let mesh = TestMesh::start(
-        MeshSpec::new(&["A", "B"])
-            .llm(&llm.base_url)
-            .mesh("max_depth = 3\nllm_threshold = 1")
-            .all_bots(FAST),
-    )
-    .await;
+    let llm = BotLlm::judging(true, 0.9)
+        .replies(|bot| {
+            let other = if bot == "A" { "B" } else { "A" };
+            format!("@{other}, what do you think?")
+        })
+        .start()
+        .await;
+    let mesh =
+        TestMesh::start(fast_mesh(&["A", "B"], &llm).mesh("max_depth = 3\nllm_threshold = 1"))
+            .await;
     mesh.post_human(0, "alice", "@A kick this off please").await;
     let t = settle(&mesh, 1, Duration::from_secs(3)).await;
     let bots = bot_msgs(&t);
@@ -81,47 +75,29 @@ async fn two_bots_mentioning_each_other_stop_at_max_depth() {
     );
     // B saw depth 3 and refused by rule, without asking the LLM.
     let m = mesh.metrics(1).await;
-    assert_eq!(
-        metric(
-            &m,
-            r#"botmesh_decisions_total{action="silent",reason="max_depth"}"#
-        ),
-        1.0,
-        "{m}"
-    );
+    assert_eq!(decisions(&m, "silent", "max_depth"), 1.0, "{m}");
     mesh.shutdown().await;
 }
 
 /// A scripted LLM: Hi judges the human's question at 0.9, Mid at 0.6 (when
 /// `mid_speaks`), any other bot declines; nobody interjects on bot messages; replies
 /// name their bot.
-async fn hi_and_mid_llm(mid_speaks: bool) -> FakeLlm {
-    FakeLlm::start(move |s| {
-        let about_the_question = s
-            .messages
-            .iter()
-            .any(|(_, c)| c.contains("New from alice:"));
-        if is_judge(s) && !about_the_question {
-            verdict(false, 0.0)
-        } else if is_judge(s) {
-            match bot_of(s).as_str() {
-                "Hi" => verdict(true, 0.9),
-                "Mid" if mid_speaks => verdict(true, 0.6),
-                _ => verdict(false, 0.1),
-            }
-        } else {
-            Script::reply(format!("answer from {}", bot_of(s)))
-        }
-    })
-    .await
+fn hi_and_mid(mid_speaks: bool) -> BotLlm {
+    let llm = BotLlm::judging(false, 0.1)
+        .judging_only("New from alice:")
+        .judge("Hi", true, 0.9)
+        .replies(|bot| format!("answer from {bot}"));
+    if mid_speaks {
+        llm.judge("Mid", true, 0.6)
+    } else {
+        llm
+    }
 }
 
 async fn one_interjection_from_the_most_relevant(drop_claims: bool) {
-    let llm = hi_and_mid_llm(true).await;
+    let llm = hi_and_mid(true).start().await;
     let proxy = ClaimProxy::dropping().await;
-    let mut spec = MeshSpec::new(&["Hi", "Mid", "Low"])
-        .llm(&llm.base_url)
-        .all_bots(FAST);
+    let mut spec = fast_mesh(&["Hi", "Mid", "Low"], &llm);
     if drop_claims {
         // Every envelope to Mid goes through the proxy, which swallows claims:
         // Mid must yield because of Hi's reply itself.
@@ -148,14 +124,7 @@ async fn one_interjection_from_the_most_relevant(drop_claims: bool) {
     } else {
         "better_claim"
     };
-    assert_eq!(
-        metric(
-            &m,
-            &format!("botmesh_decisions_total{{action=\"yield\",reason=\"{reason}\"}}")
-        ),
-        1.0,
-        "{m}"
-    );
+    assert_eq!(decisions(&m, "yield", reason), 1.0, "{m}");
     if drop_claims {
         assert!(
             proxy.claims.load(std::sync::atomic::Ordering::SeqCst) >= 1,
@@ -176,12 +145,7 @@ async fn one_interjection_from_the_most_relevant(drop_claims: bool) {
         .count();
     assert_eq!(judged_answer, 0);
     // Only the winner asked for a reply.
-    let replies: Vec<String> = llm
-        .requests()
-        .iter()
-        .filter(|s| !is_judge(s))
-        .map(bot_of)
-        .collect();
+    let replies = llm.reply_bots();
     assert_eq!(replies, vec!["Hi".to_string()]);
     mesh.shutdown().await;
 }
@@ -203,26 +167,16 @@ async fn hi_and_mid_with_held_claims(
     hold: Duration,
     hi: &str,
 ) -> (FakeLlm, ClaimProxy, TestMesh) {
-    let llm = hi_and_mid_llm(mid_speaks).await;
+    let llm = hi_and_mid(mid_speaks).start().await;
     let proxy = ClaimProxy::holding(hold).await;
     let mesh = TestMesh::start(
-        MeshSpec::new(&["Hi", "Mid"])
-            .llm(&llm.base_url)
-            .all_bots(FAST)
+        fast_mesh(&["Hi", "Mid"], &llm)
             .bot("Hi", hi)
             .route("Hi", "Mid", &proxy.url),
     )
     .await;
     proxy.forward_to(&mesh.bridge(1));
     (llm, proxy, mesh)
-}
-
-/// Node `i`'s count of decisions `action/reason`.
-async fn decisions(mesh: &TestMesh, i: usize, action: &str, reason: &str) -> f64 {
-    metric(
-        &mesh.metrics(i).await,
-        &format!("botmesh_decisions_total{{action=\"{action}\",reason=\"{reason}\"}}"),
-    )
 }
 
 #[tokio::test]
@@ -242,16 +196,18 @@ async fn a_late_claim_makes_no_second_answer_the_acknowledgement_says_answered()
             .collect()
     };
     // Wait until Hi's claim has been through the proxy and Hi has decided.
-    for _ in 0..400 {
-        if decisions(&mesh, 0, "yield_writing", "already_answered").await
-            + decisions(&mesh, 0, "post", "claim_unacked").await
-            > 0.0
-            || answers(&mesh.transcript(0).await).iter().any(|a| a == "Hi")
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    wait_for(
+        Duration::from_secs(10),
+        Duration::from_millis(25),
+        || async {
+            mesh.decisions(0, "yield_writing", "already_answered").await
+                + mesh.decisions(0, "post", "claim_unacked").await
+                > 0.0
+                || answers(&mesh.transcript(0).await).iter().any(|a| a == "Hi")
+        },
+        |decided| *decided,
+    )
+    .await;
     let at_mid = settle(&mesh, 1, Duration::from_secs(2)).await;
     let at_hi = settle(&mesh, 0, Duration::from_secs(1)).await;
     assert_eq!(
@@ -262,11 +218,11 @@ async fn a_late_claim_makes_no_second_answer_the_acknowledgement_says_answered()
     assert_eq!(answers(&at_hi), vec!["Mid".to_string()]);
     assert!(proxy.claims.load(std::sync::atomic::Ordering::SeqCst) >= 1);
     assert_eq!(
-        decisions(&mesh, 0, "yield_writing", "already_answered").await,
+        mesh.decisions(0, "yield_writing", "already_answered").await,
         1.0,
         "Hi wrote its reply, then its claim's acknowledgement said Mid answers"
     );
-    assert_eq!(decisions(&mesh, 0, "post", "claim_unacked").await, 0.0);
+    assert_eq!(mesh.decisions(0, "post", "claim_unacked").await, 0.0);
     assert!(
         mesh.node(0).node.acks.is_empty(),
         "tracking ends with the turn"
@@ -291,7 +247,7 @@ async fn a_claim_never_acknowledged_in_time_still_posts_and_counts_it() {
     assert_eq!(hi_answers.len(), 1, "Hi posts after the timeout: {t:?}");
     assert_eq!(hi_answers[0].text, "answer from Hi");
     assert_eq!(
-        decisions(&mesh, 0, "post", "claim_unacked").await,
+        mesh.decisions(0, "post", "claim_unacked").await,
         1.0,
         "the post without every acknowledgement is counted"
     );
@@ -301,15 +257,11 @@ async fn a_claim_never_acknowledged_in_time_still_posts_and_counts_it() {
 
 #[tokio::test]
 async fn a_mention_is_answered_even_when_the_judge_says_no_and_nobody_answers_itself() {
-    let llm = FakeLlm::start(|s| {
-        if is_judge(s) {
-            verdict(false, 0.0)
-        } else {
-            Script::reply(format!("here is {}", bot_of(s)))
-        }
-    })
-    .await;
-    let mesh = TestMesh::start(MeshSpec::new(&["A", "B"]).llm(&llm.base_url).all_bots(FAST)).await;
+    let llm = BotLlm::judging(false, 0.0)
+        .replies(|bot| format!("here is {bot}"))
+        .start()
+        .await;
+    let mesh = TestMesh::start(fast_mesh(&["A", "B"], &llm)).await;
     mesh.post_human(0, "alice", "@B can you check the logs?")
         .await;
     let t = settle(&mesh, 0, Duration::from_secs(2)).await;
@@ -357,20 +309,18 @@ async fn llm_down_or_hanging_means_silence_a_healthy_node_and_a_counted_failure(
         mesh.post_human(0, "alice", "@B are you there?").await;
         mesh.post_human(0, "alice", "anyone know about sharding?")
             .await;
-        let metrics_b = {
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-            loop {
-                let m = mesh.metrics(1).await;
-                let failed = metric(
-                    &m,
+        let metrics_b = wait_for(
+            Duration::from_secs(10),
+            Duration::from_millis(50),
+            || mesh.metrics(1),
+            |m| {
+                metric(
+                    m,
                     &format!("botmesh_llm_calls_total{{purpose=\"reply\",result=\"{label}\"}}"),
-                );
-                if failed >= 1.0 || tokio::time::Instant::now() > deadline {
-                    break m;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        };
+                ) >= 1.0
+            },
+        )
+        .await;
         assert!(
             metric(
                 &metrics_b,
@@ -378,22 +328,11 @@ async fn llm_down_or_hanging_means_silence_a_healthy_node_and_a_counted_failure(
             ) >= 1.0,
             "{label}: {metrics_b}"
         );
-        assert!(
-            metric(
-                &metrics_b,
-                r#"botmesh_decisions_total{action="silent",reason="reply_failed"}"#
-            ) >= 1.0
-        );
+        assert!(decisions(&metrics_b, "silent", "reply_failed") >= 1.0);
         let t = settle(&mesh, 1, Duration::from_millis(800)).await;
         assert!(bot_msgs(&t).is_empty(), "{label}: nobody spoke");
         for i in 0..2 {
-            let h = mesh
-                .http
-                .get(format!("{}/healthz", mesh.api(i)))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(h.status(), 200);
+            assert_eq!(mesh.health(i).await.0, 200);
         }
         mesh.shutdown().await;
         llm.shutdown().await;
@@ -402,15 +341,11 @@ async fn llm_down_or_hanging_means_silence_a_healthy_node_and_a_counted_failure(
 
 #[tokio::test]
 async fn acknowledgements_from_bots_get_no_reply_and_no_llm_call() {
-    let llm = FakeLlm::start(|s| {
-        if is_judge(s) {
-            verdict(true, 1.0)
-        } else {
-            Script::reply("sure")
-        }
-    })
-    .await;
-    let mesh = TestMesh::start(MeshSpec::new(&["A", "B"]).llm(&llm.base_url).all_bots(FAST)).await;
+    let llm = BotLlm::judging(true, 1.0)
+        .replies(|_| "sure".into())
+        .start()
+        .await;
+    let mesh = TestMesh::start(fast_mesh(&["A", "B"], &llm)).await;
     for (i, text) in ["好的", "thanks!", "收到", "ok 👍"].iter().enumerate() {
         let env = bot_message("B", text, 1 + (i as u32 % 2));
         let (s, _) = SignedRequest::new(&mesh.signers[1], &env, 0)
@@ -422,34 +357,18 @@ async fn acknowledgements_from_bots_get_no_reply_and_no_llm_call() {
     assert_eq!(t.len(), 4);
     assert_eq!(llm.count(), 0, "no LLM call for acknowledgements");
     let m = mesh.metrics(0).await;
-    assert_eq!(
-        metric(
-            &m,
-            r#"botmesh_decisions_total{action="silent",reason="acknowledgement"}"#
-        ),
-        4.0,
-        "{m}"
-    );
+    assert_eq!(decisions(&m, "silent", "acknowledgement"), 4.0, "{m}");
     mesh.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_humans_only_bot_ignores_bot_messages() {
-    let llm = FakeLlm::start(|s| {
-        if is_judge(s) {
-            verdict(true, 1.0)
-        } else {
-            Script::reply(format!("from {}", bot_of(s)))
-        }
-    })
-    .await;
-    let mesh = TestMesh::start(
-        MeshSpec::new(&["A", "B"])
-            .llm(&llm.base_url)
-            .all_bots(FAST)
-            .bot("A", "reply_to = \"humans\""),
-    )
-    .await;
+    let llm = BotLlm::judging(true, 1.0)
+        .replies(|bot| format!("from {bot}"))
+        .start()
+        .await;
+    let mesh =
+        TestMesh::start(fast_mesh(&["A", "B"], &llm).bot("A", "reply_to = \"humans\"")).await;
     let env = bot_message("B", "@A what do you think about the parser?", 1);
     SignedRequest::new(&mesh.signers[1], &env, 0)
         .send(&mesh.http, &mesh.bridge(0))
@@ -458,13 +377,7 @@ async fn a_humans_only_bot_ignores_bot_messages() {
     assert_eq!(bot_msgs(&t).len(), 1, "A stayed silent");
     assert!(llm.requests().iter().all(|s| bot_of(s) != "A"));
     let m = mesh.metrics(0).await;
-    assert_eq!(
-        metric(
-            &m,
-            r#"botmesh_decisions_total{action="silent",reason="ignores_bots"}"#
-        ),
-        1.0
-    );
+    assert_eq!(decisions(&m, "silent", "ignores_bots"), 1.0);
     // A human's mention is still answered.
     mesh.post_human(1, "alice", "@A and you?").await;
     let t = settle(&mesh, 0, Duration::from_secs(1)).await;
@@ -474,23 +387,18 @@ async fn a_humans_only_bot_ignores_bot_messages() {
 
 #[tokio::test]
 async fn the_group_rate_cap_holds_when_the_llm_always_says_speak() {
-    let llm = FakeLlm::start(|s| {
-        if is_judge(s) {
-            verdict(true, 0.9)
-        } else {
+    let llm = BotLlm::judging(true, 0.9)
+        .replies(|bot| {
             // Every reply hands over to the next bot, so only the cap can end the chain.
-            let next = match bot_of(s).as_str() {
+            let next = match bot {
                 "A" => "B",
                 "B" => "C",
                 _ => "A",
             };
-            Script::reply(format!(
-                "more thoughts from {}. @{next} what do you think?",
-                bot_of(s)
-            ))
-        }
-    })
-    .await;
+            format!("more thoughts from {bot}. @{next} what do you think?")
+        })
+        .start()
+        .await;
     let spec = MeshSpec::new(&["A", "B", "C"])
         .llm(&llm.base_url)
         .mesh("max_depth = 50\nllm_threshold = 1\nbot_messages_per_minute = 4")
@@ -517,34 +425,17 @@ async fn the_group_rate_cap_holds_when_the_llm_always_says_speak() {
 
 #[tokio::test]
 async fn quiet_switch_and_explain() {
-    let llm = FakeLlm::start(|s| {
-        if is_judge(s) {
-            verdict(true, 0.8)
-        } else {
-            Script::reply("hi")
-        }
-    })
-    .await;
-    let mesh = TestMesh::start(
-        MeshSpec::new(&["A", "B"])
-            .llm(&llm.base_url)
-            .all_bots(FAST)
-            .bot("A", "aliases = [\"小A\"]"),
-    )
-    .await;
+    let llm = BotLlm::judging(true, 0.8)
+        .replies(|_| "hi".into())
+        .start()
+        .await;
+    let mesh = TestMesh::start(fast_mesh(&["A", "B"], &llm).bot("A", "aliases = [\"小A\"]")).await;
     let explain = |body: serde_json::Value| {
-        let req = mesh
-            .http
-            .post(format!("{}/v1/explain", mesh.api(0)))
-            .json(&body);
-        async move {
-            req.send()
-                .await
-                .unwrap()
-                .json::<serde_json::Value>()
-                .await
-                .unwrap()
-        }
+        fetch_json(
+            mesh.http
+                .post(format!("{}/v1/explain", mesh.api(0)))
+                .json(&body),
+        )
     };
     let e = explain(serde_json::json!({"text": "问@小A吧", "from": "alice"})).await;
     assert_eq!(
@@ -594,27 +485,22 @@ async fn quiet_switch_and_explain() {
 #[tokio::test]
 async fn a_server_that_refuses_json_schema_still_gets_judged_without_it() {
     // llama-cpp-python's server answers 500 to `response_format: json_schema`.
-    let llm = FakeLlm::start(|s| {
+    let bots = BotLlm::judging(true, 0.9).replies(|_| "an answer".into());
+    let llm = FakeLlm::start(move |s| {
         if s.body["response_format"]["type"] == "json_schema" {
             Script::Raw {
                 status: 500,
                 headers: vec![],
                 body: "{\"error\":{\"message\":\"1 validation error: ('body', 'response_format', 'type') Input should be 'text' or 'json_object'\"}}".into(),
             }
-        } else if s.messages.iter().any(|(_, c)| c.contains("speak")) {
-            verdict(true, 0.9)
         } else {
-            Script::reply("an answer")
+            bots.answer(s)
         }
     })
     .await;
-    let mesh = TestMesh::start(
-        MeshSpec::new(&["A", "B"])
-            .llm(&llm.base_url)
-            .all_bots(FAST)
-            .bot("B", "participation = \"mentions\""),
-    )
-    .await;
+    let mesh =
+        TestMesh::start(fast_mesh(&["A", "B"], &llm).bot("B", "participation = \"mentions\""))
+            .await;
     mesh.post_human(1, "alice", "what is a good sharding key?")
         .await;
     let t = settle(&mesh, 0, Duration::from_secs(2)).await;
@@ -656,32 +542,11 @@ async fn a_server_that_refuses_json_schema_still_gets_judged_without_it() {
 
 #[tokio::test]
 async fn when_the_winners_reply_fails_it_withdraws_and_the_next_best_answers() {
-    let llm = FakeLlm::start(|s| {
-        let about_the_question = s
-            .messages
-            .iter()
-            .any(|(_, c)| c.contains("New from alice:"));
-        if is_judge(s) && !about_the_question {
-            verdict(false, 0.0)
-        } else if is_judge(s) {
-            match bot_of(s).as_str() {
-                "Hi" => verdict(true, 0.9),
-                "Mid" => verdict(true, 0.6),
-                _ => verdict(false, 0.1),
-            }
-        } else if bot_of(s) == "Hi" {
-            Script::Status(500)
-        } else {
-            Script::reply(format!("answer from {}", bot_of(s)))
-        }
-    })
-    .await;
-    let mesh = TestMesh::start(
-        MeshSpec::new(&["Hi", "Mid", "Low"])
-            .llm(&llm.base_url)
-            .all_bots(FAST),
-    )
-    .await;
+    let llm = hi_and_mid(true)
+        .reply_with("Hi", Script::Status(500))
+        .start()
+        .await;
+    let mesh = TestMesh::start(fast_mesh(&["Hi", "Mid", "Low"], &llm)).await;
     mesh.post_human(2, "alice", "How should we shard the transcript files?")
         .await;
     let t = settle(&mesh, 2, Duration::from_secs(3)).await;
@@ -694,69 +559,31 @@ async fn when_the_winners_reply_fails_it_withdraws_and_the_next_best_answers() {
         "exactly one answer, from the next best bot"
     );
     let hi = mesh.metrics(0).await;
-    assert_eq!(
-        metric(
-            &hi,
-            r#"botmesh_decisions_total{action="silent",reason="reply_failed"}"#
-        ),
-        1.0,
-        "{hi}"
-    );
-    assert_eq!(
-        metric(
-            &hi,
-            r#"botmesh_decisions_total{action="withdraw",reason="claim"}"#
-        ),
-        1.0,
-        "{hi}"
-    );
+    assert_eq!(decisions(&hi, "silent", "reply_failed"), 1.0, "{hi}");
+    assert_eq!(decisions(&hi, "withdraw", "claim"), 1.0, "{hi}");
     let mid = mesh.metrics(1).await;
     assert_eq!(
-        metric(
-            &mid,
-            r#"botmesh_decisions_total{action="resume",reason="claim_withdrawn"}"#
-        ),
+        decisions(&mid, "resume", "claim_withdrawn"),
         1.0,
         "Mid stood by behind Hi's claim and re-entered: {mid}"
     );
-    assert_eq!(
-        metric(
-            &mid,
-            r#"botmesh_decisions_total{action="yield",reason="better_claim"}"#
-        ),
-        0.0
-    );
+    assert_eq!(decisions(&mid, "yield", "better_claim"), 0.0);
     // Mid waited for Hi's claim, not for a fresh delay, and judged only once.
-    let mid_judged = llm
-        .requests()
-        .iter()
-        .filter(|s| is_judge(s) && bot_of(s) == "Mid")
-        .count();
+    let mid_judged = llm.judge_bots().iter().filter(|b| *b == "Mid").count();
     assert_eq!(mid_judged, 1);
     mesh.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_message_to_everyone_gets_an_answer_from_each_relevant_bot_in_order() {
-    let llm = FakeLlm::start(|s| {
-        if is_judge(s) {
-            match bot_of(s).as_str() {
-                "A" => verdict(true, 0.9),
-                "B" => verdict(true, 0.6),
-                "C" => verdict(true, 0.4),
-                _ => verdict(false, 0.1),
-            }
-        } else {
-            Script::reply(format!("my view, from {}", bot_of(s)))
-        }
-    })
-    .await;
-    let mesh = TestMesh::start(
-        MeshSpec::new(&["A", "B", "C", "D"])
-            .llm(&llm.base_url)
-            .all_bots(FAST),
-    )
-    .await;
+    let llm = BotLlm::judging(false, 0.1)
+        .judge("A", true, 0.9)
+        .judge("B", true, 0.6)
+        .judge("C", true, 0.4)
+        .replies(|bot| format!("my view, from {bot}"))
+        .start()
+        .await;
+    let mesh = TestMesh::start(fast_mesh(&["A", "B", "C", "D"], &llm)).await;
     mesh.post_human(3, "老师", "大家都说说对这个新架构方案的看法")
         .await;
     let t = settle(&mesh, 3, Duration::from_secs(3)).await;
@@ -770,17 +597,10 @@ async fn a_message_to_everyone_gets_an_answer_from_each_relevant_bot_in_order() 
     );
     assert!(bots.iter().all(|e| e.depth == 1));
     // The round's answers are not triggers of their own: no judge call about them.
-    let judges = llm.requests().iter().filter(|s| is_judge(s)).count();
+    let judges = llm.judge_bots().len();
     assert_eq!(judges, 4, "one judge call per bot, about the question only");
     let m = mesh.metrics(2).await;
-    assert_eq!(
-        metric(
-            &m,
-            r#"botmesh_decisions_total{action="judge",reason="everyone_asked"}"#
-        ),
-        1.0,
-        "{m}"
-    );
+    assert_eq!(decisions(&m, "judge", "everyone_asked"), 1.0, "{m}");
 
     // An ordinary question in the same group still gets one answer.
     mesh.post_human(3, "老师", "这个方案的瓶颈在哪里？").await;
@@ -793,14 +613,10 @@ async fn a_message_to_everyone_gets_an_answer_from_each_relevant_bot_in_order() 
 /// Four bots, all judging 0.8, a cap of two bot messages: "@all" from a human, and the
 /// transcript once things settle.
 async fn round_under_a_cap_of_two(jitter_ms: u64) -> (FakeLlm, TestMesh, Vec<Envelope>) {
-    let llm = FakeLlm::start(|s| {
-        if is_judge(s) {
-            verdict(true, 0.8)
-        } else {
-            Script::reply(format!("my risk, from {}", bot_of(s)))
-        }
-    })
-    .await;
+    let llm = BotLlm::judging(true, 0.8)
+        .replies(|bot| format!("my risk, from {bot}"))
+        .start()
+        .await;
     let mesh = TestMesh::start(
         MeshSpec::new(&["A", "B", "C", "D"])
             .llm(&llm.base_url)
@@ -840,16 +656,11 @@ async fn a_round_where_everyone_finishes_at_once_still_stops_at_the_cap() {
         "the two whose claims go first, and no one else"
     );
     // All four wrote an answer: C and D were stopped by the last check, not earlier.
-    let mut writers: Vec<String> = llm
-        .requests()
-        .iter()
-        .filter(|s| !is_judge(s))
-        .map(bot_of)
-        .collect();
+    let mut writers = llm.reply_bots();
     writers.sort();
     assert_eq!(writers, ["A", "B", "C", "D"]);
     for i in [2, 3] {
-        assert!(decisions(&mesh, i, "silent", "rate_cap").await >= 1.0);
+        assert!(mesh.decisions(i, "silent", "rate_cap").await >= 1.0);
     }
     mesh.shutdown().await;
 }

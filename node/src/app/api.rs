@@ -22,9 +22,7 @@ use crate::app::node::Node;
 use crate::config::Platform;
 use crate::ingress::server::{self, Body, BodyError};
 use crate::store::transcript::{Appended, MEMORY_MESSAGES};
-use crate::wire::envelope::{
-    now_millis, Author, AuthorKind, Envelope, Kind, Why, MAX_TEXT_BYTES, PROTOCOL_VERSION,
-};
+use crate::wire::envelope::{now_millis, Author, AuthorKind, Envelope, Why, MAX_TEXT_BYTES};
 
 /// Largest request body on the local API.
 const MAX_API_BODY: usize = 256 * 1024;
@@ -76,9 +74,11 @@ pub async fn handle(
         (&Method::GET, "/healthz") => health(&node),
         (&Method::GET, "/metrics") => {
             refresh_cache_sizes(&node);
+            // prometheus-client's text encoder writes OpenMetrics 1.0 (`# EOF`, counter
+            // families named without `_total`): say so, or scrapers parse it as 0.0.4.
             server::text(
                 StatusCode::OK,
-                "text/plain; version=0.0.4; charset=utf-8",
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
                 node.metrics.render(),
             )
         }
@@ -250,22 +250,13 @@ fn build_local_message(node: &Node, p: PostMessage) -> Result<Envelope, (StatusC
         (_, Some(p)) => p.root.or(Some(p.id)),
         _ => None,
     };
-    Ok(Envelope {
-        v: PROTOCOL_VERSION,
-        id,
-        kind: Kind::Message,
-        group,
-        sender: me.name.clone(),
-        author,
-        text: p.text,
-        depth,
-        reply_to: parent.map(|p| p.id),
-        root,
-        platform_msg_id: p.platform_msg_id,
-        sent_at: now_millis(),
-        relevance: None,
-        why,
-    })
+    let mut env = Envelope::message(id, now_millis(), group, me.name.clone(), author, p.text);
+    env.depth = depth;
+    env.reply_to = parent.map(|p| p.id);
+    env.root = root;
+    env.platform_msg_id = p.platform_msg_id;
+    env.why = why;
+    Ok(env)
 }
 
 fn transcript(node: &Node, req: &Request<Incoming>) -> Response<Body> {

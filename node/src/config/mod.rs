@@ -17,6 +17,8 @@ use serde::Deserialize;
 
 use crate::wire::signing::{HmacSecret, PairwiseKey, PublicKey, Signer, SigningKey, Verifier};
 
+pub mod pacing;
+
 /// A configuration problem, always naming the key it is about.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("{file}: {key}: {problem}")]
@@ -878,25 +880,45 @@ fn check_url(url: &str) -> Result<(), String> {
 }
 
 fn from_config_error(file: &str, e: config::ConfigError) -> ConfigError {
-    let text = e.to_string();
+    let mut text = e.to_string();
     // The config crate writes "... for key `mesh.max_depth` in ...": lift the key out.
-    let key = text
+    let raw_key = text
         .split("key `")
         .nth(1)
         .and_then(|s| s.split('`').next())
-        .map(str::to_string)
-        .or_else(|| {
-            text.split("unknown field `")
-                .nth(1)
-                .and_then(|s| s.split('`').next())
-                .map(|f| format!("{f} (unknown key)"))
-        })
-        .unwrap_or_else(|| "(file)".into());
+        .map(str::to_string);
+    let key = match raw_key {
+        Some(raw) => {
+            let key = dotted_key(&raw);
+            text = text.replace(&format!("`{raw}`"), &format!("`{key}`"));
+            key
+        }
+        None => text
+            .split("unknown field `")
+            .nth(1)
+            .and_then(|s| s.split('`').next())
+            .map(|f| format!("{f} (unknown key)"))
+            .unwrap_or_else(|| "(file)".into()),
+    };
     ConfigError {
         file: file.into(),
         key,
         problem: text,
     }
+}
+
+/// The config crate joins an array index to the key after it without a dot
+/// (`bots[1]feishu.app_id`); the key as written in the file is `bots[1].feishu.app_id`.
+fn dotted_key(raw: &str) -> String {
+    let mut key = String::with_capacity(raw.len() + 2);
+    let mut chars = raw.chars().peekable();
+    while let Some(c) = chars.next() {
+        key.push(c);
+        if c == ']' && chars.peek().is_some_and(|&n| n != '.' && n != '[') {
+            key.push('.');
+        }
+    }
+    key
 }
 
 /// Everything one running node needs: the validated file plus its own secrets.
@@ -1020,68 +1042,9 @@ impl NodeConfig {
         let at = |k: &str| format!("bots[{me}].{k}");
         let m = &settings.mesh;
 
-        let mut hmac = Vec::new();
-        if !secrets {
-            // Explain-only: no keys, and LLM keys only when present.
-        } else if let Some(var) = &m.secret_env {
-            let value = env.var(var).ok_or_else(|| {
-                settings.err(
-                    "mesh.secret_env",
-                    format!("environment variable {var} is not set (it must hold whsec_…)"),
-                )
-            })?;
-            hmac.push(parse_secret(&settings, "mesh.secret_env", var, &value)?);
-        }
-        if let Some(file) = m.secret_file.as_ref().filter(|_| secrets) {
-            let value = read_secret_file(&settings, "mesh.secret_file", file)?;
-            hmac.push(parse_secret(
-                &settings,
-                "mesh.secret_file",
-                &file.display().to_string(),
-                &value,
-            )?);
-        }
-        let mut verify_hmac = hmac.clone();
-        if let Some(var) = m.secret_prev_env.as_ref().filter(|_| secrets) {
-            if let Some(value) = env.var(var) {
-                verify_hmac.push(parse_secret(
-                    &settings,
-                    "mesh.secret_prev_env",
-                    var,
-                    &value,
-                )?);
-            }
-        }
+        let (hmac, verify_hmac) = hmac_secrets(&settings, env, secrets)?;
+        let own = own_signing_key(&settings, &bot, &at, env, secrets)?;
 
-        let mut own = Vec::new();
-        if let Some(pk) = bot.public_key.as_ref().filter(|_| secrets) {
-            let value = if let Some(var) = &bot.private_key_env {
-                env.var(var).ok_or_else(|| {
-                    settings.err(
-                        at("private_key_env"),
-                        format!("environment variable {var} is not set (it must hold whsk_…)"),
-                    )
-                })?
-            } else if let Some(file) = &bot.private_key_file {
-                read_secret_file(&settings, &at("private_key_file"), file)?
-            } else {
-                return Err(settings.err(
-                    at("private_key_env"),
-                    "this bot has a public_key, so it needs private_key_env or private_key_file",
-                ));
-            };
-            let key = SigningKey::parse(value.trim()).map_err(|e| {
-                settings.err(
-                    at("private_key"),
-                    format!("not a valid whsk_ private key: {e}"),
-                )
-            })?;
-            let want = PublicKey::parse(pk).expect("validated");
-            if key.public_key() != want {
-                return Err(settings.err(at("private_key"), "does not match this bot's public_key"));
-            }
-            own.push(key);
-        }
         // Pairwise keys with every other key-holding bot (signing.rs): this bot's key
         // for what it sends to each, and one per listed key of each for what it receives.
         let mut sending = HashMap::new();
@@ -1302,4 +1265,115 @@ fn read_secret_file(s: &Settings, key: &str, file: &Path) -> Result<String, Conf
     std::fs::read_to_string(&path)
         .map(|v| v.trim().to_string())
         .map_err(|e| s.err(key, format!("cannot read {}: {e}", path.display())))
+}
+
+/// The mesh-wide HMAC secrets of a [`NodeConfig::build`]: the ones this node signs
+/// with, and the ones it accepts (those plus the previous secret, during a rotation).
+/// Without `secrets` (explain-only) there are none.
+fn hmac_secrets(
+    settings: &Settings,
+    env: &dyn SecretSource,
+    secrets: bool,
+) -> Result<(Vec<HmacSecret>, Vec<HmacSecret>), ConfigError> {
+    let m = &settings.mesh;
+    let mut hmac = Vec::new();
+    if !secrets {
+        // Explain-only: no keys, and LLM keys only when present.
+    } else if let Some(var) = &m.secret_env {
+        let value = env.var(var).ok_or_else(|| {
+            settings.err(
+                "mesh.secret_env",
+                format!("environment variable {var} is not set (it must hold whsec_…)"),
+            )
+        })?;
+        hmac.push(parse_secret(settings, "mesh.secret_env", var, &value)?);
+    }
+    if let Some(file) = m.secret_file.as_ref().filter(|_| secrets) {
+        let value = read_secret_file(settings, "mesh.secret_file", file)?;
+        hmac.push(parse_secret(
+            settings,
+            "mesh.secret_file",
+            &file.display().to_string(),
+            &value,
+        )?);
+    }
+    let mut verify_hmac = hmac.clone();
+    if let Some(var) = m.secret_prev_env.as_ref().filter(|_| secrets) {
+        if let Some(value) = env.var(var) {
+            verify_hmac.push(parse_secret(settings, "mesh.secret_prev_env", var, &value)?);
+        }
+    }
+    Ok((hmac, verify_hmac))
+}
+
+/// This bot's Ed25519 signing key of a [`NodeConfig::build`], checked against its
+/// `public_key` (none when it has no public key, or without `secrets`).
+fn own_signing_key(
+    settings: &Settings,
+    bot: &BotSettings,
+    at: &dyn Fn(&str) -> String,
+    env: &dyn SecretSource,
+    secrets: bool,
+) -> Result<Vec<SigningKey>, ConfigError> {
+    let mut own = Vec::new();
+    if let Some(pk) = bot.public_key.as_ref().filter(|_| secrets) {
+        let value = if let Some(var) = &bot.private_key_env {
+            env.var(var).ok_or_else(|| {
+                settings.err(
+                    at("private_key_env"),
+                    format!("environment variable {var} is not set (it must hold whsk_…)"),
+                )
+            })?
+        } else if let Some(file) = &bot.private_key_file {
+            read_secret_file(settings, &at("private_key_file"), file)?
+        } else {
+            return Err(settings.err(
+                at("private_key_env"),
+                "this bot has a public_key, so it needs private_key_env or private_key_file",
+            ));
+        };
+        let key = SigningKey::parse(value.trim()).map_err(|e| {
+            settings.err(
+                at("private_key"),
+                format!("not a valid whsk_ private key: {e}"),
+            )
+        })?;
+        let want = PublicKey::parse(pk).expect("validated");
+        if key.public_key() != want {
+            return Err(settings.err(at("private_key"), "does not match this bot's public_key"));
+        }
+        own.push(key);
+    }
+    Ok(own)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_in_a_table_under_an_array_name_the_key_with_its_dots() {
+        let toml = "[[bots]]\nname = \"A\"\nbridge = \"127.0.0.1:1\"\napi = \"127.0.0.1:2\"\n\
+                    [[bots]]\nname = \"B\"\nbridge = \"127.0.0.1:3\"\napi = \"127.0.0.1:4\"\n\
+                    [bots.feishu]\napp_id = [\"cli_x\"]\n";
+        let e = Settings::from_toml(toml, Path::new("peers.toml")).unwrap_err();
+        assert_eq!(e.key, "bots[1].feishu.app_id", "{e}");
+        assert!(e.problem.contains("`bots[1].feishu.app_id`"), "{e}");
+        assert!(!e.to_string().contains("]feishu"), "{e}");
+
+        let unknown = toml.replace("app_id = [\"cli_x\"]", "app_idd = \"cli_x\"");
+        let e = Settings::from_toml(&unknown, Path::new("peers.toml")).unwrap_err();
+        assert_eq!(e.key, "bots[1].feishu", "{e}");
+        assert!(e.problem.contains("unknown field `app_idd`"), "{e}");
+    }
+
+    #[test]
+    fn dotted_key_leaves_well_formed_keys_alone() {
+        assert_eq!(dotted_key("bots[1]feishu.app_id"), "bots[1].feishu.app_id");
+        assert_eq!(dotted_key("bots[1].bridge"), "bots[1].bridge");
+        assert_eq!(dotted_key("bots[0]aliases[2]"), "bots[0].aliases[2]");
+        assert_eq!(dotted_key("a[0][1]b"), "a[0][1].b");
+        assert_eq!(dotted_key("mesh.max_depth"), "mesh.max_depth");
+        assert_eq!(dotted_key("bots[3]"), "bots[3]");
+    }
 }

@@ -26,8 +26,9 @@
 //! that predates acknowledgements answers without the field: its ack still proves
 //! delivery (the claim is on its board).
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -80,10 +81,7 @@ impl AckTracker {
             pending: peers,
             ..Acks::default()
         });
-        self.entries
-            .lock()
-            .expect("ack tracker lock")
-            .insert(id.to_string(), tx);
+        self.entries.lock().insert(id.to_string(), tx);
         ClaimAcks {
             id: id.to_string(),
             rx,
@@ -93,7 +91,7 @@ impl AckTracker {
 
     /// Reports the final outcome of envelope `id` for `peer`; ignored unless tracked.
     pub fn report(&self, id: &str, peer: &str, outcome: PeerOutcome) {
-        let entries = self.entries.lock().expect("ack tracker lock");
+        let entries = self.entries.lock();
         let Some(tx) = entries.get(id) else {
             return;
         };
@@ -115,7 +113,7 @@ impl AckTracker {
 
     /// Envelopes tracked right now (for tests and soak checks: it returns to 0).
     pub fn len(&self) -> usize {
-        self.entries.lock().expect("ack tracker lock").len()
+        self.entries.lock().len()
     }
 
     /// True when nothing is tracked.
@@ -149,11 +147,7 @@ impl ClaimAcks {
 
 impl Drop for ClaimAcks {
     fn drop(&mut self) {
-        self.tracker
-            .entries
-            .lock()
-            .expect("ack tracker lock")
-            .remove(&self.id);
+        self.tracker.entries.lock().remove(&self.id);
     }
 }
 

@@ -19,19 +19,20 @@
 //! the outbox reports its final outcome for this peer (delivered, with the `answered`
 //! value of the peer's answer, or given up) to the node's [`AckTracker`].
 
+use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use rand::Rng;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::pacing::{Backoff, Jitter};
 use crate::egress::acks::{AckTracker, PeerOutcome};
 use crate::store::cursor::DeliveryCursor;
 use crate::store::transcript::{parse_outbox_line, LoggedOutbound};
@@ -79,12 +80,7 @@ impl RetryPolicy {
     /// Delay before retry number `attempt` (1-based): exponential, capped, with jitter
     /// in [d/2, d] so that many senders do not retry in lockstep.
     pub fn backoff(&self, attempt: u32) -> Duration {
-        let exp = self
-            .base
-            .saturating_mul(1u32 << attempt.saturating_sub(1).min(20));
-        let d = exp.min(self.max);
-        let half = d / 2;
-        half + rand::thread_rng().gen_range(Duration::ZERO..=half)
+        Backoff::new(self.base, self.max).delay(attempt, Jitter::Scale(0.5..=1.0))
     }
 }
 
@@ -190,13 +186,13 @@ pub struct SignatureCache {
 impl SignatureCache {
     /// The `webhook-signature` value for `id` at `ts`, signing only on a miss.
     pub fn get_or_sign(&self, signer: &Signer, id: &str, ts: i64, body: &[u8]) -> String {
-        if let Some((t, sig)) = self.entries.lock().expect("sig cache lock").get(id) {
+        if let Some((t, sig)) = self.entries.lock().get(id) {
             if *t == ts {
                 return sig.clone();
             }
         }
         let sig = signer.sign(id, ts, body);
-        let mut e = self.entries.lock().expect("sig cache lock");
+        let mut e = self.entries.lock();
         if e.len() >= 4096 {
             e.retain(|_, (t, _)| *t >= ts - 1);
         }
@@ -323,16 +319,12 @@ impl Outbox {
 
     /// Envelopes waiting in memory (never more than the capacity).
     pub fn len(&self) -> usize {
-        self.queue.lock().expect("outbox lock").items.len()
+        self.queue.lock().items.len()
     }
 
     /// Durable envelopes waiting only in the outbox log (spilled).
     pub fn spilled(&self) -> usize {
-        self.queue
-            .lock()
-            .expect("outbox lock")
-            .spill
-            .map_or(0, |s| s.len())
+        self.queue.lock().spill.map_or(0, |s| s.len())
     }
 
     /// The most envelopes this outbox ever held in memory at once.
@@ -342,7 +334,7 @@ impl Outbox {
 
     /// True when nothing waits, in memory or spilled.
     pub fn is_empty(&self) -> bool {
-        let q = self.queue.lock().expect("outbox lock");
+        let q = self.queue.lock();
         q.items.is_empty() && q.spill.is_none()
     }
 
@@ -364,7 +356,7 @@ impl Outbox {
         metrics: &Metrics,
     ) -> Result<(), OutboxFull> {
         {
-            let mut q = self.queue.lock().expect("outbox lock");
+            let mut q = self.queue.lock();
             if q.items.len() >= self.capacity || q.spill.is_some() {
                 metrics.envelope_out(&self.peer, "refused_full");
                 let spilled = q.spill.map_or(0, |s| s.len());
@@ -395,7 +387,7 @@ impl Outbox {
             return;
         }
         {
-            let mut q = self.queue.lock().expect("outbox lock");
+            let mut q = self.queue.lock();
             if let Some(s) = q.spill.as_mut() {
                 s.last_seq = e.seq;
             } else if q.items.len() >= self.capacity {
@@ -422,7 +414,7 @@ impl Outbox {
     /// its capacity. Returns false when reading the log failed (retry later).
     async fn refill(&self, metrics: &Metrics) -> bool {
         let (spill, room) = {
-            let q = self.queue.lock().expect("outbox lock");
+            let q = self.queue.lock();
             match q.spill {
                 Some(s) if q.items.len() <= self.capacity / 2 => (s, self.capacity - q.items.len()),
                 _ => return true,
@@ -447,7 +439,7 @@ impl Outbox {
             tracing::error!(peer = %self.peer, from_seq = spill.next_seq, last_seq = spill.last_seq, "spilled envelopes not found in the outbox log; will retry");
             return false;
         };
-        let mut q = self.queue.lock().expect("outbox lock");
+        let mut q = self.queue.lock();
         let now = Instant::now();
         for e in entries {
             q.items.push_back(Pending {
@@ -471,29 +463,17 @@ impl Outbox {
     }
 
     fn front(&self) -> Option<Pending> {
-        self.queue
-            .lock()
-            .expect("outbox lock")
-            .items
-            .front()
-            .cloned()
+        self.queue.lock().items.front().cloned()
     }
 
     /// Up to `max` envelopes from the front of the memory queue, in order.
     fn front_batch(&self, max: usize) -> Vec<Pending> {
-        self.queue
-            .lock()
-            .expect("outbox lock")
-            .items
-            .iter()
-            .take(max)
-            .cloned()
-            .collect()
+        self.queue.lock().items.iter().take(max).cloned().collect()
     }
 
     fn pop(&self, id: &str, metrics: &Metrics) {
         let seq = {
-            let mut q = self.queue.lock().expect("outbox lock");
+            let mut q = self.queue.lock();
             let seq = if q.items.front().is_some_and(|p| p.id == id) {
                 q.items.pop_front().and_then(|p| p.seq)
             } else {
@@ -1113,7 +1093,7 @@ mod tests {
                                     }),
                                 };
                                 let n = {
-                                    let mut s = seen.lock().unwrap();
+                                    let mut s = seen.lock();
                                     s.push((path.clone(), ids));
                                     s.len()
                                 };
@@ -1227,7 +1207,7 @@ mod tests {
         }))
         .await;
         let (o, m) = deliver(&url, 100, 64).await;
-        let seen = seen.lock().unwrap().clone();
+        let seen = seen.lock().clone();
         assert_eq!(seen.len(), 2, "100 envelopes in 64 + 36: {seen:?}");
         assert_eq!(seen[0].1, ids(0..64));
         assert_eq!(seen[1].1, ids(64..100));
@@ -1257,7 +1237,7 @@ mod tests {
         }))
         .await;
         let (o, m) = deliver(&url, 10, 64).await;
-        let seen = seen.lock().unwrap().clone();
+        let seen = seen.lock().clone();
         assert_eq!(seen.len(), 3, "{seen:?}");
         assert_eq!(seen[0].1, ids(0..10));
         // The held-back item is retried after a backoff, alone (the one-at-a-time path
@@ -1287,7 +1267,7 @@ mod tests {
         }))
         .await;
         let (_, m) = deliver(&url, 5, 64).await;
-        let seen = seen.lock().unwrap().clone();
+        let seen = seen.lock().clone();
         assert_eq!(seen[0].0, crate::wire::batch::BATCH_PATH);
         let singles: Vec<String> = seen[1..]
             .iter()
@@ -1306,18 +1286,14 @@ mod tests {
         }))
         .await;
         deliver(&url, 1, 64).await;
-        assert_eq!(seen.lock().unwrap()[0].0, ENVELOPES_PATH);
+        assert_eq!(seen.lock()[0].0, ENVELOPES_PATH);
         // batch_max 1 turns batching off.
         let (url, seen) = fake_peer(Arc::new(|_: &str, _: &[u8], _| {
             (200, r#"{"accepted":true}"#.into())
         }))
         .await;
         deliver(&url, 3, 1).await;
-        assert!(seen
-            .lock()
-            .unwrap()
-            .iter()
-            .all(|(p, _)| p == ENVELOPES_PATH));
+        assert!(seen.lock().iter().all(|(p, _)| p == ENVELOPES_PATH));
     }
 
     #[test]

@@ -24,8 +24,9 @@
 //! probe, not one per envelope. A relayed copy older than the ±300 s window is
 //! refused by B like any stale request; the direct path keeps retrying.
 
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -47,7 +48,7 @@ pub struct LinkHealth {
 impl LinkHealth {
     /// Records a failed direct attempt; true when the link was healthy until now.
     pub fn failed(&self) -> bool {
-        let mut f = self.failing_since.lock().expect("link lock");
+        let mut f = self.failing_since.lock();
         let fresh = f.is_none();
         f.get_or_insert_with(Instant::now);
         fresh
@@ -55,19 +56,12 @@ impl LinkHealth {
 
     /// Records a direct attempt the peer answered; returns how long it had been failing.
     pub fn ok(&self) -> Option<Duration> {
-        self.failing_since
-            .lock()
-            .expect("link lock")
-            .take()
-            .map(|t| t.elapsed())
+        self.failing_since.lock().take().map(|t| t.elapsed())
     }
 
     /// How long direct attempts have been failing, if they are.
     pub fn failing_for(&self) -> Option<Duration> {
-        self.failing_since
-            .lock()
-            .expect("link lock")
-            .map(|t| t.elapsed())
+        self.failing_since.lock().map(|t| t.elapsed())
     }
 }
 

@@ -27,7 +27,8 @@
 //! answer (a message) or, if late, not at all: the residual window acknowledgements
 //! close on HTTP links.
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
@@ -140,11 +141,11 @@ impl StreamLink {
 
     /// Health for `/healthz`.
     pub fn health(&self) -> LinkHealth {
-        self.health.lock().expect("health lock").clone()
+        self.health.lock().clone()
     }
 
     pub(crate) fn mark_up(&self) {
-        let mut h = self.health.lock().expect("health lock");
+        let mut h = self.health.lock();
         if !h.connected {
             tracing::info!("redis: connected");
         }
@@ -154,7 +155,7 @@ impl StreamLink {
     }
 
     pub(crate) fn mark_down(&self, what: &str, e: &redis::RedisError) {
-        let mut h = self.health.lock().expect("health lock");
+        let mut h = self.health.lock();
         let error = format!("{what}: {e}");
         if h.connected || h.error.is_none() {
             tracing::warn!(%error, "redis: unreachable; retrying with backoff, nothing is lost");

@@ -1,17 +1,18 @@
 //! `RateLimiter`: a token bucket per verified sender, so one flooding peer is pushed
 //! back with 429 while the others go on.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::Duration;
 
 use tokio::time::Instant;
+
+use crate::config::pacing::TokenBucket;
 
 /// A token bucket per verified sender.
 pub struct RateLimiter {
     per_second: f64,
     burst: f64,
-    buckets: Mutex<HashMap<String, (f64, Instant)>>,
+    buckets: Mutex<HashMap<String, TokenBucket>>,
 }
 
 impl RateLimiter {
@@ -27,31 +28,23 @@ impl RateLimiter {
     /// Takes one token for `who`, if there is one.
     pub fn allow(&self, who: &str) -> bool {
         let now = Instant::now();
-        let mut b = self.buckets.lock().expect("limiter lock");
-        let (tokens, at) = b.entry(who.to_string()).or_insert((self.burst, now));
-        let elapsed = now
-            .duration_since(*at)
-            .min(Duration::from_secs(60))
-            .as_secs_f64();
-        *tokens = (*tokens + elapsed * self.per_second).min(self.burst);
-        *at = now;
-        if *tokens >= 1.0 {
-            *tokens -= 1.0;
-            true
-        } else {
-            false
-        }
+        let mut b = self.buckets.lock();
+        b.entry(who.to_string())
+            .or_insert_with(|| TokenBucket::full(self.per_second, self.burst, now))
+            .take(now)
+            .is_ok()
     }
 
     /// How many senders have a bucket (for metrics and soak checks).
     pub fn buckets(&self) -> usize {
-        self.buckets.lock().expect("limiter lock").len()
+        self.buckets.lock().len()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[tokio::test(start_paused = true)]
     async fn limiter_refills() {

@@ -5,8 +5,8 @@
 //! size (`capacity`), evicting the oldest first. Replays older than the window fail
 //! the timestamp check; the transcript's permanent id index catches the rest.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -42,7 +42,7 @@ impl SeenCache {
 
     /// Whether `id` was inserted within the ttl.
     pub fn contains(&self, id: &str) -> bool {
-        let mut inner = self.inner.lock().expect("seen cache lock");
+        let mut inner = self.inner.lock();
         self.evict(&mut inner, Instant::now());
         inner.ids.contains_key(id)
     }
@@ -50,7 +50,7 @@ impl SeenCache {
     /// Records `id`; returns false if it was already present.
     pub fn insert(&self, id: &str) -> bool {
         let now = Instant::now();
-        let mut inner = self.inner.lock().expect("seen cache lock");
+        let mut inner = self.inner.lock();
         self.evict(&mut inner, now);
         if inner.ids.contains_key(id) {
             return false;
@@ -70,7 +70,7 @@ impl SeenCache {
 
     /// Number of ids currently held (for metrics and soak checks).
     pub fn len(&self) -> usize {
-        self.inner.lock().expect("seen cache lock").ids.len()
+        self.inner.lock().ids.len()
     }
 
     /// True when nothing is held.

@@ -13,7 +13,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{header, HeaderValue, Request, Response, StatusCode};
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -90,13 +90,19 @@ pub enum BodyError {
     Read(String),
 }
 
+/// How much of a refused body is still read, and thrown away, after the 413 ([`linger`]).
+const LINGER_BYTES: usize = 4 * 1024 * 1024;
+/// How long a refused body is still read after the 413 ([`linger`]).
+const LINGER_TIME: Duration = Duration::from_secs(2);
+
 /// Reads a body of at most `limit` bytes; a larger declared Content-Length is refused
-/// before a single body byte is read.
+/// before a single body byte is kept. What is left of a refused body is read and thrown
+/// away in the background (a lingering close) so the refusal reaches the client.
 pub async fn read_body(
     req: Request<Incoming>,
     limit: usize,
 ) -> Result<(http::request::Parts, Bytes), BodyError> {
-    let (parts, body) = req.into_parts();
+    let (parts, mut body) = req.into_parts();
     if let Some(len) = parts
         .headers
         .get(header::CONTENT_LENGTH)
@@ -104,19 +110,59 @@ pub async fn read_body(
         .and_then(|v| v.parse::<u64>().ok())
     {
         if len > limit as u64 {
+            linger(&parts, body);
             return Err(BodyError::TooLarge { limit });
         }
     }
-    match Limited::new(body, limit).collect().await {
-        Ok(c) => Ok((parts, c.to_bytes())),
-        Err(e)
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some() =>
-        {
-            Err(BodyError::TooLarge { limit })
+    // Chunks as they came: a body of one chunk (the usual case) is returned without a copy.
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut len = 0;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| BodyError::Read(e.to_string()))?;
+        if let Ok(data) = frame.into_data() {
+            len += data.len();
+            if len > limit {
+                linger(&parts, body);
+                return Err(BodyError::TooLarge { limit });
+            }
+            chunks.push(data);
         }
-        Err(e) => Err(BodyError::Read(e.to_string())),
     }
+    let bytes = match chunks.len() {
+        0 => Bytes::new(),
+        1 => chunks.pop().expect("one chunk"),
+        _ => Bytes::from(chunks.concat()),
+    };
+    Ok((parts, bytes))
+}
+
+/// Lingering close, as nginx does it: reads and drops the rest of a refused body (up to
+/// [`LINGER_BYTES`], for up to [`LINGER_TIME`]) in the background while the answer is
+/// written. Closing the connection on an unread body makes the kernel answer the body's
+/// bytes with RST: the client's writes fail and most clients (urllib, …) then give up
+/// without reading the answer that was already sent. A client that waits for
+/// `100 Continue` has sent no body: there is nothing to read.
+fn linger(parts: &http::request::Parts, mut body: Incoming) {
+    let expects_continue = parts
+        .headers
+        .get(header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    if expects_continue {
+        return;
+    }
+    tokio::spawn(async move {
+        let mut left = LINGER_BYTES;
+        let _ = tokio::time::timeout(LINGER_TIME, async {
+            while let Some(Ok(frame)) = body.frame().await {
+                let n = frame.data_ref().map_or(0, |d| d.len());
+                if n >= left {
+                    break;
+                }
+                left -= n;
+            }
+        })
+        .await;
+    });
 }
 
 /// Serves `handler` on `listener` until `shutdown` fires, then lets in-flight requests
@@ -157,8 +203,12 @@ pub async fn serve<F, Fut>(
             let h = h.clone();
             async move { Ok::<_, Infallible>(h(req, peer).await) }
         });
+        // half_close: a client may send its request and then shut down its write side
+        // (`shutdown(SHUT_WR)`) while it waits; without this, hyper takes that EOF for an
+        // aborted request and closes the connection without writing the answer.
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
+            .half_close(true)
             .header_read_timeout(limits.header_timeout)
             .serve_connection(TokioIo::new(stream), svc);
         let conn = graceful.watch(conn);

@@ -14,6 +14,7 @@ use redis::aio::MultiplexedConnection;
 use redis::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::pacing::{Backoff, Jitter};
 use crate::egress::stream::{EntryId, StreamLink, FIELD_BODY, FIELD_ID, FIELD_SIG, FIELD_TS};
 use crate::ingress::bridge::{admit_many, Arrival, Reject, Signed, Via, NOT_PROCESSED};
 use crate::ingress::ingest::Ingest;
@@ -146,7 +147,7 @@ pub async fn run_reader(ingest: Ingest, link: Arc<StreamLink>, stop: Cancellatio
                 checked = true;
             }
             link.mark_up();
-            link.health.lock().expect("health lock").groups = followed.len();
+            link.health.lock().groups = followed.len();
             if followed.is_empty() {
                 tokio::time::sleep((GROUP_REFRESH / 5).min(block)).await;
                 return Ok::<_, redis::RedisError>(Vec::new());
@@ -219,9 +220,13 @@ pub async fn run_reader(ingest: Ingest, link: Arc<StreamLink>, stop: Cancellatio
     }
 }
 
-/// Retry delay after `failures` consecutive read failures: 100 ms doubling to 5 s.
+/// Read retries: 200 ms after the first failure, doubling to 5 s, no jitter (one
+/// reader per node, nobody to fall into lockstep with).
+const READ_BACKOFF: Backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+
+/// Retry delay after `failures` (≥ 1) consecutive read failures: [`READ_BACKOFF`].
 fn backoff(failures: u32) -> Duration {
-    Duration::from_millis(100u64.saturating_mul(1 << failures.min(6)).min(5_000))
+    READ_BACKOFF.delay(failures, Jitter::None)
 }
 
 /// Checks a followed stream against its cursor: entries trimmed before this bot read

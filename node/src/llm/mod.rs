@@ -18,14 +18,15 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use rand::Rng;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+use crate::config::pacing::{Backoff, Jitter};
+
 /// How much of an error body is kept in [`LlmError::Http`].
 const ERROR_BODY_LIMIT: usize = 200;
-/// First retry delay; doubles per failed attempt.
-const BACKOFF_BASE: Duration = Duration::from_millis(200);
+/// Retry delays: 200 ms doubling per failed attempt, at most 2 s.
+const BACKOFF: Backoff = Backoff::new(Duration::from_millis(200), BACKOFF_CAP);
 /// Largest computed retry delay.
 const BACKOFF_CAP: Duration = Duration::from_secs(2);
 /// Largest delay a server may ask for with `Retry-After`.
@@ -520,12 +521,7 @@ fn strip_think(text: &str) -> String {
 /// Delay before the attempt after `failed_attempts` failures: 200 ms doubling,
 /// capped at 2 s, with ±20 % jitter (still capped).
 fn backoff_delay(failed_attempts: u32) -> Duration {
-    let exponent = failed_attempts.saturating_sub(1).min(16);
-    let nominal = BACKOFF_BASE
-        .saturating_mul(1u32 << exponent)
-        .min(BACKOFF_CAP);
-    let jitter: f64 = rand::thread_rng().gen_range(0.8..=1.2);
-    nominal.mul_f64(jitter).min(BACKOFF_CAP)
+    BACKOFF.delay(failed_attempts, Jitter::Scale(0.8..=1.2))
 }
 
 /// `Retry-After` in (possibly fractional) seconds, capped at 5 s; HTTP dates

@@ -55,12 +55,13 @@
 //! exponential backoff and jitter; a per-chat token bucket of [`SENDS_PER_CHAT_PER_SEC`].
 //! `@Name` of a colleague becomes `<at user_id="ou_…">Name</at>`.
 
+use parking_lot::Mutex;
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use base64::Engine;
@@ -71,6 +72,7 @@ use serde::Deserialize;
 use tokio::time::Instant;
 use ulid::Ulid;
 
+use crate::config::pacing::{Backoff, Jitter, TokenBucket};
 use crate::config::{FeishuMode, NodeConfig, Platform};
 use crate::ingress::ingest::{Arrival, Ingest};
 use crate::ingress::server::{self, Body, BodyError};
@@ -79,7 +81,7 @@ use crate::platform::{ChatPlatform, PostError, Visibility};
 use crate::store::transcript::Appended;
 use crate::telemetry::metrics::Metrics;
 use crate::turn::mention::{MentionMatcher, PlatformMention};
-use crate::wire::envelope::{now_millis, Author, AuthorKind, Envelope, Kind, PROTOCOL_VERSION};
+use crate::wire::envelope::{now_millis, Author, AuthorKind, Envelope, Kind};
 use futures_util::future::BoxFuture;
 
 /// Where Feishu posts event callbacks, on the peer-facing listener.
@@ -642,7 +644,7 @@ impl EventDedup {
             inner: Mutex::new(inner),
         };
         {
-            let mut inner = dedup.inner.lock().expect("dedup lock");
+            let mut inner = dedup.inner.lock();
             dedup.compact(&mut inner)?;
         }
         Ok(dedup)
@@ -671,7 +673,7 @@ impl EventDedup {
 
     /// True the first time `id` is seen (and remembers it); false for a repeat.
     pub fn first_time(&self, id: &str, now_secs: u64) -> bool {
-        let mut inner = self.inner.lock().expect("dedup lock");
+        let mut inner = self.inner.lock();
         while let Some((at, _)) = inner.order.front() {
             if now_secs.saturating_sub(*at) < self.ttl_secs && inner.order.len() < self.capacity {
                 break;
@@ -705,12 +707,12 @@ impl EventDedup {
 
     /// Whether `id` is remembered (without remembering it).
     pub fn contains(&self, id: &str) -> bool {
-        self.inner.lock().expect("dedup lock").seen.contains_key(id)
+        self.inner.lock().seen.contains_key(id)
     }
 
     /// How many ids are remembered.
     pub fn len(&self) -> usize {
-        self.inner.lock().expect("dedup lock").order.len()
+        self.inner.lock().order.len()
     }
 
     /// True when no id is remembered.
@@ -778,14 +780,12 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// The wait before retry number `attempt`: the server's hint if it gave one,
+    /// else exponential with up to 20 % added jitter; never more than `max`.
     fn delay(&self, attempt: u32, hint: Option<Duration>) -> Duration {
-        use rand::Rng;
-        let exp = self
-            .base
-            .saturating_mul(1u32 << attempt.saturating_sub(1).min(16))
-            .min(self.max);
-        let jitter = exp.mul_f64(rand::thread_rng().gen_range(0.0..0.2));
-        hint.map(|h| h.min(self.max)).unwrap_or(exp + jitter)
+        hint.map(|h| h.min(self.max)).unwrap_or_else(|| {
+            Backoff::new(self.base, self.max).delay(attempt, Jitter::Scale(1.0..=1.2))
+        })
     }
 }
 
@@ -834,7 +834,7 @@ pub struct BotInfo {
 struct ChatLimiter {
     rate: f64,
     burst: f64,
-    buckets: Mutex<HashMap<String, (f64, Instant)>>,
+    buckets: Mutex<HashMap<String, TokenBucket>>,
 }
 
 impl ChatLimiter {
@@ -850,16 +850,14 @@ impl ChatLimiter {
         loop {
             let wait = {
                 let now = Instant::now();
-                let mut b = self.buckets.lock().expect("limiter lock");
-                let (tokens, at) = b.entry(chat.to_string()).or_insert((self.burst, now));
-                *tokens =
-                    (*tokens + now.duration_since(*at).as_secs_f64() * self.rate).min(self.burst);
-                *at = now;
-                if *tokens >= 1.0 {
-                    *tokens -= 1.0;
-                    return;
+                let mut b = self.buckets.lock();
+                let bucket = b
+                    .entry(chat.to_string())
+                    .or_insert_with(|| TokenBucket::full(self.rate, self.burst, now));
+                match bucket.take(now) {
+                    Ok(()) => return,
+                    Err(wait) => wait,
                 }
-                Duration::from_secs_f64((1.0 - *tokens) / self.rate)
             };
             tokio::time::sleep(wait).await;
         }
@@ -1885,29 +1883,14 @@ async fn process(f: &Feishu, node: &Ingest, ev: MessageReceived) -> Result<(), (
             .await
     };
     let id = Ulid::new();
-    let mut env = Envelope {
-        v: PROTOCOL_VERSION,
-        id,
-        kind: Kind::Message,
-        group: group.clone(),
-        sender: f.me.clone(),
-        author: Author {
-            name: if sender_open_id.is_empty() {
-                "feishu user".into()
-            } else {
-                human_name
-            },
-            kind: AuthorKind::Human,
-        },
-        text,
-        depth: 0,
-        reply_to: None,
-        root: Some(id),
-        platform_msg_id: Some(msg.message_id.clone()),
-        sent_at,
-        relevance: None,
-        why: None,
-    };
+    let author = Author::human(if sender_open_id.is_empty() {
+        "feishu user".to_string()
+    } else {
+        human_name
+    });
+    let mut env = Envelope::message(id, sent_at, group.clone(), f.me.clone(), author, text);
+    env.root = Some(id);
+    env.platform_msg_id = Some(msg.message_id.clone());
     if ev.sender.sender_type != "app" {
         let mentions = f.platform_mentions(&msg.mentions, matcher);
         let arrival = Arrival {

@@ -13,8 +13,8 @@
 //! whose name could not be found is not looked up again for [`RETRY_AFTER`], so a
 //! busy chat never spends API quota on every message.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -68,8 +68,8 @@ impl Default for Names {
 }
 
 impl Names {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().expect("names lock")
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Inner> {
+        self.inner.lock()
     }
 
     /// Remembers a name seen for free (a mention in an event).

@@ -29,7 +29,9 @@
 //!    SDKs' `ReconnectCount` is logged, not obeyed: a bot must come back).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -682,7 +684,7 @@ impl WsStatus {
 
     fn update(&self, f: impl FnOnce(&mut WsHealth)) {
         let state = {
-            let mut h = self.inner.lock().expect("ws status lock");
+            let mut h = self.inner.lock();
             f(&mut h);
             h.state
         };
@@ -691,7 +693,7 @@ impl WsStatus {
 
     /// A snapshot for health.
     pub fn health(&self) -> WsHealth {
-        self.inner.lock().expect("ws status lock").clone()
+        self.inner.lock().clone()
     }
 
     fn set_state(&self, state: ConnState) {

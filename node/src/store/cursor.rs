@@ -14,9 +14,10 @@
 //! workers that also answer its API and deliver to its peers. At most one write per
 //! cursor is under way at a time.
 
+use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -89,7 +90,7 @@ impl DeliveryCursor {
     /// Marks `seq` handled; starts a write when the last one is [`SAVE_EVERY`] old.
     pub fn advance(self: &Arc<Self>, seq: u64) {
         self.handled.fetch_max(seq, Ordering::SeqCst);
-        let due = self.started_at.lock().expect("cursor clock lock").elapsed() >= SAVE_EVERY;
+        let due = self.started_at.lock().elapsed() >= SAVE_EVERY;
         if due {
             self.save_soon();
         }
@@ -101,7 +102,7 @@ impl DeliveryCursor {
         if !self.behind() || self.writing.swap(true, Ordering::SeqCst) {
             return;
         }
-        *self.started_at.lock().expect("cursor clock lock") = Instant::now();
+        *self.started_at.lock() = Instant::now();
         let me = self.clone();
         let write = move || {
             me.save_now();
@@ -116,7 +117,7 @@ impl DeliveryCursor {
     /// Writes the current position now, after any write under way (at shutdown).
     pub fn save_now(&self) {
         let Some(path) = &self.path else { return };
-        let _file = self.file.lock().expect("cursor file lock");
+        let _file = self.file.lock();
         if !self.behind() {
             return;
         }
@@ -151,7 +152,7 @@ mod tests {
         assert!(c.behind(), "not on disk yet, not even as 0");
         c.save_now();
         assert_eq!((c.read_saved(), c.behind()), (Some(0), false));
-        *c.started_at.lock().unwrap() -= SAVE_EVERY;
+        *c.started_at.lock() -= SAVE_EVERY;
         c.advance(3);
         assert_eq!(c.read_saved(), Some(3));
         assert!(!c.behind());

@@ -15,12 +15,13 @@
 //! did not keep; a failed sync refuses the batch locally but cannot call back what
 //! the peers were handed (see [`Writer::write_batch`]).
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc};
 
 use bytes::Bytes;
 use tokio::sync::oneshot;
@@ -283,9 +284,9 @@ impl Transcripts {
             .collect();
         let mut slots = Vec::with_capacity(prepared.len());
         {
-            let mut groups = self.groups.lock().expect("transcripts lock");
+            let mut groups = self.groups.lock();
             // Sent under the lock so the file order is the memory order.
-            let writer = self.writer.lock().expect("writer lock");
+            let writer = self.writer.lock();
             for (env, line, outbound) in prepared {
                 let log = groups
                     .entry(env.group.clone())
@@ -334,7 +335,7 @@ impl Transcripts {
                     Ok(Appended::New)
                 }
                 Err(e) => {
-                    let mut groups = self.groups.lock().expect("transcripts lock");
+                    let mut groups = self.groups.lock();
                     if let Some(log) = groups.get_mut(&env.group) {
                         log.remove(&env);
                     }
@@ -347,7 +348,7 @@ impl Transcripts {
 
     /// Whether a message with this id or platform id is recorded in `group`.
     pub fn contains(&self, group: &str, id: &Ulid, platform_msg_id: Option<&str>) -> bool {
-        let groups = self.groups.lock().expect("transcripts lock");
+        let groups = self.groups.lock();
         groups.get(group).is_some_and(|g| {
             g.ids.contains(id) || platform_msg_id.is_some_and(|p| g.platform_ids.contains(p))
         })
@@ -355,7 +356,7 @@ impl Transcripts {
 
     /// The last `limit` messages of `group`, oldest first.
     pub fn recent(&self, group: &str, limit: usize) -> Vec<Arc<Envelope>> {
-        let groups = self.groups.lock().expect("transcripts lock");
+        let groups = self.groups.lock();
         groups
             .get(group)
             .map(|g| g.recent.iter().rev().take(limit).rev().cloned().collect())
@@ -371,7 +372,7 @@ impl Transcripts {
         now_ms: u64,
         window_ms: u64,
     ) -> usize {
-        let groups = self.groups.lock().expect("transcripts lock");
+        let groups = self.groups.lock();
         groups
             .get(group)
             .map_or(0, |g| g.recent_bot_messages(limit, now_ms, window_ms))
@@ -389,7 +390,7 @@ impl Transcripts {
         trigger: &Ulid,
         ahead: &[String],
     ) -> (usize, usize) {
-        let groups = self.groups.lock().expect("transcripts lock");
+        let groups = self.groups.lock();
         let Some(g) = groups.get(group) else {
             return (0, ahead.len());
         };
@@ -401,7 +402,7 @@ impl Transcripts {
 
     /// Messages recorded in `group` after the message `after` (exclusive), oldest first.
     pub fn since(&self, group: &str, after: &Ulid) -> Vec<Arc<Envelope>> {
-        let groups = self.groups.lock().expect("transcripts lock");
+        let groups = self.groups.lock();
         let Some(g) = groups.get(group) else {
             return Vec::new();
         };
@@ -413,7 +414,7 @@ impl Transcripts {
 
     /// One message by id.
     pub fn get(&self, group: &str, id: &Ulid) -> Option<Arc<Envelope>> {
-        let groups = self.groups.lock().expect("transcripts lock");
+        let groups = self.groups.lock();
         groups
             .get(group)?
             .recent
@@ -425,41 +426,26 @@ impl Transcripts {
 
     /// Names of all groups with a transcript.
     pub fn groups(&self) -> Vec<String> {
-        let mut v: Vec<String> = self
-            .groups
-            .lock()
-            .expect("transcripts lock")
-            .keys()
-            .cloned()
-            .collect();
+        let mut v: Vec<String> = self.groups.lock().keys().cloned().collect();
         v.sort();
         v
     }
 
     /// Total ids indexed (for metrics and soak checks).
     pub fn indexed_ids(&self) -> usize {
-        self.groups
-            .lock()
-            .expect("transcripts lock")
-            .values()
-            .map(|g| g.ids.len())
-            .sum()
+        self.groups.lock().values().map(|g| g.ids.len()).sum()
     }
 
     /// The last write error, if the most recent write failed.
     pub fn health_error(&self) -> Option<String> {
-        self.last_error.lock().expect("error lock").clone()
+        self.last_error.lock().clone()
     }
 
     /// Stops the writer after it has finished what was queued, and waits for it (it
     /// gives back the files' preallocated space as it stops).
     pub fn close(&self) {
-        self.writer.lock().expect("writer lock").take();
-        let thread = self
-            .writer_thread
-            .lock()
-            .expect("writer thread lock")
-            .take();
+        self.writer.lock().take();
+        let thread = self.writer_thread.lock().take();
         if let Some(t) = thread {
             if t.join().is_err() {
                 tracing::error!("the transcript writer thread panicked");
@@ -802,7 +788,7 @@ impl Writer {
             .rev()
             .find_map(|r| r.as_ref().err().map(|e| e.to_string()));
         {
-            let mut last = self.last_error.lock().expect("error lock");
+            let mut last = self.last_error.lock();
             if let (None, Some(was)) = (&any_err, last.as_ref()) {
                 tracing::info!(previous_error = %was, "transcript writes succeed again");
             }
@@ -938,29 +924,13 @@ pub fn answers_due<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::envelope::{Author, AuthorKind, Kind};
+    use crate::wire::envelope::{Author, AuthorKind};
     use std::io::Write;
 
     fn msg(group: &str, text: &str, pid: Option<&str>) -> Envelope {
-        Envelope {
-            v: 1,
-            id: Ulid::new(),
-            kind: Kind::Message,
-            group: group.into(),
-            sender: "A".into(),
-            author: Author {
-                name: "human".into(),
-                kind: AuthorKind::Human,
-            },
-            text: text.into(),
-            depth: 0,
-            reply_to: None,
-            root: None,
-            platform_msg_id: pid.map(str::to_string),
-            sent_at: 0,
-            relevance: None,
-            why: None,
-        }
+        let mut env = Envelope::message(Ulid::new(), 0, group, "A", Author::human("human"), text);
+        env.platform_msg_id = pid.map(str::to_string);
+        env
     }
 
     /// A node with no peers.
@@ -977,7 +947,7 @@ mod tests {
     struct RecordingPeers(Mutex<Vec<LoggedOutbound>>);
     impl Fanout for RecordingPeers {
         fn push(&self, entry: LoggedOutbound) {
-            self.0.lock().unwrap().push(entry);
+            self.0.lock().push(entry);
         }
         fn delivered_through(&self) -> u64 {
             0
@@ -1008,7 +978,6 @@ mod tests {
         let handed: Vec<(u64, String)> = peers
             .0
             .lock()
-            .unwrap()
             .iter()
             .map(|e| (e.seq, e.id.clone()))
             .collect();

@@ -175,7 +175,7 @@ pub fn offline_verdict(me: &BotSettings, text: &str) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::envelope::{Author, Kind};
+    use crate::wire::envelope::Author;
 
     fn bot(name: &str, role: &str, skills: &[&str]) -> BotSettings {
         let skills = skills
@@ -190,25 +190,18 @@ mod tests {
     }
 
     pub(crate) fn msg(author: &str, kind: AuthorKind, text: &str) -> Arc<Envelope> {
-        Arc::new(Envelope {
-            v: 1,
-            id: ulid::Ulid::new(),
-            kind: Kind::Message,
-            group: "g".into(),
-            sender: author.into(),
-            author: Author {
-                name: author.into(),
-                kind,
-            },
-            text: text.into(),
-            depth: 0,
-            reply_to: None,
-            root: None,
-            platform_msg_id: None,
-            sent_at: 0,
-            relevance: None,
-            why: None,
-        })
+        let who = Author {
+            name: author.into(),
+            kind,
+        };
+        Arc::new(Envelope::message(
+            ulid::Ulid::new(),
+            0,
+            "g",
+            author,
+            who,
+            text,
+        ))
     }
 
     #[test]

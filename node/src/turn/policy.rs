@@ -286,32 +286,20 @@ pub fn asks_everyone(text: &str) -> bool {
 mod tests {
     use super::*;
     use crate::store::transcript::recent_bot_messages;
-    use crate::wire::envelope::{Author, Kind};
+    use crate::wire::envelope::Author;
 
     fn bot(name: &str) -> BotSettings {
         BotSettings::from_toml(&format!("name = \"{name}\"")).unwrap()
     }
 
     fn msg(author: &str, kind: AuthorKind, depth: u32, text: &str) -> Envelope {
-        Envelope {
-            v: 1,
-            id: ulid::Ulid::new(),
-            kind: Kind::Message,
-            group: "g".into(),
-            sender: author.into(),
-            author: Author {
-                name: author.into(),
-                kind,
-            },
-            text: text.into(),
-            depth,
-            reply_to: None,
-            root: None,
-            platform_msg_id: None,
-            sent_at: 0,
-            relevance: None,
-            why: None,
-        }
+        let who = Author {
+            name: author.into(),
+            kind,
+        };
+        let mut env = Envelope::message(ulid::Ulid::new(), 0, "g", author, who, text);
+        env.depth = depth;
+        env
     }
 
     #[test]

@@ -24,8 +24,9 @@
 //! board when the commit checks it. Either way no claim slips between the last check
 //! and the post, however late it arrives.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -169,7 +170,7 @@ pub struct ClaimBoard {
 
 impl ClaimBoard {
     fn with<R>(&self, trigger: Ulid, f: impl FnOnce(&mut Trigger) -> R) -> R {
-        let mut map = self.triggers.lock().expect("claim board lock");
+        let mut map = self.triggers.lock();
         let now = Instant::now();
         if map.len() > 1024 {
             map.retain(|_, t| {
@@ -184,7 +185,7 @@ impl ClaimBoard {
 
     /// Triggers currently tracked (for metrics and soak checks).
     pub fn len(&self) -> usize {
-        self.triggers.lock().expect("claim board lock").len()
+        self.triggers.lock().len()
     }
 
     /// True when no trigger is tracked.
@@ -257,11 +258,7 @@ impl ClaimBoard {
 
     /// Whether this node's bot passed on `trigger`.
     pub fn passed(&self, trigger: Ulid) -> bool {
-        self.triggers
-            .lock()
-            .expect("claim board lock")
-            .get(&trigger)
-            .is_some_and(|t| t.passed)
+        self.triggers.lock().get(&trigger).is_some_and(|t| t.passed)
     }
 
     /// Records that `bot` replied to `trigger`.
@@ -293,13 +290,9 @@ impl ClaimBoard {
     /// Whether this node's bot `me` has committed to answer `trigger` or posted an
     /// answer to it: what the bridge tells a peer whose claim on it arrives.
     pub fn answering(&self, trigger: Ulid, me: &str) -> bool {
-        self.triggers
-            .lock()
-            .expect("claim board lock")
-            .get(&trigger)
-            .is_some_and(|t| {
-                t.committed.as_deref() == Some(me) || t.answered_by.iter().any(|b| b == me)
-            })
+        self.triggers.lock().get(&trigger).is_some_and(|t| {
+            t.committed.as_deref() == Some(me) || t.answered_by.iter().any(|b| b == me)
+        })
     }
 
     /// Where `me`, claiming at `relevance`, stands on `trigger`.

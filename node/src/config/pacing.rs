@@ -1,0 +1,124 @@
+//! Pacing: how long to wait before trying again ([`Backoff`]) and how fast to go
+//! ([`TokenBucket`]). Every retrying path (the outbox, the Feishu client, the LLM
+//! client, the Redis stream reader) and every rate-limited one (admission per sender,
+//! Feishu sends per chat) shares these two, so there is one schedule to read and test.
+//! They sit in `config`, below every layer that uses them.
+
+use std::ops::RangeInclusive;
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::time::Instant;
+
+/// A capped exponential retry schedule: `base` before the first retry, doubling per
+/// attempt, never more than `max` (jitter included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// The delay before retry number 1.
+    pub base: Duration,
+    /// The longest delay.
+    pub max: Duration,
+}
+
+/// How a [`Backoff`] delay is spread, so that many retrying senders do not move in
+/// lockstep.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Jitter {
+    /// Exactly the nominal delay.
+    None,
+    /// The nominal delay times a factor drawn uniformly from the range (still capped
+    /// at `max`).
+    Scale(RangeInclusive<f64>),
+}
+
+impl Backoff {
+    /// A schedule from `base` doubling up to `max`.
+    pub const fn new(base: Duration, max: Duration) -> Self {
+        Backoff { base, max }
+    }
+
+    /// The delay before retry number `attempt` (1-based; 0 counts as 1) without
+    /// jitter: `base · 2^(attempt-1)`, capped at `max`.
+    pub fn nominal(&self, attempt: u32) -> Duration {
+        self.base
+            .saturating_mul(1u32 << attempt.saturating_sub(1).min(20))
+            .min(self.max)
+    }
+
+    /// The delay before retry number `attempt`, spread by `jitter`, capped at `max`.
+    pub fn delay(&self, attempt: u32, jitter: Jitter) -> Duration {
+        let nominal = self.nominal(attempt);
+        match jitter {
+            Jitter::None => nominal,
+            Jitter::Scale(range) => nominal
+                .mul_f64(rand::thread_rng().gen_range(range))
+                .min(self.max),
+        }
+    }
+}
+
+/// A token bucket: `rate` tokens a second, holding at most `burst`; starts full.
+/// Callers that pace many keys (senders, chats) keep one per key.
+#[derive(Debug, Clone, Copy)]
+pub struct TokenBucket {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+impl TokenBucket {
+    /// A full bucket at `now`.
+    pub fn full(rate: f64, burst: f64, now: Instant) -> Self {
+        TokenBucket {
+            rate,
+            burst,
+            tokens: burst,
+            at: now,
+        }
+    }
+
+    /// Takes one token at `now` if there is one; otherwise says how long until there
+    /// will be.
+    pub fn take(&mut self, now: Instant) -> Result<(), Duration> {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64((1.0 - self.tokens) / self.rate))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let b = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+        assert_eq!(b.nominal(0), Duration::from_millis(100));
+        assert_eq!(b.nominal(1), Duration::from_millis(100));
+        assert_eq!(b.nominal(3), Duration::from_millis(400));
+        assert_eq!(b.nominal(u32::MAX), Duration::from_secs(1));
+        assert_eq!(b.delay(2, Jitter::None), Duration::from_millis(200));
+        for _ in 0..50 {
+            let d = b.delay(2, Jitter::Scale(0.5..=1.0));
+            assert!(d >= Duration::from_millis(100) && d <= Duration::from_millis(200));
+            assert!(b.delay(30, Jitter::Scale(1.0..=1.5)) <= Duration::from_secs(1));
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bucket_bursts_then_paces() {
+        let mut b = TokenBucket::full(2.0, 2.0, Instant::now());
+        assert!(b.take(Instant::now()).is_ok());
+        assert!(b.take(Instant::now()).is_ok());
+        assert_eq!(b.take(Instant::now()), Err(Duration::from_millis(500)));
+        tokio::time::advance(Duration::from_millis(500)).await;
+        assert!(b.take(Instant::now()).is_ok());
+    }
+}
