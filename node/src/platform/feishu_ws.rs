@@ -26,7 +26,10 @@
 //!    an acknowledged event.
 //! 7. When the connection drops, the client waits a random part of
 //!    `ReconnectNonce`, then tries again every `ReconnectInterval`, forever (the
-//!    SDKs' `ReconnectCount` is logged, not obeyed: a bot must come back).
+//!    SDKs' `ReconnectCount` is logged, not obeyed: a bot must come back). This is
+//!    Feishu's schedule (jitter, then a constant interval it sets), not an exponential
+//!    one, so it is [`ClientConfig::reconnect_delay`] rather than
+//!    [`crate::config::pacing::Backoff`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -92,6 +95,8 @@ pub const MAX_FRAGMENTS: usize = 256;
 pub const SILENT_PINGS: u32 = 3;
 /// Added to the silence limit so a short ping interval does not drop a slow link.
 pub const SILENCE_SLACK: Duration = Duration::from_secs(10);
+/// The longest a WebSocket handshake (TCP, TLS, upgrade) may take.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(15);
 
 // ---------------------------------------------------------------------------------
 // Frames
@@ -849,24 +854,33 @@ async fn connect_and_serve(
         error,
         was_connected: false,
     };
-    let endpoint = fetch_endpoint(
-        http,
-        &settings.base_url,
-        &settings.app_id,
-        &settings.app_secret,
-        Some(&status.metrics),
-    )
-    .await
-    .map_err(not_yet)?;
-    if let Some(u) = &endpoint.config {
-        config.apply(u);
-    }
-    let ws = match tokio_tungstenite::connect_async(endpoint.url.as_str()).await {
-        Ok((ws, _)) => ws,
-        Err(tungstenite::Error::Http(resp)) => {
-            return Err(not_yet(WsError::Handshake(refusal_of(&resp))))
+    let opening = async {
+        let endpoint = fetch_endpoint(
+            http,
+            &settings.base_url,
+            &settings.app_id,
+            &settings.app_secret,
+            Some(&status.metrics),
+        )
+        .await?;
+        // Feishu's timing applies from now on, to a refused handshake's retry too.
+        if let Some(u) = &endpoint.config {
+            config.apply(u);
         }
-        Err(e) => return Err(not_yet(WsError::Connect(e.to_string()))),
+        let connecting = tokio_tungstenite::connect_async(endpoint.url.as_str());
+        match tokio::time::timeout(HANDSHAKE_TIMEOUT, connecting).await {
+            Err(_) => Err(WsError::Connect(format!(
+                "no handshake within {HANDSHAKE_TIMEOUT:?}"
+            ))),
+            Ok(Ok((ws, _))) => Ok((endpoint, ws)),
+            Ok(Err(tungstenite::Error::Http(resp))) => Err(WsError::Handshake(refusal_of(&resp))),
+            Ok(Err(e)) => Err(WsError::Connect(e.to_string())),
+        }
+    };
+    // A node that stops while Feishu is slow to answer does not wait for it.
+    let (endpoint, ws) = tokio::select! {
+        _ = stop.cancelled() => return Ok(()),
+        opened = opening => opened.map_err(not_yet)?,
     };
     status.connected(&endpoint.device_id);
     tracing::info!(app_id = %settings.app_id, device_id = %endpoint.device_id, ping_every = ?config.ping_every(), "feishu long connection open");
