@@ -2486,6 +2486,22 @@ api = "127.0.0.1:8102"
         let e =
             settings(&DOCS_CONFIG.replace("chat_id = \"oc_team\"", "chat_id = \"\"")).unwrap_err();
         assert_eq!(e.key, "bots[0].feishu.chat_id");
+        // The long connection (the default mode) needs neither token nor key.
+        let lc = DOCS_CONFIG
+            .replace("mode = \"webhook\"\n", "")
+            .replace(
+                "verification_token_env = \"XIAOBA_VERIFICATION_TOKEN\"\n",
+                "",
+            )
+            .replace("encrypt_key_env = \"XIAOBA_ENCRYPT_KEY\"\n", "");
+        let s = settings(&lc).unwrap();
+        assert_eq!(
+            s.bots[0].feishu.as_ref().unwrap().mode,
+            FeishuMode::LongConnection
+        );
+        let e =
+            settings(&DOCS_CONFIG.replace("mode = \"webhook\"", "mode = \"socket\"")).unwrap_err();
+        assert_eq!(e.key, "bots[0].feishu.mode", "{e}");
     }
 
     #[test]
