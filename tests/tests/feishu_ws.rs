@@ -809,6 +809,32 @@ async fn people_appear_by_name_and_every_api_call_is_counted() {
         n.fake.info_requests() as f64,
         "{m}"
     );
+    // A real OpenMetrics parser reads the new families (labels with `/`, `{` and spaces).
+    let python = std::env::var("BOTMESH_TEST_PYTHON").expect(
+        "BOTMESH_TEST_PYTHON is not set: scripts/test.sh makes .venv-test/ from tests/requirements.txt",
+    );
+    let parsed = parse_openmetrics(&python, &m);
+    let family = |name: &str| {
+        parsed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no family {name} in {parsed}"))
+    };
+    let api = family("botmesh_feishu_api_calls");
+    assert_eq!(api["type"], "counter");
+    assert!(
+        api["samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["labels"]["endpoint"] == "GET /open-apis/contact/v3/users/{id}"),
+        "{api}"
+    );
+    assert_eq!(family("botmesh_feishu_connection")["type"], "gauge");
+    assert_eq!(family("botmesh_feishu_connects")["type"], "counter");
     n.shutdown().await;
 
     // With the contact scope: one look-up per person, then the cache.
@@ -935,4 +961,37 @@ async fn an_event_the_node_could_not_take_is_answered_500_and_delivered_again() 
     assert_eq!((h.acked, h.refused), (1, 1), "{h:?}");
     stop.cancel();
     task.await.unwrap();
+}
+
+/// Parses OpenMetrics text with the Python `prometheus_client` parser (as
+/// tests/tests/metrics_format.rs does); the families as JSON.
+fn parse_openmetrics(python: &str, text: &str) -> Value {
+    use std::io::Write;
+    const PARSE: &str = r#"
+import json, sys
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+json.dump([{"name": f.name, "type": f.type,
+            "samples": [{"name": s.name, "labels": s.labels, "value": s.value} for s in f.samples]}
+           for f in text_string_to_metric_families(sys.stdin.read())], sys.stdout)
+"#;
+    let mut child = std::process::Command::new(python)
+        .args(["-c", PARSE])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the parser refused the scrape: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
 }

@@ -112,6 +112,9 @@ pub const SENDS_PER_CHAT_PER_SEC: f64 = 5.0;
 pub const TOKEN_INVALID_CODES: [i64; 5] = [99991661, 99991663, 99991664, 99991668, 99991671];
 /// Feishu codes meaning "too many requests": back off and retry.
 pub const RATE_LIMIT_CODES: [i64; 2] = [99991400, 230020];
+/// The longest a sender's display name is looked up before the message is recorded
+/// under the open_id instead.
+pub const NAME_LOOKUP_TIMEOUT: Duration = Duration::from_secs(3);
 /// The data-folder file that remembers handled event ids.
 pub const DEDUP_FILE: &str = "feishu-events.log";
 
@@ -1878,9 +1881,14 @@ async fn process(f: &Feishu, node: &Ingest, ev: MessageReceived) -> Result<(), (
     let human_name = if ev.sender.sender_type == "app" || sender_open_id.is_empty() {
         String::new()
     } else {
-        f.names
-            .display_name(&f.client, &sender_open_id, &msg.chat_id)
-            .await
+        // Bounded: a slow Feishu must not hold the message (nor the long connection).
+        tokio::time::timeout(
+            NAME_LOOKUP_TIMEOUT,
+            f.names
+                .display_name(&f.client, &sender_open_id, &msg.chat_id),
+        )
+        .await
+        .unwrap_or_else(|_| sender_open_id.clone())
     };
     let id = Ulid::new();
     let author = Author::human(if sender_open_id.is_empty() {
