@@ -176,6 +176,8 @@ pub struct BotLlm {
     only_about: Option<String>,
     reply: Arc<dyn Fn(&str) -> String + Send + Sync>,
     reply_scripts: Vec<(String, Script)>,
+    /// Bots whose judge answers only after this long (a slow judge).
+    judge_delays: Vec<(String, Duration)>,
 }
 
 impl BotLlm {
@@ -188,7 +190,14 @@ impl BotLlm {
             only_about: None,
             reply: Arc::new(|_| "ok".to_string()),
             reply_scripts: Vec::new(),
+            judge_delays: Vec::new(),
         }
+    }
+
+    /// Bot `bot`'s judge answers about the scripted message only after `delay`.
+    pub fn judge_after(mut self, bot: &str, delay: Duration) -> BotLlm {
+        self.judge_delays.push((bot.to_string(), delay));
+        self
     }
 
     /// Bot `bot`'s judge says `speak` at `relevance` instead.
@@ -232,7 +241,10 @@ impl BotLlm {
                 .iter()
                 .find(|(b, _)| *b == bot)
                 .map_or(self.verdict, |(_, v)| *v);
-            return verdict(speak, relevance);
+            return match self.judge_delays.iter().find(|(b, _)| *b == bot) {
+                Some((_, d)) => Script::delay(*d, verdict(speak, relevance)),
+                None => verdict(speak, relevance),
+            };
         }
         match self.reply_scripts.iter().find(|(b, _)| *b == bot) {
             Some((_, script)) => script.clone(),

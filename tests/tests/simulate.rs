@@ -167,3 +167,53 @@ fn the_shipped_report_is_what_the_simulator_writes() {
         "no duplicate interjection in any scenario"
     );
 }
+
+/// A claim that a lossy link dropped arrives on a retry: a bot whose claim is not yet
+/// acknowledged by a peer whose link works keeps waiting for it instead of posting
+/// after `claim_ack_timeout_ms`, so no run of the lossy scenarios gives a second
+/// answer, at any of these seeds (seeds 8 and 13 gave one before).
+#[test]
+fn lossy_links_give_no_duplicate_answer_at_any_seed() {
+    for name in ["network-zh-claim-drops", "network-zh-lossy-links"] {
+        let w = scenario(name);
+        for seed in [1, 8, 13, 21, 34] {
+            let t = botmesh::simulate::run_many(&w, PolicyKind::Botmesh, seed, 10);
+            assert_eq!(t.dup_interjections, 0, "{name} seed {seed}: {t:?}");
+        }
+    }
+}
+
+/// The most relevant bot's judge is slow (heavy-tailed): the others' claims reach it
+/// while it is still judging, it answers them `judging`, and they wait for its word
+/// before committing — so it still answers first.
+#[test]
+fn a_slow_judge_on_the_most_relevant_bot_still_answers_first_in_the_simulator() {
+    let w = scenario("network-en-slow-judge");
+    let t = botmesh::simulate::run_many(&w, PolicyKind::Botmesh, 1, 50);
+    assert!(t.expected > 0);
+    assert!(
+        t.right_first * 100 >= t.expected * 98,
+        "right bot first {} of {}: {:?}",
+        t.right_first,
+        t.expected,
+        t.reasons
+    );
+}
+
+/// Writing while waiting: the winner's reply request goes out right after its claim,
+/// in the same virtual millisecond, not after its relevance-scaled delay.
+#[test]
+fn the_winner_writes_its_reply_while_its_delay_runs() {
+    let w = scenario("collision-zh-two-relevant");
+    let (_, trace) = botmesh::simulate::trace_once(&w, PolicyKind::Botmesh, 1);
+    let at = |line: &str| -> u64 { line.split_whitespace().next().unwrap().parse().unwrap() };
+    let claim = trace
+        .iter()
+        .find(|l| l.contains("ErGoz") && l.contains("claims #0"))
+        .unwrap_or_else(|| panic!("no claim by ErGoz: {trace:#?}"));
+    let write = trace
+        .iter()
+        .find(|l| l.contains("ErGoz") && l.contains("writes a reply to #0"))
+        .unwrap_or_else(|| panic!("no reply by ErGoz: {trace:#?}"));
+    assert_eq!(at(claim), at(write), "{claim}\n{write}");
+}

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use botmesh::wire::envelope::{AuthorKind, Envelope};
-use botmesh_tests::fake_llm::{BotLlm, FakeLlm, Script};
+use botmesh_tests::fake_llm::{verdict, BotLlm, FakeLlm, Script};
 use botmesh_tests::{
     bot_message, bot_of, decisions, fetch_json, is_judge, metric, wait_for, ClaimProxy, MeshSpec,
     SignedRequest, TestMesh,
@@ -144,9 +144,31 @@ async fn one_interjection_from_the_most_relevant(drop_claims: bool) {
         })
         .count();
     assert_eq!(judged_answer, 0);
-    // Only the winner asked for a reply.
+    // The winner wrote its reply; a bot that wrote while waiting (its board showed no
+    // better claim yet, or none ever reached it) threw its text away or had the
+    // request cancelled, and says so in its metrics.
     let replies = llm.reply_bots();
-    assert_eq!(replies, vec!["Hi".to_string()]);
+    assert_eq!(
+        replies.iter().filter(|b| *b == "Hi").count(),
+        1,
+        "{replies:?}"
+    );
+    assert!(
+        replies.iter().all(|b| b == "Hi" || b == "Mid"),
+        "{replies:?}"
+    );
+    let mid_wrote = replies.iter().filter(|b| *b == "Mid").count() as f64;
+    let mid_discarded: f64 = m
+        .lines()
+        .filter(|l| l.starts_with("botmesh_replies_discarded_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(mid_discarded, mid_wrote, "{m}");
+    if drop_claims {
+        // Nothing told Mid of Hi's claim: it wrote while waiting, then Hi's answer
+        // made it yield.
+        assert_eq!(mid_wrote, 1.0, "{replies:?}");
+    }
     mesh.shutdown().await;
 }
 
@@ -167,7 +189,13 @@ async fn hi_and_mid_with_held_claims(
     hold: Duration,
     hi: &str,
 ) -> (FakeLlm, ClaimProxy, TestMesh) {
-    let llm = hi_and_mid(mid_speaks).start().await;
+    // Mid's judge answers 300 ms after Hi's: Hi has claimed by the time Mid's claim
+    // reaches it, so Hi answers it plainly (not `judging`) and Mid does not wait for
+    // Hi's held claim.
+    let llm = hi_and_mid(mid_speaks)
+        .judge_after("Mid", Duration::from_millis(300))
+        .start()
+        .await;
     let proxy = ClaimProxy::holding(hold).await;
     let mesh = TestMesh::start(
         fast_mesh(&["Hi", "Mid"], &llm)
@@ -662,5 +690,126 @@ async fn a_round_where_everyone_finishes_at_once_still_stops_at_the_cap() {
     for i in [2, 3] {
         assert!(mesh.decisions(i, "silent", "rate_cap").await >= 1.0);
     }
+    mesh.shutdown().await;
+}
+
+/// Hi is the most relevant (0.9) but its judge is slow (1.5 s); Mid (0.6) judges at
+/// once, waits its 0.5 s and writes its reply while waiting. Without Hi's word Mid
+/// would post long before Hi even claims. Mid's claim reaches Hi while Hi's judge is
+/// out, so Hi answers it `judging`; Mid then waits for Hi's word — Hi's better claim —
+/// and stands by, and Hi answers first and alone.
+#[tokio::test]
+async fn a_slow_judge_on_the_most_relevant_bot_still_answers_first() {
+    let llm = FakeLlm::start(|s| {
+        let about_the_question = s
+            .messages
+            .iter()
+            .any(|(_, c)| c.contains("New from alice:"));
+        if is_judge(s) && !about_the_question {
+            verdict(false, 0.0)
+        } else if is_judge(s) {
+            match bot_of(s).as_str() {
+                "Hi" => Script::delay(Duration::from_millis(1500), verdict(true, 0.9)),
+                "Mid" => verdict(true, 0.6),
+                _ => verdict(false, 0.1),
+            }
+        } else {
+            Script::reply(format!("answer from {}", bot_of(s)))
+        }
+    })
+    .await;
+    let delays = "min_delay_ms = 300\nmax_delay_ms = 800\njitter_ms = 0";
+    let spec = MeshSpec::new(&["Hi", "Mid", "Low"])
+        .llm(&llm.base_url)
+        .all_bots(delays);
+    let mesh = TestMesh::start(spec).await;
+    mesh.post_human(2, "alice", "How should we shard the transcript files?")
+        .await;
+    let t = settle(&mesh, 2, Duration::from_secs(3)).await;
+    let bots = bot_msgs(&t);
+    assert_eq!(
+        bots.iter()
+            .map(|e| e.author.name.as_str())
+            .collect::<Vec<_>>(),
+        vec!["Hi"],
+        "only the most relevant bot answers, though its judge was the slowest"
+    );
+    let hi = mesh.metrics(0).await;
+    let mid = mesh.metrics(1).await;
+    // Hi told Mid it was still judging (no extra message: the answer to Mid's claim).
+    assert!(
+        mid.lines().any(
+            |l| l.starts_with("botmesh_decisions_total{action=\"yield_writing\"")
+                || l.starts_with("botmesh_decisions_total{action=\"yield\"")
+        ),
+        "Mid yielded: {mid}"
+    );
+    assert_eq!(
+        metric(
+            &mid,
+            "botmesh_decisions_total{action=\"post\",reason=\"judge_word_missing\"}"
+        ),
+        0.0,
+        "Hi's word came in time: {mid}"
+    );
+    assert_eq!(
+        metric(
+            &hi,
+            "botmesh_decisions_total{action=\"withdraw\",reason=\"after_judging\"}"
+        ),
+        0.0,
+        "Hi claimed, so it owed no withdrawal"
+    );
+    mesh.shutdown().await;
+}
+
+/// Low's judge is out when Mid's claim arrives and then declines: Low owes Mid its
+/// word and sends a withdrawal, so Mid does not wait out `judge_word_timeout_ms`.
+#[tokio::test]
+async fn a_slow_judge_that_declines_sends_its_word_and_the_claimant_goes_on() {
+    let llm = FakeLlm::start(|s| {
+        let about_the_question = s
+            .messages
+            .iter()
+            .any(|(_, c)| c.contains("New from alice:"));
+        if is_judge(s) && !about_the_question {
+            verdict(false, 0.0)
+        } else if is_judge(s) {
+            match bot_of(s).as_str() {
+                "Mid" => verdict(true, 0.6),
+                _ => Script::delay(Duration::from_millis(1200), verdict(false, 0.2)),
+            }
+        } else {
+            Script::reply(format!("answer from {}", bot_of(s)))
+        }
+    })
+    .await;
+    let delays =
+        "min_delay_ms = 200\nmax_delay_ms = 400\njitter_ms = 0\njudge_word_timeout_ms = 60000";
+    let spec = MeshSpec::new(&["Mid", "Low"])
+        .llm(&llm.base_url)
+        .all_bots(delays);
+    let mesh = TestMesh::start(spec).await;
+    mesh.post_human(1, "alice", "How should we shard the transcript files?")
+        .await;
+    // Far less than the 60 s word timeout: Low's withdrawal released Mid.
+    let t = settle(&mesh, 1, Duration::from_secs(2)).await;
+    let bots = bot_msgs(&t);
+    assert_eq!(
+        bots.iter()
+            .map(|e| e.author.name.as_str())
+            .collect::<Vec<_>>(),
+        vec!["Mid"]
+    );
+    let low = mesh.metrics(1).await;
+    let mid = mesh.metrics(0).await;
+    assert_eq!(
+        metric(
+            &low,
+            "botmesh_decisions_total{action=\"withdraw\",reason=\"after_judging\"}"
+        ),
+        1.0,
+        "{low}\n--- Mid:\n{mid}"
+    );
     mesh.shutdown().await;
 }

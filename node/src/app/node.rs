@@ -592,8 +592,8 @@ impl Sink for NodeSink {
         self.0.on_claim(env);
     }
 
-    fn answering(&self, env: &Envelope) -> Option<String> {
-        self.0.brain.answering(env)
+    fn answer_claim(&self, env: &Envelope) -> crate::wire::batch::ClaimReply {
+        self.0.brain.answer_claim(env)
     }
 
     fn has_platform_msg(&self, group: &str, platform_msg_id: &str) -> bool {
@@ -655,6 +655,13 @@ impl Ports for Node {
             .recent_bot_messages_and_due(group, limit, now_ms, window_ms, trigger, ahead)
     }
 
+    fn link_failing_for(&self, peer: &str) -> Option<Duration> {
+        self.outboxes
+            .iter()
+            .find(|o| o.peer() == peer)
+            .and_then(|o| o.link().failing_for())
+    }
+
     fn quiet(&self) -> bool {
         self.is_quiet()
     }
@@ -665,6 +672,27 @@ impl Ports for Node {
 
     fn broadcast(&self, env: &Envelope) {
         Node::broadcast(self, env);
+    }
+
+    fn send_to(&self, peers: &[String], env: &Envelope) {
+        let body = Bytes::from(env.to_bytes());
+        let id = env.id.to_string();
+        // A peer on the Redis stream has no outbox of its own: the stream carries the
+        // envelope to every stream peer.
+        let mut via_stream = false;
+        for peer in peers {
+            match self.outboxes.iter().find(|o| o.peer() == peer.as_str()) {
+                Some(o) => {
+                    let _ = o.push(&id, body.clone(), None, &self.metrics);
+                }
+                None => via_stream = true,
+            }
+        }
+        if via_stream {
+            if let Some(o) = self.outboxes.iter().find(|o| o.peer() == STREAM_OUTBOX) {
+                let _ = o.push(&id, body, None, &self.metrics);
+            }
+        }
     }
 
     fn broadcast_tracked(&self, env: &Envelope) -> ClaimAcks {

@@ -414,6 +414,13 @@ pub struct BotSettings {
     /// anyway, logged and counted (`post/claim_unacked`). 0 = do not wait.
     #[serde(default = "default_claim_ack_timeout")]
     pub claim_ack_timeout_ms: u64,
+    /// How long, at most, an interjection waits (once its reply is written) for the
+    /// word of a peer that answered its claim `judging` — that peer's judge was still
+    /// out, and it may be the more relevant bot. Its word comes when its judge
+    /// answers or times out, so this bound only matters when that peer dies meanwhile.
+    /// Past it the bot posts anyway (`post/judge_word_missing`).
+    #[serde(default = "default_judge_word_timeout")]
+    pub judge_word_timeout_ms: u64,
     /// Messages of context for the judge.
     #[serde(default = "default_context")]
     pub context_messages: usize,
@@ -446,6 +453,10 @@ fn default_max_delay() -> u64 {
 fn default_jitter() -> u64 {
     150
 }
+fn default_judge_word_timeout() -> u64 {
+    12_000
+}
+
 fn default_claim_ack_timeout() -> u64 {
     3_000
 }

@@ -33,15 +33,15 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::wire::batch::ClaimReply;
+
 /// How one tracked envelope fared with one peer, as its outbox reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PeerOutcome {
-    /// The peer accepted it (or had it already); `answered` names the bot that, by
-    /// the peer's account, already answers the claim's trigger.
-    Delivered {
-        /// The `answered` field of the peer's answer, when present.
-        answered: Option<String>,
-    },
+    /// The peer accepted it (or had it already), with its answer to the claim: the
+    /// bot that, by the peer's account, already answers the trigger, or that the
+    /// peer's own judge is still out.
+    Delivered(ClaimReply),
     /// Delivery to this peer was given up (outbox full, final 4xx, deadline): waiting
     /// longer for it would only delay the post.
     GivenUp,
@@ -56,6 +56,9 @@ pub struct Acks {
     pub answered: Vec<String>,
     /// Peers whose delivery was given up.
     pub given_up: Vec<String>,
+    /// Peers whose own judge about the trigger was still out when the claim reached
+    /// them: the claimant waits for their word before it commits.
+    pub judging: Vec<String>,
 }
 
 impl Acks {
@@ -101,10 +104,12 @@ impl AckTracker {
             };
             a.pending.swap_remove(i);
             match outcome {
-                PeerOutcome::Delivered {
-                    answered: Some(bot),
-                } => a.answered.push(bot),
-                PeerOutcome::Delivered { answered: None } => {}
+                PeerOutcome::Delivered(reply) => {
+                    a.answered.extend(reply.answered);
+                    if reply.judging {
+                        a.judging.push(peer.to_string());
+                    }
+                }
                 PeerOutcome::GivenUp => a.given_up.push(peer.to_string()),
             }
             true
@@ -164,7 +169,7 @@ mod tests {
         let t = Arc::new(AckTracker::default());
         let mut acks = t.track("c1", peers(&["B", "C"]));
         t.report("other", "B", PeerOutcome::GivenUp); // untracked: ignored
-        t.report("c1", "B", PeerOutcome::Delivered { answered: None });
+        t.report("c1", "B", PeerOutcome::Delivered(ClaimReply::default()));
         assert!(!acks.now().settled());
         t.report("c1", "B", PeerOutcome::GivenUp); // B already reported: ignored
         t.report("c1", "C", PeerOutcome::GivenUp);
@@ -177,6 +182,7 @@ mod tests {
                 pending: vec![],
                 answered: vec![],
                 given_up: peers(&["C"]),
+                judging: vec![],
             }
         );
         assert_eq!(t.len(), 1);
@@ -194,9 +200,10 @@ mod tests {
             t2.report(
                 "c1",
                 "C",
-                PeerOutcome::Delivered {
+                PeerOutcome::Delivered(ClaimReply {
                     answered: Some("C".into()),
-                },
+                    judging: false,
+                }),
             );
         });
         let start = tokio::time::Instant::now();

@@ -37,6 +37,7 @@ use crate::egress::acks::{AckTracker, PeerOutcome};
 use crate::store::cursor::DeliveryCursor;
 use crate::store::transcript::{parse_outbox_line, LoggedOutbound};
 use crate::telemetry::metrics::Metrics;
+use crate::wire::batch::ClaimReply;
 use crate::wire::limits::ENVELOPES_PATH;
 use crate::wire::signing::{Signer, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP};
 
@@ -560,7 +561,7 @@ impl Outbox {
                                     match r {
                                         Attempt::Delivered(answered) => {
                                             metrics.envelope_out(&self.peer, "delivered");
-                                            self.report(p, PeerOutcome::Delivered { answered });
+                                            self.report(p, PeerOutcome::Delivered(answered));
                                         }
                                         Attempt::Permanent(why) => {
                                             metrics.envelope_out(&self.peer, "given_up");
@@ -606,7 +607,7 @@ impl Outbox {
                                 self.link_ok(&mut failures);
                                 for p in &batch {
                                     metrics.envelope_out(&self.peer, "delivered");
-                                    self.report(p, PeerOutcome::Delivered { answered: None });
+                                    self.report(p, PeerOutcome::Delivered(ClaimReply::default()));
                                     self.pop(&p.id, &metrics);
                                 }
                                 continue;
@@ -644,7 +645,7 @@ impl Outbox {
                         self.link_ok(&mut failures);
                         relay_logged = false;
                         metrics.envelope_out(&self.peer, "delivered");
-                        self.report(&next, PeerOutcome::Delivered { answered });
+                        self.report(&next, PeerOutcome::Delivered(answered));
                         tracing::debug!(peer = %self.peer, id = %next.id, attempt, "delivered");
                         break;
                     }
@@ -674,7 +675,7 @@ impl Outbox {
                             {
                                 // The relay's receipt proves delivery but carries no `answered`.
                                 metrics.envelope_out(&self.peer, "relayed");
-                                self.report(&next, PeerOutcome::Delivered { answered: None });
+                                self.report(&next, PeerOutcome::Delivered(ClaimReply::default()));
                                 break;
                             }
                         }
@@ -720,7 +721,7 @@ impl Outbox {
             Link::Stream(link) => {
                 return match link.append(&p.id, ts, sig, &p.body).await {
                     // The stream has no per-peer answer: a stored entry counts as delivered.
-                    Ok(()) => Attempt::Delivered(None),
+                    Ok(()) => Attempt::Delivered(ClaimReply::default()),
                     Err(crate::egress::stream::AppendError::Permanent(why)) => {
                         Attempt::Permanent(why)
                     }
@@ -747,9 +748,9 @@ impl Outbox {
                 if status.is_success() {
                     // Only a claim's answer can name who answered its trigger.
                     let answered = if p.seq.is_none() {
-                        answered_field(&body)
+                        claim_reply(&body)
                     } else {
-                        None
+                        ClaimReply::default()
                     };
                     Attempt::Delivered(answered)
                 } else if status == 400 || status == 413 {
@@ -888,20 +889,27 @@ fn read_log_range(
     Ok((Vec::new(), spill.next_offset))
 }
 
-/// The `answered` field of a peer's answer to a single post, if any.
-fn answered_field(body: &[u8]) -> Option<String> {
-    /// The one field read from `{"accepted": true, "answered": "…"}`.
+/// The claim fields of a peer's answer to a single post (`answered`, `judging`).
+fn claim_reply(body: &[u8]) -> ClaimReply {
+    /// The fields read from `{"accepted": true, "answered": "…", "judging": true}`.
     #[derive(serde::Deserialize)]
     struct Answer {
         answered: Option<String>,
+        #[serde(default)]
+        judging: bool,
     }
-    serde_json::from_slice::<Answer>(body).ok()?.answered
+    serde_json::from_slice::<Answer>(body)
+        .map(|a| ClaimReply {
+            answered: a.answered,
+            judging: a.judging,
+        })
+        .unwrap_or_default()
 }
 
 #[derive(Debug)]
 enum Attempt {
-    /// Accepted (or a duplicate); for a claim, who already answers its trigger.
-    Delivered(Option<String>),
+    /// Accepted (or a duplicate); for a claim, the peer's answer to it.
+    Delivered(ClaimReply),
     Permanent(String),
     Retry(String),
 }
@@ -927,7 +935,10 @@ fn item_outcome(r: crate::wire::batch::ItemResult) -> Attempt {
         None => format!("{} {}", r.status, r.result),
     };
     match r.status {
-        200..=299 => Attempt::Delivered(r.answered),
+        200..=299 => Attempt::Delivered(ClaimReply {
+            answered: r.answered,
+            judging: r.judging,
+        }),
         400 | 413 => Attempt::Permanent(why()),
         _ => Attempt::Retry(why()),
     }
@@ -1134,6 +1145,7 @@ mod tests {
                     result: result.into(),
                     detail: None,
                     answered: None,
+                    judging: false,
                 }
             })
             .collect();

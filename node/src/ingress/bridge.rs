@@ -56,8 +56,12 @@ pub async fn receive(ingest: Ingest, req: Request<Incoming>, remote: SocketAddr)
                 Appended::New => serde_json::json!({"accepted": true}),
                 Appended::Duplicate => serde_json::json!({"duplicate": true}),
             };
-            if let Some(bot) = ingest.sink.answering(&env) {
+            let reply = ingest.sink.answer_claim(&env);
+            if let Some(bot) = reply.answered {
                 answer["answered"] = bot.into();
+            }
+            if reply.judging {
+                answer["judging"] = true.into();
             }
             server::json(StatusCode::OK, &answer)
         }
@@ -533,11 +537,13 @@ fn answer(
             };
             ingest.metrics.envelope_in(result);
             tracing::debug!(%remote, sender = %env.sender, id = %env.id, kind = ?env.kind, group = %env.group, depth = env.depth, result, batch = true, "envelope");
+            let reply = ingest.sink.answer_claim(&env);
             crate::wire::batch::ItemResult {
                 status: 200,
                 result: result.into(),
                 detail: None,
-                answered: ingest.sink.answering(&env),
+                answered: reply.answered,
+                judging: reply.judging,
             }
         }
         Err(Reject(status, code, detail)) => {
@@ -550,6 +556,7 @@ fn answer(
                 result: code.into(),
                 detail: Some(detail),
                 answered: None,
+                judging: false,
             }
         }
     }

@@ -19,6 +19,7 @@ use crate::ingress::verify_pool::VerifyPool;
 use crate::store::transcript::{Appended, TranscriptError};
 use crate::telemetry::metrics::Metrics;
 use crate::turn::mention::PlatformMention;
+use crate::wire::batch::ClaimReply;
 use crate::wire::envelope::Envelope;
 
 /// What a node's message arrived through, as counted in
@@ -55,9 +56,10 @@ pub trait Sink: Send + Sync + 'static {
     /// A peer's claim (or its withdrawal) for the scheduler.
     fn on_claim(&self, env: Arc<Envelope>);
 
-    /// For a claim already handed over: this bot's name when it has committed to
-    /// answer (or answered) the claim's trigger, for the answer to the claimant.
-    fn answering(&self, env: &Envelope) -> Option<String>;
+    /// For a claim already handed over: the answer to the claimant — this bot's name
+    /// when it has committed to answer (or answered) the claim's trigger, or that its
+    /// own judge about it is still out.
+    fn answer_claim(&self, env: &Envelope) -> ClaimReply;
 
     /// Whether `group` already holds the message with this platform message id (a
     /// colleague's message seen on the platform after its bridge copy).

@@ -2170,10 +2170,11 @@ on its board in one step with the last check (`ClaimBoard::commit`). A peer that
 acknowledgement, and the bot throws its written reply away (`yield_writing/already_answered`, which also counts \
 answers heard as messages while writing: {} times); a \
 better claim that arrived before the commit makes it stand by with its reply (`yield_writing/better_claim`: {} \
-times). {} posts went out after `claim_ack_timeout_ms` without every acknowledgement (`post/claim_unacked`); \
-none of them produced a duplicate in these runs, but that timeout is the window that remains. The price is \
-the ranking under loss: when the more relevant bot's claim is the late one, the less relevant bot may commit \
-first and answer alone{}.",
+times). A claim that a lossy link dropped comes on a retry, so the bot waits for the acknowledgement of every \
+peer whose link works, past `claim_ack_timeout_ms` (up to four times it); only a peer whose link has failed for \
+the whole timeout is not waited for ({} posts went out that way, `post/claim_unacked`; none made a duplicate). \
+The price is the ranking under loss: when the more relevant bot's claim is the late one, the less relevant bot \
+may commit first and answer alone{}.",
             reason("yield_writing/already_answered"),
             reason("yield_writing/better_claim"),
             reason("post/claim_unacked"),
@@ -2206,17 +2207,23 @@ first and answer alone{}.",
             weak.join("; ")
         );
     }
-    let late = reason("yield/already_answered") + reason("yield_writing/already_answered");
-    if late > 0 {
-        let _ = writeln!(
-            d,
-            "- A claim goes out only once the judge has answered. When the most relevant bot's judge call is slower \
-than another bot's judge call + wait + reply, the trigger is already answered when it claims, so it yields and the \
-less relevant bot has answered first (see `--trace network-en-slow-judge`; bots yielded `already_answered` {late} \
-times over all runs, most of them after writing a reply for nothing). The 1–3 s window only protects the ranking \
-while judge latency stays well under `min_delay_ms`; nothing announces \"I am still judging\"."
-        );
-    }
+    let words = reason("withdraw/after_judging");
+    let _ = writeln!(
+        d,
+        "- A slow judge keeps its rank: a node whose judge about the trigger is still out (or that has not applied \
+its rules to it yet) answers a peer's claim `judging`, and the claimant waits for that node's word before it \
+commits — its claim (then it stands by behind a better one) or, if it declines, a withdrawal sent to the claimants \
+alone ({words} such withdrawals over all runs: one envelope to a waiting claimant, never a round per bot). \
+`network-en-slow-judge` shows it: {}% right bot first with heavy-tailed judge latency. Words that never came in \
+`judge_word_timeout_ms`: {}.",
+        r.scenarios
+            .iter()
+            .find(|s| s.name == "network-en-slow-judge")
+            .and_then(|s| s.get(PolicyKind::Botmesh))
+            .and_then(|m| m.right_bot_first_pct)
+            .map_or("–".to_string(), |p| format!("{p:.1}")),
+        reason("post/judge_word_missing")
+    );
     let withdrawn = reason("withdraw/claim");
     if withdrawn > 0 {
         let _ = writeln!(
@@ -2296,7 +2303,10 @@ botmesh would make {:.2} calls per human message.",
         if let (Some(a), Some(b)) = (bm.ttfa_p50_ms, nb.ttfa_p50_ms) {
             let _ = writeln!(
                 d,
-                "- The wait costs time: botmesh's median first answer comes {} ms after nanobot's, which answers without any delay.",
+                "- Writing while waiting: a bot starts its reply as it claims (when no better claim is on its board) and posts \
+at the later of its delay's end and its reply; a yield cancels the request or throws the text away \
+(`botmesh_replies_discarded_total`). Its median first answer still comes {} ms after nanobot's, which never waits, \
+and it pays for the early writing in reply calls that are thrown away (see the table above).",
                 a as i64 - b as i64
             );
         }

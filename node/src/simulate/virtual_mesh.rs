@@ -273,13 +273,18 @@ impl SimBot {
     /// Sends a claim (or withdrawal) to every peer; with `acks`, each peer's answer
     /// comes back one network delay after the delivery and is reported there.
     fn send_claim(&self, env: &Envelope, acks: Option<&Arc<AckTracker>>) {
+        let all: Vec<usize> = (0..self.run.w.bots.len())
+            .filter(|p| *p != self.idx)
+            .collect();
+        self.send_claim_to(&all, env, acks);
+    }
+
+    /// [`SimBot::send_claim`] to these peers only.
+    fn send_claim_to(&self, to: &[usize], env: &Envelope, acks: Option<&Arc<AckTracker>>) {
         let run = &self.run;
         let env = Arc::new(env.clone());
         let mut st = run.state.lock().expect("run lock");
-        for p in 0..run.w.bots.len() {
-            if p == self.idx {
-                continue;
-            }
+        for &p in to {
             let to = run.w.bots[p].name.clone();
             let (d, back) = st.link(&run.w, run.now(), self.name(), &to, Carry::Claim);
             let (run2, env, acks) = (run.clone(), env.clone(), acks.cloned());
@@ -309,12 +314,12 @@ impl SimBot {
                 }
                 if let Some(acks) = acks {
                     // The bridge answers from the board, after the claim is on it.
-                    let answered = peer.brain.answering(&env);
+                    let reply = peer.brain.answer_claim(&env);
                     tokio::time::sleep(Duration::from_millis(back)).await;
                     acks.report(
                         &env.id.to_string(),
                         peer.name(),
-                        PeerOutcome::Delivered { answered },
+                        PeerOutcome::Delivered(reply),
                     );
                 }
             });
@@ -498,6 +503,11 @@ impl Ports for SimBot {
         )
     }
 
+    fn link_failing_for(&self, _peer: &str) -> Option<Duration> {
+        // Every simulated peer is up: a dropped attempt is retried until it gets through.
+        None
+    }
+
     fn quiet(&self) -> bool {
         false
     }
@@ -507,15 +517,15 @@ impl Ports for SimBot {
     }
 
     fn broadcast(&self, env: &Envelope) {
-        if env.relevance.is_some_and(|r| r <= WITHDRAWN) {
-            let mut st = self.run.state.lock().expect("run lock");
-            st.tally.reason("withdraw", "claim");
-            let trigger = env.reply_to.unwrap_or_default();
-            self.run.log(&mut st, Some(self.idx), |s| {
-                format!("withdraws its claim on {}", num(s, &trigger))
-            });
-        }
         self.send_claim(env, None);
+    }
+
+    fn send_to(&self, peers: &[String], env: &Envelope) {
+        let to: Vec<usize> = peers
+            .iter()
+            .filter_map(|n| self.run.w.bots.iter().position(|b| &b.name == n))
+            .collect();
+        self.send_claim_to(&to, env, None);
     }
 
     fn broadcast_tracked(&self, env: &Envelope) -> ClaimAcks {

@@ -143,6 +143,11 @@ pub struct Metrics {
     pub envelopes_relayed: Family<RelayLabel, Counter>,
     /// Decisions by action and reason.
     pub decisions: Family<DecisionLabel, Counter>,
+    /// Replies written (or being written) and then not posted, by why: the cost of
+    /// writing while waiting.
+    pub replies_discarded: Family<ResultLabel, Counter>,
+    /// Completion tokens of the replies thrown away.
+    pub reply_tokens_discarded: Counter,
     /// LLM calls by purpose and result.
     pub llm_calls: Family<LlmLabel, Counter>,
     /// LLM latency by purpose, seconds.
@@ -195,6 +200,18 @@ impl Metrics {
         let outbox_spilled = Family::<PeerLabel, Gauge>::default();
         let envelopes_relayed = Family::<RelayLabel, Counter>::default();
         let decisions = Family::<DecisionLabel, Counter>::default();
+        let replies_discarded = Family::<ResultLabel, Counter>::default();
+        let reply_tokens_discarded = Counter::default();
+        registry.register(
+            "botmesh_replies_discarded",
+            "Replies written (or cancelled while being written) and not posted, by reason",
+            replies_discarded.clone(),
+        );
+        registry.register(
+            "botmesh_reply_tokens_discarded",
+            "Completion tokens of replies written and then thrown away",
+            reply_tokens_discarded.clone(),
+        );
         let llm_calls = Family::<LlmLabel, Counter>::default();
         let llm_latency: HistogramFamily<PurposeLabel> =
             Family::new_with_constructor(latency_histogram);
@@ -324,6 +341,8 @@ impl Metrics {
             outbox_spilled,
             envelopes_relayed,
             decisions,
+            replies_discarded,
+            reply_tokens_discarded,
             llm_calls,
             llm_latency,
             llm_tokens,
@@ -448,6 +467,17 @@ impl Metrics {
         self.outbox_spilled
             .get_or_create(&PeerLabel { peer: peer.into() })
             .set(spilled as i64);
+    }
+
+    /// Counts a reply that was written (`tokens` > 0) or cancelled while being written
+    /// and then not posted.
+    pub fn reply_discarded(&self, reason: &str, tokens: u64) {
+        self.replies_discarded
+            .get_or_create(&ResultLabel {
+                result: reason.into(),
+            })
+            .inc();
+        self.reply_tokens_discarded.inc_by(tokens);
     }
 
     /// Counts one decision.

@@ -15,7 +15,7 @@ use crate::turn::mention::{Member, MentionMatcher, PlatformMention};
 use crate::turn::pipeline::Turn;
 use crate::turn::policy::{decide, Decision, Facts};
 use crate::turn::ports::Llm;
-use crate::turn::scheduler::ClaimBoard;
+use crate::turn::scheduler::{ClaimBoard, ClaimReply};
 use crate::wire::envelope::{AuthorKind, Envelope, Kind};
 
 /// Where answers come from. (One per node, so the variants' size difference is moot.)
@@ -50,6 +50,15 @@ pub struct Brain {
     pub(crate) agent: Option<(reqwest::Client, String)>,
     /// Decisions and LLM calls are counted here.
     pub(crate) metrics: Arc<Metrics>,
+}
+
+/// A reply the LLM wrote, with its completion tokens (counted when it is thrown away).
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// The text to post.
+    pub text: String,
+    /// Completion tokens it cost.
+    pub tokens: u64,
 }
 
 /// Whether an error is a server refusing the `response_format` we sent.
@@ -184,14 +193,15 @@ impl Brain {
         }
     }
 
-    /// For a peer's claim already on the board ([`Brain::on_claim`]): this bot's name
-    /// when it has committed to answer, or answered, the claim's trigger — what the
-    /// bridge's answer to the claim carries as `answered`.
-    pub fn answering(&self, env: &Envelope) -> Option<String> {
-        let trigger = env.reply_to.filter(|_| env.kind == Kind::Claim)?;
-        self.board
-            .answering(trigger, &self.me.name)
-            .then(|| self.me.name.clone())
+    /// For a peer's claim already on the board ([`Brain::on_claim`]): what the
+    /// bridge answers the claimant — this bot's name when it has committed to answer,
+    /// or answered, the trigger (`answered`), or that its judge about the trigger is
+    /// still out (`judging`: this bot then owes the peers its claim or a withdrawal).
+    pub fn answer_claim(&self, env: &Envelope) -> ClaimReply {
+        match env.reply_to.filter(|_| env.kind == Kind::Claim) {
+            Some(trigger) => self.board.answer_claim(trigger, &self.me.name, &env.sender),
+            None => ClaimReply::default(),
+        }
     }
 
     /// The local rules for `msg`, given how many bot messages end the recent
@@ -343,18 +353,21 @@ impl Brain {
         context: &[Arc<Envelope>],
         msg: &Envelope,
         why: &str,
-    ) -> Option<String> {
+    ) -> Option<Reply> {
         match &self.provider {
-            Provider::Offline => Some(crate::turn::reply::offline_reply(&self.me, msg, why)),
+            Provider::Offline => Some(Reply {
+                text: crate::turn::reply::offline_reply(&self.me, msg, why),
+                tokens: 0,
+            }),
             Provider::Remote { reply, .. } => {
                 let messages =
                     crate::turn::reply::messages(&self.me, &self.colleagues, context, msg);
-                let text = self
-                    .call(llm, reply, Purpose::Reply, &messages, msg)
+                let (text, tokens) = self
+                    .call_counted(llm, reply, Purpose::Reply, &messages, msg)
                     .await
                     .ok()?;
                 let text = text.trim().to_string();
-                (!text.is_empty()).then_some(text)
+                (!text.is_empty()).then_some(Reply { text, tokens })
             }
         }
     }
@@ -367,6 +380,20 @@ impl Brain {
         messages: &[ChatMessage],
         about: &Envelope,
     ) -> Result<String, crate::llm::LlmError> {
+        self.call_counted(llm, ep, purpose, messages, about)
+            .await
+            .map(|(text, _)| text)
+    }
+
+    /// [`Brain::call`], also giving the completion's token count.
+    async fn call_counted(
+        &self,
+        llm: &dyn Llm,
+        ep: &Endpoint,
+        purpose: Purpose,
+        messages: &[ChatMessage],
+        about: &Envelope,
+    ) -> Result<(String, u64), crate::llm::LlmError> {
         let started = Instant::now();
         match llm.complete(ep, purpose, messages, about).await {
             Ok(c) => {
@@ -377,7 +404,7 @@ impl Brain {
                     c.usage.prompt_tokens,
                     c.usage.completion_tokens,
                 );
-                Ok(c.text)
+                Ok((c.text, c.usage.completion_tokens))
             }
             Err(e) => {
                 self.metrics.llm_call(

@@ -25,10 +25,11 @@ use ulid::Ulid;
 
 use crate::egress::acks::ClaimAcks;
 use crate::telemetry::events::Event;
+use crate::turn::brain::{Brain, Reply};
 use crate::turn::mention::PlatformMention;
 use crate::turn::policy::{Action, Decision};
 use crate::turn::ports::Ports;
-use crate::turn::scheduler::{delay_for, grace_for, Yield, MIN_CLAIM, WITHDRAWN};
+use crate::turn::scheduler::{delay_for, grace_for, Standing, Yield, MIN_CLAIM, WITHDRAWN};
 use crate::wire::envelope::{Envelope, Kind, Why};
 
 /// The window of the per-group bot-message cap.
@@ -134,11 +135,15 @@ pub fn triage<P: Ports + ?Sized>(
         // of their own, so they cost no judge call (unless they mention this bot).
         brain.board.pass(msg.id);
     }
+    // From here a peer's claim on it is answered from what this node decided (judging
+    // while the judge is out), no longer as a trigger not yet looked at.
+    brain.board.decided(msg.id, d.action == Action::Judge);
     if d.action == Action::Silent {
         // Own messages are not worth a log line each.
         if d.reason != "own_message" {
             record(p, msg, "silent", d.reason, "");
         }
+        send_owed_word(p, msg);
         return None;
     }
     Some(d)
@@ -162,8 +167,14 @@ pub async fn act<P: Ports>(p: Arc<P>, msg: Arc<Envelope>, d: Decision) {
         Action::Judge => {
             record(&*p, &msg, "judge", d.reason, "");
             let context = context_before(&*p, &msg, brain.me.context_messages);
-            let Some(v) = brain.judge(p.llm(), &context, &msg).await else {
+            // While the judge is out, a peer's claim on this trigger is answered
+            // `judging`: that peer then waits for this bot's word before it commits.
+            brain.board.set_judging(msg.id, true); // (triage set it already)
+            let verdict = brain.judge(p.llm(), &context, &msg).await;
+            brain.board.set_judging(msg.id, false);
+            let Some(v) = verdict else {
                 record(&*p, &msg, "silent", "judge_failed", "");
+                send_owed_word(&*p, &msg);
                 return;
             };
             if !v.speak || v.relevance < brain.me.min_relevance {
@@ -174,6 +185,7 @@ pub async fn act<P: Ports>(p: Arc<P>, msg: Arc<Envelope>, d: Decision) {
                     "judge_declined",
                     &format!("speak={} relevance={:.2}", v.speak, v.relevance),
                 );
+                send_owed_word(&*p, &msg);
                 return;
             }
             if d.mentioned {
@@ -192,11 +204,14 @@ pub async fn act<P: Ports>(p: Arc<P>, msg: Arc<Envelope>, d: Decision) {
     // The claim's acknowledgements, for an interjection (a round to everyone does not
     // wait for them: nobody yields there).
     let mut acks = None;
+    let mut early = Early::NotWritten;
     if let Some(r) = relevance {
-        let Some(claim_acks) = wait_turn(&*p, &msg, r, d.everyone).await else {
+        // `None`: the wait ended the turn and withdrew the claim itself.
+        let Some(waited) = wait_turn(&*p, &msg, r, d.everyone).await else {
             return;
         };
-        acks = Some(claim_acks).filter(|_| !d.everyone);
+        acks = Some(waited.acks).filter(|_| !d.everyone);
+        early = waited.reply;
     }
     // From here on, every way out that posts nothing withdraws this bot's claim, so
     // the bots that stood by behind it re-enter (a yield is not final).
@@ -216,7 +231,13 @@ pub async fn act<P: Ports>(p: Arc<P>, msg: Arc<Envelope>, d: Decision) {
         Why::AlwaysAnswers => "always_answers",
         Why::Posted => "posted",
     };
-    let text = if let Some((client, url)) = &brain.agent {
+    let reply = if let Early::Written(reply) = early {
+        reply
+    } else if let Early::Failed = early {
+        record(&*p, &msg, "silent", "reply_failed", "");
+        withdraw("reply failed");
+        return;
+    } else if let Some((client, url)) = &brain.agent {
         let turn = Turn {
             bot: &brain.me.name,
             group: &msg.group,
@@ -228,7 +249,7 @@ pub async fn act<P: Ports>(p: Arc<P>, msg: Arc<Envelope>, d: Decision) {
             reply_to: msg.id,
         };
         match brain.ask_agent(client, url, &turn).await {
-            Ok(Some(text)) => text,
+            Ok(Some(text)) => Reply { text, tokens: 0 },
             Ok(None) => {
                 record(
                     &*p,
@@ -246,12 +267,12 @@ pub async fn act<P: Ports>(p: Arc<P>, msg: Arc<Envelope>, d: Decision) {
             }
         }
     } else {
-        let Some(text) = brain.write_reply(p.llm(), &context, &msg, reason).await else {
+        let Some(reply) = brain.write_reply(p.llm(), &context, &msg, reason).await else {
             record(&*p, &msg, "silent", "reply_failed", "");
             withdraw("reply failed");
             return;
         };
-        text
+        reply
     };
     // The world may have moved during the LLM call: apply the hard rules once more.
     // In a round, the answers of the bots whose claims go first count against the
@@ -276,41 +297,13 @@ pub async fn act<P: Ports>(p: Arc<P>, msg: Arc<Envelope>, d: Decision) {
             reason,
             &format!("checked again before sending: {recent_bots} bot messages recorded, {due} due from bots ahead in the round"),
         );
+        brain.metrics.reply_discarded(reason, reply.tokens);
         withdraw(reason);
         return;
     }
     if let (Some(r), Some(acks)) = (relevance, acks.as_mut()) {
-        // Wait until the claim has reached every peer, so that it cannot land on a peer
-        // after that peer has answered too; a peer that already answers says so.
-        let timeout = Duration::from_millis(brain.me.claim_ack_timeout_ms);
-        let known = tokio::select! {
-            a = acks.wait(timeout) => a,
-            _ = p.stopping().cancelled() => {
-                withdraw("shutting down");
-                return;
-            }
-        };
-        if let Some(bot) = known.answered.first() {
-            brain.board.answered(msg.id, bot);
-            record(
-                &*p,
-                &msg,
-                "yield_writing",
-                "already_answered",
-                &format!("{bot} answers it, by its acknowledgement of this bot's claim"),
-            );
-            withdraw("yielded while writing");
+        if !settle_claim(&*p, &msg, acks, &reply).await {
             return;
-        }
-        if !known.pending.is_empty() && brain.me.claim_ack_timeout_ms > 0 {
-            tracing::warn!(bot = %brain.me.name, trigger = %msg.id, unacked = ?known.pending, timeout_ms = brain.me.claim_ack_timeout_ms, "claim not acknowledged by every peer in time; posting anyway");
-            record(
-                &*p,
-                &msg,
-                "post",
-                "claim_unacked",
-                &format!("no acknowledgement from {}", known.pending.join(", ")),
-            );
         }
         // Commit, in one step with the last standing check. Behind a better claim heard
         // meanwhile: stand by with the text written; go on only if that claim is
@@ -336,6 +329,7 @@ pub async fn act<P: Ports>(p: Arc<P>, msg: Arc<Envelope>, d: Decision) {
                     y.reason(),
                     &format!("{y:?} while writing"),
                 );
+                brain.metrics.reply_discarded(y.reason(), reply.tokens);
                 withdraw("yielded while writing");
                 return;
             }
@@ -350,12 +344,20 @@ pub async fn act<P: Ports>(p: Arc<P>, msg: Arc<Envelope>, d: Decision) {
             let last = crate::turn::policy::last_check(p.mesh(), p.quiet(), msg.depth, recent_bots);
             if let Some(reason) = last {
                 record(&*p, &msg, "silent", reason, "checked again before sending");
+                brain.metrics.reply_discarded(reason, reply.tokens);
                 withdraw(reason);
                 return;
             }
         }
     }
-    let reply = Envelope::answer(p.new_id(), p.now_millis(), &brain.me.name, &msg, text, why);
+    let reply = Envelope::answer(
+        p.new_id(),
+        p.now_millis(),
+        &brain.me.name,
+        &msg,
+        reply.text,
+        why,
+    );
     let (id, depth) = (reply.id, reply.depth);
     match p.clone().publish(reply).await {
         Ok(_) => {
@@ -365,6 +367,106 @@ pub async fn act<P: Ports>(p: Arc<P>, msg: Arc<Envelope>, d: Decision) {
             tracing::error!(bot = %brain.me.name, trigger = %msg.id, error = %e, "reply could not be recorded; not sent")
         }
     }
+}
+
+/// How many `claim_ack_timeout_ms` an interjection waits, at most, for the
+/// acknowledgement of a peer whose link still works.
+const CLAIM_ACK_PATIENCE: u32 = 4;
+
+/// Before an interjection commits: waits until its claim has reached every peer, so
+/// that it cannot land on a peer after that peer has answered too (a peer that already
+/// answers says so: yield), and for the word of every peer that was still judging when
+/// the claim reached it (it may be the more relevant bot). `false`: the turn ended here
+/// (yielded or stopping; the claim is withdrawn).
+///
+/// A claim that a lossy link dropped arrives on a retry a few hundred ms later, so the
+/// wait goes on past `claim_ack_timeout_ms` (up to [`CLAIM_ACK_PATIENCE`] times it) for
+/// every peer whose link works; a peer whose link has been failing for the whole
+/// timeout is taken for down and not waited for (`post/claim_unacked`).
+async fn settle_claim<P: Ports + ?Sized>(
+    p: &P,
+    msg: &Envelope,
+    acks: &mut ClaimAcks,
+    reply: &Reply,
+) -> bool {
+    let brain = p.brain();
+    let timeout = Duration::from_millis(brain.me.claim_ack_timeout_ms);
+    let hard = tokio::time::Instant::now() + timeout * CLAIM_ACK_PATIENCE;
+    let mut known = tokio::select! {
+        a = acks.wait(timeout) => a,
+        _ = p.stopping().cancelled() => {
+            withdraw_claim(p, msg, "shutting down");
+            return false;
+        }
+    };
+    while !known.settled() && !timeout.is_zero() {
+        let now = tokio::time::Instant::now();
+        let alive = known
+            .pending
+            .iter()
+            .any(|peer| p.link_failing_for(peer).is_none_or(|d| d < timeout));
+        if !alive || now >= hard {
+            break;
+        }
+        let step = (hard - now).min(Duration::from_millis(250));
+        known = tokio::select! {
+            a = acks.wait(step) => a,
+            _ = p.stopping().cancelled() => {
+                withdraw_claim(p, msg, "shutting down");
+                return false;
+            }
+        };
+    }
+    if let Some(bot) = known.answered.first() {
+        brain.board.answered(msg.id, bot);
+        record(
+            p,
+            msg,
+            "yield_writing",
+            "already_answered",
+            &format!("{bot} answers it, by its acknowledgement of this bot's claim"),
+        );
+        brain
+            .metrics
+            .reply_discarded("already_answered", reply.tokens);
+        withdraw_claim(p, msg, "yielded while writing");
+        return false;
+    }
+    if !known.judging.is_empty() {
+        // Peers whose judge was still out when this claim reached them: a slower
+        // judge may still be the more relevant bot. Wait for each one's word (its
+        // claim, its withdrawal, or its answer) before committing.
+        let until =
+            tokio::time::Instant::now() + Duration::from_millis(brain.me.judge_word_timeout_ms);
+        let silent = tokio::select! {
+            s = brain.board.await_words(msg.id, &known.judging, until) => s,
+            _ = p.stopping().cancelled() => {
+                withdraw_claim(p, msg, "shutting down");
+                return false;
+            }
+        };
+        if !silent.is_empty() {
+            tracing::warn!(bot = %brain.me.name, trigger = %msg.id, silent = ?silent, "peers that were judging sent no word in time; going on");
+            record(
+                p,
+                msg,
+                "post",
+                "judge_word_missing",
+                &format!("no word from {}", silent.join(", ")),
+            );
+        }
+    }
+    if !known.pending.is_empty() && !timeout.is_zero() {
+        tracing::warn!(bot = %brain.me.name, trigger = %msg.id, unacked = ?known.pending, timeout_ms = brain.me.claim_ack_timeout_ms, "claim not acknowledged by every peer in time (their links fail); posting anyway");
+        record(
+            p,
+            msg,
+            "post",
+            "claim_unacked",
+            &format!("no acknowledgement from {}", known.pending.join(", ")),
+        );
+    }
+    true
 }
 
 /// What a sidecar agent receives when its bot takes a turn (docs/sidecar.md).
@@ -417,14 +519,68 @@ pub fn withdraw_claim<P: Ports + ?Sized>(p: &P, msg: &Envelope, why: &str) {
     p.event(Event::Claim {
         envelope: Arc::new(env),
     });
-    brain.metrics.decision("withdraw", "claim");
-    tracing::info!(bot = %me, trigger = %msg.id, why, "claim withdrawn");
+    record(p, msg, "withdraw", "claim", why);
+}
+
+/// After local rules or a judge that did not lead to a claim: if this bot told a
+/// claimant it was still judging the trigger (or had not looked at it yet), it owes
+/// the peers its word, so it sends a withdrawal (relevance 0) and nobody waits on it
+/// any longer. One message to each such claimant, only in that case.
+fn send_owed_word<P: Ports + ?Sized>(p: &P, msg: &Envelope) {
+    let owed = p.brain().board.take_owed_word(msg.id);
+    if owed.is_empty() {
+        return;
+    }
+    let env = claim_envelope(p, msg, WITHDRAWN);
+    p.send_to(&owed, &env);
+    record(
+        p,
+        msg,
+        "withdraw",
+        "after_judging",
+        &format!("{} waited for this bot's word", owed.join(", ")),
+    );
+}
+
+/// What a reply written while waiting came to.
+enum Early {
+    /// Nothing was written early (behind a better claim at the start, a sidecar
+    /// agent, or the text went stale): write it now.
+    NotWritten,
+    /// Written while the wait ran.
+    Written(Reply),
+    /// The LLM call failed (logged and counted there).
+    Failed,
+}
+
+/// What [`wait_turn`] hands back when the bot is to go ahead.
+struct Waited {
+    /// The claim's acknowledgements, to await before posting.
+    acks: ClaimAcks,
+    /// The reply written while waiting, if any.
+    reply: Early,
+}
+
+/// Counts a reply that will not be posted: `written` is what the early writing came
+/// to (`None`: still in flight, cancelled now by dropping it).
+fn discard(brain: &Brain, written: Option<&Option<Reply>>, writing: bool, reason: &str) {
+    match written {
+        Some(Some(r)) => brain.metrics.reply_discarded(reason, r.tokens),
+        None if writing => brain.metrics.reply_discarded("cancelled", 0),
+        _ => {}
+    }
 }
 
 /// Claims the trigger, waits the relevance-scaled delay, stands by behind a better
 /// claim (and re-enters if it is withdrawn), yields if the trigger is answered, and
 /// re-judges once if others spoke meanwhile. `Some` means: go ahead and reply; it
 /// holds the claim's acknowledgements, to await before posting.
+///
+/// Writing while waiting: when no better claim is on the board as the bot claims
+/// (and no sidecar agent writes for it), the reply is written at once, while the delay
+/// runs. A yield cancels the LLM request (or throws the text away); if others spoke
+/// meanwhile and the re-judge still says speak, the text is written anew with the
+/// fresh context. So the bot posts at the later of its delay's end and its reply.
 ///
 /// On a message that asks everyone (`everyone`), the claim only staggers the answers:
 /// nobody yields to a better claim or to another answer, and there is no re-judge
@@ -434,7 +590,7 @@ async fn wait_turn<P: Ports + ?Sized>(
     msg: &Envelope,
     relevance: f64,
     everyone: bool,
-) -> Option<ClaimAcks> {
+) -> Option<Waited> {
     let brain = p.brain();
     let me = brain.me.name.clone();
     let relevance = relevance.max(MIN_CLAIM);
@@ -445,14 +601,33 @@ async fn wait_turn<P: Ports + ?Sized>(
     p.event(Event::Claim {
         envelope: Arc::new(claim),
     });
-    tracing::info!(bot = %me, trigger = %msg.id, relevance, delay_ms = delay.as_millis() as u64, everyone, "claimed; waiting");
+    let early = brain.agent.is_none()
+        && (everyone || brain.board.standing(msg.id, &me, relevance) == Standing::Clear);
+    tracing::info!(bot = %me, trigger = %msg.id, relevance, delay_ms = delay.as_millis() as u64, everyone, writing = early, "claimed; waiting");
+    let context = context_before(p, msg, brain.me.context_messages.max(12));
+    let writing = async {
+        if early {
+            brain
+                .write_reply(p.llm(), &context, msg, "interjected")
+                .await
+        } else {
+            std::future::pending().await
+        }
+    };
+    tokio::pin!(writing);
+    let mut written: Option<Option<Reply>> = None;
     let deadline = tokio::time::Instant::now() + delay;
     if everyone {
-        tokio::select! {
-            _ = tokio::time::sleep_until(deadline) => {}
-            _ = p.stopping().cancelled() => {
-                withdraw_claim(p, msg, "shutting down");
-                return None;
+        loop {
+            tokio::select! {
+                biased;
+                _ = p.stopping().cancelled() => {
+                    discard(brain, written.as_ref(), early, "shutting_down");
+                    withdraw_claim(p, msg, "shutting down");
+                    return None;
+                }
+                _ = tokio::time::sleep_until(deadline) => break,
+                r = &mut writing, if written.is_none() => written = Some(r),
             }
         }
         record(
@@ -462,17 +637,26 @@ async fn wait_turn<P: Ports + ?Sized>(
             "everyone_asked",
             "no yield on a message to everyone",
         );
-        return Some(acks);
+        let reply = finish_writing(p, early, written, writing).await?;
+        return Some(Waited { acks, reply });
     }
     let grace = grace_for(&brain.me, relevance);
-    let outcome = tokio::select! {
-        y = brain.board.wait(msg.id, &me, relevance, deadline, grace) => y,
-        _ = p.stopping().cancelled() => {
-            withdraw_claim(p, msg, "shutting down");
-            return None;
+    let wait = brain.board.wait(msg.id, &me, relevance, deadline, grace);
+    tokio::pin!(wait);
+    let outcome = loop {
+        tokio::select! {
+            biased;
+            _ = p.stopping().cancelled() => {
+                discard(brain, written.as_ref(), early, "shutting_down");
+                withdraw_claim(p, msg, "shutting down");
+                return None;
+            }
+            y = &mut wait => break y,
+            r = &mut writing, if early && written.is_none() => written = Some(r),
         }
     };
     if let Some(y) = outcome {
+        discard(brain, written.as_ref(), early, y.reason());
         record(p, msg, "yield", y.reason(), &format!("{y:?}"));
         // Gave up for good (answered, or the better claimant vanished): let any bot
         // behind this one go.
@@ -493,14 +677,11 @@ async fn wait_turn<P: Ports + ?Sized>(
         .into_iter()
         .filter(|e| e.author.name != me)
         .collect();
-    if !newer.is_empty() {
-        let context = context_before(
-            p,
-            newer.last().expect("non-empty"),
-            brain.me.context_messages,
-        );
-        let mut fresh = context;
-        fresh.push(newer.last().expect("non-empty").clone());
+    if let Some(last) = newer.last() {
+        // The early text did not see what was said since: it goes, whatever the re-judge.
+        discard(brain, written.as_ref(), early, "stale");
+        let mut fresh = context_before(p, last, brain.me.context_messages);
+        fresh.push(last.clone());
         let fresh_context: Vec<Arc<Envelope>> =
             fresh.iter().filter(|e| e.id != msg.id).cloned().collect();
         match brain.judge(p.llm(), &fresh_context, msg).await {
@@ -512,6 +693,10 @@ async fn wait_turn<P: Ports + ?Sized>(
                     "rejudged_speak",
                     &format!("relevance={:.2}", v.relevance),
                 );
+                return Some(Waited {
+                    acks,
+                    reply: Early::NotWritten,
+                });
             }
             _ => {
                 record(
@@ -526,7 +711,36 @@ async fn wait_turn<P: Ports + ?Sized>(
             }
         }
     }
-    Some(acks)
+    let reply = finish_writing(p, early, written, writing).await?;
+    Some(Waited { acks, reply })
+}
+
+/// The early reply once the wait is over: what it came to, awaiting it if it is still
+/// being written (`None`: the node is stopping; the claim is withdrawn).
+async fn finish_writing<P: Ports + ?Sized>(
+    p: &P,
+    early: bool,
+    written: Option<Option<Reply>>,
+    writing: std::pin::Pin<&mut impl std::future::Future<Output = Option<Reply>>>,
+) -> Option<Early> {
+    let done = match written {
+        Some(done) => done,
+        None if !early => return Some(Early::NotWritten),
+        None => {
+            tokio::select! {
+                biased;
+                _ = p.stopping().cancelled() => {
+                    discard(p.brain(), None, true, "shutting_down");
+                    return None;
+                }
+                r = writing => r,
+            }
+        }
+    };
+    Some(match done {
+        Some(r) => Early::Written(r),
+        None => Early::Failed,
+    })
 }
 
 /// Bot messages since the last human one in `group`, within the rate window.

@@ -75,6 +75,10 @@ pub trait Ports: Send + Sync + 'static {
         ahead: &[String],
     ) -> (usize, usize);
 
+    /// How long this node's direct link to `peer` (an outbox name) has been failing,
+    /// if it is: a peer down that long is not waited for.
+    fn link_failing_for(&self, peer: &str) -> Option<std::time::Duration>;
+
     /// Whether the operator switched the bot quiet.
     fn quiet(&self) -> bool;
     /// Cancelled when the node stops taking turns.
@@ -82,6 +86,8 @@ pub trait Ports: Send + Sync + 'static {
 
     /// Sends an ephemeral envelope (a claim or its withdrawal) to every peer.
     fn broadcast(&self, env: &Envelope);
+    /// Sends an ephemeral envelope (a withdrawal owed to claimants) to these peers only.
+    fn send_to(&self, peers: &[String], env: &Envelope);
     /// [`Ports::broadcast`], tracking the envelope's delivery to every peer.
     fn broadcast_tracked(&self, env: &Envelope) -> ClaimAcks;
     /// Records the bot's reply, posts it to the platform and queues it for every peer.

@@ -34,6 +34,7 @@ use tokio::time::Instant;
 use ulid::Ulid;
 
 use crate::config::BotSettings;
+pub use crate::wire::batch::ClaimReply;
 
 /// How long the board remembers a trigger.
 const TRIGGER_TTL: Duration = Duration::from_secs(900);
@@ -91,6 +92,19 @@ struct Trigger {
     committed: Option<String>,
     /// This node's bot passed on the trigger (judge declined, yielded, re-judged silent).
     passed: bool,
+    /// This node has applied its local rules to the trigger (`turn::triage`): until
+    /// then a peer's claim is answered `judging` too (the trigger may still be on its
+    /// way here, or its rules not applied yet), and this node owes that peer a word.
+    decided: bool,
+    /// This node's judge call about the trigger is in flight (and no claim out yet).
+    judging: bool,
+    /// Claimants this node told it was still judging: it owes each a word (its claim,
+    /// or a withdrawal sent to them alone when it declines).
+    owes_word: HashSet<String>,
+    /// Peers that said they were still judging the trigger when this node's claim
+    /// reached them: this node waits for their word (claim, withdrawal or answer)
+    /// before it commits.
+    awaiting_word: HashSet<String>,
     /// Woken on every change.
     notify: Arc<Notify>,
     /// For eviction.
@@ -204,6 +218,7 @@ impl ClaimBoard {
                 return;
             }
             t.claims.insert(bot.to_string(), relevance);
+            t.awaiting_word.remove(bot);
             t.notify.notify_waiters();
         });
     }
@@ -214,6 +229,7 @@ impl ClaimBoard {
         self.with(trigger, |t| {
             t.claims.remove(bot);
             t.withdrawn.insert(bot.to_string());
+            t.awaiting_word.remove(bot);
             t.notify.notify_waiters();
         });
     }
@@ -265,6 +281,7 @@ impl ClaimBoard {
     pub fn answered(&self, trigger: Ulid, bot: &str) {
         self.with(trigger, |t| {
             t.answered_by.push(bot.to_string());
+            t.awaiting_word.remove(bot);
             if t.standing_by {
                 t.passed = true;
             }
@@ -293,6 +310,88 @@ impl ClaimBoard {
         self.triggers.lock().get(&trigger).is_some_and(|t| {
             t.committed.as_deref() == Some(me) || t.answered_by.iter().any(|b| b == me)
         })
+    }
+
+    /// Records that this node applied its local rules to `trigger`; `judging`: they
+    /// sent it to the judge, whose call is now out.
+    pub fn decided(&self, trigger: Ulid, judging: bool) {
+        self.with(trigger, |t| {
+            t.decided = true;
+            t.judging = judging;
+        });
+    }
+
+    /// Marks this node's judge call about `trigger` as in flight (`true`) or done.
+    pub fn set_judging(&self, trigger: Ulid, on: bool) {
+        self.with(trigger, |t| t.judging = on);
+    }
+
+    /// What the bridge answers a peer's claim on `trigger` (already on the board):
+    /// `answered` when `me` committed to or posted an answer; `judging` when `me`'s
+    /// judge is still out, in which case `me` now owes the peers its word.
+    pub fn answer_claim(&self, trigger: Ulid, me: &str, claimant: &str) -> ClaimReply {
+        self.with(trigger, |t| {
+            let answered =
+                t.committed.as_deref() == Some(me) || t.answered_by.iter().any(|b| b == me);
+            let judging = !answered && (t.judging || !t.decided) && !t.claims.contains_key(me);
+            if judging {
+                t.owes_word.insert(claimant.to_string());
+            }
+            ClaimReply {
+                answered: answered.then(|| me.to_string()),
+                judging,
+            }
+        })
+    }
+
+    /// The claimants this node told it was judging `trigger` and has not given its
+    /// word yet; taken once: the caller now gives it (a withdrawal, to them).
+    pub fn take_owed_word(&self, trigger: Ulid) -> Vec<String> {
+        self.with(trigger, |t| {
+            let mut owed: Vec<String> = t.owes_word.drain().collect();
+            owed.sort();
+            owed
+        })
+    }
+
+    /// Waits (at most until `until`) for the word of every peer in `judging` that
+    /// said it was still judging `trigger`: its claim, its withdrawal or its answer.
+    /// Returns the peers still silent at the end.
+    pub async fn await_words(
+        &self,
+        trigger: Ulid,
+        judging: &[String],
+        until: Instant,
+    ) -> Vec<String> {
+        let notify = self.with(trigger, |t| {
+            for p in judging {
+                let heard = t.claims.contains_key(p)
+                    || t.withdrawn.contains(p)
+                    || t.answered_by.iter().any(|b| b == p);
+                if !heard {
+                    t.awaiting_word.insert(p.clone());
+                }
+            }
+            t.notify.clone()
+        });
+        loop {
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let waiting: Vec<String> = self.with(trigger, |t| {
+                let mut w: Vec<String> = t.awaiting_word.iter().cloned().collect();
+                w.sort();
+                w
+            });
+            if waiting.is_empty() || Instant::now() >= until {
+                self.with(trigger, |t| t.awaiting_word.clear());
+                return waiting;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => {}
+                _ = &mut notified => {}
+            }
+        }
     }
 
     /// Where `me`, claiming at `relevance`, stands on `trigger`.

@@ -67,6 +67,16 @@ pub struct Item<'a> {
     pub body: Cow<'a, str>,
 }
 
+/// What a node answers a peer's claim: whether its bot already answers the trigger,
+/// or is still judging it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClaimReply {
+    /// This node's bot, when it committed to answer (or answered) the trigger.
+    pub answered: Option<String>,
+    /// This node's judge about the trigger is still out: it owes the claimant a word.
+    pub judging: bool,
+}
+
 /// A batch request.
 #[derive(Debug, Deserialize)]
 pub struct Request<'a> {
@@ -89,6 +99,10 @@ pub struct ItemResult {
     /// to answer (or answered) the claim's trigger, so the claimant yields.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answered: Option<String>,
+    /// For a claim: the receiving node's own judge about the trigger is still out, so
+    /// the claimant waits for its word (claim or withdrawal) before it commits.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub judging: bool,
 }
 
 /// A batch answer.
