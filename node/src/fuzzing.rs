@@ -50,7 +50,7 @@ pub fn run(target: &str, data: &[u8]) -> bool {
 }
 
 /// The fixed "now" of the signature harnesses (unix seconds), so a run is reproducible.
-pub const NOW: i64 = 1_763_800_000;
+pub(crate) const NOW: i64 = 1_763_800_000;
 
 /// The app id of the Feishu harnesses' [`EventAuth`].
 const APP_ID: &str = "cli_fuzz";

@@ -212,9 +212,11 @@ async fn a_claim_on_a_trigger_this_bot_answers_is_answered_answered_single_and_i
     let trigger = ulid::Ulid::new();
     let early = SignedRequest::new(signer, &claim("B", trigger, 0.6), 0);
     let (status, v) = early.send(&mesh.http, &mesh.bridge(a)).await;
+    // A has not looked at this trigger (it never arrived here): it may still judge it,
+    // so it answers `judging` and owes B its word.
     assert_eq!(
         (status, v.clone()),
-        (200, serde_json::json!({"accepted": true}))
+        (200, serde_json::json!({"accepted": true, "judging": true}))
     );
 
     // A commits on the trigger (its claim beats B's 0.6): from now on claims on it
@@ -233,7 +235,8 @@ async fn a_claim_on_a_trigger_this_bot_answers_is_answered_answered_single_and_i
     );
 
     // In a batch: a new claim on the trigger, a duplicate one, a claim on another
-    // trigger and a plain message; only the first two carry `answered`.
+    // trigger (not looked at here: `judging`) and a plain message; only the first two
+    // carry `answered`.
     let reqs = [
         SignedRequest::new(signer, &claim("B", trigger, 0.8), 0),
         early,
@@ -247,7 +250,7 @@ async fn a_claim_on_a_trigger_this_bot_answers_is_answered_answered_single_and_i
         serde_json::json!({"results": [
             {"status": 200, "result": "accepted", "answered": "A"},
             {"status": 200, "result": "duplicate", "answered": "A"},
-            {"status": 200, "result": "accepted"},
+            {"status": 200, "result": "accepted", "judging": true},
             {"status": 200, "result": "accepted"},
         ]})
     );

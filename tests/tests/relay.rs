@@ -107,14 +107,17 @@ async fn broken_link_is_relayed_with_original_signatures_hop_limit_and_no_double
         a_to_b.refused.load(Ordering::SeqCst) >= 1,
         "the direct link was really tried"
     );
-    let ma = mesh.metrics(a).await;
-    assert!(
-        metric(
-            &ma,
-            r#"botmesh_envelopes_out_total{peer="B",result="relayed"}"#
-        ) >= 12.0,
-        "{ma}"
-    );
+    // B records a relayed copy before its signed receipt is back at A: wait (bounded)
+    // for A to count the last one, then check the counts.
+    let relayed = r#"botmesh_envelopes_out_total{peer="B",result="relayed"}"#;
+    let ma = wait_for(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || mesh.metrics(a),
+        |m: &String| metric(m, relayed) >= 12.0,
+    )
+    .await;
+    assert!(metric(&ma, relayed) >= 12.0, "{ma}");
     assert!(
         metric(
             &ma,

@@ -47,7 +47,7 @@ fn refresh_cache_sizes(node: &Node) {
 }
 
 /// Routes a local API request.
-pub async fn handle(
+pub(crate) async fn handle(
     node: Arc<Node>,
     req: Request<Incoming>,
     _remote: SocketAddr,
@@ -328,7 +328,7 @@ fn events(node: &Node, req: &Request<Incoming>) -> Response<Body> {
 }
 
 /// `GET /healthz` on either listener: 200 when serving normally, 503 when degraded.
-pub fn health(node: &Node) -> Response<Body> {
+pub(crate) fn health(node: &Node) -> Response<Body> {
     let outboxes: serde_json::Map<String, serde_json::Value> = node
         .outboxes
         .iter()

@@ -1,5 +1,5 @@
 //! One running node: its state and lifecycle ([`node`]), the routing of its two
 //! listeners, and the local API and page ([`api`]). The node implements the narrow
 //! handles the layers below hold: `turn::Ports`, `ingress::ingest::Sink`.
-pub mod api;
+pub(crate) mod api;
 pub mod node;

@@ -6,6 +6,7 @@
 //! cancels `accepting` (listeners stop, pending turns are abandoned), outboxes get a
 //! grace period to drain, then everything stops and the transcript writer flushes.
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,8 +21,10 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::NodeConfig;
-use crate::egress::acks::ClaimAcks;
+use crate::egress::acks::{AckTracker, ClaimAcks};
 use crate::egress::outbox::{Outbox, RetryPolicy};
+use crate::egress::relay::Relay;
+use crate::egress::stream::StreamLink;
 use crate::ingress::ingest::{Arrival, Ingest, Sink, Source};
 use crate::ingress::limiter::RateLimiter;
 use crate::ingress::seen::SeenCache;
@@ -37,45 +40,45 @@ use crate::wire::envelope::Envelope;
 
 /// The outbox that appends to the Redis Streams transport (not a bot name: bot names
 /// cannot contain `@`).
-pub const STREAM_OUTBOX: &str = "@redis";
+pub(crate) const STREAM_OUTBOX: &str = "@redis";
 
 /// How long ids stay in the replay cache: more than twice the ±300 s window.
-pub const SEEN_TTL: Duration = Duration::from_secs(900);
+pub(crate) const SEEN_TTL: Duration = Duration::from_secs(900);
 
 /// A running bot's shared state.
 pub struct Node {
     /// The validated configuration and keys.
-    pub cfg: Arc<NodeConfig>,
+    pub(crate) cfg: Arc<NodeConfig>,
     /// Prometheus metrics.
-    pub metrics: Arc<Metrics>,
+    pub(crate) metrics: Arc<Metrics>,
     /// Live events for the page and SSE.
     pub events: EventBus,
     /// Every group's messages.
-    pub transcripts: Transcripts,
+    pub(crate) transcripts: Transcripts,
     /// Recently seen envelope ids (replay protection).
-    pub seen: Arc<SeenCache>,
+    pub(crate) seen: Arc<SeenCache>,
     /// One outbox per peer.
     pub outboxes: Vec<Arc<Outbox>>,
     /// Per-peer ingress rate limit.
-    pub limiter: Arc<RateLimiter>,
+    pub(crate) limiter: Arc<RateLimiter>,
     /// Verifies envelope signatures off the async workers, coalescing concurrent ones.
-    pub verify: Arc<VerifyPool>,
+    pub(crate) verify: Arc<VerifyPool>,
     /// The LLM client shared by the judge and the reply (idle without `[llm]`).
-    pub llm: LlmClient,
+    pub(crate) llm: LlmClient,
     /// The turn-taking pipeline.
     pub brain: Brain,
     /// The operator's quiet switch: when set, the bot takes no turns.
-    pub quiet: AtomicBool,
+    pub(crate) quiet: AtomicBool,
     /// Cancelled when the node stops accepting work.
-    pub accepting: CancellationToken,
+    pub(crate) accepting: CancellationToken,
     /// Tracks the background turn tasks so shutdown can wait for them.
-    pub turns: tokio_util::task::TaskTracker,
+    pub(crate) turns: tokio_util::task::TaskTracker,
     /// This bot's chat platform.
-    pub platform: Arc<dyn ChatPlatform>,
+    pub(crate) platform: Arc<dyn ChatPlatform>,
     /// The Redis Streams transport, when this bot's transport is `redis`.
-    pub stream: Option<Arc<crate::egress::stream::StreamLink>>,
+    pub(crate) stream: Option<Arc<crate::egress::stream::StreamLink>>,
     /// Relaying around broken links (its HTTP client also forwards others' copies).
-    pub relay: Option<Arc<crate::egress::relay::Relay>>,
+    pub(crate) relay: Option<Arc<crate::egress::relay::Relay>>,
     /// Claims this node waits on: each outbox reports how they fared with its peer.
     pub acks: Arc<crate::egress::acks::AckTracker>,
 }
@@ -106,7 +109,7 @@ pub struct RunningNode {
     /// The shared state (for tests and embedding).
     pub node: Arc<Node>,
     /// Where the peer-facing listener is bound.
-    pub bridge_addr: std::net::SocketAddr,
+    pub(crate) bridge_addr: std::net::SocketAddr,
     /// Where the local API is bound.
     pub api_addr: std::net::SocketAddr,
     stop_outboxes: CancellationToken,
@@ -116,18 +119,10 @@ pub struct RunningNode {
 
 impl Node {
     /// Records a message in its group's transcript and, when new, hands it to the
-    /// turn-taking pipeline. Returns once the message is on disk.
-    pub async fn record(
-        self: &Arc<Self>,
-        env: Envelope,
-        source: &str,
-    ) -> Result<Appended, TranscriptError> {
-        self.record_with_mentions(env, source, Vec::new()).await
-    }
-
-    /// [`Node::record`] for a platform message whose `@_user_N` placeholders resolve
-    /// through the platform's mention list (Feishu `mentions[]`).
-    pub async fn record_with_mentions(
+    /// turn-taking pipeline; a platform message's `@_user_N` placeholders resolve
+    /// through the platform's mention list (Feishu `mentions[]`). Returns once the
+    /// message is on disk.
+    pub(crate) async fn record_with_mentions(
         self: &Arc<Self>,
         env: Envelope,
         source: &str,
@@ -151,9 +146,9 @@ impl Node {
         outcome
     }
 
-    /// [`Node::record`] for several messages, in order, in one durable write where
+    /// [`Node::record_with_mentions`] for several messages (no platform mentions), in order, in one durable write where
     /// possible (a batch from a peer): one result per message, in the same order.
-    pub async fn record_many(
+    pub(crate) async fn record_many(
         self: &Arc<Self>,
         envs: Vec<Arc<Envelope>>,
         source: &str,
@@ -207,7 +202,7 @@ impl Node {
     }
 
     /// A claim from a peer: tell the scheduler and the watchers.
-    pub fn on_claim(&self, env: Arc<Envelope>) {
+    pub(crate) fn on_claim(&self, env: Arc<Envelope>) {
         self.brain.on_claim(&env);
         self.events.publish(Event::Claim { envelope: env });
     }
@@ -215,7 +210,7 @@ impl Node {
     /// Queues an ephemeral envelope (a claim) for every peer, in memory only: a claim
     /// that arrives after a restart would be stale anyway. Returns the peers whose
     /// outbox refused it (full: logged and counted there).
-    pub fn broadcast(&self, env: &Envelope) -> Vec<&str> {
+    pub(crate) fn broadcast(&self, env: &Envelope) -> Vec<&str> {
         let body = Bytes::from(env.to_bytes());
         let id = env.id.to_string();
         self.outboxes
@@ -228,7 +223,7 @@ impl Node {
     /// [`Node::broadcast`], tracking the envelope's delivery to every peer: the handle
     /// settles once each peer acknowledged it (with its `answered` value) or its
     /// delivery was given up (a peer whose outbox refuses it counts as given up at once).
-    pub fn broadcast_tracked(&self, env: &Envelope) -> crate::egress::acks::ClaimAcks {
+    pub(crate) fn broadcast_tracked(&self, env: &Envelope) -> crate::egress::acks::ClaimAcks {
         let id = env.id.to_string();
         let peers = self.outboxes.iter().map(|o| o.peer().to_string()).collect();
         // Tracked before it is queued, so no report can come before the entry.
@@ -244,7 +239,7 @@ impl Node {
     /// in the same durable write, queues it for every peer (see `transcript::Fanout`).
     /// On a platform the bot's own message is posted to the chat first, so the
     /// envelope carries the platform's id (`platform_msg_id`) to the peers.
-    pub async fn publish(
+    pub(crate) async fn publish(
         self: &Arc<Self>,
         mut env: Envelope,
         source: &str,
@@ -262,7 +257,7 @@ impl Node {
     }
 
     /// Whether the operator switched the bot quiet.
-    pub fn is_quiet(&self) -> bool {
+    pub(crate) fn is_quiet(&self) -> bool {
         self.quiet.load(Ordering::Relaxed)
     }
 }
@@ -276,20 +271,90 @@ pub async fn start(
     let cfg = Arc::new(cfg);
     let metrics = Arc::new(Metrics::new());
     let events = EventBus::new(1024);
+    let outbox_dir = create_data_dirs(&cfg)?;
+    let stream = open_stream(&cfg, &metrics)?;
+    let acks = Arc::new(AckTracker::default());
+    let outboxes = open_outboxes(&cfg, &outbox_dir, stream.as_ref(), &acks);
+    let transcripts = resume_from_log(&cfg, &outboxes, &metrics, &events)?;
+    let http = peer_http_client(&cfg)?;
+    let relay = build_relay(&cfg, &outboxes, &http, &metrics);
+    let brain = Brain::new(&cfg, metrics.clone())?;
+    let platform = crate::platform::build(&cfg)?;
+    let node = Arc::new(Node {
+        limiter: Arc::new(RateLimiter::new(cfg.mesh().peer_rate_limit)),
+        seen: Arc::new(SeenCache::new(SEEN_TTL, 1_000_000)),
+        verify: Arc::new(
+            VerifyPool::start(&cfg.bot().name)
+                .context("starting the signature verification thread")?,
+        ),
+        llm: LlmClient::new(
+            LlmClient::build_http(Duration::from_secs(3)).context("building the LLM client")?,
+        ),
+        quiet: AtomicBool::new(false),
+        accepting: CancellationToken::new(),
+        turns: tokio_util::task::TaskTracker::new(),
+        outboxes,
+        transcripts,
+        events,
+        metrics,
+        brain,
+        platform,
+        stream,
+        relay: Some(relay),
+        acks,
+        cfg,
+    });
+    let ingest = ingest_for(&node);
+    let (stop_outboxes, outbox_tasks) = spawn_outboxes(&node, &http);
+    let bridge_addr = bridge.local_addr()?;
+    let api_addr = api.local_addr()?;
+    let servers = spawn_listeners(&node, ingest, bridge, api);
+    tracing::info!(bot = %node.cfg.bot().name, transport = ?node.cfg.transport(), %bridge_addr, %api_addr, peers = node.outboxes.len(), data_dir = %node.cfg.data_dir.display(), "node started");
+    Ok(RunningNode {
+        node,
+        bridge_addr,
+        api_addr,
+        stop_outboxes,
+        servers,
+        outbox_tasks,
+    })
+}
+
+/// Creates the data folder and its `outbox` folder (the peers' cursors); returns the
+/// latter.
+fn create_data_dirs(cfg: &NodeConfig) -> anyhow::Result<PathBuf> {
     std::fs::create_dir_all(&cfg.data_dir)
         .with_context(|| format!("creating data folder {}", cfg.data_dir.display()))?;
     let outbox_dir = cfg.data_dir.join("outbox");
     std::fs::create_dir_all(&outbox_dir)
         .with_context(|| format!("creating {}", outbox_dir.display()))?;
-    let stream = match &cfg.redis_url {
-        Some(url) => Some(crate::egress::stream::StreamLink::new(
+    Ok(outbox_dir)
+}
+
+/// The Redis Streams link, when this bot's transport is `redis`.
+fn open_stream(
+    cfg: &NodeConfig,
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<Option<Arc<StreamLink>>> {
+    Ok(match &cfg.redis_url {
+        Some(url) => Some(StreamLink::new(
             url,
             cfg.settings.redis.clone(),
             metrics.clone(),
         )?),
         None => None,
-    };
-    // Peers on the stream are reached by one append; the others by HTTP.
+    })
+}
+
+/// One outbox per HTTP peer, plus one for the stream when there is one (peers on the
+/// stream are reached by one append), each with its cursor file, the claim tracker,
+/// the outbox log and the batch size.
+fn open_outboxes(
+    cfg: &NodeConfig,
+    outbox_dir: &Path,
+    stream: Option<&Arc<StreamLink>>,
+    acks: &Arc<AckTracker>,
+) -> Vec<Arc<Outbox>> {
     let mut outboxes: Vec<Arc<Outbox>> = cfg
         .peers()
         .filter(|p| !cfg.via_stream(p))
@@ -306,10 +371,10 @@ pub async fn start(
             )
         })
         .collect();
-    if let Some(link) = &stream {
-        outboxes.push(Outbox::with_link(
+    if let Some(link) = stream {
+        outboxes.push(Outbox::with_transport(
             STREAM_OUTBOX,
-            crate::egress::outbox::Link::Stream(link.clone()),
+            Arc::new(crate::egress::transport::StreamTransport(link.clone())),
             cfg.mesh().outbox_capacity,
             Some(outbox_dir.join(format!(
                 "{}.cursor",
@@ -317,16 +382,26 @@ pub async fn start(
             ))),
         ));
     }
-    let acks = Arc::new(crate::egress::acks::AckTracker::default());
     for o in &outboxes {
         o.set_acks(acks.clone());
         o.set_log_path(cfg.data_dir.join(crate::store::transcript::OUTBOX_LOG));
         o.set_batch_max(cfg.mesh().batch_max);
     }
+    outboxes
+}
+
+/// Opens the transcripts (their writer fans durable outbound messages out to the
+/// outboxes) and hands each outbox what the outbox log holds past its saved cursor.
+fn resume_from_log(
+    cfg: &NodeConfig,
+    outboxes: &[Arc<Outbox>],
+    metrics: &Arc<Metrics>,
+    events: &EventBus,
+) -> anyhow::Result<Transcripts> {
     let cursors: Vec<Option<u64>> = outboxes.iter().map(|o| o.saved_cursor()).collect();
     let min_next_seq = cursors.iter().flatten().max().map(|c| c + 1).unwrap_or(1);
     let fanout = Arc::new(PeerFanout {
-        outboxes: outboxes.clone(),
+        outboxes: outboxes.to_vec(),
         metrics: metrics.clone(),
     });
     let (transcripts, report, logged) =
@@ -355,17 +430,32 @@ pub async fn start(
             tracing::info!(peer = %o.peer(), envelopes = resend.len(), "resuming undelivered envelopes from the outbox log");
         }
         for e in resend {
-            o.push_logged(e, &metrics);
+            o.push_logged(e, metrics);
         }
     }
-    let http = reqwest::Client::builder()
+    Ok(transcripts)
+}
+
+/// The HTTP client every outbox and the relay send to peers with.
+fn peer_http_client(cfg: &NodeConfig) -> anyhow::Result<reqwest::Client> {
+    reqwest::Client::builder()
         .no_proxy()
         .connect_timeout(Duration::from_secs(2))
         .timeout(Duration::from_millis(cfg.mesh().peer_timeout_ms))
         .pool_idle_timeout(Duration::from_secs(60))
         .build()
-        .context("building the peer HTTP client")?;
-    let relay = Arc::new(crate::egress::relay::Relay::new(
+        .context("building the peer HTTP client")
+}
+
+/// The relay around broken links, over every HTTP peer, set on their outboxes (the
+/// stream has no relay: Redis is the relay).
+fn build_relay(
+    cfg: &NodeConfig,
+    outboxes: &[Arc<Outbox>],
+    http: &reqwest::Client,
+    metrics: &Arc<Metrics>,
+) -> Arc<Relay> {
+    let relay = Arc::new(Relay::new(
         Duration::from_millis(cfg.mesh().relay_after_ms),
         outboxes
             .iter()
@@ -380,37 +470,16 @@ pub async fn start(
         metrics.clone(),
         Duration::from_millis(cfg.mesh().peer_timeout_ms),
     ));
-    // The stream has no relay: Redis is the relay.
     for o in outboxes.iter().filter(|o| o.url().is_some()) {
         o.set_relay(relay.clone());
     }
-    let brain = Brain::new(&cfg, metrics.clone())?;
-    let platform = crate::platform::build(&cfg)?;
-    let node = Arc::new(Node {
-        limiter: Arc::new(RateLimiter::new(cfg.mesh().peer_rate_limit)),
-        seen: Arc::new(SeenCache::new(SEEN_TTL, 1_000_000)),
-        verify: Arc::new(
-            VerifyPool::start(&cfg.bot().name)
-                .context("starting the signature verification thread")?,
-        ),
-        llm: LlmClient::new(
-            LlmClient::build_http(Duration::from_secs(3)).context("building the LLM client")?,
-        ),
-        quiet: AtomicBool::new(false),
-        accepting: CancellationToken::new(),
-        turns: tokio_util::task::TaskTracker::new(),
-        outboxes,
-        transcripts,
-        events,
-        metrics,
-        brain,
-        platform,
-        stream,
-        relay: Some(relay),
-        acks,
-        cfg,
-    });
-    let ingest = Ingest {
+    relay
+}
+
+/// The narrow handle every inbound path (bridge, stream reader, platform) admits
+/// messages through.
+fn ingest_for(node: &Arc<Node>) -> Ingest {
+    Ingest {
         cfg: node.cfg.clone(),
         metrics: node.metrics.clone(),
         seen: node.seen.clone(),
@@ -421,7 +490,12 @@ pub async fn start(
         accepting: node.accepting.clone(),
         tasks: node.turns.clone(),
         sink: Arc::new(NodeSink(node.clone())),
-    };
+    }
+}
+
+/// Starts every outbox's delivery task; returns the token that stops them and the
+/// tasks.
+fn spawn_outboxes(node: &Arc<Node>, http: &reqwest::Client) -> (CancellationToken, JoinSet<()>) {
     let policy = RetryPolicy {
         base: node.cfg.retry_base(),
         max: Duration::from_millis(node.cfg.mesh().retry_max_ms),
@@ -444,8 +518,17 @@ pub async fn start(
             stop_outboxes.clone(),
         ));
     }
-    let bridge_addr = bridge.local_addr()?;
-    let api_addr = api.local_addr()?;
+    (stop_outboxes, outbox_tasks)
+}
+
+/// Serves the peer-facing listener and the local API, and starts the stream reader
+/// and the platform's own task when there are any.
+fn spawn_listeners(
+    node: &Arc<Node>,
+    ingest: Ingest,
+    bridge: TcpListener,
+    api: TcpListener,
+) -> JoinSet<()> {
     let grace = Duration::from_secs(node.cfg.mesh().shutdown_grace_secs);
     let limits = Limits {
         max_connections: node.cfg.mesh().max_connections,
@@ -480,15 +563,7 @@ pub async fn start(
     if let Some(task) = node.platform.clone().start(ingest) {
         servers.spawn(task);
     }
-    tracing::info!(bot = %node.cfg.bot().name, transport = ?node.cfg.transport(), %bridge_addr, %api_addr, peers = node.outboxes.len(), data_dir = %node.cfg.data_dir.display(), "node started");
-    Ok(RunningNode {
-        node,
-        bridge_addr,
-        api_addr,
-        stop_outboxes,
-        servers,
-        outbox_tasks,
-    })
+    servers
 }
 
 impl RunningNode {
@@ -714,7 +789,7 @@ impl Ports for Node {
 }
 
 /// Explain against a running node's live transcript.
-pub async fn explain_live(
+pub(crate) async fn explain_live(
     node: &Node,
     req: crate::turn::ExplainRequest,
 ) -> Result<serde_json::Value, String> {

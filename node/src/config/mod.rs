@@ -17,18 +17,18 @@ use serde::Deserialize;
 
 use crate::wire::signing::{HmacSecret, PairwiseKey, PublicKey, Signer, SigningKey, Verifier};
 
-pub mod pacing;
+pub(crate) mod pacing;
 
 /// A configuration problem, always naming the key it is about.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("{file}: {key}: {problem}")]
 pub struct ConfigError {
     /// The file the problem was found in (or "environment").
-    pub file: String,
+    pub(crate) file: String,
     /// The key, e.g. `bots[1].bridge` or `mesh.secret_env`.
-    pub key: String,
+    pub(crate) key: String,
     /// What is wrong, in words an operator can act on.
-    pub problem: String,
+    pub(crate) problem: String,
 }
 
 /// The whole of peers.toml, as written.
@@ -40,16 +40,16 @@ pub struct Settings {
     pub mesh: MeshSettings,
     /// The OpenAI-compatible endpoint; absent means the offline provider.
     #[serde(default)]
-    pub llm: Option<LlmSettings>,
+    pub(crate) llm: Option<LlmSettings>,
     /// The Redis server behind `transport = "redis"` (see [`RedisSettings`]).
     #[serde(default)]
-    pub redis: RedisSettings,
+    pub(crate) redis: RedisSettings,
     /// Every bot of the mesh, in the same order on every host.
     #[serde(default)]
     pub bots: Vec<BotSettings>,
     /// Where the file was read from; relative paths in it are relative to its folder.
     #[serde(skip)]
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
 }
 
 /// `[mesh]`: what every node of the mesh agrees on.
@@ -57,58 +57,58 @@ pub struct Settings {
 #[serde(deny_unknown_fields, default)]
 pub struct MeshSettings {
     /// The default group for the local platform.
-    pub group: String,
+    pub(crate) group: String,
     /// Env var holding the mesh-wide HMAC secret (`whsec_…`).
-    pub secret_env: Option<String>,
+    pub(crate) secret_env: Option<String>,
     /// File holding the mesh-wide HMAC secret, as an alternative to `secret_env`.
-    pub secret_file: Option<PathBuf>,
+    pub(crate) secret_file: Option<PathBuf>,
     /// Env var holding the previous secret during a rotation (may be unset).
-    pub secret_prev_env: Option<String>,
+    pub(crate) secret_prev_env: Option<String>,
     /// Never reply to a message of this depth or more.
     pub max_depth: u32,
     /// Above this depth the judge must also agree before a bot replies.
-    pub llm_threshold: u32,
+    pub(crate) llm_threshold: u32,
     /// Per group: bot messages allowed per minute with no human message in between.
-    pub bot_messages_per_minute: u32,
+    pub(crate) bot_messages_per_minute: u32,
     /// Folder for transcripts and state; each bot uses `<data_dir>/<name>`.
-    pub data_dir: PathBuf,
+    pub(crate) data_dir: PathBuf,
     /// Env var holding the bearer token for a local API bound to a non-loopback address.
     pub api_token_env: Option<String>,
     /// Envelopes held in memory for one peer; durable ones beyond that wait only in the
     /// outbox log on disk (spilled) and claims are refused (logged and counted).
-    pub outbox_capacity: usize,
+    pub(crate) outbox_capacity: usize,
     /// Envelopes sent to a peer in one `POST /bridge/v1/batch` when more than one
     /// waits (one at a time otherwise); 1 turns batching off. At most 256.
-    pub batch_max: usize,
+    pub(crate) batch_max: usize,
     /// First retry delay for a failed delivery; doubles up to `retry_max_ms`.
-    pub retry_base_ms: u64,
+    pub(crate) retry_base_ms: u64,
     /// The longest delay between two delivery attempts.
-    pub retry_max_ms: u64,
+    pub(crate) retry_max_ms: u64,
     /// A delivery still failing after this long is given up (logged and counted).
-    pub give_up_after_secs: u64,
+    pub(crate) give_up_after_secs: u64,
     /// Timeout for one delivery attempt to a peer.
-    pub peer_timeout_ms: u64,
+    pub(crate) peer_timeout_ms: u64,
     /// Envelopes per second one peer may send before getting 429.
-    pub peer_rate_limit: u32,
+    pub(crate) peer_rate_limit: u32,
     /// Seconds to drain outboxes on shutdown.
-    pub shutdown_grace_secs: u64,
+    pub(crate) shutdown_grace_secs: u64,
     /// Time a client has to send a request's headers (slowloris guard), per listener.
-    pub header_timeout_ms: u64,
+    pub(crate) header_timeout_ms: u64,
     /// Open connections per listener; more wait in the kernel's backlog.
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// When the direct link to a peer has failed for this long, envelopes for it are
     /// also handed to another reachable peer to relay (still signed by this node, so
     /// the relay cannot alter them). 0 disables relaying this node's envelopes.
-    pub relay_after_ms: u64,
+    pub(crate) relay_after_ms: u64,
     /// Relay hops an envelope may take; this node refuses to relay beyond it, and 0
     /// means it relays nothing for others.
-    pub max_relay_hops: u32,
+    pub(crate) max_relay_hops: u32,
     /// How envelopes travel between bots by default: `http` (every peer directly,
     /// the default) or `redis` (one Redis Stream per group). A bot may override it.
-    pub transport: Transport,
+    pub(crate) transport: Transport,
     /// A message older than this when it reaches the node (a catch-up after downtime)
     /// is recorded but never answered: the conversation has moved on.
-    pub stale_after_secs: u64,
+    pub(crate) stale_after_secs: u64,
 }
 
 /// How a bot's envelopes travel.
@@ -128,18 +128,18 @@ pub enum Transport {
 #[serde(deny_unknown_fields, default)]
 pub struct RedisSettings {
     /// `redis://host:port/db` (no password here: use `url_env` for one).
-    pub url: String,
+    pub(crate) url: String,
     /// Env var holding the whole URL instead, when it carries a password.
-    pub url_env: Option<String>,
+    pub(crate) url_env: Option<String>,
     /// Prefix of every key botmesh writes: streams are `{prefix}group:{group}`.
-    pub key_prefix: String,
+    pub(crate) key_prefix: String,
     /// Each group's stream is trimmed to about this many entries; a bot down for
     /// longer than that many messages misses the oldest (logged and counted).
-    pub max_len: u64,
+    pub(crate) max_len: u64,
     /// How long one blocking read waits for new entries.
-    pub block_ms: u64,
+    pub(crate) block_ms: u64,
     /// Entries fetched per read.
-    pub batch: usize,
+    pub(crate) batch: usize,
 }
 
 impl Default for RedisSettings {
@@ -190,30 +190,30 @@ impl Default for MeshSettings {
 #[serde(deny_unknown_fields)]
 pub struct LlmSettings {
     /// Base URL; requests go to `{base_url}/chat/completions`.
-    pub base_url: String,
+    pub(crate) base_url: String,
     /// Model name.
-    pub model: String,
+    pub(crate) model: String,
     /// Env var holding the API key (optional for local servers).
     #[serde(default)]
-    pub api_key_env: Option<String>,
+    pub(crate) api_key_env: Option<String>,
     /// Timeout for one request.
     #[serde(default = "default_llm_timeout_ms")]
-    pub timeout_ms: u64,
+    pub(crate) timeout_ms: u64,
     /// Output cap for replies.
     #[serde(default = "default_reply_tokens")]
-    pub max_tokens: u32,
+    pub(crate) max_tokens: u32,
     /// Sampling temperature, if the server should not use its default.
     #[serde(default)]
-    pub temperature: Option<f32>,
+    pub(crate) temperature: Option<f32>,
     /// Ask the judge for structured output (`response_format` json_schema).
     #[serde(default = "yes")]
-    pub json_schema: bool,
+    pub(crate) json_schema: bool,
     /// Overrides for the judge call (a cheaper model, a shorter timeout).
     #[serde(default)]
-    pub judge: Option<LlmOverride>,
+    pub(crate) judge: Option<LlmOverride>,
     /// Overrides for the reply call.
     #[serde(default)]
-    pub reply: Option<LlmOverride>,
+    pub(crate) reply: Option<LlmOverride>,
 }
 
 /// Per-purpose changes to `[llm]`.
@@ -221,17 +221,17 @@ pub struct LlmSettings {
 #[serde(deny_unknown_fields)]
 pub struct LlmOverride {
     /// Another endpoint.
-    pub base_url: Option<String>,
+    pub(crate) base_url: Option<String>,
     /// Another model.
-    pub model: Option<String>,
+    pub(crate) model: Option<String>,
     /// Another key variable.
-    pub api_key_env: Option<String>,
+    pub(crate) api_key_env: Option<String>,
     /// Another timeout.
-    pub timeout_ms: Option<u64>,
+    pub(crate) timeout_ms: Option<u64>,
     /// Another output cap.
-    pub max_tokens: Option<u32>,
+    pub(crate) max_tokens: Option<u32>,
     /// Another temperature.
-    pub temperature: Option<f32>,
+    pub(crate) temperature: Option<f32>,
 }
 
 fn default_llm_timeout_ms() -> u64 {
@@ -300,36 +300,36 @@ pub struct FeishuIds {
     pub mode: FeishuMode,
     /// The bot's open_id (as seen by this bot's own app).
     #[serde(default)]
-    pub open_id: Option<String>,
+    pub(crate) open_id: Option<String>,
     /// The app's App ID (`cli_…`).
     #[serde(default)]
-    pub app_id: Option<String>,
+    pub(crate) app_id: Option<String>,
     /// Env var holding the app's App Secret.
     #[serde(default)]
-    pub app_secret_env: Option<String>,
+    pub(crate) app_secret_env: Option<String>,
     /// Env var holding the event subscription's Verification Token.
     #[serde(default)]
-    pub verification_token_env: Option<String>,
+    pub(crate) verification_token_env: Option<String>,
     /// Env var holding the event subscription's Encrypt Key (recommended: signed, encrypted events).
     #[serde(default)]
-    pub encrypt_key_env: Option<String>,
+    pub(crate) encrypt_key_env: Option<String>,
     /// Open platform base URL: `https://open.feishu.cn` (default) or `https://open.larksuite.com`.
     #[serde(default)]
-    pub base_url: Option<String>,
+    pub(crate) base_url: Option<String>,
     /// The group chat (`oc_…`) that is the mesh's `[mesh].group`.
     #[serde(default)]
-    pub chat_id: Option<String>,
+    pub(crate) chat_id: Option<String>,
     /// Colleagues' open_ids as seen by THIS bot's app (open_ids differ per app): bot name → `ou_…`.
     #[serde(default)]
-    pub peer_open_ids: HashMap<String, String>,
+    pub(crate) peer_open_ids: HashMap<String, String>,
 }
 
 /// The Feishu open platform's default base URL.
-pub const FEISHU_BASE_URL: &str = "https://open.feishu.cn";
+pub(crate) const FEISHU_BASE_URL: &str = "https://open.feishu.cn";
 
 impl FeishuIds {
     /// The configured base URL without a trailing `/`, or Feishu's.
-    pub fn base_url(&self) -> String {
+    pub(crate) fn base_url(&self) -> String {
         self.base_url
             .as_deref()
             .unwrap_or(FEISHU_BASE_URL)
@@ -343,10 +343,10 @@ impl FeishuIds {
 #[serde(deny_unknown_fields)]
 pub struct AgentSettings {
     /// Where turns are POSTed.
-    pub webhook: String,
+    pub(crate) webhook: String,
     /// How long the agent may take to answer in its response.
     #[serde(default = "default_agent_timeout")]
-    pub timeout_ms: u64,
+    pub(crate) timeout_ms: u64,
 }
 
 fn default_agent_timeout() -> u64 {
@@ -361,87 +361,87 @@ pub struct BotSettings {
     pub name: String,
     /// Other names that mention this bot (`小八`, `xiaoba`).
     #[serde(default)]
-    pub aliases: Vec<String>,
+    pub(crate) aliases: Vec<String>,
     /// Its job, shown to colleagues' LLMs.
     #[serde(default)]
-    pub role: String,
+    pub(crate) role: String,
     /// What it is good at; feeds the judge and the colleague profiles.
     #[serde(default)]
-    pub skills: Vec<String>,
+    pub(crate) skills: Vec<String>,
     /// Peer-facing listener address (`host:port`).
-    pub bridge: String,
+    pub(crate) bridge: String,
     /// How peers reach the bridge when not at `http://{bridge}`.
     #[serde(default)]
     pub bridge_url: Option<String>,
     /// Local API and web page address.
-    pub api: String,
+    pub(crate) api: String,
     /// Ed25519 public key (`whpk_…` or bare base64).
     #[serde(default)]
-    pub public_key: Option<String>,
+    pub(crate) public_key: Option<String>,
     /// Further valid public keys during a rotation.
     #[serde(default)]
-    pub previous_public_keys: Vec<String>,
+    pub(crate) previous_public_keys: Vec<String>,
     /// Env var holding this bot's private key (`whsk_…`).
     #[serde(default)]
-    pub private_key_env: Option<String>,
+    pub(crate) private_key_env: Option<String>,
     /// File holding this bot's private key, as an alternative.
     #[serde(default)]
-    pub private_key_file: Option<PathBuf>,
+    pub(crate) private_key_file: Option<PathBuf>,
     /// The chat platform its humans use.
     #[serde(default)]
-    pub platform: Platform,
+    pub(crate) platform: Platform,
     /// Feishu ids.
     #[serde(default)]
-    pub feishu: Option<FeishuIds>,
+    pub(crate) feishu: Option<FeishuIds>,
     /// When it takes part.
     #[serde(default)]
-    pub participation: Participation,
+    pub(crate) participation: Participation,
     /// Whose messages it may answer.
     #[serde(default)]
-    pub reply_to: ReplyTo,
+    pub(crate) reply_to: ReplyTo,
     /// Shortest interjection delay (relevance 1).
     #[serde(default = "default_min_delay")]
-    pub min_delay_ms: u64,
+    pub(crate) min_delay_ms: u64,
     /// Longest interjection delay (relevance 0).
     #[serde(default = "default_max_delay")]
-    pub max_delay_ms: u64,
+    pub(crate) max_delay_ms: u64,
     /// Random extra delay, up to this, so equal relevances do not collide exactly.
     #[serde(default = "default_jitter")]
-    pub jitter_ms: u64,
+    pub(crate) jitter_ms: u64,
     /// How long, at most, an interjection waits (once its reply is written) for its
     /// claim to be acknowledged by every peer, so that a claim delayed in transit
     /// cannot reach a peer after that peer has answered too. Past it the bot posts
     /// anyway, logged and counted (`post/claim_unacked`). 0 = do not wait.
     #[serde(default = "default_claim_ack_timeout")]
-    pub claim_ack_timeout_ms: u64,
+    pub(crate) claim_ack_timeout_ms: u64,
     /// How long, at most, an interjection waits (once its reply is written) for the
     /// word of a peer that answered its claim `judging` — that peer's judge was still
     /// out, and it may be the more relevant bot. Its word comes when its judge
     /// answers or times out, so this bound only matters when that peer dies meanwhile.
     /// Past it the bot posts anyway (`post/judge_word_missing`).
     #[serde(default = "default_judge_word_timeout")]
-    pub judge_word_timeout_ms: u64,
+    pub(crate) judge_word_timeout_ms: u64,
     /// Messages of context for the judge.
     #[serde(default = "default_context")]
-    pub context_messages: usize,
+    pub(crate) context_messages: usize,
     /// Characters kept of each context message.
     #[serde(default = "default_trim")]
-    pub context_chars: usize,
+    pub(crate) context_chars: usize,
     /// Judge relevance below which the bot stays silent even if the judge says speak.
     #[serde(default = "default_min_relevance")]
-    pub min_relevance: f64,
+    pub(crate) min_relevance: f64,
     /// Replaces the built-in judge prompt template (see docs).
     #[serde(default)]
-    pub judge_prompt: Option<String>,
+    pub(crate) judge_prompt: Option<String>,
     /// The bot's persona for replies; default built from role and skills.
     #[serde(default)]
-    pub persona: Option<String>,
+    pub(crate) persona: Option<String>,
     /// Sidecar agent.
     #[serde(default)]
-    pub agent: Option<AgentSettings>,
+    pub(crate) agent: Option<AgentSettings>,
     /// This bot's transport when it differs from `mesh.transport` (a mixed mesh).
     #[serde(default)]
-    pub transport: Option<Transport>,
+    pub(crate) transport: Option<Transport>,
 }
 
 fn default_min_delay() -> u64 {
@@ -473,7 +473,8 @@ fn default_min_relevance() -> f64 {
 impl BotSettings {
     /// A bot entry from TOML lines (`name`, `bridge` and `api` are filled in when
     /// missing), with every default applied: for tests and tools.
-    pub fn from_toml(extra: &str) -> Result<BotSettings, config::ConfigError> {
+    #[cfg(test)]
+    pub(crate) fn from_toml(extra: &str) -> Result<BotSettings, config::ConfigError> {
         let mut text = String::from(extra);
         for (key, value) in [
             ("name", "\"A\""),
@@ -494,7 +495,7 @@ impl BotSettings {
     }
 
     /// The URL peers post envelopes to.
-    pub fn bridge_base_url(&self) -> String {
+    pub(crate) fn bridge_base_url(&self) -> String {
         self.bridge_url
             .clone()
             .unwrap_or_else(|| format!("http://{}", self.bridge))
@@ -502,7 +503,7 @@ impl BotSettings {
             .to_string()
     }
     /// This bot's open_id on Feishu, if configured.
-    pub fn open_id(&self) -> Option<&str> {
+    pub(crate) fn open_id(&self) -> Option<&str> {
         self.feishu.as_ref().and_then(|f| f.open_id.as_deref())
     }
 }
@@ -549,7 +550,8 @@ impl Settings {
     }
 
     /// Parses settings from a TOML string (tests and `explain` on inline configs).
-    pub fn from_toml(text: &str, path: &Path) -> Result<Settings, ConfigError> {
+    #[cfg(test)]
+    pub(crate) fn from_toml(text: &str, path: &Path) -> Result<Settings, ConfigError> {
         let file = path.display().to_string();
         let built = config::Config::builder()
             .add_source(config::File::from_str(text, config::FileFormat::Toml))
@@ -572,7 +574,7 @@ impl Settings {
     }
 
     /// Checks everything that can be checked without secrets.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         let m = &self.mesh;
         if self.bots.is_empty() {
             return Err(self.err(
@@ -808,7 +810,7 @@ impl Settings {
     }
 
     /// A bot's transport: its own `transport`, else the mesh's.
-    pub fn transport_of(&self, b: &BotSettings) -> Transport {
+    pub(crate) fn transport_of(&self, b: &BotSettings) -> Transport {
         b.transport.unwrap_or(self.mesh.transport)
     }
 
@@ -855,7 +857,7 @@ impl Settings {
     }
 
     /// The bot called `name` (exact, then case-insensitive) and its index.
-    pub fn bot(&self, name: &str) -> Option<(usize, &BotSettings)> {
+    pub(crate) fn bot(&self, name: &str) -> Option<(usize, &BotSettings)> {
         self.bots
             .iter()
             .enumerate()
@@ -869,7 +871,7 @@ impl Settings {
     }
 
     /// Resolves a path written in the file relative to the file's folder.
-    pub fn relative(&self, p: &Path) -> PathBuf {
+    pub(crate) fn relative(&self, p: &Path) -> PathBuf {
         if p.is_absolute() {
             p.to_path_buf()
         } else {
@@ -938,36 +940,36 @@ pub struct NodeConfig {
     /// The validated peers.toml.
     pub settings: Settings,
     /// Index of this node's bot in `settings.bots`.
-    pub me: usize,
+    pub(crate) me: usize,
     /// Signs what this node sends.
-    pub signer: Signer,
+    pub(crate) signer: Signer,
     /// Verifies what peers send.
-    pub verifier: Verifier,
+    pub(crate) verifier: Verifier,
     /// This node's data folder.
-    pub data_dir: PathBuf,
+    pub(crate) data_dir: PathBuf,
     /// Bearer token for the local API, when one is configured.
-    pub api_token: Option<String>,
+    pub(crate) api_token: Option<String>,
     /// Peer-facing listener address.
     pub bridge_addr: SocketAddr,
     /// Local API listener address.
     pub api_addr: SocketAddr,
     /// LLM API keys read from the variables `[llm]` names, by variable name.
-    pub llm_keys: HashMap<String, String>,
+    pub(crate) llm_keys: HashMap<String, String>,
     /// The Feishu app's secrets, for a bot whose platform is `feishu`.
-    pub feishu: Option<FeishuSecrets>,
+    pub(crate) feishu: Option<FeishuSecrets>,
     /// The Redis server's URL, when this bot's transport is `redis`.
-    pub redis_url: Option<String>,
+    pub(crate) redis_url: Option<String>,
 }
 
 /// A feishu bot's secrets, read from the variables `[bots.feishu]` names.
 #[derive(Clone)]
 pub struct FeishuSecrets {
     /// App Secret (for the tenant access token).
-    pub app_secret: String,
+    pub(crate) app_secret: String,
     /// Verification Token, when configured.
-    pub verification_token: Option<String>,
+    pub(crate) verification_token: Option<String>,
     /// Encrypt Key, when configured.
-    pub encrypt_key: Option<String>,
+    pub(crate) encrypt_key: Option<String>,
 }
 
 impl std::fmt::Debug for FeishuSecrets {
@@ -1032,6 +1034,9 @@ impl NodeConfig {
         Self::build(settings, name, None, env, false)
     }
 
+    /// The one constructor behind [`NodeConfig::resolve`] and
+    /// [`NodeConfig::without_secrets`]: every secret is read, and every missing one is
+    /// an error, only with `secrets`.
     fn build(
         settings: Settings,
         name: &str,
@@ -1039,105 +1044,15 @@ impl NodeConfig {
         env: &dyn SecretSource,
         secrets: bool,
     ) -> Result<NodeConfig, ConfigError> {
-        let (me, bot) = settings.bot(name).ok_or_else(|| {
-            let known: Vec<&str> = settings.bots.iter().map(|b| b.name.as_str()).collect();
-            settings.err(
-                "--bot",
-                format!(
-                    "unknown bot {name:?}; this file lists: {}",
-                    known.join(", ")
-                ),
-            )
-        })?;
-        let bot = bot.clone();
+        let (me, bot) = pick_bot(&settings, name)?;
         let at = |k: &str| format!("bots[{me}].{k}");
-        let m = &settings.mesh;
-
         let (hmac, verify_hmac) = hmac_secrets(&settings, env, secrets)?;
         let own = own_signing_key(&settings, &bot, &at, env, secrets)?;
-
-        // Pairwise keys with every other key-holding bot (signing.rs): this bot's key
-        // for what it sends to each, and one per listed key of each for what it receives.
-        let mut sending = HashMap::new();
-        let mut receiving = HashMap::new();
-        let mut ed = HashMap::new();
-        for b in &settings.bots {
-            let keys: Vec<PublicKey> = b
-                .public_key
-                .iter()
-                .chain(b.previous_public_keys.iter())
-                .map(|k| PublicKey::parse(k).expect("validated"))
-                .collect();
-            if let (Some(mine), false) = (own.first(), b.name == bot.name) {
-                // `keys` starts with the current `public_key`, when there is one.
-                let current = keys.first().filter(|_| b.public_key.is_some());
-                if let Some(k) =
-                    current.and_then(|pk| PairwiseKey::sending(mine, &bot.name, pk, &b.name))
-                {
-                    sending.insert(b.name.clone(), k);
-                }
-                let from: Vec<PairwiseKey> = keys
-                    .iter()
-                    .filter_map(|pk| PairwiseKey::receiving(mine, &bot.name, pk, &b.name))
-                    .collect();
-                if !from.is_empty() {
-                    receiving.insert(b.name.clone(), from);
-                }
-            }
-            if !keys.is_empty() {
-                ed.insert(b.name.clone(), keys);
-            }
-        }
-        let signer = Signer {
-            hmac,
-            ed25519: own,
-            pairwise: sending,
-        };
-        let verifier = Verifier {
-            hmac: verify_hmac,
-            ed25519: ed,
-            pairwise: receiving,
-        };
-
+        let (signer, verifier) = signer_and_verifier(&settings, &bot, own, hmac, verify_hmac);
         let api_addr: SocketAddr = bot.api.parse().expect("validated");
         let bridge_addr: SocketAddr = bot.bridge.parse().expect("validated");
-        let api_token = match &m.api_token_env {
-            Some(var) => env.var(var),
-            None => None,
-        };
-        if secrets && !api_addr.ip().is_loopback() && api_token.is_none() {
-            return Err(settings.err(
-                at("api"),
-                format!("{api_addr} is not loopback, so the local API needs a bearer token: set mesh.api_token_env and that variable"),
-            ));
-        }
-        let mut llm_keys = HashMap::new();
-        if let Some(llm) = &settings.llm {
-            let vars = [
-                ("llm.api_key_env", llm.api_key_env.as_ref()),
-                (
-                    "llm.judge.api_key_env",
-                    llm.judge.as_ref().and_then(|o| o.api_key_env.as_ref()),
-                ),
-                (
-                    "llm.reply.api_key_env",
-                    llm.reply.as_ref().and_then(|o| o.api_key_env.as_ref()),
-                ),
-            ];
-            for (key, var) in vars {
-                if let Some(var) = var {
-                    match env.var(var) {
-                        Some(value) => {
-                            llm_keys.insert(var.clone(), value);
-                        }
-                        None if secrets => {
-                            return Err(settings.err(key, format!("environment variable {var} is not set (it must hold the API key)")));
-                        }
-                        None => {}
-                    }
-                }
-            }
-        }
+        let api_token = api_token(&settings, api_addr, &at, env, secrets)?;
+        let llm_keys = llm_keys(&settings, env, secrets)?;
         let feishu = match bot
             .feishu
             .as_ref()
@@ -1146,31 +1061,9 @@ impl NodeConfig {
             Some(f) if secrets => Some(feishu_secrets(&settings, me, f, env)?),
             _ => None,
         };
-        let redis_url = if settings.transport_of(&bot) == Transport::Redis {
-            let url = match &settings.redis.url_env {
-                Some(var) => match env.var(var) {
-                    Some(v) => v,
-                    None if secrets => {
-                        return Err(settings.err(
-                            "redis.url_env",
-                            format!("environment variable {var} is not set (it must hold the redis:// URL)"),
-                        ));
-                    }
-                    None => settings.redis.url.clone(),
-                },
-                None => settings.redis.url.clone(),
-            };
-            redis::Client::open(url.as_str()).map_err(|e| {
-                settings.err(
-                    "redis.url_env",
-                    format!("not a redis:// URL: {}", e.category()),
-                )
-            })?;
-            Some(url)
-        } else {
-            None
-        };
-        let data_dir = data_dir.unwrap_or_else(|| settings.relative(&m.data_dir).join(&bot.name));
+        let redis_url = redis_url(&settings, &bot, env, secrets)?;
+        let data_dir =
+            data_dir.unwrap_or_else(|| settings.relative(&settings.mesh.data_dir).join(&bot.name));
         Ok(NodeConfig {
             redis_url,
             settings,
@@ -1192,7 +1085,7 @@ impl NodeConfig {
     }
 
     /// Every other bot of the mesh.
-    pub fn peers(&self) -> impl Iterator<Item = &BotSettings> {
+    pub(crate) fn peers(&self) -> impl Iterator<Item = &BotSettings> {
         self.settings
             .bots
             .iter()
@@ -1202,30 +1095,200 @@ impl NodeConfig {
     }
 
     /// How this node's envelopes travel.
-    pub fn transport(&self) -> Transport {
+    pub(crate) fn transport(&self) -> Transport {
         self.settings.transport_of(self.bot())
     }
 
     /// Whether `peer` is reached through the Redis stream rather than by HTTP: only
     /// when both ends are on `redis`.
-    pub fn via_stream(&self, peer: &BotSettings) -> bool {
+    pub(crate) fn via_stream(&self, peer: &BotSettings) -> bool {
         self.transport() == Transport::Redis && self.settings.transport_of(peer) == Transport::Redis
     }
 
     /// The bot called exactly `name`.
-    pub fn member(&self, name: &str) -> Option<&BotSettings> {
+    pub(crate) fn member(&self, name: &str) -> Option<&BotSettings> {
         self.settings.bots.iter().find(|b| b.name == name)
     }
 
     /// Mesh settings shortcut.
-    pub fn mesh(&self) -> &MeshSettings {
+    pub(crate) fn mesh(&self) -> &MeshSettings {
         &self.settings.mesh
     }
 
     /// Delay before the first retry.
-    pub fn retry_base(&self) -> Duration {
+    pub(crate) fn retry_base(&self) -> Duration {
         Duration::from_millis(self.mesh().retry_base_ms)
     }
+}
+
+/// Bot `name`'s index and entry of a [`NodeConfig::build`]; an unknown name is an
+/// error listing the file's bots.
+fn pick_bot(settings: &Settings, name: &str) -> Result<(usize, BotSettings), ConfigError> {
+    let (me, bot) = settings.bot(name).ok_or_else(|| {
+        let known: Vec<&str> = settings.bots.iter().map(|b| b.name.as_str()).collect();
+        settings.err(
+            "--bot",
+            format!(
+                "unknown bot {name:?}; this file lists: {}",
+                known.join(", ")
+            ),
+        )
+    })?;
+    Ok((me, bot.clone()))
+}
+
+/// The signer and verifier of a [`NodeConfig::build`]: the HMAC secrets, this bot's
+/// own key, every bot's listed public keys, and the pairwise keys with every other
+/// key-holding bot (signing.rs): this bot's key for what it sends to each, and one per
+/// listed key of each for what it receives.
+fn signer_and_verifier(
+    settings: &Settings,
+    bot: &BotSettings,
+    own: Vec<SigningKey>,
+    hmac: Vec<HmacSecret>,
+    verify_hmac: Vec<HmacSecret>,
+) -> (Signer, Verifier) {
+    let mut sending = HashMap::new();
+    let mut receiving = HashMap::new();
+    let mut ed = HashMap::new();
+    for b in &settings.bots {
+        let keys: Vec<PublicKey> = b
+            .public_key
+            .iter()
+            .chain(b.previous_public_keys.iter())
+            .map(|k| PublicKey::parse(k).expect("validated"))
+            .collect();
+        if let (Some(mine), false) = (own.first(), b.name == bot.name) {
+            // `keys` starts with the current `public_key`, when there is one.
+            let current = keys.first().filter(|_| b.public_key.is_some());
+            if let Some(k) =
+                current.and_then(|pk| PairwiseKey::sending(mine, &bot.name, pk, &b.name))
+            {
+                sending.insert(b.name.clone(), k);
+            }
+            let from: Vec<PairwiseKey> = keys
+                .iter()
+                .filter_map(|pk| PairwiseKey::receiving(mine, &bot.name, pk, &b.name))
+                .collect();
+            if !from.is_empty() {
+                receiving.insert(b.name.clone(), from);
+            }
+        }
+        if !keys.is_empty() {
+            ed.insert(b.name.clone(), keys);
+        }
+    }
+    let signer = Signer {
+        hmac,
+        ed25519: own,
+        pairwise: sending,
+    };
+    let verifier = Verifier {
+        hmac: verify_hmac,
+        ed25519: ed,
+        pairwise: receiving,
+    };
+    (signer, verifier)
+}
+
+/// The local API's bearer token of a [`NodeConfig::build`]: required (with `secrets`)
+/// when the API listens on anything but loopback.
+fn api_token(
+    settings: &Settings,
+    api_addr: SocketAddr,
+    at: &dyn Fn(&str) -> String,
+    env: &dyn SecretSource,
+    secrets: bool,
+) -> Result<Option<String>, ConfigError> {
+    let api_token = match &settings.mesh.api_token_env {
+        Some(var) => env.var(var),
+        None => None,
+    };
+    if secrets && !api_addr.ip().is_loopback() && api_token.is_none() {
+        return Err(settings.err(
+            at("api"),
+            format!("{api_addr} is not loopback, so the local API needs a bearer token: set mesh.api_token_env and that variable"),
+        ));
+    }
+    Ok(api_token)
+}
+
+/// The LLM API keys of a [`NodeConfig::build`], by variable name: every variable
+/// `[llm]` names must be set (with `secrets`; without, the ones set are read).
+fn llm_keys(
+    settings: &Settings,
+    env: &dyn SecretSource,
+    secrets: bool,
+) -> Result<HashMap<String, String>, ConfigError> {
+    let mut llm_keys = HashMap::new();
+    if let Some(llm) = &settings.llm {
+        let vars = [
+            ("llm.api_key_env", llm.api_key_env.as_ref()),
+            (
+                "llm.judge.api_key_env",
+                llm.judge.as_ref().and_then(|o| o.api_key_env.as_ref()),
+            ),
+            (
+                "llm.reply.api_key_env",
+                llm.reply.as_ref().and_then(|o| o.api_key_env.as_ref()),
+            ),
+        ];
+        for (key, var) in vars {
+            if let Some(var) = var {
+                match env.var(var) {
+                    Some(value) => {
+                        llm_keys.insert(var.clone(), value);
+                    }
+                    None if secrets => {
+                        return Err(settings.err(
+                            key,
+                            format!(
+                                "environment variable {var} is not set (it must hold the API key)"
+                            ),
+                        ));
+                    }
+                    None => {}
+                }
+            }
+        }
+    }
+    Ok(llm_keys)
+}
+
+/// The Redis URL of a [`NodeConfig::build`], when the bot's transport is `redis`: from
+/// `redis.url_env` (which must be set, with `secrets`) or `redis.url`, checked to be a
+/// redis:// URL.
+fn redis_url(
+    settings: &Settings,
+    bot: &BotSettings,
+    env: &dyn SecretSource,
+    secrets: bool,
+) -> Result<Option<String>, ConfigError> {
+    if settings.transport_of(bot) != Transport::Redis {
+        return Ok(None);
+    }
+    let url = match &settings.redis.url_env {
+        Some(var) => match env.var(var) {
+            Some(v) => v,
+            None if secrets => {
+                return Err(settings.err(
+                    "redis.url_env",
+                    format!(
+                        "environment variable {var} is not set (it must hold the redis:// URL)"
+                    ),
+                ));
+            }
+            None => settings.redis.url.clone(),
+        },
+        None => settings.redis.url.clone(),
+    };
+    redis::Client::open(url.as_str()).map_err(|e| {
+        settings.err(
+            "redis.url_env",
+            format!("not a redis:// URL: {}", e.category()),
+        )
+    })?;
+    Ok(Some(url))
 }
 
 fn parse_secret(

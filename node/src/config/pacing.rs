@@ -13,7 +13,7 @@ use tokio::time::Instant;
 /// A capped exponential retry schedule: `base` before the first retry, doubling per
 /// attempt, never more than `max` (jitter included).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     /// The delay before retry number 1.
     pub base: Duration,
     /// The longest delay.
@@ -23,7 +23,7 @@ pub struct Backoff {
 /// How a [`Backoff`] delay is spread, so that many retrying senders do not move in
 /// lockstep.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Jitter {
+pub(crate) enum Jitter {
     /// Exactly the nominal delay.
     None,
     /// The nominal delay times a factor drawn uniformly from the range (still capped
@@ -33,20 +33,20 @@ pub enum Jitter {
 
 impl Backoff {
     /// A schedule from `base` doubling up to `max`.
-    pub const fn new(base: Duration, max: Duration) -> Self {
+    pub(crate) const fn new(base: Duration, max: Duration) -> Self {
         Backoff { base, max }
     }
 
     /// The delay before retry number `attempt` (1-based; 0 counts as 1) without
     /// jitter: `base · 2^(attempt-1)`, capped at `max`.
-    pub fn nominal(&self, attempt: u32) -> Duration {
+    pub(crate) fn nominal(&self, attempt: u32) -> Duration {
         self.base
             .saturating_mul(1u32 << attempt.saturating_sub(1).min(20))
             .min(self.max)
     }
 
     /// The delay before retry number `attempt`, spread by `jitter`, capped at `max`.
-    pub fn delay(&self, attempt: u32, jitter: Jitter) -> Duration {
+    pub(crate) fn delay(&self, attempt: u32, jitter: Jitter) -> Duration {
         let nominal = self.nominal(attempt);
         match jitter {
             Jitter::None => nominal,
@@ -60,7 +60,7 @@ impl Backoff {
 /// A token bucket: `rate` tokens a second, holding at most `burst`; starts full.
 /// Callers that pace many keys (senders, chats) keep one per key.
 #[derive(Debug, Clone, Copy)]
-pub struct TokenBucket {
+pub(crate) struct TokenBucket {
     rate: f64,
     burst: f64,
     tokens: f64,
@@ -69,7 +69,7 @@ pub struct TokenBucket {
 
 impl TokenBucket {
     /// A full bucket at `now`.
-    pub fn full(rate: f64, burst: f64, now: Instant) -> Self {
+    pub(crate) fn full(rate: f64, burst: f64, now: Instant) -> Self {
         TokenBucket {
             rate,
             burst,
@@ -80,7 +80,7 @@ impl TokenBucket {
 
     /// Takes one token at `now` if there is one; otherwise says how long until there
     /// will be.
-    pub fn take(&mut self, now: Instant) -> Result<(), Duration> {
+    pub(crate) fn take(&mut self, now: Instant) -> Result<(), Duration> {
         let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
         self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
         self.at = now;

@@ -34,24 +34,24 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::pacing::{Backoff, Jitter};
 use crate::egress::acks::{AckTracker, PeerOutcome};
+use crate::egress::transport::{Attempt, BatchOutcome, HttpPeer, SendContext, Transport};
 use crate::store::cursor::DeliveryCursor;
 use crate::store::transcript::{parse_outbox_line, LoggedOutbound};
 use crate::telemetry::metrics::Metrics;
 use crate::wire::batch::ClaimReply;
-use crate::wire::limits::ENVELOPES_PATH;
-use crate::wire::signing::{Signer, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP};
+use crate::wire::signing::Signer;
 
 /// One envelope waiting for one peer.
 #[derive(Debug, Clone)]
-struct Pending {
+pub(crate) struct Pending {
     /// Envelope id (the `webhook-id`).
-    id: String,
+    pub(crate) id: String,
     /// The serialized envelope, shared by every peer's outbox.
-    body: Bytes,
+    pub(crate) body: Bytes,
     /// When it was queued, for the give-up deadline.
     queued_at: Instant,
     /// Position in the node's outbox log, for durable messages (claims have none).
-    seq: Option<u64>,
+    pub(crate) seq: Option<u64>,
 }
 
 /// Why a push of an ephemeral envelope (a claim) was refused.
@@ -116,8 +116,8 @@ struct Queue {
 pub struct Outbox {
     /// The peer's bot name.
     peer: String,
-    /// Where deliveries go.
-    dest: Link,
+    /// Where deliveries go: the peer's HTTP bridge or the Redis stream.
+    dest: Arc<dyn Transport>,
     /// The memory queue and the spilled range.
     queue: Mutex<Queue>,
     /// Wakes the delivery task when something is queued.
@@ -135,8 +135,6 @@ pub struct Outbox {
     /// The highest log sequence delivered to (or given up on for) this peer, and its
     /// copy on disk for restarts.
     cursor: Arc<DeliveryCursor>,
-    /// The peer's batch endpoint (HTTP links only).
-    batch_url: Option<String>,
     /// Envelopes per batch at most; 1 = one envelope per request.
     batch_max: AtomicUsize,
     /// Where the final outcome of each ephemeral envelope (a claim) is reported, so
@@ -144,16 +142,8 @@ pub struct Outbox {
     acks: OnceLock<Arc<AckTracker>>,
 }
 
-/// Where an outbox delivers.
-pub enum Link {
-    /// A peer's bridge: the full URL of its envelope endpoint.
-    Http(String),
-    /// The Redis Streams transport: one XADD reaches every Redis peer.
-    Stream(Arc<crate::egress::stream::StreamLink>),
-}
-
 /// Envelopes per batch unless configured (`mesh.batch_max`).
-pub const DEFAULT_BATCH_MAX: usize = 64;
+pub(crate) const DEFAULT_BATCH_MAX: usize = 64;
 
 /// After a peer answered 404 to a batch (it predates batches), single posts are used
 /// for this long before batching is tried again (the peer may have been upgraded).
@@ -211,29 +201,26 @@ impl Outbox {
         capacity: usize,
         cursor_path: Option<PathBuf>,
     ) -> Arc<Outbox> {
-        let url = format!("{}{}", base_url.trim_end_matches('/'), ENVELOPES_PATH);
-        Outbox::with_link(peer, Link::Http(url), capacity, cursor_path)
+        Outbox::with_transport(
+            peer,
+            Arc::new(HttpPeer::new(base_url)),
+            capacity,
+            cursor_path,
+        )
     }
 
-    /// An empty outbox named `name` delivering through `link`.
-    pub fn with_link(
+    /// An empty outbox named `name` delivering through `dest`.
+    pub(crate) fn with_transport(
         name: &str,
-        link: Link,
+        dest: Arc<dyn Transport>,
         capacity: usize,
         cursor_path: Option<PathBuf>,
     ) -> Arc<Outbox> {
-        let batch_url = match &link {
-            Link::Http(url) => url
-                .strip_suffix(ENVELOPES_PATH)
-                .map(|base| format!("{base}{}", crate::wire::batch::BATCH_PATH)),
-            Link::Stream(_) => None,
-        };
         Arc::new(Outbox {
             acks: OnceLock::new(),
-            batch_url,
             batch_max: AtomicUsize::new(DEFAULT_BATCH_MAX),
             peer: name.to_string(),
-            dest: link,
+            dest,
             queue: Mutex::new(Queue::default()),
             notify: Notify::new(),
             capacity,
@@ -312,10 +299,7 @@ impl Outbox {
 
     /// Full URL of the peer's envelope endpoint (None for the Redis stream).
     pub fn url(&self) -> Option<&str> {
-        match &self.dest {
-            Link::Http(url) => Some(url),
-            Link::Stream(_) => None,
-        }
+        self.dest.url()
     }
 
     /// Envelopes waiting in memory (never more than the capacity).
@@ -498,205 +482,242 @@ impl Outbox {
         policy: RetryPolicy,
         stop: CancellationToken,
     ) {
-        // The direct link's state across envelopes: consecutive failed attempts, when
-        // to probe it next while relaying, and whether relaying was announced.
-        let mut failures = 0u32;
-        let mut next_probe = Instant::now();
-        let mut relay_logged = false;
-        // Set while the peer answers batches with 404 (an older version).
-        let mut batch_off_until: Option<Instant> = None;
+        let cx = RunContext {
+            http,
+            signer,
+            metrics,
+            policy,
+            stop,
+        };
+        let mut state = LinkState {
+            failures: 0,
+            next_probe: Instant::now(),
+            relay_logged: false,
+            batch_off_until: None,
+        };
         loop {
-            let refilled = self.refill(&metrics).await;
-            let Some(mut next) = self.front() else {
-                // A failed re-read of the spill is retried after a pause, not on the next push.
-                let mut pause = if refilled { Duration::MAX } else { policy.max };
-                // Caught up with the cursor behind: write it once things stay quiet.
-                if self.cursor.behind() {
-                    pause = pause.min(crate::store::cursor::SAVE_EVERY);
+            let refilled = self.refill(&cx.metrics).await;
+            let Some(next) = self.front() else {
+                if self.idle(refilled, &cx).await {
+                    continue;
                 }
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = self.notify.notified() => continue,
-                    _ = tokio::time::sleep(pause.min(Duration::from_secs(3600))) => {
-                        self.cursor.save_soon();
-                        continue;
-                    }
-                }
+                return;
             };
-            // More than one waiting, the direct link healthy and the peer known to take
-            // batches (or not known not to): send a batch. Its first retryable result
-            // becomes the first attempt of the one-at-a-time path below, which owns
-            // backoff, relaying and giving up.
-            let mut first: Option<Attempt> = None;
-            let batch_max = self.batch_max.load(Ordering::Relaxed);
-            let relaying = self.relay.get().is_some_and(|r| r.due(&self.link));
-            if batch_off_until.is_some_and(|t| Instant::now() >= t) {
-                batch_off_until = None;
+            let (next, first) = match self.try_batch(&cx, &mut state, next).await {
+                AfterBatch::Done => continue,
+                AfterBatch::OneAtATime(next, first) => (next, first),
+            };
+            if !self.deliver_one(&cx, &mut state, &next, first).await {
+                return;
             }
-            if batch_max > 1 && !relaying && batch_off_until.is_none() {
-                if let Some(url) = &self.batch_url {
-                    let batch = self.front_batch(batch_max);
-                    if batch.len() > 1 {
-                        match self
-                            .attempt_batch(
-                                &http,
-                                url,
-                                &signer,
-                                &batch,
-                                policy.attempt_timeout,
-                                &metrics,
-                            )
-                            .await
-                        {
-                            BatchOutcome::TooSmall => {}
-                            BatchOutcome::Unsupported(why) => {
-                                tracing::info!(peer = %self.peer, reason = %why, "peer does not take batches (older version?): sending one envelope per request");
-                                batch_off_until = Some(Instant::now() + BATCH_RETRY_AFTER);
-                            }
-                            BatchOutcome::Failed(why) => first = Some(Attempt::Retry(why)),
-                            BatchOutcome::Answered(results) => {
-                                self.link_ok(&mut failures);
-                                relay_logged = false;
-                                for (p, r) in batch.iter().zip(results) {
-                                    match r {
-                                        Attempt::Delivered(answered) => {
-                                            metrics.envelope_out(&self.peer, "delivered");
-                                            self.report(p, PeerOutcome::Delivered(answered));
-                                        }
-                                        Attempt::Permanent(why) => {
-                                            metrics.envelope_out(&self.peer, "given_up");
-                                            self.report(p, PeerOutcome::GivenUp);
-                                            tracing::error!(peer = %self.peer, id = %p.id, reason = %why, "peer refused envelope permanently; giving up on it");
-                                        }
-                                        Attempt::Retry(why) => {
-                                            if self.front().is_some_and(|f| f.id == p.id) {
-                                                // The envelopes before it are popped.
-                                                next = p.clone();
-                                                first = Some(Attempt::Retry(why));
-                                            }
-                                            break;
-                                        }
-                                    }
-                                    self.pop(&p.id, &metrics);
-                                }
-                                if first.is_none() {
-                                    continue;
-                                }
-                            }
-                        }
-                    }
-                } else if let Link::Stream(link) = &self.dest {
-                    // The stream: one pipelined round trip appends the whole batch, in order.
-                    let batch = self.front_batch(batch_max);
-                    if batch.len() > 1 {
-                        let ts = std::time::SystemTime::now()
-                            .duration_since(std::time::UNIX_EPOCH)
-                            .map(|d| d.as_secs() as i64)
-                            .unwrap_or(0);
-                        let items: Vec<(&str, String, &[u8])> = batch
-                            .iter()
-                            .map(|p| {
-                                let sig =
-                                    signer.cache.get_or_sign(&signer.signer, &p.id, ts, &p.body);
-                                (p.id.as_str(), sig, &p.body[..])
-                            })
-                            .collect();
-                        metrics.peer_request(&self.peer, "batch");
-                        match link.append_many(ts, &items).await {
-                            Ok(()) => {
-                                self.link_ok(&mut failures);
-                                for p in &batch {
-                                    metrics.envelope_out(&self.peer, "delivered");
-                                    self.report(p, PeerOutcome::Delivered(ClaimReply::default()));
-                                    self.pop(&p.id, &metrics);
-                                }
-                                continue;
-                            }
-                            // An envelope without a group: the one-at-a-time path gives up on it.
-                            Err(crate::egress::stream::AppendError::Permanent(_)) => {}
-                            Err(crate::egress::stream::AppendError::Retry(why)) => {
-                                first = Some(Attempt::Retry(why))
-                            }
-                        }
-                    }
-                }
-            }
-            let mut attempt = 0u32;
-            loop {
-                attempt += 1;
-                let ts = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_secs() as i64)
-                    .unwrap_or(0);
-                let sig = signer.sign_for(&self.peer, &next.id, ts, &next.body);
-                // While relaying, the direct link is only probed on its backoff schedule.
-                let relaying = self.relay.get().is_some_and(|r| r.due(&self.link));
-                let direct = first.is_some() || !relaying || Instant::now() >= next_probe;
-                let outcome = if let Some(o) = first.take() {
-                    o
-                } else if direct {
-                    self.attempt(&http, &next, ts, &sig, policy.attempt_timeout, &metrics)
-                        .await
-                } else {
-                    Attempt::Retry("direct link down (relaying until the next probe)".into())
-                };
-                match outcome {
-                    Attempt::Delivered(answered) => {
-                        self.link_ok(&mut failures);
-                        relay_logged = false;
-                        metrics.envelope_out(&self.peer, "delivered");
-                        self.report(&next, PeerOutcome::Delivered(answered));
-                        tracing::debug!(peer = %self.peer, id = %next.id, attempt, "delivered");
-                        break;
-                    }
-                    Attempt::Permanent(why) => {
-                        self.link_ok(&mut failures);
-                        relay_logged = false;
-                        metrics.envelope_out(&self.peer, "given_up");
-                        self.report(&next, PeerOutcome::GivenUp);
-                        tracing::error!(peer = %self.peer, id = %next.id, attempt, reason = %why, "peer refused envelope permanently; giving up on it");
-                        break;
-                    }
-                    Attempt::Retry(why) => {
-                        if direct {
-                            tracing::debug!(peer = %self.peer, id = %next.id, reason = %why, relaying, "direct attempt failed");
-                            failures += 1;
-                            self.link.failed();
-                            next_probe = Instant::now() + policy.backoff(failures);
-                        }
-                        if let Some(relay) = self.relay.get().filter(|r| r.due(&self.link)) {
-                            if !relay_logged {
-                                relay_logged = true;
-                                tracing::warn!(peer = %self.peer, down_ms = self.link.failing_for().unwrap_or_default().as_millis() as u64, "direct link failing: relaying envelopes for this peer through other peers (still probing it directly)");
-                            }
-                            if relay
-                                .deliver(&self.peer, &next.id, ts, &sig, &next.body)
-                                .await
-                            {
-                                // The relay's receipt proves delivery but carries no `answered`.
-                                metrics.envelope_out(&self.peer, "relayed");
-                                self.report(&next, PeerOutcome::Delivered(ClaimReply::default()));
-                                break;
-                            }
-                        }
-                        if next.queued_at.elapsed() >= policy.give_up_after {
-                            metrics.envelope_out(&self.peer, "given_up");
-                            self.report(&next, PeerOutcome::GivenUp);
-                            tracing::error!(peer = %self.peer, id = %next.id, attempt, reason = %why, waited_s = next.queued_at.elapsed().as_secs(), "delivery deadline passed; giving up on envelope");
-                            break;
-                        }
-                        metrics.envelope_out(&self.peer, "retry");
-                        let wait = policy.backoff(attempt);
-                        tracing::warn!(peer = %self.peer, id = %next.id, attempt, reason = %why, retry_in_ms = wait.as_millis() as u64, "delivery failed; will retry");
-                        tokio::select! {
-                            _ = stop.cancelled() => return,
-                            _ = tokio::time::sleep(wait) => {}
-                        }
-                    }
-                }
-            }
-            self.pop(&next.id, &metrics);
+            self.pop(&next.id, &cx.metrics);
         }
+    }
+
+    /// Waits, with nothing queued, for a push or a pause (true), or for `stop`
+    /// (false). A failed re-read of the spill is retried after a pause, not on the
+    /// next push; a cursor left behind is written once things stay quiet.
+    async fn idle(&self, refilled: bool, cx: &RunContext) -> bool {
+        // A failed re-read of the spill is retried after a pause, not on the next push.
+        let mut pause = if refilled {
+            Duration::MAX
+        } else {
+            cx.policy.max
+        };
+        // Caught up with the cursor behind: write it once things stay quiet.
+        if self.cursor.behind() {
+            pause = pause.min(crate::store::cursor::SAVE_EVERY);
+        }
+        tokio::select! {
+            _ = cx.stop.cancelled() => false,
+            _ = self.notify.notified() => true,
+            _ = tokio::time::sleep(pause.min(Duration::from_secs(3600))) => {
+                self.cursor.save_soon();
+                true
+            }
+        }
+    }
+
+    /// More than one waiting, the direct link healthy and the peer known to take
+    /// batches (or not known not to): sends a batch, over HTTP or on the stream. Its
+    /// first retryable result becomes the first attempt of the one-at-a-time path
+    /// ([`Outbox::deliver_one`]), which owns backoff, relaying and giving up.
+    async fn try_batch(&self, cx: &RunContext, state: &mut LinkState, next: Pending) -> AfterBatch {
+        let batch_max = self.batch_max.load(Ordering::Relaxed);
+        let relaying = self.relay.get().is_some_and(|r| r.due(&self.link));
+        if state.batch_off_until.is_some_and(|t| Instant::now() >= t) {
+            state.batch_off_until = None;
+        }
+        if batch_max <= 1 || relaying || state.batch_off_until.is_some() {
+            return AfterBatch::OneAtATime(next, None);
+        }
+        self.send_batch(cx, state, batch_max, next).await
+    }
+
+    /// A batch over the transport: the envelopes it answers for are handled up to the
+    /// first retryable one, which goes on alone.
+    async fn send_batch(
+        &self,
+        cx: &RunContext,
+        state: &mut LinkState,
+        batch_max: usize,
+        mut next: Pending,
+    ) -> AfterBatch {
+        let batch = self.front_batch(batch_max);
+        if batch.len() <= 1 {
+            return AfterBatch::OneAtATime(next, None);
+        }
+        let outcome = self
+            .dest
+            .send_batch(&cx.send_context(&self.peer), &batch)
+            .await;
+        let results = match outcome {
+            BatchOutcome::TooSmall => return AfterBatch::OneAtATime(next, None),
+            BatchOutcome::Unsupported(why) => {
+                tracing::info!(peer = %self.peer, reason = %why, "peer does not take batches (older version?): sending one envelope per request");
+                state.batch_off_until = Some(Instant::now() + BATCH_RETRY_AFTER);
+                return AfterBatch::OneAtATime(next, None);
+            }
+            BatchOutcome::Failed(why) => {
+                return AfterBatch::OneAtATime(next, Some(Attempt::Retry(why)))
+            }
+            BatchOutcome::Answered(results) => results,
+        };
+        self.link_ok(&mut state.failures);
+        state.relay_logged = false;
+        let mut first = None;
+        for (p, r) in batch.iter().zip(results) {
+            match r {
+                Attempt::Delivered(answered) => {
+                    cx.metrics.envelope_out(&self.peer, "delivered");
+                    self.report(p, PeerOutcome::Delivered(answered));
+                }
+                Attempt::Permanent(why) => {
+                    cx.metrics.envelope_out(&self.peer, "given_up");
+                    self.report(p, PeerOutcome::GivenUp);
+                    tracing::error!(peer = %self.peer, id = %p.id, reason = %why, "peer refused envelope permanently; giving up on it");
+                }
+                Attempt::Retry(why) => {
+                    if self.front().is_some_and(|f| f.id == p.id) {
+                        // The envelopes before it are popped.
+                        next = p.clone();
+                        first = Some(Attempt::Retry(why));
+                    }
+                    break;
+                }
+            }
+            self.pop(&p.id, &cx.metrics);
+        }
+        match first {
+            None => AfterBatch::Done,
+            first => AfterBatch::OneAtATime(next, first),
+        }
+    }
+
+    /// Delivers `next` alone, `first` being the attempt a batch already made for it:
+    /// direct attempts with backoff (while relaying, only on the probe schedule), the
+    /// relay while the direct link is down, giving up on a permanent refusal or after
+    /// `give_up_after`. True once it is handled (delivered or given up); false when
+    /// `stop` fires first.
+    async fn deliver_one(
+        &self,
+        cx: &RunContext,
+        state: &mut LinkState,
+        next: &Pending,
+        mut first: Option<Attempt>,
+    ) -> bool {
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let ts = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs() as i64)
+                .unwrap_or(0);
+            let sig = cx.signer.sign_for(&self.peer, &next.id, ts, &next.body);
+            // While relaying, the direct link is only probed on its backoff schedule.
+            let relaying = self.relay.get().is_some_and(|r| r.due(&self.link));
+            let direct = first.is_some() || !relaying || Instant::now() >= state.next_probe;
+            let outcome = if let Some(o) = first.take() {
+                o
+            } else if direct {
+                self.dest
+                    .send_one(&cx.send_context(&self.peer), next, ts, &sig)
+                    .await
+            } else {
+                Attempt::Retry("direct link down (relaying until the next probe)".into())
+            };
+            match outcome {
+                Attempt::Delivered(answered) => {
+                    self.link_ok(&mut state.failures);
+                    state.relay_logged = false;
+                    cx.metrics.envelope_out(&self.peer, "delivered");
+                    self.report(next, PeerOutcome::Delivered(answered));
+                    tracing::debug!(peer = %self.peer, id = %next.id, attempt, "delivered");
+                    return true;
+                }
+                Attempt::Permanent(why) => {
+                    self.link_ok(&mut state.failures);
+                    state.relay_logged = false;
+                    cx.metrics.envelope_out(&self.peer, "given_up");
+                    self.report(next, PeerOutcome::GivenUp);
+                    tracing::error!(peer = %self.peer, id = %next.id, attempt, reason = %why, "peer refused envelope permanently; giving up on it");
+                    return true;
+                }
+                Attempt::Retry(why) => {
+                    if direct {
+                        tracing::debug!(peer = %self.peer, id = %next.id, reason = %why, relaying, "direct attempt failed");
+                        state.failures += 1;
+                        self.link.failed();
+                        state.next_probe = Instant::now() + cx.policy.backoff(state.failures);
+                    }
+                    if self.relayed(cx, state, next, ts, &sig).await {
+                        return true;
+                    }
+                    if next.queued_at.elapsed() >= cx.policy.give_up_after {
+                        cx.metrics.envelope_out(&self.peer, "given_up");
+                        self.report(next, PeerOutcome::GivenUp);
+                        tracing::error!(peer = %self.peer, id = %next.id, attempt, reason = %why, waited_s = next.queued_at.elapsed().as_secs(), "delivery deadline passed; giving up on envelope");
+                        return true;
+                    }
+                    cx.metrics.envelope_out(&self.peer, "retry");
+                    let wait = cx.policy.backoff(attempt);
+                    tracing::warn!(peer = %self.peer, id = %next.id, attempt, reason = %why, retry_in_ms = wait.as_millis() as u64, "delivery failed; will retry");
+                    tokio::select! {
+                        _ = cx.stop.cancelled() => return false,
+                        _ = tokio::time::sleep(wait) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// While the direct link is down (the relay says it is due), hands `next` to the
+    /// relay, announcing relaying once; true when the relay delivered it.
+    async fn relayed(
+        &self,
+        cx: &RunContext,
+        state: &mut LinkState,
+        next: &Pending,
+        ts: i64,
+        sig: &str,
+    ) -> bool {
+        let Some(relay) = self.relay.get().filter(|r| r.due(&self.link)) else {
+            return false;
+        };
+        if !state.relay_logged {
+            state.relay_logged = true;
+            tracing::warn!(peer = %self.peer, down_ms = self.link.failing_for().unwrap_or_default().as_millis() as u64, "direct link failing: relaying envelopes for this peer through other peers (still probing it directly)");
+        }
+        if relay
+            .deliver(&self.peer, &next.id, ts, sig, &next.body)
+            .await
+        {
+            // The relay's receipt proves delivery but carries no `answered`.
+            cx.metrics.envelope_out(&self.peer, "relayed");
+            self.report(next, PeerOutcome::Delivered(ClaimReply::default()));
+            return true;
+        }
+        false
     }
 
     /// A direct attempt the peer answered: the link works.
@@ -704,133 +725,6 @@ impl Outbox {
         *failures = 0;
         if let Some(down) = self.link.ok() {
             tracing::info!(peer = %self.peer, down_ms = down.as_millis() as u64, "direct link to peer works again");
-        }
-    }
-
-    async fn attempt(
-        &self,
-        http: &reqwest::Client,
-        p: &Pending,
-        ts: i64,
-        sig: &str,
-        timeout: Duration,
-        metrics: &Metrics,
-    ) -> Attempt {
-        let url = match &self.dest {
-            Link::Http(url) => url,
-            Link::Stream(link) => {
-                return match link.append(&p.id, ts, sig, &p.body).await {
-                    // The stream has no per-peer answer: a stored entry counts as delivered.
-                    Ok(()) => Attempt::Delivered(ClaimReply::default()),
-                    Err(crate::egress::stream::AppendError::Permanent(why)) => {
-                        Attempt::Permanent(why)
-                    }
-                    Err(crate::egress::stream::AppendError::Retry(why)) => Attempt::Retry(why),
-                };
-            }
-        };
-        metrics.peer_request(&self.peer, "single");
-        let sent = http
-            .post(url)
-            .timeout(timeout)
-            .header(HEADER_ID, &p.id)
-            .header(HEADER_TIMESTAMP, ts.to_string())
-            .header(HEADER_SIGNATURE, sig)
-            .header("content-type", "application/json")
-            .body(p.body.clone())
-            .send()
-            .await;
-        match sent {
-            Ok(resp) => {
-                let status = resp.status();
-                // Read the body to the end so the connection can be reused.
-                let body = resp.bytes().await.unwrap_or_default();
-                if status.is_success() {
-                    // Only a claim's answer can name who answered its trigger.
-                    let answered = if p.seq.is_none() {
-                        claim_reply(&body)
-                    } else {
-                        ClaimReply::default()
-                    };
-                    Attempt::Delivered(answered)
-                } else if status == 400 || status == 413 {
-                    Attempt::Permanent(format!(
-                        "{status}: {}",
-                        String::from_utf8_lossy(&body[..body.len().min(200)])
-                    ))
-                } else {
-                    Attempt::Retry(format!(
-                        "{status}: {}",
-                        String::from_utf8_lossy(&body[..body.len().min(200)])
-                    ))
-                }
-            }
-            Err(e) if e.is_timeout() => Attempt::Retry("timeout".into()),
-            Err(e) if e.is_connect() => Attempt::Retry("connect failed".into()),
-            Err(e) => Attempt::Retry(format!("transport: {e}")),
-        }
-    }
-}
-
-impl Outbox {
-    /// Sends the front of the queue as one batch: each envelope signed as for a single
-    /// post, as many as fit under [`crate::wire::batch::MAX_BATCH_BYTES`].
-    async fn attempt_batch(
-        &self,
-        http: &reqwest::Client,
-        url: &str,
-        signer: &SharedSigner,
-        batch: &[Pending],
-        timeout: Duration,
-        metrics: &Metrics,
-    ) -> BatchOutcome {
-        let ts = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs() as i64)
-            .unwrap_or(0);
-        let mut enc = crate::wire::batch::Encoder::new(crate::wire::batch::MAX_BATCH_BYTES);
-        for p in batch {
-            let sig = signer.sign_for(&self.peer, &p.id, ts, &p.body);
-            if !enc.push(&p.id, ts, &sig, &p.body) {
-                break;
-            }
-        }
-        let sent = enc.len();
-        if sent < 2 {
-            return BatchOutcome::TooSmall;
-        }
-        metrics.peer_request(&self.peer, "batch");
-        let resp = http
-            .post(url)
-            .timeout(timeout)
-            .header("content-type", "application/json")
-            .body(enc.finish())
-            .send()
-            .await;
-        let resp = match resp {
-            Ok(r) => r,
-            Err(e) if e.is_timeout() => return BatchOutcome::Failed("timeout".into()),
-            Err(e) if e.is_connect() => return BatchOutcome::Failed("connect failed".into()),
-            Err(e) => return BatchOutcome::Failed(format!("transport: {e}")),
-        };
-        let status = resp.status();
-        let body = resp.bytes().await.unwrap_or_default();
-        let text = || String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
-        if status == 404 || status == 405 || status == 400 || status == 413 {
-            return BatchOutcome::Unsupported(format!("{status}: {}", text()));
-        }
-        if !status.is_success() {
-            return BatchOutcome::Failed(format!("{status}: {}", text()));
-        }
-        match serde_json::from_slice::<crate::wire::batch::Response>(&body) {
-            Ok(r) if r.results.len() == sent => {
-                BatchOutcome::Answered(r.results.into_iter().map(item_outcome).collect())
-            }
-            Ok(r) => BatchOutcome::Failed(format!(
-                "batch answer has {} results for {sent} envelopes",
-                r.results.len()
-            )),
-            Err(e) => BatchOutcome::Failed(format!("unreadable batch answer: {e}")),
         }
     }
 }
@@ -889,64 +783,53 @@ fn read_log_range(
     Ok((Vec::new(), spill.next_offset))
 }
 
-/// The claim fields of a peer's answer to a single post (`answered`, `judging`).
-fn claim_reply(body: &[u8]) -> ClaimReply {
-    /// The fields read from `{"accepted": true, "answered": "…", "judging": true}`.
-    #[derive(serde::Deserialize)]
-    struct Answer {
-        answered: Option<String>,
-        #[serde(default)]
-        judging: bool,
+/// What [`Outbox::run`] delivers with, shared by its steps.
+struct RunContext {
+    http: reqwest::Client,
+    signer: Arc<SharedSigner>,
+    metrics: Arc<Metrics>,
+    policy: RetryPolicy,
+    stop: CancellationToken,
+}
+
+impl RunContext {
+    /// What a transport needs for one request to `peer`.
+    fn send_context<'a>(&'a self, peer: &'a str) -> SendContext<'a> {
+        SendContext {
+            peer,
+            http: &self.http,
+            signer: &self.signer,
+            metrics: &self.metrics,
+            timeout: self.policy.attempt_timeout,
+        }
     }
-    serde_json::from_slice::<Answer>(body)
-        .map(|a| ClaimReply {
-            answered: a.answered,
-            judging: a.judging,
-        })
-        .unwrap_or_default()
 }
 
-#[derive(Debug)]
-enum Attempt {
-    /// Accepted (or a duplicate); for a claim, the peer's answer to it.
-    Delivered(ClaimReply),
-    Permanent(String),
-    Retry(String),
+/// The direct link's state across envelopes, in [`Outbox::run`].
+struct LinkState {
+    /// Consecutive failed direct attempts.
+    failures: u32,
+    /// When to probe the direct link next while relaying.
+    next_probe: Instant,
+    /// Whether relaying was announced.
+    relay_logged: bool,
+    /// Set while the peer answers batches with 404 (an older version).
+    batch_off_until: Option<Instant>,
 }
 
-/// How a batch request went.
-#[derive(Debug)]
-enum BatchOutcome {
-    /// Fewer than two envelopes fit (size, encoding): send one at a time.
-    TooSmall,
-    /// The peer does not take batches (404/405, or refused the batch as a whole).
-    Unsupported(String),
-    /// No per-item answer (transport error, timeout, 5xx): retry.
-    Failed(String),
-    /// One result per envelope sent, in order (the batch may hold fewer envelopes
-    /// than were offered).
-    Answered(Vec<Attempt>),
-}
-
-/// The outcome of one batch item, by the status a single post would have got.
-fn item_outcome(r: crate::wire::batch::ItemResult) -> Attempt {
-    let why = || match &r.detail {
-        Some(d) => format!("{} {}: {d}", r.status, r.result),
-        None => format!("{} {}", r.status, r.result),
-    };
-    match r.status {
-        200..=299 => Attempt::Delivered(ClaimReply {
-            answered: r.answered,
-            judging: r.judging,
-        }),
-        400 | 413 => Attempt::Permanent(why()),
-        _ => Attempt::Retry(why()),
-    }
+/// What [`Outbox::try_batch`] leaves for the one-at-a-time path.
+enum AfterBatch {
+    /// Every envelope the batch held is handled: look at the queue again.
+    Done,
+    /// Deliver this envelope alone, starting from the batch's attempt when it made one.
+    OneAtATime(Pending, Option<Attempt>),
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::limits::ENVELOPES_PATH;
+    use crate::wire::signing::HEADER_ID;
 
     #[test]
     fn backoff_grows_and_is_capped() {

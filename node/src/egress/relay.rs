@@ -221,13 +221,13 @@ impl Relay {
 }
 
 /// The `webhook-id` of the receipt for envelope `id`.
-pub fn receipt_id(id: &str) -> String {
+pub(crate) fn receipt_id(id: &str) -> String {
     format!("receipt-{id}")
 }
 
 /// Checks that `body` is `from`'s signed receipt for envelope `id`; returns its result
 /// (`accepted` or `duplicate`).
-pub fn verify_receipt(
+pub(crate) fn verify_receipt(
     verifier: &Verifier,
     from: &str,
     id: &str,

@@ -48,7 +48,7 @@ pub(crate) const FIELD_BODY: &str = "body";
 
 /// Why an append failed.
 #[derive(Debug, thiserror::Error)]
-pub enum AppendError {
+pub(crate) enum AppendError {
     /// Redis is unreachable or timed out: try again later.
     #[error("{0}")]
     Retry(String),
@@ -59,7 +59,7 @@ pub enum AppendError {
 
 /// A stream entry id, `ms-seq`, ordered as Redis orders them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
-pub struct EntryId {
+pub(crate) struct EntryId {
     /// Milliseconds of Redis's clock when the entry was added.
     pub ms: u64,
     /// Sequence within that millisecond.
@@ -68,7 +68,7 @@ pub struct EntryId {
 
 impl EntryId {
     /// Parses `1700000000000-3`.
-    pub fn parse(s: &str) -> Option<EntryId> {
+    pub(crate) fn parse(s: &str) -> Option<EntryId> {
         let (ms, seq) = s.split_once('-')?;
         Some(EntryId {
             ms: ms.parse().ok()?,
@@ -85,7 +85,7 @@ impl std::fmt::Display for EntryId {
 
 /// What `/healthz` shows about Redis.
 #[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct LinkHealth {
+pub(crate) struct LinkHealth {
     /// Whether the last command (read or write) reached Redis.
     pub connected: bool,
     /// The last failure while not connected.
@@ -97,7 +97,7 @@ pub struct LinkHealth {
 /// The node's connection to Redis, shared by its stream outbox (writes) and its
 /// reader. Each side has its own connection, since a blocking read would hold up
 /// writes on a shared one.
-pub struct StreamLink {
+pub(crate) struct StreamLink {
     /// `[redis]` as configured.
     pub(crate) settings: RedisSettings,
     /// Opens connections (no I/O until used).
@@ -112,7 +112,7 @@ pub struct StreamLink {
 
 impl StreamLink {
     /// A link to the server at `url` (validated with the config).
-    pub fn new(
+    pub(crate) fn new(
         url: &str,
         settings: RedisSettings,
         metrics: Arc<Metrics>,
@@ -130,17 +130,17 @@ impl StreamLink {
     }
 
     /// The stream of `group`.
-    pub fn stream_key(&self, group: &str) -> String {
+    pub(crate) fn stream_key(&self, group: &str) -> String {
         format!("{}group:{group}", self.settings.key_prefix)
     }
 
     /// The set listing every group that has a stream.
-    pub fn groups_key(&self) -> String {
+    pub(crate) fn groups_key(&self) -> String {
         format!("{}groups", self.settings.key_prefix)
     }
 
     /// Health for `/healthz`.
-    pub fn health(&self) -> LinkHealth {
+    pub(crate) fn health(&self) -> LinkHealth {
         self.health.lock().clone()
     }
 
@@ -180,7 +180,7 @@ impl StreamLink {
     /// Appends one signed envelope to its group's stream (trimmed to `max_len`) and
     /// registers the group. A retried append after a lost reply may add the entry
     /// twice; readers drop the second by id.
-    pub async fn append(
+    pub(crate) async fn append(
         &self,
         id: &str,
         ts: i64,
@@ -193,7 +193,7 @@ impl StreamLink {
     /// Appends several signed envelopes (`id`, signature, body), in order, in one
     /// pipelined round trip: all are appended or the call fails (and is retried; a
     /// retry after a lost reply may add some twice, which readers drop by id).
-    pub async fn append_many(
+    pub(crate) async fn append_many(
         &self,
         ts: i64,
         items: &[(&str, String, &[u8])],

@@ -30,7 +30,11 @@ use crate::wire::signing::{
 };
 
 /// `POST /bridge/v1/envelopes`: one signed envelope (or a relayed copy).
-pub async fn receive(ingest: Ingest, req: Request<Incoming>, remote: SocketAddr) -> Response<Body> {
+pub(crate) async fn receive(
+    ingest: Ingest,
+    req: Request<Incoming>,
+    remote: SocketAddr,
+) -> Response<Body> {
     if req
         .headers()
         .contains_key(crate::wire::limits::HEADER_RELAY_TO)
@@ -104,7 +108,7 @@ pub(crate) async fn admit_posted(
 /// The three Standard Webhooks values that travel beside an envelope's bytes: HTTP
 /// headers on the bridge, entry fields on a Redis Stream.
 #[derive(Debug, Clone, Copy)]
-pub struct Signed<'a> {
+pub(crate) struct Signed<'a> {
     /// `webhook-id`: must equal the envelope's id.
     pub id: Option<&'a str>,
     /// `webhook-timestamp`: unix seconds when it was signed.
@@ -116,7 +120,7 @@ pub struct Signed<'a> {
 /// Which transport carried an envelope. The checks are the same; only what "now" is
 /// and whether the per-peer rate limit applies differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Via {
+pub(crate) enum Via {
     /// POSTed by a peer: `now` is the wall clock, and the peer is rate-limited (it
     /// pushes, so a flood must be pushed back with 429).
     Http,
@@ -129,7 +133,7 @@ pub enum Via {
 /// A rejected envelope: status (the HTTP answer), reason code for metrics, and a
 /// human-readable detail for logs.
 #[derive(Debug)]
-pub struct Reject(pub StatusCode, pub &'static str, pub String);
+pub(crate) struct Reject(pub StatusCode, pub &'static str, pub String);
 
 impl Reject {
     /// Counts and logs the rejection, then answers the peer with its status and reason.
@@ -153,7 +157,7 @@ impl Reject {
 /// The checks every envelope passes, whichever transport carried it: headers → JSON
 /// shape → id match → known sender → signature and timestamp window → author rules →
 /// rate limit (HTTP) → replay/duplicate → transcript.
-pub async fn admit(
+pub(crate) async fn admit(
     ingest: &Ingest,
     signed: Signed<'_>,
     body: &[u8],
@@ -366,7 +370,7 @@ pub(crate) enum Checked {
 
 /// `POST /bridge/v1/batch` (see [`crate::wire::batch`]): every item runs the same checks as
 /// a single post, in order; new messages are recorded in one durable write.
-pub async fn receive_batch(
+pub(crate) async fn receive_batch(
     ingest: Ingest,
     req: Request<Incoming>,
     remote: SocketAddr,

@@ -24,7 +24,7 @@ use crate::wire::envelope::Envelope;
 
 /// What a node's message arrived through, as counted in
 /// `botmesh_transcript_appends_total{result}` and logged.
-pub type Source = &'static str;
+pub(crate) type Source = &'static str;
 
 /// One message from a chat platform, ready for the transcript: the envelope (with the
 /// platform's message id, the author by display name) and the platform's own mention

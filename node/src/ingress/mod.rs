@@ -9,11 +9,11 @@
 //! - [`seen`] — `SeenCache`, the replay window's memory.
 //! - [`verify_pool`] — Ed25519 verification off the async workers, batched.
 //! - [`server`] — the hyper plumbing both listeners share.
-pub mod bridge;
-pub mod ingest;
-pub mod limiter;
-pub mod relayed;
-pub mod seen;
-pub mod server;
-pub mod stream;
-pub mod verify_pool;
+pub(crate) mod bridge;
+pub(crate) mod ingest;
+pub(crate) mod limiter;
+pub(crate) mod relayed;
+pub(crate) mod seen;
+pub(crate) mod server;
+pub(crate) mod stream;
+pub(crate) mod verify_pool;

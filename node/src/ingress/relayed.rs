@@ -57,7 +57,7 @@ fn relay_headers(headers: &HeaderMap) -> Result<RelayHeaders, Reject> {
 
 /// `POST /bridge/v1/envelopes` with `botmesh-relay-to`: this node is either the relay
 /// (forward, unaltered) or the destination (admit and answer with a signed receipt).
-pub async fn receive(
+pub(crate) async fn receive(
     ingest: Ingest,
     req: Request<Incoming>,
     remote: std::net::SocketAddr,

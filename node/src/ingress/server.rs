@@ -22,11 +22,11 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 /// The response body type of every handler (full bodies and SSE streams alike).
-pub type Body = UnsyncBoxBody<Bytes, Infallible>;
+pub(crate) type Body = UnsyncBoxBody<Bytes, Infallible>;
 
 /// Limits applied to every connection of a listener.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Open connections at most; further ones wait in the kernel backlog.
     pub max_connections: usize,
     /// Time allowed to send the request head (slowloris guard).
@@ -43,12 +43,12 @@ impl Default for Limits {
 }
 
 /// A full body from bytes.
-pub fn full(bytes: impl Into<Bytes>) -> Body {
+pub(crate) fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into()).boxed_unsync()
 }
 
 /// A JSON response.
-pub fn json(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
+pub(crate) fn json(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
     let mut r = Response::new(full(serde_json::to_vec(value).expect("json value")));
     *r.status_mut() = status;
     r.headers_mut().insert(
@@ -59,12 +59,12 @@ pub fn json(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
 }
 
 /// A JSON error `{"error": reason}`.
-pub fn error(status: StatusCode, reason: impl std::fmt::Display) -> Response<Body> {
+pub(crate) fn error(status: StatusCode, reason: impl std::fmt::Display) -> Response<Body> {
     json(status, &serde_json::json!({ "error": reason.to_string() }))
 }
 
 /// A plain-text response.
-pub fn text(
+pub(crate) fn text(
     status: StatusCode,
     content_type: &'static str,
     body: impl Into<Bytes>,
@@ -78,7 +78,7 @@ pub fn text(
 
 /// Why a request body could not be read.
 #[derive(Debug, thiserror::Error)]
-pub enum BodyError {
+pub(crate) enum BodyError {
     /// Declared or actual length over the limit (413).
     #[error("body larger than {limit} bytes")]
     TooLarge {
@@ -98,7 +98,7 @@ const LINGER_TIME: Duration = Duration::from_secs(2);
 /// Reads a body of at most `limit` bytes; a larger declared Content-Length is refused
 /// before a single body byte is kept. What is left of a refused body is read and thrown
 /// away in the background (a lingering close) so the refusal reaches the client.
-pub async fn read_body(
+pub(crate) async fn read_body(
     req: Request<Incoming>,
     limit: usize,
 ) -> Result<(http::request::Parts, Bytes), BodyError> {
@@ -167,7 +167,7 @@ fn linger(parts: &http::request::Parts, mut body: Incoming) {
 
 /// Serves `handler` on `listener` until `shutdown` fires, then lets in-flight requests
 /// finish for up to `grace`.
-pub async fn serve<F, Fut>(
+pub(crate) async fn serve<F, Fut>(
     name: &'static str,
     listener: TcpListener,
     limits: Limits,
@@ -232,7 +232,7 @@ pub async fn serve<F, Fut>(
 }
 
 /// Query parameters as pairs.
-pub fn query(req_uri: &http::Uri) -> Vec<(String, String)> {
+pub(crate) fn query(req_uri: &http::Uri) -> Vec<(String, String)> {
     req_uri
         .query()
         .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
@@ -240,7 +240,7 @@ pub fn query(req_uri: &http::Uri) -> Vec<(String, String)> {
 }
 
 /// First value of query parameter `key`.
-pub fn query_param(req_uri: &http::Uri, key: &str) -> Option<String> {
+pub(crate) fn query_param(req_uri: &http::Uri, key: &str) -> Option<String> {
     query(req_uri)
         .into_iter()
         .find(|(k, _)| k == key)

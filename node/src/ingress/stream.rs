@@ -38,7 +38,7 @@ impl Entry {
 }
 
 /// Per-group read positions, kept in `<data_dir>/streams/<group>.cursor`.
-pub struct Cursors {
+pub(crate) struct Cursors {
     dir: PathBuf,
     /// The last entry processed, by group.
     pub by_group: HashMap<String, EntryId>,
@@ -46,7 +46,7 @@ pub struct Cursors {
 
 impl Cursors {
     /// Loads every saved cursor (creating the folder).
-    pub fn load(data_dir: &Path) -> std::io::Result<Cursors> {
+    pub(crate) fn load(data_dir: &Path) -> std::io::Result<Cursors> {
         let dir = data_dir.join("streams");
         std::fs::create_dir_all(&dir)?;
         let mut by_group = HashMap::new();
@@ -78,7 +78,7 @@ impl Cursors {
     }
 
     /// Records and saves `group`'s position (write to a temporary file, then rename).
-    pub fn save(&mut self, group: &str, id: EntryId) -> std::io::Result<()> {
+    pub(crate) fn save(&mut self, group: &str, id: EntryId) -> std::io::Result<()> {
         self.by_group.insert(group.to_string(), id);
         let path = self.dir.join(format!(
             "{}.cursor",
@@ -93,7 +93,7 @@ impl Cursors {
 /// Reads every group's stream until `stop` fires: catches up from the saved cursors,
 /// then follows new entries. Redis going away is retried with backoff; the cursor
 /// only moves past entries that were handled (recorded on disk or rejected for good).
-pub async fn run_reader(ingest: Ingest, link: Arc<StreamLink>, stop: CancellationToken) {
+pub(crate) async fn run_reader(ingest: Ingest, link: Arc<StreamLink>, stop: CancellationToken) {
     let mut cursors = match Cursors::load(&ingest.cfg.data_dir) {
         Ok(c) => c,
         Err(e) => {

@@ -23,7 +23,7 @@ use crate::wire::signing::{verify_all, Pending, Scheme, VerifyError};
 
 /// The most envelopes one coalesced verification takes (a job is never split, so
 /// one batch request can make it larger).
-pub const MAX_COALESCED: usize = 64;
+pub(crate) const MAX_COALESCED: usize = 64;
 
 /// One request's checks and where their verdicts go.
 struct Job {

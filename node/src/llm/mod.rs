@@ -39,9 +39,9 @@ const MAX_JSON_CANDIDATES: usize = 32;
 pub struct Endpoint {
     /// Base of the OpenAI-compatible API, e.g. `http://127.0.0.1:11434/v1`;
     /// requests go to `{base_url}/chat/completions` (a trailing `/` is ignored).
-    pub base_url: String,
+    pub(crate) base_url: String,
     /// Model name sent in every request.
-    pub model: String,
+    pub(crate) model: String,
     /// Sent as `Authorization: Bearer <key>` when set and non-empty; never logged.
     pub api_key: Option<String>,
     /// Limit for one whole attempt (connect, send, and reading the body).
@@ -49,7 +49,7 @@ pub struct Endpoint {
     /// Limit for establishing a TCP/TLS connection. reqwest only supports this
     /// per client, so it takes effect through [`LlmClient::build_http`] when
     /// the shared client is built; [`LlmClient::complete`] cannot apply it.
-    pub connect_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
     /// Upper bound on generated tokens (`max_tokens` in the request).
     pub max_tokens: u32,
     /// Sampling temperature; omitted from the request when `None` so the
@@ -62,7 +62,7 @@ pub struct Endpoint {
     pub json_schema: bool,
     /// Send `response_format: {"type": "json_object", "schema": …}` on judge calls
     /// instead: the form llama-cpp-python's server accepts (it refuses `json_schema`).
-    pub json_object: bool,
+    pub(crate) json_object: bool,
 }
 
 impl Endpoint {
@@ -119,7 +119,7 @@ pub enum Purpose {
 
 impl Purpose {
     /// Stable lowercase name for logs and metric labels.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Purpose::Judge => "judge",
             Purpose::Reply => "reply",
@@ -137,14 +137,14 @@ impl fmt::Display for Purpose {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ChatMessage {
     /// `system`, `user` or `assistant`.
-    pub role: String,
+    pub(crate) role: String,
     /// The message text.
     pub content: String,
 }
 
 impl ChatMessage {
     /// A message with an arbitrary role.
-    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+    pub(crate) fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
         ChatMessage {
             role: role.into(),
             content: content.into(),
@@ -162,7 +162,8 @@ impl ChatMessage {
     }
 
     /// An `assistant` message (what this bot said before).
-    pub fn assistant(content: impl Into<String>) -> Self {
+    #[cfg(test)]
+    pub(crate) fn assistant(content: impl Into<String>) -> Self {
         Self::new("assistant", content)
     }
 }

@@ -37,7 +37,7 @@
 //! placeholders are resolved through the event's `mentions[]`: a colleague (by this
 //! app's open_ids, [`crate::config::FeishuIds::peer_open_ids`], else by display name)
 //! becomes `@Name`, anyone else an `<at user_id="ou_…">Name</at>` tag that names no
-//! bot; the mention list itself also goes to [`crate::turn::consider_with`].
+//! bot; the mention list itself also goes to [`crate::turn::pipeline::consider_with`].
 //!
 //! A message another mesh bot posted (`sender_type` "app") is the same message that
 //! bot broadcast over the bridge with its `om_…` id as `platform_msg_id`; the bridge
@@ -86,8 +86,10 @@ use futures_util::future::BoxFuture;
 
 /// Where Feishu posts event callbacks, on the peer-facing listener.
 pub const EVENTS_PATH: &str = "/feishu/v1/events";
-/// Lark's (international) open platform base URL; Feishu's is the default.
-pub const LARK_BASE_URL: &str = "https://open.larksuite.com";
+/// Lark's (international) open platform base URL; Feishu's is the default (only the
+/// tests name it: `[bots.feishu] base_url` sets it).
+#[cfg(test)]
+pub(crate) const LARK_BASE_URL: &str = "https://open.larksuite.com";
 /// Header carrying the request signature.
 pub const HEADER_SIGNATURE: &str = "x-lark-signature";
 /// Header carrying the request's unix timestamp (seconds).
@@ -95,28 +97,28 @@ pub const HEADER_TIMESTAMP: &str = "x-lark-request-timestamp";
 /// Header carrying the request nonce.
 pub const HEADER_NONCE: &str = "x-lark-request-nonce";
 /// Largest accepted |now − timestamp| of a signed callback, in seconds.
-pub const MAX_SKEW_SECS: i64 = 300;
+pub(crate) const MAX_SKEW_SECS: i64 = 300;
 /// How long event ids are remembered: Feishu retries a failed push for hours.
-pub const EVENT_ID_TTL: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const EVENT_ID_TTL: Duration = Duration::from_secs(24 * 3600);
 /// At most this many event ids are remembered (the oldest are forgotten first).
-pub const EVENT_ID_CAPACITY: usize = 200_000;
+pub(crate) const EVENT_ID_CAPACITY: usize = 200_000;
 /// How long a Feishu copy of a mesh bot's message waits for its bridge copy.
-pub const BRIDGE_GRACE: Duration = Duration::from_secs(10);
+pub(crate) const BRIDGE_GRACE: Duration = Duration::from_secs(10);
 /// Messages this node sends to one chat per second (Feishu allows about 5 per group,
 /// shared by all bots).
-pub const SENDS_PER_CHAT_PER_SEC: f64 = 5.0;
+pub(crate) const SENDS_PER_CHAT_PER_SEC: f64 = 5.0;
 /// Feishu codes meaning "this access token is invalid or expired": refresh and retry.
 /// 99991663 tenant token invalid, 99991661 token missing/malformed, 99991668 and
 /// 99991671 access token invalid, 99991664 app token invalid (oapi-sdk-go retries on
 /// 99991663/99991664/99991671; the rest are from the generic error code list).
-pub const TOKEN_INVALID_CODES: [i64; 5] = [99991661, 99991663, 99991664, 99991668, 99991671];
+pub(crate) const TOKEN_INVALID_CODES: [i64; 5] = [99991661, 99991663, 99991664, 99991668, 99991671];
 /// Feishu codes meaning "too many requests": back off and retry.
-pub const RATE_LIMIT_CODES: [i64; 2] = [99991400, 230020];
+pub(crate) const RATE_LIMIT_CODES: [i64; 2] = [99991400, 230020];
 /// The longest a sender's display name is looked up before the message is recorded
 /// under the open_id instead.
-pub const NAME_LOOKUP_TIMEOUT: Duration = Duration::from_secs(3);
+pub(crate) const NAME_LOOKUP_TIMEOUT: Duration = Duration::from_secs(3);
 /// The data-folder file that remembers handled event ids.
-pub const DEDUP_FILE: &str = "feishu-events.log";
+pub(crate) const DEDUP_FILE: &str = "feishu-events.log";
 
 // ---------------------------------------------------------------------------------
 // Crypto
@@ -124,7 +126,7 @@ pub const DEDUP_FILE: &str = "feishu-events.log";
 
 /// Why an `encrypt` payload could not be decrypted.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum CryptoError {
+pub(crate) enum CryptoError {
     /// Not base64.
     #[error("not base64")]
     Base64,
@@ -145,7 +147,7 @@ fn aes_key(encrypt_key: &str) -> [u8; 32] {
 
 /// Decrypts a Feishu `encrypt` field: base64 of IV (16 bytes) + AES-256-CBC ciphertext
 /// with key sha256(`encrypt_key`) and PKCS#7 padding.
-pub fn decrypt(encrypt_key: &str, encrypted: &str) -> Result<Vec<u8>, CryptoError> {
+pub(crate) fn decrypt(encrypt_key: &str, encrypted: &str) -> Result<Vec<u8>, CryptoError> {
     let data = base64::engine::general_purpose::STANDARD
         .decode(encrypted.trim())
         .map_err(|_| CryptoError::Base64)?;
@@ -190,7 +192,7 @@ pub fn signature(timestamp: &str, nonce: &str, encrypt_key: &str, body: &[u8]) -
 
 /// Why a callback was refused. Each maps to a status and a reason code for the logs.
 #[derive(Debug, thiserror::Error)]
-pub enum EventError {
+pub(crate) enum EventError {
     /// This bot is not on Feishu.
     #[error("feishu is not enabled for this bot")]
     NotEnabled,
@@ -234,7 +236,7 @@ pub enum EventError {
 
 impl EventError {
     /// The HTTP status answered.
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         match self {
             EventError::NotEnabled => StatusCode::NOT_FOUND,
             EventError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
@@ -253,7 +255,7 @@ impl EventError {
     }
 
     /// A short reason code for logs.
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             EventError::NotEnabled => "not_enabled",
             EventError::TooLarge(_) => "too_large",
@@ -274,28 +276,28 @@ impl EventError {
 
 /// A schema 2.0 event header.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-pub struct EventHeader {
+pub(crate) struct EventHeader {
     /// Unique per event (and the same on every retry of it).
-    pub event_id: String,
+    pub(crate) event_id: String,
     /// E.g. `im.message.receive_v1`.
-    pub event_type: String,
+    pub(crate) event_type: String,
     /// The Verification Token.
     #[serde(default)]
-    pub token: Option<String>,
+    pub(crate) token: Option<String>,
     /// The app the event is for (`cli_…`).
     #[serde(default)]
-    pub app_id: Option<String>,
+    pub(crate) app_id: Option<String>,
     /// When the event was created (a string of digits).
     #[serde(default)]
-    pub create_time: Option<String>,
+    pub(crate) create_time: Option<String>,
     /// The tenant.
     #[serde(default)]
-    pub tenant_key: Option<String>,
+    pub(crate) tenant_key: Option<String>,
 }
 
 /// A decrypted, parsed callback.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Callback {
+pub(crate) enum Callback {
     /// The request URL check: answer `{"challenge": …}`.
     UrlVerification {
         /// The value to echo.
@@ -323,7 +325,7 @@ pub enum Callback {
 
 impl Callback {
     /// The Verification Token the callback carried.
-    pub fn token(&self) -> Option<&str> {
+    pub(crate) fn token(&self) -> Option<&str> {
         match self {
             Callback::UrlVerification { token, .. } | Callback::Legacy { token, .. } => {
                 token.as_deref()
@@ -352,7 +354,7 @@ struct RawCallback {
 }
 
 /// Parses a (decrypted) callback body.
-pub fn parse_callback(plain: &[u8]) -> Result<Callback, EventError> {
+pub(crate) fn parse_callback(plain: &[u8]) -> Result<Callback, EventError> {
     let raw: RawCallback =
         serde_json::from_slice(plain).map_err(|e| EventError::Malformed(e.to_string()))?;
     if raw.kind.as_deref() == Some("url_verification") {
@@ -397,74 +399,75 @@ pub fn parse_callback(plain: &[u8]) -> Result<Callback, EventError> {
 
 /// Someone's ids as Feishu gives them.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
-pub struct UserIds {
+pub(crate) struct UserIds {
     /// Per-app id (`ou_…`): the same person has a different one in each app.
     #[serde(default)]
-    pub open_id: String,
+    pub(crate) open_id: String,
     /// Per-developer id (`on_…`).
     #[serde(default)]
-    pub union_id: Option<String>,
+    pub(crate) union_id: Option<String>,
     /// Tenant-wide user id.
     #[serde(default)]
-    pub user_id: Option<String>,
+    pub(crate) user_id: Option<String>,
 }
 
 /// Who sent a message.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
-pub struct Sender {
+pub(crate) struct Sender {
     /// Their ids.
     #[serde(default)]
-    pub sender_id: UserIds,
+    pub(crate) sender_id: UserIds,
     /// `user` for a person, `app` for a bot.
     #[serde(default)]
-    pub sender_type: String,
+    pub(crate) sender_type: String,
 }
 
 /// One entry of a message's `mentions[]`.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
-pub struct Mention {
+pub(crate) struct Mention {
     /// The placeholder in the text, e.g. `@_user_1`.
-    pub key: String,
+    pub(crate) key: String,
     /// Who is mentioned.
     #[serde(default)]
-    pub id: UserIds,
+    pub(crate) id: UserIds,
     /// Their display name.
     #[serde(default)]
-    pub name: String,
+    pub(crate) name: String,
 }
 
 /// `event.message` of `im.message.receive_v1`.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
-pub struct Message {
+pub(crate) struct Message {
     /// `om_…`.
-    pub message_id: String,
+    pub(crate) message_id: String,
     /// The chat (`oc_…`).
-    pub chat_id: String,
+    pub(crate) chat_id: String,
     /// `group` or `p2p`.
     #[serde(default)]
-    pub chat_type: String,
+    pub(crate) chat_type: String,
     /// `text`, `post`, `image`, …
-    pub message_type: String,
+    pub(crate) message_type: String,
     /// A JSON string; for text `{"text": "@_user_1 hi"}`.
     #[serde(default)]
-    pub content: String,
+    pub(crate) content: String,
     /// The mentions' placeholders and ids.
     #[serde(default)]
-    pub mentions: Vec<Mention>,
+    pub(crate) mentions: Vec<Mention>,
     /// Unix milliseconds, as a string.
     #[serde(default)]
-    pub create_time: Option<String>,
+    pub(crate) create_time: Option<String>,
     /// The thread root, when a reply.
     #[serde(default)]
-    pub root_id: Option<String>,
+    pub(crate) root_id: Option<String>,
     /// The message replied to, when a reply.
     #[serde(default)]
-    pub parent_id: Option<String>,
+    pub(crate) parent_id: Option<String>,
 }
 
 impl Message {
     /// The text of a `text` message (placeholders left as they are).
-    pub fn text(&self) -> Option<String> {
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn text(&self) -> Option<String> {
         if self.message_type != "text" {
             return None;
         }
@@ -480,17 +483,17 @@ impl Message {
 
 /// The event of `im.message.receive_v1`.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
-pub struct MessageReceived {
+pub(crate) struct MessageReceived {
     /// Who sent it.
     #[serde(default)]
-    pub sender: Sender,
+    pub(crate) sender: Sender,
     /// The message.
-    pub message: Message,
+    pub(crate) message: Message,
 }
 
 impl MessageReceived {
     /// Parses the `event` object of an `im.message.receive_v1` callback.
-    pub fn from_event(event: &serde_json::Value) -> Result<MessageReceived, EventError> {
+    pub(crate) fn from_event(event: &serde_json::Value) -> Result<MessageReceived, EventError> {
         MessageReceived::deserialize(event)
             .map_err(|e| EventError::Malformed(format!("im.message.receive_v1: {e}")))
     }
@@ -498,13 +501,13 @@ impl MessageReceived {
 
 /// What authenticates callbacks: the app and its subscription's secrets.
 #[derive(Clone)]
-pub struct EventAuth {
+pub(crate) struct EventAuth {
     /// This bot's App ID; events for another app are refused.
-    pub app_id: String,
+    pub(crate) app_id: String,
     /// The Verification Token, when configured.
-    pub verification_token: Option<String>,
+    pub(crate) verification_token: Option<String>,
     /// The Encrypt Key, when configured (then events must be signed).
-    pub encrypt_key: Option<String>,
+    pub(crate) encrypt_key: Option<String>,
 }
 
 impl std::fmt::Debug for EventAuth {
@@ -524,7 +527,12 @@ struct Outer {
 impl EventAuth {
     /// Checks, decrypts and parses one callback (see the module docs for the order).
     /// `now` is unix seconds.
-    pub fn open(&self, headers: &HeaderMap, body: &[u8], now: i64) -> Result<Callback, EventError> {
+    pub(crate) fn open(
+        &self,
+        headers: &HeaderMap,
+        body: &[u8],
+        now: i64,
+    ) -> Result<Callback, EventError> {
         let outer: Outer =
             serde_json::from_slice(body).map_err(|e| EventError::Malformed(e.to_string()))?;
         let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
@@ -585,7 +593,7 @@ impl EventAuth {
 /// Remembers handled event ids for a day, in memory and in a small append-only file
 /// (`<unix seconds> <event id>` per line, compacted on open and when it grows), so
 /// neither Feishu's retries nor a restart make a message count twice.
-pub struct EventDedup {
+pub(crate) struct EventDedup {
     path: PathBuf,
     ttl_secs: u64,
     capacity: usize,
@@ -601,7 +609,7 @@ struct DedupInner {
 
 impl EventDedup {
     /// Opens (creating) the file at `path`, keeping ids younger than `ttl`.
-    pub fn open(
+    pub(crate) fn open(
         path: &Path,
         ttl: Duration,
         capacity: usize,
@@ -675,7 +683,7 @@ impl EventDedup {
     }
 
     /// True the first time `id` is seen (and remembers it); false for a repeat.
-    pub fn first_time(&self, id: &str, now_secs: u64) -> bool {
+    pub(crate) fn first_time(&self, id: &str, now_secs: u64) -> bool {
         let mut inner = self.inner.lock();
         while let Some((at, _)) = inner.order.front() {
             if now_secs.saturating_sub(*at) < self.ttl_secs && inner.order.len() < self.capacity {
@@ -709,18 +717,13 @@ impl EventDedup {
     }
 
     /// Whether `id` is remembered (without remembering it).
-    pub fn contains(&self, id: &str) -> bool {
+    pub(crate) fn contains(&self, id: &str) -> bool {
         self.inner.lock().seen.contains_key(id)
     }
 
     /// How many ids are remembered.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.inner.lock().order.len()
-    }
-
-    /// True when no id is remembered.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -730,7 +733,7 @@ impl EventDedup {
 
 /// Why a call to the Feishu API failed.
 #[derive(Debug, thiserror::Error)]
-pub enum SendError {
+pub(crate) enum SendError {
     /// The request did not get an answer.
     #[error("request failed: {0}")]
     Http(String),
@@ -763,13 +766,13 @@ pub enum SendError {
 
 /// Retry schedule for Feishu API calls.
 #[derive(Debug, Clone, Copy)]
-pub struct RetryPolicy {
+pub(crate) struct RetryPolicy {
     /// Attempts at most (token refreshes do not count).
-    pub attempts: u32,
+    pub(crate) attempts: u32,
     /// First delay; doubles each attempt.
-    pub base: Duration,
+    pub(crate) base: Duration,
     /// Longest delay.
-    pub max: Duration,
+    pub(crate) max: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -824,13 +827,13 @@ struct ApiReply {
 
 /// What `GET /open-apis/bot/v3/info` says about the app's bot.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
-pub struct BotInfo {
+pub(crate) struct BotInfo {
     /// The bot's open_id in its own app.
     #[serde(default)]
-    pub open_id: String,
+    pub(crate) open_id: String,
     /// The app's name.
     #[serde(default)]
-    pub app_name: String,
+    pub(crate) app_name: String,
 }
 
 /// A token bucket per chat.
@@ -868,7 +871,7 @@ impl ChatLimiter {
 }
 
 /// The Feishu open platform API as this bot's app: token, bot info, sending.
-pub struct FeishuClient {
+pub(crate) struct FeishuClient {
     http: reqwest::Client,
     base_url: String,
     app_id: String,
@@ -930,7 +933,7 @@ fn retry_hint(headers: &HeaderMap) -> Option<Duration> {
 
 impl FeishuClient {
     /// A client for the app `app_id` at `base_url` (`https://open.feishu.cn` or Lark's).
-    pub fn new(
+    pub(crate) fn new(
         base_url: &str,
         app_id: &str,
         app_secret: &str,
@@ -960,7 +963,7 @@ impl FeishuClient {
     }
 
     /// Counts every API call from now on in `metrics`.
-    pub fn set_metrics(&self, metrics: Arc<Metrics>) {
+    pub(crate) fn set_metrics(&self, metrics: Arc<Metrics>) {
         let _ = self.metrics.set(metrics);
     }
 
@@ -973,7 +976,7 @@ impl FeishuClient {
     /// A valid tenant access token: the cached one, or a fresh one when it is near
     /// expiry or equals `rejected` (the one Feishu just called invalid). One fetch
     /// at a time: concurrent callers wait for it and share the result.
-    pub async fn tenant_token(&self, rejected: Option<&str>) -> Result<String, SendError> {
+    pub(crate) async fn tenant_token(&self, rejected: Option<&str>) -> Result<String, SendError> {
         let mut slot = self.token.lock().await;
         if let Some(t) = slot.as_ref() {
             if Instant::now() < t.refresh_at && rejected != Some(t.value.as_str()) {
@@ -1120,7 +1123,7 @@ impl FeishuClient {
 
     /// Sends a text message to `chat_id`; `uuid` makes retries idempotent on Feishu's
     /// side. Returns the new message's `om_…` id.
-    pub async fn send_text(
+    pub(crate) async fn send_text(
         &self,
         chat_id: &str,
         text: &str,
@@ -1149,7 +1152,7 @@ impl FeishuClient {
 
     /// A person's display name, from the contact API (scope
     /// `contact:user.base:readonly`). `Ok(None)` when Feishu gives no name.
-    pub async fn user_name(&self, open_id: &str) -> Result<Option<String>, SendError> {
+    pub(crate) async fn user_name(&self, open_id: &str) -> Result<Option<String>, SendError> {
         let url = format!(
             "{}/open-apis/contact/v3/users/{}?user_id_type=open_id",
             self.base_url,
@@ -1166,7 +1169,10 @@ impl FeishuClient {
 
     /// The people in a chat as (open_id, name), from the chat members API (scope
     /// `im:chat.members:read` or `im:chat:readonly`); at most 20 pages of 100.
-    pub async fn chat_members(&self, chat_id: &str) -> Result<Vec<(String, String)>, SendError> {
+    pub(crate) async fn chat_members(
+        &self,
+        chat_id: &str,
+    ) -> Result<Vec<(String, String)>, SendError> {
         let mut out = Vec::new();
         let mut page: Option<String> = None;
         for _ in 0..20 {
@@ -1198,7 +1204,7 @@ impl FeishuClient {
 
     /// Who was @mentioned in the chat's recent messages, as (open_id in this app,
     /// display name), newest first; `pages` pages of 50 messages at most.
-    pub async fn recent_mentions(
+    pub(crate) async fn recent_mentions(
         &self,
         chat_id: &str,
         pages: usize,
@@ -1238,7 +1244,7 @@ impl FeishuClient {
     }
 
     /// The app's bot: its open_id (in this app) and name.
-    pub async fn bot_info(&self) -> Result<BotInfo, SendError> {
+    pub(crate) async fn bot_info(&self) -> Result<BotInfo, SendError> {
         let url = format!("{}/open-apis/bot/v3/info", self.base_url);
         let r = self.call(reqwest::Method::GET, &url, None, None).await?;
         r.bot
@@ -1255,13 +1261,13 @@ impl FeishuClient {
 // ---------------------------------------------------------------------------------
 
 /// A feishu bot's platform state: the app, its ids and the event id memory.
-pub struct Feishu {
+pub(crate) struct Feishu {
     /// The API client.
-    pub client: FeishuClient,
+    pub(crate) client: FeishuClient,
     /// Checks callbacks.
-    pub auth: EventAuth,
+    pub(crate) auth: EventAuth,
     /// Handled event ids.
-    pub dedup: EventDedup,
+    pub(crate) dedup: EventDedup,
     me: String,
     open_id: Option<String>,
     chat_id: Option<String>,
@@ -1284,13 +1290,13 @@ pub struct Feishu {
     /// The long connection's state, once started (for health).
     ws: OnceLock<Arc<WsStatus>>,
     /// People's display names by open_id.
-    pub names: crate::platform::feishu_names::Names,
+    pub(crate) names: crate::platform::feishu_names::Names,
 }
 
 /// Every bot with `im:message.group_msg` sees every human message in its groups;
 /// other bots' messages arrive only with the include_bot scopes (and then twice: the
 /// bridge copy is authoritative).
-pub const VISIBILITY: Visibility = Visibility {
+pub(crate) const VISIBILITY: Visibility = Visibility {
     humans_reach_every_bot: true,
     bots_see_bots: false,
 };
@@ -1395,7 +1401,7 @@ fn at_tag(open_id: &str, name: &str) -> String {
 
 impl Feishu {
     /// The Feishu side of `cfg`'s bot (an error when its platform is not feishu).
-    pub fn from_config(cfg: &NodeConfig) -> anyhow::Result<Feishu> {
+    pub(crate) fn from_config(cfg: &NodeConfig) -> anyhow::Result<Feishu> {
         let bot = cfg.bot();
         if bot.platform != Platform::Feishu {
             anyhow::bail!("bot {} is not on feishu", bot.name);
@@ -1477,7 +1483,7 @@ impl Feishu {
     }
 
     /// Best effort at start: asks Feishu for the bot's open_id and logs a mismatch.
-    pub async fn check_identity(&self) {
+    pub(crate) async fn check_identity(&self) {
         match self.client.bot_info().await {
             Ok(info) if self.open_id.as_deref() == Some(info.open_id.as_str()) => {
                 tracing::info!(bot = %self.me, app_name = %info.app_name, "feishu app identity confirmed");
@@ -1493,7 +1499,7 @@ impl Feishu {
 
     /// The mesh group a chat belongs to: `[mesh].group` for the configured chat,
     /// else the chat id itself.
-    pub fn group_for_chat(&self, chat_id: &str) -> String {
+    pub(crate) fn group_for_chat(&self, chat_id: &str) -> String {
         if self.chat_id.as_deref() == Some(chat_id) {
             self.mesh_group.clone()
         } else {
@@ -1502,7 +1508,7 @@ impl Feishu {
     }
 
     /// The chat a group's messages go to.
-    pub fn chat_for_group(&self, group: &str) -> Option<String> {
+    pub(crate) fn chat_for_group(&self, group: &str) -> Option<String> {
         if let Some(chat) = group.strip_prefix(crate::wire::envelope::DIRECT_GROUP_PREFIX) {
             return Some(chat.to_string()).filter(|c| c.starts_with("oc_"));
         }
@@ -1517,7 +1523,7 @@ impl Feishu {
 
     /// The mesh bot a mention entry names: by open_id in this app, else by display
     /// name (the same rule as the mention matcher).
-    pub fn bot_for_mention(&self, m: &Mention, matcher: &MentionMatcher) -> Option<String> {
+    pub(crate) fn bot_for_mention(&self, m: &Mention, matcher: &MentionMatcher) -> Option<String> {
         if !m.id.open_id.is_empty() {
             if let Some(b) = self.bots_by_open_id.get(&m.id.open_id) {
                 return Some(b.clone());
@@ -1528,7 +1534,7 @@ impl Feishu {
 
     /// The mention list for the turn pipeline, with colleagues' per-app open_ids
     /// resolved to their canonical names.
-    pub fn platform_mentions(
+    pub(crate) fn platform_mentions(
         &self,
         mentions: &[Mention],
         matcher: &MentionMatcher,
@@ -1553,7 +1559,7 @@ impl Feishu {
     /// The message text as the mesh shows it: each `@_user_N` placeholder becomes
     /// `@Name` for a mesh bot and an `<at user_id="ou_…">Name</at>` tag (which names
     /// no bot) for anyone else; unknown placeholders stay as they are.
-    pub fn readable_text(
+    pub(crate) fn readable_text(
         &self,
         text: &str,
         mentions: &[Mention],
@@ -1585,7 +1591,7 @@ impl Feishu {
 
     /// Any message as the mesh shows it ([`crate::platform::feishu_content`]): text
     /// and rich text with mentions resolved, media as placeholders.
-    pub fn message_text(&self, msg: &Message, matcher: &MentionMatcher) -> String {
+    pub(crate) fn message_text(&self, msg: &Message, matcher: &MentionMatcher) -> String {
         let text = |t: &str| self.readable_text(t, &msg.mentions, matcher);
         let at = |user_id: &str, user_name: &str| {
             if user_id.starts_with("@_user_") {
@@ -1609,7 +1615,7 @@ impl Feishu {
     }
 
     /// The text to post: `@Colleague` becomes a real `<at user_id="ou_…">` mention.
-    pub fn outgoing_text(&self, matcher: &MentionMatcher, text: &str) -> String {
+    pub(crate) fn outgoing_text(&self, matcher: &MentionMatcher, text: &str) -> String {
         matcher.rewrite(text, |member| {
             self.peer_open_ids
                 .get(member)
@@ -1619,7 +1625,7 @@ impl Feishu {
     }
 
     /// Whether `env` is this bot's own chat message not yet on Feishu.
-    pub fn should_post(&self, env: &Envelope) -> bool {
+    pub(crate) fn should_post(&self, env: &Envelope) -> bool {
         env.kind == Kind::Message
             && env.author.kind == AuthorKind::Bot
             && env.author.name == self.me
@@ -1628,7 +1634,7 @@ impl Feishu {
 
     /// Posts the bot's own message to its chat (the envelope id is the idempotency
     /// uuid). Returns the `om_…` id. Failures are logged here.
-    pub async fn post(&self, env: &Envelope) -> Result<String, SendError> {
+    pub(crate) async fn post(&self, env: &Envelope) -> Result<String, SendError> {
         let Some(chat) = self.chat_for_group(&env.group) else {
             let e = SendError::NoChat(env.group.clone());
             tracing::error!(bot = %self.me, id = %env.id, error = %e, "not posted to feishu; the mesh still gets it");
@@ -1665,7 +1671,7 @@ enum Outcome {
 }
 
 /// `POST /feishu/v1/events` on a node whose platform is not feishu: refused, counted.
-pub fn not_enabled(metrics: &Metrics, remote: SocketAddr) -> Response<Body> {
+pub(crate) fn not_enabled(metrics: &Metrics, remote: SocketAddr) -> Response<Body> {
     let e = EventError::NotEnabled;
     metrics.feishu_event(e.reason());
     tracing::warn!(%remote, reason = e.reason(), "feishu callback to a node that is not on feishu");
@@ -1676,7 +1682,7 @@ pub fn not_enabled(metrics: &Metrics, remote: SocketAddr) -> Response<Body> {
 }
 
 /// `POST /feishu/v1/events`: verifies, answers at once, handles the message after.
-pub async fn handle_events(
+pub(crate) async fn handle_events(
     f: Arc<Feishu>,
     req: Request<Incoming>,
     remote: SocketAddr,
@@ -1758,7 +1764,7 @@ async fn accept(f: &Feishu, req: Request<Incoming>) -> Result<Outcome, EventErro
 }
 
 /// Events off the long connection: each is recorded before it is acknowledged.
-pub struct WsEvents(pub Arc<Feishu>);
+pub(crate) struct WsEvents(pub(crate) Arc<Feishu>);
 
 impl feishu_ws::EventHandler for WsEvents {
     fn handle(&self, payload: Vec<u8>) -> BoxFuture<'_, u16> {
@@ -1770,7 +1776,7 @@ impl feishu_ws::EventHandler for WsEvents {
 /// is deliberately ignored), 500 when it could not be recorded (Feishu sends it
 /// again). Its event id is remembered only after that, so a redelivery of an event
 /// that failed is handled afresh.
-pub async fn take_event(f: &Arc<Feishu>, payload: Vec<u8>) -> u16 {
+pub(crate) async fn take_event(f: &Arc<Feishu>, payload: Vec<u8>) -> u16 {
     let Some(ingest) = f.ingest.get().cloned() else {
         return 500;
     };

@@ -13,16 +13,16 @@
 use serde_json::Value;
 
 /// How the caller resolves what the content refers to.
-pub struct Resolve<'a> {
+pub(crate) struct Resolve<'a> {
     /// Plain text, with `@_user_N` placeholders still in it, as the mesh shows it.
-    pub text: &'a dyn Fn(&str) -> String,
+    pub(crate) text: &'a dyn Fn(&str) -> String,
     /// An `at` element: its `user_id` (a placeholder like `@_user_1`, an open_id, or
     /// `all`) and `user_name`.
-    pub at: &'a dyn Fn(&str, &str) -> String,
+    pub(crate) at: &'a dyn Fn(&str, &str) -> String,
 }
 
 /// The message as text (empty only when a text or post message is empty).
-pub fn flatten(message_type: &str, content: &str, r: &Resolve<'_>) -> String {
+pub(crate) fn flatten(message_type: &str, content: &str, r: &Resolve<'_>) -> String {
     let v: Value = serde_json::from_str(content).unwrap_or(Value::Null);
     let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or_default().trim();
     let named = |kind: &str, name: &str| {

@@ -22,12 +22,12 @@ use tokio::time::Instant;
 use crate::platform::feishu::{FeishuClient, SendError};
 
 /// How often a chat's member list may be fetched again.
-pub const MEMBERS_REFRESH: Duration = Duration::from_secs(600);
+pub(crate) const MEMBERS_REFRESH: Duration = Duration::from_secs(600);
 /// How long a person whose name was not found is shown by open_id before the
 /// next look-up.
-pub const RETRY_AFTER: Duration = Duration::from_secs(600);
+pub(crate) const RETRY_AFTER: Duration = Duration::from_secs(600);
 /// At most this many names are cached (the cache restarts when full).
-pub const CAPACITY: usize = 20_000;
+pub(crate) const CAPACITY: usize = 20_000;
 
 /// Whether an API may be used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +48,7 @@ struct Inner {
 }
 
 /// Display names of people by open_id (in this bot's app).
-pub struct Names {
+pub(crate) struct Names {
     inner: Mutex<Inner>,
 }
 
@@ -73,7 +73,7 @@ impl Names {
     }
 
     /// Remembers a name seen for free (a mention in an event).
-    pub fn learn(&self, open_id: &str, name: &str) {
+    pub(crate) fn learn(&self, open_id: &str, name: &str) {
         let (open_id, name) = (open_id.trim(), name.trim());
         if open_id.is_empty() || name.is_empty() {
             return;
@@ -86,24 +86,14 @@ impl Names {
         g.not_found.remove(open_id);
     }
 
-    /// The cached name, if any.
-    pub fn cached(&self, open_id: &str) -> Option<String> {
-        self.lock().by_open_id.get(open_id).cloned()
-    }
-
     /// How many names are cached.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.lock().by_open_id.len()
-    }
-
-    /// True when no name is cached.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// The display name of `open_id`, a sender in `chat_id`; the open_id itself when
     /// no name can be found (see the module docs for the order and the limits).
-    pub async fn display_name(
+    pub(crate) async fn display_name(
         &self,
         client: &FeishuClient,
         open_id: &str,

@@ -11,14 +11,14 @@ use crate::platform::{ChatPlatform, PostError, Visibility};
 use crate::wire::envelope::Envelope;
 
 /// Nobody sees anything but the mesh: every node carries its people's messages.
-pub const VISIBILITY: Visibility = Visibility {
+pub(crate) const VISIBILITY: Visibility = Visibility {
     humans_reach_every_bot: false,
     bots_see_bots: false,
 };
 
 /// The local platform (it has no state: the node's API is its inbound side).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Local;
+pub(crate) struct Local;
 
 impl ChatPlatform for Local {
     fn name(&self) -> &'static str {

@@ -13,10 +13,10 @@
 //!   as callbacks), messages with real `<at>` out.
 
 pub mod feishu;
-pub mod feishu_content;
+pub(crate) mod feishu_content;
 pub mod feishu_names;
 pub mod feishu_ws;
-pub mod local;
+pub(crate) mod local;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -38,10 +38,10 @@ pub struct Visibility {
     /// When false (local: nobody sees anything but the mesh; DingTalk: only the
     /// mentioned robots), the node that receives a person's message carries it to its
     /// peers as a human envelope — and only such nodes may send one.
-    pub humans_reach_every_bot: bool,
+    pub(crate) humans_reach_every_bot: bool,
     /// A bot sees other bots' messages on the platform (then a colleague's message
     /// arrives twice, from the platform and over the bridge, and is recorded once).
-    pub bots_see_bots: bool,
+    pub(crate) bots_see_bots: bool,
 }
 
 /// Why a message could not be posted to the platform (logged by the adapter; the mesh
@@ -103,7 +103,7 @@ pub trait ChatPlatform: Send + Sync + 'static {
 
 /// What a platform of this kind shows to whom, without building its adapter (for the
 /// peers' platforms).
-pub fn visibility_of(kind: Platform) -> Visibility {
+pub(crate) fn visibility_of(kind: Platform) -> Visibility {
     match kind {
         Platform::Local => local::VISIBILITY,
         Platform::Feishu => feishu::VISIBILITY,
@@ -112,7 +112,7 @@ pub fn visibility_of(kind: Platform) -> Visibility {
 
 /// Who may carry humans over the bridge to this node, and whether it ignores bridge
 /// copies of them, from every bot's platform.
-pub fn human_rules(cfg: &NodeConfig) -> HumanRules {
+pub(crate) fn human_rules(cfg: &NodeConfig) -> HumanRules {
     HumanRules {
         platform_delivers_humans: visibility_of(cfg.bot().platform).humans_reach_every_bot,
         carriers: cfg
@@ -124,7 +124,7 @@ pub fn human_rules(cfg: &NodeConfig) -> HumanRules {
 }
 
 /// The adapter for this node's bot.
-pub fn build(cfg: &NodeConfig) -> anyhow::Result<Arc<dyn ChatPlatform>> {
+pub(crate) fn build(cfg: &NodeConfig) -> anyhow::Result<Arc<dyn ChatPlatform>> {
     Ok(match cfg.bot().platform {
         Platform::Local => Arc::new(local::Local),
         Platform::Feishu => Arc::new(feishu::Feishu::from_config(cfg)?),

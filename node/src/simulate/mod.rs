@@ -35,10 +35,10 @@ use crate::llm::Verdict;
 use crate::turn::judge::{build_prompt, JudgeInput};
 use crate::turn::mention::MentionMatcher;
 use crate::turn::roster;
-use crate::wire::envelope::{Author, AuthorKind, Envelope, Kind, PROTOCOL_VERSION};
+use crate::wire::envelope::{Author, AuthorKind, Envelope};
 
 /// A run stops early once this many bot messages were posted (a runaway loop).
-pub const RUNAWAY_POSTS: usize = 200;
+pub(crate) const RUNAWAY_POSTS: usize = 200;
 
 /// How a judge that already sees another bot's answer to the trigger answers when
 /// the scenario does not say (`after_answer`): it declines, at half the relevance.
@@ -85,7 +85,7 @@ pub enum Dist {
 
 impl Dist {
     /// Draws one value, in whole milliseconds (at least 0).
-    pub fn sample(&self, rng: &mut impl Rng) -> u64 {
+    pub(crate) fn sample(&self, rng: &mut impl Rng) -> u64 {
         let v = match *self {
             Dist::Fixed { ms } => ms,
             Dist::Uniform { min, max } => {
@@ -137,7 +137,7 @@ pub enum Answer {
 
 impl Answer {
     /// As the judge's verdict.
-    pub fn verdict(&self) -> Verdict {
+    pub(crate) fn verdict(&self) -> Verdict {
         match *self {
             Answer::Speak(r) => Verdict {
                 speak: true,
@@ -161,7 +161,7 @@ pub enum Replies {
 
 impl Replies {
     /// The text for the k-th reply.
-    pub fn pick(&self, k: usize) -> &str {
+    pub(crate) fn pick(&self, k: usize) -> &str {
         match self {
             Replies::One(s) => s,
             Replies::Many(v) => v
@@ -189,32 +189,32 @@ pub enum Want {
 #[serde(deny_unknown_fields)]
 pub struct ScriptedMessage {
     /// When it is posted, virtual ms from the start.
-    pub at: u64,
+    pub(crate) at: u64,
     /// The human's name (must not be a bot's).
-    pub from: String,
+    pub(crate) from: String,
     /// The text; whom it mentions is found by the real matcher.
-    pub text: String,
+    pub(crate) text: String,
     /// One answer suffices, or everyone should speak.
     #[serde(default)]
-    pub want: Want,
+    pub(crate) want: Want,
     /// bot → the judge's answer about this message (absent: no).
     #[serde(default)]
-    pub judge: BTreeMap<String, Answer>,
+    pub(crate) judge: BTreeMap<String, Answer>,
     /// bot → the judge's answer once its prompt shows another bot's answer to this
     /// message (absent: declines, at half the relevance).
     #[serde(default)]
-    pub after_answer: BTreeMap<String, Answer>,
+    pub(crate) after_answer: BTreeMap<String, Answer>,
     /// bot → its reply text to this message (absent: a plain synthetic answer).
     #[serde(default)]
-    pub reply: BTreeMap<String, Replies>,
+    pub(crate) reply: BTreeMap<String, Replies>,
     /// bot → the judge's answer about any bot message in this exchange that does not
     /// @mention another bot (absent: no, or speak at 0.7 when it @mentions this bot).
     /// A bot message @addressed to another bot is always declined.
     #[serde(default)]
-    pub bot_judge: BTreeMap<String, Answer>,
+    pub(crate) bot_judge: BTreeMap<String, Answer>,
     /// bot → its reply texts to bot messages in this exchange.
     #[serde(default)]
-    pub bot_reply: BTreeMap<String, Replies>,
+    pub(crate) bot_reply: BTreeMap<String, Replies>,
 }
 
 /// One bot of a scenario.
@@ -222,25 +222,25 @@ pub struct ScriptedMessage {
 #[serde(deny_unknown_fields)]
 pub struct ScriptedBot {
     /// Canonical name.
-    pub name: String,
+    pub(crate) name: String,
     /// Aliases (mentions by alias count).
     #[serde(default)]
-    pub aliases: Vec<String>,
+    pub(crate) aliases: Vec<String>,
     /// Role, shown to colleagues' judges.
     #[serde(default)]
-    pub role: String,
+    pub(crate) role: String,
     /// Skills.
     #[serde(default)]
-    pub skills: Vec<String>,
+    pub(crate) skills: Vec<String>,
     /// Any other `[[bots]]` keys of peers.toml (min_delay_ms, min_relevance, …).
     #[serde(default)]
-    pub settings: serde_json::Map<String, serde_json::Value>,
+    pub(crate) settings: serde_json::Map<String, serde_json::Value>,
     /// This bot's judge latency, instead of the scenario's.
     #[serde(default)]
-    pub judge_latency: Option<Dist>,
+    pub(crate) judge_latency: Option<Dist>,
     /// This bot's reply latency, instead of the scenario's.
     #[serde(default)]
-    pub reply_latency: Option<Dist>,
+    pub(crate) reply_latency: Option<Dist>,
 }
 
 fn d_judge() -> Dist {
@@ -272,31 +272,31 @@ fn d_horizon() -> u64 {
 pub struct Timing {
     /// Judge LLM call latency.
     #[serde(default = "d_judge")]
-    pub judge: Dist,
+    pub(crate) judge: Dist,
     /// Reply LLM call latency.
     #[serde(default = "d_reply")]
-    pub reply: Dist,
+    pub(crate) reply: Dist,
     /// Delivery delay of every envelope (and of human messages from the platform).
     #[serde(default = "d_network")]
-    pub network: Dist,
+    pub(crate) network: Dist,
     /// Probability a delivery attempt of a bot message fails (it is retried, see `Sim::link`).
     #[serde(default)]
-    pub drop: f64,
+    pub(crate) drop: f64,
     /// Probability a delivery attempt of a claim fails (it is retried).
     #[serde(default)]
-    pub claim_drop: f64,
+    pub(crate) claim_drop: f64,
     /// Probability a delivery attempt of a human message fails (it is retried).
     #[serde(default)]
-    pub human_drop: f64,
+    pub(crate) human_drop: f64,
     /// Probability a judge call fails or times out (the bot stays silent).
     #[serde(default)]
-    pub judge_fail: f64,
+    pub(crate) judge_fail: f64,
     /// Probability a reply call fails or times out (the bot stays silent).
     #[serde(default)]
-    pub reply_fail: f64,
+    pub(crate) reply_fail: f64,
     /// How long to run after the last human message.
     #[serde(default = "d_horizon")]
-    pub horizon_ms: u64,
+    pub(crate) horizon_ms: u64,
 }
 
 impl Default for Timing {
@@ -320,18 +320,18 @@ impl Default for Timing {
 #[serde(deny_unknown_fields)]
 pub struct Link {
     /// Sender (bot or human name, or `*`).
-    pub from: String,
+    pub(crate) from: String,
     /// Receiver (bot name, or `*`).
-    pub to: String,
+    pub(crate) to: String,
     /// Delay instead of `timing.network`.
     #[serde(default)]
-    pub delay: Option<Dist>,
+    pub(crate) delay: Option<Dist>,
     /// Drop probability of messages (and human messages) on this link.
     #[serde(default)]
-    pub drop: Option<f64>,
+    pub(crate) drop: Option<f64>,
     /// Drop probability of claims on this link.
     #[serde(default)]
-    pub claim_drop: Option<f64>,
+    pub(crate) claim_drop: Option<f64>,
 }
 
 /// One scenario file.
@@ -342,26 +342,26 @@ pub struct Scenario {
     #[serde(default)]
     pub name: String,
     /// The scenario group its results are reported under.
-    pub group: String,
+    pub(crate) group: String,
     /// `zh` or `en` (the language of synthetic replies).
     #[serde(default)]
     pub lang: String,
     /// What it exercises.
     #[serde(default)]
-    pub description: String,
+    pub(crate) description: String,
     /// `[mesh]` keys of peers.toml (max_depth, llm_threshold, bot_messages_per_minute).
     #[serde(default)]
-    pub mesh: serde_json::Map<String, serde_json::Value>,
+    pub(crate) mesh: serde_json::Map<String, serde_json::Value>,
     /// Latencies and network.
     #[serde(default)]
-    pub timing: Timing,
+    pub(crate) timing: Timing,
     /// Per-link network overrides.
     #[serde(default)]
-    pub links: Vec<Link>,
+    pub(crate) links: Vec<Link>,
     /// The bots (3–8 in the shipped scenarios).
-    pub bots: Vec<ScriptedBot>,
+    pub(crate) bots: Vec<ScriptedBot>,
     /// The human messages, in time order.
-    pub messages: Vec<ScriptedMessage>,
+    pub(crate) messages: Vec<ScriptedMessage>,
 }
 
 /// A scenario checked and compiled into the real settings types.
@@ -381,7 +381,7 @@ pub struct World {
 
 impl World {
     /// Parses and checks a scenario from TOML text.
-    pub fn parse(text: &str, default_name: &str) -> anyhow::Result<World> {
+    pub(crate) fn parse(text: &str, default_name: &str) -> anyhow::Result<World> {
         let value: serde_json::Value = config::Config::builder()
             .add_source(config::File::from_str(text, config::FileFormat::Toml))
             .build()
@@ -407,7 +407,7 @@ impl World {
     }
 
     /// Checks a scenario and builds the real settings from it.
-    pub fn compile(scenario: Scenario) -> anyhow::Result<World> {
+    pub(crate) fn compile(scenario: Scenario) -> anyhow::Result<World> {
         let mesh: MeshSettings =
             serde_json::from_value(serde_json::Value::Object(scenario.mesh.clone()))
                 .context("[mesh]")?;
@@ -589,21 +589,22 @@ impl PolicyKind {
 
 /// Estimated XiaoBa judge prompt (seed 004 P0: a short prompt with the last 5–10
 /// broadcasts, the bot's profile and, per P1, the colleague table; yes/no answer).
-pub const XIAOBA_JUDGE_PROMPT: &str = "你是 {name}（{role}，擅长：{skills}）。\n\
+pub(crate) const XIAOBA_JUDGE_PROMPT: &str = "你是 {name}（{role}，擅长：{skills}）。\n\
 群里的同事：{colleagues}\n最近的群聊记录：\n{context}\n新消息（{from}）：{message}\n\
 这条消息跟你有没有关系，你该不该主动回应？只回答 yes 或 no。";
 
 /// Estimated nanobot relevance / stop-policy prompt (seed 000 §4.4: recent
 /// transcript, the current message and the agent's role → YES/NO; seed 001: the
 /// transcript is read with `get_recent(max_messages=20)`, untrimmed).
-pub const NANOBOT_JUDGE_PROMPT: &str = "You are {name}, {role}.\nRecent group conversation:\n\
+pub(crate) const NANOBOT_JUDGE_PROMPT: &str =
+    "You are {name}, {role}.\nRecent group conversation:\n\
 {context}\nNew message from {from}: {message}\n\
 Is it necessary for you to respond to this message? Decline courtesy replies \
 (ok/thanks), messages without substance and finished conversations. Answer YES or NO.";
 
 /// Estimated review-panel `should_respond` prompt (seed 002 §8.1: the judge's
 /// instruction; §4.1: the message alone, no history).
-pub const PANEL_JUDGE_PROMPT: &str = "You are {name} ({role}) in a multi-agent panel.\n\
+pub(crate) const PANEL_JUDGE_PROMPT: &str = "You are {name} ({role}) in a multi-agent panel.\n\
 YOUR ROLE:\n- {skills}\nRULES:\n1. Keep responses under 150 words\n\
 2. Use send_channel_message to respond\n3. Only respond to human messages\n\
 4. Ask 1-2 probing questions per response\n5. Focus on {skills}\n\
@@ -667,13 +668,13 @@ struct BotState {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Tally {
     /// Runs counted.
-    pub runs: u64,
+    pub(crate) runs: u64,
     /// Runs with at least one duplicate interjection.
-    pub runs_with_dup: u64,
+    pub(crate) runs_with_dup: u64,
     /// Runs stopped at [`RUNAWAY_POSTS`] bot messages.
-    pub runaway_runs: u64,
+    pub(crate) runaway_runs: u64,
     /// Human messages posted.
-    pub human_msgs: u64,
+    pub(crate) human_msgs: u64,
     /// Bot messages posted.
     pub bot_posts: u64,
     /// Unmentioned answers beyond the one needed, over all one-answer triggers.
@@ -689,7 +690,7 @@ pub struct Tally {
     /// … and did.
     pub all_spoke: u64,
     /// Time to first answer of every answered human message, virtual ms.
-    pub ttfa: Vec<u64>,
+    pub(crate) ttfa: Vec<u64>,
     /// Deepest bot message (bot turns since the last human).
     pub longest_chain: u32,
     /// Bot messages deeper than the scenario's `max_depth`.
@@ -703,11 +704,11 @@ pub struct Tally {
     /// Reply calls.
     pub reply_calls: u64,
     /// Reply calls whose text was thrown away (yield or rule at the last check).
-    pub replies_discarded: u64,
+    pub(crate) replies_discarded: u64,
     /// Sum of judge prompt bytes.
-    pub prompt_bytes: u64,
+    pub(crate) prompt_bytes: u64,
     /// Judge prompts built.
-    pub prompts: u64,
+    pub(crate) prompts: u64,
     /// Decisions by `action/reason`.
     pub reasons: BTreeMap<String, u64>,
 }
@@ -989,22 +990,15 @@ impl<'w> Sim<'w> {
 
     fn envelope(&mut self, author: Author, text: String, trigger: Option<&Envelope>) -> Envelope {
         self.next_id += 1;
-        Envelope {
-            v: PROTOCOL_VERSION,
-            id: Ulid::from_parts(self.now, self.next_id),
-            kind: Kind::Message,
-            group: "sim".into(),
-            sender: author.name.clone(),
-            author,
-            text,
-            depth: trigger.map_or(0, |t| t.depth + 1),
-            reply_to: trigger.map(|t| t.id),
-            root: trigger.and_then(|t| t.root.or(Some(t.id))),
-            platform_msg_id: None,
-            sent_at: self.now,
-            relevance: None,
-            why: None,
+        let id = Ulid::from_parts(self.now, self.next_id);
+        let sender = author.name.clone();
+        let mut env = Envelope::message(id, self.now, "sim", sender, author, text);
+        if let Some(t) = trigger {
+            env.depth = t.depth + 1;
+            env.reply_to = Some(t.id);
+            env.root = t.root.or(Some(t.id));
         }
+        env
     }
 
     fn register(&mut self, env: Arc<Envelope>, root: usize) {
@@ -1537,47 +1531,47 @@ fn measure(w: &World, posts: &[Post], mut tally: Tally) -> Tally {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Metrics {
     /// Runs (scenarios × seeds).
-    pub runs: u64,
+    pub(crate) runs: u64,
     /// Human messages over all runs.
-    pub human_messages: u64,
+    pub(crate) human_messages: u64,
     /// Duplicate interjections per human message.
     pub dup_per_human_msg: f64,
     /// Share of runs with at least one duplicate, %.
-    pub runs_with_dup_pct: f64,
+    pub(crate) runs_with_dup_pct: f64,
     /// One-answer human messages whose first answer came from the right bot, %.
-    pub right_bot_first_pct: Option<f64>,
+    pub(crate) right_bot_first_pct: Option<f64>,
     /// One-answer human messages that needed an answer and got none, %.
-    pub unanswered_pct: Option<f64>,
+    pub(crate) unanswered_pct: Option<f64>,
     /// "Everyone" messages: share of the bots with something to say that spoke, %.
-    pub want_all_coverage_pct: Option<f64>,
+    pub(crate) want_all_coverage_pct: Option<f64>,
     /// Time to first answer, median, virtual ms.
     pub ttfa_p50_ms: Option<u64>,
     /// Time to first answer, 95th percentile, virtual ms.
-    pub ttfa_p95_ms: Option<u64>,
+    pub(crate) ttfa_p95_ms: Option<u64>,
     /// Deepest bot-only chain (bot turns since the last human).
-    pub longest_chain: u32,
+    pub(crate) longest_chain: u32,
     /// Bot messages deeper than `max_depth`.
-    pub over_max_depth: u64,
+    pub(crate) over_max_depth: u64,
     /// Runs stopped as runaway loops.
-    pub runaway_runs: u64,
+    pub(crate) runaway_runs: u64,
     /// LLM calls (judge + re-judge + reply) per human message.
-    pub llm_calls_per_human_msg: f64,
+    pub(crate) llm_calls_per_human_msg: f64,
     /// Judge calls about human messages, per human message.
-    pub judge_human_per_msg: f64,
+    pub(crate) judge_human_per_msg: f64,
     /// Judge calls about bot messages, per human message.
-    pub judge_bot_per_msg: f64,
+    pub(crate) judge_bot_per_msg: f64,
     /// Re-judges, per human message.
-    pub rejudge_per_msg: f64,
+    pub(crate) rejudge_per_msg: f64,
     /// Reply calls, per human message.
-    pub reply_per_msg: f64,
+    pub(crate) reply_per_msg: f64,
     /// Reply calls thrown away at the last check, per human message.
-    pub discarded_per_msg: f64,
+    pub(crate) discarded_per_msg: f64,
     /// Bot messages per human message.
-    pub bot_posts_per_msg: f64,
+    pub(crate) bot_posts_per_msg: f64,
     /// Mean judge prompt size, bytes.
-    pub judge_prompt_bytes_mean: Option<f64>,
+    pub(crate) judge_prompt_bytes_mean: Option<f64>,
     /// Decisions by action/reason, summed.
-    pub reasons: BTreeMap<String, u64>,
+    pub(crate) reasons: BTreeMap<String, u64>,
 }
 
 fn pct(n: u64, d: u64) -> Option<f64> {
@@ -1594,7 +1588,7 @@ fn percentile(sorted: &[u64], p: f64) -> Option<u64> {
 
 impl Metrics {
     /// Turns raw counts into the reported measures.
-    pub fn from_tally(t: &Tally) -> Metrics {
+    pub(crate) fn from_tally(t: &Tally) -> Metrics {
         let h = t.human_msgs.max(1) as f64;
         let mut ttfa = t.ttfa.clone();
         ttfa.sort_unstable();
@@ -1630,22 +1624,22 @@ impl Metrics {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PolicyMetrics {
     /// The policy.
-    pub policy: PolicyKind,
+    pub(crate) policy: PolicyKind,
     /// Its measures.
-    pub metrics: Metrics,
+    pub(crate) metrics: Metrics,
 }
 
 /// Measures of every policy over a set of scenarios.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Section {
     /// "overall", a group name or a scenario name.
-    pub name: String,
+    pub(crate) name: String,
     /// The scenario group (for a scenario section).
-    pub group: String,
+    pub(crate) group: String,
     /// Scenarios counted.
-    pub scenarios: usize,
+    pub(crate) scenarios: usize,
     /// One entry per policy run.
-    pub policies: Vec<PolicyMetrics>,
+    pub(crate) policies: Vec<PolicyMetrics>,
 }
 
 impl Section {
@@ -1673,38 +1667,38 @@ pub struct Target {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Report {
     /// Base seed.
-    pub seed: u64,
+    pub(crate) seed: u64,
     /// Runs per scenario and policy.
-    pub runs: usize,
+    pub(crate) runs: usize,
     /// All scenarios together.
     pub overall: Section,
     /// Per scenario group.
-    pub groups: Vec<Section>,
+    pub(crate) groups: Vec<Section>,
     /// Per scenario.
-    pub scenarios: Vec<Section>,
+    pub(crate) scenarios: Vec<Section>,
     /// botmesh's targets (empty when botmesh was not run).
     pub targets: Vec<Target>,
     /// Scenario summaries (name, group, lang, bots, messages, description).
-    pub catalogue: Vec<ScenarioInfo>,
+    pub(crate) catalogue: Vec<ScenarioInfo>,
 }
 
 /// A line of the scenario catalogue.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ScenarioInfo {
     /// Name.
-    pub name: String,
+    pub(crate) name: String,
     /// Group.
-    pub group: String,
+    pub(crate) group: String,
     /// Language.
-    pub lang: String,
+    pub(crate) lang: String,
     /// Number of bots.
-    pub bots: usize,
+    pub(crate) bots: usize,
     /// Number of human messages.
-    pub messages: usize,
+    pub(crate) messages: usize,
     /// What it exercises.
-    pub description: String,
+    pub(crate) description: String,
     /// It loses claims or messages on the network.
-    pub lossy: bool,
+    pub(crate) lossy: bool,
 }
 
 fn splitmix(mut x: u64) -> u64 {

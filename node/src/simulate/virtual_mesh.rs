@@ -6,7 +6,9 @@
 //! Nothing here decides a turn: it only carries messages, claims and answers.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -132,7 +134,7 @@ async fn run_async(w: World, seed: u64, trace: bool) -> (Tally, Option<Vec<Strin
             })
         })
         .collect();
-    *run.bots.lock().expect("bots lock") = bots.clone();
+    *run.bots.lock() = bots.clone();
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..run.w.scenario.messages.len() {
         let run = run.clone();
@@ -152,9 +154,9 @@ async fn run_async(w: World, seed: u64, trace: bool) -> (Tally, Option<Vec<Strin
     }
     run.done.cancel();
     tasks.abort_all();
-    run.bots.lock().expect("bots lock").clear();
+    run.bots.lock().clear();
     drop(bots);
-    let mut st = run.state.lock().expect("run lock");
+    let mut st = run.state.lock();
     let posts = std::mem::take(&mut st.posts);
     let mut tally = std::mem::take(&mut st.tally);
     tally.replies_discarded = st.written.saturating_sub(tally.bot_posts);
@@ -170,7 +172,7 @@ impl Run {
     }
 
     fn bot(&self, i: usize) -> Option<Arc<SimBot>> {
-        self.bots.lock().expect("bots lock").get(i).cloned()
+        self.bots.lock().get(i).cloned()
     }
 
     /// Adds a trace line, when tracing.
@@ -206,7 +208,7 @@ impl Run {
     /// A scripted human message is posted: every bot receives it over its link.
     fn human(self: &Arc<Self>, i: usize) {
         let m = &self.w.scenario.messages[i];
-        let mut st = self.state.lock().expect("run lock");
+        let mut st = self.state.lock();
         st.next_id += 1;
         let id = Ulid::from_parts(self.now(), st.next_id);
         let env = Arc::new(Envelope::message(
@@ -255,7 +257,7 @@ impl SimBot {
     /// turn to act on).
     fn receive(self: &Arc<Self>, env: Arc<Envelope>) {
         {
-            let mut t = self.transcript.lock().expect("transcript lock");
+            let mut t = self.transcript.lock();
             if t.iter().any(|e| e.id == env.id) {
                 return;
             }
@@ -283,7 +285,7 @@ impl SimBot {
     fn send_claim_to(&self, to: &[usize], env: &Envelope, acks: Option<&Arc<AckTracker>>) {
         let run = &self.run;
         let env = Arc::new(env.clone());
-        let mut st = run.state.lock().expect("run lock");
+        let mut st = run.state.lock();
         for &p in to {
             let to = run.w.bots[p].name.clone();
             let (d, back) = st.link(&run.w, run.now(), self.name(), &to, Carry::Claim);
@@ -293,7 +295,7 @@ impl SimBot {
                 let Some(peer) = run2.bot(p) else { return };
                 peer.brain.on_claim(&env);
                 {
-                    let mut st = run2.state.lock().expect("run lock");
+                    let mut st = run2.state.lock();
                     let r = env.relevance.unwrap_or(0.0);
                     let trigger = env.reply_to.unwrap_or_default();
                     run2.log(&mut st, Some(p), |s| {
@@ -348,7 +350,7 @@ impl Llm for SimBot {
             let run = &self.run;
             let w = &run.w;
             let (latency, answer) = {
-                let mut st = run.state.lock().expect("run lock");
+                let mut st = run.state.lock();
                 match purpose {
                     Purpose::Judge => {
                         let prompt_len = messages.iter().map(|m| m.content.len()).sum::<usize>();
@@ -363,15 +365,12 @@ impl Llm for SimBot {
                             st.tally.judge_human += 1;
                         }
                         // The re-judge's prompt shows what was said since the trigger.
-                        let answered =
-                            rejudge
-                                && self.transcript.lock().expect("transcript lock").iter().any(
-                                    |e| {
-                                        e.author.kind == AuthorKind::Bot
-                                            && e.author.name != self.name()
-                                            && e.reply_to == Some(about.id)
-                                    },
-                                );
+                        let answered = rejudge
+                            && self.transcript.lock().iter().any(|e| {
+                                e.author.kind == AuthorKind::Bot
+                                    && e.author.name != self.name()
+                                    && e.reply_to == Some(about.id)
+                            });
                         let v = self.scripted(&st, about, answered);
                         let p = w.scenario.timing.judge_fail;
                         let failed = p > 0.0 && st.rng.gen_bool(p.min(1.0));
@@ -426,7 +425,7 @@ impl Llm for SimBot {
             tokio::time::sleep(Duration::from_millis(latency)).await;
             let text = answer.ok_or(LlmError::Timeout)?;
             if purpose == Purpose::Reply {
-                run.state.lock().expect("run lock").written += 1;
+                run.state.lock().written += 1;
             }
             Ok(Completion {
                 text,
@@ -455,7 +454,7 @@ impl Ports for SimBot {
     }
 
     fn new_id(&self) -> Ulid {
-        let mut st = self.run.state.lock().expect("run lock");
+        let mut st = self.run.state.lock();
         st.next_id += 1;
         Ulid::from_parts(self.run.now(), st.next_id)
     }
@@ -463,23 +462,17 @@ impl Ports for SimBot {
     fn jitter_ms(&self, max_ms: u64) -> u64 {
         match max_ms {
             0 => 0,
-            m => self
-                .run
-                .state
-                .lock()
-                .expect("run lock")
-                .rng
-                .gen_range(0..=m),
+            m => self.run.state.lock().rng.gen_range(0..=m),
         }
     }
 
     fn recent(&self, _group: &str, limit: usize) -> Vec<Arc<Envelope>> {
-        let t = self.transcript.lock().expect("transcript lock");
+        let t = self.transcript.lock();
         t[t.len().saturating_sub(limit)..].to_vec()
     }
 
     fn since(&self, _group: &str, id: &Ulid) -> Vec<Arc<Envelope>> {
-        let t = self.transcript.lock().expect("transcript lock");
+        let t = self.transcript.lock();
         match t.iter().position(|e| &e.id == id) {
             Some(i) => t[i + 1..].to_vec(),
             None => Vec::new(),
@@ -495,7 +488,7 @@ impl Ports for SimBot {
         trigger: &Ulid,
         ahead: &[String],
     ) -> (usize, usize) {
-        let t = self.transcript.lock().expect("transcript lock");
+        let t = self.transcript.lock();
         let start = t.len().saturating_sub(limit);
         (
             recent_bot_messages(t[start..].iter(), now_ms, window_ms),
@@ -535,7 +528,7 @@ impl Ports for SimBot {
             .collect();
         let acks = self.acks.track(&env.id.to_string(), peers);
         {
-            let mut st = self.run.state.lock().expect("run lock");
+            let mut st = self.run.state.lock();
             let (trigger, r) = (
                 env.reply_to.unwrap_or_default(),
                 env.relevance.unwrap_or(0.0),
@@ -552,7 +545,7 @@ impl Ports for SimBot {
         Box::pin(async move {
             let env = Arc::new(env);
             let run = self.run.clone();
-            let mut st = run.state.lock().expect("run lock");
+            let mut st = run.state.lock();
             let trigger = env.reply_to.unwrap_or_default();
             let root = st.by_id.get(&trigger).map_or(0, |i| st.posts[*i].root);
             run.register(&mut st, env.clone(), root);
@@ -596,7 +589,7 @@ impl Ports for SimBot {
             ..
         } = event
         {
-            let mut st = self.run.state.lock().expect("run lock");
+            let mut st = self.run.state.lock();
             st.tally.reason(&action, &reason);
             let id = Ulid::from_string(&trigger).unwrap_or_default();
             self.run.log(&mut st, Some(self.idx), |s| {

@@ -23,10 +23,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// How often, at most, a busy outbox writes its cursor.
-pub const SAVE_EVERY: Duration = Duration::from_millis(100);
+pub(crate) const SAVE_EVERY: Duration = Duration::from_millis(100);
 
 /// A peer's delivery position, shared with the blocking-pool task that writes it.
-pub struct DeliveryCursor {
+pub(crate) struct DeliveryCursor {
     /// The peer, for log lines.
     peer: String,
     /// Where the position is kept across restarts (`None`: in memory only).
@@ -47,7 +47,7 @@ pub struct DeliveryCursor {
 
 impl DeliveryCursor {
     /// A cursor for `peer` at position 0, kept in `path` when given.
-    pub fn new(peer: &str, path: Option<PathBuf>) -> Arc<DeliveryCursor> {
+    pub(crate) fn new(peer: &str, path: Option<PathBuf>) -> Arc<DeliveryCursor> {
         Arc::new(DeliveryCursor {
             peer: peer.to_string(),
             path,
@@ -64,31 +64,31 @@ impl DeliveryCursor {
     }
 
     /// The position saved on disk by an earlier run, if any.
-    pub fn read_saved(&self) -> Option<u64> {
+    pub(crate) fn read_saved(&self) -> Option<u64> {
         let path = self.path.as_ref()?;
         std::fs::read_to_string(path).ok()?.trim().parse().ok()
     }
 
     /// Sets the position at start: the saved one (`on_disk`), or where a peer new to
     /// this node starts (then it is written soon).
-    pub fn set(&self, seq: u64, on_disk: bool) {
+    pub(crate) fn set(&self, seq: u64, on_disk: bool) {
         self.handled.store(seq, Ordering::SeqCst);
         self.on_disk_plus_one
             .store(if on_disk { seq + 1 } else { 0 }, Ordering::SeqCst);
     }
 
     /// The highest log sequence delivered to or given up on.
-    pub fn handled(&self) -> u64 {
+    pub(crate) fn handled(&self) -> u64 {
         self.handled.load(Ordering::SeqCst)
     }
 
     /// Whether the copy on disk is behind or missing (a quiet outbox should write it).
-    pub fn behind(&self) -> bool {
+    pub(crate) fn behind(&self) -> bool {
         self.path.is_some() && self.on_disk_plus_one.load(Ordering::SeqCst) <= self.handled()
     }
 
     /// Marks `seq` handled; starts a write when the last one is [`SAVE_EVERY`] old.
-    pub fn advance(self: &Arc<Self>, seq: u64) {
+    pub(crate) fn advance(self: &Arc<Self>, seq: u64) {
         self.handled.fetch_max(seq, Ordering::SeqCst);
         let due = self.started_at.lock().elapsed() >= SAVE_EVERY;
         if due {
@@ -98,7 +98,7 @@ impl DeliveryCursor {
 
     /// Starts a write on the blocking pool unless one is under way or nothing changed
     /// (outside a tokio runtime: writes now).
-    pub fn save_soon(self: &Arc<Self>) {
+    pub(crate) fn save_soon(self: &Arc<Self>) {
         if !self.behind() || self.writing.swap(true, Ordering::SeqCst) {
             return;
         }
@@ -115,7 +115,7 @@ impl DeliveryCursor {
     }
 
     /// Writes the current position now, after any write under way (at shutdown).
-    pub fn save_now(&self) {
+    pub(crate) fn save_now(&self) {
         let Some(path) = &self.path else { return };
         let _file = self.file.lock();
         if !self.behind() {

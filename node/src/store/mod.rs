@@ -1,3 +1,3 @@
 //! What a node keeps on disk: transcripts, the outbox log, delivery cursors.
-pub mod cursor;
-pub mod transcript;
+pub(crate) mod cursor;
+pub(crate) mod transcript;

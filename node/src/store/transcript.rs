@@ -31,7 +31,7 @@ use crate::telemetry::events::{Event, EventBus};
 use crate::wire::envelope::{AuthorKind, Envelope};
 
 /// How many recent messages of each group are kept in memory for context and the API.
-pub const MEMORY_MESSAGES: usize = 2_000;
+pub(crate) const MEMORY_MESSAGES: usize = 2_000;
 
 /// Result of an append.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,7 +55,7 @@ pub enum TranscriptError {
 
 /// What was found while loading, for the start-up log.
 #[derive(Debug, Default, Clone)]
-pub struct LoadReport {
+pub(crate) struct LoadReport {
     /// Groups found.
     pub groups: usize,
     /// Messages restored.
@@ -122,7 +122,7 @@ struct WriteJob {
 ///
 /// Implemented by the node over its peers' outboxes. Called from the writer thread, so
 /// the order peers see is exactly the order of the outbox log.
-pub trait Fanout: Send + Sync {
+pub(crate) trait Fanout: Send + Sync {
     /// Queues an envelope just written to the outbox log for every peer.
     fn push(&self, entry: LoggedOutbound);
     /// The highest sequence every peer has been handed or has given up on.
@@ -143,11 +143,10 @@ pub struct LoggedOutbound {
 }
 
 /// Name of the outbox log in the data folder.
-pub const OUTBOX_LOG: &str = "outbox.log";
+pub(crate) const OUTBOX_LOG: &str = "outbox.log";
 
 /// Every group's transcript, in memory and on disk.
-pub struct Transcripts {
-    dir: PathBuf,
+pub(crate) struct Transcripts {
     groups: Mutex<HashMap<String, GroupLog>>,
     writer: Mutex<Option<mpsc::Sender<WriteJob>>>,
     /// The writer thread, joined by [`Transcripts::close`] so its files are trimmed.
@@ -159,7 +158,7 @@ pub struct Transcripts {
 
 impl Transcripts {
     /// Opens (creating) `<data_dir>/transcripts`, loads every group and starts the writer.
-    pub fn open(
+    pub(crate) fn open(
         data_dir: &Path,
         events: EventBus,
         fsync: bool,
@@ -200,7 +199,7 @@ impl Transcripts {
         let (tx, rx) = mpsc::channel();
         let last_error = Arc::new(Mutex::new(None));
         let writer = Writer {
-            dir: dir.clone(),
+            dir,
             fsync,
             files: HashMap::new(),
             log: outbox_log,
@@ -214,7 +213,6 @@ impl Transcripts {
             .spawn(move || writer.run(rx))?;
         Ok((
             Transcripts {
-                dir,
                 groups: Mutex::new(groups),
                 writer: Mutex::new(Some(tx)),
                 writer_thread: Mutex::new(Some(writer_thread)),
@@ -227,7 +225,8 @@ impl Transcripts {
     }
 
     /// Records `env` unless already present; returns once it is on disk.
-    pub async fn append(&self, env: Envelope) -> Result<Appended, TranscriptError> {
+    #[cfg(test)]
+    pub(crate) async fn append(&self, env: Envelope) -> Result<Appended, TranscriptError> {
         self.append_with(Arc::new(env), false).await
     }
 
@@ -235,15 +234,16 @@ impl Transcripts {
     /// the outbox log: once this returns `Ok`, the message survives a crash on both
     /// counts. The peers are handed it as soon as it is written, before the sync
     /// ends (see the module docs), so they may have it even when this returns an error.
-    pub async fn append_outbound(&self, env: Envelope) -> Result<Appended, TranscriptError> {
+    #[cfg(test)]
+    pub(crate) async fn append_outbound(&self, env: Envelope) -> Result<Appended, TranscriptError> {
         self.append_with(Arc::new(env), true).await
     }
 
-    /// [`Transcripts::append`] for several messages at once, in order: they reach the
-    /// writer together, so one group commit (one fdatasync per file) usually covers
-    /// them all. One result per message, in the same order; returns once every
+    /// Records several messages at once, each unless already present, in order: they
+    /// reach the writer together, so one group commit (one fdatasync per file) usually
+    /// covers them all. One result per message, in the same order; returns once every
     /// message is on disk (or refused).
-    pub async fn append_many(
+    pub(crate) async fn append_many(
         &self,
         envs: Vec<Arc<Envelope>>,
     ) -> Vec<Result<Appended, TranscriptError>> {
@@ -347,7 +347,7 @@ impl Transcripts {
     }
 
     /// Whether a message with this id or platform id is recorded in `group`.
-    pub fn contains(&self, group: &str, id: &Ulid, platform_msg_id: Option<&str>) -> bool {
+    pub(crate) fn contains(&self, group: &str, id: &Ulid, platform_msg_id: Option<&str>) -> bool {
         let groups = self.groups.lock();
         groups.get(group).is_some_and(|g| {
             g.ids.contains(id) || platform_msg_id.is_some_and(|p| g.platform_ids.contains(p))
@@ -355,7 +355,7 @@ impl Transcripts {
     }
 
     /// The last `limit` messages of `group`, oldest first.
-    pub fn recent(&self, group: &str, limit: usize) -> Vec<Arc<Envelope>> {
+    pub(crate) fn recent(&self, group: &str, limit: usize) -> Vec<Arc<Envelope>> {
         let groups = self.groups.lock();
         groups
             .get(group)
@@ -363,25 +363,11 @@ impl Transcripts {
             .unwrap_or_default()
     }
 
-    /// [`recent_bot_messages`] over the last `limit` messages of
-    /// `group`, counted in place (no copy of the messages: it runs for every message).
-    pub fn recent_bot_messages(
-        &self,
-        group: &str,
-        limit: usize,
-        now_ms: u64,
-        window_ms: u64,
-    ) -> usize {
-        let groups = self.groups.lock();
-        groups
-            .get(group)
-            .map_or(0, |g| g.recent_bot_messages(limit, now_ms, window_ms))
-    }
-
-    /// [`Transcripts::recent_bot_messages`] and [`answers_due`] from
+    /// [`recent_bot_messages`] over the last `limit` messages of `group`, counted in
+    /// place (no copy of the messages: it runs for every message), and [`answers_due`] from
     /// `ahead` on `trigger`, under one lock, so an answer recorded meanwhile counts
     /// once, either as a message or as one due.
-    pub fn recent_bot_messages_and_due(
+    pub(crate) fn recent_bot_messages_and_due(
         &self,
         group: &str,
         limit: usize,
@@ -401,7 +387,7 @@ impl Transcripts {
     }
 
     /// Messages recorded in `group` after the message `after` (exclusive), oldest first.
-    pub fn since(&self, group: &str, after: &Ulid) -> Vec<Arc<Envelope>> {
+    pub(crate) fn since(&self, group: &str, after: &Ulid) -> Vec<Arc<Envelope>> {
         let groups = self.groups.lock();
         let Some(g) = groups.get(group) else {
             return Vec::new();
@@ -413,7 +399,7 @@ impl Transcripts {
     }
 
     /// One message by id.
-    pub fn get(&self, group: &str, id: &Ulid) -> Option<Arc<Envelope>> {
+    pub(crate) fn get(&self, group: &str, id: &Ulid) -> Option<Arc<Envelope>> {
         let groups = self.groups.lock();
         groups
             .get(group)?
@@ -424,26 +410,19 @@ impl Transcripts {
             .cloned()
     }
 
-    /// Names of all groups with a transcript.
-    pub fn groups(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.groups.lock().keys().cloned().collect();
-        v.sort();
-        v
-    }
-
     /// Total ids indexed (for metrics and soak checks).
-    pub fn indexed_ids(&self) -> usize {
+    pub(crate) fn indexed_ids(&self) -> usize {
         self.groups.lock().values().map(|g| g.ids.len()).sum()
     }
 
     /// The last write error, if the most recent write failed.
-    pub fn health_error(&self) -> Option<String> {
+    pub(crate) fn health_error(&self) -> Option<String> {
         self.last_error.lock().clone()
     }
 
     /// Stops the writer after it has finished what was queued, and waits for it (it
     /// gives back the files' preallocated space as it stops).
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.writer.lock().take();
         let thread = self.writer_thread.lock().take();
         if let Some(t) = thread {
@@ -451,11 +430,6 @@ impl Transcripts {
                 tracing::error!("the transcript writer thread panicked");
             }
         }
-    }
-
-    /// The folder holding the files.
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 }
 
@@ -856,7 +830,7 @@ pub(crate) fn parse_outbox_line(line: &[u8], offset: u64) -> Option<LoggedOutbou
 }
 
 /// File-name-safe form of a group name (percent-encoding of anything unusual).
-pub fn encode_name(group: &str) -> String {
+pub(crate) fn encode_name(group: &str) -> String {
     let mut out = String::new();
     for b in group.bytes() {
         if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
@@ -869,7 +843,7 @@ pub fn encode_name(group: &str) -> String {
 }
 
 /// Inverse of [`encode_name`].
-pub fn decode_name(name: &str) -> Option<String> {
+pub(crate) fn decode_name(name: &str) -> Option<String> {
     let bytes = name.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;
@@ -888,7 +862,7 @@ pub fn decode_name(name: &str) -> Option<String> {
 
 /// Counts bot messages in `recent` (oldest first) after the last human message and
 /// no older than `window_ms` before `now_ms`.
-pub fn recent_bot_messages<'a>(
+pub(crate) fn recent_bot_messages<'a>(
     recent: impl DoubleEndedIterator<Item = &'a std::sync::Arc<Envelope>>,
     now_ms: u64,
     window_ms: u64,
@@ -905,7 +879,7 @@ pub fn recent_bot_messages<'a>(
 /// before this bot whatever happens, so `turn::policy::last_check`'s rate cap counts them with
 /// [`recent_bot_messages`] (an answer counts once: as a message when recorded, else
 /// as one due).
-pub fn answers_due<'a>(
+pub(crate) fn answers_due<'a>(
     recent: impl DoubleEndedIterator<Item = &'a std::sync::Arc<Envelope>> + Clone,
     trigger: &ulid::Ulid,
     ahead: &[String],

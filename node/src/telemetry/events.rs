@@ -39,14 +39,14 @@ pub enum Event {
 
 impl Event {
     /// The group the event belongs to.
-    pub fn group(&self) -> &str {
+    pub(crate) fn group(&self) -> &str {
         match self {
             Event::Message { envelope } | Event::Claim { envelope } => &envelope.group,
             Event::Decision { group, .. } => group,
         }
     }
     /// The SSE event name.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Event::Message { .. } => "message",
             Event::Claim { .. } => "claim",
@@ -63,13 +63,13 @@ pub struct EventBus {
 
 impl EventBus {
     /// A bus that buffers up to `capacity` events per slow subscriber.
-    pub fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         EventBus {
             tx: broadcast::channel(capacity).0,
         }
     }
     /// Publishes; having no subscriber is fine.
-    pub fn publish(&self, event: Event) {
+    pub(crate) fn publish(&self, event: Event) {
         let _ = self.tx.send(event);
     }
     /// A new subscription starting now.

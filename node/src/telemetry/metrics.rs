@@ -15,39 +15,39 @@ use prometheus_client::registry::Registry;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
     /// accepted, duplicate, or the rejection reason.
-    pub result: String,
+    pub(crate) result: String,
 }
 
 /// Labels for outgoing deliveries.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PeerResult {
     /// The peer bot's name.
-    pub peer: String,
+    pub(crate) peer: String,
     /// delivered, retry, given_up, refused_full.
-    pub result: String,
+    pub(crate) result: String,
 }
 
 /// Labels for delivery requests.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PeerKind {
     /// The peer bot's name.
-    pub peer: String,
+    pub(crate) peer: String,
     /// single or batch.
-    pub kind: String,
+    pub(crate) kind: String,
 }
 
 /// Labels naming one peer.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PeerLabel {
     /// The peer bot's name.
-    pub peer: String,
+    pub(crate) peer: String,
 }
 
 /// Labels naming one in-memory cache or table.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CacheLabel {
     /// seen_ids, transcript_ids, rate_limiter_buckets, claim_triggers, feishu_event_ids.
-    pub cache: String,
+    pub(crate) cache: String,
 }
 
 /// Labels naming a connection state.
@@ -69,45 +69,45 @@ pub struct EndpointLabel {
 pub struct RelayLabel {
     /// origin (this node's envelope went through a relay), relay (this node
     /// forwarded another's), or destination (this node received a relayed copy).
-    pub role: String,
+    pub(crate) role: String,
     /// The peer the envelope was for (origin, relay) or came from (destination).
-    pub peer: String,
+    pub(crate) peer: String,
     /// delivered, failed, forwarded, refused reason, accepted, duplicate, …
-    pub result: String,
+    pub(crate) result: String,
 }
 
 /// Labels for decisions.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DecisionLabel {
     /// reply, judge, silent, yield.
-    pub action: String,
+    pub(crate) action: String,
     /// Why, as a stable snake_case code.
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 /// Labels for LLM calls.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LlmLabel {
     /// judge or reply.
-    pub purpose: String,
+    pub(crate) purpose: String,
     /// ok or the failure label.
-    pub result: String,
+    pub(crate) result: String,
 }
 
 /// Labels for LLM latency.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PurposeLabel {
     /// judge or reply.
-    pub purpose: String,
+    pub(crate) purpose: String,
 }
 
 /// Labels for token counts.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TokenLabel {
     /// judge or reply.
-    pub purpose: String,
+    pub(crate) purpose: String,
     /// prompt or completion.
-    pub kind: String,
+    pub(crate) kind: String,
 }
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -120,66 +120,66 @@ fn latency_histogram() -> Histogram {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SchemeLabel {
     /// `pairwise`, `ed25519` or `hmac` ([`crate::wire::signing::Scheme::label`]).
-    pub scheme: String,
+    pub(crate) scheme: String,
 }
 
 /// Every metric the node exports.
 pub struct Metrics {
     registry: Registry,
     /// Envelopes received on the bridge, by result.
-    pub envelopes_in: Family<ResultLabel, Counter>,
+    pub(crate) envelopes_in: Family<ResultLabel, Counter>,
     /// Envelopes whose signature verified, by the scheme that verified it: shows
     /// whether peers reach this node with the cheap pairwise entry or need Ed25519.
-    pub signatures_verified: Family<SchemeLabel, Counter>,
+    pub(crate) signatures_verified: Family<SchemeLabel, Counter>,
     /// Deliveries to peers, by peer and result.
-    pub envelopes_out: Family<PeerResult, Counter>,
+    pub(crate) envelopes_out: Family<PeerResult, Counter>,
     /// Requests sent to peers, by peer and kind (`single` envelope or `batch`).
-    pub peer_requests: Family<PeerKind, Counter>,
+    pub(crate) peer_requests: Family<PeerKind, Counter>,
     /// Envelopes waiting in each peer's outbox.
-    pub outbox_depth: Family<PeerLabel, Gauge>,
+    pub(crate) outbox_depth: Family<PeerLabel, Gauge>,
     /// Durable envelopes for each peer waiting only in the outbox log (spilled).
-    pub outbox_spilled: Family<PeerLabel, Gauge>,
+    pub(crate) outbox_spilled: Family<PeerLabel, Gauge>,
     /// Envelopes relayed around broken links, by role, peer and result.
-    pub envelopes_relayed: Family<RelayLabel, Counter>,
+    pub(crate) envelopes_relayed: Family<RelayLabel, Counter>,
     /// Decisions by action and reason.
-    pub decisions: Family<DecisionLabel, Counter>,
+    pub(crate) decisions: Family<DecisionLabel, Counter>,
     /// Replies written (or being written) and then not posted, by why: the cost of
     /// writing while waiting.
-    pub replies_discarded: Family<ResultLabel, Counter>,
+    pub(crate) replies_discarded: Family<ResultLabel, Counter>,
     /// Completion tokens of the replies thrown away.
-    pub reply_tokens_discarded: Counter,
+    pub(crate) reply_tokens_discarded: Counter,
     /// LLM calls by purpose and result.
-    pub llm_calls: Family<LlmLabel, Counter>,
+    pub(crate) llm_calls: Family<LlmLabel, Counter>,
     /// LLM latency by purpose, seconds.
-    pub llm_latency: HistogramFamily<PurposeLabel>,
+    pub(crate) llm_latency: HistogramFamily<PurposeLabel>,
     /// LLM tokens by purpose and kind.
-    pub llm_tokens: Family<TokenLabel, Counter>,
+    pub(crate) llm_tokens: Family<TokenLabel, Counter>,
     /// Local API requests by result.
-    pub api_requests: Family<ResultLabel, Counter>,
+    pub(crate) api_requests: Family<ResultLabel, Counter>,
     /// Messages recorded in transcripts, by source (bridge, api, self).
-    pub transcript_appends: Family<ResultLabel, Counter>,
+    pub(crate) transcript_appends: Family<ResultLabel, Counter>,
     /// Entries held by each in-memory cache, refreshed at every scrape: lets an
     /// operator (and `botmesh-bench soak`) see that none grows without bound.
-    pub cache_entries: Family<CacheLabel, Gauge>,
+    pub(crate) cache_entries: Family<CacheLabel, Gauge>,
     /// Feishu/Lark event callbacks, by result (`message`, `challenge`, `duplicate`,
     /// `ignored`, or the rejection reason).
-    pub feishu_events: Family<ResultLabel, Counter>,
+    pub(crate) feishu_events: Family<ResultLabel, Counter>,
     /// 1 for the Feishu long connection's current state (`connecting`, `connected`,
     /// `reconnecting`, `stopped`), 0 for the others: an operator sees a bot that
     /// cannot hear Feishu.
-    pub feishu_connection: Family<StateLabel, Gauge>,
+    pub(crate) feishu_connection: Family<StateLabel, Gauge>,
     /// Feishu long-connection attempts and endings, by result (`connected`,
     /// `handshake_refused`, `endpoint_refused`, `dropped`, …).
-    pub feishu_connects: Family<ResultLabel, Counter>,
+    pub(crate) feishu_connects: Family<ResultLabel, Counter>,
     /// Every call to the Feishu API, by endpoint (`METHOD /path` with ids as
     /// `{id}`): the quota an operator spends.
-    pub feishu_api_calls: Family<EndpointLabel, Counter>,
+    pub(crate) feishu_api_calls: Family<EndpointLabel, Counter>,
     /// 1 while the Redis Streams transport is connected, 0 while it is not (absent
     /// on `http` nodes).
-    pub redis_up: Gauge,
+    pub(crate) redis_up: Gauge,
     /// Redis Streams transport incidents: `read_error`, `write_error`, `gap` (entries
     /// trimmed before this bot read them), `reset` (a stream restarted behind a cursor).
-    pub stream_events: Family<ResultLabel, Counter>,
+    pub(crate) stream_events: Family<ResultLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -353,7 +353,7 @@ impl Metrics {
     }
 
     /// Sets the size of one in-memory cache.
-    pub fn set_cache_entries(&self, cache: &str, entries: usize) {
+    pub(crate) fn set_cache_entries(&self, cache: &str, entries: usize) {
         self.cache_entries
             .get_or_create(&CacheLabel {
                 cache: cache.into(),
@@ -362,7 +362,7 @@ impl Metrics {
     }
 
     /// Counts one incoming envelope.
-    pub fn envelope_in(&self, result: &str) {
+    pub(crate) fn envelope_in(&self, result: &str) {
         self.envelopes_in
             .get_or_create(&ResultLabel {
                 result: result.into(),
@@ -371,7 +371,7 @@ impl Metrics {
     }
 
     /// Counts one envelope signature that verified under `scheme`.
-    pub fn signature_verified(&self, scheme: crate::wire::signing::Scheme) {
+    pub(crate) fn signature_verified(&self, scheme: crate::wire::signing::Scheme) {
         self.signatures_verified
             .get_or_create(&SchemeLabel {
                 scheme: scheme.label().into(),
@@ -380,7 +380,7 @@ impl Metrics {
     }
 
     /// Counts one Feishu event callback.
-    pub fn feishu_event(&self, result: &str) {
+    pub(crate) fn feishu_event(&self, result: &str) {
         self.feishu_events
             .get_or_create(&ResultLabel {
                 result: result.into(),
@@ -416,7 +416,7 @@ impl Metrics {
     }
 
     /// Counts one Redis Streams incident.
-    pub fn stream_event(&self, result: &str) {
+    pub(crate) fn stream_event(&self, result: &str) {
         self.stream_events
             .get_or_create(&ResultLabel {
                 result: result.into(),
@@ -425,7 +425,7 @@ impl Metrics {
     }
 
     /// Counts one delivery outcome.
-    pub fn envelope_out(&self, peer: &str, result: &str) {
+    pub(crate) fn envelope_out(&self, peer: &str, result: &str) {
         self.envelopes_out
             .get_or_create(&PeerResult {
                 peer: peer.into(),
@@ -435,7 +435,7 @@ impl Metrics {
     }
 
     /// Counts one delivery request to a peer.
-    pub fn peer_request(&self, peer: &str, kind: &str) {
+    pub(crate) fn peer_request(&self, peer: &str, kind: &str) {
         self.peer_requests
             .get_or_create(&PeerKind {
                 peer: peer.into(),
@@ -445,14 +445,14 @@ impl Metrics {
     }
 
     /// Sets a peer's outbox depth.
-    pub fn set_outbox_depth(&self, peer: &str, depth: usize) {
+    pub(crate) fn set_outbox_depth(&self, peer: &str, depth: usize) {
         self.outbox_depth
             .get_or_create(&PeerLabel { peer: peer.into() })
             .set(depth as i64);
     }
 
     /// Counts one relayed envelope.
-    pub fn relayed(&self, role: &str, peer: &str, result: &str) {
+    pub(crate) fn relayed(&self, role: &str, peer: &str, result: &str) {
         self.envelopes_relayed
             .get_or_create(&RelayLabel {
                 role: role.into(),
@@ -463,7 +463,7 @@ impl Metrics {
     }
 
     /// Sets how many durable envelopes for a peer wait only on disk.
-    pub fn set_outbox_spilled(&self, peer: &str, spilled: usize) {
+    pub(crate) fn set_outbox_spilled(&self, peer: &str, spilled: usize) {
         self.outbox_spilled
             .get_or_create(&PeerLabel { peer: peer.into() })
             .set(spilled as i64);
@@ -481,7 +481,7 @@ impl Metrics {
     }
 
     /// Counts one decision.
-    pub fn decision(&self, action: &str, reason: &str) {
+    pub(crate) fn decision(&self, action: &str, reason: &str) {
         self.decisions
             .get_or_create(&DecisionLabel {
                 action: action.into(),
@@ -491,7 +491,7 @@ impl Metrics {
     }
 
     /// Records one LLM call.
-    pub fn llm_call(
+    pub(crate) fn llm_call(
         &self,
         purpose: &str,
         result: &str,
@@ -525,7 +525,7 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String");

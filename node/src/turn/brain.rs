@@ -20,7 +20,7 @@ use crate::wire::envelope::{AuthorKind, Envelope, Kind};
 
 /// Where answers come from. (One per node, so the variants' size difference is moot.)
 #[allow(clippy::large_enum_variant)]
-pub enum Provider {
+pub(crate) enum Provider {
     /// No LLM configured: lexical-overlap judge, marked placeholder replies.
     Offline,
     /// An OpenAI-compatible endpoint per purpose (called through [`Ports::llm`]).
@@ -35,13 +35,13 @@ pub enum Provider {
 /// The node's turn-taking state: who it is, whom it knows, what it has seen claimed.
 pub struct Brain {
     /// This bot.
-    pub me: BotSettings,
+    pub(crate) me: BotSettings,
     /// The other bots.
-    pub colleagues: Vec<BotSettings>,
+    pub(crate) colleagues: Vec<BotSettings>,
     /// Finds @mentions against the whole roster.
-    pub matcher: MentionMatcher,
+    pub(crate) matcher: MentionMatcher,
     /// The LLM, or the offline provider.
-    pub provider: Provider,
+    pub(crate) provider: Provider,
     /// Claims and replies per trigger.
     pub board: ClaimBoard,
     /// Set once the judge endpoint refused structured output.
@@ -54,7 +54,7 @@ pub struct Brain {
 
 /// A reply the LLM wrote, with its completion tokens (counted when it is thrown away).
 #[derive(Debug, Clone)]
-pub struct Reply {
+pub(crate) struct Reply {
     /// The text to post.
     pub text: String,
     /// Completion tokens it cost.
@@ -67,7 +67,7 @@ fn rejects_schema(e: &crate::llm::LlmError) -> bool {
 }
 
 /// Builds the roster the matcher needs.
-pub fn roster(bots: &[BotSettings]) -> Vec<Member> {
+pub(crate) fn roster(bots: &[BotSettings]) -> Vec<Member> {
     bots.iter()
         .map(|b| Member {
             name: b.name.clone(),
@@ -78,7 +78,7 @@ pub fn roster(bots: &[BotSettings]) -> Vec<Member> {
 }
 
 /// Endpoints for judge and reply from `[llm]` and its overrides.
-pub fn endpoints(
+pub(crate) fn endpoints(
     llm: &LlmSettings,
     keys: &std::collections::HashMap<String, String>,
 ) -> (Endpoint, Endpoint) {
@@ -157,7 +157,7 @@ impl Brain {
 
     /// A brain for bot `me` among `colleagues` (`roster`: every bot, for mentions),
     /// without a sidecar agent: what the simulator builds for each of its bots.
-    pub fn with(
+    pub(crate) fn with(
         me: BotSettings,
         colleagues: Vec<BotSettings>,
         roster_of: &[BotSettings],
@@ -178,7 +178,7 @@ impl Brain {
 
     /// Every newly recorded message passes here: a bot's reply to a trigger makes
     /// waiting bots yield.
-    pub fn observe(&self, env: &Envelope) {
+    pub(crate) fn observe(&self, env: &Envelope) {
         if env.author.kind == AuthorKind::Bot {
             if let Some(trigger) = env.reply_to {
                 self.board.answered(trigger, &env.author.name);
@@ -187,7 +187,7 @@ impl Brain {
     }
 
     /// A peer's claim (at relevance 0: its withdrawal).
-    pub fn on_claim(&self, env: &Envelope) {
+    pub(crate) fn on_claim(&self, env: &Envelope) {
         if let (Some(trigger), Some(r)) = (env.reply_to, env.relevance) {
             self.board.claim(trigger, &env.sender, r);
         }
@@ -197,7 +197,7 @@ impl Brain {
     /// bridge answers the claimant — this bot's name when it has committed to answer,
     /// or answered, the trigger (`answered`), or that its judge about the trigger is
     /// still out (`judging`: this bot then owes the peers its claim or a withdrawal).
-    pub fn answer_claim(&self, env: &Envelope) -> ClaimReply {
+    pub(crate) fn answer_claim(&self, env: &Envelope) -> ClaimReply {
         match env.reply_to.filter(|_| env.kind == Kind::Claim) {
             Some(trigger) => self.board.answer_claim(trigger, &self.me.name, &env.sender),
             None => ClaimReply::default(),
@@ -206,7 +206,7 @@ impl Brain {
 
     /// The local rules for `msg`, given how many bot messages end the recent
     /// transcript (`recent_bots`, see [`crate::turn::policy::recent_bot_messages`]).
-    pub fn decide(
+    pub(crate) fn decide(
         &self,
         mesh: &crate::config::MeshSettings,
         msg: &Envelope,
@@ -233,7 +233,7 @@ impl Brain {
     }
 
     /// The judge prompt for `msg` with `context` before it.
-    pub fn judge_prompt(&self, context: &[Arc<Envelope>], msg: &Envelope) -> String {
+    pub(crate) fn judge_prompt(&self, context: &[Arc<Envelope>], msg: &Envelope) -> String {
         build_prompt(&JudgeInput {
             me: &self.me,
             colleagues: &self.colleagues,
@@ -243,7 +243,7 @@ impl Brain {
     }
 
     /// Asks the judge. `None` means it failed (logged and counted): stay silent.
-    pub async fn judge(
+    pub(crate) async fn judge(
         &self,
         llm: &dyn Llm,
         context: &[Arc<Envelope>],
@@ -347,7 +347,7 @@ impl Brain {
     }
 
     /// Writes the reply text. `None` means the LLM failed (logged and counted).
-    pub async fn write_reply(
+    pub(crate) async fn write_reply(
         &self,
         llm: &dyn Llm,
         context: &[Arc<Envelope>],

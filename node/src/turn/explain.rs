@@ -38,34 +38,34 @@ pub struct ExplainRequest {
 #[derive(Debug, Clone, Serialize)]
 pub struct Explanation {
     /// The bot deciding.
-    pub bot: String,
+    pub(crate) bot: String,
     /// Whether it is mentioned.
-    pub mentioned: bool,
+    pub(crate) mentioned: bool,
     /// Everyone the message mentions.
-    pub mentions: Vec<String>,
+    pub(crate) mentions: Vec<String>,
     /// reply, judge or silent.
-    pub action: String,
+    pub(crate) action: String,
     /// Why.
-    pub reason: String,
+    pub(crate) reason: String,
     /// The exact judge prompt (present when the action is judge).
-    pub judge_prompt: Option<String>,
+    pub(crate) judge_prompt: Option<String>,
     /// Its size in bytes.
-    pub judge_prompt_bytes: Option<usize>,
+    pub(crate) judge_prompt_bytes: Option<usize>,
     /// The judge's answer, when asked to call it (or offline).
-    pub verdict: Option<VerdictJson>,
+    pub(crate) verdict: Option<VerdictJson>,
     /// The delay the bot would wait before interjecting, in ms (without jitter).
-    pub delay_ms: Option<u64>,
+    pub(crate) delay_ms: Option<u64>,
     /// The provider in use.
-    pub provider: &'static str,
+    pub(crate) provider: &'static str,
 }
 
 /// A verdict as JSON.
 #[derive(Debug, Clone, Serialize)]
-pub struct VerdictJson {
+pub(crate) struct VerdictJson {
     /// Speak or not.
-    pub speak: bool,
+    pub(crate) speak: bool,
     /// 0..1.
-    pub relevance: f64,
+    pub(crate) relevance: f64,
 }
 
 /// Builds the hypothetical envelope for an explain request.

@@ -14,7 +14,7 @@ use crate::wire::envelope::{AuthorKind, Envelope};
 
 /// The built-in judge prompt. Kept small on purpose: it is sent for every message
 /// that does not mention the bot (its size is measured in the tests and docs).
-pub const DEFAULT_JUDGE_PROMPT: &str =
+pub(crate) const DEFAULT_JUDGE_PROMPT: &str =
     "You are {name} ({role}; skills: {skills}) in a group chat.\n\
 Colleagues: {colleagues}\n\
 Recent:\n{context}\n\
@@ -23,7 +23,7 @@ Speak only if your skills add something the others won't. \
 Reply JSON {\"speak\":bool,\"relevance\":0-1}.";
 
 /// Everything the judge prompt is made of.
-pub struct JudgeInput<'a> {
+pub(crate) struct JudgeInput<'a> {
     /// The judging bot.
     pub me: &'a BotSettings,
     /// The other bots.
@@ -35,7 +35,7 @@ pub struct JudgeInput<'a> {
 }
 
 /// Cuts `text` to at most `max` characters, marking the cut, on one line.
-pub fn trim(text: &str, max: usize) -> String {
+pub(crate) fn trim(text: &str, max: usize) -> String {
     let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
     if one_line.chars().count() <= max {
         one_line
@@ -54,7 +54,7 @@ fn who(e: &Envelope) -> String {
 }
 
 /// One line per colleague: `Name (role): skills`.
-pub fn colleague_profiles(colleagues: &[BotSettings]) -> String {
+pub(crate) fn colleague_profiles(colleagues: &[BotSettings]) -> String {
     colleagues
         .iter()
         .map(|b| {
@@ -72,7 +72,7 @@ pub fn colleague_profiles(colleagues: &[BotSettings]) -> String {
 }
 
 /// Fills the bot's template (or the default).
-pub fn build_prompt(input: &JudgeInput<'_>) -> String {
+pub(crate) fn build_prompt(input: &JudgeInput<'_>) -> String {
     let me = input.me;
     let template = me.judge_prompt.as_deref().unwrap_or(DEFAULT_JUDGE_PROMPT);
     let context = if input.context.is_empty() {
@@ -105,7 +105,7 @@ pub fn build_prompt(input: &JudgeInput<'_>) -> String {
 
 /// Words of a text for lexical overlap: lowercase Latin words of 2+ letters, and CJK
 /// character bigrams (Chinese has no spaces between words).
-pub fn terms(text: &str) -> HashSet<String> {
+pub(crate) fn terms(text: &str) -> HashSet<String> {
     let mut out = HashSet::new();
     let mut word = String::new();
     let mut cjk: Vec<char> = Vec::new();
@@ -149,7 +149,7 @@ fn is_cjk(c: char) -> bool {
 
 /// The offline judge: speak when the message shares words with the bot's skills or
 /// role; relevance grows with the overlap.
-pub fn offline_verdict(me: &BotSettings, text: &str) -> Verdict {
+pub(crate) fn offline_verdict(me: &BotSettings, text: &str) -> Verdict {
     let mut profile = String::new();
     for s in &me.skills {
         profile.push_str(s);

@@ -52,7 +52,7 @@ use std::collections::HashMap;
 /// One roster member as the matcher needs it: everything a message may use to
 /// address this bot.
 #[derive(Debug, Clone, Default)]
-pub struct Member {
+pub(crate) struct Member {
     /// Canonical name; reported back verbatim when the member is mentioned.
     pub name: String,
     /// Other names people type after `@` (nicknames, Chinese names, …).
@@ -76,8 +76,9 @@ pub struct PlatformMention {
 
 /// Where a mention stands in the text (byte offsets), and whom it names; lets
 /// callers highlight or rewrite mentions.
+#[cfg(any(test, feature = "fuzzing"))]
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MentionSpan {
+pub(crate) struct MentionSpan {
     /// Byte offset of the first byte of the mention (the `@`, `＠` or `<`).
     pub start: usize,
     /// Byte offset just past the mention.
@@ -117,7 +118,7 @@ struct Terminal {
 /// Finds which roster members a message mentions. Build it once per roster
 /// change with [`MentionMatcher::new`]; all queries take `&self`.
 #[derive(Debug, Clone)]
-pub struct MentionMatcher {
+pub(crate) struct MentionMatcher {
     /// Canonical names, indexed by member number.
     names: Vec<String>,
     /// Trie over lowercased keys: (node, char) -> child node. Node 0 is the root.
@@ -141,7 +142,7 @@ impl MentionMatcher {
     /// Builds the matcher from the whole roster. Empty names/aliases are
     /// ignored (a member without a name is skipped). When two members claim
     /// the same key, a canonical name beats an alias, then roster order wins.
-    pub fn new(members: &[Member]) -> Self {
+    pub(crate) fn new(members: &[Member]) -> Self {
         let mut m = MentionMatcher {
             names: Vec::new(),
             edges: HashMap::new(),
@@ -174,7 +175,7 @@ impl MentionMatcher {
     }
 
     /// Canonical names of the members mentioned, first-appearance order, each once.
-    pub fn mentioned(&self, text: &str, platform: &[PlatformMention]) -> Vec<String> {
+    pub(crate) fn mentioned(&self, text: &str, platform: &[PlatformMention]) -> Vec<String> {
         let mut seen = vec![false; self.names.len()];
         let mut out: Vec<String> = Vec::new();
         for f in self.scan(text, platform) {
@@ -191,7 +192,8 @@ impl MentionMatcher {
 
     /// Whether `name` (canonical) is mentioned. An alias or a differently cased
     /// name is first resolved to its canonical member.
-    pub fn mentions(&self, text: &str, platform: &[PlatformMention], name: &str) -> bool {
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn mentions(&self, text: &str, platform: &[PlatformMention], name: &str) -> bool {
         let target = self.resolve(name).unwrap_or(name);
         self.scan(text, platform)
             .iter()
@@ -200,7 +202,8 @@ impl MentionMatcher {
 
     /// The @name / ＠alias / <at …> / @_user_N spans found (for rewriting text),
     /// in order of appearance, repeated mentions included.
-    pub fn spans(&self, text: &str, platform: &[PlatformMention]) -> Vec<MentionSpan> {
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn spans(&self, text: &str, platform: &[PlatformMention]) -> Vec<MentionSpan> {
         self.scan(text, platform)
             .into_iter()
             .map(|f| MentionSpan {
@@ -214,7 +217,7 @@ impl MentionMatcher {
     /// Rewrites each plain-text `@Name` span with `f(member)` (e.g. into Feishu
     /// `<at user_id="ou_…">Name</at>`), leaving code, URLs, emails and existing
     /// <at> tags untouched. Where `f` returns `None` the text is kept as is.
-    pub fn rewrite(&self, text: &str, f: impl Fn(&str) -> Option<String>) -> String {
+    pub(crate) fn rewrite(&self, text: &str, f: impl Fn(&str) -> Option<String>) -> String {
         let mut out = String::with_capacity(text.len());
         let mut last = 0;
         for found in self.scan(text, &[]) {
@@ -234,7 +237,7 @@ impl MentionMatcher {
     /// Maps a canonical name, or any name/alias in any case, to the canonical
     /// name; `None` if nobody in the roster answers to it. Useful for callers
     /// that accept user-typed names.
-    pub fn resolve(&self, name_or_alias: &str) -> Option<&str> {
+    pub(crate) fn resolve(&self, name_or_alias: &str) -> Option<&str> {
         if let Some(n) = self.names.iter().find(|n| *n == name_or_alias) {
             return Some(n);
         }

@@ -11,17 +11,18 @@
 //! - [`explain`] — the dry-run of a decision.
 //! - [`ports`] — `Ports`, the turn code's view of the node (and of the simulator).
 
-pub mod brain;
-pub mod explain;
-pub mod judge;
-pub mod mention;
-pub mod pipeline;
-pub mod policy;
-pub mod ports;
-pub mod reply;
-pub mod scheduler;
+pub(crate) mod brain;
+pub(crate) mod explain;
+pub(crate) mod judge;
+pub(crate) mod mention;
+pub(crate) mod pipeline;
+pub(crate) mod policy;
+pub(crate) mod ports;
+pub(crate) mod reply;
+pub(crate) mod scheduler;
 
-pub use brain::{endpoints, roster, Brain, Provider};
+pub use brain::Brain;
+pub(crate) use brain::{roster, Provider};
 pub use explain::{explain, ExplainRequest, Explanation};
-pub use pipeline::{consider, triage, RATE_WINDOW_MS};
-pub use ports::{Llm, Ports};
+pub(crate) use pipeline::{consider, triage};
+pub(crate) use ports::{Llm, Ports};

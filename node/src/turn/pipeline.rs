@@ -33,7 +33,7 @@ use crate::turn::scheduler::{delay_for, grace_for, Standing, Yield, MIN_CLAIM, W
 use crate::wire::envelope::{Envelope, Kind, Why};
 
 /// The window of the per-group bot-message cap.
-pub const RATE_WINDOW_MS: u64 = 60_000;
+pub(crate) const RATE_WINDOW_MS: u64 = 60_000;
 
 /// Silent decisions of the cheap local filters, for messages that were never this
 /// bot's to answer: logged at debug, counted as every decision is.
@@ -45,7 +45,7 @@ const ROUTINE_SILENCE: &[&str] = &[
 ];
 
 /// Whether a decision means this bot passed on the trigger for good.
-pub fn passes(action: &str, reason: &str) -> bool {
+pub(crate) fn passes(action: &str, reason: &str) -> bool {
     matches!(action, "yield" | "yield_writing")
         || matches!(reason, "judge_declined" | "rejudged_silent")
 }
@@ -93,7 +93,7 @@ fn context_before<P: Ports + ?Sized>(p: &P, msg: &Envelope, k: usize) -> Vec<Arc
 /// Runs the whole pipeline for one newly recorded message, with the platform's
 /// mention list (Feishu `mentions[]`, empty elsewhere). Boxed with an explicit `Send`
 /// because replying records a message, which spawns `consider` again.
-pub fn consider<P: Ports>(
+pub(crate) fn consider<P: Ports>(
     p: Arc<P>,
     msg: Arc<Envelope>,
     platform: Vec<PlatformMention>,
@@ -102,7 +102,11 @@ pub fn consider<P: Ports>(
 }
 
 /// [`consider`] with the platform's mention list (Feishu `mentions[]`).
-pub async fn consider_with<P: Ports>(p: Arc<P>, msg: Arc<Envelope>, platform: &[PlatformMention]) {
+pub(crate) async fn consider_with<P: Ports>(
+    p: Arc<P>,
+    msg: Arc<Envelope>,
+    platform: &[PlatformMention],
+) {
     if let Some(d) = triage(&*p, &msg, platform) {
         act(p, msg, d).await;
     }
@@ -111,7 +115,7 @@ pub async fn consider_with<P: Ports>(p: Arc<P>, msg: Arc<Envelope>, platform: &[
 /// The local rules for a newly recorded message: `None` when the bot stays silent (the
 /// decision is recorded), else what [`act`] is to do. Cheap and synchronous, so the
 /// node runs it as the message is recorded and spawns a turn only when there is one.
-pub fn triage<P: Ports + ?Sized>(
+pub(crate) fn triage<P: Ports + ?Sized>(
     p: &P,
     msg: &Envelope,
     platform: &[PlatformMention],
@@ -150,56 +154,10 @@ pub fn triage<P: Ports + ?Sized>(
 }
 
 /// Carries out a [`triage`] decision that is not silence: judge, wait and claim,
-/// write, post.
-pub async fn act<P: Ports>(p: Arc<P>, msg: Arc<Envelope>, d: Decision) {
-    let brain = p.brain();
-    let (why, relevance) = match d.action {
-        Action::Silent => return,
-        Action::Reply => {
-            record(&*p, &msg, "reply", d.reason, "");
-            let why = if d.mentioned {
-                Why::Mentioned
-            } else {
-                Why::AlwaysAnswers
-            };
-            (why, None)
-        }
-        Action::Judge => {
-            record(&*p, &msg, "judge", d.reason, "");
-            let context = context_before(&*p, &msg, brain.me.context_messages);
-            // While the judge is out, a peer's claim on this trigger is answered
-            // `judging`: that peer then waits for this bot's word before it commits.
-            brain.board.set_judging(msg.id, true); // (triage set it already)
-            let verdict = brain.judge(p.llm(), &context, &msg).await;
-            brain.board.set_judging(msg.id, false);
-            let Some(v) = verdict else {
-                record(&*p, &msg, "silent", "judge_failed", "");
-                send_owed_word(&*p, &msg);
-                return;
-            };
-            if !v.speak || v.relevance < brain.me.min_relevance {
-                record(
-                    &*p,
-                    &msg,
-                    "silent",
-                    "judge_declined",
-                    &format!("speak={} relevance={:.2}", v.speak, v.relevance),
-                );
-                send_owed_word(&*p, &msg);
-                return;
-            }
-            if d.mentioned {
-                // Mentioned past the threshold, and the judge agreed: answer without a wait.
-                (Why::Mentioned, None)
-            } else {
-                (
-                    Why::Interjected {
-                        relevance: v.relevance,
-                    },
-                    Some(v.relevance.max(MIN_CLAIM)),
-                )
-            }
-        }
+/// write, check once more, settle the claim and commit, post.
+pub(crate) async fn act<P: Ports>(p: Arc<P>, msg: Arc<Envelope>, d: Decision) {
+    let Some((why, relevance)) = judge_step(&*p, &msg, &d).await else {
+        return;
     };
     // The claim's acknowledgements, for an interjection (a round to everyone does not
     // wait for them: nobody yields there).
@@ -215,69 +173,176 @@ pub async fn act<P: Ports>(p: Arc<P>, msg: Arc<Envelope>, d: Decision) {
     }
     // From here on, every way out that posts nothing withdraws this bot's claim, so
     // the bots that stood by behind it re-enter (a yield is not final).
-    let withdraw = |why: &str| {
-        if relevance.is_some() {
-            withdraw_claim(&*p, &msg, why);
-        }
-    };
+    let claimed = relevance.is_some();
     if p.stopping().is_cancelled() {
-        withdraw("shutting down");
+        withdraw_if(&*p, &msg, claimed, "shutting down");
         return;
     }
-    let context = context_before(&*p, &msg, brain.me.context_messages.max(12));
-    let reason = match &why {
+    let reason = why_label(&why);
+    let Some(reply) = write_step(&*p, &msg, reason, relevance, early).await else {
+        return;
+    };
+    if !last_check_step(&*p, &msg, &d, relevance, &reply) {
+        return;
+    }
+    if let (Some(r), Some(acks)) = (relevance, acks.as_mut()) {
+        if !settle_claim(&*p, &msg, acks, &reply).await || !commit_step(&*p, &msg, r, &reply).await
+        {
+            return;
+        }
+    }
+    post_step(p, &msg, reply, why, reason).await;
+}
+
+/// The short name of why the bot speaks, for logs and the sidecar.
+fn why_label(why: &Why) -> &'static str {
+    match why {
         Why::Mentioned => "mentioned",
         Why::Interjected { .. } => "interjected",
         Why::AlwaysAnswers => "always_answers",
         Why::Posted => "posted",
-    };
-    let reply = if let Early::Written(reply) = early {
-        reply
-    } else if let Early::Failed = early {
-        record(&*p, &msg, "silent", "reply_failed", "");
-        withdraw("reply failed");
-        return;
-    } else if let Some((client, url)) = &brain.agent {
+    }
+}
+
+/// Withdraws this bot's claim on `msg` when it `claimed` one.
+fn withdraw_if<P: Ports + ?Sized>(p: &P, msg: &Envelope, claimed: bool, why: &str) {
+    if claimed {
+        withdraw_claim(p, msg, why);
+    }
+}
+
+/// [`act`]'s first step: why the bot speaks and, for an interjection, the relevance
+/// it claims at (the judge's), or `None` when it stays silent (recorded; a word owed
+/// to a claimant is sent).
+async fn judge_step<P: Ports + ?Sized>(
+    p: &P,
+    msg: &Envelope,
+    d: &Decision,
+) -> Option<(Why, Option<f64>)> {
+    let brain = p.brain();
+    match d.action {
+        Action::Silent => None,
+        Action::Reply => {
+            record(p, msg, "reply", d.reason, "");
+            let why = if d.mentioned {
+                Why::Mentioned
+            } else {
+                Why::AlwaysAnswers
+            };
+            Some((why, None))
+        }
+        Action::Judge => {
+            record(p, msg, "judge", d.reason, "");
+            let context = context_before(p, msg, brain.me.context_messages);
+            // While the judge is out, a peer's claim on this trigger is answered
+            // `judging`: that peer then waits for this bot's word before it commits.
+            brain.board.set_judging(msg.id, true); // (triage set it already)
+            let verdict = brain.judge(p.llm(), &context, msg).await;
+            brain.board.set_judging(msg.id, false);
+            let Some(v) = verdict else {
+                record(p, msg, "silent", "judge_failed", "");
+                send_owed_word(p, msg);
+                return None;
+            };
+            if !v.speak || v.relevance < brain.me.min_relevance {
+                record(
+                    p,
+                    msg,
+                    "silent",
+                    "judge_declined",
+                    &format!("speak={} relevance={:.2}", v.speak, v.relevance),
+                );
+                send_owed_word(p, msg);
+                return None;
+            }
+            if d.mentioned {
+                // Mentioned past the threshold, and the judge agreed: answer without a wait.
+                Some((Why::Mentioned, None))
+            } else {
+                Some((
+                    Why::Interjected {
+                        relevance: v.relevance,
+                    },
+                    Some(v.relevance.max(MIN_CLAIM)),
+                ))
+            }
+        }
+    }
+}
+
+/// [`act`]'s writing step: the reply written while waiting, else the sidecar agent's
+/// or the LLM's. `None`: nothing to post (recorded; the claim withdrawn), or the
+/// agent answers later through `POST /v1/messages`.
+async fn write_step<P: Ports + ?Sized>(
+    p: &P,
+    msg: &Envelope,
+    reason: &str,
+    relevance: Option<f64>,
+    early: Early,
+) -> Option<Reply> {
+    let brain = p.brain();
+    let claimed = relevance.is_some();
+    match early {
+        Early::Written(reply) => return Some(reply),
+        Early::Failed => {
+            record(p, msg, "silent", "reply_failed", "");
+            withdraw_if(p, msg, claimed, "reply failed");
+            return None;
+        }
+        Early::NotWritten => {}
+    }
+    let context = context_before(p, msg, brain.me.context_messages.max(12));
+    if let Some((client, url)) = &brain.agent {
         let turn = Turn {
             bot: &brain.me.name,
             group: &msg.group,
-            trigger: &msg,
+            trigger: msg,
             transcript: &context,
             why: reason,
             relevance,
             depth: msg.depth + 1,
             reply_to: msg.id,
         };
-        match brain.ask_agent(client, url, &turn).await {
-            Ok(Some(text)) => Reply { text, tokens: 0 },
+        return match brain.ask_agent(client, url, &turn).await {
+            Ok(Some(text)) => Some(Reply { text, tokens: 0 }),
             Ok(None) => {
                 record(
-                    &*p,
-                    &msg,
+                    p,
+                    msg,
                     "reply",
                     "handed_to_agent",
                     "the agent answers through POST /v1/messages",
                 );
-                return;
+                None
             }
             Err(e) => {
-                record(&*p, &msg, "silent", "agent_failed", &e);
-                withdraw("agent failed");
-                return;
+                record(p, msg, "silent", "agent_failed", &e);
+                withdraw_if(p, msg, claimed, "agent failed");
+                None
             }
-        }
-    } else {
-        let Some(reply) = brain.write_reply(p.llm(), &context, &msg, reason).await else {
-            record(&*p, &msg, "silent", "reply_failed", "");
-            withdraw("reply failed");
-            return;
         };
-        reply
-    };
-    // The world may have moved during the LLM call: apply the hard rules once more.
-    // In a round, the answers of the bots whose claims go first count against the
-    // rate cap even before they arrive: they post first whatever happens, so counting
-    // only what has arrived would let bots that finish together all pass the cap.
+    }
+    let reply = brain.write_reply(p.llm(), &context, msg, reason).await;
+    if reply.is_none() {
+        record(p, msg, "silent", "reply_failed", "");
+        withdraw_if(p, msg, claimed, "reply failed");
+    }
+    reply
+}
+
+/// [`act`]'s check after writing: the world may have moved during the LLM call, so
+/// the hard rules once more. In a round, the answers of the bots whose claims go
+/// first count against the rate cap even before they arrive: they post first
+/// whatever happens, so counting only what has arrived would let bots that finish
+/// together all pass the cap. `false`: stopped here (recorded, reply discarded).
+fn last_check_step<P: Ports + ?Sized>(
+    p: &P,
+    msg: &Envelope,
+    d: &Decision,
+    relevance: Option<f64>,
+    reply: &Reply,
+) -> bool {
+    let brain = p.brain();
     let ahead = match relevance {
         Some(r) if d.everyone => brain.board.claims_ahead(msg.id, &brain.me.name, r),
         _ => Vec::new(),
@@ -291,80 +356,80 @@ pub async fn act<P: Ports>(p: Arc<P>, msg: Arc<Envelope>, d: Decision) {
         &ahead,
     );
     let last = crate::turn::policy::last_check(p.mesh(), p.quiet(), msg.depth, recent_bots + due);
-    if let Some(reason) = last {
-        record(&*p, &msg,
-            "silent",
-            reason,
-            &format!("checked again before sending: {recent_bots} bot messages recorded, {due} due from bots ahead in the round"),
-        );
-        brain.metrics.reply_discarded(reason, reply.tokens);
-        withdraw(reason);
-        return;
-    }
-    if let (Some(r), Some(acks)) = (relevance, acks.as_mut()) {
-        if !settle_claim(&*p, &msg, acks, &reply).await {
-            return;
-        }
-        // Commit, in one step with the last standing check. Behind a better claim heard
-        // meanwhile: stand by with the text written; go on only if that claim is
-        // withdrawn (after the hard rules once more), then commit again.
-        loop {
-            let y = match brain.board.commit(msg.id, &brain.me.name, r) {
-                Ok(()) => break,
-                Err(y @ Yield::Answered { .. }) => Some(y),
-                Err(Yield::BetterClaim { .. }) => {
-                    let now = tokio::time::Instant::now();
-                    let grace = grace_for(&brain.me, r);
-                    tokio::select! {
-                        y = brain.board.wait(msg.id, &brain.me.name, r, now, grace) => y,
-                        _ = p.stopping().cancelled() => Some(Yield::Answered { bot: String::new() }),
-                    }
-                }
-            };
-            if let Some(y) = y {
-                record(
-                    &*p,
-                    &msg,
-                    "yield_writing",
-                    y.reason(),
-                    &format!("{y:?} while writing"),
-                );
-                brain.metrics.reply_discarded(y.reason(), reply.tokens);
-                withdraw("yielded while writing");
-                return;
-            }
-            record(
-                &*p,
-                &msg,
-                "resume",
-                "claim_withdrawn",
-                "posting the reply written meanwhile",
-            );
-            let recent_bots = bots_since_human(&*p, &msg.group, p.now_millis());
-            let last = crate::turn::policy::last_check(p.mesh(), p.quiet(), msg.depth, recent_bots);
-            if let Some(reason) = last {
-                record(&*p, &msg, "silent", reason, "checked again before sending");
-                brain.metrics.reply_discarded(reason, reply.tokens);
-                withdraw(reason);
-                return;
-            }
-        }
-    }
-    let reply = Envelope::answer(
-        p.new_id(),
-        p.now_millis(),
-        &brain.me.name,
-        &msg,
-        reply.text,
-        why,
+    let Some(reason) = last else {
+        return true;
+    };
+    record(
+        p,
+        msg,
+        "silent",
+        reason,
+        &format!("checked again before sending: {recent_bots} bot messages recorded, {due} due from bots ahead in the round"),
     );
-    let (id, depth) = (reply.id, reply.depth);
-    match p.clone().publish(reply).await {
-        Ok(_) => {
-            tracing::info!(bot = %brain.me.name, %id, trigger = %msg.id, depth, reason, "replied")
+    brain.metrics.reply_discarded(reason, reply.tokens);
+    withdraw_if(p, msg, relevance.is_some(), reason);
+    false
+}
+
+/// [`act`]'s commit for an interjection, in one step with the last standing check.
+/// Behind a better claim heard meanwhile it stands by with the text written, and goes
+/// on only if that claim is withdrawn (after the hard rules once more), then commits
+/// again. `false`: it yielded or a rule stopped it (recorded, reply discarded).
+async fn commit_step<P: Ports + ?Sized>(p: &P, msg: &Envelope, r: f64, reply: &Reply) -> bool {
+    let brain = p.brain();
+    loop {
+        let y = match brain.board.commit(msg.id, &brain.me.name, r) {
+            Ok(()) => return true,
+            Err(y @ Yield::Answered { .. }) => Some(y),
+            Err(Yield::BetterClaim { .. }) => {
+                let now = tokio::time::Instant::now();
+                let grace = grace_for(&brain.me, r);
+                tokio::select! {
+                    y = brain.board.wait(msg.id, &brain.me.name, r, now, grace) => y,
+                    _ = p.stopping().cancelled() => Some(Yield::Answered { bot: String::new() }),
+                }
+            }
+        };
+        if let Some(y) = y {
+            record(
+                p,
+                msg,
+                "yield_writing",
+                y.reason(),
+                &format!("{y:?} while writing"),
+            );
+            brain.metrics.reply_discarded(y.reason(), reply.tokens);
+            withdraw_claim(p, msg, "yielded while writing");
+            return false;
         }
+        record(
+            p,
+            msg,
+            "resume",
+            "claim_withdrawn",
+            "posting the reply written meanwhile",
+        );
+        let recent_bots = bots_since_human(p, &msg.group, p.now_millis());
+        let last = crate::turn::policy::last_check(p.mesh(), p.quiet(), msg.depth, recent_bots);
+        if let Some(reason) = last {
+            record(p, msg, "silent", reason, "checked again before sending");
+            brain.metrics.reply_discarded(reason, reply.tokens);
+            withdraw_claim(p, msg, reason);
+            return false;
+        }
+    }
+}
+
+/// [`act`]'s last step: the reply as an envelope one turn deeper, published (the
+/// platform, the transcript, every peer).
+async fn post_step<P: Ports>(p: Arc<P>, msg: &Envelope, reply: Reply, why: Why, reason: &str) {
+    let me = p.brain().me.name.clone();
+    let env = Envelope::answer(p.new_id(), p.now_millis(), &me, msg, reply.text, why);
+    let (id, depth) = (env.id, env.depth);
+    match p.publish(env).await {
+        Ok(_) => tracing::info!(bot = %me, %id, trigger = %msg.id, depth, reason, "replied"),
         Err(e) => {
-            tracing::error!(bot = %brain.me.name, trigger = %msg.id, error = %e, "reply could not be recorded; not sent")
+            tracing::error!(bot = %me, trigger = %msg.id, error = %e, "reply could not be recorded; not sent")
         }
     }
 }
@@ -471,7 +536,7 @@ async fn settle_claim<P: Ports + ?Sized>(
 
 /// What a sidecar agent receives when its bot takes a turn (docs/sidecar.md).
 #[derive(Debug, Serialize)]
-pub struct Turn<'a> {
+pub(crate) struct Turn<'a> {
     /// The bot taking the turn.
     pub bot: &'a str,
     /// The group.
@@ -503,7 +568,7 @@ fn claim_envelope<P: Ports + ?Sized>(p: &P, msg: &Envelope, relevance: f64) -> E
 
 /// Withdraws this bot's claim on `msg` (if it still holds one) and tells the peers,
 /// so the bots that stood by behind it re-enter.
-pub fn withdraw_claim<P: Ports + ?Sized>(p: &P, msg: &Envelope, why: &str) {
+pub(crate) fn withdraw_claim<P: Ports + ?Sized>(p: &P, msg: &Envelope, why: &str) {
     let brain = p.brain();
     let me = brain.me.name.clone();
     if !brain.board.has_claim(msg.id, &me) {

@@ -9,7 +9,7 @@ use crate::wire::envelope::{AuthorKind, Envelope};
 
 /// What the node will do about a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     /// Answer now (mentioned, or always-answer).
     Reply,
     /// Ask the judge first.
@@ -20,7 +20,7 @@ pub enum Action {
 
 impl Action {
     /// Label used in metrics, logs and explain output.
-    pub fn as_str(&self) -> &'static str {
+    pub(crate) fn as_str(&self) -> &'static str {
         match self {
             Action::Reply => "reply",
             Action::Judge => "judge",
@@ -31,7 +31,7 @@ impl Action {
 
 /// The outcome of the local rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Decision {
+pub(crate) struct Decision {
     /// What to do.
     pub action: Action,
     /// Stable snake_case reason.
@@ -45,7 +45,7 @@ pub struct Decision {
 
 /// What the rules look at.
 #[derive(Debug, Clone, Copy)]
-pub struct Facts<'a> {
+pub(crate) struct Facts<'a> {
     /// The deciding bot.
     pub me: &'a BotSettings,
     /// Mesh-wide limits.
@@ -66,7 +66,7 @@ pub struct Facts<'a> {
 }
 
 /// Applies the rules in order; the first that fires decides.
-pub fn decide(f: &Facts<'_>) -> Decision {
+pub(crate) fn decide(f: &Facts<'_>) -> Decision {
     let d = |action, reason| Decision {
         action,
         reason,
@@ -117,7 +117,7 @@ pub fn decide(f: &Facts<'_>) -> Decision {
 
 /// The hard rules once more, right before a written reply is sent (the world may
 /// have moved during the LLM call). `Some(reason)` means: do not send.
-pub fn last_check(
+pub(crate) fn last_check(
     mesh: &MeshSettings,
     quiet: bool,
     depth: u32,
@@ -135,7 +135,7 @@ pub fn last_check(
 }
 
 /// A bare acknowledgement ("好的", "thanks!", "ok 👍") that nobody needs to answer.
-pub fn is_acknowledgement(text: &str) -> bool {
+pub(crate) fn is_acknowledgement(text: &str) -> bool {
     const ACKS: &[&str] = &[
         "好的",
         "好",
@@ -257,7 +257,7 @@ const EVERYONE_EN: &[&str] = &[
 /// "everyone, …"): then each bot with something relevant to say may answer, not just
 /// the best claimant. An explicit list, not a judge call: a greeting such as
 /// "大家好" or "hi everyone, …" asks one question, not a round.
-pub fn asks_everyone(text: &str) -> bool {
+pub(crate) fn asks_everyone(text: &str) -> bool {
     static EN: std::sync::OnceLock<regex::RegexSet> = std::sync::OnceLock::new();
     let lower = text.trim().to_lowercase().replace('＠', "@");
     let at = EVERYONE_AT.iter().any(|form| {

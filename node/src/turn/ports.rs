@@ -43,7 +43,7 @@ impl Llm for LlmClient {
 }
 
 /// The turn code's view of the rest of the node.
-pub trait Ports: Send + Sync + 'static {
+pub(crate) trait Ports: Send + Sync + 'static {
     /// This bot's turn-taking state.
     fn brain(&self) -> &Brain;
     /// The mesh-wide rules (depth, caps, staleness).

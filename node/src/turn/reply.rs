@@ -11,10 +11,10 @@ use crate::turn::judge::{colleague_profiles, trim};
 use crate::wire::envelope::{AuthorKind, Envelope};
 
 /// Marks every reply written without an LLM, so nobody mistakes it for a model's answer.
-pub const OFFLINE_MARK: &str = "[offline]";
+pub(crate) const OFFLINE_MARK: &str = "[offline]";
 
 /// The system prompt: who the bot is and how to behave in the group.
-pub fn system_prompt(me: &BotSettings, colleagues: &[BotSettings]) -> String {
+pub(crate) fn system_prompt(me: &BotSettings, colleagues: &[BotSettings]) -> String {
     let persona = me.persona.clone().unwrap_or_else(|| {
         let role = if me.role.is_empty() {
             "an assistant".to_string()
@@ -40,7 +40,7 @@ Do not repeat what others said; say only what you add.",
 }
 
 /// The messages sent for a reply: system prompt, then the transcript as one user turn.
-pub fn messages(
+pub(crate) fn messages(
     me: &BotSettings,
     colleagues: &[BotSettings],
     context: &[Arc<Envelope>],
@@ -65,7 +65,7 @@ pub fn messages(
 }
 
 /// A reply with no LLM configured: clearly marked, and honest about what it is.
-pub fn offline_reply(me: &BotSettings, trigger: &Envelope, why: &str) -> String {
+pub(crate) fn offline_reply(me: &BotSettings, trigger: &Envelope, why: &str) -> String {
     let skills = if me.skills.is_empty() {
         "general help".to_string()
     } else {

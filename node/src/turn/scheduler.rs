@@ -34,25 +34,25 @@ use tokio::time::Instant;
 use ulid::Ulid;
 
 use crate::config::BotSettings;
-pub use crate::wire::batch::ClaimReply;
+pub(crate) use crate::wire::batch::ClaimReply;
 
 /// How long the board remembers a trigger.
 const TRIGGER_TTL: Duration = Duration::from_secs(900);
 
 /// The relevance a withdrawal claim carries on the wire.
-pub const WITHDRAWN: f64 = 0.0;
+pub(crate) const WITHDRAWN: f64 = 0.0;
 
 /// The smallest relevance a real claim carries (so it is never read as a withdrawal).
-pub const MIN_CLAIM: f64 = 0.001;
+pub(crate) const MIN_CLAIM: f64 = 0.001;
 
 /// How long a bot stands by behind a better claim, after its own deadline, before it
 /// gives up for good (a claimant that vanished without withdrawing: killed, or cut
 /// off from the mesh).
-pub const STANDBY_MAX: Duration = Duration::from_secs(120);
+pub(crate) const STANDBY_MAX: Duration = Duration::from_secs(120);
 
 /// The wait before interjecting at `relevance`, plus `jitter_ms` (drawn by the caller
 /// in `0..=me.jitter_ms`, so the simulator can draw it from its seeded generator).
-pub fn delay_for(me: &BotSettings, relevance: f64, jitter_ms: u64) -> Duration {
+pub(crate) fn delay_for(me: &BotSettings, relevance: f64, jitter_ms: u64) -> Duration {
     let r = relevance.clamp(0.0, 1.0);
     let span = me.max_delay_ms.saturating_sub(me.min_delay_ms) as f64;
     let base = me.min_delay_ms as f64 + (1.0 - r) * span;
@@ -62,14 +62,14 @@ pub fn delay_for(me: &BotSettings, relevance: f64, jitter_ms: u64) -> Duration {
 /// The short wait before a bot that stood by behind a withdrawn claim goes ahead:
 /// a quarter of its relevance-scaled delay (without jitter), so that the remaining
 /// claimants still go in order of relevance but nobody starts from scratch.
-pub fn grace_for(me: &BotSettings, relevance: f64) -> Duration {
+pub(crate) fn grace_for(me: &BotSettings, relevance: f64) -> Duration {
     let r = relevance.clamp(0.0, 1.0);
     let span = me.max_delay_ms.saturating_sub(me.min_delay_ms) as f64;
     Duration::from_millis(((me.min_delay_ms as f64 + (1.0 - r) * span) / 4.0).round() as u64)
 }
 
 /// Whether claim `a` beats claim `b`: higher relevance, then the smaller name.
-pub fn beats(a: (&str, f64), b: (&str, f64)) -> bool {
+pub(crate) fn beats(a: (&str, f64), b: (&str, f64)) -> bool {
     a.1 > b.1 || (a.1 == b.1 && a.0 < b.0)
 }
 

@@ -40,19 +40,19 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 
 /// The bridge path batches are posted to.
-pub const BATCH_PATH: &str = "/bridge/v1/batch";
+pub(crate) const BATCH_PATH: &str = "/bridge/v1/batch";
 
 /// The most items a receiver accepts in one batch (a sender sends at most
 /// `mesh.batch_max`, 64 by default).
-pub const MAX_ITEMS: usize = 256;
+pub(crate) const MAX_ITEMS: usize = 256;
 
 /// A sender keeps an encoded batch under this many bytes, well under the receiver's
 /// 256 KiB body limit.
-pub const MAX_BATCH_BYTES: usize = 128 * 1024;
+pub(crate) const MAX_BATCH_BYTES: usize = 128 * 1024;
 
 /// One envelope in a batch: its signature values and exact bytes.
 #[derive(Debug, Serialize, Deserialize)]
-pub struct Item<'a> {
+pub(crate) struct Item<'a> {
     /// `webhook-id`: must equal the envelope's id.
     #[serde(borrow)]
     pub id: Cow<'a, str>,
@@ -79,7 +79,7 @@ pub struct ClaimReply {
 
 /// A batch request.
 #[derive(Debug, Deserialize)]
-pub struct Request<'a> {
+pub(crate) struct Request<'a> {
     /// The envelopes, in send order.
     #[serde(borrow)]
     pub items: Vec<Item<'a>>,
@@ -87,7 +87,7 @@ pub struct Request<'a> {
 
 /// The answer for one item.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ItemResult {
+pub(crate) struct ItemResult {
     /// The HTTP status a single post of this item would have got.
     pub status: u16,
     /// `accepted`, `duplicate` or the rejection reason code.
@@ -107,13 +107,13 @@ pub struct ItemResult {
 
 /// A batch answer.
 #[derive(Debug, Serialize, Deserialize)]
-pub struct Response {
+pub(crate) struct Response {
     /// One result per item, in the items' order.
     pub results: Vec<ItemResult>,
 }
 
 /// Builds a batch body incrementally, keeping it under a byte limit.
-pub struct Encoder {
+pub(crate) struct Encoder {
     buf: Vec<u8>,
     count: usize,
     limit: usize,
@@ -124,7 +124,7 @@ const TAIL: &[u8] = b"]}";
 
 impl Encoder {
     /// An empty batch that will stay under `limit` bytes.
-    pub fn new(limit: usize) -> Encoder {
+    pub(crate) fn new(limit: usize) -> Encoder {
         let mut buf = Vec::with_capacity(limit.min(64 * 1024));
         buf.extend_from_slice(HEAD);
         Encoder {
@@ -136,7 +136,7 @@ impl Encoder {
 
     /// Adds an item; false (and nothing added) when it would pass the limit or the
     /// body is not UTF-8 (such an envelope goes alone, as a single post).
-    pub fn push(&mut self, id: &str, timestamp: i64, signature: &str, body: &[u8]) -> bool {
+    pub(crate) fn push(&mut self, id: &str, timestamp: i64, signature: &str, body: &[u8]) -> bool {
         let Ok(body) = std::str::from_utf8(body) else {
             return false;
         };
@@ -163,24 +163,25 @@ impl Encoder {
     }
 
     /// Items added so far.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.count
     }
 
     /// True before the first item.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.count == 0
     }
 
     /// The request body.
-    pub fn finish(mut self) -> Vec<u8> {
+    pub(crate) fn finish(mut self) -> Vec<u8> {
         self.buf.extend_from_slice(TAIL);
         self.buf
     }
 }
 
 /// Parses a batch request body.
-pub fn parse(body: &[u8]) -> Result<Request<'_>, serde_json::Error> {
+pub(crate) fn parse(body: &[u8]) -> Result<Request<'_>, serde_json::Error> {
     serde_json::from_slice(body)
 }
 

@@ -11,7 +11,7 @@ pub const PROTOCOL_VERSION: u32 = 1;
 
 /// The largest text a node accepts in one envelope, in bytes. Bodies are capped at
 /// 256 KiB on the wire; text is the only field that can be large.
-pub const MAX_TEXT_BYTES: usize = 200 * 1024;
+pub(crate) const MAX_TEXT_BYTES: usize = 200 * 1024;
 
 /// Prefix of a direct chat's group name (`direct:<platform chat id>`): one person
 /// and this one bot. Everything a person writes there is addressed to the bot, and
@@ -55,7 +55,7 @@ pub struct Author {
 
 impl Author {
     /// The bot `name`.
-    pub fn bot(name: impl Into<String>) -> Author {
+    pub(crate) fn bot(name: impl Into<String>) -> Author {
         Author {
             name: name.into(),
             kind: AuthorKind::Bot,
@@ -63,7 +63,7 @@ impl Author {
     }
 
     /// The person `name`.
-    pub fn human(name: impl Into<String>) -> Author {
+    pub(crate) fn human(name: impl Into<String>) -> Author {
         Author {
             name: name.into(),
             kind: AuthorKind::Human,
@@ -148,7 +148,7 @@ impl Envelope {
     /// A new chat message that answers nothing (depth 0): a person's message, or a
     /// bot's own message that starts an exchange. The one way to build an envelope;
     /// [`Envelope::answer`] and [`Envelope::claim`] start from it.
-    pub fn message(
+    pub(crate) fn message(
         id: Ulid,
         sent_at: u64,
         group: impl Into<String>,
@@ -175,7 +175,7 @@ impl Envelope {
     }
 
     /// Bot `me`'s answer to `trigger`: one turn deeper, in the same exchange.
-    pub fn answer(
+    pub(crate) fn answer(
         id: Ulid,
         sent_at: u64,
         me: &str,
@@ -199,7 +199,13 @@ impl Envelope {
     }
 
     /// Bot `me`'s claim on `trigger` at `relevance` (`0.0`: its withdrawal).
-    pub fn claim(id: Ulid, sent_at: u64, me: &str, trigger: &Envelope, relevance: f64) -> Envelope {
+    pub(crate) fn claim(
+        id: Ulid,
+        sent_at: u64,
+        me: &str,
+        trigger: &Envelope,
+        relevance: f64,
+    ) -> Envelope {
         let mut env =
             Envelope::message(id, sent_at, trigger.group.clone(), me, Author::bot(me), "");
         env.kind = Kind::Claim;
@@ -216,7 +222,7 @@ impl Envelope {
     /// strings of unknown fields without validating them, so a body with invalid bytes
     /// in a field this version ignores would otherwise be accepted (found by the
     /// `envelope_parse` fuzz target; JSON must be UTF-8, RFC 8259 §8.1).
-    pub fn parse(body: &[u8]) -> Result<Envelope, EnvelopeError> {
+    pub(crate) fn parse(body: &[u8]) -> Result<Envelope, EnvelopeError> {
         let text = std::str::from_utf8(body)
             .map_err(|e| EnvelopeError::Malformed(format!("body is not UTF-8: {e}")))?;
         let env: Envelope =
@@ -226,7 +232,7 @@ impl Envelope {
     }
 
     /// Protocol rules that serde's types cannot express.
-    pub fn check(&self) -> Result<(), EnvelopeError> {
+    pub(crate) fn check(&self) -> Result<(), EnvelopeError> {
         if self.group.is_empty() || self.group.len() > 256 {
             return Err(EnvelopeError::Invalid("group must be 1..=256 bytes"));
         }
@@ -266,7 +272,7 @@ impl Envelope {
     }
 
     /// True for messages written by a human.
-    pub fn is_human(&self) -> bool {
+    pub(crate) fn is_human(&self) -> bool {
         self.author.kind == AuthorKind::Human
     }
 }

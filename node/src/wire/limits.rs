@@ -5,13 +5,13 @@
 pub const ENVELOPES_PATH: &str = "/bridge/v1/envelopes";
 
 /// Request bodies larger than this are refused (413) before they are buffered.
-pub const MAX_BODY_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_BODY_BYTES: usize = 256 * 1024;
 
 /// Relay request header: the bot the relayed envelope is for.
-pub const HEADER_RELAY_TO: &str = "botmesh-relay-to";
+pub(crate) const HEADER_RELAY_TO: &str = "botmesh-relay-to";
 /// Relay request header: hops taken so far (1 at the first relay).
-pub const HEADER_HOPS: &str = "botmesh-hops";
+pub(crate) const HEADER_HOPS: &str = "botmesh-hops";
 /// Relay request header: the relay that forwarded the envelope on its last hop.
-pub const HEADER_RELAYED_BY: &str = "botmesh-relayed-by";
+pub(crate) const HEADER_RELAYED_BY: &str = "botmesh-relayed-by";
 /// The most hops `[mesh].max_relay_hops` may allow.
-pub const MAX_HOPS_LIMIT: u32 = 3;
+pub(crate) const MAX_HOPS_LIMIT: u32 = 3;

@@ -1,5 +1,5 @@
 //! The wire: what travels between nodes and how it is signed.
-pub mod batch;
+pub(crate) mod batch;
 pub mod envelope;
 pub mod limits;
 pub mod signing;

@@ -53,28 +53,28 @@ pub const HEADER_TIMESTAMP: &str = "webhook-timestamp";
 pub const HEADER_SIGNATURE: &str = "webhook-signature";
 /// Largest accepted clock difference, in seconds, in either direction
 /// (exactly this many seconds is still accepted).
-pub const TOLERANCE_SECS: i64 = 300;
+pub(crate) const TOLERANCE_SECS: i64 = 300;
 
 /// Textual prefix of an HMAC mesh secret.
-pub const HMAC_SECRET_PREFIX: &str = "whsec_";
+pub(crate) const HMAC_SECRET_PREFIX: &str = "whsec_";
 /// Textual prefix of an Ed25519 private key (its 32-byte seed).
-pub const SIGNING_KEY_PREFIX: &str = "whsk_";
+pub(crate) const SIGNING_KEY_PREFIX: &str = "whsk_";
 /// Textual prefix of an Ed25519 public key.
-pub const PUBLIC_KEY_PREFIX: &str = "whpk_";
+pub(crate) const PUBLIC_KEY_PREFIX: &str = "whpk_";
 
 /// Smallest HMAC secret accepted, in bytes (Standard Webhooks: at least 192 bits).
-pub const HMAC_SECRET_MIN_BYTES: usize = 24;
+pub(crate) const HMAC_SECRET_MIN_BYTES: usize = 24;
 /// Largest HMAC secret accepted, in bytes (Standard Webhooks: at most 512 bits).
-pub const HMAC_SECRET_MAX_BYTES: usize = 64;
+pub(crate) const HMAC_SECRET_MAX_BYTES: usize = 64;
 /// Size of secrets made by [`HmacSecret::generate`].
-pub const HMAC_SECRET_GENERATED_BYTES: usize = 32;
+pub(crate) const HMAC_SECRET_GENERATED_BYTES: usize = 32;
 /// Size of an Ed25519 seed and of an Ed25519 public key.
-pub const ED25519_KEY_BYTES: usize = 32;
+pub(crate) const ED25519_KEY_BYTES: usize = 32;
 
 /// At most this many entries of a `webhook-signature` header are looked at, so
 /// a huge header cannot make us run thousands of Ed25519 verifications. A
 /// legitimate sender emits one entry per key it holds (a handful).
-pub const MAX_SIGNATURE_ENTRIES: usize = 16;
+pub(crate) const MAX_SIGNATURE_ENTRIES: usize = 16;
 
 const TAG_HMAC: &str = "v1";
 const TAG_ED25519: &str = "v1a";
@@ -160,7 +160,7 @@ fn random_bytes<const N: usize>() -> [u8; N] {
 /// The bytes that both schemes sign: `{id}.{timestamp}.{body}`.
 ///
 /// Exposed so callers (and tests) can sign or inspect exactly what is covered.
-pub fn signed_content(id: &str, timestamp: &str, body: &[u8]) -> Vec<u8> {
+pub(crate) fn signed_content(id: &str, timestamp: &str, body: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(id.len() + timestamp.len() + body.len() + 2);
     out.extend_from_slice(id.as_bytes());
     out.push(b'.');
@@ -222,7 +222,7 @@ impl HmacSecret {
     }
 
     /// HMAC-SHA256 of `content`, base64 encoded (without the `v1,` tag).
-    pub fn sign(&self, content: &[u8]) -> String {
+    pub(crate) fn sign(&self, content: &[u8]) -> String {
         B64.encode(hmac::sign(&self.key, content).as_ref())
     }
 
@@ -291,7 +291,7 @@ impl SigningKey {
     }
 
     /// Ed25519 signature of `content`, base64 encoded (without the `v1a,` tag).
-    pub fn sign(&self, content: &[u8]) -> String {
+    pub(crate) fn sign(&self, content: &[u8]) -> String {
         B64.encode(self.key.sign(content).to_bytes())
     }
 }
@@ -383,7 +383,7 @@ impl PairwiseKey {
     }
 
     /// The `v1,<base64 HMAC-SHA256>` entry for an envelope.
-    pub fn entry(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
+    pub(crate) fn entry(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
         let content = signed_content(id, &timestamp.to_string(), body);
         format!("{TAG_HMAC},{}", self.secret.sign(&content))
     }
@@ -427,7 +427,7 @@ impl PublicKey {
     /// Parses `whpk_<base64>` or bare base64 of exactly 32 bytes. Surrounding
     /// whitespace is ignored; a `whsk_`/`whsec_` string is refused as the wrong
     /// key type so private material is not mistaken for a public key.
-    pub fn parse(s: &str) -> Result<Self, KeyError> {
+    pub(crate) fn parse(s: &str) -> Result<Self, KeyError> {
         let s = s.trim();
         let b64 = match s.strip_prefix(PUBLIC_KEY_PREFIX) {
             Some(rest) => rest,
@@ -458,7 +458,7 @@ impl PublicKey {
     }
 
     /// The raw 32 key bytes.
-    pub fn as_bytes(&self) -> &[u8; ED25519_KEY_BYTES] {
+    pub(crate) fn as_bytes(&self) -> &[u8; ED25519_KEY_BYTES] {
         &self.bytes
     }
 }
@@ -533,7 +533,8 @@ impl Signer {
     }
 
     /// True when there is nothing to sign with (the header would be empty).
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.hmac.is_empty() && self.ed25519.is_empty()
     }
 }
@@ -552,7 +553,7 @@ pub enum Scheme {
 
 impl Scheme {
     /// The version tag used in the signature header (`v1` or `v1a`).
-    pub fn tag(self) -> &'static str {
+    pub(crate) fn tag(self) -> &'static str {
         match self {
             Scheme::Hmac | Scheme::Pairwise => TAG_HMAC,
             Scheme::Ed25519 => TAG_ED25519,
@@ -560,7 +561,7 @@ impl Scheme {
     }
 
     /// A stable snake_case label for metrics.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Scheme::Hmac => "hmac",
             Scheme::Ed25519 => "ed25519",
@@ -618,7 +619,7 @@ pub enum VerifyError {
 
 impl VerifyError {
     /// Stable snake_case label for metrics and structured logs.
-    pub fn reason_code(&self) -> &'static str {
+    pub(crate) fn reason_code(&self) -> &'static str {
         match self {
             VerifyError::MissingHeader(_) => "missing_header",
             VerifyError::BadTimestamp => "bad_timestamp",
@@ -794,7 +795,7 @@ enum Check {
 
 impl Pending {
     /// Decides this check on its own.
-    pub fn finish(&self) -> Result<Scheme, VerifyError> {
+    pub(crate) fn finish(&self) -> Result<Scheme, VerifyError> {
         let ok = match &self.check {
             Check::Decided(ok) => *ok,
             Check::Ed25519(pairs) => pairs
@@ -890,7 +891,7 @@ fn settle(checks: &[Pending], idx: &[usize], ok: &mut [Option<bool>]) {
 
 /// Equality of two secrets-derived byte strings whose time depends on neither where
 /// they differ nor their lengths (both are hashed first, then compared in full).
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     let da = ring::digest::digest(&ring::digest::SHA256, a);
     let db = ring::digest::digest(&ring::digest::SHA256, b);
     da.as_ref()
