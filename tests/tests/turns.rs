@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use botmesh::wire::envelope::{AuthorKind, Envelope};
-use botmesh_tests::fake_llm::{verdict, BotLlm, FakeLlm, Script};
+use botmesh_tests::fake_llm::{BotLlm, FakeLlm, Script};
 use botmesh_tests::{
     bot_message, bot_of, decisions, fetch_json, is_judge, metric, wait_for, ClaimProxy, MeshSpec,
     SignedRequest, TestMesh,
@@ -693,6 +693,31 @@ async fn a_round_where_everyone_finishes_at_once_still_stops_at_the_cap() {
     mesh.shutdown().await;
 }
 
+/// Starts `names` with `delays` on `llm`, has alice ask the shard question at the last
+/// node and waits until its transcript is quiet for `quiet_secs`.
+async fn ask_the_question(
+    llm: &FakeLlm,
+    names: &[&str],
+    delays: &str,
+    quiet_secs: u64,
+) -> TestMesh {
+    let spec = MeshSpec::new(names).llm(&llm.base_url).all_bots(delays);
+    let mesh = TestMesh::start(spec).await;
+    let last = names.len() - 1;
+    mesh.post_human(last, "alice", "How should we shard the transcript files?")
+        .await;
+    settle(&mesh, last, Duration::from_secs(quiet_secs)).await;
+    mesh
+}
+
+/// The bots that spoke, in order, in node `i`'s transcript.
+async fn speakers(mesh: &TestMesh, i: usize) -> Vec<String> {
+    bot_msgs(&mesh.transcript(i).await)
+        .iter()
+        .map(|e| e.author.name.clone())
+        .collect()
+}
+
 /// Hi is the most relevant (0.9) but its judge is slow (1.5 s); Mid (0.6) judges at
 /// once, waits its 0.5 s and writes its reply while waiting. Without Hi's word Mid
 /// would post long before Hi even claims. Mid's claim reaches Hi while Hi's judge is
@@ -700,37 +725,14 @@ async fn a_round_where_everyone_finishes_at_once_still_stops_at_the_cap() {
 /// and stands by, and Hi answers first and alone.
 #[tokio::test]
 async fn a_slow_judge_on_the_most_relevant_bot_still_answers_first() {
-    let llm = FakeLlm::start(|s| {
-        let about_the_question = s
-            .messages
-            .iter()
-            .any(|(_, c)| c.contains("New from alice:"));
-        if is_judge(s) && !about_the_question {
-            verdict(false, 0.0)
-        } else if is_judge(s) {
-            match bot_of(s).as_str() {
-                "Hi" => Script::delay(Duration::from_millis(1500), verdict(true, 0.9)),
-                "Mid" => verdict(true, 0.6),
-                _ => verdict(false, 0.1),
-            }
-        } else {
-            Script::reply(format!("answer from {}", bot_of(s)))
-        }
-    })
-    .await;
-    let delays = "min_delay_ms = 300\nmax_delay_ms = 800\njitter_ms = 0";
-    let spec = MeshSpec::new(&["Hi", "Mid", "Low"])
-        .llm(&llm.base_url)
-        .all_bots(delays);
-    let mesh = TestMesh::start(spec).await;
-    mesh.post_human(2, "alice", "How should we shard the transcript files?")
+    let llm = hi_and_mid(true)
+        .judge_after("Hi", Duration::from_millis(1500))
+        .start()
         .await;
-    let t = settle(&mesh, 2, Duration::from_secs(3)).await;
-    let bots = bot_msgs(&t);
+    let delays = "min_delay_ms = 300\nmax_delay_ms = 800\njitter_ms = 0";
+    let mesh = ask_the_question(&llm, &["Hi", "Mid", "Low"], delays, 3).await;
     assert_eq!(
-        bots.iter()
-            .map(|e| e.author.name.as_str())
-            .collect::<Vec<_>>(),
+        speakers(&mesh, 2).await,
         vec!["Hi"],
         "only the most relevant bot answers, though its judge was the slowest"
     );
@@ -767,40 +769,19 @@ async fn a_slow_judge_on_the_most_relevant_bot_still_answers_first() {
 /// word and sends a withdrawal, so Mid does not wait out `judge_word_timeout_ms`.
 #[tokio::test]
 async fn a_slow_judge_that_declines_sends_its_word_and_the_claimant_goes_on() {
-    let llm = FakeLlm::start(|s| {
-        let about_the_question = s
-            .messages
-            .iter()
-            .any(|(_, c)| c.contains("New from alice:"));
-        if is_judge(s) && !about_the_question {
-            verdict(false, 0.0)
-        } else if is_judge(s) {
-            match bot_of(s).as_str() {
-                "Mid" => verdict(true, 0.6),
-                _ => Script::delay(Duration::from_millis(1200), verdict(false, 0.2)),
-            }
-        } else {
-            Script::reply(format!("answer from {}", bot_of(s)))
-        }
-    })
-    .await;
+    let llm = BotLlm::judging(false, 0.2)
+        .judging_only("New from alice:")
+        .judge("Mid", true, 0.6)
+        .judge_after("Low", Duration::from_millis(1200))
+        .replies(|bot| format!("answer from {bot}"))
+        .start()
+        .await;
     let delays =
         "min_delay_ms = 200\nmax_delay_ms = 400\njitter_ms = 0\njudge_word_timeout_ms = 60000";
-    let spec = MeshSpec::new(&["Mid", "Low"])
-        .llm(&llm.base_url)
-        .all_bots(delays);
-    let mesh = TestMesh::start(spec).await;
-    mesh.post_human(1, "alice", "How should we shard the transcript files?")
-        .await;
-    // Far less than the 60 s word timeout: Low's withdrawal released Mid.
-    let t = settle(&mesh, 1, Duration::from_secs(2)).await;
-    let bots = bot_msgs(&t);
-    assert_eq!(
-        bots.iter()
-            .map(|e| e.author.name.as_str())
-            .collect::<Vec<_>>(),
-        vec!["Mid"]
-    );
+    // Settles within 2 s, far less than the 60 s word timeout: Low's withdrawal
+    // released Mid.
+    let mesh = ask_the_question(&llm, &["Mid", "Low"], delays, 2).await;
+    assert_eq!(speakers(&mesh, 1).await, vec!["Mid"]);
     let low = mesh.metrics(1).await;
     let mid = mesh.metrics(0).await;
     assert_eq!(

@@ -77,15 +77,23 @@ async fn gauntlet(
     ingest: &Ingest,
     req: Request<Incoming>,
 ) -> Result<(Arc<Envelope>, Appended), Reject> {
-    let (parts, body) = server::read_body(req, MAX_BODY_BYTES)
+    let (parts, body) = read_envelope_body(req).await?;
+    admit_posted(ingest, &parts.headers, &body).await
+}
+
+/// Reads a posted envelope's body, up to [`MAX_BODY_BYTES`]: a larger one is refused
+/// 413 before it is buffered, an unreadable one 400.
+pub(crate) async fn read_envelope_body(
+    req: Request<Incoming>,
+) -> Result<(http::request::Parts, bytes::Bytes), Reject> {
+    server::read_body(req, MAX_BODY_BYTES)
         .await
         .map_err(|e| match e {
             BodyError::TooLarge { .. } => {
                 Reject(StatusCode::PAYLOAD_TOO_LARGE, "too_large", e.to_string())
             }
             BodyError::Read(_) => Reject(StatusCode::BAD_REQUEST, "unreadable", e.to_string()),
-        })?;
-    admit_posted(ingest, &parts.headers, &body).await
+        })
 }
 
 /// [`admit`] for an envelope POSTed to this node, directly or through a relay

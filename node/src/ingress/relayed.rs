@@ -12,10 +12,10 @@ use hyper::body::Incoming;
 use crate::egress::relay::receipt_id;
 use crate::ingress::bridge::Reject;
 use crate::ingress::ingest::Ingest;
-use crate::ingress::server::{self, Body, BodyError};
+use crate::ingress::server::{self, Body};
 use crate::store::transcript::Appended;
 use crate::wire::envelope::Envelope;
-use crate::wire::limits::{HEADER_HOPS, HEADER_RELAYED_BY, HEADER_RELAY_TO, MAX_BODY_BYTES};
+use crate::wire::limits::{HEADER_HOPS, HEADER_RELAYED_BY, HEADER_RELAY_TO};
 use crate::wire::signing::{HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP};
 
 /// A relay request's headers, parsed.
@@ -119,14 +119,7 @@ async fn receive_inner(
             ),
         ));
     }
-    let (parts, body) = server::read_body(req, MAX_BODY_BYTES)
-        .await
-        .map_err(|e| match e {
-            BodyError::TooLarge { .. } => {
-                Reject(StatusCode::PAYLOAD_TOO_LARGE, "too_large", e.to_string())
-            }
-            BodyError::Read(_) => Reject(StatusCode::BAD_REQUEST, "unreadable", e.to_string()),
-        })?;
+    let (parts, body) = crate::ingress::bridge::read_envelope_body(req).await?;
     // The full gauntlet, as for a direct delivery: only the original sender's
     // signature over these exact bytes gets past it.
     let (env, outcome) =

@@ -657,6 +657,31 @@ struct Post {
     mentioned: Vec<usize>,
 }
 
+/// Records a post in a run's registry (for the measures and the scripts): who it
+/// mentions, by the real matcher, and which human message's exchange it belongs to.
+fn register_post(
+    w: &World,
+    posts: &mut Vec<Post>,
+    by_id: &mut HashMap<Ulid, usize>,
+    env: Arc<Envelope>,
+    root: usize,
+) {
+    let names = w.matcher.mentioned(&env.text, &[]);
+    let mentioned = w
+        .bots
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| names.contains(&b.name))
+        .map(|(i, _)| i)
+        .collect();
+    by_id.insert(env.id, posts.len());
+    posts.push(Post {
+        env,
+        root,
+        mentioned,
+    });
+}
+
 struct BotState {
     transcript: Vec<Arc<Envelope>>,
     arrived: Vec<u64>,
@@ -1002,21 +1027,7 @@ impl<'w> Sim<'w> {
     }
 
     fn register(&mut self, env: Arc<Envelope>, root: usize) {
-        let names = self.w.matcher.mentioned(&env.text, &[]);
-        let mentioned = self
-            .w
-            .bots
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| names.contains(&b.name))
-            .map(|(i, _)| i)
-            .collect();
-        self.by_id.insert(env.id, self.posts.len());
-        self.posts.push(Post {
-            env,
-            root,
-            mentioned,
-        });
+        register_post(self.w, &mut self.posts, &mut self.by_id, env, root);
     }
 
     fn post_of(&self, id: &Ulid) -> &Post {

@@ -188,21 +188,8 @@ impl Run {
 
     /// Records a post in the run's registry (for the measures and the scripts).
     fn register(&self, st: &mut RunState, env: Arc<Envelope>, root: usize) {
-        let names = self.w.matcher.mentioned(&env.text, &[]);
-        let mentioned = self
-            .w
-            .bots
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| names.contains(&b.name))
-            .map(|(i, _)| i)
-            .collect();
-        st.by_id.insert(env.id, st.posts.len());
-        st.posts.push(Post {
-            env,
-            root,
-            mentioned,
-        });
+        let RunState { posts, by_id, .. } = st;
+        super::register_post(&self.w, posts, by_id, env, root);
     }
 
     /// A scripted human message is posted: every bot receives it over its link.
