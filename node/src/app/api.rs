@@ -354,6 +354,7 @@ pub(crate) fn health(node: &Node) -> Response<Body> {
             "outboxes": outboxes,
             "quiet": node.is_quiet(),
             "seen_cache": node.seen.len(),
+            "platform": node.platform.health(),
         }),
     )
 }

@@ -9,12 +9,16 @@
 //! [`Ingest`] handle, given to it at [`ChatPlatform::start`]; it never sees the node.
 //!
 //! - [`local`] — the mesh is the chat: people post through the page or the API.
-//! - [`feishu`] — Feishu/Lark event callbacks in, messages with real `<at>` out.
+//! - [`feishu`] — Feishu/Lark events in (over [`feishu_ws`], the long connection, or
+//!   as callbacks), messages with real `<at>` out.
 //! - [`dingtalk`] — DingTalk Stream mode in (forwarded to the peers: DingTalk shows a
 //!   person's message only to the robots it @-mentions), session webhook or group send out.
 
 pub(crate) mod dingtalk;
 pub mod feishu;
+pub(crate) mod feishu_content;
+pub mod feishu_names;
+pub mod feishu_ws;
 pub(crate) mod local;
 
 use std::net::SocketAddr;
@@ -86,6 +90,12 @@ pub trait ChatPlatform: Send + Sync + 'static {
         Box::pin(async {
             crate::ingress::server::error(http::StatusCode::NOT_FOUND, "no such endpoint")
         })
+    }
+
+    /// What `/healthz` shows of the adapter (its connection's state), if anything.
+    /// Never calls the platform: health checks must cost no API quota.
+    fn health(&self) -> Option<serde_json::Value> {
+        None
     }
 
     /// Sizes of the adapter's caches, for `botmesh_cache_entries{cache}`.

@@ -312,7 +312,11 @@ impl ClaimBoard {
 
     /// Whether this node's bot passed on `trigger`.
     pub fn passed(&self, trigger: Ulid) -> bool {
-        self.triggers.lock().map.get(&trigger).is_some_and(|t| t.passed)
+        self.triggers
+            .lock()
+            .map
+            .get(&trigger)
+            .is_some_and(|t| t.passed)
     }
 
     /// Records that `bot` replied to `trigger`.
