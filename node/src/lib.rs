@@ -15,6 +15,8 @@
 //! simulate    botmesh simulate: the production turn code in virtual time, against baselines
 //! app         Node: start-up, the two listeners and their routing, local API, page, metrics
 //! platform    one adapter per chat platform behind ChatPlatform: local, feishu, dingtalk, discord
+//!             (feishu_ws: the long connection; feishu_content: rich text and media;
+//!             feishu_names: people by display name)
 //! ingress     Ingest: admission (verify, dedup, rate limit), HTTP bridge, stream reader, relayed copies
 //! turn        mention → policy → judge → scheduler → reply, over the Ports trait
 //! egress      one outbox per peer over a Transport (HTTP peer, Redis stream), relay, claim acks

@@ -89,6 +89,11 @@ enum Command {
         #[arg(long, default_value = "peers.toml")]
         config: PathBuf,
     },
+    /// Feishu helpers.
+    Feishu {
+        #[command(subcommand)]
+        command: FeishuCommand,
+    },
     /// Run the turn-taking simulator: the real decision code, scripted judges, virtual time,
     /// botmesh against the XiaoBa, nanobot and review-panel baselines.
     Simulate {
@@ -116,6 +121,21 @@ enum Command {
         /// Which run of the scenario to trace (0-based).
         #[arg(long, default_value_t = 0)]
         trace_run: usize,
+    },
+}
+
+/// `botmesh feishu …`.
+#[derive(Subcommand)]
+enum FeishuCommand {
+    /// Print the bot's open_id and its colleagues' open_ids in this bot's app (from
+    /// the chat's recent @mentions), as TOML for `[bots.feishu]`.
+    Ids {
+        /// The bot whose app asks.
+        #[arg(long)]
+        bot: String,
+        /// The mesh file.
+        #[arg(long, default_value = "peers.toml")]
+        config: PathBuf,
     },
 }
 
@@ -152,6 +172,9 @@ fn main() -> ExitCode {
             },
         ),
         Command::Quiet { bot, off, config } => quiet(bot, config, !off),
+        Command::Feishu {
+            command: FeishuCommand::Ids { bot, config },
+        } => feishu_ids(bot, config),
         Command::Simulate {
             scenarios,
             policy,
@@ -338,6 +361,17 @@ fn quiet(bot: String, config: PathBuf, on: bool) -> anyhow::Result<()> {
         println!("{body}");
         Ok(())
     })
+}
+
+fn feishu_ids(bot: String, config: PathBuf) -> anyhow::Result<()> {
+    let settings = Settings::load(&config)?;
+    let cfg = NodeConfig::resolve(settings, &bot, None, &ProcessEnv)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let text = rt.block_on(botmesh::platform::feishu_names::colleague_ids(&cfg))?;
+    print!("{text}");
+    Ok(())
 }
 
 fn simulate(

@@ -12,6 +12,21 @@
 //!   returns the same message (Feishu's idempotency).
 //!
 //! Both API calls need `Authorization: Bearer <a token it issued>`, else code 99991663.
+//!
+//! The long connection, as Feishu serves it to its official SDKs (the test
+//! `official_sdk_receives_events_from_the_fake` runs the `lark-oapi` Python SDK's
+//! `lark.ws.Client` against this fake):
+//!
+//! - `POST /callback/ws/endpoint` `{AppID, AppSecret}` → `{code: 0, data: {URL,
+//!   ClientConfig}}`, the URL on a second listener with `device_id` and `service_id`
+//!   in its query (code 10014 for a wrong secret);
+//! - the WebSocket there: refused handshakes can be queued ([`Refusal`], with
+//!   Feishu's `handshake-*` headers); pings (control frames) are answered with a pong
+//!   carrying the `ClientConfig`; events are pushed as data frames
+//!   ([`FakeFeishu::push_event`], optionally in fragments); every answer is recorded
+//!   ([`Ack`]). Whatever was not acknowledged with code 200 is delivered again on the
+//!   next connection, as Feishu does.
+//!
 //! Failures can be queued for the next message sends ([`Fail`]): 429, 5xx, an
 //! expired token, a Feishu error code. Every request is recorded for assertions.
 //!
@@ -25,13 +40,22 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use botmesh::platform::feishu_ws::{self, Frame, Header};
 use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
 use serde_json::{json, Value};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_tungstenite::tungstenite;
 
 use crate::serve::{read_request, serve_http, HttpServer, Reply};
+
+/// The `service_id` the fake puts in its connection URLs.
+pub const SERVICE_ID: i32 = 33554678;
 
 /// The app the fake serves.
 #[derive(Debug, Clone)]
@@ -78,7 +102,99 @@ pub struct Sent {
     pub message_id: String,
 }
 
+/// A handshake refusal to play for the next connection attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The HTTP status of the refusal.
+    pub http_status: u16,
+    /// `handshake-status` (514 auth failed, 403 forbidden, …).
+    pub status: i64,
+    /// `handshake-autherrcode` (1000040350: too many connections).
+    pub auth_code: Option<i64>,
+    /// `handshake-msg`.
+    pub msg: String,
+}
+
+impl Refusal {
+    /// What Feishu answers when the app already holds all its connections.
+    pub fn too_many_connections() -> Refusal {
+        Refusal {
+            http_status: 403,
+            status: feishu_ws::STATUS_AUTH_FAILED,
+            auth_code: Some(feishu_ws::EXCEED_CONN_LIMIT),
+            msg: "exceed connection limit".into(),
+        }
+    }
+}
+
+/// One answer the fake received to a data frame.
+#[derive(Debug, Clone)]
+pub struct Ack {
+    /// The frame's `message_id` header.
+    pub message_id: String,
+    /// `code` of the JSON payload (200 taken, 500 not).
+    pub code: i64,
+    /// The `biz_rt` header, when sent.
+    pub biz_rt: Option<String>,
+    /// The echoed SeqID.
+    pub seq_id: u64,
+    /// The echoed `sum` header.
+    pub sum: Option<String>,
+}
+
+/// Something to do to the current connection.
+enum WsCmd {
+    /// Send these frames.
+    Send(Vec<Vec<u8>>),
+    /// Send these frames, then drop the socket without waiting for answers.
+    SendThenDrop(Vec<Vec<u8>>),
+    /// Drop the socket (no close frame: like a network failure).
+    Drop,
+}
+
+#[derive(Default)]
+struct WsState {
+    url_base: String,
+    client_config: Value,
+    refusals: VecDeque<Refusal>,
+    devices: HashSet<String>,
+    current: Option<mpsc::UnboundedSender<WsCmd>>,
+    connections: usize,
+    handshakes_refused: usize,
+    endpoint_requests: usize,
+    events: HashMap<String, Vec<Vec<u8>>>,
+    unacked: Vec<String>,
+    acks: Vec<Ack>,
+    pings: usize,
+    drop_after_next_push: bool,
+}
+
+/// The directory the fake answers from: people, chat members, scopes, history.
+#[derive(Debug, Clone, Default)]
+pub struct Directory {
+    /// The app has `contact:user.base:readonly`.
+    pub contact_scope: bool,
+    /// The app has `im:chat.members:read`.
+    pub members_scope: bool,
+    /// People the contact API knows: open_id → name.
+    pub users: HashMap<String, String>,
+    /// Chat members (any chat): (open_id, name).
+    pub members: Vec<(String, String)>,
+    /// Mentions in the chat's history, newest first: (open_id, name).
+    pub history_mentions: Vec<(String, String)>,
+}
+
+fn no_scope(scope: &str) -> Reply {
+    reply(
+        400,
+        json!({"code": 99991672, "msg": format!("Access denied. One of the following scopes is required: [{scope}]")}),
+    )
+}
+
 struct State {
+    directory: Mutex<Directory>,
+    calls: Mutex<Vec<String>>,
+    ws: Mutex<WsState>,
     app: FakeApp,
     token_requests: AtomicUsize,
     send_attempts: AtomicUsize,
@@ -96,12 +212,31 @@ pub struct FakeFeishu {
     pub base_url: String,
     state: Arc<State>,
     _server: HttpServer,
+    /// Accepts long connections; aborted (with every connection) when dropped.
+    ws_task: JoinHandle<()>,
+}
+
+impl Drop for FakeFeishu {
+    fn drop(&mut self) {
+        self.ws_task.abort();
+    }
 }
 
 impl FakeFeishu {
     /// Starts the fake for `app`.
     pub async fn start(app: FakeApp) -> FakeFeishu {
+        let ws_listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("fake_feishu: bind ws");
+        let ws = WsState {
+            url_base: format!("ws://{}/ws/v2", ws_listener.local_addr().expect("ws addr")),
+            client_config: json!({"ReconnectCount": -1, "ReconnectInterval": 1, "ReconnectNonce": 0, "PingInterval": 120}),
+            ..WsState::default()
+        };
         let state = Arc::new(State {
+            directory: Mutex::new(Directory::default()),
+            calls: Mutex::new(Vec::new()),
+            ws: Mutex::new(ws),
             app,
             token_requests: AtomicUsize::new(0),
             send_attempts: AtomicUsize::new(0),
@@ -114,10 +249,175 @@ impl FakeFeishu {
         });
         let handler_state = state.clone();
         let server = serve_http(move |req| handle(handler_state.clone(), req)).await;
+        let ws_task = tokio::spawn(ws_accept_loop(ws_listener, state.clone()));
         FakeFeishu {
             base_url: server.url(),
             state,
             _server: server,
+            ws_task,
+        }
+    }
+
+    /// Sets what the contact, chat members and message list APIs answer.
+    pub fn set_directory(&self, d: Directory) {
+        *self.state.directory.lock().unwrap() = d;
+    }
+
+    /// Every request so far as `METHOD /path`, in order.
+    pub fn calls(&self) -> Vec<String> {
+        self.state.calls.lock().unwrap().clone()
+    }
+
+    /// How many requests went to paths starting with `prefix`.
+    pub fn calls_to(&self, prefix: &str) -> usize {
+        self.calls()
+            .iter()
+            .filter(|c| c.starts_with(prefix))
+            .count()
+    }
+
+    /// Sets the `ClientConfig` the endpoint and pongs give (seconds).
+    pub fn set_client_config(&self, config: Value) {
+        self.state.ws.lock().unwrap().client_config = config;
+    }
+
+    /// Queues handshake refusals for the next connection attempts.
+    pub fn refuse_next_handshakes(&self, refusals: impl IntoIterator<Item = Refusal>) {
+        self.state.ws.lock().unwrap().refusals.extend(refusals);
+    }
+
+    /// WebSocket connections accepted so far.
+    pub fn ws_connections(&self) -> usize {
+        self.state.ws.lock().unwrap().connections
+    }
+
+    /// Handshakes refused so far.
+    pub fn handshakes_refused(&self) -> usize {
+        self.state.ws.lock().unwrap().handshakes_refused
+    }
+
+    /// Endpoint requests received.
+    pub fn endpoint_requests(&self) -> usize {
+        self.state.ws.lock().unwrap().endpoint_requests
+    }
+
+    /// Ping frames received.
+    pub fn pings(&self) -> usize {
+        self.state.ws.lock().unwrap().pings
+    }
+
+    /// Answers to data frames, in arrival order.
+    pub fn acks(&self) -> Vec<Ack> {
+        self.state.ws.lock().unwrap().acks.clone()
+    }
+
+    /// Frame message ids pushed but not yet acknowledged with 200.
+    pub fn unacked(&self) -> Vec<String> {
+        self.state.ws.lock().unwrap().unacked.clone()
+    }
+
+    /// Pushes an event (schema 2.0 JSON) as data frames: one, or `parts` fragments
+    /// (sent last fragment first, so reassembly must go by `seq`). Delivered now if
+    /// a client is connected, else on its next connection. Returns the frames'
+    /// `message_id`.
+    pub fn push_event(&self, payload: &Value, parts: usize) -> String {
+        let n = self.state.next.fetch_add(1, Ordering::SeqCst);
+        let message_id = format!("msg_fake{n:06}");
+        let bytes = payload.to_string().into_bytes();
+        let parts = parts.clamp(1, bytes.len().max(1));
+        let chunk = bytes.len().div_ceil(parts);
+        let mut frames: Vec<Vec<u8>> = bytes
+            .chunks(chunk.max(1))
+            .enumerate()
+            .map(|(seq, data)| {
+                let header = |k: &str, v: String| Header {
+                    key: k.into(),
+                    value: v,
+                };
+                Frame {
+                    seq_id: n,
+                    log_id: n,
+                    service: SERVICE_ID,
+                    method: feishu_ws::METHOD_DATA,
+                    headers: vec![
+                        header("type", "event".into()),
+                        header("message_id", message_id.clone()),
+                        header("sum", parts.to_string()),
+                        header("seq", seq.to_string()),
+                        header("trace_id", format!("trace-{n}")),
+                    ],
+                    payload: Some(data.to_vec()),
+                    ..Frame::default()
+                }
+                .to_bytes()
+            })
+            .collect();
+        frames.reverse();
+        let mut ws = self.state.ws.lock().unwrap();
+        ws.events.insert(message_id.clone(), frames.clone());
+        ws.unacked.push(message_id.clone());
+        let drop_after = std::mem::take(&mut ws.drop_after_next_push);
+        if let Some(tx) = &ws.current {
+            let _ = tx.send(if drop_after {
+                WsCmd::SendThenDrop(frames)
+            } else {
+                WsCmd::Send(frames)
+            });
+        }
+        message_id
+    }
+
+    /// Sends an already pushed event again (as Feishu does when it did not see the
+    /// answer), acknowledged or not.
+    pub fn redeliver(&self, message_id: &str) {
+        let mut ws = self.state.ws.lock().unwrap();
+        let Some(frames) = ws.events.get(message_id).cloned() else {
+            return;
+        };
+        if !ws.unacked.iter().any(|m| m == message_id) {
+            ws.unacked.push(message_id.to_string());
+        }
+        if let Some(tx) = &ws.current {
+            let _ = tx.send(WsCmd::Send(frames));
+        }
+    }
+
+    /// Drops the current connection's socket (no close frame).
+    pub fn drop_connection(&self) {
+        let mut ws = self.state.ws.lock().unwrap();
+        if let Some(tx) = ws.current.take() {
+            let _ = tx.send(WsCmd::Drop);
+        }
+    }
+
+    /// The next pushed event is sent, then the socket is dropped before any answer
+    /// can be read: the event is left unacknowledged.
+    pub fn drop_after_next_push(&self) {
+        self.state.ws.lock().unwrap().drop_after_next_push = true;
+    }
+
+    /// Waits up to `timeout` until `cond` holds for the answers received.
+    pub async fn wait_acks(&self, timeout: Duration, cond: impl Fn(&[Ack]) -> bool) -> Vec<Ack> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let a = self.acks();
+            if cond(&a) || tokio::time::Instant::now() >= deadline {
+                return a;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits up to `timeout` until at least `n` connections were accepted.
+    pub async fn wait_connections(&self, n: usize, timeout: Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let c = self.ws_connections();
+            let live = self.state.ws.lock().unwrap().current.is_some();
+            if (c >= n && live) || tokio::time::Instant::now() >= deadline {
+                return c;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
@@ -188,7 +488,67 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Reply {
         .map(str::to_string);
     let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     let authorised = bearer.is_some_and(|t| state.valid.lock().unwrap().contains(&t));
+    state.calls.lock().unwrap().push(format!("{method} {path}"));
     match (method, path.as_str()) {
+        (Method::GET, p) if p.starts_with("/open-apis/contact/v3/users/") => {
+            let d = state.directory.lock().unwrap().clone();
+            let id = p.trim_start_matches("/open-apis/contact/v3/users/");
+            if !authorised {
+                invalid_token()
+            } else if !d.contact_scope {
+                no_scope("contact:user.base:readonly")
+            } else {
+                match d.users.get(id) {
+                    Some(name) => reply(
+                        200,
+                        json!({"code": 0, "msg": "success", "data": {"user": {"open_id": id, "name": name}}}),
+                    ),
+                    None => reply(
+                        400,
+                        json!({"code": 41050, "msg": "no user authority error"}),
+                    ),
+                }
+            }
+        }
+        (Method::GET, p) if p.starts_with("/open-apis/im/v1/chats/") && p.ends_with("/members") => {
+            let d = state.directory.lock().unwrap().clone();
+            if !authorised {
+                invalid_token()
+            } else if !d.members_scope {
+                no_scope("im:chat.members:read")
+            } else {
+                let items: Vec<Value> = d
+                    .members
+                    .iter()
+                    .map(|(id, name)| json!({"member_id_type": "open_id", "member_id": id, "name": name, "tenant_key": "t"}))
+                    .collect();
+                reply(
+                    200,
+                    json!({"code": 0, "msg": "success", "data": {"items": items, "has_more": false, "page_token": "", "member_total": items.len()}}),
+                )
+            }
+        }
+        (Method::GET, "/open-apis/im/v1/messages") => {
+            let d = state.directory.lock().unwrap().clone();
+            if !authorised {
+                invalid_token()
+            } else {
+                let items: Vec<Value> = d
+                    .history_mentions
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (id, name))| json!({
+                        "message_id": format!("om_hist{i}"), "msg_type": "text",
+                        "body": {"content": json!({"text": "@_user_1 hi"}).to_string()},
+                        "mentions": [{"key": "@_user_1", "id": id, "id_type": "open_id", "name": name, "tenant_key": "t"}]
+                    }))
+                    .collect();
+                reply(
+                    200,
+                    json!({"code": 0, "msg": "success", "data": {"items": items, "has_more": false}}),
+                )
+            }
+        }
         (Method::POST, "/open-apis/auth/v3/tenant_access_token/internal") => {
             state.token_requests.fetch_add(1, Ordering::SeqCst);
             if body["app_id"] != state.app.app_id.as_str()
@@ -205,6 +565,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Reply {
                 )
             }
         }
+        (Method::POST, feishu_ws::ENDPOINT_PATH) => endpoint(&state, &body),
         (Method::GET, "/open-apis/bot/v3/info") => {
             state.info_requests.fetch_add(1, Ordering::SeqCst);
             if !authorised {
@@ -249,6 +610,210 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Reply {
             }
         }
         _ => reply(404, json!({"code": 404, "msg": "not found"})),
+    }
+}
+
+fn endpoint(state: &State, body: &Value) -> Reply {
+    let mut ws = state.ws.lock().unwrap();
+    ws.endpoint_requests += 1;
+    if body["AppID"] != state.app.app_id.as_str()
+        || body["AppSecret"] != state.app.app_secret.as_str()
+    {
+        return reply(
+            200,
+            json!({"code": 10014, "msg": "app secret invalid", "data": null}),
+        );
+    }
+    let device = format!("{}", 7_000_000 + state.next.fetch_add(1, Ordering::SeqCst));
+    ws.devices.insert(device.clone());
+    let url = format!(
+        "{}?fpid=493&aid=552564&device_id={device}&access_key=fake&service_id={SERVICE_ID}&ticket=fake-{device}",
+        ws.url_base
+    );
+    reply(
+        200,
+        json!({"code": 0, "msg": "ok", "data": {"URL": url, "ClientConfig": ws.client_config.clone()}}),
+    )
+}
+
+async fn ws_accept_loop(listener: TcpListener, state: Arc<State>) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    connections.spawn(ws_connection(stream, state.clone()));
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+}
+
+type HsRequest = tungstenite::handshake::server::Request;
+type HsResponse = tungstenite::handshake::server::Response;
+type HsError = tungstenite::handshake::server::ErrorResponse;
+
+fn refuse(r: &Refusal) -> HsError {
+    let mut resp = tungstenite::http::Response::new(Some(r.msg.clone()));
+    *resp.status_mut() = tungstenite::http::StatusCode::from_u16(r.http_status)
+        .unwrap_or(tungstenite::http::StatusCode::FORBIDDEN);
+    let h = resp.headers_mut();
+    let v = |s: String| tungstenite::http::HeaderValue::from_str(&s).expect("header value");
+    h.insert(feishu_ws::HEADER_HANDSHAKE_STATUS, v(r.status.to_string()));
+    h.insert(feishu_ws::HEADER_HANDSHAKE_MSG, v(r.msg.clone()));
+    if let Some(code) = r.auth_code {
+        h.insert(
+            feishu_ws::HEADER_HANDSHAKE_AUTH_ERRCODE,
+            v(code.to_string()),
+        );
+    }
+    resp
+}
+
+/// Forgets the connection as the current one when its task ends.
+struct ClearCurrent {
+    state: Arc<State>,
+    tx: mpsc::UnboundedSender<WsCmd>,
+}
+
+impl Drop for ClearCurrent {
+    fn drop(&mut self) {
+        let mut s = self.state.ws.lock().unwrap();
+        if s.current.as_ref().is_some_and(|c| c.same_channel(&self.tx)) {
+            s.current = None;
+        }
+    }
+}
+
+async fn ws_connection(stream: TcpStream, state: Arc<State>) {
+    let st = state.clone();
+    // The handshake callback's signature is tungstenite's.
+    #[allow(clippy::result_large_err)]
+    let check = move |req: &HsRequest, resp: HsResponse| -> Result<HsResponse, HsError> {
+        let mut ws = st.ws.lock().unwrap();
+        let device = req
+            .uri()
+            .query()
+            .unwrap_or_default()
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("device_id="))
+            .unwrap_or_default()
+            .to_string();
+        if let Some(r) = ws.refusals.pop_front() {
+            ws.handshakes_refused += 1;
+            return Err(refuse(&r));
+        }
+        if !ws.devices.contains(&device) {
+            ws.handshakes_refused += 1;
+            return Err(refuse(&Refusal {
+                http_status: 403,
+                status: feishu_ws::STATUS_AUTH_FAILED,
+                auth_code: Some(1000040351),
+                msg: "unknown device_id: ask /callback/ws/endpoint first".into(),
+            }));
+        }
+        Ok(resp)
+    };
+    let Ok(ws) = tokio_tungstenite::accept_hdr_async(stream, check).await else {
+        return;
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let _current = ClearCurrent {
+        state: state.clone(),
+        tx: tx.clone(),
+    };
+    let backlog: Vec<Vec<u8>> = {
+        let mut s = state.ws.lock().unwrap();
+        s.connections += 1;
+        s.current = Some(tx);
+        let unacked = s.unacked.clone();
+        unacked
+            .iter()
+            .filter_map(|m| s.events.get(m).cloned())
+            .flatten()
+            .collect()
+    };
+    let (mut sink, mut source) = ws.split();
+    for f in backlog {
+        if sink
+            .send(tungstenite::Message::Binary(f.into()))
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+    loop {
+        tokio::select! {
+            cmd = rx.recv() => match cmd {
+                None | Some(WsCmd::Drop) => return,
+                Some(WsCmd::Send(frames)) => {
+                    for f in frames {
+                        if sink.send(tungstenite::Message::Binary(f.into())).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                Some(WsCmd::SendThenDrop(frames)) => {
+                    for f in frames {
+                        let _ = sink.send(tungstenite::Message::Binary(f.into())).await;
+                    }
+                    let mut s = state.ws.lock().unwrap();
+                    s.current = None;
+                    return;
+                }
+            },
+            msg = source.next() => {
+                let bytes = match msg {
+                    Some(Ok(tungstenite::Message::Binary(b))) => b,
+                    Some(Ok(tungstenite::Message::Close(_))) | None | Some(Err(_)) => return,
+                    Some(Ok(_)) => continue,
+                };
+                let Ok(frame) = Frame::from_bytes(&bytes) else {
+                    continue;
+                };
+                if frame.method == feishu_ws::METHOD_CONTROL {
+                    if frame.header(feishu_ws::HEADER_TYPE) == Some("ping") {
+                        let config = {
+                            let mut s = state.ws.lock().unwrap();
+                            s.pings += 1;
+                            s.client_config.to_string()
+                        };
+                        let pong = Frame {
+                            service: frame.service,
+                            method: feishu_ws::METHOD_CONTROL,
+                            headers: vec![Header { key: "type".into(), value: "pong".into() }],
+                            payload: Some(config.into_bytes()),
+                            ..Frame::default()
+                        };
+                        if sink.send(tungstenite::Message::Binary(pong.to_bytes().into())).await.is_err() {
+                            return;
+                        }
+                    }
+                    continue;
+                }
+                let code = frame
+                    .payload
+                    .as_deref()
+                    .and_then(|p| serde_json::from_slice::<Value>(p).ok())
+                    .and_then(|v| v["code"].as_i64())
+                    .unwrap_or(-1);
+                let ack = Ack {
+                    message_id: frame.header(feishu_ws::HEADER_MESSAGE_ID).unwrap_or_default().to_string(),
+                    code,
+                    biz_rt: frame.header(feishu_ws::HEADER_BIZ_RT).map(str::to_string),
+                    seq_id: frame.seq_id,
+                    sum: frame.header(feishu_ws::HEADER_SUM).map(str::to_string),
+                };
+                let mut s = state.ws.lock().unwrap();
+                if code == 200 {
+                    s.unacked.retain(|m| *m != ack.message_id);
+                }
+                s.acks.push(ack);
+            }
+        }
     }
 }
 

@@ -360,18 +360,22 @@ async fn a_node_says_why_discord_stopped_in_healthz() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(ada.0, 503, "{ada:?}");
-    let why = ada.1["platform"]["error"].as_str().unwrap();
+    assert_eq!(
+        ada.1["platform_stopped"],
+        ada.1["platform"]["discord"]["stopped"]
+    );
+    let why = ada.1["platform_stopped"].as_str().unwrap();
     assert!(
         why.contains("401") && why.contains("discord.token_env"),
         "{why}"
     );
     assert_eq!(bix.0, 503, "{bix:?}");
-    let why = bix.1["platform"]["error"].as_str().unwrap();
+    let why = bix.1["platform_stopped"].as_str().unwrap();
     assert!(
         why.contains("4014") && why.contains("MESSAGE CONTENT INTENT"),
         "{why}"
     );
-    assert_eq!(bix.1["platform"]["connected"], false);
+    assert_eq!(bix.1["platform"]["discord"]["connected"], false);
     mesh.shutdown().await;
 }
 

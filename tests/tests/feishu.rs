@@ -62,7 +62,7 @@ impl Mesh {
                     r#"aliases = ["小八"]
 platform = "feishu"
 participation = "mentions"
-feishu = {{ open_id = "{XIAOBA_OPEN_ID}", app_id = "{APP_ID}", app_secret_env = "XIAOBA_APP_SECRET", verification_token_env = "XIAOBA_VERIFICATION_TOKEN", encrypt_key_env = "XIAOBA_ENCRYPT_KEY", base_url = "{base}", chat_id = "{CHAT}", peer_open_ids = {{ ErGoz = "{ERGOZ_IN_XIAOBAS_APP}" }} }}"#,
+feishu = {{ mode = "webhook", open_id = "{XIAOBA_OPEN_ID}", app_id = "{APP_ID}", app_secret_env = "XIAOBA_APP_SECRET", verification_token_env = "XIAOBA_VERIFICATION_TOKEN", encrypt_key_env = "XIAOBA_ENCRYPT_KEY", base_url = "{base}", chat_id = "{CHAT}", peer_open_ids = {{ ErGoz = "{ERGOZ_IN_XIAOBAS_APP}" }} }}"#,
                     base = feishu.base_url,
                 ),
             )

@@ -336,10 +336,10 @@ pub(crate) fn health(node: &Node) -> Response<Body> {
         .collect();
     let storage = node.transcripts.health_error();
     let redis = node.stream.as_ref().map(|l| l.health());
-    let platform = node.platform.health();
+    let platform_stopped = node.platform.stopped();
     let degraded = storage.is_some()
         || redis.as_ref().is_some_and(|r| !r.connected)
-        || platform.as_ref().is_some_and(|p| p.degraded());
+        || platform_stopped.is_some();
     let status = if degraded { "degraded" } else { "ok" };
     let code = if degraded {
         StatusCode::SERVICE_UNAVAILABLE
@@ -354,10 +354,11 @@ pub(crate) fn health(node: &Node) -> Response<Body> {
             "storage_error": storage,
             "transport": node.cfg.transport(),
             "redis": redis,
-            "platform": platform,
+            "platform_stopped": platform_stopped,
             "outboxes": outboxes,
             "quiet": node.is_quiet(),
             "seen_cache": node.seen.len(),
+            "platform": node.platform.health(),
         }),
     )
 }

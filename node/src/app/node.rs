@@ -253,7 +253,9 @@ impl Node {
                 env.platform_msg_id = Some(id);
             }
         }
-        self.record_inner(env, source, Vec::new(), true).await
+        // A direct chat has no peers in it: nothing to queue for them.
+        let outbound = !crate::wire::envelope::is_direct_group(&env.group);
+        self.record_inner(env, source, Vec::new(), outbound).await
     }
 
     /// Whether the operator switched the bot quiet.

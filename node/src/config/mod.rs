@@ -284,10 +284,25 @@ pub enum ReplyTo {
     Humans,
 }
 
+/// How a feishu bot receives its events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum FeishuMode {
+    /// The node opens an outbound WebSocket to Feishu (no public address, no
+    /// Verification Token or Encrypt Key needed).
+    #[default]
+    LongConnection,
+    /// Feishu POSTs signed callbacks to the node's bridge listener.
+    Webhook,
+}
+
 /// Feishu ids of a bot and, for a bot whose platform is `feishu`, its app (see docs/feishu.md).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FeishuIds {
+    /// How events arrive: `long_connection` (default) or `webhook`.
+    #[serde(default)]
+    pub mode: FeishuMode,
     /// The bot's open_id (as seen by this bot's own app).
     #[serde(default)]
     pub(crate) open_id: Option<String>,
@@ -897,10 +912,13 @@ impl Settings {
                 "a feishu bot needs the env var holding its App Secret",
             ));
         }
-        if blank(&f.verification_token_env) && blank(&f.encrypt_key_env) {
+        if f.mode == FeishuMode::Webhook
+            && blank(&f.verification_token_env)
+            && blank(&f.encrypt_key_env)
+        {
             return Err(self.err(
                 at("encrypt_key_env"),
-                "set encrypt_key_env (recommended) or verification_token_env: events must be authenticated",
+                "set encrypt_key_env (recommended) or verification_token_env: webhook events must be authenticated (or use mode = \"long_connection\", which needs neither)",
             ));
         }
         if f.chat_id.as_deref().is_some_and(|c| c.trim().is_empty()) {

@@ -1,7 +1,14 @@
-//! Feishu/Lark: signed, encrypted event callbacks in; messages with real `<at>` mentions out.
+//! Feishu/Lark: events in; messages with real `<at>` mentions out.
 //!
 //! A bot whose `platform = "feishu"` gets its humans from Feishu itself, so this module
 //! is both its ingress for human messages and its egress for its own replies.
+//!
+//! Events come one of two ways (`[bots.feishu] mode`):
+//!
+//! - `long_connection` (the default): the node opens an outbound WebSocket to Feishu
+//!   ([`crate::platform::feishu_ws`]); no public address, Verification Token or
+//!   Encrypt Key. Each event is acknowledged once it is recorded ([`WsEvents`]).
+//! - `webhook`: Feishu POSTs callbacks to the bridge listener, as below.
 //!
 //! # Inbound: `POST /feishu/v1/events` (on the peer-facing listener)
 //!
@@ -66,9 +73,10 @@ use tokio::time::Instant;
 use ulid::Ulid;
 
 use crate::config::pacing::{Backoff, Jitter, TokenBucket};
-use crate::config::{NodeConfig, Platform};
+use crate::config::{FeishuMode, NodeConfig, Platform};
 use crate::ingress::ingest::{Arrival, Ingest};
 use crate::ingress::server::{self, Body, BodyError};
+use crate::platform::feishu_ws::{self, WsSettings, WsStatus};
 use crate::platform::{ChatPlatform, PostError, Visibility};
 use crate::store::transcript::Appended;
 use crate::telemetry::metrics::Metrics;
@@ -106,6 +114,9 @@ pub(crate) const SENDS_PER_CHAT_PER_SEC: f64 = 5.0;
 pub(crate) const TOKEN_INVALID_CODES: [i64; 5] = [99991661, 99991663, 99991664, 99991668, 99991671];
 /// Feishu codes meaning "too many requests": back off and retry.
 pub(crate) const RATE_LIMIT_CODES: [i64; 2] = [99991400, 230020];
+/// The longest a sender's display name is looked up before the message is recorded
+/// under the open_id instead.
+pub(crate) const NAME_LOOKUP_TIMEOUT: Duration = Duration::from_secs(3);
 /// The data-folder file that remembers handled event ids.
 pub(crate) const DEDUP_FILE: &str = "feishu-events.log";
 
@@ -455,6 +466,7 @@ pub(crate) struct Message {
 
 impl Message {
     /// The text of a `text` message (placeholders left as they are).
+    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn text(&self) -> Option<String> {
         if self.message_type != "text" {
             return None;
@@ -704,6 +716,11 @@ impl EventDedup {
         true
     }
 
+    /// Whether `id` is remembered (without remembering it).
+    pub(crate) fn contains(&self, id: &str) -> bool {
+        self.inner.lock().seen.contains_key(id)
+    }
+
     /// How many ids are remembered.
     pub(crate) fn len(&self) -> usize {
         self.inner.lock().order.len()
@@ -862,6 +879,30 @@ pub(crate) struct FeishuClient {
     token: tokio::sync::Mutex<Option<CachedToken>>,
     limiter: ChatLimiter,
     retry: RetryPolicy,
+    /// Where every API call is counted (set when the node starts the adapter).
+    metrics: OnceLock<Arc<Metrics>>,
+}
+
+/// `METHOD /path` of a Feishu API URL with ids (`ou_…`, `oc_…`, `om_…`, `on_…`,
+/// `cli_…`) as `{id}`: the label of `botmesh_feishu_api_calls_total`.
+pub fn api_endpoint(method: &str, url: &str) -> String {
+    let path = reqwest::Url::parse(url)
+        .map(|u| u.path().to_string())
+        .unwrap_or_default();
+    let path: Vec<&str> = path
+        .split('/')
+        .map(|seg| {
+            if ["ou_", "oc_", "om_", "on_", "cli_"]
+                .iter()
+                .any(|p| seg.starts_with(p))
+            {
+                "{id}"
+            } else {
+                seg
+            }
+        })
+        .collect();
+    format!("{method} {}", path.join("/"))
 }
 
 impl std::fmt::Debug for FeishuClient {
@@ -871,6 +912,11 @@ impl std::fmt::Debug for FeishuClient {
             .field("app_id", &self.app_id)
             .finish_non_exhaustive()
     }
+}
+
+/// `s` as one URL path segment or query value (ids are plain, but never trusted).
+fn url_segment(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
 fn retryable(status: StatusCode) -> bool {
@@ -912,7 +958,19 @@ impl FeishuClient {
             token: tokio::sync::Mutex::new(None),
             limiter: ChatLimiter::new(SENDS_PER_CHAT_PER_SEC),
             retry,
+            metrics: OnceLock::new(),
         })
+    }
+
+    /// Counts every API call from now on in `metrics`.
+    pub(crate) fn set_metrics(&self, metrics: Arc<Metrics>) {
+        let _ = self.metrics.set(metrics);
+    }
+
+    fn count(&self, method: &str, url: &str) {
+        if let Some(m) = self.metrics.get() {
+            m.feishu_api_call(&api_endpoint(method, url));
+        }
     }
 
     /// A valid tenant access token: the cached one, or a fresh one when it is near
@@ -940,6 +998,7 @@ impl FeishuClient {
         let mut attempt = 0;
         loop {
             attempt += 1;
+            self.count("POST", &url);
             let (last, hint) = match self.http.post(&url).json(&body).send().await {
                 Err(e) => (SendError::Http(e.to_string()), None),
                 Ok(resp) => {
@@ -1012,6 +1071,7 @@ impl FeishuClient {
             if let Some(b) = body {
                 req = req.json(b);
             }
+            self.count(method.as_str(), url);
             let (last, hint) = match req.send().await {
                 Err(e) => (SendError::Http(e.to_string()), None),
                 Ok(resp) => {
@@ -1090,6 +1150,99 @@ impl FeishuClient {
             .ok_or_else(|| SendError::Malformed("no data.message_id".into()))
     }
 
+    /// A person's display name, from the contact API (scope
+    /// `contact:user.base:readonly`). `Ok(None)` when Feishu gives no name.
+    pub(crate) async fn user_name(&self, open_id: &str) -> Result<Option<String>, SendError> {
+        let url = format!(
+            "{}/open-apis/contact/v3/users/{}?user_id_type=open_id",
+            self.base_url,
+            url_segment(open_id)
+        );
+        let r = self.call(reqwest::Method::GET, &url, None, None).await?;
+        Ok(r.data
+            .as_ref()
+            .and_then(|d| d.pointer("/user/name"))
+            .and_then(|v| v.as_str())
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty()))
+    }
+
+    /// The people in a chat as (open_id, name), from the chat members API (scope
+    /// `im:chat.members:read` or `im:chat:readonly`); at most 20 pages of 100.
+    pub(crate) async fn chat_members(
+        &self,
+        chat_id: &str,
+    ) -> Result<Vec<(String, String)>, SendError> {
+        let mut out = Vec::new();
+        let mut page: Option<String> = None;
+        for _ in 0..20 {
+            let mut url = format!(
+                "{}/open-apis/im/v1/chats/{}/members?member_id_type=open_id&page_size=100",
+                self.base_url,
+                url_segment(chat_id)
+            );
+            if let Some(p) = &page {
+                url.push_str("&page_token=");
+                url.push_str(&url_segment(p));
+            }
+            let r = self.call(reqwest::Method::GET, &url, None, None).await?;
+            let data = r.data.unwrap_or_default();
+            for item in data["items"].as_array().into_iter().flatten() {
+                let id = item["member_id"].as_str().unwrap_or_default();
+                let name = item["name"].as_str().unwrap_or_default().trim();
+                if !id.is_empty() && !name.is_empty() {
+                    out.push((id.to_string(), name.to_string()));
+                }
+            }
+            page = data["page_token"].as_str().map(str::to_string);
+            if !data["has_more"].as_bool().unwrap_or(false) || page.is_none() {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Who was @mentioned in the chat's recent messages, as (open_id in this app,
+    /// display name), newest first; `pages` pages of 50 messages at most.
+    pub(crate) async fn recent_mentions(
+        &self,
+        chat_id: &str,
+        pages: usize,
+    ) -> Result<Vec<(String, String)>, SendError> {
+        let mut out = Vec::new();
+        let mut page: Option<String> = None;
+        for _ in 0..pages.max(1) {
+            let mut url = format!(
+                "{}/open-apis/im/v1/messages?container_id_type=chat&container_id={}&sort_type=ByCreateTimeDesc&page_size=50",
+                self.base_url,
+                url_segment(chat_id)
+            );
+            if let Some(p) = &page {
+                url.push_str("&page_token=");
+                url.push_str(&url_segment(p));
+            }
+            let r = self.call(reqwest::Method::GET, &url, None, None).await?;
+            let data = r.data.unwrap_or_default();
+            for item in data["items"].as_array().into_iter().flatten() {
+                for m in item["mentions"].as_array().into_iter().flatten() {
+                    let id = m["id"]
+                        .as_str()
+                        .or_else(|| m.pointer("/id/open_id").and_then(|v| v.as_str()))
+                        .unwrap_or_default();
+                    let name = m["name"].as_str().unwrap_or_default().trim();
+                    if id.starts_with("ou_") && !name.is_empty() {
+                        out.push((id.to_string(), name.to_string()));
+                    }
+                }
+            }
+            page = data["page_token"].as_str().map(str::to_string);
+            if !data["has_more"].as_bool().unwrap_or(false) || page.is_none() {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
     /// The app's bot: its open_id (in this app) and name.
     pub(crate) async fn bot_info(&self) -> Result<BotInfo, SendError> {
         let url = format!("{}/open-apis/bot/v3/info", self.base_url);
@@ -1128,6 +1281,16 @@ pub(crate) struct Feishu {
     matcher: MentionMatcher,
     /// The inbound handle, once the node has started the adapter.
     ingest: OnceLock<Ingest>,
+    /// How events arrive.
+    mode: FeishuMode,
+    /// The open platform base URL (the long connection asks it for an endpoint).
+    base_url: String,
+    /// The App Secret (the long connection's endpoint call needs it).
+    app_secret: String,
+    /// The long connection's state, once started (for health).
+    ws: OnceLock<Arc<WsStatus>>,
+    /// People's display names by open_id.
+    pub(crate) names: crate::platform::feishu_names::Names,
 }
 
 /// Every bot with `im:message.group_msg` sees every human message in its groups;
@@ -1160,14 +1323,45 @@ impl ChatPlatform for Feishu {
     }
 
     fn start(self: Arc<Self>, ingest: Ingest) -> Option<BoxFuture<'static, ()>> {
-        let _ = self.ingest.set(ingest);
+        let _ = self.ingest.set(ingest.clone());
+        self.client.set_metrics(ingest.metrics.clone());
         // Best effort: log when the app's real open_id differs from peers.toml.
-        tokio::spawn(async move { self.check_identity().await });
-        None
+        let me = self.clone();
+        tokio::spawn(async move { me.check_identity().await });
+        if self.mode != FeishuMode::LongConnection {
+            return None;
+        }
+        let status = Arc::new(WsStatus::new(ingest.metrics.clone()));
+        let _ = self.ws.set(status.clone());
+        let settings = WsSettings {
+            base_url: self.base_url.clone(),
+            app_id: self.auth.app_id.clone(),
+            app_secret: self.app_secret.clone(),
+        };
+        let handler = Arc::new(WsEvents(self.clone()));
+        Some(Box::pin(feishu_ws::run(
+            settings,
+            handler,
+            status,
+            ingest.accepting.clone(),
+        )))
     }
 
     fn webhook_path(&self) -> Option<&'static str> {
-        Some(EVENTS_PATH)
+        (self.mode == FeishuMode::Webhook).then_some(EVENTS_PATH)
+    }
+
+    fn health(&self) -> Option<serde_json::Value> {
+        let ws = self.ws.get().map(|s| s.health());
+        Some(serde_json::json!({
+            "feishu": {
+                "mode": match self.mode {
+                    FeishuMode::LongConnection => "long_connection",
+                    FeishuMode::Webhook => "webhook",
+                },
+                "long_connection": ws,
+            }
+        }))
     }
 
     fn webhook(
@@ -1179,7 +1373,10 @@ impl ChatPlatform for Feishu {
     }
 
     fn cache_sizes(&self) -> Vec<(&'static str, usize)> {
-        vec![("feishu_event_ids", self.dedup.len())]
+        vec![
+            ("feishu_event_ids", self.dedup.len()),
+            ("feishu_names", self.names.len()),
+        ]
     }
 }
 
@@ -1222,6 +1419,15 @@ impl Feishu {
             )
         })?;
         let app_id = ids.app_id.clone().unwrap_or_default();
+        if ids.mode == FeishuMode::Webhook
+            && secrets.verification_token.is_none()
+            && secrets.encrypt_key.is_none()
+        {
+            anyhow::bail!(
+                "bot {}: webhook mode needs a Verification Token or an Encrypt Key",
+                bot.name
+            );
+        }
         let client = FeishuClient::new(
             &ids.base_url(),
             &app_id,
@@ -1268,6 +1474,11 @@ impl Feishu {
             max_depth: cfg.mesh().max_depth,
             bots_by_open_id,
             peer_open_ids,
+            mode: ids.mode,
+            base_url: ids.base_url(),
+            app_secret: secrets.app_secret.clone(),
+            ws: OnceLock::new(),
+            names: Default::default(),
         })
     }
 
@@ -1298,6 +1509,9 @@ impl Feishu {
 
     /// The chat a group's messages go to.
     pub(crate) fn chat_for_group(&self, group: &str) -> Option<String> {
+        if let Some(chat) = group.strip_prefix(crate::wire::envelope::DIRECT_GROUP_PREFIX) {
+            return Some(chat.to_string()).filter(|c| c.starts_with("oc_"));
+        }
         if group == self.mesh_group {
             self.chat_id.clone()
         } else if group.starts_with("oc_") {
@@ -1373,6 +1587,31 @@ impl Feishu {
         }
         out.push_str(rest);
         out
+    }
+
+    /// Any message as the mesh shows it ([`crate::platform::feishu_content`]): text
+    /// and rich text with mentions resolved, media as placeholders.
+    pub(crate) fn message_text(&self, msg: &Message, matcher: &MentionMatcher) -> String {
+        let text = |t: &str| self.readable_text(t, &msg.mentions, matcher);
+        let at = |user_id: &str, user_name: &str| {
+            if user_id.starts_with("@_user_") {
+                self.readable_text(user_id, &msg.mentions, matcher)
+            } else if user_id == "all" {
+                "@all".to_string()
+            } else if let Some(bot) = self.bots_by_open_id.get(user_id) {
+                format!("@{bot}")
+            } else {
+                at_tag(user_id, user_name)
+            }
+        };
+        crate::platform::feishu_content::flatten(
+            &msg.message_type,
+            &msg.content,
+            &crate::platform::feishu_content::Resolve {
+                text: &text,
+                at: &at,
+            },
+        )
     }
 
     /// The text to post: `@Colleague` becomes a real `<at user_id="ou_…">` mention.
@@ -1480,7 +1719,9 @@ pub(crate) async fn handle_events(
             tracing::info!(%remote, %event_id, message_id = %msg.message.message_id, sender_type = %msg.sender.sender_type, "feishu message event");
             if !node.accepting.is_cancelled() {
                 let n = node.clone();
-                node.tasks.spawn(async move { process(&f, &n, *msg).await });
+                node.tasks.spawn(async move {
+                    let _ = process(&f, &n, *msg).await;
+                });
             }
             server::json(StatusCode::OK, &serde_json::json!({"ok": true}))
         }
@@ -1522,20 +1763,108 @@ async fn accept(f: &Feishu, req: Request<Incoming>) -> Result<Outcome, EventErro
     }
 }
 
-/// Records one received message (after the 200 went out).
-async fn process(f: &Feishu, node: &Ingest, ev: MessageReceived) {
-    let msg = &ev.message;
-    if msg.chat_type == "p2p" {
-        tracing::info!(message_id = %msg.message_id, "ignoring a direct message: botmesh bots talk in group chats");
-        return;
+/// Events off the long connection: each is recorded before it is acknowledged.
+pub(crate) struct WsEvents(pub(crate) Arc<Feishu>);
+
+impl feishu_ws::EventHandler for WsEvents {
+    fn handle(&self, payload: Vec<u8>) -> BoxFuture<'_, u16> {
+        Box::pin(take_event(&self.0, payload))
     }
-    let Some(raw_text) = msg.text().filter(|t| !t.trim().is_empty()) else {
-        tracing::info!(message_id = %msg.message_id, message_type = %msg.message_type, "ignoring a non-text feishu message");
-        return;
+}
+
+/// One event from the long connection: 200 once it is recorded (or is a repeat, or
+/// is deliberately ignored), 500 when it could not be recorded (Feishu sends it
+/// again). Its event id is remembered only after that, so a redelivery of an event
+/// that failed is handled afresh.
+pub(crate) async fn take_event(f: &Arc<Feishu>, payload: Vec<u8>) -> u16 {
+    let Some(ingest) = f.ingest.get().cloned() else {
+        return 500;
     };
+    let now = now_millis() / 1000;
+    let (header, event) = match parse_callback(&payload) {
+        Ok(Callback::Event { header, event }) => (header, event),
+        Ok(_) => {
+            ingest.metrics.feishu_event("ignored");
+            return 200;
+        }
+        Err(e) => {
+            ingest.metrics.feishu_event(e.reason());
+            tracing::warn!(reason = e.reason(), detail = %e, "feishu long-connection event malformed; acknowledged and dropped");
+            return 200;
+        }
+    };
+    if let Some(app) = header.app_id.as_ref().filter(|a| **a != f.auth.app_id) {
+        ingest.metrics.feishu_event("wrong_app");
+        tracing::warn!(%app, event_id = %header.event_id, "feishu event for another app; dropped");
+        return 200;
+    }
+    if f.dedup.contains(&header.event_id) {
+        ingest.metrics.feishu_event("duplicate");
+        tracing::info!(event_id = %header.event_id, "feishu event already handled (redelivery)");
+        return 200;
+    }
+    if header.event_type != "im.message.receive_v1" {
+        f.dedup.first_time(&header.event_id, now);
+        ingest.metrics.feishu_event("ignored");
+        tracing::debug!(event_id = %header.event_id, event_type = %header.event_type, "feishu event ignored");
+        return 200;
+    }
+    let msg = match MessageReceived::from_event(&event) {
+        Ok(m) => m,
+        Err(e) => {
+            ingest.metrics.feishu_event(e.reason());
+            tracing::warn!(event_id = %header.event_id, detail = %e, "feishu message event malformed; dropped");
+            f.dedup.first_time(&header.event_id, now);
+            return 200;
+        }
+    };
+    tracing::info!(event_id = %header.event_id, message_id = %msg.message.message_id, sender_type = %msg.sender.sender_type, "feishu message event (long connection)");
+    if ingest.accepting.is_cancelled() {
+        return 500;
+    }
+    if msg.sender.sender_type == "app" {
+        // A bot's message may wait for its bridge copy: do not hold the connection.
+        f.dedup.first_time(&header.event_id, now);
+        ingest.metrics.feishu_event("message");
+        let (f, n) = (f.clone(), ingest.clone());
+        ingest.tasks.spawn(async move {
+            let _ = process(&f, &n, msg).await;
+        });
+        return 200;
+    }
+    match process(f, &ingest, msg).await {
+        Ok(()) => {
+            f.dedup.first_time(&header.event_id, now);
+            ingest.metrics.feishu_event("message");
+            200
+        }
+        Err(()) => {
+            ingest.metrics.feishu_event("record_failed");
+            500
+        }
+    }
+}
+
+/// Records one received message. `Err` when the transcript refused it (already
+/// logged); a message deliberately not recorded is `Ok`.
+async fn process(f: &Feishu, node: &Ingest, ev: MessageReceived) -> Result<(), ()> {
+    let msg = &ev.message;
     let matcher = &f.matcher;
-    let group = f.group_for_chat(&msg.chat_id);
-    let text = f.readable_text(&raw_text, &msg.mentions, matcher);
+    let text = f.message_text(msg, matcher);
+    if text.trim().is_empty() {
+        tracing::info!(message_id = %msg.message_id, message_type = %msg.message_type, "ignoring an empty feishu message");
+        return Ok(());
+    }
+    // A direct (p2p) chat is its own group, with this bot alone in it.
+    let group = if msg.chat_type == "p2p" {
+        format!(
+            "{}{}",
+            crate::wire::envelope::DIRECT_GROUP_PREFIX,
+            msg.chat_id
+        )
+    } else {
+        f.group_for_chat(&msg.chat_id)
+    };
     let mut text = text.trim().to_string();
     if text.len() > crate::wire::envelope::MAX_TEXT_BYTES {
         let mut end = crate::wire::envelope::MAX_TEXT_BYTES;
@@ -1550,11 +1879,28 @@ async fn process(f: &Feishu, node: &Ingest, ev: MessageReceived) {
         .and_then(|t| t.parse::<u64>().ok())
         .unwrap_or_else(now_millis);
     let sender_open_id = ev.sender.sender_id.open_id.clone();
+    for m in &msg.mentions {
+        if !f.bots_by_open_id.contains_key(&m.id.open_id) {
+            f.names.learn(&m.id.open_id, &m.name);
+        }
+    }
+    let human_name = if ev.sender.sender_type == "app" || sender_open_id.is_empty() {
+        String::new()
+    } else {
+        // Bounded: a slow Feishu must not hold the message (nor the long connection).
+        tokio::time::timeout(
+            NAME_LOOKUP_TIMEOUT,
+            f.names
+                .display_name(&f.client, &sender_open_id, &msg.chat_id),
+        )
+        .await
+        .unwrap_or_else(|_| sender_open_id.clone())
+    };
     let id = Ulid::new();
     let author = Author::human(if sender_open_id.is_empty() {
         "feishu user".to_string()
     } else {
-        sender_open_id.clone()
+        human_name
     });
     let mut env = Envelope::message(id, sent_at, group.clone(), f.me.clone(), author, text);
     env.root = Some(id);
@@ -1573,21 +1919,22 @@ async fn process(f: &Feishu, node: &Ingest, ev: MessageReceived) {
             }
             Err(e) => {
                 tracing::error!(message_id = %msg.message_id, error = %e, "feishu message could not be recorded");
+                return Err(());
             }
         }
-        return;
+        return Ok(());
     }
     // A bot's message. A mesh colleague's authoritative copy comes over the bridge.
     let bot = f.bots_by_open_id.get(&sender_open_id).cloned();
     if bot.as_deref() == Some(f.me.as_str()) {
-        return;
+        return Ok(());
     }
     if bot.is_some() {
         let deadline = Instant::now() + BRIDGE_GRACE;
         loop {
             if node.sink.has_platform_msg(&group, &msg.message_id) {
                 tracing::debug!(message_id = %msg.message_id, "feishu copy of a colleague's message: the bridge copy is already recorded");
-                return;
+                return Ok(());
             }
             if Instant::now() >= deadline || node.accepting.is_cancelled() {
                 break;
@@ -1610,7 +1957,9 @@ async fn process(f: &Feishu, node: &Ingest, ev: MessageReceived) {
     };
     if let Err(e) = node.arrive(arrival).await {
         tracing::error!(message_id = %msg.message_id, error = %e, "feishu bot message could not be recorded");
+        return Err(());
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -1899,6 +2248,11 @@ mod tests {
                 .collect(),
             matcher: matcher(),
             ingest: OnceLock::new(),
+            mode: FeishuMode::Webhook,
+            base_url: "http://127.0.0.1:9".into(),
+            app_secret: "s".into(),
+            ws: OnceLock::new(),
+            names: Default::default(),
         }
     }
 
@@ -1973,6 +2327,8 @@ mod tests {
         assert_eq!(f.chat_for_group("demo").as_deref(), Some("oc_team"));
         assert_eq!(f.chat_for_group("oc_other").as_deref(), Some("oc_other"));
         assert_eq!(f.chat_for_group("elsewhere"), None);
+        assert_eq!(f.chat_for_group("direct:oc_p2p").as_deref(), Some("oc_p2p"));
+        assert_eq!(f.chat_for_group("direct:nope"), None);
     }
 
     #[test]
@@ -2069,6 +2425,7 @@ api = "127.0.0.1:8101"
 platform = "feishu"
 
 [bots.feishu]
+mode = "webhook"
 open_id = "ou_xiaoba"
 app_id = "cli_a1b2c3d4e5f60001"
 app_secret_env = "XIAOBA_APP_SECRET"
@@ -2143,6 +2500,22 @@ api = "127.0.0.1:8102"
         let e =
             settings(&DOCS_CONFIG.replace("chat_id = \"oc_team\"", "chat_id = \"\"")).unwrap_err();
         assert_eq!(e.key, "bots[0].feishu.chat_id");
+        // The long connection (the default mode) needs neither token nor key.
+        let lc = DOCS_CONFIG
+            .replace("mode = \"webhook\"\n", "")
+            .replace(
+                "verification_token_env = \"XIAOBA_VERIFICATION_TOKEN\"\n",
+                "",
+            )
+            .replace("encrypt_key_env = \"XIAOBA_ENCRYPT_KEY\"\n", "");
+        let s = settings(&lc).unwrap();
+        assert_eq!(
+            s.bots[0].feishu.as_ref().unwrap().mode,
+            FeishuMode::LongConnection
+        );
+        let e =
+            settings(&DOCS_CONFIG.replace("mode = \"webhook\"", "mode = \"socket\"")).unwrap_err();
+        assert_eq!(e.key, "bots[0].feishu.mode", "{e}");
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //! [`Ingest`] handle, given to it at [`ChatPlatform::start`]; it never sees the node.
 //!
 //! - [`local`] — the mesh is the chat: people post through the page or the API.
-//! - [`feishu`] — Feishu/Lark event callbacks in, messages with real `<at>` out.
+//! - [`feishu`] — Feishu/Lark events in (over [`feishu_ws`], the long connection, or
+//!   as callbacks), messages with real `<at>` out.
 //! - [`dingtalk`] — DingTalk Stream mode in (forwarded to the peers: DingTalk shows a
 //!   person's message only to the robots it @-mentions), session webhook or group send out.
 //! - [`discord`] — the Discord gateway in, messages with real `<@id>` out.
@@ -17,6 +18,9 @@
 pub(crate) mod dingtalk;
 pub mod discord;
 pub mod feishu;
+pub(crate) mod feishu_content;
+pub mod feishu_names;
+pub mod feishu_ws;
 pub(crate) mod local;
 
 use std::net::SocketAddr;
@@ -43,24 +47,6 @@ pub struct Visibility {
     /// A bot sees other bots' messages on the platform (then a colleague's message
     /// arrives twice, from the platform and over the bridge, and is recorded once).
     pub(crate) bots_see_bots: bool,
-}
-
-/// What an adapter reports in `/healthz`.
-#[derive(Debug, Clone, serde::Serialize, PartialEq, Eq)]
-pub struct PlatformHealth {
-    /// The platform's name.
-    pub name: &'static str,
-    /// Whether its connection is up now (a reconnect in progress is `false`).
-    pub connected: bool,
-    /// Why it stopped for good, in words that say what to fix.
-    pub error: Option<String>,
-}
-
-impl PlatformHealth {
-    /// Out of service until someone acts.
-    pub fn degraded(&self) -> bool {
-        self.error.is_some()
-    }
 }
 
 /// Why a message could not be posted to the platform (logged by the adapter; the mesh
@@ -108,10 +94,15 @@ pub trait ChatPlatform: Send + Sync + 'static {
         })
     }
 
-    /// The adapter's state for `/healthz` (`"platform"`): `None` when it has none to
-    /// report. `degraded` says the platform is out of service until an operator acts
-    /// (a rejected token, a missing intent), which turns `/healthz` into 503.
-    fn health(&self) -> Option<PlatformHealth> {
+    /// Why the platform is out of service until an operator acts (a rejected token, a
+    /// missing intent), in words that say what to fix; `/healthz` then answers 503.
+    fn stopped(&self) -> Option<String> {
+        None
+    }
+
+    /// What `/healthz` shows of the adapter (its connection's state), if anything.
+    /// Never calls the platform: health checks must cost no API quota.
+    fn health(&self) -> Option<serde_json::Value> {
         None
     }
 

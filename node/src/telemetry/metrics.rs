@@ -50,6 +50,20 @@ pub struct CacheLabel {
     pub(crate) cache: String,
 }
 
+/// Labels naming a connection state.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabel {
+    /// The state's name.
+    pub state: String,
+}
+
+/// Labels naming an API endpoint.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndpointLabel {
+    /// `METHOD /path`, ids replaced by `{id}`.
+    pub endpoint: String,
+}
+
 /// Labels for relayed envelopes.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RelayLabel {
@@ -156,6 +170,16 @@ pub struct Metrics {
     /// `connected`, `connect_failed`, `closed`; and sends by path: `send_session`,
     /// `send_group`, `send_failed`.
     pub(crate) dingtalk_events: Family<ResultLabel, Counter>,
+    /// 1 for the Feishu long connection's current state (`connecting`, `connected`,
+    /// `reconnecting`, `stopped`), 0 for the others: an operator sees a bot that
+    /// cannot hear Feishu.
+    pub(crate) feishu_connection: Family<StateLabel, Gauge>,
+    /// Feishu long-connection attempts and endings, by result (`connected`,
+    /// `handshake_refused`, `endpoint_refused`, `dropped`, …).
+    pub(crate) feishu_connects: Family<ResultLabel, Counter>,
+    /// Every call to the Feishu API, by endpoint (`METHOD /path` with ids as
+    /// `{id}`): the quota an operator spends.
+    pub(crate) feishu_api_calls: Family<EndpointLabel, Counter>,
     /// 1 while the Redis Streams transport is connected, 0 while it is not (absent
     /// on `http` nodes).
     pub(crate) redis_up: Gauge,
@@ -204,6 +228,9 @@ impl Metrics {
         let redis_up = Gauge::default();
         let feishu_events = Family::<ResultLabel, Counter>::default();
         let dingtalk_events = Family::<ResultLabel, Counter>::default();
+        let feishu_connection = Family::<StateLabel, Gauge>::default();
+        let feishu_connects = Family::<ResultLabel, Counter>::default();
+        let feishu_api_calls = Family::<EndpointLabel, Counter>::default();
         let stream_events = Family::<ResultLabel, Counter>::default();
         registry.register(
             "botmesh_envelopes_in",
@@ -286,6 +313,21 @@ impl Metrics {
             dingtalk_events.clone(),
         );
         registry.register(
+            "botmesh_feishu_connection",
+            "1 for the Feishu long connection's current state",
+            feishu_connection.clone(),
+        );
+        registry.register(
+            "botmesh_feishu_connects",
+            "Feishu long-connection attempts and endings, by result",
+            feishu_connects.clone(),
+        );
+        registry.register(
+            "botmesh_feishu_api_calls",
+            "Calls to the Feishu API, by endpoint",
+            feishu_api_calls.clone(),
+        );
+        registry.register(
             "botmesh_redis_up",
             "1 while the Redis Streams transport is connected",
             redis_up.clone(),
@@ -298,6 +340,9 @@ impl Metrics {
         Metrics {
             feishu_events,
             dingtalk_events,
+            feishu_connection,
+            feishu_connects,
+            feishu_api_calls,
             redis_up,
             stream_events,
             registry,
@@ -359,6 +404,33 @@ impl Metrics {
     /// Counts one Feishu event callback.
     pub(crate) fn feishu_event(&self, result: &str) {
         self.feishu_events
+            .get_or_create(&ResultLabel {
+                result: result.into(),
+            })
+            .inc();
+    }
+
+    /// Sets the Feishu long connection's state gauge for `state`.
+    pub fn set_feishu_connection(&self, state: &str, value: i64) {
+        self.feishu_connection
+            .get_or_create(&StateLabel {
+                state: state.into(),
+            })
+            .set(value);
+    }
+
+    /// Counts one call to the Feishu API.
+    pub fn feishu_api_call(&self, endpoint: &str) {
+        self.feishu_api_calls
+            .get_or_create(&EndpointLabel {
+                endpoint: endpoint.into(),
+            })
+            .inc();
+    }
+
+    /// Counts one Feishu long-connection attempt or ending.
+    pub fn feishu_connect(&self, result: &str) {
+        self.feishu_connects
             .get_or_create(&ResultLabel {
                 result: result.into(),
             })

@@ -215,7 +215,10 @@ impl Brain {
         quiet: bool,
     ) -> Decision {
         let mentioned_names = self.matcher.mentioned(&msg.text, platform);
-        let mentioned = mentioned_names.iter().any(|n| n == &self.me.name);
+        // In a direct chat a person talks to this bot alone: no mention needed.
+        let direct = crate::wire::envelope::is_direct_group(&msg.group)
+            && msg.author.kind == crate::wire::envelope::AuthorKind::Human;
+        let mentioned = direct || mentioned_names.iter().any(|n| n == &self.me.name);
         let mentions_others = !mentioned && !mentioned_names.is_empty();
         decide(&Facts {
             me: &self.me,

@@ -92,8 +92,6 @@ struct Trigger {
     committed: Option<String>,
     /// This node's bot passed on the trigger (judge declined, yielded, re-judged silent).
     passed: bool,
-    /// This node's judge call about the trigger is in flight (and no claim out yet).
-    judging: bool,
     /// Claimants this node told it was still judging: it owes each a word (its claim,
     /// or a withdrawal sent to them alone when it declines).
     owes_word: HashSet<String>,
@@ -181,6 +179,9 @@ pub struct ClaimBoard {
     /// Bounded, and apart from `triggers` so that the silent majority of messages
     /// costs no trigger entry.
     decided: Mutex<RecentIds>,
+    /// Triggers whose judge call is out on this node: a claim on one is answered
+    /// `judging`. Apart from `triggers` too, for the same reason.
+    judging: Mutex<HashSet<Ulid>>,
 }
 
 /// The triggers and when expired ones were last swept.
@@ -360,13 +361,18 @@ impl ClaimBoard {
     pub fn decided(&self, trigger: Ulid, judging: bool) {
         self.decided.lock().insert(trigger);
         if judging {
-            self.with(trigger, |t| t.judging = true);
+            self.judging.lock().insert(trigger);
         }
     }
 
     /// Marks this node's judge call about `trigger` as in flight (`true`) or done.
     pub fn set_judging(&self, trigger: Ulid, on: bool) {
-        self.with(trigger, |t| t.judging = on);
+        let mut judging = self.judging.lock();
+        if on {
+            judging.insert(trigger);
+        } else {
+            judging.remove(&trigger);
+        }
     }
 
     /// What the bridge answers a peer's claim on `trigger` (already on the board):
@@ -379,7 +385,8 @@ impl ClaimBoard {
             // Until this node applied its rules to the trigger (it may still be on its
             // way here), a claim on it is answered `judging` too, and a word is owed.
             let decided = self.decided.lock().ids.contains(&trigger);
-            let judging = !answered && (t.judging || !decided) && !t.claims.contains_key(me);
+            let out = self.judging.lock().contains(&trigger);
+            let judging = !answered && (out || !decided) && !t.claims.contains_key(me);
             if judging {
                 t.owes_word.insert(claimant.to_string());
             }
@@ -393,11 +400,14 @@ impl ClaimBoard {
     /// The claimants this node told it was judging `trigger` and has not given its
     /// word yet; taken once: the caller now gives it (a withdrawal, to them).
     pub fn take_owed_word(&self, trigger: Ulid) -> Vec<String> {
-        self.with(trigger, |t| {
-            let mut owed: Vec<String> = t.owes_word.drain().collect();
-            owed.sort();
-            owed
-        })
+        // No entry, no claim ever asked: nothing owed (and no entry made for it).
+        let mut triggers = self.triggers.lock();
+        let Some(t) = triggers.map.get_mut(&trigger) else {
+            return Vec::new();
+        };
+        let mut owed: Vec<String> = t.owes_word.drain().collect();
+        owed.sort();
+        owed
     }
 
     /// Waits (at most until `until`) for the word of every peer in `judging` that

@@ -13,6 +13,16 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// 256 KiB on the wire; text is the only field that can be large.
 pub(crate) const MAX_TEXT_BYTES: usize = 200 * 1024;
 
+/// Prefix of a direct chat's group name (`direct:<platform chat id>`): one person
+/// and this one bot. Everything a person writes there is addressed to the bot, and
+/// nothing said there goes to the peers (they are not in it).
+pub const DIRECT_GROUP_PREFIX: &str = "direct:";
+
+/// Whether `group` is a direct chat ([`DIRECT_GROUP_PREFIX`]).
+pub fn is_direct_group(group: &str) -> bool {
+    group.starts_with(DIRECT_GROUP_PREFIX)
+}
+
 /// What an envelope carries: a chat message, or a claim to answer a trigger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
 #[serde(rename_all = "snake_case")]

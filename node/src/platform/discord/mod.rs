@@ -55,7 +55,7 @@ use ulid::Ulid;
 
 use crate::config::{is_snowflake, NodeConfig, Platform};
 use crate::ingress::ingest::{Arrival, Ingest};
-use crate::platform::{ChatPlatform, PlatformHealth, PostError, Visibility};
+use crate::platform::{ChatPlatform, PostError, Visibility};
 use crate::store::transcript::{platform_ids, Appended};
 use crate::turn::mention::MentionMatcher;
 use crate::wire::envelope::{Author, AuthorKind, Envelope, Kind};
@@ -275,12 +275,15 @@ impl ChatPlatform for Discord {
         Some(Box::pin(async move { self.run(ingest).await }))
     }
 
-    fn health(&self) -> Option<PlatformHealth> {
-        Some(PlatformHealth {
-            name: "discord",
-            connected: self.connected.load(std::sync::atomic::Ordering::Relaxed),
-            error: self.stopped.lock().clone(),
-        })
+    fn health(&self) -> Option<serde_json::Value> {
+        Some(serde_json::json!({"discord": {
+            "connected": self.connected.load(std::sync::atomic::Ordering::Relaxed),
+            "stopped": *self.stopped.lock(),
+        }}))
+    }
+
+    fn stopped(&self) -> Option<String> {
+        self.stopped.lock().clone()
     }
 
     fn cache_sizes(&self) -> Vec<(&'static str, usize)> {

@@ -1,0 +1,1199 @@
+//! Feishu/Lark long connection: events over an outbound WebSocket, no public address.
+//!
+//! The protocol, as Feishu's official SDKs speak it (written here from their
+//! behaviour, not copied):
+//!
+//! 1. `POST {base_url}/callback/ws/endpoint` with `{"AppID", "AppSecret"}` answers
+//!    `{code, msg, data: {URL, ClientConfig}}`. `URL` is a `wss://` address whose
+//!    query holds `device_id` (the connection's id) and `service_id` (echoed in every
+//!    ping); `ClientConfig` holds `ReconnectCount`, `ReconnectInterval`,
+//!    `ReconnectNonce` and `PingInterval`, in seconds.
+//! 2. A WebSocket to `URL`. A refused handshake carries `handshake-status`,
+//!    `handshake-msg` and, for status 514, `handshake-autherrcode` headers
+//!    ([`HandshakeRefusal`]).
+//! 3. Every binary message is a protobuf `pbbp2.Frame` ([`Frame`]): method 0 is
+//!    control (`type` header `ping`/`pong`), method 1 is data (`type` `event` or
+//!    `card`, with `message_id`, `sum`, `seq` and `trace_id` headers).
+//! 4. The client sends a ping frame every `PingInterval`; a pong may carry a new
+//!    `ClientConfig` as its JSON payload.
+//! 5. A data frame whose `sum` is above 1 is one fragment (`seq` of `sum`) of a
+//!    payload, reassembled by `message_id` ([`Reassembly`]).
+//! 6. Every (complete) data frame is answered with the same frame, an added
+//!    `biz_rt` header (handling time in ms) and the payload `{"code":200}` — or
+//!    `{"code":500}` when the node could not take the event, and then Feishu
+//!    delivers it again later. An event is acknowledged with 200 only once it is in
+//!    the transcript (or deliberately ignored), so a dropped connection never loses
+//!    an acknowledged event.
+//! 7. When the connection drops, the client waits a random part of
+//!    `ReconnectNonce`, then tries again every `ReconnectInterval`, forever (the
+//!    SDKs' `ReconnectCount` is logged, not obeyed: a bot must come back). This is
+//!    Feishu's schedule (jitter, then a constant interval it sets), not an exponential
+//!    one, so it is [`ClientConfig::reconnect_delay`] rather than
+//!    [`crate::config::pacing::Backoff`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use futures_util::{SinkExt, StreamExt};
+use prost::Message as _;
+use serde::Deserialize;
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite;
+use tokio_util::sync::CancellationToken;
+
+use crate::telemetry::metrics::Metrics;
+
+/// Where the connection's address is asked for, under the open platform base URL.
+pub const ENDPOINT_PATH: &str = "/callback/ws/endpoint";
+/// `Frame::method` of control frames (ping, pong).
+pub const METHOD_CONTROL: i32 = 0;
+/// `Frame::method` of data frames (events, card callbacks).
+pub const METHOD_DATA: i32 = 1;
+/// Header naming what a frame carries: `ping`, `pong`, `event`, `card`.
+pub const HEADER_TYPE: &str = "type";
+/// Header naming a data message (the fragments of one payload share it).
+pub const HEADER_MESSAGE_ID: &str = "message_id";
+/// Header giving how many fragments the payload has.
+pub const HEADER_SUM: &str = "sum";
+/// Header giving this fragment's index (from 0).
+pub const HEADER_SEQ: &str = "seq";
+/// Header giving Feishu's trace id, for logs.
+pub const HEADER_TRACE_ID: &str = "trace_id";
+/// Header the client adds to an acknowledgement: handling time in milliseconds.
+pub const HEADER_BIZ_RT: &str = "biz_rt";
+/// Handshake refusal header: Feishu's status code.
+pub const HEADER_HANDSHAKE_STATUS: &str = "handshake-status";
+/// Handshake refusal header: Feishu's message.
+pub const HEADER_HANDSHAKE_MSG: &str = "handshake-msg";
+/// Handshake refusal header: the authentication error code (with status 514).
+pub const HEADER_HANDSHAKE_AUTH_ERRCODE: &str = "handshake-autherrcode";
+/// Handshake status: the connection was refused for the app.
+pub const STATUS_FORBIDDEN: i64 = 403;
+/// Handshake status: authentication failed (see the auth error code).
+pub const STATUS_AUTH_FAILED: i64 = 514;
+/// Auth error code: the app already holds as many connections as Feishu allows.
+pub const EXCEED_CONN_LIMIT: i64 = 1000040350;
+/// Endpoint code: Feishu is busy (try again).
+pub const SYSTEM_BUSY: i64 = 1;
+/// Endpoint code: Feishu's internal error (try again).
+pub const INTERNAL_ERROR: i64 = 1000040343;
+/// Endpoint code: no credentials were sent.
+pub const NO_CREDENTIAL: i64 = 1000040344;
+/// How long the fragments of an incomplete payload are kept (the SDKs keep 5 s).
+pub const FRAGMENT_TTL: Duration = Duration::from_secs(5);
+/// At most this many payloads are being reassembled at once (more are dropped:
+/// unacknowledged, so Feishu sends them again).
+pub const MAX_PARTIAL_PAYLOADS: usize = 64;
+/// At most this many fragments per payload.
+pub const MAX_FRAGMENTS: usize = 256;
+/// A connection that has not received anything for this many ping intervals (plus
+/// [`SILENCE_SLACK`]) is treated as dead.
+pub const SILENT_PINGS: u32 = 3;
+/// Added to the silence limit so a short ping interval does not drop a slow link.
+pub const SILENCE_SLACK: Duration = Duration::from_secs(10);
+/// The longest a WebSocket handshake (TCP, TLS, upgrade) may take.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(15);
+
+// ---------------------------------------------------------------------------------
+// Frames
+// ---------------------------------------------------------------------------------
+
+/// `pbbp2.Header`: one key/value header of a frame.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct Header {
+    /// Header name (`type`, `message_id`, …).
+    #[prost(string, required, tag = "1")]
+    pub key: String,
+    /// Header value, always a string (numbers are decimal).
+    #[prost(string, required, tag = "2")]
+    pub value: String,
+}
+
+/// `pbbp2.Frame` (proto2): every binary WebSocket message of the long connection.
+/// Derived by hand from the schema the SDKs embed, so no `protoc` is needed.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct Frame {
+    /// Sequence id (echoed in the acknowledgement).
+    #[prost(uint64, required, tag = "1")]
+    pub seq_id: u64,
+    /// Log id (echoed in the acknowledgement).
+    #[prost(uint64, required, tag = "2")]
+    pub log_id: u64,
+    /// The service id from the connection URL (pings carry it).
+    #[prost(int32, required, tag = "3")]
+    pub service: i32,
+    /// [`METHOD_CONTROL`] or [`METHOD_DATA`].
+    #[prost(int32, required, tag = "4")]
+    pub method: i32,
+    /// Key/value headers ([`HEADER_TYPE`], …).
+    #[prost(message, repeated, tag = "5")]
+    pub headers: Vec<Header>,
+    /// How the payload is encoded (unused by Feishu so far; kept for the echo).
+    #[prost(string, optional, tag = "6")]
+    pub payload_encoding: Option<String>,
+    /// The payload's type (unused by Feishu so far; kept for the echo).
+    #[prost(string, optional, tag = "7")]
+    pub payload_type: Option<String>,
+    /// The event JSON (or one fragment of it), a pong's config, an ack's code.
+    #[prost(bytes = "vec", optional, tag = "8")]
+    pub payload: Option<Vec<u8>>,
+    /// The newer, string log id (kept for the echo).
+    #[prost(string, optional, tag = "9")]
+    pub log_id_new: Option<String>,
+}
+
+impl Frame {
+    /// The first header named `key`.
+    pub fn header(&self, key: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|h| h.key == key)
+            .map(|h| h.value.as_str())
+    }
+
+    /// Sets header `key` (replacing an existing one).
+    pub fn set_header(&mut self, key: &str, value: impl Into<String>) {
+        let value = value.into();
+        match self.headers.iter_mut().find(|h| h.key == key) {
+            Some(h) => h.value = value,
+            None => self.headers.push(Header {
+                key: key.to_string(),
+                value,
+            }),
+        }
+    }
+
+    /// A ping for the connection's service.
+    pub fn ping(service: i32) -> Frame {
+        Frame {
+            service,
+            method: METHOD_CONTROL,
+            headers: vec![Header {
+                key: HEADER_TYPE.into(),
+                value: "ping".into(),
+            }],
+            ..Frame::default()
+        }
+    }
+
+    /// The acknowledgement of this data frame: the same frame, `biz_rt` and
+    /// `{"code": code}`.
+    pub fn ack(&self, code: u16, biz_rt: Duration) -> Frame {
+        let mut a = self.clone();
+        a.set_header(HEADER_BIZ_RT, biz_rt.as_millis().to_string());
+        a.payload = Some(format!("{{\"code\":{code}}}").into_bytes());
+        a
+    }
+
+    /// Serialises for the wire.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        self.encode_to_vec()
+    }
+
+    /// Parses a binary WebSocket message.
+    pub fn from_bytes(b: &[u8]) -> Result<Frame, WsError> {
+        Frame::decode(b).map_err(|e| WsError::Protocol(format!("not a pbbp2 frame: {e}")))
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Configuration from Feishu
+// ---------------------------------------------------------------------------------
+
+/// The connection's timing, as Feishu sets it (endpoint answer and pongs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientConfig {
+    /// Feishu's advice on how many reconnects to try (-1: forever). Logged only:
+    /// this client always tries again.
+    pub reconnect_count: i64,
+    /// Seconds between reconnect attempts.
+    pub reconnect_interval: u64,
+    /// Upper bound, in seconds, of the random wait before the first reconnect (so a
+    /// fleet does not reconnect at the same instant).
+    pub reconnect_nonce: u64,
+    /// Seconds between pings.
+    pub ping_interval: u64,
+}
+
+impl Default for ClientConfig {
+    /// The SDKs' defaults until Feishu says otherwise.
+    fn default() -> Self {
+        ClientConfig {
+            reconnect_count: -1,
+            reconnect_interval: 120,
+            reconnect_nonce: 30,
+            ping_interval: 120,
+        }
+    }
+}
+
+/// `ClientConfig` as JSON: any field may be missing (then it is left as it was).
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+pub struct ClientConfigUpdate {
+    /// See [`ClientConfig::reconnect_count`].
+    #[serde(rename = "ReconnectCount", default)]
+    pub reconnect_count: Option<i64>,
+    /// See [`ClientConfig::reconnect_interval`].
+    #[serde(rename = "ReconnectInterval", default)]
+    pub reconnect_interval: Option<u64>,
+    /// See [`ClientConfig::reconnect_nonce`].
+    #[serde(rename = "ReconnectNonce", default)]
+    pub reconnect_nonce: Option<u64>,
+    /// See [`ClientConfig::ping_interval`].
+    #[serde(rename = "PingInterval", default)]
+    pub ping_interval: Option<u64>,
+}
+
+impl ClientConfig {
+    /// Applies the fields an update carries.
+    pub fn apply(&mut self, u: &ClientConfigUpdate) {
+        if let Some(v) = u.reconnect_count {
+            self.reconnect_count = v;
+        }
+        if let Some(v) = u.reconnect_interval {
+            self.reconnect_interval = v;
+        }
+        if let Some(v) = u.reconnect_nonce {
+            self.reconnect_nonce = v;
+        }
+        if let Some(v) = u.ping_interval.filter(|p| *p > 0) {
+            self.ping_interval = v;
+        }
+    }
+
+    /// The ping period (at least a second).
+    pub fn ping_every(&self) -> Duration {
+        Duration::from_secs(self.ping_interval.max(1))
+    }
+
+    /// How long a connection may stay silent before it is treated as dead.
+    pub fn silence_limit(&self) -> Duration {
+        self.ping_every() * SILENT_PINGS + SILENCE_SLACK
+    }
+
+    /// The wait before reconnect attempt `attempt` (0 = the first after a drop):
+    /// `jitter` (in 0..1) of the nonce first, then the interval.
+    pub fn reconnect_delay(&self, attempt: u32, jitter: f64) -> Duration {
+        if attempt == 0 {
+            Duration::from_secs_f64(self.reconnect_nonce as f64 * jitter.clamp(0.0, 1.0))
+        } else {
+            Duration::from_secs(self.reconnect_interval)
+        }
+    }
+}
+
+/// What the endpoint call gives: where to connect and how to behave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// The WebSocket URL.
+    pub url: String,
+    /// Its `device_id` (the connection id, for logs).
+    pub device_id: String,
+    /// Its `service_id` (pings carry it).
+    pub service_id: i32,
+    /// Feishu's settings for this connection, when it sent them.
+    pub config: Option<ClientConfigUpdate>,
+}
+
+#[derive(Deserialize)]
+struct EndpointReply {
+    #[serde(default)]
+    code: i64,
+    #[serde(default)]
+    msg: String,
+    #[serde(default)]
+    data: Option<EndpointData>,
+}
+
+#[derive(Deserialize)]
+struct EndpointData {
+    #[serde(rename = "URL", default)]
+    url: String,
+    #[serde(rename = "ClientConfig", default)]
+    client_config: Option<ClientConfigUpdate>,
+}
+
+/// Why connecting failed or a connection ended.
+#[derive(Debug, thiserror::Error)]
+pub enum WsError {
+    /// The endpoint call did not get an answer.
+    #[error("endpoint request failed: {0}")]
+    Http(String),
+    /// The endpoint answered an HTTP error.
+    #[error("endpoint answered HTTP {status}: {msg}")]
+    EndpointStatus {
+        /// The HTTP status.
+        status: u16,
+        /// Feishu's message, when it sent one.
+        msg: String,
+    },
+    /// The endpoint answered a Feishu error code.
+    #[error("endpoint refused: code {code} ({msg}): {}", endpoint_meaning(*code))]
+    Endpoint {
+        /// Feishu's code.
+        code: i64,
+        /// Feishu's message.
+        msg: String,
+    },
+    /// The endpoint's URL is unusable.
+    #[error("endpoint gave an unusable URL: {0}")]
+    BadUrl(String),
+    /// The WebSocket handshake was refused.
+    #[error("{0}")]
+    Handshake(HandshakeRefusal),
+    /// The WebSocket could not be opened (network, TLS, …).
+    #[error("could not connect: {0}")]
+    Connect(String),
+    /// The connection broke or was closed.
+    #[error("connection lost: {0}")]
+    Closed(String),
+    /// Nothing came for too long.
+    #[error("no frame for {0:?}: connection presumed dead")]
+    Silent(Duration),
+    /// A frame that is not the protocol's.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+}
+
+impl WsError {
+    /// A short label for metrics and health.
+    pub fn label(&self) -> &'static str {
+        match self {
+            WsError::Http(_) | WsError::EndpointStatus { .. } => "endpoint_unreachable",
+            WsError::Endpoint { .. } | WsError::BadUrl(_) => "endpoint_refused",
+            WsError::Handshake(_) => "handshake_refused",
+            WsError::Connect(_) => "connect_failed",
+            WsError::Closed(_) | WsError::Silent(_) => "dropped",
+            WsError::Protocol(_) => "protocol_error",
+        }
+    }
+}
+
+/// What an endpoint error code means for the operator.
+pub fn endpoint_meaning(code: i64) -> &'static str {
+    match code {
+        SYSTEM_BUSY => "Feishu is busy; retrying",
+        INTERNAL_ERROR => "Feishu internal error; retrying",
+        NO_CREDENTIAL => "no App ID or App Secret was sent",
+        _ => "check the App ID and App Secret, and that the app is enabled",
+    }
+}
+
+/// A refused handshake, from its headers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandshakeRefusal {
+    /// The HTTP status of the refusal.
+    pub http_status: u16,
+    /// `handshake-status`, when present.
+    pub status: Option<i64>,
+    /// `handshake-msg`, when present.
+    pub msg: Option<String>,
+    /// `handshake-autherrcode`, when present.
+    pub auth_code: Option<i64>,
+}
+
+impl HandshakeRefusal {
+    /// What the refusal means, for the log line.
+    pub fn meaning(&self) -> &'static str {
+        match (self.status, self.auth_code) {
+            (Some(STATUS_AUTH_FAILED), Some(EXCEED_CONN_LIMIT)) => {
+                "too many connections for this app: another process (an old node, a second copy of this bot) holds Feishu's long connections; stop it"
+            }
+            (Some(STATUS_AUTH_FAILED), _) => {
+                "authentication failed: the connection URL expired or the app's credentials changed; a new endpoint is requested"
+            }
+            (Some(STATUS_FORBIDDEN), _) => {
+                "forbidden: the app may not use the long connection (a self-built app with events subscribed in long-connection mode is needed)"
+            }
+            (Some(_), _) => "Feishu refused the connection (server side); retrying",
+            (None, _) => "refused without Feishu's handshake headers (a proxy or the wrong URL?)",
+        }
+    }
+}
+
+impl std::fmt::Display for HandshakeRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "handshake refused: HTTP {}, handshake-status {:?}, handshake-autherrcode {:?}, handshake-msg {:?}: {}",
+            self.http_status,
+            self.status,
+            self.auth_code,
+            self.msg.as_deref().unwrap_or(""),
+            self.meaning()
+        )
+    }
+}
+
+/// Asks Feishu where to connect.
+pub async fn fetch_endpoint(
+    http: &reqwest::Client,
+    base_url: &str,
+    app_id: &str,
+    app_secret: &str,
+    metrics: Option<&Metrics>,
+) -> Result<Endpoint, WsError> {
+    let url = format!("{}{ENDPOINT_PATH}", base_url.trim_end_matches('/'));
+    if let Some(m) = metrics {
+        m.feishu_api_call(&format!("POST {ENDPOINT_PATH}"));
+    }
+    let resp = http
+        .post(&url)
+        .header("locale", "zh")
+        .json(&serde_json::json!({"AppID": app_id, "AppSecret": app_secret}))
+        .send()
+        .await
+        .map_err(|e| WsError::Http(e.to_string()))?;
+    let status = resp.status();
+    let bytes = resp
+        .bytes()
+        .await
+        .map_err(|e| WsError::Http(e.to_string()))?;
+    let reply: Option<EndpointReply> = serde_json::from_slice(&bytes).ok();
+    if !status.is_success() {
+        return Err(WsError::EndpointStatus {
+            status: status.as_u16(),
+            msg: reply.map(|r| r.msg).unwrap_or_default(),
+        });
+    }
+    let reply = reply.ok_or_else(|| WsError::BadUrl("the endpoint answer is not JSON".into()))?;
+    if reply.code != 0 {
+        return Err(WsError::Endpoint {
+            code: reply.code,
+            msg: reply.msg,
+        });
+    }
+    let data = reply
+        .data
+        .ok_or_else(|| WsError::BadUrl("no data in the endpoint answer".into()))?;
+    parse_endpoint(&data.url, data.client_config)
+}
+
+/// Reads `device_id` and `service_id` from the connection URL.
+pub fn parse_endpoint(url: &str, config: Option<ClientConfigUpdate>) -> Result<Endpoint, WsError> {
+    let parsed = reqwest::Url::parse(url).map_err(|e| WsError::BadUrl(format!("{url:?}: {e}")))?;
+    if !matches!(parsed.scheme(), "ws" | "wss") {
+        return Err(WsError::BadUrl(format!(
+            "{} is not ws/wss",
+            parsed.scheme()
+        )));
+    }
+    let q = |k: &str| {
+        parsed
+            .query_pairs()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.into_owned())
+    };
+    let device_id = q("device_id").unwrap_or_default();
+    let service_id = q("service_id")
+        .and_then(|s| s.parse::<i32>().ok())
+        .ok_or_else(|| WsError::BadUrl("no numeric service_id in the URL".into()))?;
+    Ok(Endpoint {
+        url: url.to_string(),
+        device_id,
+        service_id,
+        config,
+    })
+}
+
+/// Reads the refusal out of a failed handshake's response.
+pub fn refusal_of(resp: &http::Response<Option<Vec<u8>>>) -> HandshakeRefusal {
+    let h = |k: &str| {
+        resp.headers()
+            .get(k)
+            .and_then(|v| v.to_str().ok())
+            .map(|s| s.trim().to_string())
+    };
+    HandshakeRefusal {
+        http_status: resp.status().as_u16(),
+        status: h(HEADER_HANDSHAKE_STATUS).and_then(|s| s.parse().ok()),
+        msg: h(HEADER_HANDSHAKE_MSG),
+        auth_code: h(HEADER_HANDSHAKE_AUTH_ERRCODE).and_then(|s| s.parse().ok()),
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Reassembly
+// ---------------------------------------------------------------------------------
+
+struct Partial {
+    parts: Vec<Option<Vec<u8>>>,
+    started: Instant,
+}
+
+/// Fragments of payloads by `message_id`, until every `seq` of `sum` has come.
+/// Bounded in payloads, fragments and age: whatever is dropped was never
+/// acknowledged, so Feishu sends it again.
+#[derive(Default)]
+pub struct Reassembly {
+    partial: HashMap<String, Partial>,
+}
+
+impl Reassembly {
+    /// Adds fragment `seq` of `sum`; returns the whole payload once complete.
+    pub fn add(
+        &mut self,
+        message_id: &str,
+        sum: usize,
+        seq: usize,
+        data: Vec<u8>,
+    ) -> Option<Vec<u8>> {
+        let now = Instant::now();
+        self.partial
+            .retain(|_, p| now.duration_since(p.started) < FRAGMENT_TTL);
+        if sum <= 1 {
+            return Some(data);
+        }
+        if sum > MAX_FRAGMENTS || seq >= sum {
+            tracing::warn!(
+                message_id,
+                sum,
+                seq,
+                "feishu fragment out of range; dropped"
+            );
+            return None;
+        }
+        if !self.partial.contains_key(message_id) && self.partial.len() >= MAX_PARTIAL_PAYLOADS {
+            tracing::warn!(
+                message_id,
+                "too many feishu payloads being reassembled; fragment dropped"
+            );
+            return None;
+        }
+        let p = self
+            .partial
+            .entry(message_id.to_string())
+            .or_insert_with(|| Partial {
+                parts: vec![None; sum],
+                started: now,
+            });
+        if p.parts.len() != sum {
+            tracing::warn!(
+                message_id,
+                sum,
+                "feishu fragments disagree on their count; restarting"
+            );
+            *p = Partial {
+                parts: vec![None; sum],
+                started: now,
+            };
+        }
+        p.parts[seq] = Some(data);
+        if p.parts.iter().any(Option::is_none) {
+            return None;
+        }
+        let p = self.partial.remove(message_id)?;
+        Some(p.parts.into_iter().flatten().flatten().collect())
+    }
+
+    /// Payloads waiting for fragments.
+    pub fn len(&self) -> usize {
+        self.partial.len()
+    }
+
+    /// True when nothing is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.partial.is_empty()
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Status
+// ---------------------------------------------------------------------------------
+
+/// Where the connection is, for `/healthz` and `botmesh_feishu_connection{state}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConnState {
+    /// Asking for an endpoint or opening the socket.
+    Connecting,
+    /// The socket is open.
+    Connected,
+    /// Waiting before the next attempt.
+    Reconnecting,
+    /// The node is stopping.
+    Stopped,
+}
+
+impl ConnState {
+    /// Every state, for the gauge.
+    pub const ALL: [ConnState; 4] = [
+        ConnState::Connecting,
+        ConnState::Connected,
+        ConnState::Reconnecting,
+        ConnState::Stopped,
+    ];
+
+    /// The label.
+    pub fn label(self) -> &'static str {
+        match self {
+            ConnState::Connecting => "connecting",
+            ConnState::Connected => "connected",
+            ConnState::Reconnecting => "reconnecting",
+            ConnState::Stopped => "stopped",
+        }
+    }
+}
+
+/// What health shows of the long connection.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct WsHealth {
+    /// Where the connection is.
+    pub state: ConnState,
+    /// The connection's `device_id`, while connected.
+    pub device_id: Option<String>,
+    /// Successful connections since start.
+    pub connects: u64,
+    /// The last failure, with its meaning.
+    pub last_error: Option<String>,
+    /// Events acknowledged with 200 since start.
+    pub acked: u64,
+    /// Events answered 500 (Feishu delivers them again).
+    pub refused: u64,
+}
+
+/// The live status, shared by the connection task and health.
+pub struct WsStatus {
+    inner: Mutex<WsHealth>,
+    metrics: Arc<Metrics>,
+}
+
+impl WsStatus {
+    /// A status that starts out connecting.
+    pub fn new(metrics: Arc<Metrics>) -> WsStatus {
+        let s = WsStatus {
+            inner: Mutex::new(WsHealth {
+                state: ConnState::Connecting,
+                device_id: None,
+                connects: 0,
+                last_error: None,
+                acked: 0,
+                refused: 0,
+            }),
+            metrics,
+        };
+        s.set_gauge(ConnState::Connecting);
+        s
+    }
+
+    fn set_gauge(&self, state: ConnState) {
+        for s in ConnState::ALL {
+            self.metrics
+                .set_feishu_connection(s.label(), i64::from(s == state));
+        }
+    }
+
+    fn update(&self, f: impl FnOnce(&mut WsHealth)) {
+        let state = {
+            let mut h = self.inner.lock();
+            f(&mut h);
+            h.state
+        };
+        self.set_gauge(state);
+    }
+
+    /// A snapshot for health.
+    pub fn health(&self) -> WsHealth {
+        self.inner.lock().clone()
+    }
+
+    fn set_state(&self, state: ConnState) {
+        self.update(|h| {
+            h.state = state;
+            if state != ConnState::Connected {
+                h.device_id = None;
+            }
+        });
+    }
+
+    fn connected(&self, device_id: &str) {
+        self.metrics.feishu_connect("connected");
+        self.update(|h| {
+            h.state = ConnState::Connected;
+            h.device_id = Some(device_id.to_string());
+            h.connects += 1;
+        });
+    }
+
+    fn failed(&self, e: &WsError) {
+        self.metrics.feishu_connect(e.label());
+        let text = e.to_string();
+        self.update(|h| h.last_error = Some(text));
+    }
+
+    fn answered(&self, code: u16) {
+        self.update(|h| {
+            if code == 200 {
+                h.acked += 1
+            } else {
+                h.refused += 1
+            }
+        });
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// The connection
+// ---------------------------------------------------------------------------------
+
+/// Takes events off the connection: answers 200 once an event is recorded (or
+/// deliberately ignored), 500 when it could not be taken.
+pub trait EventHandler: Send + Sync + 'static {
+    /// Handles one whole event payload (schema 2.0 JSON).
+    fn handle(&self, payload: Vec<u8>) -> BoxFuture<'_, u16>;
+}
+
+/// What the connection needs to know.
+#[derive(Clone)]
+pub struct WsSettings {
+    /// The open platform base URL.
+    pub base_url: String,
+    /// The App ID.
+    pub app_id: String,
+    /// The App Secret.
+    pub app_secret: String,
+}
+
+impl std::fmt::Debug for WsSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WsSettings")
+            .field("base_url", &self.base_url)
+            .field("app_id", &self.app_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs the long connection until `stop` is cancelled: connect, serve, and after
+/// any failure wait (nonce jitter, then the interval) and connect again.
+pub async fn run(
+    settings: WsSettings,
+    handler: Arc<dyn EventHandler>,
+    status: Arc<WsStatus>,
+    stop: CancellationToken,
+) {
+    let mut http = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(15));
+    if is_loopback(&settings.base_url) {
+        http = http.no_proxy();
+    }
+    let http = match http.build() {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::error!(error = %e, "feishu long connection: cannot build an HTTP client");
+            return;
+        }
+    };
+    let mut config = ClientConfig::default();
+    let mut attempt: u32 = 0;
+    loop {
+        if stop.is_cancelled() {
+            break;
+        }
+        status.set_state(ConnState::Connecting);
+        let result =
+            connect_and_serve(&settings, &http, &handler, &status, &mut config, &stop).await;
+        match result {
+            Ok(()) => break,
+            Err(Served {
+                error,
+                was_connected,
+            }) => {
+                status.failed(&error);
+                if was_connected {
+                    attempt = 0;
+                }
+                let delay = config.reconnect_delay(attempt, rand::random::<f64>());
+                match &error {
+                    WsError::Handshake(_) | WsError::Endpoint { .. } => {
+                        tracing::error!(app_id = %settings.app_id, error = %error, retry_in = ?delay, reconnect_count = config.reconnect_count, "feishu long connection refused")
+                    }
+                    _ => {
+                        tracing::warn!(app_id = %settings.app_id, error = %error, retry_in = ?delay, "feishu long connection failed")
+                    }
+                }
+                attempt = attempt.saturating_add(1);
+                status.set_state(ConnState::Reconnecting);
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+    }
+    status.set_state(ConnState::Stopped);
+    tracing::info!(app_id = %settings.app_id, "feishu long connection stopped");
+}
+
+fn is_loopback(base_url: &str) -> bool {
+    reqwest::Url::parse(base_url)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_string))
+        .is_some_and(|h| matches!(h.as_str(), "127.0.0.1" | "localhost" | "[::1]" | "::1"))
+}
+
+/// How one connection ended (an error always: a stop returns `Ok`).
+struct Served {
+    error: WsError,
+    was_connected: bool,
+}
+
+async fn connect_and_serve(
+    settings: &WsSettings,
+    http: &reqwest::Client,
+    handler: &Arc<dyn EventHandler>,
+    status: &WsStatus,
+    config: &mut ClientConfig,
+    stop: &CancellationToken,
+) -> Result<(), Served> {
+    let not_yet = |error| Served {
+        error,
+        was_connected: false,
+    };
+    let opening = async {
+        let endpoint = fetch_endpoint(
+            http,
+            &settings.base_url,
+            &settings.app_id,
+            &settings.app_secret,
+            Some(&status.metrics),
+        )
+        .await?;
+        // Feishu's timing applies from now on, to a refused handshake's retry too.
+        if let Some(u) = &endpoint.config {
+            config.apply(u);
+        }
+        let connecting = tokio_tungstenite::connect_async(endpoint.url.as_str());
+        match tokio::time::timeout(HANDSHAKE_TIMEOUT, connecting).await {
+            Err(_) => Err(WsError::Connect(format!(
+                "no handshake within {HANDSHAKE_TIMEOUT:?}"
+            ))),
+            Ok(Ok((ws, _))) => Ok((endpoint, ws)),
+            Ok(Err(tungstenite::Error::Http(resp))) => Err(WsError::Handshake(refusal_of(&resp))),
+            Ok(Err(e)) => Err(WsError::Connect(e.to_string())),
+        }
+    };
+    // A node that stops while Feishu is slow to answer does not wait for it.
+    let (endpoint, ws) = tokio::select! {
+        _ = stop.cancelled() => return Ok(()),
+        opened = opening => opened.map_err(not_yet)?,
+    };
+    status.connected(&endpoint.device_id);
+    tracing::info!(app_id = %settings.app_id, device_id = %endpoint.device_id, ping_every = ?config.ping_every(), "feishu long connection open");
+    serve(ws, &endpoint, handler, status, config, stop)
+        .await
+        .map_err(|error| Served {
+            error,
+            was_connected: true,
+        })
+}
+
+async fn serve<S>(
+    ws: tokio_tungstenite::WebSocketStream<S>,
+    endpoint: &Endpoint,
+    handler: &Arc<dyn EventHandler>,
+    status: &WsStatus,
+    config: &mut ClientConfig,
+    stop: &CancellationToken,
+) -> Result<(), WsError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let (mut tx, mut rx) = ws.split();
+    let mut reassembly = Reassembly::default();
+    let mut next_ping = Instant::now();
+    let mut last_rx = Instant::now();
+    let closed = |e: tungstenite::Error| WsError::Closed(e.to_string());
+    loop {
+        let silent_at = last_rx + config.silence_limit();
+        tokio::select! {
+            _ = stop.cancelled() => {
+                let _ = tx.send(tungstenite::Message::Close(None)).await;
+                return Ok(());
+            }
+            _ = tokio::time::sleep_until(next_ping) => {
+                tx.send(tungstenite::Message::Binary(Frame::ping(endpoint.service_id).to_bytes().into()))
+                    .await
+                    .map_err(closed)?;
+                next_ping = Instant::now() + config.ping_every();
+            }
+            _ = tokio::time::sleep_until(silent_at) => {
+                return Err(WsError::Silent(config.silence_limit()));
+            }
+            msg = rx.next() => {
+                last_rx = Instant::now();
+                let bytes = match msg {
+                    None => return Err(WsError::Closed("the server closed the socket".into())),
+                    Some(Err(e)) => return Err(closed(e)),
+                    Some(Ok(tungstenite::Message::Binary(b))) => b,
+                    Some(Ok(tungstenite::Message::Close(c))) => {
+                        return Err(WsError::Closed(format!("close frame {c:?}")))
+                    }
+                    Some(Ok(_)) => continue,
+                };
+                let frame = match Frame::from_bytes(&bytes) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "feishu long connection: undecodable message ignored");
+                        continue;
+                    }
+                };
+                if frame.method == METHOD_CONTROL {
+                    if frame.header(HEADER_TYPE) == Some("pong") {
+                        if let Some(u) = frame.payload.as_deref().filter(|p| !p.is_empty()).and_then(|p| serde_json::from_slice::<ClientConfigUpdate>(p).ok()) {
+                            let before = *config;
+                            config.apply(&u);
+                            if before.ping_interval != config.ping_interval {
+                                next_ping = Instant::now() + config.ping_every();
+                            }
+                            tracing::debug!(?config, "feishu long connection config updated by a pong");
+                        }
+                    }
+                    continue;
+                }
+                if frame.method != METHOD_DATA {
+                    continue;
+                }
+                if let Some(ack) = take_data(frame, &mut reassembly, handler, status).await {
+                    tx.send(tungstenite::Message::Binary(ack.to_bytes().into()))
+                        .await
+                        .map_err(closed)?;
+                }
+            }
+        }
+    }
+}
+
+/// Handles one data frame: the acknowledgement to send, if any (a fragment that
+/// does not complete its payload is not answered).
+async fn take_data(
+    mut frame: Frame,
+    reassembly: &mut Reassembly,
+    handler: &Arc<dyn EventHandler>,
+    status: &WsStatus,
+) -> Option<Frame> {
+    let started = Instant::now();
+    let message_id = frame
+        .header(HEADER_MESSAGE_ID)
+        .unwrap_or_default()
+        .to_string();
+    let trace_id = frame
+        .header(HEADER_TRACE_ID)
+        .unwrap_or_default()
+        .to_string();
+    let kind = frame.header(HEADER_TYPE).unwrap_or_default().to_string();
+    let num = |k: &str, d: usize| {
+        frame
+            .header(k)
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(d)
+    };
+    let (sum, seq) = (num(HEADER_SUM, 1), num(HEADER_SEQ, 0));
+    let data = frame.payload.take().unwrap_or_default();
+    let payload = reassembly.add(&message_id, sum, seq, data)?;
+    let code = match kind.as_str() {
+        "event" => handler.handle(payload).await,
+        other => {
+            tracing::debug!(%message_id, kind = other, "feishu long connection: not an event; acknowledged");
+            200
+        }
+    };
+    status.answered(code);
+    tracing::debug!(%message_id, %trace_id, code, sum, "feishu frame answered");
+    Some(frame.ack(code, started.elapsed()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bytes the official Python SDK's generated `pbbp2_pb2.Frame` produces for a
+    /// data frame (SeqID 7, LogID 9, service 33554678, five headers, payload
+    /// `{"a":1}`) and for its ping frame (service 5).
+    const SDK_DATA_FRAME: &str = "0807100918f681801020012a0d0a047479706512056576656e742a100a0a6d6573736167655f696412026d312a080a0373756d1201312a080a037365711201302a0e0a0874726163655f69641202743142077b2261223a317d";
+    const SDK_PING_FRAME: &str = "08001000180520002a0c0a0474797065120470696e67";
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn frames_match_the_official_sdk_bytes() {
+        let f = Frame::from_bytes(&hex(SDK_DATA_FRAME)).unwrap();
+        assert_eq!(
+            (f.seq_id, f.log_id, f.service, f.method),
+            (7, 9, 33554678, 1)
+        );
+        assert_eq!(f.header(HEADER_TYPE), Some("event"));
+        assert_eq!(f.header(HEADER_MESSAGE_ID), Some("m1"));
+        assert_eq!(f.header(HEADER_TRACE_ID), Some("t1"));
+        assert_eq!(f.payload.as_deref(), Some(&b"{\"a\":1}"[..]));
+        assert_eq!(
+            f.to_bytes(),
+            hex(SDK_DATA_FRAME),
+            "re-encodes byte for byte"
+        );
+        assert_eq!(Frame::ping(5).to_bytes(), hex(SDK_PING_FRAME));
+        assert!(Frame::from_bytes(b"\xff\xff").is_err());
+    }
+
+    #[test]
+    fn an_ack_is_the_same_frame_with_biz_rt_and_a_code() {
+        let f = Frame::from_bytes(&hex(SDK_DATA_FRAME)).unwrap();
+        let a = f.ack(500, Duration::from_millis(12));
+        assert_eq!(a.header(HEADER_BIZ_RT), Some("12"));
+        assert_eq!(a.payload.as_deref(), Some(&b"{\"code\":500}"[..]));
+        assert_eq!(
+            (a.seq_id, a.log_id, a.service, a.method),
+            (7, 9, 33554678, 1)
+        );
+        assert_eq!(a.headers.len(), f.headers.len() + 1);
+        let again = a.ack(200, Duration::from_millis(3));
+        assert_eq!(again.headers.len(), a.headers.len(), "biz_rt is replaced");
+    }
+
+    #[test]
+    fn endpoint_url_and_config_are_read() {
+        let e = parse_endpoint(
+            "wss://msg-frontier.feishu.cn/ws/v2?fpid=493&aid=552564&device_id=7000&access_key=x&service_id=33554678&ticket=y",
+            Some(ClientConfigUpdate {
+                ping_interval: Some(90),
+                ..Default::default()
+            }),
+        )
+        .unwrap();
+        assert_eq!((e.device_id.as_str(), e.service_id), ("7000", 33554678));
+        assert!(parse_endpoint("https://x/ws?service_id=1", None).is_err());
+        assert!(parse_endpoint("wss://x/ws?device_id=1", None).is_err());
+        let mut c = ClientConfig::default();
+        let u: ClientConfigUpdate = serde_json::from_str(
+            r#"{"ReconnectCount":-1,"ReconnectInterval":120,"ReconnectNonce":30,"PingInterval":90}"#,
+        )
+        .unwrap();
+        c.apply(&u);
+        assert_eq!(c.ping_every(), Duration::from_secs(90));
+        c.apply(&serde_json::from_str(r#"{"PingInterval":0,"ReconnectNonce":2}"#).unwrap());
+        assert_eq!(c.ping_interval, 90, "a zero ping interval is ignored");
+        assert_eq!(c.reconnect_nonce, 2);
+    }
+
+    #[test]
+    fn reconnect_waits_jitter_then_the_interval() {
+        let c = ClientConfig {
+            reconnect_count: -1,
+            reconnect_interval: 120,
+            reconnect_nonce: 30,
+            ping_interval: 120,
+        };
+        assert_eq!(c.reconnect_delay(0, 0.5), Duration::from_secs(15));
+        assert_eq!(c.reconnect_delay(0, 7.0), Duration::from_secs(30));
+        assert_eq!(c.reconnect_delay(1, 0.5), Duration::from_secs(120));
+        assert_eq!(c.reconnect_delay(50, 0.0), Duration::from_secs(120));
+        assert_eq!(c.silence_limit(), Duration::from_secs(370));
+    }
+
+    #[test]
+    fn refusals_say_what_they_mean() {
+        let mut resp = http::Response::new(None);
+        *resp.status_mut() = http::StatusCode::FORBIDDEN;
+        let h = resp.headers_mut();
+        h.insert(HEADER_HANDSHAKE_STATUS, "514".parse().unwrap());
+        h.insert(HEADER_HANDSHAKE_MSG, "exceed limit".parse().unwrap());
+        h.insert(HEADER_HANDSHAKE_AUTH_ERRCODE, "1000040350".parse().unwrap());
+        let r = refusal_of(&resp);
+        assert_eq!(r.auth_code, Some(EXCEED_CONN_LIMIT));
+        assert!(r.meaning().contains("too many connections"));
+        assert!(WsError::Handshake(r).to_string().contains("exceed limit"));
+        let plain = refusal_of(&http::Response::new(None));
+        assert!(plain
+            .meaning()
+            .contains("without Feishu's handshake headers"));
+        assert!(WsError::Endpoint {
+            code: 1,
+            msg: "busy".into()
+        }
+        .to_string()
+        .contains("retrying"));
+    }
+
+    struct Never;
+    impl EventHandler for Never {
+        fn handle(&self, _payload: Vec<u8>) -> BoxFuture<'_, u16> {
+            Box::pin(async { 500 })
+        }
+    }
+
+    /// With Feishu unreachable the client tries again forever: once at once, once
+    /// after the jitter, then every reconnect interval (virtual time).
+    #[tokio::test(start_paused = true)]
+    async fn an_unreachable_feishu_is_retried_every_interval_forever() {
+        let metrics = Arc::new(Metrics::new());
+        let status = Arc::new(WsStatus::new(metrics.clone()));
+        let stop = CancellationToken::new();
+        // A closed loopback port: every endpoint call fails at once.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let base_url = format!("http://{}", closed.local_addr().unwrap());
+        drop(closed);
+        let task = tokio::spawn(run(
+            WsSettings {
+                base_url,
+                app_id: "cli_x".into(),
+                app_secret: "s".into(),
+            },
+            Arc::new(Never),
+            status.clone(),
+            stop.clone(),
+        ));
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        let failures = metrics
+            .feishu_connects
+            .get_or_create(&crate::telemetry::metrics::ResultLabel {
+                result: "endpoint_unreachable".into(),
+            })
+            .get();
+        // t=0, t=jitter (< 30 s), then every 120 s: 31 or 32 attempts in an hour.
+        assert!((31..=32).contains(&failures), "{failures}");
+        assert_eq!(status.health().state, ConnState::Reconnecting);
+        assert!(status
+            .health()
+            .last_error
+            .unwrap()
+            .contains("endpoint request failed"));
+        stop.cancel();
+        task.await.unwrap();
+        assert_eq!(status.health().state, ConnState::Stopped);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fragments_reassemble_in_any_order_and_expire() {
+        let mut r = Reassembly::default();
+        assert_eq!(
+            r.add("solo", 1, 0, b"whole".to_vec()),
+            Some(b"whole".to_vec())
+        );
+        assert_eq!(r.add("m", 3, 2, b"c".to_vec()), None);
+        assert_eq!(r.add("m", 3, 0, b"a".to_vec()), None);
+        assert_eq!(r.add("m", 3, 1, b"b".to_vec()), Some(b"abc".to_vec()));
+        assert!(r.is_empty());
+        assert_eq!(r.add("late", 2, 0, b"x".to_vec()), None);
+        tokio::time::advance(FRAGMENT_TTL).await;
+        assert_eq!(
+            r.add("late", 2, 1, b"y".to_vec()),
+            None,
+            "the first half expired"
+        );
+        assert_eq!(r.len(), 1);
+        assert_eq!(r.add("bad", 2, 2, b"z".to_vec()), None, "seq out of range");
+        for i in 0..MAX_PARTIAL_PAYLOADS + 5 {
+            r.add(&format!("p{i}"), 2, 0, vec![1]);
+        }
+        assert_eq!(r.len(), MAX_PARTIAL_PAYLOADS, "bounded");
+    }
+}
