@@ -70,7 +70,6 @@ use http::{HeaderMap, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde::Deserialize;
 use tokio::time::Instant;
-use ulid::Ulid;
 
 use crate::config::pacing::{Backoff, Jitter, TokenBucket};
 use crate::config::{FeishuMode, NodeConfig, Platform};
@@ -1896,7 +1895,9 @@ async fn process(f: &Feishu, node: &Ingest, ev: MessageReceived) -> Result<(), (
         .await
         .unwrap_or_else(|_| sender_open_id.clone())
     };
-    let id = Ulid::new();
+    // The same id on every bot that reads this message from Feishu, so their claims
+    // name the same trigger.
+    let id = crate::wire::envelope::platform_message_id("feishu", &msg.message_id, sent_at);
     let author = Author::human(if sender_open_id.is_empty() {
         "feishu user".to_string()
     } else {

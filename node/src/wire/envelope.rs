@@ -278,6 +278,20 @@ impl Envelope {
     }
 }
 
+/// The envelope id of a message read from a chat platform: the same on every node
+/// that reads (or forwards) it, so that the bots' claims, acknowledgements and answers
+/// name the same trigger. Time part: when the platform says it was sent; random part:
+/// 80 bits of SHA-256 of the platform's name and its message id.
+pub fn platform_message_id(platform: &str, message_id: &str, sent_at_ms: u64) -> Ulid {
+    let digest = ring::digest::digest(
+        &ring::digest::SHA256,
+        format!("{platform}:{message_id}").as_bytes(),
+    );
+    let mut random = [0u8; 16];
+    random[6..].copy_from_slice(&digest.as_ref()[..10]);
+    Ulid::from_parts(sent_at_ms, u128::from_be_bytes(random))
+}
+
 /// Current wall-clock time in unix milliseconds.
 pub fn now_millis() -> u64 {
     std::time::SystemTime::now()

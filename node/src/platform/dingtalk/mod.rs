@@ -43,7 +43,6 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
-use ulid::Ulid;
 
 use crate::config::{NodeConfig, Platform};
 use crate::ingress::ingest::{Arrival, Ingest};
@@ -442,7 +441,9 @@ impl DingTalk {
             .filter(|t| *t > 0)
             .map(|t| t as u64)
             .unwrap_or_else(now_millis);
-        let id = Ulid::new();
+        // The same id on every robot that receives (and forwards) this message, so the
+        // bots' claims name the same trigger.
+        let id = crate::wire::envelope::platform_message_id("dingtalk", &msg.msg_id, sent_at);
         let mut env = Envelope::message(
             id,
             sent_at,

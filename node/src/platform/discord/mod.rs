@@ -89,13 +89,7 @@ pub fn snowflake_millis(id: &str) -> Option<u64> {
 /// SHA-256 of the message id (snowflakes are unique across Discord).
 pub fn envelope_id(message_id: &str) -> Ulid {
     let at = snowflake_millis(message_id).unwrap_or_else(crate::wire::envelope::now_millis);
-    let digest = ring::digest::digest(
-        &ring::digest::SHA256,
-        format!("discord:{message_id}").as_bytes(),
-    );
-    let mut random = [0u8; 16];
-    random[6..].copy_from_slice(&digest.as_ref()[..10]);
-    Ulid::from_parts(at, u128::from_be_bytes(random))
+    crate::wire::envelope::platform_message_id("discord", message_id, at)
 }
 
 /// A server member's guild-specific fields (MESSAGE_CREATE's `member`).
