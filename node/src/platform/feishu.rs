@@ -80,7 +80,7 @@ use crate::platform::{ChatPlatform, PostError, Visibility};
 use crate::store::transcript::Appended;
 use crate::telemetry::metrics::Metrics;
 use crate::turn::mention::{MentionMatcher, PlatformMention};
-use crate::wire::envelope::{now_millis, Author, AuthorKind, Envelope, Kind};
+use crate::wire::envelope::{now_millis, Author, AuthorKind, Envelope};
 use futures_util::future::BoxFuture;
 
 /// Where Feishu posts event callbacks, on the peer-facing listener.
@@ -1625,10 +1625,7 @@ impl Feishu {
 
     /// Whether `env` is this bot's own chat message not yet on Feishu.
     pub(crate) fn should_post(&self, env: &Envelope) -> bool {
-        env.kind == Kind::Message
-            && env.author.kind == AuthorKind::Bot
-            && env.author.name == self.me
-            && env.platform_msg_id.is_none()
+        crate::platform::own_unposted(env, &self.me)
     }
 
     /// Posts the bot's own message to its chat (the envelope id is the idempotency

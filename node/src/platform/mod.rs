@@ -112,6 +112,15 @@ pub trait ChatPlatform: Send + Sync + 'static {
     }
 }
 
+/// Whether `env` is bot `me`'s own chat message not yet on its platform: what every
+/// adapter that posts answers [`ChatPlatform::should_post`] with.
+pub(crate) fn own_unposted(env: &Envelope, me: &str) -> bool {
+    env.kind == crate::wire::envelope::Kind::Message
+        && env.author.kind == crate::wire::envelope::AuthorKind::Bot
+        && env.author.name == me
+        && env.platform_msg_id.is_none()
+}
+
 /// What a platform of this kind shows to whom, without building its adapter (for the
 /// peers' platforms).
 pub(crate) fn visibility_of(kind: Platform) -> Visibility {

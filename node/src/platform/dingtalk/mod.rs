@@ -49,7 +49,7 @@ use crate::ingress::ingest::{Arrival, Ingest};
 use crate::platform::{ChatPlatform, PostError, Visibility};
 use crate::store::transcript::Appended;
 use crate::turn::mention::MentionMatcher;
-use crate::wire::envelope::{now_millis, Author, AuthorKind, Envelope, Kind, MAX_TEXT_BYTES};
+use crate::wire::envelope::{now_millis, Author, Envelope, MAX_TEXT_BYTES};
 
 use api::{ApiError, DingTalkApi, Outgoing, Pacer, SENDS_PER_MINUTE, WEBHOOK_MARGIN};
 use frames::RobotMessage;
@@ -127,10 +127,7 @@ impl ChatPlatform for DingTalk {
     }
 
     fn should_post(&self, env: &Envelope) -> bool {
-        env.kind == Kind::Message
-            && env.author.kind == AuthorKind::Bot
-            && env.author.name == self.me
-            && env.platform_msg_id.is_none()
+        crate::platform::own_unposted(env, &self.me)
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {

@@ -58,7 +58,7 @@ use crate::ingress::ingest::{Arrival, Ingest};
 use crate::platform::{ChatPlatform, PostError, Visibility};
 use crate::store::transcript::{platform_ids, Appended};
 use crate::turn::mention::MentionMatcher;
-use crate::wire::envelope::{Author, AuthorKind, Envelope, Kind};
+use crate::wire::envelope::{Author, AuthorKind, Envelope};
 use futures_util::future::BoxFuture;
 
 use gateway::{Connector, Dispatch, Gateway, WsConnector};
@@ -250,10 +250,7 @@ impl ChatPlatform for Discord {
     }
 
     fn should_post(&self, env: &Envelope) -> bool {
-        env.kind == Kind::Message
-            && env.author.kind == AuthorKind::Bot
-            && env.author.name == self.me
-            && env.platform_msg_id.is_none()
+        crate::platform::own_unposted(env, &self.me)
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
