@@ -682,31 +682,19 @@ async fn wait_turn<P: Ports + ?Sized>(
     tokio::pin!(writing);
     let mut written: Option<Option<Reply>> = None;
     let deadline = tokio::time::Instant::now() + delay;
-    if everyone {
-        loop {
-            tokio::select! {
-                biased;
-                _ = p.stopping().cancelled() => {
-                    discard(brain, written.as_ref(), early, "shutting_down");
-                    withdraw_claim(p, msg, "shutting down");
-                    return None;
-                }
-                _ = tokio::time::sleep_until(deadline) => break,
-                r = &mut writing, if written.is_none() => written = Some(r),
-            }
-        }
-        record(
-            p,
-            msg,
-            "judge",
-            "everyone_asked",
-            "no yield on a message to everyone",
-        );
-        let reply = finish_writing(p, early, written, writing).await?;
-        return Some(Waited { acks, reply });
-    }
     let grace = grace_for(&brain.me, relevance);
-    let wait = brain.board.wait(msg.id, &me, relevance, deadline, grace);
+    // On a message to everyone nobody yields: the wait is the delay alone.
+    let wait = async {
+        if everyone {
+            tokio::time::sleep_until(deadline).await;
+            None
+        } else {
+            brain
+                .board
+                .wait(msg.id, &me, relevance, deadline, grace)
+                .await
+        }
+    };
     tokio::pin!(wait);
     let outcome = loop {
         tokio::select! {
@@ -720,6 +708,17 @@ async fn wait_turn<P: Ports + ?Sized>(
             r = &mut writing, if early && written.is_none() => written = Some(r),
         }
     };
+    if everyone {
+        record(
+            p,
+            msg,
+            "judge",
+            "everyone_asked",
+            "no yield on a message to everyone",
+        );
+        let reply = finish_writing(p, early, written, writing).await?;
+        return Some(Waited { acks, reply });
+    }
     if let Some(y) = outcome {
         discard(brain, written.as_ref(), early, y.reason());
         record(p, msg, "yield", y.reason(), &format!("{y:?}"));
