@@ -225,6 +225,7 @@ pub fn envelope(phase: u32, seq: usize, sender: &str, human: bool) -> Envelope {
         sent_at: now_millis(),
         relevance: None,
         why: None,
+        verdicts: None,
     }
 }
 

@@ -225,22 +225,37 @@ impl BotLlm {
         self
     }
 
-    /// What the server answers to `seen`.
-    pub fn answer(&self, seen: &Seen) -> Script {
-        let bot = crate::bot_of(seen);
-        if crate::is_judge(seen) {
-            let about = self
-                .only_about
-                .as_deref()
-                .is_none_or(|marker| seen.messages.iter().any(|(_, c)| c.contains(marker)));
-            if !about {
-                return verdict(false, 0.0);
-            }
-            let (speak, relevance) = self
-                .verdicts
+    /// What bot `bot`'s judge says about `seen`: `None` when the call is not about
+    /// the scripted message ([`BotLlm::judging_only`]).
+    fn verdict_of(&self, seen: &Seen, bot: &str) -> Option<(bool, f64)> {
+        let about = self
+            .only_about
+            .as_deref()
+            .is_none_or(|marker| seen.messages.iter().any(|(_, c)| c.contains(marker)));
+        about.then(|| {
+            self.verdicts
                 .iter()
                 .find(|(b, _)| *b == bot)
-                .map_or(self.verdict, |(_, v)| *v);
+                .map_or(self.verdict, |(_, v)| *v)
+        })
+    }
+
+    /// What the server answers to `seen`.
+    pub fn answer(&self, seen: &Seen) -> Script {
+        if let Some(bots) = crate::shared_judge_bots(seen) {
+            // The shared judge: every bot's entry in one object.
+            let mut all = serde_json::Map::new();
+            for b in bots {
+                let (speak, relevance) = self.verdict_of(seen, &b).unwrap_or((false, 0.0));
+                all.insert(b, json!({"speak": speak, "relevance": relevance}));
+            }
+            return Script::Reply(Value::Object(all).to_string());
+        }
+        let bot = crate::bot_of(seen);
+        if crate::is_judge(seen) {
+            let Some((speak, relevance)) = self.verdict_of(seen, &bot) else {
+                return verdict(false, 0.0);
+            };
             return match self.judge_delays.iter().find(|(b, _)| *b == bot) {
                 Some((_, d)) => Script::delay(*d, verdict(speak, relevance)),
                 None => verdict(speak, relevance),

@@ -564,6 +564,7 @@ pub fn bot_message(sender: &str, text: &str, depth: u32) -> Envelope {
         sent_at: botmesh::wire::envelope::now_millis(),
         relevance: None,
         why: None,
+        verdicts: None,
     }
 }
 
@@ -586,9 +587,20 @@ pub fn bot_of(seen: &fake_llm::Seen) -> String {
         .unwrap_or_default()
 }
 
-/// True when the request is a judge call (it carries a response schema).
+/// True when the request is a bot's own judge call (it carries a response schema).
 pub fn is_judge(seen: &fake_llm::Seen) -> bool {
-    seen.purpose_hint.as_deref() == Some("judge")
+    seen.purpose_hint.as_deref() == Some("judge") && shared_judge_bots(seen).is_none()
+}
+
+/// For a shared judge call (`[mesh] judge = "shared"`), the bots it asks about (the
+/// names after "for: " at the end of its prompt); `None` for any other call.
+pub fn shared_judge_bots(seen: &fake_llm::Seen) -> Option<Vec<String>> {
+    let prompt = &seen.messages.first()?.1;
+    if !prompt.starts_with("Bots in a group chat:") {
+        return None;
+    }
+    let list = prompt.rsplit("for: ").next()?.trim_end_matches('.');
+    Some(list.split(", ").map(str::to_string).collect())
 }
 
 /// An HTTP forwarder put in front of one node's bridge (via `bridge_url`) that

@@ -794,3 +794,108 @@ async fn a_slow_judge_that_declines_sends_its_word_and_the_claimant_goes_on() {
     );
     mesh.shutdown().await;
 }
+
+/// How many of `llm`'s requests about alice's message were shared judge calls, own
+/// judge calls and replies.
+fn calls_by_kind(llm: &FakeLlm) -> (usize, usize, usize) {
+    let seen: Vec<_> = llm
+        .requests()
+        .into_iter()
+        .filter(|s| {
+            s.messages.iter().any(|(_, c)| {
+                c.contains("New from alice:") || c.contains("to this message from alice:")
+            })
+        })
+        .collect();
+    let shared = seen
+        .iter()
+        .filter(|s| botmesh_tests::shared_judge_bots(s).is_some())
+        .count();
+    let own = seen.iter().filter(|s| is_judge(s)).count();
+    (shared, own, seen.len() - shared - own)
+}
+
+#[tokio::test]
+async fn a_shared_judge_asks_once_for_the_whole_mesh() {
+    let llm = hi_and_mid(true).start().await;
+    let mesh = TestMesh::start(
+        fast_mesh(&["Hi", "Mid", "Low"], &llm)
+            .mesh("judge = \"shared\"\nverdict_timeout_ms = 5000"),
+    )
+    .await;
+    mesh.post_human(2, "alice", "How should we shard the transcript files?")
+        .await;
+    let t = settle(&mesh, 2, Duration::from_secs(2)).await;
+    let bots = bot_msgs(&t);
+    assert_eq!(
+        bots.iter()
+            .map(|e| e.author.name.as_str())
+            .collect::<Vec<_>>(),
+        vec!["Hi"],
+        "one interjection, from the most relevant bot"
+    );
+    let (shared, own, replies) = calls_by_kind(&llm);
+    assert_eq!(shared, 1, "one judge call for the whole mesh");
+    assert_eq!(own, 0, "no bot asked its own judge");
+    assert!(
+        (1..=2).contains(&replies),
+        "Hi's reply (and at most Mid's early one, thrown away): {replies}"
+    );
+    // Exactly one node sent the verdict; every bot that judged applied it.
+    let mut sent = 0.0;
+    for i in 0..3 {
+        let m = mesh.metrics(i).await;
+        sent += decisions(&m, "verdict", "sent");
+        assert_eq!(decisions(&m, "judge", "shared_verdict_late"), 0.0, "{m}");
+    }
+    assert_eq!(sent, 1.0);
+    let hi = mesh.metrics(0).await;
+    assert_eq!(decisions(&hi, "judge", "interject_check"), 1.0, "{hi}");
+    let low = mesh.metrics(2).await;
+    assert_eq!(decisions(&low, "silent", "judge_declined"), 1.0, "{low}");
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn when_the_shared_judge_call_fails_every_bot_judges_itself_at_once() {
+    let base = hi_and_mid(false);
+    let llm = FakeLlm::start(move |seen| {
+        if botmesh_tests::shared_judge_bots(seen).is_some() {
+            Script::Status(500)
+        } else {
+            base.answer(seen)
+        }
+    })
+    .await;
+    // A long verdict timeout: only the empty verdict can make the bots judge soon.
+    let mesh = TestMesh::start(
+        fast_mesh(&["Hi", "Mid", "Low"], &llm)
+            .mesh("judge = \"shared\"\nverdict_timeout_ms = 30000"),
+    )
+    .await;
+    mesh.post_human(0, "alice", "How should we shard the transcript files?")
+        .await;
+    let hi = wait_for(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || async {
+            let t = mesh.transcript(1).await;
+            bot_msgs(&t).first().map(|e| e.author.name.clone())
+        },
+        Option::is_some,
+    )
+    .await;
+    assert_eq!(hi.as_deref(), Some("Hi"));
+    let (shared, own, _) = calls_by_kind(&llm);
+    assert!(
+        (1..=2).contains(&shared),
+        "the shared call (and its retry): {shared}"
+    );
+    assert_eq!(own, 3, "then each bot its own judge");
+    let mut failed = 0.0;
+    for i in 0..3 {
+        failed += decisions(&mesh.metrics(i).await, "verdict", "failed");
+    }
+    assert_eq!(failed, 1.0);
+    mesh.shutdown().await;
+}

@@ -180,14 +180,11 @@ impl Node {
                     .inc();
                 self.brain.observe(env);
                 // The local rules at once: silence (most of what a busy node receives)
-                // needs no task. A turn to act on decides again in its task, where a
-                // yield that this very message causes has been taken into account.
-                if !self.accepting.is_cancelled()
-                    && crate::turn::triage(&**self, env, &mentions).is_some()
-                {
-                    let node = self.clone();
-                    self.turns
-                        .spawn(crate::turn::consider(node, env.clone(), mentions));
+                // needs no task; a turn (or a shared verdict to ask for) gets one.
+                if !self.accepting.is_cancelled() {
+                    if let Some(turn) = crate::turn::on_message(self, env, mentions) {
+                        self.turns.spawn(turn);
+                    }
                 }
             }
             Ok(Appended::Duplicate) => {}
@@ -203,10 +200,13 @@ impl Node {
         }
     }
 
-    /// A claim from a peer: tell the scheduler and the watchers.
+    /// A claim or a shared verdict from a peer: tell the scheduler and (claims) the
+    /// watchers.
     pub(crate) fn on_claim(&self, env: Arc<Envelope>) {
         self.brain.on_claim(&env);
-        self.events.publish(Event::Claim { envelope: env });
+        if env.kind == crate::wire::envelope::Kind::Claim {
+            self.events.publish(Event::Claim { envelope: env });
+        }
     }
 
     /// Queues an ephemeral envelope (a claim) for every peer, in memory only: a claim

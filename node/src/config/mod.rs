@@ -109,6 +109,26 @@ pub struct MeshSettings {
     /// A message older than this when it reaches the node (a catch-up after downtime)
     /// is recorded but never answered: the conversation has moved on.
     pub(crate) stale_after_secs: u64,
+    /// Who asks the judge LLM about a message: every bot for itself (`own`, the
+    /// default: per-bot `judge_prompt` applies), or one bot for all of them (`shared`:
+    /// chosen from the message id, it broadcasts a signed `verdict`).
+    pub(crate) judge: JudgeMode,
+    /// In `shared` mode: how long a bot waits for the chosen bot's verdict before it
+    /// asks its own judge (the chosen bot is down, slow, or saw the message late).
+    pub(crate) verdict_timeout_ms: u64,
+}
+
+/// `[mesh] judge`: who asks the judge LLM whether a bot should interject.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JudgeMode {
+    /// Every bot asks its own judge about every message (its own `judge_prompt`).
+    #[default]
+    Own,
+    /// One bot per message, chosen from the message id, asks once for every bot and
+    /// broadcasts the answers as a signed `verdict` envelope; the others wait for it
+    /// (at most `verdict_timeout_ms`) and judge themselves only if it does not come.
+    Shared,
 }
 
 /// How a bot's envelopes travel.
@@ -181,6 +201,8 @@ impl Default for MeshSettings {
             max_relay_hops: 1,
             transport: Transport::Http,
             stale_after_secs: 600,
+            judge: JudgeMode::Own,
+            verdict_timeout_ms: 4_000,
         }
     }
 }
@@ -730,6 +752,12 @@ impl Settings {
         }
         if m.peer_rate_limit == 0 {
             return Err(self.err("mesh.peer_rate_limit", "must be at least 1"));
+        }
+        if m.judge == JudgeMode::Shared && !(100..=60_000).contains(&m.verdict_timeout_ms) {
+            return Err(self.err(
+                "mesh.verdict_timeout_ms",
+                "must be 100 to 60000 with judge = \"shared\" (how long a bot waits for the shared verdict)",
+            ));
         }
         if m.secret_env.is_some() && m.secret_file.is_some() {
             return Err(self.err(

@@ -309,7 +309,7 @@ pub(crate) fn postcheck(
     Ok(Checked::Fresh(Arc::new(env)))
 }
 
-/// Records admitted envelopes, in order: claims go to the scheduler, messages to the
+/// Records admitted envelopes, in order: claims and verdicts go to the scheduler, messages to the
 /// transcript in one durable write. One result per envelope, in the same order.
 async fn commit(
     ingest: &Ingest,
@@ -322,7 +322,7 @@ async fn commit(
     for env in envs {
         let id = env.id.to_string();
         match env.kind {
-            Kind::Claim => {
+            Kind::Claim | Kind::Verdict => {
                 out.push(Some(Ok(if ingest.seen.insert(&id) {
                     ingest.sink.on_claim(env.clone());
                     Appended::New

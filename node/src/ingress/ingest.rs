@@ -56,7 +56,7 @@ pub trait Sink: Send + Sync + 'static {
     /// this node carries it to its colleagues as a human envelope.
     fn arrive(&self, arrival: Arrival) -> BoxFuture<'_, Result<Appended, TranscriptError>>;
 
-    /// A peer's claim (or its withdrawal) for the scheduler.
+    /// A peer's claim (or its withdrawal), or a shared judge's verdict, for the scheduler.
     fn on_claim(&self, env: Arc<Envelope>);
 
     /// For a claim already handed over: the answer to the claimant — this bot's name

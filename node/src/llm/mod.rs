@@ -15,6 +15,7 @@
 //! The API key is sent as a bearer token and is never logged: [`Endpoint`]'s
 //! `Debug` output redacts it and tracing events never include it.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -115,6 +116,8 @@ pub enum Purpose {
     Judge,
     /// Writing the bot's actual message.
     Reply,
+    /// The shared judge (`[mesh] judge = "shared"`): one call answering for every bot.
+    SharedJudge,
 }
 
 impl Purpose {
@@ -123,6 +126,7 @@ impl Purpose {
         match self {
             Purpose::Judge => "judge",
             Purpose::Reply => "reply",
+            Purpose::SharedJudge => "shared_judge",
         }
     }
 }
@@ -434,6 +438,16 @@ fn request_body(ep: &Endpoint, purpose: Purpose, messages: &[ChatMessage]) -> Va
         });
     } else if purpose == Purpose::Judge && ep.json_object {
         body["response_format"] = json!({"type": "json_object", "schema": verdict_schema()});
+    } else if purpose == Purpose::SharedJudge && (ep.json_schema || ep.json_object) {
+        // Bot names are the keys, so the schema cannot list them: not `strict`.
+        body["response_format"] = json!({
+            "type": "json_schema",
+            "json_schema": {
+                "name": "verdicts",
+                "strict": false,
+                "schema": {"type": "object", "additionalProperties": verdict_schema()},
+            }
+        });
     }
     body
 }
@@ -602,6 +616,41 @@ pub fn parse_verdict(text: &str) -> Option<Verdict> {
         }
     }
     bare_answer(text)
+}
+
+/// Reads the shared judge's answer (`{"Name": {"speak": …, "relevance": …}, …}`) for
+/// the bots `names`, with [`parse_verdict`]'s tolerance for each entry. Names match
+/// case-insensitively; a bot whose entry is missing or not understood is left out
+/// (it judges itself). The first JSON object in the text that names any of the bots wins.
+pub fn parse_shared_verdicts(text: &str, names: &[String]) -> BTreeMap<String, Verdict> {
+    let text = text.trim().trim_start_matches('\u{feff}').trim();
+    let whole = serde_json::from_str::<Value>(text).ok();
+    let candidates = whole.into_iter().chain(
+        brace_candidates(text)
+            .take(MAX_JSON_CANDIDATES)
+            .filter_map(|c| {
+                serde_json::from_str::<Value>(c)
+                    .ok()
+                    .or_else(|| serde_json::from_str::<Value>(&repair_json(c)).ok())
+            }),
+    );
+    for value in candidates {
+        let Value::Object(map) = value else { continue };
+        let mut out = BTreeMap::new();
+        for name in names {
+            let wanted = normalize_key(name);
+            let entry = map.iter().find(|(k, _)| normalize_key(k) == wanted);
+            if let Some((_, Value::Object(obj))) = entry {
+                if let Some(v) = verdict_from_object(obj) {
+                    out.insert(name.clone(), v);
+                }
+            }
+        }
+        if !out.is_empty() {
+            return out;
+        }
+    }
+    BTreeMap::new()
 }
 
 /// The verdict described by one JSON object, if it names speak or relevance.
@@ -1244,6 +1293,7 @@ mod tests {
     fn purpose_names() {
         assert_eq!(Purpose::Judge.as_str(), "judge");
         assert_eq!(Purpose::Reply.to_string(), "reply");
+        assert_eq!(Purpose::SharedJudge.as_str(), "shared_judge");
     }
 
     #[test]

@@ -37,7 +37,7 @@
 //! placeholders are resolved through the event's `mentions[]`: a colleague (by this
 //! app's open_ids, [`crate::config::FeishuIds::peer_open_ids`], else by display name)
 //! becomes `@Name`, anyone else an `<at user_id="ou_…">Name</at>` tag that names no
-//! bot; the mention list itself also goes to [`crate::turn::pipeline::consider_with`].
+//! bot; the mention list itself also goes to [`crate::turn::on_message`].
 //!
 //! A message another mesh bot posted (`sender_type` "app") is the same message that
 //! bot broadcast over the bridge with its `om_…` id as `platform_msg_id`; the bridge

@@ -517,8 +517,10 @@ pub fn load_dir(dir: &Path) -> anyhow::Result<Vec<World>> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PolicyKind {
-    /// botmesh itself: DESIGN.md steps 2–6, through the real code.
+    /// botmesh itself: DESIGN.md steps 2–6, through the real code (`[mesh] judge = "own"`).
     Botmesh,
+    /// botmesh with one judge call per message for the whole mesh (`judge = "shared"`).
+    BotmeshShared,
     /// XiaoBa's HTTP bridge with the interjection judge (seed 004).
     Xiaoba,
     /// The nanobot Feishu relay with its depth stop policy (seed 000, transcript 001).
@@ -529,8 +531,9 @@ pub enum PolicyKind {
 
 impl PolicyKind {
     /// Every policy, botmesh first.
-    pub const ALL: [PolicyKind; 4] = [
+    pub const ALL: [PolicyKind; 5] = [
         PolicyKind::Botmesh,
+        PolicyKind::BotmeshShared,
         PolicyKind::Xiaoba,
         PolicyKind::Nanobot,
         PolicyKind::ReviewPanel,
@@ -540,9 +543,23 @@ impl PolicyKind {
     pub fn as_str(&self) -> &'static str {
         match self {
             PolicyKind::Botmesh => "botmesh",
+            PolicyKind::BotmeshShared => "botmesh-shared",
             PolicyKind::Xiaoba => "xiaoba",
             PolicyKind::Nanobot => "nanobot",
             PolicyKind::ReviewPanel => "review-panel",
+        }
+    }
+
+    /// Whether this is botmesh (either judge mode) rather than a baseline.
+    pub fn is_botmesh(&self) -> bool {
+        matches!(self, PolicyKind::Botmesh | PolicyKind::BotmeshShared)
+    }
+
+    /// The judge mode botmesh runs with under this policy.
+    fn judge_mode(&self) -> crate::config::JudgeMode {
+        match self {
+            PolicyKind::BotmeshShared => crate::config::JudgeMode::Shared,
+            _ => crate::config::JudgeMode::Own,
         }
     }
 
@@ -556,7 +573,7 @@ impl PolicyKind {
             .find(|p| p.as_str() == s)
             .map(|p| vec![*p])
             .with_context(|| {
-                format!("unknown policy {s:?} (all, botmesh, xiaoba, nanobot, review-panel)")
+                format!("unknown policy {s:?} (all, botmesh, botmesh-shared, xiaoba, nanobot, review-panel)")
             })
     }
 
@@ -566,7 +583,7 @@ impl PolicyKind {
     fn prompt_bot(&self, b: &BotSettings) -> BotSettings {
         let mut b = b.clone();
         match self {
-            PolicyKind::Botmesh => {}
+            PolicyKind::Botmesh | PolicyKind::BotmeshShared => {}
             PolicyKind::Xiaoba => {
                 b.judge_prompt = Some(XIAOBA_JUDGE_PROMPT.into());
                 b.context_messages = 10;
@@ -922,7 +939,9 @@ struct Sim<'w> {
 /// Runs one scenario once under one policy.
 pub fn run_once(w: &World, policy: PolicyKind, seed: u64) -> Tally {
     match policy {
-        PolicyKind::Botmesh => virtual_mesh::run(w, seed, false).0,
+        PolicyKind::Botmesh | PolicyKind::BotmeshShared => {
+            virtual_mesh::run(w, seed, false, policy.judge_mode()).0
+        }
         _ => Sim::new(w, policy, seed).run().0,
     }
 }
@@ -930,8 +949,8 @@ pub fn run_once(w: &World, policy: PolicyKind, seed: u64) -> Tally {
 /// Runs one scenario once under one policy and returns the event trace too: every
 /// message, judge call, claim, wait, yield and decision, in virtual time.
 pub fn trace_once(w: &World, policy: PolicyKind, seed: u64) -> (Tally, Vec<String>) {
-    if policy == PolicyKind::Botmesh {
-        let (t, lines) = virtual_mesh::run(w, seed, true);
+    if policy.is_botmesh() {
+        let (t, lines) = virtual_mesh::run(w, seed, true, policy.judge_mode());
         return (t, lines.unwrap_or_default());
     }
     let mut sim = Sim::new(w, policy, seed);
@@ -1066,7 +1085,9 @@ impl<'w> Sim<'w> {
         st.transcript.push(env.clone());
         st.arrived.push(self.now);
         match self.policy {
-            PolicyKind::Botmesh => unreachable!("botmesh runs in virtual_mesh"),
+            PolicyKind::Botmesh | PolicyKind::BotmeshShared => {
+                unreachable!("botmesh runs in virtual_mesh")
+            }
             PolicyKind::Xiaoba => self.consider_xiaoba(to, env),
             PolicyKind::Nanobot => self.consider_nanobot(to, env),
             PolicyKind::ReviewPanel => self.consider_panel(to, env),
@@ -1206,7 +1227,9 @@ impl<'w> Sim<'w> {
             return;
         }
         match self.policy {
-            PolicyKind::Botmesh => unreachable!("botmesh runs in virtual_mesh"),
+            PolicyKind::Botmesh | PolicyKind::BotmeshShared => {
+                unreachable!("botmesh runs in virtual_mesh")
+            }
             PolicyKind::Xiaoba => self.step_xiaoba(id),
             PolicyKind::Nanobot => self.step_nanobot(id),
             PolicyKind::ReviewPanel => self.step_panel(id),
@@ -1875,7 +1898,7 @@ fn targets(overall: &Section, worlds: &[World], scenarios: &[Section]) -> Vec<Ta
     let baselines: Vec<&PolicyMetrics> = overall
         .policies
         .iter()
-        .filter(|p| p.policy != PolicyKind::Botmesh)
+        .filter(|p| !p.policy.is_botmesh())
         .collect();
     if !baselines.is_empty() {
         let worse: Vec<String> = baselines
@@ -2257,7 +2280,7 @@ question is answered but not by the most relevant bot, which is why the failures
         .policies
         .iter()
         .filter(|p| {
-            p.policy != PolicyKind::Botmesh
+            !p.policy.is_botmesh()
                 && p.metrics.llm_calls_per_human_msg <= bm.llm_calls_per_human_msg
         })
         .collect();

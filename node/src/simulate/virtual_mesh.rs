@@ -77,13 +77,20 @@ struct SimBot {
 }
 
 /// Runs one scenario once under the botmesh policy; with `trace`, the event trace too.
-pub(super) fn run(w: &World, seed: u64, trace: bool) -> (Tally, Option<Vec<String>>) {
+pub(super) fn run(
+    w: &World,
+    seed: u64,
+    trace: bool,
+    judge: crate::config::JudgeMode,
+) -> (Tally, Option<Vec<String>>) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .expect("a current-thread runtime");
-    rt.block_on(run_async(w.clone(), seed, trace))
+    let mut w = w.clone();
+    w.mesh.judge = judge;
+    rt.block_on(run_async(w, seed, trace))
 }
 
 async fn run_async(w: World, seed: u64, trace: bool) -> (Tally, Option<Vec<String>>) {
@@ -254,8 +261,8 @@ impl SimBot {
         if self.stopping.is_cancelled() {
             return;
         }
-        if crate::turn::triage(&**self, &env, &[]).is_some() {
-            tokio::spawn(crate::turn::consider(self.clone(), env, Vec::new()));
+        if let Some(turn) = crate::turn::on_message(self, &env, Vec::new()) {
+            tokio::spawn(turn);
         }
     }
 
@@ -281,6 +288,9 @@ impl SimBot {
                 tokio::time::sleep(Duration::from_millis(d)).await;
                 let Some(peer) = run2.bot(p) else { return };
                 peer.brain.on_claim(&env);
+                if env.kind == crate::wire::envelope::Kind::Verdict {
+                    return;
+                }
                 {
                     let mut st = run2.state.lock();
                     let r = env.relevance.unwrap_or(0.0);
@@ -375,6 +385,42 @@ impl Llm for SimBot {
                         let text = serde_json::json!({"speak": v.speak, "relevance": v.relevance})
                             .to_string();
                         (lat, (!failed).then_some(text))
+                    }
+                    Purpose::SharedJudge => {
+                        // One call for every bot: counted once, answered from every
+                        // bot's script (the parser keeps the bots it asked about).
+                        let prompt_len = messages.iter().map(|m| m.content.len()).sum::<usize>();
+                        st.tally.prompt_bytes += prompt_len as u64;
+                        st.tally.prompts += 1;
+                        if about.author.kind == AuthorKind::Bot {
+                            st.tally.judge_bot += 1;
+                        } else {
+                            st.tally.judge_human += 1;
+                        }
+                        let post = &st.posts[st.by_id[&about.id]];
+                        let mut all = serde_json::Map::new();
+                        for (i, b) in w.bots.iter().enumerate() {
+                            let mentioned = post.mentioned.contains(&i);
+                            let v = super::scripted_verdict(w, i, about, post, mentioned, false);
+                            all.insert(
+                                b.name.clone(),
+                                serde_json::json!({"speak": v.speak, "relevance": v.relevance}),
+                            );
+                        }
+                        let p = w.scenario.timing.judge_fail;
+                        let failed = p > 0.0 && st.rng.gen_bool(p.min(1.0));
+                        let lat = w.judge_lat[self.idx].sample(&mut st.rng);
+                        run.log(&mut st, Some(self.idx), |s| {
+                            format!(
+                                "judges {} for the mesh in {lat} ms{} ({prompt_len} B prompt)",
+                                num(s, &about.id),
+                                if failed { ", FAILS" } else { "" },
+                            )
+                        });
+                        (
+                            lat,
+                            (!failed).then(|| serde_json::Value::Object(all).to_string()),
+                        )
                     }
                     Purpose::Reply => {
                         st.tally.reply_calls += 1;

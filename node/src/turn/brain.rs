@@ -44,6 +44,8 @@ pub struct Brain {
     pub(crate) provider: Provider,
     /// Claims and replies per trigger.
     pub board: ClaimBoard,
+    /// Shared verdicts heard, per trigger (`[mesh] judge = "shared"`).
+    pub(crate) verdicts: crate::turn::shared::Verdicts,
     /// Set once the judge endpoint refused structured output.
     schema_unsupported: std::sync::atomic::AtomicBool,
     /// Client for the sidecar agent's webhook, when one is configured.
@@ -172,6 +174,7 @@ impl Brain {
             matcher: MentionMatcher::new(&roster(roster_of)),
             provider,
             board: ClaimBoard::default(),
+            verdicts: crate::turn::shared::Verdicts::default(),
             metrics,
         }
     }
@@ -186,8 +189,15 @@ impl Brain {
         }
     }
 
-    /// A peer's claim (at relevance 0: its withdrawal).
+    /// A peer's claim (at relevance 0: its withdrawal), or a shared judge's verdict.
     pub(crate) fn on_claim(&self, env: &Envelope) {
+        if env.kind == Kind::Verdict {
+            if let (Some(trigger), Some(entries)) = (env.reply_to, &env.verdicts) {
+                tracing::info!(bot = %self.me.name, %trigger, from = %env.sender, entries = ?entries, "shared verdict heard");
+                self.verdicts.put(trigger, &env.sender, entries.clone());
+            }
+            return;
+        }
         if let (Some(trigger), Some(r)) = (env.reply_to, env.relevance) {
             self.board.claim(trigger, &env.sender, r);
         }
@@ -214,21 +224,46 @@ impl Brain {
         recent_bots: usize,
         quiet: bool,
     ) -> Decision {
+        let passed_on_parent = msg.reply_to.is_some_and(|p| self.board.passed(p));
+        self.decide_as(
+            &self.me,
+            mesh,
+            msg,
+            platform,
+            recent_bots,
+            quiet,
+            passed_on_parent,
+        )
+    }
+
+    /// The local rules for `msg` as bot `who` would apply them, as far as this node
+    /// can tell (the shared judge asks only about the bots whose rules say judge).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn decide_as(
+        &self,
+        who: &BotSettings,
+        mesh: &crate::config::MeshSettings,
+        msg: &Envelope,
+        platform: &[PlatformMention],
+        recent_bots: usize,
+        quiet: bool,
+        passed_on_parent: bool,
+    ) -> Decision {
         let mentioned_names = self.matcher.mentioned(&msg.text, platform);
         // In a direct chat a person talks to this bot alone: no mention needed.
         let direct = crate::wire::envelope::is_direct_group(&msg.group)
             && msg.author.kind == crate::wire::envelope::AuthorKind::Human;
-        let mentioned = direct || mentioned_names.iter().any(|n| n == &self.me.name);
+        let mentioned = direct || mentioned_names.iter().any(|n| n == &who.name);
         let mentions_others = !mentioned && !mentioned_names.is_empty();
         decide(&Facts {
-            me: &self.me,
+            me: who,
             mesh,
             msg,
             mentioned,
             mentions_others,
             quiet,
             recent_bot_messages: recent_bots,
-            passed_on_parent: msg.reply_to.is_some_and(|p| self.board.passed(p)),
+            passed_on_parent,
         })
     }
 
@@ -289,6 +324,64 @@ impl Brain {
                     tracing::warn!(bot = %self.me.name, trigger = %msg.id, answer = %crate::turn::judge::trim(&text, 200), "judge answer not understood; staying silent");
                 }
                 v
+            }
+        }
+    }
+
+    /// The shared judge's one call about `msg` for every bot in `bots`: each bot's
+    /// verdict, by name (a bot the answer leaves out is missing). `None`: the call
+    /// failed or nothing in the answer was understood (logged and counted).
+    pub(crate) async fn judge_all(
+        &self,
+        llm: &dyn Llm,
+        context: &[Arc<Envelope>],
+        msg: &Envelope,
+        bots: &[&BotSettings],
+    ) -> Option<std::collections::BTreeMap<String, Verdict>> {
+        match &self.provider {
+            Provider::Offline => Some(
+                bots.iter()
+                    .map(|b| {
+                        let v = if msg.author.kind == AuthorKind::Bot {
+                            Verdict {
+                                speak: false,
+                                relevance: 0.0,
+                            }
+                        } else {
+                            offline_verdict(b, &msg.text)
+                        };
+                        (b.name.clone(), v)
+                    })
+                    .collect(),
+            ),
+            Provider::Remote { judge, .. } => {
+                let prompt = crate::turn::judge::build_shared_prompt(
+                    bots,
+                    context,
+                    msg,
+                    self.me.context_chars,
+                );
+                let messages = [ChatMessage::user(prompt)];
+                let mut ep = judge.clone();
+                // About 24 tokens per bot's entry, and never less than one verdict's.
+                ep.max_tokens = ep.max_tokens.max(16 + 24 * bots.len() as u32);
+                ep.json_schema = ep.json_schema
+                    && !self
+                        .schema_unsupported
+                        .load(std::sync::atomic::Ordering::Relaxed);
+                let text = self
+                    .call(llm, &ep, Purpose::SharedJudge, &messages, msg)
+                    .await
+                    .ok()?;
+                let names: Vec<String> = bots.iter().map(|b| b.name.clone()).collect();
+                let v = crate::llm::parse_shared_verdicts(&text, &names);
+                if v.is_empty() {
+                    self.metrics
+                        .llm_call("shared_judge", "unparsable", 0.0, 0, 0);
+                    tracing::warn!(bot = %self.me.name, trigger = %msg.id, answer = %crate::turn::judge::trim(&text, 200), "shared judge answer not understood; every bot judges itself");
+                    return None;
+                }
+                Some(v)
             }
         }
     }

@@ -103,6 +103,42 @@ pub(crate) fn build_prompt(input: &JudgeInput<'_>) -> String {
         .replace("{message}", &trim(&input.msg.text, me.context_chars * 2))
 }
 
+/// The shared judge's prompt (`[mesh] judge = "shared"`): every bot asked about,
+/// with its profile, the recent messages and the new one, in one call. `context_chars`
+/// trims each message as a bot's own prompt does. Per-bot `judge_prompt`s do not apply.
+pub(crate) fn build_shared_prompt(
+    bots: &[&BotSettings],
+    context: &[Arc<Envelope>],
+    msg: &Envelope,
+    context_chars: usize,
+) -> String {
+    let mut p = String::from("Bots in a group chat:\n");
+    for b in bots {
+        p.push_str("- ");
+        p.push_str(&colleague_profiles(std::slice::from_ref(*b)));
+        p.push('\n');
+    }
+    p.push_str("Recent:\n");
+    if context.is_empty() {
+        p.push_str("(none)\n");
+    }
+    for e in context {
+        p.push_str(&format!("{}: {}\n", who(e), trim(&e.text, context_chars)));
+    }
+    p.push_str(&format!(
+        "New from {}: {}\n",
+        who(msg),
+        trim(&msg.text, context_chars * 2)
+    ));
+    let names: Vec<&str> = bots.iter().map(|b| b.name.as_str()).collect();
+    p.push_str(&format!(
+        "For each bot: speak only if its skills add something the others won't. \
+Reply JSON {{\"<bot>\":{{\"speak\":bool,\"relevance\":0-1}}}} for: {}.",
+        names.join(", ")
+    ));
+    p
+}
+
 /// Words of a text for lexical overlap: lowercase Latin words of 2+ letters, and CJK
 /// character bigrams (Chinese has no spaces between words).
 pub(crate) fn terms(text: &str) -> HashSet<String> {
@@ -296,6 +332,24 @@ mod tests {
             "default judge prompt grew to {} bytes",
             p.len()
         );
+    }
+
+    #[test]
+    fn shared_prompt_names_every_bot_once_and_the_message() {
+        let a = bot("XiaoBa", "研发助手", &["论文阅读"]);
+        let b = bot("ErGoz", "代码审查师", &["代码审查"]);
+        let context = vec![msg("老师", AuthorKind::Human, "早")];
+        let new = msg("老师", AuthorKind::Human, "谁能审查一下这个 PR？");
+        let p = build_shared_prompt(&[&a, &b], &context, &new, 240);
+        for part in [
+            "- XiaoBa (研发助手): 论文阅读",
+            "- ErGoz (代码审查师): 代码审查",
+            "老师: 早",
+            "New from 老师: 谁能审查一下这个 PR？",
+            "for: XiaoBa, ErGoz.",
+        ] {
+            assert!(p.contains(part), "missing {part}: {p}");
+        }
     }
 
     #[test]

@@ -20,9 +20,10 @@ pub(crate) mod policy;
 pub(crate) mod ports;
 pub(crate) mod reply;
 pub(crate) mod scheduler;
+pub(crate) mod shared;
 
 pub use brain::Brain;
 pub(crate) use brain::{roster, Provider};
 pub use explain::{explain, ExplainRequest, Explanation};
-pub(crate) use pipeline::{consider, triage};
+pub(crate) use pipeline::on_message;
 pub(crate) use ports::{Llm, Ports};

@@ -30,6 +30,7 @@ use crate::turn::mention::PlatformMention;
 use crate::turn::policy::{Action, Decision};
 use crate::turn::ports::Ports;
 use crate::turn::scheduler::{delay_for, grace_for, Standing, Yield, MIN_CLAIM, WITHDRAWN};
+use crate::turn::shared;
 use crate::wire::envelope::{Envelope, Kind, Why};
 
 /// The window of the per-group bot-message cap.
@@ -80,7 +81,11 @@ pub(crate) fn record<P: Ports + ?Sized>(
 }
 
 /// Context for a judge or reply: up to `k` messages before `msg` in its group.
-fn context_before<P: Ports + ?Sized>(p: &P, msg: &Envelope, k: usize) -> Vec<Arc<Envelope>> {
+pub(crate) fn context_before<P: Ports + ?Sized>(
+    p: &P,
+    msg: &Envelope,
+    k: usize,
+) -> Vec<Arc<Envelope>> {
     let recent = p.recent(&msg.group, k + 64);
     let end = recent
         .iter()
@@ -90,26 +95,46 @@ fn context_before<P: Ports + ?Sized>(p: &P, msg: &Envelope, k: usize) -> Vec<Arc
     recent[start..end].to_vec()
 }
 
-/// Runs the whole pipeline for one newly recorded message, with the platform's
-/// mention list (Feishu `mentions[]`, empty elsewhere). Boxed with an explicit `Send`
-/// because replying records a message, which spawns `consider` again.
-pub(crate) fn consider<P: Ports>(
-    p: Arc<P>,
-    msg: Arc<Envelope>,
+/// A newly recorded message reaches the turn code: the local rules at once
+/// ([`triage`], recorded), then, when there is anything to do, the task to spawn — this
+/// bot's turn ([`act`]) and, with a shared judge, the verdict this bot was chosen to
+/// ask for ([`crate::turn::shared::ask`]). `platform`: the platform's mention list
+/// (Feishu `mentions[]`, empty elsewhere). Boxed with an explicit `Send` because
+/// replying records a message, which comes back here.
+pub(crate) fn on_message<P: Ports>(
+    p: &Arc<P>,
+    msg: &Arc<Envelope>,
     platform: Vec<PlatformMention>,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
-    Box::pin(async move { consider_with(p, msg, &platform).await })
-}
-
-/// [`consider`] with the platform's mention list (Feishu `mentions[]`).
-pub(crate) async fn consider_with<P: Ports>(
-    p: Arc<P>,
-    msg: Arc<Envelope>,
-    platform: &[PlatformMention],
-) {
-    if let Some(d) = triage(&*p, &msg, platform) {
-        act(p, msg, d).await;
+) -> Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>> {
+    let d = triage(&**p, msg, &platform);
+    let duty = if shared::shared(&**p) && msg.kind == Kind::Message {
+        let now = p.now_millis();
+        let fresh = now.saturating_sub(msg.sent_at) / 1000 <= p.mesh().stale_after_secs;
+        let recent = bots_since_human(&**p, &msg.group, now);
+        let mine = d.map_or(Action::Silent, |d| d.action);
+        fresh
+            .then(|| shared::duty(&**p, msg, &platform, mine, recent))
+            .flatten()
+    } else {
+        None
+    };
+    if d.is_none() && duty.is_none() {
+        return None;
     }
+    let (p, msg) = (p.clone(), msg.clone());
+    Some(Box::pin(async move {
+        let asking = async {
+            if let Some(bots) = duty {
+                shared::ask(&*p, &msg, bots).await;
+            }
+        };
+        let acting = async {
+            if let Some(d) = d {
+                act(p.clone(), msg.clone(), d).await;
+            }
+        };
+        tokio::join!(asking, acting);
+    }))
 }
 
 /// The local rules for a newly recorded message: `None` when the bot stays silent (the
@@ -233,11 +258,17 @@ async fn judge_step<P: Ports + ?Sized>(
         }
         Action::Judge => {
             record(p, msg, "judge", d.reason, "");
-            let context = context_before(p, msg, brain.me.context_messages);
             // While the judge is out, a peer's claim on this trigger is answered
             // `judging`: that peer then waits for this bot's word before it commits.
             brain.board.set_judging(msg.id, true); // (triage set it already)
-            let verdict = brain.judge(p.llm(), &context, msg).await;
+                                                   // With a shared judge, its verdict; else (or if none comes) this bot's own.
+            let verdict = match shared::verdict_for(p, msg).await {
+                Some(v) => Some(v),
+                None => {
+                    let context = context_before(p, msg, brain.me.context_messages);
+                    brain.judge(p.llm(), &context, msg).await
+                }
+            };
             brain.board.set_judging(msg.id, false);
             let Some(v) = verdict else {
                 record(p, msg, "silent", "judge_failed", "");

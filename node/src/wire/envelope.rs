@@ -13,6 +13,9 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// 256 KiB on the wire; text is the only field that can be large.
 pub(crate) const MAX_TEXT_BYTES: usize = 200 * 1024;
 
+/// The most bot entries one verdict may carry (far more than any mesh has bots).
+pub(crate) const MAX_VERDICT_ENTRIES: usize = 256;
+
 /// Prefix of a direct chat's group name (`direct:<platform chat id>`): one person
 /// and this one bot. Everything a person writes there is addressed to the bot, and
 /// nothing said there goes to the peers (they are not in it).
@@ -32,6 +35,19 @@ pub enum Kind {
     /// "I intend to answer `reply_to` with this relevance": lets bots yield to each
     /// other before anyone speaks. Never shown as a chat message.
     Claim,
+    /// The shared judge's answer about `reply_to` for every bot it was asked for
+    /// (`[mesh] judge = "shared"`): advice each bot applies with its own thresholds.
+    /// Empty `verdicts`: the judge call failed, every bot judges itself. Never shown.
+    Verdict,
+}
+
+/// One bot's entry in a shared [`Kind::Verdict`]: what the judge said about it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct BotVerdict {
+    /// Whether the bot should interject.
+    pub speak: bool,
+    /// How relevant the message is to the bot, 0..1 (ranks the bots that speak).
+    pub relevance: f64,
 }
 
 /// Whether an author is a person or a bot of the mesh; humans reset the depth counter.
@@ -128,6 +144,9 @@ pub struct Envelope {
     /// For a bot's own messages: why it spoke.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub why: Option<Why>,
+    /// For a verdict: each bot's entry, by bot name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdicts: Option<std::collections::BTreeMap<String, BotVerdict>>,
 }
 
 fn default_version() -> u32 {
@@ -172,6 +191,7 @@ impl Envelope {
             sent_at,
             relevance: None,
             why: None,
+            verdicts: None,
         }
     }
 
@@ -217,6 +237,22 @@ impl Envelope {
         env
     }
 
+    /// The shared judge `me`'s verdict on `trigger`: each bot's entry (none: the judge
+    /// call failed, each bot judges itself).
+    pub(crate) fn verdict(
+        id: Ulid,
+        sent_at: u64,
+        me: &str,
+        trigger: &Envelope,
+        verdicts: std::collections::BTreeMap<String, BotVerdict>,
+    ) -> Envelope {
+        let mut env = Envelope::claim(id, sent_at, me, trigger, 0.0);
+        env.kind = Kind::Verdict;
+        env.relevance = None;
+        env.verdicts = Some(verdicts);
+        env
+    }
+
     /// Parses and checks a raw body. Invalid UTF-8 is reported as malformed.
     ///
     /// The whole body is checked as UTF-8 first: `serde_json::from_slice` skips the
@@ -258,6 +294,20 @@ impl Envelope {
                     .is_some_and(|r| r.is_finite() && (0.0..=1.0).contains(&r)) =>
             {
                 return Err(EnvelopeError::Invalid("a claim needs relevance in 0..1"))
+            }
+            Kind::Verdict if self.reply_to.is_none() => {
+                return Err(EnvelopeError::Invalid("a verdict needs reply_to"))
+            }
+            Kind::Verdict
+                if !self.verdicts.as_ref().is_some_and(|v| {
+                    v.len() <= MAX_VERDICT_ENTRIES
+                        && v.values()
+                            .all(|b| b.relevance.is_finite() && (0.0..=1.0).contains(&b.relevance))
+                }) =>
+            {
+                return Err(EnvelopeError::Invalid(
+                    "a verdict needs verdicts (at most 256), each relevance in 0..1",
+                ))
             }
             _ => {}
         }
@@ -323,6 +373,7 @@ mod tests {
             sent_at: 1,
             relevance: None,
             why: None,
+            verdicts: None,
         }
     }
 
@@ -350,6 +401,36 @@ mod tests {
         assert!(Envelope::parse(b"{not json").is_err());
         assert!(Envelope::parse(&[0xff, 0xfe, 0x00]).is_err());
         assert!(Envelope::parse(br#"{"id":"nope"}"#).is_err());
+    }
+
+    #[test]
+    fn verdicts_round_trip_and_are_checked() {
+        let trigger = sample();
+        let mut v = std::collections::BTreeMap::new();
+        v.insert(
+            "ErGoz".to_string(),
+            BotVerdict {
+                speak: true,
+                relevance: 0.8,
+            },
+        );
+        let e = Envelope::verdict(Ulid::new(), 2, "XiaoBa", &trigger, v.clone());
+        assert_eq!(e.kind, Kind::Verdict);
+        assert_eq!(Envelope::parse(&e.to_bytes()).unwrap(), e);
+        let mut bad = e.clone();
+        bad.verdicts
+            .as_mut()
+            .unwrap()
+            .get_mut("ErGoz")
+            .unwrap()
+            .relevance = 2.0;
+        assert!(bad.check().is_err(), "relevance out of range");
+        let mut bad = e.clone();
+        bad.verdicts = None;
+        assert!(bad.check().is_err(), "no verdicts");
+        let mut bad = e;
+        bad.reply_to = None;
+        assert!(bad.check().is_err(), "no trigger");
     }
 
     #[test]

@@ -1,0 +1,330 @@
+//! The shared judge (`[mesh] judge = "shared"`): one LLM call per message for the
+//! whole mesh instead of one per bot.
+//!
+//! For each message one bot is chosen from the message id among the bots that may
+//! judge it (rendezvous hashing over the roster, the same on every node, so all agree
+//! without talking). The chosen bot works out which bots' local rules say "judge" about
+//! the message, asks the LLM once for all of them (`judge::build_shared_prompt`, the
+//! same colleague profiles as a bot's own prompt), and broadcasts the answers as a
+//! signed `verdict` envelope. Every bot that would judge waits for it (at most
+//! `verdict_timeout_ms`) and applies its own entry with its own `min_relevance`, delays
+//! and hard rules; depth, the rate cap, quiet and mentions still rule, as a verdict is
+//! advice, never an order. A bot that gets no entry in time (the chosen bot is down,
+//! slow, or its call failed: then it broadcasts an empty verdict at once) asks its own
+//! judge. Verdicts are logged where they are sent and where they are heard, with the
+//! sender, so a bad one is traceable.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use ulid::Ulid;
+
+use crate::config::{BotSettings, JudgeMode};
+use crate::llm::Verdict;
+use crate::turn::mention::PlatformMention;
+use crate::turn::pipeline::{context_before, record};
+use crate::turn::policy::Action;
+use crate::turn::ports::Ports;
+use crate::wire::envelope::{AuthorKind, BotVerdict, Envelope, Kind};
+
+/// Verdicts kept at most; the oldest go first (a verdict matters for seconds).
+const KEPT: usize = 4096;
+
+/// A verdict heard (or made here) about one trigger.
+#[derive(Debug, Clone)]
+pub(crate) struct Heard {
+    /// The bot that asked the LLM and signed it.
+    pub from: String,
+    /// Each bot's entry; empty when the shared call failed.
+    pub entries: BTreeMap<String, BotVerdict>,
+}
+
+/// The shared verdicts a node has heard, by trigger, for the turns waiting on them.
+#[derive(Default)]
+pub(crate) struct Verdicts {
+    /// By trigger, with their arrival order for eviction.
+    inner: Mutex<(HashMap<Ulid, Heard>, VecDeque<Ulid>)>,
+    /// Wakes the turns waiting for a verdict.
+    arrived: tokio::sync::Notify,
+}
+
+impl Verdicts {
+    /// Keeps the verdict `from` sent about `trigger` (the first one wins) and wakes
+    /// the waiting turns.
+    pub(crate) fn put(&self, trigger: Ulid, from: &str, entries: BTreeMap<String, BotVerdict>) {
+        {
+            let mut g = self.inner.lock();
+            let (map, order) = &mut *g;
+            if map.contains_key(&trigger) {
+                return;
+            }
+            map.insert(
+                trigger,
+                Heard {
+                    from: from.to_string(),
+                    entries,
+                },
+            );
+            order.push_back(trigger);
+            while order.len() > KEPT {
+                if let Some(old) = order.pop_front() {
+                    map.remove(&old);
+                }
+            }
+        }
+        self.arrived.notify_waiters();
+    }
+
+    /// The verdict about `trigger`, if one was heard.
+    pub(crate) fn get(&self, trigger: &Ulid) -> Option<Heard> {
+        self.inner.lock().0.get(trigger).cloned()
+    }
+
+    /// Waits until a verdict about `trigger` is heard, or `until`.
+    pub(crate) async fn wait(&self, trigger: &Ulid, until: tokio::time::Instant) -> Option<Heard> {
+        loop {
+            let notified = self.arrived.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(h) = self.get(trigger) {
+                return Some(h);
+            }
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = tokio::time::sleep_until(until) => return self.get(trigger),
+            }
+        }
+    }
+}
+
+/// The bot that asks the shared judge about `msg`: of `names` (the roster) less the
+/// message's own bot author, the one whose hash with the message id is highest.
+pub(crate) fn chosen_judge<'a>(msg: &Envelope, names: &[&'a str]) -> Option<&'a str> {
+    let author = (msg.author.kind == AuthorKind::Bot).then_some(msg.author.name.as_str());
+    names
+        .iter()
+        .filter(|n| Some(**n) != author)
+        .max_by_key(|n| {
+            let d =
+                ring::digest::digest(&ring::digest::SHA256, format!("{}\n{n}", msg.id).as_bytes());
+            let mut first = [0u8; 8];
+            first.copy_from_slice(&d.as_ref()[..8]);
+            (u64::from_be_bytes(first), **n)
+        })
+        .copied()
+}
+
+/// Whether this mesh shares one judge.
+pub(crate) fn shared<P: Ports + ?Sized>(p: &P) -> bool {
+    p.mesh().judge == JudgeMode::Shared
+}
+
+/// The bot chosen to judge `msg` for the mesh.
+fn chosen_for<P: Ports + ?Sized>(p: &P, msg: &Envelope) -> Option<String> {
+    let brain = p.brain();
+    let mut names: Vec<&str> = vec![brain.me.name.as_str()];
+    names.extend(brain.colleagues.iter().map(|b| b.name.as_str()));
+    chosen_judge(msg, &names).map(str::to_string)
+}
+
+/// When this bot is the one chosen to judge `msg` for the mesh: the bots whose local
+/// rules, as far as this node can tell, say "judge" (this bot's own decision is
+/// `mine`). `None`: not chosen, or nobody judges it (no call, no verdict).
+pub(crate) fn duty<P: Ports + ?Sized>(
+    p: &P,
+    msg: &Envelope,
+    platform: &[PlatformMention],
+    mine: Action,
+    recent_bots: usize,
+) -> Option<Vec<BotSettings>> {
+    if !shared(p) || msg.kind != Kind::Message || crate::wire::envelope::is_direct_group(&msg.group)
+    {
+        return None;
+    }
+    let brain = p.brain();
+    if chosen_for(p, msg).as_deref() != Some(brain.me.name.as_str()) {
+        return None;
+    }
+    let mut bots = Vec::new();
+    if mine == Action::Judge {
+        bots.push(brain.me.clone());
+    }
+    // A bot that judged the message this one answers has passed on it (declined,
+    // yielded, or it answered it): with a shared judge, those are the bots the
+    // verdict about that message has an entry for.
+    let judged_parent = msg
+        .reply_to
+        .and_then(|parent| brain.verdicts.get(&parent))
+        .map(|h| h.entries)
+        .unwrap_or_default();
+    for c in &brain.colleagues {
+        // A colleague's quiet switch is its own: the verdict asks about it anyway,
+        // and it applies its own rules to its entry.
+        let passed = judged_parent.contains_key(&c.name);
+        let d = brain.decide_as(c, p.mesh(), msg, platform, recent_bots, false, passed);
+        if d.action == Action::Judge {
+            bots.push(c.clone());
+        }
+    }
+    (!bots.is_empty()).then_some(bots)
+}
+
+/// The chosen bot's part: asks the LLM once about `msg` for `bots`, keeps the verdict
+/// and broadcasts it (an empty one if the call failed, so nobody waits for it).
+pub(crate) async fn ask<P: Ports + ?Sized>(p: &P, msg: &Envelope, bots: Vec<BotSettings>) {
+    let brain = p.brain();
+    let context = context_before(p, msg, brain.me.context_messages);
+    let asked: Vec<&BotSettings> = bots.iter().collect();
+    let answer = brain.judge_all(p.llm(), &context, msg, &asked).await;
+    let entries: BTreeMap<String, BotVerdict> = answer
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(name, v)| {
+            (
+                name,
+                BotVerdict {
+                    speak: v.speak,
+                    relevance: v.relevance,
+                },
+            )
+        })
+        .collect();
+    let names: Vec<&str> = bots.iter().map(|b| b.name.as_str()).collect();
+    let (reason, detail) = if entries.is_empty() {
+        (
+            "failed",
+            format!("asked for {}; every bot judges itself", names.join(", ")),
+        )
+    } else {
+        ("sent", format!("{entries:?}"))
+    };
+    record(p, msg, "verdict", reason, &detail);
+    brain.verdicts.put(msg.id, &brain.me.name, entries.clone());
+    let env = Envelope::verdict(p.new_id(), p.now_millis(), &brain.me.name, msg, entries);
+    p.broadcast(&env);
+}
+
+/// This bot's verdict about `msg` from the shared judge, waiting for it at most
+/// `verdict_timeout_ms`. `None`: judge yourself (own mode, no entry for this bot, the
+/// call failed, the chosen bot is unreachable or too slow — recorded).
+pub(crate) async fn verdict_for<P: Ports + ?Sized>(p: &P, msg: &Envelope) -> Option<Verdict> {
+    if !shared(p) {
+        return None;
+    }
+    let brain = p.brain();
+    let chosen = chosen_for(p, msg)?;
+    let timeout = Duration::from_millis(p.mesh().verdict_timeout_ms);
+    let failing = p.link_failing_for(&chosen).filter(|d| *d >= timeout);
+    if let Some(d) =
+        failing.filter(|_| chosen != brain.me.name && brain.verdicts.get(&msg.id).is_none())
+    {
+        record(
+            p,
+            msg,
+            "judge",
+            "shared_judge_unreachable",
+            &format!("the link to {chosen} has failed for {d:?}: judging itself"),
+        );
+        return None;
+    }
+    let until = tokio::time::Instant::now() + timeout;
+    let heard = tokio::select! {
+        h = brain.verdicts.wait(&msg.id, until) => h,
+        _ = p.stopping().cancelled() => return None,
+    };
+    match heard {
+        Some(h) => match h.entries.get(&brain.me.name) {
+            Some(v) => {
+                tracing::debug!(bot = %brain.me.name, trigger = %msg.id, from = %h.from, speak = v.speak, relevance = v.relevance, "applying the shared verdict");
+                Some(Verdict {
+                    speak: v.speak,
+                    relevance: v.relevance,
+                })
+            }
+            None => {
+                record(
+                    p,
+                    msg,
+                    "judge",
+                    "shared_verdict_missing",
+                    &format!("{}'s verdict has no entry for this bot", h.from),
+                );
+                None
+            }
+        },
+        None => {
+            tracing::warn!(bot = %brain.me.name, trigger = %msg.id, %chosen, timeout_ms = timeout.as_millis() as u64, "no shared verdict in time; judging itself");
+            record(
+                p,
+                msg,
+                "judge",
+                "shared_verdict_late",
+                &format!("nothing from {chosen} in {timeout:?}"),
+            );
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::envelope::Author;
+    use std::sync::Arc;
+
+    fn msg(author: Author) -> Envelope {
+        Envelope::message(Ulid::new(), 1, "g", "x", author, "hello")
+    }
+
+    #[test]
+    fn every_node_chooses_the_same_judge_and_never_the_author() {
+        let names = ["Ada", "Bix", "Cyd", "Dot"];
+        let mut chosen = HashMap::new();
+        for _ in 0..400 {
+            let m = msg(Author::human("h"));
+            let a = chosen_judge(&m, &names).unwrap();
+            // Order of the roster does not matter.
+            let mut rev = names;
+            rev.reverse();
+            assert_eq!(chosen_judge(&m, &rev), Some(a));
+            *chosen.entry(a).or_insert(0) += 1;
+            let b = msg(Author::bot(a));
+            assert_ne!(chosen_judge(&b, &names), Some(a));
+        }
+        // The load spreads over every bot (each gets roughly a quarter).
+        for n in names {
+            assert!(chosen[n] > 50, "{chosen:?}");
+        }
+        assert_eq!(chosen_judge(&msg(Author::bot("Ada")), &["Ada"]), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_wakes_on_the_verdict_or_at_its_deadline() {
+        let v = Arc::new(Verdicts::default());
+        let t = Ulid::new();
+        let until = tokio::time::Instant::now() + Duration::from_secs(5);
+        let v2 = v.clone();
+        let waiter = tokio::spawn(async move { v2.wait(&t, until).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut e = BTreeMap::new();
+        e.insert(
+            "Ada".to_string(),
+            BotVerdict {
+                speak: true,
+                relevance: 0.7,
+            },
+        );
+        v.put(t, "Bix", e);
+        let h = waiter.await.unwrap().expect("heard");
+        assert_eq!(h.from, "Bix");
+        assert_eq!(h.entries["Ada"].relevance, 0.7);
+        // Nothing comes for another trigger: the wait ends at its deadline.
+        let start = tokio::time::Instant::now();
+        let none = v
+            .wait(&Ulid::new(), start + Duration::from_millis(800))
+            .await;
+        assert!(none.is_none());
+        assert_eq!(start.elapsed(), Duration::from_millis(800));
+    }
+}
