@@ -543,6 +543,12 @@ pub struct BotSettings {
     /// Past it the bot posts anyway (`post/judge_word_missing`).
     #[serde(default = "default_judge_word_timeout")]
     pub(crate) judge_word_timeout_ms: u64,
+    /// Whether the bot writes its reply while its delay runs (when no better claim
+    /// is known), so it posts at the later of the delay and the reply; `false` writes
+    /// only once the wait is over: slower, but no reply is ever written and then
+    /// thrown away.
+    #[serde(default = "yes")]
+    pub(crate) write_early: bool,
     /// Messages of context for the judge.
     #[serde(default = "default_context")]
     pub(crate) context_messages: usize,

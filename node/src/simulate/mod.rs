@@ -1714,6 +1714,104 @@ pub struct Report {
     pub targets: Vec<Target>,
     /// Scenario summaries (name, group, lang, bots, messages, description).
     pub(crate) catalogue: Vec<ScenarioInfo>,
+    /// botmesh with one mechanism turned off at a time (empty when botmesh was not run).
+    pub(crate) ablations: Vec<Ablation>,
+    /// The headline measures of botmesh (both modes) and nanobot at several seeds.
+    pub(crate) seeds: Vec<SeedRow>,
+}
+
+/// botmesh over every scenario with one mechanism turned off.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Ablation {
+    /// What was turned off, and how (the setting).
+    pub(crate) name: String,
+    /// All scenarios together.
+    pub(crate) metrics: Metrics,
+}
+
+/// One policy's overall measures at one base seed.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SeedRow {
+    /// The base seed.
+    pub(crate) seed: u64,
+    /// The policy.
+    pub(crate) policy: PolicyKind,
+    /// All scenarios together.
+    pub(crate) metrics: Metrics,
+}
+
+/// A mechanism turned off: its name and the setting every bot gets for it.
+type Knockout = (&'static str, fn(&mut BotSettings));
+
+/// The mechanisms the report measures by turning each off, as settings every bot gets.
+const ABLATIONS: [Knockout; 3] = [
+    ("no writing while waiting (`write_early = false`)", |b| {
+        b.write_early = false
+    }),
+    (
+        "no waiting for a judging peer's word (`judge_word_timeout_ms = 0`)",
+        |b| b.judge_word_timeout_ms = 0,
+    ),
+    (
+        "no claim acknowledgements (`claim_ack_timeout_ms = 0`)",
+        |b| b.claim_ack_timeout_ms = 0,
+    ),
+];
+
+/// The base seeds the report's seed table covers (besides the report's own).
+const MORE_SEEDS: [u64; 4] = [2, 3, 8, 13];
+
+/// Every scenario under `policy`, its tallies summed: the overall measures.
+fn overall_of(worlds: &[World], policy: PolicyKind, seed: u64, runs: usize) -> Metrics {
+    let mut t = Tally::default();
+    for w in worlds {
+        t.add(&run_many(w, policy, seed, runs));
+    }
+    Metrics::from_tally(&t)
+}
+
+/// botmesh (own judge) with each of [`ABLATIONS`] applied to every bot.
+fn ablations(worlds: &[World], seed: u64, runs: usize) -> Vec<Ablation> {
+    ABLATIONS
+        .iter()
+        .map(|(name, off)| {
+            let changed: Vec<World> = worlds
+                .iter()
+                .map(|w| {
+                    let mut w = w.clone();
+                    w.bots.iter_mut().for_each(off);
+                    w
+                })
+                .collect();
+            Ablation {
+                name: name.to_string(),
+                metrics: overall_of(&changed, PolicyKind::Botmesh, seed, runs),
+            }
+        })
+        .collect()
+}
+
+/// botmesh in both modes and nanobot at the report's seed and [`MORE_SEEDS`].
+fn seed_rows(worlds: &[World], overall: &Section, seed: u64, runs: usize) -> Vec<SeedRow> {
+    let mut rows = Vec::new();
+    for s in std::iter::once(seed).chain(MORE_SEEDS.into_iter().filter(|s| *s != seed)) {
+        for policy in [
+            PolicyKind::Botmesh,
+            PolicyKind::BotmeshShared,
+            PolicyKind::Nanobot,
+        ] {
+            let metrics = match overall.get(policy) {
+                Some(m) if s == seed => m.clone(),
+                _ => overall_of(worlds, policy, s, runs),
+            };
+            rows.push(SeedRow {
+                seed: s,
+                policy,
+                metrics,
+            });
+        }
+    }
+    rows
 }
 
 /// A line of the scenario catalogue.
@@ -1815,7 +1913,18 @@ pub fn simulate(worlds: &[World], policies: &[PolicyKind], seed: u64, runs: usiz
         .collect();
     let overall = section("overall", "", &all);
     let targets = targets(&overall, worlds, &scenarios);
+    let with_botmesh = policies.contains(&PolicyKind::Botmesh);
+    let (ablations, seeds) = if with_botmesh && policies.len() == PolicyKind::ALL.len() {
+        (
+            ablations(worlds, seed, runs),
+            seed_rows(worlds, &overall, seed, runs),
+        )
+    } else {
+        (Vec::new(), Vec::new())
+    };
     Report {
+        ablations,
+        seeds,
         seed,
         runs,
         overall,
@@ -1887,6 +1996,37 @@ fn targets(overall: &Section, worlds: &[World], scenarios: &[Section]) -> Vec<Ta
     } else {
         format!("max_depth {lo}–{hi}")
     };
+    if let Some(nano) = overall.get(PolicyKind::Nanobot).and_then(|m| m.ttfa_p50_ms) {
+        for (policy, mode) in [
+            (PolicyKind::Botmesh, "own judge"),
+            (PolicyKind::BotmeshShared, "shared judge"),
+        ] {
+            if let Some(p50) = overall.get(policy).and_then(|m| m.ttfa_p50_ms) {
+                out.push(Target {
+                    target: format!("first answer p50 no later than nanobot's ({mode})"),
+                    met: p50 <= nano,
+                    detail: format!("{p50} ms against nanobot's {nano} ms"),
+                });
+            }
+        }
+    }
+    for (policy, mode, most) in [
+        (PolicyKind::Botmesh, "own judge", 4.81),
+        (PolicyKind::BotmeshShared, "shared judge", 2.0),
+    ] {
+        if let Some(m) = overall.get(policy) {
+            out.push(Target {
+                target: format!(
+                    "at most {most:.2} LLM calls per human message, discarded replies included ({mode})"
+                ),
+                met: m.llm_calls_per_human_msg <= most,
+                detail: format!(
+                    "{:.2} ({:.2} discarded replies)",
+                    m.llm_calls_per_human_msg, m.discarded_per_msg
+                ),
+            });
+        }
+    }
     out.push(Target {
         target: "no bot-only chain longer than max_depth".into(),
         met: bm.over_max_depth == 0,
@@ -1974,6 +2114,73 @@ pub fn headline_table(s: &Section) -> String {
             m.reply_per_msg,
             m.judge_prompt_bytes_mean
                 .map_or("–".into(), |b| format!("{b:.0}")),
+        );
+    }
+    out
+}
+
+/// One row of the mechanism and seed tables: the measures the targets are about.
+fn measures_cells(m: &Metrics) -> String {
+    format!(
+        "{:.3} | {} | {} | {} / {} | {:.2} ({:.2} discarded)",
+        m.dup_per_human_msg,
+        opt_pct(m.right_bot_first_pct),
+        opt_pct(m.unanswered_pct),
+        opt_ms(m.ttfa_p50_ms),
+        opt_ms(m.ttfa_p95_ms),
+        m.llm_calls_per_human_msg,
+        m.discarded_per_msg,
+    )
+}
+
+/// botmesh with each mechanism on, one turned off at a time, and the shared judge.
+fn mechanism_table(r: &Report) -> String {
+    let Some(bm) = r.overall.get(PolicyKind::Botmesh) else {
+        return String::new();
+    };
+    if r.ablations.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "\n### What each mechanism buys (all scenarios, one turned off at a time)\n\n\
+| botmesh | dup. / human msg | right bot first | unanswered | first answer p50 / p95 (ms) | LLM calls / human msg |\n\
+|---|---:|---:|---:|---:|---:|\n",
+    );
+    let _ = writeln!(
+        out,
+        "| everything on (own judge) | {} |",
+        measures_cells(bm)
+    );
+    for a in &r.ablations {
+        let _ = writeln!(out, "| {} | {} |", a.name, measures_cells(&a.metrics));
+    }
+    if let Some(sh) = r.overall.get(PolicyKind::BotmeshShared) {
+        let _ = writeln!(
+            out,
+            "| shared judge (`[mesh] judge = \"shared\"`) | {} |",
+            measures_cells(sh)
+        );
+    }
+    out
+}
+
+/// The headline measures at several base seeds.
+fn seed_table(r: &Report) -> String {
+    if r.seeds.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "\n### The same measures at other seeds (50 runs of every scenario each)\n\n\
+| seed | policy | dup. / human msg | right bot first | unanswered | first answer p50 / p95 (ms) | LLM calls / human msg |\n\
+|---:|---|---:|---:|---:|---:|---:|\n",
+    );
+    for row in &r.seeds {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} |",
+            row.seed,
+            row.policy.as_str(),
+            measures_cells(&row.metrics)
         );
     }
     out
@@ -2115,6 +2322,8 @@ the same command gives the same file).\n\n",
             let _ = writeln!(d, "| {k} | {v} |");
         }
     }
+    d.push_str(&mechanism_table(r));
+    d.push_str(&seed_table(r));
     d.push_str(&findings(r));
     let _ = write!(
         d,
@@ -2327,18 +2536,91 @@ botmesh would make {:.2} calls per human message.",
         reason("silent/acknowledgement"),
         reason("silent/addressed_to_other")
     );
-    if let Some(nb) = r.overall.get(PolicyKind::Nanobot) {
-        if let (Some(a), Some(b)) = (bm.ttfa_p50_ms, nb.ttfa_p50_ms) {
-            let _ = writeln!(
-                d,
-                "- Writing while waiting: a bot starts its reply as it claims (when no better claim is on its board) and posts \
+    let ablation = |prefix: &str| r.ablations.iter().find(|a| a.name.starts_with(prefix));
+    let p50 = |m: &Metrics| m.ttfa_p50_ms.map_or(0, |v| v as i64);
+    if let (Some(nb), Some(off)) = (
+        r.overall.get(PolicyKind::Nanobot),
+        ablation("no writing while waiting"),
+    ) {
+        let _ = writeln!(
+            d,
+            "- Writing while waiting: a bot starts its reply as it claims (when no better claim is on its board) and posts \
 at the later of its delay's end and its reply; a yield cancels the request or throws the text away \
-(`botmesh_replies_discarded_total`). Its median first answer still comes {} ms after nanobot's, which never waits, \
-and it pays for the early writing in reply calls that are thrown away (see the table above).",
-                a as i64 - b as i64
-            );
-        }
+(`botmesh_replies_discarded_total`). Turned off (`write_early = false`), the median first answer is {} ms instead of {} ms \
+and the LLM calls {:.2} instead of {:.2} per human message ({:.2} replies written and thrown away). Its median first \
+answer still comes {} ms after nanobot's: nanobot's first answer is the fastest of every bot that judged \
+\"yes\" (in the collision group, the quickest of several independent judge + reply latencies), botmesh's is the \
+most relevant bot's own judge and reply; in the single-bot groups the two are level (see the per-group table).",
+            p50(&off.metrics),
+            p50(bm),
+            off.metrics.llm_calls_per_human_msg,
+            bm.llm_calls_per_human_msg,
+            bm.discarded_per_msg,
+            p50(bm) - p50(nb),
+        );
     }
+    if let Some(off) = ablation("no waiting for a judging peer") {
+        let _ = writeln!(
+            d,
+            "- Waiting for a judging peer's word, turned off (`judge_word_timeout_ms = 0`): right bot first {} instead of {}, \
+for {} ms of median first answer.",
+            opt_pct(off.metrics.right_bot_first_pct),
+            opt_pct(bm.right_bot_first_pct),
+            p50(bm) - p50(&off.metrics),
+        );
+    }
+    if let Some(off) = ablation("no claim acknowledgements") {
+        let _ = writeln!(
+            d,
+            "- Claim acknowledgements, turned off (`claim_ack_timeout_ms = 0`): {:.3} duplicate interjections per human \
+message instead of {:.3} ({:.1}% of runs with one): without them a claim that is late in transit can reach a peer \
+after that peer answered.",
+            off.metrics.dup_per_human_msg,
+            bm.dup_per_human_msg,
+            off.metrics.runs_with_dup_pct,
+        );
+    }
+    if let Some(sh) = r.overall.get(PolicyKind::BotmeshShared) {
+        let _ = writeln!(
+            d,
+            "- The shared judge (`[mesh] judge = \"shared\"`): one bot per message, chosen from the message id, asks once \
+for every bot whose rules say judge, and broadcasts the answers as a signed `verdict`; {:.2} LLM calls per human \
+message instead of {:.2} ({:.2} judge calls instead of {:.2}), {:.3} duplicates, right bot first {}, unanswered {}, \
+median first answer {} ms ({} ms more than with every bot's own judge: the verdict travels one more network hop). \
+Knowing the whole ranking, a bot that the verdict puts behind a colleague does not write early, so hardly a reply \
+is thrown away ({:.2} per human message); the price is in the failures group, where the runner-up only starts \
+writing once the winner's reply has failed (unanswered {} there against {} with own judges). What a team gives up: \
+per-bot `judge_prompt`s do not apply, and one model call ranks everyone.",
+            sh.llm_calls_per_human_msg,
+            bm.llm_calls_per_human_msg,
+            sh.judge_human_per_msg + sh.judge_bot_per_msg + sh.rejudge_per_msg,
+            bm.judge_human_per_msg + bm.judge_bot_per_msg + bm.rejudge_per_msg,
+            sh.dup_per_human_msg,
+            opt_pct(sh.right_bot_first_pct),
+            opt_pct(sh.unanswered_pct),
+            p50(sh),
+            p50(sh) - p50(bm),
+            sh.discarded_per_msg,
+            r.groups
+                .iter()
+                .find(|g| g.name == "failures")
+                .and_then(|g| g.get(PolicyKind::BotmeshShared))
+                .map_or("–".into(), |m| opt_pct(m.unanswered_pct)),
+            r.groups
+                .iter()
+                .find(|g| g.name == "failures")
+                .and_then(|g| g.get(PolicyKind::Botmesh))
+                .map_or("–".into(), |m| opt_pct(m.unanswered_pct)),
+        );
+    }
+    let _ = writeln!(
+        d,
+        "- Two rules keep judge calls off answers nobody needs to weigh: a bot re-judges after its wait only when other \
+bots spoke in the trigger's own thread (new questions from people are judged as they come, and answers in other \
+threads say nothing about this one: before, in `burst`, every bot threw its early text away and judged and wrote \
+again whenever the next question arrived), and a bot that a message did not address (`addressed_to_other`) passes \
+on the exchange that follows it (`passed_on_thread`), as it does on what it declined."
+    );
     if let Some(c) = bm.want_all_coverage_pct {
         let _ = writeln!(
             d,

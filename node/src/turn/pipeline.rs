@@ -128,9 +128,14 @@ pub(crate) fn on_message<P: Ports>(
                 shared::ask(&*p, &msg, bots).await;
             }
         };
+        // A turn decides again in its task, where a yield that this very message
+        // causes (an answer waking a waiting turn, which then passes on the thread)
+        // has been taken into account.
         let acting = async {
-            if let Some(d) = d {
-                act(p.clone(), msg.clone(), d).await;
+            if d.is_some() {
+                if let Some(d) = triage(&*p, &msg, &platform) {
+                    act(p.clone(), msg.clone(), d).await;
+                }
             }
         };
         tokio::join!(asking, acting);
@@ -167,6 +172,11 @@ pub(crate) fn triage<P: Ports + ?Sized>(
     // From here a peer's claim on it is answered from what this node decided (judging
     // while the judge is out), no longer as a trigger not yet looked at.
     brain.board.decided(msg.id, d.action == Action::Judge);
+    if d.reason == "addressed_to_other" {
+        // Someone else was asked: the exchange that follows is theirs, so this bot's
+        // judge is not asked about the answers to it either (`passed_on_thread`).
+        brain.board.pass(msg.id);
+    }
     if d.action == Action::Silent {
         // Own messages are not worth a log line each.
         if d.reason != "own_message" {
@@ -669,13 +679,13 @@ fn discard(brain: &Brain, written: Option<&Option<Reply>>, writing: bool, reason
 
 /// Claims the trigger, waits the relevance-scaled delay, stands by behind a better
 /// claim (and re-enters if it is withdrawn), yields if the trigger is answered, and
-/// re-judges once if others spoke meanwhile. `Some` means: go ahead and reply; it
+/// re-judges once if other bots spoke in its thread meanwhile. `Some` means: go ahead and reply; it
 /// holds the claim's acknowledgements, to await before posting.
 ///
 /// Writing while waiting: when no better claim is on the board as the bot claims
 /// (and no sidecar agent writes for it), the reply is written at once, while the delay
 /// runs. A yield cancels the LLM request (or throws the text away); if others spoke
-/// meanwhile and the re-judge still says speak, the text is written anew with the
+/// in the thread meanwhile and the re-judge still says speak, the text is written anew with the
 /// fresh context. So the bot posts at the later of its delay's end and its reply.
 ///
 /// On a message that asks everyone (`everyone`), the claim only staggers the answers:
@@ -697,8 +707,13 @@ async fn wait_turn<P: Ports + ?Sized>(
     p.event(Event::Claim {
         envelope: Arc::new(claim),
     });
+    // With a shared verdict every bot knows the ranking already: one that it puts
+    // behind a colleague does not write before its turn comes.
     let early = brain.agent.is_none()
-        && (everyone || brain.board.standing(msg.id, &me, relevance) == Standing::Clear);
+        && brain.me.write_early
+        && (everyone
+            || (brain.board.standing(msg.id, &me, relevance) == Standing::Clear
+                && shared::ranked_ahead(p, msg, relevance).is_none()));
     tracing::info!(bot = %me, trigger = %msg.id, relevance, delay_ms = delay.as_millis() as u64, everyone, writing = early, "claimed; waiting");
     let context = context_before(p, msg, brain.me.context_messages.max(12));
     let writing = async {
@@ -767,10 +782,19 @@ async fn wait_turn<P: Ports + ?Sized>(
             "a better claim was withdrawn",
         );
     }
+    // Others' bot messages in this trigger's thread since it: what the early text and
+    // the first verdict did not see. New questions from people are triggers of their
+    // own (judged as they come), and bots' answers in other threads say nothing about
+    // this one: neither is a reason to judge again or to throw the text away.
+    let thread = msg.root.unwrap_or(msg.id);
     let newer: Vec<Arc<Envelope>> = p
         .since(&msg.group, &msg.id)
         .into_iter()
-        .filter(|e| e.author.name != me)
+        .filter(|e| {
+            e.author.name != me
+                && e.author.kind == crate::wire::envelope::AuthorKind::Bot
+                && (e.reply_to == Some(msg.id) || e.root == Some(thread))
+        })
         .collect();
     if let Some(last) = newer.last() {
         // The early text did not see what was said since: it goes, whatever the re-judge.

@@ -40,33 +40,40 @@ pub(crate) struct Heard {
     pub entries: BTreeMap<String, BotVerdict>,
 }
 
+/// Verdicts kept per trigger at most (one is expected: the chosen bot's).
+const PER_TRIGGER: usize = 4;
+
+/// Verdicts by trigger (each signer's first), with the triggers' arrival order.
+type Heards = (HashMap<Ulid, Vec<Heard>>, VecDeque<Ulid>);
+
 /// The shared verdicts a node has heard, by trigger, for the turns waiting on them.
 #[derive(Default)]
 pub(crate) struct Verdicts {
-    /// By trigger, with their arrival order for eviction.
-    inner: Mutex<(HashMap<Ulid, Heard>, VecDeque<Ulid>)>,
+    /// By trigger, with the order for eviction.
+    inner: Mutex<Heards>,
     /// Wakes the turns waiting for a verdict.
     arrived: tokio::sync::Notify,
 }
 
 impl Verdicts {
-    /// Keeps the verdict `from` sent about `trigger` (the first one wins) and wakes
-    /// the waiting turns.
+    /// Keeps the verdict `from` sent about `trigger` (its first one) and wakes the
+    /// waiting turns. Whether `from` was the bot chosen for it is checked where it is
+    /// used, when the message itself is known.
     pub(crate) fn put(&self, trigger: Ulid, from: &str, entries: BTreeMap<String, BotVerdict>) {
         {
             let mut g = self.inner.lock();
             let (map, order) = &mut *g;
-            if map.contains_key(&trigger) {
+            let heard = map.entry(trigger).or_insert_with(|| {
+                order.push_back(trigger);
+                Vec::new()
+            });
+            if heard.len() >= PER_TRIGGER || heard.iter().any(|h| h.from == from) {
                 return;
             }
-            map.insert(
-                trigger,
-                Heard {
-                    from: from.to_string(),
-                    entries,
-                },
-            );
-            order.push_back(trigger);
+            heard.push(Heard {
+                from: from.to_string(),
+                entries,
+            });
             while order.len() > KEPT {
                 if let Some(old) = order.pop_front() {
                     map.remove(&old);
@@ -76,23 +83,42 @@ impl Verdicts {
         self.arrived.notify_waiters();
     }
 
-    /// The verdict about `trigger`, if one was heard.
-    pub(crate) fn get(&self, trigger: &Ulid) -> Option<Heard> {
-        self.inner.lock().0.get(trigger).cloned()
+    /// The verdict `from` sent about `trigger`, if it was heard.
+    pub(crate) fn get(&self, trigger: &Ulid, from: &str) -> Option<Heard> {
+        self.inner
+            .lock()
+            .0
+            .get(trigger)
+            .and_then(|v| v.iter().find(|h| h.from == from).cloned())
     }
 
-    /// Waits until a verdict about `trigger` is heard, or `until`.
-    pub(crate) async fn wait(&self, trigger: &Ulid, until: tokio::time::Instant) -> Option<Heard> {
+    /// Bots other than `from` that sent a verdict about `trigger` (not chosen for it).
+    fn others(&self, trigger: &Ulid, from: &str) -> Vec<String> {
+        self.inner.lock().0.get(trigger).map_or(Vec::new(), |v| {
+            v.iter()
+                .filter(|h| h.from != from)
+                .map(|h| h.from.clone())
+                .collect()
+        })
+    }
+
+    /// Waits until `from`'s verdict about `trigger` is heard, or `until`.
+    pub(crate) async fn wait(
+        &self,
+        trigger: &Ulid,
+        from: &str,
+        until: tokio::time::Instant,
+    ) -> Option<Heard> {
         loop {
             let notified = self.arrived.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some(h) = self.get(trigger) {
+            if let Some(h) = self.get(trigger, from) {
                 return Some(h);
             }
             tokio::select! {
                 _ = &mut notified => {}
-                _ = tokio::time::sleep_until(until) => return self.get(trigger),
+                _ = tokio::time::sleep_until(until) => return self.get(trigger, from),
             }
         }
     }
@@ -150,18 +176,27 @@ pub(crate) fn duty<P: Ports + ?Sized>(
     if mine == Action::Judge {
         bots.push(brain.me.clone());
     }
-    // A bot that judged the message this one answers has passed on it (declined,
-    // yielded, or it answered it): with a shared judge, those are the bots the
-    // verdict about that message has an entry for.
-    let judged_parent = msg
+    // Who passed on the message this one answers, as each bot's own board would say:
+    // a bot that judged it (declined, yielded, or answered it: with a shared judge,
+    // the bots its verdict has an entry for), or one it did not address.
+    let parent = msg
         .reply_to
-        .and_then(|parent| brain.verdicts.get(&parent))
+        .and_then(|id| p.recent(&msg.group, 64).into_iter().find(|e| e.id == id));
+    let judged_parent = parent
+        .as_ref()
+        .and_then(|parent| brain.verdicts.get(&parent.id, &chosen_for(p, parent)?))
         .map(|h| h.entries)
         .unwrap_or_default();
     for c in &brain.colleagues {
         // A colleague's quiet switch is its own: the verdict asks about it anyway,
         // and it applies its own rules to its entry.
-        let passed = judged_parent.contains_key(&c.name);
+        let passed = judged_parent.contains_key(&c.name)
+            || parent.as_ref().is_some_and(|parent| {
+                brain
+                    .decide_as(c, p.mesh(), parent, &[], 0, false, false)
+                    .reason
+                    == "addressed_to_other"
+            });
         let d = brain.decide_as(c, p.mesh(), msg, platform, recent_bots, false, passed);
         if d.action == Action::Judge {
             bots.push(c.clone());
@@ -216,8 +251,8 @@ pub(crate) async fn verdict_for<P: Ports + ?Sized>(p: &P, msg: &Envelope) -> Opt
     let chosen = chosen_for(p, msg)?;
     let timeout = Duration::from_millis(p.mesh().verdict_timeout_ms);
     let failing = p.link_failing_for(&chosen).filter(|d| *d >= timeout);
-    if let Some(d) =
-        failing.filter(|_| chosen != brain.me.name && brain.verdicts.get(&msg.id).is_none())
+    if let Some(d) = failing
+        .filter(|_| chosen != brain.me.name && brain.verdicts.get(&msg.id, &chosen).is_none())
     {
         record(
             p,
@@ -230,9 +265,13 @@ pub(crate) async fn verdict_for<P: Ports + ?Sized>(p: &P, msg: &Envelope) -> Opt
     }
     let until = tokio::time::Instant::now() + timeout;
     let heard = tokio::select! {
-        h = brain.verdicts.wait(&msg.id, until) => h,
+        h = brain.verdicts.wait(&msg.id, &chosen, until) => h,
         _ = p.stopping().cancelled() => return None,
     };
+    let strays = brain.verdicts.others(&msg.id, &chosen);
+    if !strays.is_empty() {
+        tracing::warn!(bot = %brain.me.name, trigger = %msg.id, %chosen, ignored = ?strays, "verdicts from bots not chosen to judge this message ignored");
+    }
     match heard {
         Some(h) => match h.entries.get(&brain.me.name) {
             Some(v) => {
@@ -265,6 +304,34 @@ pub(crate) async fn verdict_for<P: Ports + ?Sized>(p: &P, msg: &Envelope) -> Opt
             None
         }
     }
+}
+
+/// With the shared verdict about `msg` at hand: the colleague it ranks ahead of this
+/// bot at `relevance` (one whose entry clears that colleague's own `min_relevance`
+/// and beats this bot's claim), if any. Such a bot claims first; this one writes
+/// only if that claim is withdrawn.
+pub(crate) fn ranked_ahead<P: Ports + ?Sized>(
+    p: &P,
+    msg: &Envelope,
+    relevance: f64,
+) -> Option<String> {
+    if !shared(p) {
+        return None;
+    }
+    let brain = p.brain();
+    let heard = brain.verdicts.get(&msg.id, &chosen_for(p, msg)?)?;
+    brain
+        .colleagues
+        .iter()
+        .filter_map(|c| {
+            let v = heard.entries.get(&c.name)?;
+            let r = v.relevance.max(crate::turn::scheduler::MIN_CLAIM);
+            (v.speak
+                && v.relevance >= c.min_relevance
+                && crate::turn::scheduler::beats((&c.name, r), (&brain.me.name, relevance)))
+            .then(|| c.name.clone())
+        })
+        .next()
 }
 
 #[cfg(test)]
@@ -305,7 +372,8 @@ mod tests {
         let t = Ulid::new();
         let until = tokio::time::Instant::now() + Duration::from_secs(5);
         let v2 = v.clone();
-        let waiter = tokio::spawn(async move { v2.wait(&t, until).await });
+        // Waits for Bix's verdict: one from Cyd (not chosen) does not end the wait.
+        let waiter = tokio::spawn(async move { v2.wait(&t, "Bix", until).await });
         tokio::time::sleep(Duration::from_millis(300)).await;
         let mut e = BTreeMap::new();
         e.insert(
@@ -315,14 +383,16 @@ mod tests {
                 relevance: 0.7,
             },
         );
+        v.put(t, "Cyd", e.clone());
         v.put(t, "Bix", e);
         let h = waiter.await.unwrap().expect("heard");
         assert_eq!(h.from, "Bix");
         assert_eq!(h.entries["Ada"].relevance, 0.7);
+        assert_eq!(v.others(&t, "Bix"), vec!["Cyd".to_string()]);
         // Nothing comes for another trigger: the wait ends at its deadline.
         let start = tokio::time::Instant::now();
         let none = v
-            .wait(&Ulid::new(), start + Duration::from_millis(800))
+            .wait(&Ulid::new(), "Bix", start + Duration::from_millis(800))
             .await;
         assert!(none.is_none());
         assert_eq!(start.elapsed(), Duration::from_millis(800));
