@@ -611,9 +611,20 @@ pub async fn run(
     signal: impl std::future::Future<Output = ()>,
     watch: Option<Duration>,
 ) -> anyhow::Result<()> {
+    // Listening for SIGHUP before the listeners open, so that no SIGHUP sent to a
+    // node that answers can end it (the signal's default action).
+    #[cfg(unix)]
+    let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
     let running = start(cfg, bridge, api).await?;
     #[cfg(unix)]
-    tokio::spawn(crate::app::reload::on_sighup(running.node.clone()));
+    match hup {
+        Ok(hup) => {
+            tokio::spawn(crate::app::reload::on_sighup(running.node.clone(), hup));
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGHUP; reload with POST /v1/reload")
+        }
+    }
     if let Some(every) = watch {
         tokio::spawn(crate::app::reload::watch(running.node.clone(), every));
     }

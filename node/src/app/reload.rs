@@ -87,9 +87,8 @@ impl Node {
             applied: Vec::new(),
             restart_required: Vec::new(),
         };
-        let file = Settings::load(&running.settings.path).and_then(|s| {
-            NodeConfig::resolve(s, &name, Some(running.data_dir.clone()), &*secrets)
-        });
+        let file = Settings::load(&running.settings.path)
+            .and_then(|s| NodeConfig::resolve(s, &name, Some(running.data_dir.clone()), &*secrets));
         let file = match file {
             Ok(f) => f,
             Err(e) => {
@@ -150,15 +149,7 @@ impl Node {
 /// Reloads on every `SIGHUP` until the node stops accepting work: the signal an
 /// operator sends to reload a daemon no longer ends the node.
 #[cfg(unix)]
-pub(crate) async fn on_sighup(node: Arc<Node>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut hup = match signal(SignalKind::hangup()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot listen for SIGHUP; reload with POST /v1/reload");
-            return;
-        }
-    };
+pub(crate) async fn on_sighup(node: Arc<Node>, mut hup: tokio::signal::unix::Signal) {
     loop {
         tokio::select! {
             _ = node.accepting.cancelled() => return,

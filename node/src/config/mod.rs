@@ -799,7 +799,10 @@ impl Settings {
             }
             parse_utc_offset(&llm.budget_utc_offset)
                 .map_err(|p| self.err("llm.budget_utc_offset", p))?;
-            for (key, limit) in [("daily_calls", llm.daily_calls), ("daily_tokens", llm.daily_tokens)] {
+            for (key, limit) in [
+                ("daily_calls", llm.daily_calls),
+                ("daily_tokens", llm.daily_tokens),
+            ] {
                 if limit == Some(0) {
                     return Err(self.err(
                         format!("llm.{key}"),

@@ -100,7 +100,11 @@ fn walk(at: String, v: serde_json::Value, out: &mut BTreeMap<String, serde_json:
     match v {
         Value::Object(map) if !map.is_empty() => {
             for (k, v) in map {
-                let key = if at.is_empty() { k } else { format!("{at}.{k}") };
+                let key = if at.is_empty() {
+                    k
+                } else {
+                    format!("{at}.{k}")
+                };
                 walk(key, v, out);
             }
         }
@@ -176,7 +180,10 @@ mod tests {
         let d = diff(&old, &new, &merge(&old, &new));
         assert!(d.applied.contains(&"llm.daily_calls".to_string()), "{d:?}");
         assert!(d.applied.contains(&"llm.model".to_string()), "{d:?}");
-        assert!(d.applied.contains(&"bots[1].min_delay_ms".to_string()), "{d:?}");
+        assert!(
+            d.applied.contains(&"bots[1].min_delay_ms".to_string()),
+            "{d:?}"
+        );
         assert!(d.restart_required.is_empty(), "{d:?}");
     }
 

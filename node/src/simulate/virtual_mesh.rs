@@ -24,8 +24,8 @@ use crate::llm::{ChatMessage, Completion, Endpoint, LlmError, Purpose, Usage};
 use crate::store::transcript::{answers_due, recent_bot_messages};
 use crate::telemetry::events::Event;
 use crate::telemetry::metrics::Metrics;
-use crate::turn::scheduler::WITHDRAWN;
 use crate::turn::brain::Tuning;
+use crate::turn::scheduler::WITHDRAWN;
 use crate::turn::{Brain, Llm, Ports, Provider};
 use crate::wire::envelope::{Author, AuthorKind, Envelope};
 

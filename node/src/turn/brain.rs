@@ -252,7 +252,9 @@ impl Brain {
     /// still out (`judging`: this bot then owes the peers its claim or a withdrawal).
     pub(crate) fn answer_claim(&self, env: &Envelope) -> ClaimReply {
         match env.reply_to.filter(|_| env.kind == Kind::Claim) {
-            Some(trigger) => self.board.answer_claim(trigger, &self.me().name, &env.sender),
+            Some(trigger) => self
+                .board
+                .answer_claim(trigger, &self.me().name, &env.sender),
             None => ClaimReply::default(),
         }
     }
@@ -417,8 +419,7 @@ impl Brain {
                 tokens: 0,
             }),
             Provider::Remote { reply, .. } => {
-                let messages =
-                    crate::turn::reply::messages(&t.me, &t.colleagues, context, msg);
+                let messages = crate::turn::reply::messages(&t.me, &t.colleagues, context, msg);
                 let (text, tokens) = self
                     .call_counted(llm, reply, Purpose::Reply, &messages, msg)
                     .await

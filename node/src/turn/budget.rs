@@ -207,6 +207,10 @@ mod tests {
             tokens: Some(1_000),
             ..limits
         };
-        assert_eq!(b.exhausted(&raised, 0), None, "a raised budget applies at once");
+        assert_eq!(
+            b.exhausted(&raised, 0),
+            None,
+            "a raised budget applies at once"
+        );
     }
 }
