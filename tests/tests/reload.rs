@@ -53,6 +53,17 @@ fn judge_prompts_about(llm: &FakeLlm, text: &str) -> Vec<String> {
         .collect()
 }
 
+/// Node 0's metrics once it counts `n` decisions `action`/`reason` (or 10 s passed).
+async fn wait_decisions(mesh: &TestMesh, action: &str, reason: &str, n: f64) -> String {
+    botmesh_tests::wait_for(
+        Duration::from_secs(10),
+        Duration::from_millis(25),
+        || mesh.metrics(0),
+        |m| decisions(m, action, reason) >= n,
+    )
+    .await
+}
+
 async fn answered(mesh: &TestMesh, id: &str, within: Duration) -> Option<Envelope> {
     let t = mesh
         .wait_transcript(0, within, |t| answer_to(t, id).is_some())
@@ -232,25 +243,13 @@ async fn a_budget_of_n_calls_stops_judging_at_n_still_answers_mentions_and_a_rai
     for n in 1..=2 {
         mesh.post_human(0, "alice", &format!("question number {n}"))
             .await;
-        let m = botmesh_tests::wait_for(
-            Duration::from_secs(10),
-            Duration::from_millis(25),
-            || mesh.metrics(0),
-            |m| decisions(m, "silent", "judge_declined") >= n as f64,
-        )
-        .await;
+        let m = wait_decisions(&mesh, "silent", "judge_declined", n as f64).await;
         assert_eq!(decisions(&m, "silent", "judge_declined"), n as f64, "{m}");
     }
     assert_eq!(llm.count(), 2);
     // The third message is not judged: the day's two calls are spent.
     mesh.post_human(0, "alice", "question number 3").await;
-    let m = botmesh_tests::wait_for(
-        Duration::from_secs(10),
-        Duration::from_millis(25),
-        || mesh.metrics(0),
-        |m| decisions(m, "silent", "budget") >= 1.0,
-    )
-    .await;
+    let m = wait_decisions(&mesh, "silent", "budget", 1.0).await;
     assert_eq!(decisions(&m, "silent", "budget"), 1.0, "{m}");
     assert_eq!(llm.count(), 2, "no judge call past the budget");
     // A mention is still answered (over_budget = "mentions", the default).
@@ -259,13 +258,7 @@ async fn a_budget_of_n_calls_stops_judging_at_n_still_answers_mentions_and_a_rai
         .await
         .is_some());
     mesh.post_human(0, "alice", "question number 4").await;
-    let m = botmesh_tests::wait_for(
-        Duration::from_secs(10),
-        Duration::from_millis(25),
-        || mesh.metrics(0),
-        |m| decisions(m, "silent", "budget") >= 2.0,
-    )
-    .await;
+    let m = wait_decisions(&mesh, "silent", "budget", 2.0).await;
     assert_eq!(
         metric(&m, "botmesh_llm_budget_exhausted_total{result=\"calls\"}"),
         1.0,
@@ -296,13 +289,7 @@ async fn a_budget_of_n_calls_stops_judging_at_n_still_answers_mentions_and_a_rai
         (200, &serde_json::json!(["llm.daily_calls"]))
     );
     mesh.post_human(0, "alice", "question number 5").await;
-    let m = botmesh_tests::wait_for(
-        Duration::from_secs(10),
-        Duration::from_millis(25),
-        || mesh.metrics(0),
-        |m| decisions(m, "silent", "judge_declined") >= 3.0,
-    )
-    .await;
+    let m = wait_decisions(&mesh, "silent", "judge_declined", 3.0).await;
     assert_eq!(decisions(&m, "silent", "judge_declined"), 3.0, "{m}");
     assert_eq!(decisions(&m, "silent", "budget"), 2.0, "{m}");
     mesh.shutdown().await;
