@@ -294,3 +294,28 @@ async fn a_budget_of_n_calls_stops_judging_at_n_still_answers_mentions_and_a_rai
     assert_eq!(decisions(&m, "silent", "budget"), 2.0, "{m}");
     mesh.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_opt_in_file_watch_reloads_when_the_file_changes() {
+    let mesh = TestMesh::start(MeshSpec::mentions_only(&["A"])).await;
+    let node = mesh.node(0).node.clone();
+    tokio::spawn(botmesh::app::reload::watch(node, Duration::from_millis(50)));
+    // Let the watch take its first look before the file changes.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    edit(
+        &mesh,
+        "participation = \"mentions\"",
+        "participation = \"mentions\"\nquiet = true",
+    );
+    let info = botmesh_tests::wait_for(
+        Duration::from_secs(10),
+        Duration::from_millis(25),
+        || fetch_json(mesh.http.get(format!("{}/v1/info", mesh.api(0)))),
+        |i| i["quiet"] == true,
+    )
+    .await;
+    assert_eq!(info["quiet"], true, "{info}");
+    let (_, health) = mesh.health(0).await;
+    assert_eq!(health["config_reload"]["via"], "watch", "{health}");
+    mesh.shutdown().await;
+}
