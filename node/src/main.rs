@@ -347,7 +347,7 @@ fn explain(bot: String, config: PathBuf, req: botmesh::turn::ExplainRequest) -> 
         let llm = botmesh::llm::LlmClient::new(botmesh::llm::LlmClient::build_http(
             std::time::Duration::from_secs(3),
         )?);
-        botmesh::turn::explain(&brain, &llm, &cfg, req, &[], false)
+        botmesh::turn::explain(&brain, &llm, &cfg, req, &[], cfg.bot().quiet)
             .await
             .map_err(anyhow::Error::msg)
     })?;

@@ -319,3 +319,46 @@ async fn the_opt_in_file_watch_reloads_when_the_file_changes() {
     assert_eq!(health["config_reload"]["via"], "watch", "{health}");
     mesh.shutdown().await;
 }
+
+#[tokio::test]
+async fn reload_needs_the_api_token_like_the_rest_of_the_api() {
+    let mut spec = MeshSpec::mentions_only(&["A"]).mesh("api_token_env = \"RELOAD_TEST_TOKEN\"");
+    spec.env
+        .insert("RELOAD_TEST_TOKEN".into(), "s3cret-token".into());
+    let mesh = TestMesh::start(spec).await;
+    let url = format!("{}/v1/reload", mesh.api(0));
+    let without = mesh.http.post(&url).send().await.unwrap().status();
+    assert_eq!(without.as_u16(), 401);
+    let wrong = mesh
+        .http
+        .post(&url)
+        .bearer_auth("nope")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status().as_u16(), 401);
+    let r = mesh
+        .http
+        .post(&url)
+        .bearer_auth("s3cret-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200, "{}", r.text().await.unwrap());
+    let m = mesh
+        .http
+        .get(format!("{}/metrics", mesh.api(0)))
+        .bearer_auth("s3cret-token")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        metric(&m, "botmesh_config_reloads_total{result=\"applied\"}"),
+        1.0,
+        "only the authorized reload ran: {m}"
+    );
+    mesh.shutdown().await;
+}

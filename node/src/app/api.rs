@@ -288,7 +288,8 @@ fn transcript(node: &Node, req: &Request<Incoming>) -> Response<Body> {
 }
 
 fn info(node: &Node) -> Response<Body> {
-    let cfg = &node.cfg;
+    // As running now: colleague profiles and depth rules may have been reloaded.
+    let cfg = &node.reloader.running();
     let bots: Vec<serde_json::Value> = cfg
         .settings
         .bots
@@ -297,7 +298,7 @@ fn info(node: &Node) -> Response<Body> {
         .collect();
     server::json(
         StatusCode::OK,
-        &serde_json::json!({"bot": cfg.bot().name, "group": cfg.mesh().group, "bots": bots, "quiet": node.is_quiet(), "max_depth": node.brain.tuning().mesh.max_depth, "budget": budget(node)}),
+        &serde_json::json!({"bot": cfg.bot().name, "group": cfg.mesh().group, "bots": bots, "quiet": node.is_quiet(), "max_depth": cfg.mesh().max_depth, "budget": budget(node)}),
     )
 }
 

@@ -59,6 +59,11 @@ impl Reloader {
         }
     }
 
+    /// The configuration in force (the start one with every reload's tunable keys).
+    pub(crate) fn running(&self) -> Arc<NodeConfig> {
+        self.running.lock().clone()
+    }
+
     /// The last reload's outcome, if there was one.
     pub(crate) fn last(&self) -> Option<ReloadReport> {
         self.last.lock().clone()
@@ -140,7 +145,7 @@ impl Node {
 
     /// The file's modification time and length, to notice a change ([`watch`]).
     fn file_stamp(&self) -> Option<(std::time::SystemTime, u64)> {
-        let path = self.reloader.running.lock().settings.path.clone();
+        let path = self.reloader.running().settings.path.clone();
         let meta = std::fs::metadata(path).ok()?;
         Some((meta.modified().ok()?, meta.len()))
     }

@@ -596,7 +596,7 @@ pub struct BotSettings {
     /// Start quiet (the operator switch of `POST /v1/quiet`); a reload that changes
     /// it sets the switch, an unchanged value leaves the operator's switch alone.
     #[serde(default)]
-    pub(crate) quiet: bool,
+    pub quiet: bool,
 }
 
 fn default_min_delay() -> u64 {
