@@ -213,4 +213,204 @@ mod tests {
             "a raised budget applies at once"
         );
     }
+
+    /// The real pipeline (`consider_with`) over a [`crate::turn::Ports`] whose clock
+    /// is virtual: N judged messages spend the budget, the next one is not judged,
+    /// and past local midnight the bot judges again.
+    mod virtual_day {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::sync::Arc;
+
+        use futures_util::future::BoxFuture;
+        use tokio_util::sync::CancellationToken;
+        use ulid::Ulid;
+
+        use super::*;
+        use crate::config::{BotSettings, MeshSettings};
+        use crate::egress::acks::ClaimAcks;
+        use crate::llm::{ChatMessage, Completion, Endpoint, LlmError, Purpose, Usage};
+        use crate::telemetry::events::Event;
+        use crate::telemetry::metrics::{DecisionLabel, Metrics};
+        use crate::turn::brain::{Brain, Tuning};
+        use crate::turn::{Llm, Ports, Provider};
+        use crate::wire::envelope::{Author, Envelope};
+
+        /// One bot, a virtual clock, a judge that always declines (one call per
+        /// message).
+        struct Clocked {
+            brain: Brain,
+            mesh: Arc<MeshSettings>,
+            now: AtomicU64,
+            judge_calls: AtomicU64,
+            stop: CancellationToken,
+        }
+
+        impl Llm for Clocked {
+            fn complete<'a>(
+                &'a self,
+                _ep: &'a Endpoint,
+                _purpose: Purpose,
+                _messages: &'a [ChatMessage],
+                _about: &'a Envelope,
+            ) -> BoxFuture<'a, Result<Completion, LlmError>> {
+                self.judge_calls.fetch_add(1, Ordering::Relaxed);
+                Box::pin(async {
+                    Ok(Completion {
+                        text: r#"{"speak": false, "relevance": 0.1}"#.into(),
+                        usage: Usage {
+                            prompt_tokens: 40,
+                            completion_tokens: 8,
+                        },
+                        attempts: 1,
+                    })
+                })
+            }
+        }
+
+        impl Ports for Clocked {
+            fn brain(&self) -> &Brain {
+                &self.brain
+            }
+            fn mesh(&self) -> Arc<MeshSettings> {
+                self.mesh.clone()
+            }
+            fn llm(&self) -> &dyn Llm {
+                self
+            }
+            fn now_millis(&self) -> u64 {
+                self.now.load(Ordering::Relaxed)
+            }
+            fn new_id(&self) -> Ulid {
+                Ulid::new()
+            }
+            fn jitter_ms(&self, _max_ms: u64) -> u64 {
+                0
+            }
+            fn recent(&self, _group: &str, _limit: usize) -> Vec<Arc<Envelope>> {
+                Vec::new()
+            }
+            fn since(&self, _group: &str, _id: &Ulid) -> Vec<Arc<Envelope>> {
+                Vec::new()
+            }
+            fn bot_messages_and_due(
+                &self,
+                _group: &str,
+                _limit: usize,
+                _now_ms: u64,
+                _window_ms: u64,
+                _trigger: &Ulid,
+                _ahead: &[String],
+            ) -> (usize, usize) {
+                (0, 0)
+            }
+            fn link_failing_for(&self, _peer: &str) -> Option<std::time::Duration> {
+                None
+            }
+            fn quiet(&self) -> bool {
+                false
+            }
+            fn stopping(&self) -> &CancellationToken {
+                &self.stop
+            }
+            fn broadcast(&self, _env: &Envelope) {}
+            fn send_to(&self, _peers: &[String], _env: &Envelope) {}
+            fn broadcast_tracked(&self, _env: &Envelope) -> ClaimAcks {
+                unreachable!("the judge declines: no claim")
+            }
+            fn publish(self: Arc<Self>, _env: Envelope) -> BoxFuture<'static, Result<(), String>> {
+                unreachable!("the judge declines: no reply")
+            }
+            fn event(&self, _event: Event) {}
+        }
+
+        fn count(p: &Clocked, action: &str, reason: &str) -> u64 {
+            p.brain
+                .metrics
+                .decisions
+                .get_or_create(&DecisionLabel {
+                    action: action.into(),
+                    reason: reason.into(),
+                })
+                .get()
+        }
+
+        async fn message(p: &Arc<Clocked>, text: &str) {
+            let env = Envelope::message(
+                Ulid::new(),
+                p.now_millis(),
+                "demo",
+                "A",
+                Author::human("alice"),
+                text,
+            );
+            crate::turn::pipeline::consider_with(p.clone(), Arc::new(env), &[]).await;
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn n_calls_judge_the_next_message_is_not_judged_and_midnight_resumes() {
+            let me = BotSettings::from_toml("name = \"A\"").expect("bot");
+            let tuning = Tuning {
+                me: Arc::new(me.clone()),
+                colleagues: Vec::new(),
+                provider: Provider::Remote {
+                    judge: Endpoint::new("test://judge", "m"),
+                    reply: Endpoint::new("test://reply", "m"),
+                },
+                mesh: Arc::new(MeshSettings::default()),
+                budget: Limits {
+                    calls: Some(3),
+                    tokens: None,
+                    over: OverBudget::Mentions,
+                    offset_min: 0,
+                },
+            };
+            let p = Arc::new(Clocked {
+                brain: Brain::with(tuning, &[me], Arc::new(Metrics::new())),
+                mesh: Arc::new(MeshSettings::default()),
+                // 2026-01-01 23:00 UTC.
+                now: AtomicU64::new(1_767_308_400_000),
+                judge_calls: AtomicU64::new(0),
+                stop: CancellationToken::new(),
+            });
+            for i in 0..3 {
+                message(&p, &format!("question {i}")).await;
+            }
+            assert_eq!(p.judge_calls.load(Ordering::Relaxed), 3);
+            assert_eq!(count(&p, "silent", "judge_declined"), 3);
+            message(&p, "question 3").await;
+            assert_eq!(p.judge_calls.load(Ordering::Relaxed), 3, "not judged");
+            assert_eq!(count(&p, "silent", "budget"), 1);
+            assert_eq!(
+                p.brain
+                    .metrics
+                    .budget_exhausted
+                    .get_or_create(&crate::telemetry::metrics::ResultLabel {
+                        result: "calls".into()
+                    })
+                    .get(),
+                1
+            );
+            // 59 minutes later, still the same day.
+            p.now.fetch_add(59 * 60_000, Ordering::Relaxed);
+            message(&p, "question 4").await;
+            assert_eq!(count(&p, "silent", "budget"), 2);
+            // Past midnight: a new day, judged again.
+            p.now.fetch_add(60_000, Ordering::Relaxed);
+            message(&p, "question 5").await;
+            assert_eq!(
+                p.judge_calls.load(Ordering::Relaxed),
+                4,
+                "judged the next day"
+            );
+            assert_eq!(count(&p, "silent", "judge_declined"), 4);
+            let status = p
+                .brain
+                .budget
+                .status(&p.brain.tuning().budget, p.now_millis());
+            assert_eq!(
+                (status.calls, status.tokens, status.exhausted),
+                (1, 48, None)
+            );
+        }
+    }
 }
