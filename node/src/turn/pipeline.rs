@@ -250,7 +250,9 @@ async fn judge_step<P: Ports + ?Sized>(
         }
         Action::Judge => {
             record(p, msg, "judge", d.reason, "");
-            let context = context_before(p, msg, brain.me().context_messages);
+            // One snapshot for the step: a reload meanwhile applies from the next one.
+            let me = brain.me();
+            let context = context_before(p, msg, me.context_messages);
             // While the judge is out, a peer's claim on this trigger is answered
             // `judging`: that peer then waits for this bot's word before it commits.
             brain.board.set_judging(msg.id, true); // (triage set it already)
@@ -261,7 +263,7 @@ async fn judge_step<P: Ports + ?Sized>(
                 send_owed_word(p, msg);
                 return None;
             };
-            if !v.speak || v.relevance < brain.me().min_relevance {
+            if !v.speak || v.relevance < me.min_relevance {
                 record(
                     p,
                     msg,
@@ -308,10 +310,11 @@ async fn write_step<P: Ports + ?Sized>(
         }
         Early::NotWritten => {}
     }
-    let context = context_before(p, msg, brain.me().context_messages.max(12));
+    let me = brain.me();
+    let context = context_before(p, msg, me.context_messages.max(12));
     if let Some((client, url)) = &brain.agent {
         let turn = Turn {
-            bot: &brain.me().name,
+            bot: &me.name,
             group: &msg.group,
             trigger: msg,
             transcript: &context,
