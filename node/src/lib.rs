@@ -13,17 +13,20 @@
 //!
 //! ```text
 //! simulate    botmesh simulate: the production turn code in virtual time, against baselines
-//! app         Node: start-up, the two listeners and their routing, local API, page, metrics
+//! app         Node: start-up, the two listeners and their routing, local API, page, metrics,
+//!             reload (SIGHUP, POST /v1/reload, the file watch)
 //! platform    one adapter per chat platform behind ChatPlatform: local, feishu, dingtalk, discord
 //!             (feishu_ws: the long connection; feishu_content: rich text and media;
 //!             feishu_names: people by display name)
 //! ingress     Ingest: admission (verify, dedup, rate limit), HTTP bridge, stream reader, relayed copies
-//! turn        mention → policy → judge → scheduler → reply, over the Ports trait
+//! turn        mention → policy → judge → scheduler → reply, over the Ports trait; the daily
+//!             LLM budget
 //! egress      one outbox per peer over a Transport (HTTP peer, Redis stream), relay, claim acks
 //! llm         the OpenAI-compatible client
 //! store       transcripts, the outbox log, delivery cursors
 //! telemetry   Prometheus metrics, live events
-//! config      peers.toml → a validated NodeConfig; pacing (backoff, token bucket) for every layer
+//! config      peers.toml → a validated NodeConfig; pacing (backoff, token bucket) for every layer;
+//!             reload (which changed keys apply at once, which wait for a restart)
 //! wire        envelope, batch, signatures, paths and limits
 //! ```
 //!

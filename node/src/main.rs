@@ -44,6 +44,10 @@ enum Command {
         /// Log format.
         #[arg(long, value_parser = ["text", "json"], default_value = "text")]
         log_format: String,
+        /// Reload the configuration when the file changes, checking every SECS
+        /// seconds (SIGHUP and `botmesh reload` work without it).
+        #[arg(long, value_name = "SECS")]
+        watch_config: Option<u64>,
     },
     /// Make keys: an Ed25519 key pair (default) or a mesh HMAC secret.
     Keygen {
@@ -86,6 +90,16 @@ enum Command {
         #[arg(long)]
         off: bool,
         /// The mesh file.
+        #[arg(long, default_value = "peers.toml")]
+        config: PathBuf,
+    },
+    /// Make a running bot read its configuration file again (as SIGHUP does): prints
+    /// the keys applied and those that wait for a restart; fails if the file is refused.
+    Reload {
+        /// The bot.
+        #[arg(long)]
+        bot: String,
+        /// The mesh file (for the bot's API address and token).
         #[arg(long, default_value = "peers.toml")]
         config: PathBuf,
     },
@@ -147,7 +161,8 @@ fn main() -> ExitCode {
             config,
             data_dir,
             log_format,
-        } => run(bot, config, data_dir, &log_format),
+            watch_config,
+        } => run(bot, config, data_dir, &log_format, watch_config),
         Command::Keygen {
             secret,
             private_out,
@@ -171,7 +186,13 @@ fn main() -> ExitCode {
                 call_llm,
             },
         ),
-        Command::Quiet { bot, off, config } => quiet(bot, config, !off),
+        Command::Quiet { bot, off, config } => post_local(
+            bot,
+            config,
+            "/v1/quiet",
+            Some(serde_json::json!({"quiet": !off})),
+        ),
+        Command::Reload { bot, config } => post_local(bot, config, "/v1/reload", None),
         Command::Feishu {
             command: FeishuCommand::Ids { bot, config },
         } => feishu_ids(bot, config),
@@ -223,7 +244,12 @@ fn run(
     config: PathBuf,
     data_dir: Option<PathBuf>,
     log_format: &str,
+    watch_config: Option<u64>,
 ) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        watch_config != Some(0),
+        "--watch-config must be at least 1 second"
+    );
     init_tracing(log_format);
     // Configuration errors end the process before any port is bound.
     let settings = Settings::load(&config)?;
@@ -236,7 +262,8 @@ fn run(
         let api = tokio::net::TcpListener::bind(cfg.api_addr)
             .await
             .with_context(|| format!("binding the local API on {}", cfg.api_addr))?;
-        botmesh::app::node::run(cfg, bridge, api, shutdown_signal()).await
+        let watch = watch_config.map(std::time::Duration::from_secs);
+        botmesh::app::node::run(cfg, bridge, api, shutdown_signal(), watch).await
     })
 }
 
@@ -320,7 +347,7 @@ fn explain(bot: String, config: PathBuf, req: botmesh::turn::ExplainRequest) -> 
         let llm = botmesh::llm::LlmClient::new(botmesh::llm::LlmClient::build_http(
             std::time::Duration::from_secs(3),
         )?);
-        botmesh::turn::explain(&brain, &llm, &cfg, req, &[], false)
+        botmesh::turn::explain(&brain, &llm, &cfg, req, &[], cfg.bot().quiet)
             .await
             .map_err(anyhow::Error::msg)
     })?;
@@ -328,7 +355,15 @@ fn explain(bot: String, config: PathBuf, req: botmesh::turn::ExplainRequest) -> 
     Ok(())
 }
 
-fn quiet(bot: String, config: PathBuf, on: bool) -> anyhow::Result<()> {
+/// POSTs `body` (none: an empty body) to `path` on bot `bot`'s local API, with the
+/// API token when `[mesh].api_token_env` names one, and prints the answer: the CLI
+/// of `botmesh quiet` and `botmesh reload`.
+fn post_local(
+    bot: String,
+    config: PathBuf,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> anyhow::Result<()> {
     let settings = Settings::load(&config)?;
     let cfg = NodeConfig::without_secrets(settings, &bot, &ProcessEnv)?;
     let token = cfg
@@ -345,9 +380,10 @@ fn quiet(bot: String, config: PathBuf, on: bool) -> anyhow::Result<()> {
             .no_proxy()
             .timeout(std::time::Duration::from_secs(5))
             .build()?;
-        let mut req = client
-            .post(format!("http://{}/v1/quiet", cfg.api_addr))
-            .json(&serde_json::json!({"quiet": on}));
+        let mut req = client.post(format!("http://{}{path}", cfg.api_addr));
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
         if let Some(t) = token {
             req = req.bearer_auth(t);
         }

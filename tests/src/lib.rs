@@ -273,9 +273,14 @@ impl TestMesh {
             }
         }
         let cfg = NodeConfig::resolve(settings, name, None, &self.env).expect("resolve");
-        botmesh::app::node::start(cfg, bridge, api)
+        let running = botmesh::app::node::start(cfg, bridge, api)
             .await
-            .expect("start node")
+            .expect("start node");
+        // A reload reads the node's secrets where it was resolved from.
+        running
+            .node
+            .set_reload_secrets(std::sync::Arc::new(self.env.clone()));
+        running
     }
 
     /// Index of bot `name`.

@@ -75,3 +75,99 @@ async fn two_processes_exchange_messages_and_stop_cleanly_on_sigterm() {
     // A clean stop gives back the zeroed space kept ahead of the lines.
     assert!(!text.contains('\0') && text.ends_with('\n'), "{text:?}");
 }
+
+#[tokio::test]
+async fn sighup_and_botmesh_reload_reread_the_file_and_the_node_lives_on() {
+    let mut mesh = ProcessMesh::start(&["A"], "", "participation = \"mentions\"").await;
+    let info = |mesh: &ProcessMesh| fetch_json(mesh.http.get(format!("{}/v1/info", mesh.apis[0])));
+    let edit = |mesh: &ProcessMesh, from: &str, to: &str| {
+        let text = std::fs::read_to_string(&mesh.config).unwrap();
+        assert!(text.contains(from), "{text}");
+        std::fs::write(&mesh.config, text.replacen(from, to, 1)).unwrap();
+    };
+    assert_eq!(info(&mesh).await["quiet"], false);
+
+    // SIGHUP, which used to end the node, reloads the file: quiet = true applies.
+    edit(
+        &mesh,
+        "participation = \"mentions\"",
+        "participation = \"mentions\"\nquiet = true",
+    );
+    let pid = mesh.procs[0].as_ref().unwrap().id().to_string();
+    let sent = Command::new("kill").args(["-HUP", &pid]).status().unwrap();
+    assert!(sent.success());
+    let quiet = botmesh_tests::wait_for(
+        Duration::from_secs(10),
+        Duration::from_millis(25),
+        || info(&mesh),
+        |i| i["quiet"] == true,
+    )
+    .await;
+    assert_eq!(quiet["quiet"], true, "{}", mesh.log(0));
+    assert!(
+        mesh.procs[0]
+            .as_mut()
+            .unwrap()
+            .try_wait()
+            .unwrap()
+            .is_none(),
+        "the node lives on after SIGHUP:\n{}",
+        mesh.log(0)
+    );
+    assert!(
+        mesh.log(0).contains("configuration reloaded"),
+        "{}",
+        mesh.log(0)
+    );
+
+    // botmesh reload: the same through the local API, printing what applied.
+    edit(&mesh, "quiet = true", "quiet = false");
+    let out = Command::new(botmesh_bin())
+        .args(["reload", "--bot", "A", "--config"])
+        .arg(&mesh.config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["applied"], serde_json::json!(["bots[0].quiet"]));
+    assert_eq!(info(&mesh).await["quiet"], false);
+
+    // A broken file: SIGHUP is refused with the start-up error (in /healthz), the
+    // node runs on; the CLI, which reads the file for the bot's address, fails with
+    // the same error without asking the node.
+    edit(&mesh, "quiet = false", "quiet = \"maybe\"");
+    let sent = Command::new("kill").args(["-HUP", &pid]).status().unwrap();
+    assert!(sent.success());
+    let health =
+        |mesh: &ProcessMesh| fetch_json(mesh.http.get(format!("{}/healthz", mesh.apis[0])));
+    let h = botmesh_tests::wait_for(
+        Duration::from_secs(10),
+        Duration::from_millis(25),
+        || health(&mesh),
+        |h| h["config_reload"]["result"] == "refused",
+    )
+    .await;
+    assert_eq!(h["status"], "ok", "{h}");
+    assert!(
+        h["config_reload"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("bots[0].quiet")),
+        "{h}"
+    );
+    let out = Command::new(botmesh_bin())
+        .args(["reload", "--bot", "A", "--config"])
+        .arg(&mesh.config)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("bots[0].quiet"), "{err}");
+    assert_eq!(mesh.health(0).await, Some(200));
+
+    let status = mesh.terminate(0);
+    assert!(status.success(), "{}", mesh.log(0));
+}

@@ -1,5 +1,5 @@
 //! The local API: the page, `POST /v1/messages`, transcript, events, health, metrics,
-//! explain and quiet. Bound to 127.0.0.1 by default; when bound elsewhere every request
+//! explain, quiet and reload. Bound to 127.0.0.1 by default; when bound elsewhere every request
 //! needs `Authorization: Bearer <token>` (or `?token=` for the page and its stream).
 
 use std::convert::Infallible;
@@ -44,6 +44,13 @@ fn refresh_cache_sizes(node: &Node) {
     for o in &node.outboxes {
         m.set_outbox_depth(o.peer(), o.len());
     }
+    if let Some(b) = budget(node) {
+        for (kind, n) in [("calls", b.calls), ("tokens", b.tokens)] {
+            m.budget_spent
+                .get_or_create(&crate::telemetry::metrics::KindLabel { kind: kind.into() })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
 }
 
 /// Routes a local API request.
@@ -71,6 +78,7 @@ pub(crate) async fn handle(
         (&Method::GET, "/v1/info") => info(&node),
         (&Method::POST, "/v1/explain") => explain(&node, req).await,
         (&Method::POST, "/v1/quiet") => quiet(&node, req).await,
+        (&Method::POST, "/v1/reload") => reload(&node),
         (&Method::GET, "/healthz") => health(&node),
         (&Method::GET, "/metrics") => {
             refresh_cache_sizes(&node);
@@ -85,7 +93,7 @@ pub(crate) async fn handle(
         (
             _,
             "/" | "/v1/messages" | "/v1/transcript" | "/v1/events" | "/v1/explain" | "/v1/quiet"
-            | "/healthz" | "/metrics",
+            | "/v1/reload" | "/healthz" | "/metrics",
         ) => server::error(
             StatusCode::METHOD_NOT_ALLOWED,
             format!("{method} is not allowed on {path}"),
@@ -280,7 +288,8 @@ fn transcript(node: &Node, req: &Request<Incoming>) -> Response<Body> {
 }
 
 fn info(node: &Node) -> Response<Body> {
-    let cfg = &node.cfg;
+    // As running now: colleague profiles and depth rules may have been reloaded.
+    let cfg = &node.reloader.running();
     let bots: Vec<serde_json::Value> = cfg
         .settings
         .bots
@@ -289,7 +298,7 @@ fn info(node: &Node) -> Response<Body> {
         .collect();
     server::json(
         StatusCode::OK,
-        &serde_json::json!({"bot": cfg.bot().name, "group": cfg.mesh().group, "bots": bots, "quiet": node.is_quiet(), "max_depth": cfg.mesh().max_depth}),
+        &serde_json::json!({"bot": cfg.bot().name, "group": cfg.mesh().group, "bots": bots, "quiet": node.is_quiet(), "max_depth": cfg.mesh().max_depth, "budget": budget(node)}),
     )
 }
 
@@ -359,8 +368,27 @@ pub(crate) fn health(node: &Node) -> Response<Body> {
             "quiet": node.is_quiet(),
             "seen_cache": node.seen.len(),
             "platform": node.platform.health(),
+            "config_reload": node.reloader.last(),
+            "budget": budget(node),
         }),
     )
+}
+
+/// Today's LLM use against the daily budget (`null` without limits).
+fn budget(node: &Node) -> Option<crate::turn::budget::BudgetStatus> {
+    let limits = node.brain.tuning().budget;
+    (limits.calls.is_some() || limits.tokens.is_some())
+        .then(|| node.brain.budget.status(&limits, now_millis()))
+}
+
+/// `POST /v1/reload`: reads the configuration file again (as `SIGHUP` does). 200
+/// with what was applied and what waits for a restart; 422 when the file was refused
+/// (the running configuration stays).
+fn reload(node: &Node) -> Response<Body> {
+    match node.reload("api") {
+        Ok(r) => server::json(StatusCode::OK, &serde_json::json!(r)),
+        Err(r) => server::json(StatusCode::UNPROCESSABLE_ENTITY, &serde_json::json!(r)),
+    }
 }
 
 async fn explain(node: &Arc<Node>, req: Request<Incoming>) -> Response<Body> {

@@ -1,5 +1,7 @@
 //! One running node: its state and lifecycle ([`node`]), the routing of its two
-//! listeners, and the local API and page ([`api`]). The node implements the narrow
-//! handles the layers below hold: `turn::Ports`, `ingress::ingest::Sink`.
+//! listeners, the local API and page ([`api`]), and configuration reloads
+//! ([`reload`]). The node implements the narrow handles the layers below hold:
+//! `turn::Ports`, `ingress::ingest::Sink`.
 pub(crate) mod api;
 pub mod node;
+pub mod reload;

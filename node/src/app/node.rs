@@ -81,6 +81,8 @@ pub struct Node {
     pub(crate) relay: Option<Arc<crate::egress::relay::Relay>>,
     /// Claims this node waits on: each outbox reports how they fared with its peer.
     pub acks: Arc<crate::egress::acks::AckTracker>,
+    /// Configuration reloads: what runs now, the last outcome.
+    pub(crate) reloader: crate::app::reload::Reloader,
 }
 
 /// Hands durable outbound messages to every peer's outbox, in log order.
@@ -292,7 +294,8 @@ pub async fn start(
         llm: LlmClient::new(
             LlmClient::build_http(Duration::from_secs(3)).context("building the LLM client")?,
         ),
-        quiet: AtomicBool::new(false),
+        quiet: AtomicBool::new(cfg.bot().quiet),
+        reloader: crate::app::reload::Reloader::new(cfg.clone()),
         accepting: CancellationToken::new(),
         turns: tokio_util::task::TaskTracker::new(),
         outboxes,
@@ -598,14 +601,33 @@ impl RunningNode {
     }
 }
 
-/// Runs a node until `signal` completes, then shuts it down gracefully.
+/// Runs a node until `signal` completes, then shuts it down gracefully. `SIGHUP`
+/// reloads the configuration file; with `watch`, so does a change of the file
+/// (checked that often).
 pub async fn run(
     cfg: NodeConfig,
     bridge: TcpListener,
     api: TcpListener,
     signal: impl std::future::Future<Output = ()>,
+    watch: Option<Duration>,
 ) -> anyhow::Result<()> {
+    // Listening for SIGHUP before the listeners open, so that no SIGHUP sent to a
+    // node that answers can end it (the signal's default action).
+    #[cfg(unix)]
+    let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
     let running = start(cfg, bridge, api).await?;
+    #[cfg(unix)]
+    match hup {
+        Ok(hup) => {
+            tokio::spawn(crate::app::reload::on_sighup(running.node.clone(), hup));
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGHUP; reload with POST /v1/reload")
+        }
+    }
+    if let Some(every) = watch {
+        tokio::spawn(crate::app::reload::watch(running.node.clone(), every));
+    }
     eprintln!(
         "botmesh: {} is up — page http://{}/  bridge http://{}",
         running.node.cfg.bot().name,
@@ -706,8 +728,8 @@ impl Ports for Node {
         &self.brain
     }
 
-    fn mesh(&self) -> &crate::config::MeshSettings {
-        self.cfg.mesh()
+    fn mesh(&self) -> Arc<crate::config::MeshSettings> {
+        self.brain.tuning().mesh.clone()
     }
 
     fn llm(&self) -> &dyn Llm {

@@ -18,6 +18,7 @@ use serde::Deserialize;
 use crate::wire::signing::{HmacSecret, PairwiseKey, PublicKey, Signer, SigningKey, Verifier};
 
 pub(crate) mod pacing;
+pub(crate) mod reload;
 
 /// A configuration problem, always naming the key it is about.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -32,7 +33,7 @@ pub struct ConfigError {
 }
 
 /// The whole of peers.toml, as written.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
     /// Mesh-wide settings.
@@ -53,7 +54,7 @@ pub struct Settings {
 }
 
 /// `[mesh]`: what every node of the mesh agrees on.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MeshSettings {
     /// The default group for the local platform.
@@ -144,7 +145,7 @@ pub enum Transport {
 }
 
 /// `[redis]`: the server carrying `transport = "redis"`, the same for every bot.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RedisSettings {
     /// `redis://host:port/db` (no password here: use `url_env` for one).
@@ -208,7 +209,7 @@ impl Default for MeshSettings {
 }
 
 /// `[llm]`: an OpenAI-compatible endpoint, with optional per-purpose overrides.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LlmSettings {
     /// Base URL; requests go to `{base_url}/chat/completions`.
@@ -236,10 +237,60 @@ pub struct LlmSettings {
     /// Overrides for the reply call.
     #[serde(default)]
     pub(crate) reply: Option<LlmOverride>,
+    /// LLM calls (judge and reply) this bot may make per day; past it, see
+    /// `over_budget`. Absent: no limit. Each node counts its own bot's calls.
+    #[serde(default)]
+    pub(crate) daily_calls: Option<u64>,
+    /// Tokens (prompt + completion, judge and reply) this bot may spend per day.
+    #[serde(default)]
+    pub(crate) daily_tokens: Option<u64>,
+    /// What a bot past its daily budget still does: answer `mentions` (the default)
+    /// or stay `silent`.
+    #[serde(default)]
+    pub(crate) over_budget: OverBudget,
+    /// The time zone whose midnight starts a new budget day, as a fixed UTC offset
+    /// (`"+08:00"`, `"-05:00"`, `"Z"`); default UTC.
+    #[serde(default = "utc")]
+    pub(crate) budget_utc_offset: String,
+}
+
+/// What a bot past its daily LLM budget does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OverBudget {
+    /// Stops judging, still answers @mentions (those replies are still counted).
+    #[default]
+    Mentions,
+    /// Takes no turns at all until the next day.
+    Silent,
+}
+
+fn utc() -> String {
+    "+00:00".into()
+}
+
+/// Minutes east of UTC for a `budget_utc_offset` (`+08:00`, `-05:30`, `Z`, `UTC`).
+pub(crate) fn parse_utc_offset(s: &str) -> Result<i64, String> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("z") || t.eq_ignore_ascii_case("utc") {
+        return Ok(0);
+    }
+    let bad = || format!("{s:?} is not a UTC offset like \"+08:00\" or \"-05:00\"");
+    let (sign, rest) = match t.as_bytes().first() {
+        Some(b'+') => (1, &t[1..]),
+        Some(b'-') => (-1, &t[1..]),
+        _ => return Err(bad()),
+    };
+    let (h, m) = rest.split_once(':').ok_or_else(bad)?;
+    let (h, m): (i64, i64) = (h.parse().map_err(|_| bad())?, m.parse().map_err(|_| bad())?);
+    if !(0..=14).contains(&h) || !(0..60).contains(&m) {
+        return Err(bad());
+    }
+    Ok(sign * (h * 60 + m))
 }
 
 /// Per-purpose changes to `[llm]`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LlmOverride {
     /// Another endpoint.
@@ -267,7 +318,7 @@ fn yes() -> bool {
 }
 
 /// Which chat platform a bot's humans use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum Platform {
     /// The mesh is the chat: humans post through the page or the local API.
@@ -283,7 +334,7 @@ pub enum Platform {
 }
 
 /// When a bot takes part in a conversation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum Participation {
     /// Only when @mentioned.
@@ -296,7 +347,7 @@ pub enum Participation {
 }
 
 /// Whose messages a bot may answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum ReplyTo {
     /// Humans and bots.
@@ -307,7 +358,7 @@ pub enum ReplyTo {
 }
 
 /// How a feishu bot receives its events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum FeishuMode {
     /// The node opens an outbound WebSocket to Feishu (no public address, no
@@ -319,7 +370,7 @@ pub enum FeishuMode {
 }
 
 /// Feishu ids of a bot and, for a bot whose platform is `feishu`, its app (see docs/feishu.md).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FeishuIds {
     /// How events arrive: `long_connection` (default) or `webhook`.
@@ -369,7 +420,7 @@ impl FeishuIds {
 pub const DISCORD_API_BASE_URL: &str = "https://discord.com/api/v10";
 
 /// `[bots.discord]`: a Discord bot's identity and where it talks (see docs/discord.md).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DiscordSettings {
     /// Env var holding the bot token (never the token itself: secrets stay out of the file).
@@ -407,7 +458,7 @@ impl DiscordSettings {
 }
 
 /// A DingTalk bot's app and robot (see docs/dingtalk.md).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DingTalkIds {
     /// The app's Client ID (formerly AppKey): opens the Stream connection and gets
@@ -455,7 +506,7 @@ pub fn is_snowflake(s: &str) -> bool {
 }
 
 /// Sidecar mode: hand each turn to an external bot instead of the built-in reply.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentSettings {
     /// Where turns are POSTed.
@@ -470,7 +521,7 @@ fn default_agent_timeout() -> u64 {
 }
 
 /// One `[[bots]]` entry.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct BotSettings {
     /// Canonical name, unique in the mesh; what `@Name` matches.
@@ -570,6 +621,10 @@ pub struct BotSettings {
     /// This bot's transport when it differs from `mesh.transport` (a mixed mesh).
     #[serde(default)]
     pub(crate) transport: Option<Transport>,
+    /// Start quiet (the operator switch of `POST /v1/quiet`); a reload that changes
+    /// it sets the switch, an unchanged value leaves the operator's switch alone.
+    #[serde(default)]
+    pub quiet: bool,
 }
 
 fn default_min_delay() -> u64 {
@@ -775,6 +830,19 @@ impl Settings {
             check_url(&llm.base_url).map_err(|p| self.err("llm.base_url", p))?;
             if llm.model.trim().is_empty() {
                 return Err(self.err("llm.model", "must not be empty"));
+            }
+            parse_utc_offset(&llm.budget_utc_offset)
+                .map_err(|p| self.err("llm.budget_utc_offset", p))?;
+            for (key, limit) in [
+                ("daily_calls", llm.daily_calls),
+                ("daily_tokens", llm.daily_tokens),
+            ] {
+                if limit == Some(0) {
+                    return Err(self.err(
+                        format!("llm.{key}"),
+                        "must be at least 1 (leave it out for no limit; quiet silences a bot)",
+                    ));
+                }
             }
             for (name, o) in [("judge", &llm.judge), ("reply", &llm.reply)] {
                 if let Some(url) = o.as_ref().and_then(|o| o.base_url.as_ref()) {

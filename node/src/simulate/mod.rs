@@ -370,7 +370,7 @@ pub struct World {
     /// The scenario as written.
     pub scenario: Scenario,
     /// Its mesh settings (defaults of peers.toml plus the scenario's `[mesh]`).
-    pub mesh: MeshSettings,
+    pub mesh: Arc<MeshSettings>,
     /// Its bots as peers.toml would configure them.
     pub bots: Vec<BotSettings>,
     colleagues: Vec<Vec<BotSettings>>,
@@ -485,7 +485,7 @@ impl World {
             .collect();
         Ok(World {
             matcher: MentionMatcher::new(&roster(&bots)),
-            mesh,
+            mesh: Arc::new(mesh),
             bots,
             colleagues,
             judge_lat,

@@ -24,6 +24,7 @@ use crate::llm::{ChatMessage, Completion, Endpoint, LlmError, Purpose, Usage};
 use crate::store::transcript::{answers_due, recent_bot_messages};
 use crate::telemetry::events::Event;
 use crate::telemetry::metrics::Metrics;
+use crate::turn::brain::Tuning;
 use crate::turn::scheduler::WITHDRAWN;
 use crate::turn::{Brain, Llm, Ports, Provider};
 use crate::wire::envelope::{Author, AuthorKind, Envelope};
@@ -89,7 +90,7 @@ pub(super) fn run(
         .build()
         .expect("a current-thread runtime");
     let mut w = w.clone();
-    w.mesh.judge = judge;
+    std::sync::Arc::make_mut(&mut w.mesh).judge = judge;
     rt.block_on(run_async(w, seed, trace))
 }
 
@@ -124,13 +125,14 @@ async fn run_async(w: World, seed: u64, trace: bool) -> (Tally, Option<Vec<Strin
                 judge: Endpoint::new("sim://judge", "scripted"),
                 reply: Endpoint::new("sim://reply", "scripted"),
             };
-            let brain = Brain::with(
-                me,
+            let tuning = Tuning {
+                me: Arc::new(me),
                 colleagues,
-                &run.w.bots,
                 provider,
-                Arc::new(Metrics::new()),
-            );
+                mesh: run.w.mesh.clone(),
+                budget: Default::default(),
+            };
+            let brain = Brain::with(tuning, &run.w.bots, Arc::new(Metrics::new()));
             Arc::new(SimBot {
                 run: run.clone(),
                 idx: i,
@@ -243,7 +245,7 @@ fn num(st: &RunState, id: &Ulid) -> String {
 
 impl SimBot {
     fn name(&self) -> &str {
-        &self.brain.me.name
+        &self.run.w.bots[self.idx].name
     }
 
     /// A message reaches this bot: recorded once, observed, then handed to the turn
@@ -474,8 +476,8 @@ impl Ports for SimBot {
         &self.brain
     }
 
-    fn mesh(&self) -> &MeshSettings {
-        &self.run.w.mesh
+    fn mesh(&self) -> Arc<MeshSettings> {
+        self.run.w.mesh.clone()
     }
 
     fn llm(&self) -> &dyn Llm {

@@ -50,6 +50,13 @@ pub struct CacheLabel {
     pub(crate) cache: String,
 }
 
+/// Labels naming what is counted.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    /// `calls` or `tokens`.
+    pub(crate) kind: String,
+}
+
 /// Labels naming a connection state.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabel {
@@ -186,6 +193,16 @@ pub struct Metrics {
     /// Redis Streams transport incidents: `read_error`, `write_error`, `gap` (entries
     /// trimmed before this bot read them), `reset` (a stream restarted behind a cursor).
     pub(crate) stream_events: Family<ResultLabel, Counter>,
+    /// Configuration reloads (SIGHUP, `POST /v1/reload`, the file watch), by result:
+    /// `applied` (the file was valid; some keys may wait for a restart) or `refused`
+    /// (a mistake in the file; the running configuration stays).
+    pub(crate) config_reloads: Family<ResultLabel, Counter>,
+    /// Days on which this bot ran out of its LLM budget, by the limit reached
+    /// (`calls` or `tokens`): counted once per day, when it runs out.
+    pub(crate) budget_exhausted: Family<ResultLabel, Counter>,
+    /// Today's LLM use against the daily budget, by kind (`calls`, `tokens`),
+    /// refreshed at every scrape.
+    pub(crate) budget_spent: Family<KindLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -232,6 +249,24 @@ impl Metrics {
         let feishu_connects = Family::<ResultLabel, Counter>::default();
         let feishu_api_calls = Family::<EndpointLabel, Counter>::default();
         let stream_events = Family::<ResultLabel, Counter>::default();
+        let config_reloads = Family::<ResultLabel, Counter>::default();
+        let budget_exhausted = Family::<ResultLabel, Counter>::default();
+        let budget_spent = Family::<KindLabel, Gauge>::default();
+        registry.register(
+            "botmesh_config_reloads",
+            "Configuration reloads, by result (applied, refused)",
+            config_reloads.clone(),
+        );
+        registry.register(
+            "botmesh_llm_budget_exhausted",
+            "Days on which the bot ran out of its daily LLM budget, by limit (calls, tokens)",
+            budget_exhausted.clone(),
+        );
+        registry.register(
+            "botmesh_llm_budget_spent",
+            "Today's LLM use against the daily budget, by kind (calls, tokens)",
+            budget_spent.clone(),
+        );
         registry.register(
             "botmesh_envelopes_in",
             "Envelopes received on the bridge, by result",
@@ -338,6 +373,9 @@ impl Metrics {
             stream_events.clone(),
         );
         Metrics {
+            config_reloads,
+            budget_exhausted,
+            budget_spent,
             feishu_events,
             dingtalk_events,
             feishu_connection,

@@ -7,9 +7,12 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
-use crate::config::{BotSettings, LlmSettings, NodeConfig};
+use parking_lot::RwLock;
+
+use crate::config::{BotSettings, LlmSettings, MeshSettings, NodeConfig};
 use crate::llm::{parse_verdict, ChatMessage, Endpoint, Purpose, Verdict};
 use crate::telemetry::metrics::Metrics;
+use crate::turn::budget::{Budget, Exhausted, Limits};
 use crate::turn::judge::{build_prompt, offline_verdict, JudgeInput};
 use crate::turn::mention::{Member, MentionMatcher, PlatformMention};
 use crate::turn::pipeline::Turn;
@@ -32,20 +35,53 @@ pub(crate) enum Provider {
     },
 }
 
-/// The node's turn-taking state: who it is, whom it knows, what it has seen claimed.
-pub struct Brain {
+/// What a reload may change ([`Brain::retune`]): one consistent snapshot, taken once
+/// per decision step, so a step never mixes an old and a new setting.
+pub(crate) struct Tuning {
     /// This bot.
-    pub(crate) me: BotSettings,
-    /// The other bots.
+    pub(crate) me: Arc<BotSettings>,
+    /// The other bots (their profiles feed the judge and the reply).
     pub(crate) colleagues: Vec<BotSettings>,
-    /// Finds @mentions against the whole roster.
-    pub(crate) matcher: MentionMatcher,
     /// The LLM, or the offline provider.
     pub(crate) provider: Provider,
+    /// The mesh-wide rules (depth, caps, staleness).
+    pub(crate) mesh: Arc<MeshSettings>,
+    /// The daily LLM budget.
+    pub(crate) budget: Limits,
+}
+
+impl Tuning {
+    /// The tunable part of `cfg`.
+    pub(crate) fn of(cfg: &NodeConfig) -> Tuning {
+        let provider = match &cfg.settings.llm {
+            None => Provider::Offline,
+            Some(llm) => {
+                let (judge, reply) = endpoints(llm, &cfg.llm_keys);
+                Provider::Remote { judge, reply }
+            }
+        };
+        Tuning {
+            me: Arc::new(cfg.bot().clone()),
+            colleagues: cfg.peers().cloned().collect(),
+            provider,
+            mesh: Arc::new(cfg.mesh().clone()),
+            budget: Limits::of(cfg.settings.llm.as_ref()),
+        }
+    }
+}
+
+/// The node's turn-taking state: who it is, whom it knows, what it has seen claimed.
+pub struct Brain {
+    /// What a reload may change; read through [`Brain::tuning`] or [`Brain::me`].
+    tuning: RwLock<Arc<Tuning>>,
+    /// Finds @mentions against the whole roster (names and aliases need a restart).
+    pub(crate) matcher: MentionMatcher,
     /// Claims and replies per trigger.
     pub board: ClaimBoard,
     /// Shared verdicts heard, per trigger (`[mesh] judge = "shared"`).
     pub(crate) verdicts: crate::turn::shared::Verdicts,
+    /// Today's LLM use against [`Tuning::budget`].
+    pub(crate) budget: Budget,
     /// Set once the judge endpoint refused structured output.
     schema_unsupported: std::sync::atomic::AtomicBool,
     /// Client for the sidecar agent's webhook, when one is configured.
@@ -128,13 +164,7 @@ pub(crate) fn endpoints(
 impl Brain {
     /// Builds the brain for the node's bot.
     pub fn new(cfg: &NodeConfig, metrics: Arc<Metrics>) -> anyhow::Result<Brain> {
-        let provider = match &cfg.settings.llm {
-            None => Provider::Offline,
-            Some(llm) => {
-                let (judge, reply) = endpoints(llm, &cfg.llm_keys);
-                Provider::Remote { judge, reply }
-            }
-        };
+        let tuning = Tuning::of(cfg);
         let agent = match &cfg.bot().agent {
             Some(a) => Some((
                 reqwest::Client::builder()
@@ -146,37 +176,60 @@ impl Brain {
             )),
             None => None,
         };
-        let mut brain = Brain::with(
-            cfg.bot().clone(),
-            cfg.peers().cloned().collect(),
-            &cfg.settings.bots,
-            provider,
-            metrics,
-        );
+        let mut brain = Brain::with(tuning, &cfg.settings.bots, metrics);
         brain.agent = agent;
         Ok(brain)
     }
 
-    /// A brain for bot `me` among `colleagues` (`roster`: every bot, for mentions),
-    /// without a sidecar agent: what the simulator builds for each of its bots.
-    pub(crate) fn with(
-        me: BotSettings,
-        colleagues: Vec<BotSettings>,
-        roster_of: &[BotSettings],
-        provider: Provider,
-        metrics: Arc<Metrics>,
-    ) -> Brain {
+    /// A brain tuned by `tuning` (`roster`: every bot, for mentions), without a
+    /// sidecar agent: what the simulator builds for each of its bots.
+    pub(crate) fn with(tuning: Tuning, roster_of: &[BotSettings], metrics: Arc<Metrics>) -> Brain {
         Brain {
             schema_unsupported: std::sync::atomic::AtomicBool::new(false),
             agent: None,
-            me,
-            colleagues,
+            tuning: RwLock::new(Arc::new(tuning)),
             matcher: MentionMatcher::new(&roster(roster_of)),
-            provider,
             board: ClaimBoard::default(),
             verdicts: crate::turn::shared::Verdicts::default(),
+            budget: Budget::default(),
             metrics,
         }
+    }
+
+    /// The current tuning: one consistent snapshot of everything a reload may change.
+    pub(crate) fn tuning(&self) -> Arc<Tuning> {
+        self.tuning.read().clone()
+    }
+
+    /// This bot's current settings.
+    pub(crate) fn me(&self) -> Arc<BotSettings> {
+        self.tuning.read().me.clone()
+    }
+
+    /// Puts a reloaded configuration's tuning in force for every decision from now
+    /// on; turns already under way finish with the snapshot they took.
+    pub(crate) fn retune(&self, cfg: &NodeConfig) {
+        let tuning = Arc::new(Tuning::of(cfg));
+        *self.tuning.write() = tuning;
+        // The judge endpoint may have changed: ask it for structured output again.
+        self.schema_unsupported
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether today's LLM budget is spent at `now_ms`: logs and counts it the first
+    /// time each day.
+    pub(crate) fn over_budget(&self, limits: &Limits, now_ms: u64) -> Option<Exhausted> {
+        let e = self.budget.exhausted(limits, now_ms)?;
+        if e.first {
+            self.metrics
+                .budget_exhausted
+                .get_or_create(&crate::telemetry::metrics::ResultLabel {
+                    result: e.limit.into(),
+                })
+                .inc();
+            tracing::warn!(bot = %self.me().name, limit = e.limit, daily_calls = ?limits.calls, daily_tokens = ?limits.tokens, over_budget = ?limits.over, "daily LLM budget spent: no more judging until local midnight");
+        }
+        Some(e)
     }
 
     /// Every newly recorded message passes here: a bot's reply to a trigger makes
@@ -193,7 +246,7 @@ impl Brain {
     pub(crate) fn on_claim(&self, env: &Envelope) {
         if env.kind == Kind::Verdict {
             if let (Some(trigger), Some(entries)) = (env.reply_to, &env.verdicts) {
-                tracing::info!(bot = %self.me.name, %trigger, from = %env.sender, entries = ?entries, "shared verdict heard");
+                tracing::info!(bot = %self.me().name, %trigger, from = %env.sender, entries = ?entries, "shared verdict heard");
                 self.verdicts.put(trigger, &env.sender, entries.clone());
             }
             return;
@@ -209,7 +262,9 @@ impl Brain {
     /// still out (`judging`: this bot then owes the peers its claim or a withdrawal).
     pub(crate) fn answer_claim(&self, env: &Envelope) -> ClaimReply {
         match env.reply_to.filter(|_| env.kind == Kind::Claim) {
-            Some(trigger) => self.board.answer_claim(trigger, &self.me.name, &env.sender),
+            Some(trigger) => self
+                .board
+                .answer_claim(trigger, &self.me().name, &env.sender),
             None => ClaimReply::default(),
         }
     }
@@ -225,8 +280,9 @@ impl Brain {
         quiet: bool,
     ) -> Decision {
         let passed_on_parent = msg.reply_to.is_some_and(|p| self.board.passed(p));
+        let me = self.me();
         self.decide_as(
-            &self.me,
+            &me,
             mesh,
             msg,
             platform,
@@ -269,9 +325,10 @@ impl Brain {
 
     /// The judge prompt for `msg` with `context` before it.
     pub(crate) fn judge_prompt(&self, context: &[Arc<Envelope>], msg: &Envelope) -> String {
+        let t = self.tuning();
         build_prompt(&JudgeInput {
-            me: &self.me,
-            colleagues: &self.colleagues,
+            me: &t.me,
+            colleagues: &t.colleagues,
             context,
             msg,
         })
@@ -284,13 +341,14 @@ impl Brain {
         context: &[Arc<Envelope>],
         msg: &Envelope,
     ) -> Option<Verdict> {
-        match &self.provider {
+        let t = self.tuning();
+        match &t.provider {
             // Offline placeholders say little worth answering: interject on humans only.
             Provider::Offline if msg.author.kind == AuthorKind::Bot => Some(Verdict {
                 speak: false,
                 relevance: 0.0,
             }),
-            Provider::Offline => Some(offline_verdict(&self.me, &msg.text)),
+            Provider::Offline => Some(offline_verdict(&t.me, &msg.text)),
             Provider::Remote { judge, .. } => {
                 let prompt = self.judge_prompt(context, msg);
                 let messages = [ChatMessage::user(prompt)];
@@ -309,7 +367,7 @@ impl Brain {
                         // `json_object` with a schema; the tolerant parser copes either way.
                         self.schema_unsupported
                             .store(true, std::sync::atomic::Ordering::Relaxed);
-                        tracing::warn!(bot = %self.me.name, "the judge endpoint refuses response_format json_schema; using json_object from now on");
+                        tracing::warn!(bot = %t.me.name, "the judge endpoint refuses response_format json_schema; using json_object from now on");
                         ep.json_schema = false;
                         ep.json_object = true;
                         self.call(llm, &ep, Purpose::Judge, &messages, msg)
@@ -321,7 +379,7 @@ impl Brain {
                 let v = parse_verdict(&text);
                 if v.is_none() {
                     self.metrics.llm_call("judge", "unparsable", 0.0, 0, 0);
-                    tracing::warn!(bot = %self.me.name, trigger = %msg.id, answer = %crate::turn::judge::trim(&text, 200), "judge answer not understood; staying silent");
+                    tracing::warn!(bot = %t.me.name, trigger = %msg.id, answer = %crate::turn::judge::trim(&text, 200), "judge answer not understood; staying silent");
                 }
                 v
             }
@@ -338,7 +396,8 @@ impl Brain {
         msg: &Envelope,
         bots: &[&BotSettings],
     ) -> Option<std::collections::BTreeMap<String, Verdict>> {
-        match &self.provider {
+        let t = self.tuning();
+        match &t.provider {
             Provider::Offline => Some(
                 bots.iter()
                     .map(|b| {
@@ -359,7 +418,7 @@ impl Brain {
                     bots,
                     context,
                     msg,
-                    self.me.context_chars,
+                    t.me.context_chars,
                 );
                 let messages = [ChatMessage::user(prompt)];
                 let mut ep = judge.clone();
@@ -378,7 +437,7 @@ impl Brain {
                 if v.is_empty() {
                     self.metrics
                         .llm_call("shared_judge", "unparsable", 0.0, 0, 0);
-                    tracing::warn!(bot = %self.me.name, trigger = %msg.id, answer = %crate::turn::judge::trim(&text, 200), "shared judge answer not understood; every bot judges itself");
+                    tracing::warn!(bot = %t.me.name, trigger = %msg.id, answer = %crate::turn::judge::trim(&text, 200), "shared judge answer not understood; every bot judges itself");
                     return None;
                 }
                 Some(v)
@@ -447,14 +506,14 @@ impl Brain {
         msg: &Envelope,
         why: &str,
     ) -> Option<Reply> {
-        match &self.provider {
+        let t = self.tuning();
+        match &t.provider {
             Provider::Offline => Some(Reply {
-                text: crate::turn::reply::offline_reply(&self.me, msg, why),
+                text: crate::turn::reply::offline_reply(&t.me, msg, why),
                 tokens: 0,
             }),
             Provider::Remote { reply, .. } => {
-                let messages =
-                    crate::turn::reply::messages(&self.me, &self.colleagues, context, msg);
+                let messages = crate::turn::reply::messages(&t.me, &t.colleagues, context, msg);
                 let (text, tokens) = self
                     .call_counted(llm, reply, Purpose::Reply, &messages, msg)
                     .await
@@ -488,7 +547,15 @@ impl Brain {
         about: &Envelope,
     ) -> Result<(String, u64), crate::llm::LlmError> {
         let started = Instant::now();
-        match llm.complete(ep, purpose, messages, about).await {
+        let result = llm.complete(ep, purpose, messages, about).await;
+        // Every call counts against the day's budget, a failed one too (its tokens,
+        // unknown, as none).
+        self.budget.spend(
+            result
+                .as_ref()
+                .map_or(0, |c| c.usage.prompt_tokens + c.usage.completion_tokens),
+        );
+        match result {
             Ok(c) => {
                 self.metrics.llm_call(
                     purpose.as_str(),
@@ -507,7 +574,7 @@ impl Brain {
                     0,
                     0,
                 );
-                tracing::warn!(bot = %self.me.name, purpose = purpose.as_str(), error = %e, "LLM call failed");
+                tracing::warn!(bot = %self.me().name, purpose = purpose.as_str(), error = %e, "LLM call failed");
                 Err(e)
             }
         }

@@ -103,11 +103,12 @@ pub async fn explain(
 ) -> Result<Explanation, String> {
     let msg = hypothetical(cfg, &req)?;
     let recent_bots = recent_bot_messages(recent.iter(), now_millis(), RATE_WINDOW_MS);
-    let d = brain.decide(cfg.mesh(), &msg, &[], recent_bots, quiet);
-    let context_start = recent.len().saturating_sub(brain.me.context_messages);
+    let t = brain.tuning();
+    let d = brain.decide(&t.mesh, &msg, &[], recent_bots, quiet);
+    let context_start = recent.len().saturating_sub(t.me.context_messages);
     let context = &recent[context_start..];
     let mut out = Explanation {
-        bot: brain.me.name.clone(),
+        bot: t.me.name.clone(),
         mentioned: d.mentioned,
         mentions: brain.matcher.mentioned(&msg.text, &[]),
         action: d.action.as_str().into(),
@@ -116,7 +117,7 @@ pub async fn explain(
         judge_prompt_bytes: None,
         verdict: None,
         delay_ms: None,
-        provider: match brain.provider {
+        provider: match t.provider {
             Provider::Offline => "offline",
             Provider::Remote { .. } => "llm",
         },
@@ -125,14 +126,14 @@ pub async fn explain(
         let prompt = brain.judge_prompt(context, &msg);
         out.judge_prompt_bytes = Some(prompt.len());
         out.judge_prompt = Some(prompt);
-        let verdict = match brain.provider {
+        let verdict = match t.provider {
             Provider::Offline => brain.judge(llm, context, &msg).await,
             Provider::Remote { .. } if req.call_llm => brain.judge(llm, context, &msg).await,
             Provider::Remote { .. } => None,
         };
         if let Some(v) = verdict {
-            if !d.mentioned && v.speak && v.relevance >= brain.me.min_relevance {
-                let me = &brain.me;
+            if !d.mentioned && v.speak && v.relevance >= t.me.min_relevance {
+                let me = &t.me;
                 let span = me.max_delay_ms.saturating_sub(me.min_delay_ms) as f64;
                 out.delay_ms =
                     Some((me.min_delay_ms as f64 + (1.0 - v.relevance) * span).round() as u64);

@@ -68,9 +68,9 @@ pub(crate) fn record<P: Ports + ?Sized>(
     if action == "silent" && ROUTINE_SILENCE.contains(&reason) {
         // One per message the bot stays out of: counted in the metrics, logged only
         // at debug (an info line each cost ~2 % of a busy receiver's CPU).
-        tracing::debug!(bot = %brain.me.name, trigger = %msg.id, from = %msg.author.name, depth = msg.depth, action, reason, detail, "decision");
+        tracing::debug!(bot = %brain.me().name, trigger = %msg.id, from = %msg.author.name, depth = msg.depth, action, reason, detail, "decision");
     } else {
-        tracing::info!(bot = %brain.me.name, trigger = %msg.id, from = %msg.author.name, depth = msg.depth, action, reason, detail, "decision");
+        tracing::info!(bot = %brain.me().name, trigger = %msg.id, from = %msg.author.name, depth = msg.depth, action, reason, detail, "decision");
     }
     p.event(Event::Decision {
         group: msg.group.clone(),
@@ -157,12 +157,16 @@ pub(crate) fn triage<P: Ports + ?Sized>(
     }
     let now = p.now_millis();
     let recent_bots = bots_since_human(p, &msg.group, now);
-    let mut d = brain.decide(mesh, msg, platform, recent_bots, p.quiet());
+    let mut d = brain.decide(&mesh, msg, platform, recent_bots, p.quiet());
     let age_secs = now.saturating_sub(msg.sent_at) / 1000;
     if d.action != Action::Silent && age_secs > mesh.stale_after_secs {
         // A catch-up after downtime: on record, but the conversation has moved on.
         d.action = Action::Silent;
         d.reason = "stale";
+    }
+    if d.action != Action::Silent && !within_budget(brain, &d, now) {
+        d.action = Action::Silent;
+        d.reason = "budget";
     }
     if d.everyone {
         // A round: the colleagues' answers to it are what was asked for, not triggers
@@ -186,6 +190,19 @@ pub(crate) fn triage<P: Ports + ?Sized>(
         return None;
     }
     Some(d)
+}
+
+/// Whether the day's LLM budget lets the bot act on `d`: past it, it judges nothing
+/// and answers only mentions that need no judge (or nothing, `over_budget = "silent"`).
+fn within_budget(brain: &Brain, d: &Decision, now_ms: u64) -> bool {
+    let limits = brain.tuning().budget;
+    if limits.calls.is_none() && limits.tokens.is_none() {
+        return true;
+    }
+    if brain.over_budget(&limits, now_ms).is_none() {
+        return true;
+    }
+    limits.over == crate::config::OverBudget::Mentions && d.action == Action::Reply && d.mentioned
 }
 
 /// Carries out a [`triage`] decision that is not silence: judge, wait and claim,
@@ -268,14 +285,16 @@ async fn judge_step<P: Ports + ?Sized>(
         }
         Action::Judge => {
             record(p, msg, "judge", d.reason, "");
+            // One snapshot for the step: a reload meanwhile applies from the next one.
+            let me = brain.me();
             // While the judge is out, a peer's claim on this trigger is answered
             // `judging`: that peer then waits for this bot's word before it commits.
             brain.board.set_judging(msg.id, true); // (triage set it already)
-                                                   // With a shared judge, its verdict; else (or if none comes) this bot's own.
+            // With a shared judge, its verdict; else (or if none comes) this bot's own.
             let verdict = match shared::verdict_for(p, msg).await {
                 Some(v) => Some(v),
                 None => {
-                    let context = context_before(p, msg, brain.me.context_messages);
+                    let context = context_before(p, msg, me.context_messages);
                     brain.judge(p.llm(), &context, msg).await
                 }
             };
@@ -285,7 +304,7 @@ async fn judge_step<P: Ports + ?Sized>(
                 send_owed_word(p, msg);
                 return None;
             };
-            if !v.speak || v.relevance < brain.me.min_relevance {
+            if !v.speak || v.relevance < me.min_relevance {
                 record(
                     p,
                     msg,
@@ -332,10 +351,11 @@ async fn write_step<P: Ports + ?Sized>(
         }
         Early::NotWritten => {}
     }
-    let context = context_before(p, msg, brain.me.context_messages.max(12));
+    let me = brain.me();
+    let context = context_before(p, msg, me.context_messages.max(12));
     if let Some((client, url)) = &brain.agent {
         let turn = Turn {
-            bot: &brain.me.name,
+            bot: &me.name,
             group: &msg.group,
             trigger: msg,
             transcript: &context,
@@ -385,7 +405,7 @@ fn last_check_step<P: Ports + ?Sized>(
 ) -> bool {
     let brain = p.brain();
     let ahead = match relevance {
-        Some(r) if d.everyone => brain.board.claims_ahead(msg.id, &brain.me.name, r),
+        Some(r) if d.everyone => brain.board.claims_ahead(msg.id, &brain.me().name, r),
         _ => Vec::new(),
     };
     let (recent_bots, due) = p.bot_messages_and_due(
@@ -396,7 +416,7 @@ fn last_check_step<P: Ports + ?Sized>(
         &msg.id,
         &ahead,
     );
-    let last = crate::turn::policy::last_check(p.mesh(), p.quiet(), msg.depth, recent_bots + due);
+    let last = crate::turn::policy::last_check(&p.mesh(), p.quiet(), msg.depth, recent_bots + due);
     let Some(reason) = last else {
         return true;
     };
@@ -418,15 +438,16 @@ fn last_check_step<P: Ports + ?Sized>(
 /// again. `false`: it yielded or a rule stopped it (recorded, reply discarded).
 async fn commit_step<P: Ports + ?Sized>(p: &P, msg: &Envelope, r: f64, reply: &Reply) -> bool {
     let brain = p.brain();
+    let me = brain.me();
     loop {
-        let y = match brain.board.commit(msg.id, &brain.me.name, r) {
+        let y = match brain.board.commit(msg.id, &me.name, r) {
             Ok(()) => return true,
             Err(y @ Yield::Answered { .. }) => Some(y),
             Err(Yield::BetterClaim { .. }) => {
                 let now = tokio::time::Instant::now();
-                let grace = grace_for(&brain.me, r);
+                let grace = grace_for(&me, r);
                 tokio::select! {
-                    y = brain.board.wait(msg.id, &brain.me.name, r, now, grace) => y,
+                    y = brain.board.wait(msg.id, &me.name, r, now, grace) => y,
                     _ = p.stopping().cancelled() => Some(Yield::Answered { bot: String::new() }),
                 }
             }
@@ -451,7 +472,7 @@ async fn commit_step<P: Ports + ?Sized>(p: &P, msg: &Envelope, r: f64, reply: &R
             "posting the reply written meanwhile",
         );
         let recent_bots = bots_since_human(p, &msg.group, p.now_millis());
-        let last = crate::turn::policy::last_check(p.mesh(), p.quiet(), msg.depth, recent_bots);
+        let last = crate::turn::policy::last_check(&p.mesh(), p.quiet(), msg.depth, recent_bots);
         if let Some(reason) = last {
             record(p, msg, "silent", reason, "checked again before sending");
             brain.metrics.reply_discarded(reason, reply.tokens);
@@ -464,7 +485,7 @@ async fn commit_step<P: Ports + ?Sized>(p: &P, msg: &Envelope, r: f64, reply: &R
 /// [`act`]'s last step: the reply as an envelope one turn deeper, published (the
 /// platform, the transcript, every peer).
 async fn post_step<P: Ports>(p: Arc<P>, msg: &Envelope, reply: Reply, why: Why, reason: &str) {
-    let me = p.brain().me.name.clone();
+    let me = p.brain().me().name.clone();
     let env = Envelope::answer(p.new_id(), p.now_millis(), &me, msg, reply.text, why);
     let (id, depth) = (env.id, env.depth);
     match p.publish(env).await {
@@ -496,7 +517,7 @@ async fn settle_claim<P: Ports + ?Sized>(
     reply: &Reply,
 ) -> bool {
     let brain = p.brain();
-    let timeout = Duration::from_millis(brain.me.claim_ack_timeout_ms);
+    let timeout = Duration::from_millis(brain.me().claim_ack_timeout_ms);
     let hard = tokio::time::Instant::now() + timeout * CLAIM_ACK_PATIENCE;
     let mut known = tokio::select! {
         a = acks.wait(timeout) => a,
@@ -543,7 +564,7 @@ async fn settle_claim<P: Ports + ?Sized>(
         // judge may still be the more relevant bot. Wait for each one's word (its
         // claim, its withdrawal, or its answer) before committing.
         let until =
-            tokio::time::Instant::now() + Duration::from_millis(brain.me.judge_word_timeout_ms);
+            tokio::time::Instant::now() + Duration::from_millis(brain.me().judge_word_timeout_ms);
         let silent = tokio::select! {
             s = brain.board.await_words(msg.id, &known.judging, until) => s,
             _ = p.stopping().cancelled() => {
@@ -552,7 +573,7 @@ async fn settle_claim<P: Ports + ?Sized>(
             }
         };
         if !silent.is_empty() {
-            tracing::warn!(bot = %brain.me.name, trigger = %msg.id, silent = ?silent, "peers that were judging sent no word in time; going on");
+            tracing::warn!(bot = %brain.me().name, trigger = %msg.id, silent = ?silent, "peers that were judging sent no word in time; going on");
             record(
                 p,
                 msg,
@@ -563,7 +584,7 @@ async fn settle_claim<P: Ports + ?Sized>(
         }
     }
     if !known.pending.is_empty() && !timeout.is_zero() {
-        tracing::warn!(bot = %brain.me.name, trigger = %msg.id, unacked = ?known.pending, timeout_ms = brain.me.claim_ack_timeout_ms, "claim not acknowledged by every peer in time (their links fail); posting anyway");
+        tracing::warn!(bot = %brain.me().name, trigger = %msg.id, unacked = ?known.pending, timeout_ms = brain.me().claim_ack_timeout_ms, "claim not acknowledged by every peer in time (their links fail); posting anyway");
         record(
             p,
             msg,
@@ -601,7 +622,7 @@ fn claim_envelope<P: Ports + ?Sized>(p: &P, msg: &Envelope, relevance: f64) -> E
     Envelope::claim(
         p.new_id(),
         p.now_millis(),
-        &p.brain().me.name,
+        &p.brain().me().name,
         msg,
         relevance,
     )
@@ -611,7 +632,7 @@ fn claim_envelope<P: Ports + ?Sized>(p: &P, msg: &Envelope, relevance: f64) -> E
 /// so the bots that stood by behind it re-enter.
 pub(crate) fn withdraw_claim<P: Ports + ?Sized>(p: &P, msg: &Envelope, why: &str) {
     let brain = p.brain();
-    let me = brain.me.name.clone();
+    let me = brain.me().name.clone();
     if !brain.board.has_claim(msg.id, &me) {
         return;
     }
@@ -698,9 +719,10 @@ async fn wait_turn<P: Ports + ?Sized>(
     everyone: bool,
 ) -> Option<Waited> {
     let brain = p.brain();
-    let me = brain.me.name.clone();
+    let tuned = brain.me();
+    let me = tuned.name.clone();
     let relevance = relevance.max(MIN_CLAIM);
-    let delay = delay_for(&brain.me, relevance, p.jitter_ms(brain.me.jitter_ms));
+    let delay = delay_for(&tuned, relevance, p.jitter_ms(tuned.jitter_ms));
     brain.board.claim(msg.id, &me, relevance);
     let claim = claim_envelope(p, msg, relevance);
     let acks = p.broadcast_tracked(&claim);
@@ -710,12 +732,12 @@ async fn wait_turn<P: Ports + ?Sized>(
     // With a shared verdict every bot knows the ranking already: one that it puts
     // behind a colleague does not write before its turn comes.
     let early = brain.agent.is_none()
-        && brain.me.write_early
+        && brain.me().write_early
         && (everyone
             || (brain.board.standing(msg.id, &me, relevance) == Standing::Clear
                 && shared::ranked_ahead(p, msg, relevance).is_none()));
     tracing::info!(bot = %me, trigger = %msg.id, relevance, delay_ms = delay.as_millis() as u64, everyone, writing = early, "claimed; waiting");
-    let context = context_before(p, msg, brain.me.context_messages.max(12));
+    let context = context_before(p, msg, brain.me().context_messages.max(12));
     let writing = async {
         if early {
             brain
@@ -728,7 +750,7 @@ async fn wait_turn<P: Ports + ?Sized>(
     tokio::pin!(writing);
     let mut written: Option<Option<Reply>> = None;
     let deadline = tokio::time::Instant::now() + delay;
-    let grace = grace_for(&brain.me, relevance);
+    let grace = grace_for(&tuned, relevance);
     // On a message to everyone nobody yields: the wait is the delay alone.
     let wait = async {
         if everyone {
@@ -799,12 +821,12 @@ async fn wait_turn<P: Ports + ?Sized>(
     if let Some(last) = newer.last() {
         // The early text did not see what was said since: it goes, whatever the re-judge.
         discard(brain, written.as_ref(), early, "stale");
-        let mut fresh = context_before(p, last, brain.me.context_messages);
+        let mut fresh = context_before(p, last, brain.me().context_messages);
         fresh.push(last.clone());
         let fresh_context: Vec<Arc<Envelope>> =
             fresh.iter().filter(|e| e.id != msg.id).cloned().collect();
         match brain.judge(p.llm(), &fresh_context, msg).await {
-            Some(v) if v.speak && v.relevance >= brain.me.min_relevance => {
+            Some(v) if v.speak && v.relevance >= brain.me().min_relevance => {
                 record(
                     p,
                     msg,

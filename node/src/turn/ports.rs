@@ -46,8 +46,9 @@ impl Llm for LlmClient {
 pub(crate) trait Ports: Send + Sync + 'static {
     /// This bot's turn-taking state.
     fn brain(&self) -> &Brain;
-    /// The mesh-wide rules (depth, caps, staleness).
-    fn mesh(&self) -> &MeshSettings;
+    /// The mesh-wide rules (depth, caps, staleness), as they are now (a reload may
+    /// change them).
+    fn mesh(&self) -> Arc<MeshSettings>;
     /// The LLM the judge and the reply use.
     fn llm(&self) -> &dyn Llm;
 

@@ -148,9 +148,9 @@ pub(crate) fn shared<P: Ports + ?Sized>(p: &P) -> bool {
 
 /// The bot chosen to judge `msg` for the mesh.
 fn chosen_for<P: Ports + ?Sized>(p: &P, msg: &Envelope) -> Option<String> {
-    let brain = p.brain();
-    let mut names: Vec<&str> = vec![brain.me.name.as_str()];
-    names.extend(brain.colleagues.iter().map(|b| b.name.as_str()));
+    let t = p.brain().tuning();
+    let mut names: Vec<&str> = vec![t.me.name.as_str()];
+    names.extend(t.colleagues.iter().map(|b| b.name.as_str()));
     chosen_judge(msg, &names).map(str::to_string)
 }
 
@@ -169,12 +169,12 @@ pub(crate) fn duty<P: Ports + ?Sized>(
         return None;
     }
     let brain = p.brain();
-    if chosen_for(p, msg).as_deref() != Some(brain.me.name.as_str()) {
+    if chosen_for(p, msg).as_deref() != Some(brain.me().name.as_str()) {
         return None;
     }
     let mut bots = Vec::new();
     if mine == Action::Judge {
-        bots.push(brain.me.clone());
+        bots.push((*brain.me()).clone());
     }
     // Who passed on the message this one answers, as each bot's own board would say:
     // a bot that judged it (declined, yielded, or answered it: with a shared judge,
@@ -187,17 +187,18 @@ pub(crate) fn duty<P: Ports + ?Sized>(
         .and_then(|parent| brain.verdicts.get(&parent.id, &chosen_for(p, parent)?))
         .map(|h| h.entries)
         .unwrap_or_default();
-    for c in &brain.colleagues {
+    let t = brain.tuning();
+    for c in &t.colleagues {
         // A colleague's quiet switch is its own: the verdict asks about it anyway,
         // and it applies its own rules to its entry.
         let passed = judged_parent.contains_key(&c.name)
             || parent.as_ref().is_some_and(|parent| {
                 brain
-                    .decide_as(c, p.mesh(), parent, &[], 0, false, false)
+                    .decide_as(c, &t.mesh, parent, &[], 0, false, false)
                     .reason
                     == "addressed_to_other"
             });
-        let d = brain.decide_as(c, p.mesh(), msg, platform, recent_bots, false, passed);
+        let d = brain.decide_as(c, &t.mesh, msg, platform, recent_bots, false, passed);
         if d.action == Action::Judge {
             bots.push(c.clone());
         }
@@ -209,7 +210,7 @@ pub(crate) fn duty<P: Ports + ?Sized>(
 /// and broadcasts it (an empty one if the call failed, so nobody waits for it).
 pub(crate) async fn ask<P: Ports + ?Sized>(p: &P, msg: &Envelope, bots: Vec<BotSettings>) {
     let brain = p.brain();
-    let context = context_before(p, msg, brain.me.context_messages);
+    let context = context_before(p, msg, brain.me().context_messages);
     let asked: Vec<&BotSettings> = bots.iter().collect();
     let answer = brain.judge_all(p.llm(), &context, msg, &asked).await;
     let entries: BTreeMap<String, BotVerdict> = answer
@@ -235,8 +236,8 @@ pub(crate) async fn ask<P: Ports + ?Sized>(p: &P, msg: &Envelope, bots: Vec<BotS
         ("sent", format!("{entries:?}"))
     };
     record(p, msg, "verdict", reason, &detail);
-    brain.verdicts.put(msg.id, &brain.me.name, entries.clone());
-    let env = Envelope::verdict(p.new_id(), p.now_millis(), &brain.me.name, msg, entries);
+    brain.verdicts.put(msg.id, &brain.me().name, entries.clone());
+    let env = Envelope::verdict(p.new_id(), p.now_millis(), &brain.me().name, msg, entries);
     p.broadcast(&env);
 }
 
@@ -252,7 +253,7 @@ pub(crate) async fn verdict_for<P: Ports + ?Sized>(p: &P, msg: &Envelope) -> Opt
     let timeout = Duration::from_millis(p.mesh().verdict_timeout_ms);
     let failing = p.link_failing_for(&chosen).filter(|d| *d >= timeout);
     if let Some(d) = failing
-        .filter(|_| chosen != brain.me.name && brain.verdicts.get(&msg.id, &chosen).is_none())
+        .filter(|_| chosen != brain.me().name && brain.verdicts.get(&msg.id, &chosen).is_none())
     {
         record(
             p,
@@ -270,12 +271,12 @@ pub(crate) async fn verdict_for<P: Ports + ?Sized>(p: &P, msg: &Envelope) -> Opt
     };
     let strays = brain.verdicts.others(&msg.id, &chosen);
     if !strays.is_empty() {
-        tracing::warn!(bot = %brain.me.name, trigger = %msg.id, %chosen, ignored = ?strays, "verdicts from bots not chosen to judge this message ignored");
+        tracing::warn!(bot = %brain.me().name, trigger = %msg.id, %chosen, ignored = ?strays, "verdicts from bots not chosen to judge this message ignored");
     }
     match heard {
-        Some(h) => match h.entries.get(&brain.me.name) {
+        Some(h) => match h.entries.get(&brain.me().name) {
             Some(v) => {
-                tracing::debug!(bot = %brain.me.name, trigger = %msg.id, from = %h.from, speak = v.speak, relevance = v.relevance, "applying the shared verdict");
+                tracing::debug!(bot = %brain.me().name, trigger = %msg.id, from = %h.from, speak = v.speak, relevance = v.relevance, "applying the shared verdict");
                 Some(Verdict {
                     speak: v.speak,
                     relevance: v.relevance,
@@ -293,7 +294,7 @@ pub(crate) async fn verdict_for<P: Ports + ?Sized>(p: &P, msg: &Envelope) -> Opt
             }
         },
         None => {
-            tracing::warn!(bot = %brain.me.name, trigger = %msg.id, %chosen, timeout_ms = timeout.as_millis() as u64, "no shared verdict in time; judging itself");
+            tracing::warn!(bot = %brain.me().name, trigger = %msg.id, %chosen, timeout_ms = timeout.as_millis() as u64, "no shared verdict in time; judging itself");
             record(
                 p,
                 msg,
@@ -320,15 +321,16 @@ pub(crate) fn ranked_ahead<P: Ports + ?Sized>(
     }
     let brain = p.brain();
     let heard = brain.verdicts.get(&msg.id, &chosen_for(p, msg)?)?;
-    brain
-        .colleagues
+    let t = brain.tuning();
+    let me = &t.me.name;
+    t.colleagues
         .iter()
         .filter_map(|c| {
             let v = heard.entries.get(&c.name)?;
             let r = v.relevance.max(crate::turn::scheduler::MIN_CLAIM);
             (v.speak
                 && v.relevance >= c.min_relevance
-                && crate::turn::scheduler::beats((&c.name, r), (&brain.me.name, relevance)))
+                && crate::turn::scheduler::beats((&c.name, r), (me, relevance)))
             .then(|| c.name.clone())
         })
         .next()

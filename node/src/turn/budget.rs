@@ -1,0 +1,416 @@
+//! The daily LLM budget: `[llm] daily_calls` / `daily_tokens`, counted per node (each
+//! bot its own) in memory, starting again at local midnight (`budget_utc_offset`)
+//! by the clock of [`crate::turn::Ports`] (virtual in the simulator and in tests).
+//!
+//! Every judge and reply call is counted with its tokens. Past a limit the bot stops
+//! judging ([`crate::turn::triage`] records `silent/budget`) and answers mentions
+//! only, or nothing with `over_budget = "silent"`, until the next day. A restart
+//! starts the count again (it is not persisted).
+
+use parking_lot::Mutex;
+use serde::Serialize;
+
+use crate::config::{LlmSettings, OverBudget};
+
+/// One day in milliseconds.
+const DAY_MS: i64 = 86_400_000;
+
+/// The limits of `[llm]`, as the turn code reads them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Limits {
+    /// Calls per day, if limited.
+    pub(crate) calls: Option<u64>,
+    /// Tokens per day, if limited.
+    pub(crate) tokens: Option<u64>,
+    /// What the bot does past them.
+    pub(crate) over: OverBudget,
+    /// Minutes east of UTC of the budget's day.
+    pub(crate) offset_min: i64,
+}
+
+impl Limits {
+    /// The limits `[llm]` sets (none without `[llm]`).
+    pub(crate) fn of(llm: Option<&LlmSettings>) -> Limits {
+        match llm {
+            None => Limits::default(),
+            Some(l) => Limits {
+                calls: l.daily_calls,
+                tokens: l.daily_tokens,
+                over: l.over_budget,
+                offset_min: crate::config::parse_utc_offset(&l.budget_utc_offset)
+                    .expect("validated"),
+            },
+        }
+    }
+
+    /// The local day number of `now_ms`.
+    fn day(&self, now_ms: u64) -> i64 {
+        (now_ms as i64 + self.offset_min * 60_000).div_euclid(DAY_MS)
+    }
+}
+
+/// What was spent on the current day.
+#[derive(Debug, Default)]
+struct Spent {
+    /// The local day the counts are for.
+    day: i64,
+    /// LLM calls made.
+    calls: u64,
+    /// Tokens they cost.
+    tokens: u64,
+    /// The day whose exhaustion was already logged and counted.
+    reported: Option<i64>,
+}
+
+/// Today's use against the limits, for `/healthz` and the page.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct BudgetStatus {
+    /// Calls made today.
+    pub(crate) calls: u64,
+    /// The daily call limit, if any.
+    pub(crate) daily_calls: Option<u64>,
+    /// Tokens spent today.
+    pub(crate) tokens: u64,
+    /// The daily token limit, if any.
+    pub(crate) daily_tokens: Option<u64>,
+    /// `calls` or `tokens` when a limit is reached, else none.
+    pub(crate) exhausted: Option<&'static str>,
+    /// What the bot does while exhausted (`mentions`, `silent`).
+    pub(crate) over_budget: OverBudget,
+}
+
+/// The day's counts of one bot's LLM use.
+#[derive(Debug, Default)]
+pub(crate) struct Budget {
+    /// Today's counts.
+    spent: Mutex<Spent>,
+}
+
+/// A limit reached: which one, and whether this is the first time today (log it,
+/// count it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Exhausted {
+    /// `calls` or `tokens`.
+    pub(crate) limit: &'static str,
+    /// First report of the day.
+    pub(crate) first: bool,
+}
+
+impl Budget {
+    /// Moves the counts to `now_ms`'s day (a new day starts from zero).
+    fn roll(s: &mut Spent, limits: &Limits, now_ms: u64) {
+        let day = limits.day(now_ms);
+        if day != s.day {
+            *s = Spent {
+                day,
+                ..Spent::default()
+            };
+        }
+    }
+
+    /// The limit reached today, if any (`first` once per day).
+    pub(crate) fn exhausted(&self, limits: &Limits, now_ms: u64) -> Option<Exhausted> {
+        let mut s = self.spent.lock();
+        Self::roll(&mut s, limits, now_ms);
+        let limit = Self::reached(&s, limits)?;
+        let first = s.reported != Some(s.day);
+        s.reported = Some(s.day);
+        Some(Exhausted { limit, first })
+    }
+
+    fn reached(s: &Spent, limits: &Limits) -> Option<&'static str> {
+        if limits.calls.is_some_and(|c| s.calls >= c) {
+            Some("calls")
+        } else if limits.tokens.is_some_and(|t| s.tokens >= t) {
+            Some("tokens")
+        } else {
+            None
+        }
+    }
+
+    /// Counts one LLM call and its tokens against the current day (the day the last
+    /// check rolled to: a call that crosses midnight counts for the day it began).
+    pub(crate) fn spend(&self, tokens: u64) {
+        let mut s = self.spent.lock();
+        s.calls += 1;
+        s.tokens += tokens;
+    }
+
+    /// Today's use against `limits`.
+    pub(crate) fn status(&self, limits: &Limits, now_ms: u64) -> BudgetStatus {
+        let mut s = self.spent.lock();
+        Self::roll(&mut s, limits, now_ms);
+        BudgetStatus {
+            calls: s.calls,
+            daily_calls: limits.calls,
+            tokens: s.tokens,
+            daily_tokens: limits.tokens,
+            exhausted: Self::reached(&s, limits),
+            over_budget: limits.over,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOUR: u64 = 3_600_000;
+
+    #[test]
+    fn n_calls_exhaust_the_day_and_local_midnight_starts_a_new_one() {
+        let limits = Limits {
+            calls: Some(3),
+            tokens: None,
+            over: OverBudget::Mentions,
+            offset_min: 8 * 60,
+        };
+        // 2026-01-01 10:00 UTC = 18:00 at +08:00.
+        let t0: u64 = 1_767_261_600_000;
+        let b = Budget::default();
+        for _ in 0..3 {
+            assert_eq!(b.exhausted(&limits, t0), None);
+            b.spend(10);
+        }
+        assert_eq!(
+            b.exhausted(&limits, t0),
+            Some(Exhausted {
+                limit: "calls",
+                first: true
+            })
+        );
+        assert_eq!(
+            b.exhausted(&limits, t0 + HOUR).map(|e| e.first),
+            Some(false),
+            "reported once a day"
+        );
+        // 15:59 UTC is 23:59 local: still the same day.
+        assert!(b.exhausted(&limits, t0 + 6 * HOUR - 60_000).is_some());
+        // 16:00 UTC is local midnight: a new day.
+        assert_eq!(b.exhausted(&limits, t0 + 6 * HOUR), None);
+        assert_eq!(b.status(&limits, t0 + 6 * HOUR).calls, 0);
+    }
+
+    #[test]
+    fn tokens_count_prompt_and_completion_against_their_own_limit() {
+        let limits = Limits {
+            calls: None,
+            tokens: Some(100),
+            ..Limits::default()
+        };
+        let b = Budget::default();
+        b.spend(60);
+        assert_eq!(b.exhausted(&limits, 0), None);
+        b.spend(40);
+        assert_eq!(b.exhausted(&limits, 0).map(|e| e.limit), Some("tokens"));
+        let raised = Limits {
+            tokens: Some(1_000),
+            ..limits
+        };
+        assert_eq!(
+            b.exhausted(&raised, 0),
+            None,
+            "a raised budget applies at once"
+        );
+    }
+
+    /// The real pipeline (`consider_with`) over a [`crate::turn::Ports`] whose clock
+    /// is virtual: N judged messages spend the budget, the next one is not judged,
+    /// and past local midnight the bot judges again.
+    mod virtual_day {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::sync::Arc;
+
+        use futures_util::future::BoxFuture;
+        use tokio_util::sync::CancellationToken;
+        use ulid::Ulid;
+
+        use super::*;
+        use crate::config::{BotSettings, MeshSettings};
+        use crate::egress::acks::ClaimAcks;
+        use crate::llm::{ChatMessage, Completion, Endpoint, LlmError, Purpose, Usage};
+        use crate::telemetry::events::Event;
+        use crate::telemetry::metrics::{DecisionLabel, Metrics};
+        use crate::turn::brain::{Brain, Tuning};
+        use crate::turn::{Llm, Ports, Provider};
+        use crate::wire::envelope::{Author, Envelope};
+
+        /// One bot, a virtual clock, a judge that always declines (one call per
+        /// message).
+        struct Clocked {
+            brain: Brain,
+            mesh: Arc<MeshSettings>,
+            now: AtomicU64,
+            judge_calls: AtomicU64,
+            stop: CancellationToken,
+        }
+
+        impl Llm for Clocked {
+            fn complete<'a>(
+                &'a self,
+                _ep: &'a Endpoint,
+                _purpose: Purpose,
+                _messages: &'a [ChatMessage],
+                _about: &'a Envelope,
+            ) -> BoxFuture<'a, Result<Completion, LlmError>> {
+                self.judge_calls.fetch_add(1, Ordering::Relaxed);
+                Box::pin(async {
+                    Ok(Completion {
+                        text: r#"{"speak": false, "relevance": 0.1}"#.into(),
+                        usage: Usage {
+                            prompt_tokens: 40,
+                            completion_tokens: 8,
+                        },
+                        attempts: 1,
+                    })
+                })
+            }
+        }
+
+        impl Ports for Clocked {
+            fn brain(&self) -> &Brain {
+                &self.brain
+            }
+            fn mesh(&self) -> Arc<MeshSettings> {
+                self.mesh.clone()
+            }
+            fn llm(&self) -> &dyn Llm {
+                self
+            }
+            fn now_millis(&self) -> u64 {
+                self.now.load(Ordering::Relaxed)
+            }
+            fn new_id(&self) -> Ulid {
+                Ulid::new()
+            }
+            fn jitter_ms(&self, _max_ms: u64) -> u64 {
+                0
+            }
+            fn recent(&self, _group: &str, _limit: usize) -> Vec<Arc<Envelope>> {
+                Vec::new()
+            }
+            fn since(&self, _group: &str, _id: &Ulid) -> Vec<Arc<Envelope>> {
+                Vec::new()
+            }
+            fn bot_messages_and_due(
+                &self,
+                _group: &str,
+                _limit: usize,
+                _now_ms: u64,
+                _window_ms: u64,
+                _trigger: &Ulid,
+                _ahead: &[String],
+            ) -> (usize, usize) {
+                (0, 0)
+            }
+            fn link_failing_for(&self, _peer: &str) -> Option<std::time::Duration> {
+                None
+            }
+            fn quiet(&self) -> bool {
+                false
+            }
+            fn stopping(&self) -> &CancellationToken {
+                &self.stop
+            }
+            fn broadcast(&self, _env: &Envelope) {}
+            fn send_to(&self, _peers: &[String], _env: &Envelope) {}
+            fn broadcast_tracked(&self, _env: &Envelope) -> ClaimAcks {
+                unreachable!("the judge declines: no claim")
+            }
+            fn publish(self: Arc<Self>, _env: Envelope) -> BoxFuture<'static, Result<(), String>> {
+                unreachable!("the judge declines: no reply")
+            }
+            fn event(&self, _event: Event) {}
+        }
+
+        fn count(p: &Clocked, action: &str, reason: &str) -> u64 {
+            p.brain
+                .metrics
+                .decisions
+                .get_or_create(&DecisionLabel {
+                    action: action.into(),
+                    reason: reason.into(),
+                })
+                .get()
+        }
+
+        async fn message(p: &Arc<Clocked>, text: &str) {
+            let env = Envelope::message(
+                Ulid::new(),
+                p.now_millis(),
+                "demo",
+                "A",
+                Author::human("alice"),
+                text,
+            );
+            crate::turn::pipeline::consider_with(p.clone(), Arc::new(env), &[]).await;
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn n_calls_judge_the_next_message_is_not_judged_and_midnight_resumes() {
+            let me = BotSettings::from_toml("name = \"A\"").expect("bot");
+            let tuning = Tuning {
+                me: Arc::new(me.clone()),
+                colleagues: Vec::new(),
+                provider: Provider::Remote {
+                    judge: Endpoint::new("test://judge", "m"),
+                    reply: Endpoint::new("test://reply", "m"),
+                },
+                mesh: Arc::new(MeshSettings::default()),
+                budget: Limits {
+                    calls: Some(3),
+                    tokens: None,
+                    over: OverBudget::Mentions,
+                    offset_min: 0,
+                },
+            };
+            let p = Arc::new(Clocked {
+                brain: Brain::with(tuning, &[me], Arc::new(Metrics::new())),
+                mesh: Arc::new(MeshSettings::default()),
+                // 2026-01-01 23:00 UTC.
+                now: AtomicU64::new(1_767_308_400_000),
+                judge_calls: AtomicU64::new(0),
+                stop: CancellationToken::new(),
+            });
+            for i in 0..3 {
+                message(&p, &format!("question {i}")).await;
+            }
+            assert_eq!(p.judge_calls.load(Ordering::Relaxed), 3);
+            assert_eq!(count(&p, "silent", "judge_declined"), 3);
+            message(&p, "question 3").await;
+            assert_eq!(p.judge_calls.load(Ordering::Relaxed), 3, "not judged");
+            assert_eq!(count(&p, "silent", "budget"), 1);
+            assert_eq!(
+                p.brain
+                    .metrics
+                    .budget_exhausted
+                    .get_or_create(&crate::telemetry::metrics::ResultLabel {
+                        result: "calls".into()
+                    })
+                    .get(),
+                1
+            );
+            // 59 minutes later, still the same day.
+            p.now.fetch_add(59 * 60_000, Ordering::Relaxed);
+            message(&p, "question 4").await;
+            assert_eq!(count(&p, "silent", "budget"), 2);
+            // Past midnight: a new day, judged again.
+            p.now.fetch_add(60_000, Ordering::Relaxed);
+            message(&p, "question 5").await;
+            assert_eq!(
+                p.judge_calls.load(Ordering::Relaxed),
+                4,
+                "judged the next day"
+            );
+            assert_eq!(count(&p, "silent", "judge_declined"), 4);
+            let status = p
+                .brain
+                .budget
+                .status(&p.brain.tuning().budget, p.now_millis());
+            assert_eq!(
+                (status.calls, status.tokens, status.exhausted),
+                (1, 48, None)
+            );
+        }
+    }
+}
