@@ -182,7 +182,9 @@ impl Node {
                 // The local rules at once: silence (most of what a busy node receives)
                 // needs no task. A turn to act on decides again in its task, where a
                 // yield that this very message causes has been taken into account.
+                // A person's command is carried out here and takes no turn.
                 if !self.accepting.is_cancelled()
+                    && !crate::app::commands::handle(self, env, &mentions)
                     && crate::turn::triage(&**self, env, &mentions).is_some()
                 {
                     let node = self.clone();

@@ -10,6 +10,7 @@ use serde::Deserialize;
 use crate::config::{BotSettings, LlmSettings, NodeConfig};
 use crate::llm::{parse_verdict, ChatMessage, Endpoint, Purpose, Verdict};
 use crate::telemetry::metrics::Metrics;
+use crate::turn::command::{GroupStops, Trail};
 use crate::turn::judge::{build_prompt, offline_verdict, JudgeInput};
 use crate::turn::mention::{Member, MentionMatcher, PlatformMention};
 use crate::turn::pipeline::Turn;
@@ -50,6 +51,10 @@ pub struct Brain {
     pub(crate) agent: Option<(reqwest::Client, String)>,
     /// Decisions and LLM calls are counted here.
     pub(crate) metrics: Arc<Metrics>,
+    /// The decisions about recent messages, which a person's `/why` reads back.
+    pub(crate) trail: Trail,
+    /// Each group's stop token, which a person's `/stop` cancels.
+    pub(crate) stops: GroupStops,
 }
 
 /// A reply the LLM wrote, with its completion tokens (counted when it is thrown away).
@@ -173,6 +178,8 @@ impl Brain {
             provider,
             board: ClaimBoard::default(),
             metrics,
+            trail: Trail::default(),
+            stops: GroupStops::default(),
         }
     }
 

@@ -103,6 +103,8 @@ pub async fn explain(
 ) -> Result<Explanation, String> {
     let msg = hypothetical(cfg, &req)?;
     let recent_bots = recent_bot_messages(recent.iter(), now_millis(), RATE_WINDOW_MS);
+    // Commands never reach an LLM, so they are not in a judge prompt's context either.
+    let recent = &crate::turn::command::without_commands(recent.to_vec())[..];
     let d = brain.decide(cfg.mesh(), &msg, &[], recent_bots, quiet);
     let context_start = recent.len().saturating_sub(brain.me.context_messages);
     let context = &recent[context_start..];

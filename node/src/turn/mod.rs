@@ -6,12 +6,15 @@
 //! - [`judge`] — the short "should I interject?" prompt and the offline judge.
 //! - [`scheduler`] — relevance-scaled delays, claims and yielding (`ClaimBoard`).
 //! - [`reply`] — the reply prompt and the offline reply.
+//! - [`command`] — people's `/quiet`, `/resume`, `/stop`, `/why` in the chat: parsing,
+//!   the groups' stop tokens, the decision trail `/why` reads.
 //! - [`brain`] — `Brain`: a bot's turn-taking state and its LLM questions.
 //! - [`pipeline`] — `triage` and `act`: the pipeline for one message.
 //! - [`explain`] — the dry-run of a decision.
 //! - [`ports`] — `Ports`, the turn code's view of the node (and of the simulator).
 
 pub(crate) mod brain;
+pub(crate) mod command;
 pub(crate) mod explain;
 pub(crate) mod judge;
 pub(crate) mod mention;
