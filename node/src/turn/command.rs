@@ -210,9 +210,12 @@ const TRAIL_STEPS: usize = 16;
 /// (`pipeline::record`): what `/why` reads back. Bounded in messages and steps.
 #[derive(Default)]
 pub(crate) struct Trail {
-    /// message → its steps, and the messages in the order first decided on.
-    inner: Mutex<(HashMap<Ulid, Vec<Step>>, VecDeque<Ulid>)>,
+    /// The steps, and the order to forget them in.
+    inner: Mutex<Steps>,
 }
+
+/// message → its steps, and the messages in the order first decided on.
+type Steps = (HashMap<Ulid, Vec<Step>>, VecDeque<Ulid>);
 
 impl Trail {
     /// Adds a step about `msg`.

@@ -204,18 +204,14 @@ async fn prepare<P: Ports + ?Sized>(
     msg: &Envelope,
     d: &Decision,
 ) -> Option<(Reply, Why, &'static str)> {
-    let Some((why, relevance)) = judge_step(p, msg, d).await else {
-        return None;
-    };
+    let (why, relevance) = judge_step(p, msg, d).await?;
     // The claim's acknowledgements, for an interjection (a round to everyone does not
     // wait for them: nobody yields there).
     let mut acks = None;
     let mut early = Early::NotWritten;
     if let Some(r) = relevance {
         // `None`: the wait ended the turn and withdrew the claim itself.
-        let Some(waited) = wait_turn(p, msg, r, d.everyone).await else {
-            return None;
-        };
+        let waited = wait_turn(p, msg, r, d.everyone).await?;
         acks = Some(waited.acks).filter(|_| !d.everyone);
         early = waited.reply;
     }
@@ -227,9 +223,7 @@ async fn prepare<P: Ports + ?Sized>(
         return None;
     }
     let reason = why_label(&why);
-    let Some(reply) = write_step(p, msg, reason, relevance, early).await else {
-        return None;
-    };
+    let reply = write_step(p, msg, reason, relevance, early).await?;
     if !last_check_step(p, msg, d, relevance, &reply) {
         return None;
     }
