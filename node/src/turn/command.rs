@@ -264,9 +264,14 @@ pub(crate) fn why_subject(
         .find(|e| !(e.author.kind == AuthorKind::Bot && e.author.name == me))
 }
 
-/// At most `max` characters of `text` on one line, with `…` when cut.
+/// At most `max` characters of `text` on one line, with `…` when cut, and without its
+/// `@`s: a quote in a `/why` answer must not mention (or, on a platform, ping) anyone.
 fn snippet(text: &str, max: usize) -> String {
-    let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let one_line: String = text
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace(['@', '＠'], "");
     if one_line.chars().count() <= max {
         return one_line;
     }
@@ -507,6 +512,16 @@ mod tests {
                 detail: "speak=false relevance=0.20".into(),
             },
         ];
+        let quoted = why_text(
+            "Bob",
+            &matcher(),
+            Some(&human("@Alice ＠Bob go")),
+            &[],
+            None,
+            false,
+        );
+        assert!(quoted.contains("\"Alice Bob go\""), "{quoted}");
+        assert!(matcher().mentioned(&quoted, &[]).is_empty(), "{quoted}");
         let text = why_text("Alice", &matcher(), Some(&msg), &steps, None, true);
         assert_eq!(
             text,
