@@ -6,7 +6,9 @@ use std::time::Duration;
 use botmesh::telemetry::events::Event;
 use botmesh::wire::envelope::{AuthorKind, Envelope};
 use botmesh_tests::fake_llm::BotLlm;
-use botmesh_tests::{bot_of, decisions, is_judge, metric, wait_for, MeshSpec, TestMesh};
+use botmesh_tests::{
+    bot_of, decisions, fetch_json, is_judge, metric, wait_for, MeshSpec, TestMesh,
+};
 
 const FAST: &str = "min_delay_ms = 100\nmax_delay_ms = 1000\njitter_ms = 0";
 
@@ -267,6 +269,17 @@ async fn quiet_addressed_to_one_bot_and_resume_for_all() {
     for i in 0..2 {
         assert_eq!(commands(&mesh, i, "resume", "applied").await, 1.0);
     }
+    // Explain says so too: a command is carried out, never judged.
+    let e = fetch_json(
+        mesh.http
+            .post(format!("{}/v1/explain", mesh.api(0)))
+            .json(&serde_json::json!({"text": "@A /quiet", "from": "alice"})),
+    )
+    .await;
+    assert_eq!(
+        (e["action"].as_str(), e["reason"].as_str()),
+        (Some("silent"), Some("command"))
+    );
     mesh.shutdown().await;
 }
 

@@ -105,7 +105,12 @@ pub async fn explain(
     let recent_bots = recent_bot_messages(recent.iter(), now_millis(), RATE_WINDOW_MS);
     // Commands never reach an LLM, so they are not in a judge prompt's context either.
     let recent = &crate::turn::command::without_commands(recent.to_vec())[..];
-    let d = brain.decide(cfg.mesh(), &msg, &[], recent_bots, quiet);
+    let mut d = brain.decide(cfg.mesh(), &msg, &[], recent_bots, quiet);
+    if crate::turn::command::is_command(&msg) {
+        // A person's `/quiet`, `/stop`, …: carried out by the node, never judged.
+        d.action = Action::Silent;
+        d.reason = "command";
+    }
     let context_start = recent.len().saturating_sub(brain.me.context_messages);
     let context = &recent[context_start..];
     let mut out = Explanation {
