@@ -180,6 +180,11 @@ impl GroupStops {
             .clone()
     }
 
+    /// Groups with a token (for `botmesh_cache_entries`).
+    pub(crate) fn len(&self) -> usize {
+        self.tokens.lock().len()
+    }
+
     /// Stops every turn in flight in `group`; turns started afterwards go on.
     pub(crate) fn stop(&self, group: &str) {
         if let Some(t) = self.tokens.lock().remove(group) {
@@ -238,6 +243,11 @@ impl Trail {
                 map.remove(&old);
             }
         }
+    }
+
+    /// Messages with steps on record (for `botmesh_cache_entries`).
+    pub(crate) fn len(&self) -> usize {
+        self.inner.lock().0.len()
     }
 
     /// The steps about `msg`, oldest first (empty: nothing recorded).
@@ -498,6 +508,7 @@ mod tests {
             trail.note(Ulid::new(), "silent", "not_mentioned", "");
         }
         assert!(trail.steps(first).is_empty(), "the oldest message went");
+        assert_eq!(trail.len(), TRAIL_MESSAGES);
 
         let msg = human("any ideas on caching?");
         let steps = vec![
