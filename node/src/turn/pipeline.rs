@@ -16,6 +16,10 @@
 //! reaches it from now on is told so. A claim that is late in transit therefore
 //! cannot produce a second answer. If some peer never acknowledges in time, the bot
 //! posts anyway, logged at warn and counted as `post/claim_unacked`.
+//!
+//! Until it posts, a turn can be dropped by a person's `/stop` in its group (the
+//! group's stop token, `turn::command`): whatever is in flight (judge, wait, writing,
+//! acknowledgements) is abandoned and the claim withdrawn (`withdraw/stopped`).
 
 use std::sync::Arc;
 use std::time::Duration;
