@@ -198,9 +198,9 @@ impl GroupStops {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Step {
     /// `reply`, `judge`, `silent`, `claim`, `yield`, …
-    pub action: String,
+    pub action: &'static str,
     /// The stable reason code.
-    pub reason: String,
+    pub reason: &'static str,
     /// The detail the decision log carries (may be empty).
     pub detail: String,
 }
@@ -224,7 +224,7 @@ type Steps = (HashMap<Ulid, Vec<Step>>, VecDeque<Ulid>);
 
 impl Trail {
     /// Adds a step about `msg`.
-    pub(crate) fn note(&self, msg: Ulid, action: &str, reason: &str, detail: &str) {
+    pub(crate) fn note(&self, msg: Ulid, action: &'static str, reason: &'static str, detail: &str) {
         let mut guard = self.inner.lock();
         let (map, order) = &mut *guard;
         let steps = map.entry(msg).or_insert_with(|| {
@@ -233,8 +233,8 @@ impl Trail {
         });
         if steps.len() < TRAIL_STEPS {
             steps.push(Step {
-                action: action.into(),
-                reason: reason.into(),
+                action,
+                reason,
                 detail: detail.into(),
             });
         }
@@ -513,13 +513,13 @@ mod tests {
         let msg = human("any ideas on caching?");
         let steps = vec![
             Step {
-                action: "judge".into(),
-                reason: "judge".into(),
+                action: "judge",
+                reason: "judge",
                 detail: String::new(),
             },
             Step {
-                action: "silent".into(),
-                reason: "judge_declined".into(),
+                action: "silent",
+                reason: "judge_declined",
                 detail: "speak=false relevance=0.20".into(),
             },
         ];

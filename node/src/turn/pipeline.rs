@@ -62,8 +62,8 @@ pub(crate) fn passes(action: &str, reason: &str) -> bool {
 pub(crate) fn record<P: Ports + ?Sized>(
     p: &P,
     msg: &Envelope,
-    action: &str,
-    reason: &str,
+    action: &'static str,
+    reason: &'static str,
     detail: &str,
 ) {
     let brain = p.brain();
@@ -618,7 +618,7 @@ pub(crate) fn withdraw_claim<P: Ports + ?Sized>(p: &P, msg: &Envelope, why: &str
 }
 
 /// [`withdraw_claim`], recorded as `withdraw/{reason}` with `why` as its detail.
-fn withdraw_claim_for<P: Ports + ?Sized>(p: &P, msg: &Envelope, reason: &str, why: &str) {
+fn withdraw_claim_for<P: Ports + ?Sized>(p: &P, msg: &Envelope, reason: &'static str, why: &str) {
     let brain = p.brain();
     let me = brain.me.name.clone();
     if !brain.board.has_claim(msg.id, &me) {
