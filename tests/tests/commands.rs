@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use botmesh::telemetry::events::Event;
 use botmesh::wire::envelope::{AuthorKind, Envelope};
-use botmesh_tests::fake_llm::BotLlm;
+use botmesh_tests::fake_llm::{BotLlm, Script};
 use botmesh_tests::{
     bot_of, decisions, fetch_json, is_judge, metric, wait_for, MeshSpec, TestMesh,
 };
@@ -320,5 +320,48 @@ async fn a_bots_slash_text_is_ordinary_text() {
         let m = mesh.metrics(i).await;
         assert!(!m.contains("botmesh_chat_commands_total{"), "{m}");
     }
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn stop_while_a_mentioned_bot_writes_drops_the_reply() {
+    // A's reply takes 3 s to write; B is not asked.
+    let llm = BotLlm::judging(false, 0.1)
+        .reply_with(
+            "A",
+            Script::delay(Duration::from_secs(3), Script::reply("late answer")),
+        )
+        .start()
+        .await;
+    let mesh = TestMesh::start(MeshSpec::new(&["A", "B"]).llm(&llm.base_url).all_bots(FAST)).await;
+    mesh.post_human(0, "alice", "@A write me a long report")
+        .await;
+    wait_for(
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        || async { llm.reply_bots() },
+        |b: &Vec<String>| b.iter().any(|b| b == "A"),
+    )
+    .await;
+    // `/stop @A` addresses A alone; B counts it as not its own.
+    mesh.post_human(1, "alice", "/stop @A").await;
+    wait_for(
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        || mesh.decisions(0, "silent", "stopped"),
+        |n: &f64| *n >= 1.0,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let t = mesh.transcript(0).await;
+    assert!(bot_msgs(&t).is_empty(), "the reply was dropped: {t:?}");
+    let a = mesh.metrics(0).await;
+    assert_eq!(decisions(&a, "silent", "stopped"), 1.0, "{a}");
+    assert_eq!(
+        decisions(&a, "withdraw", "stopped"),
+        0.0,
+        "a mention reply holds no claim: {a}"
+    );
+    assert_eq!(commands(&mesh, 1, "stop", "not_addressed").await, 1.0);
     mesh.shutdown().await;
 }
