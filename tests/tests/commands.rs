@@ -37,23 +37,6 @@ async fn bot_messages(mesh: &TestMesh, i: usize, n: usize) -> Vec<Envelope> {
     .await
 }
 
-/// Waits until the number of messages at node `i` stops changing for `quiet`.
-async fn settle(mesh: &TestMesh, i: usize, quiet: Duration) -> Vec<Envelope> {
-    let mut last = usize::MAX;
-    let mut stable_since = tokio::time::Instant::now();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let t = mesh.transcript(i).await;
-        if t.len() != last {
-            last = t.len();
-            stable_since = tokio::time::Instant::now();
-        } else if stable_since.elapsed() >= quiet || tokio::time::Instant::now() > deadline {
-            return t;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test]
 async fn stop_during_a_wait_posts_no_answer_and_withdraws_the_claim() {
     // A interjects after a long wait (≈4 s); B declines.
@@ -149,7 +132,7 @@ async fn why_answers_with_the_reason_and_commands_never_reach_an_llm() {
         |b: &Vec<String>| b.iter().any(|b| b == "B"),
     )
     .await;
-    settle(&mesh, 1, Duration::from_millis(500)).await;
+    mesh.settle(1, Duration::from_millis(500)).await;
     let calls = llm.count();
 
     // B did not speak on the last message (A's answer): it says why.
@@ -185,7 +168,7 @@ async fn why_answers_with_the_reason_and_commands_never_reach_an_llm() {
         "{}",
         why_a.text
     );
-    let t = settle(&mesh, 0, Duration::from_millis(800)).await;
+    let t = mesh.settle(0, Duration::from_millis(800)).await;
     assert_eq!(bot_msgs(&t).len(), 3, "nobody answered a /why answer");
     assert_eq!(
         llm.count(),
@@ -241,7 +224,7 @@ async fn quiet_addressed_to_one_bot_and_resume_for_all() {
 
     mesh.post_human(1, "alice", "@A @B roll call").await;
     bot_messages(&mesh, 1, 1).await;
-    let t = settle(&mesh, 1, Duration::from_millis(800)).await;
+    let t = mesh.settle(1, Duration::from_millis(800)).await;
     let speakers: Vec<&str> = bot_msgs(&t)
         .iter()
         .map(|e| e.author.name.as_str())
@@ -259,7 +242,7 @@ async fn quiet_addressed_to_one_bot_and_resume_for_all() {
     .await;
     mesh.post_human(1, "alice", "@A @B roll call again").await;
     bot_messages(&mesh, 1, 3).await;
-    let t = settle(&mesh, 1, Duration::from_millis(800)).await;
+    let t = mesh.settle(1, Duration::from_millis(800)).await;
     let mut speakers: Vec<&str> = bot_msgs(&t)[1..]
         .iter()
         .map(|e| e.author.name.as_str())
