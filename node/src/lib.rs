@@ -14,7 +14,8 @@
 //! ```text
 //! simulate    botmesh simulate: the production turn code in virtual time, against baselines
 //! app         Node: start-up, the two listeners and their routing, local API, page, metrics,
-//!             reload (SIGHUP, POST /v1/reload, the file watch)
+//!             reload (SIGHUP, POST /v1/reload, the file watch), people's commands in
+//!             the chat (/quiet, /resume, /stop, /why)
 //! platform    one adapter per chat platform behind ChatPlatform: local, feishu, dingtalk, discord
 //!             (feishu_ws: the long connection; feishu_content: rich text and media;
 //!             feishu_names: people by display name)

@@ -364,6 +364,29 @@ impl TestMesh {
         .await
     }
 
+    /// Node `i`'s transcript once it has not grown for `quiet` (waiting at most 30 s).
+    ///
+    /// Exists because tests that check nothing more happens (no second answer, no
+    /// answer at all) wait for the mesh to fall silent; the one bounded loop for it.
+    pub async fn settle(&self, i: usize, quiet: Duration) -> Vec<Envelope> {
+        let last = std::cell::Cell::new((usize::MAX, tokio::time::Instant::now()));
+        wait_for(
+            Duration::from_secs(30),
+            Duration::from_millis(50),
+            || self.transcript(i),
+            |t: &Vec<Envelope>| {
+                let (len, since) = last.get();
+                if t.len() != len {
+                    last.set((t.len(), tokio::time::Instant::now()));
+                    false
+                } else {
+                    since.elapsed() >= quiet
+                }
+            },
+        )
+        .await
+    }
+
     /// Waits (up to `timeout`) until every outbox of node `i` is empty; true if they are.
     ///
     /// Exists because tests that bring a peer back check, after the transcript, that the

@@ -818,3 +818,41 @@ async fn a_mentions_only_robot_answers_its_dingtalk_at_and_the_judging_one_stand
     );
     s.mesh.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_command_addresses_exactly_the_robots_dingtalk_delivered_it_to() {
+    let llm = llm(&[], |bot| format!("{bot} here")).start().await;
+    let s = setup(&llm, false).await;
+    // DingTalk leaves Ada's @ out of the text it shows Ada: the command still names her.
+    let msg_id = s.fake.post(&PersonMessage {
+        conversation: CONV,
+        sender_nick: ALICE,
+        sender_staff_id: ALICE_STAFF,
+        text: "/quiet",
+        at_robots: &[&s.ada.client_id],
+    });
+    let health = wait_for(
+        WAIT,
+        Duration::from_millis(20),
+        || s.mesh.health(0),
+        |(_, h)| h["quiet"] == true,
+    )
+    .await;
+    assert_eq!(health.1["quiet"], true, "Ada is quiet");
+    // Bo has the command from Ada (recorded the same way) and was not addressed.
+    let t = wait_for(
+        WAIT,
+        Duration::from_millis(20),
+        || s.mesh.transcript(1),
+        |t: &Vec<Envelope>| !with_msg_id(t, &msg_id).is_empty(),
+    )
+    .await;
+    assert_eq!(with_msg_id(&t, &msg_id)[0].text, "@Ada /quiet");
+    assert_eq!(s.mesh.health(1).await.1["quiet"], false, "Bo goes on");
+    settle(&s.mesh, 1, Duration::from_millis(500)).await;
+    assert!(
+        s.fake.sent().is_empty() && llm.count() == 0,
+        "nobody answered or judged the command"
+    );
+    s.mesh.shutdown().await;
+}

@@ -851,3 +851,58 @@ async fn a_429_burst_loses_nothing_and_a_long_answer_goes_in_parts() {
     assert_eq!(bot_msgs(&mesh.transcript(BIX).await).len(), 1);
     mesh.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_persons_why_for_one_discord_bot_is_answered_on_discord_and_by_nobody_else() {
+    let DiscordMesh {
+        mesh,
+        fake,
+        _llm: llm,
+    } = discord_mesh().await;
+    fake.say(CHANNEL, CAROL_ID, &format!("<@{ADA_ID}> what's the plan?"));
+    fake.wait("Ada's answer", |f| f.posted_by(ADA_ID).len() == 1)
+        .await;
+    settle(&mesh, BIX, Duration::from_secs(1)).await;
+    let calls = llm.count();
+
+    // Discord's `<@id>` after the command addresses Bix alone.
+    let cmd = fake.say(CHANNEL, CAROL_ID, &format!("/why <@{BIX_ID}>"));
+    fake.wait("Bix's answer", |f| f.posted_by(BIX_ID).len() == 1)
+        .await;
+    let why = fake.posted_by(BIX_ID)[0].clone();
+    assert!(
+        why.content.starts_with("Bix, on ") && why.content.contains("- spoke: no"),
+        "{}",
+        why.content
+    );
+    let req = why.request.as_ref().unwrap();
+    assert_eq!(req["message_reference"]["message_id"], cmd.as_str());
+    // Ada sees Bix's answer (on Discord and over the bridge) and leaves it alone;
+    // nothing of it reached an LLM.
+    let t = settle(&mesh, ADA, Duration::from_secs(2)).await;
+    assert_eq!(fake.posted_by(ADA_ID).len(), 1, "{:#?}", show(&t));
+    assert_eq!(fake.posted_by(BIX_ID).len(), 1);
+    let recorded = t
+        .iter()
+        .find(|e| e.platform_msg_id.as_deref() == Some(cmd.as_str()))
+        .expect("the command is on record");
+    assert_eq!(recorded.text, "/why @Bix");
+    assert_eq!(
+        llm.count(),
+        calls,
+        "no LLM call for the command or its answer"
+    );
+    let m = mesh.metrics(ADA).await;
+    assert_eq!(
+        metric(
+            &m,
+            r#"botmesh_chat_commands_total{command="why",outcome="not_addressed"}"#
+        ),
+        1.0,
+        "{m}"
+    );
+    // Loc, on the local platform, never sees Discord's people: nor their commands.
+    let m = mesh.metrics(LOC).await;
+    assert!(!m.contains("botmesh_chat_commands_total{"), "{m}");
+    mesh.shutdown().await;
+}

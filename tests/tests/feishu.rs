@@ -458,3 +458,39 @@ async fn a_colleagues_message_seen_on_feishu_and_the_bridge_is_recorded_once() {
     assert!(mesh.feishu.sent().is_empty());
     mesh.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_persons_why_through_a_feishu_at_asks_that_bot_and_reaches_no_llm() {
+    let mesh = Mesh::start("好的，我看看").await;
+    let event = mention_of_xiaoba("ev-0101", "om_human0101", "@_user_1 帮我看下这个 PR");
+    let (status, _) = mesh
+        .deliver(&Callback::encrypted_signed(&event, KEY, 0))
+        .await;
+    assert_eq!(status, 200);
+    mesh.feishu.wait_sent(1, WAIT).await;
+    let calls = mesh.llm.count();
+    // The bot is addressed by Feishu's `@_user_1` placeholder, in front of the command.
+    let event = mention_of_xiaoba("ev-0102", "om_human0102", "@_user_1 /why");
+    let (status, _) = mesh
+        .deliver(&Callback::encrypted_signed(&event, KEY, 0))
+        .await;
+    assert_eq!(status, 200);
+    let sent = mesh.feishu.wait_sent(2, WAIT).await;
+    assert_eq!(sent.len(), 2, "the answer to /why is posted to the chat");
+    let why = &sent[1].text;
+    assert!(
+        why.starts_with("XiaoBa, on ") && why.contains("帮我看下这个 PR"),
+        "{why}"
+    );
+    assert!(why.contains("- mentioned: yes"), "{why}");
+    assert!(why.contains("reply (mentioned)"), "{why}");
+    assert!(why.contains("- spoke: \"好的，我看看\""), "{why}");
+    assert_eq!(mesh.llm.count(), calls, "the command reached no LLM");
+    let t = mesh
+        .wait_transcript(XIAOBA, |t| bot_replies(t).len() == 2)
+        .await;
+    let cmd = with_platform_id(&t, "om_human0102");
+    assert_eq!(cmd[0].text, "@XiaoBa /why", "recorded as people read it");
+    assert_eq!(bot_replies(&t)[1].reply_to, Some(cmd[0].id));
+    mesh.shutdown().await;
+}

@@ -38,6 +38,8 @@ fn refresh_cache_sizes(node: &Node) {
     m.set_cache_entries("transcript_ids", node.transcripts.indexed_ids());
     m.set_cache_entries("rate_limiter_buckets", node.limiter.buckets());
     m.set_cache_entries("claim_triggers", node.brain.board.len());
+    m.set_cache_entries("decision_trail", node.brain.trail.len());
+    m.set_cache_entries("stop_tokens", node.brain.stops.len());
     for (cache, entries) in node.platform.cache_sizes() {
         m.set_cache_entries(cache, entries);
     }

@@ -182,8 +182,11 @@ impl Node {
                     .inc();
                 self.brain.observe(env);
                 // The local rules at once: silence (most of what a busy node receives)
-                // needs no task; a turn (or a shared verdict to ask for) gets one.
-                if !self.accepting.is_cancelled() {
+                // needs no task; a turn (or a shared verdict to ask for) gets one. A
+                // person's command is carried out here and takes no turn.
+                if !self.accepting.is_cancelled()
+                    && !crate::app::commands::handle(self, env, &mentions)
+                {
                     if let Some(turn) = crate::turn::on_message(self, env, mentions) {
                         self.turns.spawn(turn);
                     }

@@ -92,6 +92,15 @@ pub struct DecisionLabel {
     pub(crate) reason: String,
 }
 
+/// Labels for people's commands in the chat.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CommandLabel {
+    /// quiet, resume, stop, why.
+    pub(crate) command: String,
+    /// applied, not_addressed, stale, failed.
+    pub(crate) outcome: String,
+}
+
 /// Labels for LLM calls.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LlmLabel {
@@ -150,6 +159,8 @@ pub struct Metrics {
     pub(crate) envelopes_relayed: Family<RelayLabel, Counter>,
     /// Decisions by action and reason.
     pub(crate) decisions: Family<DecisionLabel, Counter>,
+    /// People's commands in the chat (`/quiet`, `/stop`, …), by command and outcome.
+    pub(crate) chat_commands: Family<CommandLabel, Counter>,
     /// Replies written (or being written) and then not posted, by why: the cost of
     /// writing while waiting.
     pub(crate) replies_discarded: Family<ResultLabel, Counter>,
@@ -223,6 +234,7 @@ impl Metrics {
         let outbox_spilled = Family::<PeerLabel, Gauge>::default();
         let envelopes_relayed = Family::<RelayLabel, Counter>::default();
         let decisions = Family::<DecisionLabel, Counter>::default();
+        let chat_commands = Family::<CommandLabel, Counter>::default();
         let replies_discarded = Family::<ResultLabel, Counter>::default();
         let reply_tokens_discarded = Counter::default();
         registry.register(
@@ -306,6 +318,11 @@ impl Metrics {
             "botmesh_decisions",
             "Decisions about incoming messages, by action and reason",
             decisions.clone(),
+        );
+        registry.register(
+            "botmesh_chat_commands",
+            "People's commands in the chat (/quiet, /resume, /stop, /why), by command and outcome",
+            chat_commands.clone(),
         );
         registry.register(
             "botmesh_llm_calls",
@@ -392,6 +409,7 @@ impl Metrics {
             outbox_spilled,
             envelopes_relayed,
             decisions,
+            chat_commands,
             replies_discarded,
             reply_tokens_discarded,
             llm_calls,
@@ -538,6 +556,16 @@ impl Metrics {
             })
             .inc();
         self.reply_tokens_discarded.inc_by(tokens);
+    }
+
+    /// Counts one command from a person in the chat.
+    pub(crate) fn chat_command(&self, command: &str, outcome: &str) {
+        self.chat_commands
+            .get_or_create(&CommandLabel {
+                command: command.into(),
+                outcome: outcome.into(),
+            })
+            .inc();
     }
 
     /// Counts one decision.

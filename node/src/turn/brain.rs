@@ -13,6 +13,7 @@ use crate::config::{BotSettings, LlmSettings, MeshSettings, NodeConfig};
 use crate::llm::{parse_verdict, ChatMessage, Endpoint, Purpose, Verdict};
 use crate::telemetry::metrics::Metrics;
 use crate::turn::budget::{Budget, Exhausted, Limits};
+use crate::turn::command::{GroupStops, Trail};
 use crate::turn::judge::{build_prompt, offline_verdict, JudgeInput};
 use crate::turn::mention::{Member, MentionMatcher, PlatformMention};
 use crate::turn::pipeline::Turn;
@@ -88,6 +89,10 @@ pub struct Brain {
     pub(crate) agent: Option<(reqwest::Client, String)>,
     /// Decisions and LLM calls are counted here.
     pub(crate) metrics: Arc<Metrics>,
+    /// The decisions about recent messages, which a person's `/why` reads back.
+    pub(crate) trail: Trail,
+    /// Each group's stop token, which a person's `/stop` cancels.
+    pub(crate) stops: GroupStops,
 }
 
 /// A reply the LLM wrote, with its completion tokens (counted when it is thrown away).
@@ -193,6 +198,8 @@ impl Brain {
             verdicts: crate::turn::shared::Verdicts::default(),
             budget: Budget::default(),
             metrics,
+            trail: Trail::default(),
+            stops: GroupStops::default(),
         }
     }
 
@@ -414,12 +421,8 @@ impl Brain {
                     .collect(),
             ),
             Provider::Remote { judge, .. } => {
-                let prompt = crate::turn::judge::build_shared_prompt(
-                    bots,
-                    context,
-                    msg,
-                    t.me.context_chars,
-                );
+                let prompt =
+                    crate::turn::judge::build_shared_prompt(bots, context, msg, t.me.context_chars);
                 let messages = [ChatMessage::user(prompt)];
                 let mut ep = judge.clone();
                 // About 24 tokens per bot's entry, and never less than one verdict's.

@@ -343,7 +343,9 @@ mod tests {
                 Author::human("alice"),
                 text,
             );
-            crate::turn::pipeline::consider_with(p.clone(), Arc::new(env), &[]).await;
+            if let Some(turn) = crate::turn::on_message(p, &Arc::new(env), Vec::new()) {
+                turn.await;
+            }
         }
 
         #[tokio::test(start_paused = true)]

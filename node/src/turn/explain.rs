@@ -104,7 +104,14 @@ pub async fn explain(
     let msg = hypothetical(cfg, &req)?;
     let recent_bots = recent_bot_messages(recent.iter(), now_millis(), RATE_WINDOW_MS);
     let t = brain.tuning();
-    let d = brain.decide(&t.mesh, &msg, &[], recent_bots, quiet);
+    // Commands never reach an LLM, so they are not in a judge prompt's context either.
+    let recent = &crate::turn::command::without_commands(recent.to_vec())[..];
+    let mut d = brain.decide(&t.mesh, &msg, &[], recent_bots, quiet);
+    if crate::turn::command::is_command(&msg) {
+        // A person's `/quiet`, `/stop`, …: carried out by the node, never judged.
+        d.action = Action::Silent;
+        d.reason = "command";
+    }
     let context_start = recent.len().saturating_sub(t.me.context_messages);
     let context = &recent[context_start..];
     let mut out = Explanation {

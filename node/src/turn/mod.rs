@@ -9,12 +9,16 @@
 //! - [`brain`] — `Brain`: a bot's turn-taking state, its tuning (what a reload
 //!   changes) and its LLM questions.
 //! - [`budget`] — the daily LLM budget (`[llm] daily_calls`, `daily_tokens`).
+//! - [`command`] — people's `/quiet`, `/resume`, `/stop`, `/why` in the chat: parsing,
+//!   the groups' stop tokens, the decision trail `/why` reads.
+//! - [`brain`] — `Brain`: a bot's turn-taking state and its LLM questions.
 //! - [`pipeline`] — `triage` and `act`: the pipeline for one message.
 //! - [`explain`] — the dry-run of a decision.
 //! - [`ports`] — `Ports`, the turn code's view of the node (and of the simulator).
 
 pub(crate) mod brain;
 pub(crate) mod budget;
+pub(crate) mod command;
 pub(crate) mod explain;
 pub(crate) mod judge;
 pub(crate) mod mention;

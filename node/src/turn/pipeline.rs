@@ -16,6 +16,10 @@
 //! reaches it from now on is told so. A claim that is late in transit therefore
 //! cannot produce a second answer. If some peer never acknowledges in time, the bot
 //! posts anyway, logged at warn and counted as `post/claim_unacked`.
+//!
+//! Until it posts, a turn can be dropped by a person's `/stop` in its group (the
+//! group's stop token, `turn::command`): whatever is in flight (judge, wait, writing,
+//! acknowledgements) is abandoned and the claim withdrawn (`withdraw/stopped`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,9 +27,12 @@ use std::time::Duration;
 use serde::Serialize;
 use ulid::Ulid;
 
+use tokio_util::sync::CancellationToken;
+
 use crate::egress::acks::ClaimAcks;
 use crate::telemetry::events::Event;
 use crate::turn::brain::{Brain, Reply};
+use crate::turn::command::{is_command, without_commands};
 use crate::turn::mention::PlatformMention;
 use crate::turn::policy::{Action, Decision};
 use crate::turn::ports::Ports;
@@ -56,8 +63,8 @@ pub(crate) fn passes(action: &str, reason: &str) -> bool {
 pub(crate) fn record<P: Ports + ?Sized>(
     p: &P,
     msg: &Envelope,
-    action: &str,
-    reason: &str,
+    action: &'static str,
+    reason: &'static str,
     detail: &str,
 ) {
     let brain = p.brain();
@@ -65,6 +72,7 @@ pub(crate) fn record<P: Ports + ?Sized>(
         brain.board.pass(msg.id);
     }
     brain.metrics.decision(action, reason);
+    brain.trail.note(msg.id, action, reason, detail);
     if action == "silent" && ROUTINE_SILENCE.contains(&reason) {
         // One per message the bot stays out of: counted in the metrics, logged only
         // at debug (an info line each cost ~2 % of a busy receiver's CPU).
@@ -80,13 +88,14 @@ pub(crate) fn record<P: Ports + ?Sized>(
     });
 }
 
-/// Context for a judge or reply: up to `k` messages before `msg` in its group.
+/// Context for a judge or reply: up to `k` messages before `msg` in its group,
+/// people's commands and the answers to them left out (they never reach an LLM).
 pub(crate) fn context_before<P: Ports + ?Sized>(
     p: &P,
     msg: &Envelope,
     k: usize,
 ) -> Vec<Arc<Envelope>> {
-    let recent = p.recent(&msg.group, k + 64);
+    let recent = without_commands(p.recent(&msg.group, k + 64));
     let end = recent
         .iter()
         .position(|e| e.id == msg.id)
@@ -121,6 +130,9 @@ pub(crate) fn on_message<P: Ports>(
     if d.is_none() && duty.is_none() {
         return None;
     }
+    // The turn holds its group's stop token from now on (taken here, as the message
+    // is recorded), so a person's `/stop` drops it even before its task runs.
+    let stop = p.brain().stops.token(&msg.group);
     let (p, msg) = (p.clone(), msg.clone());
     Some(Box::pin(async move {
         let asking = async {
@@ -134,7 +146,7 @@ pub(crate) fn on_message<P: Ports>(
         let acting = async {
             if d.is_some() {
                 if let Some(d) = triage(&*p, &msg, &platform) {
-                    act(p.clone(), msg.clone(), d).await;
+                    act(p.clone(), msg.clone(), d, stop).await;
                 }
             }
         };
@@ -152,7 +164,8 @@ pub(crate) fn triage<P: Ports + ?Sized>(
 ) -> Option<Decision> {
     let brain = p.brain();
     let mesh = p.mesh();
-    if msg.kind != Kind::Message {
+    if msg.kind != Kind::Message || is_command(msg) {
+        // A person's command is carried out by the node (`app::commands`), never judged.
         return None;
     }
     let now = p.now_millis();
@@ -206,20 +219,53 @@ fn within_budget(brain: &Brain, d: &Decision, now_ms: u64) -> bool {
 }
 
 /// Carries out a [`triage`] decision that is not silence: judge, wait and claim,
-/// write, check once more, settle the claim and commit, post.
-pub(crate) async fn act<P: Ports>(p: Arc<P>, msg: Arc<Envelope>, d: Decision) {
-    let Some((why, relevance)) = judge_step(&*p, &msg, &d).await else {
-        return;
+/// write, check once more, settle the claim and commit, post. Until it posts, the
+/// group's `stop` token (a person's `/stop`) drops the turn: the LLM call or the wait
+/// in flight is abandoned, the claim withdrawn ([`stopped`]).
+pub(crate) async fn act<P: Ports>(
+    p: Arc<P>,
+    msg: Arc<Envelope>,
+    d: Decision,
+    stop: CancellationToken,
+) {
+    let ready = tokio::select! {
+        biased;
+        _ = stop.cancelled() => {
+            stopped(&*p, &msg);
+            return;
+        }
+        r = prepare(&*p, &msg, &d) => r,
     };
+    if let Some((reply, why, reason)) = ready {
+        post_step(p, &msg, reply, why, reason).await;
+    }
+}
+
+/// A turn dropped by a person's `/stop`: the judge is no longer out, a word owed to
+/// claimants is sent, the claim is withdrawn (`withdraw/stopped`), and the decision is
+/// recorded (`silent/stopped`).
+fn stopped<P: Ports + ?Sized>(p: &P, msg: &Envelope) {
+    let brain = p.brain();
+    brain.board.set_judging(msg.id, false);
+    record(p, msg, "silent", "stopped", "a person's /stop");
+    send_owed_word(p, msg);
+    withdraw_claim_for(p, msg, "stopped", "a person's /stop");
+}
+
+/// [`act`] up to the post: `Some` is the reply to post, why and its short label.
+async fn prepare<P: Ports + ?Sized>(
+    p: &P,
+    msg: &Envelope,
+    d: &Decision,
+) -> Option<(Reply, Why, &'static str)> {
+    let (why, relevance) = judge_step(p, msg, d).await?;
     // The claim's acknowledgements, for an interjection (a round to everyone does not
     // wait for them: nobody yields there).
     let mut acks = None;
     let mut early = Early::NotWritten;
     if let Some(r) = relevance {
         // `None`: the wait ended the turn and withdrew the claim itself.
-        let Some(waited) = wait_turn(&*p, &msg, r, d.everyone).await else {
-            return;
-        };
+        let waited = wait_turn(p, msg, r, d.everyone).await?;
         acks = Some(waited.acks).filter(|_| !d.everyone);
         early = waited.reply;
     }
@@ -227,23 +273,20 @@ pub(crate) async fn act<P: Ports>(p: Arc<P>, msg: Arc<Envelope>, d: Decision) {
     // the bots that stood by behind it re-enter (a yield is not final).
     let claimed = relevance.is_some();
     if p.stopping().is_cancelled() {
-        withdraw_if(&*p, &msg, claimed, "shutting down");
-        return;
+        withdraw_if(p, msg, claimed, "shutting down");
+        return None;
     }
     let reason = why_label(&why);
-    let Some(reply) = write_step(&*p, &msg, reason, relevance, early).await else {
-        return;
-    };
-    if !last_check_step(&*p, &msg, &d, relevance, &reply) {
-        return;
+    let reply = write_step(p, msg, reason, relevance, early).await?;
+    if !last_check_step(p, msg, d, relevance, &reply) {
+        return None;
     }
     if let (Some(r), Some(acks)) = (relevance, acks.as_mut()) {
-        if !settle_claim(&*p, &msg, acks, &reply).await || !commit_step(&*p, &msg, r, &reply).await
-        {
-            return;
+        if !settle_claim(p, msg, acks, &reply).await || !commit_step(p, msg, r, &reply).await {
+            return None;
         }
     }
-    post_step(p, &msg, reply, why, reason).await;
+    Some((reply, why, reason))
 }
 
 /// The short name of why the bot speaks, for logs and the sidecar.
@@ -290,7 +333,7 @@ async fn judge_step<P: Ports + ?Sized>(
             // While the judge is out, a peer's claim on this trigger is answered
             // `judging`: that peer then waits for this bot's word before it commits.
             brain.board.set_judging(msg.id, true); // (triage set it already)
-            // With a shared judge, its verdict; else (or if none comes) this bot's own.
+                                                   // With a shared judge, its verdict; else (or if none comes) this bot's own.
             let verdict = match shared::verdict_for(p, msg).await {
                 Some(v) => Some(v),
                 None => {
@@ -629,8 +672,13 @@ fn claim_envelope<P: Ports + ?Sized>(p: &P, msg: &Envelope, relevance: f64) -> E
 }
 
 /// Withdraws this bot's claim on `msg` (if it still holds one) and tells the peers,
-/// so the bots that stood by behind it re-enter.
+/// so the bots that stood by behind it re-enter (recorded as `withdraw/claim`).
 pub(crate) fn withdraw_claim<P: Ports + ?Sized>(p: &P, msg: &Envelope, why: &str) {
+    withdraw_claim_for(p, msg, "claim", why);
+}
+
+/// [`withdraw_claim`], recorded as `withdraw/{reason}` with `why` as its detail.
+fn withdraw_claim_for<P: Ports + ?Sized>(p: &P, msg: &Envelope, reason: &'static str, why: &str) {
     let brain = p.brain();
     let me = brain.me().name.clone();
     if !brain.board.has_claim(msg.id, &me) {
@@ -646,7 +694,7 @@ pub(crate) fn withdraw_claim<P: Ports + ?Sized>(p: &P, msg: &Envelope, why: &str
     p.event(Event::Claim {
         envelope: Arc::new(env),
     });
-    record(p, msg, "withdraw", "claim", why);
+    record(p, msg, "withdraw", reason, why);
 }
 
 /// After local rules or a judge that did not lead to a claim: if this bot told a
@@ -737,6 +785,12 @@ async fn wait_turn<P: Ports + ?Sized>(
             || (brain.board.standing(msg.id, &me, relevance) == Standing::Clear
                 && shared::ranked_ahead(p, msg, relevance).is_none()));
     tracing::info!(bot = %me, trigger = %msg.id, relevance, delay_ms = delay.as_millis() as u64, everyone, writing = early, "claimed; waiting");
+    brain.trail.note(
+        msg.id,
+        "claim",
+        "waiting",
+        &format!("relevance={relevance:.2} delay_ms={}", delay.as_millis()),
+    );
     let context = context_before(p, msg, brain.me().context_messages.max(12));
     let writing = async {
         if early {

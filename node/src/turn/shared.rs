@@ -236,7 +236,9 @@ pub(crate) async fn ask<P: Ports + ?Sized>(p: &P, msg: &Envelope, bots: Vec<BotS
         ("sent", format!("{entries:?}"))
     };
     record(p, msg, "verdict", reason, &detail);
-    brain.verdicts.put(msg.id, &brain.me().name, entries.clone());
+    brain
+        .verdicts
+        .put(msg.id, &brain.me().name, entries.clone());
     let env = Envelope::verdict(p.new_id(), p.now_millis(), &brain.me().name, msg, entries);
     p.broadcast(&env);
 }

@@ -363,7 +363,20 @@ impl DingTalk {
     /// `participation = "mentions"` is kept, put back in front if DingTalk left it
     /// out (it is the only way to address such a robot). The result depends only on
     /// the message, so every carrier records the same text.
+    ///
+    /// A person's command (`/why`, `/stop`, …) is the exception: DingTalk delivered it
+    /// to the robots it @-mentions, and those are whom it addresses, so it keeps an @
+    /// of each of them, in front, in a stable order.
     pub(crate) fn mesh_text(&self, text: &str, delivered: &[&str]) -> String {
+        if crate::turn::command::verb_of(text).is_some() {
+            let text = strip_mentions(&self.matcher, text, delivered);
+            let mut names = delivered.to_vec();
+            names.sort_unstable();
+            names.dedup();
+            let mut out: String = names.iter().map(|b| format!("@{b} ")).collect();
+            out.push_str(&text);
+            return out;
+        }
         let (keep, strip): (Vec<&str>, Vec<&str>) = delivered
             .iter()
             .copied()
@@ -717,6 +730,21 @@ api = "127.0.0.1:8102"
         assert_eq!(
             strip_mentions(m, "`@ErGoz` in code", &["ErGoz"]),
             "`@ErGoz` in code"
+        );
+        // A person's command keeps the @ of each robot it reached: they are whom it
+        // addresses (the same text on every robot that carries it).
+        assert_eq!(
+            d.mesh_text("/why @小八", &["XiaoBa"]),
+            "@XiaoBa /why",
+            "DingTalk delivered it to XiaoBa alone"
+        );
+        assert_eq!(
+            d.mesh_text("@ErGoz /stop", &["XiaoBa", "ErGoz"]),
+            d.mesh_text("/stop", &["ErGoz", "XiaoBa"]),
+        );
+        assert_eq!(
+            d.mesh_text("/stop", &["XiaoBa", "ErGoz"]),
+            "@ErGoz @XiaoBa /stop"
         );
     }
 

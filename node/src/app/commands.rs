@@ -1,0 +1,110 @@
+//! People's commands in the chat, carried out by the node (parsed in
+//! [`crate::turn::command`]): every node sees a person's message through its usual
+//! way in (the page and the bridge on `local`, the platform on Feishu and Discord, a
+//! colleague's forward on DingTalk), so each bot acts on the commands addressed to it.
+//!
+//! - `/quiet`, `/resume`: the operator's quiet switch, as `POST /v1/quiet`.
+//! - `/stop`: cancels the group's stop token, so every turn of this bot in flight for
+//!   the group drops (its LLM call or wait abandoned, its claim withdrawn, recorded as
+//!   `silent/stopped` and `withdraw/stopped`). Later messages are taken as usual.
+//! - `/why`: posts, in a few lines, the decisions recorded about the last message
+//!   (see [`crate::turn::command::why_text`]). The answer carries the mesh's
+//!   `max_depth`, so no bot judges or answers it.
+//!
+//! A command is a message like any other in the transcript; it is never judged.
+//! Counted in `botmesh_chat_commands_total{command,outcome}`.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::app::node::Node;
+use crate::turn::command::{self, Verb};
+use crate::turn::mention::PlatformMention;
+use crate::wire::envelope::{now_millis, AuthorKind, Envelope};
+
+/// Carries out `env` if it is a person's command addressed to this bot; `true` when it
+/// is a command at all (addressed here or not), which then takes no turn.
+pub(crate) fn handle(node: &Arc<Node>, env: &Arc<Envelope>, mentions: &[PlatformMention]) -> bool {
+    let Some(cmd) = command::parse(env, &node.brain.matcher, mentions) else {
+        return false;
+    };
+    let me = node.brain.me().name.clone();
+    let verb = cmd.verb.as_str();
+    if !cmd.addresses(&me) {
+        tracing::debug!(bot = %me, id = %env.id, command = verb, target = ?cmd.target, "a command for other bots");
+        node.metrics.chat_command(verb, "not_addressed");
+        return true;
+    }
+    let age_secs = now_millis().saturating_sub(env.sent_at) / 1000;
+    if age_secs > node.brain.tuning().mesh.stale_after_secs {
+        tracing::info!(bot = %me, id = %env.id, command = verb, age_secs, "an old command (a catch-up after downtime): not carried out");
+        node.metrics.chat_command(verb, "stale");
+        return true;
+    }
+    let (by, group) = (&env.author.name, &env.group);
+    match cmd.verb {
+        Verb::Quiet | Verb::Resume => {
+            let on = cmd.verb == Verb::Quiet;
+            let was = node.quiet.swap(on, Ordering::Relaxed);
+            tracing::warn!(bot = %me, quiet = on, was, %by, %group, id = %env.id, "quiet switch set by a person's command in the chat");
+        }
+        Verb::Stop => {
+            node.brain.stops.stop(group);
+            tracing::warn!(bot = %me, %by, %group, id = %env.id, "a person's /stop: dropping this bot's turns in flight for the group");
+        }
+        Verb::Why => {
+            node.turns.spawn(post_why(node.clone(), env.clone()));
+            // Counted once posted (or failed).
+            return true;
+        }
+    }
+    node.metrics.chat_command(verb, "applied");
+    true
+}
+
+/// Posts this bot's answer to `/why` (`cmd`): why it did or did not speak on the last
+/// message before the command (people's commands and the answers to them aside).
+async fn post_why(node: Arc<Node>, cmd: Arc<Envelope>) {
+    let me = node.brain.me().name.clone();
+    let recent = node.transcripts.recent(&cmd.group, 256);
+    let subject = command::why_subject(&recent, &cmd, &me);
+    let steps = subject
+        .as_ref()
+        .map(|s| node.brain.trail.steps(s.id))
+        .unwrap_or_default();
+    let answer = subject.as_ref().and_then(|s| {
+        recent.iter().find(|e| {
+            e.author.kind == AuthorKind::Bot && e.author.name == me && e.reply_to == Some(s.id)
+        })
+    });
+    let text = command::why_text(
+        &me,
+        &node.brain.matcher,
+        subject.as_deref(),
+        &steps,
+        answer.map(|a| &**a),
+        node.is_quiet(),
+    );
+    let mut env = Envelope::answer(
+        ulid::Ulid::new(),
+        now_millis(),
+        &me,
+        &cmd,
+        text,
+        crate::wire::envelope::Why::Posted,
+    );
+    // At the depth limit: a hard rule, so no bot (of any version) judges or answers it.
+    env.depth = env.depth.max(node.brain.tuning().mesh.max_depth);
+    env.why = None;
+    let id = env.id;
+    match node.publish(env, "self").await {
+        Ok(_) => {
+            tracing::info!(bot = %me, %id, command = %cmd.id, about = ?subject.map(|s| s.id), steps = steps.len(), "answered a person's /why");
+            node.metrics.chat_command("why", "applied");
+        }
+        Err(e) => {
+            tracing::error!(bot = %me, command = %cmd.id, error = %e, "the answer to a person's /why could not be recorded; not sent");
+            node.metrics.chat_command("why", "failed");
+        }
+    }
+}

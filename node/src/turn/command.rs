@@ -1,0 +1,546 @@
+//! Commands from people in the chat: `/quiet`, `/resume`, `/stop`, `/why`, addressed
+//! to one bot (`/why @Alice`, `@Alice /why`) or, without a bot's @, to every bot.
+//!
+//! A command is a *person's* chat message whose text, after the @mentions in front of
+//! it (as the platform delivers them: `@Name`, `@_user_1`, `<at …>…</at>`), starts with
+//! `/` (or the full-width `／`) and one of the four verbs, in any case. A bot's text
+//! never is one, and an unknown `/foo` is ordinary text. Commands are recorded in the
+//! transcript like any message, but never judged or answered, and [`without_commands`]
+//! keeps them (and the bots' `/why` answers to them) out of every LLM prompt.
+//!
+//! This module parses, and keeps what the commands act on inside the turn code:
+//! [`GroupStops`] (each group's stop token, cancelled by `/stop`) and [`Trail`] (the
+//! decisions about recent messages, which `/why` reads back). The node carries the
+//! commands out (`app::commands`).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio_util::sync::CancellationToken;
+use ulid::Ulid;
+
+use crate::turn::mention::{MentionMatcher, PlatformMention};
+use crate::wire::envelope::{AuthorKind, Envelope, Kind};
+
+/// What a person asks of the bots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verb {
+    /// `/quiet`: the operator's quiet switch on (as `POST /v1/quiet`).
+    Quiet,
+    /// `/resume`: the quiet switch off.
+    Resume,
+    /// `/stop`: drop the turns in flight for the group and withdraw their claims.
+    Stop,
+    /// `/why`: say why the bot did or did not speak on the last message.
+    Why,
+}
+
+impl Verb {
+    /// The label in logs and `botmesh_chat_commands_total{command}`.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Verb::Quiet => "quiet",
+            Verb::Resume => "resume",
+            Verb::Stop => "stop",
+            Verb::Why => "why",
+        }
+    }
+}
+
+/// Whom a command addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// No bot was @-mentioned: every bot.
+    All,
+    /// These bots (canonical names), @-mentioned in the command.
+    Bots(Vec<String>),
+}
+
+/// A person's command, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Command {
+    /// What is asked.
+    pub verb: Verb,
+    /// Of whom.
+    pub target: Target,
+}
+
+impl Command {
+    /// Whether the command addresses bot `me`.
+    pub(crate) fn addresses(&self, me: &str) -> bool {
+        match &self.target {
+            Target::All => true,
+            Target::Bots(names) => names.iter().any(|n| n == me),
+        }
+    }
+}
+
+/// The verb `text` commands, if it is a command: leading @mentions skipped, then `/`
+/// or `／` and a known verb (ASCII, any case) that no letter or digit continues.
+pub(crate) fn verb_of(text: &str) -> Option<Verb> {
+    let mut s = text.trim_start();
+    loop {
+        if let Some(rest) = s.strip_prefix('@').or_else(|| s.strip_prefix('＠')) {
+            // `@Name`, `@_user_1`, `@小八`: up to a space or the command's slash.
+            let end = rest
+                .find(|c: char| c.is_whitespace() || c == '/' || c == '／')
+                .unwrap_or(rest.len());
+            s = rest[end..].trim_start();
+        } else if s.starts_with("<at ") {
+            // A platform mention tag of someone outside the mesh (Feishu, Discord).
+            let end = s.find("</at>")?;
+            s = s[end + "</at>".len()..].trim_start();
+        } else {
+            break;
+        }
+    }
+    let rest = s.strip_prefix('/').or_else(|| s.strip_prefix('／'))?;
+    let len = rest
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(rest.len());
+    match rest[..len].to_ascii_lowercase().as_str() {
+        "quiet" => Some(Verb::Quiet),
+        "resume" => Some(Verb::Resume),
+        "stop" => Some(Verb::Stop),
+        "why" => Some(Verb::Why),
+        _ => None,
+    }
+}
+
+/// Whether `env` is a person's command (only people command: a bot's text that looks
+/// like one is ordinary text).
+pub(crate) fn is_command(env: &Envelope) -> bool {
+    env.kind == Kind::Message
+        && env.author.kind == AuthorKind::Human
+        && verb_of(&env.text).is_some()
+}
+
+/// Parses a person's command; its targets are the bots @-mentioned anywhere in it
+/// (`matcher`, with the platform's mention list), none meaning every bot.
+pub(crate) fn parse(
+    env: &Envelope,
+    matcher: &MentionMatcher,
+    platform: &[PlatformMention],
+) -> Option<Command> {
+    if !is_command(env) {
+        return None;
+    }
+    let verb = verb_of(&env.text)?;
+    let names = matcher.mentioned(&env.text, platform);
+    let target = if names.is_empty() {
+        Target::All
+    } else {
+        Target::Bots(names)
+    };
+    Some(Command { verb, target })
+}
+
+/// `msgs` without the people's commands and the bots' answers to them (a `/why`
+/// answer replies to its command): what an LLM prompt's context is built from.
+pub(crate) fn without_commands(msgs: Vec<Arc<Envelope>>) -> Vec<Arc<Envelope>> {
+    without_commands_after(&[], msgs)
+}
+
+/// [`without_commands`] for `msgs` that follow `earlier`: an answer in `msgs` to a
+/// command among `earlier` goes too.
+pub(crate) fn without_commands_after(
+    earlier: &[Arc<Envelope>],
+    msgs: Vec<Arc<Envelope>>,
+) -> Vec<Arc<Envelope>> {
+    let commands: Vec<Ulid> = earlier
+        .iter()
+        .chain(&msgs)
+        .filter(|e| is_command(e))
+        .map(|e| e.id)
+        .collect();
+    if commands.is_empty() {
+        return msgs;
+    }
+    msgs.into_iter()
+        .filter(|e| !commands.contains(&e.id) && !e.reply_to.is_some_and(|r| commands.contains(&r)))
+        .collect()
+}
+
+/// Each group's stop token: every turn takes its group's token when it starts, and
+/// `/stop` cancels it (the turns in flight drop) and leaves a fresh one for the next.
+#[derive(Default)]
+pub(crate) struct GroupStops {
+    /// group → the token the group's current turns hold.
+    tokens: Mutex<HashMap<String, CancellationToken>>,
+}
+
+impl GroupStops {
+    /// The token a turn starting now in `group` holds.
+    pub(crate) fn token(&self, group: &str) -> CancellationToken {
+        self.tokens
+            .lock()
+            .entry(group.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// Groups with a token (for `botmesh_cache_entries`).
+    pub(crate) fn len(&self) -> usize {
+        self.tokens.lock().len()
+    }
+
+    /// Stops every turn in flight in `group`; turns started afterwards go on.
+    pub(crate) fn stop(&self, group: &str) {
+        if let Some(t) = self.tokens.lock().remove(group) {
+            t.cancel();
+        }
+    }
+}
+
+/// One step of what this bot decided about a message: a recorded decision, or a note
+/// (the claim's relevance and delay).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Step {
+    /// `reply`, `judge`, `silent`, `claim`, `yield`, …
+    pub action: &'static str,
+    /// The stable reason code.
+    pub reason: &'static str,
+    /// The detail the decision log carries (may be empty).
+    pub detail: String,
+}
+
+/// How many messages the trail remembers decisions about.
+const TRAIL_MESSAGES: usize = 512;
+
+/// How many steps it keeps for one message.
+const TRAIL_STEPS: usize = 16;
+
+/// The decisions about the most recent messages, as the decision log records them
+/// (`pipeline::record`): what `/why` reads back. Bounded in messages and steps.
+#[derive(Default)]
+pub(crate) struct Trail {
+    /// The steps, and the order to forget them in.
+    inner: Mutex<Steps>,
+}
+
+/// message → its steps, and the messages in the order first decided on.
+type Steps = (HashMap<Ulid, Vec<Step>>, VecDeque<Ulid>);
+
+impl Trail {
+    /// Adds a step about `msg`.
+    pub(crate) fn note(&self, msg: Ulid, action: &'static str, reason: &'static str, detail: &str) {
+        let mut guard = self.inner.lock();
+        let (map, order) = &mut *guard;
+        let steps = map.entry(msg).or_insert_with(|| {
+            order.push_back(msg);
+            Vec::new()
+        });
+        if steps.len() < TRAIL_STEPS {
+            steps.push(Step {
+                action,
+                reason,
+                detail: detail.into(),
+            });
+        }
+        while order.len() > TRAIL_MESSAGES {
+            if let Some(old) = order.pop_front() {
+                map.remove(&old);
+            }
+        }
+    }
+
+    /// Messages with steps on record (for `botmesh_cache_entries`).
+    pub(crate) fn len(&self) -> usize {
+        self.inner.lock().0.len()
+    }
+
+    /// The steps about `msg`, oldest first (empty: nothing recorded).
+    pub(crate) fn steps(&self, msg: Ulid) -> Vec<Step> {
+        self.inner.lock().0.get(&msg).cloned().unwrap_or_default()
+    }
+}
+
+/// The message a `/why` command (`cmd`, in `recent`) asks about: the last message
+/// before it that is not a command, not an answer to one, and not `me`'s own.
+pub(crate) fn why_subject(
+    recent: &[Arc<Envelope>],
+    cmd: &Envelope,
+    me: &str,
+) -> Option<Arc<Envelope>> {
+    let end = recent
+        .iter()
+        .position(|e| e.id == cmd.id)
+        .unwrap_or(recent.len());
+    let before = without_commands(recent[..end].to_vec());
+    before
+        .into_iter()
+        .rev()
+        .find(|e| !(e.author.kind == AuthorKind::Bot && e.author.name == me))
+}
+
+/// At most `max` characters of `text` on one line, with `…` when cut, and without its
+/// `@`s: a quote in a `/why` answer must not mention (or, on a platform, ping) anyone.
+fn snippet(text: &str, max: usize) -> String {
+    let one_line: String = text
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace(['@', '＠'], "");
+    if one_line.chars().count() <= max {
+        return one_line;
+    }
+    let mut s: String = one_line.chars().take(max).collect();
+    s.push('…');
+    s
+}
+
+/// What `/why` posts: in a few lines, why `me` did or did not speak on `subject`
+/// (`None`: no message to ask about) — whom it mentions, the decisions recorded
+/// about it (action, reason, relevance and delay of a claim), what `me` answered if
+/// it did, and the quiet switch when it is on.
+pub(crate) fn why_text(
+    me: &str,
+    matcher: &MentionMatcher,
+    subject: Option<&Envelope>,
+    steps: &[Step],
+    answer: Option<&Envelope>,
+    quiet: bool,
+) -> String {
+    let Some(msg) = subject else {
+        return format!("{me}: no earlier message here to explain.");
+    };
+    let mut lines = vec![format!(
+        "{me}, on {}'s message \"{}\":",
+        msg.author.name,
+        snippet(&msg.text, 60)
+    )];
+    let mentions = matcher.mentioned(&msg.text, &[]);
+    let mentioned = mentions.iter().any(|n| n == me);
+    lines.push(if mentions.is_empty() {
+        "- mentioned: no (it mentions no bot)".to_string()
+    } else {
+        format!(
+            "- mentioned: {} (it mentions {})",
+            if mentioned { "yes" } else { "no" },
+            mentions.join(", ")
+        )
+    });
+    if steps.is_empty() {
+        lines.push(
+            "- decided: nothing recorded (it came before this node started, while it was stopping, or long ago)"
+                .to_string(),
+        );
+    } else {
+        let trail: Vec<String> = steps
+            .iter()
+            .map(|s| {
+                if s.detail.is_empty() {
+                    format!("{} ({})", s.action, s.reason)
+                } else {
+                    format!("{} ({}: {})", s.action, s.reason, s.detail)
+                }
+            })
+            .collect();
+        lines.push(format!("- decided: {}", trail.join(" → ")));
+    }
+    lines.push(match answer {
+        Some(a) => format!("- spoke: \"{}\"", snippet(&a.text, 60)),
+        None => "- spoke: no".to_string(),
+    });
+    if quiet {
+        lines.push("- now: quiet (/resume lifts it)".to_string());
+    }
+    lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::turn::mention::Member;
+    use crate::wire::envelope::Author;
+
+    fn matcher() -> MentionMatcher {
+        let m = |name: &str, aliases: &[&str]| Member {
+            name: name.into(),
+            aliases: aliases.iter().map(|a| a.to_string()).collect(),
+            open_ids: vec![format!("ou_{name}")],
+        };
+        MentionMatcher::new(&[m("Alice", &["小爱"]), m("Bob", &[])])
+    }
+
+    fn human(text: &str) -> Envelope {
+        Envelope::message(
+            Ulid::new(),
+            1,
+            "demo",
+            "Alice",
+            Author::human("carol"),
+            text,
+        )
+    }
+
+    fn parsed(text: &str) -> Option<Command> {
+        parse(&human(text), &matcher(), &[])
+    }
+
+    fn to(verb: Verb, bots: &[&str]) -> Option<Command> {
+        Some(Command {
+            verb,
+            target: if bots.is_empty() {
+                Target::All
+            } else {
+                Target::Bots(bots.iter().map(|b| b.to_string()).collect())
+            },
+        })
+    }
+
+    #[test]
+    fn verbs_any_case_mentions_before_or_after() {
+        assert_eq!(parsed("/quiet"), to(Verb::Quiet, &[]));
+        assert_eq!(parsed("  /RESUME please"), to(Verb::Resume, &[]));
+        assert_eq!(parsed("/Stop"), to(Verb::Stop, &[]));
+        assert_eq!(parsed("/why @Alice"), to(Verb::Why, &["Alice"]));
+        assert_eq!(parsed("@Alice /why"), to(Verb::Why, &["Alice"]));
+        assert_eq!(parsed("@bob /quiet"), to(Verb::Quiet, &["Bob"]));
+        assert_eq!(
+            parsed("@Alice @Bob /stop!"),
+            to(Verb::Stop, &["Alice", "Bob"])
+        );
+        assert_eq!(parsed("@Alice/why"), to(Verb::Why, &["Alice"]));
+    }
+
+    #[test]
+    fn cjk_names_full_width_forms_and_platform_tags() {
+        assert_eq!(parsed("@小爱 /why"), to(Verb::Why, &["Alice"]));
+        assert_eq!(parsed("＠小爱／why"), to(Verb::Why, &["Alice"]));
+        assert_eq!(parsed("/quiet @小爱"), to(Verb::Quiet, &["Alice"]));
+        assert_eq!(parsed("/why＠小爱"), to(Verb::Why, &["Alice"]));
+        // A person outside the mesh, as Feishu and Discord show them, then a bot.
+        assert_eq!(
+            parsed("<at user_id=\"ou_x\">Dan</at> @Bob /stop"),
+            to(Verb::Stop, &["Bob"])
+        );
+        // Feishu's placeholder, resolved through the event's mention list.
+        let platform = [PlatformMention {
+            key: "@_user_1".into(),
+            open_id: "ou_Bob".into(),
+            name: "Bob".into(),
+        }];
+        assert_eq!(
+            parse(&human("@_user_1 /why"), &matcher(), &platform),
+            to(Verb::Why, &["Bob"])
+        );
+    }
+
+    #[test]
+    fn ordinary_text_is_no_command() {
+        for text in [
+            "/whyever",
+            "/foo @Alice",
+            "please /stop",
+            "why /stop",
+            "`/stop`",
+            "/usr/bin/env",
+            "/",
+            "@Alice",
+            "",
+            "停止 /停",
+        ] {
+            assert_eq!(parsed(text), None, "{text:?}");
+        }
+        // Only people command: a bot's `/quiet` is ordinary text.
+        let mut bot = human("/quiet");
+        bot.author = Author::bot("Bob");
+        assert_eq!(parse(&bot, &matcher(), &[]), None);
+        assert!(!is_command(&bot));
+        // Someone outside the mesh is no target: the command is for every bot.
+        assert_eq!(parsed("/quiet ops@alice.dev"), to(Verb::Quiet, &[]));
+    }
+
+    #[test]
+    fn commands_and_their_answers_stay_out_of_the_context() {
+        let q = Arc::new(human("what about caching?"));
+        let cmd = Arc::new(human("/why @Alice"));
+        let mut answer = Envelope::message(
+            Ulid::new(),
+            2,
+            "demo",
+            "Alice",
+            Author::bot("Alice"),
+            "Alice, on …",
+        );
+        answer.reply_to = Some(cmd.id);
+        let answer = Arc::new(answer);
+        let mut bot_slash = human("/quiet");
+        bot_slash.author = Author::bot("Bob");
+        let bot_slash = Arc::new(bot_slash);
+        let all = vec![q.clone(), cmd.clone(), answer.clone(), bot_slash.clone()];
+        let kept: Vec<Ulid> = without_commands(all.clone()).iter().map(|e| e.id).collect();
+        assert_eq!(kept, vec![q.id, bot_slash.id]);
+        let later = without_commands_after(&all[..2], vec![answer.clone(), bot_slash.clone()]);
+        assert_eq!(later.len(), 1, "the answer to an earlier command goes too");
+        // `/why` asks about the last message before it that is not a command.
+        let cmd2 = Arc::new(human("/why"));
+        let mut all = all;
+        all.push(cmd2.clone());
+        assert_eq!(why_subject(&all, &cmd2, "Alice").unwrap().id, bot_slash.id);
+        assert_eq!(why_subject(&all, &cmd, "Alice").unwrap().id, q.id);
+        assert!(why_subject(&all[..1], &q, "Alice").is_none());
+    }
+
+    #[test]
+    fn stop_cancels_the_turns_in_flight_only() {
+        let stops = GroupStops::default();
+        let before = stops.token("demo");
+        let other = stops.token("ops");
+        stops.stop("demo");
+        assert!(before.is_cancelled());
+        assert!(!other.is_cancelled(), "another group goes on");
+        assert!(!stops.token("demo").is_cancelled(), "later turns go on");
+        stops.stop("empty");
+    }
+
+    #[test]
+    fn the_trail_is_bounded_and_why_reads_it_back() {
+        let trail = Trail::default();
+        let first = Ulid::new();
+        for i in 0..(TRAIL_STEPS + 4) {
+            trail.note(first, "judge", "needs_judge", &i.to_string());
+        }
+        assert_eq!(trail.steps(first).len(), TRAIL_STEPS);
+        for _ in 0..TRAIL_MESSAGES {
+            trail.note(Ulid::new(), "silent", "not_mentioned", "");
+        }
+        assert!(trail.steps(first).is_empty(), "the oldest message went");
+        assert_eq!(trail.len(), TRAIL_MESSAGES);
+
+        let msg = human("any ideas on caching?");
+        let steps = vec![
+            Step {
+                action: "judge",
+                reason: "judge",
+                detail: String::new(),
+            },
+            Step {
+                action: "silent",
+                reason: "judge_declined",
+                detail: "speak=false relevance=0.20".into(),
+            },
+        ];
+        let quoted = why_text(
+            "Bob",
+            &matcher(),
+            Some(&human("@Alice ＠Bob go")),
+            &[],
+            None,
+            false,
+        );
+        assert!(quoted.contains("\"Alice Bob go\""), "{quoted}");
+        assert!(matcher().mentioned(&quoted, &[]).is_empty(), "{quoted}");
+        let text = why_text("Alice", &matcher(), Some(&msg), &steps, None, true);
+        assert_eq!(
+            text,
+            "Alice, on carol's message \"any ideas on caching?\":\n\
+             - mentioned: no (it mentions no bot)\n\
+             - decided: judge (judge) → silent (judge_declined: speak=false relevance=0.20)\n\
+             - spoke: no\n\
+             - now: quiet (/resume lifts it)"
+        );
+    }
+}
