@@ -186,6 +186,9 @@ pub struct Metrics {
     /// Redis Streams transport incidents: `read_error`, `write_error`, `gap` (entries
     /// trimmed before this bot read them), `reset` (a stream restarted behind a cursor).
     pub(crate) stream_events: Family<ResultLabel, Counter>,
+    /// Verdict log lines (`botmesh replay`'s record of judge answers), by result:
+    /// `written`, `failed` (the disk refused), `dropped` (the writer's queue was full).
+    pub(crate) verdict_log: Family<ResultLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -232,6 +235,12 @@ impl Metrics {
         let feishu_connects = Family::<ResultLabel, Counter>::default();
         let feishu_api_calls = Family::<EndpointLabel, Counter>::default();
         let stream_events = Family::<ResultLabel, Counter>::default();
+        let verdict_log = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "botmesh_verdict_log",
+            "Verdict log lines (judge answers kept for botmesh replay), by result",
+            verdict_log.clone(),
+        );
         registry.register(
             "botmesh_envelopes_in",
             "Envelopes received on the bridge, by result",
@@ -338,6 +347,7 @@ impl Metrics {
             stream_events.clone(),
         );
         Metrics {
+            verdict_log,
             feishu_events,
             dingtalk_events,
             feishu_connection,
@@ -431,6 +441,15 @@ impl Metrics {
     /// Counts one Feishu long-connection attempt or ending.
     pub fn feishu_connect(&self, result: &str) {
         self.feishu_connects
+            .get_or_create(&ResultLabel {
+                result: result.into(),
+            })
+            .inc();
+    }
+
+    /// Counts one verdict log line: written, failed or dropped.
+    pub(crate) fn verdict_logged(&self, result: &str) {
+        self.verdict_log
             .get_or_create(&ResultLabel {
                 result: result.into(),
             })

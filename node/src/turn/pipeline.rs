@@ -25,7 +25,8 @@ use ulid::Ulid;
 
 use crate::egress::acks::ClaimAcks;
 use crate::telemetry::events::Event;
-use crate::turn::brain::{Brain, Reply};
+use crate::store::verdicts::{VerdictRecord, VERDICT_FORMAT};
+use crate::turn::brain::{Brain, Judged, Reply};
 use crate::turn::mention::PlatformMention;
 use crate::turn::policy::{Action, Decision};
 use crate::turn::ports::Ports;
@@ -237,14 +238,16 @@ async fn judge_step<P: Ports + ?Sized>(
             // While the judge is out, a peer's claim on this trigger is answered
             // `judging`: that peer then waits for this bot's word before it commits.
             brain.board.set_judging(msg.id, true); // (triage set it already)
-            let verdict = brain.judge(p.llm(), &context, msg).await;
+            let judged = brain.judge_traced(p.llm(), &context, msg).await;
             brain.board.set_judging(msg.id, false);
-            let Some(v) = verdict else {
+            let Some(v) = judged.verdict else {
+                keep_verdict(p, msg, &judged, false, ("silent", "judge_failed"), None);
                 record(p, msg, "silent", "judge_failed", "");
                 send_owed_word(p, msg);
                 return None;
             };
             if !v.speak || v.relevance < brain.me.min_relevance {
+                keep_verdict(p, msg, &judged, false, ("silent", "judge_declined"), None);
                 record(
                     p,
                     msg,
@@ -257,8 +260,18 @@ async fn judge_step<P: Ports + ?Sized>(
             }
             if d.mentioned {
                 // Mentioned past the threshold, and the judge agreed: answer without a wait.
+                keep_verdict(p, msg, &judged, false, ("reply", "mentioned"), None);
                 Some((Why::Mentioned, None))
             } else {
+                let delay = delay_for(&brain.me, v.relevance.max(MIN_CLAIM), 0);
+                keep_verdict(
+                    p,
+                    msg,
+                    &judged,
+                    false,
+                    ("claim", "interjected"),
+                    Some(delay.as_millis() as u64),
+                );
                 Some((
                     Why::Interjected {
                         relevance: v.relevance,
@@ -268,6 +281,36 @@ async fn judge_step<P: Ports + ?Sized>(
             }
         }
     }
+}
+
+/// Hands a judge answer and what the bot did with it (`action`, `reason`) to
+/// [`Ports::judged`]: the node's verdict log, which `botmesh replay` reads.
+fn keep_verdict<P: Ports + ?Sized>(
+    p: &P,
+    msg: &Envelope,
+    judged: &Judged,
+    rejudge: bool,
+    (action, reason): (&str, &str),
+    delay_ms: Option<u64>,
+) {
+    let me = &p.brain().me;
+    p.judged(VerdictRecord {
+        v: VERDICT_FORMAT,
+        at: p.now_millis(),
+        group: msg.group.clone(),
+        msg: msg.id,
+        from: msg.author.name.clone(),
+        rejudge,
+        model: judged.model.clone(),
+        prompt_hash: judged.prompt_hash.clone(),
+        prompt_bytes: judged.prompt_bytes,
+        speak: judged.verdict.map(|v| v.speak),
+        relevance: judged.verdict.map(|v| v.relevance),
+        action: action.into(),
+        reason: reason.into(),
+        delay_ms,
+        min_relevance: Some(me.min_relevance),
+    });
 }
 
 /// [`act`]'s writing step: the reply written while waiting, else the sidecar agent's
@@ -748,8 +791,18 @@ async fn wait_turn<P: Ports + ?Sized>(
         fresh.push(last.clone());
         let fresh_context: Vec<Arc<Envelope>> =
             fresh.iter().filter(|e| e.id != msg.id).cloned().collect();
-        match brain.judge(p.llm(), &fresh_context, msg).await {
-            Some(v) if v.speak && v.relevance >= brain.me.min_relevance => {
+        let judged = brain.judge_traced(p.llm(), &fresh_context, msg).await;
+        let speak = judged
+            .verdict
+            .is_some_and(|v| v.speak && v.relevance >= brain.me.min_relevance);
+        let then = if speak {
+            ("claim", "rejudged_speak")
+        } else {
+            ("silent", "rejudged_silent")
+        };
+        keep_verdict(p, msg, &judged, true, then, None);
+        match judged.verdict {
+            Some(v) if speak => {
                 record(
                     p,
                     msg,
