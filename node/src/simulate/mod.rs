@@ -16,6 +16,7 @@
 //! same network model, mention matcher and judge prompts. A run is fully determined by
 //! its seed.
 
+pub mod replay;
 mod virtual_mesh;
 
 use std::cmp::Reverse;

@@ -503,6 +503,26 @@ fn load_file(path: &Path) -> std::io::Result<(GroupLog, usize)> {
     Ok((log, dropped + usize::from(torn)))
 }
 
+/// Reads a transcript file without changing it (`botmesh replay`, which may read a
+/// running node's file): its last [`MEMORY_MESSAGES`] messages, deduplicated as a
+/// node restores them, and how many lines could not be read (a torn last line too).
+pub(crate) fn read_only(path: &Path) -> std::io::Result<(Vec<Arc<Envelope>>, usize)> {
+    let mut log = GroupLog::new();
+    let mut dropped = 0;
+    for line in BufReader::new(File::open(path)?).split(b'\n') {
+        let line = line?;
+        if line.is_empty() || line[0] == 0 {
+            continue;
+        }
+        match serde_json::from_slice::<Envelope>(&line) {
+            Ok(env) if !log.is_duplicate(&env) => log.push(Arc::new(env)),
+            Ok(_) => {}
+            Err(_) => dropped += 1,
+        }
+    }
+    Ok((log.recent.into_iter().collect(), dropped))
+}
+
 /// The writer thread's state: open files, the outbox log and its sequence.
 struct Writer {
     dir: PathBuf,

@@ -105,10 +105,10 @@ pub(crate) struct Loaded {
     pub skipped: usize,
 }
 
-/// Reads a group's verdict log (the rotated file first, then the current one);
-/// missing files are an empty log.
-pub(crate) fn load(data_dir: &Path, group: &str) -> std::io::Result<Loaded> {
-    let path = verdict_path(data_dir, group);
+/// Reads a verdict log: the rotated file next to `path` first (`….jsonl.1`), then
+/// `path`; missing files are an empty log.
+pub(crate) fn load(path: &Path) -> std::io::Result<Loaded> {
+    let path = path.to_path_buf();
     let mut out = Loaded::default();
     for p in [rotated(&path), path] {
         let file = match File::open(&p) {
@@ -313,11 +313,17 @@ mod tests {
         assert!(path.ends_with("verdicts/g%2F1.jsonl"), "{}", path.display());
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(b"{\"v\":99}\nnot json\n").unwrap();
-        let got = load(dir.path(), "g/1").unwrap();
+        let got = load(&verdict_path(dir.path(), "g/1")).unwrap();
         assert_eq!(got.records, vec![a, b]);
         assert_eq!(got.skipped, 2);
-        assert_eq!(load(dir.path(), "other").unwrap().records, vec![other]);
-        assert!(load(dir.path(), "none").unwrap().records.is_empty());
+        assert_eq!(
+            load(&verdict_path(dir.path(), "other")).unwrap().records,
+            vec![other]
+        );
+        assert!(load(&verdict_path(dir.path(), "none"))
+            .unwrap()
+            .records
+            .is_empty());
         assert!(metrics
             .render()
             .contains("botmesh_verdict_log_total{result=\"written\"} 3"));
@@ -343,6 +349,9 @@ mod tests {
         log.close();
         assert!(rotated(&path).exists());
         assert!(std::fs::metadata(&path).unwrap().len() < 1000);
-        assert_eq!(load(dir.path(), "g").unwrap().records, vec![first, second]);
+        assert_eq!(
+            load(&verdict_path(dir.path(), "g")).unwrap().records,
+            vec![first, second]
+        );
     }
 }

@@ -24,8 +24,8 @@ use serde::Serialize;
 use ulid::Ulid;
 
 use crate::egress::acks::ClaimAcks;
-use crate::telemetry::events::Event;
 use crate::store::verdicts::{VerdictRecord, VERDICT_FORMAT};
+use crate::telemetry::events::Event;
 use crate::turn::brain::{Brain, Judged, Reply};
 use crate::turn::mention::PlatformMention;
 use crate::turn::policy::{Action, Decision};
@@ -215,7 +215,7 @@ fn withdraw_if<P: Ports + ?Sized>(p: &P, msg: &Envelope, claimed: bool, why: &st
 /// [`act`]'s first step: why the bot speaks and, for an interjection, the relevance
 /// it claims at (the judge's), or `None` when it stays silent (recorded; a word owed
 /// to a claimant is sent).
-async fn judge_step<P: Ports + ?Sized>(
+pub(crate) async fn judge_step<P: Ports + ?Sized>(
     p: &P,
     msg: &Envelope,
     d: &Decision,
