@@ -12,7 +12,8 @@
 //! it, never one above (`node/tests/layers.rs` fails on an upward import).
 //!
 //! ```text
-//! simulate    botmesh simulate: the production turn code in virtual time, against baselines
+//! simulate    botmesh simulate: the production turn code in virtual time, against baselines;
+//!             botmesh replay: one bot's decisions over a recorded transcript, then and now
 //! app         Node: start-up, the two listeners and their routing, local API, page, metrics
 //! platform    one adapter per chat platform behind ChatPlatform: local, feishu, dingtalk, discord
 //!             (feishu_ws: the long connection; feishu_content: rich text and media;
@@ -21,7 +22,7 @@
 //! turn        mention → policy → judge → scheduler → reply, over the Ports trait
 //! egress      one outbox per peer over a Transport (HTTP peer, Redis stream), relay, claim acks
 //! llm         the OpenAI-compatible client
-//! store       transcripts, the outbox log, delivery cursors
+//! store       transcripts, the outbox log, delivery cursors, the verdict log
 //! telemetry   Prometheus metrics, live events
 //! config      peers.toml → a validated NodeConfig; pacing (backoff, token bucket) for every layer
 //! wire        envelope, batch, signatures, paths and limits
@@ -38,7 +39,7 @@
 //! - [`ingress`] — `Ingest`: every inbound path's narrow handle, and the checks.
 //! - [`platform`] — `ChatPlatform`: what a chat platform shows to whom, events in, posts out.
 //! - [`app`] — one running node: state, start, routing, the local API, graceful shutdown.
-//! - [`simulate`] — `botmesh simulate`.
+//! - [`simulate`] — `botmesh simulate`, and `botmesh replay` (`simulate::replay`).
 //! - `fuzzing` — the fuzz harnesses, shared by `fuzz/` and the corpus replay test; only
 //!   with the `fuzzing` feature, so they are not part of the production library.
 

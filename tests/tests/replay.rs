@@ -271,10 +271,8 @@ async fn a_new_judge_prompt_is_asked_anew_or_guessed_and_bad_settings_are_named(
         ("min_relevance=1.5", "must be within 0..1"),
         ("min_relevance", "KEY=VALUE"),
     ] {
-        let err = replay(&options(&mesh, &[set]))
-            .await
-            .expect_err(set)
-            .to_string();
+        let err = replay(&options(&mesh, &[set])).await.expect_err(set);
+        let err = format!("{err:#}");
         assert!(err.contains(named), "--set {set}: {err}");
     }
     let mut missing = options(&mesh, &[]);
@@ -285,4 +283,72 @@ async fn a_new_judge_prompt_is_asked_anew_or_guessed_and_bad_settings_are_named(
         .to_string();
     assert!(err.contains("nowhere") && err.contains("demo"), "{err}");
     assert_eq!(llm.count(), before + 7);
+}
+
+#[tokio::test]
+async fn the_cli_prints_then_and_now_and_fails_clearly_on_a_bad_setting() {
+    let (mesh, llm, tagged, _mention) = record_conversation().await;
+    let before = llm.count();
+    let run = |args: &[&str]| {
+        std::process::Command::new(botmesh_tests::botmesh_bin())
+            .arg("replay")
+            .args(["--bot", "Ada", "--config"])
+            .arg(&mesh.config_path)
+            .args(args)
+            .env_remove("BOTMESH_LOG")
+            .output()
+            .expect("run botmesh replay")
+    };
+    let json = run(&[
+        "--group",
+        "demo",
+        "--set",
+        "min_relevance=0.7",
+        "--format",
+        "json",
+    ]);
+    assert!(
+        json.status.success(),
+        "{}",
+        String::from_utf8_lossy(&json.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON report");
+    let dropped: BTreeSet<String> = report["summary"]["no_longer_speaks"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    let expected: BTreeSet<String> = tagged
+        .iter()
+        .filter(|(_, r)| (0.3..0.7).contains(r))
+        .map(|(id, _)| id.clone())
+        .collect();
+    assert_eq!(dropped, expected);
+    assert_eq!(report["summary"]["reused"], 7);
+
+    let text = run(&["--set", "min_relevance=0.7", "--show-prompt"]);
+    assert!(text.status.success());
+    let out = String::from_utf8_lossy(&text.stdout);
+    println!("{out}");
+    assert_eq!(out.matches("<- no longer speaks").count(), 3, "{out}");
+    assert!(
+        out.contains("then: claim interjected relevance=0.50"),
+        "{out}"
+    );
+    assert!(
+        out.contains("now:  silent judge_declined relevance=0.50"),
+        "{out}"
+    );
+    assert!(
+        out.contains("judge calls: 7 (7 from the verdict log, 0 asked anew"),
+        "{out}"
+    );
+    assert!(out.contains("    | New from carol: question 3"), "{out}");
+
+    let bad = run(&["--set", "min_relevanse=0.7"]);
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("min_relevanse"), "{err}");
+    assert_eq!(llm.count(), before);
 }

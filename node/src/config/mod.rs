@@ -687,7 +687,7 @@ impl Settings {
             .filter(|(k, _)| k.starts_with("BOTMESH__"))
             .cloned()
             .collect();
-        let built = config::Config::builder()
+        let mut builder = config::Config::builder()
             .add_source(config::File::from(path).format(config::FileFormat::Toml))
             .add_source(
                 config::Environment::with_prefix("BOTMESH")
@@ -696,13 +696,12 @@ impl Settings {
                     .try_parsing(true)
                     .source(Some(source)),
             );
-        let mut built = built;
         for (key, value) in overrides {
-            built = built
+            builder = builder
                 .set_override(key.as_str(), value.clone())
                 .map_err(|e| from_config_error(&file, e))?;
         }
-        let built = built.build().map_err(|e| from_config_error(&file, e))?;
+        let built = builder.build().map_err(|e| from_config_error(&file, e))?;
         let mut settings: Settings = built
             .try_deserialize()
             .map_err(|e| from_config_error(&file, e))?;

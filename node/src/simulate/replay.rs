@@ -383,7 +383,11 @@ fn needs_live(opts: &ReplayOptions) -> bool {
 
 /// The bot's configuration with the replay's changes, validated as peers.toml is.
 fn settings(opts: &ReplayOptions) -> anyhow::Result<NodeConfig> {
-    let mut settings = Settings::load_with_sets(&opts.config, &opts.env, &opts.bot, &opts.sets)?;
+    let mut settings = Settings::load_with_sets(&opts.config, &opts.env, &opts.bot, &opts.sets)
+        .with_context(|| match opts.sets.is_empty() {
+            true => format!("reading {}", opts.config.display()),
+            false => format!("with --set {}", opts.sets.join(" --set ")),
+        })?;
     if let Some(file) = &opts.judge_prompt_file {
         let text = std::fs::read_to_string(file)
             .with_context(|| format!("reading --judge-prompt-file {}", file.display()))?;
@@ -762,14 +766,14 @@ pub fn render_text(r: &ReplayReport) -> String {
             row.id, row.from, row.depth, row.text
         );
         let t = &row.then;
-        let then = match &t.action {
-            None => "no record".to_string(),
-            Some(a) => decision_text(
+        let then = match (&t.action, t.record) {
+            (Some(a), true) => decision_text(
                 a,
                 t.reason.as_deref().unwrap_or(""),
                 t.relevance,
                 t.delay_ms,
             ),
+            _ => "no record".to_string(),
         };
         let _ = writeln!(
             out,
@@ -778,8 +782,8 @@ pub fn render_text(r: &ReplayReport) -> String {
                 .as_ref()
                 .map(|r| format!(", re-judged: {r}"))
                 .unwrap_or_default(),
-            if t.record && t.answered {
-                ", answered"
+            if t.answered {
+                ", answered (its reply is in the transcript)"
             } else {
                 ""
             }
