@@ -41,7 +41,9 @@ use ulid::Ulid;
 use crate::config::{MeshSettings, NodeConfig, Settings};
 use crate::egress::acks::{AckTracker, ClaimAcks};
 use crate::llm::{ChatMessage, Completion, Endpoint, LlmClient, LlmError, Purpose, Usage};
-use crate::store::transcript::{answers_due, encode_name, read_only, recent_bot_messages};
+use crate::store::transcript::{
+    bot_messages_and_due_in, encode_name, last_in, read_only, since_in,
+};
 use crate::store::verdicts::{self, VerdictRecord};
 use crate::telemetry::events::Event;
 use crate::telemetry::metrics::Metrics;
@@ -669,16 +671,11 @@ impl Ports for ReplayPorts {
     }
 
     fn recent(&self, _group: &str, limit: usize) -> Vec<Arc<Envelope>> {
-        let t = self.arrived();
-        t[t.len().saturating_sub(limit)..].to_vec()
+        last_in(&self.arrived(), limit)
     }
 
     fn since(&self, _group: &str, id: &Ulid) -> Vec<Arc<Envelope>> {
-        let t = self.arrived();
-        match t.iter().position(|e| &e.id == id) {
-            Some(i) => t[i + 1..].to_vec(),
-            None => Vec::new(),
-        }
+        since_in(&self.arrived(), id)
     }
 
     fn bot_messages_and_due(
@@ -690,12 +687,7 @@ impl Ports for ReplayPorts {
         trigger: &Ulid,
         ahead: &[String],
     ) -> (usize, usize) {
-        let t = self.arrived();
-        let start = t.len().saturating_sub(limit);
-        (
-            recent_bot_messages(t[start..].iter(), now_ms, window_ms),
-            answers_due(t.iter(), trigger, ahead),
-        )
+        bot_messages_and_due_in(&self.arrived(), limit, now_ms, window_ms, trigger, ahead)
     }
 
     fn link_failing_for(&self, _peer: &str) -> Option<Duration> {

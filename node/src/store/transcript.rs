@@ -890,6 +890,36 @@ pub(crate) fn decode_name(name: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// The last `limit` messages of a transcript held as a slice, oldest first: what
+/// [`Transcripts::recent`] reads, for the simulator's and the replay's `Ports`.
+pub(crate) fn last_in(t: &[Arc<Envelope>], limit: usize) -> Vec<Arc<Envelope>> {
+    t[t.len().saturating_sub(limit)..].to_vec()
+}
+
+/// The messages of a slice after the message `after` (exclusive): [`Transcripts::since`].
+pub(crate) fn since_in(t: &[Arc<Envelope>], after: &Ulid) -> Vec<Arc<Envelope>> {
+    match t.iter().position(|e| &e.id == after) {
+        Some(i) => t[i + 1..].to_vec(),
+        None => Vec::new(),
+    }
+}
+
+/// [`Transcripts::recent_bot_messages_and_due`] over a slice.
+pub(crate) fn bot_messages_and_due_in(
+    t: &[Arc<Envelope>],
+    limit: usize,
+    now_ms: u64,
+    window_ms: u64,
+    trigger: &Ulid,
+    ahead: &[String],
+) -> (usize, usize) {
+    let start = t.len().saturating_sub(limit);
+    (
+        recent_bot_messages(t[start..].iter(), now_ms, window_ms),
+        answers_due(t.iter(), trigger, ahead),
+    )
+}
+
 /// Counts bot messages in `recent` (oldest first) after the last human message and
 /// no older than `window_ms` before `now_ms`.
 pub(crate) fn recent_bot_messages<'a>(
