@@ -12,9 +12,9 @@
 //! it, never one above (`node/tests/layers.rs` fails on an upward import).
 //!
 //! ```text
-//! simulate    botmesh simulate: the production turn code in virtual time, against baselines;
-//!             botmesh replay: one bot's decisions over a recorded transcript, then and now
-//! app         Node: start-up, the two listeners and their routing, local API, page, metrics
+//! simulate    botmesh simulate: the production turn code in virtual time, against baselines
+//! app         Node: start-up, the two listeners and their routing, local API, page, metrics;
+//!             replay (a bot's decisions over a recorded transcript, then and now)
 //! platform    one adapter per chat platform behind ChatPlatform: local, feishu, dingtalk, discord
 //!             (feishu_ws: the long connection; feishu_content: rich text and media;
 //!             feishu_names: people by display name)
@@ -39,7 +39,7 @@
 //! - [`ingress`] — `Ingest`: every inbound path's narrow handle, and the checks.
 //! - [`platform`] — `ChatPlatform`: what a chat platform shows to whom, events in, posts out.
 //! - [`app`] — one running node: state, start, routing, the local API, graceful shutdown.
-//! - [`simulate`] — `botmesh simulate`, and `botmesh replay` (`simulate::replay`).
+//! - [`simulate`] — `botmesh simulate`.
 //! - `fuzzing` — the fuzz harnesses, shared by `fuzz/` and the corpus replay test; only
 //!   with the `fuzzing` feature, so they are not part of the production library.
 

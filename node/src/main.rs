@@ -230,7 +230,7 @@ fn main() -> ExitCode {
             show_prompt,
             format,
         } => replay(
-            botmesh::simulate::replay::ReplayOptions {
+            botmesh::app::replay::ReplayOptions {
                 config,
                 bot,
                 transcript,
@@ -239,8 +239,8 @@ fn main() -> ExitCode {
                 verdicts,
                 sets,
                 judge_prompt_file,
-                llm: botmesh::simulate::replay::LlmMode::Recorded,
-                fallback: botmesh::simulate::replay::LlmMode::Offline,
+                llm: botmesh::app::replay::LlmMode::Recorded,
+                fallback: botmesh::app::replay::LlmMode::Offline,
                 show_prompt,
                 env: std::env::vars().collect(),
             },
@@ -404,11 +404,11 @@ fn explain(bot: String, config: PathBuf, req: botmesh::turn::ExplainRequest) -> 
 }
 
 fn replay(
-    mut opts: botmesh::simulate::replay::ReplayOptions,
+    mut opts: botmesh::app::replay::ReplayOptions,
     (llm, fallback): (&str, &str),
     format: &str,
 ) -> anyhow::Result<()> {
-    use botmesh::simulate::replay as r;
+    use botmesh::app::replay as r;
     opts.llm = r::LlmMode::parse(llm)?;
     opts.fallback = r::LlmMode::parse(fallback)?;
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use botmesh::simulate::replay::{replay, LlmMode, ReplayOptions, ReplayReport};
+use botmesh::app::replay::{replay, LlmMode, ReplayOptions, ReplayReport};
 use botmesh_tests::fake_llm::{verdict, FakeLlm, Script, Seen};
 use botmesh_tests::{is_judge, wait_for, MeshSpec, TestMesh};
 
@@ -40,6 +40,13 @@ const RELEVANCES: [f64; 7] = [0.1, 0.25, 0.3, 0.5, 0.65, 0.7, 0.9];
 /// Records a conversation at Ada's node and stops it. Returns the mesh (stopped), the
 /// LLM, and the ids of the tagged messages with their relevance, and the mention's id.
 async fn record_conversation() -> (TestMesh, FakeLlm, Vec<(String, f64)>, String) {
+    let (mut mesh, llm, tagged, mention) = record_running().await;
+    mesh.stop(mesh.index("Ada")).await;
+    (mesh, llm, tagged, mention)
+}
+
+/// [`record_conversation`], leaving the nodes running.
+async fn record_running() -> (TestMesh, FakeLlm, Vec<(String, f64)>, String) {
     let llm = scripted_llm().await;
     let spec = MeshSpec::new(&["Ada", "Bob"])
         .llm(&llm.base_url)
@@ -48,7 +55,7 @@ async fn record_conversation() -> (TestMesh, FakeLlm, Vec<(String, f64)>, String
             "role = \"engineer\"\nskills = [\"rust\"]\nmin_delay_ms = 0\nmax_delay_ms = 100\njitter_ms = 0",
         )
         .bot("Bob", "participation = \"mentions\"");
-    let mut mesh = TestMesh::start(spec).await;
+    let mesh = TestMesh::start(spec).await;
     let ada = mesh.index("Ada");
     let mut tagged = Vec::new();
     // One message at a time, each settled before the next, so no wait is cut short by
@@ -101,7 +108,6 @@ async fn record_conversation() -> (TestMesh, FakeLlm, Vec<(String, f64)>, String
     assert!(answered
         .iter()
         .any(|e| e.reply_to.map(|p| p.to_string()) == Some(mention.clone())));
-    mesh.stop(ada).await;
     (mesh, llm, tagged, mention)
 }
 
@@ -351,4 +357,68 @@ async fn the_cli_prints_then_and_now_and_fails_clearly_on_a_bad_setting() {
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.contains("min_relevanse"), "{err}");
     assert_eq!(llm.count(), before);
+}
+
+#[tokio::test]
+async fn the_page_asks_a_running_node_what_if_without_an_llm_call() {
+    let (mesh, llm, tagged, _mention) = record_running().await;
+    let ada = mesh.index("Ada");
+    let before = llm.count();
+    let page = mesh
+        .http
+        .get(format!("{}/", mesh.api(ada)))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("id=\"whatif-form\"") && page.contains("/v1/replay"));
+
+    let post = |body: serde_json::Value| {
+        mesh.http
+            .post(format!("{}/v1/replay", mesh.api(ada)))
+            .json(&body)
+            .send()
+    };
+    let r = post(serde_json::json!({"set": ["min_relevance=0.7"], "changed_only": true}))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let report: serde_json::Value = r.json().await.unwrap();
+    let rows = report["messages"].as_array().expect("rows");
+    let changed: BTreeSet<String> = rows
+        .iter()
+        .map(|r| {
+            assert_eq!(r["change"], "no_longer_speaks", "{r}");
+            r["id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let expected: BTreeSet<String> = tagged
+        .iter()
+        .filter(|(_, r)| (0.3..0.7).contains(r))
+        .map(|(id, _)| id.clone())
+        .collect();
+    assert_eq!(changed, expected);
+    assert_eq!(report["summary"]["reused"], 7, "{report}");
+    assert_eq!(llm.count(), before, "the page's replay called the LLM");
+
+    for (body, named) in [
+        (
+            serde_json::json!({"set": ["min_relevanse=0.7"]}),
+            "min_relevanse",
+        ),
+        (
+            serde_json::json!({"llm": "live"}),
+            "botmesh replay --llm live",
+        ),
+        (serde_json::json!({"group": "nowhere"}), "nowhere"),
+    ] {
+        let r = post(body.clone()).await.unwrap();
+        assert_eq!(r.status(), 400, "{body}");
+        let text = r.text().await.unwrap();
+        assert!(text.contains(named), "{body}: {text}");
+    }
+    assert_eq!(llm.count(), before);
+    mesh.shutdown().await;
 }

@@ -16,11 +16,9 @@
 //! same network model, mention matcher and judge prompts. A run is fully determined by
 //! its seed.
 //!
-//! [`replay`] (`botmesh replay`) runs the same production code for one bot over a
-//! recorded transcript instead of a scenario, with changed settings, answering the
-//! judge from the node's verdict log.
+//! `botmesh replay` (`app::replay`) runs the same production code for one bot over
+//! a recorded transcript instead of a scenario, with changed settings.
 
-pub mod replay;
 mod virtual_mesh;
 
 use std::cmp::Reverse;

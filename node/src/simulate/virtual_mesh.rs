@@ -470,7 +470,14 @@ impl Ports for SimBot {
         trigger: &Ulid,
         ahead: &[String],
     ) -> (usize, usize) {
-        bot_messages_and_due_in(&self.transcript.lock(), limit, now_ms, window_ms, trigger, ahead)
+        bot_messages_and_due_in(
+            &self.transcript.lock(),
+            limit,
+            now_ms,
+            window_ms,
+            trigger,
+            ahead,
+        )
     }
 
     fn link_failing_for(&self, _peer: &str) -> Option<Duration> {

@@ -373,6 +373,58 @@ pub async fn replay(opts: &ReplayOptions) -> anyhow::Result<ReplayReport> {
     })
 }
 
+/// `POST /v1/replay` (the page's "what if" panel): what the running node's bot would
+/// do over a group's recorded transcript with `sets`, from its own data folder and the
+/// peers.toml it was started from (as that file is now). Never calls an LLM: `llm` is
+/// `recorded` (default; unrecorded prompts are guessed offline) or `offline`. With
+/// `changed_only`, the report keeps only the messages whose outcome changes.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReplayQuery {
+    /// The group (default `[mesh].group`).
+    #[serde(default)]
+    pub group: Option<String>,
+    /// `KEY=VALUE` settings, as `--set`.
+    #[serde(default)]
+    pub set: Vec<String>,
+    /// `recorded` or `offline`.
+    #[serde(default)]
+    pub llm: Option<String>,
+    /// Keep only the rows that change.
+    #[serde(default)]
+    pub changed_only: bool,
+}
+
+/// Runs a [`ReplayQuery`] for the node's bot, off the async workers (it reads files).
+pub(crate) async fn replay_live(cfg: &NodeConfig, q: ReplayQuery) -> anyhow::Result<ReplayReport> {
+    let llm = LlmMode::parse(q.llm.as_deref().unwrap_or("recorded"))?;
+    if llm == LlmMode::Live {
+        bail!("a live replay costs LLM calls: run `botmesh replay --llm live` instead");
+    }
+    let opts = ReplayOptions {
+        config: cfg.settings.path.clone(),
+        bot: cfg.bot().name.clone(),
+        transcript: None,
+        group: q.group.filter(|g| !g.is_empty()),
+        data_dir: Some(cfg.data_dir.clone()),
+        verdicts: None,
+        sets: q.set,
+        judge_prompt_file: None,
+        llm,
+        fallback: LlmMode::Offline,
+        show_prompt: false,
+        env: std::env::vars().collect(),
+    };
+    let handle = tokio::runtime::Handle::current();
+    let mut report = tokio::task::spawn_blocking(move || handle.block_on(replay(&opts)))
+        .await
+        .context("the replay task failed")??;
+    if q.changed_only {
+        report.messages.retain(|r| r.change.is_some());
+    }
+    Ok(report)
+}
+
 /// Whether an action means the bot speaks on the message (answers or claims it).
 fn speaks(action: Option<&str>) -> bool {
     matches!(action, Some("reply" | "claim"))
