@@ -359,7 +359,7 @@ async fn the_cli_prints_then_and_now_and_fails_clearly_on_a_bad_setting() {
     assert_eq!(llm.count(), before);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_asks_a_running_node_what_if_without_an_llm_call() {
     let (mesh, llm, tagged, _mention) = record_running().await;
     let ada = mesh.index("Ada");
@@ -418,6 +418,47 @@ async fn the_page_asks_a_running_node_what_if_without_an_llm_call() {
         assert_eq!(r.status(), 400, "{body}");
         let text = r.text().await.unwrap();
         assert!(text.contains(named), "{body}: {text}");
+    }
+    assert_eq!(llm.count(), before);
+
+    // The panel itself, in a real browser (skipped without chromium, as browser.rs is).
+    match botmesh_tests::webdriver::binaries() {
+        Err(why) if std::env::var_os("CI").is_none() => {
+            eprintln!("SKIPPING the page part of the what-if test: {why}");
+        }
+        _ => {
+            let b = botmesh_tests::webdriver::Browser::start(1280, 900)
+                .await
+                .expect("start chromedriver + chromium");
+            b.goto(&format!("{}/", mesh.api(ada))).await.unwrap();
+            b.click("#whatif summary").await.unwrap();
+            b.send_keys("#whatif-set", "min_relevance=0.7")
+                .await
+                .unwrap();
+            b.click("#whatif-form button").await.unwrap();
+            let (rows, ok) = b
+                .poll(
+                    "return Array.from(document.querySelectorAll('#whatif-out .whatif-row')).map(r => r.className + '|' + r.textContent);",
+                    Duration::from_secs(20),
+                    |v| v.as_array().is_some_and(|a| a.len() == 3),
+                )
+                .await
+                .unwrap();
+            assert!(
+                ok,
+                "the panel lists the three dropped interjections: {rows:#}"
+            );
+            for row in rows.as_array().unwrap() {
+                let row = row.as_str().unwrap();
+                assert!(
+                    row.starts_with(
+                        "whatif-row no_longer_speaks|− no longer speaks on carol: question"
+                    ),
+                    "{row}"
+                );
+            }
+            b.quit().await.unwrap();
+        }
     }
     assert_eq!(llm.count(), before);
     mesh.shutdown().await;
