@@ -723,11 +723,11 @@ impl Ports for ReplayPorts {
     }
 
     fn recent(&self, _group: &str, limit: usize) -> Vec<Arc<Envelope>> {
-        last_in(&self.arrived(), limit)
+        last_in(self.arrived(), limit)
     }
 
     fn since(&self, _group: &str, id: &Ulid) -> Vec<Arc<Envelope>> {
-        since_in(&self.arrived(), id)
+        since_in(self.arrived(), id)
     }
 
     fn bot_messages_and_due(
@@ -739,7 +739,7 @@ impl Ports for ReplayPorts {
         trigger: &Ulid,
         ahead: &[String],
     ) -> (usize, usize) {
-        bot_messages_and_due_in(&self.arrived(), limit, now_ms, window_ms, trigger, ahead)
+        bot_messages_and_due_in(self.arrived(), limit, now_ms, window_ms, trigger, ahead)
     }
 
     fn link_failing_for(&self, _peer: &str) -> Option<Duration> {
