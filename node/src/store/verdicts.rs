@@ -138,9 +138,9 @@ pub(crate) struct VerdictLog {
 }
 
 impl VerdictLog {
-    /// Creates `<data_dir>/verdicts` and starts the writer.
+    /// Starts the writer (which creates `<data_dir>/verdicts` when it first writes). Only
+    /// a thread that cannot be started is an error: the log never stops a node.
     pub(crate) fn open(data_dir: &Path, metrics: Arc<Metrics>) -> std::io::Result<VerdictLog> {
-        std::fs::create_dir_all(verdict_dir(data_dir))?;
         let (tx, rx) = mpsc::sync_channel(QUEUE);
         let writer = Writer {
             data_dir: data_dir.to_path_buf(),
@@ -245,6 +245,7 @@ impl Writer {
     /// The group's open file, opened (appending) if it is not yet.
     fn open(&mut self, group: &str, path: &Path) -> std::io::Result<&mut Open> {
         if !self.files.contains_key(group) {
+            std::fs::create_dir_all(verdict_dir(&self.data_dir))?;
             let file = OpenOptions::new().create(true).append(true).open(path)?;
             let len = file.metadata()?.len();
             self.files.insert(
@@ -330,6 +331,36 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_write_is_counted_and_the_next_one_goes_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Arc::new(Metrics::new());
+        let log = VerdictLog::open(dir.path(), metrics.clone()).unwrap();
+        // A file where the folder should be: every write fails until it is gone.
+        std::fs::write(verdict_dir(dir.path()), b"in the way").unwrap();
+        log.append(rec("g", 0.1));
+        let written = |m: &Metrics, r: &str| {
+            m.render()
+                .contains(&format!("botmesh_verdict_log_total{{result=\"{r}\"}} 1"))
+        };
+        for _ in 0..500 {
+            if written(&metrics, "failed") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        assert!(written(&metrics, "failed"), "{}", metrics.render());
+        std::fs::remove_file(verdict_dir(dir.path())).unwrap();
+        let ok = rec("g", 0.2);
+        log.append(ok.clone());
+        log.close();
+        assert!(written(&metrics, "written"), "{}", metrics.render());
+        assert_eq!(
+            load(&verdict_path(dir.path(), "g")).unwrap().records,
+            vec![ok]
+        );
+    }
+
+    #[test]
     fn rotates_past_the_size_bound_and_reads_both_files() {
         let dir = tempfile::tempdir().unwrap();
         let log = VerdictLog::open(dir.path(), Arc::new(Metrics::new())).unwrap();
@@ -343,6 +374,7 @@ mod tests {
             pad.extend_from_slice(b"\n");
         }
         pad.extend_from_slice(&line);
+        std::fs::create_dir_all(verdict_dir(dir.path())).unwrap();
         std::fs::write(&path, &pad).unwrap();
         let second = rec("g", 0.2);
         log.append(second.clone());
