@@ -281,6 +281,22 @@ async fn a_new_judge_prompt_is_asked_anew_or_guessed_and_bad_settings_are_named(
         let err = format!("{err:#}");
         assert!(err.contains(named), "--set {set}: {err}");
     }
+    // Copies taken elsewhere: --transcript and --verdicts, no data folder needed.
+    let data = mesh.dir.path().join("data").join("Ada");
+    let copies = tempfile::tempdir().unwrap();
+    let (t, v) = (copies.path().join("t.jsonl"), copies.path().join("v.jsonl"));
+    std::fs::copy(data.join("transcripts/demo.jsonl"), &t).unwrap();
+    std::fs::copy(data.join("verdicts/demo.jsonl"), &v).unwrap();
+    let mut copied = options(&mesh, &["min_relevance=0.7"]);
+    copied.group = None;
+    copied.transcript = Some(t);
+    copied.verdicts = Some(v);
+    copied.data_dir = Some(copies.path().join("nothing-here"));
+    let from_copies = replay(&copied).await.expect("replay of copies");
+    assert_eq!(from_copies.group, "demo");
+    assert_eq!(from_copies.summary.no_longer_speaks.len(), 3);
+    assert_eq!(from_copies.summary.reused, 7);
+
     let mut missing = options(&mesh, &[]);
     missing.group = Some("nowhere".into());
     let err = replay(&missing)
