@@ -15,7 +15,8 @@
 //! simulate    botmesh simulate: the production turn code in virtual time, against baselines
 //! app         Node: start-up, the two listeners and their routing, local API, page, metrics,
 //!             reload (SIGHUP, POST /v1/reload, the file watch), people's commands in
-//!             the chat (/quiet, /resume, /stop, /why)
+//!             the chat (/quiet, /resume, /stop, /why); replay (a bot's decisions over a
+//!             recorded transcript, then and now)
 //! platform    one adapter per chat platform behind ChatPlatform: local, feishu, dingtalk, discord
 //!             (feishu_ws: the long connection; feishu_content: rich text and media;
 //!             feishu_names: people by display name)
@@ -24,7 +25,7 @@
 //!             LLM budget
 //! egress      one outbox per peer over a Transport (HTTP peer, Redis stream), relay, claim acks
 //! llm         the OpenAI-compatible client
-//! store       transcripts, the outbox log, delivery cursors
+//! store       transcripts, the outbox log, delivery cursors, the verdict log
 //! telemetry   Prometheus metrics, live events
 //! config      peers.toml → a validated NodeConfig; pacing (backoff, token bucket) for every layer;
 //!             reload (which changed keys apply at once, which wait for a restart)

@@ -103,6 +103,50 @@ enum Command {
         #[arg(long, default_value = "peers.toml")]
         config: PathBuf,
     },
+    /// Replay a recorded transcript through the bot's decision code with changed
+    /// settings: what it did then and what it would do now (docs/tuning.md).
+    Replay {
+        /// The bot to replay.
+        #[arg(long)]
+        bot: String,
+        /// The mesh file.
+        #[arg(long, default_value = "peers.toml")]
+        config: PathBuf,
+        /// A transcript file (the format of `<data_dir>/transcripts/<group>.jsonl`).
+        #[arg(long, conflicts_with = "group")]
+        transcript: Option<PathBuf>,
+        /// A group, whose transcript is read from the bot's data folder (default
+        /// `[mesh].group`).
+        #[arg(long)]
+        group: Option<String>,
+        /// The bot's data folder (default `<mesh.data_dir>/<bot>`).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// The verdict log to read (default `<data_dir>/verdicts/<group>.jsonl`).
+        #[arg(long)]
+        verdicts: Option<PathBuf>,
+        /// Change a setting of the bot for the replay, as in peers.toml
+        /// (`min_relevance=0.7`; `mesh.max_depth=3` for a mesh setting). Repeatable.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+        /// Replace the bot's judge prompt template with this file's text.
+        #[arg(long)]
+        judge_prompt_file: Option<PathBuf>,
+        /// Where judge answers come from: recorded (the verdict log when the prompt is
+        /// unchanged), live (the configured LLM) or offline (the offline judge).
+        #[arg(long, value_parser = ["recorded", "live", "offline"], default_value = "recorded")]
+        llm: String,
+        /// With --llm recorded, what answers a judge call that has no recorded
+        /// verdict: offline (guess) or live (ask the LLM anew).
+        #[arg(long, value_parser = ["offline", "live"], default_value = "offline")]
+        fallback: String,
+        /// Print each message's judge prompt.
+        #[arg(long)]
+        show_prompt: bool,
+        /// Output format.
+        #[arg(long, value_parser = ["text", "json"], default_value = "text")]
+        format: String,
+    },
     /// Feishu helpers.
     Feishu {
         #[command(subcommand)]
@@ -193,6 +237,37 @@ fn main() -> ExitCode {
             Some(serde_json::json!({"quiet": !off})),
         ),
         Command::Reload { bot, config } => post_local(bot, config, "/v1/reload", None),
+        Command::Replay {
+            bot,
+            config,
+            transcript,
+            group,
+            data_dir,
+            verdicts,
+            sets,
+            judge_prompt_file,
+            llm,
+            fallback,
+            show_prompt,
+            format,
+        } => replay(
+            botmesh::app::replay::ReplayOptions {
+                config,
+                bot,
+                transcript,
+                group,
+                data_dir,
+                verdicts,
+                sets,
+                judge_prompt_file,
+                llm: botmesh::app::replay::LlmMode::Recorded,
+                fallback: botmesh::app::replay::LlmMode::Offline,
+                show_prompt,
+                env: std::env::vars().collect(),
+            },
+            (&llm, &fallback),
+            &format,
+        ),
         Command::Feishu {
             command: FeishuCommand::Ids { bot, config },
         } => feishu_ids(bot, config),
@@ -352,6 +427,26 @@ fn explain(bot: String, config: PathBuf, req: botmesh::turn::ExplainRequest) -> 
             .map_err(anyhow::Error::msg)
     })?;
     println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(())
+}
+
+fn replay(
+    mut opts: botmesh::app::replay::ReplayOptions,
+    (llm, fallback): (&str, &str),
+    format: &str,
+) -> anyhow::Result<()> {
+    use botmesh::app::replay as r;
+    opts.llm = r::LlmMode::parse(llm)?;
+    opts.fallback = r::LlmMode::parse(fallback)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let report = rt.block_on(r::replay(&opts))?;
+    if format == "json" {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", r::render_text(&report));
+    }
     Ok(())
 }
 

@@ -1,5 +1,5 @@
 //! The local API: the page, `POST /v1/messages`, transcript, events, health, metrics,
-//! explain, quiet and reload. Bound to 127.0.0.1 by default; when bound elsewhere every request
+//! explain, quiet, reload and replay (the page's "what if" panel). Bound to 127.0.0.1 by default; when bound elsewhere every request
 //! needs `Authorization: Bearer <token>` (or `?token=` for the page and its stream).
 
 use std::convert::Infallible;
@@ -81,6 +81,7 @@ pub(crate) async fn handle(
         (&Method::POST, "/v1/explain") => explain(&node, req).await,
         (&Method::POST, "/v1/quiet") => quiet(&node, req).await,
         (&Method::POST, "/v1/reload") => reload(&node),
+        (&Method::POST, "/v1/replay") => replay(&node, req).await,
         (&Method::GET, "/healthz") => health(&node),
         (&Method::GET, "/metrics") => {
             refresh_cache_sizes(&node);
@@ -95,7 +96,7 @@ pub(crate) async fn handle(
         (
             _,
             "/" | "/v1/messages" | "/v1/transcript" | "/v1/events" | "/v1/explain" | "/v1/quiet"
-            | "/v1/reload" | "/healthz" | "/metrics",
+            | "/v1/reload" | "/v1/replay" | "/healthz" | "/metrics",
         ) => server::error(
             StatusCode::METHOD_NOT_ALLOWED,
             format!("{method} is not allowed on {path}"),
@@ -401,6 +402,20 @@ async fn explain(node: &Arc<Node>, req: Request<Incoming>) -> Response<Body> {
     match crate::app::node::explain_live(node, q).await {
         Ok(v) => server::json(StatusCode::OK, &v),
         Err(e) => server::error(StatusCode::BAD_REQUEST, e),
+    }
+}
+
+async fn replay(node: &Arc<Node>, req: Request<Incoming>) -> Response<Body> {
+    let q: crate::app::replay::ReplayQuery = match read_json(req).await {
+        Ok(q) => q,
+        Err(r) => return r,
+    };
+    match crate::app::replay::replay_live(&node.cfg, q).await {
+        Ok(report) => server::json(
+            StatusCode::OK,
+            &serde_json::to_value(report).expect("a replay report serializes"),
+        ),
+        Err(e) => server::error(StatusCode::BAD_REQUEST, format!("{e:#}")),
     }
 }
 

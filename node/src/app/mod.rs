@@ -2,7 +2,10 @@
 //! listeners, the local API and page ([`api`]), configuration reloads ([`reload`])
 //! and people's commands in the chat ([`commands`]). The node implements the narrow
 //! handles the layers below hold: `turn::Ports`, `ingress::ingest::Sink`.
+//! [`replay`]: `botmesh replay` and `POST /v1/replay`, one bot's decisions over a
+//! recorded transcript with changed settings.
 pub(crate) mod api;
 pub(crate) mod commands;
 pub mod node;
 pub mod reload;
+pub mod replay;

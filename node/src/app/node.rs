@@ -55,6 +55,8 @@ pub struct Node {
     pub events: EventBus,
     /// Every group's messages.
     pub(crate) transcripts: Transcripts,
+    /// Every judge answer and what the bot did with it, for `botmesh replay`.
+    pub(crate) verdicts: crate::store::verdicts::VerdictLog,
     /// Recently seen envelope ids (replay protection).
     pub(crate) seen: Arc<SeenCache>,
     /// One outbox per peer.
@@ -286,6 +288,8 @@ pub async fn start(
     let http = peer_http_client(&cfg)?;
     let relay = build_relay(&cfg, &outboxes, &http, &metrics);
     let brain = Brain::new(&cfg, metrics.clone())?;
+    let verdicts = crate::store::verdicts::VerdictLog::open(&cfg.data_dir, metrics.clone())
+        .with_context(|| format!("opening the verdict log in {}", cfg.data_dir.display()))?;
     let platform = crate::platform::build(&cfg)?;
     let node = Arc::new(Node {
         limiter: Arc::new(RateLimiter::new(cfg.mesh().peer_rate_limit)),
@@ -303,6 +307,7 @@ pub async fn start(
         turns: tokio_util::task::TaskTracker::new(),
         outboxes,
         transcripts,
+        verdicts,
         events,
         metrics,
         brain,
@@ -600,6 +605,7 @@ impl RunningNode {
         }
         while self.servers.join_next().await.is_some() {}
         self.node.transcripts.close();
+        self.node.verdicts.close();
         tracing::info!("stopped");
     }
 }
@@ -832,6 +838,10 @@ impl Ports for Node {
 
     fn event(&self, event: Event) {
         self.events.publish(event);
+    }
+
+    fn judged(&self, record: crate::store::verdicts::VerdictRecord) {
+        self.verdicts.append(record);
     }
 }
 

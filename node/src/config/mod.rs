@@ -700,6 +700,63 @@ impl Settings {
 
     /// Like [`Settings::load`] with an explicit environment (tests, no global state).
     pub fn load_with_env(path: &Path, env: &[(String, String)]) -> Result<Settings, ConfigError> {
+        Self::load_layered(path, env, &[])
+    }
+
+    /// [`Settings::load_with_env`] with `KEY=VALUE` settings for bot `bot` on top
+    /// (`botmesh replay --set`), read and validated exactly as the file is: a key
+    /// without a dot is one of the bot's own (`min_relevance`), one with a dot a
+    /// path from the top (`mesh.max_depth`). A value in `[…]` is a JSON list of
+    /// strings (`skills=["rust","review"]`). An unknown key or a bad value is a
+    /// [`ConfigError`] naming it.
+    pub fn load_with_sets(
+        path: &Path,
+        env: &[(String, String)],
+        bot: &str,
+        sets: &[String],
+    ) -> Result<Settings, ConfigError> {
+        let plain = Self::load_layered(path, env, &[])?;
+        if sets.is_empty() {
+            return Ok(plain);
+        }
+        let (me, _) = pick_bot(&plain, bot)?;
+        let mut overrides = Vec::new();
+        for set in sets {
+            let bad = |problem: &str| ConfigError {
+                file: "--set".into(),
+                key: set.clone(),
+                problem: problem.into(),
+            };
+            let (key, value) = set
+                .split_once('=')
+                .ok_or_else(|| bad("expected KEY=VALUE"))?;
+            let key = key.trim();
+            if key.is_empty() || key.contains(['[', ']', ' ']) {
+                return Err(bad("expected KEY=VALUE with a plain key"));
+            }
+            let path = if key.contains('.') {
+                key.to_string()
+            } else {
+                format!("bots[{me}].{key}")
+            };
+            let value = if value.trim_start().starts_with('[') {
+                let list: Vec<String> = serde_json::from_str(value)
+                    .map_err(|e| bad(&format!("not a JSON list of strings: {e}")))?;
+                config::Value::from(list)
+            } else {
+                config::Value::from(value)
+            };
+            overrides.push((path, value));
+        }
+        Self::load_layered(path, env, &overrides)
+    }
+
+    /// The file, then the environment, then `overrides` (config paths), validated.
+    fn load_layered(
+        path: &Path,
+        env: &[(String, String)],
+        overrides: &[(String, config::Value)],
+    ) -> Result<Settings, ConfigError> {
         let file = path.display().to_string();
         if !path.exists() {
             return Err(ConfigError {
@@ -713,7 +770,7 @@ impl Settings {
             .filter(|(k, _)| k.starts_with("BOTMESH__"))
             .cloned()
             .collect();
-        let built = config::Config::builder()
+        let mut builder = config::Config::builder()
             .add_source(config::File::from(path).format(config::FileFormat::Toml))
             .add_source(
                 config::Environment::with_prefix("BOTMESH")
@@ -721,9 +778,13 @@ impl Settings {
                     .separator("__")
                     .try_parsing(true)
                     .source(Some(source)),
-            )
-            .build()
-            .map_err(|e| from_config_error(&file, e))?;
+            );
+        for (key, value) in overrides {
+            builder = builder
+                .set_override(key.as_str(), value.clone())
+                .map_err(|e| from_config_error(&file, e))?;
+        }
+        let built = builder.build().map_err(|e| from_config_error(&file, e))?;
         let mut settings: Settings = built
             .try_deserialize()
             .map_err(|e| from_config_error(&file, e))?;

@@ -15,6 +15,9 @@
 //! discrete-event loop over virtual milliseconds (a heap of timed events) sharing the
 //! same network model, mention matcher and judge prompts. A run is fully determined by
 //! its seed.
+//!
+//! `botmesh replay` (`app::replay`) runs the same production code for one bot over
+//! a recorded transcript instead of a scenario, with changed settings.
 
 mod virtual_mesh;
 

@@ -21,7 +21,7 @@ use super::{Carry, Network, Post, Tally, World, RUNAWAY_POSTS};
 use crate::config::MeshSettings;
 use crate::egress::acks::{AckTracker, ClaimAcks, PeerOutcome};
 use crate::llm::{ChatMessage, Completion, Endpoint, LlmError, Purpose, Usage};
-use crate::store::transcript::{answers_due, recent_bot_messages};
+use crate::store::transcript::{bot_messages_and_due_in, last_in, since_in};
 use crate::telemetry::events::Event;
 use crate::telemetry::metrics::Metrics;
 use crate::turn::brain::Tuning;
@@ -502,16 +502,11 @@ impl Ports for SimBot {
     }
 
     fn recent(&self, _group: &str, limit: usize) -> Vec<Arc<Envelope>> {
-        let t = self.transcript.lock();
-        t[t.len().saturating_sub(limit)..].to_vec()
+        last_in(&self.transcript.lock(), limit)
     }
 
     fn since(&self, _group: &str, id: &Ulid) -> Vec<Arc<Envelope>> {
-        let t = self.transcript.lock();
-        match t.iter().position(|e| &e.id == id) {
-            Some(i) => t[i + 1..].to_vec(),
-            None => Vec::new(),
-        }
+        since_in(&self.transcript.lock(), id)
     }
 
     fn bot_messages_and_due(
@@ -523,11 +518,13 @@ impl Ports for SimBot {
         trigger: &Ulid,
         ahead: &[String],
     ) -> (usize, usize) {
-        let t = self.transcript.lock();
-        let start = t.len().saturating_sub(limit);
-        (
-            recent_bot_messages(t[start..].iter(), now_ms, window_ms),
-            answers_due(t.iter(), trigger, ahead),
+        bot_messages_and_due_in(
+            &self.transcript.lock(),
+            limit,
+            now_ms,
+            window_ms,
+            trigger,
+            ahead,
         )
     }
 

@@ -503,6 +503,26 @@ fn load_file(path: &Path) -> std::io::Result<(GroupLog, usize)> {
     Ok((log, dropped + usize::from(torn)))
 }
 
+/// Reads a transcript file without changing it (`botmesh replay`, which may read a
+/// running node's file): its last [`MEMORY_MESSAGES`] messages, deduplicated as a
+/// node restores them, and how many lines could not be read (a torn last line too).
+pub(crate) fn read_only(path: &Path) -> std::io::Result<(Vec<Arc<Envelope>>, usize)> {
+    let mut log = GroupLog::new();
+    let mut dropped = 0;
+    for line in BufReader::new(File::open(path)?).split(b'\n') {
+        let line = line?;
+        if line.is_empty() || line[0] == 0 {
+            continue;
+        }
+        match serde_json::from_slice::<Envelope>(&line) {
+            Ok(env) if !log.is_duplicate(&env) => log.push(Arc::new(env)),
+            Ok(_) => {}
+            Err(_) => dropped += 1,
+        }
+    }
+    Ok((log.recent.into_iter().collect(), dropped))
+}
+
 /// The writer thread's state: open files, the outbox log and its sequence.
 struct Writer {
     dir: PathBuf,
@@ -868,6 +888,36 @@ pub(crate) fn decode_name(name: &str) -> Option<String> {
         }
     }
     String::from_utf8(out).ok()
+}
+
+/// The last `limit` messages of a transcript held as a slice, oldest first: what
+/// [`Transcripts::recent`] reads, for the simulator's and the replay's `Ports`.
+pub(crate) fn last_in(t: &[Arc<Envelope>], limit: usize) -> Vec<Arc<Envelope>> {
+    t[t.len().saturating_sub(limit)..].to_vec()
+}
+
+/// The messages of a slice after the message `after` (exclusive): [`Transcripts::since`].
+pub(crate) fn since_in(t: &[Arc<Envelope>], after: &Ulid) -> Vec<Arc<Envelope>> {
+    match t.iter().position(|e| &e.id == after) {
+        Some(i) => t[i + 1..].to_vec(),
+        None => Vec::new(),
+    }
+}
+
+/// [`Transcripts::recent_bot_messages_and_due`] over a slice.
+pub(crate) fn bot_messages_and_due_in(
+    t: &[Arc<Envelope>],
+    limit: usize,
+    now_ms: u64,
+    window_ms: u64,
+    trigger: &Ulid,
+    ahead: &[String],
+) -> (usize, usize) {
+    let start = t.len().saturating_sub(limit);
+    (
+        recent_bot_messages(t[start..].iter(), now_ms, window_ms),
+        answers_due(t.iter(), trigger, ahead),
+    )
 }
 
 /// Counts bot messages in `recent` (oldest first) after the last human message and

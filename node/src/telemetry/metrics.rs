@@ -214,6 +214,9 @@ pub struct Metrics {
     /// Today's LLM use against the daily budget, by kind (`calls`, `tokens`),
     /// refreshed at every scrape.
     pub(crate) budget_spent: Family<KindLabel, Gauge>,
+    /// Verdict log lines (`botmesh replay`'s record of judge answers), by result:
+    /// `written`, `failed` (the disk refused), `dropped` (the writer's queue was full).
+    pub(crate) verdict_log: Family<ResultLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -278,6 +281,12 @@ impl Metrics {
             "botmesh_llm_budget_spent",
             "Today's LLM use against the daily budget, by kind (calls, tokens)",
             budget_spent.clone(),
+        );
+        let verdict_log = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "botmesh_verdict_log",
+            "Verdict log lines (judge answers kept for botmesh replay), by result",
+            verdict_log.clone(),
         );
         registry.register(
             "botmesh_envelopes_in",
@@ -393,6 +402,7 @@ impl Metrics {
             config_reloads,
             budget_exhausted,
             budget_spent,
+            verdict_log,
             feishu_events,
             dingtalk_events,
             feishu_connection,
@@ -487,6 +497,15 @@ impl Metrics {
     /// Counts one Feishu long-connection attempt or ending.
     pub fn feishu_connect(&self, result: &str) {
         self.feishu_connects
+            .get_or_create(&ResultLabel {
+                result: result.into(),
+            })
+            .inc();
+    }
+
+    /// Counts one verdict log line: written, failed or dropped.
+    pub(crate) fn verdict_logged(&self, result: &str) {
+        self.verdict_log
             .get_or_create(&ResultLabel {
                 result: result.into(),
             })

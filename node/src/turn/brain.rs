@@ -14,7 +14,7 @@ use crate::llm::{parse_verdict, ChatMessage, Endpoint, Purpose, Verdict};
 use crate::telemetry::metrics::Metrics;
 use crate::turn::budget::{Budget, Exhausted, Limits};
 use crate::turn::command::{GroupStops, Trail};
-use crate::turn::judge::{build_prompt, offline_verdict, JudgeInput};
+use crate::turn::judge::{build_prompt, offline_verdict, prompt_hash, JudgeInput};
 use crate::turn::mention::{Member, MentionMatcher, PlatformMention};
 use crate::turn::pipeline::Turn;
 use crate::turn::policy::{decide, Decision, Facts};
@@ -93,6 +93,19 @@ pub struct Brain {
     pub(crate) trail: Trail,
     /// Each group's stop token, which a person's `/stop` cancels.
     pub(crate) stops: GroupStops,
+}
+
+/// A judge call's answer and the prompt it was asked with.
+#[derive(Debug, Clone)]
+pub(crate) struct Judged {
+    /// The verdict; `None` when the call failed or the answer was not understood.
+    pub verdict: Option<Verdict>,
+    /// The judge model (`offline` for the offline judge).
+    pub model: String,
+    /// [`prompt_hash`] of the messages sent (none offline: nothing is sent).
+    pub prompt_hash: Option<String>,
+    /// The prompt's size, bytes.
+    pub prompt_bytes: usize,
 }
 
 /// A reply the LLM wrote, with its completion tokens (counted when it is thrown away).
@@ -348,17 +361,39 @@ impl Brain {
         context: &[Arc<Envelope>],
         msg: &Envelope,
     ) -> Option<Verdict> {
+        self.judge_traced(llm, context, msg).await.verdict
+    }
+
+    /// [`Brain::judge`], also saying which prompt was sent (for the verdict log).
+    pub(crate) async fn judge_traced(
+        &self,
+        llm: &dyn Llm,
+        context: &[Arc<Envelope>],
+        msg: &Envelope,
+    ) -> Judged {
+        let offline = |verdict| Judged {
+            verdict: Some(verdict),
+            model: "offline".into(),
+            prompt_hash: None,
+            prompt_bytes: 0,
+        };
         let t = self.tuning();
         match &t.provider {
             // Offline placeholders say little worth answering: interject on humans only.
-            Provider::Offline if msg.author.kind == AuthorKind::Bot => Some(Verdict {
+            Provider::Offline if msg.author.kind == AuthorKind::Bot => offline(Verdict {
                 speak: false,
                 relevance: 0.0,
             }),
-            Provider::Offline => Some(offline_verdict(&t.me, &msg.text)),
+            Provider::Offline => offline(offline_verdict(&t.me, &msg.text)),
             Provider::Remote { judge, .. } => {
                 let prompt = self.judge_prompt(context, msg);
                 let messages = [ChatMessage::user(prompt)];
+                let mut out = Judged {
+                    verdict: None,
+                    model: judge.model.clone(),
+                    prompt_hash: Some(prompt_hash(&messages)),
+                    prompt_bytes: messages[0].content.len(),
+                };
                 let mut ep = judge.clone();
                 if self
                     .schema_unsupported
@@ -377,18 +412,19 @@ impl Brain {
                         tracing::warn!(bot = %t.me.name, "the judge endpoint refuses response_format json_schema; using json_object from now on");
                         ep.json_schema = false;
                         ep.json_object = true;
-                        self.call(llm, &ep, Purpose::Judge, &messages, msg)
-                            .await
-                            .ok()?
+                        match self.call(llm, &ep, Purpose::Judge, &messages, msg).await {
+                            Ok(text) => text,
+                            Err(_) => return out,
+                        }
                     }
-                    Err(_) => return None,
+                    Err(_) => return out,
                 };
-                let v = parse_verdict(&text);
-                if v.is_none() {
+                out.verdict = parse_verdict(&text);
+                if out.verdict.is_none() {
                     self.metrics.llm_call("judge", "unparsable", 0.0, 0, 0);
                     tracing::warn!(bot = %t.me.name, trigger = %msg.id, answer = %crate::turn::judge::trim(&text, 200), "judge answer not understood; staying silent");
                 }
-                v
+                out
             }
         }
     }

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::config::BotSettings;
-use crate::llm::Verdict;
+use crate::llm::{ChatMessage, Verdict};
 use crate::wire::envelope::{AuthorKind, Envelope};
 
 /// The built-in judge prompt. Kept small on purpose: it is sent for every message
@@ -137,6 +137,24 @@ Reply JSON {{\"<bot>\":{{\"speak\":bool,\"relevance\":0-1}}}} for: {}.",
         names.join(", ")
     ));
     p
+}
+
+/// The hash the verdict log keeps of a judge call (`store::verdicts`): lowercase hex
+/// of the first 16 bytes of SHA-256 over each message's role, a NUL, its content and a
+/// NUL, in order. Equal hashes mean the very same prompt was sent, so `botmesh replay`
+/// may reuse the recorded answer.
+pub(crate) fn prompt_hash(messages: &[ChatMessage]) -> String {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    for m in messages {
+        ctx.update(m.role.as_bytes());
+        ctx.update(&[0]);
+        ctx.update(m.content.as_bytes());
+        ctx.update(&[0]);
+    }
+    ctx.finish().as_ref()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// Words of a text for lexical overlap: lowercase Latin words of 2+ letters, and CJK
@@ -350,6 +368,19 @@ mod tests {
         ] {
             assert!(p.contains(part), "missing {part}: {p}");
         }
+    }
+
+    #[test]
+    fn prompt_hash_changes_with_any_byte_and_the_role() {
+        let a = prompt_hash(&[ChatMessage::user("hello")]);
+        assert_eq!(a.len(), 32);
+        assert_eq!(a, prompt_hash(&[ChatMessage::user("hello")]));
+        assert_ne!(a, prompt_hash(&[ChatMessage::user("hello ")]));
+        assert_ne!(a, prompt_hash(&[ChatMessage::new("system", "hello")]));
+        assert_ne!(
+            prompt_hash(&[ChatMessage::user("ab"), ChatMessage::user("c")]),
+            prompt_hash(&[ChatMessage::user("a"), ChatMessage::user("bc")])
+        );
     }
 
     #[test]

@@ -30,8 +30,9 @@ use ulid::Ulid;
 use tokio_util::sync::CancellationToken;
 
 use crate::egress::acks::ClaimAcks;
+use crate::store::verdicts::{VerdictRecord, VERDICT_FORMAT};
 use crate::telemetry::events::Event;
-use crate::turn::brain::{Brain, Reply};
+use crate::turn::brain::{Brain, Judged, Reply};
 use crate::turn::command::{is_command, without_commands};
 use crate::turn::mention::PlatformMention;
 use crate::turn::policy::{Action, Decision};
@@ -309,7 +310,7 @@ fn withdraw_if<P: Ports + ?Sized>(p: &P, msg: &Envelope, claimed: bool, why: &st
 /// [`act`]'s first step: why the bot speaks and, for an interjection, the relevance
 /// it claims at (the judge's), or `None` when it stays silent (recorded; a word owed
 /// to a claimant is sent).
-async fn judge_step<P: Ports + ?Sized>(
+pub(crate) async fn judge_step<P: Ports + ?Sized>(
     p: &P,
     msg: &Envelope,
     d: &Decision,
@@ -333,21 +334,29 @@ async fn judge_step<P: Ports + ?Sized>(
             // While the judge is out, a peer's claim on this trigger is answered
             // `judging`: that peer then waits for this bot's word before it commits.
             brain.board.set_judging(msg.id, true); // (triage set it already)
-                                                   // With a shared judge, its verdict; else (or if none comes) this bot's own.
-            let verdict = match shared::verdict_for(p, msg).await {
-                Some(v) => Some(v),
+                                                   // With a shared judge, its verdict (kept in the verdict log without a prompt
+                                                   // hash: replay asks anew or guesses); else, or if none comes, this bot's own.
+            let judged = match shared::verdict_for(p, msg).await {
+                Some(v) => Judged {
+                    verdict: Some(v),
+                    model: "shared".into(),
+                    prompt_hash: None,
+                    prompt_bytes: 0,
+                },
                 None => {
                     let context = context_before(p, msg, me.context_messages);
-                    brain.judge(p.llm(), &context, msg).await
+                    brain.judge_traced(p.llm(), &context, msg).await
                 }
             };
             brain.board.set_judging(msg.id, false);
-            let Some(v) = verdict else {
+            let Some(v) = judged.verdict else {
+                keep_verdict(p, msg, &judged, false, ("silent", "judge_failed"), None);
                 record(p, msg, "silent", "judge_failed", "");
                 send_owed_word(p, msg);
                 return None;
             };
             if !v.speak || v.relevance < me.min_relevance {
+                keep_verdict(p, msg, &judged, false, ("silent", "judge_declined"), None);
                 record(
                     p,
                     msg,
@@ -360,8 +369,18 @@ async fn judge_step<P: Ports + ?Sized>(
             }
             if d.mentioned {
                 // Mentioned past the threshold, and the judge agreed: answer without a wait.
+                keep_verdict(p, msg, &judged, false, ("reply", "mentioned"), None);
                 Some((Why::Mentioned, None))
             } else {
+                let delay = delay_for(&me, v.relevance.max(MIN_CLAIM), 0);
+                keep_verdict(
+                    p,
+                    msg,
+                    &judged,
+                    false,
+                    ("claim", "interjected"),
+                    Some(delay.as_millis() as u64),
+                );
                 Some((
                     Why::Interjected {
                         relevance: v.relevance,
@@ -371,6 +390,36 @@ async fn judge_step<P: Ports + ?Sized>(
             }
         }
     }
+}
+
+/// Hands a judge answer and what the bot did with it (`action`, `reason`) to
+/// [`Ports::judged`]: the node's verdict log, which `botmesh replay` reads.
+fn keep_verdict<P: Ports + ?Sized>(
+    p: &P,
+    msg: &Envelope,
+    judged: &Judged,
+    rejudge: bool,
+    (action, reason): (&str, &str),
+    delay_ms: Option<u64>,
+) {
+    let me = p.brain().me();
+    p.judged(VerdictRecord {
+        v: VERDICT_FORMAT,
+        at: p.now_millis(),
+        group: msg.group.clone(),
+        msg: msg.id,
+        from: msg.author.name.clone(),
+        rejudge,
+        model: judged.model.clone(),
+        prompt_hash: judged.prompt_hash.clone(),
+        prompt_bytes: judged.prompt_bytes,
+        speak: judged.verdict.map(|v| v.speak),
+        relevance: judged.verdict.map(|v| v.relevance),
+        action: action.into(),
+        reason: reason.into(),
+        delay_ms,
+        min_relevance: Some(me.min_relevance),
+    });
 }
 
 /// [`act`]'s writing step: the reply written while waiting, else the sidecar agent's
@@ -879,8 +928,18 @@ async fn wait_turn<P: Ports + ?Sized>(
         fresh.push(last.clone());
         let fresh_context: Vec<Arc<Envelope>> =
             fresh.iter().filter(|e| e.id != msg.id).cloned().collect();
-        match brain.judge(p.llm(), &fresh_context, msg).await {
-            Some(v) if v.speak && v.relevance >= brain.me().min_relevance => {
+        let judged = brain.judge_traced(p.llm(), &fresh_context, msg).await;
+        let speak = judged
+            .verdict
+            .is_some_and(|v| v.speak && v.relevance >= brain.me().min_relevance);
+        let then = if speak {
+            ("claim", "rejudged_speak")
+        } else {
+            ("silent", "rejudged_silent")
+        };
+        keep_verdict(p, msg, &judged, true, then, None);
+        match judged.verdict {
+            Some(v) if speak => {
                 record(
                     p,
                     msg,

@@ -12,6 +12,7 @@ use ulid::Ulid;
 use crate::config::MeshSettings;
 use crate::egress::acks::ClaimAcks;
 use crate::llm::{ChatMessage, Completion, Endpoint, LlmClient, LlmError, Purpose};
+use crate::store::verdicts::VerdictRecord;
 use crate::telemetry::events::Event;
 use crate::turn::brain::Brain;
 use crate::wire::envelope::Envelope;
@@ -95,4 +96,7 @@ pub(crate) trait Ports: Send + Sync + 'static {
     fn publish(self: Arc<Self>, env: Envelope) -> BoxFuture<'static, Result<(), String>>;
     /// Tells the watchers (the page, SSE, the simulator's tally).
     fn event(&self, event: Event);
+    /// Keeps a judge answer and what the bot did with it (the node's verdict log, for
+    /// `botmesh replay`). Must not block. Nothing by default.
+    fn judged(&self, _record: VerdictRecord) {}
 }
