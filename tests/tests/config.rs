@@ -52,6 +52,9 @@ fn config_errors_name_the_key_and_bind_nothing() {
         // A table under an array element: the key as written, `bots[1].feishu.app_id`.
         Case { what: "nested table under a bot", toml: base(port, "", "[[bots]]\nname = \"B\"\nbridge = \"127.0.0.1:1\"\napi = \"127.0.0.1:2\"\n[bots.feishu]\napp_id = [\"cli_x\"]\n"), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &[": bots[1].feishu.app_id: invalid type", "key `bots[1].feishu.app_id`"] },
         Case { what: "delays reversed", toml: base(port, "", "min_delay_ms = 5000\nmax_delay_ms = 1000\n"), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].min_delay_ms", "above max_delay_ms"] },
+        Case { what: "a bot's daily budget of zero", toml: base(port, "", "daily_calls = 0\n"), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].daily_calls", "must be at least 1"] },
+        Case { what: "a shared judge's verdict timeout out of range", toml: base(port, "judge = \"shared\"\nverdict_timeout_ms = 10\n", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["mesh.verdict_timeout_ms", "100 to 60000"] },
+        Case { what: "an unknown judge mode", toml: base(port, "judge = \"sharde\"\n", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["judge", "sharde"] },
         Case { what: "env override validated too", toml: base(port, "", ""), env: vec![("TEST_SECRET", secret), ("BOTMESH__MESH__MAX_DEPTH", "0")], bot: "A", expect: &["mesh.max_depth", "at least 1"] },
         Case { what: "unknown transport", toml: base(port, "transport = \"pigeon\"", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["transport", "pigeon"] },
         Case { what: "redis url not redis", toml: base(port, "transport = \"redis\"\n[redis]\nurl = \"http://127.0.0.1:6379\"", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["redis.url", "not a redis:// URL"] },

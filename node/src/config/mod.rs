@@ -600,6 +600,13 @@ pub struct BotSettings {
     /// thrown away.
     #[serde(default = "yes")]
     pub(crate) write_early: bool,
+    /// This bot's own daily LLM call limit, instead of `[llm] daily_calls` (bots
+    /// on one endpoint may have different allowances).
+    #[serde(default)]
+    pub(crate) daily_calls: Option<u64>,
+    /// This bot's own daily LLM token limit, instead of `[llm] daily_tokens`.
+    #[serde(default)]
+    pub(crate) daily_tokens: Option<u64>,
     /// Messages of context for the judge.
     #[serde(default = "default_context")]
     pub(crate) context_messages: usize,
@@ -916,6 +923,17 @@ impl Settings {
         let hmac = m.secret_env.is_some() || m.secret_file.is_some();
         for (i, b) in self.bots.iter().enumerate() {
             let at = |k: &str| format!("bots[{i}].{k}");
+            for (key, limit) in [
+                ("daily_calls", b.daily_calls),
+                ("daily_tokens", b.daily_tokens),
+            ] {
+                if limit == Some(0) {
+                    return Err(self.err(
+                        at(key),
+                        "must be at least 1 (leave it out for [llm]'s limit; quiet silences a bot)",
+                    ));
+                }
+            }
             if b.name.trim().is_empty() || b.name.trim() != b.name {
                 return Err(self.err(at("name"), "must be non-empty without surrounding spaces"));
             }

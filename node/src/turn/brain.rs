@@ -66,7 +66,7 @@ impl Tuning {
             colleagues: cfg.peers().cloned().collect(),
             provider,
             mesh: Arc::new(cfg.mesh().clone()),
-            budget: Limits::of(cfg.settings.llm.as_ref()),
+            budget: Limits::of(cfg.settings.llm.as_ref(), cfg.bot()),
         }
     }
 }

@@ -10,7 +10,7 @@
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use crate::config::{LlmSettings, OverBudget};
+use crate::config::{BotSettings, LlmSettings, OverBudget};
 
 /// One day in milliseconds.
 const DAY_MS: i64 = 86_400_000;
@@ -29,13 +29,14 @@ pub(crate) struct Limits {
 }
 
 impl Limits {
-    /// The limits `[llm]` sets (none without `[llm]`).
-    pub(crate) fn of(llm: Option<&LlmSettings>) -> Limits {
+    /// The limits `[llm]` sets for bot `me`: its own `daily_calls` / `daily_tokens`
+    /// where it has them, else `[llm]`'s (none without `[llm]`).
+    pub(crate) fn of(llm: Option<&LlmSettings>, me: &BotSettings) -> Limits {
         match llm {
             None => Limits::default(),
             Some(l) => Limits {
-                calls: l.daily_calls,
-                tokens: l.daily_tokens,
+                calls: me.daily_calls.or(l.daily_calls),
+                tokens: me.daily_tokens.or(l.daily_tokens),
                 over: l.over_budget,
                 offset_min: crate::config::parse_utc_offset(&l.budget_utc_offset)
                     .expect("validated"),
@@ -189,6 +190,23 @@ mod tests {
         // 16:00 UTC is local midnight: a new day.
         assert_eq!(b.exhausted(&limits, t0 + 6 * HOUR), None);
         assert_eq!(b.status(&limits, t0 + 6 * HOUR).calls, 0);
+    }
+
+    #[test]
+    fn a_bots_own_limits_replace_the_mesh_wide_ones() {
+        let settings = crate::config::Settings::from_toml(
+            "[mesh]\nsecret_env = \"S\"\n[llm]\nbase_url = \"http://127.0.0.1:1/v1\"\nmodel = \"m\"\ndaily_calls = 100\ndaily_tokens = 5000\n\
+             [[bots]]\nname = \"A\"\nbridge = \"127.0.0.1:7001\"\napi = \"127.0.0.1:7101\"\ndaily_calls = 7\n\
+             [[bots]]\nname = \"B\"\nbridge = \"127.0.0.1:7002\"\napi = \"127.0.0.1:7102\"\n",
+            std::path::Path::new("peers.toml"),
+        );
+        let settings = settings.expect("valid");
+        let llm = settings.llm.as_ref();
+        let a = Limits::of(llm, &settings.bots[0]);
+        assert_eq!((a.calls, a.tokens), (Some(7), Some(5000)));
+        let b = Limits::of(llm, &settings.bots[1]);
+        assert_eq!((b.calls, b.tokens), (Some(100), Some(5000)));
+        assert_eq!(Limits::of(None, &settings.bots[0]).calls, None);
     }
 
     #[test]

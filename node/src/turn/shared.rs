@@ -172,6 +172,7 @@ pub(crate) fn duty<P: Ports + ?Sized>(
     if chosen_for(p, msg).as_deref() != Some(brain.me().name.as_str()) {
         return None;
     }
+
     let mut bots = Vec::new();
     if mine == Action::Judge {
         bots.push((*brain.me()).clone());
@@ -210,9 +211,18 @@ pub(crate) fn duty<P: Ports + ?Sized>(
 /// and broadcasts it (an empty one if the call failed, so nobody waits for it).
 pub(crate) async fn ask<P: Ports + ?Sized>(p: &P, msg: &Envelope, bots: Vec<BotSettings>) {
     let brain = p.brain();
+    let limits = brain.tuning().budget;
+    let spent = (limits.calls.is_some() || limits.tokens.is_some())
+        && brain.over_budget(&limits, p.now_millis()).is_some();
     let context = context_before(p, msg, brain.me().context_messages);
     let asked: Vec<&BotSettings> = bots.iter().collect();
-    let answer = brain.judge_all(p.llm(), &context, msg, &asked).await;
+    // Past its own daily budget the chosen bot asks nothing: its empty verdict has
+    // every bot judge itself at once.
+    let answer = if spent {
+        None
+    } else {
+        brain.judge_all(p.llm(), &context, msg, &asked).await
+    };
     let entries: BTreeMap<String, BotVerdict> = answer
         .unwrap_or_default()
         .into_iter()
@@ -227,7 +237,15 @@ pub(crate) async fn ask<P: Ports + ?Sized>(p: &P, msg: &Envelope, bots: Vec<BotS
         })
         .collect();
     let names: Vec<&str> = bots.iter().map(|b| b.name.as_str()).collect();
-    let (reason, detail) = if entries.is_empty() {
+    let (reason, detail) = if spent {
+        (
+            "over_budget",
+            format!(
+                "asked for {}; this bot's daily LLM budget is spent: every bot judges itself",
+                names.join(", ")
+            ),
+        )
+    } else if entries.is_empty() {
         (
             "failed",
             format!("asked for {}; every bot judges itself", names.join(", ")),
