@@ -459,6 +459,11 @@ const BIX: usize = 1;
 const LOC: usize = 2;
 
 async fn discord_mesh() -> DiscordMesh {
+    discord_mesh_with(conversation_llm().await, "").await
+}
+
+/// [`discord_mesh`] on `llm`, with more `[mesh]` settings.
+async fn discord_mesh_with(llm: FakeLlm, extra_mesh: &str) -> DiscordMesh {
     let fake = FakeDiscord::start(
         vec![
             account("ada-token", ADA_ID, "ada"),
@@ -468,10 +473,9 @@ async fn discord_mesh() -> DiscordMesh {
         &[CHANNEL, OTHER_CHANNEL],
     )
     .await;
-    let llm = conversation_llm().await;
     let mut spec = MeshSpec::new(&["Ada", "Bix", "Loc"])
         .llm(&llm.base_url)
-        .mesh("max_depth = 3\nllm_threshold = 1")
+        .mesh(&format!("max_depth = 3\nllm_threshold = 1\n{extra_mesh}"))
         .all_bots(FAST)
         .bot("Ada", &discord_bot("ADA_TOKEN", ADA_ID, &fake))
         .bot("Bix", &discord_bot("BIX_TOKEN", BIX_ID, &fake))
@@ -904,5 +908,93 @@ async fn a_persons_why_for_one_discord_bot_is_answered_on_discord_and_by_nobody_
     // Loc, on the local platform, never sees Discord's people: nor their commands.
     let m = mesh.metrics(LOC).await;
     assert!(!m.contains("botmesh_chat_commands_total{"), "{m}");
+    mesh.shutdown().await;
+}
+
+/// With a shared judge, a Discord person's message is judged by Ada or Bix, never by
+/// Loc, whose local platform never shows Discord's people: no bot waits for a verdict
+/// that cannot come, and each question costs one judge call for the whole mesh.
+#[tokio::test]
+async fn a_shared_judge_is_chosen_among_the_bots_that_see_discords_people() {
+    let llm = FakeLlm::start(|s| {
+        if let Some(bots) = botmesh_tests::shared_judge_bots(s) {
+            let mut all = serde_json::Map::new();
+            for b in bots {
+                let r = match b.as_str() {
+                    "Ada" => 0.9,
+                    "Bix" => 0.5,
+                    _ => 0.0,
+                };
+                all.insert(b, serde_json::json!({"speak": r > 0.0, "relevance": r}));
+            }
+            return Script::reply(serde_json::Value::Object(all).to_string());
+        }
+        if is_judge(s) {
+            return Script::reply("{\"speak\": false, \"relevance\": 0}");
+        }
+        Script::reply(format!("answer from {}", bot_of(s)))
+    })
+    .await;
+    let DiscordMesh { mesh, fake, _llm } =
+        discord_mesh_with(llm, "judge = \"shared\"\nverdict_timeout_ms = 20000").await;
+    const QUESTIONS: usize = 6;
+    for k in 0..QUESTIONS {
+        let before = fake.posted_by(ADA_ID).len();
+        fake.say(
+            CHANNEL,
+            DAN_ID,
+            &format!("how do we rotate the keys safely, part {k}?"),
+        );
+        fake.wait("Ada's interjection", |f| {
+            f.posted_by(ADA_ID).len() == before + 1
+        })
+        .await;
+    }
+    settle(&mesh, BIX, Duration::from_secs(2)).await;
+    assert!(fake.posted_by(BIX_ID).is_empty(), "Bix yields every time");
+    let seen = _llm.requests();
+    let shared: Vec<Vec<String>> = seen
+        .iter()
+        .filter_map(botmesh_tests::shared_judge_bots)
+        .filter(|bots| !bots.is_empty())
+        .collect();
+    let about_questions = seen
+        .iter()
+        .filter(|s| {
+            botmesh_tests::shared_judge_bots(s).is_some()
+                && s.messages.iter().any(|(_, c)| {
+                    c.contains("New from dan: how do we rotate the keys safely, part")
+                })
+        })
+        .count();
+    assert_eq!(
+        about_questions, QUESTIONS,
+        "one judge call per question: {shared:?}"
+    );
+    assert!(
+        shared.iter().all(|bots| !bots.contains(&"Loc".to_string())),
+        "Loc is never asked about Discord's people: {shared:?}"
+    );
+    let own = seen.iter().filter(|s| is_judge(s)).count();
+    assert_eq!(own, 0, "no bot judged itself");
+    let mut sent = 0.0;
+    for i in [ADA, BIX, LOC] {
+        let m = mesh.metrics(i).await;
+        sent += metric(
+            &m,
+            r#"botmesh_decisions_total{action="verdict",reason="sent"}"#,
+        );
+        assert_eq!(
+            metric(
+                &m,
+                r#"botmesh_decisions_total{action="judge",reason="shared_verdict_late"}"#
+            ),
+            0.0,
+            "node {i} waited for a verdict in vain"
+        );
+    }
+    // One verdict per question; the answers need none (Bix passed on the thread, Loc
+    // answers mentions only).
+    assert_eq!(sent, QUESTIONS as f64);
     mesh.shutdown().await;
 }

@@ -840,6 +840,10 @@ impl Ports for Node {
         self.events.publish(event);
     }
 
+    fn sees_my_humans(&self, bot: &crate::config::BotSettings) -> bool {
+        crate::platform::sees_humans_of(bot.platform, self.cfg.bot().platform)
+    }
+
     fn judged(&self, record: crate::store::verdicts::VerdictRecord) {
         self.verdicts.append(record);
     }

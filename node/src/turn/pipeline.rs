@@ -137,8 +137,8 @@ pub(crate) fn on_message<P: Ports>(
     let (p, msg) = (p.clone(), msg.clone());
     Some(Box::pin(async move {
         let asking = async {
-            if let Some(bots) = duty {
-                shared::ask(&*p, &msg, bots).await;
+            if let Some(duty) = duty {
+                shared::ask(&*p, &msg, duty).await;
             }
         };
         // A turn decides again in its task, where a yield that this very message

@@ -9,7 +9,7 @@ use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 use ulid::Ulid;
 
-use crate::config::MeshSettings;
+use crate::config::{BotSettings, MeshSettings};
 use crate::egress::acks::ClaimAcks;
 use crate::llm::{ChatMessage, Completion, Endpoint, LlmClient, LlmError, Purpose};
 use crate::store::verdicts::VerdictRecord;
@@ -99,4 +99,10 @@ pub(crate) trait Ports: Send + Sync + 'static {
     /// Keeps a judge answer and what the bot did with it (the node's verdict log, for
     /// `botmesh replay`). Must not block. Nothing by default.
     fn judged(&self, _record: VerdictRecord) {}
+    /// Whether colleague `bot` sees the people this node sees (its platform shows them,
+    /// or they are carried to it over the bridge): the shared judge for a person's
+    /// message is chosen among those. Everyone, by default.
+    fn sees_my_humans(&self, _bot: &BotSettings) -> bool {
+        true
+    }
 }

@@ -146,24 +146,51 @@ pub(crate) fn shared<P: Ports + ?Sized>(p: &P) -> bool {
     p.mesh().judge == JudgeMode::Shared
 }
 
+/// The bots that may judge `msg` for the mesh: this one and every colleague, but for a
+/// person's message only the colleagues that see the people this node sees (`sees`).
+/// Every node that sees the message computes the same set.
+fn candidates<'a>(
+    me: &'a BotSettings,
+    colleagues: &'a [BotSettings],
+    msg: &Envelope,
+    sees: impl Fn(&BotSettings) -> bool,
+) -> Vec<&'a BotSettings> {
+    let human = msg.author.kind == AuthorKind::Human;
+    std::iter::once(me)
+        .chain(colleagues.iter().filter(|c| !human || sees(c)))
+        .collect()
+}
+
 /// The bot chosen to judge `msg` for the mesh.
 fn chosen_for<P: Ports + ?Sized>(p: &P, msg: &Envelope) -> Option<String> {
     let t = p.brain().tuning();
-    let mut names: Vec<&str> = vec![t.me.name.as_str()];
-    names.extend(t.colleagues.iter().map(|b| b.name.as_str()));
+    let names: Vec<&str> = candidates(&t.me, &t.colleagues, msg, |c| p.sees_my_humans(c))
+        .into_iter()
+        .map(|b| b.name.as_str())
+        .collect();
     chosen_judge(msg, &names).map(str::to_string)
 }
 
-/// When this bot is the one chosen to judge `msg` for the mesh: the bots whose local
-/// rules, as far as this node can tell, say "judge" (this bot's own decision is
-/// `mine`). `None`: not chosen, or nobody judges it (no call, no verdict).
+/// What the bot chosen to judge a message for the mesh is to do.
+pub(crate) struct Duty {
+    /// The bots whose local rules, as far as this node can tell, say "judge".
+    bots: Vec<BotSettings>,
+    /// This node never saw the message this one answers (a person on a platform it
+    /// does not see): it cannot tell who passed on the thread nor give the judge its
+    /// context, so it asks nothing and broadcasts an empty verdict.
+    blind: bool,
+}
+
+/// When this bot is the one chosen to judge `msg` for the mesh: its [`Duty`] (this
+/// bot's own decision is `mine`). `None`: not chosen, or nobody judges it (no call, no
+/// verdict).
 pub(crate) fn duty<P: Ports + ?Sized>(
     p: &P,
     msg: &Envelope,
     platform: &[PlatformMention],
     mine: Action,
     recent_bots: usize,
-) -> Option<Vec<BotSettings>> {
+) -> Option<Duty> {
     if !shared(p) || msg.kind != Kind::Message || crate::wire::envelope::is_direct_group(&msg.group)
     {
         return None;
@@ -189,7 +216,12 @@ pub(crate) fn duty<P: Ports + ?Sized>(
         .map(|h| h.entries)
         .unwrap_or_default();
     let t = brain.tuning();
-    for c in &t.colleagues {
+    let human = msg.author.kind == AuthorKind::Human;
+    for c in t
+        .colleagues
+        .iter()
+        .filter(|c| !human || p.sees_my_humans(c))
+    {
         // A colleague's quiet switch is its own: the verdict asks about it anyway,
         // and it applies its own rules to its entry.
         let passed = judged_parent.contains_key(&c.name)
@@ -204,21 +236,23 @@ pub(crate) fn duty<P: Ports + ?Sized>(
             bots.push(c.clone());
         }
     }
-    (!bots.is_empty()).then_some(bots)
+    let blind = msg.reply_to.is_some() && parent.is_none();
+    (!bots.is_empty()).then_some(Duty { bots, blind })
 }
 
 /// The chosen bot's part: asks the LLM once about `msg` for `bots`, keeps the verdict
 /// and broadcasts it (an empty one if the call failed, so nobody waits for it).
-pub(crate) async fn ask<P: Ports + ?Sized>(p: &P, msg: &Envelope, bots: Vec<BotSettings>) {
+pub(crate) async fn ask<P: Ports + ?Sized>(p: &P, msg: &Envelope, duty: Duty) {
+    let Duty { bots, blind } = duty;
     let brain = p.brain();
     let limits = brain.tuning().budget;
     let spent = (limits.calls.is_some() || limits.tokens.is_some())
         && brain.over_budget(&limits, p.now_millis()).is_some();
     let context = context_before(p, msg, brain.me().context_messages);
     let asked: Vec<&BotSettings> = bots.iter().collect();
-    // Past its own daily budget the chosen bot asks nothing: its empty verdict has
-    // every bot judge itself at once.
-    let answer = if spent {
+    // Past its own daily budget, or blind to the thread, the chosen bot asks nothing:
+    // its empty verdict has every bot judge itself at once.
+    let answer = if spent || blind {
         None
     } else {
         brain.judge_all(p.llm(), &context, msg, &asked).await
@@ -237,7 +271,15 @@ pub(crate) async fn ask<P: Ports + ?Sized>(p: &P, msg: &Envelope, bots: Vec<BotS
         })
         .collect();
     let names: Vec<&str> = bots.iter().map(|b| b.name.as_str()).collect();
-    let (reason, detail) = if spent {
+    let (reason, detail) = if blind {
+        (
+            "no_context",
+            format!(
+                "asked for {}; this bot never saw the message it answers: every bot judges itself",
+                names.join(", ")
+            ),
+        )
+    } else if spent {
         (
             "over_budget",
             format!(
@@ -386,6 +428,25 @@ mod tests {
             assert!(chosen[n] > 50, "{chosen:?}");
         }
         assert_eq!(chosen_judge(&msg(Author::bot("Ada")), &["Ada"]), None);
+    }
+
+    #[test]
+    fn a_persons_message_is_judged_among_the_bots_that_see_that_person() {
+        let bot = |n: &str| BotSettings::from_toml(&format!("name = \"{n}\"")).unwrap();
+        let (me, others) = (bot("Ada"), vec![bot("Bix"), bot("Cyd")]);
+        let sees = |c: &BotSettings| c.name != "Cyd";
+        let names = |v: Vec<&BotSettings>| v.iter().map(|b| b.name.clone()).collect::<Vec<_>>();
+        let person = msg(Author::human("h"));
+        assert_eq!(
+            names(candidates(&me, &others, &person, sees)),
+            ["Ada", "Bix"]
+        );
+        // Every bot sees the bots' messages (the bridge carries them).
+        let colleague = msg(Author::bot("Bix"));
+        assert_eq!(
+            names(candidates(&me, &others, &colleague, sees)),
+            ["Ada", "Bix", "Cyd"]
+        );
     }
 
     #[tokio::test(start_paused = true)]
