@@ -130,26 +130,6 @@ fn bot_msgs(t: &[Envelope]) -> Vec<&Envelope> {
         .collect()
 }
 
-/// Waits until node `i`'s transcript has not grown for `quiet` (at most 30 s).
-async fn settle(mesh: &TestMesh, i: usize, quiet: Duration) -> Vec<Envelope> {
-    let last = std::cell::Cell::new((usize::MAX, tokio::time::Instant::now()));
-    wait_for(
-        Duration::from_secs(30),
-        Duration::from_millis(50),
-        || mesh.transcript(i),
-        |t: &Vec<Envelope>| {
-            let (len, since) = last.get();
-            if t.len() != len {
-                last.set((t.len(), tokio::time::Instant::now()));
-                false
-            } else {
-                since.elapsed() >= quiet
-            }
-        },
-    )
-    .await
-}
-
 // ---------------------------------------------------------------------------------
 // The stand-in, proven by the official SDK
 // ---------------------------------------------------------------------------------
@@ -355,7 +335,7 @@ async fn a_person_mentions_one_robot_it_answers_and_the_other_records_the_messag
         s.fake.wait_for(WAIT, |f| !f.sent().is_empty()).await,
         "nobody answered on dingtalk"
     );
-    let t = settle(&s.mesh, 1, Duration::from_secs(2)).await;
+    let t = s.mesh.settle(1, Duration::from_secs(2)).await;
 
     // Ada answered on DingTalk through the message's session webhook, with a real @.
     let sent = s.fake.sent();
@@ -403,7 +383,7 @@ async fn a_person_mentions_one_robot_it_answers_and_the_other_records_the_messag
         format!("@{ALICE} Ada here: the build is green")
     );
     // Ada's own transcript: the same two messages; its stream acknowledged the frame.
-    let t0 = settle(&s.mesh, 0, Duration::from_millis(500)).await;
+    let t0 = s.mesh.settle(0, Duration::from_millis(500)).await;
     assert_eq!(with_msg_id(&t0, &msg_id).len(), 1);
     assert_eq!(bot_msgs(&t0).len(), 1);
     assert_eq!(s.fake.pending(&s.ada.client_id), 0);
@@ -433,7 +413,7 @@ async fn a_question_for_the_other_robot_gets_one_answer_from_it() {
         at_robots: &[&s.ada.client_id],
     });
     assert!(s.fake.wait_for(WAIT, |f| !f.sent().is_empty()).await);
-    let t = settle(&s.mesh, 0, Duration::from_secs(3)).await;
+    let t = s.mesh.settle(0, Duration::from_secs(3)).await;
     let bots = bot_msgs(&t);
     assert_eq!(
         bots.iter()
@@ -701,7 +681,7 @@ async fn an_expired_session_webhook_falls_back_to_group_send_and_a_refused_token
     );
     assert_eq!(s.fake.token_requests(), 2);
     // The transcript carries DingTalk's processQueryKey as the answers' platform ids.
-    let t = settle(&s.mesh, 1, Duration::from_millis(500)).await;
+    let t = s.mesh.settle(1, Duration::from_millis(500)).await;
     let answers = bot_msgs(&t);
     assert_eq!(answers.len(), 2);
     assert!(answers.iter().all(|e| e
@@ -798,7 +778,7 @@ async fn a_mentions_only_robot_answers_its_dingtalk_at_and_the_judging_one_stand
         at_robots: &[&s.bo.client_id],
     });
     assert!(s.fake.wait_for(WAIT, |f| !f.sent().is_empty()).await);
-    let t = settle(&s.mesh, 0, Duration::from_secs(2)).await;
+    let t = s.mesh.settle(0, Duration::from_secs(2)).await;
     // DingTalk left Bo's @ out; Bo put it back, so Ada sees whom Alice addressed.
     let human = with_msg_id(&t, &msg_id);
     assert_eq!(human.len(), 1, "{t:#?}");
@@ -849,7 +829,7 @@ async fn a_command_addresses_exactly_the_robots_dingtalk_delivered_it_to() {
     .await;
     assert_eq!(with_msg_id(&t, &msg_id)[0].text, "@Ada /quiet");
     assert_eq!(s.mesh.health(1).await.1["quiet"], false, "Bo goes on");
-    settle(&s.mesh, 1, Duration::from_millis(500)).await;
+    s.mesh.settle(1, Duration::from_millis(500)).await;
     assert!(
         s.fake.sent().is_empty() && llm.count() == 0,
         "nobody answered or judged the command"

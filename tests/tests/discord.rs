@@ -513,23 +513,6 @@ fn show(t: &[Envelope]) -> Vec<(String, u32, String, Option<String>)> {
         .collect()
 }
 
-/// Waits until node `i`'s transcript stops changing for `quiet` (bounded).
-async fn settle(mesh: &TestMesh, i: usize, quiet: Duration) -> Vec<Envelope> {
-    let mut last = usize::MAX;
-    let mut since = tokio::time::Instant::now();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let t = mesh.transcript(i).await;
-        if t.len() != last {
-            last = t.len();
-            since = tokio::time::Instant::now();
-        } else if since.elapsed() >= quiet || tokio::time::Instant::now() > deadline {
-            return t;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test]
 async fn two_discord_bots_and_a_local_bot_hold_a_conversation() {
     botmesh_tests::init_logs();
@@ -583,7 +566,7 @@ async fn two_discord_bots_and_a_local_bot_hold_a_conversation() {
             .any(|m| m.request.is_some())
     })
     .await;
-    let t = settle(&mesh, BIX, Duration::from_secs(3)).await;
+    let t = mesh.settle(BIX, Duration::from_secs(3)).await;
     let said: Vec<_> = fake.messages(CHANNEL)[before..]
         .iter()
         .filter(|m| m.request.is_some())
@@ -634,7 +617,7 @@ async fn two_discord_bots_and_a_local_bot_hold_a_conversation() {
         CAROL_ID,
         &format!("<@{ADA_ID}> start a debate with Bix"),
     );
-    let t = settle(&mesh, ADA, Duration::from_secs(3)).await;
+    let t = mesh.settle(ADA, Duration::from_secs(3)).await;
     let on_discord: Vec<_> = fake.messages(CHANNEL)[start..]
         .iter()
         .filter(|m| m.request.is_some())
@@ -866,7 +849,7 @@ async fn a_persons_why_for_one_discord_bot_is_answered_on_discord_and_by_nobody_
     fake.say(CHANNEL, CAROL_ID, &format!("<@{ADA_ID}> what's the plan?"));
     fake.wait("Ada's answer", |f| f.posted_by(ADA_ID).len() == 1)
         .await;
-    settle(&mesh, BIX, Duration::from_secs(1)).await;
+    mesh.settle(BIX, Duration::from_secs(1)).await;
     let calls = llm.count();
 
     // Discord's `<@id>` after the command addresses Bix alone.
@@ -883,7 +866,7 @@ async fn a_persons_why_for_one_discord_bot_is_answered_on_discord_and_by_nobody_
     assert_eq!(req["message_reference"]["message_id"], cmd.as_str());
     // Ada sees Bix's answer (on Discord and over the bridge) and leaves it alone;
     // nothing of it reached an LLM.
-    let t = settle(&mesh, ADA, Duration::from_secs(2)).await;
+    let t = mesh.settle(ADA, Duration::from_secs(2)).await;
     assert_eq!(fake.posted_by(ADA_ID).len(), 1, "{:#?}", show(&t));
     assert_eq!(fake.posted_by(BIX_ID).len(), 1);
     let recorded = t
@@ -950,7 +933,7 @@ async fn a_shared_judge_is_chosen_among_the_bots_that_see_discords_people() {
         })
         .await;
     }
-    settle(&mesh, BIX, Duration::from_secs(2)).await;
+    mesh.settle(BIX, Duration::from_secs(2)).await;
     assert!(fake.posted_by(BIX_ID).is_empty(), "Bix yields every time");
     let seen = _llm.requests();
     let shared: Vec<Vec<String>> = seen

@@ -23,23 +23,6 @@ fn bot_msgs(t: &[Envelope]) -> Vec<&Envelope> {
         .collect()
 }
 
-/// Waits until the number of bot messages at node `i` stops changing for `quiet`.
-async fn settle(mesh: &TestMesh, i: usize, quiet: Duration) -> Vec<Envelope> {
-    let mut last = usize::MAX;
-    let mut stable_since = tokio::time::Instant::now();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let t = mesh.transcript(i).await;
-        if t.len() != last {
-            last = t.len();
-            stable_since = tokio::time::Instant::now();
-        } else if stable_since.elapsed() >= quiet || tokio::time::Instant::now() > deadline {
-            return t;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test]
 async fn two_bots_mentioning_each_other_stop_at_max_depth() {
     let llm = BotLlm::judging(true, 0.9)
@@ -53,7 +36,7 @@ async fn two_bots_mentioning_each_other_stop_at_max_depth() {
         TestMesh::start(fast_mesh(&["A", "B"], &llm).mesh("max_depth = 3\nllm_threshold = 1"))
             .await;
     mesh.post_human(0, "alice", "@A kick this off please").await;
-    let t = settle(&mesh, 1, Duration::from_secs(3)).await;
+    let t = mesh.settle(1, Duration::from_secs(3)).await;
     let bots = bot_msgs(&t);
     assert_eq!(
         bots.len(),
@@ -107,7 +90,7 @@ async fn one_interjection_from_the_most_relevant(drop_claims: bool) {
     proxy.forward_to(&mesh.bridge(1));
     mesh.post_human(2, "alice", "How should we shard the transcript files?")
         .await;
-    let t = settle(&mesh, 2, Duration::from_secs(2)).await;
+    let t = mesh.settle(2, Duration::from_secs(2)).await;
     let bots = bot_msgs(&t);
     assert_eq!(
         bots.len(),
@@ -236,8 +219,8 @@ async fn a_late_claim_makes_no_second_answer_the_acknowledgement_says_answered()
         |decided| *decided,
     )
     .await;
-    let at_mid = settle(&mesh, 1, Duration::from_secs(2)).await;
-    let at_hi = settle(&mesh, 0, Duration::from_secs(1)).await;
+    let at_mid = mesh.settle(1, Duration::from_secs(2)).await;
+    let at_hi = mesh.settle(0, Duration::from_secs(1)).await;
     assert_eq!(
         answers(&at_mid),
         vec!["Mid".to_string()],
@@ -292,7 +275,7 @@ async fn a_mention_is_answered_even_when_the_judge_says_no_and_nobody_answers_it
     let mesh = TestMesh::start(fast_mesh(&["A", "B"], &llm)).await;
     mesh.post_human(0, "alice", "@B can you check the logs?")
         .await;
-    let t = settle(&mesh, 0, Duration::from_secs(2)).await;
+    let t = mesh.settle(0, Duration::from_secs(2)).await;
     let bots = bot_msgs(&t);
     assert_eq!(bots.len(), 1);
     assert_eq!(
@@ -310,7 +293,7 @@ async fn a_mention_is_answered_even_when_the_judge_says_no_and_nobody_answers_it
         .await
         .unwrap();
     assert!(r.status().is_success());
-    let t = settle(&mesh, 0, Duration::from_secs(1)).await;
+    let t = mesh.settle(0, Duration::from_secs(1)).await;
     assert_eq!(bot_msgs(&t).len(), 2, "only the note itself");
     let asked_for_a: Vec<_> = llm.requests()[before..]
         .iter()
@@ -357,7 +340,7 @@ async fn llm_down_or_hanging_means_silence_a_healthy_node_and_a_counted_failure(
             "{label}: {metrics_b}"
         );
         assert!(decisions(&metrics_b, "silent", "reply_failed") >= 1.0);
-        let t = settle(&mesh, 1, Duration::from_millis(800)).await;
+        let t = mesh.settle(1, Duration::from_millis(800)).await;
         assert!(bot_msgs(&t).is_empty(), "{label}: nobody spoke");
         for i in 0..2 {
             assert_eq!(mesh.health(i).await.0, 200);
@@ -381,7 +364,7 @@ async fn acknowledgements_from_bots_get_no_reply_and_no_llm_call() {
             .await;
         assert_eq!(s, 200);
     }
-    let t = settle(&mesh, 0, Duration::from_secs(1)).await;
+    let t = mesh.settle(0, Duration::from_secs(1)).await;
     assert_eq!(t.len(), 4);
     assert_eq!(llm.count(), 0, "no LLM call for acknowledgements");
     let m = mesh.metrics(0).await;
@@ -401,14 +384,14 @@ async fn a_humans_only_bot_ignores_bot_messages() {
     SignedRequest::new(&mesh.signers[1], &env, 0)
         .send(&mesh.http, &mesh.bridge(0))
         .await;
-    let t = settle(&mesh, 0, Duration::from_secs(1)).await;
+    let t = mesh.settle(0, Duration::from_secs(1)).await;
     assert_eq!(bot_msgs(&t).len(), 1, "A stayed silent");
     assert!(llm.requests().iter().all(|s| bot_of(s) != "A"));
     let m = mesh.metrics(0).await;
     assert_eq!(decisions(&m, "silent", "ignores_bots"), 1.0);
     // A human's mention is still answered.
     mesh.post_human(1, "alice", "@A and you?").await;
-    let t = settle(&mesh, 0, Duration::from_secs(1)).await;
+    let t = mesh.settle(0, Duration::from_secs(1)).await;
     assert!(bot_msgs(&t).iter().any(|e| e.author.name == "A"));
     mesh.shutdown().await;
 }
@@ -434,7 +417,7 @@ async fn the_group_rate_cap_holds_when_the_llm_always_says_speak() {
     let mesh = TestMesh::start(spec).await;
     mesh.post_human(0, "alice", "let's brainstorm names for the project")
         .await;
-    let t = settle(&mesh, 0, Duration::from_secs(3)).await;
+    let t = mesh.settle(0, Duration::from_secs(3)).await;
     let bots = bot_msgs(&t);
     assert_eq!(
         bots.len(),
@@ -446,7 +429,7 @@ async fn the_group_rate_cap_holds_when_the_llm_always_says_speak() {
     );
     // A new human message opens a new allowance.
     mesh.post_human(1, "bob", "and a logo?").await;
-    let t = settle(&mesh, 0, Duration::from_secs(3)).await;
+    let t = mesh.settle(0, Duration::from_secs(3)).await;
     assert_eq!(bot_msgs(&t).len(), 8);
     mesh.shutdown().await;
 }
@@ -503,7 +486,7 @@ async fn quiet_switch_and_explain() {
         .unwrap();
     assert_eq!(r.status(), 200);
     mesh.post_human(1, "alice", "@A are you there?").await;
-    let t = settle(&mesh, 0, Duration::from_secs(1)).await;
+    let t = mesh.settle(0, Duration::from_secs(1)).await;
     assert!(bot_msgs(&t).is_empty(), "quiet bot stayed quiet");
     let e = explain(serde_json::json!({"text": "@A hi"})).await;
     assert_eq!(e["reason"], "quiet");
@@ -531,7 +514,7 @@ async fn a_server_that_refuses_json_schema_still_gets_judged_without_it() {
             .await;
     mesh.post_human(1, "alice", "what is a good sharding key?")
         .await;
-    let t = settle(&mesh, 0, Duration::from_secs(2)).await;
+    let t = mesh.settle(0, Duration::from_secs(2)).await;
     assert_eq!(
         bot_msgs(&t)
             .iter()
@@ -547,7 +530,7 @@ async fn a_server_that_refuses_json_schema_still_gets_judged_without_it() {
         .count();
     mesh.post_human(1, "alice", "and the replication factor?")
         .await;
-    let t = settle(&mesh, 0, Duration::from_secs(2)).await;
+    let t = mesh.settle(0, Duration::from_secs(2)).await;
     assert_eq!(bot_msgs(&t).len(), 2);
     let refused_after = llm
         .requests()
@@ -577,7 +560,7 @@ async fn when_the_winners_reply_fails_it_withdraws_and_the_next_best_answers() {
     let mesh = TestMesh::start(fast_mesh(&["Hi", "Mid", "Low"], &llm)).await;
     mesh.post_human(2, "alice", "How should we shard the transcript files?")
         .await;
-    let t = settle(&mesh, 2, Duration::from_secs(3)).await;
+    let t = mesh.settle(2, Duration::from_secs(3)).await;
     let bots = bot_msgs(&t);
     assert_eq!(
         bots.iter()
@@ -614,7 +597,7 @@ async fn a_message_to_everyone_gets_an_answer_from_each_relevant_bot_in_order() 
     let mesh = TestMesh::start(fast_mesh(&["A", "B", "C", "D"], &llm)).await;
     mesh.post_human(3, "老师", "大家都说说对这个新架构方案的看法")
         .await;
-    let t = settle(&mesh, 3, Duration::from_secs(3)).await;
+    let t = mesh.settle(3, Duration::from_secs(3)).await;
     let bots = bot_msgs(&t);
     assert_eq!(
         bots.iter()
@@ -632,7 +615,7 @@ async fn a_message_to_everyone_gets_an_answer_from_each_relevant_bot_in_order() 
 
     // An ordinary question in the same group still gets one answer.
     mesh.post_human(3, "老师", "这个方案的瓶颈在哪里？").await;
-    let t = settle(&mesh, 3, Duration::from_secs(3)).await;
+    let t = mesh.settle(3, Duration::from_secs(3)).await;
     assert_eq!(bot_msgs(&t).len(), 4, "one more answer, not three");
     assert_eq!(bot_msgs(&t)[3].author.name, "A");
     mesh.shutdown().await;
@@ -656,7 +639,7 @@ async fn round_under_a_cap_of_two(jitter_ms: u64) -> (FakeLlm, TestMesh, Vec<Env
     .await;
     mesh.post_human(0, "dana", "@all name one risk for the launch")
         .await;
-    let t = settle(&mesh, 0, Duration::from_secs(3)).await;
+    let t = mesh.settle(0, Duration::from_secs(3)).await;
     (llm, mesh, t)
 }
 
@@ -706,7 +689,7 @@ async fn ask_the_question(
     let last = names.len() - 1;
     mesh.post_human(last, "alice", "How should we shard the transcript files?")
         .await;
-    settle(&mesh, last, Duration::from_secs(quiet_secs)).await;
+    mesh.settle(last, Duration::from_secs(quiet_secs)).await;
     mesh
 }
 
@@ -825,7 +808,7 @@ async fn a_shared_judge_asks_once_for_the_whole_mesh() {
     .await;
     mesh.post_human(2, "alice", "How should we shard the transcript files?")
         .await;
-    let t = settle(&mesh, 2, Duration::from_secs(2)).await;
+    let t = mesh.settle(2, Duration::from_secs(2)).await;
     let bots = bot_msgs(&t);
     assert_eq!(
         bots.iter()
