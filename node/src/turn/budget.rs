@@ -236,121 +236,20 @@ mod tests {
     /// is virtual: N judged messages spend the budget, the next one is not judged,
     /// and past local midnight the bot judges again.
     mod virtual_day {
-        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::sync::atomic::Ordering;
         use std::sync::Arc;
 
-        use futures_util::future::BoxFuture;
-        use tokio_util::sync::CancellationToken;
         use ulid::Ulid;
 
         use super::*;
         use crate::config::{BotSettings, MeshSettings};
-        use crate::egress::acks::ClaimAcks;
-        use crate::llm::{ChatMessage, Completion, Endpoint, LlmError, Purpose, Usage};
-        use crate::telemetry::events::Event;
-        use crate::telemetry::metrics::{DecisionLabel, Metrics};
+        use crate::llm::Endpoint;
+        use crate::telemetry::metrics::Metrics;
         use crate::turn::brain::{Brain, Tuning};
-        use crate::turn::{Llm, Ports, Provider};
+        use crate::turn::{Ports, Provider};
         use crate::wire::envelope::{Author, Envelope};
 
-        /// One bot, a virtual clock, a judge that always declines (one call per
-        /// message).
-        struct Clocked {
-            brain: Brain,
-            mesh: Arc<MeshSettings>,
-            now: AtomicU64,
-            judge_calls: AtomicU64,
-            stop: CancellationToken,
-        }
-
-        impl Llm for Clocked {
-            fn complete<'a>(
-                &'a self,
-                _ep: &'a Endpoint,
-                _purpose: Purpose,
-                _messages: &'a [ChatMessage],
-                _about: &'a Envelope,
-            ) -> BoxFuture<'a, Result<Completion, LlmError>> {
-                self.judge_calls.fetch_add(1, Ordering::Relaxed);
-                Box::pin(async {
-                    Ok(Completion {
-                        text: r#"{"speak": false, "relevance": 0.1}"#.into(),
-                        usage: Usage {
-                            prompt_tokens: 40,
-                            completion_tokens: 8,
-                        },
-                        attempts: 1,
-                    })
-                })
-            }
-        }
-
-        impl Ports for Clocked {
-            fn brain(&self) -> &Brain {
-                &self.brain
-            }
-            fn mesh(&self) -> Arc<MeshSettings> {
-                self.mesh.clone()
-            }
-            fn llm(&self) -> &dyn Llm {
-                self
-            }
-            fn now_millis(&self) -> u64 {
-                self.now.load(Ordering::Relaxed)
-            }
-            fn new_id(&self) -> Ulid {
-                Ulid::new()
-            }
-            fn jitter_ms(&self, _max_ms: u64) -> u64 {
-                0
-            }
-            fn recent(&self, _group: &str, _limit: usize) -> Vec<Arc<Envelope>> {
-                Vec::new()
-            }
-            fn since(&self, _group: &str, _id: &Ulid) -> Vec<Arc<Envelope>> {
-                Vec::new()
-            }
-            fn bot_messages_and_due(
-                &self,
-                _group: &str,
-                _limit: usize,
-                _now_ms: u64,
-                _window_ms: u64,
-                _trigger: &Ulid,
-                _ahead: &[String],
-            ) -> (usize, usize) {
-                (0, 0)
-            }
-            fn link_failing_for(&self, _peer: &str) -> Option<std::time::Duration> {
-                None
-            }
-            fn quiet(&self) -> bool {
-                false
-            }
-            fn stopping(&self) -> &CancellationToken {
-                &self.stop
-            }
-            fn broadcast(&self, _env: &Envelope) {}
-            fn send_to(&self, _peers: &[String], _env: &Envelope) {}
-            fn broadcast_tracked(&self, _env: &Envelope) -> ClaimAcks {
-                unreachable!("the judge declines: no claim")
-            }
-            fn publish(self: Arc<Self>, _env: Envelope) -> BoxFuture<'static, Result<(), String>> {
-                unreachable!("the judge declines: no reply")
-            }
-            fn event(&self, _event: Event) {}
-        }
-
-        fn count(p: &Clocked, action: &str, reason: &str) -> u64 {
-            p.brain
-                .metrics
-                .decisions
-                .get_or_create(&DecisionLabel {
-                    action: action.into(),
-                    reason: reason.into(),
-                })
-                .get()
-        }
+        use crate::turn::test_ports::{count, Clocked};
 
         async fn message(p: &Arc<Clocked>, text: &str) {
             let env = Envelope::message(
@@ -384,14 +283,12 @@ mod tests {
                     offset_min: 0,
                 },
             };
-            let p = Arc::new(Clocked {
-                brain: Brain::with(tuning, &[me], Arc::new(Metrics::new())),
-                mesh: Arc::new(MeshSettings::default()),
-                // 2026-01-01 23:00 UTC.
-                now: AtomicU64::new(1_767_308_400_000),
-                judge_calls: AtomicU64::new(0),
-                stop: CancellationToken::new(),
-            });
+            // 2026-01-01 23:00 UTC.
+            let p = Arc::new(Clocked::new(
+                Brain::with(tuning, &[me], Arc::new(Metrics::new())),
+                1_767_308_400_000,
+                r#"{"speak": false, "relevance": 0.1}"#,
+            ));
             for i in 0..3 {
                 message(&p, &format!("question {i}")).await;
             }

@@ -28,6 +28,8 @@ pub(crate) mod ports;
 pub(crate) mod reply;
 pub(crate) mod scheduler;
 pub(crate) mod shared;
+#[cfg(test)]
+pub(crate) mod test_ports;
 
 pub use brain::Brain;
 pub(crate) use brain::{roster, Provider};

@@ -449,6 +449,76 @@ mod tests {
         );
     }
 
+    /// Bot A of A and B in a shared-judge mesh, with `daily_calls` and an LLM that rates
+    /// B at 0.8.
+    fn chosen(daily_calls: Option<u64>) -> Arc<crate::turn::test_ports::Clocked> {
+        use crate::turn::brain::{Brain, Tuning};
+        let bot = |n: &str| BotSettings::from_toml(&format!("name = \"{n}\"")).unwrap();
+        let mesh = crate::config::MeshSettings {
+            judge: JudgeMode::Shared,
+            ..Default::default()
+        };
+        let tuning = Tuning {
+            me: Arc::new(bot("A")),
+            colleagues: vec![bot("B")],
+            provider: crate::turn::Provider::Remote {
+                judge: crate::llm::Endpoint::new("test://judge", "m"),
+                reply: crate::llm::Endpoint::new("test://reply", "m"),
+            },
+            mesh: Arc::new(mesh),
+            budget: crate::turn::budget::Limits {
+                calls: daily_calls,
+                ..Default::default()
+            },
+        };
+        let brain = Brain::with(
+            tuning,
+            &[bot("A"), bot("B")],
+            Arc::new(crate::telemetry::metrics::Metrics::new()),
+        );
+        Arc::new(crate::turn::test_ports::Clocked::new(
+            brain,
+            1_767_308_400_000,
+            r#"{"B": {"speak": true, "relevance": 0.8}}"#,
+        ))
+    }
+
+    /// The entries of the verdicts `p` broadcast, in order.
+    fn verdicts_sent(p: &crate::turn::test_ports::Clocked) -> Vec<BTreeMap<String, BotVerdict>> {
+        p.sent
+            .lock()
+            .iter()
+            .filter(|e| e.kind == Kind::Verdict)
+            .map(|e| e.verdicts.clone().unwrap_or_default())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_chosen_bot_past_its_budget_or_blind_to_the_thread_asks_nothing_and_says_so() {
+        use crate::turn::test_ports::count;
+        let b = || BotSettings::from_toml("name = \"B\"").unwrap();
+        let p = chosen(Some(1));
+        let duty = |blind| Duty {
+            bots: vec![b()],
+            blind,
+        };
+        ask(&*p, &msg(Author::human("h")), duty(false)).await;
+        assert_eq!(p.judge_calls.load(std::sync::atomic::Ordering::Relaxed), 1);
+        assert_eq!(verdicts_sent(&p)[0]["B"].relevance, 0.8);
+        assert_eq!(count(&p, "verdict", "sent"), 1);
+        // The day's one call is spent: the next duty costs nothing and says so at once.
+        ask(&*p, &msg(Author::human("h")), duty(false)).await;
+        assert_eq!(p.judge_calls.load(std::sync::atomic::Ordering::Relaxed), 1);
+        assert!(verdicts_sent(&p)[1].is_empty());
+        assert_eq!(count(&p, "verdict", "over_budget"), 1);
+        // Blind to the thread (never saw the message answered): no call, empty verdict.
+        let p = chosen(None);
+        ask(&*p, &msg(Author::bot("B")), duty(true)).await;
+        assert_eq!(p.judge_calls.load(std::sync::atomic::Ordering::Relaxed), 0);
+        assert!(verdicts_sent(&p)[0].is_empty());
+        assert_eq!(count(&p, "verdict", "no_context"), 1);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_waiter_wakes_on_the_verdict_or_at_its_deadline() {
         let v = Arc::new(Verdicts::default());
