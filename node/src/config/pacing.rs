@@ -1,5 +1,5 @@
-//! Pacing: how long to wait before trying again ([`Backoff`]) and how fast to go
-//! ([`TokenBucket`]). Every retrying path (the outbox, the Feishu client, the LLM
+//! Pacing: how long to wait before trying again ([`Backoff`], and [`ApiRetry`] on it
+//! for the platform API clients) and how fast to go ([`TokenBucket`]). Every retrying path (the outbox, the Feishu client, the LLM
 //! client, the Redis stream reader) and every rate-limited one (admission per sender,
 //! Feishu sends per chat) shares these two, so there is one schedule to read and test.
 //! They sit in `config`, below every layer that uses them.
@@ -54,6 +54,40 @@ impl Backoff {
                 .mul_f64(rand::thread_rng().gen_range(range))
                 .min(self.max),
         }
+    }
+}
+
+/// How a platform API client (Feishu, Discord) retries a request that failed for a
+/// reason other than a rate limit it waits out: at most `attempts` tries, waiting the
+/// server's hint when it gave one, else [`Backoff`] from `base` up to `max` with up to
+/// 20 % added jitter.
+#[derive(Debug, Clone, Copy)]
+pub struct ApiRetry {
+    /// Attempts at most.
+    pub attempts: u32,
+    /// First delay; doubles each attempt.
+    pub base: Duration,
+    /// Longest delay.
+    pub max: Duration,
+}
+
+impl Default for ApiRetry {
+    fn default() -> Self {
+        ApiRetry {
+            attempts: 6,
+            base: Duration::from_millis(250),
+            max: Duration::from_secs(8),
+        }
+    }
+}
+
+impl ApiRetry {
+    /// The wait before retry number `attempt`: the server's hint if it gave one (never
+    /// more than `max`), else the backoff.
+    pub(crate) fn delay(&self, attempt: u32, hint: Option<Duration>) -> Duration {
+        hint.map(|h| h.min(self.max)).unwrap_or_else(|| {
+            Backoff::new(self.base, self.max).delay(attempt, Jitter::Scale(1.0..=1.2))
+        })
     }
 }
 

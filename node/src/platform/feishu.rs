@@ -71,7 +71,7 @@ use hyper::body::Incoming;
 use serde::Deserialize;
 use tokio::time::Instant;
 
-use crate::config::pacing::{Backoff, Jitter, TokenBucket};
+use crate::config::pacing::TokenBucket;
 use crate::config::{FeishuMode, NodeConfig, Platform};
 use crate::ingress::ingest::{Arrival, Ingest};
 use crate::ingress::server::{self, Body, BodyError};
@@ -763,36 +763,9 @@ pub(crate) enum SendError {
     },
 }
 
-/// Retry schedule for Feishu API calls.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RetryPolicy {
-    /// Attempts at most (token refreshes do not count).
-    pub(crate) attempts: u32,
-    /// First delay; doubles each attempt.
-    pub(crate) base: Duration,
-    /// Longest delay.
-    pub(crate) max: Duration,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            attempts: 6,
-            base: Duration::from_millis(250),
-            max: Duration::from_secs(8),
-        }
-    }
-}
-
-impl RetryPolicy {
-    /// The wait before retry number `attempt`: the server's hint if it gave one,
-    /// else exponential with up to 20 % added jitter; never more than `max`.
-    fn delay(&self, attempt: u32, hint: Option<Duration>) -> Duration {
-        hint.map(|h| h.min(self.max)).unwrap_or_else(|| {
-            Backoff::new(self.base, self.max).delay(attempt, Jitter::Scale(1.0..=1.2))
-        })
-    }
-}
+/// Retry schedule for failures that are not rate limits (the one every platform
+/// client uses).
+pub(crate) use crate::config::pacing::ApiRetry as RetryPolicy;
 
 #[derive(Clone)]
 struct CachedToken {
@@ -1166,38 +1139,53 @@ impl FeishuClient {
             .filter(|n| !n.is_empty()))
     }
 
-    /// The people in a chat as (open_id, name), from the chat members API (scope
-    /// `im:chat.members:read` or `im:chat:readonly`); at most 20 pages of 100.
-    pub(crate) async fn chat_members(
+    /// GETs `url` page by page (at most `pages`, following `page_token` while
+    /// `has_more`) and hands each of `data.items` to `each`.
+    async fn each_item(
         &self,
-        chat_id: &str,
-    ) -> Result<Vec<(String, String)>, SendError> {
-        let mut out = Vec::new();
+        url: &str,
+        pages: usize,
+        mut each: impl FnMut(&serde_json::Value),
+    ) -> Result<(), SendError> {
         let mut page: Option<String> = None;
-        for _ in 0..20 {
-            let mut url = format!(
-                "{}/open-apis/im/v1/chats/{}/members?member_id_type=open_id&page_size=100",
-                self.base_url,
-                url_segment(chat_id)
-            );
-            if let Some(p) = &page {
-                url.push_str("&page_token=");
-                url.push_str(&url_segment(p));
-            }
+        for _ in 0..pages {
+            let url = match &page {
+                Some(p) => format!("{url}&page_token={}", url_segment(p)),
+                None => url.to_string(),
+            };
             let r = self.call(reqwest::Method::GET, &url, None, None).await?;
             let data = r.data.unwrap_or_default();
             for item in data["items"].as_array().into_iter().flatten() {
-                let id = item["member_id"].as_str().unwrap_or_default();
-                let name = item["name"].as_str().unwrap_or_default().trim();
-                if !id.is_empty() && !name.is_empty() {
-                    out.push((id.to_string(), name.to_string()));
-                }
+                each(item);
             }
             page = data["page_token"].as_str().map(str::to_string);
             if !data["has_more"].as_bool().unwrap_or(false) || page.is_none() {
                 break;
             }
         }
+        Ok(())
+    }
+
+    /// The people in a chat as (open_id, name), from the chat members API (scope
+    /// `im:chat.members:read` or `im:chat:readonly`); at most 20 pages of 100.
+    pub(crate) async fn chat_members(
+        &self,
+        chat_id: &str,
+    ) -> Result<Vec<(String, String)>, SendError> {
+        let url = format!(
+            "{}/open-apis/im/v1/chats/{}/members?member_id_type=open_id&page_size=100",
+            self.base_url,
+            url_segment(chat_id)
+        );
+        let mut out = Vec::new();
+        self.each_item(&url, 20, |item| {
+            let id = item["member_id"].as_str().unwrap_or_default();
+            let name = item["name"].as_str().unwrap_or_default().trim();
+            if !id.is_empty() && !name.is_empty() {
+                out.push((id.to_string(), name.to_string()));
+            }
+        })
+        .await?;
         Ok(out)
     }
 
@@ -1208,37 +1196,25 @@ impl FeishuClient {
         chat_id: &str,
         pages: usize,
     ) -> Result<Vec<(String, String)>, SendError> {
+        let url = format!(
+            "{}/open-apis/im/v1/messages?container_id_type=chat&container_id={}&sort_type=ByCreateTimeDesc&page_size=50",
+            self.base_url,
+            url_segment(chat_id)
+        );
         let mut out = Vec::new();
-        let mut page: Option<String> = None;
-        for _ in 0..pages.max(1) {
-            let mut url = format!(
-                "{}/open-apis/im/v1/messages?container_id_type=chat&container_id={}&sort_type=ByCreateTimeDesc&page_size=50",
-                self.base_url,
-                url_segment(chat_id)
-            );
-            if let Some(p) = &page {
-                url.push_str("&page_token=");
-                url.push_str(&url_segment(p));
-            }
-            let r = self.call(reqwest::Method::GET, &url, None, None).await?;
-            let data = r.data.unwrap_or_default();
-            for item in data["items"].as_array().into_iter().flatten() {
-                for m in item["mentions"].as_array().into_iter().flatten() {
-                    let id = m["id"]
-                        .as_str()
-                        .or_else(|| m.pointer("/id/open_id").and_then(|v| v.as_str()))
-                        .unwrap_or_default();
-                    let name = m["name"].as_str().unwrap_or_default().trim();
-                    if id.starts_with("ou_") && !name.is_empty() {
-                        out.push((id.to_string(), name.to_string()));
-                    }
+        self.each_item(&url, pages.max(1), |item| {
+            for m in item["mentions"].as_array().into_iter().flatten() {
+                let id = m["id"]
+                    .as_str()
+                    .or_else(|| m.pointer("/id/open_id").and_then(|v| v.as_str()))
+                    .unwrap_or_default();
+                let name = m["name"].as_str().unwrap_or_default().trim();
+                if id.starts_with("ou_") && !name.is_empty() {
+                    out.push((id.to_string(), name.to_string()));
                 }
             }
-            page = data["page_token"].as_str().map(str::to_string);
-            if !data["has_more"].as_bool().unwrap_or(false) || page.is_none() {
-                break;
-            }
-        }
+        })
+        .await?;
         Ok(out)
     }
 
@@ -1401,22 +1377,13 @@ fn at_tag(open_id: &str, name: &str) -> String {
 impl Feishu {
     /// The Feishu side of `cfg`'s bot (an error when its platform is not feishu).
     pub(crate) fn from_config(cfg: &NodeConfig) -> anyhow::Result<Feishu> {
-        let bot = cfg.bot();
-        if bot.platform != Platform::Feishu {
-            anyhow::bail!("bot {} is not on feishu", bot.name);
-        }
-        let ids = bot.feishu.as_ref().ok_or_else(|| {
-            anyhow::anyhow!(
-                "bot {} is on feishu but has no [bots.feishu] table",
-                bot.name
-            )
-        })?;
-        let secrets = cfg.feishu.as_ref().ok_or_else(|| {
-            anyhow::anyhow!(
-                "bot {} is on feishu but its secrets were not resolved",
-                bot.name
-            )
-        })?;
+        let (bot, ids, secrets) = crate::platform::bot_tables(
+            cfg,
+            Platform::Feishu,
+            "feishu",
+            |b| b.feishu.as_ref(),
+            cfg.feishu.as_ref(),
+        )?;
         let app_id = ids.app_id.clone().unwrap_or_default();
         if ids.mode == FeishuMode::Webhook
             && secrets.verification_token.is_none()

@@ -157,6 +157,35 @@ pub(crate) fn human_rules(cfg: &NodeConfig) -> HumanRules {
     }
 }
 
+/// What an adapter's `from_config` starts from: `cfg`'s bot, which must be on
+/// `platform` (named `name` in errors), its `[bots.<name>]` table (`ids`) and the
+/// secrets read at start (`secrets`), each a named error when missing.
+pub(crate) fn bot_tables<'a, I, S>(
+    cfg: &'a NodeConfig,
+    platform: Platform,
+    name: &str,
+    ids: impl FnOnce(&'a crate::config::BotSettings) -> Option<&'a I>,
+    secrets: Option<&'a S>,
+) -> anyhow::Result<(&'a crate::config::BotSettings, &'a I, &'a S)> {
+    let bot = cfg.bot();
+    if bot.platform != platform {
+        anyhow::bail!("bot {} is not on {name}", bot.name);
+    }
+    let ids = ids(bot).ok_or_else(|| {
+        anyhow::anyhow!(
+            "bot {} is on {name} but has no [bots.{name}] table",
+            bot.name
+        )
+    })?;
+    let secrets = secrets.ok_or_else(|| {
+        anyhow::anyhow!(
+            "bot {} is on {name} but its secrets were not read",
+            bot.name
+        )
+    })?;
+    Ok((bot, ids, secrets))
+}
+
 /// The adapter for this node's bot.
 pub(crate) fn build(cfg: &NodeConfig) -> anyhow::Result<Arc<dyn ChatPlatform>> {
     Ok(match cfg.bot().platform {

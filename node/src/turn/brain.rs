@@ -236,9 +236,19 @@ impl Brain {
             .store(false, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// When today's LLM budget is spent at `now_ms` (logged and counted the first time
+    /// each day): what the bot does past it. `None`: no budget, or some left.
+    pub(crate) fn spent_today(&self, now_ms: u64) -> Option<crate::config::OverBudget> {
+        let limits = self.tuning().budget;
+        if limits.calls.is_none() && limits.tokens.is_none() {
+            return None;
+        }
+        self.over_budget(&limits, now_ms).map(|_| limits.over)
+    }
+
     /// Whether today's LLM budget is spent at `now_ms`: logs and counts it the first
     /// time each day.
-    pub(crate) fn over_budget(&self, limits: &Limits, now_ms: u64) -> Option<Exhausted> {
+    fn over_budget(&self, limits: &Limits, now_ms: u64) -> Option<Exhausted> {
         let e = self.budget.exhausted(limits, now_ms)?;
         if e.first {
             self.metrics

@@ -209,14 +209,12 @@ pub(crate) fn triage<P: Ports + ?Sized>(
 /// Whether the day's LLM budget lets the bot act on `d`: past it, it judges nothing
 /// and answers only mentions that need no judge (or nothing, `over_budget = "silent"`).
 fn within_budget(brain: &Brain, d: &Decision, now_ms: u64) -> bool {
-    let limits = brain.tuning().budget;
-    if limits.calls.is_none() && limits.tokens.is_none() {
-        return true;
+    match brain.spent_today(now_ms) {
+        None => true,
+        Some(over) => {
+            over == crate::config::OverBudget::Mentions && d.action == Action::Reply && d.mentioned
+        }
     }
-    if brain.over_budget(&limits, now_ms).is_none() {
-        return true;
-    }
-    limits.over == crate::config::OverBudget::Mentions && d.action == Action::Reply && d.mentioned
 }
 
 /// Carries out a [`triage`] decision that is not silence: judge, wait and claim,

@@ -245,9 +245,7 @@ pub(crate) fn duty<P: Ports + ?Sized>(
 pub(crate) async fn ask<P: Ports + ?Sized>(p: &P, msg: &Envelope, duty: Duty) {
     let Duty { bots, blind } = duty;
     let brain = p.brain();
-    let limits = brain.tuning().budget;
-    let spent = (limits.calls.is_some() || limits.tokens.is_some())
-        && brain.over_budget(&limits, p.now_millis()).is_some();
+    let spent = brain.spent_today(p.now_millis()).is_some();
     let context = context_before(p, msg, brain.me().context_messages);
     let asked: Vec<&BotSettings> = bots.iter().collect();
     // Past its own daily budget, or blind to the thread, the chosen bot asks nothing:

@@ -193,22 +193,13 @@ fn continues_handle(c: char) -> bool {
 impl DingTalk {
     /// The DingTalk side of `cfg`'s bot (an error when its platform is not dingtalk).
     pub(crate) fn from_config(cfg: &NodeConfig) -> anyhow::Result<DingTalk> {
-        let bot = cfg.bot();
-        if bot.platform != Platform::Dingtalk {
-            anyhow::bail!("bot {} is not on dingtalk", bot.name);
-        }
-        let ids = bot.dingtalk.as_ref().ok_or_else(|| {
-            anyhow::anyhow!(
-                "bot {} is on dingtalk but has no [bots.dingtalk] table",
-                bot.name
-            )
-        })?;
-        let secrets = cfg.dingtalk.as_ref().ok_or_else(|| {
-            anyhow::anyhow!(
-                "bot {} is on dingtalk but its client secret was not resolved",
-                bot.name
-            )
-        })?;
+        let (bot, ids, secrets) = crate::platform::bot_tables(
+            cfg,
+            Platform::Dingtalk,
+            "dingtalk",
+            |b| b.dingtalk.as_ref(),
+            cfg.dingtalk.as_ref(),
+        )?;
         let base = ids.api_base_url();
         let client_id = ids.client_id.clone().unwrap_or_default();
         let robot_code = ids.robot_code.clone().unwrap_or_else(|| client_id.clone());

@@ -304,24 +304,14 @@ impl Discord {
         cfg: &NodeConfig,
         connector: Arc<dyn Connector>,
     ) -> anyhow::Result<Discord> {
-        let bot = cfg.bot();
-        if bot.platform != Platform::Discord {
-            anyhow::bail!("bot {} is not on discord", bot.name);
-        }
-        let d = bot.discord.as_ref().ok_or_else(|| {
-            anyhow::anyhow!(
-                "bot {} is on discord but has no [bots.discord] table",
-                bot.name
-            )
-        })?;
-        let token = cfg
-            .discord
-            .as_ref()
-            .ok_or_else(|| {
-                anyhow::anyhow!("bot {} is on discord but its token was not read", bot.name)
-            })?
-            .token
-            .clone();
+        let (bot, d, secrets) = crate::platform::bot_tables(
+            cfg,
+            Platform::Discord,
+            "discord",
+            |b| b.discord.as_ref(),
+            cfg.discord.as_ref(),
+        )?;
+        let token = secrets.token.clone();
         let user_id = d.user_id.clone().unwrap_or_default().trim().to_string();
         let mut peer_user_ids = HashMap::new();
         let mut bots_by_user_id = HashMap::new();

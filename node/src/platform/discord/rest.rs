@@ -27,8 +27,6 @@ use http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::config::pacing::{Backoff, Jitter};
-
 /// Longest message content Discord accepts, in characters.
 pub const MAX_MESSAGE_CHARS: usize = 2000;
 /// 429 answers in a row before a request is given up.
@@ -154,32 +152,9 @@ pub struct Created {
     pub id: String,
 }
 
-/// Retry schedule for failures that are not rate limits.
-#[derive(Debug, Clone, Copy)]
-pub struct RetryPolicy {
-    /// Attempts at most.
-    pub attempts: u32,
-    /// First delay; doubles each attempt.
-    pub base: Duration,
-    /// Longest delay.
-    pub max: Duration,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            attempts: 6,
-            base: Duration::from_millis(250),
-            max: Duration::from_secs(8),
-        }
-    }
-}
-
-impl RetryPolicy {
-    fn delay(&self, attempt: u32) -> Duration {
-        Backoff::new(self.base, self.max).delay(attempt, Jitter::Scale(1.0..=1.2))
-    }
-}
+/// Retry schedule for failures that are not rate limits (the one every platform
+/// client uses).
+pub use crate::config::pacing::ApiRetry as RetryPolicy;
 
 /// One route's bucket as Discord last described it.
 #[derive(Debug, Clone, Copy)]
@@ -426,7 +401,7 @@ impl RestClient {
                 });
             }
             tracing::warn!(route, attempt, error = %last, "discord request failed; retrying");
-            tokio::time::sleep(self.retry.delay(attempt)).await;
+            tokio::time::sleep(self.retry.delay(attempt, None)).await;
         }
     }
 
