@@ -117,17 +117,7 @@ pub(crate) fn on_message<P: Ports>(
     platform: Vec<PlatformMention>,
 ) -> Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>> {
     let d = triage(&**p, msg, &platform);
-    let duty = if shared::shared(&**p) && msg.kind == Kind::Message {
-        let now = p.now_millis();
-        let fresh = now.saturating_sub(msg.sent_at) / 1000 <= p.mesh().stale_after_secs;
-        let recent = bots_since_human(&**p, &msg.group, now);
-        let mine = d.map_or(Action::Silent, |d| d.action);
-        fresh
-            .then(|| shared::duty(&**p, msg, &platform, mine, recent))
-            .flatten()
-    } else {
-        None
-    };
+    let duty = shared::duty(&**p, msg, &platform, d.map_or(Action::Silent, |d| d.action));
     if d.is_none() && duty.is_none() {
         return None;
     }
@@ -996,7 +986,7 @@ async fn finish_writing<P: Ports + ?Sized>(
 }
 
 /// Bot messages since the last human one in `group`, within the rate window.
-fn bots_since_human<P: Ports + ?Sized>(p: &P, group: &str, now: u64) -> usize {
+pub(crate) fn bots_since_human<P: Ports + ?Sized>(p: &P, group: &str, now: u64) -> usize {
     p.bot_messages_and_due(group, 64, now, RATE_WINDOW_MS, &Ulid::nil(), &[])
         .0
 }

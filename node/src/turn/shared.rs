@@ -182,14 +182,13 @@ pub(crate) struct Duty {
 }
 
 /// When this bot is the one chosen to judge `msg` for the mesh: its [`Duty`] (this
-/// bot's own decision is `mine`). `None`: not chosen, or nobody judges it (no call, no
-/// verdict).
+/// bot's own decision is `mine`). `None`: own mode, not chosen, a stale or direct
+/// message, or nobody judges it (no call, no verdict).
 pub(crate) fn duty<P: Ports + ?Sized>(
     p: &P,
     msg: &Envelope,
     platform: &[PlatformMention],
     mine: Action,
-    recent_bots: usize,
 ) -> Option<Duty> {
     if !shared(p) || msg.kind != Kind::Message || crate::wire::envelope::is_direct_group(&msg.group)
     {
@@ -199,6 +198,11 @@ pub(crate) fn duty<P: Ports + ?Sized>(
     if chosen_for(p, msg).as_deref() != Some(brain.me().name.as_str()) {
         return None;
     }
+    let now = p.now_millis();
+    if now.saturating_sub(msg.sent_at) / 1000 > p.mesh().stale_after_secs {
+        return None;
+    }
+    let recent_bots = crate::turn::pipeline::bots_since_human(p, &msg.group, now);
 
     let mut bots = Vec::new();
     if mine == Action::Judge {
@@ -246,13 +250,13 @@ pub(crate) async fn ask<P: Ports + ?Sized>(p: &P, msg: &Envelope, duty: Duty) {
     let Duty { bots, blind } = duty;
     let brain = p.brain();
     let spent = brain.spent_today(p.now_millis()).is_some();
-    let context = context_before(p, msg, brain.me().context_messages);
-    let asked: Vec<&BotSettings> = bots.iter().collect();
     // Past its own daily budget, or blind to the thread, the chosen bot asks nothing:
     // its empty verdict has every bot judge itself at once.
     let answer = if spent || blind {
         None
     } else {
+        let context = context_before(p, msg, brain.me().context_messages);
+        let asked: Vec<&BotSettings> = bots.iter().collect();
         brain.judge_all(p.llm(), &context, msg, &asked).await
     };
     let entries: BTreeMap<String, BotVerdict> = answer
