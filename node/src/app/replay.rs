@@ -672,6 +672,23 @@ impl Llm for ReplayLlm {
             result
         })
     }
+
+    /// A drafting bot's call is judged like any other: its verdict line is the
+    /// recorded (or asked, or guessed) verdict; replay writes no reply.
+    fn draft<'a>(
+        &'a self,
+        ep: &'a Endpoint,
+        messages: &'a [ChatMessage],
+        about: &'a Envelope,
+    ) -> BoxFuture<'a, Result<crate::llm::Drafting, LlmError>> {
+        Box::pin(async move {
+            let verdict = self.complete(ep, Purpose::Judge, messages, about).await?;
+            Ok(crate::llm::Drafting {
+                head: verdict.text,
+                rest: Box::pin(async { Err(LlmError::Timeout) }),
+            })
+        })
+    }
 }
 
 /// The turn code's view during a replay: the recording up to the current message, a

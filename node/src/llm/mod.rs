@@ -118,6 +118,10 @@ pub enum Purpose {
     Reply,
     /// The shared judge (`[mesh] judge = "shared"`): one call answering for every bot.
     SharedJudge,
+    /// A drafting judge (a bot's `judge_drafts`): one streamed call whose first line is
+    /// the verdict and whose rest is the reply, so the reply is written while the
+    /// verdict is acted on. See [`LlmClient::draft`].
+    Draft,
 }
 
 impl Purpose {
@@ -127,6 +131,7 @@ impl Purpose {
             Purpose::Judge => "judge",
             Purpose::Reply => "reply",
             Purpose::SharedJudge => "shared_judge",
+            Purpose::Draft => "draft",
         }
     }
 }
@@ -193,6 +198,30 @@ pub struct Completion {
     pub usage: Usage,
     /// How many attempts were made, including the successful one (1 = no retry).
     pub attempts: u32,
+}
+
+/// A drafting call's answer as it comes in ([`LlmClient::draft`]): its first line (the
+/// verdict the prompt asks for) as soon as that line is complete, and the rest (the
+/// reply) once the model is done.
+///
+/// Exists so a bot can act on its verdict (claim, wait) while the same request goes on
+/// writing its reply: one call instead of a judge call followed by a reply call.
+pub struct Drafting {
+    /// The answer's first non-empty line, trimmed (a leading `<think>…</think>` block
+    /// removed).
+    pub head: String,
+    /// Everything after that line once the answer is complete, trimmed, with the whole
+    /// call's usage. Dropping it unfinished cancels the request.
+    pub rest: futures_util::future::BoxFuture<'static, Result<Completion, LlmError>>,
+}
+
+/// Splits a whole answer into its first non-empty line and the rest, both trimmed.
+pub fn split_head(text: &str) -> (String, String) {
+    let text = text.trim_start();
+    match text.split_once('\n') {
+        Some((head, rest)) => (head.trim().to_string(), rest.trim().to_string()),
+        None => (text.trim().to_string(), String::new()),
+    }
 }
 
 /// Why a call failed, classified so callers can count failures by kind.
@@ -331,6 +360,26 @@ impl LlmClient {
                 }
             }
         }
+    }
+
+    /// A drafting call ([`Purpose::Draft`]): the answer's first line as soon as it is
+    /// complete, the rest as a future (see [`Drafting`]).
+    pub async fn draft(
+        &self,
+        ep: &Endpoint,
+        messages: &[ChatMessage],
+    ) -> Result<Drafting, LlmError> {
+        let whole = self.complete(ep, Purpose::Draft, messages).await?;
+        let (head, rest) = split_head(&whole.text);
+        let done = Completion {
+            text: rest,
+            usage: whole.usage,
+            attempts: whole.attempts,
+        };
+        Ok(Drafting {
+            head,
+            rest: Box::pin(async move { Ok(done) }),
+        })
     }
 
     /// One HTTP exchange, bounded by `ep.timeout` (reqwest's per-request

@@ -337,6 +337,86 @@ impl SimBot {
     }
 }
 
+impl SimBot {
+    /// A judge call about `about` (counted: human, bot or re-judge; its prompt bytes):
+    /// its latency, and the verdict's JSON or `None` if the call fails.
+    fn judge_part(
+        &self,
+        st: &mut RunState,
+        messages: &[ChatMessage],
+        about: &Envelope,
+        what: &str,
+    ) -> (u64, Option<String>, crate::llm::Verdict) {
+        let w = &self.run.w;
+        let prompt_len = messages.iter().map(|m| m.content.len()).sum::<usize>();
+        st.tally.prompt_bytes += prompt_len as u64;
+        st.tally.prompts += 1;
+        let rejudge = !st.judged.insert((self.idx, about.id));
+        if rejudge {
+            st.tally.rejudge += 1;
+        } else if about.author.kind == AuthorKind::Bot {
+            st.tally.judge_bot += 1;
+        } else {
+            st.tally.judge_human += 1;
+        }
+        // The re-judge's prompt shows what was said since the trigger.
+        let answered = rejudge
+            && self.transcript.lock().iter().any(|e| {
+                e.author.kind == AuthorKind::Bot
+                    && e.author.name != self.name()
+                    && e.reply_to == Some(about.id)
+            });
+        let v = self.scripted(st, about, answered);
+        let p = w.scenario.timing.judge_fail;
+        let failed = p > 0.0 && st.rng.gen_bool(p.min(1.0));
+        let lat = w.judge_lat[self.idx].sample(&mut st.rng);
+        self.run.log(st, Some(self.idx), |s| {
+            format!(
+                "{}{what} {}: speak={} relevance={:.2} in {lat} ms{} ({prompt_len} B prompt)",
+                if rejudge { "re-" } else { "" },
+                num(s, &about.id),
+                v.speak,
+                v.relevance,
+                if failed { ", FAILS" } else { "" },
+            )
+        });
+        let text = serde_json::json!({"speak": v.speak, "relevance": v.relevance}).to_string();
+        (lat, (!failed).then_some(text), v)
+    }
+
+    /// A reply to `about`: its latency, and its text or `None` if the call fails.
+    fn reply_part(&self, st: &mut RunState, about: &Envelope, what: &str) -> (u64, Option<String>) {
+        let w = &self.run.w;
+        let p = w.scenario.timing.reply_fail;
+        let failed = p > 0.0 && st.rng.gen_bool(p.min(1.0));
+        let lat = w.reply_lat[self.idx].sample(&mut st.rng);
+        let root = st.posts[st.by_id[&about.id]].root;
+        // The k-th reply this bot posts in the exchange picks the k-th text.
+        let k = st
+            .posts
+            .iter()
+            .filter(|p| {
+                p.root == root
+                    && p.env.author.name == self.name()
+                    && st.posts[st.by_id[&p.env.reply_to.unwrap_or_default()]]
+                        .env
+                        .author
+                        .kind
+                        == about.author.kind
+            })
+            .count();
+        let text = super::reply_text(w, self.idx, root, about.author.kind == AuthorKind::Bot, k);
+        self.run.log(st, Some(self.idx), |s| {
+            format!(
+                "{what} {} ({lat} ms){}",
+                num(s, &about.id),
+                if failed { ", FAILS" } else { "" }
+            )
+        });
+        (lat, (!failed).then_some(text))
+    }
+}
+
 impl Llm for SimBot {
     fn complete<'a>(
         &'a self,
@@ -351,42 +431,9 @@ impl Llm for SimBot {
             let (latency, answer) = {
                 let mut st = run.state.lock();
                 match purpose {
-                    Purpose::Judge => {
-                        let prompt_len = messages.iter().map(|m| m.content.len()).sum::<usize>();
-                        st.tally.prompt_bytes += prompt_len as u64;
-                        st.tally.prompts += 1;
-                        let rejudge = !st.judged.insert((self.idx, about.id));
-                        if rejudge {
-                            st.tally.rejudge += 1;
-                        } else if about.author.kind == AuthorKind::Bot {
-                            st.tally.judge_bot += 1;
-                        } else {
-                            st.tally.judge_human += 1;
-                        }
-                        // The re-judge's prompt shows what was said since the trigger.
-                        let answered = rejudge
-                            && self.transcript.lock().iter().any(|e| {
-                                e.author.kind == AuthorKind::Bot
-                                    && e.author.name != self.name()
-                                    && e.reply_to == Some(about.id)
-                            });
-                        let v = self.scripted(&st, about, answered);
-                        let p = w.scenario.timing.judge_fail;
-                        let failed = p > 0.0 && st.rng.gen_bool(p.min(1.0));
-                        let lat = w.judge_lat[self.idx].sample(&mut st.rng);
-                        run.log(&mut st, Some(self.idx), |s| {
-                            format!(
-                                "{} {}: speak={} relevance={:.2} in {lat} ms{} ({prompt_len} B prompt)",
-                                if rejudge { "re-judges" } else { "judges" },
-                                num(s, &about.id),
-                                v.speak,
-                                v.relevance,
-                                if failed { ", FAILS" } else { "" },
-                            )
-                        });
-                        let text = serde_json::json!({"speak": v.speak, "relevance": v.relevance})
-                            .to_string();
-                        (lat, (!failed).then_some(text))
+                    Purpose::Judge | Purpose::Draft => {
+                        let (lat, text, _) = self.judge_part(&mut st, messages, about, "judges");
+                        (lat, text)
                     }
                     Purpose::SharedJudge => {
                         // One call for every bot: counted once, answered from every
@@ -426,34 +473,7 @@ impl Llm for SimBot {
                     }
                     Purpose::Reply => {
                         st.tally.reply_calls += 1;
-                        let p = w.scenario.timing.reply_fail;
-                        let failed = p > 0.0 && st.rng.gen_bool(p.min(1.0));
-                        let lat = w.reply_lat[self.idx].sample(&mut st.rng);
-                        let root = st.posts[st.by_id[&about.id]].root;
-                        let to_bot = about.author.kind == AuthorKind::Bot;
-                        // The k-th reply this bot posts in the exchange picks the k-th text.
-                        let k = st
-                            .posts
-                            .iter()
-                            .filter(|p| {
-                                p.root == root
-                                    && p.env.author.name == self.name()
-                                    && st.posts[st.by_id[&p.env.reply_to.unwrap_or_default()]]
-                                        .env
-                                        .author
-                                        .kind
-                                        == about.author.kind
-                            })
-                            .count();
-                        let text = super::reply_text(w, self.idx, root, to_bot, k);
-                        run.log(&mut st, Some(self.idx), |s| {
-                            format!(
-                                "writes a reply to {} ({lat} ms){}",
-                                num(s, &about.id),
-                                if failed { ", FAILS" } else { "" }
-                            )
-                        });
-                        (lat, (!failed).then_some(text))
+                        self.reply_part(&mut st, about, "writes a reply to")
                     }
                 }
             };
@@ -467,6 +487,51 @@ impl Llm for SimBot {
                 usage: Usage::default(),
                 attempts: 1,
             })
+        })
+    }
+
+    /// One call, counted as the judge call it replaces: the verdict line comes after
+    /// the judge's latency; a draft (when the verdict says speak) is done at the later
+    /// of that and the reply's own latency, which already covers the wait for a first
+    /// token that the verdict line paid for. A bot that declines writes nothing more.
+    fn draft<'a>(
+        &'a self,
+        _ep: &'a Endpoint,
+        messages: &'a [ChatMessage],
+        about: &'a Envelope,
+    ) -> BoxFuture<'a, Result<crate::llm::Drafting, LlmError>> {
+        Box::pin(async move {
+            let run = self.run.clone();
+            let (head_ms, head, rest) = {
+                let mut st = run.state.lock();
+                let (lat, head, v) = self.judge_part(&mut st, messages, about, "judges and drafts");
+                let rest = (head.is_some() && v.speak)
+                    .then(|| self.reply_part(&mut st, about, "  drafts a reply to"));
+                (lat, head, rest)
+            };
+            tokio::time::sleep(Duration::from_millis(head_ms)).await;
+            let head = head.ok_or(LlmError::Timeout)?;
+            let rest: BoxFuture<'static, Result<Completion, LlmError>> = match rest {
+                None => Box::pin(async {
+                    Ok(Completion {
+                        text: String::new(),
+                        usage: Usage::default(),
+                        attempts: 1,
+                    })
+                }),
+                Some((reply_ms, text)) => Box::pin(async move {
+                    tokio::time::sleep(Duration::from_millis(reply_ms.saturating_sub(head_ms)))
+                        .await;
+                    let text = text.ok_or(LlmError::Timeout)?;
+                    run.state.lock().written += 1;
+                    Ok(Completion {
+                        text,
+                        usage: Usage::default(),
+                        attempts: 1,
+                    })
+                }),
+            };
+            Ok(crate::llm::Drafting { head, rest })
         })
     }
 }

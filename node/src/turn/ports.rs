@@ -11,7 +11,7 @@ use ulid::Ulid;
 
 use crate::config::{BotSettings, MeshSettings};
 use crate::egress::acks::ClaimAcks;
-use crate::llm::{ChatMessage, Completion, Endpoint, LlmClient, LlmError, Purpose};
+use crate::llm::{ChatMessage, Completion, Drafting, Endpoint, LlmClient, LlmError, Purpose};
 use crate::store::verdicts::VerdictRecord;
 use crate::telemetry::events::Event;
 use crate::turn::brain::Brain;
@@ -29,6 +29,15 @@ pub trait Llm: Send + Sync {
         messages: &'a [ChatMessage],
         about: &'a Envelope,
     ) -> BoxFuture<'a, Result<Completion, LlmError>>;
+
+    /// A drafting judge call ([`Purpose::Draft`]) at `ep`: the verdict line first, the
+    /// reply after it (see [`Drafting`]). `about` as for [`Llm::complete`].
+    fn draft<'a>(
+        &'a self,
+        ep: &'a Endpoint,
+        messages: &'a [ChatMessage],
+        about: &'a Envelope,
+    ) -> BoxFuture<'a, Result<Drafting, LlmError>>;
 }
 
 impl Llm for LlmClient {
@@ -40,6 +49,15 @@ impl Llm for LlmClient {
         _about: &'a Envelope,
     ) -> BoxFuture<'a, Result<Completion, LlmError>> {
         Box::pin(LlmClient::complete(self, ep, purpose, messages))
+    }
+
+    fn draft<'a>(
+        &'a self,
+        ep: &'a Endpoint,
+        messages: &'a [ChatMessage],
+        _about: &'a Envelope,
+    ) -> BoxFuture<'a, Result<Drafting, LlmError>> {
+        Box::pin(LlmClient::draft(self, ep, messages))
     }
 }
 

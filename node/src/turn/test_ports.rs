@@ -84,6 +84,30 @@ impl Llm for Clocked {
             })
         })
     }
+
+    fn draft<'a>(
+        &'a self,
+        ep: &'a Endpoint,
+        messages: &'a [ChatMessage],
+        about: &'a Envelope,
+    ) -> BoxFuture<'a, Result<crate::llm::Drafting, LlmError>> {
+        Box::pin(async move {
+            let head = self
+                .complete(ep, Purpose::Draft, messages, about)
+                .await?
+                .text;
+            Ok(crate::llm::Drafting {
+                head,
+                rest: Box::pin(async {
+                    Ok(Completion {
+                        text: "drafted".into(),
+                        usage: Usage::default(),
+                        attempts: 1,
+                    })
+                }),
+            })
+        })
+    }
 }
 
 impl Ports for Clocked {
