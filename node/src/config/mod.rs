@@ -600,6 +600,13 @@ pub struct BotSettings {
     /// thrown away.
     #[serde(default = "yes")]
     pub(crate) write_early: bool,
+    /// Whether the bot's judge call also drafts its reply: one streamed call to the
+    /// reply endpoint whose first line is the verdict and whose rest is the reply, so
+    /// the reply is written from the moment the message arrives instead of from the
+    /// verdict. Fewer calls and a quicker first answer, for a longer (reply-sized)
+    /// prompt on every judged message and the reply model doing the judging.
+    #[serde(default)]
+    pub(crate) judge_drafts: bool,
     /// This bot's own daily LLM call limit, instead of `[llm] daily_calls` (bots
     /// on one endpoint may have different allowances).
     #[serde(default)]
@@ -1001,6 +1008,18 @@ impl Settings {
             }
             if b.context_messages > 200 {
                 return Err(self.err(at("context_messages"), "at most 200"));
+            }
+            if b.judge_drafts && !b.write_early {
+                return Err(self.err(
+                    at("judge_drafts"),
+                    "a drafting judge writes the reply while the bot waits, which needs write_early = true",
+                ));
+            }
+            if b.judge_drafts && b.agent.is_some() {
+                return Err(self.err(
+                    at("judge_drafts"),
+                    "this bot's replies come from its sidecar agent, so its judge has nothing to draft",
+                ));
             }
             if let Some(t) = &b.judge_prompt {
                 if !t.contains("{message}") {

@@ -61,6 +61,7 @@ fn tune_bot(b: &mut BotSettings, new: &BotSettings) {
     b.claim_ack_timeout_ms = new.claim_ack_timeout_ms;
     b.judge_word_timeout_ms = new.judge_word_timeout_ms;
     b.write_early = new.write_early;
+    b.judge_drafts = new.judge_drafts;
     b.daily_calls = new.daily_calls;
     b.daily_tokens = new.daily_tokens;
     b.context_messages = new.context_messages;

@@ -524,6 +524,9 @@ pub enum PolicyKind {
     Botmesh,
     /// botmesh with one judge call per message for the whole mesh (`judge = "shared"`).
     BotmeshShared,
+    /// botmesh with every bot's own judge drafting its reply in the same call
+    /// (`judge_drafts = true`).
+    BotmeshDrafting,
     /// XiaoBa's HTTP bridge with the interjection judge (seed 004).
     Xiaoba,
     /// The nanobot Feishu relay with its depth stop policy (seed 000, transcript 001).
@@ -534,8 +537,9 @@ pub enum PolicyKind {
 
 impl PolicyKind {
     /// Every policy, botmesh first.
-    pub const ALL: [PolicyKind; 5] = [
+    pub const ALL: [PolicyKind; 6] = [
         PolicyKind::Botmesh,
+        PolicyKind::BotmeshDrafting,
         PolicyKind::BotmeshShared,
         PolicyKind::Xiaoba,
         PolicyKind::Nanobot,
@@ -547,15 +551,24 @@ impl PolicyKind {
         match self {
             PolicyKind::Botmesh => "botmesh",
             PolicyKind::BotmeshShared => "botmesh-shared",
+            PolicyKind::BotmeshDrafting => "botmesh-drafting",
             PolicyKind::Xiaoba => "xiaoba",
             PolicyKind::Nanobot => "nanobot",
             PolicyKind::ReviewPanel => "review-panel",
         }
     }
 
-    /// Whether this is botmesh (either judge mode) rather than a baseline.
+    /// Whether this is botmesh (any judge mode) rather than a baseline.
     pub fn is_botmesh(&self) -> bool {
-        matches!(self, PolicyKind::Botmesh | PolicyKind::BotmeshShared)
+        matches!(
+            self,
+            PolicyKind::Botmesh | PolicyKind::BotmeshShared | PolicyKind::BotmeshDrafting
+        )
+    }
+
+    /// Whether every bot's judge drafts its reply under this policy.
+    fn drafting(&self) -> bool {
+        *self == PolicyKind::BotmeshDrafting
     }
 
     /// The judge mode botmesh runs with under this policy.
@@ -576,7 +589,7 @@ impl PolicyKind {
             .find(|p| p.as_str() == s)
             .map(|p| vec![*p])
             .with_context(|| {
-                format!("unknown policy {s:?} (all, botmesh, botmesh-shared, xiaoba, nanobot, review-panel)")
+                format!("unknown policy {s:?} (all, botmesh, botmesh-drafting, botmesh-shared, xiaoba, nanobot, review-panel)")
             })
     }
 
@@ -586,7 +599,7 @@ impl PolicyKind {
     fn prompt_bot(&self, b: &BotSettings) -> BotSettings {
         let mut b = b.clone();
         match self {
-            PolicyKind::Botmesh | PolicyKind::BotmeshShared => {}
+            PolicyKind::Botmesh | PolicyKind::BotmeshShared | PolicyKind::BotmeshDrafting => {}
             PolicyKind::Xiaoba => {
                 b.judge_prompt = Some(XIAOBA_JUDGE_PROMPT.into());
                 b.context_messages = 10;
@@ -754,6 +767,10 @@ pub struct Tally {
     pub(crate) prompt_bytes: u64,
     /// Judge prompts built.
     pub(crate) prompts: u64,
+    /// Bytes of every prompt sent (judge, shared judge, drafting judge and reply
+    /// calls): what the calls cost in input. Counted for botmesh only (the baselines'
+    /// reply prompts are not built).
+    pub(crate) sent_bytes: u64,
     /// Decisions by `action/reason`.
     pub reasons: BTreeMap<String, u64>,
 }
@@ -782,6 +799,7 @@ impl Tally {
         self.replies_discarded += o.replies_discarded;
         self.prompt_bytes += o.prompt_bytes;
         self.prompts += o.prompts;
+        self.sent_bytes += o.sent_bytes;
         for (k, v) in &o.reasons {
             *self.reasons.entry(k.clone()).or_default() += v;
         }
@@ -942,9 +960,7 @@ struct Sim<'w> {
 /// Runs one scenario once under one policy.
 pub fn run_once(w: &World, policy: PolicyKind, seed: u64) -> Tally {
     match policy {
-        PolicyKind::Botmesh | PolicyKind::BotmeshShared => {
-            virtual_mesh::run(w, seed, false, policy.judge_mode()).0
-        }
+        p if p.is_botmesh() => virtual_mesh::run(w, seed, false, p.judge_mode(), p.drafting()).0,
         _ => Sim::new(w, policy, seed).run().0,
     }
 }
@@ -953,7 +969,7 @@ pub fn run_once(w: &World, policy: PolicyKind, seed: u64) -> Tally {
 /// message, judge call, claim, wait, yield and decision, in virtual time.
 pub fn trace_once(w: &World, policy: PolicyKind, seed: u64) -> (Tally, Vec<String>) {
     if policy.is_botmesh() {
-        let (t, lines) = virtual_mesh::run(w, seed, true, policy.judge_mode());
+        let (t, lines) = virtual_mesh::run(w, seed, true, policy.judge_mode(), policy.drafting());
         return (t, lines.unwrap_or_default());
     }
     let mut sim = Sim::new(w, policy, seed);
@@ -1088,7 +1104,7 @@ impl<'w> Sim<'w> {
         st.transcript.push(env.clone());
         st.arrived.push(self.now);
         match self.policy {
-            PolicyKind::Botmesh | PolicyKind::BotmeshShared => {
+            PolicyKind::Botmesh | PolicyKind::BotmeshShared | PolicyKind::BotmeshDrafting => {
                 unreachable!("botmesh runs in virtual_mesh")
             }
             PolicyKind::Xiaoba => self.consider_xiaoba(to, env),
@@ -1230,7 +1246,7 @@ impl<'w> Sim<'w> {
             return;
         }
         match self.policy {
-            PolicyKind::Botmesh | PolicyKind::BotmeshShared => {
+            PolicyKind::Botmesh | PolicyKind::BotmeshShared | PolicyKind::BotmeshDrafting => {
                 unreachable!("botmesh runs in virtual_mesh")
             }
             PolicyKind::Xiaoba => self.step_xiaoba(id),
@@ -1607,6 +1623,8 @@ pub struct Metrics {
     pub(crate) bot_posts_per_msg: f64,
     /// Mean judge prompt size, bytes.
     pub(crate) judge_prompt_bytes_mean: Option<f64>,
+    /// Prompt bytes of every LLM call per human message (botmesh only).
+    pub(crate) prompt_bytes_per_human_msg: Option<f64>,
     /// Decisions by action/reason, summed.
     pub(crate) reasons: BTreeMap<String, u64>,
 }
@@ -1652,6 +1670,7 @@ impl Metrics {
             bot_posts_per_msg: per(t.bot_posts),
             judge_prompt_bytes_mean: (t.prompts > 0)
                 .then(|| t.prompt_bytes as f64 / t.prompts as f64),
+            prompt_bytes_per_human_msg: (t.sent_bytes > 0).then(|| per(t.sent_bytes)),
             reasons: t.reasons.clone(),
         }
     }
@@ -1794,12 +1813,13 @@ fn ablations(worlds: &[World], seed: u64, runs: usize) -> Vec<Ablation> {
         .collect()
 }
 
-/// botmesh in both modes and nanobot at the report's seed and [`MORE_SEEDS`].
+/// botmesh in each judge mode and nanobot at the report's seed and [`MORE_SEEDS`].
 fn seed_rows(worlds: &[World], overall: &Section, seed: u64, runs: usize) -> Vec<SeedRow> {
     let mut rows = Vec::new();
     for s in std::iter::once(seed).chain(MORE_SEEDS.into_iter().filter(|s| *s != seed)) {
         for policy in [
             PolicyKind::Botmesh,
+            PolicyKind::BotmeshDrafting,
             PolicyKind::BotmeshShared,
             PolicyKind::Nanobot,
         ] {
@@ -2002,6 +2022,7 @@ fn targets(overall: &Section, worlds: &[World], scenarios: &[Section]) -> Vec<Ta
     if let Some(nano) = overall.get(PolicyKind::Nanobot).and_then(|m| m.ttfa_p50_ms) {
         for (policy, mode) in [
             (PolicyKind::Botmesh, "own judge"),
+            (PolicyKind::BotmeshDrafting, "own drafting judge"),
             (PolicyKind::BotmeshShared, "shared judge"),
         ] {
             if let Some(p50) = overall.get(policy).and_then(|m| m.ttfa_p50_ms) {
@@ -2015,6 +2036,7 @@ fn targets(overall: &Section, worlds: &[World], scenarios: &[Section]) -> Vec<Ta
     }
     for (policy, mode, most) in [
         (PolicyKind::Botmesh, "own judge", 4.81),
+        (PolicyKind::BotmeshDrafting, "own drafting judge", 4.81),
         (PolicyKind::BotmeshShared, "shared judge", 2.0),
     ] {
         if let Some(m) = overall.get(policy) {
@@ -2540,6 +2562,14 @@ botmesh would make {:.2} calls per human message.",
         reason("silent/addressed_to_other")
     );
     let ablation = |prefix: &str| r.ablations.iter().find(|a| a.name.starts_with(prefix));
+    let group_p50 = |group: &str, policy: PolicyKind| {
+        r.groups
+            .iter()
+            .find(|g| g.name == group)
+            .and_then(|g| g.get(policy))
+            .and_then(|m| m.ttfa_p50_ms)
+            .map_or("–".to_string(), |v| v.to_string())
+    };
     let p50 = |m: &Metrics| m.ttfa_p50_ms.map_or(0, |v| v as i64);
     if let (Some(nb), Some(off)) = (
         r.overall.get(PolicyKind::Nanobot),
@@ -2560,6 +2590,32 @@ most relevant bot's own judge and reply; in the single-bot groups the two are le
             bm.llm_calls_per_human_msg,
             bm.discarded_per_msg,
             p50(bm) - p50(nb),
+        );
+    }
+    let kb = |m: &Metrics| m.prompt_bytes_per_human_msg.unwrap_or(0.0) / 1000.0;
+    if let (Some(nb), Some(dr)) = (
+        r.overall.get(PolicyKind::Nanobot),
+        r.overall.get(PolicyKind::BotmeshDrafting),
+    ) {
+        let _ = writeln!(
+            d,
+            "- The drafting judge (`judge_drafts = true` on every bot: the botmesh-drafting rows): a bot's judge call is one streamed call to its reply model whose first line is the verdict and whose rest is the reply, so the reply is written from the moment the message arrives instead of from the verdict; a bot that declines stops after the verdict line, and one behind a better claim drops the call. Median first answer {} ms instead of {} ms (nanobot {} ms), {:.2} LLM calls per human message instead of {:.2} (an interjection needs no reply call of its own), {:.3} duplicates, right bot first {}, unanswered {}; {:.2} drafts per human message were written and then thrown away. The price is input and the model: the call's prompt is the reply's plus the judge's question ({:.0} bytes on average against {:.0} for the judge's alone), every bot that judges a message sends it, and the reply model does the judging. The prompts of all calls come to {:.1} KB per human message against {:.1} KB with separate judge and reply calls ({:.1} KB with the shared judge). In the model, the verdict line comes after the judge's latency and the draft at the later of that and the reply's own latency (the reply's latency already includes the wait for its first token).",
+            p50(dr),
+            p50(bm),
+            p50(nb),
+            dr.llm_calls_per_human_msg,
+            bm.llm_calls_per_human_msg,
+            dr.dup_per_human_msg,
+            opt_pct(dr.right_bot_first_pct),
+            opt_pct(dr.unanswered_pct),
+            dr.discarded_per_msg,
+            dr.judge_prompt_bytes_mean.unwrap_or(0.0),
+            bm.judge_prompt_bytes_mean.unwrap_or(0.0),
+            kb(dr),
+            kb(bm),
+            r.overall
+                .get(PolicyKind::BotmeshShared)
+                .map_or(0.0, kb),
         );
     }
     if let Some(off) = ablation("no waiting for a judging peer") {
@@ -2593,7 +2649,11 @@ median first answer {} ms ({} ms more than with every bot's own judge: the verdi
 Knowing the whole ranking, a bot that the verdict puts behind a colleague does not write early, so hardly a reply \
 is thrown away ({:.2} per human message); the price is in the failures group, where the runner-up only starts \
 writing once the winner's reply has failed (unanswered {} there against {} with own judges). What a team gives up: \
-per-bot `judge_prompt`s do not apply, and one model call ranks everyone.",
+per-bot `judge_prompt`s do not apply, and one model call ranks everyone. Its first answer cannot come before \
+nanobot's within two calls per message: it is one judge call, one network hop for the verdict, then the winner's \
+reply, where a nanobot bot that does not wait answers after its own judge and reply (in the single-bot groups \
+{} ms against nanobot's {} ms), and in a collision the quickest of several does. Writing before the verdict would \
+take a speculative reply call from bots that then stay silent, for which two calls per message leave no room.",
             sh.llm_calls_per_human_msg,
             bm.llm_calls_per_human_msg,
             sh.judge_human_per_msg + sh.judge_bot_per_msg + sh.rejudge_per_msg,
@@ -2614,6 +2674,8 @@ per-bot `judge_prompt`s do not apply, and one model call ranks everyone.",
                 .find(|g| g.name == "failures")
                 .and_then(|g| g.get(PolicyKind::Botmesh))
                 .map_or("–".into(), |m| opt_pct(m.unanswered_pct)),
+            group_p50("single", PolicyKind::BotmeshShared),
+            group_p50("single", PolicyKind::Nanobot),
         );
     }
     let _ = writeln!(
@@ -2680,6 +2742,7 @@ U(20–150) ms, no failed deliveries, no LLM failures (a failed call means silen
 |---|---|---|---|---|---|
 | **botmesh** | DESIGN.md, "What a node does with each incoming message"; the real code | mentioned → reply at once; addressed to someone else / acknowledgement → silent; else judge → claim → wait `min + (1 − r)(max − min)` + jitter | same rules (mentioned at depth > `llm_threshold` → judge first) | stands by behind a better claim, re-enters if it is withdrawn, yields once the trigger is answered; re-judges once if other bots spoke in the trigger's thread meanwhile; posts only once every peer acknowledged its claim (or after `claim_ack_timeout_ms`) and none answered, committing atomically; on a message to everyone nobody yields | `depth ≥ max_depth` never; per-group bot message cap |
 | **botmesh-shared** | the same code with `[mesh] judge = "shared"` | as botmesh, but one bot per message (chosen from its id) asks the judge once for every bot whose rules say judge and broadcasts the answers as a `verdict`; each bot applies its own entry (or judges itself if none comes in `verdict_timeout_ms`) | same | as botmesh; a bot that the verdict ranks behind a colleague does not write while it waits | as botmesh |
+| **botmesh-drafting** | the same code with `judge_drafts = true` on every bot | as botmesh, but each bot's judge call is one streamed call whose first line is the verdict and whose rest is the reply: the bot claims and waits on the verdict while the reply goes on being written; one that declines stops after the verdict line | same | as botmesh; the draft is the reply written while waiting (dropped behind a better claim) | as botmesh |
 | **xiaoba** | seed 004 (XiaoBa bot2bot bridge, P0 judge) as the issue describes it, and DESIGN.md's list of its weaknesses ("random 1–3 s delays that let two bots answer the same question", "LLM-only loop guards") | mentioned → full reply at once ("被@则触发推理"); else judge with the last 10 messages | every broadcast is judged the same way | uniform random 1–3 s; silent if any bot broadcast arrived during the wait; no check after writing | none but the LLM (seed 004 §四.2: "两个 bot 互相@会无限循环") |
 | **nanobot** | seed 000 (Feishu relay, stop policy §4), seed 001 (transcript `get_recent(20)` for the relevance check) | mentioned → reply; else `_check_relevance` (judge) → reply; no delay | not mentioned → ignored (never interjects on bots); mentioned → depth = trailing bot messages in the transcript incl. this one: `≥ max` reject, `≤ threshold` reply, else LLM YES/NO | none: everyone who passes replies at once | the depth rule above (`max_bot_reply_depth` 3, `bot_reply_llm_threshold` 1: same numbers as botmesh) |
 | **review-panel** | seed 002 (review panel protocol §3.1, §4.1, §8.1) | `should_respond` (judge on the message alone) → random 2–4 s (`reaction_delay: random(2, 4)`) → reply; mentioned → reply after the delay without judging | ignored, no LLM call (`finish()`) | none: every judge that says yes speaks | ignoring bots |

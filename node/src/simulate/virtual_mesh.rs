@@ -83,6 +83,7 @@ pub(super) fn run(
     seed: u64,
     trace: bool,
     judge: crate::config::JudgeMode,
+    drafting: bool,
 ) -> (Tally, Option<Vec<String>>) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -91,6 +92,9 @@ pub(super) fn run(
         .expect("a current-thread runtime");
     let mut w = w.clone();
     std::sync::Arc::make_mut(&mut w.mesh).judge = judge;
+    if drafting {
+        w.bots.iter_mut().for_each(|b| b.judge_drafts = true);
+    }
     rt.block_on(run_async(w, seed, trace))
 }
 
@@ -350,6 +354,7 @@ impl SimBot {
         let w = &self.run.w;
         let prompt_len = messages.iter().map(|m| m.content.len()).sum::<usize>();
         st.tally.prompt_bytes += prompt_len as u64;
+        st.tally.sent_bytes += prompt_len as u64;
         st.tally.prompts += 1;
         let rejudge = !st.judged.insert((self.idx, about.id));
         if rejudge {
@@ -440,6 +445,7 @@ impl Llm for SimBot {
                         // bot's script (the parser keeps the bots it asked about).
                         let prompt_len = messages.iter().map(|m| m.content.len()).sum::<usize>();
                         st.tally.prompt_bytes += prompt_len as u64;
+                        st.tally.sent_bytes += prompt_len as u64;
                         st.tally.prompts += 1;
                         if about.author.kind == AuthorKind::Bot {
                             st.tally.judge_bot += 1;
@@ -473,6 +479,8 @@ impl Llm for SimBot {
                     }
                     Purpose::Reply => {
                         st.tally.reply_calls += 1;
+                        st.tally.sent_bytes +=
+                            messages.iter().map(|m| m.content.len()).sum::<usize>() as u64;
                         self.reply_part(&mut st, about, "writes a reply to")
                     }
                 }

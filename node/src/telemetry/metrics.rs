@@ -617,6 +617,12 @@ impl Metrics {
                 purpose: purpose.into(),
             })
             .observe(seconds);
+        self.llm_tokens(purpose, prompt_tokens, completion_tokens);
+    }
+
+    /// Counts tokens of an LLM call recorded before they were known (a drafting call
+    /// is counted when its verdict line comes, its tokens when its reply is done).
+    pub(crate) fn llm_tokens(&self, purpose: &str, prompt_tokens: u64, completion_tokens: u64) {
         self.llm_tokens
             .get_or_create(&TokenLabel {
                 purpose: purpose.into(),

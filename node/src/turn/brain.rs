@@ -108,6 +108,17 @@ pub(crate) struct Judged {
     pub prompt_bytes: usize,
 }
 
+/// The reply a drafting judge is still writing ([`Brain::judge_drafting`]).
+pub(crate) struct PendingDraft {
+    /// The rest of the call: the reply. Dropping it cancels the request.
+    rest: futures_util::future::BoxFuture<
+        'static,
+        Result<crate::llm::Completion, crate::llm::LlmError>,
+    >,
+    /// When the call was made.
+    started: Instant,
+}
+
 /// A reply the LLM wrote, with its completion tokens (counted when it is thrown away).
 #[derive(Debug, Clone)]
 pub(crate) struct Reply {
@@ -435,6 +446,109 @@ impl Brain {
                     tracing::warn!(bot = %t.me.name, trigger = %msg.id, answer = %crate::turn::judge::trim(&text, 200), "judge answer not understood; staying silent");
                 }
                 out
+            }
+        }
+    }
+
+    /// A drafting judge (`judge_drafts`): one call whose first line is the verdict and
+    /// whose rest is the reply, so the reply is being written while the verdict is
+    /// acted on. The verdict as [`Brain::judge_traced`] gives it, and the reply still
+    /// coming when the verdict says speak (dropping it cancels the request). The call
+    /// goes to the reply endpoint: the reply's model writes the reply.
+    pub(crate) async fn judge_drafting(
+        &self,
+        llm: &dyn Llm,
+        context: &[Arc<Envelope>],
+        msg: &Envelope,
+    ) -> (Judged, Option<PendingDraft>) {
+        let t = self.tuning();
+        let messages = crate::turn::reply::drafting_messages(&t.me, &t.colleagues, context, msg);
+        let mut out = Judged {
+            verdict: None,
+            model: "offline".into(),
+            prompt_hash: None,
+            prompt_bytes: messages.iter().map(|m| m.content.len()).sum(),
+        };
+        let started = Instant::now();
+        let ep = match &t.provider {
+            Provider::Offline => {
+                // The offline judge and its placeholder reply, as without drafting.
+                let judged = self.judge_traced(llm, context, msg).await;
+                let speak = judged.verdict.is_some_and(|v| v.speak);
+                let text = crate::turn::reply::offline_reply(&t.me, msg, "interjected");
+                let rest = speak.then(|| PendingDraft {
+                    rest: Box::pin(async move {
+                        Ok(crate::llm::Completion {
+                            text,
+                            usage: crate::llm::Usage::default(),
+                            attempts: 1,
+                        })
+                    }),
+                    started,
+                });
+                return (judged, rest);
+            }
+            Provider::Remote { reply, .. } => {
+                let mut ep = reply.clone();
+                // The verdict line comes first: room for it on top of the reply's.
+                ep.max_tokens = ep.max_tokens.saturating_add(24);
+                ep
+            }
+        };
+        out.model = ep.model.clone();
+        out.prompt_hash = Some(prompt_hash(&messages));
+        let drafting = llm.draft(&ep, &messages, msg).await;
+        match drafting {
+            Ok(d) => {
+                self.budget.spend(0);
+                self.metrics
+                    .llm_call("draft", "ok", started.elapsed().as_secs_f64(), 0, 0);
+                out.verdict = parse_verdict(&d.head);
+                if out.verdict.is_none() {
+                    self.metrics.llm_call("draft", "unparsable", 0.0, 0, 0);
+                    tracing::warn!(bot = %t.me.name, trigger = %msg.id, answer = %crate::turn::judge::trim(&d.head, 200), "drafting judge's verdict line not understood; staying silent (the draft is dropped)");
+                    return (out, None);
+                }
+                let speak = out.verdict.is_some_and(|v| v.speak);
+                let rest = speak.then(|| PendingDraft {
+                    rest: d.rest,
+                    started,
+                });
+                (out, rest)
+            }
+            Err(e) => {
+                self.budget.spend(0);
+                self.metrics
+                    .llm_call("draft", e.label(), started.elapsed().as_secs_f64(), 0, 0);
+                tracing::warn!(bot = %t.me.name, purpose = "draft", error = %e, "LLM call failed");
+                (out, None)
+            }
+        }
+    }
+
+    /// The reply a drafting judge goes on writing once its verdict said speak:
+    /// `None` if the rest of the call failed or wrote nothing (logged). Its tokens
+    /// count now, against the day's budget and in the metrics.
+    pub(crate) async fn finish_draft(&self, draft: PendingDraft) -> Option<Reply> {
+        match draft.rest.await {
+            Ok(c) => {
+                let tokens = c.usage.prompt_tokens + c.usage.completion_tokens;
+                self.budget.spend_tokens(tokens);
+                self.metrics
+                    .llm_tokens("draft", c.usage.prompt_tokens, c.usage.completion_tokens);
+                let text = c.text.trim().to_string();
+                if text.is_empty() {
+                    tracing::warn!(bot = %self.me().name, "the drafting judge said speak but wrote no reply");
+                }
+                tracing::debug!(bot = %self.me().name, ms = draft.started.elapsed().as_millis() as u64, tokens, "draft written");
+                (!text.is_empty()).then_some(Reply {
+                    text,
+                    tokens: c.usage.completion_tokens,
+                })
+            }
+            Err(e) => {
+                tracing::warn!(bot = %self.me().name, purpose = "draft", error = %e, "the drafting judge's reply failed");
+                None
             }
         }
     }

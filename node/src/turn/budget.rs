@@ -137,6 +137,12 @@ impl Budget {
         s.tokens += tokens;
     }
 
+    /// Counts tokens of a call already counted by [`Budget::spend`] (a drafting
+    /// call's, known only once its reply is done).
+    pub(crate) fn spend_tokens(&self, tokens: u64) {
+        self.spent.lock().tokens += tokens;
+    }
+
     /// Today's use against `limits`.
     pub(crate) fn status(&self, limits: &Limits, now_ms: u64) -> BudgetStatus {
         let mut s = self.spent.lock();

@@ -74,7 +74,6 @@ pub(crate) fn colleague_profiles(colleagues: &[BotSettings]) -> String {
 /// Fills the bot's template (or the default).
 pub(crate) fn build_prompt(input: &JudgeInput<'_>) -> String {
     let me = input.me;
-    let template = me.judge_prompt.as_deref().unwrap_or(DEFAULT_JUDGE_PROMPT);
     let context = if input.context.is_empty() {
         "(none)".to_string()
     } else {
@@ -85,6 +84,13 @@ pub(crate) fn build_prompt(input: &JudgeInput<'_>) -> String {
             .collect::<Vec<_>>()
             .join("\n")
     };
+    fill(input, &context)
+}
+
+/// The bot's template (or the default) with `context` for `{context}`.
+pub(crate) fn fill(input: &JudgeInput<'_>, context: &str) -> String {
+    let me = input.me;
+    let template = me.judge_prompt.as_deref().unwrap_or(DEFAULT_JUDGE_PROMPT);
     // Replace the message last so text inside it is never treated as a placeholder.
     template
         .replace("{name}", &me.name)
@@ -98,7 +104,7 @@ pub(crate) fn build_prompt(input: &JudgeInput<'_>) -> String {
         )
         .replace("{skills}", &me.skills.join(", "))
         .replace("{colleagues}", &colleague_profiles(input.colleagues))
-        .replace("{context}", &context)
+        .replace("{context}", context)
         .replace("{from}", &who(input.msg))
         .replace("{message}", &trim(&input.msg.text, me.context_chars * 2))
 }

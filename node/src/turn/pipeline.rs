@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 use crate::egress::acks::ClaimAcks;
 use crate::store::verdicts::{VerdictRecord, VERDICT_FORMAT};
 use crate::telemetry::events::Event;
-use crate::turn::brain::{Brain, Judged, Reply};
+use crate::turn::brain::{Brain, Judged, PendingDraft, Reply};
 use crate::turn::command::{is_command, without_commands};
 use crate::turn::mention::PlatformMention;
 use crate::turn::policy::{Action, Decision};
@@ -247,16 +247,23 @@ async fn prepare<P: Ports + ?Sized>(
     msg: &Envelope,
     d: &Decision,
 ) -> Option<(Reply, Why, &'static str)> {
-    let (why, relevance) = judge_step(p, msg, d).await?;
+    let (why, relevance, draft) = judge_step(p, msg, d).await?;
     // The claim's acknowledgements, for an interjection (a round to everyone does not
     // wait for them: nobody yields there).
     let mut acks = None;
     let mut early = Early::NotWritten;
     if let Some(r) = relevance {
         // `None`: the wait ended the turn and withdrew the claim itself.
-        let waited = wait_turn(p, msg, r, d.everyone).await?;
+        let waited = wait_turn(p, msg, r, d.everyone, draft).await?;
         acks = Some(waited.acks).filter(|_| !d.everyone);
         early = waited.reply;
+    } else if let Some(draft) = draft {
+        // Mentioned past the threshold and the drafting judge agreed: its draft is
+        // the answer.
+        early = match p.brain().finish_draft(draft).await {
+            Some(r) => Early::Written(r),
+            None => Early::Failed,
+        };
     }
     // From here on, every way out that posts nothing withdraws this bot's claim, so
     // the bots that stood by behind it re-enter (a yield is not final).
@@ -295,14 +302,14 @@ fn withdraw_if<P: Ports + ?Sized>(p: &P, msg: &Envelope, claimed: bool, why: &st
     }
 }
 
-/// [`act`]'s first step: why the bot speaks and, for an interjection, the relevance
-/// it claims at (the judge's), or `None` when it stays silent (recorded; a word owed
-/// to a claimant is sent).
+/// [`act`]'s first step: why the bot speaks, for an interjection the relevance it
+/// claims at (the judge's), and the reply a drafting judge is writing; or `None` when
+/// it stays silent (recorded; a word owed to a claimant is sent).
 pub(crate) async fn judge_step<P: Ports + ?Sized>(
     p: &P,
     msg: &Envelope,
     d: &Decision,
-) -> Option<(Why, Option<f64>)> {
+) -> Option<(Why, Option<f64>, Option<PendingDraft>)> {
     let brain = p.brain();
     match d.action {
         Action::Silent => None,
@@ -313,7 +320,7 @@ pub(crate) async fn judge_step<P: Ports + ?Sized>(
             } else {
                 Why::AlwaysAnswers
             };
-            Some((why, None))
+            Some((why, None, None))
         }
         Action::Judge => {
             record(p, msg, "judge", d.reason, "");
@@ -324,16 +331,25 @@ pub(crate) async fn judge_step<P: Ports + ?Sized>(
             brain.board.set_judging(msg.id, true); // (triage set it already)
                                                    // With a shared judge, its verdict (kept in the verdict log without a prompt
                                                    // hash: replay asks anew or guesses); else, or if none comes, this bot's own.
-            let judged = match shared::verdict_for(p, msg).await {
-                Some(v) => Judged {
-                    verdict: Some(v),
-                    model: "shared".into(),
-                    prompt_hash: None,
-                    prompt_bytes: 0,
-                },
+                                                   // A drafting judge writes the reply in the same call, from the reply's
+                                                   // context.
+            let (judged, draft) = match shared::verdict_for(p, msg).await {
+                Some(v) => (
+                    Judged {
+                        verdict: Some(v),
+                        model: "shared".into(),
+                        prompt_hash: None,
+                        prompt_bytes: 0,
+                    },
+                    None,
+                ),
+                None if me.judge_drafts => {
+                    let context = context_before(p, msg, me.context_messages.max(12));
+                    brain.judge_drafting(p.llm(), &context, msg).await
+                }
                 None => {
                     let context = context_before(p, msg, me.context_messages);
-                    brain.judge_traced(p.llm(), &context, msg).await
+                    (brain.judge_traced(p.llm(), &context, msg).await, None)
                 }
             };
             brain.board.set_judging(msg.id, false);
@@ -344,6 +360,10 @@ pub(crate) async fn judge_step<P: Ports + ?Sized>(
                 return None;
             };
             if !v.speak || v.relevance < me.min_relevance {
+                if draft.is_some() {
+                    // Spoke, but below this bot's bar: the draft goes unfinished.
+                    brain.metrics.reply_discarded("cancelled", 0);
+                }
                 keep_verdict(p, msg, &judged, false, ("silent", "judge_declined"), None);
                 record(
                     p,
@@ -358,7 +378,7 @@ pub(crate) async fn judge_step<P: Ports + ?Sized>(
             if d.mentioned {
                 // Mentioned past the threshold, and the judge agreed: answer without a wait.
                 keep_verdict(p, msg, &judged, false, ("reply", "mentioned"), None);
-                Some((Why::Mentioned, None))
+                Some((Why::Mentioned, None, draft))
             } else {
                 let delay = delay_for(&me, v.relevance.max(MIN_CLAIM), 0);
                 keep_verdict(
@@ -374,6 +394,7 @@ pub(crate) async fn judge_step<P: Ports + ?Sized>(
                         relevance: v.relevance,
                     },
                     Some(v.relevance.max(MIN_CLAIM)),
+                    draft,
                 ))
             }
         }
@@ -802,6 +823,7 @@ async fn wait_turn<P: Ports + ?Sized>(
     msg: &Envelope,
     relevance: f64,
     everyone: bool,
+    draft: Option<PendingDraft>,
 ) -> Option<Waited> {
     let brain = p.brain();
     let tuned = brain.me();
@@ -816,8 +838,8 @@ async fn wait_turn<P: Ports + ?Sized>(
     });
     // With a shared verdict every bot knows the ranking already: one that it puts
     // behind a colleague does not write before its turn comes.
-    let early = brain.agent.is_none()
-        && brain.me().write_early
+    // A drafting judge's reply is already being written.
+    let early = (draft.is_some() || (brain.agent.is_none() && brain.me().write_early))
         && (everyone
             || (brain.board.standing(msg.id, &me, relevance) == Standing::Clear
                 && shared::ranked_ahead(p, msg, relevance).is_none()));
@@ -828,14 +850,23 @@ async fn wait_turn<P: Ports + ?Sized>(
         "waiting",
         &format!("relevance={relevance:.2} delay_ms={}", delay.as_millis()),
     );
-    let context = context_before(p, msg, brain.me().context_messages.max(12));
+    if draft.is_some() && !early {
+        // Behind a better claim from the start: the draft goes unfinished (if that
+        // claim is withdrawn, the reply is written afresh).
+        brain.metrics.reply_discarded("cancelled", 0);
+        tracing::info!(bot = %me, trigger = %msg.id, "a better claim is on the board; the draft is dropped");
+    }
+    let draft = draft.filter(|_| early);
     let writing = async {
-        if early {
+        if !early {
+            std::future::pending().await
+        } else if let Some(draft) = draft {
+            brain.finish_draft(draft).await
+        } else {
+            let context = context_before(p, msg, brain.me().context_messages.max(12));
             brain
                 .write_reply(p.llm(), &context, msg, "interjected")
                 .await
-        } else {
-            std::future::pending().await
         }
     };
     tokio::pin!(writing);

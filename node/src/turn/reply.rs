@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::config::BotSettings;
 use crate::llm::ChatMessage;
-use crate::turn::judge::{colleague_profiles, trim};
+use crate::turn::judge::{colleague_profiles, fill, trim, JudgeInput};
 use crate::wire::envelope::{AuthorKind, Envelope};
 
 /// Marks every reply written without an LLM, so nobody mistakes it for a model's answer.
@@ -64,6 +64,39 @@ pub(crate) fn messages(
     ]
 }
 
+/// What a drafting judge is told after the reply prompt: the bot's judge template
+/// (its `{context}` is the transcript above), then the form of the answer.
+const DRAFT_FORM: &str = "Answer in this form: on the first line only that JSON; then, only if \
+speak is true, your message to the group from the second line on. If speak is false, write \
+nothing after the JSON.";
+
+/// The messages of a drafting judge call (`judge_drafts`): the reply's (persona,
+/// colleagues, transcript, the message), then the bot's own judge question about it,
+/// asked first, so the answer's first line is the verdict and the rest the reply.
+pub(crate) fn drafting_messages(
+    me: &BotSettings,
+    colleagues: &[BotSettings],
+    context: &[Arc<Envelope>],
+    trigger: &Envelope,
+) -> Vec<ChatMessage> {
+    let mut out = messages(me, colleagues, context, trigger);
+    let question = fill(
+        &JudgeInput {
+            me,
+            colleagues,
+            context: &[],
+            msg: trigger,
+        },
+        "(the recent messages above)",
+    );
+    if let Some(user) = out.last_mut() {
+        user.content.push_str(&format!(
+            "\n\nBut first decide whether you should speak at all:\n{question}\n{DRAFT_FORM}"
+        ));
+    }
+    out
+}
+
 /// A reply with no LLM configured: clearly marked, and honest about what it is.
 pub(crate) fn offline_reply(me: &BotSettings, trigger: &Envelope, why: &str) -> String {
     let skills = if me.skills.is_empty() {
@@ -77,4 +110,56 @@ pub(crate) fn offline_reply(me: &BotSettings, trigger: &Envelope, why: &str) -> 
         trigger.author.name,
         trim(&trigger.text, 80)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::envelope::{Author, Envelope};
+
+    fn bot(name: &str) -> BotSettings {
+        let mut b = BotSettings::from_toml(&format!(
+            "name = \"{name}\"\nrole = \"SRE\"\nskills = [\"deploys\"]"
+        ))
+        .expect("a bot");
+        b.judge_prompt = Some("{name} weighs {from}: {message} after {context}. Reply JSON {\"speak\":bool,\"relevance\":0-1}.".into());
+        b
+    }
+
+    #[test]
+    fn a_drafting_call_asks_the_bots_own_judge_question_first_and_sends_the_transcript_once() {
+        let me = bot("Atlas");
+        let colleagues = vec![bot("Quill")];
+        let said = |text: &str| {
+            Envelope::message(
+                ulid::Ulid::new(),
+                0,
+                "g",
+                "Atlas",
+                Author::human("dana"),
+                text,
+            )
+        };
+        let earlier = Arc::new(said("the deploy finished at noon"));
+        let trigger = said("why is p99 up?");
+        let m = drafting_messages(&me, &colleagues, std::slice::from_ref(&earlier), &trigger);
+        assert_eq!(m.len(), 2, "system and one user turn, as a reply's");
+        assert_eq!(m[0].content, system_prompt(&me, &colleagues));
+        let user = &m[1].content;
+        // The reply's transcript, once: the judge question points at it.
+        assert_eq!(
+            user.matches("the deploy finished at noon").count(),
+            1,
+            "{user}"
+        );
+        assert!(
+            user.contains(
+                "Atlas weighs dana: why is p99 up? after (the recent messages above). Reply JSON"
+            ),
+            "{user}"
+        );
+        let question = user.find("But first decide").expect("the judge question");
+        assert!(question > user.find("Now reply, as Atlas").expect("the reply's ask"));
+        assert!(user.ends_with(DRAFT_FORM), "{user}");
+    }
 }
