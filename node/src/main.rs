@@ -158,7 +158,7 @@ enum Command {
         /// Folder of scenario files (*.toml).
         #[arg(long, default_value = "scenarios")]
         scenarios: PathBuf,
-        /// Which policy to run: all, botmesh, xiaoba, nanobot or review-panel.
+        /// Which policy to run: all, botmesh, botmesh-drafting, botmesh-shared, xiaoba, nanobot or review-panel.
         #[arg(long, default_value = "all")]
         policy: String,
         /// Base seed; the same seed gives the same results.
