@@ -130,13 +130,36 @@ pub async fn explain(
         },
     };
     if d.action == Action::Judge {
-        let prompt = brain.judge_prompt(context, &msg);
+        // A drafting judge asks inside the reply's prompt, with the reply's context.
+        let drafting = t.me.judge_drafts;
+        let prompt = if drafting {
+            let start = recent.len().saturating_sub(t.me.context_messages.max(12));
+            crate::turn::reply::drafting_messages(&t.me, &t.colleagues, &recent[start..], &msg)
+                .iter()
+                .map(|m| m.content.as_str())
+                .collect::<Vec<_>>()
+                .join("\n\n")
+        } else {
+            brain.judge_prompt(context, &msg)
+        };
         out.judge_prompt_bytes = Some(prompt.len());
         out.judge_prompt = Some(prompt);
-        let verdict = match t.provider {
-            Provider::Offline => brain.judge(llm, context, &msg).await,
-            Provider::Remote { .. } if req.call_llm => brain.judge(llm, context, &msg).await,
-            Provider::Remote { .. } => None,
+        let ask = match t.provider {
+            Provider::Offline => true,
+            Provider::Remote { .. } => req.call_llm,
+        };
+        let verdict = if !ask {
+            None
+        } else if drafting {
+            let start = recent.len().saturating_sub(t.me.context_messages.max(12));
+            // The verdict line only: the draft is dropped unread.
+            brain
+                .judge_drafting(llm, &recent[start..], &msg)
+                .await
+                .0
+                .verdict
+        } else {
+            brain.judge(llm, context, &msg).await
         };
         if let Some(v) = verdict {
             if !d.mentioned && v.speak && v.relevance >= t.me.min_relevance {
