@@ -252,6 +252,24 @@ impl BotLlm {
             return Script::Reply(Value::Object(all).to_string());
         }
         let bot = crate::bot_of(seen);
+        if crate::is_draft(seen) {
+            // The verdict line, then (if it says speak) the reply, in one answer.
+            let (speak, relevance) = self.verdict_of(seen, &bot).unwrap_or((false, 0.0));
+            let head = format!("{{\"speak\": {speak}, \"relevance\": {relevance}}}");
+            let text = if speak {
+                match self.reply_scripts.iter().find(|(b, _)| *b == bot) {
+                    Some((_, Script::Reply(rest))) => format!("{head}\n{rest}"),
+                    Some((_, other)) => return other.clone(),
+                    None => format!("{head}\n{}", (self.reply)(&bot)),
+                }
+            } else {
+                head
+            };
+            return match self.judge_delays.iter().find(|(b, _)| *b == bot) {
+                Some((_, d)) => Script::delay(*d, Script::Reply(text)),
+                None => Script::Reply(text),
+            };
+        }
         if crate::is_judge(seen) {
             let Some((speak, relevance)) = self.verdict_of(seen, &bot) else {
                 return verdict(false, 0.0);

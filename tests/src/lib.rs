@@ -615,6 +615,14 @@ pub fn bot_of(seen: &fake_llm::Seen) -> String {
         .unwrap_or_default()
 }
 
+/// True when the request is a drafting judge's call (`judge_drafts`): a reply prompt
+/// that asks the bot's judge question first.
+pub fn is_draft(seen: &fake_llm::Seen) -> bool {
+    seen.messages
+        .last()
+        .is_some_and(|(_, c)| c.contains("But first decide whether you should speak at all"))
+}
+
 /// True when the request is a bot's own judge call (it carries a response schema).
 pub fn is_judge(seen: &fake_llm::Seen) -> bool {
     seen.purpose_hint.as_deref() == Some("judge") && shared_judge_bots(seen).is_none()

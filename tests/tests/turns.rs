@@ -882,3 +882,74 @@ async fn when_the_shared_judge_call_fails_every_bot_judges_itself_at_once() {
     assert_eq!(failed, 1.0);
     mesh.shutdown().await;
 }
+
+/// The requests about alice's question: (drafting calls, own judge calls, reply calls).
+fn drafting_calls(llm: &FakeLlm) -> (usize, usize, usize) {
+    let about: Vec<_> = llm
+        .requests()
+        .into_iter()
+        .filter(|s| s.messages.iter().any(|(_, c)| c.contains("alice")))
+        .collect();
+    let drafts = about.iter().filter(|s| botmesh_tests::is_draft(s)).count();
+    let judges = about.iter().filter(|s| is_judge(s)).count();
+    (drafts, judges, about.len() - drafts - judges)
+}
+
+#[tokio::test]
+async fn a_drafting_judge_answers_with_one_call_per_bot() {
+    let llm = hi_and_mid(true).start().await;
+    let mesh =
+        TestMesh::start(fast_mesh(&["Hi", "Mid", "Low"], &llm).all_bots("judge_drafts = true"))
+            .await;
+    // What the drafting bot would send, before anything is asked.
+    let explained: serde_json::Value = reqwest::Client::new()
+        .post(format!("{}/v1/explain", mesh.api(0)))
+        .json(&serde_json::json!({"text": "any ideas on caching?", "from": "alice"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let prompt = explained["judge_prompt"].as_str().unwrap_or_default();
+    assert!(
+        prompt.contains("Now reply, as Hi") && prompt.contains("But first decide"),
+        "explain shows the drafting prompt: {explained}"
+    );
+    mesh.post_human(2, "alice", "How should we shard the transcript files?")
+        .await;
+    let t = mesh.settle(2, Duration::from_secs(2)).await;
+    let bots = bot_msgs(&t);
+    assert_eq!(
+        bots.iter()
+            .map(|e| (e.author.name.as_str(), e.text.as_str()))
+            .collect::<Vec<_>>(),
+        vec![("Hi", "answer from Hi")],
+        "one interjection, the most relevant bot's draft, without its verdict line"
+    );
+    let (drafts, judges, replies) = drafting_calls(&llm);
+    assert_eq!(
+        (drafts, judges, replies),
+        (3, 0, 0),
+        "one drafting call per bot, and no other call"
+    );
+    for i in 0..3 {
+        let m = mesh.metrics(i).await;
+        assert_eq!(
+            metric(
+                &m,
+                "botmesh_llm_calls_total{purpose=\"draft\",result=\"ok\"}"
+            ),
+            1.0,
+            "{m}"
+        );
+    }
+    let hi = mesh.metrics(0).await;
+    assert_eq!(decisions(&hi, "judge", "interject_check"), 1.0, "{hi}");
+    // Mid spoke too, at 0.6: its draft was dropped or thrown away, never posted.
+    let mid = mesh.metrics(1).await;
+    assert_eq!(decisions(&mid, "yield", "better_claim"), 1.0, "{mid}");
+    let low = mesh.metrics(2).await;
+    assert_eq!(decisions(&low, "silent", "judge_declined"), 1.0, "{low}");
+    mesh.shutdown().await;
+}
