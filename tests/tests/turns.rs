@@ -902,15 +902,12 @@ async fn a_drafting_judge_answers_with_one_call_per_bot() {
         TestMesh::start(fast_mesh(&["Hi", "Mid", "Low"], &llm).all_bots("judge_drafts = true"))
             .await;
     // What the drafting bot would send, before anything is asked.
-    let explained: serde_json::Value = reqwest::Client::new()
-        .post(format!("{}/v1/explain", mesh.api(0)))
-        .json(&serde_json::json!({"text": "any ideas on caching?", "from": "alice"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let explained = fetch_json(
+        mesh.http
+            .post(format!("{}/v1/explain", mesh.api(0)))
+            .json(&serde_json::json!({"text": "any ideas on caching?", "from": "alice"})),
+    )
+    .await;
     let prompt = explained["judge_prompt"].as_str().unwrap_or_default();
     assert!(
         prompt.contains("Now reply, as Hi") && prompt.contains("But first decide"),
