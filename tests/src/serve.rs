@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
+use hyper::body::{Body, Incoming};
 use hyper::http::request::Parts;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -58,17 +58,20 @@ impl Drop for HttpServer {
 }
 
 /// Serves `handler` over HTTP/1 on a fresh port of 127.0.0.1, one task per connection,
-/// with hyper's default header timeout. Connection tasks belong to the server: when it
+/// with hyper's default header timeout. Handlers mostly answer a whole body ([`Reply`]);
+/// any body type may be answered (the fake LLM streams some answers). Connection tasks belong to the server: when it
 /// stops, they stop, so a handler that never answers cannot outlive the test's fake.
 ///
 /// Exists because the fake LLM, the fake Feishu and the HTTP proxies each carried their
 /// own copy of this accept loop.
 ///
 /// Panics if it cannot bind a loopback port (test support only).
-pub async fn serve_http<F, Fut>(handler: F) -> HttpServer
+pub async fn serve_http<F, Fut, B>(handler: F) -> HttpServer
 where
     F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Reply> + Send + 'static,
+    Fut: Future<Output = Response<B>> + Send + 'static,
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
@@ -116,10 +119,12 @@ pub async fn forward(request: reqwest::RequestBuilder) -> Reply {
 
 /// Accepts connections until aborted; the connection tasks live in a `JoinSet` owned
 /// here, so aborting this task aborts them all.
-async fn accept_loop<F, Fut>(listener: TcpListener, handler: Arc<F>)
+async fn accept_loop<F, Fut, B>(listener: TcpListener, handler: Arc<F>)
 where
     F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Reply> + Send + 'static,
+    Fut: Future<Output = Response<B>> + Send + 'static,
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let mut connections = JoinSet::new();
     loop {

@@ -98,7 +98,7 @@ pub(super) async fn draft(
             let model = ep.model.clone();
             let rest = async move {
                 let started = Instant::now();
-                let read = tokio::time::timeout_at(deadline, stream.to_end()).await;
+                let read = tokio::time::timeout_at(deadline, stream.read_to_end()).await;
                 let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
                 let outcome = match read {
                     Ok(Ok(())) => {
@@ -253,7 +253,7 @@ impl DraftStream {
     }
 
     /// Reads events to the end of the answer.
-    async fn to_end(&mut self) -> Result<(), LlmError> {
+    async fn read_to_end(&mut self) -> Result<(), LlmError> {
         while !self.answer.done {
             let Some(data) = self.next_data().await? else {
                 break;
@@ -502,8 +502,10 @@ mod tests {
 
     #[test]
     fn head_waits_for_a_newline_after_text() {
-        let mut answer = StreamAnswer::default();
-        answer.raw = "\n\n  ".into();
+        let mut answer = StreamAnswer {
+            raw: "\n\n  ".into(),
+            ..StreamAnswer::default()
+        };
         assert_eq!(answer.head(), None);
         answer.raw.push_str("{\"speak\": false}");
         assert_eq!(answer.head(), None);
