@@ -336,3 +336,20 @@ async fn bot_llm_answers_drafting_calls_with_verdict_and_reply() {
     assert!(fake.judge_bots().is_empty());
     fake.shutdown().await;
 }
+
+#[tokio::test]
+async fn event_stream_without_chunks_is_bad_response() {
+    let (result, requests) = drafted(
+        Script::RawStream {
+            body: "{\"error\": \"not an event\"}\n: ping\n\n".into(),
+            piece: 1000,
+        },
+        |_| {},
+    )
+    .await;
+    assert!(
+        matches!(result, Err(LlmError::BadResponse(_))),
+        "{result:?}"
+    );
+    assert_eq!(requests, 1);
+}

@@ -6,7 +6,9 @@
 //! message itself. Both go through [`LlmClient::complete`], which builds the
 //! request, retries transient failures (429, 5xx, refused connections) with
 //! capped exponential backoff, and turns whatever the server sent into a
-//! [`Completion`] or a classified [`LlmError`].
+//! [`Completion`] or a classified [`LlmError`]. A drafting call (the verdict
+//! line, then the reply, in one streamed answer) goes through [`LlmClient::draft`]
+//! (`stream.rs`), which retries by the same schedule.
 //!
 //! Local servers (Ollama, llama.cpp, vLLM) differ in how well they follow a
 //! JSON schema, so [`parse_verdict`] is deliberately forgiving about the
@@ -1408,6 +1410,7 @@ mod tests {
         assert_eq!(Purpose::Judge.as_str(), "judge");
         assert_eq!(Purpose::Reply.to_string(), "reply");
         assert_eq!(Purpose::SharedJudge.as_str(), "shared_judge");
+        assert_eq!(Purpose::Draft.as_str(), "draft");
     }
 
     #[test]

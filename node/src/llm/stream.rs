@@ -168,6 +168,9 @@ async fn open(client: &LlmClient, ep: &Endpoint, url: &str, body: &Value) -> Att
         let mut stream = DraftStream::new(response);
         match stream.until_head().await {
             Ok(Some(head)) => Ok(Opened::Streaming(head, Box::new(stream))),
+            Ok(None) if stream.answer.chunks == 0 => Err(LlmError::BadResponse(
+                "the event stream ended without a completion chunk".to_string(),
+            )),
             Ok(None) => Ok(Opened::Ended(Box::new(stream))),
             Err(error) => Err(error),
         }
@@ -274,15 +277,22 @@ pub(super) struct StreamAnswer {
     usage: Option<Usage>,
     /// `data: [DONE]` arrived.
     done: bool,
+    /// How many chunks (JSON events) arrived: none means the server sent no answer.
+    chunks: usize,
 }
 
 impl StreamAnswer {
     /// Takes in one event's data: a `chat.completion.chunk`, `[DONE]`, or an error
     /// object ([`LlmError::BadResponse`], as is data that is not JSON).
     pub(super) fn apply(&mut self, data: &str) -> Result<(), LlmError> {
-        if data.trim() == "[DONE]" {
-            self.done = true;
-            return Ok(());
+        match data.trim() {
+            "[DONE]" => {
+                self.done = true;
+                return Ok(());
+            }
+            // An event with no data (a keep-alive some servers send) says nothing.
+            "" => return Ok(()),
+            _ => {}
         }
         let value: Value = serde_json::from_str(data).map_err(|e| {
             LlmError::BadResponse(format!(
@@ -296,6 +306,7 @@ impl StreamAnswer {
                 truncate_chars(&error.to_string(), ERROR_BODY_LIMIT)
             )));
         }
+        self.chunks += 1;
         if let Some(usage) = value.get("usage").filter(|u| u.is_object()) {
             self.usage = Some(usage_of(Some(usage)));
         }
@@ -539,6 +550,8 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.label(), "bad_response", "{err}");
         assert!(err.to_string().contains("model overloaded"), "{err}");
+        answer.apply("  ").unwrap();
+        assert_eq!(answer.chunks, 0, "an empty event is no chunk");
         let err = answer.apply("not json").unwrap_err();
         assert_eq!(err.label(), "bad_response", "{err}");
     }
