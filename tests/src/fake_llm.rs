@@ -452,6 +452,11 @@ impl FakeLlm {
         self.state.seen().clone()
     }
 
+    /// How many connections clients opened so far.
+    pub fn connections(&self) -> usize {
+        self.server.connections()
+    }
+
     /// How many chat-completions requests were received so far.
     pub fn count(&self) -> usize {
         self.state.seen().len()

@@ -8,6 +8,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,12 +36,20 @@ pub struct HttpServer {
     /// Where it listens (on 127.0.0.1).
     pub addr: SocketAddr,
     task: JoinHandle<()>,
+    /// Connections accepted so far.
+    accepted: Arc<AtomicUsize>,
 }
 
 impl HttpServer {
     /// `http://127.0.0.1:PORT`: the base URL to point a client at.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// How many connections were accepted so far: tests of connection reuse compare it
+    /// with the number of requests.
+    pub fn connections(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
     }
 
     /// Stops accepting, closes the port and drops every open connection (including
@@ -77,8 +86,13 @@ where
         .await
         .expect("serve_http: bind 127.0.0.1:0");
     let addr = listener.local_addr().expect("serve_http: local_addr");
-    let task = tokio::spawn(accept_loop(listener, Arc::new(handler)));
-    HttpServer { addr, task }
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let task = tokio::spawn(accept_loop(listener, Arc::new(handler), accepted.clone()));
+    HttpServer {
+        addr,
+        task,
+        accepted,
+    }
 }
 
 /// A request's head and its whole body (empty when the body cannot be read).
@@ -119,7 +133,7 @@ pub async fn forward(request: reqwest::RequestBuilder) -> Reply {
 
 /// Accepts connections until aborted; the connection tasks live in a `JoinSet` owned
 /// here, so aborting this task aborts them all.
-async fn accept_loop<F, Fut, B>(listener: TcpListener, handler: Arc<F>)
+async fn accept_loop<F, Fut, B>(listener: TcpListener, handler: Arc<F>, opened: Arc<AtomicUsize>)
 where
     F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Response<B>> + Send + 'static,
@@ -131,6 +145,7 @@ where
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
+                    opened.fetch_add(1, Ordering::SeqCst);
                     let handler = handler.clone();
                     connections.spawn(async move {
                         let service = service_fn(move |req| {

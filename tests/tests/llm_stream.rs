@@ -353,3 +353,17 @@ async fn event_stream_without_chunks_is_bad_response() {
     );
     assert_eq!(requests, 1);
 }
+
+#[tokio::test]
+async fn finished_stream_leaves_the_connection_for_the_next_call() {
+    let fake = FakeLlm::start(|_| Script::reply(answer())).await;
+    let ep = endpoint(&fake.base_url);
+    let client = client();
+    for _ in 0..3 {
+        let drafting = client.draft(&ep, &chat()).await.unwrap();
+        assert_eq!(drafting.rest.await.unwrap().text, REPLY);
+    }
+    assert_eq!(fake.count(), 3);
+    assert_eq!(fake.connections(), 1, "each call opened its own connection");
+    fake.shutdown().await;
+}

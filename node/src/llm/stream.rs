@@ -19,7 +19,7 @@
 //!   a leading `<think>…</think>` block is removed as [`LlmClient::complete`] does.
 
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tokio::time::Instant as TokioInstant;
@@ -33,6 +33,9 @@ use super::{
 /// Most bytes a drafting response body may hold; past it the answer is unusable
 /// ([`LlmError::BadResponse`]), so a runaway server cannot fill memory.
 const MAX_STREAM_BYTES: usize = 4 << 20;
+/// How long a finished answer's body is read on after `[DONE]` for its end
+/// ([`DraftStream::release`]).
+const DRAIN_GRACE: Duration = Duration::from_millis(200);
 
 /// What an attempt of a drafting call came to once it had a head (or had ended).
 enum Opened {
@@ -102,6 +105,7 @@ pub(super) async fn draft(
                 let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
                 let outcome = match read {
                     Ok(Ok(())) => {
+                        stream.release().await;
                         let (_, text, usage) = stream.answer.finish(prompt_chars);
                         Ok(Completion {
                             text,
@@ -251,7 +255,7 @@ impl DraftStream {
                 return Ok(Some(head));
             }
         }
-        self.response = None;
+        self.release().await;
         Ok(None)
     }
 
@@ -263,8 +267,18 @@ impl DraftStream {
             };
             self.answer.apply(&data)?;
         }
-        self.response = None;
         Ok(())
+    }
+
+    /// Lets go of the response once the answer is complete. What follows `[DONE]`
+    /// (normally only the end of the body) is read for at most [`DRAIN_GRACE`] first,
+    /// since a connection whose body was read to its end goes back to the pool and the
+    /// next call skips a new connection (and TLS handshake).
+    async fn release(&mut self) {
+        if let Some(mut response) = self.response.take() {
+            let drain = async { while let Ok(Some(_)) = response.chunk().await {} };
+            let _ = tokio::time::timeout(DRAIN_GRACE, drain).await;
+        }
     }
 }
 
