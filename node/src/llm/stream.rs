@@ -99,7 +99,9 @@ pub(super) async fn draft(
                 "llm draft head arrived"
             );
             let model = ep.model.clone();
+            let unfinished = Unfinished(Some(model.clone()));
             let rest = async move {
+                let mut unfinished = unfinished;
                 let started = Instant::now();
                 let read = tokio::time::timeout_at(deadline, stream.read_to_end()).await;
                 let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -133,12 +135,37 @@ pub(super) async fn draft(
                         "llm draft failed after its head"
                     ),
                 }
+                unfinished.disarm();
                 outcome
             };
             (head, Box::pin(rest) as _)
         }
     };
     Ok(Drafting { head, rest })
+}
+
+/// Held by a drafting call's rest until it finishes; dropped before that (the caller
+/// gave up on the reply), it logs that the request was cancelled, since nothing else
+/// would tell.
+struct Unfinished(Option<String>);
+
+impl Unfinished {
+    /// The rest finished: nothing to log.
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if let Some(model) = self.0.take() {
+            tracing::debug!(
+                purpose = Purpose::Draft.as_str(),
+                model = %model,
+                "llm draft dropped before its end: request cancelled, connection closed"
+            );
+        }
+    }
 }
 
 /// A rest that is already known.
