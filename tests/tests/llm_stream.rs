@@ -367,3 +367,55 @@ async fn finished_stream_leaves_the_connection_for_the_next_call() {
     assert_eq!(fake.connections(), 1, "each call opened its own connection");
     fake.shutdown().await;
 }
+
+#[tokio::test]
+async fn rate_limit_with_retry_after_then_stream_is_retried() {
+    let fake = FakeLlm::start(sequence(vec![
+        Script::Raw {
+            status: 429,
+            headers: vec![("Retry-After".into(), "0".into())],
+            body: "{\"error\":{\"message\":\"slow down\"}}".into(),
+        },
+        Script::reply(answer()),
+    ]))
+    .await;
+    let drafting = client()
+        .draft(&endpoint(&fake.base_url), &chat())
+        .await
+        .unwrap();
+    assert_eq!(drafting.head, VERDICT);
+    assert_eq!(drafting.rest.await.unwrap().attempts, 2);
+    assert_eq!(fake.count(), 2);
+    fake.shutdown().await;
+}
+
+#[tokio::test]
+async fn connection_refused_is_transport_after_retries() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let mut ep = endpoint(&format!("http://{addr}/v1"));
+    ep.retries = 1;
+    let err = match client().draft(&ep, &chat()).await {
+        Ok(_) => panic!("nothing listens there"),
+        Err(e) => e,
+    };
+    assert_eq!(err.label(), "transport", "{err}");
+}
+
+#[tokio::test]
+async fn stream_script_answers_a_plain_call_whole() {
+    let fake = FakeLlm::start(|_| Script::stream(answer(), Duration::from_secs(60))).await;
+    let completion = client()
+        .complete(
+            &endpoint(&fake.base_url),
+            botmesh::llm::Purpose::Reply,
+            &chat(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(completion.text, answer());
+    assert!(!fake.requests()[0].stream);
+    assert!(fake.streams().is_empty());
+    fake.shutdown().await;
+}
