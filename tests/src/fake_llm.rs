@@ -12,15 +12,25 @@
 //!
 //! Token usage in replies is a deterministic word count (see
 //! [`approx_tokens`]) so tests can predict it.
+//!
+//! A request with `"stream": true` (a drafting call) is answered as OpenAI streams:
+//! `text/event-stream` of `chat.completion.chunk` events, one per word of the scripted
+//! text, a last chunk with `finish_reason: "stop"`, a usage chunk when
+//! `stream_options.include_usage` is set, then `data: [DONE]`. [`Script::Stream`] may
+//! pause after the first line, and [`FakeLlm::streams`] tells how many chunks of each
+//! stream were handed to the connection and whether the client went away first.
 
+use std::collections::VecDeque;
+use std::convert::Infallible;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
 use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
@@ -53,6 +63,24 @@ pub enum Script {
     Hang,
     /// Wait this long, then do the inner script. Tests slow servers.
     Delay(Duration, Box<Script>),
+    /// Like [`Script::Reply`], but a streaming request's answer pauses for
+    /// `pause_after_head` after the chunk that completes the text's first line (a
+    /// non-streaming request gets the whole text at once). Tests drafting calls: what
+    /// the client does with the head while the rest is still coming.
+    Stream {
+        /// The whole answer, first line and rest.
+        text: String,
+        /// How long the stream stops after the first line.
+        pause_after_head: Duration,
+    },
+    /// Answer a streaming request 200 with this raw `text/event-stream` body, sent in
+    /// pieces of `piece` bytes (at least 1), to test the client's event parsing.
+    RawStream {
+        /// The body, sent verbatim.
+        body: String,
+        /// Bytes per piece.
+        piece: usize,
+    },
 }
 
 impl Script {
@@ -65,6 +93,14 @@ impl Script {
     pub fn delay(delay: Duration, then: Script) -> Self {
         Script::Delay(delay, Box::new(then))
     }
+
+    /// Shorthand for [`Script::Stream`].
+    pub fn stream(text: impl Into<String>, pause_after_head: Duration) -> Self {
+        Script::Stream {
+            text: text.into(),
+            pause_after_head,
+        }
+    }
 }
 
 /// One request as the server saw it.
@@ -75,9 +111,11 @@ pub struct Seen {
     /// `(role, content)` of each message, in order; non-string content is
     /// flattened (text parts joined) so tests can compare plain strings.
     pub messages: Vec<(String, String)>,
-    /// `"judge"` when the body has `response_format`, else `"reply"`;
-    /// `None` when the body is not a JSON object.
+    /// `"draft"` when the request streams, else `"judge"` when the body has
+    /// `response_format`, else `"reply"`; `None` when the body is not a JSON object.
     pub purpose_hint: Option<String>,
+    /// The request asked for a streamed answer (`"stream": true`): a drafting call.
+    pub stream: bool,
     /// The whole request body (`Null` if it was not JSON).
     pub body: serde_json::Value,
     /// The raw `Authorization` header, if any.
@@ -103,8 +141,11 @@ impl Seen {
                     .collect()
             })
             .unwrap_or_default();
+        let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
         let purpose_hint = body.as_object().map(|o| {
-            if o.contains_key("response_format") {
+            if stream {
+                "draft".to_string()
+            } else if o.contains_key("response_format") {
                 "judge".to_string()
             } else {
                 "reply".to_string()
@@ -114,6 +155,7 @@ impl Seen {
             model,
             messages,
             purpose_hint,
+            stream,
             body,
             authorization,
         }
@@ -157,9 +199,12 @@ pub fn sequence(scripts: Vec<Script>) -> impl Fn(&Seen) -> Script + Send + Sync 
 ///
 /// Exists so tests script verdicts by value instead of spelling the JSON each time.
 pub fn verdict(speak: bool, relevance: f64) -> Script {
-    Script::reply(format!(
-        "{{\"speak\": {speak}, \"relevance\": {relevance}}}"
-    ))
+    Script::reply(verdict_text(speak, relevance))
+}
+
+/// The text [`verdict`] answers, also the first line of a drafting answer.
+fn verdict_text(speak: bool, relevance: f64) -> String {
+    format!("{{\"speak\": {speak}, \"relevance\": {relevance}}}")
 }
 
 /// The LLM of a whole test mesh, scripted by bot: what each bot's judge call says
@@ -178,6 +223,8 @@ pub struct BotLlm {
     reply_scripts: Vec<(String, Script)>,
     /// Bots whose judge answers only after this long (a slow judge).
     judge_delays: Vec<(String, Duration)>,
+    /// How long a drafting answer stops after its verdict line.
+    draft_pause: Duration,
 }
 
 impl BotLlm {
@@ -191,7 +238,15 @@ impl BotLlm {
             reply: Arc::new(|_| "ok".to_string()),
             reply_scripts: Vec::new(),
             judge_delays: Vec::new(),
+            draft_pause: Duration::ZERO,
         }
+    }
+
+    /// Drafting answers stop this long after their verdict line before the reply
+    /// follows (see [`BotLlm::answer`]).
+    pub fn drafts_pausing(mut self, pause: Duration) -> BotLlm {
+        self.draft_pause = pause;
+        self
     }
 
     /// Bot `bot`'s judge answers about the scripted message only after `delay`.
@@ -240,7 +295,10 @@ impl BotLlm {
         })
     }
 
-    /// What the server answers to `seen`.
+    /// What the server answers to `seen`. A drafting (streaming) call gets the bot's
+    /// verdict line and, when it speaks, its reply text after it, pausing in between as
+    /// [`BotLlm::drafts_pausing`] says and starting after the bot's judge delay; of the
+    /// [`BotLlm::reply_with`] scripts, only a [`Script::Reply`] text applies to a draft.
     pub fn answer(&self, seen: &Seen) -> Script {
         if let Some(bots) = crate::shared_judge_bots(seen) {
             // The shared judge: every bot's entry in one object.
@@ -252,22 +310,21 @@ impl BotLlm {
             return Script::Reply(Value::Object(all).to_string());
         }
         let bot = crate::bot_of(seen);
-        if crate::is_draft(seen) {
-            // The verdict line, then (if it says speak) the reply, in one answer.
+        if seen.stream || crate::is_draft(seen) {
+            // A drafting call: the verdict line, then (when speaking) the reply, streamed.
             let (speak, relevance) = self.verdict_of(seen, &bot).unwrap_or((false, 0.0));
-            let head = format!("{{\"speak\": {speak}, \"relevance\": {relevance}}}");
-            let text = if speak {
+            let mut text = verdict_text(speak, relevance);
+            if speak {
+                text.push('\n');
                 match self.reply_scripts.iter().find(|(b, _)| *b == bot) {
-                    Some((_, Script::Reply(rest))) => format!("{head}\n{rest}"),
-                    Some((_, other)) => return other.clone(),
-                    None => format!("{head}\n{}", (self.reply)(&bot)),
+                    Some((_, Script::Reply(rest))) => text.push_str(rest),
+                    _ => text.push_str(&(self.reply)(&bot)),
                 }
-            } else {
-                head
-            };
+            }
+            let draft = Script::stream(text, self.draft_pause);
             return match self.judge_delays.iter().find(|(b, _)| *b == bot) {
-                Some((_, d)) => Script::delay(*d, Script::Reply(text)),
-                None => Script::Reply(text),
+                Some((_, d)) => Script::delay(*d, draft),
+                None => draft,
             };
         }
         if crate::is_judge(seen) {
@@ -296,6 +353,8 @@ type ScriptFn = dyn Fn(&Seen) -> Script + Send + Sync;
 struct State {
     script: Box<ScriptFn>,
     seen: Mutex<Vec<Seen>>,
+    /// One log per streamed answer, in the order they started.
+    streams: Mutex<Vec<Arc<StreamLog>>>,
     next_id: AtomicU64,
 }
 
@@ -305,7 +364,54 @@ impl State {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+
+    fn streams(&self) -> MutexGuard<'_, Vec<Arc<StreamLog>>> {
+        self.streams
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
+
+/// How far one streamed answer got: what [`FakeLlm::streams`] reports.
+///
+/// Exists so tests can tell that a client that drops a drafting call's rest really
+/// closed the connection: the stream stops being sent part-way.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Streamed {
+    /// Events the answer was made of (every chunk, the usage chunk and `[DONE]`).
+    pub chunks: usize,
+    /// Events handed to the connection so far.
+    pub written: usize,
+    /// Every event was handed to the connection.
+    pub completed: bool,
+    /// The connection let go of the answer before it was complete: the client went away.
+    pub abandoned: bool,
+}
+
+/// The live counters behind a [`Streamed`].
+struct StreamLog {
+    chunks: usize,
+    written: AtomicUsize,
+    completed: AtomicBool,
+    closed: AtomicBool,
+}
+
+/// The events still to send of one streamed answer; dropped when the connection lets
+/// go of the body (at its end, or when the client goes away), which it records.
+struct Feed {
+    /// Each event with the pause before it.
+    events: VecDeque<(Duration, Bytes)>,
+    log: Arc<StreamLog>,
+}
+
+impl Drop for Feed {
+    fn drop(&mut self) {
+        self.log.closed.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The body of every answer: whole, or streamed.
+type LlmBody = UnsyncBoxBody<Bytes, Infallible>;
 
 /// A running scripted server; stops when shut down or dropped.
 pub struct FakeLlm {
@@ -332,6 +438,7 @@ impl FakeLlm {
         let state = Arc::new(State {
             script: Box::new(script),
             seen: Mutex::new(Vec::new()),
+            streams: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(1),
         });
         let handler_state = state.clone();
@@ -348,6 +455,11 @@ impl FakeLlm {
         self.state.seen().clone()
     }
 
+    /// How many connections clients opened so far.
+    pub fn connections(&self) -> usize {
+        self.server.connections()
+    }
+
     /// How many chat-completions requests were received so far.
     pub fn count(&self) -> usize {
         self.state.seen().len()
@@ -357,22 +469,46 @@ impl FakeLlm {
     ///
     /// Exists because mesh tests count who judged (see [`BotLlm`]).
     pub fn judge_bots(&self) -> Vec<String> {
-        self.bots_of(true)
+        self.bots_of(crate::is_judge)
     }
 
     /// Which bot each reply call so far was for, in arrival order.
     ///
     /// Exists because mesh tests check who wrote an answer (see [`BotLlm`]).
     pub fn reply_bots(&self) -> Vec<String> {
-        self.bots_of(false)
+        self.bots_of(|s| !s.stream && !crate::is_judge(s))
     }
 
-    fn bots_of(&self, judge: bool) -> Vec<String> {
+    /// Which bot each drafting (streaming) call so far was for, in arrival order.
+    ///
+    /// Exists because mesh tests with drafting judges count who drafted.
+    pub fn draft_bots(&self) -> Vec<String> {
+        self.bots_of(|s| s.stream)
+    }
+
+    fn bots_of(&self, which: impl Fn(&Seen) -> bool) -> Vec<String> {
         self.state
             .seen()
             .iter()
-            .filter(|s| crate::is_judge(s) == judge)
+            .filter(|s| which(s))
             .map(crate::bot_of)
+            .collect()
+    }
+
+    /// Every streamed answer so far, in the order they were started.
+    pub fn streams(&self) -> Vec<Streamed> {
+        self.state
+            .streams()
+            .iter()
+            .map(|log| {
+                let completed = log.completed.load(Ordering::SeqCst);
+                Streamed {
+                    chunks: log.chunks,
+                    written: log.written.load(Ordering::SeqCst),
+                    completed,
+                    abandoned: log.closed.load(Ordering::SeqCst) && !completed,
+                }
+            })
             .collect()
     }
 
@@ -383,12 +519,12 @@ impl FakeLlm {
     }
 }
 
-async fn handle(state: Arc<State>, req: Request<Incoming>) -> Reply {
+async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<LlmBody> {
     if req.uri().path() != "/v1/chat/completions" {
-        return error_response(404, "no such route");
+        return whole(error_response(404, "no such route"));
     }
     if req.method() != Method::POST {
-        return error_response(405, "use POST");
+        return whole(error_response(405, "use POST"));
     }
     let authorization = req
         .headers()
@@ -397,13 +533,13 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Reply {
         .map(str::to_string);
     let bytes = match req.into_body().collect().await {
         Ok(collected) => collected.to_bytes(),
-        Err(_) => return error_response(400, "could not read body"),
+        Err(_) => return whole(error_response(400, "could not read body")),
     };
     let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     let seen = Seen::new(body, authorization);
     state.seen().push(seen.clone());
     if !seen.body.is_object() {
-        return error_response(400, "body is not a JSON object");
+        return whole(error_response(400, "body is not a JSON object"));
     }
     let mut script = (state.script)(&seen);
     loop {
@@ -414,7 +550,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Reply {
             }
             Script::Hang => std::future::pending::<()>().await,
             Script::Status(status) => {
-                return error_response(status, "scripted failure");
+                return whole(error_response(status, "scripted failure"));
             }
             Script::Raw {
                 status,
@@ -430,14 +566,138 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Reply {
                         response.headers_mut().append(name, value);
                     }
                 }
-                return response;
+                return whole(response);
+            }
+            Script::Reply(text) | Script::Stream { text, .. } if !seen.stream => {
+                let id = state.next_id.fetch_add(1, Ordering::Relaxed);
+                return whole(json_response(200, completion_body(id, &seen, &text)));
             }
             Script::Reply(text) => {
-                let id = state.next_id.fetch_add(1, Ordering::Relaxed);
-                return json_response(200, completion_body(id, &seen, &text));
+                let events = chunk_events(&state, &seen, &text, Duration::ZERO);
+                return event_stream(&state, events);
+            }
+            Script::Stream {
+                text,
+                pause_after_head,
+            } => {
+                let events = chunk_events(&state, &seen, &text, pause_after_head);
+                return event_stream(&state, events);
+            }
+            Script::RawStream { body, piece } => {
+                let events = Bytes::from(body)
+                    .chunks(piece.max(1))
+                    .map(|c| (Duration::ZERO, Bytes::copy_from_slice(c)))
+                    .collect();
+                return event_stream(&state, events);
             }
         }
     }
+}
+
+/// A whole-body answer as the handler's body type.
+fn whole(reply: Reply) -> Response<LlmBody> {
+    reply.map(BodyExt::boxed_unsync)
+}
+
+/// The events of OpenAI's streamed answer with content `text`, one chunk per word (a
+/// word keeps the whitespace after it), each with the pause before it: `pause_after_head`
+/// before the chunk after the one that completes the first non-empty line.
+fn chunk_events(
+    state: &State,
+    seen: &Seen,
+    text: &str,
+    pause_after_head: Duration,
+) -> VecDeque<(Duration, Bytes)> {
+    let id = state.next_id.fetch_add(1, Ordering::Relaxed);
+    let created = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let chunk = |delta: Value, finish: Option<&str>| {
+        json!({
+            "id": format!("chatcmpl-fake-{id}"),
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": seen.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        })
+    };
+    let mut events = VecDeque::new();
+    let mut pause = Duration::ZERO;
+    let mut head_done = false;
+    let mut so_far = String::new();
+    let mut push = |pause: &mut Duration, value: Value| {
+        let data = Bytes::from(format!("data: {value}\n\n"));
+        events.push_back((std::mem::take(pause), data));
+    };
+    push(
+        &mut pause,
+        chunk(json!({"role": "assistant", "content": ""}), None),
+    );
+    for word in text.split_inclusive(char::is_whitespace) {
+        push(&mut pause, chunk(json!({"content": word}), None));
+        so_far.push_str(word);
+        if !head_done && so_far.trim_start().contains('\n') {
+            head_done = true;
+            pause = pause_after_head;
+        }
+    }
+    push(&mut pause, chunk(json!({}), Some("stop")));
+    let include_usage = seen
+        .body
+        .pointer("/stream_options/include_usage")
+        .and_then(Value::as_bool)
+        == Some(true);
+    if include_usage {
+        let prompt_tokens: u64 = seen.messages.iter().map(|(_, c)| approx_tokens(c)).sum();
+        let completion_tokens = approx_tokens(text);
+        push(
+            &mut pause,
+            json!({
+                "id": format!("chatcmpl-fake-{id}"),
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": seen.model,
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                },
+            }),
+        );
+    }
+    events.push_back((pause, Bytes::from_static(b"data: [DONE]\n\n")));
+    events
+}
+
+/// A 200 `text/event-stream` answer sending `events` one at a time, each after its
+/// pause, recorded in a new [`StreamLog`].
+fn event_stream(state: &State, events: VecDeque<(Duration, Bytes)>) -> Response<LlmBody> {
+    let log = Arc::new(StreamLog {
+        chunks: events.len(),
+        written: AtomicUsize::new(0),
+        completed: AtomicBool::new(false),
+        closed: AtomicBool::new(false),
+    });
+    state.streams().push(log.clone());
+    let feed = Feed { events, log };
+    let frames = futures_util::stream::unfold(feed, |mut feed| async move {
+        let Some((pause, data)) = feed.events.pop_front() else {
+            feed.log.completed.store(true, Ordering::SeqCst);
+            return None;
+        };
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
+        feed.log.written.fetch_add(1, Ordering::SeqCst);
+        Some((Ok::<_, Infallible>(Frame::data(data)), feed))
+    });
+    let mut response = Response::new(StreamBody::new(frames).boxed_unsync());
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    response
 }
 
 /// A chat-completion object shaped like OpenAI's.

@@ -8,12 +8,13 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
+use hyper::body::{Body, Incoming};
 use hyper::http::request::Parts;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -35,12 +36,20 @@ pub struct HttpServer {
     /// Where it listens (on 127.0.0.1).
     pub addr: SocketAddr,
     task: JoinHandle<()>,
+    /// Connections accepted so far.
+    accepted: Arc<AtomicUsize>,
 }
 
 impl HttpServer {
     /// `http://127.0.0.1:PORT`: the base URL to point a client at.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// How many connections were accepted so far: tests of connection reuse compare it
+    /// with the number of requests.
+    pub fn connections(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
     }
 
     /// Stops accepting, closes the port and drops every open connection (including
@@ -58,24 +67,32 @@ impl Drop for HttpServer {
 }
 
 /// Serves `handler` over HTTP/1 on a fresh port of 127.0.0.1, one task per connection,
-/// with hyper's default header timeout. Connection tasks belong to the server: when it
+/// with hyper's default header timeout. Handlers mostly answer a whole body ([`Reply`]);
+/// any body type may be answered (the fake LLM streams some answers). Connection tasks belong to the server: when it
 /// stops, they stop, so a handler that never answers cannot outlive the test's fake.
 ///
 /// Exists because the fake LLM, the fake Feishu and the HTTP proxies each carried their
 /// own copy of this accept loop.
 ///
 /// Panics if it cannot bind a loopback port (test support only).
-pub async fn serve_http<F, Fut>(handler: F) -> HttpServer
+pub async fn serve_http<F, Fut, B>(handler: F) -> HttpServer
 where
     F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Reply> + Send + 'static,
+    Fut: Future<Output = Response<B>> + Send + 'static,
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .expect("serve_http: bind 127.0.0.1:0");
     let addr = listener.local_addr().expect("serve_http: local_addr");
-    let task = tokio::spawn(accept_loop(listener, Arc::new(handler)));
-    HttpServer { addr, task }
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let task = tokio::spawn(accept_loop(listener, Arc::new(handler), accepted.clone()));
+    HttpServer {
+        addr,
+        task,
+        accepted,
+    }
 }
 
 /// A request's head and its whole body (empty when the body cannot be read).
@@ -116,16 +133,19 @@ pub async fn forward(request: reqwest::RequestBuilder) -> Reply {
 
 /// Accepts connections until aborted; the connection tasks live in a `JoinSet` owned
 /// here, so aborting this task aborts them all.
-async fn accept_loop<F, Fut>(listener: TcpListener, handler: Arc<F>)
+async fn accept_loop<F, Fut, B>(listener: TcpListener, handler: Arc<F>, opened: Arc<AtomicUsize>)
 where
     F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Reply> + Send + 'static,
+    Fut: Future<Output = Response<B>> + Send + 'static,
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
+                    opened.fetch_add(1, Ordering::SeqCst);
                     let handler = handler.clone();
                     connections.spawn(async move {
                         let service = service_fn(move |req| {

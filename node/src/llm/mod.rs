@@ -6,7 +6,9 @@
 //! message itself. Both go through [`LlmClient::complete`], which builds the
 //! request, retries transient failures (429, 5xx, refused connections) with
 //! capped exponential backoff, and turns whatever the server sent into a
-//! [`Completion`] or a classified [`LlmError`].
+//! [`Completion`] or a classified [`LlmError`]. A drafting call (the verdict
+//! line, then the reply, in one streamed answer) goes through [`LlmClient::draft`]
+//! (`stream.rs`), which retries by the same schedule.
 //!
 //! Local servers (Ollama, llama.cpp, vLLM) differ in how well they follow a
 //! JSON schema, so [`parse_verdict`] is deliberately forgiving about the
@@ -17,12 +19,15 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::config::pacing::{Backoff, Jitter};
+
+mod stream;
 
 /// How much of an error body is kept in [`LlmError::Http`].
 const ERROR_BODY_LIMIT: usize = 200;
@@ -268,14 +273,14 @@ pub struct LlmClient {
 }
 
 /// What one attempt produced, with what the retry loop needs to decide.
-struct Attempt {
+struct Attempt<T> {
     status: Option<u16>,
-    result: Result<(String, Usage), LlmError>,
+    result: Result<T, LlmError>,
     retryable: bool,
     retry_after: Option<Duration>,
 }
 
-impl Attempt {
+impl<T> Attempt<T> {
     fn failed(status: Option<u16>, error: LlmError, retryable: bool) -> Self {
         Attempt {
             status,
@@ -284,6 +289,26 @@ impl Attempt {
             retry_after: None,
         }
     }
+
+    /// A failure read from a non-success response ([`LlmClient::send`]), re-typed for
+    /// an attempt of any result.
+    fn from_failure(failed: Attempt<std::convert::Infallible>) -> Self {
+        Attempt {
+            status: failed.status,
+            result: failed.result.map(|never| match never {}),
+            retryable: failed.retryable,
+            retry_after: failed.retry_after,
+        }
+    }
+}
+
+/// What the retry loop hands back on success: the value, the status of the successful
+/// attempt, how many attempts were made, and how long the last one took.
+struct Succeeded<T> {
+    value: T,
+    status: Option<u16>,
+    attempts: u32,
+    latency_ms: u64,
 }
 
 impl LlmClient {
@@ -314,117 +339,48 @@ impl LlmClient {
     ) -> Result<Completion, LlmError> {
         let url = ep.chat_url();
         let body = request_body(ep, purpose, messages);
-        let mut attempt_no: u32 = 0;
-        loop {
-            attempt_no += 1;
-            let started = Instant::now();
-            let attempt = self.attempt(ep, &url, &body).await;
-            let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-            match attempt.result {
-                Ok((text, usage)) => {
-                    tracing::debug!(
-                        purpose = purpose.as_str(),
-                        model = %ep.model,
-                        status = attempt.status,
-                        attempt = attempt_no,
-                        latency_ms,
-                        prompt_tokens = usage.prompt_tokens,
-                        completion_tokens = usage.completion_tokens,
-                        "llm call succeeded"
-                    );
-                    return Ok(Completion {
-                        text,
-                        usage,
-                        attempts: attempt_no,
-                    });
-                }
-                Err(error) => {
-                    let retry = attempt.retryable && attempt_no <= ep.retries;
-                    tracing::debug!(
-                        purpose = purpose.as_str(),
-                        model = %ep.model,
-                        status = attempt.status,
-                        attempt = attempt_no,
-                        latency_ms,
-                        error = %error,
-                        retry,
-                        "llm call failed"
-                    );
-                    if !retry {
-                        return Err(error);
-                    }
-                    let delay = attempt
-                        .retry_after
-                        .unwrap_or_else(|| backoff_delay(attempt_no));
-                    tokio::time::sleep(delay).await;
-                }
-            }
-        }
+        let done = with_retries(ep, purpose, || {
+            bounded(ep.timeout, self.exchange(ep, &url, &body))
+        })
+        .await?;
+        let (text, usage) = done.value;
+        tracing::debug!(
+            purpose = purpose.as_str(),
+            model = %ep.model,
+            status = done.status,
+            attempt = done.attempts,
+            latency_ms = done.latency_ms,
+            prompt_tokens = usage.prompt_tokens,
+            completion_tokens = usage.completion_tokens,
+            "llm call succeeded"
+        );
+        Ok(Completion {
+            text,
+            usage,
+            attempts: done.attempts,
+        })
     }
 
     /// A drafting call ([`Purpose::Draft`]): the answer's first line as soon as it is
-    /// complete, the rest as a future (see [`Drafting`]).
+    /// complete, the rest as a future (see [`Drafting`]). The request streams
+    /// (`"stream": true`); how the stream is read, retried, bounded in time and
+    /// cancelled is told in [`stream`].
     pub async fn draft(
         &self,
         ep: &Endpoint,
         messages: &[ChatMessage],
     ) -> Result<Drafting, LlmError> {
-        let whole = self.complete(ep, Purpose::Draft, messages).await?;
-        let (head, rest) = split_head(&whole.text);
-        let done = Completion {
-            text: rest,
-            usage: whole.usage,
-            attempts: whole.attempts,
-        };
-        Ok(Drafting {
-            head,
-            rest: Box::pin(async move { Ok(done) }),
-        })
+        stream::draft(self, ep, messages).await
     }
 
-    /// One HTTP exchange, bounded by `ep.timeout` (reqwest's per-request
-    /// timeout plus an outer guard that also covers reading the body).
-    async fn attempt(&self, ep: &Endpoint, url: &str, body: &Value) -> Attempt {
-        match tokio::time::timeout(ep.timeout, self.exchange(ep, url, body)).await {
-            Ok(attempt) => attempt,
-            Err(_) => Attempt::failed(None, LlmError::Timeout, false),
-        }
-    }
-
-    async fn exchange(&self, ep: &Endpoint, url: &str, body: &Value) -> Attempt {
-        let mut request = self.http.post(url).timeout(ep.timeout).json(body);
-        if let Some(key) = ep.api_key.as_deref().filter(|k| !k.is_empty()) {
-            request = request.bearer_auth(key);
-        }
-        let response = match request.send().await {
+    /// One HTTP exchange: [`LlmClient::send`], then the whole body read and parsed.
+    async fn exchange(&self, ep: &Endpoint, url: &str, body: &Value) -> Attempt<(String, Usage)> {
+        let response = match self.send(ep, url, body, Some(ep.timeout)).await {
             Ok(response) => response,
-            Err(e) => {
-                let (error, retryable) = classify_transport(&e);
-                return Attempt::failed(None, error, retryable);
-            }
+            Err(failed) => return Attempt::from_failure(failed),
         };
         let status = response.status().as_u16();
-        let retry_after = response
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(parse_retry_after);
-        // Always drain the body so the connection can go back to the pool.
-        let bytes = response.bytes().await;
-        if !(200..300).contains(&status) {
-            let body = match &bytes {
-                Ok(b) => truncate_chars(&String::from_utf8_lossy(b), ERROR_BODY_LIMIT),
-                Err(_) => String::new(),
-            };
-            let retryable = status == 429 || status >= 500;
-            return Attempt {
-                status: Some(status),
-                result: Err(LlmError::Http { status, body }),
-                retryable,
-                retry_after: if retryable { retry_after } else { None },
-            };
-        }
-        let result = match bytes {
+        let result = match response.bytes().await {
             Ok(b) => parse_response(&b),
             Err(e) => Err(classify_transport(&e).0),
         };
@@ -433,6 +389,116 @@ impl LlmClient {
             result,
             retryable: false,
             retry_after: None,
+        }
+    }
+
+    /// Sends one request (bearer key when set; reqwest's own per-request timeout when
+    /// `timeout` is given) and returns the response when its status is a success.
+    /// Anything else comes back classified: a transport error (retryable only when
+    /// connecting failed), or a non-success status with the start of its body
+    /// (retryable for 429 and 5xx, with the server's `Retry-After`).
+    async fn send(
+        &self,
+        ep: &Endpoint,
+        url: &str,
+        body: &Value,
+        timeout: Option<Duration>,
+    ) -> Result<reqwest::Response, Attempt<std::convert::Infallible>> {
+        let mut request = self.http.post(url).json(body);
+        if let Some(timeout) = timeout {
+            request = request.timeout(timeout);
+        }
+        if let Some(key) = ep.api_key.as_deref().filter(|k| !k.is_empty()) {
+            request = request.bearer_auth(key);
+        }
+        let response = match request.send().await {
+            Ok(response) => response,
+            Err(e) => {
+                let (error, retryable) = classify_transport(&e);
+                return Err(Attempt::failed(None, error, retryable));
+            }
+        };
+        let status = response.status().as_u16();
+        if (200..300).contains(&status) {
+            return Ok(response);
+        }
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_retry_after);
+        // Always drain the body so the connection can go back to the pool.
+        let body = match response.bytes().await {
+            Ok(b) => truncate_chars(&String::from_utf8_lossy(&b), ERROR_BODY_LIMIT),
+            Err(_) => String::new(),
+        };
+        let retryable = status == 429 || status >= 500;
+        Err(Attempt {
+            status: Some(status),
+            result: Err(LlmError::Http { status, body }),
+            retryable,
+            retry_after: if retryable { retry_after } else { None },
+        })
+    }
+}
+
+/// One attempt bounded by `timeout` on tokio's clock (so paused-clock tests see it);
+/// running out is [`LlmError::Timeout`], never retried.
+async fn bounded<T>(timeout: Duration, attempt: impl Future<Output = Attempt<T>>) -> Attempt<T> {
+    match tokio::time::timeout(timeout, attempt).await {
+        Ok(attempt) => attempt,
+        Err(_) => Attempt::failed(None, LlmError::Timeout, false),
+    }
+}
+
+/// Runs `attempt` until it succeeds, fails for good, or `ep.retries` extra attempts
+/// are spent; between attempts it waits the server's `Retry-After` or the backoff.
+/// Every failed attempt is logged with whether it will be retried.
+///
+/// Exists so plain and drafting calls retry by one schedule.
+async fn with_retries<T, Fut>(
+    ep: &Endpoint,
+    purpose: Purpose,
+    mut attempt: impl FnMut() -> Fut,
+) -> Result<Succeeded<T>, LlmError>
+where
+    Fut: Future<Output = Attempt<T>>,
+{
+    let mut attempt_no: u32 = 0;
+    loop {
+        attempt_no += 1;
+        let started = Instant::now();
+        let outcome = attempt().await;
+        let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        match outcome.result {
+            Ok(value) => {
+                return Ok(Succeeded {
+                    value,
+                    status: outcome.status,
+                    attempts: attempt_no,
+                    latency_ms,
+                })
+            }
+            Err(error) => {
+                let retry = outcome.retryable && attempt_no <= ep.retries;
+                tracing::debug!(
+                    purpose = purpose.as_str(),
+                    model = %ep.model,
+                    status = outcome.status,
+                    attempt = attempt_no,
+                    latency_ms,
+                    error = %error,
+                    retry,
+                    "llm call failed"
+                );
+                if !retry {
+                    return Err(error);
+                }
+                let delay = outcome
+                    .retry_after
+                    .unwrap_or_else(|| backoff_delay(attempt_no));
+                tokio::time::sleep(delay).await;
+            }
         }
     }
 }
@@ -535,20 +601,21 @@ fn parse_response(bytes: &[u8]) -> Result<(String, Usage), LlmError> {
             ))
         }
     };
-    let usage = value.get("usage");
+    Ok((text, usage_of(value.get("usage"))))
+}
+
+/// The token counts of a `usage` object (missing counts are zero).
+fn usage_of(usage: Option<&Value>) -> Usage {
     let count = |key: &str| {
         usage
             .and_then(|u| u.get(key))
             .and_then(Value::as_u64)
             .unwrap_or(0)
     };
-    Ok((
-        text,
-        Usage {
-            prompt_tokens: count("prompt_tokens"),
-            completion_tokens: count("completion_tokens"),
-        },
-    ))
+    Usage {
+        prompt_tokens: count("prompt_tokens"),
+        completion_tokens: count("completion_tokens"),
+    }
 }
 
 /// Message content as text: a string, or an array of `{type: text, text}` parts.
@@ -1343,6 +1410,7 @@ mod tests {
         assert_eq!(Purpose::Judge.as_str(), "judge");
         assert_eq!(Purpose::Reply.to_string(), "reply");
         assert_eq!(Purpose::SharedJudge.as_str(), "shared_judge");
+        assert_eq!(Purpose::Draft.as_str(), "draft");
     }
 
     #[test]
