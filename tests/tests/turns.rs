@@ -930,6 +930,7 @@ async fn a_drafting_judge_answers_with_one_call_per_bot() {
         (3, 0, 0),
         "one drafting call per bot, and no other call"
     );
+    assert_eq!(llm.draft_bots().len(), 3, "the drafting calls stream");
     for i in 0..3 {
         let m = mesh.metrics(i).await;
         assert_eq!(
@@ -948,5 +949,54 @@ async fn a_drafting_judge_answers_with_one_call_per_bot() {
     assert_eq!(decisions(&mid, "yield", "better_claim"), 1.0, "{mid}");
     let low = mesh.metrics(2).await;
     assert_eq!(decisions(&low, "silent", "judge_declined"), 1.0, "{low}");
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_drafting_bot_behind_a_better_claim_cancels_its_draft_and_the_slow_winner_still_answers()
+{
+    // Every draft pauses 2 s after its verdict line; Mid's verdict comes 300 ms after
+    // Hi's, when Hi's claim is already on Mid's board: Mid drops its call at once.
+    let llm = hi_and_mid(true)
+        .judge_after("Mid", Duration::from_millis(300))
+        .drafts_pausing(Duration::from_secs(2))
+        .start()
+        .await;
+    let mesh =
+        TestMesh::start(fast_mesh(&["Hi", "Mid", "Low"], &llm).all_bots("judge_drafts = true"))
+            .await;
+    mesh.post_human(2, "alice", "How should we shard the transcript files?")
+        .await;
+    let t = mesh.settle(2, Duration::from_secs(3)).await;
+    let bots = bot_msgs(&t);
+    assert_eq!(
+        bots.iter()
+            .map(|e| (e.author.name.as_str(), e.text.as_str()))
+            .collect::<Vec<_>>(),
+        vec![("Hi", "answer from Hi")],
+        "the most relevant bot answers, with the draft it went on writing"
+    );
+    assert_eq!(drafting_calls(&llm), (3, 0, 0));
+    let streams = llm.streams();
+    assert_eq!(
+        streams.len(),
+        3,
+        "every drafting call streamed: {streams:?}"
+    );
+    assert_eq!(
+        streams.iter().filter(|s| s.abandoned).count(),
+        1,
+        "Mid let go of its draft before it was written: {streams:?}"
+    );
+    let mid = mesh.metrics(1).await;
+    assert_eq!(
+        metric(
+            &mid,
+            "botmesh_replies_discarded_total{result=\"draft_dropped\"}"
+        ),
+        1.0,
+        "{mid}"
+    );
+    assert_eq!(decisions(&mid, "yield", "better_claim"), 1.0, "{mid}");
     mesh.shutdown().await;
 }

@@ -362,7 +362,7 @@ pub(crate) async fn judge_step<P: Ports + ?Sized>(
             if !v.speak || v.relevance < me.min_relevance {
                 if draft.is_some() {
                     // Spoke, but below this bot's bar: the draft goes unfinished.
-                    brain.metrics.reply_discarded("cancelled", 0);
+                    brain.metrics.reply_discarded("draft_dropped", 0);
                 }
                 keep_verdict(p, msg, &judged, false, ("silent", "judge_declined"), None);
                 record(
@@ -853,7 +853,7 @@ async fn wait_turn<P: Ports + ?Sized>(
     if draft.is_some() && !early {
         // Behind a better claim from the start: the draft goes unfinished (if that
         // claim is withdrawn, the reply is written afresh).
-        brain.metrics.reply_discarded("cancelled", 0);
+        brain.metrics.reply_discarded("draft_dropped", 0);
         tracing::info!(bot = %me, trigger = %msg.id, "a better claim is on the board; the draft is dropped");
     }
     let draft = draft.filter(|_| early);
