@@ -24,7 +24,7 @@
 //! turn        mention → policy → judge → scheduler → reply, over the Ports trait; the daily
 //!             LLM budget
 //! egress      one outbox per peer over a Transport (HTTP peer, Redis stream), relay, claim acks
-//! llm         the OpenAI-compatible client
+//! llm         the OpenAI-compatible client (whole answers, and streamed drafts)
 //! store       transcripts, the outbox log, delivery cursors, the verdict log
 //! telemetry   Prometheus metrics, live events
 //! config      peers.toml → a validated NodeConfig; pacing (backoff, token bucket) for every layer;
@@ -37,7 +37,7 @@
 //!   `config::pacing`, the one retry schedule and token bucket every layer above shares.
 //! - [`telemetry`] — `Metrics` (Prometheus) and `EventBus` (the page, SSE).
 //! - [`store`] — per-group, append-only, deduplicated, durable transcripts; cursors.
-//! - [`llm`] — the OpenAI-compatible client.
+//! - [`llm`] — the OpenAI-compatible client: whole answers (`complete`) and a drafting judge's streamed verdict line and reply (`draft`, `llm/stream.rs`).
 //! - [`egress`] — `Outbox` per peer, relaying around a broken link, the Redis stream link.
 //! - [`turn`] — the bots' manners, talking to the node only through `turn::Ports`.
 //! - [`ingress`] — `Ingest`: every inbound path's narrow handle, and the checks.
