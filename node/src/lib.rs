@@ -37,7 +37,8 @@
 //!   `config::pacing`, the one retry schedule and token bucket every layer above shares.
 //! - [`telemetry`] — `Metrics` (Prometheus) and `EventBus` (the page, SSE).
 //! - [`store`] — per-group, append-only, deduplicated, durable transcripts; cursors.
-//! - [`llm`] — the OpenAI-compatible client: whole answers (`complete`) and a drafting judge's streamed verdict line and reply (`draft`, `llm/stream.rs`).
+//! - [`llm`] — the OpenAI-compatible client: whole answers (`complete`), and a drafting
+//!   judge's streamed verdict line and reply (`draft`, `llm/stream.rs`).
 //! - [`egress`] — `Outbox` per peer, relaying around a broken link, the Redis stream link.
 //! - [`turn`] — the bots' manners, talking to the node only through `turn::Ports`.
 //! - [`ingress`] — `Ingest`: every inbound path's narrow handle, and the checks.
