@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use botmesh::app::replay::{replay, LlmMode, ReplayOptions, ReplayReport};
 use botmesh_tests::fake_llm::{verdict, FakeLlm, Script, Seen};
-use botmesh_tests::{is_judge, wait_for, MeshSpec, TestMesh};
+use botmesh_tests::{is_draft, is_judge, wait_for, MeshSpec, TestMesh};
 
 /// The relevance the scripted judge gives the message being judged: the `[r=X]` tag
 /// on its "New from" line (the context lines carry tags too, so only that line counts).
@@ -19,10 +19,16 @@ fn tagged_relevance(seen: &Seen) -> Option<f64> {
     tag.parse().ok()
 }
 
-/// The scripted LLM: judge calls answer `speak` at the tagged relevance, replies "ok".
+/// The scripted LLM: judge calls answer `speak` at the tagged relevance, replies "ok";
+/// a drafting call answers both, the verdict on the first line.
 async fn scripted_llm() -> FakeLlm {
     FakeLlm::start(|seen: &Seen| {
-        if is_judge(seen) {
+        if is_draft(seen) {
+            match tagged_relevance(seen) {
+                Some(r) => Script::reply(format!("{{\"speak\": true, \"relevance\": {r}}}\nok")),
+                None => Script::reply("{\"speak\": false, \"relevance\": 0}"),
+            }
+        } else if is_judge(seen) {
             match tagged_relevance(seen) {
                 Some(r) => verdict(true, r),
                 None => verdict(false, 0.0),
@@ -47,6 +53,11 @@ async fn record_conversation() -> (TestMesh, FakeLlm, Vec<(String, f64)>, String
 
 /// [`record_conversation`], leaving the nodes running.
 async fn record_running() -> (TestMesh, FakeLlm, Vec<(String, f64)>, String) {
+    record_running_with("").await
+}
+
+/// [`record_running`] with `extra` lines in Ada's entry.
+async fn record_running_with(extra: &str) -> (TestMesh, FakeLlm, Vec<(String, f64)>, String) {
     let llm = scripted_llm().await;
     let spec = MeshSpec::new(&["Ada", "Bob"])
         .llm(&llm.base_url)
@@ -54,6 +65,7 @@ async fn record_running() -> (TestMesh, FakeLlm, Vec<(String, f64)>, String) {
             "Ada",
             "role = \"engineer\"\nskills = [\"rust\"]\nmin_delay_ms = 0\nmax_delay_ms = 100\njitter_ms = 0",
         )
+        .bot("Ada", extra)
         .bot("Bob", "participation = \"mentions\"");
     let mesh = TestMesh::start(spec).await;
     let ada = mesh.index("Ada");
@@ -219,6 +231,41 @@ async fn a_higher_min_relevance_drops_exactly_the_interjections_between_the_thre
         .collect();
     assert_eq!(ids(&lower.summary.now_speaks), r025);
     assert_eq!(llm.count(), calls_recorded);
+}
+
+#[tokio::test]
+async fn a_drafting_bots_verdicts_replay_from_the_log_with_no_llm_call() {
+    let (mut mesh, llm, tagged, _) = record_running_with("judge_drafts = true").await;
+    mesh.stop(mesh.index("Ada")).await;
+    let requests = llm.requests();
+    assert_eq!(
+        requests.iter().filter(|s| is_draft(s)).count(),
+        RELEVANCES.len(),
+        "one drafting call per tagged message while recording"
+    );
+    assert_eq!(requests.iter().filter(|s| is_judge(s)).count(), 0);
+    let calls_recorded = llm.count();
+    let same = replay(&options(&mesh, &[])).await.expect("replay");
+    let s = &same.summary;
+    assert_eq!(
+        (s.judge_calls, s.reused, s.asked, s.guessed),
+        (7, 7, 0, 0),
+        "the drafting calls' verdicts are in the log, under their prompt: {s:?}"
+    );
+    assert!(
+        s.now_speaks.is_empty() && s.no_longer_speaks.is_empty(),
+        "{s:?}"
+    );
+    let higher = replay(&options(&mesh, &["min_relevance=0.7"]))
+        .await
+        .expect("replay");
+    let expected: BTreeSet<String> = tagged
+        .iter()
+        .filter(|(_, r)| (0.3..0.7).contains(r))
+        .map(|(id, _)| id.clone())
+        .collect();
+    assert_eq!(ids(&higher.summary.no_longer_speaks), expected);
+    assert_eq!(llm.count(), calls_recorded, "the replay called the LLM");
 }
 
 #[tokio::test]
