@@ -221,12 +221,31 @@ pub struct Drafting {
 }
 
 /// Splits a whole answer into its first non-empty line and the rest, both trimmed.
+/// A whole answer with no complete first line is all head.
 pub fn split_head(text: &str) -> (String, String) {
-    let text = text.trim_start();
-    match text.split_once('\n') {
+    match head_and_rest(text) {
         Some((head, rest)) => (head.trim().to_string(), rest.trim().to_string()),
         None => (text.trim().to_string(), String::new()),
     }
+}
+
+/// A drafting answer's verdict line and what follows it, once that line is complete
+/// (a newline after it): the first non-empty line or, when the answer opens with a code
+/// fence (a line starting with three backticks, as models like to wrap JSON), the line
+/// inside it, the closing fence left out of the rest.
+pub(crate) fn head_and_rest(text: &str) -> Option<(&str, &str)> {
+    let text = text.trim_start();
+    let (first, after) = text.split_once('\n')?;
+    if !first.trim_start().starts_with("```") {
+        return Some((first.trim(), after));
+    }
+    let (head, rest) = after.trim_start().split_once('\n')?;
+    let rest = rest.trim_start();
+    let rest = match rest.strip_prefix("```") {
+        Some(fence) => fence.split_once('\n').map_or("", |(_, r)| r),
+        None => rest,
+    };
+    Some((head.trim(), rest))
 }
 
 /// Why a call failed, classified so callers can count failures by kind.
@@ -1403,6 +1422,41 @@ mod tests {
         );
         assert_eq!(LlmError::Transport("x".into()).label(), "transport");
         assert_eq!(LlmError::BadResponse("x".into()).label(), "bad_response");
+    }
+
+    #[test]
+    fn a_drafting_answer_splits_at_its_verdict_line_fenced_or_not() {
+        let plain = "{\"speak\": true, \"relevance\": 0.8}\nSure, here is how.\nStep two.";
+        assert_eq!(
+            split_head(plain),
+            (
+                "{\"speak\": true, \"relevance\": 0.8}".to_string(),
+                "Sure, here is how.\nStep two.".to_string()
+            )
+        );
+        let fenced = "\n```json\n{\"speak\": true, \"relevance\": 0.8}\n```\nSure, here is how.";
+        assert_eq!(
+            split_head(fenced),
+            (
+                "{\"speak\": true, \"relevance\": 0.8}".to_string(),
+                "Sure, here is how.".to_string()
+            )
+        );
+        // While streaming: no head until the line inside the fence is complete.
+        assert_eq!(head_and_rest("```json\n{\"speak\": tr"), None);
+        assert_eq!(
+            head_and_rest("```\n{\"speak\": false}\n").map(|h| h.0),
+            Some("{\"speak\": false}")
+        );
+        assert_eq!(head_and_rest("{\"speak\": false}"), None);
+        // A declining answer, whole: all head, no rest.
+        assert_eq!(
+            split_head("{\"speak\": false, \"relevance\": 0.1}"),
+            (
+                "{\"speak\": false, \"relevance\": 0.1}".to_string(),
+                String::new()
+            )
+        );
     }
 
     #[test]

@@ -25,9 +25,9 @@ use serde_json::{json, Value};
 use tokio::time::Instant as TokioInstant;
 
 use super::{
-    bounded, classify_transport, content_text, parse_response, request_body, split_head,
-    strip_think, truncate_chars, usage_of, with_retries, Attempt, ChatMessage, Completion,
-    Drafting, Endpoint, LlmClient, LlmError, Purpose, Usage, ERROR_BODY_LIMIT,
+    bounded, classify_transport, content_text, head_and_rest, parse_response, request_body,
+    split_head, strip_think, truncate_chars, usage_of, with_retries, Attempt, ChatMessage,
+    Completion, Drafting, Endpoint, LlmClient, LlmError, Purpose, Usage, ERROR_BODY_LIMIT,
 };
 
 /// Most bytes a drafting response body may hold; past it the answer is unusable
@@ -378,9 +378,8 @@ impl StreamAnswer {
 
     /// The answer's first line, trimmed, once a newline follows some text.
     pub(super) fn head(&self) -> Option<String> {
-        let visible = self.visible()?;
-        let (line, _) = visible.split_once('\n')?;
-        Some(line.trim().to_string())
+        let (line, _) = head_and_rest(self.visible()?)?;
+        Some(line.to_string())
     }
 
     /// The head, the rest and the usage of the whole answer. Usage is the server's when
