@@ -328,11 +328,12 @@ pub(crate) async fn judge_step<P: Ports + ?Sized>(
             let me = brain.me();
             // While the judge is out, a peer's claim on this trigger is answered
             // `judging`: that peer then waits for this bot's word before it commits.
-            brain.board.set_judging(msg.id, true); // (triage set it already)
-                                                   // With a shared judge, its verdict (kept in the verdict log without a prompt
-                                                   // hash: replay asks anew or guesses); else, or if none comes, this bot's own.
-                                                   // A drafting judge writes the reply in the same call, from the reply's
-                                                   // context.
+            // (Triage set it already.)
+            brain.board.set_judging(msg.id, true);
+            // With a shared judge, its verdict (kept in the verdict log without a prompt
+            // hash: replay asks anew or guesses); else, or if none comes, this bot's own.
+            // A drafting judge writes the reply in the same call, from the reply's
+            // context.
             let (judged, draft) = match shared::verdict_for(p, msg).await {
                 Some(v) => (
                     Judged {
