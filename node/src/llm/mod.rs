@@ -220,8 +220,8 @@ pub struct Drafting {
     pub rest: futures_util::future::BoxFuture<'static, Result<Completion, LlmError>>,
 }
 
-/// Splits a whole answer into its first non-empty line and the rest, both trimmed.
-/// A whole answer with no complete first line is all head.
+/// Splits a whole answer into its verdict line ([`head_and_rest`]) and the rest, both
+/// trimmed. A whole answer with no complete first line is all head.
 pub fn split_head(text: &str) -> (String, String) {
     match head_and_rest(text) {
         Some((head, rest)) => (head.trim().to_string(), rest.trim().to_string()),
