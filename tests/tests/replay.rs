@@ -141,6 +141,15 @@ fn options(mesh: &TestMesh, sets: &[&str]) -> ReplayOptions {
     }
 }
 
+/// The ids of the tagged messages whose relevance is within `range`.
+fn tagged_within(tagged: &[(String, f64)], range: std::ops::Range<f64>) -> BTreeSet<String> {
+    tagged
+        .iter()
+        .filter(|(_, r)| range.contains(r))
+        .map(|(id, _)| id.clone())
+        .collect()
+}
+
 fn ids(v: &[String]) -> BTreeSet<String> {
     v.iter().cloned().collect()
 }
@@ -176,11 +185,7 @@ async fn a_higher_min_relevance_drops_exactly_the_interjections_between_the_thre
     let higher = replay(&options(&mesh, &["min_relevance=0.7"]))
         .await
         .expect("replay");
-    let expected: BTreeSet<String> = tagged
-        .iter()
-        .filter(|(_, r)| (0.3..0.7).contains(r))
-        .map(|(id, _)| id.clone())
-        .collect();
+    let expected = tagged_within(&tagged, 0.3..0.7);
     assert_eq!(expected.len(), 3);
     assert_eq!(ids(&higher.summary.no_longer_speaks), expected);
     assert!(higher.summary.now_speaks.is_empty());
@@ -259,11 +264,7 @@ async fn a_drafting_bots_verdicts_replay_from_the_log_with_no_llm_call() {
     let higher = replay(&options(&mesh, &["min_relevance=0.7"]))
         .await
         .expect("replay");
-    let expected: BTreeSet<String> = tagged
-        .iter()
-        .filter(|(_, r)| (0.3..0.7).contains(r))
-        .map(|(id, _)| id.clone())
-        .collect();
+    let expected = tagged_within(&tagged, 0.3..0.7);
     assert_eq!(ids(&higher.summary.no_longer_speaks), expected);
     assert_eq!(llm.count(), calls_recorded, "the replay called the LLM");
 }
@@ -388,11 +389,7 @@ async fn the_cli_prints_then_and_now_and_fails_clearly_on_a_bad_setting() {
         .iter()
         .map(|v| v.as_str().unwrap().to_string())
         .collect();
-    let expected: BTreeSet<String> = tagged
-        .iter()
-        .filter(|(_, r)| (0.3..0.7).contains(r))
-        .map(|(id, _)| id.clone())
-        .collect();
+    let expected = tagged_within(&tagged, 0.3..0.7);
     assert_eq!(dropped, expected);
     assert_eq!(report["summary"]["reused"], 7);
 
@@ -457,11 +454,7 @@ async fn the_page_asks_a_running_node_what_if_without_an_llm_call() {
             r["id"].as_str().unwrap().to_string()
         })
         .collect();
-    let expected: BTreeSet<String> = tagged
-        .iter()
-        .filter(|(_, r)| (0.3..0.7).contains(r))
-        .map(|(id, _)| id.clone())
-        .collect();
+    let expected = tagged_within(&tagged, 0.3..0.7);
     assert_eq!(changed, expected);
     assert_eq!(report["summary"]["reused"], 7, "{report}");
     assert_eq!(llm.count(), before, "the page's replay called the LLM");
