@@ -229,6 +229,12 @@ pub fn split_head(text: &str) -> (String, String) {
     }
 }
 
+/// About four characters a token, rounded up: the token count of text a server did
+/// not count (a stream without a usage chunk, a drafting call dropped unfinished).
+pub(crate) fn estimate_tokens(chars: usize) -> u64 {
+    u64::try_from(chars.div_ceil(4)).unwrap_or(u64::MAX)
+}
+
 /// A drafting answer's verdict line and what follows it, once that line is complete
 /// (a newline after it): the first non-empty line or, when the answer opens with a code
 /// fence (a line starting with three backticks, as models like to wrap JSON), the line

@@ -25,9 +25,10 @@ use serde_json::{json, Value};
 use tokio::time::Instant as TokioInstant;
 
 use super::{
-    bounded, classify_transport, content_text, head_and_rest, parse_response, request_body,
-    split_head, strip_think, truncate_chars, usage_of, with_retries, Attempt, ChatMessage,
-    Completion, Drafting, Endpoint, LlmClient, LlmError, Purpose, Usage, ERROR_BODY_LIMIT,
+    bounded, classify_transport, content_text, estimate_tokens, head_and_rest, parse_response,
+    request_body, split_head, strip_think, truncate_chars, usage_of, with_retries, Attempt,
+    ChatMessage, Completion, Drafting, Endpoint, LlmClient, LlmError, Purpose, Usage,
+    ERROR_BODY_LIMIT,
 };
 
 /// Most bytes a drafting response body may hold; past it the answer is unusable
@@ -394,11 +395,6 @@ impl StreamAnswer {
         });
         (head, rest, usage)
     }
-}
-
-/// About four characters a token, rounded up.
-fn estimate_tokens(chars: usize) -> u64 {
-    u64::try_from(chars.div_ceil(4)).unwrap_or(u64::MAX)
 }
 
 /// Splits a `text/event-stream` body, fed in arbitrary pieces, into the data of its

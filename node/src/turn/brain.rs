@@ -10,7 +10,7 @@ use serde::Deserialize;
 use parking_lot::RwLock;
 
 use crate::config::{BotSettings, LlmSettings, MeshSettings, NodeConfig};
-use crate::llm::{parse_verdict, ChatMessage, Endpoint, Purpose, Verdict};
+use crate::llm::{estimate_tokens, parse_verdict, ChatMessage, Endpoint, Purpose, Verdict};
 use crate::telemetry::metrics::Metrics;
 use crate::turn::budget::{Budget, Exhausted, Limits};
 use crate::turn::command::{GroupStops, Trail};
@@ -117,6 +117,9 @@ pub(crate) struct PendingDraft {
     >,
     /// When the call was made.
     started: Instant,
+    /// Prompt and completion tokens already counted for it (estimated when the verdict
+    /// line came, since a dropped call never learns its usage).
+    counted: (u64, u64),
 }
 
 /// A reply the LLM wrote, with its completion tokens (counted when it is thrown away).
@@ -485,6 +488,7 @@ impl Brain {
                         })
                     }),
                     started,
+                    counted: (0, 0),
                 });
                 return (judged, rest);
             }
@@ -500,9 +504,20 @@ impl Brain {
         let drafting = llm.draft(&ep, &messages, msg).await;
         match drafting {
             Ok(d) => {
-                self.budget.spend(0);
-                self.metrics
-                    .llm_call("draft", "ok", started.elapsed().as_secs_f64(), 0, 0);
+                // What the call has cost so far, estimated: most drafting calls end
+                // here (the bot declines), and a dropped call never learns its usage.
+                let counted = (
+                    estimate_tokens(messages.iter().map(|m| m.content.chars().count()).sum()),
+                    estimate_tokens(d.head.chars().count()),
+                );
+                self.budget.spend(counted.0 + counted.1);
+                self.metrics.llm_call(
+                    "draft",
+                    "ok",
+                    started.elapsed().as_secs_f64(),
+                    counted.0,
+                    counted.1,
+                );
                 out.verdict = parse_verdict(&d.head);
                 if out.verdict.is_none() {
                     self.metrics.llm_call("draft", "unparsable", 0.0, 0, 0);
@@ -513,6 +528,7 @@ impl Brain {
                 let rest = speak.then(|| PendingDraft {
                     rest: d.rest,
                     started,
+                    counted,
                 });
                 (out, rest)
             }
@@ -532,10 +548,14 @@ impl Brain {
     pub(crate) async fn finish_draft(&self, draft: PendingDraft) -> Option<Reply> {
         match draft.rest.await {
             Ok(c) => {
+                // The call's usage, less what was counted at its verdict line.
+                let more = (
+                    c.usage.prompt_tokens.saturating_sub(draft.counted.0),
+                    c.usage.completion_tokens.saturating_sub(draft.counted.1),
+                );
                 let tokens = c.usage.prompt_tokens + c.usage.completion_tokens;
-                self.budget.spend_tokens(tokens);
-                self.metrics
-                    .llm_tokens("draft", c.usage.prompt_tokens, c.usage.completion_tokens);
+                self.budget.spend_tokens(more.0 + more.1);
+                self.metrics.llm_tokens("draft", more.0, more.1);
                 let text = c.text.trim().to_string();
                 if text.is_empty() {
                     tracing::warn!(bot = %self.me().name, "the drafting judge said speak but wrote no reply");

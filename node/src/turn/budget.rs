@@ -272,6 +272,57 @@ mod tests {
         }
 
         #[tokio::test(start_paused = true)]
+        async fn a_drafting_call_that_declines_counts_its_prompt_against_the_days_tokens() {
+            let me = BotSettings::from_toml("name = \"A\"\njudge_drafts = true").expect("bot");
+            let tuning = Tuning {
+                me: Arc::new(me.clone()),
+                colleagues: Vec::new(),
+                provider: Provider::Remote {
+                    judge: Endpoint::new("test://judge", "m"),
+                    reply: Endpoint::new("test://reply", "m"),
+                },
+                mesh: Arc::new(MeshSettings::default()),
+                budget: Limits {
+                    calls: None,
+                    tokens: Some(1_000_000),
+                    over: OverBudget::Mentions,
+                    offset_min: 0,
+                },
+            };
+            let head = r#"{"speak": false, "relevance": 0.1}"#;
+            let p = Arc::new(Clocked::new(
+                Brain::with(tuning, &[me.clone()], Arc::new(Metrics::new())),
+                1_767_308_400_000,
+                head,
+            ));
+            message(&p, "question 0").await;
+            assert_eq!(count(&p, "silent", "judge_declined"), 1);
+            // The prompt the drafting call sent (no context: Clocked keeps none).
+            let sent = Envelope::message(
+                Ulid::new(),
+                0,
+                "demo",
+                "A",
+                Author::human("alice"),
+                "question 0",
+            );
+            let prompt: usize = crate::turn::reply::drafting_messages(&me, &[], &[], &sent)
+                .iter()
+                .map(|m| m.content.chars().count())
+                .sum();
+            let status = p
+                .brain
+                .budget
+                .status(&p.brain.tuning().budget, p.now_millis());
+            assert_eq!(status.calls, 1);
+            assert_eq!(
+                status.tokens,
+                crate::llm::estimate_tokens(prompt) + crate::llm::estimate_tokens(head.len()),
+                "the declined call's prompt and verdict line, estimated: its usage never comes"
+            );
+        }
+
+        #[tokio::test(start_paused = true)]
         async fn n_calls_judge_the_next_message_is_not_judged_and_midnight_resumes() {
             let me = BotSettings::from_toml("name = \"A\"").expect("bot");
             let tuning = Tuning {
