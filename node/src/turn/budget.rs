@@ -291,7 +291,7 @@ mod tests {
             };
             let head = r#"{"speak": false, "relevance": 0.1}"#;
             let p = Arc::new(Clocked::new(
-                Brain::with(tuning, &[me.clone()], Arc::new(Metrics::new())),
+                Brain::with(tuning, std::slice::from_ref(&me), Arc::new(Metrics::new())),
                 1_767_308_400_000,
                 head,
             ));
