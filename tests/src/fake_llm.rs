@@ -310,7 +310,7 @@ impl BotLlm {
             return Script::Reply(Value::Object(all).to_string());
         }
         let bot = crate::bot_of(seen);
-        if seen.stream || crate::is_draft(seen) {
+        if crate::is_draft(seen) {
             // A drafting call: the verdict line, then (when speaking) the reply, streamed.
             let (speak, relevance) = self.verdict_of(seen, &bot).unwrap_or((false, 0.0));
             let mut text = verdict_text(speak, relevance);
@@ -476,14 +476,14 @@ impl FakeLlm {
     ///
     /// Exists because mesh tests check who wrote an answer (see [`BotLlm`]).
     pub fn reply_bots(&self) -> Vec<String> {
-        self.bots_of(|s| !s.stream && !crate::is_judge(s))
+        self.bots_of(|s| !crate::is_draft(s) && !crate::is_judge(s))
     }
 
     /// Which bot each drafting (streaming) call so far was for, in arrival order.
     ///
     /// Exists because mesh tests with drafting judges count who drafted.
     pub fn draft_bots(&self) -> Vec<String> {
-        self.bots_of(|s| s.stream)
+        self.bots_of(crate::is_draft)
     }
 
     fn bots_of(&self, which: impl Fn(&Seen) -> bool) -> Vec<String> {

@@ -615,12 +615,10 @@ pub fn bot_of(seen: &fake_llm::Seen) -> String {
         .unwrap_or_default()
 }
 
-/// True when the request is a drafting judge's call (`judge_drafts`): a reply prompt
-/// that asks the bot's judge question first.
+/// True when the request is a drafting judge's call (`judge_drafts`): the only call
+/// that streams.
 pub fn is_draft(seen: &fake_llm::Seen) -> bool {
-    seen.messages
-        .last()
-        .is_some_and(|(_, c)| c.contains("But first decide whether you should speak at all"))
+    seen.stream
 }
 
 /// True when the request is a bot's own judge call (it carries a response schema).

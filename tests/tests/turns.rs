@@ -930,7 +930,16 @@ async fn a_drafting_judge_answers_with_one_call_per_bot() {
         (3, 0, 0),
         "one drafting call per bot, and no other call"
     );
-    assert_eq!(llm.draft_bots().len(), 3, "the drafting calls stream");
+    assert!(
+        llm.requests()
+            .iter()
+            .filter(|s| botmesh_tests::is_draft(s))
+            .all(|s| s
+                .messages
+                .last()
+                .is_some_and(|(_, c)| c.contains("But first decide"))),
+        "every streamed call is a drafting prompt: the judge question after the reply's"
+    );
     for i in 0..3 {
         let m = mesh.metrics(i).await;
         assert_eq!(

@@ -683,9 +683,15 @@ impl Llm for ReplayLlm {
     ) -> BoxFuture<'a, Result<crate::llm::Drafting, LlmError>> {
         Box::pin(async move {
             let verdict = self.complete(ep, Purpose::Judge, messages, about).await?;
+            // Never read: replay stops at the verdict.
+            let nothing = Completion {
+                text: String::new(),
+                usage: Usage::default(),
+                attempts: 1,
+            };
             Ok(crate::llm::Drafting {
                 head: verdict.text,
-                rest: Box::pin(async { Err(LlmError::Timeout) }),
+                rest: Box::pin(async move { Ok(nothing) }),
             })
         })
     }

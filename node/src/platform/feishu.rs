@@ -912,18 +912,14 @@ impl FeishuClient {
         retry: RetryPolicy,
     ) -> anyhow::Result<FeishuClient> {
         let base_url = base_url.trim_end_matches('/').to_string();
-        let mut builder = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(3))
-            .timeout(Duration::from_secs(10));
-        let host = reqwest::Url::parse(&base_url)?
-            .host_str()
-            .unwrap_or_default()
-            .to_string();
-        if matches!(host.as_str(), "127.0.0.1" | "localhost" | "[::1]" | "::1") {
-            builder = builder.no_proxy();
-        }
+        let http = crate::platform::api_client(
+            reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(3))
+                .timeout(Duration::from_secs(10)),
+            &base_url,
+        )?;
         Ok(FeishuClient {
-            http: builder.build()?,
+            http,
             base_url,
             app_id: app_id.to_string(),
             app_secret: app_secret.to_string(),

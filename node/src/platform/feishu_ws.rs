@@ -778,7 +778,7 @@ pub async fn run(
     let mut http = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(5))
         .timeout(Duration::from_secs(15));
-    if is_loopback(&settings.base_url) {
+    if crate::platform::is_loopback(&settings.base_url) {
         http = http.no_proxy();
     }
     let http = match http.build() {
@@ -827,13 +827,6 @@ pub async fn run(
     }
     status.set_state(ConnState::Stopped);
     tracing::info!(app_id = %settings.app_id, "feishu long connection stopped");
-}
-
-fn is_loopback(base_url: &str) -> bool {
-    reqwest::Url::parse(base_url)
-        .ok()
-        .and_then(|u| u.host_str().map(str::to_string))
-        .is_some_and(|h| matches!(h.as_str(), "127.0.0.1" | "localhost" | "[::1]" | "::1"))
 }
 
 /// How one connection ended (an error always: a stop returns `Ok`).

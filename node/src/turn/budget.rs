@@ -271,9 +271,9 @@ mod tests {
             }
         }
 
-        #[tokio::test(start_paused = true)]
-        async fn a_drafting_call_that_declines_counts_its_prompt_against_the_days_tokens() {
-            let me = BotSettings::from_toml("name = \"A\"\njudge_drafts = true").expect("bot");
+        /// Bot `me` alone with a remote LLM answering `answer`, on `limits`, at
+        /// 2026-01-01 23:00 UTC.
+        fn clocked(me: &BotSettings, limits: Limits, answer: &str) -> Arc<Clocked> {
             let tuning = Tuning {
                 me: Arc::new(me.clone()),
                 colleagues: Vec::new(),
@@ -282,19 +282,26 @@ mod tests {
                     reply: Endpoint::new("test://reply", "m"),
                 },
                 mesh: Arc::new(MeshSettings::default()),
-                budget: Limits {
-                    calls: None,
-                    tokens: Some(1_000_000),
-                    over: OverBudget::Mentions,
-                    offset_min: 0,
-                },
+                budget: limits,
+            };
+            Arc::new(Clocked::new(
+                Brain::with(tuning, std::slice::from_ref(me), Arc::new(Metrics::new())),
+                1_767_308_400_000,
+                answer,
+            ))
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_drafting_call_that_declines_counts_its_prompt_against_the_days_tokens() {
+            let me = BotSettings::from_toml("name = \"A\"\njudge_drafts = true").expect("bot");
+            let limits = Limits {
+                calls: None,
+                tokens: Some(1_000_000),
+                over: OverBudget::Mentions,
+                offset_min: 0,
             };
             let head = r#"{"speak": false, "relevance": 0.1}"#;
-            let p = Arc::new(Clocked::new(
-                Brain::with(tuning, std::slice::from_ref(&me), Arc::new(Metrics::new())),
-                1_767_308_400_000,
-                head,
-            ));
+            let p = clocked(&me, limits, head);
             message(&p, "question 0").await;
             assert_eq!(count(&p, "silent", "judge_declined"), 1);
             // The prompt the drafting call sent (no context: Clocked keeps none).
@@ -325,27 +332,14 @@ mod tests {
         #[tokio::test(start_paused = true)]
         async fn n_calls_judge_the_next_message_is_not_judged_and_midnight_resumes() {
             let me = BotSettings::from_toml("name = \"A\"").expect("bot");
-            let tuning = Tuning {
-                me: Arc::new(me.clone()),
-                colleagues: Vec::new(),
-                provider: Provider::Remote {
-                    judge: Endpoint::new("test://judge", "m"),
-                    reply: Endpoint::new("test://reply", "m"),
-                },
-                mesh: Arc::new(MeshSettings::default()),
-                budget: Limits {
-                    calls: Some(3),
-                    tokens: None,
-                    over: OverBudget::Mentions,
-                    offset_min: 0,
-                },
+            let limits = Limits {
+                calls: Some(3),
+                tokens: None,
+                over: OverBudget::Mentions,
+                offset_min: 0,
             };
             // 2026-01-01 23:00 UTC.
-            let p = Arc::new(Clocked::new(
-                Brain::with(tuning, &[me], Arc::new(Metrics::new())),
-                1_767_308_400_000,
-                r#"{"speak": false, "relevance": 0.1}"#,
-            ));
+            let p = clocked(&me, limits, r#"{"speak": false, "relevance": 0.1}"#);
             for i in 0..3 {
                 message(&p, &format!("question {i}")).await;
             }

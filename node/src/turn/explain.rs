@@ -132,9 +132,9 @@ pub async fn explain(
     if d.action == Action::Judge {
         // A drafting judge asks inside the reply's prompt, with the reply's context.
         let drafting = t.me.judge_drafts;
+        let draft_context = &recent[recent.len().saturating_sub(t.me.context_messages.max(12))..];
         let prompt = if drafting {
-            let start = recent.len().saturating_sub(t.me.context_messages.max(12));
-            crate::turn::reply::drafting_messages(&t.me, &t.colleagues, &recent[start..], &msg)
+            crate::turn::reply::drafting_messages(&t.me, &t.colleagues, draft_context, &msg)
                 .iter()
                 .map(|m| m.content.as_str())
                 .collect::<Vec<_>>()
@@ -151,10 +151,9 @@ pub async fn explain(
         let verdict = if !ask {
             None
         } else if drafting {
-            let start = recent.len().saturating_sub(t.me.context_messages.max(12));
             // The verdict line only: the draft is dropped unread.
             brain
-                .judge_drafting(llm, &recent[start..], &msg)
+                .judge_drafting(llm, draft_context, &msg)
                 .await
                 .0
                 .verdict

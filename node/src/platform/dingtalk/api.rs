@@ -198,17 +198,12 @@ impl std::fmt::Debug for DingTalkApi {
 
 /// An HTTP client for `base_url` that never goes through a proxy for loopback.
 pub(crate) fn http_client(base_url: &str) -> anyhow::Result<reqwest::Client> {
-    let mut builder = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(3))
-        .timeout(Duration::from_secs(10));
-    let host = reqwest::Url::parse(base_url)?
-        .host_str()
-        .unwrap_or_default()
-        .to_string();
-    if matches!(host.as_str(), "127.0.0.1" | "localhost" | "[::1]" | "::1") {
-        builder = builder.no_proxy();
-    }
-    Ok(builder.build()?)
+    crate::platform::api_client(
+        reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(3))
+            .timeout(Duration::from_secs(10)),
+        base_url,
+    )
 }
 
 async fn error_of(resp: reqwest::Response) -> ApiError {

@@ -62,7 +62,7 @@ use crate::wire::envelope::{Author, AuthorKind, Envelope};
 use futures_util::future::BoxFuture;
 
 use gateway::{Connector, Dispatch, Gateway, WsConnector};
-use rest::{AllowedMentions, CreateMessage, MessageReference, RestClient, RestError};
+use rest::{AllowedMentions, CreateMessage, MessageReference, RestClient, RestError, User};
 
 /// Discord shows every message of a channel to every bot in it, bots' included.
 pub const VISIBILITY: Visibility = Visibility {
@@ -100,20 +100,13 @@ pub struct Member {
     pub nick: Option<String>,
 }
 
-/// A user in a message (author or mention), with the member fields Discord adds.
+/// A user in a message (author or mention): the user, with the member fields Discord
+/// adds in `mentions[]`.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct MessageUser {
-    /// Snowflake.
-    pub id: String,
-    /// Username.
-    #[serde(default)]
-    pub username: String,
-    /// Display name.
-    #[serde(default)]
-    pub global_name: Option<String>,
-    /// Bot account.
-    #[serde(default)]
-    pub bot: Option<bool>,
+    /// The user's own fields.
+    #[serde(flatten)]
+    pub user: User,
     /// Guild member fields (in `mentions[]`).
     #[serde(default)]
     pub member: Option<Member>,
@@ -125,9 +118,9 @@ impl MessageUser {
         member
             .or(self.member.as_ref())
             .and_then(|m| m.nick.as_deref())
-            .or(self.global_name.as_deref())
+            .or(self.user.global_name.as_deref())
             .filter(|n| !n.trim().is_empty())
-            .unwrap_or(&self.username)
+            .unwrap_or(&self.user.username)
             .to_string()
     }
 }
@@ -483,7 +476,7 @@ impl Discord {
             let name = m
                 .mentions
                 .iter()
-                .find(|u| u.id == id)
+                .find(|u| u.user.id == id)
                 .map(|u| u.display_name(None))
                 .unwrap_or_else(|| id.to_string());
             let name: String = name.chars().filter(|c| !matches!(c, '<' | '>')).collect();
@@ -501,7 +494,7 @@ impl Discord {
         if !matches!(m.kind, 0 | 19) {
             return;
         }
-        if m.author.id == self.user_id {
+        if m.author.user.id == self.user_id {
             return;
         }
         let mut text = self.readable_text(&m).trim().to_string();
@@ -521,7 +514,7 @@ impl Discord {
         }
         let group = self.group_for_channel(&m.channel_id);
         let sent_at = snowflake_millis(&m.id).unwrap_or_else(crate::wire::envelope::now_millis);
-        let is_bot = m.author.bot == Some(true) || m.webhook_id.is_some();
+        let is_bot = m.author.user.bot == Some(true) || m.webhook_id.is_some();
         let name = m.author.display_name(m.member.as_ref());
         let mut env = Envelope::message(
             envelope_id(&m.id),
@@ -533,7 +526,7 @@ impl Discord {
         );
         env.platform_msg_id = Some(m.id.clone());
         if !is_bot {
-            self.authors.lock().insert(&m.id, &m.author.id);
+            self.authors.lock().insert(&m.id, &m.author.user.id);
             env.root = Some(env.id);
             let arrival = Arrival {
                 env,
@@ -551,7 +544,7 @@ impl Discord {
             }
             return;
         }
-        let bot = self.bots_by_user_id.get(&m.author.id).cloned();
+        let bot = self.bots_by_user_id.get(&m.author.user.id).cloned();
         env.author = Author::bot(
             bot.clone()
                 .unwrap_or_else(|| format!("bot:{}", m.author.display_name(m.member.as_ref()))),
@@ -1104,7 +1097,7 @@ api = "127.0.0.1:8103"
         );
         // Its own message: ignored.
         let mut own = from_bix("1500000000000000013");
-        own.author.id = "1300000000000000001".into();
+        own.author.user.id = "1300000000000000001".into();
         d.on_message(&ing, own).await;
         ing.tasks.close();
         ing.tasks.wait().await;

@@ -280,23 +280,19 @@ impl RestClient {
     /// A client for `base_url` (`https://discord.com/api/v10`) with the bot `token`.
     pub fn new(base_url: &str, token: &str, retry: RetryPolicy) -> anyhow::Result<RestClient> {
         let base_url = base_url.trim_end_matches('/').to_string();
-        let mut builder = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5))
-            .timeout(Duration::from_secs(15))
-            .user_agent(concat!(
-                "DiscordBot (https://github.com/botmesh, ",
-                env!("CARGO_PKG_VERSION"),
-                ")"
-            ));
-        let host = reqwest::Url::parse(&base_url)?
-            .host_str()
-            .unwrap_or_default()
-            .to_string();
-        if matches!(host.as_str(), "127.0.0.1" | "localhost" | "[::1]" | "::1") {
-            builder = builder.no_proxy();
-        }
+        let http = crate::platform::api_client(
+            reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(5))
+                .timeout(Duration::from_secs(15))
+                .user_agent(concat!(
+                    "DiscordBot (https://github.com/botmesh, ",
+                    env!("CARGO_PKG_VERSION"),
+                    ")"
+                )),
+            &base_url,
+        )?;
         Ok(RestClient {
-            http: builder.build()?,
+            http,
             base_url,
             token: token.to_string(),
             limits: RateLimits::default(),
