@@ -784,8 +784,16 @@ impl Settings {
             .filter(|(k, _)| k.starts_with("BOTMESH__"))
             .cloned()
             .collect();
+        // Read the text here rather than handing the config crate the path: it names
+        // the file in its messages relative to the current directory (`in ../peers.toml`),
+        // while every error of ours names the path the node was started with.
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: file.clone(),
+            key: "(file)".into(),
+            problem: format!("cannot read the file: {e}"),
+        })?;
         let mut builder = config::Config::builder()
-            .add_source(config::File::from(path).format(config::FileFormat::Toml))
+            .add_source(config::File::from_str(&text, config::FileFormat::Toml))
             .add_source(
                 config::Environment::with_prefix("BOTMESH")
                     .prefix_separator("__")
@@ -1044,7 +1052,7 @@ impl Settings {
             if b.public_key.is_none() && !hmac {
                 return Err(self.err(
                     at("public_key"),
-                    format!("{} has no public_key and mesh.secret_env is not set: its envelopes could never be verified", b.name),
+                    format!("{} has no public_key and neither mesh.secret_env nor mesh.secret_file is set: its envelopes could never be verified", b.name),
                 ));
             }
             if b.platform == Platform::Feishu && b.open_id().is_none() {
