@@ -119,9 +119,15 @@ fn a_parse_error_names_the_path_the_node_was_given() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
-    assert!(stderr.contains(&format!("{}: ", path.display())), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{}: ", path.display())),
+        "{stderr}"
+    );
     assert!(stderr.contains("TOML parse error"), "{stderr}");
-    assert!(!stderr.contains("../"), "a path relative to the working directory: {stderr}");
+    assert!(
+        !stderr.contains("../"),
+        "a path relative to the working directory: {stderr}"
+    );
 }
 
 #[test]
