@@ -37,6 +37,7 @@ pub(crate) fn merge(running: &Settings, file: &Settings) -> Settings {
     m.stale_after_secs = f.stale_after_secs;
     m.judge = f.judge;
     m.verdict_timeout_ms = f.verdict_timeout_ms;
+    m.operators = f.operators.clone();
     out.llm = file.llm.clone();
     for b in &mut out.bots {
         let Some(new) = file.bots.iter().find(|n| n.name == b.name) else {

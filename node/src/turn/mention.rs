@@ -173,6 +173,20 @@ impl MentionMatcher {
         m
     }
 
+    /// The member whose name or alias `name` reads as, case, width and invisible
+    /// characters aside ([`crate::config::names::name_key`]): a person shown under it
+    /// must be told apart from the bot.
+    pub(crate) fn reads_as_member(&self, name: &str) -> Option<&str> {
+        let key = crate::config::names::name_key(name);
+        if key.is_empty() {
+            return None;
+        }
+        self.by_key
+            .iter()
+            .find(|(k, _)| crate::config::names::name_key(k) == key)
+            .map(|(_, &idx)| self.names[idx].as_str())
+    }
+
     /// Canonical names of the members mentioned, first-appearance order, each once.
     pub(crate) fn mentioned(&self, text: &str, platform: &[PlatformMention]) -> Vec<String> {
         let mut seen = vec![false; self.names.len()];
