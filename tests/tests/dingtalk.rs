@@ -815,10 +815,16 @@ async fn a_command_addresses_exactly_the_robots_dingtalk_delivered_it_to() {
         WAIT,
         Duration::from_millis(20),
         || s.mesh.health(0),
-        |(_, h)| h["quiet"] == true,
+        |(_, h)| h["quiet_groups"].as_array().is_some_and(|g| g.len() == 1),
     )
     .await;
-    assert_eq!(health.1["quiet"], true, "Ada is quiet");
+    // Quiet in the conversation the command was said in, not everywhere.
+    assert_eq!(
+        health.1["quiet_groups"].as_array().map(Vec::len),
+        Some(1),
+        "Ada is quiet"
+    );
+    assert_eq!(health.1["quiet"], false, "Ada is not quiet everywhere");
     // Bo has the command from Ada (recorded the same way) and was not addressed.
     let t = wait_for(
         WAIT,
@@ -828,7 +834,11 @@ async fn a_command_addresses_exactly_the_robots_dingtalk_delivered_it_to() {
     )
     .await;
     assert_eq!(with_msg_id(&t, &msg_id)[0].text, "@Ada /quiet");
-    assert_eq!(s.mesh.health(1).await.1["quiet"], false, "Bo goes on");
+    assert_eq!(
+        s.mesh.health(1).await.1["quiet_groups"],
+        serde_json::json!([]),
+        "Bo goes on"
+    );
     s.mesh.settle(1, Duration::from_millis(500)).await;
     assert!(
         s.fake.sent().is_empty() && llm.count() == 0,
