@@ -113,6 +113,20 @@ async fn wait_quiet(mesh: &TestMesh, i: usize, want: (bool, &[&str])) {
     assert_eq!(got, want, "node {i}'s quiet switches");
 }
 
+/// Waits (bounded) until node `i` has counted one `/quiet` as `not_operator`, and checks
+/// that no quiet switch is on.
+async fn one_quiet_not_carried_out(mesh: &TestMesh, i: usize) {
+    let n = wait_for(
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        || commands(mesh, i, "quiet", "not_operator"),
+        |n| *n == 1.0,
+    )
+    .await;
+    assert_eq!(n, 1.0);
+    assert_eq!(quiet(mesh, i).await, (false, vec![]));
+}
+
 #[tokio::test]
 async fn a_persons_quiet_in_one_room_leaves_the_others_answering() {
     let llm = answering_llm().await;
@@ -155,7 +169,7 @@ async fn a_persons_quiet_in_one_room_leaves_the_others_answering() {
         (false, vec!["ops".into(), "side".into()])
     );
     switch(serde_json::json!({"quiet": true})).await;
-    assert_eq!(quiet(&mesh, XIAOBA).await.0, true);
+    assert!(quiet(&mesh, XIAOBA).await.0, "node-wide");
     let info = fetch_json(mesh.http.get(format!("{}/v1/info", mesh.api(XIAOBA)))).await;
     assert_eq!(
         (info["quiet"].as_bool(), info["quiet_groups"][1].as_str()),
@@ -168,16 +182,14 @@ async fn a_persons_quiet_in_one_room_leaves_the_others_answering() {
     switch(serde_json::json!({"quiet": false})).await;
     switch(serde_json::json!({"quiet": false, "group": "ops"})).await;
     assert_eq!(quiet(&mesh, XIAOBA).await, (false, vec![]));
-    let (status, _) = (
-        mesh.http
-            .post(format!("{}/v1/quiet", mesh.api(XIAOBA)))
-            .json(&serde_json::json!({"quiet": true, "group": ""}))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        (),
-    );
+    let status = mesh
+        .http
+        .post(format!("{}/v1/quiet", mesh.api(XIAOBA)))
+        .json(&serde_json::json!({"quiet": true, "group": ""}))
+        .send()
+        .await
+        .unwrap()
+        .status();
     assert_eq!(status.as_u16(), 400, "an empty group is refused");
     mesh.shutdown().await;
 }
@@ -215,6 +227,16 @@ async fn with_operators_set_only_theirs_steer_and_anyone_elses_is_ordinary_text(
         assert_eq!(commands(&mesh, i, "quiet", "applied").await, 0.0);
         assert_eq!(quiet(&mesh, i).await, (false, vec![]));
     }
+    // Explain agrees: the operator's is a command, anyone else's is judged as text.
+    for (from, command) in [("Boss", true), ("alice", false)] {
+        let e = fetch_json(
+            mesh.http
+                .post(format!("{}/v1/explain", mesh.api(XIAOBA)))
+                .json(&serde_json::json!({"text": "@XiaoBa /quiet", "from": from})),
+        )
+        .await;
+        assert_eq!(e["reason"] == "command", command, "{from}: {e}");
+    }
     // `/why` is everyone's.
     post(&mesh, XIAOBA, "demo", "alice", "/why @B").await;
     wait_spoken(&mesh, XIAOBA, "demo", "B", 1).await;
@@ -249,14 +271,7 @@ async fn a_peer_is_believed_only_about_its_own_platforms_people_and_no_human_tak
         .send(&mesh.http, &mesh.bridge(XIAOBA))
         .await;
     assert_eq!(s, 200, "{v}");
-    wait_for(
-        Duration::from_secs(5),
-        Duration::from_millis(20),
-        || commands(&mesh, XIAOBA, "quiet", "not_operator"),
-        |n| *n == 1.0,
-    )
-    .await;
-    assert_eq!(quiet(&mesh, XIAOBA).await, (false, vec![]));
+    one_quiet_not_carried_out(&mesh, XIAOBA).await;
     // …while a local person it carries is who their name says.
     carried("Mgr", Some("5005"), "/quiet")
         .send(&mesh.http, &mesh.bridge(XIAOBA))
@@ -365,14 +380,7 @@ async fn a_discord_operator_steers_and_a_person_named_like_a_bot_is_marked() {
 
     // Dan is no operator: his /quiet is ordinary text.
     fake.say(CHANNEL, DAN_ID, "/quiet");
-    wait_for(
-        Duration::from_secs(5),
-        Duration::from_millis(20),
-        || commands(&mesh, ADA, "quiet", "not_operator"),
-        |n| *n == 1.0,
-    )
-    .await;
-    assert_eq!(quiet(&mesh, ADA).await, (false, vec![]));
+    one_quiet_not_carried_out(&mesh, ADA).await;
     // Carol is, by her Discord user id.
     fake.say(CHANNEL, CAROL_ID, "/quiet");
     let (_, groups) = wait_for(

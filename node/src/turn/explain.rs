@@ -87,7 +87,10 @@ fn hypothetical(cfg: &NodeConfig, req: &ExplainRequest) -> Result<Envelope, Stri
     } else {
         Author::human(&from)
     };
-    let mut env = Envelope::message(Ulid::new(), now_millis(), group, from, author, &req.text);
+    // A person's message is carried by this node (as one posted on its page would be),
+    // so `[mesh] operators` reads them as this node's platform's people.
+    let sender = if is_bot { from } else { cfg.bot().name.clone() };
+    let mut env = Envelope::message(Ulid::new(), now_millis(), group, sender, author, &req.text);
     env.depth = depth;
     Ok(env)
 }

@@ -762,6 +762,23 @@ mod tests {
         ])
     }
 
+    #[test]
+    fn a_name_that_reads_as_a_member_is_found_whatever_its_case_width_or_invisibles() {
+        let m = roster();
+        for (name, bot) in [
+            ("ｘｉａｏｂａ", "XiaoBa"),
+            ("Xiao\u{200b}Ba", "XiaoBa"),
+            ("小\u{200d}八", "XiaoBa"),
+            ("ERGOZ", "ErGoz"),
+            ("二狗", "ErGoz"),
+        ] {
+            assert_eq!(m.reads_as_member(name), Some(bot), "{name:?}");
+        }
+        for name in ["Xiao Ba", "Carol", "", "\u{200b}", "Bobb"] {
+            assert_eq!(m.reads_as_member(name), None, "{name:?}");
+        }
+    }
+
     fn platform(p: Pm) -> Vec<PlatformMention> {
         p.iter()
             .map(|&(key, open_id, name)| PlatformMention {
