@@ -147,7 +147,10 @@ mod tests {
     fn tunable_keys_apply_and_addresses_wait_for_a_restart() {
         let old = settings(BASE);
         let text = BASE
-            .replace("max_depth = 3", "max_depth = 5\nbot_messages_per_minute = 2")
+            .replace(
+                "max_depth = 3",
+                "max_depth = 5\nbot_messages_per_minute = 2\noperators = [\"local:Boss\"]",
+            )
             .replace(
                 "api = \"127.0.0.1:7201\"\n",
                 "api = \"127.0.0.1:7301\"\nmin_delay_ms = 10\njudge_prompt = \"x {message}\"\nrole = \"dba\"\n",
@@ -165,6 +168,7 @@ mod tests {
                 "bots[1].role",
                 "mesh.bot_messages_per_minute",
                 "mesh.max_depth",
+                "mesh.operators",
             ]
         );
         assert_eq!(d.restart_required, ["bots[0].api", "bots[1].aliases"]);
