@@ -22,7 +22,10 @@ use crate::app::node::Node;
 use crate::config::Platform;
 use crate::ingress::server::{self, Body, BodyError};
 use crate::store::transcript::{Appended, MEMORY_MESSAGES};
-use crate::wire::envelope::{now_millis, Author, AuthorKind, Envelope, Why, MAX_TEXT_BYTES};
+use crate::wire::envelope::{
+    next_depth, now_millis, Author, AuthorKind, Envelope, Why, MAX_TEXT_BYTES,
+};
+use crate::wire::limits::MAX_NAME_BYTES;
 
 /// Largest request body on the local API.
 const MAX_API_BODY: usize = 256 * 1024;
@@ -210,10 +213,10 @@ fn build_local_message(node: &Node, p: PostMessage) -> Result<Envelope, (StatusC
                 format!("{f:?} is another bot: a node may only post as itself or a human"),
             ));
         }
-        if f.len() > 64 {
+        if f.len() > MAX_NAME_BYTES {
             return Err((
                 StatusCode::BAD_REQUEST,
-                "from must be at most 64 bytes".into(),
+                format!("from must be at most {MAX_NAME_BYTES} bytes"),
             ));
         }
     }
@@ -230,7 +233,7 @@ fn build_local_message(node: &Node, p: PostMessage) -> Result<Envelope, (StatusC
         let base = parent
             .clone()
             .or_else(|| node.transcripts.recent(&group, 1).pop());
-        let depth = base.map(|e| e.depth + 1).unwrap_or(1);
+        let depth = base.map_or(1, |e| next_depth(e.depth));
         (
             Author {
                 name: me.name.clone(),

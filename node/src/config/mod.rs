@@ -850,6 +850,15 @@ impl Settings {
                 "must be at least 1 (0 would silence every bot)",
             ));
         }
+        if m.max_depth > crate::wire::limits::MAX_DEPTH {
+            return Err(self.err(
+                "mesh.max_depth",
+                format!(
+                    "must be at most {} (peers refuse deeper envelopes)",
+                    crate::wire::limits::MAX_DEPTH
+                ),
+            ));
+        }
         if m.llm_threshold >= m.max_depth {
             return Err(self.err(
                 "mesh.llm_threshold",
@@ -943,6 +952,16 @@ impl Settings {
             }
             if b.name.trim().is_empty() || b.name.trim() != b.name {
                 return Err(self.err(at("name"), "must be non-empty without surrounding spaces"));
+            }
+            if b.name.len() > crate::wire::limits::MAX_NAME_BYTES {
+                return Err(self.err(
+                    at("name"),
+                    format!(
+                        "{} bytes, over {} (peers refuse longer author names)",
+                        b.name.len(),
+                        crate::wire::limits::MAX_NAME_BYTES
+                    ),
+                ));
             }
             if b.name.starts_with('@') || b.name.contains(['<', '>', '"']) {
                 return Err(self.err(
