@@ -47,6 +47,8 @@ fn config_errors_name_the_key_and_bind_nothing() {
         Case { what: "threshold above depth", toml: base(port, "max_depth = 2\nllm_threshold = 2", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["mesh.llm_threshold", "below mesh.max_depth"] },
         Case { what: "a depth past the wire's bound", toml: base(port, "max_depth = 401", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["mesh.max_depth", "at most 400"] },
         Case { what: "a bot name over 64 bytes", toml: format!("[mesh]\nsecret_env = \"TEST_SECRET\"\n[[bots]]\nname = \"{}\"\nbridge = \"127.0.0.1:{port}\"\napi = \"127.0.0.1:{}\"\n", "名".repeat(22), port + 1), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].name", "66 bytes, over 64"] },
+        Case { what: "no groups allowed", toml: base(port, "max_groups = 0", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["mesh.max_groups", "at least 1"] },
+        Case { what: "no transcript files open", toml: base(port, "max_open_transcripts = 0", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["mesh.max_open_transcripts", "at least 1"] },
         Case { what: "too many relay hops", toml: base(port, "max_relay_hops = 9", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["mesh.max_relay_hops", "at most 3"] },
         Case { what: "batch too large", toml: base(port, "batch_max = 1000", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["mesh.batch_max", "1 to 256"] },
         Case { what: "batch of none", toml: base(port, "batch_max = 0", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["mesh.batch_max", "1 to 256"] },

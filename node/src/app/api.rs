@@ -21,7 +21,7 @@ use ulid::Ulid;
 use crate::app::node::Node;
 use crate::config::Platform;
 use crate::ingress::server::{self, Body, BodyError};
-use crate::store::transcript::{Appended, MEMORY_MESSAGES};
+use crate::store::transcript::{Appended, TranscriptError, MEMORY_MESSAGES};
 use crate::wire::envelope::{
     next_depth, now_millis, Author, AuthorKind, Envelope, Why, MAX_TEXT_BYTES,
 };
@@ -39,6 +39,8 @@ fn refresh_cache_sizes(node: &Node) {
     let m = &node.metrics;
     m.set_cache_entries("seen_ids", node.seen.len());
     m.set_cache_entries("transcript_ids", node.transcripts.indexed_ids());
+    m.set_cache_entries("transcript_groups", node.transcripts.groups());
+    m.set_cache_entries("transcript_files_open", node.transcripts.open_files());
     m.set_cache_entries("rate_limiter_buckets", node.limiter.buckets());
     m.set_cache_entries("claim_triggers", node.brain.board.len());
     m.set_cache_entries("decision_trail", node.brain.trail.len());
@@ -175,6 +177,10 @@ async fn post_message(node: &Arc<Node>, req: Request<Incoming>) -> Response<Body
                 StatusCode::OK,
                 &serde_json::json!({"duplicate": true, "group": env.group}),
             ),
+            // The node is full of groups: retrying will not help, raising max_groups will.
+            Err(e @ TranscriptError::TooManyGroups { .. }) => {
+                server::error(StatusCode::INSUFFICIENT_STORAGE, e)
+            }
             Err(e) => server::error(StatusCode::SERVICE_UNAVAILABLE, e),
         },
         Err((status, why)) => server::error(status, why),

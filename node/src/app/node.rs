@@ -253,6 +253,8 @@ impl Node {
         mut env: Envelope,
         source: &str,
     ) -> Result<Appended, TranscriptError> {
+        // A group the node may not start is refused before anything is posted anywhere.
+        self.transcripts.admits(&env.group)?;
         if self.platform.should_post(&env) && !self.transcripts.contains(&env.group, &env.id, None)
         {
             // A failure is logged by the adapter: the mesh still gets the message.
@@ -374,7 +376,7 @@ fn open_outboxes(
         .map(|p| {
             let cursor = outbox_dir.join(format!(
                 "{}.cursor",
-                crate::store::transcript::encode_name(&p.name)
+                crate::store::transcript::file_stem(&p.name)
             ));
             Outbox::new(
                 &p.name,
@@ -391,7 +393,7 @@ fn open_outboxes(
             cfg.mesh().outbox_capacity,
             Some(outbox_dir.join(format!(
                 "{}.cursor",
-                crate::store::transcript::encode_name(STREAM_OUTBOX)
+                crate::store::transcript::file_stem(STREAM_OUTBOX)
             ))),
         ));
     }
@@ -417,9 +419,18 @@ fn resume_from_log(
         outboxes: outboxes.to_vec(),
         metrics: metrics.clone(),
     });
-    let (transcripts, report, logged) =
-        Transcripts::open(&cfg.data_dir, events.clone(), true, fanout, min_next_seq)
-            .with_context(|| format!("opening transcripts in {}", cfg.data_dir.display()))?;
+    let (transcripts, report, logged) = Transcripts::open(
+        &cfg.data_dir,
+        events.clone(),
+        true,
+        fanout,
+        min_next_seq,
+        crate::store::transcript::TranscriptLimits {
+            max_groups: cfg.mesh().max_groups,
+            max_open_files: cfg.mesh().max_open_transcripts,
+        },
+    )
+    .with_context(|| format!("opening transcripts in {}", cfg.data_dir.display()))?;
     tracing::info!(
         groups = report.groups,
         messages = report.messages,

@@ -117,6 +117,13 @@ pub struct MeshSettings {
     /// In `shared` mode: how long a bot waits for the chosen bot's verdict before it
     /// asks its own judge (the chosen bot is down, slow, or saw the message late).
     pub(crate) verdict_timeout_ms: u64,
+    /// Groups a node keeps: a message that would start one more is refused (the API
+    /// answers 507, a peer 400 `too_many_groups`) and the other groups carry on.
+    pub(crate) max_groups: usize,
+    /// Transcript files held open at once; past it the least recently written is
+    /// closed (and opened again when its group next speaks). Keep it well below the
+    /// process's open-file limit (`ulimit -n`), which sockets share.
+    pub(crate) max_open_transcripts: usize,
 }
 
 /// `[mesh] judge`: who asks the judge LLM whether a bot should interject.
@@ -204,6 +211,8 @@ impl Default for MeshSettings {
             stale_after_secs: 600,
             judge: JudgeMode::Own,
             verdict_timeout_ms: 4_000,
+            max_groups: 10_000,
+            max_open_transcripts: 256,
         }
     }
 }
@@ -894,6 +903,14 @@ impl Settings {
                 "mesh.max_connections",
                 "max_connections and header_timeout_ms must be at least 1",
             ));
+        }
+        for (key, value) in [
+            ("max_groups", m.max_groups),
+            ("max_open_transcripts", m.max_open_transcripts),
+        ] {
+            if value == 0 {
+                return Err(self.err(format!("mesh.{key}"), "must be at least 1"));
+            }
         }
         if m.peer_rate_limit == 0 {
             return Err(self.err("mesh.peer_rate_limit", "must be at least 1"));
