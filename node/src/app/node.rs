@@ -374,10 +374,9 @@ fn open_outboxes(
         .peers()
         .filter(|p| !cfg.via_stream(p))
         .map(|p| {
-            let cursor = outbox_dir.join(format!(
-                "{}.cursor",
-                crate::store::transcript::file_stem(&p.name)
-            ));
+            // An older version's cursor under a long readable name is kept (stored_path):
+            // a missing cursor would take the peer for new and skip what it is owed.
+            let cursor = crate::store::transcript::stored_path(outbox_dir, &p.name, "cursor");
             Outbox::new(
                 &p.name,
                 &p.bridge_base_url(),
@@ -391,10 +390,11 @@ fn open_outboxes(
             STREAM_OUTBOX,
             Arc::new(crate::egress::transport::StreamTransport(link.clone())),
             cfg.mesh().outbox_capacity,
-            Some(outbox_dir.join(format!(
-                "{}.cursor",
-                crate::store::transcript::file_stem(STREAM_OUTBOX)
-            ))),
+            Some(crate::store::transcript::stored_path(
+                outbox_dir,
+                STREAM_OUTBOX,
+                "cursor",
+            )),
         ));
     }
     for o in &outboxes {
