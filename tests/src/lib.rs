@@ -745,12 +745,24 @@ pub struct ProcessMesh {
     pub procs: Vec<Option<std::process::Child>>,
     /// A plain HTTP client.
     pub http: reqwest::Client,
+    /// The open-file limit (`ulimit -n`) the bots are started with; None: inherited.
+    pub open_files_limit: Option<u32>,
 }
 
 impl ProcessMesh {
     /// Writes peers.toml (Ed25519 keys from `botmesh keygen`, free ports, `extra_bot`
     /// lines in every bot entry) and starts every bot.
     pub async fn start(names: &[&str], extra_mesh: &str, extra_bot: &str) -> ProcessMesh {
+        let mut mesh = ProcessMesh::configure(names, extra_mesh, extra_bot);
+        for i in 0..names.len() {
+            mesh.spawn(i).await;
+        }
+        mesh
+    }
+
+    /// [`ProcessMesh::start`] without starting anyone, so a test can change how the
+    /// bots are started (e.g. [`ProcessMesh::open_files_limit`]) before it spawns them.
+    pub fn configure(names: &[&str], extra_mesh: &str, extra_bot: &str) -> ProcessMesh {
         let dir = tempfile::tempdir().unwrap();
         let free = || {
             std::net::TcpListener::bind("127.0.0.1:0")
@@ -782,18 +794,15 @@ impl ProcessMesh {
             .timeout(Duration::from_secs(10))
             .build()
             .unwrap();
-        let mut mesh = ProcessMesh {
+        ProcessMesh {
             dir,
             config,
             names: names.iter().map(|s| s.to_string()).collect(),
             apis,
             procs: names.iter().map(|_| None).collect(),
             http,
-        };
-        for i in 0..names.len() {
-            mesh.spawn(i).await;
+            open_files_limit: None,
         }
-        mesh
     }
 
     /// Starts bot `i` and waits until it is healthy.
@@ -801,7 +810,17 @@ impl ProcessMesh {
         assert!(self.procs[i].is_none());
         let log =
             std::fs::File::create(self.dir.path().join(format!("{}.log", self.names[i]))).unwrap();
-        let child = std::process::Command::new(botmesh_bin())
+        let mut command = match self.open_files_limit {
+            None => std::process::Command::new(botmesh_bin()),
+            Some(n) => {
+                let mut sh = std::process::Command::new("sh");
+                sh.arg("-c")
+                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                    .arg(botmesh_bin());
+                sh
+            }
+        };
+        let child = command
             .args(["run", "--bot", &self.names[i], "--config"])
             .arg(&self.config)
             .env("BOTMESH_LOG", "info")
@@ -835,6 +854,18 @@ impl ProcessMesh {
             .await
             .ok()?;
         Some(r.status().as_u16())
+    }
+
+    /// Bot `i`'s `/metrics` text.
+    pub async fn metrics(&self, i: usize) -> String {
+        self.http
+            .get(format!("{}/metrics", self.apis[i]))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("metrics text")
     }
 
     /// Bot `i`'s log so far.

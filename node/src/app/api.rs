@@ -20,8 +20,11 @@ use ulid::Ulid;
 use crate::app::node::Node;
 use crate::config::Platform;
 use crate::ingress::server::{self, Body, BodyError};
-use crate::store::transcript::{Appended, MEMORY_MESSAGES};
-use crate::wire::envelope::{now_millis, Author, AuthorKind, Envelope, Why, MAX_TEXT_BYTES};
+use crate::store::transcript::{Appended, TranscriptError, MEMORY_MESSAGES};
+use crate::wire::envelope::{
+    next_depth, now_millis, Author, AuthorKind, Envelope, Why, MAX_TEXT_BYTES,
+};
+use crate::wire::limits::MAX_NAME_BYTES;
 
 /// Largest request body on the local API.
 const MAX_API_BODY: usize = 256 * 1024;
@@ -35,6 +38,8 @@ fn refresh_cache_sizes(node: &Node) {
     let m = &node.metrics;
     m.set_cache_entries("seen_ids", node.seen.len());
     m.set_cache_entries("transcript_ids", node.transcripts.indexed_ids());
+    m.set_cache_entries("transcript_groups", node.transcripts.groups());
+    m.set_cache_entries("transcript_files_open", node.transcripts.open_files());
     m.set_cache_entries("rate_limiter_buckets", node.limiter.buckets());
     m.set_cache_entries("claim_triggers", node.brain.board.len());
     m.set_cache_entries("decision_trail", node.brain.trail.len());
@@ -171,6 +176,10 @@ async fn post_message(node: &Arc<Node>, req: Request<Incoming>) -> Response<Body
                 StatusCode::OK,
                 &serde_json::json!({"duplicate": true, "group": env.group}),
             ),
+            // The node is full of groups: retrying will not help, raising max_groups will.
+            Err(e @ TranscriptError::TooManyGroups { .. }) => {
+                server::error(StatusCode::INSUFFICIENT_STORAGE, e)
+            }
             Err(e) => server::error(StatusCode::SERVICE_UNAVAILABLE, e),
         },
         Err((status, why)) => server::error(status, why),
@@ -212,10 +221,10 @@ fn build_local_message(node: &Node, p: PostMessage) -> Result<Envelope, (StatusC
                 ),
             ));
         }
-        if f.len() > 64 {
+        if f.len() > MAX_NAME_BYTES {
             return Err((
                 StatusCode::BAD_REQUEST,
-                "from must be at most 64 bytes".into(),
+                format!("from must be at most {MAX_NAME_BYTES} bytes"),
             ));
         }
     }
@@ -232,7 +241,7 @@ fn build_local_message(node: &Node, p: PostMessage) -> Result<Envelope, (StatusC
         let base = parent
             .clone()
             .or_else(|| node.transcripts.recent(&group, 1).pop());
-        let depth = base.map(|e| e.depth + 1).unwrap_or(1);
+        let depth = base.map_or(1, |e| next_depth(e.depth));
         (
             Author {
                 name: me.name.clone(),

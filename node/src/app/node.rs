@@ -253,6 +253,8 @@ impl Node {
         mut env: Envelope,
         source: &str,
     ) -> Result<Appended, TranscriptError> {
+        // A group the node may not start is refused before anything is posted anywhere.
+        self.transcripts.admits(&env.group)?;
         if self.platform.should_post(&env) && !self.transcripts.contains(&env.group, &env.id, None)
         {
             // A failure is logged by the adapter: the mesh still gets the message.
@@ -375,10 +377,9 @@ fn open_outboxes(
         .peers()
         .filter(|p| !cfg.via_stream(p))
         .map(|p| {
-            let cursor = outbox_dir.join(format!(
-                "{}.cursor",
-                crate::store::transcript::encode_name(&p.name)
-            ));
+            // An older version's cursor under a long readable name is kept (stored_path):
+            // a missing cursor would take the peer for new and skip what it is owed.
+            let cursor = crate::store::transcript::stored_path(outbox_dir, &p.name, "cursor");
             Outbox::new(
                 &p.name,
                 &p.bridge_base_url(),
@@ -392,10 +393,11 @@ fn open_outboxes(
             STREAM_OUTBOX,
             Arc::new(crate::egress::transport::StreamTransport(link.clone())),
             cfg.mesh().outbox_capacity,
-            Some(outbox_dir.join(format!(
-                "{}.cursor",
-                crate::store::transcript::encode_name(STREAM_OUTBOX)
-            ))),
+            Some(crate::store::transcript::stored_path(
+                outbox_dir,
+                STREAM_OUTBOX,
+                "cursor",
+            )),
         ));
     }
     for o in &outboxes {
@@ -420,9 +422,18 @@ fn resume_from_log(
         outboxes: outboxes.to_vec(),
         metrics: metrics.clone(),
     });
-    let (transcripts, report, logged) =
-        Transcripts::open(&cfg.data_dir, events.clone(), true, fanout, min_next_seq)
-            .with_context(|| format!("opening transcripts in {}", cfg.data_dir.display()))?;
+    let (transcripts, report, logged) = Transcripts::open(
+        &cfg.data_dir,
+        events.clone(),
+        true,
+        fanout,
+        min_next_seq,
+        crate::store::transcript::TranscriptLimits {
+            max_groups: cfg.mesh().max_groups,
+            max_open_files: cfg.mesh().max_open_transcripts,
+        },
+    )
+    .with_context(|| format!("opening transcripts in {}", cfg.data_dir.display()))?;
     tracing::info!(
         groups = report.groups,
         messages = report.messages,

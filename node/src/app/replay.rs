@@ -42,7 +42,7 @@ use crate::config::{MeshSettings, NodeConfig, Settings};
 use crate::egress::acks::{AckTracker, ClaimAcks};
 use crate::llm::{ChatMessage, Completion, Endpoint, LlmClient, LlmError, Purpose, Usage};
 use crate::store::transcript::{
-    bot_messages_and_due_in, encode_name, last_in, read_only, since_in,
+    bot_messages_and_due_in, last_in, read_only, since_in, stored_path,
 };
 use crate::store::verdicts::{self, VerdictRecord};
 use crate::telemetry::events::Event;
@@ -475,7 +475,7 @@ fn transcript_of(
         (None, group) => {
             let group = group.clone().unwrap_or_else(|| cfg.mesh().group.clone());
             let dir = cfg.data_dir.join("transcripts");
-            let path = dir.join(format!("{}.jsonl", encode_name(&group)));
+            let path = stored_path(&dir, &group, "jsonl");
             if !path.exists() {
                 bail!(
                     "no transcript of group {group:?} in {} (groups there: {})",
@@ -494,11 +494,9 @@ fn groups_in(dir: &Path) -> String {
         .into_iter()
         .flatten()
         .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            name.strip_suffix(".jsonl")
-                .and_then(crate::store::transcript::decode_name)
-        })
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .filter_map(|p| crate::store::transcript::group_of_file(&p))
         .collect();
     names.sort();
     if names.is_empty() {

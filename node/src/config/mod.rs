@@ -123,6 +123,13 @@ pub struct MeshSettings {
     /// `dingtalk:<staff id>`); anyone else's is ordinary text. Absent: everyone may
     /// command (logged as a warning at start). `/why` is open to everyone.
     pub(crate) operators: Option<Vec<String>>,
+    /// Groups a node keeps: a message that would start one more is refused (the API
+    /// answers 507, a peer 400 `too_many_groups`) and the other groups carry on.
+    pub(crate) max_groups: usize,
+    /// Transcript files held open at once; past it the least recently written is
+    /// closed (and opened again when its group next speaks). Keep it well below the
+    /// process's open-file limit (`ulimit -n`), which sockets share.
+    pub(crate) max_open_transcripts: usize,
 }
 
 /// `[mesh] judge`: who asks the judge LLM whether a bot should interject.
@@ -211,6 +218,8 @@ impl Default for MeshSettings {
             judge: JudgeMode::Own,
             verdict_timeout_ms: 4_000,
             operators: None,
+            max_groups: 10_000,
+            max_open_transcripts: 256,
         }
     }
 }
@@ -895,6 +904,15 @@ impl Settings {
                 "must be at least 1 (0 would silence every bot)",
             ));
         }
+        if m.max_depth > crate::wire::limits::MAX_DEPTH {
+            return Err(self.err(
+                "mesh.max_depth",
+                format!(
+                    "must be at most {} (peers refuse deeper envelopes)",
+                    crate::wire::limits::MAX_DEPTH
+                ),
+            ));
+        }
         if m.llm_threshold >= m.max_depth {
             return Err(self.err(
                 "mesh.llm_threshold",
@@ -930,6 +948,14 @@ impl Settings {
                 "mesh.max_connections",
                 "max_connections and header_timeout_ms must be at least 1",
             ));
+        }
+        for (key, value) in [
+            ("max_groups", m.max_groups),
+            ("max_open_transcripts", m.max_open_transcripts),
+        ] {
+            if value == 0 {
+                return Err(self.err(format!("mesh.{key}"), "must be at least 1"));
+            }
         }
         if m.peer_rate_limit == 0 {
             return Err(self.err("mesh.peer_rate_limit", "must be at least 1"));
@@ -988,6 +1014,16 @@ impl Settings {
             }
             if b.name.trim().is_empty() || b.name.trim() != b.name {
                 return Err(self.err(at("name"), "must be non-empty without surrounding spaces"));
+            }
+            if b.name.len() > crate::wire::limits::MAX_NAME_BYTES {
+                return Err(self.err(
+                    at("name"),
+                    format!(
+                        "{} bytes, over {} (peers refuse longer author names)",
+                        b.name.len(),
+                        crate::wire::limits::MAX_NAME_BYTES
+                    ),
+                ));
             }
             if b.name.starts_with('@') || b.name.contains(['<', '>', '"']) {
                 return Err(self.err(

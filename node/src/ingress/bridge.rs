@@ -22,7 +22,7 @@ use hyper::body::Incoming;
 
 use crate::ingress::ingest::Ingest;
 use crate::ingress::server::{self, Body, BodyError};
-use crate::store::transcript::Appended;
+use crate::store::transcript::{Appended, TranscriptError};
 use crate::wire::envelope::{AuthorKind, Envelope, Kind};
 use crate::wire::limits::MAX_BODY_BYTES;
 use crate::wire::signing::{
@@ -358,6 +358,13 @@ async fn commit(
                     ingest.seen.insert(&env.id.to_string());
                     Ok(outcome)
                 }
+                // Permanent for the sender (its outbox gives up on a 400 rather than
+                // hold every later envelope behind this one for a day of retries).
+                Err(e @ TranscriptError::TooManyGroups { .. }) => Err(Reject(
+                    StatusCode::BAD_REQUEST,
+                    "too_many_groups",
+                    e.to_string(),
+                )),
                 Err(e) => Err(Reject(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "storage",

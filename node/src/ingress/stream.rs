@@ -37,7 +37,9 @@ impl Entry {
     }
 }
 
-/// Per-group read positions, kept in `<data_dir>/streams/<group>.cursor`.
+/// Per-group read positions, kept in `<data_dir>/streams/<group>.cursor` (the group's
+/// file name as for transcripts, `store::transcript::stored_path`; in a file whose
+/// name is hashed, the group follows the entry id's line).
 pub(crate) struct Cursors {
     dir: PathBuf,
     /// The last entry processed, by group.
@@ -55,17 +57,22 @@ impl Cursors {
             if path.extension().and_then(|e| e.to_str()) != Some("cursor") {
                 continue;
             }
-            let Some(group) = path
-                .file_stem()
-                .and_then(|s| s.to_str())
-                .and_then(crate::store::transcript::decode_name)
-            else {
+            let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else {
                 continue;
             };
-            match std::fs::read_to_string(&path)
-                .ok()
-                .and_then(|t| EntryId::parse(t.trim()))
-            {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));
+            let id = EntryId::parse(first.trim());
+            // A hashed file name does not say the group: the rest of the file does.
+            let Some(group) = crate::store::transcript::name_of_stem(stem).or_else(|| {
+                Some(rest)
+                    .filter(|g| crate::store::transcript::file_stem(g) == stem)
+                    .map(str::to_string)
+            }) else {
+                tracing::warn!(path = %path.display(), "stream cursor of an unknown group ignored");
+                continue;
+            };
+            match id {
                 Some(id) => {
                     by_group.insert(group, id);
                 }
@@ -80,12 +87,21 @@ impl Cursors {
     /// Records and saves `group`'s position (write to a temporary file, then rename).
     pub(crate) fn save(&mut self, group: &str, id: EntryId) -> std::io::Result<()> {
         self.by_group.insert(group.to_string(), id);
-        let path = self.dir.join(format!(
-            "{}.cursor",
-            crate::store::transcript::encode_name(group)
-        ));
+        let path = crate::store::transcript::stored_path(&self.dir, group, "cursor");
         let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, id.to_string())?;
+        let mut text = id.to_string();
+        if crate::store::transcript::name_of_stem(
+            path.file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or_default(),
+        )
+        .is_none()
+        {
+            // A hashed file name: the group follows, to the end of the file.
+            text.push('\n');
+            text.push_str(group);
+        }
+        std::fs::write(&tmp, text)?;
         std::fs::rename(tmp, path)
     }
 }
@@ -454,11 +470,20 @@ mod tests {
         let mut c = Cursors::load(dir.path()).unwrap();
         c.save("demo", EntryId { ms: 9, seq: 2 }).unwrap();
         c.save("oc_群 1", EntryId { ms: 10, seq: 0 }).unwrap();
+        // A name too long for a readable file name, with a line break in it.
+        let long = format!("{}\n{}", "群".repeat(30), "x".repeat(200));
+        c.save(&long, EntryId { ms: 11, seq: 1 }).unwrap();
+        c.save(&long, EntryId { ms: 12, seq: 0 }).unwrap();
         std::fs::write(dir.path().join("streams/broken.cursor"), "nope").unwrap();
         let again = Cursors::load(dir.path()).unwrap();
-        assert_eq!(again.by_group.len(), 2);
+        assert_eq!(again.by_group.len(), 3);
         assert_eq!(again.by_group["demo"], EntryId { ms: 9, seq: 2 });
         assert_eq!(again.by_group["oc_群 1"], EntryId { ms: 10, seq: 0 });
+        assert_eq!(again.by_group[&long], EntryId { ms: 12, seq: 0 });
+        for f in std::fs::read_dir(dir.path().join("streams")).unwrap() {
+            let name = f.unwrap().file_name();
+            assert!(name.len() < 80, "{name:?}");
+        }
     }
 
     #[test]

@@ -80,7 +80,7 @@ use crate::platform::{ChatPlatform, PostError, Visibility};
 use crate::store::transcript::Appended;
 use crate::telemetry::metrics::Metrics;
 use crate::turn::mention::{MentionMatcher, PlatformMention};
-use crate::wire::envelope::{now_millis, Author, AuthorKind, Envelope};
+use crate::wire::envelope::{now_millis, Author, Envelope};
 use futures_util::future::BoxFuture;
 
 /// Where Feishu posts event callbacks, on the peer-facing listener.
@@ -1913,10 +1913,7 @@ async fn process(f: &Feishu, node: &Ingest, ev: MessageReceived) -> Result<(), (
         tracing::warn!(message_id = %msg.message_id, bot = ?bot, "no bridge copy of a colleague's feishu message; recording it as context only");
     }
     // Context only: nobody answers it (its real depth is unknown).
-    env.author = Author {
-        name: bot.unwrap_or_else(|| format!("app:{sender_open_id}")),
-        kind: AuthorKind::Bot,
-    };
+    env.author = Author::bot(bot.unwrap_or_else(|| format!("app:{sender_open_id}")));
     env.depth = f.max_depth;
     env.root = None;
     let arrival = Arrival {

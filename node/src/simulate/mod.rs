@@ -1057,7 +1057,7 @@ impl<'w> Sim<'w> {
         let sender = author.name.clone();
         let mut env = Envelope::message(id, self.now, "sim", sender, author, text);
         if let Some(t) = trigger {
-            env.depth = t.depth + 1;
+            env.depth = crate::wire::envelope::next_depth(t.depth);
             env.reply_to = Some(t.id);
             env.root = t.root.or(Some(t.id));
         }

@@ -1,10 +1,15 @@
 //! `Transcripts`: each group's messages, persisted as an append-only JSON-lines file.
 //!
-//! One file per group in `<data_dir>/transcripts/`, one envelope per line. Appends are
-//! deduplicated by `id` and by `platform_msg_id`, written by one writer thread that
-//! batches concurrent appends into one `fsync` (group commit), and acknowledged only
-//! once on disk. On start every file is read back; a line cut short by a crash is
-//! dropped (and the file truncated to the last whole line) with a warning.
+//! One file per group in `<data_dir>/transcripts/`, one envelope per line, named by
+//! [`file_stem`] (bounded whatever the group's name). Appends are deduplicated by `id`
+//! and by `platform_msg_id`, written by one writer thread that batches concurrent
+//! appends into one `fsync` (group commit), and acknowledged only once on disk. On
+//! start every file is read back; a line cut short by a crash is dropped (and the file
+//! truncated to the last whole line) with a warning.
+//!
+//! Bounded by [`TranscriptLimits`]: at most `max_groups` groups (a message that would
+//! start one more is refused, [`TranscriptError::TooManyGroups`]), and at most
+//! `max_open_files` files open, the least recently written closed first.
 //!
 //! The node's own messages also go to its peers: the writer appends them to the outbox
 //! log and hands them to the [`Fanout`] as soon as they are written, while its `fsync`
@@ -21,6 +26,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 
 use bytes::Bytes;
@@ -51,6 +57,15 @@ pub enum TranscriptError {
     /// The writer thread is gone (node shutting down).
     #[error("transcript writer stopped")]
     Stopped,
+    /// The message would start a new group on a node that already holds
+    /// `[mesh] max_groups` groups: refused, nothing written; the other groups carry on.
+    #[error("this node already holds {max} groups ([mesh] max_groups): no new group {group:?}")]
+    TooManyGroups {
+        /// The limit.
+        max: usize,
+        /// The group that was not started.
+        group: String,
+    },
 }
 
 /// What was found while loading, for the start-up log.
@@ -112,6 +127,17 @@ impl GroupLog {
     }
 }
 
+/// Takes back a message that was not written, and its group too when it was the
+/// group's only message (a group is counted against `max_groups` only once written).
+fn forget(groups: &mut HashMap<String, GroupLog>, env: &Envelope) {
+    if let Some(log) = groups.get_mut(&env.group) {
+        log.remove(env);
+        if log.ids.is_empty() {
+            groups.remove(&env.group);
+        }
+    }
+}
+
 /// The platform ids one `platform_msg_id` holds: one, or several separated by spaces
 /// when the platform split a long message into parts (Discord's 2,000 characters).
 /// Each is indexed, so a part seen on the platform finds the message it belongs to.
@@ -164,6 +190,32 @@ pub(crate) struct Transcripts {
     events: EventBus,
     /// The last write error, shown by /healthz until a write succeeds again.
     last_error: Arc<Mutex<Option<String>>>,
+    /// New groups past this many are refused ([`TranscriptError::TooManyGroups`]).
+    max_groups: usize,
+    /// Transcript files the writer holds open now (a gauge).
+    open_files: Arc<AtomicUsize>,
+}
+
+/// What a node's transcripts may hold: `[mesh] max_groups` and
+/// `[mesh] max_open_transcripts`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TranscriptLimits {
+    /// Groups the node keeps; a message that would start one more is refused, and
+    /// the groups it has carry on.
+    pub max_groups: usize,
+    /// Transcript files held open at once: past it the least recently written one is
+    /// closed (and opened again when its group next speaks), so many groups never
+    /// exhaust the process's file descriptors.
+    pub max_open_files: usize,
+}
+
+#[cfg(test)]
+impl TranscriptLimits {
+    /// Limits no test reaches.
+    pub(crate) const UNBOUNDED: TranscriptLimits = TranscriptLimits {
+        max_groups: usize::MAX,
+        max_open_files: 1024,
+    };
 }
 
 impl Transcripts {
@@ -174,6 +226,7 @@ impl Transcripts {
         fsync: bool,
         fanout: Arc<dyn Fanout>,
         min_next_seq: u64,
+        limits: TranscriptLimits,
     ) -> std::io::Result<(Transcripts, LoadReport, Vec<LoggedOutbound>)> {
         let dir = data_dir.join("transcripts");
         std::fs::create_dir_all(&dir)?;
@@ -184,19 +237,41 @@ impl Transcripts {
             if path.extension().and_then(|e| e.to_str()) != Some("jsonl") {
                 continue;
             }
-            let Some(group) = path
-                .file_stem()
-                .and_then(|s| s.to_str())
-                .and_then(decode_name)
-            else {
+            let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else {
                 tracing::warn!(file = %path.display(), "skipping transcript file with an undecodable name");
                 continue;
             };
+            let named = name_of_stem(stem);
+            if named.is_none() && !stem.starts_with(HASHED_PREFIX) {
+                tracing::warn!(file = %path.display(), "skipping transcript file with an undecodable name");
+                continue;
+            }
             let (log, dropped) = load_file(&path)?;
+            report.dropped_lines += dropped;
+            // A hashed name does not say the group: its lines do.
+            let Some(group) = named.or_else(|| log.recent.back().map(|e| e.group.clone())) else {
+                continue;
+            };
+            // A readable name that is not the group's stem now is a long name an older
+            // version wrote: the writer keeps appending there ([`stored_path`]).
+            if stem.starts_with(HASHED_PREFIX) && file_stem(&group) != stem {
+                tracing::warn!(file = %path.display(), %group, "skipping a transcript file whose lines belong to a group of another file name (renamed by hand?)");
+                continue;
+            }
+            if groups.contains_key(&group) {
+                tracing::warn!(file = %path.display(), %group, "skipping a second transcript file of one group");
+                continue;
+            }
             report.groups += 1;
             report.messages += log.ids.len();
-            report.dropped_lines += dropped;
             groups.insert(group, log);
+        }
+        if groups.len() > limits.max_groups {
+            tracing::warn!(
+                groups = groups.len(),
+                max_groups = limits.max_groups,
+                "the data folder holds more groups than [mesh] max_groups: all are kept, new groups are refused"
+            );
         }
         let log_path = data_dir.join(OUTBOX_LOG);
         let pending = load_outbox_log(&log_path)?;
@@ -208,10 +283,14 @@ impl Transcripts {
         let outbox_log = AppendFile::open(&log_path, false)?;
         let (tx, rx) = mpsc::channel();
         let last_error = Arc::new(Mutex::new(None));
+        let open_files = Arc::new(AtomicUsize::new(0));
         let writer = Writer {
             dir,
             fsync,
             files: HashMap::new(),
+            max_open: limits.max_open_files.max(1),
+            clock: 0,
+            open_files: open_files.clone(),
             log: outbox_log,
             log_entries: !pending.is_empty(),
             next_seq,
@@ -228,6 +307,8 @@ impl Transcripts {
                 writer_thread: Mutex::new(Some(writer_thread)),
                 events,
                 last_error,
+                max_groups: limits.max_groups,
+                open_files,
             },
             report,
             pending,
@@ -298,6 +379,14 @@ impl Transcripts {
             // Sent under the lock so the file order is the memory order.
             let writer = self.writer.lock();
             for (env, line, outbound) in prepared {
+                if groups.len() >= self.max_groups && !groups.contains_key(&env.group) {
+                    tracing::warn!(group = %env.group, id = %env.id, max_groups = self.max_groups, "message refused: it would start a group past [mesh] max_groups");
+                    slots.push(Slot::Done(Err(TranscriptError::TooManyGroups {
+                        max: self.max_groups,
+                        group: env.group.clone(),
+                    })));
+                    continue;
+                }
                 let log = groups
                     .entry(env.group.clone())
                     .or_insert_with(GroupLog::new);
@@ -320,7 +409,7 @@ impl Transcripts {
                     })
                     .unwrap_or(false);
                 if !sent {
-                    log.remove(&env);
+                    forget(&mut groups, &env);
                     slots.push(Slot::Done(Err(TranscriptError::Stopped)));
                     continue;
                 }
@@ -345,10 +434,7 @@ impl Transcripts {
                     Ok(Appended::New)
                 }
                 Err(e) => {
-                    let mut groups = self.groups.lock();
-                    if let Some(log) = groups.get_mut(&env.group) {
-                        log.remove(&env);
-                    }
+                    forget(&mut self.groups.lock(), &env);
                     Err(TranscriptError::Io(e))
                 }
             });
@@ -418,6 +504,30 @@ impl Transcripts {
             .rev()
             .find(|e| &e.id == id)
             .cloned()
+    }
+
+    /// Groups held (for metrics: how close the node is to `max_groups`).
+    pub(crate) fn groups(&self) -> usize {
+        self.groups.lock().len()
+    }
+
+    /// Transcript files the writer holds open now (at most `max_open_transcripts`).
+    pub(crate) fn open_files(&self) -> usize {
+        self.open_files.load(Ordering::Relaxed)
+    }
+
+    /// Refuses what [`Transcripts::append_with`] would refuse for starting a group past
+    /// `max_groups`, before anything else is done with the message (such as posting it
+    /// to a chat platform).
+    pub(crate) fn admits(&self, group: &str) -> Result<(), TranscriptError> {
+        let groups = self.groups.lock();
+        if groups.len() >= self.max_groups && !groups.contains_key(group) {
+            return Err(TranscriptError::TooManyGroups {
+                max: self.max_groups,
+                group: group.to_string(),
+            });
+        }
+        Ok(())
     }
 
     /// Total ids indexed (for metrics and soak checks).
@@ -527,7 +637,15 @@ pub(crate) fn read_only(path: &Path) -> std::io::Result<(Vec<Arc<Envelope>>, usi
 struct Writer {
     dir: PathBuf,
     fsync: bool,
+    /// The transcript files open now, by group: at most `max_open` (see [`Writer::file`]).
     files: HashMap<String, AppendFile>,
+    /// How many transcript files may be open at once (`max_open_transcripts`).
+    max_open: usize,
+    /// Counts appends: each open file's `used` is the count at its last append, and the
+    /// least recently used one is closed first.
+    clock: u64,
+    /// `files.len()`, for [`Transcripts::open_files`].
+    open_files: Arc<AtomicUsize>,
     log: AppendFile,
     /// Whether the log may hold entries (so compaction is worth checking).
     log_entries: bool,
@@ -536,19 +654,25 @@ struct Writer {
     last_error: Arc<Mutex<Option<String>>>,
 }
 
-/// Zeroed space a transcript file keeps ahead of its last line (see [`AppendFile`]).
-/// Small, because zeroing is written data too and blocks the writer thread while it is
-/// synced: 64 KiB take about 0.2 ms on the bench machine, 1 MiB about 1 ms alone, and
-/// every node of a mesh receives the same messages, so they all zero at the same
-/// moment (one 8-node run with 256 KiB had a paced p99 of 47 ms; docs/benchmarks.md).
+/// The most zeroed space a transcript file keeps ahead of its last line (see
+/// [`AppendFile`]). Small, because zeroing is written data too and blocks the writer
+/// thread while it is synced: 64 KiB take about 0.2 ms on the bench machine, 1 MiB
+/// about 1 ms alone, and every node of a mesh receives the same messages, so they all
+/// zero at the same moment (one 8-node run with 256 KiB had a paced p99 of 47 ms;
+/// docs/benchmarks.md).
 const PREALLOCATE_BYTES: u64 = 64 << 10;
-/// A transcript file is given more zeroed space once less than this is left.
-const PREALLOCATE_LOW_WATER: u64 = 16 << 10;
+/// The zeroed space a file gets first: a group that speaks once costs this, not
+/// [`PREALLOCATE_BYTES`]. Each time a file uses its space up it gets twice as much,
+/// up to [`PREALLOCATE_BYTES`]: the space grows with the group's activity.
+const PREALLOCATE_FIRST: u64 = 4 << 10;
+
+/// Zeros to preallocate from (a static, so zeroing allocates nothing).
+static ZEROS: [u8; PREALLOCATE_BYTES as usize] = [0; PREALLOCATE_BYTES as usize];
 
 /// An append-only file that knows its length, so a failed append can be cut back
 /// without asking the file system for the length before every write.
 ///
-/// A transcript file keeps up to [`PREALLOCATE_BYTES`] of zeros, written and synced
+/// A transcript file keeps some zeros ([`AppendFile::preallocate`]), written and synced
 /// ahead of time, after its last line: appends then overwrite blocks that are already
 /// allocated and inside the file's size, so the `fdatasync` of each group commit
 /// writes the data alone. Appending past the end also changes the file's size, which
@@ -568,6 +692,11 @@ struct AppendFile {
     preallocate: bool,
     /// Don't try to preallocate again before `len` reaches this (it failed: disk full).
     retry_preallocate_at: u64,
+    /// The zeroed space given last time (0: none yet); the next is twice as much (see
+    /// [`PREALLOCATE_FIRST`]). More is given once less than a quarter of it is left.
+    chunk: u64,
+    /// [`Writer::clock`] at this file's last append (the open-file LRU).
+    used: u64,
     /// A cut back failed, so bytes past `len` may remain: nothing is appended until
     /// the file is cut back to `len` (a partial line must never be followed by more).
     dirty: bool,
@@ -588,33 +717,43 @@ impl AppendFile {
             size: len,
             preallocate,
             retry_preallocate_at: 0,
+            chunk: 0,
+            used: 0,
             dirty: false,
         })
     }
 
-    /// Keeps [`PREALLOCATE_BYTES`] of zeroed, synced space ahead of `len` when less
-    /// than [`PREALLOCATE_LOW_WATER`] is left. Run after a group commit, so the commit
-    /// itself never waits for it. A failure (a full disk) only means plain appends.
+    /// Keeps zeroed, synced space ahead of `len` once less than a quarter of the last
+    /// amount given is left: [`PREALLOCATE_FIRST`] the first time, twice the last
+    /// amount after, at most [`PREALLOCATE_BYTES`]. Run after a group commit, so the
+    /// commit itself never waits for it. A failure (a full disk) only means plain appends.
     fn preallocate(&mut self) {
         if !self.preallocate
             || self.dirty
-            || self.size.saturating_sub(self.len) >= PREALLOCATE_LOW_WATER
+            || (self.chunk > 0 && self.size.saturating_sub(self.len) >= self.chunk / 4)
             || self.len < self.retry_preallocate_at
         {
             return;
         }
+        let chunk = if self.chunk == 0 {
+            PREALLOCATE_FIRST
+        } else {
+            (self.chunk * 2).min(PREALLOCATE_BYTES)
+        };
         let from = self.size.max(self.len);
-        let to = self.len + PREALLOCATE_BYTES;
-        let zeros = vec![0u8; (to - from) as usize];
+        let to = self.len + chunk;
         let written = self
             .file
-            .write_all_at(&zeros, from)
+            .write_all_at(&ZEROS[..(to - from) as usize], from)
             .and_then(|()| self.file.sync_data());
         match written {
-            Ok(()) => self.size = to,
+            Ok(()) => {
+                self.size = to;
+                self.chunk = chunk;
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "could not preallocate transcript space; appending plainly");
-                self.retry_preallocate_at = self.len + PREALLOCATE_BYTES;
+                self.retry_preallocate_at = self.len + chunk;
                 // Drop whatever part of the zeros was written (never a line).
                 self.size = self.len;
                 if let Err(e) = self.file.set_len(self.len) {
@@ -623,6 +762,25 @@ impl AppendFile {
                 }
             }
         }
+    }
+
+    /// Gives the zeroed space back and any bytes of a failed write, so the file ends
+    /// with its last line: true when it does, and the file may be closed (opened
+    /// again, its length is where the next line goes).
+    fn release(&mut self) -> bool {
+        if self.dirty || self.size > self.len {
+            match self.file.set_len(self.len) {
+                Ok(()) => {
+                    self.size = self.len;
+                    self.dirty = false;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not cut a transcript file back to its last line; keeping it open");
+                    return false;
+                }
+            }
+        }
+        true
     }
 
     /// Gives the zeroed space back (the file then ends with its last line).
@@ -679,24 +837,81 @@ impl AppendFile {
 }
 
 impl Writer {
-    fn file(&mut self, group: &str) -> std::io::Result<&mut AppendFile> {
+    /// `group`'s file, opened if it is not. Opening one more than `max_open` closes
+    /// the least recently written file first, except those in `busy` (written in the
+    /// commit under way, still to be synced: [`Writer::run`] keeps a commit's groups
+    /// below `max_open`) and any that cannot be cut back to its last line.
+    fn file(
+        &mut self,
+        group: &str,
+        busy: &HashMap<String, u64>,
+    ) -> std::io::Result<&mut AppendFile> {
+        self.clock += 1;
         if !self.files.contains_key(group) {
+            self.make_room(busy);
+            let path = stored_path(&self.dir, group, "jsonl");
             // Preallocation only pays where every commit is synced.
-            let f = AppendFile::open(
-                &self.dir.join(format!("{}.jsonl", encode_name(group))),
-                self.fsync,
-            )?;
+            let f = AppendFile::open(&path, self.fsync)?;
             self.files.insert(group.to_string(), f);
+            self.open_files.store(self.files.len(), Ordering::Relaxed);
         }
-        Ok(self.files.get_mut(group).expect("inserted"))
+        let f = self.files.get_mut(group).expect("inserted");
+        f.used = self.clock;
+        Ok(f)
     }
 
+    /// Closes files, least recently written first, until one more may be opened.
+    fn make_room(&mut self, busy: &HashMap<String, u64>) {
+        while self.files.len() >= self.max_open {
+            let mut idle: Vec<(u64, String)> = self
+                .files
+                .iter()
+                .filter(|(g, _)| !busy.contains_key(*g))
+                .map(|(g, f)| (f.used, g.clone()))
+                .collect();
+            idle.sort_unstable();
+            let closed = idle
+                .into_iter()
+                .find(|(_, g)| self.files.get_mut(g).is_some_and(|f| f.release()));
+            let Some((_, g)) = closed else {
+                tracing::warn!(
+                    open = self.files.len(),
+                    max_open_transcripts = self.max_open,
+                    "no transcript file can be closed now; opening one more"
+                );
+                return;
+            };
+            self.files.remove(&g);
+            tracing::debug!(group = %g, "transcript file closed (least recently written)");
+        }
+        self.open_files.store(self.files.len(), Ordering::Relaxed);
+    }
+
+    /// Takes group commits off the queue until it closes. A commit takes what is
+    /// queued, up to 1024 jobs and `max_open` groups (so none of its files has to be
+    /// closed before its sync); the rest waits for the next commit.
     fn run(mut self, rx: mpsc::Receiver<WriteJob>) {
-        while let Ok(first) = rx.recv() {
+        let mut carry: Option<WriteJob> = None;
+        loop {
+            let first = match carry.take() {
+                Some(job) => job,
+                None => match rx.recv() {
+                    Ok(job) => job,
+                    Err(_) => break,
+                },
+            };
+            let mut groups: HashSet<String> = HashSet::from([first.group.clone()]);
             let mut batch = vec![first];
             while batch.len() < 1024 {
                 match rx.try_recv() {
-                    Ok(job) => batch.push(job),
+                    Ok(job) => {
+                        if !groups.contains(&job.group) && groups.len() >= self.max_open {
+                            carry = Some(job);
+                            break;
+                        }
+                        groups.insert(job.group.clone());
+                        batch.push(job);
+                    }
                     Err(_) => break,
                 }
             }
@@ -724,7 +939,7 @@ impl Writer {
         let seq_start = self.next_seq;
         for job in &batch {
             let r = (|| {
-                let f = self.file(&job.group)?;
+                let f = self.file(&job.group, &starts)?;
                 let before = f.len;
                 starts.entry(job.group.clone()).or_insert(before);
                 f.append_clean(&job.line)?;
@@ -859,8 +1074,82 @@ pub(crate) fn parse_outbox_line(line: &[u8], offset: u64) -> Option<LoggedOutbou
     })
 }
 
-/// File-name-safe form of a group name (percent-encoding of anything unusual).
-pub(crate) fn encode_name(group: &str) -> String {
+/// The longest file stem a name keeps in readable form ([`file_stem`]); longer ones
+/// are hashed. Far below the 255 bytes most file systems allow for a file name, so a
+/// suffix (`.jsonl.1`, `.cursor`, `.tmp`) always fits.
+const MAX_PLAIN_STEM: usize = 128;
+
+/// Starts every hashed file stem: percent-encoding never writes it (`~` is `%7E`
+/// there), so a hashed stem cannot equal a readable one.
+const HASHED_PREFIX: char = '~';
+
+/// The file stem a group (or a peer) is stored under, bounded whatever the name: its
+/// percent-encoding when that is at most [`MAX_PLAIN_STEM`] bytes (so `/`, `..`,
+/// control bytes and the like never reach the file system, and the names older
+/// versions wrote stay the same), else `~` and the first 32 hex digits of its
+/// SHA-256 (a 30-character CJK name is 270 bytes encoded; a file name may not be over
+/// 255). [`name_of_stem`] reverses a readable stem; a hashed one names no group, so a
+/// transcript's group is read from its lines ([`group_of_file`]).
+pub(crate) fn file_stem(name: &str) -> String {
+    let plain = encode_name(name);
+    if plain.len() <= MAX_PLAIN_STEM {
+        return plain;
+    }
+    let digest = ring::digest::digest(&ring::digest::SHA256, name.as_bytes());
+    let mut out = String::from(HASHED_PREFIX);
+    for b in &digest.as_ref()[..16] {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+/// The file in `dir` where `name`'s data with extension `ext` is kept: `<stem>.<ext>`
+/// ([`file_stem`]), or, for a hashed stem, the file an older version named with the
+/// whole percent-encoding when that exists, so a group's data never splits over two
+/// files. A name that was too long for the file system then has no such file.
+pub(crate) fn stored_path(dir: &Path, name: &str, ext: &str) -> PathBuf {
+    let stem = file_stem(name);
+    if stem.starts_with(HASHED_PREFIX) {
+        let older = dir.join(format!("{}.{ext}", encode_name(name)));
+        if older.exists() {
+            return older;
+        }
+    }
+    dir.join(format!("{stem}.{ext}"))
+}
+
+/// The name a readable [`file_stem`] stands for; `None` for a hashed stem (or one no
+/// version wrote).
+pub(crate) fn name_of_stem(stem: &str) -> Option<String> {
+    if stem.starts_with(HASHED_PREFIX) {
+        return None;
+    }
+    decode_name(stem)
+}
+
+/// The group a transcript file holds: its name's, when readable ([`name_of_stem`]),
+/// else the group of its first readable line (`None` when it has none, or for a name
+/// no version wrote). For listing groups (`botmesh replay`).
+pub(crate) fn group_of_file(path: &Path) -> Option<String> {
+    let stem = path.file_stem()?.to_str()?;
+    if let Some(group) = name_of_stem(stem) {
+        return Some(group);
+    }
+    if !stem.starts_with(HASHED_PREFIX) {
+        return None;
+    }
+    let file = File::open(path).ok()?;
+    BufReader::new(file)
+        .split(b'\n')
+        .map_while(Result::ok)
+        .find_map(|line| serde_json::from_slice::<Envelope>(&line).ok())
+        .map(|env| env.group)
+        .filter(|group| file_stem(group) == stem)
+}
+
+/// File-name-safe form of a name (percent-encoding of anything unusual), unbounded:
+/// [`file_stem`] bounds it.
+fn encode_name(group: &str) -> String {
     let mut out = String::new();
     for b in group.bytes() {
         if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
@@ -873,7 +1162,7 @@ pub(crate) fn encode_name(group: &str) -> String {
 }
 
 /// Inverse of [`encode_name`].
-pub(crate) fn decode_name(name: &str) -> Option<String> {
+fn decode_name(name: &str) -> Option<String> {
     let bytes = name.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;
@@ -997,12 +1286,19 @@ mod tests {
         std::fs::create_dir_all(&transcripts).unwrap();
         std::os::unix::fs::symlink(
             "/dev/null",
-            transcripts.join(format!("{}.jsonl", encode_name("broken"))),
+            transcripts.join(format!("{}.jsonl", file_stem("broken"))),
         )
         .unwrap();
         let peers = Arc::new(RecordingPeers::default());
-        let (t, _, _) =
-            Transcripts::open(dir.path(), EventBus::new(16), true, peers.clone(), 1).unwrap();
+        let (t, _, _) = Transcripts::open(
+            dir.path(),
+            EventBus::new(16),
+            true,
+            peers.clone(),
+            1,
+            TranscriptLimits::UNBOUNDED,
+        )
+        .unwrap();
         let lost = msg("broken", "said while the disk failed", None);
         let err = t.append_outbound(lost.clone()).await.unwrap_err();
         assert!(err.to_string().contains("fsync failed"), "{err}");
@@ -1023,8 +1319,7 @@ mod tests {
         t.close();
         drop(t);
         // A restart sends both again (no peer had confirmed either).
-        let (_t, _, pending) =
-            Transcripts::open(dir.path(), EventBus::new(16), true, Arc::new(NoPeers), 1).unwrap();
+        let (_t, _, pending) = load(dir.path());
         let pending: Vec<(u64, String)> = pending.into_iter().map(|e| (e.seq, e.id)).collect();
         assert_eq!(pending, handed, "both stay in the outbox log");
     }
@@ -1032,16 +1327,15 @@ mod tests {
     #[test]
     fn names_round_trip() {
         for g in ["demo", "oc_abc-1", "群聊 1/..", "%"] {
-            assert_eq!(decode_name(&encode_name(g)).as_deref(), Some(g));
-            assert!(!encode_name(g).contains('/'));
+            assert_eq!(name_of_stem(&file_stem(g)).as_deref(), Some(g));
+            assert!(!file_stem(g).contains('/'));
         }
     }
 
     #[tokio::test]
     async fn dedups_persists_and_restores_and_drops_a_cut_tail() {
         let dir = tempfile::tempdir().unwrap();
-        let (t, _, _) =
-            Transcripts::open(dir.path(), EventBus::new(16), true, Arc::new(NoPeers), 1).unwrap();
+        let (t, _, _) = load(dir.path());
         let a = msg("g 1", "hello", Some("om_1"));
         assert_eq!(t.append(a.clone()).await.unwrap(), Appended::New);
         assert_eq!(t.append(a.clone()).await.unwrap(), Appended::Duplicate);
@@ -1056,13 +1350,12 @@ mod tests {
         let file = dir
             .path()
             .join("transcripts")
-            .join(format!("{}.jsonl", encode_name("g 1")));
+            .join(format!("{}.jsonl", file_stem("g 1")));
         let mut f = OpenOptions::new().append(true).open(&file).unwrap();
         f.write_all(br#"{"v":1,"id":"01J"#).unwrap();
         drop(f);
 
-        let (t, report, _) =
-            Transcripts::open(dir.path(), EventBus::new(16), true, Arc::new(NoPeers), 1).unwrap();
+        let (t, report, _) = load(dir.path());
         assert_eq!(report.dropped_lines, 1);
         let texts: Vec<String> = t.recent("g 1", 10).iter().map(|e| e.text.clone()).collect();
         assert_eq!(texts, vec!["hello", "world"]);
@@ -1073,8 +1366,7 @@ mod tests {
         t.append(c).await.unwrap();
         t.close();
         drop(t);
-        let (t, report, _) =
-            Transcripts::open(dir.path(), EventBus::new(16), true, Arc::new(NoPeers), 1).unwrap();
+        let (t, report, _) = load(dir.path());
         assert_eq!(report.dropped_lines, 0);
         assert_eq!(t.recent("g 1", 10).len(), 3);
     }
@@ -1093,8 +1385,7 @@ mod tests {
             bytes.push(b'\n');
         }
         std::fs::write(dir.path().join("transcripts/demo.jsonl"), &bytes).unwrap();
-        let (t, report, _) =
-            Transcripts::open(dir.path(), EventBus::new(16), true, Arc::new(NoPeers), 1).unwrap();
+        let (t, report, _) = load(dir.path());
         assert_eq!(report.dropped_lines, 1);
         assert_eq!(texts(&t, "demo"), ["before", "after"]);
         t.close();
@@ -1103,8 +1394,7 @@ mod tests {
     #[tokio::test]
     async fn answers_due_from_bots_ahead_count_once_recorded_or_not() {
         let dir = tempfile::tempdir().unwrap();
-        let (t, _, _) =
-            Transcripts::open(dir.path(), EventBus::new(16), true, Arc::new(NoPeers), 1).unwrap();
+        let (t, _, _) = load(dir.path());
         let trigger = msg("demo", "@all one risk each", None);
         t.append(trigger.clone()).await.unwrap();
         let reply = |bot: &str| {
@@ -1144,8 +1434,7 @@ mod tests {
     #[tokio::test]
     async fn keeps_zeroed_space_ahead_while_running_and_cuts_it_at_stop_or_after_a_crash() {
         let dir = tempfile::tempdir().unwrap();
-        let open =
-            |d: &Path| Transcripts::open(d, EventBus::new(16), true, Arc::new(NoPeers), 1).unwrap();
+        let open = load;
         let (t, _, _) = open(dir.path());
         let file = dir.path().join("transcripts/demo.jsonl");
         t.append(msg("demo", "one", None)).await.unwrap();
@@ -1154,7 +1443,7 @@ mod tests {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         let bytes = loop {
             let b = std::fs::read(&file).unwrap();
-            if b.len() as u64 >= PREALLOCATE_LOW_WATER || std::time::Instant::now() > deadline {
+            if b.last() == Some(&0) || std::time::Instant::now() > deadline {
                 break b;
             }
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
@@ -1163,7 +1452,7 @@ mod tests {
         assert!(bytes[lines_len..].iter().all(|&b| b == 0));
         let ahead = bytes.len() as u64 - lines_len as u64;
         assert!(
-            (PREALLOCATE_LOW_WATER..=PREALLOCATE_BYTES).contains(&ahead),
+            (PREALLOCATE_FIRST / 4..=PREALLOCATE_FIRST).contains(&ahead),
             "{ahead} zeroed bytes ahead"
         );
         let lines = &bytes[..lines_len];
@@ -1220,13 +1509,195 @@ mod tests {
         );
     }
 
+    /// Opens the transcripts in `dir` as a node with no peers and no limits would.
+    fn load(dir: &Path) -> (Transcripts, LoadReport, Vec<LoggedOutbound>) {
+        Transcripts::open(
+            dir,
+            EventBus::new(16),
+            true,
+            Arc::new(NoPeers),
+            1,
+            TranscriptLimits::UNBOUNDED,
+        )
+        .unwrap()
+    }
+
+    /// Opens the transcripts in `dir` with at most `max_groups` groups and
+    /// `max_open_files` files open.
+    fn open_with(dir: &Path, max_groups: usize, max_open_files: usize) -> Transcripts {
+        let limits = TranscriptLimits {
+            max_groups,
+            max_open_files,
+        };
+        Transcripts::open(dir, EventBus::new(16), true, Arc::new(NoPeers), 1, limits)
+            .unwrap()
+            .0
+    }
+
+    #[tokio::test]
+    async fn many_groups_through_few_open_files_and_every_one_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = open_with(dir.path(), 1_000, 8);
+        let mut most_open = 0;
+        for round in 0..3 {
+            for g in 0..50 {
+                t.append(msg(&format!("g{g}"), &format!("{round}"), None))
+                    .await
+                    .unwrap();
+                most_open = most_open.max(t.open_files());
+            }
+        }
+        // One commit of many groups at once: split into commits of at most 8 groups.
+        let many: Vec<_> = (0..50)
+            .map(|g| Arc::new(msg(&format!("g{g}"), "3", None)))
+            .collect();
+        for r in t.append_many(many).await {
+            assert_eq!(r.unwrap(), Appended::New);
+        }
+        most_open = most_open.max(t.open_files());
+        assert!(most_open <= 8, "{most_open} files open");
+        assert_eq!(t.groups(), 50);
+        assert!(t.health_error().is_none());
+        t.close();
+        // Closed files ended with their last line: every message reads back in order.
+        let t = open_with(dir.path(), 1_000, 8);
+        for g in 0..50 {
+            assert_eq!(texts(&t, &format!("g{g}")), ["0", "1", "2", "3"], "g{g}");
+        }
+        for f in std::fs::read_dir(dir.path().join("transcripts")).unwrap() {
+            let bytes = std::fs::read(f.unwrap().path()).unwrap();
+            assert!(!bytes.contains(&0), "no zeros left behind");
+        }
+        t.close();
+    }
+
+    #[tokio::test]
+    async fn a_group_past_max_groups_is_refused_and_the_others_carry_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = open_with(dir.path(), 3, 8);
+        for g in ["a", "b", "c"] {
+            t.append(msg(g, "first", None)).await.unwrap();
+        }
+        let err = t.append(msg("d", "one too many", None)).await.unwrap_err();
+        assert!(
+            matches!(&err, TranscriptError::TooManyGroups { max: 3, group } if group == "d"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("max_groups"), "{err}");
+        assert!(t.admits("d").is_err() && t.admits("a").is_ok());
+        assert_eq!(t.groups(), 3, "the refused group is not kept");
+        assert!(t.recent("d", 10).is_empty());
+        assert!(
+            t.health_error().is_none(),
+            "a refusal is not a storage fault"
+        );
+        t.append(msg("a", "second", None)).await.unwrap();
+        assert_eq!(texts(&t, "a"), ["first", "second"]);
+        t.close();
+        assert!(!dir.path().join("transcripts/d.jsonl").exists());
+    }
+
+    #[tokio::test]
+    async fn long_and_unusual_group_names_get_bounded_file_names_and_load_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let cjk = "群".repeat(30);
+        let long = "x".repeat(1024);
+        let names = [
+            cjk.as_str(),
+            long.as_str(),
+            "../../etc/passwd",
+            "demo",
+            "群聊 1",
+        ];
+        let t = load(dir.path()).0;
+        for g in names {
+            t.append(msg(g, "hello", None)).await.unwrap();
+        }
+        t.close();
+        let files: Vec<String> = std::fs::read_dir(dir.path().join("transcripts"))
+            .unwrap()
+            .map(|f| f.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(files.len(), names.len(), "{files:?}");
+        for f in &files {
+            assert!(f.len() <= MAX_PLAIN_STEM + ".jsonl".len(), "{f}");
+            assert!(!f.contains('/') && !f.starts_with('.'), "{f}");
+        }
+        for g in ["demo", "群聊 1"] {
+            assert!(
+                files.contains(&format!("{}.jsonl", encode_name(g))),
+                "short names stay readable: {files:?}"
+            );
+        }
+        let t = load(dir.path()).0;
+        for g in names {
+            assert_eq!(texts(&t, g), ["hello"], "{g}");
+            let file = stored_path(&dir.path().join("transcripts"), g, "jsonl");
+            assert_eq!(group_of_file(&file).as_deref(), Some(g));
+        }
+        t.close();
+    }
+
+    #[tokio::test]
+    async fn a_long_readable_file_name_an_older_version_wrote_stays_the_groups_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let transcripts = dir.path().join("transcripts");
+        std::fs::create_dir_all(&transcripts).unwrap();
+        // 20 CJK characters: 180 bytes encoded, readable before names were bounded.
+        let group = "群".repeat(20);
+        let older = transcripts.join(format!("{}.jsonl", encode_name(&group)));
+        let mut line =
+            serde_json::to_vec(&msg(&group, "written by an older version", None)).unwrap();
+        line.push(b'\n');
+        std::fs::write(&older, &line).unwrap();
+        let t = load(dir.path()).0;
+        assert_eq!(texts(&t, &group), ["written by an older version"]);
+        t.append(msg(&group, "written now", None)).await.unwrap();
+        t.close();
+        let files = std::fs::read_dir(&transcripts).unwrap().count();
+        assert_eq!(files, 1, "the group's messages stay in one file");
+        let t = load(dir.path()).0;
+        assert_eq!(
+            texts(&t, &group),
+            ["written by an older version", "written now"]
+        );
+        t.close();
+    }
+
+    #[tokio::test]
+    async fn zeroed_space_grows_with_a_groups_activity() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = load(dir.path()).0;
+        let ahead = |group: &str| {
+            let b = std::fs::read(stored_path(&dir.path().join("transcripts"), group, "jsonl"))
+                .unwrap();
+            let lines = b.iter().position(|&x| x == 0).unwrap_or(b.len());
+            (b.len() - lines) as u64
+        };
+        t.append(msg("quiet", "once", None)).await.unwrap();
+        for i in 0..600 {
+            t.append(msg(
+                "busy",
+                &format!("message {i} {}", "x".repeat(200)),
+                None,
+            ))
+            .await
+            .unwrap();
+        }
+        // The zeroing follows the commit's answer; the next append waits for it.
+        t.append(msg("quiet", "twice", None)).await.unwrap();
+        assert!(ahead("quiet") <= PREALLOCATE_FIRST, "{}", ahead("quiet"));
+        assert!(ahead("busy") > PREALLOCATE_FIRST * 2, "{}", ahead("busy"));
+        assert!(ahead("busy") <= PREALLOCATE_BYTES);
+        t.close();
+    }
+
     /// Appends `text` to group `demo`, stops, and opens `dir` again: the lines the
     /// restart reports dropped, and the group's texts.
     async fn append_then_reopen(t: Transcripts, dir: &Path, text: &str) -> (usize, Vec<String>) {
         t.append(msg("demo", text, None)).await.unwrap();
         t.close();
-        let (t, report, _) =
-            Transcripts::open(dir, EventBus::new(16), true, Arc::new(NoPeers), 1).unwrap();
+        let (t, report, _) = load(dir);
         let out = (report.dropped_lines, texts(&t, "demo"));
         t.close();
         out

@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use ulid::Ulid;
 
-use crate::store::transcript::encode_name;
+use crate::store::transcript::stored_path;
 use crate::telemetry::metrics::Metrics;
 
 /// The record format's version, written in every line (`"v"`); readers skip lines of
@@ -89,7 +89,7 @@ pub(crate) fn verdict_dir(data_dir: &Path) -> PathBuf {
 
 /// A group's current verdict log file.
 pub(crate) fn verdict_path(data_dir: &Path, group: &str) -> PathBuf {
-    verdict_dir(data_dir).join(format!("{}.jsonl", encode_name(group)))
+    stored_path(&verdict_dir(data_dir), group, "jsonl")
 }
 
 /// The rotated file next to `path` (`….jsonl.1`).
@@ -200,20 +200,30 @@ struct Open {
 /// The writer thread's state.
 struct Writer {
     data_dir: PathBuf,
+    /// The files written since the queue was last empty (then closed).
     files: HashMap<String, Open>,
     metrics: Arc<Metrics>,
 }
 
 impl Writer {
+    /// Writes what comes, flushing and closing every file once the queue is empty:
+    /// judge answers come far slower than files open, and a file kept open per group
+    /// (with its buffer) would cost a descriptor and 8 KiB for every group ever judged.
     fn run(mut self, rx: mpsc::Receiver<VerdictRecord>) {
         while let Ok(rec) = rx.recv() {
             self.write(&rec);
             while let Ok(rec) = rx.try_recv() {
                 self.write(&rec);
             }
-            self.flush();
+            self.close_all();
         }
         self.flush();
+    }
+
+    /// Flushes and closes every file (the queue is empty).
+    fn close_all(&mut self) {
+        self.flush();
+        self.files.clear();
     }
 
     fn write(&mut self, rec: &VerdictRecord) {
@@ -360,6 +370,32 @@ mod tests {
         assert_eq!(
             load(&verdict_path(dir.path(), "g")).unwrap().records,
             vec![ok]
+        );
+    }
+
+    #[test]
+    fn files_are_closed_once_the_queue_is_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Writer {
+            data_dir: dir.path().to_path_buf(),
+            files: HashMap::new(),
+            metrics: Arc::new(Metrics::new()),
+        };
+        let long = "群".repeat(30);
+        for g in ["a", "b", long.as_str()] {
+            w.write(&rec(g, 0.5));
+        }
+        assert_eq!(w.files.len(), 3);
+        w.close_all();
+        assert!(w.files.is_empty(), "no descriptor held per group");
+        for g in ["a", "b", long.as_str()] {
+            assert_eq!(load(&verdict_path(dir.path(), g)).unwrap().records.len(), 1);
+        }
+        let hashed = verdict_path(dir.path(), &long);
+        assert!(
+            hashed.file_name().unwrap().len() < 80,
+            "{}",
+            hashed.display()
         );
     }
 

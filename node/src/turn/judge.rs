@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::config::BotSettings;
 use crate::llm::{ChatMessage, Verdict};
-use crate::wire::envelope::{AuthorKind, Envelope};
+use crate::wire::envelope::{cut_name, AuthorKind, Envelope};
 
 /// The built-in judge prompt. Kept small on purpose: it is sent for every message
 /// that does not mention the bot (its size is measured in the tests and docs).
@@ -46,11 +46,21 @@ pub(crate) fn trim(text: &str, max: usize) -> String {
     }
 }
 
-fn who(e: &Envelope) -> String {
+/// How a prompt names the author of `e`: [`prompt_name`], marked `(bot)` for a bot.
+pub(crate) fn who(e: &Envelope) -> String {
+    let name = prompt_name(&e.author.name);
     match e.author.kind {
-        AuthorKind::Bot => format!("{} (bot)", e.author.name),
-        AuthorKind::Human => e.author.name.clone(),
+        AuthorKind::Bot => format!("{name} (bot)"),
+        AuthorKind::Human => name,
     }
+}
+
+/// A name as prompts show it: on one line and cut to the 64-byte name limit
+/// ([`cut_name`]). Peers and the local API refuse longer names, but a transcript
+/// written by an older version, or a name from a platform, is not bound by that.
+pub(crate) fn prompt_name(name: &str) -> String {
+    let one_line = name.split_whitespace().collect::<Vec<_>>().join(" ");
+    cut_name(&one_line).to_string()
 }
 
 /// One line per colleague: `Name (role): skills`.
@@ -387,6 +397,40 @@ mod tests {
             prompt_hash(&[ChatMessage::user("ab"), ChatMessage::user("c")]),
             prompt_hash(&[ChatMessage::user("a"), ChatMessage::user("bc")])
         );
+    }
+
+    #[test]
+    fn prompts_carry_names_cut_to_one_line_of_64_bytes() {
+        let me = bot("A", "r", &["s"]);
+        let long = format!("Mallory\n{}", "名".repeat(70 * 1024));
+        let context = vec![msg(&long, AuthorKind::Human, "earlier")];
+        let new = msg(&long, AuthorKind::Bot, "hello");
+        let shown = prompt_name(&long);
+        assert_eq!(
+            shown,
+            format!("Mallory {}", "名".repeat(18)),
+            "64 bytes would split a character"
+        );
+        assert!(shown.starts_with("Mallory 名名"), "{shown}");
+        let own = build_prompt(&JudgeInput {
+            me: &me,
+            colleagues: &[],
+            context: &context,
+            msg: &new,
+        });
+        let shared = build_shared_prompt(&[&me], &context, &new, 240);
+        let reply = crate::turn::reply::messages(&me, &[], &context, &new);
+        let offline = crate::turn::reply::offline_reply(&me, &new, "asked");
+        for p in [&own, &shared, &reply[1].content, &offline] {
+            assert!(p.len() < 1024, "{} bytes", p.len());
+            assert!(p.contains(&shown), "{p}");
+        }
+        assert!(
+            own.contains(&format!("New from {shown} (bot): hello")),
+            "{own}"
+        );
+        assert!(own.contains(&format!("{shown}: earlier")), "{own}");
+        assert!(reply[1].content.contains(&format!("from {shown}:\nhello")));
     }
 
     #[test]

@@ -463,7 +463,7 @@ async fn write_step<P: Ports + ?Sized>(
             transcript: &context,
             why: reason,
             relevance,
-            depth: msg.depth + 1,
+            depth: crate::wire::envelope::next_depth(msg.depth),
             reply_to: msg.id,
         };
         return match brain.ask_agent(client, url, &turn).await {

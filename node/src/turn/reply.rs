@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use crate::config::BotSettings;
 use crate::llm::ChatMessage;
-use crate::turn::judge::{colleague_profiles, fill, trim, JudgeInput};
-use crate::wire::envelope::{AuthorKind, Envelope};
+use crate::turn::judge::{colleague_profiles, fill, prompt_name, trim, who, JudgeInput};
+use crate::wire::envelope::Envelope;
 
 /// Marks every reply written without an LLM, so nobody mistakes it for a model's answer.
 pub(crate) const OFFLINE_MARK: &str = "[offline]";
@@ -48,15 +48,13 @@ pub(crate) fn messages(
 ) -> Vec<ChatMessage> {
     let mut convo = String::from("Recent messages:\n");
     for e in context {
-        let who = match e.author.kind {
-            AuthorKind::Bot => format!("{} (bot)", e.author.name),
-            AuthorKind::Human => e.author.name.clone(),
-        };
-        convo.push_str(&format!("{who}: {}\n", trim(&e.text, 600)));
+        convo.push_str(&format!("{}: {}\n", who(e), trim(&e.text, 600)));
     }
     convo.push_str(&format!(
         "\nNow reply, as {}, to this message from {}:\n{}",
-        me.name, trigger.author.name, trigger.text
+        me.name,
+        prompt_name(&trigger.author.name),
+        trigger.text
     ));
     vec![
         ChatMessage::system(system_prompt(me, colleagues)),
@@ -107,7 +105,7 @@ pub(crate) fn offline_reply(me: &BotSettings, trigger: &Envelope, why: &str) -> 
     format!(
         "{OFFLINE_MARK} {} here ({why}). No LLM is configured, so this is a placeholder answer to {}: \"{}\". I can help with {skills}.",
         me.name,
-        trigger.author.name,
+        prompt_name(&trigger.author.name),
         trim(&trigger.text, 80)
     )
 }

@@ -6,6 +6,8 @@
 use serde::{Deserialize, Serialize};
 use ulid::Ulid;
 
+use crate::wire::limits::{MAX_DEPTH, MAX_NAME_BYTES};
+
 /// The protocol version this node writes into every envelope it creates.
 pub const PROTOCOL_VERSION: u32 = 1;
 
@@ -70,21 +72,51 @@ pub struct Author {
 }
 
 impl Author {
-    /// The bot `name`.
+    /// The bot `name`, cut to [`MAX_NAME_BYTES`] (see [`Author::cut`]): a configured
+    /// bot's name always fits; a platform's name for a bot outside the mesh may not.
     pub(crate) fn bot(name: impl Into<String>) -> Author {
-        Author {
-            name: name.into(),
-            kind: AuthorKind::Bot,
-        }
+        Author::cut(name.into(), AuthorKind::Bot)
     }
 
-    /// The person `name`.
+    /// The person `name`, cut to [`MAX_NAME_BYTES`] (see [`Author::cut`]): the chat
+    /// platforms' display names are not bounded, and a peer refuses a longer one.
     pub(crate) fn human(name: impl Into<String>) -> Author {
-        Author {
-            name: name.into(),
-            kind: AuthorKind::Human,
-        }
+        Author::cut(name.into(), AuthorKind::Human)
     }
+
+    /// An author whose name is cut to [`MAX_NAME_BYTES`] (logged when it is): names a
+    /// node takes from a chat platform come this way, so what it sends its peers
+    /// passes their check.
+    fn cut(mut name: String, kind: AuthorKind) -> Author {
+        let keep = cut_name(&name).len();
+        if keep < name.len() {
+            tracing::info!(
+                bytes = name.len(),
+                kept = keep,
+                "author name cut to {MAX_NAME_BYTES} bytes"
+            );
+            name.truncate(keep);
+        }
+        Author { name, kind }
+    }
+}
+
+/// `name` cut to at most [`MAX_NAME_BYTES`] bytes, at a character boundary: what
+/// [`Author::human`] keeps of a platform's name, and what a prompt shows of any name
+/// (a transcript written before names were bounded may hold longer ones).
+pub(crate) fn cut_name(name: &str) -> &str {
+    let mut keep = name.len().min(MAX_NAME_BYTES);
+    while !name.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    &name[..keep]
+}
+
+/// The depth of a message that answers one at `depth`: one deeper, but never past
+/// [`MAX_DEPTH`] (saturating, so an answer can never wrap to depth 0 and restart the
+/// loop brake's count). Every place a depth grows uses it.
+pub(crate) fn next_depth(depth: u32) -> u32 {
+    depth.saturating_add(1).min(MAX_DEPTH)
 }
 
 /// Why a bot spoke, attached to its own messages so people can follow turn-taking.
@@ -167,7 +199,13 @@ pub enum EnvelopeError {
     Malformed(String),
     /// Well-formed JSON whose values break a protocol rule.
     #[error("invalid envelope: {0}")]
-    Invalid(&'static str),
+    Invalid(std::borrow::Cow<'static, str>),
+}
+
+impl EnvelopeError {
+    fn invalid(why: impl Into<std::borrow::Cow<'static, str>>) -> EnvelopeError {
+        EnvelopeError::Invalid(why.into())
+    }
 }
 
 impl Envelope {
@@ -219,7 +257,7 @@ impl Envelope {
             Author::bot(me),
             text,
         );
-        env.depth = trigger.depth + 1;
+        env.depth = next_depth(trigger.depth);
         env.reply_to = Some(trigger.id);
         env.root = trigger.root.or(Some(trigger.id));
         env.why = Some(why);
@@ -278,32 +316,44 @@ impl Envelope {
     /// Protocol rules that serde's types cannot express.
     pub(crate) fn check(&self) -> Result<(), EnvelopeError> {
         if self.group.is_empty() || self.group.len() > 256 {
-            return Err(EnvelopeError::Invalid("group must be 1..=256 bytes"));
+            return Err(EnvelopeError::invalid("group must be 1..=256 bytes"));
         }
         if self.sender.is_empty() || self.author.name.is_empty() {
-            return Err(EnvelopeError::Invalid(
+            return Err(EnvelopeError::invalid(
                 "sender and author.name must not be empty",
             ));
         }
+        if self.author.name.len() > MAX_NAME_BYTES {
+            return Err(EnvelopeError::invalid(format!(
+                "author.name is {} bytes, over {MAX_NAME_BYTES}",
+                self.author.name.len()
+            )));
+        }
+        if self.depth > MAX_DEPTH {
+            return Err(EnvelopeError::invalid(format!(
+                "depth {} is over {MAX_DEPTH}",
+                self.depth
+            )));
+        }
         if self.text.len() > MAX_TEXT_BYTES {
-            return Err(EnvelopeError::Invalid("text too long"));
+            return Err(EnvelopeError::invalid("text too long"));
         }
         match self.kind {
             Kind::Message if self.text.trim().is_empty() => {
-                return Err(EnvelopeError::Invalid("a message needs text"))
+                return Err(EnvelopeError::invalid("a message needs text"))
             }
             Kind::Claim if self.reply_to.is_none() => {
-                return Err(EnvelopeError::Invalid("a claim needs reply_to"))
+                return Err(EnvelopeError::invalid("a claim needs reply_to"))
             }
             Kind::Claim
                 if !self
                     .relevance
                     .is_some_and(|r| r.is_finite() && (0.0..=1.0).contains(&r)) =>
             {
-                return Err(EnvelopeError::Invalid("a claim needs relevance in 0..1"))
+                return Err(EnvelopeError::invalid("a claim needs relevance in 0..1"))
             }
             Kind::Verdict if self.reply_to.is_none() => {
-                return Err(EnvelopeError::Invalid("a verdict needs reply_to"))
+                return Err(EnvelopeError::invalid("a verdict needs reply_to"))
             }
             Kind::Verdict
                 if !self.verdicts.as_ref().is_some_and(|v| {
@@ -312,18 +362,18 @@ impl Envelope {
                             .all(|b| b.relevance.is_finite() && (0.0..=1.0).contains(&b.relevance))
                 }) =>
             {
-                return Err(EnvelopeError::Invalid(
+                return Err(EnvelopeError::invalid(
                     "a verdict needs verdicts (at most 256), each relevance in 0..1",
                 ))
             }
             _ => {}
         }
         if self.author.kind == AuthorKind::Human && self.depth != 0 {
-            return Err(EnvelopeError::Invalid("a human message has depth 0"));
+            return Err(EnvelopeError::invalid("a human message has depth 0"));
         }
         if let Some(person) = &self.person {
             if self.author.kind != AuthorKind::Human || person.is_empty() || person.len() > 256 {
-                return Err(EnvelopeError::Invalid(
+                return Err(EnvelopeError::invalid(
                     "person is a human author's platform id, 1..=256 bytes",
                 ));
             }
@@ -435,6 +485,63 @@ mod tests {
         assert!(Envelope::parse(b"{not json").is_err());
         assert!(Envelope::parse(&[0xff, 0xfe, 0x00]).is_err());
         assert!(Envelope::parse(br#"{"id":"nope"}"#).is_err());
+    }
+
+    #[test]
+    fn depths_past_the_bound_are_refused_with_the_reason() {
+        for depth in [MAX_DEPTH + 1, u32::MAX] {
+            let mut e = sample();
+            e.depth = depth;
+            let err = Envelope::parse(&e.to_bytes()).unwrap_err();
+            assert!(
+                matches!(&err, EnvelopeError::Invalid(m) if m.contains(&format!("depth {depth} is over {MAX_DEPTH}"))),
+                "{err}"
+            );
+        }
+        let mut e = sample();
+        e.depth = MAX_DEPTH;
+        assert!(e.check().is_ok(), "the bound itself is allowed");
+    }
+
+    #[test]
+    fn an_answer_to_the_deepest_message_does_not_wrap() {
+        assert_eq!(next_depth(0), 1);
+        assert_eq!(next_depth(MAX_DEPTH - 1), MAX_DEPTH);
+        assert_eq!(next_depth(MAX_DEPTH), MAX_DEPTH);
+        assert_eq!(next_depth(u32::MAX), MAX_DEPTH, "saturates, never 0");
+        let mut trigger = sample();
+        trigger.depth = MAX_DEPTH;
+        let answer = Envelope::answer(
+            Ulid::new(),
+            2,
+            "ErGoz",
+            &trigger,
+            "ok".into(),
+            Why::Mentioned,
+        );
+        assert_eq!(answer.depth, MAX_DEPTH);
+        assert!(answer.check().is_ok(), "a peer accepts the answer");
+    }
+
+    #[test]
+    fn long_author_names_are_refused_and_platform_names_cut() {
+        let mut e = sample();
+        e.author.kind = AuthorKind::Human;
+        e.depth = 0;
+        e.author.name = "n".repeat(200 * 1024);
+        let err = Envelope::parse(&e.to_bytes()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("author.name is 204800 bytes, over 64"),
+            "{err}"
+        );
+        e.author.name = "n".repeat(MAX_NAME_BYTES);
+        assert!(e.check().is_ok(), "64 bytes is allowed");
+        // 22 three-byte characters are 66 bytes: cut at a character boundary.
+        let cut = Author::human("名".repeat(22));
+        assert_eq!(cut.name, "名".repeat(21));
+        assert_eq!(Author::bot("x".repeat(1000)).name.len(), MAX_NAME_BYTES);
+        assert_eq!(Author::human("dana").name, "dana");
     }
 
     #[test]
