@@ -750,6 +750,16 @@ impl ProcessMesh {
     /// Writes peers.toml (Ed25519 keys from `botmesh keygen`, free ports, `extra_bot`
     /// lines in every bot entry) and starts every bot.
     pub async fn start(names: &[&str], extra_mesh: &str, extra_bot: &str) -> ProcessMesh {
+        let mut mesh = ProcessMesh::write(names, extra_mesh, extra_bot);
+        for i in 0..names.len() {
+            mesh.spawn(i).await;
+        }
+        mesh
+    }
+
+    /// [`ProcessMesh::start`] without starting anything: for a test that starts its
+    /// bots itself ([`ProcessMesh::spawn_with`]).
+    pub fn write(names: &[&str], extra_mesh: &str, extra_bot: &str) -> ProcessMesh {
         let dir = tempfile::tempdir().unwrap();
         let free = || {
             std::net::TcpListener::bind("127.0.0.1:0")
@@ -781,22 +791,24 @@ impl ProcessMesh {
             .timeout(Duration::from_secs(10))
             .build()
             .unwrap();
-        let mut mesh = ProcessMesh {
+        ProcessMesh {
             dir,
             config,
             names: names.iter().map(|s| s.to_string()).collect(),
             apis,
             procs: names.iter().map(|_| None).collect(),
             http,
-        };
-        for i in 0..names.len() {
-            mesh.spawn(i).await;
         }
-        mesh
     }
 
     /// Starts bot `i` and waits until it is healthy.
     pub async fn spawn(&mut self, i: usize) {
+        self.spawn_with(i, &[]).await;
+    }
+
+    /// [`ProcessMesh::spawn`] with more environment variables (its secrets, or
+    /// `BOTMESH_LOG`, `info` otherwise).
+    pub async fn spawn_with(&mut self, i: usize, env: &[(&str, &str)]) {
         assert!(self.procs[i].is_none());
         let log =
             std::fs::File::create(self.dir.path().join(format!("{}.log", self.names[i]))).unwrap();
@@ -804,6 +816,7 @@ impl ProcessMesh {
             .args(["run", "--bot", &self.names[i], "--config"])
             .arg(&self.config)
             .env("BOTMESH_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(std::process::Stdio::null())
             .stderr(log)
             .spawn()
