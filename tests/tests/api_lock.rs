@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use botmesh::wire::signing::HmacSecret;
+use botmesh_tests::fake_dingtalk::{FakeDingTalk, FakeRobot};
 use botmesh_tests::fake_discord::{BotAccount, FakeDiscord};
 use botmesh_tests::{botmesh_bin, fetch_json, wait_for, MeshSpec, ProcessMesh, TestMesh};
 
@@ -519,16 +520,63 @@ async fn the_log_at_trace_holds_no_discord_token() {
     )
     .await;
     mesh.terminate(0);
+    assert_holds_none(&log, &[DISCORD_TOKEN]);
+}
+
+/// Fails unless `log` is at trace level and holds none of `secrets`, as text or as the
+/// hex of their bytes (how tungstenite prints a frame's payload).
+fn assert_holds_none(log: &str, secrets: &[&str]) {
     assert!(log.contains(" TRACE "), "the log is not at trace:\n{log}");
-    let hex: String = DISCORD_TOKEN.bytes().map(|b| format!("{b:02x}")).collect();
-    for (form, needle) in [("text", DISCORD_TOKEN), ("hex", hex.as_str())] {
-        assert!(
-            !log.contains(needle),
-            "the token is in the log as {form}:\n{}",
-            log.lines()
-                .filter(|l| l.contains(needle))
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
+    for secret in secrets {
+        let hex: String = secret.bytes().map(|b| format!("{b:02x}")).collect();
+        for (form, needle) in [("text", *secret), ("hex", hex.as_str())] {
+            let lines: Vec<&str> = log.lines().filter(|l| l.contains(needle)).collect();
+            assert!(
+                lines.is_empty(),
+                "{secret:?} is in the log as {form}:\n{}",
+                lines.join("\n")
+            );
+        }
     }
+}
+
+#[tokio::test]
+async fn the_log_at_trace_holds_no_dingtalk_secret_or_ticket() {
+    let robot = FakeRobot {
+        client_id: "dingada".into(),
+        client_secret: "LOCKTEST-dingtalk-client-secret".into(),
+        robot_code: "dingada".into(),
+        name: "Ada".into(),
+        dingtalk_id: "$:LWCP_v1:$Ada==".into(),
+    };
+    let fake = FakeDingTalk::start(vec![robot.clone()]).await;
+    let dingtalk = format!(
+        "platform = \"dingtalk\"\ndingtalk = {{ client_id = \"dingada\", client_secret_env = \"LOCK_DINGTALK_SECRET\", robot_code = \"dingada\", conversation_id = \"cidLOCKTEST==\", api_base_url = \"{}\" }}",
+        fake.base_url
+    );
+    let mut mesh = ProcessMesh::write(&["Ada"], "", &dingtalk);
+    mesh.spawn_with(
+        0,
+        &[
+            ("LOCK_DINGTALK_SECRET", robot.client_secret.as_str()),
+            ("BOTMESH_LOG", "trace"),
+        ],
+    )
+    .await;
+    assert!(
+        fake.wait_for(Duration::from_secs(10), |f| f.connected("dingada"))
+            .await,
+        "never connected:\n{}",
+        mesh.log(0)
+    );
+    let log = wait_for(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || async { mesh.log(0) },
+        |log| log.contains("dingtalk stream connected"),
+    )
+    .await;
+    mesh.terminate(0);
+    // The one-time ticket travels in the connection URL's query.
+    assert_holds_none(&log, &[&robot.client_secret, "ticket="]);
 }
