@@ -259,23 +259,49 @@ pub(crate) fn content_type_refusal(
     Some(server::error(StatusCode::UNSUPPORTED_MEDIA_TYPE, why))
 }
 
-/// The log of refusals: a token bucket and the lines it held back since the last one.
-static REFUSAL_LOG: LazyLock<Mutex<Option<(TokenBucket, u64)>>> =
-    LazyLock::new(|| Mutex::new(None));
+/// Paces the refusal log: a token bucket, and the lines it held back since the last
+/// one it let through.
+#[derive(Debug)]
+struct RefusalLog {
+    /// [`LOG_BURST`] lines at once, then [`LOG_PER_SECOND`].
+    bucket: TokenBucket,
+    /// Refusals not logged since the last line.
+    held_back: u64,
+}
+
+impl RefusalLog {
+    /// A log that may write its whole burst from `now`.
+    fn new(now: tokio::time::Instant) -> Self {
+        RefusalLog {
+            bucket: TokenBucket::full(LOG_PER_SECOND, LOG_BURST, now),
+            held_back: 0,
+        }
+    }
+
+    /// Whether a refusal at `now` is logged: `Some(lines held back before it)`, or
+    /// `None` (held back, counted for the next line).
+    fn admit(&mut self, now: tokio::time::Instant) -> Option<u64> {
+        if self.bucket.take(now).is_err() {
+            self.held_back += 1;
+            return None;
+        }
+        Some(std::mem::take(&mut self.held_back))
+    }
+}
+
+/// The node's refusal log (one per process: one node runs per process).
+static REFUSAL_LOG: LazyLock<Mutex<Option<RefusalLog>>> = LazyLock::new(|| Mutex::new(None));
 
 /// Logs one refusal, rate-limited (see the module doc).
 fn log_refusal(status: StatusCode, method: &Method, path: &str, why: &str) {
     let now = tokio::time::Instant::now();
-    let mut log = REFUSAL_LOG.lock();
-    let (bucket, skipped) =
-        log.get_or_insert_with(|| (TokenBucket::full(LOG_PER_SECOND, LOG_BURST, now), 0));
-    if bucket.take(now).is_err() {
-        *skipped += 1;
-        return;
+    let admitted = REFUSAL_LOG
+        .lock()
+        .get_or_insert_with(|| RefusalLog::new(now))
+        .admit(now);
+    if let Some(not_logged) = admitted {
+        tracing::warn!(status = status.as_u16(), %method, path, reason = why, not_logged, "local API request refused");
     }
-    let not_logged = std::mem::take(skipped);
-    drop(log);
-    tracing::warn!(status = status.as_u16(), %method, path, reason = why, not_logged, "local API request refused");
 }
 
 /// The page's Content-Security-Policy: its one inline script and one inline style by
@@ -371,6 +397,23 @@ mod tests {
         assert_eq!(refused(Some("text/plain"), false), Some(415));
         assert_eq!(refused(None, true), Some(415));
         assert_eq!(refused(None, false), None);
+    }
+
+    #[test]
+    fn a_flood_of_refusals_is_logged_in_a_burst_then_one_a_second_counting_the_rest() {
+        let start = tokio::time::Instant::now();
+        let mut log = RefusalLog::new(start);
+        let burst = LOG_BURST as usize;
+        let first: Vec<_> = (0..burst + 50).map(|_| log.admit(start)).collect();
+        assert!(first[..burst].iter().all(|a| *a == Some(0)));
+        assert!(first[burst..].iter().all(Option::is_none));
+        let later = start + std::time::Duration::from_secs_f64(1.0 / LOG_PER_SECOND);
+        assert_eq!(
+            log.admit(later),
+            Some(50),
+            "the next line says how many were held back"
+        );
+        assert_eq!(log.admit(later), None);
     }
 
     #[test]
