@@ -8,6 +8,7 @@ use std::time::Duration;
 use botmesh::wire::signing::HmacSecret;
 use botmesh_tests::fake_dingtalk::{FakeDingTalk, FakeRobot};
 use botmesh_tests::fake_discord::{BotAccount, FakeDiscord};
+use botmesh_tests::fake_feishu::{FakeApp, FakeFeishu};
 use botmesh_tests::{botmesh_bin, fetch_json, wait_for, MeshSpec, ProcessMesh, TestMesh};
 
 /// Whether node 0's operator switch is on, as `/v1/info` says.
@@ -520,6 +521,7 @@ async fn the_log_at_trace_holds_no_discord_token() {
     )
     .await;
     mesh.terminate(0);
+    assert!(log.contains("discord gateway: READY"), "{log}");
     assert_holds_none(&log, &[DISCORD_TOKEN]);
 }
 
@@ -577,6 +579,46 @@ async fn the_log_at_trace_holds_no_dingtalk_secret_or_ticket() {
     )
     .await;
     mesh.terminate(0);
+    assert!(log.contains("dingtalk stream connected"), "{log}");
     // The one-time ticket travels in the connection URL's query.
     assert_holds_none(&log, &[&robot.client_secret, "ticket="]);
+}
+
+#[tokio::test]
+async fn the_log_at_trace_holds_no_feishu_secret_or_connection_keys() {
+    const APP_SECRET: &str = "LOCKTEST-feishu-app-secret";
+    let fake = FakeFeishu::start(FakeApp {
+        app_id: "cli_a1b2c3d4e5f6lock".into(),
+        app_secret: APP_SECRET.into(),
+        bot_open_id: "ou_84aad35d084aa403a838cf73ee18467".into(),
+        app_name: "Ada".into(),
+        expire: 7200,
+    })
+    .await;
+    let feishu = format!(
+        "platform = \"feishu\"\nfeishu = {{ open_id = \"ou_84aad35d084aa403a838cf73ee18467\", app_id = \"cli_a1b2c3d4e5f6lock\", app_secret_env = \"LOCK_FEISHU_SECRET\", base_url = \"{}\", chat_id = \"oc_lock\" }}",
+        fake.base_url
+    );
+    let mut mesh = ProcessMesh::write(&["Ada"], "", &feishu);
+    mesh.spawn_with(
+        0,
+        &[("LOCK_FEISHU_SECRET", APP_SECRET), ("BOTMESH_LOG", "trace")],
+    )
+    .await;
+    assert!(
+        fake.wait_connections(1, Duration::from_secs(10)).await >= 1,
+        "never connected:\n{}",
+        mesh.log(0)
+    );
+    let log = wait_for(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || async { mesh.log(0) },
+        |log| log.contains("feishu long connection open"),
+    )
+    .await;
+    mesh.terminate(0);
+    assert!(log.contains("feishu long connection open"), "{log}");
+    // The connection URL carries an access key and a ticket in its query.
+    assert_holds_none(&log, &[APP_SECRET, "access_key=", "ticket="]);
 }
