@@ -468,6 +468,30 @@ async fn the_cli_switches_quiet_and_reloads_through_the_locked_api() {
 /// prints it (as text, or as the hex of the frame's bytes).
 const DISCORD_TOKEN: &str = "LOCKTEST.discord-bot-token.s3cr3t";
 
+/// Bot Ada alone on a platform (its `[[bots]]` lines), run as a process with `env` at
+/// `BOTMESH_LOG` `filter` (trace or more); returned once `line` is in its log.
+async fn at_trace(platform: &str, env: &[(&str, &str)], filter: &str, line: &str) -> ProcessMesh {
+    let mut mesh = ProcessMesh::write(&["Ada"], "", platform);
+    let mut env = env.to_vec();
+    env.push(("BOTMESH_LOG", filter));
+    mesh.spawn_with(0, &env).await;
+    let log = wait_for(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || async { mesh.log(0) },
+        |log| log.contains(line),
+    )
+    .await;
+    assert!(log.contains(line), "no {line:?} in:\n{log}");
+    mesh
+}
+
+/// Stops the process of [`at_trace`] and returns its whole log.
+fn stop(mut mesh: ProcessMesh) -> String {
+    mesh.terminate(0);
+    mesh.log(0)
+}
+
 #[tokio::test]
 async fn the_log_at_trace_holds_no_discord_token() {
     const ADA_ID: &str = "1300000000000000001";
@@ -486,20 +510,14 @@ async fn the_log_at_trace_holds_no_discord_token() {
         "platform = \"discord\"\ndiscord = {{ token_env = \"LOCK_DISCORD_TOKEN\", channel_id = \"{CHANNEL}\", user_id = \"{ADA_ID}\", api_base_url = \"{}\", gateway_url = \"{}\" }}",
         fake.api_base_url, fake.gateway_url
     );
-    let mut mesh = ProcessMesh::write(&["Ada"], "", &discord);
-    mesh.spawn_with(
-        0,
-        &[
-            ("LOCK_DISCORD_TOKEN", DISCORD_TOKEN),
-            (
-                "BOTMESH_LOG",
-                "trace,tungstenite=trace,tokio_tungstenite=trace",
-            ),
-        ],
+    // Even a filter that asks for the WebSocket crates' trace lines by name.
+    let mesh = at_trace(
+        &discord,
+        &[("LOCK_DISCORD_TOKEN", DISCORD_TOKEN)],
+        "trace,tungstenite=trace,tokio_tungstenite=trace",
+        "discord gateway: READY",
     )
     .await;
-    fake.wait("the node identified", |f| f.connected() == 1)
-        .await;
     // A post as the bot goes out over REST (`Authorization: Bot <token>`).
     let r = mesh
         .http
@@ -513,16 +531,7 @@ async fn the_log_at_trace_holds_no_discord_token() {
         !f.posted_by(ADA_ID).is_empty()
     })
     .await;
-    let log = wait_for(
-        Duration::from_secs(10),
-        Duration::from_millis(50),
-        || async { mesh.log(0) },
-        |log| log.contains("discord gateway: READY"),
-    )
-    .await;
-    mesh.terminate(0);
-    assert!(log.contains("discord gateway: READY"), "{log}");
-    assert_holds_none(&log, &[DISCORD_TOKEN]);
+    assert_holds_none(&stop(mesh), &[DISCORD_TOKEN]);
 }
 
 /// Fails unless `log` is at trace level and holds none of `secrets`, as text or as the
@@ -544,44 +553,28 @@ fn assert_holds_none(log: &str, secrets: &[&str]) {
 
 #[tokio::test]
 async fn the_log_at_trace_holds_no_dingtalk_secret_or_ticket() {
-    let robot = FakeRobot {
+    const SECRET: &str = "LOCKTEST-dingtalk-client-secret";
+    let fake = FakeDingTalk::start(vec![FakeRobot {
         client_id: "dingada".into(),
-        client_secret: "LOCKTEST-dingtalk-client-secret".into(),
+        client_secret: SECRET.into(),
         robot_code: "dingada".into(),
         name: "Ada".into(),
         dingtalk_id: "$:LWCP_v1:$Ada==".into(),
-    };
-    let fake = FakeDingTalk::start(vec![robot.clone()]).await;
+    }])
+    .await;
     let dingtalk = format!(
         "platform = \"dingtalk\"\ndingtalk = {{ client_id = \"dingada\", client_secret_env = \"LOCK_DINGTALK_SECRET\", robot_code = \"dingada\", conversation_id = \"cidLOCKTEST==\", api_base_url = \"{}\" }}",
         fake.base_url
     );
-    let mut mesh = ProcessMesh::write(&["Ada"], "", &dingtalk);
-    mesh.spawn_with(
-        0,
-        &[
-            ("LOCK_DINGTALK_SECRET", robot.client_secret.as_str()),
-            ("BOTMESH_LOG", "trace"),
-        ],
+    let mesh = at_trace(
+        &dingtalk,
+        &[("LOCK_DINGTALK_SECRET", SECRET)],
+        "trace",
+        "dingtalk stream connected",
     )
     .await;
-    assert!(
-        fake.wait_for(Duration::from_secs(10), |f| f.connected("dingada"))
-            .await,
-        "never connected:\n{}",
-        mesh.log(0)
-    );
-    let log = wait_for(
-        Duration::from_secs(10),
-        Duration::from_millis(50),
-        || async { mesh.log(0) },
-        |log| log.contains("dingtalk stream connected"),
-    )
-    .await;
-    mesh.terminate(0);
-    assert!(log.contains("dingtalk stream connected"), "{log}");
     // The one-time ticket travels in the connection URL's query.
-    assert_holds_none(&log, &[&robot.client_secret, "ticket="]);
+    assert_holds_none(&stop(mesh), &[SECRET, "ticket="]);
 }
 
 #[tokio::test]
@@ -599,26 +592,13 @@ async fn the_log_at_trace_holds_no_feishu_secret_or_connection_keys() {
         "platform = \"feishu\"\nfeishu = {{ open_id = \"ou_84aad35d084aa403a838cf73ee18467\", app_id = \"cli_a1b2c3d4e5f6lock\", app_secret_env = \"LOCK_FEISHU_SECRET\", base_url = \"{}\", chat_id = \"oc_lock\" }}",
         fake.base_url
     );
-    let mut mesh = ProcessMesh::write(&["Ada"], "", &feishu);
-    mesh.spawn_with(
-        0,
-        &[("LOCK_FEISHU_SECRET", APP_SECRET), ("BOTMESH_LOG", "trace")],
+    let mesh = at_trace(
+        &feishu,
+        &[("LOCK_FEISHU_SECRET", APP_SECRET)],
+        "trace",
+        "feishu long connection open",
     )
     .await;
-    assert!(
-        fake.wait_connections(1, Duration::from_secs(10)).await >= 1,
-        "never connected:\n{}",
-        mesh.log(0)
-    );
-    let log = wait_for(
-        Duration::from_secs(10),
-        Duration::from_millis(50),
-        || async { mesh.log(0) },
-        |log| log.contains("feishu long connection open"),
-    )
-    .await;
-    mesh.terminate(0);
-    assert!(log.contains("feishu long connection open"), "{log}");
     // The connection URL carries an access key and a ticket in its query.
-    assert_holds_none(&log, &[APP_SECRET, "access_key=", "ticket="]);
+    assert_holds_none(&stop(mesh), &[APP_SECRET, "access_key=", "ticket="]);
 }
