@@ -602,3 +602,69 @@ async fn the_log_at_trace_holds_no_feishu_secret_or_connection_keys() {
     // The connection URL carries an access key and a ticket in its query.
     assert_holds_none(&stop(mesh), &[APP_SECRET, "access_key=", "ticket="]);
 }
+
+/// The page of another site: the attack of issue 26, as a real browser runs it, on the
+/// API at `api`. Sets `window.done` once every request has settled.
+fn attacking_page(api: &str) -> String {
+    format!(
+        r#"<!doctype html><title>elsewhere</title><script>
+const api = "{api}";
+Promise.allSettled([
+  fetch(api + "/v1/quiet", {{method: "POST", mode: "no-cors", body: '{{"quiet":true}}'}}),
+  fetch(api + "/v1/messages", {{method: "POST", mode: "no-cors",
+    headers: {{"Content-Type": "text/plain"}}, body: '{{"text":"forged","from":"alice"}}'}}),
+  fetch(api + "/v1/reload", {{method: "POST", mode: "no-cors"}}),
+]).then(() => {{ window.done = true; }});
+</script>"#
+    )
+}
+
+#[tokio::test]
+async fn a_page_on_another_site_in_a_real_browser_cannot_drive_the_api() {
+    if let Err(why) = botmesh_tests::webdriver::binaries() {
+        if botmesh_tests::webdriver::skip_or_fail(&why) {
+            return;
+        }
+    }
+    let mesh = TestMesh::start(MeshSpec::mentions_only(&["A"])).await;
+    let page = attacking_page(&mesh.api(0));
+    let elsewhere = botmesh_tests::serve::serve_http(move |_req| {
+        let page = page.clone();
+        async move {
+            let mut r = botmesh_tests::serve::Reply::new(page.into());
+            r.headers_mut()
+                .insert("content-type", "text/html".parse().unwrap());
+            r
+        }
+    })
+    .await;
+    let b = botmesh_tests::webdriver::Browser::start(800, 600)
+        .await
+        .expect("start chromedriver + chromium");
+    b.goto(&format!("{}/", elsewhere.url())).await.unwrap();
+    let (_, done) = b
+        .poll(
+            "return window.done === true;",
+            Duration::from_secs(10),
+            |v| v == true,
+        )
+        .await
+        .unwrap();
+    assert!(done, "the page's requests never settled");
+    assert!(
+        !is_quiet(&mesh).await,
+        "a page elsewhere switched the bot quiet"
+    );
+    assert!(
+        mesh.transcript(0).await.is_empty(),
+        "a page elsewhere posted"
+    );
+    let m = mesh.metrics(0).await;
+    assert_eq!(
+        botmesh_tests::metric(&m, "botmesh_api_requests_total{result=\"bad_origin\"}"),
+        3.0,
+        "each request refused on its Origin:\n{m}"
+    );
+    b.quit().await.ok();
+    mesh.shutdown().await;
+}

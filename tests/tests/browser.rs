@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use botmesh_tests::webdriver::{self, Browser, ENTER};
+use botmesh_tests::webdriver::{self, skip_or_fail, Browser, ENTER};
 use botmesh_tests::{MeshSpec, TestMesh};
 use serde_json::Value;
 
@@ -37,18 +37,6 @@ return {
 "#;
 
 const HUMAN_TEXT: &str = "@XiaoBa 你好，帮我看下代码";
-
-fn skip_or_fail(why: &str) -> bool {
-    if std::env::var_os("CI").is_some() {
-        panic!("browser test cannot run under CI: {why}");
-    }
-    eprintln!(
-        "\n{}\nSKIPPING the browser test: {why}\n{}\n",
-        "!".repeat(72),
-        "!".repeat(72)
-    );
-    true
-}
 
 fn msgs(v: &Value) -> &[Value] {
     v.as_array().map(Vec::as_slice).unwrap_or_default()
