@@ -4,7 +4,7 @@
 #
 # On a fresh machine it first installs what the tests need:
 #   - Debian packages (as root, with apt-get): redis-server, chromium, chromium-driver,
-#     python3, python3-venv; without root or apt-get it stops, naming what is missing;
+#     fonts-noto-cjk, systemd (systemd-analyze), python3, python3-venv; without root or apt-get it stops, naming what is missing;
 #   - a Python venv in .venv-test/ with the packages of tests/requirements.txt (pip), whose
 #     interpreter the tests find in BOTMESH_TEST_PYTHON.
 set -euo pipefail
@@ -18,6 +18,10 @@ need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 [ -x "${BOTMESH_CHROMIUM:-/usr/bin/chromium}" ] || need+=(chromium)
 [ -x "${BOTMESH_CHROMEDRIVER:-/usr/bin/chromedriver}" ] || need+=(chromium-driver)
+# The page test checks that CJK text renders as glyphs, not as empty boxes.
+{ command -v fc-list >/dev/null 2>&1 && fc-list :lang=zh | grep -q .; } || need+=(fonts-noto-cjk)
+# The packaging test checks the systemd unit with systemd-analyze.
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 if ! command -v python3 >/dev/null 2>&1; then
   need+=(python3 python3-venv)
 elif ! py_can_venv python3 && ! py_can_venv /usr/bin/python3; then

@@ -222,6 +222,7 @@ pub fn envelope(phase: u32, seq: usize, sender: &str, human: bool) -> Envelope {
         reply_to: None,
         root: human.then_some(id),
         platform_msg_id: None,
+        person: None,
         sent_at: now_millis(),
         relevance: None,
         why: None,

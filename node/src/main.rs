@@ -81,7 +81,8 @@ enum Command {
         /// The message text.
         text: String,
     },
-    /// Switch a running bot quiet (it takes no turns) or back on.
+    /// Switch a running bot quiet (it takes no turns) or back on: everywhere (the
+    /// operator's node-wide switch), or in one group (as a person's `/quiet` there).
     Quiet {
         /// The bot.
         #[arg(long)]
@@ -89,6 +90,9 @@ enum Command {
         /// Switch quiet off again.
         #[arg(long)]
         off: bool,
+        /// Only this group's switch; without it, the node-wide one.
+        #[arg(long)]
+        group: Option<String>,
         /// The mesh file.
         #[arg(long, default_value = "peers.toml")]
         config: PathBuf,
@@ -230,11 +234,19 @@ fn main() -> ExitCode {
                 call_llm,
             },
         ),
-        Command::Quiet { bot, off, config } => post_local(
+        Command::Quiet {
+            bot,
+            off,
+            group,
+            config,
+        } => post_local(
             bot,
             config,
             "/v1/quiet",
-            Some(serde_json::json!({"quiet": !off})),
+            Some(match group {
+                Some(group) => serde_json::json!({"quiet": !off, "group": group}),
+                None => serde_json::json!({"quiet": !off}),
+            }),
         ),
         Command::Reload { bot, config } => post_local(bot, config, "/v1/reload", None),
         Command::Replay {

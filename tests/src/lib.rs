@@ -589,6 +589,7 @@ pub fn bot_message(sender: &str, text: &str, depth: u32) -> Envelope {
         reply_to: None,
         root: None,
         platform_msg_id: None,
+        person: None,
         sent_at: botmesh::wire::envelope::now_millis(),
         relevance: None,
         why: None,

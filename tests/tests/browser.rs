@@ -36,6 +36,22 @@ return {
 };
 "#;
 
+/// Whether two different ideographs draw differently in the page's own font (false
+/// when both fall back to the same missing-glyph box).
+const CJK_GLYPHS_JS: &str = r#"
+const font = getComputedStyle(document.body).font;
+const draw = (ch) => {
+  const c = document.createElement('canvas');
+  c.width = 48; c.height = 48;
+  const g = c.getContext('2d');
+  g.font = font.replace(/\d+(\.\d+)?px/, '32px');
+  g.fillStyle = '#000';
+  g.fillText(ch, 4, 36);
+  return Array.from(g.getImageData(0, 0, 48, 48).data).join(',');
+};
+return draw('小') !== draw('八');
+"#;
+
 const HUMAN_TEXT: &str = "@XiaoBa 你好，帮我看下代码";
 
 fn msgs(v: &Value) -> &[Value] {
@@ -137,6 +153,14 @@ async fn page_posts_as_a_human_and_shows_the_bot_reply_live_on_both_nodes() {
         .unwrap();
     assert!(ok, "XiaoBa's decision shown under the trigger: {on0:#}");
     b.screenshot("/tmp/botmesh-page.png").await.unwrap();
+    // The page's CJK is legible: with no CJK font every ideograph is drawn as the same
+    // empty box (scripts/test.sh installs fonts-noto-cjk for that reason).
+    let glyphs = b.execute(CJK_GLYPHS_JS, vec![]).await.unwrap();
+    assert_eq!(
+        glyphs,
+        Value::Bool(true),
+        "小 and 八 render as different glyphs in the page's font"
+    );
 
     // The same two messages reached ErGoz's page over the bridge and its event stream.
     b.switch_to(&page1).await.unwrap();

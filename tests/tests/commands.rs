@@ -200,16 +200,19 @@ async fn quiet_addressed_to_one_bot_and_resume_for_all() {
         .await;
     let mesh = TestMesh::start(MeshSpec::new(&["A", "B"]).llm(&llm.base_url).all_bots(FAST)).await;
     mesh.post_human(1, "alice", "/quiet @A").await;
-    wait_for(
+    // Quiet in the group it was said in (demo), not node-wide.
+    let (_, h) = wait_for(
         Duration::from_secs(5),
         Duration::from_millis(20),
         || mesh.health(0),
-        |(_, h)| h["quiet"] == true,
+        |(_, h)| h["quiet_groups"] == serde_json::json!(["demo"]),
     )
     .await;
+    assert_eq!(h["quiet_groups"], serde_json::json!(["demo"]));
+    assert_eq!(h["quiet"], false);
     assert_eq!(
-        mesh.health(1).await.1["quiet"],
-        false,
+        mesh.health(1).await.1["quiet_groups"],
+        serde_json::json!([]),
         "B was not addressed"
     );
     assert_eq!(commands(&mesh, 1, "quiet", "not_addressed").await, 1.0);
@@ -229,7 +232,7 @@ async fn quiet_addressed_to_one_bot_and_resume_for_all() {
         Duration::from_secs(5),
         Duration::from_millis(20),
         || mesh.health(0),
-        |(_, h)| h["quiet"] == false,
+        |(_, h)| h["quiet_groups"] == serde_json::json!([]),
     )
     .await;
     mesh.post_human(1, "alice", "@A @B roll call again").await;
@@ -291,6 +294,10 @@ async fn a_bots_slash_text_is_ordinary_text() {
     assert!(seen, "B's reply prompt shows A's \"/quiet\"");
     for i in 0..2 {
         assert_eq!(mesh.health(i).await.1["quiet"], false);
+        assert_eq!(
+            mesh.health(i).await.1["quiet_groups"],
+            serde_json::json!([])
+        );
         let m = mesh.metrics(i).await;
         assert!(!m.contains("botmesh_chat_commands_total{"), "{m}");
     }

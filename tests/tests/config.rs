@@ -63,6 +63,7 @@ fn config_errors_name_the_key_and_bind_nothing() {
         Case { what: "redis password in the file", toml: base(port, "transport = \"redis\"\n[redis]\nurl = \"redis://:hunter2@127.0.0.1:6379\"", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["redis.url", "redis.url_env"] },
         Case { what: "redis stream too short", toml: base(port, "transport = \"redis\"\n[redis]\nmax_len = 10", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["redis.max_len", "at least 100"] },
         Case { what: "redis url env unset", toml: base(port, "transport = \"redis\"\n[redis]\nurl_env = \"TEST_REDIS_URL\"", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["redis.url_env", "TEST_REDIS_URL is not set"] },
+        Case { what: "no key at all", toml: format!("[mesh]\n[[bots]]\nname = \"A\"\nbridge = \"127.0.0.1:{port}\"\napi = \"127.0.0.1:{}\"\n", port + 1), env: vec![], bot: "A", expect: &["bots[0].public_key", "mesh.secret_env", "mesh.secret_file"] },
         Case { what: "non-loopback api without token", toml: format!("[mesh]\nsecret_env = \"TEST_SECRET\"\n[[bots]]\nname = \"A\"\nbridge = \"127.0.0.1:{port}\"\napi = \"0.0.0.0:{}\"\n", port + 1), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].api", "bearer token"] },
     ];
     let dir = tempfile::tempdir().unwrap();
@@ -98,6 +99,35 @@ fn config_errors_name_the_key_and_bind_nothing() {
         );
     }
     drop((held, held2));
+}
+
+/// A file with a mistake is named as the node was given it, whatever the working
+/// directory: the config crate alone would say `in ../peers.toml` from a subfolder.
+#[test]
+fn a_parse_error_names_the_path_the_node_was_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("peers.toml");
+    std::fs::write(&path, "[mesh]\nmax_depth = = 3\n").unwrap();
+    let sub = dir.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let out = Command::new(botmesh_bin())
+        .args(["run", "--bot", "A", "--config"])
+        .arg(&path)
+        .current_dir(&sub)
+        .env_clear()
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{}: ", path.display())),
+        "{stderr}"
+    );
+    assert!(stderr.contains("TOML parse error"), "{stderr}");
+    assert!(
+        !stderr.contains("../"),
+        "a path relative to the working directory: {stderr}"
+    );
 }
 
 #[test]

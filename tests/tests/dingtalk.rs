@@ -13,7 +13,7 @@ use std::time::Duration;
 use botmesh::wire::envelope::{AuthorKind, Envelope};
 use botmesh_tests::fake_dingtalk::{FakeDingTalk, FakeRobot, PersonMessage, Via};
 use botmesh_tests::fake_llm::{BotLlm, FakeLlm};
-use botmesh_tests::{bot_of, is_judge, wait_for, MeshSpec, TestMesh};
+use botmesh_tests::{bot_of, is_judge, metric, wait_for, MeshSpec, TestMesh};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const WAIT: Duration = Duration::from_secs(15);
@@ -74,11 +74,11 @@ struct Setup {
 
 /// Ada and Bo on DingTalk (and Cy on the local platform when `with_local`).
 async fn setup(llm: &FakeLlm, with_local: bool) -> Setup {
-    setup_with(llm, with_local, "").await
+    setup_with(llm, with_local, "", "").await
 }
 
-/// [`setup`] with extra lines for Bo's entry.
-async fn setup_with(llm: &FakeLlm, with_local: bool, bo_extra: &str) -> Setup {
+/// [`setup`] with extra lines for Bo's entry and for `[mesh]`.
+async fn setup_with(llm: &FakeLlm, with_local: bool, bo_extra: &str, mesh_extra: &str) -> Setup {
     let (ada, bo) = (robot("Ada"), robot("Bo"));
     let fake = FakeDingTalk::start(vec![ada.clone(), bo.clone()]).await;
     let names: &[&str] = if with_local {
@@ -88,6 +88,7 @@ async fn setup_with(llm: &FakeLlm, with_local: bool, bo_extra: &str) -> Setup {
     };
     let mut spec = MeshSpec::new(names)
         .llm(&llm.base_url)
+        .mesh(mesh_extra)
         .all_bots(FAST)
         .bot("Ada", &dingtalk_bot(&fake, &ada, &bo))
         .bot("Bo", &dingtalk_bot(&fake, &bo, &ada))
@@ -769,7 +770,7 @@ async fn a_mentions_only_robot_answers_its_dingtalk_at_and_the_judging_one_stand
     })
     .start()
     .await;
-    let s = setup_with(&llm, false, "participation = \"mentions\"").await;
+    let s = setup_with(&llm, false, "participation = \"mentions\"", "").await;
     let msg_id = s.fake.post(&PersonMessage {
         conversation: CONV,
         sender_nick: ALICE,
@@ -815,10 +816,16 @@ async fn a_command_addresses_exactly_the_robots_dingtalk_delivered_it_to() {
         WAIT,
         Duration::from_millis(20),
         || s.mesh.health(0),
-        |(_, h)| h["quiet"] == true,
+        |(_, h)| h["quiet_groups"].as_array().is_some_and(|g| g.len() == 1),
     )
     .await;
-    assert_eq!(health.1["quiet"], true, "Ada is quiet");
+    // Quiet in the conversation the command was said in, not everywhere.
+    assert_eq!(
+        health.1["quiet_groups"].as_array().map(Vec::len),
+        Some(1),
+        "Ada is quiet"
+    );
+    assert_eq!(health.1["quiet"], false, "Ada is not quiet everywhere");
     // Bo has the command from Ada (recorded the same way) and was not addressed.
     let t = wait_for(
         WAIT,
@@ -828,11 +835,71 @@ async fn a_command_addresses_exactly_the_robots_dingtalk_delivered_it_to() {
     )
     .await;
     assert_eq!(with_msg_id(&t, &msg_id)[0].text, "@Ada /quiet");
-    assert_eq!(s.mesh.health(1).await.1["quiet"], false, "Bo goes on");
+    assert_eq!(
+        s.mesh.health(1).await.1["quiet_groups"],
+        serde_json::json!([]),
+        "Bo goes on"
+    );
     s.mesh.settle(1, Duration::from_millis(500)).await;
     assert!(
         s.fake.sent().is_empty() && llm.count() == 0,
         "nobody answered or judged the command"
     );
+    s.mesh.shutdown().await;
+}
+
+/// With `[mesh] operators`, a DingTalk person is known by their staff id, on the robot
+/// DingTalk delivered the command to and on the colleague it carries it to: Cy, on
+/// `local`, believes Ada (a DingTalk robot) about DingTalk's people.
+#[tokio::test]
+async fn only_an_operators_command_is_carried_out_and_a_dingtalk_robot_vouches_for_its_people() {
+    let llm = llm(&[], |bot| format!("{bot} here")).start().await;
+    let s = setup_with(
+        &llm,
+        true,
+        "",
+        &format!("operators = [\"dingtalk:{ALICE_STAFF}\"]"),
+    )
+    .await;
+    const ADA: usize = 0;
+    const CY: usize = 2;
+    let count = |i: usize, outcome: &'static str| {
+        let mesh = &s.mesh;
+        async move {
+            metric(
+                &mesh.metrics(i).await,
+                &format!("botmesh_chat_commands_total{{command=\"quiet\",outcome=\"{outcome}\"}}"),
+            )
+        }
+    };
+    // Dan is no operator, though he uses Alice's display name; Alice is, by her staff
+    // id: Ada and Cy (carried by Ada) switch the group quiet.
+    for (staff, outcome, quiet_groups) in
+        [("dan77", "not_operator", 0), (ALICE_STAFF, "applied", 1)]
+    {
+        s.fake.post(&PersonMessage {
+            conversation: CONV,
+            sender_nick: ALICE,
+            sender_staff_id: staff,
+            text: "/quiet @Cy",
+            at_robots: &[&s.ada.client_id],
+        });
+        for i in [ADA, CY] {
+            let n = wait_for(
+                WAIT,
+                Duration::from_millis(20),
+                || count(i, outcome),
+                |n| *n == 1.0,
+            )
+            .await;
+            assert_eq!(n, 1.0, "node {i}: {staff}'s /quiet is {outcome}");
+            let groups = &s.mesh.health(i).await.1["quiet_groups"];
+            assert_eq!(
+                groups.as_array().map(Vec::len),
+                Some(quiet_groups),
+                "node {i}: {groups}"
+            );
+        }
+    }
     s.mesh.shutdown().await;
 }

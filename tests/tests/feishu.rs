@@ -494,3 +494,45 @@ async fn a_persons_why_through_a_feishu_at_asks_that_bot_and_reaches_no_llm() {
     assert_eq!(bot_replies(&t)[1].reply_to, Some(cmd[0].id));
     mesh.shutdown().await;
 }
+
+/// A Feishu person whose name reads as a bot's is recorded with a marker, and their
+/// Feishu ids (the open_id in XiaoBa's app, the union_id) travel as `person`, what
+/// `[mesh] operators` knows them by.
+#[tokio::test]
+async fn a_person_named_like_a_bot_is_marked_and_known_by_their_feishu_ids() {
+    use botmesh_tests::fake_feishu::Directory;
+    let mesh = Mesh::start("好的").await;
+    mesh.feishu.set_directory(Directory {
+        contact_scope: true,
+        users: [(ALICE.to_string(), "ｘｉａｏ\u{200b}ｂａ".to_string())].into(),
+        ..Directory::default()
+    });
+    let event = message_event(&MessageSpec {
+        app_id: APP_ID,
+        token: TOKEN,
+        event_id: "ev-0201",
+        message_id: "om_human0201",
+        chat_id: CHAT,
+        sender_open_id: ALICE,
+        sender_type: "user",
+        text: "hello from a look-alike",
+        mentions: &[],
+    });
+    let (status, _) = mesh
+        .deliver(&Callback::encrypted_signed(&event, KEY, 0))
+        .await;
+    assert_eq!(status, 200);
+    let t = mesh
+        .wait_transcript(XIAOBA, |t| !with_platform_id(t, "om_human0201").is_empty())
+        .await;
+    let m = with_platform_id(&t, "om_human0201")[0];
+    assert_eq!(
+        (m.author.name.as_str(), m.author.kind),
+        ("ｘｉａｏ\u{200b}ｂａ (feishu user)", AuthorKind::Human)
+    );
+    assert_eq!(
+        m.person.as_deref(),
+        Some(format!("{ALICE} on_8ed6aa67826108097d9ee143816345").as_str())
+    );
+    mesh.shutdown().await;
+}

@@ -5,7 +5,6 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -219,10 +218,13 @@ fn build_local_message(node: &Node, p: PostMessage) -> Result<Envelope, (StatusC
         .filter(|f| !f.is_empty());
     let as_bot = from.as_deref().is_some_and(|f| f == me.name);
     if let Some(f) = &from {
-        if !as_bot && cfg.member(f).is_some() {
+        if let Some(bot) = cfg.bot_named_like(f).filter(|_| !as_bot) {
             return Err((
                 StatusCode::FORBIDDEN,
-                format!("{f:?} is another bot: a node may only post as itself or a human"),
+                format!(
+                    "{f:?} reads as bot {:?}'s name (case, width and invisible characters aside): a node may only post as itself or a human",
+                    bot.name
+                ),
             ));
         }
         if f.len() > 64 {
@@ -316,7 +318,7 @@ fn info(node: &Node) -> Response<Body> {
         .collect();
     server::json(
         StatusCode::OK,
-        &serde_json::json!({"bot": cfg.bot().name, "group": cfg.mesh().group, "bots": bots, "quiet": node.is_quiet(), "max_depth": cfg.mesh().max_depth, "budget": budget(node)}),
+        &serde_json::json!({"bot": cfg.bot().name, "group": cfg.mesh().group, "bots": bots, "quiet": node.quiet.node(), "quiet_groups": node.quiet.groups(), "max_depth": cfg.mesh().max_depth, "budget": budget(node)}),
     )
 }
 
@@ -383,7 +385,8 @@ pub(crate) fn health(node: &Node) -> Response<Body> {
             "redis": redis,
             "platform_stopped": platform_stopped,
             "outboxes": outboxes,
-            "quiet": node.is_quiet(),
+            "quiet": node.quiet.node(),
+            "quiet_groups": node.quiet.groups(),
             "seen_cache": node.seen.len(),
             "platform": node.platform.health(),
             "config_reload": node.reloader.last(),
@@ -438,7 +441,11 @@ async fn replay(node: &Arc<Node>, req: Request<Incoming>) -> Response<Body> {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Quiet {
+    /// On or off.
     quiet: bool,
+    /// Only this group's switch (as a person's `/quiet` there); absent: the
+    /// node-wide switch.
+    group: Option<String>,
 }
 
 async fn quiet(node: &Arc<Node>, req: Request<Incoming>) -> Response<Body> {
@@ -446,10 +453,16 @@ async fn quiet(node: &Arc<Node>, req: Request<Incoming>) -> Response<Body> {
         Ok(q) => q,
         Err(r) => return r,
     };
-    let before = node.quiet.swap(q.quiet, Ordering::Relaxed);
-    tracing::warn!(quiet = q.quiet, was = before, "operator quiet switch");
+    let before = match &q.group {
+        Some(g) if g.is_empty() || g.len() > 256 => {
+            return server::error(StatusCode::BAD_REQUEST, "group must be 1..=256 bytes")
+        }
+        Some(g) => node.quiet.set_group(g, q.quiet),
+        None => node.quiet.set_node(q.quiet),
+    };
+    tracing::warn!(quiet = q.quiet, was = before, group = ?q.group, "operator quiet switch");
     server::json(
         StatusCode::OK,
-        &serde_json::json!({"quiet": q.quiet, "was": before}),
+        &serde_json::json!({"quiet": q.quiet, "was": before, "group": q.group}),
     )
 }

@@ -3,7 +3,8 @@
 //! way in (the page and the bridge on `local`, the platform on Feishu and Discord, a
 //! colleague's forward on DingTalk), so each bot acts on the commands addressed to it.
 //!
-//! - `/quiet`, `/resume`: the operator's quiet switch, as `POST /v1/quiet`.
+//! - `/quiet`, `/resume`: the quiet switch of the group they are said in (as
+//!   `POST /v1/quiet` with that `group`); the operator's node-wide switch is not theirs.
 //! - `/stop`: cancels the group's stop token, so every turn of this bot in flight for
 //!   the group drops (its LLM call or wait abandoned, its claim withdrawn, recorded as
 //!   `silent/stopped` and `withdraw/stopped`). Later messages are taken as usual.
@@ -11,10 +12,13 @@
 //!   (see [`crate::turn::command::why_text`]). The answer carries the mesh's
 //!   `max_depth`, so no bot judges or answers it.
 //!
+//! With `[mesh] operators` set, `/quiet`, `/resume` and `/stop` are carried out only
+//! for an operator (see [`command::may_command`]); anyone else's is ordinary text,
+//! taken as any message, logged and counted `outcome="not_operator"`.
+//!
 //! A command is a message like any other in the transcript; it is never judged.
 //! Counted in `botmesh_chat_commands_total{command,outcome}`.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::app::node::Node;
@@ -28,15 +32,22 @@ pub(crate) fn handle(node: &Arc<Node>, env: &Arc<Envelope>, mentions: &[Platform
     let Some(cmd) = command::parse(env, &node.brain.matcher, mentions) else {
         return false;
     };
-    let me = node.brain.me().name.clone();
+    let t = node.brain.tuning();
+    let me = t.me.name.clone();
     let verb = cmd.verb.as_str();
+    if !command::may_command(cmd.verb, env, &t) {
+        let person = command::person_of(env, &t).join(" ");
+        tracing::info!(bot = %me, id = %env.id, command = verb, by = %env.author.name, %person, group = %env.group, "not an operator's: taken as ordinary text ([mesh] operators)");
+        node.metrics.chat_command(verb, "not_operator");
+        return false;
+    }
     if !cmd.addresses(&me) {
         tracing::debug!(bot = %me, id = %env.id, command = verb, target = ?cmd.target, "a command for other bots");
         node.metrics.chat_command(verb, "not_addressed");
         return true;
     }
     let age_secs = now_millis().saturating_sub(env.sent_at) / 1000;
-    if age_secs > node.brain.tuning().mesh.stale_after_secs {
+    if age_secs > t.mesh.stale_after_secs {
         tracing::info!(bot = %me, id = %env.id, command = verb, age_secs, "an old command (a catch-up after downtime): not carried out");
         node.metrics.chat_command(verb, "stale");
         return true;
@@ -45,8 +56,9 @@ pub(crate) fn handle(node: &Arc<Node>, env: &Arc<Envelope>, mentions: &[Platform
     match cmd.verb {
         Verb::Quiet | Verb::Resume => {
             let on = cmd.verb == Verb::Quiet;
-            let was = node.quiet.swap(on, Ordering::Relaxed);
-            tracing::warn!(bot = %me, quiet = on, was, %by, %group, id = %env.id, "quiet switch set by a person's command in the chat");
+            let was = node.quiet.set_group(group, on);
+            let node_wide = node.quiet.node();
+            tracing::warn!(bot = %me, quiet = on, was, node_wide, %by, %group, id = %env.id, "the group's quiet switch set by a person's command in the chat");
         }
         Verb::Stop => {
             node.brain.stops.stop(group);
@@ -65,9 +77,10 @@ pub(crate) fn handle(node: &Arc<Node>, env: &Arc<Envelope>, mentions: &[Platform
 /// Posts this bot's answer to `/why` (`cmd`): why it did or did not speak on the last
 /// message before the command (people's commands and the answers to them aside).
 async fn post_why(node: Arc<Node>, cmd: Arc<Envelope>) {
-    let me = node.brain.me().name.clone();
+    let t = node.brain.tuning();
+    let me = t.me.name.clone();
     let recent = node.transcripts.recent(&cmd.group, 256);
-    let subject = command::why_subject(&recent, &cmd, &me);
+    let subject = command::why_subject(&recent, &cmd, &t);
     let steps = subject
         .as_ref()
         .map(|s| node.brain.trail.steps(s.id))
@@ -83,7 +96,7 @@ async fn post_why(node: Arc<Node>, cmd: Arc<Envelope>) {
         subject.as_deref(),
         &steps,
         answer.map(|a| &**a),
-        node.is_quiet(),
+        node.quiet.by(&cmd.group),
     );
     let mut env = Envelope::answer(
         ulid::Ulid::new(),
@@ -99,7 +112,8 @@ async fn post_why(node: Arc<Node>, cmd: Arc<Envelope>) {
     let id = env.id;
     match node.publish(env, "self").await {
         Ok(_) => {
-            tracing::info!(bot = %me, %id, command = %cmd.id, about = ?subject.map(|s| s.id), steps = steps.len(), "answered a person's /why");
+            let about = subject.map_or_else(|| "-".to_string(), |s| s.id.to_string());
+            tracing::info!(bot = %me, %id, command = %cmd.id, %about, steps = steps.len(), "answered a person's /why");
             node.metrics.chat_command("why", "applied");
         }
         Err(e) => {

@@ -7,7 +7,6 @@
 //! grace period to drain, then everything stops and the transcript writer flushes.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -69,8 +68,9 @@ pub struct Node {
     pub(crate) llm: LlmClient,
     /// The turn-taking pipeline.
     pub brain: Brain,
-    /// The operator's quiet switch: when set, the bot takes no turns.
-    pub(crate) quiet: AtomicBool,
+    /// The quiet switches, node-wide and per group: while one is on for a group, the
+    /// bot takes no turns there.
+    pub(crate) quiet: crate::turn::command::Quiet,
     /// Cancelled when the node stops accepting work.
     pub(crate) accepting: CancellationToken,
     /// Tracks the background turn tasks so shutdown can wait for them.
@@ -264,11 +264,6 @@ impl Node {
         let outbound = !crate::wire::envelope::is_direct_group(&env.group);
         self.record_inner(env, source, Vec::new(), outbound).await
     }
-
-    /// Whether the operator switched the bot quiet.
-    pub(crate) fn is_quiet(&self) -> bool {
-        self.quiet.load(Ordering::Relaxed)
-    }
 }
 
 /// Builds the node and starts its listeners and outboxes.
@@ -301,7 +296,7 @@ pub async fn start(
         llm: LlmClient::new(
             LlmClient::build_http(Duration::from_secs(3)).context("building the LLM client")?,
         ),
-        quiet: AtomicBool::new(cfg.bot().quiet),
+        quiet: crate::turn::command::Quiet::new(cfg.bot().quiet),
         reloader: crate::app::reload::Reloader::new(cfg.clone()),
         accepting: CancellationToken::new(),
         turns: tokio_util::task::TaskTracker::new(),
@@ -323,6 +318,14 @@ pub async fn start(
     let api_addr = api.local_addr()?;
     let servers = spawn_listeners(&node, ingest, bridge, api);
     tracing::info!(bot = %node.cfg.bot().name, transport = ?node.cfg.transport(), %bridge_addr, %api_addr, peers = node.outboxes.len(), data_dir = %node.cfg.data_dir.display(), "node started");
+    match &node.cfg.mesh().operators {
+        None => {
+            tracing::warn!(bot = %node.cfg.bot().name, "[mesh] operators is not set: anyone in any group may /quiet, /resume and /stop this bot")
+        }
+        Some(ops) => {
+            tracing::info!(bot = %node.cfg.bot().name, operators = ?ops, "only these people's /quiet, /resume and /stop are carried out")
+        }
+    }
     Ok(RunningNode {
         node,
         bridge_addr,
@@ -790,8 +793,8 @@ impl Ports for Node {
             .and_then(|o| o.link().failing_for())
     }
 
-    fn quiet(&self) -> bool {
-        self.is_quiet()
+    fn quiet(&self, group: &str) -> bool {
+        self.quiet.in_group(group)
     }
 
     fn stopping(&self) -> &CancellationToken {
@@ -865,7 +868,7 @@ pub(crate) async fn explain_live(
         &node.cfg,
         req,
         &recent,
-        node.is_quiet(),
+        node.quiet.in_group(&group),
     )
     .await?;
     Ok(serde_json::to_value(e).expect("serializes"))

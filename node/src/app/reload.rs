@@ -10,7 +10,6 @@
 //! are reported as pending. Every reload is logged, counted
 //! (`botmesh_config_reloads_total{result}`) and shown in `/healthz` (`config_reload`).
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -119,7 +118,7 @@ impl Node {
         let next = Arc::new(next);
         self.brain.retune(&next);
         if next.bot().quiet != running.bot().quiet {
-            self.quiet.store(next.bot().quiet, Ordering::Relaxed);
+            self.quiet.set_node(next.bot().quiet);
         }
         *running = next;
         report.applied = d.applied;

@@ -772,7 +772,7 @@ impl Ports for ReplayPorts {
         None
     }
 
-    fn quiet(&self) -> bool {
+    fn quiet(&self, _group: &str) -> bool {
         false
     }
 

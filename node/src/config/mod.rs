@@ -17,6 +17,7 @@ use serde::Deserialize;
 
 use crate::wire::signing::{HmacSecret, PairwiseKey, PublicKey, Signer, SigningKey, Verifier};
 
+pub(crate) mod names;
 pub(crate) mod pacing;
 pub(crate) mod reload;
 
@@ -119,6 +120,11 @@ pub struct MeshSettings {
     /// In `shared` mode: how long a bot waits for the chosen bot's verdict before it
     /// asks its own judge (the chosen bot is down, slow, or saw the message late).
     pub(crate) verdict_timeout_ms: u64,
+    /// The people whose `/quiet`, `/resume` and `/stop` in the chat are carried out,
+    /// as `platform:id` (`local:Boss`, `feishu:ou_…`, `discord:5005`,
+    /// `dingtalk:<staff id>`); anyone else's is ordinary text. Absent: everyone may
+    /// command (logged as a warning at start). `/why` is open to everyone.
+    pub(crate) operators: Option<Vec<String>>,
 }
 
 /// `[mesh] judge`: who asks the judge LLM whether a bot should interject.
@@ -206,6 +212,7 @@ impl Default for MeshSettings {
             stale_after_secs: 600,
             judge: JudgeMode::Own,
             verdict_timeout_ms: 4_000,
+            operators: None,
         }
     }
 }
@@ -333,6 +340,32 @@ pub enum Platform {
     /// DingTalk (Stream mode) delivers a person's message only to the robots it
     /// @-mentions; the receiving node carries it to its colleagues.
     Dingtalk,
+}
+
+impl Platform {
+    /// Every platform, for [`Platform::parse`].
+    const ALL: [Platform; 4] = [
+        Platform::Local,
+        Platform::Feishu,
+        Platform::Discord,
+        Platform::Dingtalk,
+    ];
+
+    /// The name peers.toml spells it with (`local`, `feishu`, `discord`, `dingtalk`):
+    /// also the prefix of a person's id in `[mesh] operators`.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Platform::Local => "local",
+            Platform::Feishu => "feishu",
+            Platform::Discord => "discord",
+            Platform::Dingtalk => "dingtalk",
+        }
+    }
+
+    /// The platform spelled `s` (as [`Platform::as_str`]).
+    pub(crate) fn parse(s: &str) -> Option<Platform> {
+        Platform::ALL.into_iter().find(|p| p.as_str() == s)
+    }
 }
 
 /// When a bot takes part in a conversation.
@@ -796,8 +829,16 @@ impl Settings {
             .filter(|(k, _)| k.starts_with("BOTMESH__"))
             .cloned()
             .collect();
+        // Read the text here rather than handing the config crate the path: it names
+        // the file in its messages relative to the current directory (`in ../peers.toml`),
+        // while every error of ours names the path the node was started with.
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: file.clone(),
+            key: "(file)".into(),
+            problem: format!("cannot read the file: {e}"),
+        })?;
         let mut builder = config::Config::builder()
-            .add_source(config::File::from(path).format(config::FileFormat::Toml))
+            .add_source(config::File::from_str(&text, config::FileFormat::Toml))
             .add_source(
                 config::Environment::with_prefix("BOTMESH")
                     .prefix_separator("__")
@@ -857,6 +898,10 @@ impl Settings {
         }
         self.validate_redis()?;
         self.validate_api()?;
+        for (i, entry) in m.operators.iter().flatten().enumerate() {
+            names::check_operator(entry)
+                .map_err(|problem| self.err(format!("mesh.operators[{i}]"), problem))?;
+        }
         if m.max_depth == 0 {
             return Err(self.err(
                 "mesh.max_depth",
@@ -1057,7 +1102,7 @@ impl Settings {
             if b.public_key.is_none() && !hmac {
                 return Err(self.err(
                     at("public_key"),
-                    format!("{} has no public_key and mesh.secret_env is not set: its envelopes could never be verified", b.name),
+                    format!("{} has no public_key and neither mesh.secret_env nor mesh.secret_file is set: its envelopes could never be verified", b.name),
                 ));
             }
             if b.platform == Platform::Feishu && b.open_id().is_none() {
@@ -1670,6 +1715,20 @@ impl NodeConfig {
         self.settings.bots.iter().find(|b| b.name == name)
     }
 
+    /// The bot whose name or one of whose aliases `name` reads as (compared by
+    /// [`names::name_key`]: case, width and invisible characters aside): a person may
+    /// not post under it.
+    pub(crate) fn bot_named_like(&self, name: &str) -> Option<&BotSettings> {
+        self.settings.bots.iter().find(|b| {
+            names::names_collide(
+                name,
+                std::iter::once(&b.name)
+                    .chain(&b.aliases)
+                    .map(String::as_str),
+            )
+        })
+    }
+
     /// Mesh settings shortcut.
     pub(crate) fn mesh(&self) -> &MeshSettings {
         &self.settings.mesh
@@ -2062,6 +2121,32 @@ mod tests {
         let e = Settings::from_toml(&unknown, Path::new("peers.toml")).unwrap_err();
         assert_eq!(e.key, "bots[1].feishu", "{e}");
         assert!(e.problem.contains("unknown field `app_idd`"), "{e}");
+    }
+
+    #[test]
+    fn operators_are_platform_qualified_person_ids() {
+        let toml = |ops: &str| {
+            format!(
+                "[mesh]\nsecret_env = \"BOTMESH_SECRET\"\noperators = {ops}\n[[bots]]\nname = \"A\"\nbridge = \"127.0.0.1:1\"\napi = \"127.0.0.1:2\"\n"
+            )
+        };
+        let ok = Settings::from_toml(
+            &toml(r#"["local:Boss", "discord:5005", "feishu:ou_1", "dingtalk:m1"]"#),
+            Path::new("peers.toml"),
+        )
+        .expect("valid");
+        assert_eq!(ok.mesh.operators.as_ref().map(Vec::len), Some(4));
+        let e = Settings::from_toml(
+            &toml(r#"["local:Boss", "slack:U1"]"#),
+            Path::new("peers.toml"),
+        )
+        .unwrap_err();
+        assert_eq!(e.key, "mesh.operators[1]", "{e}");
+        assert!(e.problem.contains("unknown platform \"slack\""), "{e}");
+        let e = Settings::from_toml(&toml(r#"["Boss"]"#), Path::new("peers.toml")).unwrap_err();
+        assert!(e.problem.contains("platform:id"), "{e}");
+        let e = Settings::from_toml(&toml(r#"["discord:"]"#), Path::new("peers.toml")).unwrap_err();
+        assert!(e.problem.contains("empty"), "{e}");
     }
 
     #[test]

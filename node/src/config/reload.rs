@@ -37,6 +37,7 @@ pub(crate) fn merge(running: &Settings, file: &Settings) -> Settings {
     m.stale_after_secs = f.stale_after_secs;
     m.judge = f.judge;
     m.verdict_timeout_ms = f.verdict_timeout_ms;
+    m.operators = f.operators.clone();
     out.llm = file.llm.clone();
     for b in &mut out.bots {
         let Some(new) = file.bots.iter().find(|n| n.name == b.name) else {
@@ -146,7 +147,10 @@ mod tests {
     fn tunable_keys_apply_and_addresses_wait_for_a_restart() {
         let old = settings(BASE);
         let text = BASE
-            .replace("max_depth = 3", "max_depth = 5\nbot_messages_per_minute = 2")
+            .replace(
+                "max_depth = 3",
+                "max_depth = 5\nbot_messages_per_minute = 2\noperators = [\"local:Boss\"]",
+            )
             .replace(
                 "api = \"127.0.0.1:7201\"\n",
                 "api = \"127.0.0.1:7301\"\nmin_delay_ms = 10\njudge_prompt = \"x {message}\"\nrole = \"dba\"\n",
@@ -164,6 +168,7 @@ mod tests {
                 "bots[1].role",
                 "mesh.bot_messages_per_minute",
                 "mesh.max_depth",
+                "mesh.operators",
             ]
         );
         assert_eq!(d.restart_required, ["bots[0].api", "bots[1].aliases"]);

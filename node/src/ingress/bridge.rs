@@ -283,11 +283,14 @@ pub(crate) fn postcheck(
                 ),
             ));
         }
-        AuthorKind::Human if cfg.member(&env.author.name).is_some() => {
+        AuthorKind::Human if cfg.bot_named_like(&env.author.name).is_some() => {
             return Err(Reject(
                 StatusCode::FORBIDDEN,
                 "human_named_as_bot",
-                format!("a human may not use the bot name {:?}", env.author.name),
+                format!(
+                    "a human may not use a name that reads as a bot's ({:?}; case, width and invisible characters aside)",
+                    env.author.name
+                ),
             ));
         }
         _ => {}

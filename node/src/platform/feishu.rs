@@ -1861,12 +1861,20 @@ async fn process(f: &Feishu, node: &Ingest, ev: MessageReceived) -> Result<(), (
     let author = Author::human(if sender_open_id.is_empty() {
         "feishu user".to_string()
     } else {
-        human_name
+        crate::platform::person_name(matcher, Platform::Feishu, &human_name)
     });
     let mut env = Envelope::message(id, sent_at, group.clone(), f.me.clone(), author, text);
     env.root = Some(id);
     env.platform_msg_id = Some(msg.message_id.clone());
     if ev.sender.sender_type != "app" {
+        // The per-app open_id and, when Feishu gives it, the per-developer union_id:
+        // either may name an operator.
+        let ids = &ev.sender.sender_id;
+        let person: Vec<&str> = std::iter::once(ids.open_id.as_str())
+            .chain(ids.union_id.as_deref())
+            .filter(|id| !id.is_empty() && !id.contains(char::is_whitespace))
+            .collect();
+        env.person = (!person.is_empty()).then(|| person.join(" "));
         let mentions = f.platform_mentions(&msg.mentions, matcher);
         let arrival = Arrival {
             env,

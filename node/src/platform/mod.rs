@@ -211,6 +211,27 @@ pub(crate) fn bot_tables<'a, I, S>(
     Ok((bot, ids, secrets))
 }
 
+/// The name a platform person's message is recorded under: their display name, with
+/// a marker (`XiaoBa (discord user)`) when it reads as a bot's name or alias (case,
+/// width and invisible characters aside), logged. People are not refused for their
+/// platform name; they are only never taken for a bot.
+pub(crate) fn person_name(
+    matcher: &crate::turn::mention::MentionMatcher,
+    platform: Platform,
+    name: &str,
+) -> String {
+    let bot = matcher.reads_as_member(name);
+    if let Some(bot) = bot {
+        tracing::info!(
+            name,
+            bot,
+            platform = platform.as_str(),
+            "a person's display name reads as a bot's: shown with a marker"
+        );
+    }
+    crate::config::names::marked_person_name(name, platform, bot.is_some())
+}
+
 /// The adapter for this node's bot.
 pub(crate) fn build(cfg: &NodeConfig) -> anyhow::Result<Arc<dyn ChatPlatform>> {
     Ok(match cfg.bot().platform {

@@ -520,7 +520,7 @@ pub fn load_dir(dir: &Path) -> anyhow::Result<Vec<World>> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PolicyKind {
-    /// botmesh itself: DESIGN.md steps 2–6, through the real code (`[mesh] judge = "own"`).
+    /// botmesh itself: docs/design.md steps 2–6, through the real code (`[mesh] judge = "own"`).
     Botmesh,
     /// botmesh with one judge call per message for the whole mesh (`judge = "shared"`).
     BotmeshShared,
@@ -1238,7 +1238,7 @@ impl<'w> Sim<'w> {
             return;
         }
         if self.tasks[id].failed {
-            // An LLM failure or timeout means silence (DESIGN.md step 4; turn.rs).
+            // An LLM failure or timeout means silence (docs/design.md step 4; turn.rs).
             match self.tasks[id].stage {
                 Stage::Write => self.silent(id, "reply_failed"),
                 _ => self.silent(id, "judge_failed"),
@@ -2740,16 +2740,16 @@ U(20–150) ms, no failed deliveries, no LLM failures (a failed call means silen
 
 | policy | follows | on a human message | on a bot message | delay and collisions | loop brake |
 |---|---|---|---|---|---|
-| **botmesh** | DESIGN.md, "What a node does with each incoming message"; the real code | mentioned → reply at once; addressed to someone else / acknowledgement → silent; else judge → claim → wait `min + (1 − r)(max − min)` + jitter | same rules (mentioned at depth > `llm_threshold` → judge first) | stands by behind a better claim, re-enters if it is withdrawn, yields once the trigger is answered; re-judges once if other bots spoke in the trigger's thread meanwhile; posts only once every peer acknowledged its claim (or after `claim_ack_timeout_ms`) and none answered, committing atomically; on a message to everyone nobody yields | `depth ≥ max_depth` never; per-group bot message cap |
+| **botmesh** | docs/design.md, "What a node does with each message"; the real code | mentioned → reply at once; addressed to someone else / acknowledgement → silent; else judge → claim → wait `min + (1 − r)(max − min)` + jitter | same rules (mentioned at depth > `llm_threshold` → judge first) | stands by behind a better claim, re-enters if it is withdrawn, yields once the trigger is answered; re-judges once if other bots spoke in the trigger's thread meanwhile; posts only once every peer acknowledged its claim (or after `claim_ack_timeout_ms`) and none answered, committing atomically; on a message to everyone nobody yields | `depth ≥ max_depth` never; per-group bot message cap |
 | **botmesh-shared** | the same code with `[mesh] judge = "shared"` | as botmesh, but one bot per message (chosen from its id) asks the judge once for every bot whose rules say judge and broadcasts the answers as a `verdict`; each bot applies its own entry (or judges itself if none comes in `verdict_timeout_ms`) | same | as botmesh; a bot that the verdict ranks behind a colleague does not write while it waits | as botmesh |
 | **botmesh-drafting** | the same code with `judge_drafts = true` on every bot | as botmesh, but each bot's judge call is one streamed call whose first line is the verdict and whose rest is the reply: the bot claims and waits on the verdict while the reply goes on being written; one that declines stops after the verdict line | same | as botmesh; the draft is the reply written while waiting (dropped behind a better claim) | as botmesh |
-| **xiaoba** | seed 004 (XiaoBa bot2bot bridge, P0 judge) as the issue describes it, and DESIGN.md's list of its weaknesses ("random 1–3 s delays that let two bots answer the same question", "LLM-only loop guards") | mentioned → full reply at once ("被@则触发推理"); else judge with the last 10 messages | every broadcast is judged the same way | uniform random 1–3 s; silent if any bot broadcast arrived during the wait; no check after writing | none but the LLM (seed 004 §四.2: "两个 bot 互相@会无限循环") |
+| **xiaoba** | seed 004 (XiaoBa bot2bot bridge, P0 judge) as docs/design.md describes it, and the weaknesses listed there ("random 1–3 s delays that let two bots answer the same question", "LLM-only loop guards") | mentioned → full reply at once ("被@则触发推理"); else judge with the last 10 messages | every broadcast is judged the same way | uniform random 1–3 s; silent if any bot broadcast arrived during the wait; no check after writing | none but the LLM (seed 004 §四.2: "两个 bot 互相@会无限循环") |
 | **nanobot** | seed 000 (Feishu relay, stop policy §4), seed 001 (transcript `get_recent(20)` for the relevance check) | mentioned → reply; else `_check_relevance` (judge) → reply; no delay | not mentioned → ignored (never interjects on bots); mentioned → depth = trailing bot messages in the transcript incl. this one: `≥ max` reject, `≤ threshold` reply, else LLM YES/NO | none: everyone who passes replies at once | the depth rule above (`max_bot_reply_depth` 3, `bot_reply_llm_threshold` 1: same numbers as botmesh) |
 | **review-panel** | seed 002 (review panel protocol §3.1, §4.1, §8.1) | `should_respond` (judge on the message alone) → random 2–4 s (`reaction_delay: random(2, 4)`) → reply; mentioned → reply after the delay without judging | ignored, no LLM call (`finish()`) | none: every judge that says yes speaks | ignoring bots |
 
 Seed 004's P0 plan goes further than the XiaoBa baseline: relevance-scaled delays ("相关度高的延迟短") and a
 re-judge after seeing the other bot's reply. That plan is what botmesh implements (and extends with
-claims); the baseline is the bridge as the issue and DESIGN.md's weakness list describe it.
+claims); the baseline is the bridge as docs/design.md and its weakness list describe it.
 
 The scripted judge answers the same for every policy (the scenario's `judge` / `bot_judge` tables),
 and its answer depends only on what its prompt shows: if the prompt's context already contains

@@ -606,7 +606,7 @@ impl Ports for SimBot {
         None
     }
 
-    fn quiet(&self) -> bool {
+    fn quiet(&self, _group: &str) -> bool {
         false
     }
 

@@ -4,31 +4,39 @@
 //! A command is a *person's* chat message whose text, after the @mentions in front of
 //! it (as the platform delivers them: `@Name`, `@_user_1`, `<at …>…</at>`), starts with
 //! `/` (or the full-width `／`) and one of the four verbs, in any case. A bot's text
-//! never is one, and an unknown `/foo` is ordinary text. Commands are recorded in the
-//! transcript like any message, but never judged or answered, and [`without_commands`]
-//! keeps them (and the bots' `/why` answers to them) out of every LLM prompt.
+//! never is one, and an unknown `/foo` is ordinary text. With `[mesh] operators` set,
+//! `/quiet`, `/resume` and `/stop` are commands only from an operator ([`may_command`]);
+//! anyone else's is ordinary text. `/why` is open to everyone. Commands are recorded
+//! in the transcript like any message, but never judged or answered, and
+//! [`without_commands`] keeps them (and the bots' `/why` answers to them) out of
+//! every LLM prompt.
 //!
 //! This module parses, and keeps what the commands act on inside the turn code:
-//! [`GroupStops`] (each group's stop token, cancelled by `/stop`) and [`Trail`] (the
-//! decisions about recent messages, which `/why` reads back). The node carries the
-//! commands out (`app::commands`).
+//! [`Quiet`] (the operator's node-wide switch and each group's), [`GroupStops`] (each
+//! group's stop token, cancelled by `/stop`) and [`Trail`] (the decisions about
+//! recent messages, which `/why` reads back). The node carries the commands out
+//! (`app::commands`).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 use ulid::Ulid;
 
+use crate::config::names::person_key;
+use crate::config::Platform;
+use crate::turn::brain::Tuning;
 use crate::turn::mention::{MentionMatcher, PlatformMention};
 use crate::wire::envelope::{AuthorKind, Envelope, Kind};
 
 /// What a person asks of the bots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Verb {
-    /// `/quiet`: the operator's quiet switch on (as `POST /v1/quiet`).
+    /// `/quiet`: the group's quiet switch on (`POST /v1/quiet` with its `group`).
     Quiet,
-    /// `/resume`: the quiet switch off.
+    /// `/resume`: the group's quiet switch off.
     Resume,
     /// `/stop`: drop the turns in flight for the group and withdraw their claims.
     Stop,
@@ -108,25 +116,68 @@ pub(crate) fn verb_of(text: &str) -> Option<Verb> {
     }
 }
 
-/// Whether `env` is a person's command (only people command: a bot's text that looks
-/// like one is ordinary text).
-pub(crate) fn is_command(env: &Envelope) -> bool {
-    env.kind == Kind::Message
-        && env.author.kind == AuthorKind::Human
-        && verb_of(&env.text).is_some()
+/// The verb of `env` if it reads as a person's command (only people command: a bot's
+/// text that looks like one is ordinary text), whoever the person is.
+pub(crate) fn verb_of_person(env: &Envelope) -> Option<Verb> {
+    if env.kind == Kind::Message && env.author.kind == AuthorKind::Human {
+        verb_of(&env.text)
+    } else {
+        None
+    }
 }
 
-/// Parses a person's command; its targets are the bots @-mentioned anywhere in it
+/// Whether `env` is a person's command that is carried out: `/why` from anyone, the
+/// others from an operator ([`may_command`]). Anything else is ordinary text.
+pub(crate) fn is_command(env: &Envelope, t: &Tuning) -> bool {
+    verb_of_person(env).is_some_and(|verb| may_command(verb, env, t))
+}
+
+/// Who the person who wrote `env` is, as `[mesh] operators` names people: the
+/// platform of the node that carries the message (this bot, or the colleague that
+/// signed it) and the person's ids there — on `local` the name they post under,
+/// elsewhere the platform's ids in the envelope's `person` (space-separated: Feishu
+/// gives a per-app open_id and a per-developer union_id). A colleague is believed only
+/// about its own platform's people. Empty: no person, or no id.
+pub(crate) fn person_of(env: &Envelope, t: &Tuning) -> Vec<String> {
+    if env.author.kind != AuthorKind::Human {
+        return Vec::new();
+    }
+    let carrier = if env.sender == t.me.name {
+        Some(&*t.me)
+    } else {
+        t.colleagues.iter().find(|b| b.name == env.sender)
+    };
+    match carrier.map(|c| c.platform) {
+        None => Vec::new(),
+        Some(Platform::Local) => vec![person_key(Platform::Local, &env.author.name)],
+        Some(platform) => env
+            .person
+            .iter()
+            .flat_map(|ids| ids.split_whitespace())
+            .map(|id| person_key(platform, id))
+            .collect(),
+    }
+}
+
+/// Whether `verb`, said in `env`, is carried out: `/why` always; `/quiet`, `/resume`
+/// and `/stop` when `[mesh] operators` is absent (everyone commands) or names the
+/// person ([`person_of`]).
+pub(crate) fn may_command(verb: Verb, env: &Envelope, t: &Tuning) -> bool {
+    match (&t.mesh.operators, verb) {
+        (_, Verb::Why) | (None, _) => true,
+        (Some(operators), _) => person_of(env, t).iter().any(|p| operators.contains(p)),
+    }
+}
+
+/// Parses what reads as a person's command (whoever the person: [`may_command`] says
+/// whether it is carried out); its targets are the bots @-mentioned anywhere in it
 /// (`matcher`, with the platform's mention list), none meaning every bot.
 pub(crate) fn parse(
     env: &Envelope,
     matcher: &MentionMatcher,
     platform: &[PlatformMention],
 ) -> Option<Command> {
-    if !is_command(env) {
-        return None;
-    }
-    let verb = verb_of(&env.text)?;
+    let verb = verb_of_person(env)?;
     let names = matcher.mentioned(&env.text, platform);
     let target = if names.is_empty() {
         Target::All
@@ -138,8 +189,8 @@ pub(crate) fn parse(
 
 /// `msgs` without the people's commands and the bots' answers to them (a `/why`
 /// answer replies to its command): what an LLM prompt's context is built from.
-pub(crate) fn without_commands(msgs: Vec<Arc<Envelope>>) -> Vec<Arc<Envelope>> {
-    without_commands_after(&[], msgs)
+pub(crate) fn without_commands(msgs: Vec<Arc<Envelope>>, t: &Tuning) -> Vec<Arc<Envelope>> {
+    without_commands_after(&[], msgs, t)
 }
 
 /// [`without_commands`] for `msgs` that follow `earlier`: an answer in `msgs` to a
@@ -147,11 +198,12 @@ pub(crate) fn without_commands(msgs: Vec<Arc<Envelope>>) -> Vec<Arc<Envelope>> {
 pub(crate) fn without_commands_after(
     earlier: &[Arc<Envelope>],
     msgs: Vec<Arc<Envelope>>,
+    t: &Tuning,
 ) -> Vec<Arc<Envelope>> {
     let commands: Vec<Ulid> = earlier
         .iter()
         .chain(&msgs)
-        .filter(|e| is_command(e))
+        .filter(|e| is_command(e, t))
         .map(|e| e.id)
         .collect();
     if commands.is_empty() {
@@ -160,6 +212,80 @@ pub(crate) fn without_commands_after(
     msgs.into_iter()
         .filter(|e| !commands.contains(&e.id) && !e.reply_to.is_some_and(|r| commands.contains(&r)))
         .collect()
+}
+
+/// The quiet switches: the operator's, node-wide (`POST /v1/quiet`, `botmesh quiet`,
+/// the bot's `quiet` key), and each group's (a person's `/quiet` and `/resume` there,
+/// or `POST /v1/quiet` with a `group`). The bot takes no turns in a group while
+/// either is on.
+#[derive(Default)]
+pub(crate) struct Quiet {
+    /// The node-wide switch.
+    node: AtomicBool,
+    /// The groups switched quiet on their own.
+    groups: Mutex<BTreeSet<String>>,
+}
+
+/// Which switch keeps a group quiet, for `/why` and the status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum QuietBy {
+    /// Neither: the bot takes turns.
+    Off,
+    /// The group's own switch (a person's `/quiet`): `/resume` there lifts it.
+    Group,
+    /// The node-wide switch: only the operator lifts it.
+    Node,
+}
+
+impl Quiet {
+    /// Starts with the node-wide switch at `on`.
+    pub(crate) fn new(on: bool) -> Quiet {
+        Quiet {
+            node: AtomicBool::new(on),
+            groups: Mutex::default(),
+        }
+    }
+
+    /// Sets the node-wide switch; returns what it was.
+    pub(crate) fn set_node(&self, on: bool) -> bool {
+        self.node.swap(on, Ordering::Relaxed)
+    }
+
+    /// Sets `group`'s own switch; returns what it was.
+    pub(crate) fn set_group(&self, group: &str, on: bool) -> bool {
+        let mut groups = self.groups.lock();
+        if on {
+            !groups.insert(group.to_string())
+        } else {
+            groups.remove(group)
+        }
+    }
+
+    /// Whether the node-wide switch is on.
+    pub(crate) fn node(&self) -> bool {
+        self.node.load(Ordering::Relaxed)
+    }
+
+    /// The groups switched quiet on their own, sorted.
+    pub(crate) fn groups(&self) -> Vec<String> {
+        self.groups.lock().iter().cloned().collect()
+    }
+
+    /// Which switch keeps `group` quiet, if one does.
+    pub(crate) fn by(&self, group: &str) -> QuietBy {
+        if self.node() {
+            QuietBy::Node
+        } else if self.groups.lock().contains(group) {
+            QuietBy::Group
+        } else {
+            QuietBy::Off
+        }
+    }
+
+    /// Whether the bot is quiet in `group`.
+    pub(crate) fn in_group(&self, group: &str) -> bool {
+        self.by(group) != QuietBy::Off
+    }
 }
 
 /// Each group's stop token: every turn takes its group's token when it starts, and
@@ -261,17 +387,18 @@ impl Trail {
 pub(crate) fn why_subject(
     recent: &[Arc<Envelope>],
     cmd: &Envelope,
-    me: &str,
+    t: &Tuning,
 ) -> Option<Arc<Envelope>> {
+    let me = &t.me.name;
     let end = recent
         .iter()
         .position(|e| e.id == cmd.id)
         .unwrap_or(recent.len());
-    let before = without_commands(recent[..end].to_vec());
+    let before = without_commands(recent[..end].to_vec(), t);
     before
         .into_iter()
         .rev()
-        .find(|e| !(e.author.kind == AuthorKind::Bot && e.author.name == me))
+        .find(|e| !(e.author.kind == AuthorKind::Bot && &e.author.name == me))
 }
 
 /// At most `max` characters of `text` on one line, with `…` when cut, and without its
@@ -293,14 +420,14 @@ fn snippet(text: &str, max: usize) -> String {
 /// What `/why` posts: in a few lines, why `me` did or did not speak on `subject`
 /// (`None`: no message to ask about) — whom it mentions, the decisions recorded
 /// about it (action, reason, relevance and delay of a claim), what `me` answered if
-/// it did, and the quiet switch when it is on.
+/// it did, and the quiet switch that keeps the group quiet, if one does.
 pub(crate) fn why_text(
     me: &str,
     matcher: &MentionMatcher,
     subject: Option<&Envelope>,
     steps: &[Step],
     answer: Option<&Envelope>,
-    quiet: bool,
+    quiet: QuietBy,
 ) -> String {
     let Some(msg) = subject else {
         return format!("{me}: no earlier message here to explain.");
@@ -343,8 +470,13 @@ pub(crate) fn why_text(
         Some(a) => format!("- spoke: \"{}\"", snippet(&a.text, 60)),
         None => "- spoke: no".to_string(),
     });
-    if quiet {
-        lines.push("- now: quiet (/resume lifts it)".to_string());
+    match quiet {
+        QuietBy::Off => {}
+        QuietBy::Group => lines.push("- now: quiet here (/resume lifts it)".to_string()),
+        QuietBy::Node => lines.push(
+            "- now: quiet everywhere (the operator's switch: botmesh quiet --off lifts it)"
+                .to_string(),
+        ),
     }
     lines.join("\n")
 }
@@ -352,8 +484,28 @@ pub(crate) fn why_text(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{BotSettings, MeshSettings};
+    use crate::turn::brain::Provider;
     use crate::turn::mention::Member;
     use crate::wire::envelope::Author;
+
+    /// Alice's tuning, with colleagues Bob (local) and Dee (DingTalk), and `operators`.
+    fn tuning(operators: Option<&[&str]>) -> Tuning {
+        let bot = |toml: &str| BotSettings::from_toml(toml).expect("bot");
+        Tuning {
+            me: Arc::new(bot("name = \"Alice\"")),
+            colleagues: vec![
+                bot("name = \"Bob\""),
+                bot("name = \"Dee\"\nplatform = \"dingtalk\""),
+            ],
+            provider: Provider::Offline,
+            mesh: Arc::new(MeshSettings {
+                operators: operators.map(|o| o.iter().map(|s| s.to_string()).collect()),
+                ..MeshSettings::default()
+            }),
+            budget: Default::default(),
+        }
+    }
 
     fn matcher() -> MentionMatcher {
         let m = |name: &str, aliases: &[&str]| Member {
@@ -448,7 +600,7 @@ mod tests {
         let mut bot = human("/quiet");
         bot.author = Author::bot("Bob");
         assert_eq!(parse(&bot, &matcher(), &[]), None);
-        assert!(!is_command(&bot));
+        assert!(!is_command(&bot, &tuning(None)));
         // Someone outside the mesh is no target: the command is for every bot.
         assert_eq!(parsed("/quiet ops@alice.dev"), to(Verb::Quiet, &[]));
     }
@@ -471,17 +623,21 @@ mod tests {
         bot_slash.author = Author::bot("Bob");
         let bot_slash = Arc::new(bot_slash);
         let all = vec![q.clone(), cmd.clone(), answer.clone(), bot_slash.clone()];
-        let kept: Vec<Ulid> = without_commands(all.clone()).iter().map(|e| e.id).collect();
+        let t = tuning(None);
+        let kept: Vec<Ulid> = without_commands(all.clone(), &t)
+            .iter()
+            .map(|e| e.id)
+            .collect();
         assert_eq!(kept, vec![q.id, bot_slash.id]);
-        let later = without_commands_after(&all[..2], vec![answer.clone(), bot_slash.clone()]);
+        let later = without_commands_after(&all[..2], vec![answer.clone(), bot_slash.clone()], &t);
         assert_eq!(later.len(), 1, "the answer to an earlier command goes too");
         // `/why` asks about the last message before it that is not a command.
         let cmd2 = Arc::new(human("/why"));
         let mut all = all;
         all.push(cmd2.clone());
-        assert_eq!(why_subject(&all, &cmd2, "Alice").unwrap().id, bot_slash.id);
-        assert_eq!(why_subject(&all, &cmd, "Alice").unwrap().id, q.id);
-        assert!(why_subject(&all[..1], &q, "Alice").is_none());
+        assert_eq!(why_subject(&all, &cmd2, &t).unwrap().id, bot_slash.id);
+        assert_eq!(why_subject(&all, &cmd, &t).unwrap().id, q.id);
+        assert!(why_subject(&all[..1], &q, &t).is_none());
     }
 
     #[test]
@@ -529,18 +685,114 @@ mod tests {
             Some(&human("@Alice ＠Bob go")),
             &[],
             None,
-            false,
+            QuietBy::Off,
         );
         assert!(quoted.contains("\"Alice Bob go\""), "{quoted}");
         assert!(matcher().mentioned(&quoted, &[]).is_empty(), "{quoted}");
-        let text = why_text("Alice", &matcher(), Some(&msg), &steps, None, true);
+        let text = why_text(
+            "Alice",
+            &matcher(),
+            Some(&msg),
+            &steps,
+            None,
+            QuietBy::Group,
+        );
         assert_eq!(
             text,
             "Alice, on carol's message \"any ideas on caching?\":\n\
              - mentioned: no (it mentions no bot)\n\
              - decided: judge (judge) → silent (judge_declined: speak=false relevance=0.20)\n\
              - spoke: no\n\
-             - now: quiet (/resume lifts it)"
+             - now: quiet here (/resume lifts it)"
         );
+        let text = why_text("Alice", &matcher(), Some(&msg), &[], None, QuietBy::Node);
+        assert!(
+            text.ends_with(
+                "- now: quiet everywhere (the operator's switch: botmesh quiet --off lifts it)"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn only_operators_steer_and_everyone_asks_why() {
+        let carried_by = |sender: &str, name: &str, person: Option<&str>, text: &str| {
+            let mut env = human(text);
+            env.sender = sender.into();
+            env.author = Author::human(name);
+            env.person = person.map(str::to_string);
+            env
+        };
+        let ops = tuning(Some(&["local:Boss", "dingtalk:staff7"]));
+        // On the page or the API of a local node: the name they post under.
+        let boss = carried_by("Alice", "Boss", None, "/quiet");
+        assert_eq!(person_of(&boss, &ops), vec!["local:Boss".to_string()]);
+        assert!(is_command(&boss, &ops));
+        assert!(
+            is_command(&carried_by("Bob", "Boss", None, "/stop"), &ops),
+            "a local colleague carries local people"
+        );
+        for not_boss in ["boss", "Boss\u{200b}", "Carol"] {
+            let env = carried_by("Alice", not_boss, None, "／QUIET");
+            assert!(!is_command(&env, &ops), "{not_boss:?}");
+            assert!(!may_command(Verb::Quiet, &env, &ops));
+        }
+        assert!(!is_command(
+            &carried_by("Alice", "Carol", None, "@Alice /quiet"),
+            &ops
+        ));
+        // `/why` is everyone's.
+        assert!(is_command(
+            &carried_by("Alice", "Carol", None, "/why"),
+            &ops
+        ));
+        // A DingTalk colleague is believed about DingTalk's people only.
+        assert!(is_command(
+            &carried_by("Dee", "Mgr", Some("staff7 $:x"), "/resume"),
+            &ops
+        ));
+        assert!(!is_command(
+            &carried_by("Dee", "Mgr", Some("staff8"), "/resume"),
+            &ops
+        ));
+        assert!(!is_command(
+            &carried_by("Dee", "Mgr", None, "/resume"),
+            &ops
+        ));
+        // A local colleague claiming a DingTalk id: read as its own platform's person.
+        let forged = carried_by("Bob", "Mgr", Some("staff7"), "/quiet");
+        assert_eq!(person_of(&forged, &ops), vec!["local:Mgr".to_string()]);
+        assert!(!is_command(&forged, &ops));
+        // An unknown sender carries nobody.
+        assert!(person_of(&carried_by("Zed", "Boss", None, "/quiet"), &ops).is_empty());
+        // Without `[mesh] operators` everyone commands.
+        assert!(is_command(
+            &carried_by("Alice", "Carol", None, "/quiet"),
+            &tuning(None)
+        ));
+        // A non-operator's command stays in the LLM's context: it is ordinary text.
+        let text = Arc::new(carried_by("Alice", "Carol", None, "/stop the presses"));
+        assert_eq!(without_commands(vec![text.clone()], &ops).len(), 1);
+        assert!(without_commands(vec![text], &tuning(None)).is_empty());
+    }
+
+    #[test]
+    fn the_quiet_switches() {
+        let q = Quiet::new(false);
+        assert!(!q.set_group("a", true));
+        assert!(q.set_group("a", true), "already on");
+        assert_eq!(q.by("a"), QuietBy::Group);
+        assert_eq!(q.by("b"), QuietBy::Off, "another group still answers");
+        assert!(!q.set_node(true));
+        assert_eq!(q.by("b"), QuietBy::Node);
+        assert_eq!(q.by("a"), QuietBy::Node, "the node-wide switch rules");
+        assert!(q.set_group("a", false));
+        assert!(
+            q.in_group("a"),
+            "a group's /resume does not lift the node-wide switch"
+        );
+        q.set_node(false);
+        assert!(!q.in_group("a"));
+        assert_eq!(q.groups(), Vec::<String>::new());
     }
 }

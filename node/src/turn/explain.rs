@@ -87,7 +87,10 @@ fn hypothetical(cfg: &NodeConfig, req: &ExplainRequest) -> Result<Envelope, Stri
     } else {
         Author::human(&from)
     };
-    let mut env = Envelope::message(Ulid::new(), now_millis(), group, from, author, &req.text);
+    // A person's message is carried by this node (as one posted on its page would be),
+    // so `[mesh] operators` reads them as this node's platform's people.
+    let sender = if is_bot { from } else { cfg.bot().name.clone() };
+    let mut env = Envelope::message(Ulid::new(), now_millis(), group, sender, author, &req.text);
     env.depth = depth;
     Ok(env)
 }
@@ -105,9 +108,9 @@ pub async fn explain(
     let recent_bots = recent_bot_messages(recent.iter(), now_millis(), RATE_WINDOW_MS);
     let t = brain.tuning();
     // Commands never reach an LLM, so they are not in a judge prompt's context either.
-    let recent = &crate::turn::command::without_commands(recent.to_vec())[..];
+    let recent = &crate::turn::command::without_commands(recent.to_vec(), &t)[..];
     let mut d = brain.decide(&t.mesh, &msg, &[], recent_bots, quiet);
-    if crate::turn::command::is_command(&msg) {
+    if crate::turn::command::is_command(&msg, &t) {
         // A person's `/quiet`, `/stop`, …: carried out by the node, never judged.
         d.action = Action::Silent;
         d.reason = "command";

@@ -173,6 +173,20 @@ impl MentionMatcher {
         m
     }
 
+    /// The member whose name or alias `name` reads as, case, width and invisible
+    /// characters aside ([`crate::config::names::name_key`]): a person shown under it
+    /// must be told apart from the bot.
+    pub(crate) fn reads_as_member(&self, name: &str) -> Option<&str> {
+        let key = crate::config::names::name_key(name);
+        if key.is_empty() {
+            return None;
+        }
+        self.by_key
+            .iter()
+            .find(|(k, _)| crate::config::names::name_key(k) == key)
+            .map(|(_, &idx)| self.names[idx].as_str())
+    }
+
     /// Canonical names of the members mentioned, first-appearance order, each once.
     pub(crate) fn mentioned(&self, text: &str, platform: &[PlatformMention]) -> Vec<String> {
         let mut seen = vec![false; self.names.len()];
@@ -746,6 +760,23 @@ mod tests {
             member("小八哥", &[], &[]),
             member("Alice", &["爱丽丝"], &[]),
         ])
+    }
+
+    #[test]
+    fn a_name_that_reads_as_a_member_is_found_whatever_its_case_width_or_invisibles() {
+        let m = roster();
+        for (name, bot) in [
+            ("ｘｉａｏｂａ", "XiaoBa"),
+            ("Xiao\u{200b}Ba", "XiaoBa"),
+            ("小\u{200d}八", "XiaoBa"),
+            ("ERGOZ", "ErGoz"),
+            ("二狗", "ErGoz"),
+        ] {
+            assert_eq!(m.reads_as_member(name), Some(bot), "{name:?}");
+        }
+        for name in ["Xiao Ba", "Carol", "", "\u{200b}", "Bobb"] {
+            assert_eq!(m.reads_as_member(name), None, "{name:?}");
+        }
     }
 
     fn platform(p: Pm) -> Vec<PlatformMention> {

@@ -96,7 +96,7 @@ pub(crate) fn context_before<P: Ports + ?Sized>(
     msg: &Envelope,
     k: usize,
 ) -> Vec<Arc<Envelope>> {
-    let recent = without_commands(p.recent(&msg.group, k + 64));
+    let recent = without_commands(p.recent(&msg.group, k + 64), &p.brain().tuning());
     let end = recent
         .iter()
         .position(|e| e.id == msg.id)
@@ -155,13 +155,13 @@ pub(crate) fn triage<P: Ports + ?Sized>(
 ) -> Option<Decision> {
     let brain = p.brain();
     let mesh = p.mesh();
-    if msg.kind != Kind::Message || is_command(msg) {
+    if msg.kind != Kind::Message || is_command(msg, &brain.tuning()) {
         // A person's command is carried out by the node (`app::commands`), never judged.
         return None;
     }
     let now = p.now_millis();
     let recent_bots = bots_since_human(p, &msg.group, now);
-    let mut d = brain.decide(&mesh, msg, platform, recent_bots, p.quiet());
+    let mut d = brain.decide(&mesh, msg, platform, recent_bots, p.quiet(&msg.group));
     let age_secs = now.saturating_sub(msg.sent_at) / 1000;
     if d.action != Action::Silent && age_secs > mesh.stale_after_secs {
         // A catch-up after downtime: on record, but the conversation has moved on.
@@ -518,7 +518,12 @@ fn last_check_step<P: Ports + ?Sized>(
         &msg.id,
         &ahead,
     );
-    let last = crate::turn::policy::last_check(&p.mesh(), p.quiet(), msg.depth, recent_bots + due);
+    let last = crate::turn::policy::last_check(
+        &p.mesh(),
+        p.quiet(&msg.group),
+        msg.depth,
+        recent_bots + due,
+    );
     let Some(reason) = last else {
         return true;
     };
@@ -574,7 +579,8 @@ async fn commit_step<P: Ports + ?Sized>(p: &P, msg: &Envelope, r: f64, reply: &R
             "posting the reply written meanwhile",
         );
         let recent_bots = bots_since_human(p, &msg.group, p.now_millis());
-        let last = crate::turn::policy::last_check(&p.mesh(), p.quiet(), msg.depth, recent_bots);
+        let last =
+            crate::turn::policy::last_check(&p.mesh(), p.quiet(&msg.group), msg.depth, recent_bots);
         if let Some(reason) = last {
             record(p, msg, "silent", reason, "checked again before sending");
             brain.metrics.reply_discarded(reason, reply.tokens);

@@ -99,8 +99,9 @@ pub(crate) trait Ports: Send + Sync + 'static {
     /// if it is: a peer down that long is not waited for.
     fn link_failing_for(&self, peer: &str) -> Option<std::time::Duration>;
 
-    /// Whether the operator switched the bot quiet.
-    fn quiet(&self) -> bool;
+    /// Whether the bot is quiet in `group`: the operator's node-wide switch, or the
+    /// group's own (a person's `/quiet` there).
+    fn quiet(&self, group: &str) -> bool;
     /// Cancelled when the node stops taking turns.
     fn stopping(&self) -> &CancellationToken;
 

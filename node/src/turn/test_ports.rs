@@ -149,7 +149,7 @@ impl Ports for Clocked {
     fn link_failing_for(&self, _peer: &str) -> Option<std::time::Duration> {
         None
     }
-    fn quiet(&self) -> bool {
+    fn quiet(&self, _group: &str) -> bool {
         false
     }
     fn stopping(&self) -> &CancellationToken {

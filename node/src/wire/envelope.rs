@@ -136,6 +136,12 @@ pub struct Envelope {
     /// took in several parts carries each part's id, separated by spaces.
     #[serde(default)]
     pub platform_msg_id: Option<String>,
+    /// For a person's message from a chat platform: the platform's id of the person
+    /// (Feishu open_id, Discord user id, DingTalk staff id), which a display name is
+    /// not. Read with the sender's platform, so `[mesh] operators` can tell who may
+    /// steer the bots; a node older than this field ignores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub person: Option<String>,
     /// Sender's clock when the envelope was created, unix milliseconds.
     pub sent_at: u64,
     /// For claims: how relevant the claiming bot judged the trigger, 0..1.
@@ -188,6 +194,7 @@ impl Envelope {
             reply_to: None,
             root: None,
             platform_msg_id: None,
+            person: None,
             sent_at,
             relevance: None,
             why: None,
@@ -314,6 +321,13 @@ impl Envelope {
         if self.author.kind == AuthorKind::Human && self.depth != 0 {
             return Err(EnvelopeError::Invalid("a human message has depth 0"));
         }
+        if let Some(person) = &self.person {
+            if self.author.kind != AuthorKind::Human || person.is_empty() || person.len() > 256 {
+                return Err(EnvelopeError::Invalid(
+                    "person is a human author's platform id, 1..=256 bytes",
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -370,11 +384,31 @@ mod tests {
             reply_to: None,
             root: None,
             platform_msg_id: None,
+            person: None,
             sent_at: 1,
             relevance: None,
             why: None,
             verdicts: None,
         }
+    }
+
+    #[test]
+    fn a_persons_platform_id_travels_on_a_persons_message_only() {
+        let mut env = sample();
+        env.person = Some("5005".into());
+        assert!(env.check().is_err(), "a bot's message names no person");
+        env.author = Author::human("Carol");
+        env.depth = 0;
+        env.check().expect("a person's message may");
+        let back = Envelope::parse(&env.to_bytes()).expect("parses");
+        assert_eq!(back.person.as_deref(), Some("5005"));
+        env.person = Some(String::new());
+        assert!(env.check().is_err());
+        // Absent, it is not written at all (the bytes older nodes sign and read).
+        env.person = None;
+        assert!(!String::from_utf8(env.to_bytes())
+            .unwrap()
+            .contains("person"));
     }
 
     #[test]

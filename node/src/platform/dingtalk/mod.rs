@@ -82,9 +82,8 @@ pub(crate) struct DingTalk {
     /// Colleague robots' ids in `atUsers` → their names: DingTalk delivered the same
     /// message to them, so their @ is removed from the text like this robot's own.
     peers_by_user_id: HashMap<String, String>,
-    /// Every bot's name, so a person called like a bot is told apart.
-    bot_names: Vec<String>,
-    /// Finds `@Name` of the roster in a message (to remove DingTalk's @s of robots).
+    /// Finds `@Name` of the roster in a message (to remove DingTalk's @s of robots),
+    /// and tells a person called like a bot apart.
     matcher: MentionMatcher,
     /// The bots with `participation = "mentions"`, in roster order: for them a
     /// DingTalk @ is the only way to be addressed, so it stays a mention.
@@ -216,7 +215,6 @@ impl DingTalk {
             conversation_id: ids.conversation_id.clone().unwrap_or_default(),
             mesh_group: cfg.mesh().group.clone(),
             peers_by_user_id,
-            bot_names: cfg.settings.bots.iter().map(|b| b.name.clone()).collect(),
             matcher: MentionMatcher::new(&crate::turn::roster(&cfg.settings.bots)),
             mentions_only: cfg
                 .settings
@@ -263,16 +261,10 @@ impl DingTalk {
     /// from a bot of the same name (the bridge refuses a human named like a bot).
     fn author_name(&self, msg: &RobotMessage) -> String {
         let nick = msg.sender_nick.trim();
-        let nick = if nick.is_empty() {
-            "dingtalk user"
-        } else {
-            nick
-        };
-        if self.bot_names.iter().any(|b| b == nick) {
-            format!("{nick} (dingtalk)")
-        } else {
-            nick.to_string()
+        if nick.is_empty() {
+            return "dingtalk user".into();
         }
+        crate::platform::person_name(&self.matcher, Platform::Dingtalk, nick)
     }
 
     /// Remembers what a message teaches about sending: the conversation's session
@@ -287,7 +279,7 @@ impl DingTalk {
         }
         if let Some(staff) = msg.sender_staff_id.as_deref().filter(|s| !s.is_empty()) {
             let nick = msg.sender_nick.trim();
-            if !nick.is_empty() && !self.bot_names.iter().any(|b| b == nick) {
+            if !nick.is_empty() && self.matcher.reads_as_member(nick).is_none() {
                 let mut people = self.people.lock();
                 if people.len() >= PEOPLE_CAPACITY && !people.contains_key(nick) {
                     if let Some(k) = people.keys().next().cloned() {
@@ -455,6 +447,7 @@ impl DingTalk {
         );
         env.root = Some(id);
         env.platform_msg_id = Some(msg.msg_id.clone());
+        env.person = person_ids(&msg);
         let arrival = Arrival {
             env,
             mentions: Vec::new(),
@@ -521,6 +514,20 @@ impl DingTalk {
             }
         }
     }
+}
+
+/// The sender's ids, for `[mesh] operators` (`dingtalk:<id>`): the staff id (stable
+/// in the robot's org) and the sender id DingTalk gives the robot, space-separated;
+/// `None` when DingTalk gives neither.
+fn person_ids(msg: &RobotMessage) -> Option<String> {
+    let ids: Vec<&str> = msg
+        .sender_staff_id
+        .as_deref()
+        .into_iter()
+        .chain(std::iter::once(msg.sender_id.as_str()))
+        .filter(|id| !id.is_empty() && !id.contains(char::is_whitespace))
+        .collect();
+    (!ids.is_empty()).then(|| ids.join(" "))
 }
 
 #[cfg(test)]

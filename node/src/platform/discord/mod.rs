@@ -515,7 +515,11 @@ impl Discord {
         let group = self.group_for_channel(&m.channel_id);
         let sent_at = snowflake_millis(&m.id).unwrap_or_else(crate::wire::envelope::now_millis);
         let is_bot = m.author.user.bot == Some(true) || m.webhook_id.is_some();
-        let name = m.author.display_name(m.member.as_ref());
+        let name = crate::platform::person_name(
+            &self.matcher,
+            Platform::Discord,
+            &m.author.display_name(m.member.as_ref()),
+        );
         let mut env = Envelope::message(
             envelope_id(&m.id),
             sent_at,
@@ -528,6 +532,7 @@ impl Discord {
         if !is_bot {
             self.authors.lock().insert(&m.id, &m.author.user.id);
             env.root = Some(env.id);
+            env.person = Some(m.author.user.id.clone());
             let arrival = Arrival {
                 env,
                 mentions: Vec::new(),
