@@ -228,7 +228,7 @@ async fn page_posts_as_a_human_and_shows_the_bot_reply_live_on_both_nodes() {
         .poll(HEADER_JS, WAIT, |h| {
             h["error"]
                 .as_str()
-                .is_some_and(|e| e.contains("another bot"))
+                .is_some_and(|e| e.contains("may only post as itself or a human"))
         })
         .await
         .unwrap();
