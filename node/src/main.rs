@@ -311,18 +311,22 @@ fn main() -> ExitCode {
 }
 
 fn init_tracing(format: &str) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_env("BOTMESH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Colour codes only for a terminal: a log file or journal gets plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(ansi)
         .with_writer(std::io::stderr);
+    let registry = tracing_subscriber::registry()
+        .with(filter)
+        .with(botmesh::telemetry::secret_safe_levels());
     if format == "json" {
-        builder.json().init();
+        registry.with(fmt.json()).init();
     } else {
-        builder.init();
+        registry.with(fmt).init();
     }
 }
 
@@ -487,13 +491,15 @@ fn post_local(
             .no_proxy()
             .timeout(std::time::Duration::from_secs(5))
             .build()?;
-        let mut req = client.post(format!("http://{}{path}", cfg.api_addr));
-        if let Some(body) = body {
-            req = req.json(&body);
-        }
-        if let Some(t) = token {
-            req = req.bearer_auth(t);
-        }
+        // Always a JSON body (`{}` when the endpoint reads none): the API refuses
+        // POSTs that declare anything else.
+        let req = client
+            .post(format!("http://{}{path}", cfg.api_addr))
+            .json(&body.unwrap_or_else(|| serde_json::json!({})));
+        let req = match token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        };
         let resp = req
             .send()
             .await

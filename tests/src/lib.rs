@@ -761,7 +761,8 @@ impl ProcessMesh {
     }
 
     /// [`ProcessMesh::start`] without starting anyone, so a test can change how the
-    /// bots are started (e.g. [`ProcessMesh::open_files_limit`]) before it spawns them.
+    /// bots are started (e.g. [`ProcessMesh::open_files_limit`]) or start them itself
+    /// ([`ProcessMesh::spawn_with`]).
     pub fn configure(names: &[&str], extra_mesh: &str, extra_bot: &str) -> ProcessMesh {
         let dir = tempfile::tempdir().unwrap();
         let free = || {
@@ -807,6 +808,12 @@ impl ProcessMesh {
 
     /// Starts bot `i` and waits until it is healthy.
     pub async fn spawn(&mut self, i: usize) {
+        self.spawn_with(i, &[]).await;
+    }
+
+    /// [`ProcessMesh::spawn`] with more environment variables (its secrets, or
+    /// `BOTMESH_LOG`, `info` otherwise).
+    pub async fn spawn_with(&mut self, i: usize, env: &[(&str, &str)]) {
         assert!(self.procs[i].is_none());
         let log =
             std::fs::File::create(self.dir.path().join(format!("{}.log", self.names[i]))).unwrap();
@@ -824,6 +831,7 @@ impl ProcessMesh {
             .args(["run", "--bot", &self.names[i], "--config"])
             .arg(&self.config)
             .env("BOTMESH_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(std::process::Stdio::null())
             .stderr(log)
             .spawn()

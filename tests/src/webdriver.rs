@@ -43,6 +43,22 @@ pub fn binaries() -> std::result::Result<(PathBuf, PathBuf), String> {
     }
 }
 
+/// Whether a browser test is skipped without Chromium (`why`): loudly, and never under
+/// CI (`CI` set), where it fails instead.
+///
+/// Exists because more than one test file drives Chromium.
+pub fn skip_or_fail(why: &str) -> bool {
+    if std::env::var_os("CI").is_some() {
+        panic!("browser test cannot run under CI: {why}");
+    }
+    eprintln!(
+        "\n{}\nSKIPPING the browser test: {why}\n{}\n",
+        "!".repeat(72),
+        "!".repeat(72)
+    );
+    true
+}
+
 /// A chromedriver process with one open browser session. Dropping it ends the session
 /// (closing Chromium) and kills chromedriver.
 pub struct Browser {

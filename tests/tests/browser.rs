@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use botmesh_tests::webdriver::{self, Browser, ENTER};
+use botmesh_tests::webdriver::{self, skip_or_fail, Browser, ENTER};
 use botmesh_tests::{MeshSpec, TestMesh};
 use serde_json::Value;
 
@@ -53,18 +53,6 @@ return draw('小') !== draw('八');
 "#;
 
 const HUMAN_TEXT: &str = "@XiaoBa 你好，帮我看下代码";
-
-fn skip_or_fail(why: &str) -> bool {
-    if std::env::var_os("CI").is_some() {
-        panic!("browser test cannot run under CI: {why}");
-    }
-    eprintln!(
-        "\n{}\nSKIPPING the browser test: {why}\n{}\n",
-        "!".repeat(72),
-        "!".repeat(72)
-    );
-    true
-}
 
 fn msgs(v: &Value) -> &[Value] {
     v.as_array().map(Vec::as_slice).unwrap_or_default()
@@ -240,7 +228,7 @@ async fn page_posts_as_a_human_and_shows_the_bot_reply_live_on_both_nodes() {
         .poll(HEADER_JS, WAIT, |h| {
             h["error"]
                 .as_str()
-                .is_some_and(|e| e.contains("another bot"))
+                .is_some_and(|e| e.contains("may only post as itself or a human"))
         })
         .await
         .unwrap();

@@ -49,7 +49,7 @@ async fn half_closed_request(addr: std::net::SocketAddr, request: &[u8]) -> Stri
 
 fn post(path: &str, body: &str) -> Vec<u8> {
     format!(
-        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\n\r\n{body}",
         body.len()
     )
@@ -63,7 +63,7 @@ async fn a_client_that_half_closes_after_its_request_gets_the_answer() {
         .extra
         .push_str("participation = \"mentions\"\n");
     let mesh = TestMesh::start(spec).await;
-    let healthz = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n".to_vec();
+    let healthz = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n".to_vec();
     // A request with a body is where the half-close used to be taken for an abort: the
     // end of the body is read, then the EOF right behind it, before the answer is written.
     let message = post("/v1/messages", r#"{"text": "hello", "from": "alice"}"#);

@@ -1,6 +1,7 @@
 //! The local API: the page, `POST /v1/messages`, transcript, events, health, metrics,
 //! explain, quiet, reload and replay (the page's "what if" panel). Bound to 127.0.0.1 by default; when bound elsewhere every request
 //! needs `Authorization: Bearer <token>` (or `?token=` for the page and its stream).
+//! Every request passes [`crate::app::gate`] first (`Host`, `Origin`, token and scope).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -17,6 +18,7 @@ use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 use tokio_stream::wrappers::BroadcastStream;
 use ulid::Ulid;
 
+use crate::app::gate::{self, Scope};
 use crate::app::node::Node;
 use crate::config::Platform;
 use crate::ingress::server::{self, Body, BodyError};
@@ -30,7 +32,7 @@ use crate::wire::limits::MAX_NAME_BYTES;
 const MAX_API_BODY: usize = 256 * 1024;
 
 /// The embedded group-chat page.
-const PAGE: &str = include_str!("page.html");
+pub(crate) const PAGE: &str = include_str!("page.html");
 
 /// Brings the cache-size gauges and outbox depths up to date. Read at scrape time
 /// rather than on every change: each is one lock and a length, and scrapes are rare.
@@ -67,18 +69,24 @@ pub(crate) async fn handle(
 ) -> Response<Body> {
     let path = req.uri().path().to_string();
     let method = req.method().clone();
-    if !authorized(&node, &req) && path != "/healthz" {
-        node.metrics
-            .api_requests
-            .get_or_create(&crate::telemetry::metrics::ResultLabel {
-                result: "unauthorized".into(),
-            })
-            .inc();
-        return server::error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
+    let scope = match gate::admit(&node.cfg, &node.metrics, &req) {
+        Ok(scope) => scope,
+        Err(refusal) => {
+            let mut answer = refusal.answer();
+            gate::harden(&mut answer);
+            return answer;
+        }
+    };
+    if method == Method::POST {
+        if let Some(mut refusal) = gate::content_type_refusal(req.headers(), &method, &path, false)
+        {
+            gate::harden(&mut refusal);
+            return count(&node, refusal);
+        }
     }
     let resp = match (&method, path.as_str()) {
         (&Method::GET, "/") => server::text(StatusCode::OK, "text/html; charset=utf-8", PAGE),
-        (&Method::POST, "/v1/messages") => post_message(&node, req).await,
+        (&Method::POST, "/v1/messages") => post_message(&node, req, scope).await,
         (&Method::GET, "/v1/transcript") => transcript(&node, &req),
         (&Method::GET, "/v1/events") => events(&node, &req),
         (&Method::GET, "/v1/info") => info(&node),
@@ -107,6 +115,13 @@ pub(crate) async fn handle(
         ),
         _ => server::error(StatusCode::NOT_FOUND, "no such endpoint"),
     };
+    let mut resp = resp;
+    gate::harden(&mut resp);
+    count(&node, resp)
+}
+
+/// Counts an answer in `botmesh_api_requests` by its status code.
+fn count(node: &Node, resp: Response<Body>) -> Response<Body> {
     let code = resp.status().as_u16().to_string();
     node.metrics
         .api_requests
@@ -115,23 +130,16 @@ pub(crate) async fn handle(
     resp
 }
 
-fn authorized(node: &Node, req: &Request<Incoming>) -> bool {
-    let Some(token) = &node.cfg.api_token else {
-        return true;
-    };
-    let given = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::to_string)
-        .or_else(|| server::query_param(req.uri(), "token"));
-    given.is_some_and(|g| crate::wire::signing::constant_time_eq(g.as_bytes(), token.as_bytes()))
-}
-
+/// Reads a JSON body; one not declared `application/json` is refused (415, see
+/// [`gate::content_type_refusal`]).
 async fn read_json<T: for<'de> Deserialize<'de>>(
     req: Request<Incoming>,
 ) -> Result<T, Response<Body>> {
+    if let Some(refusal) =
+        gate::content_type_refusal(req.headers(), req.method(), req.uri().path(), true)
+    {
+        return Err(refusal);
+    }
     let (_, body) = server::read_body(req, MAX_API_BODY)
         .await
         .map_err(|e| match e {
@@ -158,11 +166,18 @@ struct PostMessage {
     platform_msg_id: Option<String>,
 }
 
-async fn post_message(node: &Arc<Node>, req: Request<Incoming>) -> Response<Body> {
+async fn post_message(node: &Arc<Node>, req: Request<Incoming>, scope: Scope) -> Response<Body> {
     let p: PostMessage = match read_json(req).await {
         Ok(p) => p,
         Err(r) => return r,
     };
+    let me = &node.cfg.bot().name;
+    if scope == Scope::Sidecar && p.from.as_deref().map(str::trim) != Some(me.as_str()) {
+        return server::error(
+            StatusCode::FORBIDDEN,
+            format!("a sidecar's token posts only as its bot: \"from\" must be {me:?}"),
+        );
+    }
     if node.accepting.is_cancelled() {
         return server::error(StatusCode::SERVICE_UNAVAILABLE, "node is shutting down");
     }

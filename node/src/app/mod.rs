@@ -1,11 +1,12 @@
 //! One running node: its state and lifecycle ([`node`]), the routing of its two
-//! listeners, the local API and page ([`api`]), configuration reloads ([`reload`])
+//! listeners, the local API and page ([`api`]) and who may use it ([`gate`]), configuration reloads ([`reload`])
 //! and people's commands in the chat ([`commands`]). The node implements the narrow
 //! handles the layers below hold: `turn::Ports`, `ingress::ingest::Sink`.
 //! [`replay`]: `botmesh replay` and `POST /v1/replay`, one bot's decisions over a
 //! recorded transcript with changed settings.
 pub(crate) mod api;
 pub(crate) mod commands;
+pub(crate) mod gate;
 pub mod node;
 pub mod reload;
 pub mod replay;

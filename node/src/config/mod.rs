@@ -74,7 +74,9 @@ pub struct MeshSettings {
     pub(crate) bot_messages_per_minute: u32,
     /// Folder for transcripts and state; each bot uses `<data_dir>/<name>`.
     pub(crate) data_dir: PathBuf,
-    /// Env var holding the bearer token for a local API bound to a non-loopback address.
+    /// Env var holding the operator's bearer token for the local API: every endpoint.
+    /// Required for an API bound to a non-loopback address; named but unset, the node
+    /// does not start.
     pub api_token_env: Option<String>,
     /// Envelopes held in memory for one peer; durable ones beyond that wait only in the
     /// outbox log on disk (spilled) and claims are refused (logged and counted).
@@ -584,6 +586,16 @@ pub struct BotSettings {
     pub bridge_url: Option<String>,
     /// Local API and web page address.
     pub(crate) api: String,
+    /// The host name browsers reach this bot's local API by when it is not the listen
+    /// address or `localhost` (a reverse proxy's name): the API answers requests whose
+    /// `Host` names it; every other name is refused (DNS rebinding, docs/security.md).
+    #[serde(default)]
+    pub(crate) api_public_host: Option<String>,
+    /// Env var holding this bot's sidecar token for the local API: it may post as this
+    /// bot and read, but not switch quiet or reload (that is the operator's
+    /// `mesh.api_token_env`, which it needs).
+    #[serde(default)]
+    pub(crate) api_token_env: Option<String>,
     /// Ed25519 public key (`whpk_…` or bare base64).
     #[serde(default)]
     pub(crate) public_key: Option<String>,
@@ -894,6 +906,7 @@ impl Settings {
             return Err(self.err("mesh.group", "must not be empty"));
         }
         self.validate_redis()?;
+        self.validate_api()?;
         for (i, entry) in m.operators.iter().flatten().enumerate() {
             names::check_operator(entry)
                 .map_err(|problem| self.err(format!("mesh.operators[{i}]"), problem))?;
@@ -1359,6 +1372,33 @@ impl Settings {
         b.transport.unwrap_or(self.mesh.transport)
     }
 
+    /// The local API's keys of every bot: `api_public_host` is a bare host name, and a
+    /// sidecar token (`api_token_env`) comes with the operator's (`mesh.api_token_env`).
+    fn validate_api(&self) -> Result<(), ConfigError> {
+        for (i, b) in self.bots.iter().enumerate() {
+            if let Some(h) = &b.api_public_host {
+                let ok = !h.is_empty()
+                    && h.len() <= 253
+                    && !h.starts_with(['-', '.'])
+                    && h.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+                if !ok {
+                    return Err(self.err(
+                        format!("bots[{i}].api_public_host"),
+                        format!("{h:?} is not a host name: letters, digits, '-' and '.' only, no scheme, port or path (e.g. \"botmesh.example.com\")"),
+                    ));
+                }
+            }
+            if b.api_token_env.is_some() && self.mesh.api_token_env.is_none() {
+                return Err(self.err(
+                    format!("bots[{i}].api_token_env"),
+                    "a sidecar token needs the operator's too: set mesh.api_token_env (else nobody could quiet or reload this bot through its API)",
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// `[redis]`, checked when any bot uses it.
     fn validate_redis(&self) -> Result<(), ConfigError> {
         if !self
@@ -1492,8 +1532,8 @@ pub struct NodeConfig {
     pub(crate) verifier: Verifier,
     /// This node's data folder.
     pub(crate) data_dir: PathBuf,
-    /// Bearer token for the local API, when one is configured.
-    pub(crate) api_token: Option<String>,
+    /// The local API's bearer tokens (none configured: open, on loopback only).
+    pub(crate) api_tokens: ApiTokens,
     /// Peer-facing listener address.
     pub bridge_addr: SocketAddr,
     /// Local API listener address.
@@ -1626,7 +1666,7 @@ impl NodeConfig {
         let (signer, verifier) = signer_and_verifier(&settings, &bot, own, hmac, verify_hmac);
         let api_addr: SocketAddr = bot.api.parse().expect("validated");
         let bridge_addr: SocketAddr = bot.bridge.parse().expect("validated");
-        let api_token = api_token(&settings, api_addr, &at, env, secrets)?;
+        let api_tokens = api_tokens(&settings, &bot, api_addr, &at, env, secrets)?;
         let llm_keys = llm_keys(&settings, env, secrets)?;
         let feishu = match bot
             .feishu
@@ -1670,7 +1710,7 @@ impl NodeConfig {
             signer,
             verifier,
             data_dir,
-            api_token,
+            api_tokens,
             bridge_addr,
             api_addr,
             llm_keys,
@@ -1806,26 +1846,67 @@ fn signer_and_verifier(
     (signer, verifier)
 }
 
-/// The local API's bearer token of a [`NodeConfig::build`]: required (with `secrets`)
-/// when the API listens on anything but loopback.
-fn api_token(
+/// The local API's bearer tokens: the operator's (`[mesh] api_token_env`, every
+/// endpoint) and this bot's sidecar's (`[[bots]] api_token_env`, posts as the bot and
+/// reads). Holds no token when none is configured; then the API is open, which
+/// [`api_tokens`] allows on loopback only.
+#[derive(Clone, Default)]
+pub struct ApiTokens {
+    /// The operator's token: every endpoint.
+    pub(crate) operator: Option<String>,
+    /// The sidecar's token: post as this bot and read; not quiet or reload.
+    pub(crate) sidecar: Option<String>,
+}
+
+impl std::fmt::Debug for ApiTokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiTokens")
+            .field("operator", &self.operator.is_some())
+            .field("sidecar", &self.sidecar.is_some())
+            .finish()
+    }
+}
+
+/// The local API's tokens of a [`NodeConfig::build`]. With `secrets` (a running node)
+/// a variable that is named must be set, and the operator's token is required when
+/// the API listens on anything but loopback; without, the ones set are read.
+fn api_tokens(
     settings: &Settings,
+    bot: &BotSettings,
     api_addr: SocketAddr,
     at: &dyn Fn(&str) -> String,
     env: &dyn SecretSource,
     secrets: bool,
-) -> Result<Option<String>, ConfigError> {
-    let api_token = match &settings.mesh.api_token_env {
-        Some(var) => env.var(var),
-        None => None,
+) -> Result<ApiTokens, ConfigError> {
+    let read = |key: String, var: Option<&String>| -> Result<Option<String>, ConfigError> {
+        let Some(var) = var else { return Ok(None) };
+        match env.var(var) {
+            Some(v) => Ok(Some(v)),
+            None if secrets => Err(settings.err(
+                key,
+                format!("environment variable {var} is not set (it would leave the local API without this token; unset the key to run without one)"),
+            )),
+            None => Ok(None),
+        }
     };
-    if secrets && !api_addr.ip().is_loopback() && api_token.is_none() {
+    let operator = read(
+        "mesh.api_token_env".into(),
+        settings.mesh.api_token_env.as_ref(),
+    )?;
+    let sidecar = read(at("api_token_env"), bot.api_token_env.as_ref())?;
+    if secrets && !api_addr.ip().is_loopback() && operator.is_none() {
         return Err(settings.err(
             at("api"),
             format!("{api_addr} is not loopback, so the local API needs a bearer token: set mesh.api_token_env and that variable"),
         ));
     }
-    Ok(api_token)
+    if sidecar.is_some() && sidecar == operator {
+        return Err(settings.err(
+            at("api_token_env"),
+            "holds the same token as mesh.api_token_env: a sidecar's token must be its own, or it could quiet and reload",
+        ));
+    }
+    Ok(ApiTokens { operator, sidecar })
 }
 
 /// The LLM API keys of a [`NodeConfig::build`], by variable name: every variable
