@@ -236,6 +236,18 @@ async fn open_connections(mesh: &TestMesh, listener: &str) -> f64 {
     )
 }
 
+/// Waits (at most 10 s) for node 0's bridge to hold no connection.
+async fn bridge_connections_fall_to_zero(mesh: &TestMesh) {
+    let open = wait_for(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || open_connections(mesh, "bridge"),
+        |&open| open == 0.0,
+    )
+    .await;
+    assert_eq!(open, 0.0, "connections still open on the bridge");
+}
+
 /// `botmesh_http_refusals_total{listener,reason}` of node 0.
 async fn refusals(mesh: &TestMesh, listener: &str, reason: &str) -> f64 {
     metric(
@@ -312,14 +324,7 @@ async fn a_slow_body_flood_from_a_few_addresses_cannot_lock_a_peer_out() {
 
     // The flood ends: the gauge falls back to 0.
     drop((flood, extra));
-    let open = wait_for(
-        Duration::from_secs(10),
-        Duration::from_millis(50),
-        || open_connections(&mesh, "bridge"),
-        |&open| open == 0.0,
-    )
-    .await;
-    assert_eq!(open, 0.0);
+    bridge_connections_fall_to_zero(&mesh).await;
     mesh.shutdown().await;
 }
 
@@ -353,14 +358,7 @@ async fn a_body_slower_than_the_deadline_is_answered_408_counted_and_closed() {
     }
     assert_eq!(refusals(&mesh, "bridge", "body_timeout").await, 20.0);
     assert_eq!(refusals(&mesh, "api", "body_timeout").await, 1.0);
-    let open = wait_for(
-        Duration::from_secs(10),
-        Duration::from_millis(50),
-        || open_connections(&mesh, "bridge"),
-        |&open| open == 0.0,
-    )
-    .await;
-    assert_eq!(open, 0.0);
+    bridge_connections_fall_to_zero(&mesh).await;
     // The node is none the worse: a peer's envelope is accepted.
     let (status, _) = SignedRequest::new(&mesh.signers[1], &bot_message("B", "after", 1), 0)
         .send(&mesh.http, &mesh.bridge(0))
