@@ -8,7 +8,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use botmesh_tests::{
-    bot_message, client_from, loopback, metric, wait_for, MeshSpec, SignedRequest, TestMesh,
+    bot_message, client_from, loopback, metric, wait_for, MeshSpec, ProcessMesh, SignedRequest,
+    TestMesh,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedReadHalf;
@@ -190,7 +191,7 @@ impl SlowBody {
         let stream = socket.connect(to).await.unwrap();
         let (reader, mut writer) = stream.into_split();
         let head = format!(
-            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+            "POST {path} HTTP/1.1\r\nHost: {to}\r\nContent-Type: application/json\r\n\
              Content-Length: 1000\r\n\r\n{{"
         );
         let trickle = tokio::spawn(async move {
@@ -365,4 +366,42 @@ async fn a_body_slower_than_the_deadline_is_answered_408_counted_and_closed() {
         .await;
     assert_eq!(status, 200);
     mesh.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_bodies_are_warned_about_once_per_interval() {
+    // A real process, to read its log: five slow bodies within one warning interval.
+    let mut mesh = ProcessMesh::start(&["A"], "body_timeout_ms = 300", "").await;
+    let api: SocketAddr = mesh.apis[0].trim_start_matches("http://").parse().unwrap();
+    let mut slow = Vec::new();
+    for _ in 0..5 {
+        slow.push(SlowBody::start(loopback(1), api, "/v1/messages").await);
+    }
+    for (i, s) in slow.iter_mut().enumerate() {
+        let answer = s.answer(Duration::from_secs(10)).await;
+        assert!(answer.is_some(), "slow body {i} still open");
+    }
+    let metrics = mesh
+        .http
+        .get(format!("{}/metrics", mesh.apis[0]))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        metric(
+            &metrics,
+            r#"botmesh_http_refusals_total{listener="api",reason="body_timeout"}"#
+        ),
+        5.0
+    );
+    let log = mesh.log(0);
+    assert_eq!(
+        log.matches("request body not received in time").count(),
+        1,
+        "one warning for five slow bodies:\n{log}"
+    );
+    mesh.terminate(0);
 }
