@@ -9,6 +9,9 @@
 # Further options go to botmesh-bench (see `botmesh-bench --help`), e.g.
 #   --note "others were compiling in parallel"   --perf DIR   --nodes 3   --no-redis
 #
+# Not part of the run: `botmesh-bench flood` measures a real peer's envelope latency while
+# junk batches flood one node's bridge (about 20 s; see bench/src/flood.rs).
+#
 # Installs redis-server from the distribution's packages when it is missing (apt-get).
 set -euo pipefail
 cd "$(dirname "$0")/.."

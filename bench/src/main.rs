@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 mod crypto;
+mod flood;
 mod load;
 mod mesh;
 mod procs;
@@ -72,6 +73,8 @@ enum Cmd {
     Soak(soak::SoakArgs),
     /// The HTTP mesh against the Redis Streams transport at several sizes, in-process.
     Transports(TransportArgs),
+    /// A real peer's envelope latency while junk batches flood one node's bridge.
+    Flood(flood::FloodArgs),
 }
 
 /// Options of `botmesh-bench transports`.
@@ -230,6 +233,12 @@ fn main() -> ExitCode {
         Some(Cmd::Transports(t)) => tokio::runtime::Runtime::new()
             .context("starting the tokio runtime")
             .and_then(|rt| rt.block_on(run_transports(t))),
+        Some(Cmd::Flood(f)) => tokio::runtime::Runtime::new()
+            .context("starting the tokio runtime")
+            .and_then(|rt| {
+                let tmp = tempfile::tempdir().context("creating a temporary folder")?;
+                rt.block_on(flood::run(f, tmp.path()))
+            }),
         None => tokio::runtime::Runtime::new()
             .context("starting the tokio runtime")
             .and_then(|rt| rt.block_on(run(cli.run))),

@@ -6,7 +6,9 @@
 //!
 //! Bench bots have no role or skills and `participation = "mentions"`: the offline
 //! judge never makes them reply, so only transport is measured. `peer_rate_limit` is
-//! raised so that the per-peer ingress limit (default 200/s) does not cap the stream.
+//! raised so that the per-peer ingress limit (default 200/s) does not cap the stream,
+//! and `max_connections_per_source` so that every bot and the load generator, all on
+//! 127.0.0.1, may hold as many connections to one bridge as they like.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -22,7 +24,7 @@ use crate::record::Recorder;
 
 /// `[mesh]` settings of the bench mesh (besides group and data folder).
 pub const MESH_SETTINGS: &str =
-    "peer_rate_limit = 1000000\nretry_base_ms = 50\nretry_max_ms = 1000\nshutdown_grace_secs = 2\n";
+    "peer_rate_limit = 1000000\nmax_connections_per_source = 1024\nretry_base_ms = 50\nretry_max_ms = 1000\nshutdown_grace_secs = 2\n";
 
 /// Settings every bench bot gets.
 pub const BOT_SETTINGS: &str = "participation = \"mentions\"\n";

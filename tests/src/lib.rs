@@ -502,6 +502,28 @@ pub fn decisions(metrics: &str, action: &str, reason: &str) -> f64 {
     )
 }
 
+/// 127.0.0.`n`: on Linux every 127.x address is the loopback, so a client bound to one
+/// is a source address of its own to a node.
+///
+/// Exists because the flood tests send from several source addresses at once.
+pub fn loopback(n: u8) -> std::net::IpAddr {
+    std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, n))
+}
+
+/// An HTTP client that sends from `from` and keeps no idle connection (so a node's
+/// `botmesh_open_connections` counts only what a test holds open).
+///
+/// Exists because the flood tests need a peer at an address of its own.
+pub fn client_from(from: std::net::IpAddr) -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .local_address(from)
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
 /// Reads one counter value out of Prometheus text (0 when absent).
 pub fn metric(text: &str, series: &str) -> f64 {
     text.lines()

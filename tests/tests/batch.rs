@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use botmesh::wire::signing::{Signer, SigningKey};
 use botmesh_tests::faults::OldReceiverProxy;
-use botmesh_tests::{bot_message, metric, wait_for, MeshSpec, SignedRequest, TestMesh};
+use botmesh_tests::{
+    bot_message, client_from, loopback, metric, wait_for, MeshSpec, SignedRequest, TestMesh,
+};
 
 fn ids(t: &[botmesh::wire::envelope::Envelope]) -> Vec<String> {
     t.iter().map(|e| e.id.to_string()).collect()
@@ -23,8 +25,17 @@ fn item(r: &SignedRequest) -> serde_json::Value {
 
 /// POSTs `items` as one batch to node `i`'s bridge; the answer must be 200.
 async fn post_batch(mesh: &TestMesh, i: usize, items: &[serde_json::Value]) -> serde_json::Value {
-    let resp = mesh
-        .http
+    post_batch_with(&mesh.http, mesh, i, items).await
+}
+
+/// [`post_batch`] with `http` (a client at another source address).
+async fn post_batch_with(
+    http: &reqwest::Client,
+    mesh: &TestMesh,
+    i: usize,
+    items: &[serde_json::Value],
+) -> serde_json::Value {
+    let resp = http
         .post(format!("{}/bridge/v1/batch", mesh.bridge(i)))
         .json(&serde_json::json!({ "items": items }))
         .send()
@@ -254,5 +265,99 @@ async fn a_claim_on_a_trigger_this_bot_answers_is_answered_answered_single_and_i
             {"status": 200, "result": "accepted"},
         ]})
     );
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn junk_signatures_cost_bounded_verification_and_none_past_the_rate_limit() {
+    // 1 envelope/s, a burst of 2, per sender and source address.
+    let mesh =
+        TestMesh::start(MeshSpec::mentions_only(&["A", "B"]).mesh("peer_rate_limit = 1")).await;
+    let checks = || async { metric(&mesh.metrics(0).await, "botmesh_ed25519_checks_total") };
+    let forger = Signer {
+        ed25519: vec![SigningKey::generate()],
+        ..Signer::default()
+    };
+    let forged = |text: &str| SignedRequest::new(&forger, &bot_message("B", text, 1), 0);
+
+    // A junk batch from 127.0.0.2 naming B: the items within the burst are verified
+    // (and refused), the first one over the limit is refused before its signature is
+    // looked at, and the rest are not even prechecked.
+    let flooder = client_from(loopback(2));
+    let items: Vec<_> = (0..40)
+        .map(|i| item(&forged(&format!("junk {i}"))))
+        .collect();
+    let answer = post_batch_with(&flooder, &mesh, 0, &items).await;
+    let results: Vec<&str> = answer["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["result"].as_str().unwrap())
+        .collect();
+    let verified = results
+        .iter()
+        .take_while(|r| **r == "bad_signature")
+        .count();
+    // Sent at once, before a metrics scrape lets the bucket refill.
+    let (over, over_answer) = forged("over the limit")
+        .send(&flooder, &mesh.bridge(0))
+        .await;
+    assert!((1..=3).contains(&verified), "{results:?}");
+    assert_eq!(results[verified], "rate_limited", "{results:?}");
+    assert!(
+        results[verified + 1..]
+            .iter()
+            .all(|r| *r == "not_processed"),
+        "{results:?}"
+    );
+    assert_eq!(
+        checks().await,
+        verified as f64,
+        "one Ed25519 check per item verified, none after"
+    );
+    assert_eq!(
+        (over, over_answer["error"].as_str()),
+        (429, Some("rate_limited"))
+    );
+    assert_eq!(
+        checks().await,
+        verified as f64,
+        "a source over its limit costs no check"
+    );
+
+    // 100 `v1a` entries (the genuine one last) from another address: refused unread.
+    let from3 = client_from(loopback(3));
+    let genuine = SignedRequest::new(&mesh.signers[1], &bot_message("B", "padded", 1), 0);
+    let junk = forger.sign(
+        &genuine.id,
+        genuine.timestamp.parse().unwrap(),
+        &genuine.body,
+    );
+    let padded = SignedRequest {
+        signature: format!("{} {}", vec![junk; 99].join(" "), genuine.signature),
+        ..genuine
+    };
+    let (status, answer) = padded.send(&from3, &mesh.bridge(0)).await;
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (401, Some("too_many_signatures")),
+        "{answer}"
+    );
+    // An unknown sender: refused before any signature work.
+    let stranger = SignedRequest::new(&forger, &bot_message("Zed", "hello", 1), 0);
+    let (status, _) = stranger.send(&from3, &mesh.bridge(0)).await;
+    assert_eq!(status, 403);
+    assert_eq!(checks().await, verified as f64);
+
+    // The real B, at its own address, was never short of budget: one check, accepted.
+    let (status, answer) = SignedRequest::new(&mesh.signers[1], &bot_message("B", "real", 1), 0)
+        .send(&mesh.http, &mesh.bridge(0))
+        .await;
+    assert_eq!(
+        (status, &answer["accepted"]),
+        (200, &serde_json::json!(true)),
+        "{answer}"
+    );
+    assert_eq!(checks().await, verified as f64 + 1.0);
     mesh.shutdown().await;
 }

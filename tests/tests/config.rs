@@ -52,6 +52,8 @@ fn config_errors_name_the_key_and_bind_nothing() {
         Case { what: "too many relay hops", toml: base(port, "max_relay_hops = 9", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["mesh.max_relay_hops", "at most 3"] },
         Case { what: "batch too large", toml: base(port, "batch_max = 1000", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["mesh.batch_max", "1 to 256"] },
         Case { what: "batch of none", toml: base(port, "batch_max = 0", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["mesh.batch_max", "1 to 256"] },
+        Case { what: "no time for a body", toml: base(port, "body_timeout_ms = 0", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["mesh.body_timeout_ms", "at least 1"] },
+        Case { what: "a per-source cap of none", toml: base(port, "max_connections_per_source = 0", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["mesh.max_connections_per_source", "at least 1"] },
         Case { what: "wrong type", toml: base(port, "max_depth = \"three\"", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["max_depth"] },
         // A table under an array element: the key as written, `bots[1].feishu.app_id`.
         Case { what: "nested table under a bot", toml: base(port, "", "[[bots]]\nname = \"B\"\nbridge = \"127.0.0.1:1\"\napi = \"127.0.0.1:2\"\n[bots.feishu]\napp_id = [\"cli_x\"]\n"), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &[": bots[1].feishu.app_id: invalid type", "key `bots[1].feishu.app_id`"] },

@@ -1,15 +1,22 @@
 //! How the listeners treat the connection itself, seen from a raw TCP client: a client
-//! that half-closes after its request still gets the answer, and a client whose body is
-//! refused (413) while it is still sending it gets the 413, not a reset.
+//! that half-closes after its request still gets the answer, a client whose body is
+//! refused (413) while it is still sending it gets the 413, not a reset, and slow-body
+//! floods (from other loopback addresses, 127.0.0.2 and up) neither outlast the body
+//! deadline nor lock a peer out.
 
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use botmesh_tests::{MeshSpec, TestMesh};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use botmesh_tests::{
+    bot_message, client_from, loopback, metric, wait_for, MeshSpec, ProcessMesh, SignedRequest,
+    TestMesh,
+};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedReadHalf;
+use tokio::net::{TcpSocket, TcpStream};
 
 /// Reads until the server closes, an error, or `bound` passes; returns what came.
-async fn read_answer(stream: &mut TcpStream, bound: Duration) -> Vec<u8> {
+async fn read_answer(stream: &mut (impl AsyncRead + Unpin), bound: Duration) -> Vec<u8> {
     let mut got = Vec::new();
     let _ = tokio::time::timeout(bound, async {
         let mut buf = [0u8; 4096];
@@ -166,4 +173,241 @@ async fn an_oversized_body_still_being_sent_gets_its_413() {
         );
     }
     mesh.shutdown().await;
+}
+
+/// A slow-body client, as a flood sends them: a request head announcing a 1000-byte
+/// body, then one byte a second (at most 40), from its own source address.
+struct SlowBody {
+    /// Where the answer comes.
+    reader: OwnedReadHalf,
+    /// Sends the head and the trickle; stopped on drop.
+    trickle: tokio::task::JoinHandle<()>,
+}
+
+impl SlowBody {
+    async fn start(from: IpAddr, to: SocketAddr, path: &str) -> SlowBody {
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.bind(SocketAddr::new(from, 0)).unwrap();
+        let stream = socket.connect(to).await.unwrap();
+        let (reader, mut writer) = stream.into_split();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {to}\r\nContent-Type: application/json\r\n\
+             Content-Length: 1000\r\n\r\n{{"
+        );
+        let trickle = tokio::spawn(async move {
+            if writer.write_all(head.as_bytes()).await.is_err() {
+                return;
+            }
+            for _ in 0..40 {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                if writer.write_all(b" ").await.is_err() {
+                    return;
+                }
+            }
+        });
+        SlowBody { reader, trickle }
+    }
+
+    /// The answer's status line; "" when the node closed the connection without one;
+    /// `None` when it did neither within `bound` (the connection is still held).
+    async fn answer(&mut self, bound: Duration) -> Option<String> {
+        let got = read_answer(&mut self.reader, bound).await;
+        if !got.is_empty() {
+            return Some(status_line(&got));
+        }
+        let mut byte = [0u8; 1];
+        match tokio::time::timeout(Duration::from_millis(10), self.reader.read(&mut byte)).await {
+            Ok(Ok(0) | Err(_)) => Some(String::new()),
+            _ => None,
+        }
+    }
+    /// Asserts the node answered `status` (or, if the reset of the unread request beat
+    /// the answer, just closed the connection) within `bound`.
+    async fn assert_cut(&mut self, bound: Duration, status: &str, what: &str) {
+        let answer = self.answer(bound).await;
+        assert!(
+            answer.as_deref() == Some(status) || answer.as_deref() == Some(""),
+            "{what}: {answer:?}"
+        );
+    }
+}
+
+impl Drop for SlowBody {
+    fn drop(&mut self) {
+        self.trickle.abort();
+    }
+}
+
+/// `botmesh_open_connections{listener}` of node 0.
+async fn open_connections(mesh: &TestMesh, listener: &str) -> f64 {
+    metric(
+        &mesh.metrics(0).await,
+        &format!("botmesh_open_connections{{listener=\"{listener}\"}}"),
+    )
+}
+
+/// Waits (at most 10 s) for node 0's bridge to hold no connection.
+async fn bridge_connections_fall_to_zero(mesh: &TestMesh) {
+    let open = wait_for(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || open_connections(mesh, "bridge"),
+        |&open| open == 0.0,
+    )
+    .await;
+    assert_eq!(open, 0.0, "connections still open on the bridge");
+}
+
+/// `botmesh_http_refusals_total{listener,reason}` of node 0.
+async fn refusals(mesh: &TestMesh, listener: &str, reason: &str) -> f64 {
+    metric(
+        &mesh.metrics(0).await,
+        &format!("botmesh_http_refusals_total{{listener=\"{listener}\",reason=\"{reason}\"}}"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_body_flood_from_a_few_addresses_cannot_lock_a_peer_out() {
+    // 40 connections in all, 16 per address: two flooding addresses hold 32 at most.
+    // The body deadline is long here, so what keeps the peer served is the cap alone.
+    let mesh = TestMesh::start(MeshSpec::mentions_only(&["A", "B"]).mesh(
+        "max_connections = 40\nmax_connections_per_source = 16\nbody_timeout_ms = 60000\nheader_timeout_ms = 60000",
+    ))
+    .await;
+    let bridge = mesh.bridges[0];
+    assert_eq!(open_connections(&mesh, "bridge").await, 0.0);
+    let mut flood = Vec::new();
+    for i in 0..60 {
+        flood.push(
+            SlowBody::start(loopback(2 + (i % 2) as u8), bridge, "/bridge/v1/envelopes").await,
+        );
+    }
+    let held = wait_for(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || async {
+            (
+                open_connections(&mesh, "bridge").await,
+                refusals(&mesh, "bridge", "source_connections").await,
+            )
+        },
+        |&(open, refused)| open == 32.0 && refused == 28.0,
+    )
+    .await;
+    assert_eq!(held, (32.0, 28.0), "16 held per address, the rest refused");
+
+    // The 17th connection from one address is refused at once; another address is served.
+    let mut extra = SlowBody::start(loopback(2), bridge, "/bridge/v1/envelopes").await;
+    extra
+        .assert_cut(
+            Duration::from_secs(5),
+            "HTTP/1.1 503 Service Unavailable",
+            "the 17th",
+        )
+        .await;
+    let other = client_from(loopback(4))
+        .get(format!("{}/healthz", mesh.bridge(0)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 200);
+
+    // A real peer (from 127.0.0.1) gets its envelopes accepted while the flood holds on.
+    let peer = client_from(loopback(1));
+    for text in ["during the flood 1", "during the flood 2"] {
+        let (status, answer) = SignedRequest::new(&mesh.signers[1], &bot_message("B", text, 1), 0)
+            .send(&peer, &mesh.bridge(0))
+            .await;
+        assert_eq!(
+            (status, &answer["accepted"]),
+            (200, &serde_json::json!(true)),
+            "{answer}"
+        );
+    }
+    // (The peer's own connections may not be seen closed yet: at least the flood's.)
+    let open = open_connections(&mesh, "bridge").await;
+    assert!(
+        open >= 32.0,
+        "the flood was still holding its connections: {open}"
+    );
+
+    // The flood ends: the gauge falls back to 0.
+    drop((flood, extra));
+    bridge_connections_fall_to_zero(&mesh).await;
+    mesh.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_slower_than_the_deadline_is_answered_408_counted_and_closed() {
+    let mesh =
+        TestMesh::start(MeshSpec::mentions_only(&["A", "B"]).mesh("body_timeout_ms = 2000")).await;
+    // 20 slow bodies on the bridge, one on the local API, each a byte a second for up
+    // to 40 s: every one is cut after the 2 s deadline.
+    let mut slow = Vec::new();
+    for i in 0..20 {
+        slow.push(
+            SlowBody::start(
+                loopback(2 + (i % 4) as u8),
+                mesh.bridges[0],
+                "/bridge/v1/envelopes",
+            )
+            .await,
+        );
+    }
+    let mut api = SlowBody::start(loopback(1), mesh.apis[0], "/v1/messages").await;
+    for (i, s) in slow.iter_mut().chain([&mut api]).enumerate() {
+        s.assert_cut(
+            Duration::from_secs(20),
+            "HTTP/1.1 408 Request Timeout",
+            &format!("slow body {i}"),
+        )
+        .await;
+    }
+    assert_eq!(refusals(&mesh, "bridge", "body_timeout").await, 20.0);
+    assert_eq!(refusals(&mesh, "api", "body_timeout").await, 1.0);
+    bridge_connections_fall_to_zero(&mesh).await;
+    // The node is none the worse: a peer's envelope is accepted.
+    let (status, _) = SignedRequest::new(&mesh.signers[1], &bot_message("B", "after", 1), 0)
+        .send(&mesh.http, &mesh.bridge(0))
+        .await;
+    assert_eq!(status, 200);
+    mesh.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_bodies_are_warned_about_once_per_interval() {
+    // A real process, to read its log: five slow bodies within one warning interval.
+    let mut mesh = ProcessMesh::start(&["A"], "body_timeout_ms = 300", "").await;
+    let api: SocketAddr = mesh.apis[0].trim_start_matches("http://").parse().unwrap();
+    let mut slow = Vec::new();
+    for _ in 0..5 {
+        slow.push(SlowBody::start(loopback(1), api, "/v1/messages").await);
+    }
+    for (i, s) in slow.iter_mut().enumerate() {
+        let answer = s.answer(Duration::from_secs(10)).await;
+        assert!(answer.is_some(), "slow body {i} still open");
+    }
+    let metrics = mesh
+        .http
+        .get(format!("{}/metrics", mesh.apis[0]))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        metric(
+            &metrics,
+            r#"botmesh_http_refusals_total{listener="api",reason="body_timeout"}"#
+        ),
+        5.0
+    );
+    let log = mesh.log(0);
+    assert_eq!(
+        log.matches("request body not received in time").count(),
+        1,
+        "one warning for five slow bodies:\n{log}"
+    );
+    mesh.terminate(0);
 }

@@ -557,16 +557,25 @@ fn spawn_listeners(
     api: TcpListener,
 ) -> JoinSet<()> {
     let grace = Duration::from_secs(node.cfg.mesh().shutdown_grace_secs);
+    let mesh = node.cfg.mesh();
     let limits = Limits {
-        max_connections: node.cfg.mesh().max_connections,
-        header_timeout: Duration::from_millis(node.cfg.mesh().header_timeout_ms),
+        max_connections: mesh.max_connections,
+        header_timeout: Duration::from_millis(mesh.header_timeout_ms),
+        body_timeout: Duration::from_millis(mesh.body_timeout_ms),
+        per_source: None,
     };
     let mut servers = JoinSet::new();
     let (n, i) = (node.clone(), ingest.clone());
     servers.spawn(server::serve(
         "bridge",
         bridge,
-        limits,
+        Limits {
+            // Peers and platforms each come from their own address; the local API's
+            // clients all come from the host itself.
+            per_source: Some(mesh.max_connections_per_source.min(mesh.max_connections)),
+            ..limits
+        },
+        node.metrics.clone(),
         node.accepting.clone(),
         grace,
         move |req, remote| peer_listener(n.clone(), i.clone(), req, remote),
@@ -576,6 +585,7 @@ fn spawn_listeners(
         "api",
         api,
         limits,
+        node.metrics.clone(),
         node.accepting.clone(),
         grace,
         move |req, remote| crate::app::api::handle(n.clone(), req, remote),

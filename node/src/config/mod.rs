@@ -100,6 +100,13 @@ pub struct MeshSettings {
     pub(crate) header_timeout_ms: u64,
     /// Open connections per listener; more wait in the kernel's backlog.
     pub(crate) max_connections: usize,
+    /// Time a client has to send a request's whole body, per request, on either
+    /// listener; a slower one is answered 408 and its connection closed (slow-body guard).
+    pub(crate) body_timeout_ms: u64,
+    /// Open connections one source address may hold on the bridge listener (no more
+    /// than `max_connections` in any case); more are refused at once, so slow clients
+    /// from a few addresses cannot fill `max_connections` and lock the peers out.
+    pub(crate) max_connections_per_source: usize,
     /// When the direct link to a peer has failed for this long, envelopes for it are
     /// also handed to another reachable peer to relay (still signed by this node, so
     /// the relay cannot alter them). 0 disables relaying this node's envelopes.
@@ -213,6 +220,8 @@ impl Default for MeshSettings {
             shutdown_grace_secs: 5,
             header_timeout_ms: 10_000,
             max_connections: 1024,
+            body_timeout_ms: 10_000,
+            max_connections_per_source: 64,
             relay_after_ms: 3_000,
             max_relay_hops: 1,
             transport: Transport::Http,
@@ -969,6 +978,18 @@ impl Settings {
             if value == 0 {
                 return Err(self.err(format!("mesh.{key}"), "must be at least 1"));
             }
+        }
+        if m.body_timeout_ms == 0 {
+            return Err(self.err(
+                "mesh.body_timeout_ms",
+                "must be at least 1 (the time a client has to send a request's body)",
+            ));
+        }
+        if m.max_connections_per_source == 0 {
+            return Err(self.err(
+                "mesh.max_connections_per_source",
+                "must be at least 1 (open connections one address may hold on the bridge)",
+            ));
         }
         if m.peer_rate_limit == 0 {
             return Err(self.err("mesh.peer_rate_limit", "must be at least 1"));

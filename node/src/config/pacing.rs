@@ -112,6 +112,13 @@ impl TokenBucket {
         }
     }
 
+    /// Whether the bucket has refilled completely by `now` (it is then the same as a
+    /// new one: a caller keeping many may drop it).
+    pub(crate) fn is_full(&self, now: Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens + elapsed * self.rate >= self.burst
+    }
+
     /// Takes one token at `now` if there is one; otherwise says how long until there
     /// will be.
     pub(crate) fn take(&mut self, now: Instant) -> Result<(), Duration> {
@@ -154,5 +161,10 @@ mod tests {
         assert_eq!(b.take(Instant::now()), Err(Duration::from_millis(500)));
         tokio::time::advance(Duration::from_millis(500)).await;
         assert!(b.take(Instant::now()).is_ok());
+        assert!(!b.is_full(Instant::now()));
+        tokio::time::advance(Duration::from_millis(999)).await;
+        assert!(!b.is_full(Instant::now()));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(b.is_full(Instant::now()));
     }
 }

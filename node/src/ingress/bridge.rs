@@ -5,8 +5,10 @@
 //! Every request runs the same gauntlet, cheapest check first, and every rejection is
 //! counted and logged with its reason, the peer address and the id (never a secret):
 //! size (413) → headers (401) → JSON shape (400) → id match (400) → known sender (403)
-//! → signature and timestamp window (401) → author rules (403) → rate limit (429) →
-//! replay/duplicate (200 duplicate) → transcript (200 accepted).
+//! → rate limit of the sender at this source address (429) → signature and timestamp
+//! window (401) → author rules (403) → replay/duplicate (200 duplicate) → transcript
+//! (200 accepted). The rate limit comes before the signature: an unknown sender, or a
+//! source over its limit, costs this node no Ed25519 verification at all.
 //!
 //! The answer to an admitted claim (new or duplicate) also says whether this node's
 //! bot has already committed to answer, or answered, the claim's trigger:
@@ -14,7 +16,7 @@
 //! result). It is read from the claim board *after* the claim is on it, so a commit
 //! either saw the claim or is reported here (see `turn::scheduler`, [`crate::egress::acks`]).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use http::{Request, Response, StatusCode};
@@ -46,7 +48,7 @@ pub(crate) async fn receive(
         .get(HEADER_ID)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    match gauntlet(&ingest, req).await {
+    match gauntlet(&ingest, req, remote.ip()).await {
         Ok((env, outcome)) => {
             let result = match outcome {
                 Appended::New => "accepted",
@@ -76,9 +78,10 @@ pub(crate) async fn receive(
 async fn gauntlet(
     ingest: &Ingest,
     req: Request<Incoming>,
+    source: IpAddr,
 ) -> Result<(Arc<Envelope>, Appended), Reject> {
     let (parts, body) = read_envelope_body(req).await?;
-    admit_posted(ingest, &parts.headers, &body).await
+    admit_posted(ingest, &parts.headers, &body, source).await
 }
 
 /// Reads a posted envelope's body, up to [`MAX_BODY_BYTES`]: a larger one is refused
@@ -96,12 +99,14 @@ pub(crate) async fn read_envelope_body(
         })
 }
 
-/// [`admit`] for an envelope POSTed to this node, directly or through a relay
-/// ([`crate::egress::relay`]): its signature values are headers, `now` is the wall clock.
+/// [`admit`] for an envelope POSTed to this node from `source`, directly or through a
+/// relay ([`crate::egress::relay`]): its signature values are headers, `now` is the
+/// wall clock.
 pub(crate) async fn admit_posted(
     ingest: &Ingest,
     headers: &http::HeaderMap,
     body: &[u8],
+    source: IpAddr,
 ) -> Result<(Arc<Envelope>, Appended), Reject> {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let signed = Signed {
@@ -110,7 +115,7 @@ pub(crate) async fn admit_posted(
         signature: header(HEADER_SIGNATURE),
     };
     let now = (crate::wire::envelope::now_millis() / 1000) as i64;
-    admit(ingest, signed, body, now, Via::Http).await
+    admit(ingest, signed, body, now, Via::Http { source }).await
 }
 
 /// The three Standard Webhooks values that travel beside an envelope's bytes: HTTP
@@ -129,9 +134,15 @@ pub(crate) struct Signed<'a> {
 /// and whether the per-peer rate limit applies differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Via {
-    /// POSTed by a peer: `now` is the wall clock, and the peer is rate-limited (it
-    /// pushes, so a flood must be pushed back with 429).
-    Http,
+    /// POSTed by a peer: `now` is the wall clock, and the sender is rate-limited per
+    /// source address (it pushes, so a flood must be pushed back with 429), before its
+    /// signature is checked.
+    Http {
+        /// The address the request came from (a relay's, for a relayed copy): the
+        /// sender's budget is kept per address, so a forger elsewhere who names a peer
+        /// as the sender spends its own budget, not the peer's.
+        source: IpAddr,
+    },
     /// Read from a Redis Stream: `now` is when Redis stored the entry (so a bot that
     /// catches up after downtime still accepts what was fresh when written, while a
     /// re-added old entry is stale), and no rate limit (the node pulls at its own pace).
@@ -163,8 +174,8 @@ impl Reject {
 }
 
 /// The checks every envelope passes, whichever transport carried it: headers → JSON
-/// shape → id match → known sender → signature and timestamp window → author rules →
-/// rate limit (HTTP) → replay/duplicate → transcript.
+/// shape → id match → known sender → rate limit (HTTP) → signature and timestamp
+/// window → author rules → replay/duplicate → transcript.
 pub(crate) async fn admit(
     ingest: &Ingest,
     signed: Signed<'_>,
@@ -188,8 +199,10 @@ pub(crate) struct Prechecked {
 }
 
 /// [`admit`]'s checks up to the signature: headers, JSON shape, id match, known
-/// sender, timestamp window, and the signature entries' form. Stateless, so a batch's
-/// items can all be prechecked before their signatures are verified together.
+/// sender, the rate limit (HTTP: a token of the sender's at this source is taken
+/// here, before any signature is looked at), timestamp window, and the signature
+/// entries' form and number. A batch's items are all prechecked before their
+/// signatures are verified together.
 pub(crate) fn precheck(
     ingest: &Ingest,
     signed: Signed<'_>,
@@ -232,6 +245,19 @@ pub(crate) fn precheck(
             format!("sender {:?} is not a peer in peers.toml", env.sender),
         ));
     }
+    if let Via::Http { source } = via {
+        if !ingest.limiter.allow(&env.sender, source) {
+            return Err(Reject(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!(
+                    "{} is over {} envelopes/s from {source}",
+                    env.sender,
+                    cfg.mesh().peer_rate_limit
+                ),
+            ));
+        }
+    }
     let signature = ingest
         .cfg
         .verifier
@@ -251,13 +277,12 @@ fn unauthorized(e: VerifyError) -> Reject {
     Reject(StatusCode::UNAUTHORIZED, e.reason_code(), e.to_string())
 }
 
-/// [`admit`]'s checks after the signature's `verdict`: author rules, rate limit,
-/// replay cache; nothing is recorded yet.
+/// [`admit`]'s checks after the signature's `verdict`: author rules, replay cache;
+/// nothing is recorded yet.
 pub(crate) fn postcheck(
     ingest: &Ingest,
     env: Envelope,
     verdict: Result<Scheme, VerifyError>,
-    via: Via,
 ) -> Result<Checked, Reject> {
     let scheme = verdict.map_err(unauthorized)?;
     ingest.metrics.signature_verified(scheme);
@@ -294,17 +319,6 @@ pub(crate) fn postcheck(
             ));
         }
         _ => {}
-    }
-    if via == Via::Http && !ingest.limiter.allow(&env.sender) {
-        return Err(Reject(
-            StatusCode::TOO_MANY_REQUESTS,
-            "rate_limited",
-            format!(
-                "{} is over {} envelopes/s",
-                env.sender,
-                cfg.mesh().peer_rate_limit
-            ),
-        ));
     }
     if ingest.seen.contains(&env.id.to_string()) {
         return Ok(Checked::Duplicate(Arc::new(env)));
@@ -348,7 +362,7 @@ async fn commit(
     }
     if !messages.is_empty() {
         let source = match via {
-            Via::Http => "bridge",
+            Via::Http { .. } => "bridge",
             Via::Stream => "stream",
         };
         let recorded = ingest.sink.record_many(messages.clone(), source).await;
@@ -443,7 +457,14 @@ pub(crate) async fn receive_batch(
             now,
         })
         .collect();
-    let results = admit_many(&ingest, &arrivals, Via::Http).await;
+    let results = admit_many(
+        &ingest,
+        &arrivals,
+        Via::Http {
+            source: remote.ip(),
+        },
+    )
+    .await;
     let mut answers = Vec::with_capacity(results.len());
     for (item, r) in batch.items.iter().zip(results) {
         answers.push(answer(&ingest, remote, &item.id, r));
@@ -466,11 +487,13 @@ pub(crate) struct Arrival<'a> {
 }
 
 /// [`admit`] for envelopes that arrived together and must be recorded in their order
-/// (a batch POST, one read of a Redis Stream): the cheap checks of each first, then
-/// all their signatures in one verification, then the rest of the checks in order,
-/// then every new message in one durable write. A retryable rejection (flow control,
-/// storage) stops the rest, answered `not_processed`, so nothing overtakes an item
-/// that must come again. One result per arrival, in the same order.
+/// (a batch POST, one read of a Redis Stream): the cheap checks of each first (the
+/// rate limit among them), then all their signatures in one verification, then the
+/// rest of the checks in order, then every new message in one durable write. A
+/// retryable rejection (flow control, storage) stops the rest, answered
+/// `not_processed`, so nothing overtakes an item that must come again; an item after
+/// a rate-limited one is not even prechecked, so a flood over its limit costs no
+/// signature check. One result per arrival, in the same order.
 ///
 /// Calling [`admit`] once per arrival is not the same: an arrival whose signature
 /// happened to be decided sooner would be recorded before the ones ahead of it.
@@ -482,12 +505,23 @@ pub(crate) async fn admit_many(
     let n = arrivals.len();
     let mut prechecked: Vec<Result<Envelope, Reject>> = Vec::with_capacity(n);
     let mut signatures = Vec::with_capacity(n);
+    let mut held_back = false;
     for a in arrivals {
-        prechecked.push(precheck(ingest, a.signed, a.body, a.now, via).map(|p| {
+        if held_back {
+            prechecked.push(Err(not_processed()));
+            continue;
+        }
+        let pre = precheck(ingest, a.signed, a.body, a.now, via);
+        if let Err(r) = &pre {
+            held_back = holds_back(r.0);
+        }
+        prechecked.push(pre.map(|p| {
             signatures.push(p.signature);
             p.env
         }));
     }
+    let pairs: usize = signatures.iter().map(Pending::ed25519_pairs).sum();
+    ingest.metrics.ed25519_checks(pairs);
     let mut verdicts = ingest.verify.verify(signatures).await.into_iter();
     let mut results: Vec<Option<Admitted>> = (0..n).map(|_| None).collect();
     let mut fresh = Vec::new();
@@ -496,14 +530,10 @@ pub(crate) async fn admit_many(
     for (i, pre) in prechecked.into_iter().enumerate() {
         let pre = pre.map(|env| (env, verdicts.next().expect("a verdict per prechecked item")));
         if stopped {
-            results[i] = Some(Err(Reject(
-                StatusCode::SERVICE_UNAVAILABLE,
-                NOT_PROCESSED,
-                "an earlier envelope must be retried first".into(),
-            )));
+            results[i] = Some(Err(not_processed()));
             continue;
         }
-        match pre.and_then(|(env, verdict)| postcheck(ingest, env, verdict, via)) {
+        match pre.and_then(|(env, verdict)| postcheck(ingest, env, verdict)) {
             Ok(Checked::Fresh(env)) => {
                 fresh_at.push(i);
                 fresh.push(env);
@@ -538,6 +568,15 @@ pub(crate) async fn admit_many(
 /// The reason given for an envelope [`admit_many`] did not look at because one ahead
 /// of it must be retried first.
 pub(crate) const NOT_PROCESSED: &str = "not_processed";
+
+/// The answer for an envelope behind one that must be retried first.
+fn not_processed() -> Reject {
+    Reject(
+        StatusCode::SERVICE_UNAVAILABLE,
+        NOT_PROCESSED,
+        "an earlier envelope must be retried first".into(),
+    )
+}
 
 /// Whether a rejection of one item stops the rest of its batch (retryable conditions).
 fn holds_back(status: StatusCode) -> bool {

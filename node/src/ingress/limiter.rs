@@ -1,18 +1,28 @@
-//! `RateLimiter`: a token bucket per verified sender, so one flooding peer is pushed
-//! back with 429 while the others go on.
+//! `RateLimiter`: a token bucket per sender and source address, so one flooding peer
+//! is pushed back with 429 while the others go on. It is charged before the sender's
+//! signature is checked (see [`crate::ingress::bridge`]), so the budget is kept per
+//! source address too: a forger who names a peer as the sender spends the budget of
+//! its own address, never the peer's.
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::net::IpAddr;
 
 use tokio::time::Instant;
 
 use crate::config::pacing::TokenBucket;
 
-/// A token bucket per verified sender.
+/// Above this many buckets, the ones that have refilled completely (idle senders and
+/// addresses) are dropped: a full bucket is what a new one would be, so nothing is
+/// forgotten but memory, and a forger spraying source addresses cannot grow the table
+/// without bound.
+const PRUNE_ABOVE: usize = 4096;
+
+/// A token bucket per (sender, source address).
 pub struct RateLimiter {
     per_second: f64,
     burst: f64,
-    buckets: Mutex<HashMap<String, TokenBucket>>,
+    buckets: Mutex<HashMap<(String, IpAddr), TokenBucket>>,
 }
 
 impl RateLimiter {
@@ -25,17 +35,20 @@ impl RateLimiter {
         }
     }
 
-    /// Takes one token for `who`, if there is one.
-    pub fn allow(&self, who: &str) -> bool {
+    /// Takes one token for `who` sending from `source`, if there is one.
+    pub fn allow(&self, who: &str, source: IpAddr) -> bool {
         let now = Instant::now();
         let mut b = self.buckets.lock();
-        b.entry(who.to_string())
+        if b.len() >= PRUNE_ABOVE {
+            b.retain(|_, bucket| !bucket.is_full(now));
+        }
+        b.entry((who.to_string(), source))
             .or_insert_with(|| TokenBucket::full(self.per_second, self.burst, now))
             .take(now)
             .is_ok()
     }
 
-    /// How many senders have a bucket (for metrics and soak checks).
+    /// How many buckets there are (for metrics and soak checks).
     pub fn buckets(&self) -> usize {
         self.buckets.lock().len()
     }
@@ -46,14 +59,39 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    const HERE: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 1));
+    const THERE: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2));
+
     #[tokio::test(start_paused = true)]
     async fn limiter_refills() {
         let l = RateLimiter::new(2);
-        assert!((0..4).all(|_| l.allow("A")));
-        assert!(!l.allow("A"));
-        assert!(l.allow("B"), "buckets are per sender");
+        assert!((0..4).all(|_| l.allow("A", HERE)));
+        assert!(!l.allow("A", HERE));
+        assert!(l.allow("B", HERE), "buckets are per sender");
+        assert!(
+            l.allow("A", THERE),
+            "and per source: a forger naming A elsewhere does not spend A's budget"
+        );
         tokio::time::advance(Duration::from_millis(500)).await;
-        assert!(l.allow("A"));
-        assert!(!l.allow("A"));
+        assert!(l.allow("A", HERE));
+        assert!(!l.allow("A", HERE));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_buckets_are_dropped_when_the_table_is_large() {
+        let l = RateLimiter::new(10);
+        for i in 0..PRUNE_ABOVE as u32 {
+            assert!(l.allow("A", IpAddr::V4(std::net::Ipv4Addr::from(i))));
+        }
+        // A busy sender keeps its state across the pruning; the idle ones go.
+        assert!((0..20).all(|_| l.allow("B", HERE)));
+        assert!(!l.allow("B", HERE));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(l.allow("B", HERE));
+        assert!(l.buckets() <= 2, "{}", l.buckets());
+        assert!(
+            !(0..20).all(|_| l.allow("B", HERE)),
+            "B's bucket was kept, not renewed"
+        );
     }
 }

@@ -123,7 +123,7 @@ async fn receive_inner(
     // The full gauntlet, as for a direct delivery: only the original sender's
     // signature over these exact bytes gets past it.
     let (env, outcome) =
-        crate::ingress::bridge::admit_posted(ingest, &parts.headers, &body).await?;
+        crate::ingress::bridge::admit_posted(ingest, &parts.headers, &body, remote.ip()).await?;
     let result = match outcome {
         Appended::New => "accepted",
         Appended::Duplicate => "duplicate",

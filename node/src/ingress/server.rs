@@ -3,10 +3,22 @@
 //! hyper 1 with `TokioIo`, `http1::Builder` with a timer (header timeouts need one),
 //! a cap on open connections, and `GracefulShutdown` so in-flight requests finish
 //! when the node stops.
+//!
+//! A client cannot hold a connection for long without sending what it owes: the
+//! request head must come within `header_timeout`, the whole body within
+//! `body_timeout` (else `408` and the connection is closed), and one source address
+//! may hold at most `per_source` connections (further ones are answered `503` and
+//! closed at once), so a flood of slow clients from one address cannot fill
+//! `max_connections` and lock the real peers out. Each refusal is counted in
+//! `botmesh_http_refusals_total{listener,reason}` and warned about at most once per
+//! [`WARN_EVERY`] per listener and reason; `botmesh_open_connections{listener}`
+//! shows the connections held.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,9 +29,14 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
+use parking_lot::Mutex;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+use crate::config::pacing::TokenBucket;
+use crate::telemetry::metrics::Metrics;
 
 /// The response body type of every handler (full bodies and SSE streams alike).
 pub(crate) type Body = UnsyncBoxBody<Bytes, Infallible>;
@@ -31,6 +48,13 @@ pub(crate) struct Limits {
     pub max_connections: usize,
     /// Time allowed to send the request head (slowloris guard).
     pub header_timeout: Duration,
+    /// Time allowed to send a request's whole body, from when the handler starts
+    /// reading it ([`read_body`]); a body still incomplete then is answered `408` and
+    /// its connection closed (slow-body guard).
+    pub body_timeout: Duration,
+    /// Open connections one source address may hold at most; `None`: no such cap
+    /// (the local API, whose clients all come from the host itself).
+    pub per_source: Option<usize>,
 }
 
 impl Default for Limits {
@@ -38,8 +62,167 @@ impl Default for Limits {
         Limits {
             max_connections: 1024,
             header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
+            per_source: None,
         }
     }
+}
+
+/// The shortest time between two warnings of one kind (per listener and reason): a
+/// flood is reported, with how many refusals were not logged, without flooding the log.
+pub(crate) const WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// A warning logged at most once per [`WARN_EVERY`], on the one token bucket
+/// ([`TokenBucket`]); the occurrences in between are counted and reported with the
+/// next one logged.
+pub(crate) struct Alarm {
+    /// One token per [`WARN_EVERY`], and occurrences held back since the last warning.
+    state: Mutex<(TokenBucket, u64)>,
+}
+
+impl Alarm {
+    /// An alarm whose first occurrence is logged.
+    pub(crate) fn new() -> Self {
+        let rate = 1.0 / WARN_EVERY.as_secs_f64();
+        Alarm {
+            state: Mutex::new((TokenBucket::full(rate, 1.0, Instant::now()), 0)),
+        }
+    }
+
+    /// One occurrence: `Some(held_back)` when it is to be logged now (with how many
+    /// were not logged since the last one), `None` when it is only counted.
+    pub(crate) fn ring(&self) -> Option<u64> {
+        let mut state = self.state.lock();
+        if state.0.take(Instant::now()).is_ok() {
+            Some(std::mem::take(&mut state.1))
+        } else {
+            state.1 += 1;
+            None
+        }
+    }
+}
+
+/// One listener's shared state: its name and limits, its open connections per source
+/// address, and the alarms of its refusals.
+struct Listener {
+    /// `bridge` or `api`, for logs and metric labels.
+    name: &'static str,
+    /// The limits it enforces.
+    limits: Limits,
+    /// Where connections and refusals are counted.
+    metrics: Arc<Metrics>,
+    /// Open connections per source address (only with a per-source cap).
+    sources: Mutex<HashMap<IpAddr, usize>>,
+    /// Warns of connections refused by the per-source cap.
+    crowded: Alarm,
+    /// Warns of bodies that missed the deadline.
+    slow: Alarm,
+}
+
+/// One open connection, counted in `botmesh_open_connections` and against its source
+/// address until dropped.
+struct Open {
+    /// The listener it belongs to.
+    listener: Arc<Listener>,
+    /// Where it comes from.
+    source: IpAddr,
+}
+
+impl Listener {
+    /// Counts a new connection from `source`, or says how many that source already
+    /// holds when it is at its cap.
+    fn open(self: &Arc<Self>, source: IpAddr) -> Result<Open, usize> {
+        if let Some(cap) = self.limits.per_source {
+            let mut sources = self.sources.lock();
+            let held = sources.entry(source).or_insert(0);
+            if *held >= cap {
+                return Err(*held);
+            }
+            *held += 1;
+        }
+        self.metrics.add_open_connections(self.name, 1);
+        Ok(Open {
+            listener: self.clone(),
+            source,
+        })
+    }
+
+    /// Counts, and warns about (rate-limited), a refused connection from `source`,
+    /// which holds `held` connections already.
+    fn refuse_connection(&self, source: IpAddr, held: usize) {
+        self.metrics.http_refused(self.name, "source_connections");
+        if let Some(held_back) = self.crowded.ring() {
+            tracing::warn!(
+                listener = self.name,
+                %source,
+                open = held,
+                limit = self.limits.per_source.unwrap_or(usize::MAX),
+                refused_since_last_warning = held_back,
+                "refusing connections: too many open from one address (mesh.max_connections_per_source)"
+            );
+        }
+    }
+
+    /// Counts, and warns about (rate-limited), a request from `peer` whose body did
+    /// not come within the deadline; the answer to send.
+    fn body_timed_out(&self, peer: SocketAddr) -> Response<Body> {
+        self.metrics.http_refused(self.name, "body_timeout");
+        let within = self.limits.body_timeout.as_millis();
+        if let Some(held_back) = self.slow.ring() {
+            tracing::warn!(
+                listener = self.name,
+                %peer,
+                body_timeout_ms = within as u64,
+                refused_since_last_warning = held_back,
+                "request body not received in time: answered 408 and closed (mesh.body_timeout_ms)"
+            );
+        }
+        let mut r = error(
+            StatusCode::REQUEST_TIMEOUT,
+            format!("request body not received within {within} ms"),
+        );
+        r.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        r
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        let l = &self.listener;
+        l.metrics.add_open_connections(l.name, -1);
+        if l.limits.per_source.is_some() {
+            let mut sources = l.sources.lock();
+            if let Some(held) = sources.get_mut(&self.source) {
+                *held -= 1;
+                if *held == 0 {
+                    sources.remove(&self.source);
+                }
+            }
+        }
+    }
+}
+
+/// The answer to a connection over its source's cap, written (if the socket takes it
+/// at once) before the connection is closed.
+fn crowded_answer() -> Vec<u8> {
+    let body = r#"{"error":"too_many_connections"}"#;
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// What [`serve`] hands each request (in its extensions) for [`read_body`]: how long
+/// the body may take, and where a missed deadline is noted for the answer.
+#[derive(Debug, Clone)]
+struct BodyDeadline {
+    /// The whole body's time.
+    within: Duration,
+    /// Set when the body missed it.
+    missed: Arc<AtomicBool>,
 }
 
 /// A full body from bytes.
@@ -98,11 +281,46 @@ const LINGER_TIME: Duration = Duration::from_secs(2);
 /// Reads a body of at most `limit` bytes; a larger declared Content-Length is refused
 /// before a single body byte is kept. What is left of a refused body is read and thrown
 /// away in the background (a lingering close) so the refusal reaches the client.
+///
+/// The whole body must come within the listener's `body_timeout` (see [`serve`]);
+/// otherwise this fails with [`BodyError::Read`], and whatever the handler answers,
+/// [`serve`] answers `408` and closes the connection.
 pub(crate) async fn read_body(
     req: Request<Incoming>,
     limit: usize,
 ) -> Result<(http::request::Parts, Bytes), BodyError> {
     let (parts, mut body) = req.into_parts();
+    let read = collect(&parts, &mut body, limit);
+    let read = match parts.extensions.get::<BodyDeadline>() {
+        Some(deadline) => match tokio::time::timeout(deadline.within, read).await {
+            Ok(read) => read,
+            Err(_) => {
+                deadline.missed.store(true, Ordering::Relaxed);
+                return Err(BodyError::Read(format!(
+                    "body not received within {} ms",
+                    deadline.within.as_millis()
+                )));
+            }
+        },
+        None => read.await,
+    };
+    match read {
+        Ok(bytes) => Ok((parts, bytes)),
+        Err(e) => {
+            if let BodyError::TooLarge { .. } = e {
+                linger(&parts, body);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// [`read_body`]'s reading: the body's bytes, or why not.
+async fn collect(
+    parts: &http::request::Parts,
+    body: &mut Incoming,
+    limit: usize,
+) -> Result<Bytes, BodyError> {
     if let Some(len) = parts
         .headers
         .get(header::CONTENT_LENGTH)
@@ -110,7 +328,6 @@ pub(crate) async fn read_body(
         .and_then(|v| v.parse::<u64>().ok())
     {
         if len > limit as u64 {
-            linger(&parts, body);
             return Err(BodyError::TooLarge { limit });
         }
     }
@@ -122,18 +339,16 @@ pub(crate) async fn read_body(
         if let Ok(data) = frame.into_data() {
             len += data.len();
             if len > limit {
-                linger(&parts, body);
                 return Err(BodyError::TooLarge { limit });
             }
             chunks.push(data);
         }
     }
-    let bytes = match chunks.len() {
+    Ok(match chunks.len() {
         0 => Bytes::new(),
         1 => chunks.pop().expect("one chunk"),
         _ => Bytes::from(chunks.concat()),
-    };
-    Ok((parts, bytes))
+    })
 }
 
 /// Lingering close, as nginx does it: reads and drops the rest of a refused body (up to
@@ -166,11 +381,13 @@ fn linger(parts: &http::request::Parts, mut body: Incoming) {
 }
 
 /// Serves `handler` on `listener` until `shutdown` fires, then lets in-flight requests
-/// finish for up to `grace`.
+/// finish for up to `grace`. Open connections and refusals are counted in `metrics`
+/// under `name`.
 pub(crate) async fn serve<F, Fut>(
     name: &'static str,
     listener: TcpListener,
     limits: Limits,
+    metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     grace: Duration,
     handler: F,
@@ -180,6 +397,16 @@ pub(crate) async fn serve<F, Fut>(
 {
     let graceful = GracefulShutdown::new();
     let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let state = Arc::new(Listener {
+        name,
+        limits,
+        metrics,
+        sources: Mutex::new(HashMap::new()),
+        crowded: Alarm::new(),
+        slow: Alarm::new(),
+    });
+    // The gauge is there from the start, at 0, for dashboards and alerts.
+    state.metrics.add_open_connections(name, 0);
     loop {
         let permit = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -197,11 +424,33 @@ pub(crate) async fn serve<F, Fut>(
                 }
             },
         };
+        let open = match state.open(peer.ip()) {
+            Ok(open) => open,
+            Err(held) => {
+                state.refuse_connection(peer.ip(), held);
+                // At once and without waiting: a refusal must cost less than a connection.
+                let _ = stream.try_write(&crowded_answer());
+                continue;
+            }
+        };
         let _ = stream.set_nodelay(true);
         let h = handler.clone();
-        let svc = hyper::service::service_fn(move |req| {
-            let h = h.clone();
-            async move { Ok::<_, Infallible>(h(req, peer).await) }
+        let st = state.clone();
+        let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+            let (h, st) = (h.clone(), st.clone());
+            async move {
+                let missed = Arc::new(AtomicBool::new(false));
+                req.extensions_mut().insert(BodyDeadline {
+                    within: st.limits.body_timeout,
+                    missed: missed.clone(),
+                });
+                let answer = h(req, peer).await;
+                Ok::<_, Infallible>(if missed.load(Ordering::Relaxed) {
+                    st.body_timed_out(peer)
+                } else {
+                    answer
+                })
+            }
         });
         // half_close: a client may send its request and then shut down its write side
         // (`shutdown(SHUT_WR)`) while it waits; without this, hyper takes that EOF for an
@@ -216,6 +465,7 @@ pub(crate) async fn serve<F, Fut>(
             if let Err(e) = conn.await {
                 tracing::debug!(listener = name, %peer, error = %e, "connection ended with an error");
             }
+            drop(open);
             drop(permit);
         });
     }
@@ -245,4 +495,30 @@ pub(crate) fn query_param(req_uri: &http::Uri, key: &str) -> Option<String> {
         .into_iter()
         .find(|(k, _)| k == key)
         .map(|(_, v)| v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn an_alarm_warns_once_per_interval_and_tells_how_many_it_held_back() {
+        let alarm = Alarm::new();
+        assert_eq!(alarm.ring(), Some(0), "the first one is logged");
+        for _ in 0..5 {
+            assert_eq!(alarm.ring(), None);
+        }
+        tokio::time::advance(WARN_EVERY - Duration::from_millis(1)).await;
+        assert_eq!(alarm.ring(), None);
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(
+            alarm.ring(),
+            Some(6),
+            "the next interval reports the held back"
+        );
+        assert_eq!(alarm.ring(), None);
+        tokio::time::advance(WARN_EVERY * 5).await;
+        assert_eq!(alarm.ring(), Some(1));
+        assert_eq!(alarm.ring(), None, "a quiet spell does not buy a burst");
+    }
 }

@@ -50,6 +50,23 @@ pub struct CacheLabel {
     pub(crate) cache: String,
 }
 
+/// Labels naming one of the node's two listeners.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabel {
+    /// `bridge` (peers, platform callbacks) or `api` (the local API and page).
+    pub(crate) listener: String,
+}
+
+/// Labels for a listener's refusals of connections and requests.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusalLabel {
+    /// `bridge` or `api`.
+    pub(crate) listener: String,
+    /// `source_connections` (one address over `max_connections_per_source`) or
+    /// `body_timeout` (a body not received within `body_timeout_ms`).
+    pub(crate) reason: String,
+}
+
 /// Labels naming what is counted.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabel {
@@ -147,6 +164,13 @@ pub struct Metrics {
     /// Envelopes whose signature verified, by the scheme that verified it: shows
     /// whether peers reach this node with the cheap pairwise entry or need Ed25519.
     pub(crate) signatures_verified: Family<SchemeLabel, Counter>,
+    /// Ed25519 (key, signature) pairs handed to the verifying thread: the work
+    /// incoming envelopes cost it, which a flood of junk signatures must not move.
+    pub(crate) ed25519_checks: Counter,
+    /// Open connections per listener: a flood that fills `max_connections` shows here.
+    pub(crate) open_connections: Family<ListenerLabel, Gauge>,
+    /// Connections and requests a listener refused, by reason.
+    pub(crate) http_refusals: Family<RefusalLabel, Counter>,
     /// Deliveries to peers, by peer and result.
     pub(crate) envelopes_out: Family<PeerResult, Counter>,
     /// Requests sent to peers, by peer and kind (`single` envelope or `batch`).
@@ -232,6 +256,24 @@ impl Metrics {
         let envelopes_in = Family::<ResultLabel, Counter>::default();
         let envelopes_out = Family::<PeerResult, Counter>::default();
         let signatures_verified = Family::<SchemeLabel, Counter>::default();
+        let ed25519_checks = Counter::default();
+        let open_connections = Family::<ListenerLabel, Gauge>::default();
+        let http_refusals = Family::<RefusalLabel, Counter>::default();
+        registry.register(
+            "botmesh_ed25519_checks",
+            "Ed25519 (key, signature) pairs handed to signature verification",
+            ed25519_checks.clone(),
+        );
+        registry.register(
+            "botmesh_open_connections",
+            "Open connections per listener (bridge, api)",
+            open_connections.clone(),
+        );
+        registry.register(
+            "botmesh_http_refusals",
+            "Connections and requests a listener refused, by reason (source_connections, body_timeout)",
+            http_refusals.clone(),
+        );
         let outbox_depth = Family::<PeerLabel, Gauge>::default();
         let peer_requests = Family::<PeerKind, Counter>::default();
         let outbox_spilled = Family::<PeerLabel, Gauge>::default();
@@ -413,6 +455,9 @@ impl Metrics {
             registry,
             envelopes_in,
             signatures_verified,
+            ed25519_checks,
+            open_connections,
+            http_refusals,
             envelopes_out,
             outbox_depth,
             peer_requests,
@@ -454,6 +499,30 @@ impl Metrics {
         self.signatures_verified
             .get_or_create(&SchemeLabel {
                 scheme: scheme.label().into(),
+            })
+            .inc();
+    }
+
+    /// Counts `pairs` Ed25519 (key, signature) pairs handed to verification.
+    pub(crate) fn ed25519_checks(&self, pairs: usize) {
+        self.ed25519_checks.inc_by(pairs as u64);
+    }
+
+    /// Moves `listener`'s open-connection gauge by `delta` (+1 opened, -1 closed).
+    pub(crate) fn add_open_connections(&self, listener: &str, delta: i64) {
+        self.open_connections
+            .get_or_create(&ListenerLabel {
+                listener: listener.into(),
+            })
+            .inc_by(delta);
+    }
+
+    /// Counts one connection or request `listener` refused, by reason.
+    pub(crate) fn http_refused(&self, listener: &str, reason: &str) {
+        self.http_refusals
+            .get_or_create(&RefusalLabel {
+                listener: listener.into(),
+                reason: reason.into(),
             })
             .inc();
     }

@@ -71,10 +71,18 @@ pub(crate) const HMAC_SECRET_GENERATED_BYTES: usize = 32;
 /// Size of an Ed25519 seed and of an Ed25519 public key.
 pub(crate) const ED25519_KEY_BYTES: usize = 32;
 
-/// At most this many entries of a `webhook-signature` header are looked at, so
-/// a huge header cannot make us run thousands of Ed25519 verifications. A
-/// legitimate sender emits one entry per key it holds (a handful).
+/// A `webhook-signature` header with more entries than this is refused
+/// ([`VerifyError::TooManyEntries`]): a legitimate sender emits one entry per key it
+/// holds (a handful), and a header of thousands is only there to cost the receiver.
 pub(crate) const MAX_SIGNATURE_ENTRIES: usize = 16;
+
+/// The most `v1a` entries a header may hold; more are refused
+/// ([`VerifyError::TooManyEntries`]) before any is checked, so one header costs at
+/// most this many Ed25519 verifications per key listed for its sender (one key, two
+/// during a rotation). An honest sender makes one, under its own key (two while it
+/// rotates). `v1` entries (HMAC, a microsecond each) are bounded only by
+/// [`MAX_SIGNATURE_ENTRIES`]: Standard Webhooks' own examples carry three.
+pub(crate) const MAX_V1A_ENTRIES: usize = 2;
 
 const TAG_HMAC: &str = "v1";
 const TAG_ED25519: &str = "v1a";
@@ -615,6 +623,18 @@ pub enum VerifyError {
     /// We hold neither public keys for this sender nor any mesh secret.
     #[error("no keys for sender {0:?}")]
     UnknownSender(String),
+    /// The signature header holds more entries than an honest sender makes (in all,
+    /// or of one scheme): refused before any of them is checked, so a forger cannot
+    /// buy many Ed25519 verifications with one request.
+    #[error(
+        "webhook-signature holds more than {limit} {what} (one per key; two while a key rotates)"
+    )]
+    TooManyEntries {
+        /// `v1a entries`, or `entries` (in all).
+        what: &'static str,
+        /// The most allowed.
+        limit: usize,
+    },
 }
 
 impl VerifyError {
@@ -628,8 +648,31 @@ impl VerifyError {
             VerifyError::NoSignature => "no_signature",
             VerifyError::BadSignature { .. } => "bad_signature",
             VerifyError::UnknownSender(_) => "unknown_sender",
+            VerifyError::TooManyEntries { .. } => "too_many_signatures",
         }
     }
+}
+
+/// Refuses a `webhook-signature` value with more than [`MAX_SIGNATURE_ENTRIES`]
+/// entries, or more than [`MAX_V1A_ENTRIES`] `v1a` entries. Counting stops at the
+/// first limit passed, so a huge header costs one scan of its front.
+pub(crate) fn check_entry_counts(signature: &str) -> Result<(), VerifyError> {
+    let (mut all, mut ed) = (0usize, 0usize);
+    for entry in signature.split_ascii_whitespace() {
+        all += 1;
+        if entry.split_once(',').map_or(entry, |(tag, _)| tag) == TAG_ED25519 {
+            ed += 1;
+        }
+        let (what, limit) = if ed > MAX_V1A_ENTRIES {
+            ("v1a entries", MAX_V1A_ENTRIES)
+        } else if all > MAX_SIGNATURE_ENTRIES {
+            ("entries", MAX_SIGNATURE_ENTRIES)
+        } else {
+            continue;
+        };
+        return Err(VerifyError::TooManyEntries { what, limit });
+    }
+    Ok(())
 }
 
 /// Parses a timestamp header: ASCII digits only (no sign, spaces or fraction)
@@ -682,7 +725,8 @@ impl Verifier {
     /// Checks, in order: headers present (id, timestamp, signature), timestamp
     /// is a plain integer within ±[`TOLERANCE_SECS`] of `now_unix`, keys exist
     /// for `sender`, then the signature entries. Unknown tags and malformed
-    /// entries are skipped; only the first [`MAX_SIGNATURE_ENTRIES`] are read.
+    /// entries are skipped; a header with more entries than [`check_entry_counts`]
+    /// allows is refused before any is checked.
     pub fn verify(
         &self,
         sender: &str,
@@ -722,9 +766,9 @@ impl Verifier {
             None => return Err(VerifyError::UnknownSender(sender.to_owned())),
         };
 
+        check_entry_counts(signature)?;
         let entries: Vec<(&str, Vec<u8>)> = signature
             .split_ascii_whitespace()
-            .take(MAX_SIGNATURE_ENTRIES)
             .filter_map(|entry| {
                 let (tag, b64) = entry.split_once(',')?;
                 let raw = B64.decode(b64).ok().filter(|raw| !raw.is_empty())?;
@@ -812,6 +856,16 @@ impl Pending {
             Err(VerifyError::BadSignature {
                 scheme: self.scheme,
             })
+        }
+    }
+
+    /// How many (key, signature) pairs an Ed25519 verification of this check may
+    /// try: what a request costs the verifying thread, for
+    /// `botmesh_ed25519_checks_total`.
+    pub(crate) fn ed25519_pairs(&self) -> usize {
+        match &self.check {
+            Check::Ed25519(pairs) => pairs.len(),
+            Check::Decided(_) => 0,
         }
     }
 
@@ -1821,6 +1875,13 @@ mod tests {
                 "bad_signature",
             ),
             (VerifyError::UnknownSender("x".into()), "unknown_sender"),
+            (
+                VerifyError::TooManyEntries {
+                    what: "v1a entries",
+                    limit: 2,
+                },
+                "too_many_signatures",
+            ),
         ];
         for (err, code) in cases {
             assert_eq!(err.reason_code(), code);
@@ -1841,7 +1902,7 @@ mod tests {
     }
 
     #[test]
-    fn too_many_entries_are_not_read() {
+    fn too_many_entries_are_refused_before_any_is_checked() {
         let s = HmacSecret::generate();
         let v = hmac_verifier(&[&s]);
         let good = Signer {
@@ -1849,15 +1910,53 @@ mod tests {
             ..Signer::default()
         }
         .sign("e", NOW, b"x");
-        let filler = vec!["v1,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc="; MAX_SIGNATURE_ENTRIES]
-            .join(" ");
-        let header = format!("{filler} {good}");
+        let ts = NOW.to_string();
+        // Three `v1` entries (Standard Webhooks' own multi-signature example) are fine.
+        let junk = "v1,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc=";
+        let header = format!("{junk} {junk} {good}");
         assert_eq!(
-            verify_at(&v, BOT, "e", &NOW.to_string(), &header, b"x", NOW),
-            Err(VerifyError::BadSignature {
-                scheme: Scheme::Hmac
+            verify_at(&v, BOT, "e", &ts, &header, b"x", NOW),
+            Ok(Scheme::Hmac)
+        );
+        // Entries of unknown tags count towards the whole header's limit.
+        let filler = vec!["v9,AAAA"; MAX_SIGNATURE_ENTRIES].join(" ");
+        assert_eq!(
+            verify_at(&v, BOT, "e", &ts, &format!("{filler} {good}"), b"x", NOW),
+            Err(VerifyError::TooManyEntries {
+                what: "entries",
+                limit: MAX_SIGNATURE_ENTRIES
             })
         );
+
+        // Ed25519: 100 `v1a` entries under a sender with two keys would have been
+        // 200 verifications; the header is refused with no pair to verify.
+        let (old, new) = (SigningKey::generate(), SigningKey::generate());
+        let v = ed_verifier(BOT, &[old.public_key(), new.public_key()]);
+        let signed = Signer {
+            ed25519: vec![new],
+            ..Signer::default()
+        }
+        .sign("e", NOW, b"x");
+        let forged = SigningKey::generate().sign(&signed_content("e", &ts, b"x"));
+        let many = vec![format!("v1a,{forged}"); 99].join(" ");
+        let header = format!("{many} {signed}");
+        let refused = VerifyError::TooManyEntries {
+            what: "v1a entries",
+            limit: MAX_V1A_ENTRIES,
+        };
+        assert_eq!(
+            v.precheck(BOT, Some("e"), Some(&ts), Some(&header), b"x", NOW)
+                .map(|p| p.ed25519_pairs())
+                .unwrap_err(),
+            refused
+        );
+        // Two `v1a` entries (a rotation), one forged: at most 2 × 2 pairs, and it verifies.
+        let header = format!("v1a,{forged} {signed}");
+        let p = v
+            .precheck(BOT, Some("e"), Some(&ts), Some(&header), b"x", NOW)
+            .unwrap();
+        assert_eq!(p.ed25519_pairs(), 4);
+        assert_eq!(p.finish(), Ok(Scheme::Ed25519));
         assert!(unix_now() > 1_600_000_000);
     }
 }
