@@ -70,6 +70,9 @@ fn tune_bot(b: &mut BotSettings, new: &BotSettings) {
     b.judge_prompt = new.judge_prompt.clone();
     b.persona = new.persona.clone();
     b.quiet = new.quiet;
+    b.max_tool_rounds = new.max_tool_rounds;
+    b.tool_timeout_ms = new.tool_timeout_ms;
+    b.tool_result_chars = new.tool_result_chars;
 }
 
 /// Every key whose value differs between `running` and `file`, sorted into those

@@ -150,10 +150,67 @@ impl fmt::Display for Purpose {
 /// One message of the conversation sent to the model, in OpenAI's wire shape.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ChatMessage {
-    /// `system`, `user` or `assistant`.
+    /// `system`, `user`, `assistant` or `tool`.
     pub(crate) role: String,
     /// The message text.
     pub content: String,
+    /// An `assistant` message's tool calls (the model asked for tools).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) tool_calls: Vec<ToolCall>,
+    /// A `tool` message's answer to this call id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) tool_call_id: Option<String>,
+}
+
+/// A function call the model asked for (`tool_calls[]` of its answer).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct ToolCall {
+    /// The call's id, which the `tool` message answering it names.
+    pub id: String,
+    /// Always `function`.
+    #[serde(rename = "type", default = "function_kind")]
+    pub kind: String,
+    /// The function and its arguments.
+    pub function: FunctionCall,
+}
+
+/// The function half of a [`ToolCall`].
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct FunctionCall {
+    /// The tool's name.
+    pub name: String,
+    /// Its arguments as the model wrote them: JSON text.
+    #[serde(default)]
+    pub arguments: String,
+}
+
+fn function_kind() -> String {
+    "function".to_string()
+}
+
+/// A function tool offered to the model (`tools[]` of the request).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    /// Its name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// Its arguments' JSON schema.
+    pub parameters: Value,
+}
+
+impl ToolSpec {
+    /// The request's shape: `{type: function, function: {name, description, parameters}}`.
+    fn wire(&self) -> Value {
+        json!({
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            }
+        })
+    }
 }
 
 impl ChatMessage {
@@ -162,6 +219,24 @@ impl ChatMessage {
         ChatMessage {
             role: role.into(),
             content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+
+    /// The model's answer that asked for `calls`, as the conversation goes on with it.
+    pub(crate) fn assistant_calls(content: impl Into<String>, calls: Vec<ToolCall>) -> Self {
+        ChatMessage {
+            tool_calls: calls,
+            ..Self::new("assistant", content)
+        }
+    }
+
+    /// A tool's result, answering call `id`.
+    pub(crate) fn tool(id: impl Into<String>, content: impl Into<String>) -> Self {
+        ChatMessage {
+            tool_call_id: Some(id.into()),
+            ..Self::new("tool", content)
         }
     }
 
@@ -203,6 +278,8 @@ pub struct Completion {
     pub usage: Usage,
     /// How many attempts were made, including the successful one (1 = no retry).
     pub attempts: u32,
+    /// The tools the model asked to call (its `tool_calls`): none for a plain answer.
+    pub tool_calls: Vec<ToolCall>,
 }
 
 /// A drafting call's answer as it comes in ([`LlmClient::draft`]): its first line (the
@@ -362,13 +439,29 @@ impl LlmClient {
         purpose: Purpose,
         messages: &[ChatMessage],
     ) -> Result<Completion, LlmError> {
+        self.complete_with_tools(ep, purpose, messages, &[]).await
+    }
+
+    /// [`LlmClient::complete`] offering the model `tools` (none: a plain call); the
+    /// answer's [`Completion::tool_calls`] are the calls it asks for. Only reply
+    /// calls carry tools: a judge's `tools` are ignored.
+    pub async fn complete_with_tools(
+        &self,
+        ep: &Endpoint,
+        purpose: Purpose,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+    ) -> Result<Completion, LlmError> {
         let url = ep.chat_url();
-        let body = request_body(ep, purpose, messages);
+        let mut body = request_body(ep, purpose, messages);
+        if purpose == Purpose::Reply && !tools.is_empty() {
+            body["tools"] = Value::Array(tools.iter().map(ToolSpec::wire).collect());
+        }
         let done = with_retries(ep, purpose, || {
             bounded(ep.timeout, self.exchange(ep, &url, &body))
         })
         .await?;
-        let (text, usage) = done.value;
+        let (text, usage, tool_calls) = done.value;
         tracing::debug!(
             purpose = purpose.as_str(),
             model = %ep.model,
@@ -383,6 +476,7 @@ impl LlmClient {
             text,
             usage,
             attempts: done.attempts,
+            tool_calls,
         })
     }
 
@@ -399,14 +493,19 @@ impl LlmClient {
     }
 
     /// One HTTP exchange: [`LlmClient::send`], then the whole body read and parsed.
-    async fn exchange(&self, ep: &Endpoint, url: &str, body: &Value) -> Attempt<(String, Usage)> {
+    async fn exchange(
+        &self,
+        ep: &Endpoint,
+        url: &str,
+        body: &Value,
+    ) -> Attempt<(String, Usage, Vec<ToolCall>)> {
         let response = match self.send(ep, url, body, Some(ep.timeout)).await {
             Ok(response) => response,
             Err(failed) => return Attempt::from_failure(failed),
         };
         let status = response.status().as_u16();
         let result = match response.bytes().await {
-            Ok(b) => parse_response(&b),
+            Ok(b) => parse_answer(&b),
             Err(e) => Err(classify_transport(&e).0),
         };
         Attempt {
@@ -594,6 +693,12 @@ fn request_body(ep: &Endpoint, purpose: Purpose, messages: &[ChatMessage]) -> Va
 
 /// Extracts the answer text and usage from a 200 response body.
 fn parse_response(bytes: &[u8]) -> Result<(String, Usage), LlmError> {
+    parse_answer(bytes).map(|(text, usage, _)| (text, usage))
+}
+
+/// [`parse_response`], with the tool calls the model asked for (an answer that only
+/// calls tools may have no text).
+fn parse_answer(bytes: &[u8]) -> Result<(String, Usage, Vec<ToolCall>), LlmError> {
     let value: Value = serde_json::from_slice(bytes).map_err(|e| {
         LlmError::BadResponse(format!(
             "body is not JSON ({e}): {}",
@@ -611,6 +716,12 @@ fn parse_response(bytes: &[u8]) -> Result<(String, Usage), LlmError> {
             )),
             None => LlmError::BadResponse("no choices[0].message".to_string()),
         })?;
+    let tool_calls: Vec<ToolCall> = match message.get("tool_calls") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(calls) => serde_json::from_value(calls.clone()).map_err(|e| {
+            LlmError::BadResponse(format!("choices[0].message.tool_calls not understood: {e}"))
+        })?,
+    };
     let content = message.get("content").and_then(content_text);
     let reasoning = ["reasoning_content", "reasoning"]
         .iter()
@@ -620,13 +731,14 @@ fn parse_response(bytes: &[u8]) -> Result<(String, Usage), LlmError> {
         (Some(c), _) if !c.trim().is_empty() => strip_think(&c),
         (_, Some(r)) => r.to_string(),
         (Some(c), None) => c,
+        (None, None) if !tool_calls.is_empty() => String::new(),
         (None, None) => {
             return Err(LlmError::BadResponse(
                 "choices[0].message has neither content nor reasoning_content".to_string(),
             ))
         }
     };
-    Ok((text, usage_of(value.get("usage"))))
+    Ok((text, usage_of(value.get("usage")), tool_calls))
 }
 
 /// The token counts of a `usage` object (missing counts are zero).

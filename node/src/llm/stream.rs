@@ -114,6 +114,7 @@ pub(super) async fn draft(
                             text,
                             usage,
                             attempts,
+                            tool_calls: Vec::new(),
                         })
                     }
                     Ok(Err(error)) => Err(error),
@@ -180,6 +181,7 @@ fn ready(
             text,
             usage,
             attempts,
+            tool_calls: Vec::new(),
         })
     })
 }

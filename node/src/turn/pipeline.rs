@@ -455,7 +455,7 @@ async fn write_step<P: Ports + ?Sized>(
     }
     let me = brain.me();
     let context = context_before(p, msg, me.context_messages.max(12));
-    if let Some((client, url)) = &brain.agent {
+    if let crate::turn::engine::ReplyEngine::Sidecar(hook) = &brain.engine {
         let turn = Turn {
             bot: &me.name,
             group: &msg.group,
@@ -466,9 +466,9 @@ async fn write_step<P: Ports + ?Sized>(
             depth: msg.depth + 1,
             reply_to: msg.id,
         };
-        return match brain.ask_agent(client, url, &turn).await {
-            Ok(Some(text)) => Some(Reply { text, tokens: 0 }),
-            Ok(None) => {
+        return match crate::turn::engine::ask_sidecar(brain, hook, &turn).await {
+            Ok(crate::agent::sidecar::Answer::Now(text)) => Some(Reply { text, tokens: 0 }),
+            Ok(crate::agent::sidecar::Answer::Later) => {
                 record(
                     p,
                     msg,
@@ -840,7 +840,7 @@ async fn wait_turn<P: Ports + ?Sized>(
     // With a shared verdict every bot knows the ranking already: one that it puts
     // behind a colleague does not write before its turn comes.
     // A drafting judge's reply is already being written.
-    let early = (draft.is_some() || (brain.agent.is_none() && brain.me().write_early))
+    let early = (draft.is_some() || (brain.engine.writes_early() && brain.me().write_early))
         && (everyone
             || (brain.board.standing(msg.id, &me, relevance) == Standing::Clear
                 && shared::ranked_ahead(p, msg, relevance).is_none()));
