@@ -74,10 +74,16 @@ pub enum Script {
         pause_after_head: Duration,
     },
     /// Ask for tool calls: `(id, function name, arguments JSON text)` each, with
-    /// `finish_reason: "tool_calls"` and no content. A streaming request gets them as
-    /// OpenAI streams them: `delta.tool_calls[{index, id, function{name, arguments}}]`,
-    /// the arguments split over several chunks, accumulated by index.
-    ToolCalls(Vec<(String, String, String)>),
+    /// `finish_reason: "tool_calls"`, after the content `text` (may be empty: then
+    /// `content` is null). A streaming request gets them as OpenAI streams them: the
+    /// text first, then `delta.tool_calls[{index, id, function{name, arguments}}]`, the
+    /// arguments split over several chunks, accumulated by index.
+    ToolCalls {
+        /// Content before the calls (a drafting answer's verdict line).
+        text: String,
+        /// The calls.
+        calls: Vec<(String, String, String)>,
+    },
     /// Answer a streaming request 200 with this raw `text/event-stream` body, sent in
     /// pieces of `piece` bytes (at least 1), to test the client's event parsing.
     RawStream {
@@ -101,7 +107,10 @@ impl Script {
 
     /// Shorthand for [`Script::ToolCalls`] with one call.
     pub fn tool_call(id: &str, name: &str, arguments: serde_json::Value) -> Self {
-        Script::ToolCalls(vec![(id.into(), name.into(), arguments.to_string())])
+        Script::ToolCalls {
+            text: String::new(),
+            calls: vec![(id.into(), name.into(), arguments.to_string())],
+        }
     }
 
     /// Shorthand for [`Script::Stream`].
@@ -629,12 +638,15 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<LlmBody> 
                 let events = chunk_events(&state, &seen, &text, pause_after_head);
                 return event_stream(&state, events);
             }
-            Script::ToolCalls(calls) if !seen.stream => {
+            Script::ToolCalls { text, calls } if !seen.stream => {
                 let id = state.next_id.fetch_add(1, Ordering::Relaxed);
-                return whole(json_response(200, tool_calls_body(id, &seen, &calls)));
+                return whole(json_response(
+                    200,
+                    tool_calls_body(id, &seen, &text, &calls),
+                ));
             }
-            Script::ToolCalls(calls) => {
-                let events = tool_call_events(&state, &seen, &calls);
+            Script::ToolCalls { text, calls } => {
+                let events = tool_call_events(&state, &seen, &text, &calls);
                 return event_stream(&state, events);
             }
             Script::RawStream { body, piece } => {
@@ -755,7 +767,7 @@ fn event_stream(state: &State, events: VecDeque<(Duration, Bytes)>) -> Response<
 }
 
 /// A chat-completion object asking for `calls` (`finish_reason: "tool_calls"`).
-fn tool_calls_body(id: u64, seen: &Seen, calls: &[(String, String, String)]) -> String {
+fn tool_calls_body(id: u64, seen: &Seen, text: &str, calls: &[(String, String, String)]) -> String {
     let prompt_tokens: u64 = seen.messages.iter().map(|(_, c)| approx_tokens(c)).sum();
     let completion_tokens: u64 = calls.iter().map(|(_, _, a)| approx_tokens(a) + 1).sum();
     let tool_calls: Vec<Value> = calls
@@ -770,7 +782,11 @@ fn tool_calls_body(id: u64, seen: &Seen, calls: &[(String, String, String)]) -> 
         "model": seen.model,
         "choices": [{
             "index": 0,
-            "message": { "role": "assistant", "content": null, "tool_calls": tool_calls },
+            "message": {
+                "role": "assistant",
+                "content": if text.is_empty() { Value::Null } else { json!(text) },
+                "tool_calls": tool_calls,
+            },
             "finish_reason": "tool_calls",
         }],
         "usage": {
@@ -782,13 +798,15 @@ fn tool_calls_body(id: u64, seen: &Seen, calls: &[(String, String, String)]) -> 
     .to_string()
 }
 
-/// The events of a streamed answer asking for `calls`: per call, a first chunk with
+/// The events of a streamed answer asking for `calls`: `text` in one chunk (when not
+/// empty), then per call, a first chunk with
 /// its index, id, name and the first half of its arguments, then a chunk with the
 /// rest (index only, as OpenAI sends them); then `finish_reason: "tool_calls"`, a
 /// usage chunk when asked for, and `[DONE]`.
 fn tool_call_events(
     state: &State,
     seen: &Seen,
+    text: &str,
     calls: &[(String, String, String)],
 ) -> VecDeque<(Duration, Bytes)> {
     let id = state.next_id.fetch_add(1, Ordering::Relaxed);
@@ -805,6 +823,9 @@ fn tool_call_events(
         events.push_back((Duration::ZERO, Bytes::from(format!("data: {value}\n\n"))));
     };
     push(chunk(json!({"role": "assistant", "content": null}), None));
+    if !text.is_empty() {
+        push(chunk(json!({"content": text}), None));
+    }
     for (i, (call_id, name, arguments)) in calls.iter().enumerate() {
         let half = arguments
             .char_indices()

@@ -108,7 +108,7 @@ async fn mcp_server_time_answers_a_question_through_a_tool_call() {
     let spec = MeshSpec::new(&["A"])
         .llm(&llm.base_url)
         .all_bots(FAST)
-        .bot("A", &time_server());
+        .bot("A", &format!("daily_calls = 100\n{}", time_server()));
     let mesh = TestMesh::start(spec).await;
     mesh.post_human(0, "alice", "what time is it in UTC right now?")
         .await;
@@ -160,6 +160,13 @@ async fn mcp_server_time_answers_a_question_through_a_tool_call() {
             "botmesh_llm_calls_total{purpose=\"reply\",result=\"ok\"}"
         ),
         2.0,
+        "{m}"
+    );
+    // The judge call and both reply rounds count against the day's budget.
+    let calls = judge.len() as f64 + 2.0;
+    assert_eq!(
+        metric(&m, "botmesh_llm_budget_spent{kind=\"calls\"}"),
+        calls,
         "{m}"
     );
 
@@ -457,4 +464,103 @@ async fn a_streamable_http_server_s_tools_fail_time_out_are_cut_and_change() {
     }
     mesh.shutdown().await;
     drop(server);
+}
+
+#[tokio::test]
+async fn a_server_that_dies_is_reconnected_and_its_tools_come_back() {
+    let llm = FakeLlm::start(calling_model).await;
+    let spec = MeshSpec::mentions_only(&["A"])
+        .llm(&llm.base_url)
+        .all_bots(FAST)
+        .bot(
+            "A",
+            &format!(
+                "[[bots.mcp]]\nname = \"env\"\ncommand = [{:?}, {:?}]\n",
+                python().display().to_string(),
+                script("mcp_env_server.py")
+            ),
+        );
+    let mesh = TestMesh::start(spec).await;
+    let r = ask(&mesh, &llm, 1, "call exit {}").await;
+    assert!(r.starts_with("[tool failed] "), "{r}");
+    assert_eq!(tool_calls(&mesh, 0, "env", "exit", "failed").await, 1.0);
+    // Down at once (its tools are not offered), then back after the backoff.
+    assert_eq!(tools_offered(&mesh, 0, "env").await, 0.0);
+    let back = wait_for(
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || tools_offered(&mesh, 0, "env"),
+        |n| *n == 2.0,
+    )
+    .await;
+    assert_eq!(back, 2.0, "the server was started again");
+    let r = ask(&mesh, &llm, 2, "call env {}").await;
+    let env: Value = serde_json::from_str(&r).expect("the env tool answers again");
+    assert!(env.get("PATH").is_some(), "{env}");
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_drafting_judge_s_streamed_answer_asks_for_a_tool_and_the_loop_goes_on() {
+    // The drafting call (streamed) says speak and asks for the time; the next round
+    // (not streamed) has the result and answers.
+    let llm = FakeLlm::start(|seen: &Seen| {
+        if seen.stream {
+            return Script::ToolCalls {
+                text: "{\"speak\": true, \"relevance\": 0.9}\n".into(),
+                calls: vec![(
+                    "call-s".into(),
+                    "get_current_time".into(),
+                    json!({"timezone": "UTC"}).to_string(),
+                )],
+            };
+        }
+        match seen.tool_results().first() {
+            Some((_, r)) => {
+                let v: Value = serde_json::from_str(r).unwrap_or_default();
+                Script::reply(format!(
+                    "streamed: {}",
+                    v["timezone"].as_str().unwrap_or("?")
+                ))
+            }
+            None => Script::reply("no tool result"),
+        }
+    })
+    .await;
+    let spec = MeshSpec::new(&["A"]).llm(&llm.base_url).all_bots(FAST).bot(
+        "A",
+        &format!(
+            "judge_drafts = true\nwrite_early = true\ndaily_calls = 100\n{}",
+            time_server()
+        ),
+    );
+    let mesh = TestMesh::start(spec).await;
+    mesh.post_human(0, "alice", "what time is it in UTC?").await;
+    let t = bot_messages(&mesh, 0, 1).await;
+    assert_eq!(bot_msgs(&t)[0].text, "streamed: UTC");
+    let seen = llm.requests();
+    assert_eq!(seen.len(), 2, "{seen:#?}");
+    assert!(seen[0].stream, "the drafting call streams");
+    assert!(seen[0].tools().contains(&"get_current_time".to_string()));
+    assert!(!seen[1].stream);
+    let results = seen[1].tool_results();
+    assert_eq!(results[0].0, "call-s");
+    let msgs = seen[1].body["messages"].as_array().unwrap();
+    let asked = &msgs[msgs.len() - 2];
+    assert_eq!(
+        asked["tool_calls"][0]["function"]["arguments"],
+        "{\"timezone\":\"UTC\"}"
+    );
+    assert_eq!(
+        tool_calls(&mesh, 0, "time", "get_current_time", "ok").await,
+        1.0
+    );
+    // Both calls count against the day's budget.
+    let m = mesh.metrics(0).await;
+    assert_eq!(
+        metric(&m, "botmesh_llm_budget_spent{kind=\"calls\"}"),
+        2.0,
+        "{m}"
+    );
+    mesh.shutdown().await;
 }

@@ -222,7 +222,7 @@ impl McpTools {
         let started = Instant::now();
         let found = self.servers.iter().find_map(|s| match &*s.state.borrow() {
             State::Up { peer, tools, end } if tools.iter().any(|t| t.name == tool) => {
-                Some((s.settings.name.clone(), peer.clone(), end.clone()))
+                Some((s.clone(), peer.clone(), end.clone()))
             }
             _ => None,
         });
@@ -237,9 +237,16 @@ impl McpTools {
             },
             Some((server, peer, end)) => {
                 let (outcome, text) = call_on(&peer, &end, tool, arguments, timeout).await;
+                if end.is_cancelled() {
+                    // The connection broke: no tools from it until it is back (its
+                    // supervisor reconnects).
+                    let why = "the connection broke during a tool call".to_string();
+                    server.state.send_replace(State::Down(why));
+                    self.metrics.mcp_tools(&self.bot, &server.settings.name, 0);
+                }
                 let (text, capped) = cap_text(text, cap);
                 ToolResult {
-                    server,
+                    server: server.settings.name.clone(),
                     tool: tool.to_string(),
                     outcome,
                     text,

@@ -1070,12 +1070,6 @@ impl Settings {
                     "this bot's replies come from its sidecar agent, so its judge has nothing to draft",
                 ));
             }
-            if b.judge_drafts && !b.mcp.is_empty() {
-                return Err(self.err(
-                    at("judge_drafts"),
-                    "a drafting judge writes the reply inside its judge call, which never carries tools: a bot with mcp servers needs judge_drafts = false",
-                ));
-            }
             if let Some(t) = &b.judge_prompt {
                 if !t.contains("{message}") {
                     return Err(self.err(at("judge_prompt"), "the template must contain {message}"));

@@ -489,7 +489,19 @@ impl LlmClient {
         ep: &Endpoint,
         messages: &[ChatMessage],
     ) -> Result<Drafting, LlmError> {
-        stream::draft(self, ep, messages).await
+        stream::draft(self, ep, messages, &[]).await
+    }
+
+    /// [`LlmClient::draft`] offering the model `tools`: the rest's
+    /// [`Completion::tool_calls`] are the calls it asks for after its verdict line
+    /// (streamed as `delta.tool_calls`, accumulated by index).
+    pub async fn draft_with_tools(
+        &self,
+        ep: &Endpoint,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+    ) -> Result<Drafting, LlmError> {
+        stream::draft(self, ep, messages, tools).await
     }
 
     /// One HTTP exchange: [`LlmClient::send`], then the whole body read and parsed.
@@ -691,13 +703,8 @@ fn request_body(ep: &Endpoint, purpose: Purpose, messages: &[ChatMessage]) -> Va
     body
 }
 
-/// Extracts the answer text and usage from a 200 response body.
-fn parse_response(bytes: &[u8]) -> Result<(String, Usage), LlmError> {
-    parse_answer(bytes).map(|(text, usage, _)| (text, usage))
-}
-
-/// [`parse_response`], with the tool calls the model asked for (an answer that only
-/// calls tools may have no text).
+/// Extracts the answer text, usage and the tool calls the model asked for from a 200
+/// response body (an answer that only calls tools may have no text).
 fn parse_answer(bytes: &[u8]) -> Result<(String, Usage, Vec<ToolCall>), LlmError> {
     let value: Value = serde_json::from_slice(bytes).map_err(|e| {
         LlmError::BadResponse(format!(
@@ -1458,9 +1465,47 @@ mod tests {
     // ---- response parsing ----
 
     #[test]
+    fn response_with_tool_calls_and_no_content() {
+        let body = br#"{"choices":[{"message":{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"get_current_time","arguments":"{\"timezone\":\"UTC\"}"}}]},"finish_reason":"tool_calls"}]}"#;
+        let (text, _, calls) = parse_answer(body).unwrap();
+        assert_eq!(text, "");
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].id, "c1");
+        assert_eq!(calls[0].function.name, "get_current_time");
+        assert_eq!(calls[0].function.arguments, r#"{"timezone":"UTC"}"#);
+    }
+
+    #[test]
+    fn tool_messages_and_calls_in_the_wire_shape() {
+        let call = ToolCall {
+            id: "c1".into(),
+            kind: "function".into(),
+            function: FunctionCall {
+                name: "t".into(),
+                arguments: "{}".into(),
+            },
+        };
+        let asked = serde_json::to_value(ChatMessage::assistant_calls("", vec![call])).unwrap();
+        assert_eq!(
+            asked,
+            json!({"role": "assistant", "content": "", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "t", "arguments": "{}"}}
+            ]})
+        );
+        let result = serde_json::to_value(ChatMessage::tool("c1", "42")).unwrap();
+        assert_eq!(
+            result,
+            json!({"role": "tool", "content": "42", "tool_call_id": "c1"})
+        );
+        // A plain message keeps its old shape (and its prompt hash).
+        let plain = serde_json::to_value(ChatMessage::user("hi")).unwrap();
+        assert_eq!(plain, json!({"role": "user", "content": "hi"}));
+    }
+
+    #[test]
     fn response_content_and_usage() {
         let body = br#"{"choices":[{"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":12,"completion_tokens":3}}"#;
-        let (text, usage) = parse_response(body).unwrap();
+        let (text, usage, _) = parse_answer(body).unwrap();
         assert_eq!(text, "hi");
         assert_eq!(
             usage,
@@ -1474,26 +1519,26 @@ mod tests {
     #[test]
     fn response_missing_usage_is_zero() {
         let body = br#"{"choices":[{"message":{"content":"hi"}}]}"#;
-        assert_eq!(parse_response(body).unwrap().1, Usage::default());
+        assert_eq!(parse_answer(body).unwrap().1, Usage::default());
     }
 
     #[test]
     fn response_null_content_falls_back_to_reasoning() {
         let body =
             br#"{"choices":[{"message":{"content":null,"reasoning_content":"{\"speak\":true}"}}]}"#;
-        assert_eq!(parse_response(body).unwrap().0, "{\"speak\":true}");
+        assert_eq!(parse_answer(body).unwrap().0, "{\"speak\":true}");
     }
 
     #[test]
     fn response_content_parts_array() {
         let body = br#"{"choices":[{"message":{"content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}}]}"#;
-        assert_eq!(parse_response(body).unwrap().0, "ab");
+        assert_eq!(parse_answer(body).unwrap().0, "ab");
     }
 
     #[test]
     fn response_think_block_stripped() {
         let body = br#"{"choices":[{"message":{"content":"<think>hmm</think>\n\nHello!"}}]}"#;
-        assert_eq!(parse_response(body).unwrap().0, "Hello!");
+        assert_eq!(parse_answer(body).unwrap().0, "Hello!");
     }
 
     #[test]
@@ -1504,7 +1549,7 @@ mod tests {
             br#"{"error":{"message":"boom"}}"#,
             br#"{"choices":[{"message":{"content":null}}]}"#,
         ] {
-            let err = parse_response(body).unwrap_err();
+            let err = parse_answer(body).unwrap_err();
             assert_eq!(err.label(), "bad_response", "{err}");
         }
     }

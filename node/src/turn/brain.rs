@@ -117,6 +117,9 @@ pub(crate) struct PendingDraft {
     /// Prompt and completion tokens already counted for it (estimated when the verdict
     /// line came, since a dropped call never learns its usage).
     counted: (u64, u64),
+    /// When the bot has tools: the call's endpoint, messages and offered tools, so
+    /// the tool loop goes on from a rest that asks for tools.
+    tooled: Option<(Endpoint, Vec<ChatMessage>, Vec<crate::llm::ToolSpec>)>,
 }
 
 /// A reply the LLM wrote, with its completion tokens (counted when it is thrown away).
@@ -495,6 +498,7 @@ impl Brain {
                     }),
                     started,
                     counted: (0, 0),
+                    tooled: None,
                 });
                 return (judged, rest);
             }
@@ -507,7 +511,12 @@ impl Brain {
         };
         out.model = ep.model.clone();
         out.prompt_hash = Some(prompt_hash(&messages));
-        let drafting = llm.draft(&ep, &messages, msg).await;
+        // The drafting call writes the reply: it is offered the bot's tools.
+        let specs = match self.engine.tools() {
+            Some(tools) => crate::turn::engine::offered_tools(self, tools, msg).await,
+            None => Vec::new(),
+        };
+        let drafting = llm.draft_with_tools(&ep, &messages, &specs, msg).await;
         match drafting {
             Ok(d) => {
                 // What the call has cost so far, estimated: most drafting calls end
@@ -531,10 +540,12 @@ impl Brain {
                     return (out, None);
                 }
                 let speak = out.verdict.is_some_and(|v| v.speak);
+                let tooled = (!specs.is_empty()).then(|| (ep.clone(), messages.clone(), specs));
                 let rest = speak.then(|| PendingDraft {
                     rest: d.rest,
                     started,
                     counted,
+                    tooled,
                 });
                 (out, rest)
             }
@@ -551,7 +562,12 @@ impl Brain {
     /// The reply a drafting judge goes on writing once its verdict said speak:
     /// `None` if the rest of the call failed or wrote nothing (logged). Its tokens
     /// count now, against the day's budget and in the metrics.
-    pub(crate) async fn finish_draft(&self, draft: PendingDraft) -> Option<Reply> {
+    pub(crate) async fn finish_draft(
+        &self,
+        llm: &dyn Llm,
+        msg: &Envelope,
+        draft: PendingDraft,
+    ) -> Option<Reply> {
         match draft.rest.await {
             Ok(c) => {
                 // The call's usage, less what was counted at its verdict line.
@@ -562,6 +578,29 @@ impl Brain {
                 let tokens = c.usage.prompt_tokens + c.usage.completion_tokens;
                 self.budget.spend_tokens(more.0 + more.1);
                 self.metrics.llm_tokens("draft", more.0, more.1);
+                if let (false, Some((ep, messages, specs)), Some(tools)) =
+                    (c.tool_calls.is_empty(), draft.tooled, self.engine.tools())
+                {
+                    // The draft asks for tools: the loop goes on from it.
+                    let first = crate::llm::Completion {
+                        usage: crate::llm::Usage {
+                            prompt_tokens: 0,
+                            completion_tokens: more.1,
+                        },
+                        ..c
+                    };
+                    return crate::turn::engine::tool_loop(
+                        self,
+                        llm,
+                        &ep,
+                        messages,
+                        &specs,
+                        tools,
+                        msg,
+                        Some(first),
+                    )
+                    .await;
+                }
                 let text = c.text.trim().to_string();
                 if text.is_empty() {
                     tracing::warn!(bot = %self.me().name, "the drafting judge said speak but wrote no reply");
@@ -651,8 +690,11 @@ impl Brain {
             Provider::Remote { reply, .. } => {
                 let messages = crate::turn::reply::messages(&t.me, &t.colleagues, context, msg);
                 if let Some(tools) = self.engine.tools() {
-                    return crate::turn::engine::tool_loop(self, llm, reply, messages, tools, msg)
-                        .await;
+                    let specs = crate::turn::engine::offered_tools(self, tools, msg).await;
+                    return crate::turn::engine::tool_loop(
+                        self, llm, reply, messages, &specs, tools, msg, None,
+                    )
+                    .await;
                 }
                 let (text, tokens) = self
                     .call_counted(llm, reply, Purpose::Reply, &messages, msg)

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use crate::agent::mcp::{McpTools, ToolResult};
 use crate::agent::sidecar::{Answer, Webhook};
 use crate::config::NodeConfig;
-use crate::llm::{ChatMessage, Endpoint, ToolSpec};
+use crate::llm::{ChatMessage, Completion, Endpoint, ToolSpec};
 use crate::turn::brain::{Brain, Reply};
 use crate::turn::pipeline::Turn;
 use crate::turn::ports::Llm;
@@ -93,17 +93,18 @@ pub(crate) fn tool_message_text(r: &ToolResult) -> String {
     }
 }
 
-/// The model's reply with tools: see the module documentation. `None`: a call failed
-/// or the final answer is empty (logged and counted).
-pub(crate) async fn tool_loop(
+/// The tools to offer the model for a turn about `msg`: those of the servers that are
+/// up (waiting for any still making their first connection); each server that is not
+/// is logged and noted for `/why`. None when `max_tool_rounds` is 0.
+pub(crate) async fn offered_tools(
     brain: &Brain,
-    llm: &dyn Llm,
-    ep: &Endpoint,
-    mut messages: Vec<ChatMessage>,
     tools: &McpTools,
     msg: &Envelope,
-) -> Option<Reply> {
+) -> Vec<ToolSpec> {
     let me = brain.me();
+    if me.max_tool_rounds == 0 {
+        return Vec::new();
+    }
     let (offered, down) = tools.tools(FIRST_CONNECT_WAIT).await;
     for (server, why) in &down {
         tracing::warn!(bot = %me.name, server = %server, why = %why, trigger = %msg.id, "answering without this MCP server's tools");
@@ -114,27 +115,49 @@ pub(crate) async fn tool_loop(
             &format!("{server}: {why}"),
         );
     }
-    let specs: Vec<ToolSpec> = offered
+    offered
         .iter()
         .map(|t| ToolSpec {
             name: t.name.clone(),
             description: t.description.clone(),
             parameters: t.parameters.clone(),
         })
-        .collect();
+        .collect()
+}
+
+/// The model's reply with tools: see the module documentation. `first`: the answer of
+/// a call already made with `messages` and `specs` (a drafting judge's rest), which
+/// is the first round. `None`: a call failed or the final answer is empty (logged
+/// and counted).
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn tool_loop(
+    brain: &Brain,
+    llm: &dyn Llm,
+    ep: &Endpoint,
+    mut messages: Vec<ChatMessage>,
+    specs: &[ToolSpec],
+    tools: &McpTools,
+    msg: &Envelope,
+    first: Option<Completion>,
+) -> Option<Reply> {
+    let me = brain.me();
     let timeout = Duration::from_millis(me.tool_timeout_ms);
     let mut tokens = 0;
     let mut rounds = 0;
+    let mut first = first;
     loop {
         let offer: &[ToolSpec] = if rounds < me.max_tool_rounds {
-            &specs
+            specs
         } else {
             &[]
         };
-        let c = brain
-            .call_reply(llm, ep, &messages, offer, msg)
-            .await
-            .ok()?;
+        let c = match first.take() {
+            Some(c) => c,
+            None => brain
+                .call_reply(llm, ep, &messages, offer, msg)
+                .await
+                .ok()?,
+        };
         tokens += c.usage.completion_tokens;
         if c.tool_calls.is_empty() || offer.is_empty() {
             let text = c.text.trim().to_string();

@@ -260,7 +260,7 @@ async fn prepare<P: Ports + ?Sized>(
     } else if let Some(draft) = draft {
         // Mentioned past the threshold and the drafting judge agreed: its draft is
         // the answer.
-        early = match p.brain().finish_draft(draft).await {
+        early = match p.brain().finish_draft(p.llm(), msg, draft).await {
             Some(r) => Early::Written(r),
             None => Early::Failed,
         };
@@ -862,7 +862,7 @@ async fn wait_turn<P: Ports + ?Sized>(
         if !early {
             std::future::pending().await
         } else if let Some(draft) = draft {
-            brain.finish_draft(draft).await
+            brain.finish_draft(p.llm(), msg, draft).await
         } else {
             let context = context_before(p, msg, brain.me().context_messages.max(12));
             brain

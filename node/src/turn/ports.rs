@@ -55,6 +55,20 @@ pub trait Llm: Send + Sync {
         messages: &'a [ChatMessage],
         about: &'a Envelope,
     ) -> BoxFuture<'a, Result<Drafting, LlmError>>;
+
+    /// [`Llm::draft`] offering the model `tools` (none: a plain drafting call); the
+    /// rest's [`Completion::tool_calls`] are the calls it asks for. An implementation
+    /// that cannot offer tools answers as [`Llm::draft`] does.
+    fn draft_with_tools<'a>(
+        &'a self,
+        ep: &'a Endpoint,
+        messages: &'a [ChatMessage],
+        tools: &'a [ToolSpec],
+        about: &'a Envelope,
+    ) -> BoxFuture<'a, Result<Drafting, LlmError>> {
+        let _ = tools;
+        self.draft(ep, messages, about)
+    }
 }
 
 impl Llm for LlmClient {
@@ -91,6 +105,16 @@ impl Llm for LlmClient {
         _about: &'a Envelope,
     ) -> BoxFuture<'a, Result<Drafting, LlmError>> {
         Box::pin(LlmClient::draft(self, ep, messages))
+    }
+
+    fn draft_with_tools<'a>(
+        &'a self,
+        ep: &'a Endpoint,
+        messages: &'a [ChatMessage],
+        tools: &'a [ToolSpec],
+        _about: &'a Envelope,
+    ) -> BoxFuture<'a, Result<Drafting, LlmError>> {
+        Box::pin(LlmClient::draft_with_tools(self, ep, messages, tools))
     }
 }
 
