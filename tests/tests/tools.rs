@@ -377,10 +377,14 @@ async fn ask(mesh: &TestMesh, llm: &FakeLlm, n: usize, text: &str) -> String {
 #[tokio::test]
 async fn a_streamable_http_server_s_tools_fail_time_out_are_cut_and_change() {
     std::env::set_var("TOOLS_TEST_WEB_TOKEN", "Bearer web-token-1");
+    std::env::set_var("TOOLS_TEST_HTTP_LLM_KEY", "sk-http-llm-key");
     let server = http_server().await;
     let llm = FakeLlm::start(calling_model).await;
     let mut spec = MeshSpec::mentions_only(&["A"])
-        .llm(&llm.base_url)
+        .llm_with(
+            &llm.base_url,
+            "timeout_ms = 3000\napi_key_env = \"TOOLS_TEST_HTTP_LLM_KEY\"",
+        )
         .all_bots(FAST)
         .bot(
             "A",
@@ -391,12 +395,18 @@ async fn a_streamable_http_server_s_tools_fail_time_out_are_cut_and_change() {
         );
     spec.env
         .insert("TOOLS_TEST_WEB_TOKEN".into(), "Bearer web-token-1".into());
+    spec.env
+        .insert("TOOLS_TEST_HTTP_LLM_KEY".into(), "sk-http-llm-key".into());
     let mesh = TestMesh::start(spec).await;
 
     // A plain call, with the configured header and no other secret.
     let r = ask(&mesh, &llm, 1, "call headers {}").await;
     let headers: Value = serde_json::from_str(&r).expect("the headers tool's JSON");
     assert_eq!(headers["authorization"], "Bearer web-token-1", "{headers}");
+    assert!(
+        !r.contains("sk-http-llm-key"),
+        "the LLM key stays with the LLM: {headers}"
+    );
     let r = ask(&mesh, &llm, 2, "call ok {\"text\": \"hi\"}").await;
     assert_eq!(r, "ok: hi");
 
