@@ -709,32 +709,36 @@ fn chunk_events(
         }
     }
     push(&mut pause, chunk(json!({}), Some("stop")));
+    if let Some(usage) = usage_chunk(seen, id, approx_tokens(text)) {
+        push(&mut pause, usage);
+    }
+    events.push_back((pause, Bytes::from_static(b"data: [DONE]\n\n")));
+    events
+}
+
+/// The usage chunk of streamed answer `id` (`completion_tokens` for the answer, the
+/// request's [`approx_tokens`] for the prompt), when the request asked for one
+/// (`stream_options.include_usage`).
+fn usage_chunk(seen: &Seen, id: u64, completion_tokens: u64) -> Option<Value> {
     let include_usage = seen
         .body
         .pointer("/stream_options/include_usage")
         .and_then(Value::as_bool)
         == Some(true);
-    if include_usage {
-        let prompt_tokens: u64 = seen.messages.iter().map(|(_, c)| approx_tokens(c)).sum();
-        let completion_tokens = approx_tokens(text);
-        push(
-            &mut pause,
-            json!({
-                "id": format!("chatcmpl-fake-{id}"),
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": seen.model,
-                "choices": [],
-                "usage": {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion_tokens,
-                    "total_tokens": prompt_tokens + completion_tokens,
-                },
-            }),
-        );
-    }
-    events.push_back((pause, Bytes::from_static(b"data: [DONE]\n\n")));
-    events
+    let prompt_tokens: u64 = seen.messages.iter().map(|(_, c)| approx_tokens(c)).sum();
+    include_usage.then(|| {
+        json!({
+            "id": format!("chatcmpl-fake-{id}"),
+            "object": "chat.completion.chunk",
+            "model": seen.model,
+            "choices": [],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        })
+    })
 }
 
 /// A 200 `text/event-stream` answer sending `events` one at a time, each after its
@@ -842,25 +846,9 @@ fn tool_call_events(
         ));
     }
     push(chunk(json!({}), Some("tool_calls")));
-    let include_usage = seen
-        .body
-        .pointer("/stream_options/include_usage")
-        .and_then(Value::as_bool)
-        == Some(true);
-    if include_usage {
-        let prompt_tokens: u64 = seen.messages.iter().map(|(_, c)| approx_tokens(c)).sum();
-        let completion_tokens: u64 = calls.iter().map(|(_, _, a)| approx_tokens(a) + 1).sum();
-        push(json!({
-            "id": format!("chatcmpl-fake-{id}"),
-            "object": "chat.completion.chunk",
-            "model": seen.model,
-            "choices": [],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-        }));
+    let completion_tokens = calls.iter().map(|(_, _, a)| approx_tokens(a) + 1).sum();
+    if let Some(usage) = usage_chunk(seen, id, completion_tokens) {
+        push(usage);
     }
     events.push_back((Duration::ZERO, Bytes::from_static(b"data: [DONE]\n\n")));
     events

@@ -8,9 +8,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use botmesh::wire::envelope::{AuthorKind, Envelope};
+use botmesh::wire::envelope::Envelope;
 use botmesh_tests::fake_llm::{FakeLlm, Script, Seen};
-use botmesh_tests::{is_judge, metric, wait_for, MeshSpec, TestMesh};
+use botmesh_tests::{bot_msgs, is_judge, metric, wait_for, MeshSpec, TestMesh};
 use serde_json::{json, Value};
 
 /// Quick turns.
@@ -41,21 +41,9 @@ fn time_server() -> String {
     )
 }
 
-fn bot_msgs(t: &[Envelope]) -> Vec<&Envelope> {
-    t.iter()
-        .filter(|e| e.author.kind == AuthorKind::Bot)
-        .collect()
-}
-
 /// Waits (bounded) until node `i`'s transcript holds `n` bot messages, then returns it.
 async fn bot_messages(mesh: &TestMesh, i: usize, n: usize) -> Vec<Envelope> {
-    wait_for(
-        Duration::from_secs(30),
-        Duration::from_millis(50),
-        || mesh.transcript(i),
-        |t: &Vec<Envelope>| bot_msgs(t).len() >= n,
-    )
-    .await
+    mesh.bot_messages(i, n, Duration::from_secs(30)).await
 }
 
 /// The reply calls the LLM saw (not judge calls), in order.
