@@ -301,6 +301,11 @@ async fn http_server() -> HttpServer {
     let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = probe.local_addr().unwrap().port();
     drop(probe);
+    http_server_on(port).await
+}
+
+/// [`http_server`] on `port`.
+async fn http_server_on(port: u16) -> HttpServer {
     let child = std::process::Command::new(python())
         .arg(script("mcp_http_server.py"))
         .arg(port.to_string())
@@ -559,6 +564,50 @@ async fn a_drafting_judge_s_streamed_answer_asks_for_a_tool_and_the_loop_goes_on
         metric(&m, "botmesh_llm_budget_spent{kind=\"calls\"}"),
         2.0,
         "{m}"
+    );
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_http_server_that_goes_away_is_reached_again_when_it_is_back() {
+    let server = http_server().await;
+    let port: u16 = server
+        .url
+        .trim_end_matches("/mcp")
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let llm = FakeLlm::start(calling_model).await;
+    let spec = MeshSpec::mentions_only(&["A"])
+        .llm(&llm.base_url)
+        .all_bots(FAST)
+        .bot(
+            "A",
+            &format!("[[bots.mcp]]\nname = \"web\"\nurl = \"{}\"\n", server.url),
+        );
+    let mesh = TestMesh::start(spec).await;
+    assert_eq!(
+        ask(&mesh, &llm, 1, "call ok {\"text\": \"one\"}").await,
+        "ok: one"
+    );
+    drop(server);
+    let r = ask(&mesh, &llm, 2, "call ok {\"text\": \"two\"}").await;
+    assert!(r.starts_with("[tool failed] "), "{r}");
+    assert_eq!(tools_offered(&mesh, 0, "web").await, 0.0, "down at once");
+    let _back = http_server_on(port).await;
+    let listed = wait_for(
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || tools_offered(&mesh, 0, "web"),
+        |n| *n == 6.0,
+    )
+    .await;
+    assert_eq!(listed, 6.0, "reconnected");
+    assert_eq!(
+        ask(&mesh, &llm, 3, "call ok {\"text\": \"three\"}").await,
+        "ok: three"
     );
     mesh.shutdown().await;
 }
