@@ -10,6 +10,7 @@ const LAYERS: &[&str] = &[
     "config",
     "telemetry",
     "store",
+    "agent",
     "llm",
     "egress",
     "turn",

@@ -73,6 +73,17 @@ pub enum Script {
         /// How long the stream stops after the first line.
         pause_after_head: Duration,
     },
+    /// Ask for tool calls: `(id, function name, arguments JSON text)` each, with
+    /// `finish_reason: "tool_calls"`, after the content `text` (may be empty: then
+    /// `content` is null). A streaming request gets them as OpenAI streams them: the
+    /// text first, then `delta.tool_calls[{index, id, function{name, arguments}}]`, the
+    /// arguments split over several chunks, accumulated by index.
+    ToolCalls {
+        /// Content before the calls (a drafting answer's verdict line).
+        text: String,
+        /// The calls.
+        calls: Vec<(String, String, String)>,
+    },
     /// Answer a streaming request 200 with this raw `text/event-stream` body, sent in
     /// pieces of `piece` bytes (at least 1), to test the client's event parsing.
     RawStream {
@@ -92,6 +103,14 @@ impl Script {
     /// Shorthand for [`Script::Delay`].
     pub fn delay(delay: Duration, then: Script) -> Self {
         Script::Delay(delay, Box::new(then))
+    }
+
+    /// Shorthand for [`Script::ToolCalls`] with one call.
+    pub fn tool_call(id: &str, name: &str, arguments: serde_json::Value) -> Self {
+        Script::ToolCalls {
+            text: String::new(),
+            calls: vec![(id.into(), name.into(), arguments.to_string())],
+        }
     }
 
     /// Shorthand for [`Script::Stream`].
@@ -123,6 +142,42 @@ pub struct Seen {
 }
 
 impl Seen {
+    /// The names of the function tools the request offers (`tools[].function.name`).
+    pub fn tools(&self) -> Vec<String> {
+        self.body
+            .get("tools")
+            .and_then(Value::as_array)
+            .map(|t| {
+                t.iter()
+                    .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The request's `tool` messages: `(tool_call_id, content)`, in order.
+    pub fn tool_results(&self) -> Vec<(String, String)> {
+        self.body
+            .get("messages")
+            .and_then(Value::as_array)
+            .map(|list| {
+                list.iter()
+                    .filter(|m| m.get("role").and_then(Value::as_str) == Some("tool"))
+                    .map(|m| {
+                        (
+                            m.get("tool_call_id")
+                                .and_then(Value::as_str)
+                                .unwrap_or_default()
+                                .to_string(),
+                            flatten_content(m.get("content")),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     fn new(body: Value, authorization: Option<String>) -> Self {
         let model = body
             .get("model")
@@ -583,6 +638,17 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<LlmBody> 
                 let events = chunk_events(&state, &seen, &text, pause_after_head);
                 return event_stream(&state, events);
             }
+            Script::ToolCalls { text, calls } if !seen.stream => {
+                let id = state.next_id.fetch_add(1, Ordering::Relaxed);
+                return whole(json_response(
+                    200,
+                    tool_calls_body(id, &seen, &text, &calls),
+                ));
+            }
+            Script::ToolCalls { text, calls } => {
+                let events = tool_call_events(&state, &seen, &text, &calls);
+                return event_stream(&state, events);
+            }
             Script::RawStream { body, piece } => {
                 let events = Bytes::from(body)
                     .chunks(piece.max(1))
@@ -643,32 +709,36 @@ fn chunk_events(
         }
     }
     push(&mut pause, chunk(json!({}), Some("stop")));
+    if let Some(usage) = usage_chunk(seen, id, approx_tokens(text)) {
+        push(&mut pause, usage);
+    }
+    events.push_back((pause, Bytes::from_static(b"data: [DONE]\n\n")));
+    events
+}
+
+/// The usage chunk of streamed answer `id` (`completion_tokens` for the answer, the
+/// request's [`approx_tokens`] for the prompt), when the request asked for one
+/// (`stream_options.include_usage`).
+fn usage_chunk(seen: &Seen, id: u64, completion_tokens: u64) -> Option<Value> {
     let include_usage = seen
         .body
         .pointer("/stream_options/include_usage")
         .and_then(Value::as_bool)
         == Some(true);
-    if include_usage {
-        let prompt_tokens: u64 = seen.messages.iter().map(|(_, c)| approx_tokens(c)).sum();
-        let completion_tokens = approx_tokens(text);
-        push(
-            &mut pause,
-            json!({
-                "id": format!("chatcmpl-fake-{id}"),
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": seen.model,
-                "choices": [],
-                "usage": {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion_tokens,
-                    "total_tokens": prompt_tokens + completion_tokens,
-                },
-            }),
-        );
-    }
-    events.push_back((pause, Bytes::from_static(b"data: [DONE]\n\n")));
-    events
+    let prompt_tokens: u64 = seen.messages.iter().map(|(_, c)| approx_tokens(c)).sum();
+    include_usage.then(|| {
+        json!({
+            "id": format!("chatcmpl-fake-{id}"),
+            "object": "chat.completion.chunk",
+            "model": seen.model,
+            "choices": [],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        })
+    })
 }
 
 /// A 200 `text/event-stream` answer sending `events` one at a time, each after its
@@ -698,6 +768,90 @@ fn event_stream(state: &State, events: VecDeque<(Duration, Bytes)>) -> Response<
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     response
+}
+
+/// A chat-completion object asking for `calls` (`finish_reason: "tool_calls"`).
+fn tool_calls_body(id: u64, seen: &Seen, text: &str, calls: &[(String, String, String)]) -> String {
+    let prompt_tokens: u64 = seen.messages.iter().map(|(_, c)| approx_tokens(c)).sum();
+    let completion_tokens: u64 = calls.iter().map(|(_, _, a)| approx_tokens(a) + 1).sum();
+    let tool_calls: Vec<Value> = calls
+        .iter()
+        .map(|(id, name, arguments)| {
+            json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}})
+        })
+        .collect();
+    json!({
+        "id": format!("chatcmpl-fake-{id}"),
+        "object": "chat.completion",
+        "model": seen.model,
+        "choices": [{
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "content": if text.is_empty() { Value::Null } else { json!(text) },
+                "tool_calls": tool_calls,
+            },
+            "finish_reason": "tool_calls",
+        }],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    })
+    .to_string()
+}
+
+/// The events of a streamed answer asking for `calls`: `text` in one chunk (when not
+/// empty), then per call, a first chunk with
+/// its index, id, name and the first half of its arguments, then a chunk with the
+/// rest (index only, as OpenAI sends them); then `finish_reason: "tool_calls"`, a
+/// usage chunk when asked for, and `[DONE]`.
+fn tool_call_events(
+    state: &State,
+    seen: &Seen,
+    text: &str,
+    calls: &[(String, String, String)],
+) -> VecDeque<(Duration, Bytes)> {
+    let id = state.next_id.fetch_add(1, Ordering::Relaxed);
+    let chunk = |delta: Value, finish: Option<&str>| {
+        json!({
+            "id": format!("chatcmpl-fake-{id}"),
+            "object": "chat.completion.chunk",
+            "model": seen.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        })
+    };
+    let mut events = VecDeque::new();
+    let mut push = |value: Value| {
+        events.push_back((Duration::ZERO, Bytes::from(format!("data: {value}\n\n"))));
+    };
+    push(chunk(json!({"role": "assistant", "content": null}), None));
+    if !text.is_empty() {
+        push(chunk(json!({"content": text}), None));
+    }
+    for (i, (call_id, name, arguments)) in calls.iter().enumerate() {
+        let half = arguments
+            .char_indices()
+            .nth(arguments.chars().count() / 2)
+            .map_or(arguments.len(), |(at, _)| at);
+        push(chunk(
+            json!({"tool_calls": [{"index": i, "id": call_id, "type": "function",
+                "function": {"name": name, "arguments": &arguments[..half]}}]}),
+            None,
+        ));
+        push(chunk(
+            json!({"tool_calls": [{"index": i, "function": {"arguments": &arguments[half..]}}]}),
+            None,
+        ));
+    }
+    push(chunk(json!({}), Some("tool_calls")));
+    let completion_tokens = calls.iter().map(|(_, _, a)| approx_tokens(a) + 1).sum();
+    if let Some(usage) = usage_chunk(seen, id, completion_tokens) {
+        push(usage);
+    }
+    events.push_back((Duration::ZERO, Bytes::from_static(b"data: [DONE]\n\n")));
+    events
 }
 
 /// A chat-completion object shaped like OpenAI's.

@@ -364,6 +364,18 @@ impl TestMesh {
         .await
     }
 
+    /// Waits (up to `within`) until node `i`'s transcript holds `n` bot messages, and
+    /// returns it (as last seen, for the caller's assertion).
+    pub async fn bot_messages(&self, i: usize, n: usize, within: Duration) -> Vec<Envelope> {
+        wait_for(
+            within,
+            Duration::from_millis(50),
+            || self.transcript(i),
+            |t: &Vec<Envelope>| bot_msgs(t).len() >= n,
+        )
+        .await
+    }
+
     /// Node `i`'s transcript once it has not grown for `quiet` (waiting at most 30 s).
     ///
     /// Exists because tests that check nothing more happens (no second answer, no
@@ -439,6 +451,13 @@ impl TestMesh {
             self.stop(i).await;
         }
     }
+}
+
+/// The bots' messages of a transcript, in order.
+pub fn bot_msgs(t: &[Envelope]) -> Vec<&Envelope> {
+    t.iter()
+        .filter(|e| e.author.kind == botmesh::wire::envelope::AuthorKind::Bot)
+        .collect()
 }
 
 /// Asks `probe` every `every` until `done` holds of its answer or `within` has passed,

@@ -71,6 +71,13 @@ fn config_errors_name_the_key_and_bind_nothing() {
         Case { what: "redis url env unset", toml: base(port, "transport = \"redis\"\n[redis]\nurl_env = \"TEST_REDIS_URL\"", ""), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["redis.url_env", "TEST_REDIS_URL is not set"] },
         Case { what: "no key at all", toml: format!("[mesh]\n[[bots]]\nname = \"A\"\nbridge = \"127.0.0.1:{port}\"\napi = \"127.0.0.1:{}\"\n", port + 1), env: vec![], bot: "A", expect: &["bots[0].public_key", "mesh.secret_env", "mesh.secret_file"] },
         Case { what: "non-loopback api without token", toml: format!("[mesh]\nsecret_env = \"TEST_SECRET\"\n[[bots]]\nname = \"A\"\nbridge = \"127.0.0.1:{port}\"\napi = \"0.0.0.0:{}\"\n", port + 1), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].api", "bearer token"] },
+        // MCP tool servers (docs/tools.md).
+        Case { what: "an MCP server with neither command nor url", toml: base(port, "", "[[bots.mcp]]\nname = \"t\"\n"), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].mcp[0].command", "set command (a stdio server) or url"] },
+        Case { what: "an MCP server with both", toml: base(port, "", "[[bots.mcp]]\nname = \"t\"\ncommand = [\"x\"]\nurl = \"http://127.0.0.1:9/mcp\"\n"), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].mcp[0].url", "not both"] },
+        Case { what: "two MCP servers of one name", toml: base(port, "", "[[bots.mcp]]\nname = \"t\"\ncommand = [\"x\"]\n[[bots.mcp]]\nname = \"t\"\ncommand = [\"y\"]\n"), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].mcp[1].name", "names two of this bot's MCP servers"] },
+        Case { what: "an https MCP server", toml: base(port, "", "[[bots.mcp]]\nname = \"t\"\nurl = \"https://tools.example/mcp\"\n"), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].mcp[0].url", "plain http only"] },
+        Case { what: "an MCP header variable unset", toml: base(port, "", "[[bots.mcp]]\nname = \"t\"\nurl = \"http://127.0.0.1:9/mcp\"\nheaders_env = { Authorization = \"TEST_MCP_TOKEN\" }\n"), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].mcp[0].headers_env.Authorization", "TEST_MCP_TOKEN is not set"] },
+        Case { what: "a tool timeout of zero", toml: base(port, "", "tool_timeout_ms = 0\n"), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].tool_timeout_ms", "1..=600000"] },
     ];
     let dir = tempfile::tempdir().unwrap();
     for case in cases {

@@ -284,7 +284,8 @@ pub async fn start(
     let transcripts = resume_from_log(&cfg, &outboxes, &metrics, &events)?;
     let http = peer_http_client(&cfg)?;
     let relay = build_relay(&cfg, &outboxes, &http, &metrics);
-    let brain = Brain::new(&cfg, metrics.clone())?;
+    let mut brain = Brain::new(&cfg, metrics.clone())?;
+    brain.start_tools(&cfg);
     let verdicts = crate::store::verdicts::VerdictLog::open(&cfg.data_dir, metrics.clone())
         .with_context(|| format!("opening the verdict log in {}", cfg.data_dir.display()))?;
     let platform = crate::platform::build(&cfg)?;

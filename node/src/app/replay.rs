@@ -614,6 +614,7 @@ fn answer(v: crate::llm::Verdict) -> Completion {
         text: serde_json::json!({"speak": v.speak, "relevance": v.relevance}).to_string(),
         usage: Usage::default(),
         attempts: 1,
+        tool_calls: Vec::new(),
     }
 }
 
@@ -686,6 +687,7 @@ impl Llm for ReplayLlm {
                 text: String::new(),
                 usage: Usage::default(),
                 attempts: 1,
+                tool_calls: Vec::new(),
             };
             Ok(crate::llm::Drafting {
                 head: verdict.text,

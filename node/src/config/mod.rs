@@ -573,6 +573,40 @@ fn default_agent_timeout() -> u64 {
     60_000
 }
 
+fn default_max_tool_rounds() -> u32 {
+    8
+}
+fn default_tool_timeout() -> u64 {
+    30_000
+}
+fn default_tool_result_chars() -> usize {
+    16_000
+}
+
+/// One MCP tool server of a bot (`[[bots.mcp]]`): a child process spoken to over
+/// stdio (`command`), or a streamable-HTTP endpoint (`url`). Exists so a bot's reply
+/// model can call tools (docs/tools.md).
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerSettings {
+    /// Its name, unique among the bot's servers: labels logs, metrics and `/why`.
+    pub(crate) name: String,
+    /// Program and arguments of a stdio server.
+    #[serde(default)]
+    pub(crate) command: Vec<String>,
+    /// Environment of a stdio server beyond PATH, HOME and LANG (it gets nothing else
+    /// of the node's): literal values.
+    #[serde(default)]
+    pub(crate) env: std::collections::BTreeMap<String, String>,
+    /// Endpoint of a streamable-HTTP server.
+    #[serde(default)]
+    pub(crate) url: Option<String>,
+    /// Headers sent to an HTTP server, by header name: the environment variable of the
+    /// node holding each value (a token stays out of the file).
+    #[serde(default)]
+    pub(crate) headers_env: std::collections::BTreeMap<String, String>,
+}
+
 /// One `[[bots]]` entry.
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
@@ -695,6 +729,21 @@ pub struct BotSettings {
     /// Sidecar agent.
     #[serde(default)]
     pub(crate) agent: Option<AgentSettings>,
+    /// The bot's MCP tool servers (`[[bots.mcp]]`, docs/tools.md): their tools are
+    /// offered to the bot's reply model.
+    #[serde(default)]
+    pub(crate) mcp: Vec<McpServerSettings>,
+    /// Most LLM calls a reply may make because the model asked for tools: past it the
+    /// model writes its answer without tools.
+    #[serde(default = "default_max_tool_rounds")]
+    pub(crate) max_tool_rounds: u32,
+    /// How long one tool call may take before the model is told it timed out.
+    #[serde(default = "default_tool_timeout")]
+    pub(crate) tool_timeout_ms: u64,
+    /// Most characters of one tool result handed to the model (the rest is cut, and
+    /// the model is told so).
+    #[serde(default = "default_tool_result_chars")]
+    pub(crate) tool_result_chars: usize,
     /// This bot's transport when it differs from `mesh.transport` (a mixed mesh).
     #[serde(default)]
     pub(crate) transport: Option<Transport>,
@@ -1189,11 +1238,85 @@ impl Settings {
             if let Some(a) = &b.agent {
                 check_url(&a.webhook).map_err(|p| self.err(at("agent.webhook"), p))?;
             }
+            self.validate_mcp(i, b)?;
         }
         Ok(())
     }
 
     /// `bots[i].feishu`: the app settings a feishu bot needs, and well-formed peer ids.
+    /// A bot's `[[bots.mcp]]` servers and tool limits.
+    fn validate_mcp(&self, i: usize, b: &BotSettings) -> Result<(), ConfigError> {
+        let at = |k: &str| format!("bots[{i}].{k}");
+        if b.max_tool_rounds > 64 {
+            return Err(self.err(at("max_tool_rounds"), "at most 64"));
+        }
+        if b.tool_timeout_ms == 0 || b.tool_timeout_ms > 600_000 {
+            return Err(self.err(at("tool_timeout_ms"), "must be within 1..=600000"));
+        }
+        if b.tool_result_chars < 100 {
+            return Err(self.err(at("tool_result_chars"), "at least 100"));
+        }
+        let mut names = std::collections::HashSet::new();
+        for (j, m) in b.mcp.iter().enumerate() {
+            let at = |k: &str| format!("bots[{i}].mcp[{j}].{k}");
+            if m.name.trim().is_empty() {
+                return Err(self.err(at("name"), "an MCP server needs a name"));
+            }
+            if !names.insert(m.name.as_str()) {
+                return Err(self.err(
+                    at("name"),
+                    format!("{:?} names two of this bot's MCP servers", m.name),
+                ));
+            }
+            match (m.command.is_empty(), &m.url) {
+                (true, None) => {
+                    return Err(self.err(
+                        at("command"),
+                        "set command (a stdio server) or url (a streamable-HTTP server)",
+                    ))
+                }
+                (false, Some(_)) => {
+                    return Err(self.err(at("url"), "set either command or url, not both"))
+                }
+                (false, None) => {
+                    if m.command[0].trim().is_empty() {
+                        return Err(self.err(at("command"), "the program name is empty"));
+                    }
+                    if !m.headers_env.is_empty() {
+                        return Err(self.err(
+                            at("headers_env"),
+                            "headers are for a url server; a stdio server gets env",
+                        ));
+                    }
+                }
+                (true, Some(url)) => {
+                    check_url(url).map_err(|p| self.err(at("url"), p))?;
+                    if url.starts_with("https://") {
+                        return Err(self.err(
+                            at("url"),
+                            "https MCP servers are not supported by this build (plain http only, e.g. a local gateway)",
+                        ));
+                    }
+                    if !m.env.is_empty() {
+                        return Err(self.err(
+                            at("env"),
+                            "env is for a stdio server; a url server gets headers_env",
+                        ));
+                    }
+                    for h in m.headers_env.keys() {
+                        if http::HeaderName::from_bytes(h.as_bytes()).is_err() {
+                            return Err(self.err(
+                                at("headers_env"),
+                                format!("{h:?} is not a valid header name"),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn validate_feishu(&self, i: usize, b: &BotSettings, f: &FeishuIds) -> Result<(), ConfigError> {
         let at = |k: &str| format!("bots[{i}].feishu.{k}");
         if let Some(url) = &f.base_url {
@@ -1569,6 +1692,9 @@ pub struct NodeConfig {
     pub(crate) dingtalk: Option<DingTalkSecrets>,
     /// The Redis server's URL, when this bot's transport is `redis`.
     pub(crate) redis_url: Option<String>,
+    /// The headers of this bot's HTTP MCP servers, by server name: `(header, value)`
+    /// read from the variables `headers_env` names.
+    pub(crate) mcp_headers: HashMap<String, Vec<(String, String)>>,
 }
 
 /// A feishu bot's secrets, read from the variables `[bots.feishu]` names.
@@ -1722,10 +1848,12 @@ impl NodeConfig {
             _ => None,
         };
         let redis_url = redis_url(&settings, &bot, env, secrets)?;
+        let mcp_headers = mcp_headers(&settings, me, &bot, env, secrets)?;
         let data_dir =
             data_dir.unwrap_or_else(|| settings.relative(&settings.mesh.data_dir).join(&bot.name));
         Ok(NodeConfig {
             redis_url,
+            mcp_headers,
             settings,
             me,
             signer,
@@ -1928,6 +2056,45 @@ fn api_tokens(
         ));
     }
     Ok(ApiTokens { operator, sidecar })
+}
+
+/// The headers of the bot's HTTP MCP servers, by server name: every variable a
+/// `headers_env` names must be set (with `secrets`; without, the ones set are read).
+fn mcp_headers(
+    settings: &Settings,
+    me: usize,
+    bot: &BotSettings,
+    env: &dyn SecretSource,
+    secrets: bool,
+) -> Result<HashMap<String, Vec<(String, String)>>, ConfigError> {
+    let mut out = HashMap::new();
+    for (j, m) in bot.mcp.iter().enumerate() {
+        let mut headers = Vec::new();
+        for (header, var) in &m.headers_env {
+            match env.var(var) {
+                Some(value) => {
+                    if http::HeaderValue::from_str(&value).is_err() {
+                        return Err(settings.err(
+                            format!("bots[{me}].mcp[{j}].headers_env.{header}"),
+                            format!(
+                                "environment variable {var} does not hold a valid header value"
+                            ),
+                        ));
+                    }
+                    headers.push((header.clone(), value));
+                }
+                None if secrets => {
+                    return Err(settings.err(
+                        format!("bots[{me}].mcp[{j}].headers_env.{header}"),
+                        format!("environment variable {var} is not set"),
+                    ))
+                }
+                None => {}
+            }
+        }
+        out.insert(m.name.clone(), headers);
+    }
+    Ok(out)
 }
 
 /// The LLM API keys of a [`NodeConfig::build`], by variable name: every variable

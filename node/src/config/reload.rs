@@ -71,6 +71,9 @@ fn tune_bot(b: &mut BotSettings, new: &BotSettings) {
     b.judge_prompt = new.judge_prompt.clone();
     b.persona = new.persona.clone();
     b.quiet = new.quiet;
+    b.max_tool_rounds = new.max_tool_rounds;
+    b.tool_timeout_ms = new.tool_timeout_ms;
+    b.tool_result_chars = new.tool_result_chars;
 }
 
 /// Every key whose value differs between `running` and `file`, sorted into those
@@ -178,6 +181,40 @@ mod tests {
         let again = diff(&merged, &new, &merge(&merged, &new));
         assert!(again.applied.is_empty(), "{again:?}");
         assert_eq!(again.restart_required, ["bots[0].api", "bots[1].aliases"]);
+    }
+
+    #[test]
+    fn tool_limits_apply_and_mcp_servers_wait_for_a_restart() {
+        let old = settings(BASE);
+        let text = BASE.replace(
+            "api = \"127.0.0.1:7201\"\n",
+            "api = \"127.0.0.1:7201\"\nmax_tool_rounds = 3\ntool_timeout_ms = 500\ntool_result_chars = 900\n\
+             [[bots.mcp]]\nname = \"time\"\ncommand = [\"mcp-server-time\"]\n",
+        );
+        let new = settings(&text);
+        let merged = merge(&old, &new);
+        let d = diff(&old, &new, &merged);
+        assert_eq!(
+            d.applied,
+            [
+                "bots[0].max_tool_rounds",
+                "bots[0].tool_result_chars",
+                "bots[0].tool_timeout_ms",
+            ]
+        );
+        assert!(
+            d.restart_required
+                .contains(&"bots[0].mcp[0].command".to_string()),
+            "{d:?}"
+        );
+        assert!(
+            d.restart_required
+                .iter()
+                .all(|k| k.starts_with("bots[0].mcp")),
+            "{d:?}"
+        );
+        assert!(merged.bots[0].mcp.is_empty(), "not half applied");
+        assert_eq!(merged.bots[0].max_tool_rounds, 3);
     }
 
     #[test]

@@ -150,10 +150,67 @@ impl fmt::Display for Purpose {
 /// One message of the conversation sent to the model, in OpenAI's wire shape.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ChatMessage {
-    /// `system`, `user` or `assistant`.
+    /// `system`, `user`, `assistant` or `tool`.
     pub(crate) role: String,
     /// The message text.
     pub content: String,
+    /// An `assistant` message's tool calls (the model asked for tools).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) tool_calls: Vec<ToolCall>,
+    /// A `tool` message's answer to this call id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) tool_call_id: Option<String>,
+}
+
+/// A function call the model asked for (`tool_calls[]` of its answer).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct ToolCall {
+    /// The call's id, which the `tool` message answering it names.
+    pub id: String,
+    /// Always `function`.
+    #[serde(rename = "type", default = "function_kind")]
+    pub kind: String,
+    /// The function and its arguments.
+    pub function: FunctionCall,
+}
+
+/// The function half of a [`ToolCall`].
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct FunctionCall {
+    /// The tool's name.
+    pub name: String,
+    /// Its arguments as the model wrote them: JSON text.
+    #[serde(default)]
+    pub arguments: String,
+}
+
+fn function_kind() -> String {
+    "function".to_string()
+}
+
+/// A function tool offered to the model (`tools[]` of the request).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    /// Its name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// Its arguments' JSON schema.
+    pub parameters: Value,
+}
+
+impl ToolSpec {
+    /// The request's shape: `{type: function, function: {name, description, parameters}}`.
+    fn wire(&self) -> Value {
+        json!({
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            }
+        })
+    }
 }
 
 impl ChatMessage {
@@ -162,6 +219,24 @@ impl ChatMessage {
         ChatMessage {
             role: role.into(),
             content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+
+    /// The model's answer that asked for `calls`, as the conversation goes on with it.
+    pub(crate) fn assistant_calls(content: impl Into<String>, calls: Vec<ToolCall>) -> Self {
+        ChatMessage {
+            tool_calls: calls,
+            ..Self::new("assistant", content)
+        }
+    }
+
+    /// A tool's result, answering call `id`.
+    pub(crate) fn tool(id: impl Into<String>, content: impl Into<String>) -> Self {
+        ChatMessage {
+            tool_call_id: Some(id.into()),
+            ..Self::new("tool", content)
         }
     }
 
@@ -203,6 +278,8 @@ pub struct Completion {
     pub usage: Usage,
     /// How many attempts were made, including the successful one (1 = no retry).
     pub attempts: u32,
+    /// The tools the model asked to call (its `tool_calls`): none for a plain answer.
+    pub tool_calls: Vec<ToolCall>,
 }
 
 /// A drafting call's answer as it comes in ([`LlmClient::draft`]): its first line (the
@@ -362,13 +439,29 @@ impl LlmClient {
         purpose: Purpose,
         messages: &[ChatMessage],
     ) -> Result<Completion, LlmError> {
+        self.complete_with_tools(ep, purpose, messages, &[]).await
+    }
+
+    /// [`LlmClient::complete`] offering the model `tools` (none: a plain call); the
+    /// answer's [`Completion::tool_calls`] are the calls it asks for. Only reply
+    /// calls carry tools: a judge's `tools` are ignored.
+    pub async fn complete_with_tools(
+        &self,
+        ep: &Endpoint,
+        purpose: Purpose,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+    ) -> Result<Completion, LlmError> {
         let url = ep.chat_url();
-        let body = request_body(ep, purpose, messages);
+        let mut body = request_body(ep, purpose, messages);
+        if purpose == Purpose::Reply && !tools.is_empty() {
+            body["tools"] = Value::Array(tools.iter().map(ToolSpec::wire).collect());
+        }
         let done = with_retries(ep, purpose, || {
             bounded(ep.timeout, self.exchange(ep, &url, &body))
         })
         .await?;
-        let (text, usage) = done.value;
+        let (text, usage, tool_calls) = done.value;
         tracing::debug!(
             purpose = purpose.as_str(),
             model = %ep.model,
@@ -383,6 +476,7 @@ impl LlmClient {
             text,
             usage,
             attempts: done.attempts,
+            tool_calls,
         })
     }
 
@@ -395,18 +489,35 @@ impl LlmClient {
         ep: &Endpoint,
         messages: &[ChatMessage],
     ) -> Result<Drafting, LlmError> {
-        stream::draft(self, ep, messages).await
+        stream::draft(self, ep, messages, &[]).await
+    }
+
+    /// [`LlmClient::draft`] offering the model `tools`: the rest's
+    /// [`Completion::tool_calls`] are the calls it asks for after its verdict line
+    /// (streamed as `delta.tool_calls`, accumulated by index).
+    pub async fn draft_with_tools(
+        &self,
+        ep: &Endpoint,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+    ) -> Result<Drafting, LlmError> {
+        stream::draft(self, ep, messages, tools).await
     }
 
     /// One HTTP exchange: [`LlmClient::send`], then the whole body read and parsed.
-    async fn exchange(&self, ep: &Endpoint, url: &str, body: &Value) -> Attempt<(String, Usage)> {
+    async fn exchange(
+        &self,
+        ep: &Endpoint,
+        url: &str,
+        body: &Value,
+    ) -> Attempt<(String, Usage, Vec<ToolCall>)> {
         let response = match self.send(ep, url, body, Some(ep.timeout)).await {
             Ok(response) => response,
             Err(failed) => return Attempt::from_failure(failed),
         };
         let status = response.status().as_u16();
         let result = match response.bytes().await {
-            Ok(b) => parse_response(&b),
+            Ok(b) => parse_answer(&b),
             Err(e) => Err(classify_transport(&e).0),
         };
         Attempt {
@@ -592,8 +703,9 @@ fn request_body(ep: &Endpoint, purpose: Purpose, messages: &[ChatMessage]) -> Va
     body
 }
 
-/// Extracts the answer text and usage from a 200 response body.
-fn parse_response(bytes: &[u8]) -> Result<(String, Usage), LlmError> {
+/// Extracts the answer text, usage and the tool calls the model asked for from a 200
+/// response body (an answer that only calls tools may have no text).
+fn parse_answer(bytes: &[u8]) -> Result<(String, Usage, Vec<ToolCall>), LlmError> {
     let value: Value = serde_json::from_slice(bytes).map_err(|e| {
         LlmError::BadResponse(format!(
             "body is not JSON ({e}): {}",
@@ -611,6 +723,12 @@ fn parse_response(bytes: &[u8]) -> Result<(String, Usage), LlmError> {
             )),
             None => LlmError::BadResponse("no choices[0].message".to_string()),
         })?;
+    let tool_calls: Vec<ToolCall> = match message.get("tool_calls") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(calls) => serde_json::from_value(calls.clone()).map_err(|e| {
+            LlmError::BadResponse(format!("choices[0].message.tool_calls not understood: {e}"))
+        })?,
+    };
     let content = message.get("content").and_then(content_text);
     let reasoning = ["reasoning_content", "reasoning"]
         .iter()
@@ -620,13 +738,14 @@ fn parse_response(bytes: &[u8]) -> Result<(String, Usage), LlmError> {
         (Some(c), _) if !c.trim().is_empty() => strip_think(&c),
         (_, Some(r)) => r.to_string(),
         (Some(c), None) => c,
+        (None, None) if !tool_calls.is_empty() => String::new(),
         (None, None) => {
             return Err(LlmError::BadResponse(
                 "choices[0].message has neither content nor reasoning_content".to_string(),
             ))
         }
     };
-    Ok((text, usage_of(value.get("usage"))))
+    Ok((text, usage_of(value.get("usage")), tool_calls))
 }
 
 /// The token counts of a `usage` object (missing counts are zero).
@@ -1346,9 +1465,47 @@ mod tests {
     // ---- response parsing ----
 
     #[test]
+    fn response_with_tool_calls_and_no_content() {
+        let body = br#"{"choices":[{"message":{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"get_current_time","arguments":"{\"timezone\":\"UTC\"}"}}]},"finish_reason":"tool_calls"}]}"#;
+        let (text, _, calls) = parse_answer(body).unwrap();
+        assert_eq!(text, "");
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].id, "c1");
+        assert_eq!(calls[0].function.name, "get_current_time");
+        assert_eq!(calls[0].function.arguments, r#"{"timezone":"UTC"}"#);
+    }
+
+    #[test]
+    fn tool_messages_and_calls_in_the_wire_shape() {
+        let call = ToolCall {
+            id: "c1".into(),
+            kind: "function".into(),
+            function: FunctionCall {
+                name: "t".into(),
+                arguments: "{}".into(),
+            },
+        };
+        let asked = serde_json::to_value(ChatMessage::assistant_calls("", vec![call])).unwrap();
+        assert_eq!(
+            asked,
+            json!({"role": "assistant", "content": "", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "t", "arguments": "{}"}}
+            ]})
+        );
+        let result = serde_json::to_value(ChatMessage::tool("c1", "42")).unwrap();
+        assert_eq!(
+            result,
+            json!({"role": "tool", "content": "42", "tool_call_id": "c1"})
+        );
+        // A plain message keeps its old shape (and its prompt hash).
+        let plain = serde_json::to_value(ChatMessage::user("hi")).unwrap();
+        assert_eq!(plain, json!({"role": "user", "content": "hi"}));
+    }
+
+    #[test]
     fn response_content_and_usage() {
         let body = br#"{"choices":[{"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":12,"completion_tokens":3}}"#;
-        let (text, usage) = parse_response(body).unwrap();
+        let (text, usage, _) = parse_answer(body).unwrap();
         assert_eq!(text, "hi");
         assert_eq!(
             usage,
@@ -1362,26 +1519,26 @@ mod tests {
     #[test]
     fn response_missing_usage_is_zero() {
         let body = br#"{"choices":[{"message":{"content":"hi"}}]}"#;
-        assert_eq!(parse_response(body).unwrap().1, Usage::default());
+        assert_eq!(parse_answer(body).unwrap().1, Usage::default());
     }
 
     #[test]
     fn response_null_content_falls_back_to_reasoning() {
         let body =
             br#"{"choices":[{"message":{"content":null,"reasoning_content":"{\"speak\":true}"}}]}"#;
-        assert_eq!(parse_response(body).unwrap().0, "{\"speak\":true}");
+        assert_eq!(parse_answer(body).unwrap().0, "{\"speak\":true}");
     }
 
     #[test]
     fn response_content_parts_array() {
         let body = br#"{"choices":[{"message":{"content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}}]}"#;
-        assert_eq!(parse_response(body).unwrap().0, "ab");
+        assert_eq!(parse_answer(body).unwrap().0, "ab");
     }
 
     #[test]
     fn response_think_block_stripped() {
         let body = br#"{"choices":[{"message":{"content":"<think>hmm</think>\n\nHello!"}}]}"#;
-        assert_eq!(parse_response(body).unwrap().0, "Hello!");
+        assert_eq!(parse_answer(body).unwrap().0, "Hello!");
     }
 
     #[test]
@@ -1392,7 +1549,7 @@ mod tests {
             br#"{"error":{"message":"boom"}}"#,
             br#"{"choices":[{"message":{"content":null}}]}"#,
         ] {
-            let err = parse_response(body).unwrap_err();
+            let err = parse_answer(body).unwrap_err();
             assert_eq!(err.label(), "bad_response", "{err}");
         }
     }

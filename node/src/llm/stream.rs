@@ -25,10 +25,10 @@ use serde_json::{json, Value};
 use tokio::time::Instant as TokioInstant;
 
 use super::{
-    bounded, classify_transport, content_text, estimate_tokens, head_and_rest, parse_response,
+    bounded, classify_transport, content_text, estimate_tokens, head_and_rest, parse_answer,
     request_body, split_head, strip_think, truncate_chars, usage_of, with_retries, Attempt,
-    ChatMessage, Completion, Drafting, Endpoint, LlmClient, LlmError, Purpose, Usage,
-    ERROR_BODY_LIMIT,
+    ChatMessage, Completion, Drafting, Endpoint, LlmClient, LlmError, Purpose, ToolCall, ToolSpec,
+    Usage, ERROR_BODY_LIMIT,
 };
 
 /// Most bytes a drafting response body may hold; past it the answer is unusable
@@ -40,8 +40,9 @@ const DRAIN_GRACE: Duration = Duration::from_millis(200);
 
 /// What an attempt of a drafting call came to once it had a head (or had ended).
 enum Opened {
-    /// The server answered `application/json`: the whole answer, already read.
-    Whole(String, Usage),
+    /// The server answered `application/json`: the whole answer, already read (its
+    /// tool calls too).
+    Whole(String, Usage, Vec<ToolCall>),
     /// A stream whose first line is complete: the head, and the stream to read on.
     Streaming(String, Box<DraftStream>),
     /// A stream that ended before any line was complete: its whole answer and usage.
@@ -53,9 +54,13 @@ pub(super) async fn draft(
     client: &LlmClient,
     ep: &Endpoint,
     messages: &[ChatMessage],
+    tools: &[ToolSpec],
 ) -> Result<Drafting, LlmError> {
     let url = ep.chat_url();
     let mut body = request_body(ep, Purpose::Draft, messages);
+    if !tools.is_empty() {
+        body["tools"] = Value::Array(tools.iter().map(ToolSpec::wire).collect());
+    }
     body["stream"] = json!(true);
     body["stream_options"] = json!({"include_usage": true});
     let prompt_chars: usize = messages.iter().map(|m| m.content.chars().count()).sum();
@@ -80,15 +85,16 @@ pub(super) async fn draft(
         );
     };
     let (head, rest) = match done.value {
-        Opened::Whole(text, usage) => {
+        Opened::Whole(text, usage, calls) => {
             log_done(&usage, "not streamed: whole answer split");
             let (head, rest) = split_head(&text);
-            (head, ready(rest, usage, attempts))
+            (head, ready(rest, usage, attempts, calls))
         }
         Opened::Ended(stream) => {
             let (head, rest, usage) = stream.answer.finish(prompt_chars);
             log_done(&usage, "stream ended with the head");
-            (head, ready(rest, usage, attempts))
+            let calls = stream.answer.tool_calls();
+            (head, ready(rest, usage, attempts, calls))
         }
         Opened::Streaming(head, mut stream) => {
             tracing::debug!(
@@ -114,6 +120,7 @@ pub(super) async fn draft(
                             text,
                             usage,
                             attempts,
+                            tool_calls: stream.answer.tool_calls(),
                         })
                     }
                     Ok(Err(error)) => Err(error),
@@ -174,12 +181,14 @@ fn ready(
     text: String,
     usage: Usage,
     attempts: u32,
+    tool_calls: Vec<ToolCall>,
 ) -> futures_util::future::BoxFuture<'static, Result<Completion, LlmError>> {
     Box::pin(async move {
         Ok(Completion {
             text,
             usage,
             attempts,
+            tool_calls,
         })
     })
 }
@@ -208,7 +217,7 @@ async fn open(client: &LlmClient, ep: &Endpoint, url: &str, body: &Value) -> Att
         }
     } else {
         match response.bytes().await {
-            Ok(b) => parse_response(&b).map(|(text, usage)| Opened::Whole(text, usage)),
+            Ok(b) => parse_answer(&b).map(|(text, usage, calls)| Opened::Whole(text, usage, calls)),
             Err(e) => Err(classify_transport(&e).0),
         }
     };
@@ -321,6 +330,9 @@ pub(super) struct StreamAnswer {
     done: bool,
     /// How many chunks (JSON events) arrived: none means the server sent no answer.
     chunks: usize,
+    /// The tool calls of `choices[0].delta.tool_calls`, accumulated by their `index`:
+    /// the first piece of a call brings its id and name, the arguments come in pieces.
+    tool_calls: Vec<ToolCall>,
 }
 
 impl StreamAnswer {
@@ -358,7 +370,55 @@ impl StreamAnswer {
         {
             self.raw.push_str(&text);
         }
+        if let Some(calls) = value
+            .pointer("/choices/0/delta/tool_calls")
+            .and_then(Value::as_array)
+        {
+            for piece in calls {
+                self.add_tool_call_piece(piece)?;
+            }
+        }
         Ok(())
+    }
+
+    /// Takes in one `delta.tool_calls[]` piece: `{index, id?, function: {name?,
+    /// arguments?}}` (a piece without `index` is the next call's first).
+    fn add_tool_call_piece(&mut self, piece: &Value) -> Result<(), LlmError> {
+        let index = match piece.get("index").and_then(Value::as_u64) {
+            Some(i) => usize::try_from(i).unwrap_or(usize::MAX),
+            None => self.tool_calls.len(),
+        };
+        if index > self.tool_calls.len() + 64 {
+            return Err(LlmError::BadResponse(format!(
+                "tool call index {index} in the stream is out of range"
+            )));
+        }
+        while self.tool_calls.len() <= index {
+            self.tool_calls.push(ToolCall {
+                kind: "function".to_string(),
+                ..ToolCall::default()
+            });
+        }
+        let call = &mut self.tool_calls[index];
+        if let Some(id) = piece.get("id").and_then(Value::as_str) {
+            call.id.push_str(id);
+        }
+        if let Some(name) = piece.pointer("/function/name").and_then(Value::as_str) {
+            call.function.name.push_str(name);
+        }
+        if let Some(args) = piece.pointer("/function/arguments").and_then(Value::as_str) {
+            call.function.arguments.push_str(args);
+        }
+        Ok(())
+    }
+
+    /// The tool calls the answer asked for (those with a name).
+    pub(super) fn tool_calls(&self) -> Vec<ToolCall> {
+        self.tool_calls
+            .iter()
+            .filter(|c| !c.function.name.is_empty())
+            .cloned()
+            .collect()
     }
 
     /// The answer without a leading `<think>…</think>` block, trimmed at the start;
@@ -475,6 +535,42 @@ impl SseParser {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn streamed_tool_calls_accumulate_by_index() {
+        let mut a = StreamAnswer::default();
+        for data in [
+            r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":"{\"speak\": true}\n"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"get_current_time","arguments":"{\"time"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"c2","function":{"name":"ok","arguments":""}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"zone\": \"UTC\"}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+            "[DONE]",
+        ] {
+            a.apply(data).unwrap();
+        }
+        assert!(a.done);
+        let calls = a.tool_calls();
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[0].id, "c1");
+        assert_eq!(calls[0].kind, "function");
+        assert_eq!(calls[0].function.name, "get_current_time");
+        assert_eq!(calls[0].function.arguments, r#"{"timezone": "UTC"}"#);
+        assert_eq!(calls[1].id, "c2");
+        assert_eq!(calls[1].function.name, "ok");
+        assert_eq!(a.head().as_deref(), Some(r#"{"speak": true}"#));
+    }
+
+    #[test]
+    fn a_wild_tool_call_index_is_refused() {
+        let mut a = StreamAnswer::default();
+        let err = a
+            .apply(
+                r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":100000,"id":"x"}]}}]}"#,
+            )
+            .unwrap_err();
+        assert!(matches!(err, LlmError::BadResponse(_)), "{err:?}");
+    }
 
     /// A body as a server streams it: two content chunks across the head, a reasoning
     /// chunk, a comment, a usage chunk, CRLF line ends in one event, a multi-byte

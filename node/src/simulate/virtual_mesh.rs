@@ -494,6 +494,7 @@ impl Llm for SimBot {
                 text,
                 usage: Usage::default(),
                 attempts: 1,
+                tool_calls: Vec::new(),
             })
         })
     }
@@ -525,6 +526,7 @@ impl Llm for SimBot {
                         text: String::new(),
                         usage: Usage::default(),
                         attempts: 1,
+                        tool_calls: Vec::new(),
                     })
                 }),
                 Some((reply_ms, text)) => Box::pin(async move {
@@ -536,6 +538,7 @@ impl Llm for SimBot {
                         text,
                         usage: Usage::default(),
                         attempts: 1,
+                        tool_calls: Vec::new(),
                     })
                 }),
             };

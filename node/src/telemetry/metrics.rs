@@ -118,6 +118,28 @@ pub struct CommandLabel {
     pub(crate) outcome: String,
 }
 
+/// Labels for MCP tool calls.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ToolLabel {
+    /// The bot whose reply model called the tool.
+    pub(crate) bot: String,
+    /// The MCP server (`[[bots.mcp]] name`).
+    pub(crate) server: String,
+    /// The tool's name.
+    pub(crate) tool: String,
+    /// ok, error (the tool said `isError`), timeout, failed, unavailable, unknown_tool.
+    pub(crate) outcome: String,
+}
+
+/// Labels for a bot's MCP server.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ToolServerLabel {
+    /// The bot.
+    pub(crate) bot: String,
+    /// The server (`[[bots.mcp]] name`).
+    pub(crate) server: String,
+}
+
 /// Labels for LLM calls.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LlmLabel {
@@ -241,6 +263,10 @@ pub struct Metrics {
     /// Verdict log lines (`botmesh replay`'s record of judge answers), by result:
     /// `written`, `failed` (the disk refused), `dropped` (the writer's queue was full).
     pub(crate) verdict_log: Family<ResultLabel, Counter>,
+    /// MCP tool calls the reply model made, by bot, server, tool and outcome.
+    pub(crate) tool_calls: Family<ToolLabel, Counter>,
+    /// The tools each MCP server offers now: 0 while it is down (or still starting).
+    pub(crate) mcp_tools: Family<ToolServerLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -329,6 +355,18 @@ impl Metrics {
             "botmesh_verdict_log",
             "Verdict log lines (judge answers kept for botmesh replay), by result",
             verdict_log.clone(),
+        );
+        let tool_calls = Family::<ToolLabel, Counter>::default();
+        registry.register(
+            "botmesh_tool_calls",
+            "MCP tool calls made by the reply model, by bot, server, tool and outcome",
+            tool_calls.clone(),
+        );
+        let mcp_tools = Family::<ToolServerLabel, Gauge>::default();
+        registry.register(
+            "botmesh_mcp_tools",
+            "Tools each MCP server of the bot offers now (0: down or starting)",
+            mcp_tools.clone(),
         );
         registry.register(
             "botmesh_envelopes_in",
@@ -441,6 +479,8 @@ impl Metrics {
             stream_events.clone(),
         );
         Metrics {
+            tool_calls,
+            mcp_tools,
             config_reloads,
             budget_exhausted,
             budget_spent,
@@ -570,6 +610,28 @@ impl Metrics {
                 result: result.into(),
             })
             .inc();
+    }
+
+    /// Counts one MCP tool call by its outcome.
+    pub(crate) fn tool_call(&self, bot: &str, server: &str, tool: &str, outcome: &str) {
+        self.tool_calls
+            .get_or_create(&ToolLabel {
+                bot: bot.into(),
+                server: server.into(),
+                tool: tool.into(),
+                outcome: outcome.into(),
+            })
+            .inc();
+    }
+
+    /// Sets how many tools MCP server `server` of `bot` offers now.
+    pub(crate) fn mcp_tools(&self, bot: &str, server: &str, tools: usize) {
+        self.mcp_tools
+            .get_or_create(&ToolServerLabel {
+                bot: bot.into(),
+                server: server.into(),
+            })
+            .set(i64::try_from(tools).unwrap_or(i64::MAX));
     }
 
     /// Counts one verdict log line: written, failed or dropped.

@@ -5,8 +5,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
-
 use parking_lot::RwLock;
 
 use crate::config::{BotSettings, LlmSettings, MeshSettings, NodeConfig};
@@ -16,7 +14,6 @@ use crate::turn::budget::{Budget, Exhausted, Limits};
 use crate::turn::command::{GroupStops, Trail};
 use crate::turn::judge::{build_prompt, offline_verdict, prompt_hash, JudgeInput};
 use crate::turn::mention::{Member, MentionMatcher, PlatformMention};
-use crate::turn::pipeline::Turn;
 use crate::turn::policy::{decide, Decision, Facts};
 use crate::turn::ports::Llm;
 use crate::turn::scheduler::{ClaimBoard, ClaimReply};
@@ -85,8 +82,8 @@ pub struct Brain {
     pub(crate) budget: Budget,
     /// Set once the judge endpoint refused structured output.
     schema_unsupported: std::sync::atomic::AtomicBool,
-    /// Client for the sidecar agent's webhook, when one is configured.
-    pub(crate) agent: Option<(reqwest::Client, String)>,
+    /// What writes the replies: the model (with its MCP tools) or a sidecar webhook.
+    pub(crate) engine: crate::turn::engine::ReplyEngine,
     /// Decisions and LLM calls are counted here.
     pub(crate) metrics: Arc<Metrics>,
     /// The decisions about recent messages, which a person's `/why` reads back.
@@ -120,6 +117,9 @@ pub(crate) struct PendingDraft {
     /// Prompt and completion tokens already counted for it (estimated when the verdict
     /// line came, since a dropped call never learns its usage).
     counted: (u64, u64),
+    /// When the bot has tools: the call's endpoint, messages and offered tools, so
+    /// the tool loop goes on from a rest that asks for tools.
+    tooled: Option<(Endpoint, Vec<ChatMessage>, Vec<crate::llm::ToolSpec>)>,
 }
 
 /// A reply the LLM wrote, with its completion tokens (counted when it is thrown away).
@@ -197,20 +197,28 @@ impl Brain {
     /// Builds the brain for the node's bot.
     pub fn new(cfg: &NodeConfig, metrics: Arc<Metrics>) -> anyhow::Result<Brain> {
         let tuning = Tuning::of(cfg);
-        let agent = match &cfg.bot().agent {
-            Some(a) => Some((
-                reqwest::Client::builder()
-                    .no_proxy()
-                    .connect_timeout(Duration::from_secs(3))
-                    .timeout(Duration::from_millis(a.timeout_ms))
-                    .build()?,
-                a.webhook.clone(),
-            )),
-            None => None,
-        };
+        let engine = crate::turn::engine::ReplyEngine::of(cfg)?;
         let mut brain = Brain::with(tuning, &cfg.settings.bots, metrics);
-        brain.agent = agent;
+        brain.engine = engine;
         Ok(brain)
+    }
+
+    /// Starts the bot's MCP tool servers (`[[bots.mcp]]`), whose tools its reply model
+    /// is offered from now on: what a running node does (not `botmesh explain`).
+    /// Must be called within a tokio runtime.
+    pub(crate) fn start_tools(&mut self, cfg: &NodeConfig) {
+        let bot = cfg.bot();
+        if bot.mcp.is_empty() {
+            return;
+        }
+        if let crate::turn::engine::ReplyEngine::Model { tools } = &mut self.engine {
+            *tools = Some(crate::agent::mcp::McpTools::start(
+                &bot.name,
+                &bot.mcp,
+                &cfg.mcp_headers,
+                self.metrics.clone(),
+            ));
+        }
     }
 
     /// A brain tuned by `tuning` (`roster`: every bot, for mentions), without a
@@ -218,7 +226,7 @@ impl Brain {
     pub(crate) fn with(tuning: Tuning, roster_of: &[BotSettings], metrics: Arc<Metrics>) -> Brain {
         Brain {
             schema_unsupported: std::sync::atomic::AtomicBool::new(false),
-            agent: None,
+            engine: crate::turn::engine::ReplyEngine::Model { tools: None },
             tuning: RwLock::new(Arc::new(tuning)),
             matcher: MentionMatcher::new(&roster(roster_of)),
             board: ClaimBoard::default(),
@@ -485,10 +493,12 @@ impl Brain {
                             text,
                             usage: crate::llm::Usage::default(),
                             attempts: 1,
+                            tool_calls: Vec::new(),
                         })
                     }),
                     started,
                     counted: (0, 0),
+                    tooled: None,
                 });
                 return (judged, rest);
             }
@@ -501,7 +511,12 @@ impl Brain {
         };
         out.model = ep.model.clone();
         out.prompt_hash = Some(prompt_hash(&messages));
-        let drafting = llm.draft(&ep, &messages, msg).await;
+        // The drafting call writes the reply: it is offered the bot's tools.
+        let specs = match self.engine.tools() {
+            Some(tools) => crate::turn::engine::offered_tools(self, tools, msg).await,
+            None => Vec::new(),
+        };
+        let drafting = llm.draft_with_tools(&ep, &messages, &specs, msg).await;
         match drafting {
             Ok(d) => {
                 // What the call has cost so far, estimated: most drafting calls end
@@ -525,10 +540,12 @@ impl Brain {
                     return (out, None);
                 }
                 let speak = out.verdict.is_some_and(|v| v.speak);
+                let tooled = (!specs.is_empty()).then(|| (ep.clone(), messages.clone(), specs));
                 let rest = speak.then(|| PendingDraft {
                     rest: d.rest,
                     started,
                     counted,
+                    tooled,
                 });
                 (out, rest)
             }
@@ -545,7 +562,12 @@ impl Brain {
     /// The reply a drafting judge goes on writing once its verdict said speak:
     /// `None` if the rest of the call failed or wrote nothing (logged). Its tokens
     /// count now, against the day's budget and in the metrics.
-    pub(crate) async fn finish_draft(&self, draft: PendingDraft) -> Option<Reply> {
+    pub(crate) async fn finish_draft(
+        &self,
+        llm: &dyn Llm,
+        msg: &Envelope,
+        draft: PendingDraft,
+    ) -> Option<Reply> {
         match draft.rest.await {
             Ok(c) => {
                 // The call's usage, less what was counted at its verdict line.
@@ -556,6 +578,29 @@ impl Brain {
                 let tokens = c.usage.prompt_tokens + c.usage.completion_tokens;
                 self.budget.spend_tokens(more.0 + more.1);
                 self.metrics.llm_tokens("draft", more.0, more.1);
+                if let (false, Some((ep, messages, specs)), Some(tools)) =
+                    (c.tool_calls.is_empty(), draft.tooled, self.engine.tools())
+                {
+                    // The draft asks for tools: the loop goes on from it.
+                    let first = crate::llm::Completion {
+                        usage: crate::llm::Usage {
+                            prompt_tokens: 0,
+                            completion_tokens: more.1,
+                        },
+                        ..c
+                    };
+                    return crate::turn::engine::tool_loop(
+                        self,
+                        llm,
+                        &ep,
+                        messages,
+                        &specs,
+                        tools,
+                        msg,
+                        Some(first),
+                    )
+                    .await;
+                }
                 let text = c.text.trim().to_string();
                 if text.is_empty() {
                     tracing::warn!(bot = %self.me().name, "the drafting judge said speak but wrote no reply");
@@ -628,59 +673,6 @@ impl Brain {
         }
     }
 
-    /// Hands the turn to the sidecar agent. `Ok(Some(text))`: it answered in the
-    /// response; `Ok(None)`: it will answer later through `POST /v1/messages`.
-    pub(crate) async fn ask_agent(
-        &self,
-        client: &reqwest::Client,
-        url: &str,
-        turn: &Turn<'_>,
-    ) -> Result<Option<String>, String> {
-        let started = Instant::now();
-        let result = async {
-            let resp = client
-                .post(url)
-                .json(turn)
-                .send()
-                .await
-                .map_err(|e| format!("transport: {e}"))?;
-            let status = resp.status();
-            let body = resp
-                .bytes()
-                .await
-                .map_err(|e| format!("reading body: {e}"))?;
-            if status == reqwest::StatusCode::ACCEPTED || status == reqwest::StatusCode::NO_CONTENT
-            {
-                return Ok(None);
-            }
-            if !status.is_success() {
-                return Err(format!(
-                    "status {status}: {}",
-                    String::from_utf8_lossy(&body[..body.len().min(200)])
-                ));
-            }
-            /// The agent's in-response answer.
-            #[derive(Deserialize)]
-            struct AgentAnswer {
-                text: Option<String>,
-            }
-            let a: AgentAnswer = serde_json::from_slice(&body)
-                .map_err(|e| format!("answer is not {{\"text\": …}}: {e}"))?;
-            Ok(a.text
-                .map(|t| t.trim().to_string())
-                .filter(|t| !t.is_empty()))
-        }
-        .await;
-        let label = match &result {
-            Ok(Some(_)) => "ok",
-            Ok(None) => "deferred",
-            Err(_) => "failed",
-        };
-        self.metrics
-            .llm_call("agent", label, started.elapsed().as_secs_f64(), 0, 0);
-        result
-    }
-
     /// Writes the reply text. `None` means the LLM failed (logged and counted).
     pub(crate) async fn write_reply(
         &self,
@@ -697,6 +689,13 @@ impl Brain {
             }),
             Provider::Remote { reply, .. } => {
                 let messages = crate::turn::reply::messages(&t.me, &t.colleagues, context, msg);
+                if let Some(tools) = self.engine.tools() {
+                    let specs = crate::turn::engine::offered_tools(self, tools, msg).await;
+                    return crate::turn::engine::tool_loop(
+                        self, llm, reply, messages, &specs, tools, msg, None,
+                    )
+                    .await;
+                }
                 let (text, tokens) = self
                     .call_counted(llm, reply, Purpose::Reply, &messages, msg)
                     .await
@@ -731,6 +730,33 @@ impl Brain {
     ) -> Result<(String, u64), crate::llm::LlmError> {
         let started = Instant::now();
         let result = llm.complete(ep, purpose, messages, about).await;
+        self.count_call(purpose, started, result)
+            .map(|c| (c.text, c.usage.completion_tokens))
+    }
+
+    /// A reply call offering `tools` (one round of the tool loop), counted as every
+    /// reply call is: against the day's budget and in the metrics.
+    pub(crate) async fn call_reply(
+        &self,
+        llm: &dyn Llm,
+        ep: &Endpoint,
+        messages: &[ChatMessage],
+        tools: &[crate::llm::ToolSpec],
+        about: &Envelope,
+    ) -> Result<crate::llm::Completion, crate::llm::LlmError> {
+        let started = Instant::now();
+        let result = llm.complete_with_tools(ep, messages, tools, about).await;
+        self.count_call(Purpose::Reply, started, result)
+    }
+
+    /// Counts a finished call (made at `started`): against the day's budget, in the
+    /// metrics, and logged when it failed.
+    fn count_call(
+        &self,
+        purpose: Purpose,
+        started: Instant,
+        result: Result<crate::llm::Completion, crate::llm::LlmError>,
+    ) -> Result<crate::llm::Completion, crate::llm::LlmError> {
         // Every call counts against the day's budget, a failed one too (its tokens,
         // unknown, as none).
         self.budget.spend(
@@ -747,7 +773,7 @@ impl Brain {
                     c.usage.prompt_tokens,
                     c.usage.completion_tokens,
                 );
-                Ok((c.text, c.usage.completion_tokens))
+                Ok(c)
             }
             Err(e) => {
                 self.metrics.llm_call(

@@ -12,6 +12,8 @@
 //! - [`command`] — people's `/quiet`, `/resume`, `/stop`, `/why` in the chat: parsing,
 //!   the groups' stop tokens, the decision trail `/why` reads.
 //! - [`brain`] — `Brain`: a bot's turn-taking state and its LLM questions.
+//! - [`engine`] — `ReplyEngine`: the model (with its MCP tools' loop) or a sidecar
+//!   webhook writes the reply.
 //! - [`pipeline`] — `triage` and `act`: the pipeline for one message.
 //! - [`explain`] — the dry-run of a decision.
 //! - [`ports`] — `Ports`, the turn code's view of the node (and of the simulator).
@@ -19,6 +21,7 @@
 pub(crate) mod brain;
 pub(crate) mod budget;
 pub(crate) mod command;
+pub(crate) mod engine;
 pub(crate) mod explain;
 pub(crate) mod judge;
 pub(crate) mod mention;

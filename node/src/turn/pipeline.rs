@@ -260,7 +260,7 @@ async fn prepare<P: Ports + ?Sized>(
     } else if let Some(draft) = draft {
         // Mentioned past the threshold and the drafting judge agreed: its draft is
         // the answer.
-        early = match p.brain().finish_draft(draft).await {
+        early = match p.brain().finish_draft(p.llm(), msg, draft).await {
             Some(r) => Early::Written(r),
             None => Early::Failed,
         };
@@ -455,7 +455,7 @@ async fn write_step<P: Ports + ?Sized>(
     }
     let me = brain.me();
     let context = context_before(p, msg, me.context_messages.max(12));
-    if let Some((client, url)) = &brain.agent {
+    if let crate::turn::engine::ReplyEngine::Sidecar(hook) = &brain.engine {
         let turn = Turn {
             bot: &me.name,
             group: &msg.group,
@@ -466,9 +466,9 @@ async fn write_step<P: Ports + ?Sized>(
             depth: crate::wire::envelope::next_depth(msg.depth),
             reply_to: msg.id,
         };
-        return match brain.ask_agent(client, url, &turn).await {
-            Ok(Some(text)) => Some(Reply { text, tokens: 0 }),
-            Ok(None) => {
+        return match crate::turn::engine::ask_sidecar(brain, hook, &turn).await {
+            Ok(crate::agent::sidecar::Answer::Now(text)) => Some(Reply { text, tokens: 0 }),
+            Ok(crate::agent::sidecar::Answer::Later) => {
                 record(
                     p,
                     msg,
@@ -846,7 +846,7 @@ async fn wait_turn<P: Ports + ?Sized>(
     // With a shared verdict every bot knows the ranking already: one that it puts
     // behind a colleague does not write before its turn comes.
     // A drafting judge's reply is already being written.
-    let early = (draft.is_some() || (brain.agent.is_none() && brain.me().write_early))
+    let early = (draft.is_some() || (brain.engine.writes_early() && brain.me().write_early))
         && (everyone
             || (brain.board.standing(msg.id, &me, relevance) == Standing::Clear
                 && shared::ranked_ahead(p, msg, relevance).is_none()));
@@ -868,7 +868,7 @@ async fn wait_turn<P: Ports + ?Sized>(
         if !early {
             std::future::pending().await
         } else if let Some(draft) = draft {
-            brain.finish_draft(draft).await
+            brain.finish_draft(p.llm(), msg, draft).await
         } else {
             let context = context_before(p, msg, brain.me().context_messages.max(12));
             brain

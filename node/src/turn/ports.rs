@@ -11,7 +11,9 @@ use ulid::Ulid;
 
 use crate::config::{BotSettings, MeshSettings};
 use crate::egress::acks::ClaimAcks;
-use crate::llm::{ChatMessage, Completion, Drafting, Endpoint, LlmClient, LlmError, Purpose};
+use crate::llm::{
+    ChatMessage, Completion, Drafting, Endpoint, LlmClient, LlmError, Purpose, ToolSpec,
+};
 use crate::store::verdicts::VerdictRecord;
 use crate::telemetry::events::Event;
 use crate::turn::brain::Brain;
@@ -30,6 +32,21 @@ pub trait Llm: Send + Sync {
         about: &'a Envelope,
     ) -> BoxFuture<'a, Result<Completion, LlmError>>;
 
+    /// A reply call ([`Purpose::Reply`]) offering the model `tools`: its answer may ask
+    /// to call some ([`Completion::tool_calls`]). An implementation that cannot offer
+    /// tools (the simulator's scripted replies) answers as [`Llm::complete`] does,
+    /// which is a plain answer: the tool loop then ends at once.
+    fn complete_with_tools<'a>(
+        &'a self,
+        ep: &'a Endpoint,
+        messages: &'a [ChatMessage],
+        tools: &'a [ToolSpec],
+        about: &'a Envelope,
+    ) -> BoxFuture<'a, Result<Completion, LlmError>> {
+        let _ = tools;
+        self.complete(ep, Purpose::Reply, messages, about)
+    }
+
     /// A drafting judge call ([`Purpose::Draft`]) at `ep`: the verdict line first, the
     /// reply after it (see [`Drafting`]). `about` as for [`Llm::complete`].
     fn draft<'a>(
@@ -38,6 +55,20 @@ pub trait Llm: Send + Sync {
         messages: &'a [ChatMessage],
         about: &'a Envelope,
     ) -> BoxFuture<'a, Result<Drafting, LlmError>>;
+
+    /// [`Llm::draft`] offering the model `tools` (none: a plain drafting call); the
+    /// rest's [`Completion::tool_calls`] are the calls it asks for. An implementation
+    /// that cannot offer tools answers as [`Llm::draft`] does.
+    fn draft_with_tools<'a>(
+        &'a self,
+        ep: &'a Endpoint,
+        messages: &'a [ChatMessage],
+        tools: &'a [ToolSpec],
+        about: &'a Envelope,
+    ) -> BoxFuture<'a, Result<Drafting, LlmError>> {
+        let _ = tools;
+        self.draft(ep, messages, about)
+    }
 }
 
 impl Llm for LlmClient {
@@ -51,6 +82,22 @@ impl Llm for LlmClient {
         Box::pin(LlmClient::complete(self, ep, purpose, messages))
     }
 
+    fn complete_with_tools<'a>(
+        &'a self,
+        ep: &'a Endpoint,
+        messages: &'a [ChatMessage],
+        tools: &'a [ToolSpec],
+        _about: &'a Envelope,
+    ) -> BoxFuture<'a, Result<Completion, LlmError>> {
+        Box::pin(LlmClient::complete_with_tools(
+            self,
+            ep,
+            Purpose::Reply,
+            messages,
+            tools,
+        ))
+    }
+
     fn draft<'a>(
         &'a self,
         ep: &'a Endpoint,
@@ -58,6 +105,16 @@ impl Llm for LlmClient {
         _about: &'a Envelope,
     ) -> BoxFuture<'a, Result<Drafting, LlmError>> {
         Box::pin(LlmClient::draft(self, ep, messages))
+    }
+
+    fn draft_with_tools<'a>(
+        &'a self,
+        ep: &'a Endpoint,
+        messages: &'a [ChatMessage],
+        tools: &'a [ToolSpec],
+        _about: &'a Envelope,
+    ) -> BoxFuture<'a, Result<Drafting, LlmError>> {
+        Box::pin(LlmClient::draft_with_tools(self, ep, messages, tools))
     }
 }
 

@@ -81,6 +81,7 @@ impl Llm for Clocked {
                     completion_tokens: 8,
                 },
                 attempts: 1,
+                tool_calls: Vec::new(),
             })
         })
     }
@@ -103,6 +104,7 @@ impl Llm for Clocked {
                         text: "drafted".into(),
                         usage: Usage::default(),
                         attempts: 1,
+                        tool_calls: Vec::new(),
                     })
                 }),
             })

@@ -1,0 +1,208 @@
+//! `ReplyEngine`: what writes a bot's reply once it has the turn, behind one
+//! boundary — the built-in model (with the bot's MCP tools, if any) or a sidecar
+//! webhook. An ACP agent process is meant to be one more variant here.
+//!
+//! The model's tool loop ([`tool_loop`]): the reply call offers the tools of the
+//! servers that are up; each tool call the model asks for runs on its server
+//! (bounded in time and size, see `agent::mcp`) and its result goes back as a `tool`
+//! message; then the model is called again. After `max_tool_rounds` rounds of tool
+//! calls, one last call offers no tools, so the model answers with what it has. Every
+//! call is a reply call: counted against the daily budget and in
+//! `botmesh_llm_calls_total{purpose="reply"}`. Each tool call is logged, counted in
+//! `botmesh_tool_calls_total` and noted in the trail `/why` reads.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::agent::mcp::{McpTools, ToolResult};
+use crate::agent::sidecar::{Answer, Webhook};
+use crate::config::NodeConfig;
+use crate::llm::{ChatMessage, Completion, Endpoint, ToolSpec};
+use crate::turn::brain::{Brain, Reply};
+use crate::turn::pipeline::Turn;
+use crate::turn::ports::Llm;
+use crate::wire::envelope::Envelope;
+
+/// How long a turn waits for tool servers still making their first connection.
+const FIRST_CONNECT_WAIT: Duration = Duration::from_secs(10);
+
+/// What writes the bot's replies. (One per node, so the variants' size difference
+/// is moot.)
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum ReplyEngine {
+    /// The built-in model (or the offline provider), with the bot's MCP tool servers
+    /// when it has some (`None`: no tools; started by [`Brain::start_tools`]).
+    Model {
+        /// The bot's tool servers.
+        tools: Option<Arc<McpTools>>,
+    },
+    /// A sidecar webhook (`[[bots]] agent`): the turn is handed to an external bot.
+    Sidecar(Webhook),
+}
+
+impl ReplyEngine {
+    /// The engine `cfg` gives this node's bot (tool servers not started yet).
+    pub(crate) fn of(cfg: &NodeConfig) -> reqwest::Result<ReplyEngine> {
+        Ok(match &cfg.bot().agent {
+            Some(a) => ReplyEngine::Sidecar(Webhook::new(a)?),
+            None => ReplyEngine::Model { tools: None },
+        })
+    }
+
+    /// Whether the reply may be written while the bot waits its turn: the model's
+    /// may; a sidecar is handed the turn only once the bot is to speak.
+    pub(crate) fn writes_early(&self) -> bool {
+        matches!(self, ReplyEngine::Model { .. })
+    }
+
+    /// The model's tool servers, if it has any.
+    pub(crate) fn tools(&self) -> Option<&Arc<McpTools>> {
+        match self {
+            ReplyEngine::Model { tools } => tools.as_ref().filter(|t| !t.is_empty()),
+            ReplyEngine::Sidecar(_) => None,
+        }
+    }
+}
+
+/// Hands the turn to the sidecar webhook (counted as an `agent` LLM call).
+pub(crate) async fn ask_sidecar(
+    brain: &Brain,
+    hook: &Webhook,
+    turn: &Turn<'_>,
+) -> Result<Answer, String> {
+    let started = Instant::now();
+    let result = hook.ask(turn).await;
+    let label = match &result {
+        Ok(Answer::Now(_)) => "ok",
+        Ok(Answer::Later) => "deferred",
+        Err(_) => "failed",
+    };
+    brain
+        .metrics
+        .llm_call("agent", label, started.elapsed().as_secs_f64(), 0, 0);
+    result
+}
+
+/// The tool's result as the model reads it: its text, or for any other outcome than
+/// ok, `[tool {outcome}] ` before it (an `isError` result is `[tool error] …`).
+pub(crate) fn tool_message_text(r: &ToolResult) -> String {
+    if r.is_error() {
+        format!("[tool {}] {}", r.outcome, r.text)
+    } else {
+        r.text.clone()
+    }
+}
+
+/// The tools to offer the model for a turn about `msg`: those of the servers that are
+/// up (waiting for any still making their first connection); each server that is not
+/// is logged and noted for `/why`. None when `max_tool_rounds` is 0.
+pub(crate) async fn offered_tools(
+    brain: &Brain,
+    tools: &McpTools,
+    msg: &Envelope,
+) -> Vec<ToolSpec> {
+    let me = brain.me();
+    if me.max_tool_rounds == 0 {
+        return Vec::new();
+    }
+    let (offered, down) = tools.tools(FIRST_CONNECT_WAIT).await;
+    for (server, why) in &down {
+        tracing::warn!(bot = %me.name, server = %server, why = %why, trigger = %msg.id, "answering without this MCP server's tools");
+        brain.trail.note(
+            msg.id,
+            "tools",
+            "server_unavailable",
+            &format!("{server}: {why}"),
+        );
+    }
+    offered
+        .iter()
+        .map(|t| ToolSpec {
+            name: t.name.clone(),
+            description: t.description.clone(),
+            parameters: t.parameters.clone(),
+        })
+        .collect()
+}
+
+/// The model's reply with tools: see the module documentation. `first`: the answer of
+/// a call already made with `messages` and `specs` (a drafting judge's rest), which
+/// is the first round. `None`: a call failed or the final answer is empty (logged
+/// and counted).
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn tool_loop(
+    brain: &Brain,
+    llm: &dyn Llm,
+    ep: &Endpoint,
+    mut messages: Vec<ChatMessage>,
+    specs: &[ToolSpec],
+    tools: &McpTools,
+    msg: &Envelope,
+    first: Option<Completion>,
+) -> Option<Reply> {
+    let me = brain.me();
+    let timeout = Duration::from_millis(me.tool_timeout_ms);
+    let mut tokens = 0;
+    let mut rounds = 0;
+    let mut first = first;
+    loop {
+        let offer: &[ToolSpec] = if rounds < me.max_tool_rounds {
+            specs
+        } else {
+            &[]
+        };
+        let c = match first.take() {
+            Some(c) => c,
+            None => brain
+                .call_reply(llm, ep, &messages, offer, msg)
+                .await
+                .ok()?,
+        };
+        tokens += c.usage.completion_tokens;
+        if c.tool_calls.is_empty() || offer.is_empty() {
+            let text = c.text.trim().to_string();
+            return (!text.is_empty()).then_some(Reply { text, tokens });
+        }
+        rounds += 1;
+        messages.push(ChatMessage::assistant_calls(
+            c.text.clone(),
+            c.tool_calls.clone(),
+        ));
+        for call in &c.tool_calls {
+            let r = tools
+                .call(
+                    &call.function.name,
+                    &call.function.arguments,
+                    timeout,
+                    me.tool_result_chars,
+                )
+                .await;
+            brain.trail.note(
+                msg.id,
+                "tool",
+                r.outcome,
+                &format!(
+                    "{}{} {} ms{}",
+                    if r.server.is_empty() {
+                        String::new()
+                    } else {
+                        format!("{}/", r.server)
+                    },
+                    r.tool,
+                    r.ms,
+                    if r.capped { ", cut" } else { "" }
+                ),
+            );
+            messages.push(ChatMessage::tool(call.id.clone(), tool_message_text(&r)));
+        }
+        if rounds == me.max_tool_rounds {
+            tracing::warn!(bot = %me.name, trigger = %msg.id, max_tool_rounds = me.max_tool_rounds, "max_tool_rounds reached: the model answers without tools now");
+            brain.trail.note(
+                msg.id,
+                "tools",
+                "max_tool_rounds",
+                &format!("{rounds} rounds; the last call offered no tools"),
+            );
+        }
+    }
+}
