@@ -214,16 +214,20 @@ async fn with_operators_set_only_theirs_steer_and_anyone_elses_is_ordinary_text(
         .expect("recorded");
     assert_eq!(answer.reply_to, Some(asked.id));
     for i in [XIAOBA, B] {
-        assert_eq!(
-            commands(&mesh, i, "quiet", "not_operator").await,
-            2.0,
-            "node {i}"
-        );
-        assert_eq!(
-            commands(&mesh, i, "stop", "not_operator").await,
-            1.0,
-            "node {i}"
-        );
+        // Each node counts the three as they reach it (over the bridge for the other).
+        let counted = wait_for(
+            Duration::from_secs(10),
+            Duration::from_millis(25),
+            || async {
+                (
+                    commands(&mesh, i, "quiet", "not_operator").await,
+                    commands(&mesh, i, "stop", "not_operator").await,
+                )
+            },
+            |c| *c == (2.0, 1.0),
+        )
+        .await;
+        assert_eq!(counted, (2.0, 1.0), "node {i}: quiet, stop not_operator");
         assert_eq!(commands(&mesh, i, "quiet", "applied").await, 0.0);
         assert_eq!(quiet(&mesh, i).await, (false, vec![]));
     }
