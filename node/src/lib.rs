@@ -26,6 +26,7 @@
 //! egress      one outbox per peer over a Transport (HTTP peer, Redis stream), relay, claim acks
 //! llm         the OpenAI-compatible client (whole answers, and streamed drafts)
 //! store       transcripts, the outbox log, delivery cursors, the verdict log
+//! agent       reply engines beyond the model: an ACP agent process (acp)
 //! telemetry   Prometheus metrics, live events
 //! config      peers.toml → a validated NodeConfig; pacing (backoff, token bucket) for every layer;
 //!             reload (which changed keys apply at once, which wait for a restart)
@@ -39,6 +40,7 @@
 //! - [`store`] — per-group, append-only, deduplicated, durable transcripts; cursors.
 //! - [`llm`] — the OpenAI-compatible client: whole answers (`complete`), and a drafting
 //!   judge's streamed verdict line and reply (`draft`, `llm/stream.rs`).
+//! - [`agent`] — `AcpAgent`: a coding agent over ACP as a bot's reply engine.
 //! - [`egress`] — `Outbox` per peer, relaying around a broken link, the Redis stream link.
 //! - [`turn`] — the bots' manners, talking to the node only through `turn::Ports`.
 //! - [`ingress`] — `Ingest`: every inbound path's narrow handle, and the checks.
@@ -54,6 +56,7 @@
 // `cargo doc --document-private-items`: links into it are meant.
 #![allow(rustdoc::private_intra_doc_links)]
 
+pub mod agent;
 pub mod app;
 pub mod config;
 pub(crate) mod egress;

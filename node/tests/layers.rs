@@ -9,6 +9,7 @@ const LAYERS: &[&str] = &[
     "wire",
     "config",
     "telemetry",
+    "agent",
     "store",
     "llm",
     "egress",
