@@ -7,8 +7,8 @@ says:
   CHUNKS        three message chunks ("one ", "two ", "three"), a plan and a tool call
                 update, then end_turn
   TOOL <kind>   a tool call of that kind, then session/request_permission with option
-                ids that differ from their kinds; replies "permission: <optionId>" or
-                "permission: cancelled"
+                ids that differ from their kinds (only the allow ones with ONLYALLOW in
+                the text); replies "permission: <optionId>" or "permission: cancelled"
   SLOW          works 30 s in 0.1 s steps, honouring session/cancel (then answers
                 `cancelled` and writes "cancelled <sessionId>" to $ACP_STANDIN_LOG)
   CRASH         one chunk, then exits with status 3 mid-turn
@@ -118,6 +118,8 @@ class StandIn(Agent):
                 PermissionOption(option_id="proceed-always", name="Always", kind="allow_always"),
                 PermissionOption(option_id="nope", name="No", kind="reject_once"),
             ]
+            if "ONLYALLOW" in text:
+                options = [o for o in options if o.kind.startswith("allow")]
             answer = await self.conn.request_permission(
                 session_id=sid,
                 tool_call=ToolCallUpdate(tool_call_id="call-7", title=f"do a {kind} thing", kind=kind),

@@ -342,6 +342,9 @@ async fn permissions_are_answered_by_kind_and_the_agent_sees_each_decision() {
         assert_eq!(out.text, format!("permission: {picked}"), "kind {kind}");
         dir.wait_log(&format!("permission {kind} {picked}")).await;
     }
+    // A rejection with no option of kind reject_once is not an allow in disguise.
+    let out = prompt(&agent, "g", "TOOL fetch ONLYALLOW").await;
+    assert_eq!(out.text, "permission: cancelled");
     let asked: Vec<(String, String, String, ToolKind)> = asker
         .asked
         .lock()
@@ -392,6 +395,8 @@ async fn cancel_stops_a_turn_in_flight_which_returns_no_text() {
     let agent = start(settings(&dir, &[]), AcpOptions::default()).await;
     let (out, ()) = tokio::join!(agent.prompt("g", "SLOW", None), async {
         dir.wait_log("prompt ").await;
+        let busy = agent.prompt("g", "too", None).await;
+        assert_eq!(busy, Err(AcpError::Busy("g".into())), "one turn per group");
         assert!(agent.cancel("g"), "a turn was in flight");
     });
     let out = out.expect("the turn ends");
@@ -438,5 +443,47 @@ async fn a_crash_fails_the_turn_and_the_next_prompt_runs_on_a_restarted_agent() 
     assert_ne!(after["sessionId"], before["sessionId"]);
     assert_ne!(agent.pid(), Some(first_pid), "a new process");
     assert!(gone(first_pid));
+    agent.stop().await;
+}
+
+/// Never answers; counts the questions.
+struct Silent {
+    asked: std::sync::atomic::AtomicUsize,
+}
+
+impl PermissionAsker for Silent {
+    fn ask(&self, _question: PermissionQuestion) -> BoxFuture<'static, Decision> {
+        self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Box::pin(std::future::pending())
+    }
+}
+
+#[tokio::test]
+async fn a_question_pending_when_the_turn_is_cancelled_is_answered_cancelled() {
+    let dir = Dir::new();
+    let mut s = settings(&dir, &[]);
+    s.ask_timeout_secs = 60;
+    let asker = Arc::new(Silent {
+        asked: std::sync::atomic::AtomicUsize::new(0),
+    });
+    let options = AcpOptions {
+        asker: Some(asker.clone()),
+        ..AcpOptions::default()
+    };
+    let agent = start(s, options).await;
+    let (out, ()) = tokio::join!(agent.prompt("g", "TOOL execute", None), async {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while asker.asked.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            assert!(tokio::time::Instant::now() < deadline, "never asked");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(agent.cancel("g"));
+    });
+    dir.wait_log("permission execute cancelled").await;
+    assert_eq!(
+        out.expect("the turn ends").text,
+        "",
+        "a cancelled turn has no text"
+    );
     agent.stop().await;
 }
