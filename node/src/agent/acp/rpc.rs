@@ -28,6 +28,9 @@ pub(crate) const MAX_MESSAGE: usize = 16 * 1024 * 1024;
 /// (a grandchild may hold the pipe open for ever).
 const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(1);
 
+/// Why a connection died when the agent's output ended.
+const OUTPUT_ENDED: &str = "its output ended";
+
 /// JSON-RPC's "method not found".
 pub(crate) const METHOD_NOT_FOUND: i64 = -32601;
 
@@ -368,25 +371,39 @@ async fn read_loop(
 ) {
     let mut exit = shared.exit.clone();
     let mut exited: Option<tokio::time::Instant> = None;
+    let mut watching = true;
     let mut buf = Vec::new();
     let reason = loop {
-        let read = read_bounded_line(&mut reader, MAX_MESSAGE, &mut buf);
-        let line = match exited {
-            Some(deadline) => match tokio::time::timeout_at(deadline, read).await {
-                Ok(line) => line,
-                Err(_) => break "it exited".to_string(),
-            },
-            None => tokio::select! {
-                line = read => line,
-                _ = exit.wait_for(Option::is_some) => {
-                    exited = Some(tokio::time::Instant::now() + DRAIN_AFTER_EXIT);
-                    continue;
+        // One read per line, never dropped half way: the exit only starts a deadline.
+        let line = {
+            let read = read_bounded_line(&mut reader, MAX_MESSAGE, &mut buf);
+            tokio::pin!(read);
+            loop {
+                let drained = async {
+                    match exited {
+                        Some(deadline) => tokio::time::sleep_until(deadline).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    line = &mut read => break Some(line),
+                    seen = exit.wait_for(Option::is_some), if exited.is_none() && watching => {
+                        // A closed channel (no process behind the pipes) is no exit.
+                        match seen {
+                            Ok(_) => exited = Some(tokio::time::Instant::now() + DRAIN_AFTER_EXIT),
+                            Err(_) => watching = false,
+                        }
+                    }
+                    _ = drained => break None,
                 }
-            },
+            }
+        };
+        let Some(line) = line else {
+            break "it exited".to_string();
         };
         match line {
             Err(e) => break format!("reading its output failed: {e}"),
-            Ok(None) => break "its output ended".to_string(),
+            Ok(None) => break OUTPUT_ENDED.to_string(),
             Ok(Some(true)) => break format!("it sent a message over {MAX_MESSAGE} bytes"),
             Ok(Some(false)) => {}
         }
@@ -407,7 +424,8 @@ async fn read_loop(
             Ok(Some(message)) => dispatch(message, &shared, &handler, &out, &label),
         }
     };
-    if exited.is_none() && shared.exit.borrow().is_none() {
+    let ended = reason == OUTPUT_ENDED;
+    if ended && exited.is_none() && shared.exit.borrow().is_none() {
         // The output ended first: the exit status usually follows at once.
         let mut exit = shared.exit.clone();
         let _ = tokio::time::timeout(DRAIN_AFTER_EXIT, exit.wait_for(Option::is_some)).await;
@@ -522,7 +540,7 @@ mod tests {
 
     #[tokio::test]
     async fn answers_are_matched_by_id_in_any_order() {
-        let (conn, mut agent, mut sent, _, _) = pipe();
+        let (conn, mut agent, mut sent, _, _exit) = pipe();
         let a = tokio::spawn({
             let conn = conn.clone();
             async move { conn.call("first", json!({})).await }
@@ -554,7 +572,7 @@ mod tests {
 
     #[tokio::test]
     async fn incoming_ids_are_echoed_exactly_and_unknown_methods_get_32601() {
-        let (_conn, mut agent, mut sent, handler, _) = pipe();
+        let (_conn, mut agent, mut sent, handler, _exit) = pipe();
         let lines = [
             json!({"jsonrpc": "2.0", "id": "3f2c-uuid", "method": "echo", "params": {"x": 1}}),
             json!({"jsonrpc": "2.0", "id": 0, "method": "fs/read_text_file", "params": {}}),
@@ -574,7 +592,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_garbage_line_kills_the_connection_and_every_pending_call() {
-        let (conn, mut agent, mut sent, _, _) = pipe();
+        let (conn, mut agent, mut sent, _, _exit) = pipe();
         let call = tokio::spawn({
             let conn = conn.clone();
             async move { conn.call("slow", json!({})).await }
@@ -584,7 +602,8 @@ mod tests {
             .write_all(b"Traceback (most recent call last):\n")
             .await
             .unwrap();
-        let Err(CallError::Dead(death)) = call.await.unwrap() else {
+        let answer = tokio::time::timeout(Duration::from_secs(5), call).await;
+        let Err(CallError::Dead(death)) = answer.expect("fails at once").unwrap() else {
             panic!("the call should fail with the connection")
         };
         assert!(death.reason.contains("not JSON"), "{death:?}");
@@ -609,6 +628,24 @@ mod tests {
             panic!("dead")
         };
         assert_eq!(death.status.as_deref(), Some("exit status: 3"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_exit_kills_it_even_when_a_grandchild_keeps_the_output_open() {
+        let (conn, agent, mut sent, _, exit) = pipe();
+        let call = tokio::spawn({
+            let conn = conn.clone();
+            async move { conn.call("x", json!({})).await }
+        });
+        next_json(&mut sent).await;
+        exit.send_replace(Some("signal: 9 (SIGKILL)".into()));
+        let answer = tokio::time::timeout(Duration::from_secs(5), call).await;
+        let Err(CallError::Dead(death)) = answer.expect("dies after the drain").unwrap() else {
+            panic!("dead")
+        };
+        assert_eq!(death.reason, "it exited");
+        assert_eq!(death.status.as_deref(), Some("signal: 9 (SIGKILL)"));
+        drop(agent); // held open until here, like a grandchild would
     }
 
     #[tokio::test]
