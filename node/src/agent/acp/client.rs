@@ -251,14 +251,8 @@ impl AcpAgent {
             .map(|t| t.text)
             .unwrap_or_default();
         let result = answer.map_err(|e| call_error("session/prompt", e))?;
-        let reason = result
-            .get("stopReason")
-            .and_then(Value::as_str)
-            .ok_or_else(|| AcpError::Protocol {
-                method: "session/prompt".into(),
-                problem: format!("no stopReason in {result}"),
-            })?;
-        let stop_reason = StopReason::from_acp(reason);
+        let stop_reason =
+            StopReason::from_acp(answer_field(&result, "session/prompt", "stopReason")?);
         let text = if stop_reason == StopReason::Cancelled || cancel.is_cancelled() {
             String::new()
         } else {
@@ -338,14 +332,7 @@ impl AcpAgent {
             .call("session/new", params)
             .await
             .map_err(|e| call_error("session/new", e))?;
-        let id = answer
-            .get("sessionId")
-            .and_then(Value::as_str)
-            .ok_or_else(|| AcpError::Protocol {
-                method: "session/new".into(),
-                problem: format!("no sessionId in {answer}"),
-            })?
-            .to_string();
+        let id = answer_field(&answer, "session/new", "sessionId")?.to_string();
         tracing::info!(bot = %self.shared.bot, group, session = %id, "opened an ACP session");
         self.shared.sessions.lock().insert(
             group.to_string(),
@@ -400,6 +387,17 @@ fn send_cancel(shared: &Shared, conn: &Connection, session: &str, cancel: &Cance
     cancel.cancel();
     tracing::info!(bot = %shared.bot, session, "session/cancel");
     conn.notify("session/cancel", json!({"sessionId": session}));
+}
+
+/// The string field `key` of `method`'s answer, or a protocol error naming it.
+fn answer_field<'a>(answer: &'a Value, method: &str, key: &str) -> Result<&'a str, AcpError> {
+    answer
+        .get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| AcpError::Protocol {
+            method: method.to_string(),
+            problem: format!("no {key} in {answer}"),
+        })
 }
 
 /// An [`AcpError`] for a failed call.

@@ -529,6 +529,23 @@ mod tests {
         )
     }
 
+    /// Calls `method` in a task, so the test can play the agent meanwhile.
+    fn call_in_task(
+        conn: &Arc<Connection>,
+        method: &'static str,
+    ) -> tokio::task::JoinHandle<Result<Value, CallError>> {
+        let conn = conn.clone();
+        tokio::spawn(async move { conn.call(method, json!({})).await })
+    }
+
+    /// How the call failed (within 5 s).
+    async fn death_of(call: tokio::task::JoinHandle<Result<Value, CallError>>) -> Death {
+        match tokio::time::timeout(Duration::from_secs(5), call).await {
+            Ok(Ok(Err(CallError::Dead(death)))) => death,
+            other => panic!("the call should fail with the connection: {other:?}"),
+        }
+    }
+
     async fn next_json(lines: &mut tokio::io::Lines<BufReader<DuplexStream>>) -> Value {
         let line = tokio::time::timeout(Duration::from_secs(5), lines.next_line())
             .await
@@ -541,15 +558,9 @@ mod tests {
     #[tokio::test]
     async fn answers_are_matched_by_id_in_any_order() {
         let (conn, mut agent, mut sent, _, _exit) = pipe();
-        let a = tokio::spawn({
-            let conn = conn.clone();
-            async move { conn.call("first", json!({})).await }
-        });
+        let a = call_in_task(&conn, "first");
         let first = next_json(&mut sent).await;
-        let b = tokio::spawn({
-            let conn = conn.clone();
-            async move { conn.call("second", json!({})).await }
-        });
+        let b = call_in_task(&conn, "second");
         let second = next_json(&mut sent).await;
         assert_eq!(first["method"], "first");
         assert_eq!(first["jsonrpc"], "2.0");
@@ -593,19 +604,13 @@ mod tests {
     #[tokio::test]
     async fn a_garbage_line_kills_the_connection_and_every_pending_call() {
         let (conn, mut agent, mut sent, _, _exit) = pipe();
-        let call = tokio::spawn({
-            let conn = conn.clone();
-            async move { conn.call("slow", json!({})).await }
-        });
+        let call = call_in_task(&conn, "slow");
         next_json(&mut sent).await;
         agent
             .write_all(b"Traceback (most recent call last):\n")
             .await
             .unwrap();
-        let answer = tokio::time::timeout(Duration::from_secs(5), call).await;
-        let Err(CallError::Dead(death)) = answer.expect("fails at once").unwrap() else {
-            panic!("the call should fail with the connection")
-        };
+        let death = death_of(call).await;
         assert!(death.reason.contains("not JSON"), "{death:?}");
         assert_eq!(conn.dead().await, death);
         assert!(matches!(
@@ -617,32 +622,21 @@ mod tests {
     #[tokio::test]
     async fn the_end_of_output_kills_it_with_the_exit_status() {
         let (conn, agent, mut sent, _, exit) = pipe();
-        let call = tokio::spawn({
-            let conn = conn.clone();
-            async move { conn.call("x", json!({})).await }
-        });
+        let call = call_in_task(&conn, "x");
         next_json(&mut sent).await;
         exit.send_replace(Some("exit status: 3".into()));
         drop(agent);
-        let Err(CallError::Dead(death)) = call.await.unwrap() else {
-            panic!("dead")
-        };
+        let death = death_of(call).await;
         assert_eq!(death.status.as_deref(), Some("exit status: 3"));
     }
 
     #[tokio::test(start_paused = true)]
     async fn an_exit_kills_it_even_when_a_grandchild_keeps_the_output_open() {
         let (conn, agent, mut sent, _, exit) = pipe();
-        let call = tokio::spawn({
-            let conn = conn.clone();
-            async move { conn.call("x", json!({})).await }
-        });
+        let call = call_in_task(&conn, "x");
         next_json(&mut sent).await;
         exit.send_replace(Some("signal: 9 (SIGKILL)".into()));
-        let answer = tokio::time::timeout(Duration::from_secs(5), call).await;
-        let Err(CallError::Dead(death)) = answer.expect("dies after the drain").unwrap() else {
-            panic!("dead")
-        };
+        let death = death_of(call).await;
         assert_eq!(death.reason, "it exited");
         assert_eq!(death.status.as_deref(), Some("signal: 9 (SIGKILL)"));
         drop(agent); // held open until here, like a grandchild would
