@@ -17,6 +17,7 @@ use serde::Deserialize;
 
 use crate::wire::signing::{HmacSecret, PairwiseKey, PublicKey, Signer, SigningKey, Verifier};
 
+pub mod acp;
 pub(crate) mod names;
 pub(crate) mod pacing;
 pub(crate) mod reload;

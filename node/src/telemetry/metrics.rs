@@ -178,6 +178,50 @@ pub struct SchemeLabel {
     pub(crate) scheme: String,
 }
 
+/// Labels for ACP agent turns.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BotOutcome {
+    /// The bot whose agent ran the turn.
+    pub(crate) bot: String,
+    /// The stop reason or the failure label.
+    pub(crate) outcome: String,
+}
+
+/// Labels naming one bot.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BotLabel {
+    /// The bot's name.
+    pub(crate) bot: String,
+}
+
+/// The ACP agents' metrics: turns by outcome, restarts.
+pub(crate) struct AgentMetrics {
+    /// `botmesh_agent_turns_total{bot,outcome}`.
+    turns: Family<BotOutcome, Counter>,
+    /// `botmesh_agent_restarts_total{bot}`.
+    restarts: Family<BotLabel, Counter>,
+}
+
+impl AgentMetrics {
+    fn register(registry: &mut Registry) -> AgentMetrics {
+        let m = AgentMetrics {
+            turns: Family::default(),
+            restarts: Family::default(),
+        };
+        registry.register(
+            "botmesh_agent_turns",
+            "ACP agent turns, by bot and outcome (stop reason or failure)",
+            m.turns.clone(),
+        );
+        registry.register(
+            "botmesh_agent_restarts",
+            "Restarts of a bot's ACP agent process after it died",
+            m.restarts.clone(),
+        );
+        m
+    }
+}
+
 /// Every metric the node exports.
 pub struct Metrics {
     registry: Registry,
@@ -267,6 +311,8 @@ pub struct Metrics {
     pub(crate) tool_calls: Family<ToolLabel, Counter>,
     /// The tools each MCP server offers now: 0 while it is down (or still starting).
     pub(crate) mcp_tools: Family<ToolServerLabel, Gauge>,
+    /// ACP agents' turns and restarts ([`AgentMetrics`]).
+    pub(crate) agent: AgentMetrics,
 }
 
 impl Default for Metrics {
@@ -351,6 +397,7 @@ impl Metrics {
             budget_spent.clone(),
         );
         let verdict_log = Family::<ResultLabel, Counter>::default();
+        let agent = AgentMetrics::register(&mut registry);
         registry.register(
             "botmesh_verdict_log",
             "Verdict log lines (judge answers kept for botmesh replay), by result",
@@ -481,6 +528,7 @@ impl Metrics {
         Metrics {
             tool_calls,
             mcp_tools,
+            agent,
             config_reloads,
             budget_exhausted,
             budget_spent,
@@ -514,6 +562,26 @@ impl Metrics {
             transcript_appends,
             cache_entries,
         }
+    }
+
+    /// Counts one ACP agent turn of `bot` by outcome: its stop reason (`end_turn`,
+    /// `max_tokens`, `refusal`, `cancelled`, …) or its failure (`died`, `timed_out`, …).
+    pub fn agent_turn(&self, bot: &str, outcome: &str) {
+        self.agent
+            .turns
+            .get_or_create(&BotOutcome {
+                bot: bot.into(),
+                outcome: outcome.into(),
+            })
+            .inc();
+    }
+
+    /// Counts one restart of `bot`'s ACP agent after it died.
+    pub fn agent_restart(&self, bot: &str) {
+        self.agent
+            .restarts
+            .get_or_create(&BotLabel { bot: bot.into() })
+            .inc();
     }
 
     /// Sets the size of one in-memory cache.
@@ -774,5 +842,27 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String");
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agent_turns_and_restarts_are_exported_by_bot() {
+        let m = Metrics::new();
+        m.agent_turn("Ada", "end_turn");
+        m.agent_turn("Ada", "end_turn");
+        m.agent_turn("Ada", "died");
+        m.agent_restart("Ada");
+        let text = m.render();
+        for line in [
+            r#"botmesh_agent_turns_total{bot="Ada",outcome="end_turn"} 2"#,
+            r#"botmesh_agent_turns_total{bot="Ada",outcome="died"} 1"#,
+            r#"botmesh_agent_restarts_total{bot="Ada"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
     }
 }

@@ -1,0 +1,758 @@
+//! [`AcpAgent`]: one agent process per bot, its sessions (one per group), its turns,
+//! its permission answers and the supervisor that restarts it.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::process::{self, AgentProcess};
+use super::rpc::{CallError, Connection, Handler, RpcError};
+use super::{
+    AcpError, AcpOptions, AcpProgress, AcpPrompt, AcpSettings, Decision, PermissionQuestion,
+    PlanStep, StopReason, ToolKind, TurnOutcome,
+};
+use crate::config::pacing::{Backoff, Jitter};
+
+/// The ACP protocol version this client speaks.
+const PROTOCOL_VERSION: u64 = 1;
+/// How long `initialize` may take (opencode needs seconds).
+const INIT_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a timed-out turn waits for the agent's `cancelled` answer.
+const CANCEL_WAIT: Duration = Duration::from_secs(2);
+/// Restarts after a death: from half a second, doubling, up to a minute.
+const RESTART: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(60));
+/// A process that lived this long counts as healthy: the next restart starts the
+/// backoff over.
+const HEALTHY: Duration = Duration::from_secs(60);
+
+/// A live agent: its process and connection, numbered so sessions opened on an
+/// earlier process are known to be gone.
+#[derive(Clone)]
+struct Live {
+    conn: Arc<Connection>,
+    process: Arc<AgentProcess>,
+    generation: u64,
+    started: Instant,
+}
+
+/// Whether there is an agent to talk to.
+#[derive(Clone)]
+enum Link {
+    /// Running and initialized.
+    Up(Live),
+    /// Starting, or dead and about to be restarted: a prompt waits for it.
+    Restarting,
+    /// The last restart failed (why); another follows with the backoff. A prompt fails
+    /// at once rather than wait for an agent that may not come back.
+    Failed(String),
+    /// Stopped for good.
+    Stopped,
+}
+
+/// A turn in flight, found by its session id when the agent's updates and questions
+/// come.
+struct Turn {
+    group: String,
+    text: String,
+    progress: Option<mpsc::Sender<AcpProgress>>,
+    cancel: CancellationToken,
+    /// Tool calls seen in this turn: id → (title, kind), to fill in updates and
+    /// permission questions that leave them out.
+    tools: HashMap<String, (String, ToolKind)>,
+}
+
+/// One group's session on one process.
+#[derive(Clone)]
+struct Session {
+    id: String,
+    generation: u64,
+}
+
+/// Everything the agent's handle, its connection's handler and its supervisor share.
+struct Shared {
+    settings: AcpSettings,
+    bot: String,
+    options: AcpOptions,
+    link: watch::Sender<Link>,
+    sessions: Mutex<HashMap<String, Session>>,
+    /// Turns in flight by session id.
+    turns: Mutex<HashMap<String, Turn>>,
+    /// Groups with a turn in flight.
+    busy: Mutex<HashSet<String>>,
+    shutdown: CancellationToken,
+}
+
+/// A bot's ACP agent: one process (restarted when it dies), one session per group.
+pub struct AcpAgent {
+    shared: Arc<Shared>,
+}
+
+impl Drop for AcpAgent {
+    fn drop(&mut self) {
+        // The supervisor sees it and stops the process.
+        self.shared.shutdown.cancel();
+    }
+}
+
+impl std::fmt::Debug for AcpAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AcpAgent")
+            .field("bot", &self.shared.bot)
+            .field("command", &self.shared.settings.acp)
+            .finish()
+    }
+}
+
+impl AcpAgent {
+    /// Starts the agent's process for `bot` and initializes it. Fails with
+    /// [`AcpError::Spawn`] when the command cannot start, or the error of
+    /// `initialize`.
+    pub async fn start(
+        settings: AcpSettings,
+        bot: &str,
+        options: AcpOptions,
+    ) -> Result<AcpAgent, AcpError> {
+        let shared = Arc::new(Shared {
+            settings,
+            bot: bot.to_string(),
+            options,
+            link: watch::Sender::new(Link::Restarting),
+            sessions: Mutex::new(HashMap::new()),
+            turns: Mutex::new(HashMap::new()),
+            busy: Mutex::new(HashSet::new()),
+            shutdown: CancellationToken::new(),
+        });
+        let live = launch(&shared, 1).await?;
+        shared.link.send_replace(Link::Up(live.clone()));
+        tokio::spawn(supervise(shared.clone(), live));
+        Ok(AcpAgent { shared })
+    }
+
+    /// The running process's id (also its process group's), if it is running.
+    pub fn pid(&self) -> Option<u32> {
+        match &*self.shared.link.borrow() {
+            Link::Up(live) => Some(live.process.pid),
+            _ => None,
+        }
+    }
+
+    /// Whether the next prompt for `group` will open a new session (no turn yet, or
+    /// the agent was restarted since): the caller may send the recent transcript as
+    /// [`AcpPrompt::context`].
+    pub fn needs_context(&self, group: &str) -> bool {
+        let generation = match &*self.shared.link.borrow() {
+            Link::Up(live) => live.generation,
+            _ => return true,
+        };
+        self.shared
+            .sessions
+            .lock()
+            .get(group)
+            .is_none_or(|s| s.generation != generation)
+    }
+
+    /// Runs one turn for `group`: opens its session if needed, sends the prompt and
+    /// returns the reply. Progress (tool calls, plan) goes to `progress` when given
+    /// (dropped, not waited for, when the receiver lags). Dropping the future cancels
+    /// the turn at the agent (`session/cancel`).
+    pub async fn prompt(
+        &self,
+        group: &str,
+        prompt: impl Into<AcpPrompt>,
+        progress: Option<mpsc::Sender<AcpProgress>>,
+    ) -> Result<TurnOutcome, AcpError> {
+        let shared = &self.shared;
+        let prompt = prompt.into();
+        let result = self.turn(group, prompt, progress).await;
+        let outcome = match &result {
+            Ok(o) => o.stop_reason.label(),
+            Err(e) => e.label(),
+        };
+        if let Some(m) = &shared.options.metrics {
+            m.agent_turn(&shared.bot, outcome);
+        }
+        tracing::info!(bot = %shared.bot, group, outcome, "ACP turn ended");
+        result
+    }
+
+    async fn turn(
+        &self,
+        group: &str,
+        prompt: AcpPrompt,
+        progress: Option<mpsc::Sender<AcpProgress>>,
+    ) -> Result<TurnOutcome, AcpError> {
+        let shared = &self.shared;
+        let timeout = Duration::from_secs(shared.settings.turn_timeout_secs);
+        let deadline = Instant::now() + timeout;
+        if !shared.busy.lock().insert(group.to_string()) {
+            return Err(AcpError::Busy(group.to_string()));
+        }
+        let mut guard = TurnGuard {
+            shared: shared.clone(),
+            group: group.to_string(),
+            sent: None,
+            in_flight: false,
+        };
+        let opened = tokio::time::timeout_at(deadline, async {
+            let live = self.live().await?;
+            let (session, new_session) = self.session(&live, group).await?;
+            Ok::<_, AcpError>((live, session, new_session))
+        })
+        .await;
+        let (live, session, new_session) = match opened {
+            Ok(opened) => opened?,
+            Err(_) => return Err(AcpError::TimedOut(timeout)),
+        };
+        let cancel = CancellationToken::new();
+        shared.turns.lock().insert(
+            session.clone(),
+            Turn {
+                group: group.to_string(),
+                text: String::new(),
+                progress,
+                cancel: cancel.clone(),
+                tools: HashMap::new(),
+            },
+        );
+        guard.sent = Some((live.conn.clone(), session.clone(), cancel.clone()));
+        guard.in_flight = true;
+        let mut blocks = Vec::new();
+        if let Some(context) = prompt.context.filter(|_| new_session) {
+            blocks.push(json!({"type": "text", "text": context}));
+        }
+        blocks.push(json!({"type": "text", "text": prompt.text}));
+        let call = live.conn.call(
+            "session/prompt",
+            json!({"sessionId": session, "prompt": blocks}),
+        );
+        tokio::pin!(call);
+        let answer = tokio::select! {
+            answer = &mut call => answer,
+            _ = tokio::time::sleep_until(deadline) => {
+                tracing::warn!(bot = %shared.bot, group, ?timeout, "ACP turn timed out: session/cancel");
+                guard.cancel();
+                let _ = tokio::time::timeout(CANCEL_WAIT, &mut call).await;
+                guard.in_flight = false;
+                return Err(AcpError::TimedOut(timeout));
+            }
+        };
+        guard.in_flight = false;
+        let text = shared
+            .turns
+            .lock()
+            .remove(&session)
+            .map(|t| t.text)
+            .unwrap_or_default();
+        let result = answer.map_err(|e| call_error("session/prompt", e))?;
+        let stop_reason =
+            StopReason::from_acp(answer_field(&result, "session/prompt", "stopReason")?);
+        let text = if stop_reason == StopReason::Cancelled || cancel.is_cancelled() {
+            String::new()
+        } else {
+            text
+        };
+        Ok(TurnOutcome {
+            stop_reason,
+            text,
+            new_session,
+        })
+    }
+
+    /// Cancels `group`'s turn in flight, if any (`/stop`): the agent gets
+    /// `session/cancel`, pending permission questions are answered `cancelled`, and
+    /// the turn returns [`StopReason::Cancelled`] once the agent stops. True when there
+    /// was a turn to cancel.
+    pub fn cancel(&self, group: &str) -> bool {
+        let found = {
+            let turns = self.shared.turns.lock();
+            turns
+                .iter()
+                .find(|(_, t)| t.group == group)
+                .map(|(session, t)| (session.clone(), t.cancel.clone()))
+        };
+        let Some((session, cancel)) = found else {
+            return false;
+        };
+        if let Link::Up(live) = &*self.shared.link.borrow() {
+            send_cancel(&self.shared, &live.conn, &session, &cancel);
+        }
+        true
+    }
+
+    /// Stops the agent for good: no more restarts; its stdin is closed, then its
+    /// process group gets SIGTERM, then SIGKILL. Returns once the processes are gone.
+    pub async fn stop(&self) {
+        self.shared.shutdown.cancel();
+        let old = self.shared.link.send_replace(Link::Stopped);
+        if let Link::Up(live) = old {
+            stop_live(&self.shared, &live).await;
+        }
+    }
+
+    /// The live agent, waiting while it is being restarted.
+    async fn live(&self) -> Result<Live, AcpError> {
+        let mut rx = self.shared.link.subscribe();
+        loop {
+            match rx.borrow_and_update().clone() {
+                Link::Up(live) => return Ok(live),
+                Link::Stopped => return Err(AcpError::Stopped),
+                Link::Failed(reason) => {
+                    return Err(AcpError::Died {
+                        reason: format!("it could not be restarted: {reason}"),
+                        status: None,
+                    })
+                }
+                Link::Restarting => {}
+            }
+            if rx.changed().await.is_err() {
+                return Err(AcpError::Stopped);
+            }
+        }
+    }
+
+    /// `group`'s session on `live`, opened if it has none there: (id, new).
+    async fn session(&self, live: &Live, group: &str) -> Result<(String, bool), AcpError> {
+        let known = self.shared.sessions.lock().get(group).cloned();
+        if let Some(s) = known.filter(|s| s.generation == live.generation) {
+            return Ok((s.id, false));
+        }
+        let params = json!({
+            "cwd": self.shared.settings.cwd,
+            "mcpServers": self.shared.options.mcp_servers,
+        });
+        let answer = live
+            .conn
+            .call("session/new", params)
+            .await
+            .map_err(|e| call_error("session/new", e))?;
+        let id = answer_field(&answer, "session/new", "sessionId")?.to_string();
+        tracing::info!(bot = %self.shared.bot, group, session = %id, "opened an ACP session");
+        self.shared.sessions.lock().insert(
+            group.to_string(),
+            Session {
+                id: id.clone(),
+                generation: live.generation,
+            },
+        );
+        Ok((id, true))
+    }
+}
+
+/// Ends a turn whatever way it ends: frees the group, forgets the turn and, when the
+/// prompt is still in flight (the future dropped: a lost turn, `/stop`), cancels it at
+/// the agent.
+struct TurnGuard {
+    shared: Arc<Shared>,
+    group: String,
+    /// Set once `session/prompt` is sent: the connection, the session, the turn's
+    /// cancellation.
+    sent: Option<(Arc<Connection>, String, CancellationToken)>,
+    /// True while the prompt's answer has not come.
+    in_flight: bool,
+}
+
+impl TurnGuard {
+    fn cancel(&self) {
+        if let Some((conn, session, cancel)) = &self.sent {
+            send_cancel(&self.shared, conn, session, cancel);
+        }
+    }
+}
+
+impl Drop for TurnGuard {
+    fn drop(&mut self) {
+        if self.in_flight {
+            tracing::info!(bot = %self.shared.bot, group = %self.group, "ACP turn dropped in flight: session/cancel");
+            self.cancel();
+        }
+        if let Some((_, session, _)) = &self.sent {
+            self.shared.turns.lock().remove(session);
+        }
+        self.shared.busy.lock().remove(&self.group);
+    }
+}
+
+/// Sends `session/cancel` for `session` once, and marks its turn cancelled.
+fn send_cancel(shared: &Shared, conn: &Connection, session: &str, cancel: &CancellationToken) {
+    if cancel.is_cancelled() {
+        return;
+    }
+    cancel.cancel();
+    tracing::info!(bot = %shared.bot, session, "session/cancel");
+    conn.notify("session/cancel", json!({"sessionId": session}));
+}
+
+/// The string field `key` of `method`'s answer, or a protocol error naming it.
+fn answer_field<'a>(answer: &'a Value, method: &str, key: &str) -> Result<&'a str, AcpError> {
+    answer
+        .get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| AcpError::Protocol {
+            method: method.to_string(),
+            problem: format!("no {key} in {answer}"),
+        })
+}
+
+/// An [`AcpError`] for a failed call.
+fn call_error(method: &str, e: CallError) -> AcpError {
+    match e {
+        CallError::Rpc(RpcError { code, message }) => AcpError::Refused {
+            method: method.to_string(),
+            code,
+            message,
+        },
+        CallError::Dead(d) => AcpError::Died {
+            reason: d.reason,
+            status: d.status,
+        },
+    }
+}
+
+/// Spawns the process and initializes it.
+async fn launch(shared: &Arc<Shared>, generation: u64) -> Result<Live, AcpError> {
+    let (process, pipes) = process::spawn(&shared.settings, &shared.bot)?;
+    let handler = Arc::new(Incoming {
+        shared: Arc::downgrade(shared),
+    });
+    let conn = Connection::start(
+        pipes.stdout,
+        pipes.stdin,
+        handler,
+        process.exit.clone(),
+        format!("{}/{}", shared.bot, process.pid),
+    );
+    let live = Live {
+        conn,
+        process: Arc::new(process),
+        generation,
+        started: Instant::now(),
+    };
+    let params = json!({
+        "protocolVersion": PROTOCOL_VERSION,
+        "clientCapabilities": {"fs": {"readTextFile": false, "writeTextFile": false}, "terminal": false},
+        "clientInfo": {"name": "botmesh", "title": "botmesh", "version": env!("CARGO_PKG_VERSION")},
+    });
+    let initialized =
+        match tokio::time::timeout(INIT_TIMEOUT, live.conn.call("initialize", params)).await {
+            Ok(answer) => answer.map_err(|e| call_error("initialize", e)),
+            Err(_) => Err(AcpError::TimedOut(INIT_TIMEOUT)),
+        }
+        .and_then(|answer| {
+            let version = answer.get("protocolVersion").and_then(Value::as_u64);
+            if version == Some(PROTOCOL_VERSION) {
+                Ok(answer)
+            } else {
+                Err(AcpError::Protocol {
+                    method: "initialize".into(),
+                    problem: format!(
+                        "it speaks protocol version {version:?}, this client {PROTOCOL_VERSION}"
+                    ),
+                })
+            }
+        });
+    match initialized {
+        Ok(answer) => {
+            let info = answer.get("agentInfo").cloned().unwrap_or_default();
+            tracing::info!(bot = %shared.bot, agent = %info, "the ACP agent is initialized");
+            Ok(live)
+        }
+        Err(e) => {
+            stop_live(shared, &live).await;
+            Err(e)
+        }
+    }
+}
+
+/// Closes the agent's input and stops its process group.
+async fn stop_live(shared: &Shared, live: &Live) {
+    tracing::info!(bot = %shared.bot, pid = live.process.pid, "stopping the ACP agent");
+    live.conn.close_input();
+    live.process.stop().await;
+}
+
+/// Watches the live agent; when it dies, restarts it with [`RESTART`] until it is up
+/// again or the agent is stopped.
+async fn supervise(shared: Arc<Shared>, mut live: Live) {
+    let mut attempt = 0u32;
+    loop {
+        let death = tokio::select! {
+            biased;
+            _ = shared.shutdown.cancelled() => {
+                if let Link::Up(live) = shared.link.send_replace(Link::Stopped) {
+                    stop_live(&shared, &live).await;
+                }
+                return;
+            }
+            death = live.conn.dead() => death,
+        };
+        if shared.shutdown.is_cancelled() {
+            continue; // the shutdown branch above ends it
+        }
+        let reason = match &death.status {
+            Some(status) => format!("{} ({status})", death.reason),
+            None => death.reason.clone(),
+        };
+        tracing::warn!(bot = %shared.bot, reason = %reason, "the ACP agent died; restarting it");
+        if !matches!(&*shared.link.borrow(), Link::Stopped) {
+            shared.link.send_replace(Link::Restarting);
+        }
+        // A connection that died of garbage leaves a live process: stop it.
+        stop_live(&shared, &live).await;
+        if live.started.elapsed() >= HEALTHY {
+            attempt = 0;
+        }
+        let generation = live.generation + 1;
+        live = loop {
+            attempt += 1;
+            let delay = RESTART.delay(attempt, Jitter::Scale(1.0..=1.2));
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = shared.shutdown.cancelled() => {
+                    shared.link.send_replace(Link::Stopped);
+                    return;
+                }
+            }
+            if let Some(m) = &shared.options.metrics {
+                m.agent_restart(&shared.bot);
+            }
+            match launch(&shared, generation).await {
+                Ok(new) => break new,
+                Err(e) => {
+                    tracing::warn!(bot = %shared.bot, attempt, error = %e, "restarting the ACP agent failed");
+                    shared.link.send_replace(Link::Failed(e.to_string()));
+                }
+            }
+        };
+        if shared.shutdown.is_cancelled() {
+            stop_live(&shared, &live).await;
+            shared.link.send_replace(Link::Stopped);
+            return;
+        }
+        tracing::info!(bot = %shared.bot, pid = live.process.pid, "the ACP agent was restarted; sessions reopen on the next prompt");
+        shared.link.send_replace(Link::Up(live.clone()));
+    }
+}
+
+/// The client's side of the agent's requests and notifications.
+struct Incoming {
+    shared: Weak<Shared>,
+}
+
+impl Handler for Incoming {
+    fn request(&self, method: &str, params: Value) -> BoxFuture<'static, Result<Value, RpcError>> {
+        let shared = self.shared.upgrade();
+        let method = method.to_string();
+        Box::pin(async move {
+            match (method.as_str(), shared) {
+                ("session/request_permission", Some(shared)) => {
+                    Ok(answer_permission(&shared, &params).await)
+                }
+                ("session/request_permission", None) => Ok(cancelled()),
+                _ => Err(RpcError::method_not_found(&method)),
+            }
+        })
+    }
+
+    fn notification(&self, method: &str, params: Value) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        if method == "session/update" {
+            session_update(&shared, &params);
+        } else {
+            tracing::debug!(bot = %shared.bot, method, "ignoring an ACP notification");
+        }
+    }
+}
+
+/// Takes one `session/update`: message chunks into the turn's text, tool calls and
+/// plans to its progress; other kinds are ignored.
+fn session_update(shared: &Shared, params: &Value) {
+    let session = params
+        .get("sessionId")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let update = &params["update"];
+    let kind = update
+        .get("sessionUpdate")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let mut turns = shared.turns.lock();
+    let Some(turn) = turns.get_mut(session) else {
+        tracing::debug!(bot = %shared.bot, session, kind, "an ACP update for no turn in flight");
+        return;
+    };
+    let event = match kind {
+        "agent_message_chunk" => {
+            let content = &update["content"];
+            if content.get("type").and_then(Value::as_str) == Some("text") {
+                if let Some(text) = content.get("text").and_then(Value::as_str) {
+                    turn.text.push_str(text);
+                }
+            }
+            None
+        }
+        "tool_call" | "tool_call_update" => {
+            let id = update
+                .get("toolCallId")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            let entry = turn
+                .tools
+                .entry(id.clone())
+                .or_insert_with(|| (String::new(), ToolKind::Other));
+            if let Some(title) = update.get("title").and_then(Value::as_str) {
+                entry.0 = title.to_string();
+            }
+            if let Some(k) = update.get("kind").and_then(Value::as_str) {
+                entry.1 = ToolKind::from_acp(k);
+            }
+            Some(AcpProgress::ToolCall {
+                id,
+                title: entry.0.clone(),
+                kind: entry.1,
+                status: str_field(update, "status"),
+            })
+        }
+        "plan" => {
+            let steps = update["entries"]
+                .as_array()
+                .map(|entries| {
+                    entries
+                        .iter()
+                        .map(|e| PlanStep {
+                            content: str_field(e, "content"),
+                            status: str_field(e, "status"),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            Some(AcpProgress::Plan(steps))
+        }
+        other => {
+            tracing::debug!(bot = %shared.bot, kind = other, "ignoring an ACP session update");
+            None
+        }
+    };
+    if let (Some(event), Some(tx)) = (event, &turn.progress) {
+        if tx.try_send(event).is_err() {
+            tracing::debug!(bot = %shared.bot, "ACP progress dropped: the receiver is full or gone");
+        }
+    }
+}
+
+fn str_field(v: &Value, key: &str) -> String {
+    v.get(key)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// `{outcome: {outcome: "cancelled"}}`.
+fn cancelled() -> Value {
+    json!({"outcome": {"outcome": "cancelled"}})
+}
+
+/// Answers `session/request_permission` by the tool call's kind: `allow` → the
+/// option of kind `allow_once`; `ask` → the people in the chat, within
+/// `ask_timeout_secs`; anything else, a refusal or no answer → `reject_once`. The
+/// option is chosen by its kind, never its id; without one of the wanted kind, or for
+/// a turn cancelled or gone, the answer is `cancelled`.
+async fn answer_permission(shared: &Arc<Shared>, params: &Value) -> Value {
+    let session = params
+        .get("sessionId")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let call = &params["toolCall"];
+    let id = str_field(call, "toolCallId");
+    let found = shared.turns.lock().get(session).map(|t| {
+        let known = t.tools.get(&id).cloned();
+        (t.group.clone(), t.cancel.clone(), known)
+    });
+    let Some((group, cancel, known)) = found else {
+        tracing::info!(bot = %shared.bot, session, "a permission question for no turn in flight: cancelled");
+        return cancelled();
+    };
+    if cancel.is_cancelled() {
+        return cancelled();
+    }
+    let kind = call
+        .get("kind")
+        .and_then(Value::as_str)
+        .map(ToolKind::from_acp)
+        .or(known.as_ref().map(|k| k.1))
+        .unwrap_or(ToolKind::Other);
+    let title = call
+        .get("title")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .or(known.map(|k| k.0))
+        .unwrap_or_else(|| "(untitled tool call)".into());
+    let settings = &shared.settings;
+    let (allow, why) = if settings.allow.contains(&kind) {
+        (true, "its kind is allowed")
+    } else if settings.ask.contains(&kind) {
+        let Some(asker) = shared.options.asker.clone() else {
+            tracing::warn!(bot = %shared.bot, %group, %kind, "a permission question with no one to ask: rejected");
+            return pick(shared, params, false, "no one to ask", &title, kind);
+        };
+        let question = PermissionQuestion {
+            bot: shared.bot.clone(),
+            group: group.clone(),
+            title: title.clone(),
+            kind,
+        };
+        let limit = Duration::from_secs(settings.ask_timeout_secs);
+        let decision = tokio::select! {
+            d = tokio::time::timeout(limit, asker.ask(question)) => d.unwrap_or(Decision::TimedOut),
+            _ = cancel.cancelled() => {
+                tracing::info!(bot = %shared.bot, %group, %title, "the turn was cancelled while asking: cancelled");
+                return cancelled();
+            }
+        };
+        match decision {
+            Decision::Allow => (true, "the chat allowed it"),
+            Decision::Deny => (false, "the chat denied it"),
+            Decision::TimedOut => (false, "no one answered in time"),
+        }
+    } else {
+        (false, "its kind is neither allowed nor asked about")
+    };
+    pick(shared, params, allow, why, &title, kind)
+}
+
+/// The answer selecting the option of kind `allow_once` or `reject_once`.
+fn pick(
+    shared: &Shared,
+    params: &Value,
+    allow: bool,
+    why: &str,
+    title: &str,
+    kind: ToolKind,
+) -> Value {
+    let wanted = if allow { "allow_once" } else { "reject_once" };
+    let option = params["options"].as_array().and_then(|options| {
+        options
+            .iter()
+            .find(|o| o.get("kind").and_then(Value::as_str) == Some(wanted))
+            .and_then(|o| o.get("optionId").cloned())
+    });
+    match option {
+        Some(option_id) => {
+            tracing::info!(bot = %shared.bot, %title, %kind, decision = wanted, why, "answered an ACP permission question");
+            json!({"outcome": {"outcome": "selected", "optionId": option_id}})
+        }
+        None => {
+            tracing::warn!(bot = %shared.bot, %title, %kind, wanted, why, "no permission option of the wanted kind: cancelled");
+            cancelled()
+        }
+    }
+}

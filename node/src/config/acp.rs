@@ -1,0 +1,313 @@
+//! `agent = { acp = [...], ... }`: the settings of a bot whose replies come from a coding
+//! agent hosted over ACP (Agent Client Protocol), read by `agent::acp`.
+//!
+//! ```toml
+//! agent = { acp = ["codex-acp", "--flag"], cwd = "/srv/repo", env = { CODEX_HOME = "/srv/codex" },
+//!           allow = ["read", "search", "think"], ask = ["edit", "execute"],
+//!           turn_timeout_secs = 900, ask_timeout_secs = 300 }
+//! ```
+//!
+//! The agent process gets a clean environment (PATH, HOME, LANG and `env`, nothing else);
+//! its tool permissions are answered by the tool call's kind: `allow` → allowed, `ask` →
+//! the people in the chat decide, any other kind → rejected.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// The kind of an agent's tool call, as ACP names it (`ToolKind`): what permissions
+/// are decided by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolKind {
+    /// Reading files or data.
+    Read,
+    /// Modifying files or content.
+    Edit,
+    /// Removing files or data.
+    Delete,
+    /// Moving or renaming files.
+    Move,
+    /// Searching for information.
+    Search,
+    /// Running commands or code.
+    Execute,
+    /// Internal reasoning or planning.
+    Think,
+    /// Retrieving external data (the network).
+    Fetch,
+    /// Anything else, and a tool call whose kind the agent did not say.
+    Other,
+}
+
+impl ToolKind {
+    /// Every kind, in ACP's order.
+    pub const ALL: [ToolKind; 9] = [
+        ToolKind::Read,
+        ToolKind::Edit,
+        ToolKind::Delete,
+        ToolKind::Move,
+        ToolKind::Search,
+        ToolKind::Execute,
+        ToolKind::Think,
+        ToolKind::Fetch,
+        ToolKind::Other,
+    ];
+
+    /// The kind's ACP name (`read`, `execute`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolKind::Read => "read",
+            ToolKind::Edit => "edit",
+            ToolKind::Delete => "delete",
+            ToolKind::Move => "move",
+            ToolKind::Search => "search",
+            ToolKind::Execute => "execute",
+            ToolKind::Think => "think",
+            ToolKind::Fetch => "fetch",
+            ToolKind::Other => "other",
+        }
+    }
+
+    /// The kind an agent named, `other` for a name ACP does not define (an agent newer
+    /// than this client): it is then treated like any kind not allowed.
+    pub fn from_acp(name: &str) -> ToolKind {
+        ToolKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == name)
+            .unwrap_or(ToolKind::Other)
+    }
+}
+
+impl<'de> Deserialize<'de> for ToolKind {
+    /// A kind ACP defines; any other name is refused listing the kinds there are.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        ToolKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == name)
+            .ok_or_else(|| {
+                let kinds: Vec<&str> = ToolKind::ALL.iter().map(|k| k.as_str()).collect();
+                serde::de::Error::custom(format!(
+                    "`{name}` is not a tool kind; the kinds are {}",
+                    kinds.join(", ")
+                ))
+            })
+    }
+}
+
+impl fmt::Display for ToolKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+fn default_turn_timeout() -> u64 {
+    900
+}
+
+fn default_ask_timeout() -> u64 {
+    300
+}
+
+/// How to run a bot's ACP agent and what it may do without asking.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcpSettings {
+    /// The agent's command line: program, then arguments (`["codex-acp", "-c", "…"]`).
+    /// The program is looked up on PATH.
+    pub acp: Vec<String>,
+    /// The absolute directory the agent works in: its process's working directory and
+    /// every session's `cwd`.
+    pub cwd: PathBuf,
+    /// Variables added to the agent's otherwise clean environment (only PATH, HOME and
+    /// LANG come from the node's), e.g. `CODEX_HOME`.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Tool-call kinds the agent may run without asking anyone.
+    #[serde(default)]
+    pub allow: Vec<ToolKind>,
+    /// Tool-call kinds the people in the chat are asked about; every kind in neither
+    /// list is rejected.
+    #[serde(default)]
+    pub ask: Vec<ToolKind>,
+    /// The longest a turn may take, seconds: then it is cancelled and lost.
+    #[serde(default = "default_turn_timeout")]
+    pub turn_timeout_secs: u64,
+    /// How long the people in the chat have to answer a permission question, seconds;
+    /// no answer rejects the tool call.
+    #[serde(default = "default_ask_timeout")]
+    pub ask_timeout_secs: u64,
+}
+
+/// One thing wrong with an [`AcpSettings`]: the key (relative to the `agent` table)
+/// and the problem, for the caller to report as `bots[i].agent.<key>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcpProblem {
+    /// The key, e.g. `acp`, `env.PATH`, `ask[1]`.
+    pub key: String,
+    /// What is wrong, in words an operator can act on.
+    pub problem: String,
+}
+
+impl fmt::Display for AcpProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.key, self.problem)
+    }
+}
+
+impl AcpSettings {
+    /// Every problem with these settings (an unknown kind is already refused when the
+    /// file is read, naming the kinds there are). Empty: the settings are usable.
+    pub fn validate(&self) -> Result<(), Vec<AcpProblem>> {
+        let mut problems = Vec::new();
+        let mut bad = |key: String, problem: String| problems.push(AcpProblem { key, problem });
+        match self.acp.first() {
+            None => bad(
+                "acp".into(),
+                "is empty: give the agent's command, e.g. [\"codex-acp\"]".into(),
+            ),
+            Some(program) if program.trim().is_empty() => {
+                bad("acp[0]".into(), "the agent's program name is empty".into())
+            }
+            Some(_) => {}
+        }
+        for (i, arg) in self.acp.iter().enumerate() {
+            if arg.contains('\0') {
+                bad(format!("acp[{i}]"), "contains a NUL byte".into());
+            }
+        }
+        if !self.cwd.is_absolute() {
+            bad(
+                "cwd".into(),
+                format!(
+                    "{:?} is not an absolute path (ACP sessions need one)",
+                    self.cwd
+                ),
+            );
+        }
+        for (name, value) in &self.env {
+            let name_ok = !name.is_empty()
+                && !name.contains('=')
+                && !name.contains('\0')
+                && !name.chars().next().is_some_and(|c| c.is_ascii_digit());
+            if !name_ok {
+                bad(
+                    format!("env.{name}"),
+                    "is not a usable environment variable name".into(),
+                );
+            }
+            if value.contains('\0') {
+                bad(
+                    format!("env.{name}"),
+                    "the value contains a NUL byte".into(),
+                );
+            }
+        }
+        for (i, kind) in self.ask.iter().enumerate() {
+            if self.allow.contains(kind) {
+                bad(
+                    format!("ask[{i}]"),
+                    format!("`{kind}` is in both allow and ask: say which one"),
+                );
+            }
+        }
+        if self.turn_timeout_secs == 0 {
+            bad(
+                "turn_timeout_secs".into(),
+                "must be at least 1 second".into(),
+            );
+        }
+        if self.ask_timeout_secs == 0 {
+            bad(
+                "ask_timeout_secs".into(),
+                "must be at least 1 second".into(),
+            );
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Deserialize)]
+    struct Bot {
+        agent: AcpSettings,
+    }
+
+    fn parse(toml_agent: &str) -> Result<AcpSettings, String> {
+        let text = format!("agent = {toml_agent}\n");
+        let source = config::File::from_str(&text, config::FileFormat::Toml);
+        config::Config::builder()
+            .add_source(source)
+            .build()
+            .and_then(|c| c.try_deserialize::<Bot>())
+            .map(|b| b.agent)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_issue_shape_reads_and_validates() {
+        let s = parse(
+            r#"{ acp = ["codex-acp", "--flag"], cwd = "/srv/repo", env = { CODEX_HOME = "/srv/codex" }, allow = ["read", "search", "think"], ask = ["edit", "execute"], turn_timeout_secs = 900, ask_timeout_secs = 300 }"#,
+        )
+        .expect("parses");
+        assert_eq!(s.acp, ["codex-acp", "--flag"]);
+        assert_eq!(s.env["CODEX_HOME"], "/srv/codex");
+        assert_eq!(s.allow, [ToolKind::Read, ToolKind::Search, ToolKind::Think]);
+        assert_eq!(s.ask, [ToolKind::Edit, ToolKind::Execute]);
+        assert_eq!(s.validate(), Ok(()));
+        let d = parse(r#"{ acp = ["a"], cwd = "/x" }"#).expect("defaults");
+        assert_eq!((d.turn_timeout_secs, d.ask_timeout_secs), (900, 300));
+        assert!(d.allow.is_empty() && d.ask.is_empty());
+    }
+
+    #[test]
+    fn an_unknown_kind_or_key_is_refused_naming_it() {
+        let e = parse(r#"{ acp = ["a"], cwd = "/x", allow = ["writ"] }"#).unwrap_err();
+        assert!(e.contains("writ") && e.contains("execute"), "{e}");
+        let e = parse(r#"{ acp = ["a"], cwd = "/x", alow = ["read"] }"#).unwrap_err();
+        assert!(e.contains("alow"), "{e}");
+    }
+
+    #[test]
+    fn validate_names_every_problem() {
+        let s = parse(
+            r#"{ acp = [], cwd = "rel", env = { "A=B" = "x" }, allow = ["edit"], ask = ["read", "edit"], turn_timeout_secs = 0, ask_timeout_secs = 0 }"#,
+        )
+        .expect("parses");
+        let keys: Vec<String> = s
+            .validate()
+            .unwrap_err()
+            .into_iter()
+            .map(|p| p.key)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "acp",
+                "cwd",
+                "env.A=B",
+                "ask[1]",
+                "turn_timeout_secs",
+                "ask_timeout_secs"
+            ]
+        );
+    }
+
+    #[test]
+    fn kinds_round_trip_and_unknown_names_are_other() {
+        for k in ToolKind::ALL {
+            assert_eq!(ToolKind::from_acp(k.as_str()), k);
+        }
+        assert_eq!(ToolKind::from_acp("teleport"), ToolKind::Other);
+    }
+}

@@ -1,0 +1,214 @@
+"""A scripted ACP agent for tests/tests/acp.rs, written with the official Python ACP SDK
+(PyPI `agent-client-protocol`, pinned in tests/requirements.txt).
+
+It speaks ACP over its stdio like Codex or Claude Code do, and does what the prompt text
+says:
+
+  CHUNKS        three message chunks ("one ", "two ", "three"), a plan and a tool call
+                update, then end_turn
+  TOOL <kind>   a tool call of that kind, then session/request_permission with option
+                ids that differ from their kinds (only the allow ones with ONLYALLOW in
+                the text); replies "permission: <optionId>" or "permission: cancelled"
+  SLOW          works 30 s in 0.1 s steps, honouring session/cancel (then answers
+                `cancelled` and writes "cancelled <sessionId>" to $ACP_STANDIN_LOG)
+  CRASH         one chunk, then exits with status 3 mid-turn
+  ENV           replies with its environment and cwd as JSON
+  REFUSE        some text, then stop reason `refusal`
+  SESSION       replies with what session/new gave it (cwd, mcpServers), the session id
+                and the prompt blocks it got, as JSON
+  SLEEPER       starts `sleep 300` (a child in its process group) and replies its pid
+  STRINGID      asks the client a permission question with a string request id and an
+                unknown method; replies with both answers as JSON
+  anything else "echo: <text>"
+
+With ACP_STANDIN_STUBBORN=1 it ignores SIGTERM and keeps running after its stdin closes,
+as codex-acp does (only SIGKILL to its process group ends it).
+"""
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import acp
+from acp import (
+    PROTOCOL_VERSION,
+    Agent,
+    InitializeResponse,
+    NewSessionResponse,
+    PromptResponse,
+    RequestError,
+    run_agent,
+    start_tool_call,
+    update_agent_message_text,
+    update_plan,
+    plan_entry,
+    update_tool_call,
+)
+from acp.schema import AgentThoughtChunk, PermissionOption, TextContentBlock, ToolCallUpdate
+
+
+def log(line: str) -> None:
+    path = os.environ.get("ACP_STANDIN_LOG")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+
+class StandIn(Agent):
+    def __init__(self) -> None:
+        self.conn = None
+        self.sessions: dict[str, dict] = {}
+        self.cancelled: set[str] = set()
+        self.children: list[subprocess.Popen] = []
+
+    def on_connect(self, conn) -> None:
+        self.conn = conn
+
+    async def initialize(self, protocol_version, client_capabilities=None, client_info=None, **kwargs):
+        log(f"initialize {protocol_version} {json.dumps(client_capabilities.model_dump(by_alias=True, exclude_none=True) if client_capabilities else None)}")
+        return InitializeResponse(protocol_version=PROTOCOL_VERSION)
+
+    async def new_session(self, cwd, mcp_servers=None, **kwargs):
+        sid = f"sess-{len(self.sessions) + 1}-{os.getpid()}"
+        servers = [s.model_dump(by_alias=True, exclude_none=True) for s in (mcp_servers or [])]
+        self.sessions[sid] = {"cwd": cwd, "mcpServers": servers}
+        log(f"new_session {sid}")
+        return NewSessionResponse(session_id=sid)
+
+    async def cancel(self, session_id, **kwargs):
+        self.cancelled.add(session_id)
+        log(f"cancel {session_id}")
+
+    async def say(self, sid: str, text: str) -> None:
+        await self.conn.session_update(session_id=sid, update=update_agent_message_text(text))
+
+    async def prompt(self, prompt, session_id, **kwargs):
+        sid = session_id
+        self.cancelled.discard(sid)
+        texts = [b.text for b in prompt if isinstance(b, TextContentBlock)]
+        text = texts[-1] if texts else ""
+        log(f"prompt {sid} {text}")
+
+        if text.startswith("CHUNKS"):
+            await self.conn.session_update(
+                session_id=sid, update=update_plan([plan_entry("count to three", status="in_progress")])
+            )
+            await self.conn.session_update(
+                session_id=sid,
+                update=AgentThoughtChunk(session_update="agent_thought_chunk", content=acp.text_block("hmm")),
+            )
+            for chunk in ["one ", "two ", "three"]:
+                await self.say(sid, chunk)
+            await self.conn.session_update(
+                session_id=sid, update=start_tool_call("t1", "cargo test", kind="execute", status="in_progress")
+            )
+            await self.conn.session_update(session_id=sid, update=update_tool_call("t1", status="completed"))
+            return PromptResponse(stop_reason="end_turn")
+
+        if text.startswith("TOOL "):
+            kind = text.split()[1]
+            await self.conn.session_update(
+                session_id=sid, update=start_tool_call("call-7", f"do a {kind} thing", kind=kind, status="pending")
+            )
+            options = [
+                PermissionOption(option_id="proceed-once", name="Yes", kind="allow_once"),
+                PermissionOption(option_id="proceed-always", name="Always", kind="allow_always"),
+                PermissionOption(option_id="nope", name="No", kind="reject_once"),
+            ]
+            if "ONLYALLOW" in text:
+                options = [o for o in options if o.kind.startswith("allow")]
+            answer = await self.conn.request_permission(
+                session_id=sid,
+                tool_call=ToolCallUpdate(tool_call_id="call-7", title=f"do a {kind} thing", kind=kind),
+                options=options,
+            )
+            outcome = answer.outcome
+            picked = getattr(outcome, "option_id", None) or outcome.outcome
+            log(f"permission {kind} {picked}")
+            await self.say(sid, f"permission: {picked}")
+            return PromptResponse(stop_reason="end_turn")
+
+        if text.startswith("SLOW"):
+            await self.say(sid, "working")
+            for _ in range(300):
+                if sid in self.cancelled:
+                    log(f"cancelled {sid}")
+                    return PromptResponse(stop_reason="cancelled")
+                await asyncio.sleep(0.1)
+            await self.say(sid, "done slowly")
+            return PromptResponse(stop_reason="end_turn")
+
+        if text.startswith("CRASH"):
+            await self.say(sid, "about to crash")
+            await asyncio.sleep(0.1)
+            os._exit(3)
+
+        if text.startswith("ENV"):
+            await self.say(sid, json.dumps({"env": dict(os.environ), "cwd": os.getcwd()}))
+            return PromptResponse(stop_reason="end_turn")
+
+        if text.startswith("REFUSE"):
+            await self.say(sid, "I started, but ")
+            return PromptResponse(stop_reason="refusal")
+
+        if text.startswith("SESSION"):
+            info = dict(self.sessions[sid], sessionId=sid, blocks=texts)
+            await self.say(sid, json.dumps(info))
+            return PromptResponse(stop_reason="end_turn")
+
+        if text.startswith("SLEEPER"):
+            child = subprocess.Popen(["sleep", "300"])
+            self.children.append(child)
+            await self.say(sid, str(child.pid))
+            return PromptResponse(stop_reason="end_turn")
+
+        if text.startswith("STRINGID"):
+            conn = self.conn._conn  # the SDK's JSON-RPC connection: its ids are integers
+            future = asyncio.get_running_loop().create_future()
+            conn._pending["perm-3f2c"] = future
+            await conn._transport.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": "perm-3f2c",
+                    "method": "session/request_permission",
+                    "params": {
+                        "sessionId": sid,
+                        "toolCall": {"toolCallId": "c1", "title": "look", "kind": "read"},
+                        "options": [
+                            {"optionId": "ok", "name": "OK", "kind": "allow_once"},
+                            {"optionId": "no", "name": "No", "kind": "reject_once"},
+                        ],
+                    },
+                }
+            )
+            permission = await asyncio.wait_for(future, 10)
+            try:
+                await self.conn.ext_method("botmesh.test/unknown", {})
+                unknown = "answered"
+            except RequestError as e:
+                unknown = e.code
+            await self.say(sid, json.dumps({"permission": permission, "unknown": unknown}))
+            return PromptResponse(stop_reason="end_turn")
+
+        await self.say(sid, f"echo: {text}")
+        return PromptResponse(stop_reason="end_turn")
+
+
+async def main() -> None:
+    stubborn = os.environ.get("ACP_STANDIN_STUBBORN") == "1"
+    if stubborn:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    log(f"started {os.getpid()}")
+    await run_agent(StandIn())
+    log("stdin closed")
+    if stubborn:
+        while True:
+            await asyncio.sleep(3600)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
+    sys.exit(0)
