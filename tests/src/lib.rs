@@ -568,6 +568,30 @@ pub fn botmesh_bin() -> PathBuf {
     bin
 }
 
+/// `botmesh explain --bot BOT --from FROM --config CONFIG TEXT` with an empty
+/// environment (explain needs no running node and no secrets): its JSON answer.
+/// Panics, with the command's stderr, when it fails.
+pub fn explain_cli(
+    config: &std::path::Path,
+    bot: &str,
+    from: &str,
+    text: &str,
+) -> serde_json::Value {
+    let out = std::process::Command::new(botmesh_bin())
+        .args(["explain", "--bot", bot, "--from", from, "--config"])
+        .arg(config)
+        .arg(text)
+        .env_clear()
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "explain --bot {bot} {text:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("explain prints JSON")
+}
+
 /// A signed request ready to POST to a bridge: headers and body.
 pub struct SignedRequest {
     /// `webhook-id`.

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use botmesh_tests::botmesh_bin;
+use botmesh_tests::{botmesh_bin, explain_cli};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -81,16 +81,7 @@ fn the_compose_demo_is_a_valid_mesh_of_the_three_demo_bots() {
         ("ErGoz", "ergoz", "@二狗 在吗"),
         ("Mira", "mira", "@米拉 在吗"),
     ] {
-        let out = Command::new(botmesh_bin())
-            .args(["explain", "--bot", bot, "--from", "alice", "--config"])
-            .arg(&config)
-            .arg(mention)
-            .env_clear()
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{bot}: {stderr}");
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let v = explain_cli(&config, bot, "alice", mention);
         assert_eq!(v["mentioned"], true, "{bot}: {v}");
         assert!(
             compose.contains(&format!("\"--bot\", \"{bot}\""))
@@ -163,18 +154,6 @@ fn readmes_explain_example_is_a_real_mention() {
         .nth(1)
         .and_then(|t| t.split('"').next())
         .unwrap_or_else(|| panic!("an example with --from alice \"…\": {line}"));
-    let out = Command::new(botmesh_bin())
-        .args(["explain", "--bot", "XiaoBa", "--from", "alice", "--config"])
-        .arg(repo().join("peers.toml"))
-        .arg(text)
-        .env_clear()
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = explain_cli(&repo().join("peers.toml"), "XiaoBa", "alice", text);
     assert_eq!(v["mentioned"], true, "README's example {text:?}: {v}");
 }

@@ -3,7 +3,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use botmesh_tests::{botmesh_bin, fetch_json, ProcessMesh};
+use botmesh_tests::{botmesh_bin, explain_cli, fetch_json, ProcessMesh};
 
 #[tokio::test]
 async fn two_processes_exchange_messages_and_stop_cleanly_on_sigterm() {
@@ -36,19 +36,7 @@ async fn two_processes_exchange_messages_and_stop_cleanly_on_sigterm() {
     assert!(off.status.success());
     assert_eq!(info(&mesh).await["quiet"], false);
     // explain needs no running node and no secrets: run it with an empty environment.
-    let explain = Command::new(botmesh_bin())
-        .args(["explain", "--bot", "A", "--from", "alice", "--config"])
-        .arg(&mesh.config)
-        .arg("hey @a, and ops@a.dev too")
-        .env_clear()
-        .output()
-        .unwrap();
-    assert!(
-        explain.status.success(),
-        "{}",
-        String::from_utf8_lossy(&explain.stderr)
-    );
-    let e: serde_json::Value = serde_json::from_slice(&explain.stdout).unwrap();
+    let e = explain_cli(&mesh.config, "A", "alice", "hey @a, and ops@a.dev too");
     assert_eq!(
         (
             e["mentioned"].as_bool(),
