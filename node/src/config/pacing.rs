@@ -57,10 +57,10 @@ impl Backoff {
     }
 }
 
-/// How a platform API client (Feishu, Discord) retries a request that failed for a
-/// reason other than a rate limit it waits out: at most `attempts` tries, waiting the
-/// server's hint when it gave one, else [`Backoff`] from `base` up to `max` with up to
-/// 20 % added jitter.
+/// How a platform API client (Feishu, Discord, DingTalk: `platform::kit::api`) retries
+/// a request that failed for a reason other than a rate limit it waits out: at most
+/// `attempts` tries, waiting the server's hint when it gave one, else [`Backoff`] from
+/// `base` up to `max` with up to 20 % added jitter.
 #[derive(Debug, Clone, Copy)]
 pub struct ApiRetry {
     /// Attempts at most.

@@ -15,10 +15,14 @@
 //! - [`dingtalk`] — DingTalk Stream mode in (forwarded to the peers: DingTalk shows a
 //!   person's message only to the robots it @-mentions), session webhook or group send out.
 //! - [`discord`] — the Discord gateway in, messages with real `<@id>` out.
+//!
+//! What every adapter needs once lives in [`kit`]: the one retry loop for API calls
+//! (more to come: see its docs).
 
 pub(crate) mod dingtalk;
 pub mod discord;
 pub mod feishu;
+pub(crate) mod kit;
 /// The old path of [`feishu::names`].
 pub use feishu::names as feishu_names;
 /// The old path of [`feishu::ws`].

@@ -21,9 +21,10 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde::Deserialize;
-use tokio::time::Instant;
 
-use crate::config::pacing::{Backoff, Jitter};
+use crate::config::pacing::ApiRetry;
+use crate::platform::kit::api as kit;
+use tokio::time::Instant;
 
 /// The token endpoint.
 pub(crate) const TOKEN_PATH: &str = "/v1.0/oauth2/accessToken";
@@ -280,26 +281,34 @@ impl DingTalkApi {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, ApiError>>,
     {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match call().await {
-                Ok(v) => return Ok(v),
-                Err(e) if e.retryable() && attempt < self.attempts => {
-                    let delay = Backoff::new(self.retry_base, RETRY_MAX)
-                        .delay(attempt, Jitter::Scale(1.0..=1.2));
-                    tracing::warn!(attempt, error = %e, what, "dingtalk call failed; retrying");
-                    tokio::time::sleep(delay).await;
+        let policy = ApiRetry {
+            attempts: self.attempts,
+            base: self.retry_base,
+            max: RETRY_MAX,
+        };
+        let kit_call = kit::Call {
+            platform: "dingtalk",
+            noun: "call",
+            what: Some(what),
+        };
+        let run = kit::run(&policy, kit_call, || {
+            let attempt = call();
+            async move {
+                match attempt.await {
+                    Ok(v) => kit::Classify::Ok(v),
+                    Err(e) if e.retryable() => kit::Classify::RetryAfter(None, e),
+                    Err(e) => kit::Classify::GiveUp(e),
                 }
-                Err(e) if attempt > 1 => {
-                    return Err(ApiError::GaveUp {
-                        attempts: attempt,
-                        last: Box::new(e),
-                    })
-                }
-                Err(e) => return Err(e),
             }
-        }
+        });
+        // Any failure after a retry reads as giving up, with the last error.
+        run.await.map_err(|e| match e.attempts {
+            1 => e.last,
+            attempts => ApiError::GaveUp {
+                attempts,
+                last: Box::new(e.last),
+            },
+        })
     }
 
     /// Answers into a conversation through a message's session webhook.

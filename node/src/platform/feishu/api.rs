@@ -13,6 +13,7 @@ use crate::config::pacing::TokenBucket;
 use crate::telemetry::metrics::Metrics;
 
 use super::*;
+use crate::platform::kit::api::{self as kit, ApiError, Call, Classify};
 
 // ---------------------------------------------------------------------------------
 // Outbound client
@@ -49,6 +50,13 @@ pub(crate) enum SendError {
         /// The last failure.
         last: Box<SendError>,
     },
+}
+
+impl From<ApiError<SendError>> for SendError {
+    /// Retries ran out: [`SendError::GaveUp`]; else the error another attempt could not fix.
+    fn from(e: ApiError<SendError>) -> Self {
+        e.into_error(|attempts, last| SendError::GaveUp { attempts, last })
+    }
 }
 
 /// Retry schedule for failures that are not rate limits (the one every platform
@@ -251,58 +259,58 @@ impl FeishuClient {
             self.base_url
         );
         let body = serde_json::json!({"app_id": self.app_id, "app_secret": self.app_secret});
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            self.count("POST", &url);
-            let (last, hint) = match self.http.post(&url).json(&body).send().await {
-                Err(e) => (SendError::Http(e.to_string()), None),
-                Ok(resp) => {
-                    let status = resp.status();
-                    let hint = retry_hint(resp.headers());
-                    match resp.json::<TokenReply>().await {
-                        Ok(r) if r.code == 0 => {
-                            let value =
-                                r.tenant_access_token.filter(|t| !t.is_empty()).ok_or_else(
-                                    || SendError::Malformed("no tenant_access_token".into()),
-                                )?;
-                            let expire = r.expire.unwrap_or(0);
-                            // Refresh five minutes early (or halfway, for short lives).
-                            let early = (expire / 2).min(300);
-                            tracing::debug!(expire, "feishu tenant token fetched");
-                            return Ok(CachedToken {
-                                value,
-                                refresh_at: Instant::now()
-                                    + Duration::from_secs(expire.saturating_sub(early)),
-                            });
-                        }
-                        Ok(r) if !retryable(status) && !RATE_LIMIT_CODES.contains(&r.code) => {
-                            return Err(SendError::Api {
-                                code: r.code,
-                                msg: r.msg,
-                            })
-                        }
-                        Ok(r) => (
-                            SendError::Api {
-                                code: r.code,
-                                msg: r.msg,
-                            },
-                            hint,
-                        ),
-                        Err(_) if retryable(status) => (SendError::Status(status.as_u16()), hint),
-                        Err(e) => return Err(SendError::Malformed(e.to_string())),
-                    }
-                }
+        let (url, body) = (&url, &body);
+        let call = Call {
+            platform: "feishu",
+            noun: "token request",
+            what: None,
+        };
+        kit::run(&self.retry, call, || async move {
+            self.count("POST", url);
+            let resp = match self.http.post(url).json(body).send().await {
+                Err(e) => return Classify::RetryAfter(None, SendError::Http(e.to_string())),
+                Ok(resp) => resp,
             };
-            if attempt >= self.retry.attempts {
-                return Err(SendError::GaveUp {
-                    attempts: attempt,
-                    last: Box::new(last),
-                });
+            let status = resp.status();
+            let hint = retry_hint(resp.headers());
+            match resp.json::<TokenReply>().await {
+                Ok(r) if r.code == 0 => {
+                    let Some(value) = r.tenant_access_token.filter(|t| !t.is_empty()) else {
+                        return Classify::GiveUp(SendError::Malformed(
+                            "no tenant_access_token".into(),
+                        ));
+                    };
+                    let expire = r.expire.unwrap_or(0);
+                    // Refresh five minutes early (or halfway, for short lives).
+                    let early = (expire / 2).min(300);
+                    tracing::debug!(expire, "feishu tenant token fetched");
+                    Classify::Ok(CachedToken {
+                        value,
+                        refresh_at: Instant::now()
+                            + Duration::from_secs(expire.saturating_sub(early)),
+                    })
+                }
+                Ok(r) if !retryable(status) && !RATE_LIMIT_CODES.contains(&r.code) => {
+                    Classify::GiveUp(SendError::Api {
+                        code: r.code,
+                        msg: r.msg,
+                    })
+                }
+                Ok(r) => Classify::RetryAfter(
+                    hint,
+                    SendError::Api {
+                        code: r.code,
+                        msg: r.msg,
+                    },
+                ),
+                Err(_) if retryable(status) => {
+                    Classify::RetryAfter(hint, SendError::Status(status.as_u16()))
+                }
+                Err(e) => Classify::GiveUp(SendError::Malformed(e.to_string())),
             }
-            tracing::warn!(attempt, error = %last, "feishu token request failed; retrying");
-            tokio::time::sleep(self.retry.delay(attempt, hint)).await;
-        }
+        })
+        .await
+        .map_err(SendError::from)
     }
 
     /// Calls the API with the tenant token: retries 429/5xx/rate-limit codes with
@@ -314,67 +322,72 @@ impl FeishuClient {
         body: Option<&serde_json::Value>,
         chat: Option<&str>,
     ) -> Result<ApiReply, SendError> {
-        let mut rejected: Option<String> = None;
-        let mut refreshes = 0;
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
+        // What a refresh needs across attempts: the token Feishu called invalid, and
+        // how many refreshes were made (at most two).
+        let refreshed: Mutex<(Option<String>, u32)> = Mutex::new((None, 0));
+        let (refreshed, method) = (&refreshed, &method);
+        let call = Call {
+            platform: "feishu",
+            noun: "API call",
+            what: None,
+        };
+        kit::run(&self.retry, call, || async move {
             if let Some(chat) = chat {
                 self.limiter.acquire(chat).await;
             }
-            let token = self.tenant_token(rejected.as_deref()).await?;
+            let rejected = refreshed.lock().0.clone();
+            let token = match self.tenant_token(rejected.as_deref()).await {
+                Ok(token) => token,
+                Err(e) => return Classify::GiveUp(e),
+            };
             let mut req = self.http.request(method.clone(), url).bearer_auth(&token);
             if let Some(b) = body {
                 req = req.json(b);
             }
             self.count(method.as_str(), url);
-            let (last, hint) = match req.send().await {
-                Err(e) => (SendError::Http(e.to_string()), None),
-                Ok(resp) => {
-                    let status = resp.status();
-                    let hint = retry_hint(resp.headers());
-                    match resp.json::<ApiReply>().await {
-                        Ok(r) if r.code == 0 && status.is_success() => return Ok(r),
-                        Ok(r) if TOKEN_INVALID_CODES.contains(&r.code) && refreshes < 2 => {
-                            refreshes += 1;
-                            attempt -= 1;
-                            tracing::info!(
-                                code = r.code,
-                                "feishu says the tenant token is invalid; refreshing it"
-                            );
-                            rejected = Some(token);
-                            continue;
-                        }
-                        Ok(r) if !retryable(status) && !RATE_LIMIT_CODES.contains(&r.code) => {
-                            return Err(SendError::Api {
-                                code: r.code,
-                                msg: r.msg,
-                            })
-                        }
-                        Ok(r) => (
-                            SendError::Api {
-                                code: r.code,
-                                msg: r.msg,
-                            },
-                            hint,
-                        ),
-                        Err(_) if retryable(status) => (SendError::Status(status.as_u16()), hint),
-                        Err(_) if !status.is_success() => {
-                            return Err(SendError::Status(status.as_u16()))
-                        }
-                        Err(e) => return Err(SendError::Malformed(e.to_string())),
-                    }
-                }
+            let resp = match req.send().await {
+                Err(e) => return Classify::RetryAfter(None, SendError::Http(e.to_string())),
+                Ok(resp) => resp,
             };
-            if attempt >= self.retry.attempts {
-                return Err(SendError::GaveUp {
-                    attempts: attempt,
-                    last: Box::new(last),
-                });
+            let status = resp.status();
+            let hint = retry_hint(resp.headers());
+            match resp.json::<ApiReply>().await {
+                Ok(r) if r.code == 0 && status.is_success() => Classify::Ok(r),
+                Ok(r) if TOKEN_INVALID_CODES.contains(&r.code) && refreshed.lock().1 < 2 => {
+                    let mut refresh = refreshed.lock();
+                    refresh.0 = Some(token);
+                    refresh.1 += 1;
+                    drop(refresh);
+                    tracing::info!(
+                        code = r.code,
+                        "feishu says the tenant token is invalid; refreshing it"
+                    );
+                    Classify::Again
+                }
+                Ok(r) if !retryable(status) && !RATE_LIMIT_CODES.contains(&r.code) => {
+                    Classify::GiveUp(SendError::Api {
+                        code: r.code,
+                        msg: r.msg,
+                    })
+                }
+                Ok(r) => Classify::RetryAfter(
+                    hint,
+                    SendError::Api {
+                        code: r.code,
+                        msg: r.msg,
+                    },
+                ),
+                Err(_) if retryable(status) => {
+                    Classify::RetryAfter(hint, SendError::Status(status.as_u16()))
+                }
+                Err(_) if !status.is_success() => {
+                    Classify::GiveUp(SendError::Status(status.as_u16()))
+                }
+                Err(e) => Classify::GiveUp(SendError::Malformed(e.to_string())),
             }
-            tracing::warn!(attempt, error = %last, "feishu API call failed; retrying");
-            tokio::time::sleep(self.retry.delay(attempt, hint)).await;
-        }
+        })
+        .await
+        .map_err(SendError::from)
     }
 
     /// Sends a text message to `chat_id`; `uuid` makes retries idempotent on Feishu's
