@@ -24,6 +24,7 @@ use serde::Deserialize;
 
 use crate::config::pacing::ApiRetry;
 use crate::platform::kit::api as kit;
+use crate::platform::kit::token::{Fresh, TokenSource};
 use tokio::time::Instant;
 
 /// The token endpoint.
@@ -95,12 +96,6 @@ pub(crate) struct Outgoing {
     pub(crate) text: String,
     /// Staff ids to notify (`at.atUserIds`).
     pub(crate) at_user_ids: Vec<String>,
-}
-
-#[derive(Clone)]
-struct CachedToken {
-    value: String,
-    refresh_at: Instant,
 }
 
 #[derive(Deserialize)]
@@ -181,7 +176,7 @@ pub(crate) struct DingTalkApi {
     client_id: String,
     client_secret: String,
     robot_code: String,
-    token: tokio::sync::Mutex<Option<CachedToken>>,
+    token: TokenSource,
     /// Retries of a failed send (429, 5xx, network), with doubling delays from
     /// `retry_base`.
     attempts: u32,
@@ -232,7 +227,7 @@ impl DingTalkApi {
             client_id: client_id.into(),
             client_secret: client_secret.into(),
             robot_code: robot_code.into(),
-            token: tokio::sync::Mutex::new(None),
+            token: TokenSource::new(),
             attempts: 5,
             retry_base: Duration::from_millis(250),
         })
@@ -241,12 +236,11 @@ impl DingTalkApi {
     /// A valid access token: the cached one, or a fresh one when it is near expiry or
     /// is `rejected` (the one DingTalk just refused). One fetch at a time.
     pub(crate) async fn access_token(&self, rejected: Option<&str>) -> Result<String, ApiError> {
-        let mut slot = self.token.lock().await;
-        if let Some(t) = slot.as_ref() {
-            if Instant::now() < t.refresh_at && rejected != Some(t.value.as_str()) {
-                return Ok(t.value.clone());
-            }
-        }
+        self.token.get(rejected, || self.fetch_token()).await
+    }
+
+    /// Fetches a new access token (one attempt: the calls that need it retry).
+    async fn fetch_token(&self) -> Result<Fresh, ApiError> {
         let resp = self
             .http
             .post(format!("{}{TOKEN_PATH}", self.base_url))
@@ -266,13 +260,11 @@ impl DingTalkApi {
             .filter(|t| !t.is_empty())
             .ok_or_else(|| ApiError::Malformed("no accessToken".into()))?;
         let expire = r.expire_in.unwrap_or(0);
-        let early = (expire / 2).min(300);
-        *slot = Some(CachedToken {
-            value: value.clone(),
-            refresh_at: Instant::now() + Duration::from_secs(expire.saturating_sub(early)),
-        });
         tracing::debug!(expire, "dingtalk access token fetched");
-        Ok(value)
+        Ok(Fresh {
+            value,
+            expires_in_secs: expire,
+        })
     }
 
     /// Runs `call` until it succeeds, fails for good, or the attempts are spent.

@@ -14,6 +14,7 @@ use crate::telemetry::metrics::Metrics;
 
 use super::*;
 use crate::platform::kit::api::{self as kit, ApiError, Call, Classify};
+use crate::platform::kit::token::{Fresh, TokenSource};
 
 // ---------------------------------------------------------------------------------
 // Outbound client
@@ -62,12 +63,6 @@ impl From<ApiError<SendError>> for SendError {
 /// Retry schedule for failures that are not rate limits (the one every platform
 /// client uses).
 pub(crate) use crate::config::pacing::ApiRetry as RetryPolicy;
-
-#[derive(Clone)]
-pub(super) struct CachedToken {
-    value: String,
-    refresh_at: Instant,
-}
 
 #[derive(Deserialize)]
 pub(super) struct TokenReply {
@@ -144,7 +139,7 @@ pub(crate) struct FeishuClient {
     base_url: String,
     app_id: String,
     app_secret: String,
-    token: tokio::sync::Mutex<Option<CachedToken>>,
+    token: TokenSource,
     limiter: ChatLimiter,
     retry: RetryPolicy,
     /// Where every API call is counted (set when the node starts the adapter).
@@ -219,7 +214,7 @@ impl FeishuClient {
             base_url,
             app_id: app_id.to_string(),
             app_secret: app_secret.to_string(),
-            token: tokio::sync::Mutex::new(None),
+            token: TokenSource::new(),
             limiter: ChatLimiter::new(SENDS_PER_CHAT_PER_SEC),
             retry,
             metrics: OnceLock::new(),
@@ -241,19 +236,10 @@ impl FeishuClient {
     /// expiry or equals `rejected` (the one Feishu just called invalid). One fetch
     /// at a time: concurrent callers wait for it and share the result.
     pub(crate) async fn tenant_token(&self, rejected: Option<&str>) -> Result<String, SendError> {
-        let mut slot = self.token.lock().await;
-        if let Some(t) = slot.as_ref() {
-            if Instant::now() < t.refresh_at && rejected != Some(t.value.as_str()) {
-                return Ok(t.value.clone());
-            }
-        }
-        let fresh = self.fetch_token().await?;
-        let value = fresh.value.clone();
-        *slot = Some(fresh);
-        Ok(value)
+        self.token.get(rejected, || self.fetch_token()).await
     }
 
-    async fn fetch_token(&self) -> Result<CachedToken, SendError> {
+    async fn fetch_token(&self) -> Result<Fresh, SendError> {
         let url = format!(
             "{}/open-apis/auth/v3/tenant_access_token/internal",
             self.base_url
@@ -281,13 +267,10 @@ impl FeishuClient {
                         ));
                     };
                     let expire = r.expire.unwrap_or(0);
-                    // Refresh five minutes early (or halfway, for short lives).
-                    let early = (expire / 2).min(300);
                     tracing::debug!(expire, "feishu tenant token fetched");
-                    Classify::Ok(CachedToken {
+                    Classify::Ok(Fresh {
                         value,
-                        refresh_at: Instant::now()
-                            + Duration::from_secs(expire.saturating_sub(early)),
+                        expires_in_secs: expire,
                     })
                 }
                 Ok(r) if !retryable(status) && !RATE_LIMIT_CODES.contains(&r.code) => {

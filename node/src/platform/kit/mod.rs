@@ -3,8 +3,10 @@
 //!
 //! - [`api`] — the one retry loop for platform API calls, driven by the adapter's
 //!   [`api::Classify`] of each answer, with the one give-up error [`api::ApiError`].
+//! - [`token`] — the one source for an expiring access token.
 //!
-//! Still to come: a token source for expiring tokens, a per-chat token bucket, one
+//! Still to come: a per-chat token bucket, one
 //! reconnect loop for long connections, one inbound path, self-describing adapters.
 
 pub(crate) mod api;
+pub(crate) mod token;
