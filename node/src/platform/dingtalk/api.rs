@@ -15,17 +15,16 @@
 //! refuses the rest: [`Pacer`] queues sends per group (first come, first sent) and
 //! spaces them so no minute ever holds more. Nothing is dropped; a send waits.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde::Deserialize;
 
 use crate::config::pacing::ApiRetry;
+use crate::config::pacing::Window;
 use crate::platform::kit::api as kit;
+use crate::platform::kit::pacer::ChatPacer;
 use crate::platform::kit::token::{Fresh, TokenSource};
-use tokio::time::Instant;
 
 /// The token endpoint.
 pub(crate) const TOKEN_PATH: &str = "/v1.0/oauth2/accessToken";
@@ -115,59 +114,9 @@ struct ErrorBody {
     message: String,
 }
 
-/// Spaces sends per group: at most `per_window` in any `window`, in arrival order.
-///
-/// A sliding window rather than the shared [`crate::config::pacing::TokenBucket`]: a
-/// bucket of 20 refilling at 20 a minute lets a full burst be followed by another 19
-/// within the same minute, which DingTalk's per-minute count would refuse.
-pub(crate) struct Pacer {
-    per_window: usize,
-    window: Duration,
-    groups: Mutex<HashMap<String, Arc<tokio::sync::Mutex<VecDeque<Instant>>>>>,
-}
-
-impl Pacer {
-    /// A pacer allowing `per_window` sends per `window` per group.
-    pub(crate) fn new(per_window: usize, window: Duration) -> Pacer {
-        Pacer {
-            per_window: per_window.max(1),
-            window,
-            groups: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// Waits for `group`'s turn and counts the send. Sends to one group queue in the
-    /// order they asked (tokio's mutex is fair); other groups are not held up.
-    pub(crate) async fn acquire(&self, group: &str) {
-        let slot = self
-            .groups
-            .lock()
-            .entry(group.to_string())
-            .or_default()
-            .clone();
-        let mut sent = slot.lock().await;
-        loop {
-            let now = Instant::now();
-            while sent
-                .front()
-                .is_some_and(|t| now.duration_since(*t) >= self.window)
-            {
-                sent.pop_front();
-            }
-            if sent.len() < self.per_window {
-                sent.push_back(now);
-                return;
-            }
-            let oldest = *sent.front().expect("full window");
-            tokio::time::sleep_until(oldest + self.window).await;
-        }
-    }
-
-    /// How many groups it keeps a window for.
-    pub(crate) fn len(&self) -> usize {
-        self.groups.lock().len()
-    }
-}
+/// Spaces sends per group: at most `per_window` in any `window`, in arrival order
+/// (a sliding window, not a token bucket: see [`Window`]).
+pub(crate) type Pacer = ChatPacer<Window>;
 
 /// The open API as this robot's app.
 pub(crate) struct DingTalkApi {
@@ -396,6 +345,8 @@ impl DingTalkApi {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+    use tokio::time::Instant;
 
     #[tokio::test(start_paused = true)]
     async fn a_burst_is_paced_to_the_limit_per_minute_and_nothing_is_dropped() {

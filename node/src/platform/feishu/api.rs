@@ -1,19 +1,18 @@
 //! The outbound API client ([`FeishuClient`]): tenant token, sending, retries, pacing.
 
 use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use http::{HeaderMap, StatusCode};
 use serde::Deserialize;
-use tokio::time::Instant;
 
 use crate::config::pacing::TokenBucket;
 use crate::telemetry::metrics::Metrics;
 
 use super::*;
 use crate::platform::kit::api::{self as kit, ApiError, Call, Classify};
+use crate::platform::kit::pacer::ChatPacer;
 use crate::platform::kit::token::{Fresh, TokenSource};
 
 // ---------------------------------------------------------------------------------
@@ -99,39 +98,8 @@ pub(crate) struct BotInfo {
     pub(crate) app_name: String,
 }
 
-/// A token bucket per chat.
-pub(super) struct ChatLimiter {
-    rate: f64,
-    burst: f64,
-    buckets: Mutex<HashMap<String, TokenBucket>>,
-}
-
-impl ChatLimiter {
-    pub(super) fn new(rate: f64) -> Self {
-        ChatLimiter {
-            rate,
-            burst: rate.max(1.0),
-            buckets: Mutex::new(HashMap::new()),
-        }
-    }
-
-    pub(super) async fn acquire(&self, chat: &str) {
-        loop {
-            let wait = {
-                let now = Instant::now();
-                let mut b = self.buckets.lock();
-                let bucket = b
-                    .entry(chat.to_string())
-                    .or_insert_with(|| TokenBucket::full(self.rate, self.burst, now));
-                match bucket.take(now) {
-                    Ok(()) => return,
-                    Err(wait) => wait,
-                }
-            };
-            tokio::time::sleep(wait).await;
-        }
-    }
-}
+/// A token bucket per chat ([`SENDS_PER_CHAT_PER_SEC`]).
+pub(super) type ChatLimiter = ChatPacer<TokenBucket>;
 
 /// The Feishu open platform API as this bot's app: token, bot info, sending.
 pub(crate) struct FeishuClient {
