@@ -162,6 +162,23 @@ pub(super) fn retry_hint(headers: &HeaderMap) -> Option<Duration> {
         .map(Duration::from_secs)
 }
 
+/// How a Feishu answer with a nonzero code reads: a rate limit ([`RATE_LIMIT_CODES`],
+/// 429) or server trouble (5xx) is worth another attempt, after Feishu's wait if it
+/// named one; any other code is Feishu's final word.
+fn refused<T>(
+    status: StatusCode,
+    hint: Option<Duration>,
+    code: i64,
+    msg: String,
+) -> Classify<T, SendError> {
+    let error = SendError::Api { code, msg };
+    if retryable(status) || RATE_LIMIT_CODES.contains(&code) {
+        Classify::RetryAfter(hint, error)
+    } else {
+        Classify::GiveUp(error)
+    }
+}
+
 impl FeishuClient {
     /// A client for the app `app_id` at `base_url` (`https://open.feishu.cn` or Lark's).
     pub(crate) fn new(
@@ -241,19 +258,7 @@ impl FeishuClient {
                         expires_in_secs: expire,
                     })
                 }
-                Ok(r) if !retryable(status) && !RATE_LIMIT_CODES.contains(&r.code) => {
-                    Classify::GiveUp(SendError::Api {
-                        code: r.code,
-                        msg: r.msg,
-                    })
-                }
-                Ok(r) => Classify::RetryAfter(
-                    hint,
-                    SendError::Api {
-                        code: r.code,
-                        msg: r.msg,
-                    },
-                ),
+                Ok(r) => refused(status, hint, r.code, r.msg),
                 Err(_) if retryable(status) => {
                     Classify::RetryAfter(hint, SendError::Status(status.as_u16()))
                 }
@@ -315,19 +320,7 @@ impl FeishuClient {
                     );
                     Classify::Again
                 }
-                Ok(r) if !retryable(status) && !RATE_LIMIT_CODES.contains(&r.code) => {
-                    Classify::GiveUp(SendError::Api {
-                        code: r.code,
-                        msg: r.msg,
-                    })
-                }
-                Ok(r) => Classify::RetryAfter(
-                    hint,
-                    SendError::Api {
-                        code: r.code,
-                        msg: r.msg,
-                    },
-                ),
+                Ok(r) => refused(status, hint, r.code, r.msg),
                 Err(_) if retryable(status) => {
                     Classify::RetryAfter(hint, SendError::Status(status.as_u16()))
                 }
