@@ -19,7 +19,8 @@
 //!             recorded transcript, then and now)
 //! platform    one adapter per chat platform behind ChatPlatform: local, feishu, dingtalk, discord
 //!             (feishu/: api, events, crypto, dedup, inbound, ws the long connection,
-//!             content rich text and media, names people by display name)
+//!             content rich text and media, names people by display name); kit: what
+//!             every adapter shares (the API retry loop, the token source, the per-chat pacer)
 //! ingress     Ingest: admission (verify, dedup, rate limit), HTTP bridge, stream reader, relayed copies
 //! turn        mention → policy → judge → scheduler → reply, over the Ports trait; the daily
 //!             LLM budget

@@ -16,8 +16,9 @@
 //!   person's message only to the robots it @-mentions), session webhook or group send out.
 //! - [`discord`] — the Discord gateway in, messages with real `<@id>` out.
 //!
-//! What every adapter needs once lives in [`kit`]: the one retry loop for API calls
-//! (more to come: see its docs).
+//! What every adapter needs once lives in [`kit`]: the one retry loop for API calls,
+//! the one source for an expiring access token, the one per-chat pacer (more to come:
+//! see its docs).
 
 pub(crate) mod dingtalk;
 pub mod discord;
