@@ -18,8 +18,9 @@
 //!             the chat (/quiet, /resume, /stop, /why); replay (a bot's decisions over a
 //!             recorded transcript, then and now)
 //! platform    one adapter per chat platform behind ChatPlatform: local, feishu, dingtalk, discord
-//!             (feishu_ws: the long connection; feishu_content: rich text and media;
-//!             feishu_names: people by display name)
+//!             (feishu/: api, events, crypto, dedup, inbound, ws the long connection,
+//!             content rich text and media, names people by display name); kit: what
+//!             every adapter shares (the API retry loop, the token source, the per-chat pacer)
 //! ingress     Ingest: admission (verify, dedup, rate limit), HTTP bridge, stream reader, relayed copies
 //! turn        mention → policy → judge → scheduler → reply, over the Ports trait; the daily
 //!             LLM budget

@@ -518,7 +518,7 @@ fn feishu_ids(bot: String, config: PathBuf) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let text = rt.block_on(botmesh::platform::feishu_names::colleague_ids(&cfg))?;
+    let text = rt.block_on(botmesh::platform::feishu::names::colleague_ids(&cfg))?;
     print!("{text}");
     Ok(())
 }

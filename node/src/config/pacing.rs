@@ -57,10 +57,10 @@ impl Backoff {
     }
 }
 
-/// How a platform API client (Feishu, Discord) retries a request that failed for a
-/// reason other than a rate limit it waits out: at most `attempts` tries, waiting the
-/// server's hint when it gave one, else [`Backoff`] from `base` up to `max` with up to
-/// 20 % added jitter.
+/// How a platform API client (Feishu, Discord, DingTalk: `platform::kit::api`) retries
+/// a request that failed for a reason other than a rate limit it waits out: at most
+/// `attempts` tries, waiting the server's hint when it gave one, else [`Backoff`] from
+/// `base` up to `max` with up to 20 % added jitter.
 #[derive(Debug, Clone, Copy)]
 pub struct ApiRetry {
     /// Attempts at most.
@@ -131,6 +131,49 @@ impl TokenBucket {
         } else {
             Err(Duration::from_secs_f64((1.0 - self.tokens) / self.rate))
         }
+    }
+}
+
+/// A sliding window: at most `per_window` events in any `window`. Where a platform
+/// counts per minute (DingTalk: 20 a minute per group) a [`TokenBucket`] would not do:
+/// a bucket of 20 refilling at 20 a minute lets a full burst be followed by another
+/// 19 within the same minute.
+#[derive(Debug, Clone)]
+pub(crate) struct Window {
+    /// Events allowed in any window.
+    per_window: usize,
+    /// The window's length.
+    window: Duration,
+    /// When the events still inside the window happened, oldest first.
+    sent: std::collections::VecDeque<Instant>,
+}
+
+impl Window {
+    /// An empty window allowing `per_window` (at least one) events per `window`.
+    pub(crate) fn new(per_window: usize, window: Duration) -> Self {
+        Window {
+            per_window: per_window.max(1),
+            window,
+            sent: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// Counts one event at `now` if the window has room; otherwise says how long
+    /// until it will (when the oldest event leaves it).
+    pub(crate) fn take(&mut self, now: Instant) -> Result<(), Duration> {
+        while self
+            .sent
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= self.window)
+        {
+            self.sent.pop_front();
+        }
+        if self.sent.len() < self.per_window {
+            self.sent.push_back(now);
+            return Ok(());
+        }
+        let oldest = *self.sent.front().expect("a full window");
+        Err((oldest + self.window).saturating_duration_since(now))
     }
 }
 

@@ -9,18 +9,25 @@
 //! [`Ingest`] handle, given to it at [`ChatPlatform::start`]; it never sees the node.
 //!
 //! - [`local`] — the mesh is the chat: people post through the page or the API.
-//! - [`feishu`] — Feishu/Lark events in (over [`feishu_ws`], the long connection, or
-//!   as callbacks), messages with real `<at>` out.
+//! - [`feishu`] — Feishu/Lark events in (over [`feishu::ws`], the long connection, or
+//!   as callbacks), messages with real `<at>` out. `feishu_ws` and `feishu_names` are
+//!   the old paths of [`feishu::ws`] and [`feishu::names`], kept for tests and tools.
 //! - [`dingtalk`] — DingTalk Stream mode in (forwarded to the peers: DingTalk shows a
 //!   person's message only to the robots it @-mentions), session webhook or group send out.
 //! - [`discord`] — the Discord gateway in, messages with real `<@id>` out.
+//!
+//! What every adapter needs once lives in [`kit`]: the one retry loop for API calls,
+//! the one source for an expiring access token, the one per-chat pacer (more to come:
+//! see its docs).
 
 pub(crate) mod dingtalk;
 pub mod discord;
 pub mod feishu;
-pub(crate) mod feishu_content;
-pub mod feishu_names;
-pub mod feishu_ws;
+pub(crate) mod kit;
+/// The old path of [`feishu::names`].
+pub use feishu::names as feishu_names;
+/// The old path of [`feishu::ws`].
+pub use feishu::ws as feishu_ws;
 pub(crate) mod local;
 
 use std::net::SocketAddr;

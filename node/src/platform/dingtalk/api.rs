@@ -15,15 +15,16 @@
 //! refuses the rest: [`Pacer`] queues sends per group (first come, first sent) and
 //! spaces them so no minute ever holds more. Nothing is dropped; a send waits.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde::Deserialize;
-use tokio::time::Instant;
 
-use crate::config::pacing::{Backoff, Jitter};
+use crate::config::pacing::ApiRetry;
+use crate::config::pacing::Window;
+use crate::platform::kit::api as kit;
+use crate::platform::kit::pacer::ChatPacer;
+use crate::platform::kit::token::{Fresh, TokenSource};
 
 /// The token endpoint.
 pub(crate) const TOKEN_PATH: &str = "/v1.0/oauth2/accessToken";
@@ -96,12 +97,6 @@ pub(crate) struct Outgoing {
     pub(crate) at_user_ids: Vec<String>,
 }
 
-#[derive(Clone)]
-struct CachedToken {
-    value: String,
-    refresh_at: Instant,
-}
-
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct TokenReply {
@@ -119,59 +114,9 @@ struct ErrorBody {
     message: String,
 }
 
-/// Spaces sends per group: at most `per_window` in any `window`, in arrival order.
-///
-/// A sliding window rather than the shared [`crate::config::pacing::TokenBucket`]: a
-/// bucket of 20 refilling at 20 a minute lets a full burst be followed by another 19
-/// within the same minute, which DingTalk's per-minute count would refuse.
-pub(crate) struct Pacer {
-    per_window: usize,
-    window: Duration,
-    groups: Mutex<HashMap<String, Arc<tokio::sync::Mutex<VecDeque<Instant>>>>>,
-}
-
-impl Pacer {
-    /// A pacer allowing `per_window` sends per `window` per group.
-    pub(crate) fn new(per_window: usize, window: Duration) -> Pacer {
-        Pacer {
-            per_window: per_window.max(1),
-            window,
-            groups: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// Waits for `group`'s turn and counts the send. Sends to one group queue in the
-    /// order they asked (tokio's mutex is fair); other groups are not held up.
-    pub(crate) async fn acquire(&self, group: &str) {
-        let slot = self
-            .groups
-            .lock()
-            .entry(group.to_string())
-            .or_default()
-            .clone();
-        let mut sent = slot.lock().await;
-        loop {
-            let now = Instant::now();
-            while sent
-                .front()
-                .is_some_and(|t| now.duration_since(*t) >= self.window)
-            {
-                sent.pop_front();
-            }
-            if sent.len() < self.per_window {
-                sent.push_back(now);
-                return;
-            }
-            let oldest = *sent.front().expect("full window");
-            tokio::time::sleep_until(oldest + self.window).await;
-        }
-    }
-
-    /// How many groups it keeps a window for.
-    pub(crate) fn len(&self) -> usize {
-        self.groups.lock().len()
-    }
-}
+/// Spaces sends per group: at most `per_window` in any `window`, in arrival order
+/// (a sliding window, not a token bucket: see [`Window`]).
+pub(crate) type Pacer = ChatPacer<Window>;
 
 /// The open API as this robot's app.
 pub(crate) struct DingTalkApi {
@@ -180,7 +125,7 @@ pub(crate) struct DingTalkApi {
     client_id: String,
     client_secret: String,
     robot_code: String,
-    token: tokio::sync::Mutex<Option<CachedToken>>,
+    token: TokenSource,
     /// Retries of a failed send (429, 5xx, network), with doubling delays from
     /// `retry_base`.
     attempts: u32,
@@ -231,7 +176,7 @@ impl DingTalkApi {
             client_id: client_id.into(),
             client_secret: client_secret.into(),
             robot_code: robot_code.into(),
-            token: tokio::sync::Mutex::new(None),
+            token: TokenSource::new(),
             attempts: 5,
             retry_base: Duration::from_millis(250),
         })
@@ -240,12 +185,11 @@ impl DingTalkApi {
     /// A valid access token: the cached one, or a fresh one when it is near expiry or
     /// is `rejected` (the one DingTalk just refused). One fetch at a time.
     pub(crate) async fn access_token(&self, rejected: Option<&str>) -> Result<String, ApiError> {
-        let mut slot = self.token.lock().await;
-        if let Some(t) = slot.as_ref() {
-            if Instant::now() < t.refresh_at && rejected != Some(t.value.as_str()) {
-                return Ok(t.value.clone());
-            }
-        }
+        self.token.get(rejected, || self.fetch_token()).await
+    }
+
+    /// Fetches a new access token (one attempt: the calls that need it retry).
+    async fn fetch_token(&self) -> Result<Fresh, ApiError> {
         let resp = self
             .http
             .post(format!("{}{TOKEN_PATH}", self.base_url))
@@ -265,13 +209,11 @@ impl DingTalkApi {
             .filter(|t| !t.is_empty())
             .ok_or_else(|| ApiError::Malformed("no accessToken".into()))?;
         let expire = r.expire_in.unwrap_or(0);
-        let early = (expire / 2).min(300);
-        *slot = Some(CachedToken {
-            value: value.clone(),
-            refresh_at: Instant::now() + Duration::from_secs(expire.saturating_sub(early)),
-        });
         tracing::debug!(expire, "dingtalk access token fetched");
-        Ok(value)
+        Ok(Fresh {
+            value,
+            expires_in_secs: expire,
+        })
     }
 
     /// Runs `call` until it succeeds, fails for good, or the attempts are spent.
@@ -280,26 +222,34 @@ impl DingTalkApi {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, ApiError>>,
     {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match call().await {
-                Ok(v) => return Ok(v),
-                Err(e) if e.retryable() && attempt < self.attempts => {
-                    let delay = Backoff::new(self.retry_base, RETRY_MAX)
-                        .delay(attempt, Jitter::Scale(1.0..=1.2));
-                    tracing::warn!(attempt, error = %e, what, "dingtalk call failed; retrying");
-                    tokio::time::sleep(delay).await;
+        let policy = ApiRetry {
+            attempts: self.attempts,
+            base: self.retry_base,
+            max: RETRY_MAX,
+        };
+        let kit_call = kit::Call {
+            platform: "dingtalk",
+            noun: "call",
+            what: Some(what),
+        };
+        let run = kit::run(&policy, kit_call, || {
+            let attempt = call();
+            async move {
+                match attempt.await {
+                    Ok(v) => kit::Classify::Ok(v),
+                    Err(e) if e.retryable() => kit::Classify::RetryAfter(None, e),
+                    Err(e) => kit::Classify::GiveUp(e),
                 }
-                Err(e) if attempt > 1 => {
-                    return Err(ApiError::GaveUp {
-                        attempts: attempt,
-                        last: Box::new(e),
-                    })
-                }
-                Err(e) => return Err(e),
             }
-        }
+        });
+        // Any failure after a retry reads as giving up, with the last error.
+        run.await.map_err(|e| match e.attempts {
+            1 => e.last,
+            attempts => ApiError::GaveUp {
+                attempts,
+                last: Box::new(e.last),
+            },
+        })
     }
 
     /// Answers into a conversation through a message's session webhook.
@@ -395,6 +345,8 @@ impl DingTalkApi {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+    use tokio::time::Instant;
 
     #[tokio::test(start_paused = true)]
     async fn a_burst_is_paced_to_the_limit_per_minute_and_nothing_is_dropped() {

@@ -18,6 +18,7 @@
 //! that did reach Discord does not post it twice.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -26,6 +27,8 @@ use std::time::Duration;
 use http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
+
+use crate::platform::kit::api::{self as kit, Call, Classify};
 
 /// Longest message content Discord accepts, in characters.
 pub const MAX_MESSAGE_CHARS: usize = 2000;
@@ -312,9 +315,15 @@ impl RestClient {
         let lane = self.limits.lane(route);
         let _one_at_a_time = lane.lock().await;
         let url = format!("{}{}", self.base_url, path);
-        let mut attempt = 0;
-        let mut limited = 0;
-        loop {
+        // 429s in a row: waited out without spending an attempt, up to MAX_RATE_LIMITED.
+        let limited = AtomicU32::new(0);
+        let (url, limited, method) = (&url, &limited, &method);
+        let call = Call {
+            platform: "discord",
+            noun: "request",
+            what: Some(route),
+        };
+        kit::run(&self.retry, call, || async move {
             let wait = self.limits.wait_for(route, Instant::now());
             if !wait.is_zero() {
                 tracing::debug!(
@@ -324,81 +333,74 @@ impl RestClient {
                 );
                 tokio::time::sleep(wait).await;
             }
-            attempt += 1;
             let mut req = self
                 .http
-                .request(method.clone(), &url)
+                .request(method.clone(), url)
                 .header("authorization", format!("Bot {}", self.token));
             if let Some(b) = body {
                 req = req.json(b);
             }
-            let last = match req.send().await {
-                Err(e) => RestError::Http(e.to_string()),
-                Ok(resp) => {
-                    let status = resp.status();
-                    let headers = resp.headers().clone();
-                    self.limits.update(route, &headers, Instant::now());
-                    let bytes = resp
-                        .bytes()
-                        .await
-                        .map_err(|e| RestError::Http(e.to_string()));
-                    if status.is_success() {
-                        return bytes;
-                    }
-                    let bytes = bytes.unwrap_or_default();
-                    if status == StatusCode::TOO_MANY_REQUESTS {
-                        let parsed: Option<TooMany> = serde_json::from_slice(&bytes).ok();
-                        let secs = parsed
-                            .as_ref()
-                            .and_then(|t| t.retry_after)
-                            .or_else(|| header_secs(&headers, "retry-after"))
-                            .unwrap_or(1.0);
-                        let global = parsed.as_ref().is_some_and(|t| t.global)
-                            || headers
-                                .get("x-ratelimit-global")
-                                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
-                        let wait = Duration::from_secs_f64(secs);
-                        limited += 1;
-                        if wait > MAX_RETRY_AFTER || limited > MAX_RATE_LIMITED {
-                            return Err(RestError::RateLimited(format!(
-                                "retry_after {secs} s, {limited} times in a row"
-                            )));
-                        }
-                        tracing::info!(
-                            route,
-                            global,
-                            retry_after_ms = wait.as_millis() as u64,
-                            "discord answered 429; waiting it out"
-                        );
-                        self.limits.limited(route, global, wait, Instant::now());
-                        attempt -= 1;
-                        continue;
-                    }
-                    let text: String = String::from_utf8_lossy(&bytes).chars().take(300).collect();
-                    if status == StatusCode::UNAUTHORIZED {
-                        return Err(RestError::Unauthorized);
-                    }
-                    if !status.is_server_error() {
-                        return Err(RestError::Status {
-                            status: status.as_u16(),
-                            body: text,
-                        });
-                    }
-                    RestError::Status {
-                        status: status.as_u16(),
-                        body: text,
-                    }
-                }
+            let resp = match req.send().await {
+                Err(e) => return Classify::RetryAfter(None, RestError::Http(e.to_string())),
+                Ok(resp) => resp,
             };
-            if attempt >= self.retry.attempts {
-                return Err(RestError::GaveUp {
-                    attempts: attempt,
-                    last: Box::new(last),
-                });
+            let status = resp.status();
+            let headers = resp.headers().clone();
+            self.limits.update(route, &headers, Instant::now());
+            let bytes = resp
+                .bytes()
+                .await
+                .map_err(|e| RestError::Http(e.to_string()));
+            if status.is_success() {
+                return match bytes {
+                    Ok(b) => Classify::Ok(b),
+                    Err(e) => Classify::GiveUp(e),
+                };
             }
-            tracing::warn!(route, attempt, error = %last, "discord request failed; retrying");
-            tokio::time::sleep(self.retry.delay(attempt, None)).await;
-        }
+            let bytes = bytes.unwrap_or_default();
+            if status == StatusCode::TOO_MANY_REQUESTS {
+                let parsed: Option<TooMany> = serde_json::from_slice(&bytes).ok();
+                let secs = parsed
+                    .as_ref()
+                    .and_then(|t| t.retry_after)
+                    .or_else(|| header_secs(&headers, "retry-after"))
+                    .unwrap_or(1.0);
+                let global = parsed.as_ref().is_some_and(|t| t.global)
+                    || headers
+                        .get("x-ratelimit-global")
+                        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
+                let wait = Duration::from_secs_f64(secs);
+                let limited = limited.fetch_add(1, Ordering::Relaxed) + 1;
+                if wait > MAX_RETRY_AFTER || limited > MAX_RATE_LIMITED {
+                    return Classify::GiveUp(RestError::RateLimited(format!(
+                        "retry_after {secs} s, {limited} times in a row"
+                    )));
+                }
+                tracing::info!(
+                    route,
+                    global,
+                    retry_after_ms = wait.as_millis() as u64,
+                    "discord answered 429; waiting it out"
+                );
+                self.limits.limited(route, global, wait, Instant::now());
+                return Classify::Again;
+            }
+            let text: String = String::from_utf8_lossy(&bytes).chars().take(300).collect();
+            if status == StatusCode::UNAUTHORIZED {
+                return Classify::GiveUp(RestError::Unauthorized);
+            }
+            let error = RestError::Status {
+                status: status.as_u16(),
+                body: text,
+            };
+            if status.is_server_error() {
+                Classify::RetryAfter(None, error)
+            } else {
+                Classify::GiveUp(error)
+            }
+        })
+        .await
+        .map_err(|e| e.into_error(|attempts, last| RestError::GaveUp { attempts, last }))
     }
 
     async fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<T, RestError> {

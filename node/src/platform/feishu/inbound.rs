@@ -1,0 +1,331 @@
+//! The webhook handler and event processing: callbacks and long-connection events alike
+//! become arrivals here.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use tokio::time::Instant;
+
+use crate::config::Platform;
+use crate::ingress::ingest::{Arrival, Ingest};
+use crate::ingress::server::{self, Body, BodyError};
+use crate::store::transcript::Appended;
+use crate::telemetry::metrics::Metrics;
+use crate::wire::envelope::{now_millis, Author, Envelope};
+use futures_util::future::BoxFuture;
+
+use super::*;
+
+// ---------------------------------------------------------------------------------
+// HTTP handler and event processing
+// ---------------------------------------------------------------------------------
+
+/// What a verified callback leads to.
+pub(super) enum Outcome {
+    Challenge(String),
+    Duplicate(String),
+    Ignored(String, String),
+    Message(String, Box<MessageReceived>),
+}
+
+/// `POST /feishu/v1/events` on a node whose platform is not feishu: refused, counted.
+pub(crate) fn not_enabled(metrics: &Metrics, remote: SocketAddr) -> Response<Body> {
+    let e = EventError::NotEnabled;
+    metrics.feishu_event(e.reason());
+    tracing::warn!(%remote, reason = e.reason(), "feishu callback to a node that is not on feishu");
+    server::json(
+        e.status(),
+        &serde_json::json!({"error": e.reason(), "detail": e.to_string()}),
+    )
+}
+
+/// `POST /feishu/v1/events`: verifies, answers at once, handles the message after.
+pub(crate) async fn handle_events(
+    f: Arc<Feishu>,
+    req: Request<Incoming>,
+    remote: SocketAddr,
+) -> Response<Body> {
+    let Some(ingest) = f.ingest.get().cloned() else {
+        return server::error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "feishu adapter not started",
+        );
+    };
+    let outcome = accept(&f, req).await;
+    let node = &ingest;
+    match outcome {
+        Ok(Outcome::Challenge(challenge)) => {
+            node.metrics.feishu_event("challenge");
+            tracing::info!(%remote, "feishu url_verification answered");
+            server::json(
+                StatusCode::OK,
+                &serde_json::json!({ "challenge": challenge }),
+            )
+        }
+        Ok(Outcome::Duplicate(event_id)) => {
+            node.metrics.feishu_event("duplicate");
+            tracing::info!(%remote, %event_id, "feishu event already handled (retry)");
+            server::json(StatusCode::OK, &serde_json::json!({"duplicate": true}))
+        }
+        Ok(Outcome::Ignored(event_id, event_type)) => {
+            node.metrics.feishu_event("ignored");
+            tracing::debug!(%remote, %event_id, %event_type, "feishu event ignored");
+            server::json(StatusCode::OK, &serde_json::json!({"ok": true}))
+        }
+        Ok(Outcome::Message(event_id, msg)) => {
+            node.metrics.feishu_event("message");
+            tracing::info!(%remote, %event_id, message_id = %msg.message.message_id, sender_type = %msg.sender.sender_type, "feishu message event");
+            if !node.accepting.is_cancelled() {
+                let n = node.clone();
+                node.tasks.spawn(async move {
+                    let _ = process(&f, &n, *msg).await;
+                });
+            }
+            server::json(StatusCode::OK, &serde_json::json!({"ok": true}))
+        }
+        Err(e) => {
+            node.metrics.feishu_event(e.reason());
+            tracing::warn!(%remote, status = e.status().as_u16(), reason = e.reason(), detail = %e, "feishu callback rejected");
+            server::json(
+                e.status(),
+                &serde_json::json!({"error": e.reason(), "detail": e.to_string()}),
+            )
+        }
+    }
+}
+
+pub(super) async fn accept(f: &Feishu, req: Request<Incoming>) -> Result<Outcome, EventError> {
+    let (parts, body) = server::read_body(req, crate::wire::limits::MAX_BODY_BYTES)
+        .await
+        .map_err(|e| match e {
+            BodyError::TooLarge { limit } => EventError::TooLarge(limit),
+            BodyError::Read(r) => EventError::Unreadable(r),
+        })?;
+    let now = (now_millis() / 1000) as i64;
+    match f.auth.open(&parts.headers, &body, now)? {
+        Callback::UrlVerification { challenge, .. } => Ok(Outcome::Challenge(challenge)),
+        Callback::Legacy { uuid, kind, .. } => Ok(Outcome::Ignored(
+            uuid.unwrap_or_default(),
+            kind.unwrap_or_else(|| "schema 1.0".into()),
+        )),
+        Callback::Event { header, event } => {
+            if !f.dedup.first_time(&header.event_id, now as u64) {
+                return Ok(Outcome::Duplicate(header.event_id));
+            }
+            if header.event_type != "im.message.receive_v1" {
+                return Ok(Outcome::Ignored(header.event_id, header.event_type));
+            }
+            let msg = MessageReceived::from_event(&event)?;
+            Ok(Outcome::Message(header.event_id, Box::new(msg)))
+        }
+    }
+}
+
+/// Events off the long connection: each is recorded before it is acknowledged.
+pub(crate) struct WsEvents(pub(crate) Arc<Feishu>);
+
+impl ws::EventHandler for WsEvents {
+    fn handle(&self, payload: Vec<u8>) -> BoxFuture<'_, u16> {
+        Box::pin(take_event(&self.0, payload))
+    }
+}
+
+/// One event from the long connection: 200 once it is recorded (or is a repeat, or
+/// is deliberately ignored), 500 when it could not be recorded (Feishu sends it
+/// again). Its event id is remembered only after that, so a redelivery of an event
+/// that failed is handled afresh.
+pub(crate) async fn take_event(f: &Arc<Feishu>, payload: Vec<u8>) -> u16 {
+    let Some(ingest) = f.ingest.get().cloned() else {
+        return 500;
+    };
+    let now = now_millis() / 1000;
+    let (header, event) = match parse_callback(&payload) {
+        Ok(Callback::Event { header, event }) => (header, event),
+        Ok(_) => {
+            ingest.metrics.feishu_event("ignored");
+            return 200;
+        }
+        Err(e) => {
+            ingest.metrics.feishu_event(e.reason());
+            tracing::warn!(reason = e.reason(), detail = %e, "feishu long-connection event malformed; acknowledged and dropped");
+            return 200;
+        }
+    };
+    if let Some(app) = header.app_id.as_ref().filter(|a| **a != f.auth.app_id) {
+        ingest.metrics.feishu_event("wrong_app");
+        tracing::warn!(%app, event_id = %header.event_id, "feishu event for another app; dropped");
+        return 200;
+    }
+    if f.dedup.contains(&header.event_id) {
+        ingest.metrics.feishu_event("duplicate");
+        tracing::info!(event_id = %header.event_id, "feishu event already handled (redelivery)");
+        return 200;
+    }
+    if header.event_type != "im.message.receive_v1" {
+        f.dedup.first_time(&header.event_id, now);
+        ingest.metrics.feishu_event("ignored");
+        tracing::debug!(event_id = %header.event_id, event_type = %header.event_type, "feishu event ignored");
+        return 200;
+    }
+    let msg = match MessageReceived::from_event(&event) {
+        Ok(m) => m,
+        Err(e) => {
+            ingest.metrics.feishu_event(e.reason());
+            tracing::warn!(event_id = %header.event_id, detail = %e, "feishu message event malformed; dropped");
+            f.dedup.first_time(&header.event_id, now);
+            return 200;
+        }
+    };
+    tracing::info!(event_id = %header.event_id, message_id = %msg.message.message_id, sender_type = %msg.sender.sender_type, "feishu message event (long connection)");
+    if ingest.accepting.is_cancelled() {
+        return 500;
+    }
+    if msg.sender.sender_type == "app" {
+        // A bot's message may wait for its bridge copy: do not hold the connection.
+        f.dedup.first_time(&header.event_id, now);
+        ingest.metrics.feishu_event("message");
+        let (f, n) = (f.clone(), ingest.clone());
+        ingest.tasks.spawn(async move {
+            let _ = process(&f, &n, msg).await;
+        });
+        return 200;
+    }
+    match process(f, &ingest, msg).await {
+        Ok(()) => {
+            f.dedup.first_time(&header.event_id, now);
+            ingest.metrics.feishu_event("message");
+            200
+        }
+        Err(()) => {
+            ingest.metrics.feishu_event("record_failed");
+            500
+        }
+    }
+}
+
+/// Records one received message. `Err` when the transcript refused it (already
+/// logged); a message deliberately not recorded is `Ok`.
+pub(super) async fn process(f: &Feishu, node: &Ingest, ev: MessageReceived) -> Result<(), ()> {
+    let msg = &ev.message;
+    let matcher = &f.matcher;
+    let text = f.message_text(msg, matcher);
+    if text.trim().is_empty() {
+        tracing::info!(message_id = %msg.message_id, message_type = %msg.message_type, "ignoring an empty feishu message");
+        return Ok(());
+    }
+    // A direct (p2p) chat is its own group, with this bot alone in it.
+    let group = if msg.chat_type == "p2p" {
+        format!(
+            "{}{}",
+            crate::wire::envelope::DIRECT_GROUP_PREFIX,
+            msg.chat_id
+        )
+    } else {
+        f.group_for_chat(&msg.chat_id)
+    };
+    let mut text = text.trim().to_string();
+    if text.len() > crate::wire::envelope::MAX_TEXT_BYTES {
+        let mut end = crate::wire::envelope::MAX_TEXT_BYTES;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    let sent_at = msg
+        .create_time
+        .as_deref()
+        .and_then(|t| t.parse::<u64>().ok())
+        .unwrap_or_else(now_millis);
+    let sender_open_id = ev.sender.sender_id.open_id.clone();
+    for m in &msg.mentions {
+        if !f.bots_by_open_id.contains_key(&m.id.open_id) {
+            f.names.learn(&m.id.open_id, &m.name);
+        }
+    }
+    let human_name = if ev.sender.sender_type == "app" || sender_open_id.is_empty() {
+        String::new()
+    } else {
+        // Bounded: a slow Feishu must not hold the message (nor the long connection).
+        tokio::time::timeout(
+            NAME_LOOKUP_TIMEOUT,
+            f.names
+                .display_name(&f.client, &sender_open_id, &msg.chat_id),
+        )
+        .await
+        .unwrap_or_else(|_| sender_open_id.clone())
+    };
+    // The same id on every bot that reads this message from Feishu, so their claims
+    // name the same trigger.
+    let id = crate::wire::envelope::platform_message_id("feishu", &msg.message_id, sent_at);
+    let author = Author::human(if sender_open_id.is_empty() {
+        "feishu user".to_string()
+    } else {
+        crate::platform::person_name(matcher, Platform::Feishu, &human_name)
+    });
+    let mut env = Envelope::message(id, sent_at, group.clone(), f.me.clone(), author, text);
+    env.root = Some(id);
+    env.platform_msg_id = Some(msg.message_id.clone());
+    if ev.sender.sender_type != "app" {
+        // The per-app open_id and, when Feishu gives it, the per-developer union_id:
+        // either may name an operator.
+        let ids = &ev.sender.sender_id;
+        let person: Vec<&str> = std::iter::once(ids.open_id.as_str())
+            .chain(ids.union_id.as_deref())
+            .filter(|id| !id.is_empty() && !id.contains(char::is_whitespace))
+            .collect();
+        env.person = (!person.is_empty()).then(|| person.join(" "));
+        let mentions = f.platform_mentions(&msg.mentions, matcher);
+        let arrival = Arrival {
+            env,
+            mentions,
+            source: "feishu",
+        };
+        match node.arrive(arrival).await {
+            Ok(Appended::New) => {}
+            Ok(Appended::Duplicate) => {
+                tracing::info!(message_id = %msg.message_id, "feishu message already recorded");
+            }
+            Err(e) => {
+                tracing::error!(message_id = %msg.message_id, error = %e, "feishu message could not be recorded");
+                return Err(());
+            }
+        }
+        return Ok(());
+    }
+    // A bot's message. A mesh colleague's authoritative copy comes over the bridge.
+    let bot = f.bots_by_open_id.get(&sender_open_id).cloned();
+    if bot.as_deref() == Some(f.me.as_str()) {
+        return Ok(());
+    }
+    if bot.is_some() {
+        let deadline = Instant::now() + BRIDGE_GRACE;
+        loop {
+            if node.sink.has_platform_msg(&group, &msg.message_id) {
+                tracing::debug!(message_id = %msg.message_id, "feishu copy of a colleague's message: the bridge copy is already recorded");
+                return Ok(());
+            }
+            if Instant::now() >= deadline || node.accepting.is_cancelled() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tracing::warn!(message_id = %msg.message_id, bot = ?bot, "no bridge copy of a colleague's feishu message; recording it as context only");
+    }
+    // Context only: nobody answers it (its real depth is unknown).
+    env.author = Author::bot(bot.unwrap_or_else(|| format!("app:{sender_open_id}")));
+    env.depth = f.max_depth;
+    env.root = None;
+    let arrival = Arrival {
+        env,
+        mentions: Vec::new(),
+        source: "feishu",
+    };
+    if let Err(e) = node.arrive(arrival).await {
+        tracing::error!(message_id = %msg.message_id, error = %e, "feishu bot message could not be recorded");
+        return Err(());
+    }
+    Ok(())
+}
