@@ -85,6 +85,7 @@ fn settings(dir: &Dir, env: &[(&str, &str)]) -> AcpSettings {
         acp: vec![python(), script()],
         cwd: dir.path(),
         env: vars,
+        env_from: Default::default(),
         allow: vec![ToolKind::Read],
         ask: vec![ToolKind::Execute, ToolKind::Edit, ToolKind::Move],
         turn_timeout_secs: 30,

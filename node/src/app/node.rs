@@ -286,6 +286,7 @@ pub async fn start(
     let relay = build_relay(&cfg, &outboxes, &http, &metrics);
     let mut brain = Brain::new(&cfg, metrics.clone())?;
     brain.start_tools(&cfg);
+    brain.start_agent(&cfg).await?;
     let verdicts = crate::store::verdicts::VerdictLog::open(&cfg.data_dir, metrics.clone())
         .with_context(|| format!("opening the verdict log in {}", cfg.data_dir.display()))?;
     let platform = crate::platform::build(&cfg)?;
@@ -612,6 +613,7 @@ impl RunningNode {
         self.node.accepting.cancel();
         self.node.turns.close();
         let _ = tokio::time::timeout(grace, self.node.turns.wait()).await;
+        self.node.brain.stop_agent().await;
         let deadline = tokio::time::Instant::now() + grace;
         while self.node.outboxes.iter().any(|o| !o.is_empty())
             && tokio::time::Instant::now() < deadline

@@ -221,6 +221,26 @@ impl Brain {
         }
     }
 
+    /// Starts the bot's ACP agent (`[[bots]] agent = { acp = … }`), which writes its
+    /// replies from now on: what a running node does. A command that cannot start is
+    /// an error naming it.
+    pub(crate) async fn start_agent(&mut self, cfg: &NodeConfig) -> anyhow::Result<()> {
+        let Some(settings) = cfg.bot().agent.as_ref().and_then(|a| a.acp()) else {
+            return Ok(());
+        };
+        let agent = crate::turn::engine::start_acp(cfg, settings, self.metrics.clone()).await?;
+        tracing::info!(bot = %cfg.bot().name, command = ?settings.acp, pid = ?agent.pid(), "ACP agent started");
+        self.engine = crate::turn::engine::ReplyEngine::Acp(Some(Arc::new(agent)));
+        Ok(())
+    }
+
+    /// Stops the bot's ACP agent, if it has one (its whole process group).
+    pub(crate) async fn stop_agent(&self) {
+        if let crate::turn::engine::ReplyEngine::Acp(Some(agent)) = &self.engine {
+            agent.stop().await;
+        }
+    }
+
     /// A brain tuned by `tuning` (`roster`: every bot, for mentions), without a
     /// sidecar agent: what the simulator builds for each of its bots.
     pub(crate) fn with(tuning: Tuning, roster_of: &[BotSettings], metrics: Arc<Metrics>) -> Brain {

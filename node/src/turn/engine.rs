@@ -1,6 +1,6 @@
 //! `ReplyEngine`: what writes a bot's reply once it has the turn, behind one
-//! boundary — the built-in model (with the bot's MCP tools, if any) or a sidecar
-//! webhook. An ACP agent process is meant to be one more variant here.
+//! boundary — the built-in model (with the bot's MCP tools, if any), a sidecar
+//! webhook, or a coding agent hosted over ACP (docs/agents.md).
 //!
 //! The model's tool loop ([`tool_loop`]): the reply call offers the tools of the
 //! servers that are up; each tool call the model asks for runs on its server
@@ -14,14 +14,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::agent::acp::{AcpAgent, AcpError, AcpOptions, AcpPrompt, AcpSettings, StopReason};
 use crate::agent::mcp::{McpTools, ToolResult};
 use crate::agent::sidecar::{Answer, Webhook};
-use crate::config::NodeConfig;
+use crate::config::{AgentEngine, NodeConfig};
 use crate::llm::{ChatMessage, Completion, Endpoint, ToolSpec};
 use crate::turn::brain::{Brain, Reply};
 use crate::turn::pipeline::Turn;
 use crate::turn::ports::Llm;
-use crate::wire::envelope::Envelope;
+use crate::wire::envelope::{AuthorKind, Envelope};
 
 /// How long a turn waits for tool servers still making their first connection.
 const FIRST_CONNECT_WAIT: Duration = Duration::from_secs(10);
@@ -38,19 +39,24 @@ pub(crate) enum ReplyEngine {
     },
     /// A sidecar webhook (`[[bots]] agent`): the turn is handed to an external bot.
     Sidecar(Webhook),
+    /// A coding agent hosted over ACP (`[[bots]] agent = { acp = … }`): `None` until
+    /// the running node starts it ([`Brain::start_agent`]; `botmesh explain` never
+    /// does).
+    Acp(Option<Arc<AcpAgent>>),
 }
 
 impl ReplyEngine {
     /// The engine `cfg` gives this node's bot (tool servers not started yet).
     pub(crate) fn of(cfg: &NodeConfig) -> reqwest::Result<ReplyEngine> {
         Ok(match &cfg.bot().agent {
-            Some(a) => ReplyEngine::Sidecar(Webhook::new(a)?),
+            Some(AgentEngine::Webhook(a)) => ReplyEngine::Sidecar(Webhook::new(a)?),
+            Some(AgentEngine::Acp(_)) => ReplyEngine::Acp(None),
             None => ReplyEngine::Model { tools: None },
         })
     }
 
     /// Whether the reply may be written while the bot waits its turn: the model's
-    /// may; a sidecar is handed the turn only once the bot is to speak.
+    /// may; a sidecar or an ACP agent is handed the turn only once the bot is to speak.
     pub(crate) fn writes_early(&self) -> bool {
         matches!(self, ReplyEngine::Model { .. })
     }
@@ -59,9 +65,86 @@ impl ReplyEngine {
     pub(crate) fn tools(&self) -> Option<&Arc<McpTools>> {
         match self {
             ReplyEngine::Model { tools } => tools.as_ref().filter(|t| !t.is_empty()),
-            ReplyEngine::Sidecar(_) => None,
+            ReplyEngine::Sidecar(_) | ReplyEngine::Acp(_) => None,
         }
     }
+}
+
+/// Starts `cfg`'s ACP agent for the bot (its settings, with the `env_from` values
+/// read at start): it gets the bot's MCP servers in every `session/new`, and counts
+/// its turns and restarts in `metrics`. A command that cannot start fails here,
+/// naming it.
+pub(crate) async fn start_acp(
+    cfg: &NodeConfig,
+    settings: &AcpSettings,
+    metrics: Arc<crate::telemetry::metrics::Metrics>,
+) -> Result<AcpAgent, AcpError> {
+    let bot = cfg.bot();
+    let mut settings = settings.clone();
+    settings.env.extend(cfg.agent_env.clone());
+    let options = AcpOptions {
+        mcp_servers: McpTools::acp_servers(&bot.mcp, &cfg.mcp_headers),
+        asker: None,
+        metrics: Some(metrics),
+    };
+    AcpAgent::start(settings, &bot.name, options).await
+}
+
+/// Who said what, one line each: `Name: text` (a bot's name marked as a bot).
+fn lines<'a>(msgs: impl IntoIterator<Item = &'a Envelope>) -> String {
+    msgs.into_iter()
+        .map(|m| {
+            let who = if m.author.kind == AuthorKind::Bot {
+                format!("{} (bot)", m.author.name)
+            } else {
+                m.author.name.clone()
+            };
+            format!("{who}: {}", m.text)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The ACP turn's prompt: what was said in the group since `me`'s last message in
+/// `before` (people and colleagues; commands are not in `before`), then the trigger
+/// last. `context`: the whole of `before`, for a new session.
+pub(crate) fn acp_prompt(me: &str, before: &[Arc<Envelope>], trigger: &Envelope) -> AcpPrompt {
+    let since = before
+        .iter()
+        .rposition(|m| m.author.name == me)
+        .map_or(0, |i| i + 1);
+    let mut text = lines(before[since..].iter().map(|m| &**m));
+    if !text.is_empty() {
+        text.push('\n');
+    }
+    text.push_str(&lines([trigger]));
+    let context = (!before.is_empty()).then(|| {
+        format!(
+            "The conversation so far in this group (you are {me}):\n{}",
+            lines(before.iter().map(|m| &**m))
+        )
+    });
+    AcpPrompt { text, context }
+}
+
+/// What the ACP agent made of a turn: `Ok(Ok)` the text to post, `Ok(Err)` nothing
+/// to post and why (`cancelled`, an empty answer), `Err` the turn failed (timed out,
+/// the agent died or broke the protocol).
+pub(crate) async fn ask_acp(
+    agent: &AcpAgent,
+    group: &str,
+    prompt: AcpPrompt,
+) -> Result<Result<String, String>, AcpError> {
+    let outcome = agent.prompt(group, prompt, None).await?;
+    let text = outcome.text.trim();
+    Ok(match outcome.stop_reason {
+        StopReason::Cancelled => Err("the agent's turn was cancelled".into()),
+        _ if text.is_empty() => Err(format!(
+            "the agent ended its turn ({}) without text",
+            outcome.stop_reason.label()
+        )),
+        _ => Ok(text.to_string()),
+    })
 }
 
 /// Hands the turn to the sidecar webhook (counted as an `agent` LLM call).

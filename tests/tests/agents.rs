@@ -1,0 +1,279 @@
+//! A bot whose replies come from a coding agent hosted over ACP (`[[bots]] agent =
+//! { acp = … }`, docs/agents.md), in a real mesh: the agent is the scripted stand-in
+//! tests/py/acp_agent.py (official Python ACP SDK, from the test venv in
+//! `BOTMESH_TEST_PYTHON`); what each prompt makes it do is listed at the top of it.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use botmesh::wire::envelope::{AuthorKind, Envelope};
+use botmesh::wire::signing::HmacSecret;
+use botmesh_tests::{botmesh_bin, fetch_json, wait_for, MeshSpec, ProcessMesh, TestMesh};
+
+/// The longest any wait here lasts.
+const WAIT: Duration = Duration::from_secs(20);
+
+fn python() -> String {
+    std::env::var("BOTMESH_TEST_PYTHON").unwrap_or_else(|_| {
+        panic!(
+            "BOTMESH_TEST_PYTHON is not set: run scripts/test.sh, which creates .venv-test/ \
+             with tests/requirements.txt (agent-client-protocol) and exports it"
+        )
+    })
+}
+
+fn script() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("py/acp_agent.py")
+        .display()
+        .to_string()
+}
+
+/// The `agent` line running the stand-in in `dir` (its log there), with `extra` keys.
+fn agent_line(dir: &Path, extra: &str) -> String {
+    format!(
+        "agent = {{ acp = [{:?}, {:?}], cwd = {:?}, env = {{ ACP_STANDIN_LOG = {:?} }}{extra} }}",
+        python(),
+        script(),
+        dir.display().to_string(),
+        log_path(dir).display().to_string(),
+    )
+}
+
+fn log_path(dir: &Path) -> PathBuf {
+    dir.join("agent.log")
+}
+
+/// The stand-in's log lines so far.
+fn log(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(log_path(dir))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Waits (bounded) until the stand-in logged a line starting with `prefix`.
+async fn wait_log(dir: &Path, prefix: &str) -> String {
+    let lines = wait_for(
+        WAIT,
+        Duration::from_millis(50),
+        || async { log(dir) },
+        |l: &Vec<String>| l.iter().any(|l| l.starts_with(prefix)),
+    )
+    .await;
+    lines
+        .into_iter()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("the agent never logged {prefix:?}: {:?}", log(dir)))
+}
+
+/// A 2-bot mesh (mentions only): Ada on the built-in model, Coder on the stand-in.
+async fn mesh(dir: &Path, extra: &str) -> TestMesh {
+    let spec = MeshSpec::mentions_only(&["Ada", "Coder"]).bot("Coder", &agent_line(dir, extra));
+    TestMesh::start(spec).await
+}
+
+/// Coder's messages in node `i`'s transcript.
+fn coder_msgs(t: &[Envelope]) -> Vec<&Envelope> {
+    t.iter()
+        .filter(|e| e.author.kind == AuthorKind::Bot && e.author.name == "Coder")
+        .collect()
+}
+
+/// Waits (bounded) until Coder has posted `n` messages, seen from node `i`.
+async fn coder_replies(mesh: &TestMesh, i: usize, n: usize) -> Vec<Envelope> {
+    let t = mesh
+        .wait_transcript(i, WAIT, |t| coder_msgs(t).len() >= n)
+        .await;
+    let msgs: Vec<Envelope> = coder_msgs(&t).into_iter().cloned().collect();
+    assert!(
+        msgs.len() >= n,
+        "Coder posted {} of {n}: {t:#?}",
+        msgs.len()
+    );
+    msgs
+}
+
+#[tokio::test]
+async fn a_mentioned_agent_answers_with_what_was_said_since_its_last_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let mesh = mesh(&dir, "").await;
+    let coder = mesh.index("Coder");
+    let ada = mesh.index("Ada");
+
+    // The agent's chunks, joined, are the reply, seen by the colleague too.
+    let trigger = mesh.post_human(coder, "alice", "@Coder CHUNKS").await;
+    let first = coder_replies(&mesh, ada, 1).await;
+    assert_eq!(first[0].text, "one two three");
+    assert_eq!(first[0].reply_to.map(|r| r.to_string()), Some(trigger));
+
+    // What people and the colleague said since, then the trigger last.
+    mesh.post_human(coder, "alice", "the build is red on main")
+        .await;
+    mesh.post_human(ada, "Ada", "it fails in the parser tests")
+        .await;
+    mesh.wait_transcript(coder, WAIT, |t| {
+        t.iter().any(|e| e.text == "it fails in the parser tests")
+    })
+    .await;
+    mesh.post_human(coder, "bob", "@Coder can you look").await;
+    let replies = coder_replies(&mesh, coder, 2).await;
+    let echo = &replies[1].text;
+    let prompt = echo
+        .strip_prefix("echo: ")
+        .unwrap_or_else(|| panic!("{echo}"));
+    let lines: Vec<&str> = prompt.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "alice: the build is red on main",
+            "Ada (bot): it fails in the parser tests",
+            "bob: @Coder can you look",
+        ],
+        "{echo}"
+    );
+    // Its own reply and what came before its last turn are not in the prompt; its
+    // session was opened on the first turn, so no context came with the second.
+    assert!(!prompt.contains("one two three") && !prompt.contains("CHUNKS"));
+    let sessions = log(&dir)
+        .iter()
+        .filter(|l| l.starts_with("new_session"))
+        .count();
+    assert_eq!(sessions, 1, "{:?}", log(&dir));
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn stop_while_the_agent_works_posts_nothing_and_cancels_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let mesh = mesh(&dir, "").await;
+    let coder = mesh.index("Coder");
+    mesh.post_human(coder, "alice", "@Coder SLOW").await;
+    wait_log(&dir, "prompt ").await;
+    mesh.post_human(coder, "alice", "/stop").await;
+    let cancel = wait_log(&dir, "cancel ").await;
+    assert!(cancel.starts_with("cancel sess-"), "{cancel}");
+    let stopped = wait_for(
+        WAIT,
+        Duration::from_millis(50),
+        || mesh.decisions(coder, "silent", "stopped"),
+        |n| *n >= 1.0,
+    )
+    .await;
+    assert_eq!(stopped, 1.0);
+    // The stand-in would say "working" then "done slowly": nothing reaches the chat.
+    let t = mesh.settle(coder, Duration::from_millis(600)).await;
+    assert!(coder_msgs(&t).is_empty(), "{t:#?}");
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_turn_past_its_timeout_is_agent_failed_and_posts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let mesh = mesh(&dir, ", turn_timeout_secs = 1").await;
+    let coder = mesh.index("Coder");
+    mesh.post_human(coder, "alice", "@Coder SLOW").await;
+    let failed = wait_for(
+        WAIT,
+        Duration::from_millis(50),
+        || mesh.decisions(coder, "silent", "agent_failed"),
+        |n| *n >= 1.0,
+    )
+    .await;
+    assert_eq!(failed, 1.0);
+    wait_log(&dir, "cancel ").await;
+    let t = mesh.settle(coder, Duration::from_millis(600)).await;
+    assert!(coder_msgs(&t).is_empty(), "{t:#?}");
+    // /why says so.
+    mesh.post_human(coder, "alice", "/why @Coder").await;
+    let why = coder_replies(&mesh, coder, 1).await;
+    assert!(why[0].text.contains("agent_failed"), "{}", why[0].text);
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_broken_agent_command_stops_the_node_at_start_naming_it() {
+    let mesh = ProcessMesh::configure(
+        &["Coder"],
+        "",
+        "agent = { acp = [\"no-such-agent-7f3e\", \"--acp\"], cwd = \"/\" }",
+    );
+    let mut child = std::process::Command::new(botmesh_bin())
+        .args(["run", "--bot", "Coder", "--config"])
+        .arg(&mesh.config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Bounded: the node must exit by itself well before WAIT.
+    let deadline = std::time::Instant::now() + WAIT;
+    let exit = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the node started with a broken agent command");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!exit.success(), "{stderr}");
+    assert!(stderr.contains("no-such-agent-7f3e"), "{stderr}");
+}
+
+#[tokio::test]
+async fn the_agent_gets_env_from_but_not_the_mesh_secret_or_llm_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let mut mesh = ProcessMesh::configure(
+        &["Coder"],
+        "secret_env = \"BOTMESH_TEST_MESH_SECRET\"\n[llm]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\napi_key_env = \"BOTMESH_TEST_LLM_KEY\"",
+        &agent_line(&dir, ", env_from = { CODER_TOKEN = \"BOTMESH_TEST_CODER_TOKEN\" }"),
+    );
+    let secret = HmacSecret::generate().to_whsec();
+    mesh.spawn_with(
+        0,
+        &[
+            ("BOTMESH_TEST_MESH_SECRET", secret.as_str()),
+            ("BOTMESH_TEST_LLM_KEY", "sk-llm-key-do-not-leak"),
+            ("BOTMESH_TEST_CODER_TOKEN", "tok-for-the-agent"),
+        ],
+    )
+    .await;
+    mesh.post(0, "@Coder ENV").await.expect("posted");
+    let transcript = wait_for(
+        WAIT,
+        Duration::from_millis(50),
+        || {
+            fetch_json(
+                mesh.http
+                    .get(format!("{}/v1/transcript?limit=50", mesh.apis[0])),
+            )
+        },
+        |v: &serde_json::Value| v.to_string().contains("\\\"env\\\""),
+    )
+    .await;
+    let reply = transcript["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| {
+            m["text"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("{\"env\""))
+        })
+        .unwrap_or_else(|| panic!("no ENV reply: {transcript}\n{}", mesh.log(0)));
+    let seen: serde_json::Value = serde_json::from_str(reply["text"].as_str().unwrap()).unwrap();
+    let env = seen["env"].as_object().unwrap();
+    assert_eq!(env["CODER_TOKEN"], "tok-for-the-agent", "{env:?}");
+    assert_eq!(env["ACP_STANDIN_LOG"], log_path(&dir).display().to_string());
+    let text = seen.to_string();
+    assert!(!text.contains(&secret) && !text.contains("sk-llm-key-do-not-leak"));
+    assert!(!env.contains_key("BOTMESH_TEST_CODER_TOKEN"), "{env:?}");
+}
