@@ -146,6 +146,37 @@ async fn a_mentioned_agent_answers_with_what_was_said_since_its_last_turn() {
 }
 
 #[tokio::test]
+async fn a_new_session_gets_the_recent_transcript_first_and_a_refusal_posts_what_came() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let mesh = mesh(&dir, "").await;
+    let coder = mesh.index("Coder");
+    mesh.post_human(coder, "alice", "we ship on friday").await;
+    mesh.post_human(coder, "bob", "@Coder SESSION").await;
+    let first = coder_replies(&mesh, coder, 1).await;
+    let seen: serde_json::Value = serde_json::from_str(&first[0].text).unwrap();
+    let blocks: Vec<&str> = seen["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b.as_str().unwrap())
+        .collect();
+    assert_eq!(blocks.len(), 2, "{seen}");
+    assert!(
+        blocks[0].contains("you are Coder") && blocks[0].contains("alice: we ship on friday"),
+        "{seen}"
+    );
+    assert_eq!(blocks[1], "alice: we ship on friday\nbob: @Coder SESSION");
+    assert_eq!(seen["cwd"], dir.display().to_string());
+
+    // A refusal posts the text that came before it.
+    mesh.post_human(coder, "bob", "@Coder REFUSE").await;
+    let replies = coder_replies(&mesh, coder, 2).await;
+    assert_eq!(replies[1].text, "I started, but");
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
 async fn stop_while_the_agent_works_posts_nothing_and_cancels_it() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path().canonicalize().unwrap();
