@@ -230,6 +230,9 @@ impl Brain {
         };
         let agent = crate::turn::engine::start_acp(cfg, settings, self.metrics.clone()).await?;
         tracing::info!(bot = %cfg.bot().name, command = ?settings.acp, pid = ?agent.pid(), "ACP agent started");
+        if !settings.ask.is_empty() {
+            tracing::warn!(bot = %cfg.bot().name, ask = ?settings.ask, "the agent's tool calls of these kinds are rejected: asking the people in the chat (/allow, /deny) is not wired yet");
+        }
         self.engine = crate::turn::engine::ReplyEngine::Acp(Some(Arc::new(agent)));
         Ok(())
     }
