@@ -308,3 +308,54 @@ async fn the_agent_gets_env_from_but_not_the_mesh_secret_or_llm_key() {
     assert!(!text.contains(&secret) && !text.contains("sk-llm-key-do-not-leak"));
     assert!(!env.contains_key("BOTMESH_TEST_CODER_TOKEN"), "{env:?}");
 }
+
+#[tokio::test]
+async fn an_asked_tool_call_is_put_to_the_chat_and_a_person_allows_or_denies_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let mesh = mesh(&dir, ", ask = [\"execute\"], ask_timeout_secs = 20").await;
+    let coder = mesh.index("Coder");
+    let ada = mesh.index("Ada");
+
+    // Asked in the chat; a person's /allow (said at the colleague's node) answers it.
+    mesh.post_human(coder, "alice", "@Coder TOOL execute").await;
+    let asked = coder_replies(&mesh, ada, 1).await;
+    assert_eq!(
+        asked[0].text,
+        "Coder wants to run: do a execute thing — /allow or /deny"
+    );
+    mesh.post_human(ada, "alice", "/allow").await;
+    let replies = coder_replies(&mesh, coder, 2).await;
+    assert_eq!(replies[1].text, "permission: proceed-once");
+    wait_log(&dir, "permission execute proceed-once").await;
+
+    // /deny rejects it.
+    mesh.post_human(coder, "bob", "@Coder TOOL execute").await;
+    coder_replies(&mesh, coder, 3).await;
+    mesh.post_human(coder, "bob", "/deny @Coder").await;
+    let replies = coder_replies(&mesh, coder, 4).await;
+    assert_eq!(replies[3].text, "permission: nope");
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn with_operators_only_an_operators_allow_counts_and_silence_rejects() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let spec = MeshSpec::mentions_only(&["Ada", "Coder"])
+        .mesh("operators = [\"local:alice\"]")
+        .bot(
+            "Coder",
+            &agent_line(&dir, ", ask = [\"execute\"], ask_timeout_secs = 2"),
+        );
+    let mesh = TestMesh::start(spec).await;
+    let coder = mesh.index("Coder");
+    mesh.post_human(coder, "mallory", "@Coder TOOL execute")
+        .await;
+    coder_replies(&mesh, coder, 1).await;
+    // Not an operator's: ordinary text. No answer within ask_timeout_secs: rejected.
+    mesh.post_human(coder, "mallory", "/allow").await;
+    let replies = coder_replies(&mesh, coder, 2).await;
+    assert_eq!(replies[1].text, "permission: nope");
+    mesh.shutdown().await;
+}

@@ -286,7 +286,7 @@ pub async fn start(
     let relay = build_relay(&cfg, &outboxes, &http, &metrics);
     let mut brain = Brain::new(&cfg, metrics.clone())?;
     brain.start_tools(&cfg);
-    brain.start_agent(&cfg).await?;
+    let questions = brain.start_agent(&cfg).await?;
     let verdicts = crate::store::verdicts::VerdictLog::open(&cfg.data_dir, metrics.clone())
         .with_context(|| format!("opening the verdict log in {}", cfg.data_dir.display()))?;
     let platform = crate::platform::build(&cfg)?;
@@ -316,6 +316,12 @@ pub async fn start(
         acks,
         cfg,
     });
+    if let Some(questions) = questions {
+        tokio::spawn(crate::app::commands::post_questions(
+            node.clone(),
+            questions,
+        ));
+    }
     let ingest = ingest_for(&node);
     let (stop_outboxes, outbox_tasks) = spawn_outboxes(&node, &http);
     let bridge_addr = bridge.local_addr()?;

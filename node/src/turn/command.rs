@@ -42,6 +42,11 @@ pub(crate) enum Verb {
     Stop,
     /// `/why`: say why the bot did or did not speak on the last message.
     Why,
+    /// `/allow`: allow the tool call the bot's ACP agent asked about (the oldest
+    /// question waiting in the group).
+    Allow,
+    /// `/deny`: reject it.
+    Deny,
 }
 
 impl Verb {
@@ -52,6 +57,8 @@ impl Verb {
             Verb::Resume => "resume",
             Verb::Stop => "stop",
             Verb::Why => "why",
+            Verb::Allow => "allow",
+            Verb::Deny => "deny",
         }
     }
 }
@@ -112,6 +119,8 @@ pub(crate) fn verb_of(text: &str) -> Option<Verb> {
         "resume" => Some(Verb::Resume),
         "stop" => Some(Verb::Stop),
         "why" => Some(Verb::Why),
+        "allow" => Some(Verb::Allow),
+        "deny" => Some(Verb::Deny),
         _ => None,
     }
 }

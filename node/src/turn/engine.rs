@@ -14,7 +14,16 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::agent::acp::{AcpAgent, AcpError, AcpOptions, AcpPrompt, AcpSettings, StopReason};
+use std::collections::{HashMap, VecDeque};
+
+use futures_util::future::BoxFuture;
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::agent::acp::{
+    AcpAgent, AcpError, AcpOptions, AcpPrompt, AcpSettings, Decision, PermissionAsker,
+    PermissionQuestion, StopReason,
+};
 use crate::agent::mcp::{McpTools, ToolResult};
 use crate::agent::sidecar::{Answer, Webhook};
 use crate::config::{AgentEngine, NodeConfig};
@@ -70,6 +79,59 @@ impl ReplyEngine {
     }
 }
 
+/// The people in the chat as the ACP agent's [`PermissionAsker`]: each question is
+/// handed to the node to post ("Coder wants to run: … — /allow or /deny") and waits
+/// for a person's `/allow` or `/deny` in its group ([`ChatAsker::answer`]); the
+/// library rejects it after `ask_timeout_secs`.
+pub(crate) struct ChatAsker {
+    /// The answers awaited, by group, oldest question first.
+    pending: Mutex<HashMap<String, VecDeque<oneshot::Sender<Decision>>>>,
+    /// Where questions go to be posted.
+    post: mpsc::UnboundedSender<PermissionQuestion>,
+}
+
+impl ChatAsker {
+    /// An asker, and the questions it hands on to be posted.
+    pub(crate) fn new() -> (Arc<ChatAsker>, mpsc::UnboundedReceiver<PermissionQuestion>) {
+        let (post, questions) = mpsc::unbounded_channel();
+        let asker = ChatAsker {
+            pending: Mutex::new(HashMap::new()),
+            post,
+        };
+        (Arc::new(asker), questions)
+    }
+
+    /// Answers the oldest question still waiting in `group`; false when none is.
+    pub(crate) fn answer(&self, group: &str, decision: Decision) -> bool {
+        let mut pending = self.pending.lock();
+        let Some(waiting) = pending.get_mut(group) else {
+            return false;
+        };
+        // A question past its timeout (or its turn) has no one waiting any more.
+        while let Some(tx) = waiting.pop_front() {
+            if tx.send(decision).is_ok() {
+                return true;
+            }
+        }
+        pending.remove(group);
+        false
+    }
+}
+
+impl PermissionAsker for ChatAsker {
+    fn ask(&self, question: PermissionQuestion) -> BoxFuture<'static, Decision> {
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut pending = self.pending.lock();
+            let waiting = pending.entry(question.group.clone()).or_default();
+            waiting.retain(|t| !t.is_closed());
+            waiting.push_back(tx);
+        }
+        let _ = self.post.send(question);
+        Box::pin(async move { rx.await.unwrap_or(Decision::Deny) })
+    }
+}
+
 /// Starts `cfg`'s ACP agent for the bot (its settings, with the `env_from` values
 /// read at start): it gets the bot's MCP servers in every `session/new`, and counts
 /// its turns and restarts in `metrics`. A command that cannot start fails here,
@@ -78,13 +140,14 @@ pub(crate) async fn start_acp(
     cfg: &NodeConfig,
     settings: &AcpSettings,
     metrics: Arc<crate::telemetry::metrics::Metrics>,
+    asker: Arc<ChatAsker>,
 ) -> Result<AcpAgent, AcpError> {
     let bot = cfg.bot();
     let mut settings = settings.clone();
     settings.env.extend(cfg.agent_env.clone());
     let options = AcpOptions {
         mcp_servers: McpTools::acp_servers(&bot.mcp, &cfg.mcp_headers),
-        asker: None,
+        asker: Some(asker),
         metrics: Some(metrics),
     };
     AcpAgent::start(settings, &bot.name, options).await
