@@ -11,8 +11,11 @@
 //! - `/why`: posts, in a few lines, the decisions recorded about the last message
 //!   (see [`crate::turn::command::why_text`]). The answer carries the mesh's
 //!   `max_depth`, so no bot judges or answers it.
+//! - `/allow`, `/deny`: answer the oldest permission question this bot's ACP agent put
+//!   in the group ([`post_questions`] posts them; `turn::engine::ChatAsker` waits).
 //!
-//! With `[mesh] operators` set, `/quiet`, `/resume` and `/stop` are carried out only
+//! With `[mesh] operators` set, `/quiet`, `/resume`, `/stop`, `/allow` and `/deny` are
+//! carried out only
 //! for an operator (see [`command::may_command`]); anyone else's is ordinary text,
 //! taken as any message, logged and counted `outcome="not_operator"`.
 //!
