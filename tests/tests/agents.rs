@@ -359,3 +359,53 @@ async fn with_operators_only_an_operators_allow_counts_and_silence_rejects() {
     assert_eq!(replies[1].text, "permission: nope");
     mesh.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_agents_tool_calls_reach_the_page_as_progress_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let mesh = mesh(&dir, "").await;
+    let coder = mesh.index("Coder");
+    let mut events = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .get(format!("{}/v1/events?group=demo", mesh.api(coder)))
+        .send()
+        .await
+        .unwrap();
+    let trigger = mesh.post_human(coder, "alice", "@Coder CHUNKS").await;
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !seen.contains("done: cargo test") {
+        let chunk = tokio::time::timeout_at(deadline, events.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("no progress events: {seen}"))
+            .unwrap()
+            .expect("the stream goes on");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let progress: Vec<serde_json::Value> = seen
+        .split("\n\n")
+        .filter(|e| e.contains("event: progress"))
+        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let texts: Vec<&str> = progress
+        .iter()
+        .map(|p| p["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "working: count to three",
+            "working: cargo test",
+            "done: cargo test"
+        ],
+        "{seen}"
+    );
+    assert!(progress
+        .iter()
+        .all(|p| p["trigger"] == trigger.as_str() && p["bot"] == "Coder"));
+    mesh.shutdown().await;
+}

@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::agent::acp::{
-    AcpAgent, AcpError, AcpOptions, AcpPrompt, AcpSettings, Decision, PermissionAsker,
+    AcpAgent, AcpError, AcpOptions, AcpProgress, AcpPrompt, AcpSettings, Decision, PermissionAsker,
     PermissionQuestion, StopReason,
 };
 use crate::agent::mcp::{McpTools, ToolResult};
@@ -132,6 +132,26 @@ impl PermissionAsker for ChatAsker {
     }
 }
 
+/// The page's line for an agent's progress: a tool call as `working: <title>` (or
+/// `done:`, `failed:` once it ended); a plan as its step in progress. `None`: nothing
+/// worth a line.
+pub(crate) fn progress_line(p: &AcpProgress) -> Option<String> {
+    match p {
+        AcpProgress::ToolCall { title, status, .. } => {
+            let what = match status.as_str() {
+                "completed" => "done",
+                "failed" => "failed",
+                _ => "working",
+            };
+            Some(format!("{what}: {title}"))
+        }
+        AcpProgress::Plan(steps) => steps
+            .iter()
+            .find(|s| s.status == "in_progress")
+            .map(|s| format!("working: {}", s.content)),
+    }
+}
+
 /// Starts `cfg`'s ACP agent for the bot (its settings, with the `env_from` values
 /// read at start): it gets the bot's MCP servers in every `session/new`, and counts
 /// its turns and restarts in `metrics`. A command that cannot start fails here,
@@ -197,8 +217,9 @@ pub(crate) async fn ask_acp(
     agent: &AcpAgent,
     group: &str,
     prompt: AcpPrompt,
+    progress: mpsc::Sender<AcpProgress>,
 ) -> Result<Result<String, String>, AcpError> {
-    let outcome = agent.prompt(group, prompt, None).await?;
+    let outcome = agent.prompt(group, prompt, Some(progress)).await?;
     let text = outcome.text.trim();
     Ok(match outcome.stop_reason {
         StopReason::Cancelled => Err("the agent's turn was cancelled".into()),

@@ -529,7 +529,32 @@ async fn acp_step<P: Ports + ?Sized>(
         "prompted",
         &format!("{} lines", prompt.text.lines().count()),
     );
-    match crate::turn::engine::ask_acp(agent, &msg.group, prompt).await {
+    // The agent's progress goes to the page as it comes, while the turn runs.
+    let (progress, mut updates) = tokio::sync::mpsc::channel(32);
+    let asking = crate::turn::engine::ask_acp(agent, &msg.group, prompt, progress);
+    tokio::pin!(asking);
+    let show = |update: crate::agent::acp::AcpProgress| {
+        if let Some(text) = crate::turn::engine::progress_line(&update) {
+            p.event(Event::Progress {
+                group: msg.group.clone(),
+                trigger: msg.id.to_string(),
+                bot: me.name.clone(),
+                text,
+            });
+        }
+    };
+    let answer = loop {
+        tokio::select! {
+            biased;
+            Some(update) = updates.recv() => show(update),
+            answer = &mut asking => break answer,
+        }
+    };
+    // What came just before the end of the turn.
+    while let Ok(update) = updates.try_recv() {
+        show(update);
+    }
+    match answer {
         Ok(Ok(text)) => Some(Reply { text, tokens: 0 }),
         Ok(Err(why)) => {
             record(p, msg, "silent", "agent_silent", &why);
