@@ -13,21 +13,7 @@ use botmesh_tests::{botmesh_bin, fetch_json, wait_for, MeshSpec, ProcessMesh, Te
 /// The longest any wait here lasts.
 const WAIT: Duration = Duration::from_secs(20);
 
-fn python() -> String {
-    std::env::var("BOTMESH_TEST_PYTHON").unwrap_or_else(|_| {
-        panic!(
-            "BOTMESH_TEST_PYTHON is not set: run scripts/test.sh, which creates .venv-test/ \
-             with tests/requirements.txt (agent-client-protocol) and exports it"
-        )
-    })
-}
-
-fn script() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("py/acp_agent.py")
-        .display()
-        .to_string()
-}
+use botmesh_tests::{acp_standin_script as script, test_python as python};
 
 /// The `agent` line running the stand-in in `dir` (its log there), with `extra` keys.
 fn agent_line(dir: &Path, extra: &str) -> String {
@@ -116,6 +102,13 @@ async fn a_mentioned_agent_answers_with_what_was_said_since_its_last_turn() {
         .await;
     mesh.wait_transcript(coder, WAIT, |t| {
         t.iter().any(|e| e.text == "it fails in the parser tests")
+    })
+    .await;
+    // A person's command and the answer to it are not in the prompt.
+    let why = mesh.post_human(coder, "alice", "/why @Ada").await;
+    mesh.wait_transcript(coder, WAIT, |t| {
+        t.iter()
+            .any(|e| e.reply_to.map(|r| r.to_string()).as_deref() == Some(why.as_str()))
     })
     .await;
     mesh.post_human(coder, "bob", "@Coder can you look").await;
