@@ -402,3 +402,39 @@ async fn the_agents_tool_calls_reach_the_page_as_progress_events() {
         .all(|p| p["trigger"] == trigger.as_str() && p["bot"] == "Coder"));
     mesh.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_agent_that_dies_mid_turn_is_agent_failed_and_the_next_turn_runs_on_a_restarted_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let mesh = mesh(&dir, "").await;
+    let coder = mesh.index("Coder");
+    mesh.post_human(coder, "alice", "@Coder CRASH").await;
+    let failed = wait_for(
+        WAIT,
+        Duration::from_millis(50),
+        || mesh.decisions(coder, "silent", "agent_failed"),
+        |n| *n >= 1.0,
+    )
+    .await;
+    assert_eq!(failed, 1.0);
+    // "about to crash" came before it died: nothing of it is posted.
+    let t = mesh.settle(coder, Duration::from_millis(300)).await;
+    assert!(coder_msgs(&t).is_empty(), "{t:#?}");
+    // The restarted agent opens a new session, with the transcript first.
+    mesh.post_human(coder, "alice", "@Coder SESSION").await;
+    let replies = coder_replies(&mesh, coder, 1).await;
+    let seen: serde_json::Value = serde_json::from_str(&replies[0].text).unwrap();
+    let blocks = seen["blocks"].as_array().unwrap();
+    assert_eq!(blocks.len(), 2, "{seen}");
+    assert!(
+        blocks[0].as_str().unwrap().contains("alice: @Coder CRASH"),
+        "{seen}"
+    );
+    let started = log(&dir)
+        .iter()
+        .filter(|l| l.starts_with("started"))
+        .count();
+    assert_eq!(started, 2, "{:?}", log(&dir));
+    mesh.shutdown().await;
+}
