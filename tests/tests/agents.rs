@@ -135,7 +135,19 @@ async fn a_mentioned_agent_answers_with_what_was_said_since_its_last_turn() {
         .filter(|l| l.starts_with("new_session"))
         .count();
     assert_eq!(sessions, 1, "{:?}", log(&dir));
+    // Shutdown stops the agent.
+    let started = wait_log(&dir, "started ").await;
+    let proc_dir = PathBuf::from(format!("/proc/{}", started.trim_start_matches("started ")));
+    assert!(proc_dir.exists(), "{started}");
     mesh.shutdown().await;
+    let gone = wait_for(
+        WAIT,
+        Duration::from_millis(50),
+        || async { !proc_dir.exists() },
+        |gone| *gone,
+    )
+    .await;
+    assert!(gone, "the agent {started} outlived the node");
 }
 
 #[tokio::test]
