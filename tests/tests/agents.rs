@@ -140,6 +140,12 @@ async fn a_mentioned_agent_answers_with_what_was_said_since_its_last_turn() {
     let proc_dir = PathBuf::from(format!("/proc/{}", started.trim_start_matches("started ")));
     assert!(proc_dir.exists(), "{started}");
     mesh.shutdown().await;
+    // Stopped by the node (its stdin closed), not only killed when the node dropped.
+    assert!(
+        log(&dir).iter().any(|l| l == "stdin closed"),
+        "{:?}",
+        log(&dir)
+    );
     let gone = wait_for(
         WAIT,
         Duration::from_millis(50),
