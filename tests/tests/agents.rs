@@ -81,6 +81,21 @@ async fn coder_replies(mesh: &TestMesh, i: usize, n: usize) -> Vec<Envelope> {
     msgs
 }
 
+/// Waits (bounded) until node `coder` counted one `silent/{reason}` decision, then
+/// checks Coder posted nothing (settled for `quiet`).
+async fn silent_once(mesh: &TestMesh, coder: usize, reason: &str, quiet: Duration) {
+    let n = wait_for(
+        WAIT,
+        Duration::from_millis(50),
+        || mesh.decisions(coder, "silent", reason),
+        |n| *n >= 1.0,
+    )
+    .await;
+    assert_eq!(n, 1.0, "silent/{reason}");
+    let t = mesh.settle(coder, quiet).await;
+    assert!(coder_msgs(&t).is_empty(), "{t:#?}");
+}
+
 #[tokio::test]
 async fn a_mentioned_agent_answers_with_what_was_said_since_its_last_turn() {
     let dir = tempfile::tempdir().unwrap();
@@ -198,17 +213,8 @@ async fn stop_while_the_agent_works_posts_nothing_and_cancels_it() {
     mesh.post_human(coder, "alice", "/stop").await;
     let cancel = wait_log(&dir, "cancel ").await;
     assert!(cancel.starts_with("cancel sess-"), "{cancel}");
-    let stopped = wait_for(
-        WAIT,
-        Duration::from_millis(50),
-        || mesh.decisions(coder, "silent", "stopped"),
-        |n| *n >= 1.0,
-    )
-    .await;
-    assert_eq!(stopped, 1.0);
     // The stand-in would say "working" then "done slowly": nothing reaches the chat.
-    let t = mesh.settle(coder, Duration::from_millis(600)).await;
-    assert!(coder_msgs(&t).is_empty(), "{t:#?}");
+    silent_once(&mesh, coder, "stopped", Duration::from_millis(600)).await;
     mesh.shutdown().await;
 }
 
@@ -219,17 +225,8 @@ async fn a_turn_past_its_timeout_is_agent_failed_and_posts_nothing() {
     let mesh = mesh(&dir, ", turn_timeout_secs = 1").await;
     let coder = mesh.index("Coder");
     mesh.post_human(coder, "alice", "@Coder SLOW").await;
-    let failed = wait_for(
-        WAIT,
-        Duration::from_millis(50),
-        || mesh.decisions(coder, "silent", "agent_failed"),
-        |n| *n >= 1.0,
-    )
-    .await;
-    assert_eq!(failed, 1.0);
+    silent_once(&mesh, coder, "agent_failed", Duration::from_millis(600)).await;
     wait_log(&dir, "cancel ").await;
-    let t = mesh.settle(coder, Duration::from_millis(600)).await;
-    assert!(coder_msgs(&t).is_empty(), "{t:#?}");
     // /why says so.
     mesh.post_human(coder, "alice", "/why @Coder").await;
     let why = coder_replies(&mesh, coder, 1).await;
@@ -428,17 +425,8 @@ async fn an_agent_that_dies_mid_turn_is_agent_failed_and_the_next_turn_runs_on_a
     let mesh = mesh(&dir, "").await;
     let coder = mesh.index("Coder");
     mesh.post_human(coder, "alice", "@Coder CRASH").await;
-    let failed = wait_for(
-        WAIT,
-        Duration::from_millis(50),
-        || mesh.decisions(coder, "silent", "agent_failed"),
-        |n| *n >= 1.0,
-    )
-    .await;
-    assert_eq!(failed, 1.0);
     // "about to crash" came before it died: nothing of it is posted.
-    let t = mesh.settle(coder, Duration::from_millis(300)).await;
-    assert!(coder_msgs(&t).is_empty(), "{t:#?}");
+    silent_once(&mesh, coder, "agent_failed", Duration::from_millis(300)).await;
     // The restarted agent opens a new session, with the transcript first.
     mesh.post_human(coder, "alice", "@Coder SESSION").await;
     let replies = coder_replies(&mesh, coder, 1).await;
