@@ -19,7 +19,10 @@ says:
   SLEEPER       starts `sleep 300` (a child in its process group) and replies its pid
   STRINGID      asks the client a permission question with a string request id and an
                 unknown method; replies with both answers as JSON
-  anything else "echo: <text>"
+  anything else "echo: <text>" (the whole prompt text)
+
+The keyword is looked for at the start of a word in the prompt's last line, so a bot's
+prompt ("alice: @Coder SLOW") works as the bare keyword does.
 
 With ACP_STANDIN_STUBBORN=1 it ignores SIGTERM and keeps running after its stdin closes,
 as codex-acp does (only SIGKILL to its process group ends it).
@@ -48,6 +51,22 @@ from acp import (
     update_tool_call,
 )
 from acp.schema import AgentThoughtChunk, PermissionOption, TextContentBlock, ToolCallUpdate
+
+
+KEYWORDS = ["CHUNKS", "TOOL ", "SLOW", "CRASH", "ENV", "REFUSE", "SESSION", "SLEEPER", "STRINGID"]
+
+
+def command(text: str) -> str:
+    """The last line from its first keyword on (a word's start), else the whole text."""
+    lines = text.strip().splitlines()
+    last = lines[-1] if lines else ""
+    found = [
+        i
+        for kw in KEYWORDS
+        for i in [last.find(kw)]
+        if i >= 0 and (i == 0 or last[i - 1] in " @:")
+    ]
+    return last[min(found):] if found else text
 
 
 def log(line: str) -> None:
@@ -89,8 +108,9 @@ class StandIn(Agent):
         sid = session_id
         self.cancelled.discard(sid)
         texts = [b.text for b in prompt if isinstance(b, TextContentBlock)]
-        text = texts[-1] if texts else ""
-        log(f"prompt {sid} {text}")
+        whole = texts[-1] if texts else ""
+        log(f"prompt {sid} {json.dumps(whole)}")
+        text = command(whole)
 
         if text.startswith("CHUNKS"):
             await self.conn.session_update(
@@ -193,7 +213,7 @@ class StandIn(Agent):
             await self.say(sid, json.dumps({"permission": permission, "unknown": unknown}))
             return PromptResponse(stop_reason="end_turn")
 
-        await self.say(sid, f"echo: {text}")
+        await self.say(sid, f"echo: {whole}")
         return PromptResponse(stop_reason="end_turn")
 
 

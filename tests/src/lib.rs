@@ -13,7 +13,7 @@ pub mod redis_server;
 pub mod serve;
 pub mod webdriver;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Once;
 use std::time::Duration;
 
@@ -550,6 +550,29 @@ pub fn metric(text: &str, series: &str) -> f64 {
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0.0)
+}
+
+/// The test venv's Python (`BOTMESH_TEST_PYTHON`, made by scripts/test.sh with
+/// tests/requirements.txt), for the stand-ins written with official SDKs.
+///
+/// Exists because the ACP tests (the library's and the reply engine's) run the same
+/// stand-in with it.
+pub fn test_python() -> String {
+    std::env::var("BOTMESH_TEST_PYTHON").unwrap_or_else(|_| {
+        panic!(
+            "BOTMESH_TEST_PYTHON is not set: run scripts/test.sh, which creates .venv-test/ \
+             with tests/requirements.txt (agent-client-protocol) and exports it"
+        )
+    })
+}
+
+/// The scripted ACP agent tests/py/acp_agent.py (what each prompt makes it do is
+/// listed at its top).
+pub fn acp_standin_script() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("py/acp_agent.py")
+        .display()
+        .to_string()
 }
 
 /// The `botmesh` binary built next to the running test (scripts/test.sh builds it first).

@@ -4,7 +4,7 @@
 //! prompt makes it do is listed at the top of that file.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,21 +19,7 @@ use tokio::sync::mpsc;
 /// The longest any wait here lasts.
 const WAIT: Duration = Duration::from_secs(20);
 
-fn python() -> String {
-    std::env::var("BOTMESH_TEST_PYTHON").unwrap_or_else(|_| {
-        panic!(
-            "BOTMESH_TEST_PYTHON is not set: run scripts/test.sh, which creates .venv-test/ \
-             with tests/requirements.txt (agent-client-protocol) and exports it"
-        )
-    })
-}
-
-fn script() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("py/acp_agent.py")
-        .display()
-        .to_string()
-}
+use botmesh_tests::{acp_standin_script as script, test_python as python};
 
 /// A working directory with the stand-in's log in it.
 struct Dir(tempfile::TempDir);
@@ -85,6 +71,7 @@ fn settings(dir: &Dir, env: &[(&str, &str)]) -> AcpSettings {
         acp: vec![python(), script()],
         cwd: dir.path(),
         env: vars,
+        env_from: Default::default(),
         allow: vec![ToolKind::Read],
         ask: vec![ToolKind::Execute, ToolKind::Edit, ToolKind::Move],
         turn_timeout_secs: 30,

@@ -266,8 +266,6 @@ impl McpTools {
     /// `session/new` (`headers`: the HTTP servers' headers, by server name): stdio
     /// `{name, command, args, env: [{name, value}]}` (its env: the configured one; the
     /// agent process starts it), http `{type: "http", name, url, headers: [{name, value}]}`.
-    // The ACP reply engine (a later issue) is its caller; until then, its tests are.
-    #[allow(dead_code)]
     pub(crate) fn acp_servers(
         servers: &[McpServerSettings],
         headers: &HashMap<String, Vec<(String, String)>>,

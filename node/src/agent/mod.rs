@@ -1,8 +1,7 @@
 //! Reply engines beyond the built-in model, and what they use: a bot's MCP tool
 //! servers ([`mcp`]), the sidecar webhook ([`sidecar`]), and a coding agent hosted
 //! over ACP ([`acp`]). The turn code chooses among them behind one boundary
-//! (`turn::engine::ReplyEngine`); the ACP client is a library here, not yet one of
-//! that boundary's variants.
+//! (`turn::engine::ReplyEngine`), where the ACP client is the `Acp` variant.
 //!
 //! This folder sits below `llm/` and above `config/`: it speaks its own protocols
 //! (MCP, ACP, HTTP webhooks) and knows nothing of chat messages or the model's wire

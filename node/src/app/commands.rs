@@ -11,8 +11,11 @@
 //! - `/why`: posts, in a few lines, the decisions recorded about the last message
 //!   (see [`crate::turn::command::why_text`]). The answer carries the mesh's
 //!   `max_depth`, so no bot judges or answers it.
+//! - `/allow`, `/deny`: answer the oldest permission question this bot's ACP agent put
+//!   in the group ([`post_questions`] posts them; `turn::engine::ChatAsker` waits).
 //!
-//! With `[mesh] operators` set, `/quiet`, `/resume` and `/stop` are carried out only
+//! With `[mesh] operators` set, `/quiet`, `/resume`, `/stop`, `/allow` and `/deny` are
+//! carried out only
 //! for an operator (see [`command::may_command`]); anyone else's is ordinary text,
 //! taken as any message, logged and counted `outcome="not_operator"`.
 //!
@@ -21,10 +24,11 @@
 
 use std::sync::Arc;
 
+use crate::agent::acp::{Decision, PermissionQuestion};
 use crate::app::node::Node;
 use crate::turn::command::{self, Verb};
 use crate::turn::mention::PlatformMention;
-use crate::wire::envelope::{now_millis, AuthorKind, Envelope};
+use crate::wire::envelope::{now_millis, Author, AuthorKind, Envelope};
 
 /// Carries out `env` if it is a person's command addressed to this bot; `true` when it
 /// is a command at all (addressed here or not), which then takes no turn.
@@ -64,6 +68,24 @@ pub(crate) fn handle(node: &Arc<Node>, env: &Arc<Envelope>, mentions: &[Platform
             node.brain.stops.stop(group);
             tracing::warn!(bot = %me, %by, %group, id = %env.id, "a person's /stop: dropping this bot's turns in flight for the group");
         }
+        Verb::Allow | Verb::Deny => {
+            let decision = if cmd.verb == Verb::Allow {
+                Decision::Allow
+            } else {
+                Decision::Deny
+            };
+            let answered = node
+                .brain
+                .permissions
+                .as_ref()
+                .is_some_and(|p| p.answer(group, decision));
+            if !answered {
+                tracing::info!(bot = %me, %by, %group, id = %env.id, command = verb, "no question of this bot's agent is waiting in the group");
+                node.metrics.chat_command(verb, "nothing_asked");
+                return true;
+            }
+            tracing::warn!(bot = %me, %by, %group, id = %env.id, command = verb, "a person answered the agent's permission question");
+        }
         Verb::Why => {
             node.turns.spawn(post_why(node.clone(), env.clone()));
             // Counted once posted (or failed).
@@ -72,6 +94,42 @@ pub(crate) fn handle(node: &Arc<Node>, env: &Arc<Envelope>, mentions: &[Platform
     }
     node.metrics.chat_command(verb, "applied");
     true
+}
+
+/// Posts the ACP agent's permission questions in their groups as the bot ("Coder
+/// wants to run: <title> — /allow or /deny"), at the depth limit so no bot answers
+/// them, until the node stops accepting work.
+pub(crate) async fn post_questions(
+    node: Arc<Node>,
+    mut questions: tokio::sync::mpsc::UnboundedReceiver<PermissionQuestion>,
+) {
+    loop {
+        let q = tokio::select! {
+            q = questions.recv() => q,
+            _ = node.accepting.cancelled() => None,
+        };
+        let Some(q) = q else { return };
+        let t = node.brain.tuning();
+        let me = t.me.name.clone();
+        let text = format!("{me} wants to run: {} — /allow or /deny", q.title);
+        let mut env = Envelope::message(
+            ulid::Ulid::new(),
+            now_millis(),
+            &q.group,
+            &me,
+            Author::bot(&me),
+            text,
+        );
+        env.depth = t.mesh.max_depth;
+        match node.publish(env, "self").await {
+            Ok(_) => {
+                tracing::info!(bot = %me, group = %q.group, kind = %q.kind, title = %q.title, "asked the chat about the agent's tool call")
+            }
+            Err(e) => {
+                tracing::error!(bot = %me, group = %q.group, error = %e, "the agent's permission question could not be recorded; it will be rejected after ask_timeout_secs")
+            }
+        }
+    }
 }
 
 /// Posts this bot's answer to `/why` (`cmd`): why it did or did not speak on the last

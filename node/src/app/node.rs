@@ -286,6 +286,7 @@ pub async fn start(
     let relay = build_relay(&cfg, &outboxes, &http, &metrics);
     let mut brain = Brain::new(&cfg, metrics.clone())?;
     brain.start_tools(&cfg);
+    let questions = brain.start_agent(&cfg).await?;
     let verdicts = crate::store::verdicts::VerdictLog::open(&cfg.data_dir, metrics.clone())
         .with_context(|| format!("opening the verdict log in {}", cfg.data_dir.display()))?;
     let platform = crate::platform::build(&cfg)?;
@@ -315,6 +316,12 @@ pub async fn start(
         acks,
         cfg,
     });
+    if let Some(questions) = questions {
+        tokio::spawn(crate::app::commands::post_questions(
+            node.clone(),
+            questions,
+        ));
+    }
     let ingest = ingest_for(&node);
     let (stop_outboxes, outbox_tasks) = spawn_outboxes(&node, &http);
     let bridge_addr = bridge.local_addr()?;
@@ -612,6 +619,7 @@ impl RunningNode {
         self.node.accepting.cancel();
         self.node.turns.close();
         let _ = tokio::time::timeout(grace, self.node.turns.wait()).await;
+        self.node.brain.stop_agent().await;
         let deadline = tokio::time::Instant::now() + grace;
         while self.node.outboxes.iter().any(|o| !o.is_empty())
             && tokio::time::Instant::now() < deadline

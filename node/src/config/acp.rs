@@ -126,6 +126,13 @@ pub struct AcpSettings {
     /// LANG come from the node's), e.g. `CODEX_HOME`.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Variables the agent gets from the node's environment, read when the node
+    /// starts (`{ OPENAI_API_KEY = "CODER_OPENAI_KEY" }`: the agent's name, then the
+    /// node's variable), so a key need not be written in peers.toml. Only these pass.
+    /// The node reads them into `env` when it starts the agent (the library itself
+    /// passes only `env`).
+    #[serde(default)]
+    pub env_from: BTreeMap<String, String>,
     /// Tool-call kinds the agent may run without asking anyone.
     #[serde(default)]
     pub allow: Vec<ToolKind>,
@@ -189,11 +196,7 @@ impl AcpSettings {
             );
         }
         for (name, value) in &self.env {
-            let name_ok = !name.is_empty()
-                && !name.contains('=')
-                && !name.contains('\0')
-                && !name.chars().next().is_some_and(|c| c.is_ascii_digit());
-            if !name_ok {
+            if !env_name_ok(name) {
                 bad(
                     format!("env.{name}"),
                     "is not a usable environment variable name".into(),
@@ -203,6 +206,20 @@ impl AcpSettings {
                 bad(
                     format!("env.{name}"),
                     "the value contains a NUL byte".into(),
+                );
+            }
+        }
+        for (name, var) in &self.env_from {
+            if self.env.contains_key(name) {
+                bad(
+                    format!("env_from.{name}"),
+                    "is also in env: say where its value comes from once".into(),
+                );
+            }
+            if !env_name_ok(name) || !env_name_ok(var) {
+                bad(
+                    format!("env_from.{name}"),
+                    "is not a usable environment variable name".into(),
                 );
             }
         }
@@ -232,6 +249,14 @@ impl AcpSettings {
             Err(problems)
         }
     }
+}
+
+/// Whether `name` can name an environment variable.
+fn env_name_ok(name: &str) -> bool {
+    !name.is_empty()
+        && !name.contains('=')
+        && !name.contains('\0')
+        && !name.chars().next().is_some_and(|c| c.is_ascii_digit())
 }
 
 #[cfg(test)]

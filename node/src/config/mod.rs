@@ -574,6 +574,52 @@ fn default_agent_timeout() -> u64 {
     60_000
 }
 
+/// `[[bots]] agent`: what writes the bot's replies instead of the built-in model.
+/// Either form is one table; which one is told by its key (`webhook` or `acp`), and
+/// a table with both or neither is refused naming `bots[i].agent`.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(untagged)]
+pub enum AgentEngine {
+    /// The sidecar webhook (`agent = { webhook = … }`, docs/sidecar.md).
+    Webhook(AgentSettings),
+    /// A coding agent hosted over ACP (`agent = { acp = [...] , … }`, docs/agents.md).
+    Acp(acp::AcpSettings),
+}
+
+impl<'de> Deserialize<'de> for AgentEngine {
+    /// Reads the table once, then as the form its key names: the form's own errors
+    /// (an unknown key, a wrong type) keep their words.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let table = serde_json::Map::<String, serde_json::Value>::deserialize(d)?;
+        let form = |e: serde_json::Error| D::Error::custom(e.to_string());
+        match (table.contains_key("webhook"), table.contains_key("acp")) {
+            (true, true) => Err(D::Error::custom(
+                "has both `webhook` (a sidecar) and `acp` (an ACP agent): give one of them",
+            )),
+            (false, false) => Err(D::Error::custom(
+                "needs `webhook = \"http://…\"` (a sidecar) or `acp = [\"command\", …]` (an ACP agent)",
+            )),
+            (true, false) => serde_json::from_value(serde_json::Value::Object(table))
+                .map(AgentEngine::Webhook)
+                .map_err(form),
+            (false, true) => serde_json::from_value(serde_json::Value::Object(table))
+                .map(AgentEngine::Acp)
+                .map_err(form),
+        }
+    }
+}
+
+impl AgentEngine {
+    /// The ACP form's settings, if this is one.
+    pub(crate) fn acp(&self) -> Option<&acp::AcpSettings> {
+        match self {
+            AgentEngine::Acp(a) => Some(a),
+            AgentEngine::Webhook(_) => None,
+        }
+    }
+}
+
 fn default_max_tool_rounds() -> u32 {
     8
 }
@@ -727,9 +773,10 @@ pub struct BotSettings {
     /// The bot's persona for replies; default built from role and skills.
     #[serde(default)]
     pub(crate) persona: Option<String>,
-    /// Sidecar agent.
+    /// What writes the replies instead of the model: a sidecar webhook or an ACP
+    /// agent.
     #[serde(default)]
-    pub(crate) agent: Option<AgentSettings>,
+    pub(crate) agent: Option<AgentEngine>,
     /// The bot's MCP tool servers (`[[bots.mcp]]`, docs/tools.md): their tools are
     /// offered to the bot's reply model.
     #[serde(default)]
@@ -1183,7 +1230,7 @@ impl Settings {
             if b.judge_drafts && b.agent.is_some() {
                 return Err(self.err(
                     at("judge_drafts"),
-                    "this bot's replies come from its sidecar agent, so its judge has nothing to draft",
+                    "this bot's replies come from its agent (a sidecar agent or an ACP agent), so its judge has nothing to draft",
                 ));
             }
             if let Some(t) = &b.judge_prompt {
@@ -1236,8 +1283,17 @@ impl Settings {
             if let Some(d) = &b.dingtalk {
                 self.validate_dingtalk(i, b, d)?;
             }
-            if let Some(a) = &b.agent {
-                check_url(&a.webhook).map_err(|p| self.err(at("agent.webhook"), p))?;
+            match &b.agent {
+                Some(AgentEngine::Webhook(a)) => {
+                    check_url(&a.webhook).map_err(|p| self.err(at("agent.webhook"), p))?;
+                }
+                Some(AgentEngine::Acp(a)) => {
+                    if let Err(problems) = a.validate() {
+                        let first = &problems[0];
+                        return Err(self.err(at(&format!("agent.{}", first.key)), &first.problem));
+                    }
+                }
+                None => {}
             }
             self.validate_mcp(i, b)?;
         }
@@ -1696,6 +1752,9 @@ pub struct NodeConfig {
     /// The headers of this bot's HTTP MCP servers, by server name: `(header, value)`
     /// read from the variables `headers_env` names.
     pub(crate) mcp_headers: HashMap<String, Vec<(String, String)>>,
+    /// The ACP agent's variables taken from the node's environment (`agent.env_from`),
+    /// by the agent's name for them.
+    pub(crate) agent_env: std::collections::BTreeMap<String, String>,
 }
 
 /// A feishu bot's secrets, read from the variables `[bots.feishu]` names.
@@ -1850,11 +1909,13 @@ impl NodeConfig {
         };
         let redis_url = redis_url(&settings, &bot, env, secrets)?;
         let mcp_headers = mcp_headers(&settings, me, &bot, env, secrets)?;
+        let agent_env = agent_env(&settings, me, &bot, env, secrets)?;
         let data_dir =
             data_dir.unwrap_or_else(|| settings.relative(&settings.mesh.data_dir).join(&bot.name));
         Ok(NodeConfig {
             redis_url,
             mcp_headers,
+            agent_env,
             settings,
             me,
             signer,
@@ -2015,6 +2076,38 @@ impl std::fmt::Debug for ApiTokens {
             .field("sidecar", &self.sidecar.is_some())
             .finish()
     }
+}
+
+/// The ACP agent's `env_from` variables, read from the node's environment: with
+/// `secrets` (a running node) each one named must be set.
+fn agent_env(
+    settings: &Settings,
+    me: usize,
+    bot: &BotSettings,
+    env: &dyn SecretSource,
+    secrets: bool,
+) -> Result<std::collections::BTreeMap<String, String>, ConfigError> {
+    let mut out = std::collections::BTreeMap::new();
+    let Some(a) = bot.agent.as_ref().and_then(AgentEngine::acp) else {
+        return Ok(out);
+    };
+    for (name, var) in &a.env_from {
+        match env.var(var) {
+            Some(v) => {
+                out.insert(name.clone(), v);
+            }
+            None if secrets => {
+                return Err(settings.err(
+                    format!("bots[{me}].agent.env_from.{name}"),
+                    format!(
+                    "environment variable {var} is not set (the agent's {name} is read from it)"
+                ),
+                ))
+            }
+            None => {}
+        }
+    }
+    Ok(out)
 }
 
 /// The local API's tokens of a [`NodeConfig::build`]. With `secrets` (a running node)

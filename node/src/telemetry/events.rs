@@ -35,6 +35,18 @@ pub enum Event {
         /// Why, in a short phrase.
         reason: String,
     },
+    /// The bot's ACP agent is working on a turn: a tool call started or changed
+    /// ("working: cargo test"), for the page's live line under the trigger.
+    Progress {
+        /// The group.
+        group: String,
+        /// The message the turn answers.
+        trigger: String,
+        /// The bot whose agent works.
+        bot: String,
+        /// What it is doing: the tool call's title and status.
+        text: String,
+    },
 }
 
 impl Event {
@@ -42,7 +54,7 @@ impl Event {
     pub(crate) fn group(&self) -> &str {
         match self {
             Event::Message { envelope } | Event::Claim { envelope } => &envelope.group,
-            Event::Decision { group, .. } => group,
+            Event::Decision { group, .. } | Event::Progress { group, .. } => group,
         }
     }
     /// The SSE event name.
@@ -51,6 +63,7 @@ impl Event {
             Event::Message { .. } => "message",
             Event::Claim { .. } => "claim",
             Event::Decision { .. } => "decision",
+            Event::Progress { .. } => "progress",
         }
     }
 }

@@ -84,6 +84,9 @@ pub struct Brain {
     schema_unsupported: std::sync::atomic::AtomicBool,
     /// What writes the replies: the model (with its MCP tools) or a sidecar webhook.
     pub(crate) engine: crate::turn::engine::ReplyEngine,
+    /// The ACP agent's permission questions waiting for a person's `/allow` or
+    /// `/deny` (an ACP bot of a running node only).
+    pub(crate) permissions: Option<Arc<crate::turn::engine::ChatAsker>>,
     /// Decisions and LLM calls are counted here.
     pub(crate) metrics: Arc<Metrics>,
     /// The decisions about recent messages, which a person's `/why` reads back.
@@ -221,12 +224,44 @@ impl Brain {
         }
     }
 
+    /// Starts the bot's ACP agent (`[[bots]] agent = { acp = … }`), which writes its
+    /// replies from now on: what a running node does. A command that cannot start is
+    /// an error naming it. `Some`: the agent's permission questions, for the node to
+    /// post in the chat (a person's `/allow` or `/deny` answers them through
+    /// [`Brain::permissions`]).
+    pub(crate) async fn start_agent(
+        &mut self,
+        cfg: &NodeConfig,
+    ) -> anyhow::Result<
+        Option<tokio::sync::mpsc::UnboundedReceiver<crate::agent::acp::PermissionQuestion>>,
+    > {
+        let Some(settings) = cfg.bot().agent.as_ref().and_then(|a| a.acp()) else {
+            return Ok(None);
+        };
+        let (asker, questions) = crate::turn::engine::ChatAsker::new();
+        let agent =
+            crate::turn::engine::start_acp(cfg, settings, self.metrics.clone(), asker.clone())
+                .await?;
+        tracing::info!(bot = %cfg.bot().name, command = ?settings.acp, pid = ?agent.pid(), "ACP agent started");
+        self.engine = crate::turn::engine::ReplyEngine::Acp(Some(Arc::new(agent)));
+        self.permissions = Some(asker);
+        Ok(Some(questions))
+    }
+
+    /// Stops the bot's ACP agent, if it has one (its whole process group).
+    pub(crate) async fn stop_agent(&self) {
+        if let crate::turn::engine::ReplyEngine::Acp(Some(agent)) = &self.engine {
+            agent.stop().await;
+        }
+    }
+
     /// A brain tuned by `tuning` (`roster`: every bot, for mentions), without a
     /// sidecar agent: what the simulator builds for each of its bots.
     pub(crate) fn with(tuning: Tuning, roster_of: &[BotSettings], metrics: Arc<Metrics>) -> Brain {
         Brain {
             schema_unsupported: std::sync::atomic::AtomicBool::new(false),
             engine: crate::turn::engine::ReplyEngine::Model { tools: None },
+            permissions: None,
             tuning: RwLock::new(Arc::new(tuning)),
             matcher: MentionMatcher::new(&roster(roster_of)),
             board: ClaimBoard::default(),

@@ -1,11 +1,12 @@
-//! Commands from people in the chat: `/quiet`, `/resume`, `/stop`, `/why`, addressed
+//! Commands from people in the chat: `/quiet`, `/resume`, `/stop`, `/why`, and
+//! `/allow`, `/deny` (answers to an ACP agent's permission question), addressed
 //! to one bot (`/why @Alice`, `@Alice /why`) or, without a bot's @, to every bot.
 //!
 //! A command is a *person's* chat message whose text, after the @mentions in front of
 //! it (as the platform delivers them: `@Name`, `@_user_1`, `<at …>…</at>`), starts with
-//! `/` (or the full-width `／`) and one of the four verbs, in any case. A bot's text
+//! `/` (or the full-width `／`) and one of the verbs, in any case. A bot's text
 //! never is one, and an unknown `/foo` is ordinary text. With `[mesh] operators` set,
-//! `/quiet`, `/resume` and `/stop` are commands only from an operator ([`may_command`]);
+//! `/quiet`, `/resume`, `/stop`, `/allow` and `/deny` are commands only from an operator ([`may_command`]);
 //! anyone else's is ordinary text. `/why` is open to everyone. Commands are recorded
 //! in the transcript like any message, but never judged or answered, and
 //! [`without_commands`] keeps them (and the bots' `/why` answers to them) out of
@@ -42,6 +43,11 @@ pub(crate) enum Verb {
     Stop,
     /// `/why`: say why the bot did or did not speak on the last message.
     Why,
+    /// `/allow`: allow the tool call the bot's ACP agent asked about (the oldest
+    /// question waiting in the group).
+    Allow,
+    /// `/deny`: reject it.
+    Deny,
 }
 
 impl Verb {
@@ -52,6 +58,8 @@ impl Verb {
             Verb::Resume => "resume",
             Verb::Stop => "stop",
             Verb::Why => "why",
+            Verb::Allow => "allow",
+            Verb::Deny => "deny",
         }
     }
 }
@@ -112,6 +120,8 @@ pub(crate) fn verb_of(text: &str) -> Option<Verb> {
         "resume" => Some(Verb::Resume),
         "stop" => Some(Verb::Stop),
         "why" => Some(Verb::Why),
+        "allow" => Some(Verb::Allow),
+        "deny" => Some(Verb::Deny),
         _ => None,
     }
 }
@@ -547,6 +557,9 @@ mod tests {
         assert_eq!(parsed("/quiet"), to(Verb::Quiet, &[]));
         assert_eq!(parsed("  /RESUME please"), to(Verb::Resume, &[]));
         assert_eq!(parsed("/Stop"), to(Verb::Stop, &[]));
+        assert_eq!(parsed("/ALLOW"), to(Verb::Allow, &[]));
+        assert_eq!(parsed("@Alice /deny"), to(Verb::Deny, &["Alice"]));
+        assert_eq!(parsed("/allowance"), None);
         assert_eq!(parsed("/why @Alice"), to(Verb::Why, &["Alice"]));
         assert_eq!(parsed("@Alice /why"), to(Verb::Why, &["Alice"]));
         assert_eq!(parsed("@bob /quiet"), to(Verb::Quiet, &["Bob"]));

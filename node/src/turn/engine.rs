@@ -1,6 +1,6 @@
 //! `ReplyEngine`: what writes a bot's reply once it has the turn, behind one
-//! boundary — the built-in model (with the bot's MCP tools, if any) or a sidecar
-//! webhook. An ACP agent process is meant to be one more variant here.
+//! boundary — the built-in model (with the bot's MCP tools, if any), a sidecar
+//! webhook, or a coding agent hosted over ACP (docs/agents.md).
 //!
 //! The model's tool loop ([`tool_loop`]): the reply call offers the tools of the
 //! servers that are up; each tool call the model asks for runs on its server
@@ -14,14 +14,24 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::collections::{HashMap, VecDeque};
+
+use futures_util::future::BoxFuture;
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::agent::acp::{
+    AcpAgent, AcpError, AcpOptions, AcpProgress, AcpPrompt, AcpSettings, Decision, PermissionAsker,
+    PermissionQuestion, StopReason,
+};
 use crate::agent::mcp::{McpTools, ToolResult};
 use crate::agent::sidecar::{Answer, Webhook};
-use crate::config::NodeConfig;
+use crate::config::{AgentEngine, NodeConfig};
 use crate::llm::{ChatMessage, Completion, Endpoint, ToolSpec};
 use crate::turn::brain::{Brain, Reply};
 use crate::turn::pipeline::Turn;
 use crate::turn::ports::Llm;
-use crate::wire::envelope::Envelope;
+use crate::wire::envelope::{AuthorKind, Envelope};
 
 /// How long a turn waits for tool servers still making their first connection.
 const FIRST_CONNECT_WAIT: Duration = Duration::from_secs(10);
@@ -38,19 +48,24 @@ pub(crate) enum ReplyEngine {
     },
     /// A sidecar webhook (`[[bots]] agent`): the turn is handed to an external bot.
     Sidecar(Webhook),
+    /// A coding agent hosted over ACP (`[[bots]] agent = { acp = … }`): `None` until
+    /// the running node starts it ([`Brain::start_agent`]; `botmesh explain` never
+    /// does).
+    Acp(Option<Arc<AcpAgent>>),
 }
 
 impl ReplyEngine {
     /// The engine `cfg` gives this node's bot (tool servers not started yet).
     pub(crate) fn of(cfg: &NodeConfig) -> reqwest::Result<ReplyEngine> {
         Ok(match &cfg.bot().agent {
-            Some(a) => ReplyEngine::Sidecar(Webhook::new(a)?),
+            Some(AgentEngine::Webhook(a)) => ReplyEngine::Sidecar(Webhook::new(a)?),
+            Some(AgentEngine::Acp(_)) => ReplyEngine::Acp(None),
             None => ReplyEngine::Model { tools: None },
         })
     }
 
     /// Whether the reply may be written while the bot waits its turn: the model's
-    /// may; a sidecar is handed the turn only once the bot is to speak.
+    /// may; a sidecar or an ACP agent is handed the turn only once the bot is to speak.
     pub(crate) fn writes_early(&self) -> bool {
         matches!(self, ReplyEngine::Model { .. })
     }
@@ -59,9 +74,161 @@ impl ReplyEngine {
     pub(crate) fn tools(&self) -> Option<&Arc<McpTools>> {
         match self {
             ReplyEngine::Model { tools } => tools.as_ref().filter(|t| !t.is_empty()),
-            ReplyEngine::Sidecar(_) => None,
+            ReplyEngine::Sidecar(_) | ReplyEngine::Acp(_) => None,
         }
     }
+}
+
+/// The people in the chat as the ACP agent's [`PermissionAsker`]: each question is
+/// handed to the node to post ("Coder wants to run: … — /allow or /deny") and waits
+/// for a person's `/allow` or `/deny` in its group ([`ChatAsker::answer`]); the
+/// library rejects it after `ask_timeout_secs`.
+pub(crate) struct ChatAsker {
+    /// The answers awaited, by group, oldest question first.
+    pending: Mutex<HashMap<String, VecDeque<oneshot::Sender<Decision>>>>,
+    /// Where questions go to be posted.
+    post: mpsc::UnboundedSender<PermissionQuestion>,
+}
+
+impl ChatAsker {
+    /// An asker, and the questions it hands on to be posted.
+    pub(crate) fn new() -> (Arc<ChatAsker>, mpsc::UnboundedReceiver<PermissionQuestion>) {
+        let (post, questions) = mpsc::unbounded_channel();
+        let asker = ChatAsker {
+            pending: Mutex::new(HashMap::new()),
+            post,
+        };
+        (Arc::new(asker), questions)
+    }
+
+    /// Answers the oldest question still waiting in `group`; false when none is.
+    pub(crate) fn answer(&self, group: &str, decision: Decision) -> bool {
+        let mut pending = self.pending.lock();
+        let Some(waiting) = pending.get_mut(group) else {
+            return false;
+        };
+        // A question past its timeout (or its turn) has no one waiting any more.
+        while let Some(tx) = waiting.pop_front() {
+            if tx.send(decision).is_ok() {
+                return true;
+            }
+        }
+        pending.remove(group);
+        false
+    }
+}
+
+impl PermissionAsker for ChatAsker {
+    fn ask(&self, question: PermissionQuestion) -> BoxFuture<'static, Decision> {
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut pending = self.pending.lock();
+            let waiting = pending.entry(question.group.clone()).or_default();
+            waiting.retain(|t| !t.is_closed());
+            waiting.push_back(tx);
+        }
+        let _ = self.post.send(question);
+        Box::pin(async move { rx.await.unwrap_or(Decision::Deny) })
+    }
+}
+
+/// The page's line for an agent's progress: a tool call as `working: <title>` (or
+/// `done:`, `failed:` once it ended); a plan as its step in progress. `None`: nothing
+/// worth a line.
+pub(crate) fn progress_line(p: &AcpProgress) -> Option<String> {
+    match p {
+        AcpProgress::ToolCall { title, status, .. } => {
+            let what = match status.as_str() {
+                "completed" => "done",
+                "failed" => "failed",
+                _ => "working",
+            };
+            Some(format!("{what}: {title}"))
+        }
+        AcpProgress::Plan(steps) => steps
+            .iter()
+            .find(|s| s.status == "in_progress")
+            .map(|s| format!("working: {}", s.content)),
+    }
+}
+
+/// Starts `cfg`'s ACP agent for the bot (its settings, with the `env_from` values
+/// read at start): it gets the bot's MCP servers in every `session/new`, and counts
+/// its turns and restarts in `metrics`. A command that cannot start fails here,
+/// naming it.
+pub(crate) async fn start_acp(
+    cfg: &NodeConfig,
+    settings: &AcpSettings,
+    metrics: Arc<crate::telemetry::metrics::Metrics>,
+    asker: Arc<ChatAsker>,
+) -> Result<AcpAgent, AcpError> {
+    let bot = cfg.bot();
+    let mut settings = settings.clone();
+    settings.env.extend(cfg.agent_env.clone());
+    let options = AcpOptions {
+        mcp_servers: McpTools::acp_servers(&bot.mcp, &cfg.mcp_headers),
+        asker: Some(asker),
+        metrics: Some(metrics),
+    };
+    AcpAgent::start(settings, &bot.name, options).await
+}
+
+/// Who said what, one line each: `Name: text` (a bot's name marked as a bot).
+fn lines<'a>(msgs: impl IntoIterator<Item = &'a Envelope>) -> String {
+    msgs.into_iter()
+        .map(|m| {
+            let who = if m.author.kind == AuthorKind::Bot {
+                format!("{} (bot)", m.author.name)
+            } else {
+                m.author.name.clone()
+            };
+            format!("{who}: {}", m.text)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The ACP turn's prompt: what was said in the group since `me`'s last message in
+/// `before` (people and colleagues; commands are not in `before`), then the trigger
+/// last. `context`: the whole of `before`, for a new session.
+pub(crate) fn acp_prompt(me: &str, before: &[Arc<Envelope>], trigger: &Envelope) -> AcpPrompt {
+    let since = before
+        .iter()
+        .rposition(|m| m.author.name == me)
+        .map_or(0, |i| i + 1);
+    let mut text = lines(before[since..].iter().map(|m| &**m));
+    if !text.is_empty() {
+        text.push('\n');
+    }
+    text.push_str(&lines([trigger]));
+    let context = (!before.is_empty()).then(|| {
+        format!(
+            "The conversation so far in this group (you are {me}):\n{}",
+            lines(before.iter().map(|m| &**m))
+        )
+    });
+    AcpPrompt { text, context }
+}
+
+/// What the ACP agent made of a turn: `Ok(Ok)` the text to post, `Ok(Err)` nothing
+/// to post and why (`cancelled`, an empty answer), `Err` the turn failed (timed out,
+/// the agent died or broke the protocol).
+pub(crate) async fn ask_acp(
+    agent: &AcpAgent,
+    group: &str,
+    prompt: AcpPrompt,
+    progress: mpsc::Sender<AcpProgress>,
+) -> Result<Result<String, String>, AcpError> {
+    let outcome = agent.prompt(group, prompt, Some(progress)).await?;
+    let text = outcome.text.trim();
+    Ok(match outcome.stop_reason {
+        StopReason::Cancelled => Err("the agent's turn was cancelled".into()),
+        _ if text.is_empty() => Err(format!(
+            "the agent ended its turn ({}) without text",
+            outcome.stop_reason.label()
+        )),
+        _ => Ok(text.to_string()),
+    })
 }
 
 /// Hands the turn to the sidecar webhook (counted as an `agent` LLM call).

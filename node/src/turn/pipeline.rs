@@ -485,12 +485,88 @@ async fn write_step<P: Ports + ?Sized>(
             }
         };
     }
+    if let crate::turn::engine::ReplyEngine::Acp(agent) = &brain.engine {
+        return acp_step(p, msg, claimed, agent.as_deref()).await;
+    }
     let reply = brain.write_reply(p.llm(), &context, msg, reason).await;
     if reply.is_none() {
         record(p, msg, "silent", "reply_failed", "");
         withdraw_if(p, msg, claimed, "reply failed");
     }
     reply
+}
+
+/// [`write_step`] for an ACP agent: the turn is the agent's prompt (what was said since
+/// this bot's last turn, the trigger last; the recent transcript first in a new
+/// session). Its text is the reply; a cancelled or empty turn posts nothing
+/// (`silent/agent_silent`); a timeout, the agent dying or breaking the protocol post
+/// nothing (`silent/agent_failed`; the library restarts it). Dropping this future
+/// (`/stop`, the node stopping) cancels the turn at the agent.
+async fn acp_step<P: Ports + ?Sized>(
+    p: &P,
+    msg: &Envelope,
+    claimed: bool,
+    agent: Option<&crate::agent::acp::AcpAgent>,
+) -> Option<Reply> {
+    let brain = p.brain();
+    let me = brain.me();
+    let Some(agent) = agent else {
+        record(
+            p,
+            msg,
+            "silent",
+            "agent_failed",
+            "the ACP agent is not started",
+        );
+        withdraw_if(p, msg, claimed, "agent failed");
+        return None;
+    };
+    let before = context_before(p, msg, me.context_messages.max(50));
+    let prompt = crate::turn::engine::acp_prompt(&me.name, &before, msg);
+    brain.trail.note(
+        msg.id,
+        "agent",
+        "prompted",
+        &format!("{} lines", prompt.text.lines().count()),
+    );
+    // The agent's progress goes to the page as it comes, while the turn runs.
+    let (progress, mut updates) = tokio::sync::mpsc::channel(32);
+    let asking = crate::turn::engine::ask_acp(agent, &msg.group, prompt, progress);
+    tokio::pin!(asking);
+    let show = |update: crate::agent::acp::AcpProgress| {
+        if let Some(text) = crate::turn::engine::progress_line(&update) {
+            p.event(Event::Progress {
+                group: msg.group.clone(),
+                trigger: msg.id.to_string(),
+                bot: me.name.clone(),
+                text,
+            });
+        }
+    };
+    let answer = loop {
+        tokio::select! {
+            biased;
+            Some(update) = updates.recv() => show(update),
+            answer = &mut asking => break answer,
+        }
+    };
+    // What came just before the end of the turn.
+    while let Ok(update) = updates.try_recv() {
+        show(update);
+    }
+    match answer {
+        Ok(Ok(text)) => Some(Reply { text, tokens: 0 }),
+        Ok(Err(why)) => {
+            record(p, msg, "silent", "agent_silent", &why);
+            withdraw_if(p, msg, claimed, "agent said nothing");
+            None
+        }
+        Err(e) => {
+            record(p, msg, "silent", "agent_failed", &e.to_string());
+            withdraw_if(p, msg, claimed, "agent failed");
+            None
+        }
+    }
 }
 
 /// [`act`]'s check after writing: the world may have moved during the LLM call, so

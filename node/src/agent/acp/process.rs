@@ -233,6 +233,7 @@ mod tests {
                 ("X".into(), "1".into()),
             ]
             .into(),
+            env_from: Default::default(),
             allow: vec![],
             ask: vec![],
             turn_timeout_secs: 1,

@@ -1,0 +1,446 @@
+//! A bot whose replies come from a coding agent hosted over ACP (`[[bots]] agent =
+//! { acp = … }`, docs/agents.md), in a real mesh: the agent is the scripted stand-in
+//! tests/py/acp_agent.py (official Python ACP SDK, from the test venv in
+//! `BOTMESH_TEST_PYTHON`); what each prompt makes it do is listed at the top of it.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use botmesh::wire::envelope::{AuthorKind, Envelope};
+use botmesh::wire::signing::HmacSecret;
+use botmesh_tests::{botmesh_bin, fetch_json, wait_for, MeshSpec, ProcessMesh, TestMesh};
+
+/// The longest any wait here lasts.
+const WAIT: Duration = Duration::from_secs(20);
+
+use botmesh_tests::{acp_standin_script as script, test_python as python};
+
+/// The `agent` line running the stand-in in `dir` (its log there), with `extra` keys.
+fn agent_line(dir: &Path, extra: &str) -> String {
+    format!(
+        "agent = {{ acp = [{:?}, {:?}], cwd = {:?}, env = {{ ACP_STANDIN_LOG = {:?} }}{extra} }}",
+        python(),
+        script(),
+        dir.display().to_string(),
+        log_path(dir).display().to_string(),
+    )
+}
+
+fn log_path(dir: &Path) -> PathBuf {
+    dir.join("agent.log")
+}
+
+/// The stand-in's log lines so far.
+fn log(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(log_path(dir))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Waits (bounded) until the stand-in logged a line starting with `prefix`.
+async fn wait_log(dir: &Path, prefix: &str) -> String {
+    let lines = wait_for(
+        WAIT,
+        Duration::from_millis(50),
+        || async { log(dir) },
+        |l: &Vec<String>| l.iter().any(|l| l.starts_with(prefix)),
+    )
+    .await;
+    lines
+        .into_iter()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("the agent never logged {prefix:?}: {:?}", log(dir)))
+}
+
+/// A 2-bot mesh (mentions only): Ada on the built-in model, Coder on the stand-in.
+async fn mesh(dir: &Path, extra: &str) -> TestMesh {
+    let spec = MeshSpec::mentions_only(&["Ada", "Coder"]).bot("Coder", &agent_line(dir, extra));
+    TestMesh::start(spec).await
+}
+
+/// Coder's messages in node `i`'s transcript.
+fn coder_msgs(t: &[Envelope]) -> Vec<&Envelope> {
+    t.iter()
+        .filter(|e| e.author.kind == AuthorKind::Bot && e.author.name == "Coder")
+        .collect()
+}
+
+/// Waits (bounded) until Coder has posted `n` messages, seen from node `i`.
+async fn coder_replies(mesh: &TestMesh, i: usize, n: usize) -> Vec<Envelope> {
+    let t = mesh
+        .wait_transcript(i, WAIT, |t| coder_msgs(t).len() >= n)
+        .await;
+    let msgs: Vec<Envelope> = coder_msgs(&t).into_iter().cloned().collect();
+    assert!(
+        msgs.len() >= n,
+        "Coder posted {} of {n}: {t:#?}",
+        msgs.len()
+    );
+    msgs
+}
+
+/// Waits (bounded) until node `coder` counted one `silent/{reason}` decision, then
+/// checks Coder posted nothing (settled for `quiet`).
+async fn silent_once(mesh: &TestMesh, coder: usize, reason: &str, quiet: Duration) {
+    let n = wait_for(
+        WAIT,
+        Duration::from_millis(50),
+        || mesh.decisions(coder, "silent", reason),
+        |n| *n >= 1.0,
+    )
+    .await;
+    assert_eq!(n, 1.0, "silent/{reason}");
+    let t = mesh.settle(coder, quiet).await;
+    assert!(coder_msgs(&t).is_empty(), "{t:#?}");
+}
+
+#[tokio::test]
+async fn a_mentioned_agent_answers_with_what_was_said_since_its_last_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let mesh = mesh(&dir, "").await;
+    let coder = mesh.index("Coder");
+    let ada = mesh.index("Ada");
+
+    // The agent's chunks, joined, are the reply, seen by the colleague too.
+    let trigger = mesh.post_human(coder, "alice", "@Coder CHUNKS").await;
+    let first = coder_replies(&mesh, ada, 1).await;
+    assert_eq!(first[0].text, "one two three");
+    assert_eq!(first[0].reply_to.map(|r| r.to_string()), Some(trigger));
+
+    // What people and the colleague said since, then the trigger last.
+    mesh.post_human(coder, "alice", "the build is red on main")
+        .await;
+    mesh.post_human(ada, "Ada", "it fails in the parser tests")
+        .await;
+    mesh.wait_transcript(coder, WAIT, |t| {
+        t.iter().any(|e| e.text == "it fails in the parser tests")
+    })
+    .await;
+    // A person's command and the answer to it are not in the prompt.
+    let why = mesh.post_human(coder, "alice", "/why @Ada").await;
+    mesh.wait_transcript(coder, WAIT, |t| {
+        t.iter()
+            .any(|e| e.reply_to.map(|r| r.to_string()).as_deref() == Some(why.as_str()))
+    })
+    .await;
+    mesh.post_human(coder, "bob", "@Coder can you look").await;
+    let replies = coder_replies(&mesh, coder, 2).await;
+    let echo = &replies[1].text;
+    let prompt = echo
+        .strip_prefix("echo: ")
+        .unwrap_or_else(|| panic!("{echo}"));
+    let lines: Vec<&str> = prompt.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "alice: the build is red on main",
+            "Ada (bot): it fails in the parser tests",
+            "bob: @Coder can you look",
+        ],
+        "{echo}"
+    );
+    // Its own reply and what came before its last turn are not in the prompt; its
+    // session was opened on the first turn, so no context came with the second.
+    assert!(!prompt.contains("one two three") && !prompt.contains("CHUNKS"));
+    let sessions = log(&dir)
+        .iter()
+        .filter(|l| l.starts_with("new_session"))
+        .count();
+    assert_eq!(sessions, 1, "{:?}", log(&dir));
+    // Shutdown stops the agent.
+    let started = wait_log(&dir, "started ").await;
+    let proc_dir = PathBuf::from(format!("/proc/{}", started.trim_start_matches("started ")));
+    assert!(proc_dir.exists(), "{started}");
+    mesh.shutdown().await;
+    // Stopped by the node (its stdin closed), not only killed when the node dropped.
+    assert!(
+        log(&dir).iter().any(|l| l == "stdin closed"),
+        "{:?}",
+        log(&dir)
+    );
+    let gone = wait_for(
+        WAIT,
+        Duration::from_millis(50),
+        || async { !proc_dir.exists() },
+        |gone| *gone,
+    )
+    .await;
+    assert!(gone, "the agent {started} outlived the node");
+}
+
+#[tokio::test]
+async fn a_new_session_gets_the_recent_transcript_first_and_a_refusal_posts_what_came() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let mesh = mesh(&dir, "").await;
+    let coder = mesh.index("Coder");
+    mesh.post_human(coder, "alice", "we ship on friday").await;
+    mesh.post_human(coder, "bob", "@Coder SESSION").await;
+    let first = coder_replies(&mesh, coder, 1).await;
+    let seen: serde_json::Value = serde_json::from_str(&first[0].text).unwrap();
+    let blocks: Vec<&str> = seen["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b.as_str().unwrap())
+        .collect();
+    assert_eq!(blocks.len(), 2, "{seen}");
+    assert!(
+        blocks[0].contains("you are Coder") && blocks[0].contains("alice: we ship on friday"),
+        "{seen}"
+    );
+    assert_eq!(blocks[1], "alice: we ship on friday\nbob: @Coder SESSION");
+    assert_eq!(seen["cwd"], dir.display().to_string());
+
+    // A refusal posts the text that came before it.
+    mesh.post_human(coder, "bob", "@Coder REFUSE").await;
+    let replies = coder_replies(&mesh, coder, 2).await;
+    assert_eq!(replies[1].text, "I started, but");
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn stop_while_the_agent_works_posts_nothing_and_cancels_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let mesh = mesh(&dir, "").await;
+    let coder = mesh.index("Coder");
+    mesh.post_human(coder, "alice", "@Coder SLOW").await;
+    wait_log(&dir, "prompt ").await;
+    mesh.post_human(coder, "alice", "/stop").await;
+    let cancel = wait_log(&dir, "cancel ").await;
+    assert!(cancel.starts_with("cancel sess-"), "{cancel}");
+    // The stand-in would say "working" then "done slowly": nothing reaches the chat.
+    silent_once(&mesh, coder, "stopped", Duration::from_millis(600)).await;
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_turn_past_its_timeout_is_agent_failed_and_posts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let mesh = mesh(&dir, ", turn_timeout_secs = 1").await;
+    let coder = mesh.index("Coder");
+    mesh.post_human(coder, "alice", "@Coder SLOW").await;
+    silent_once(&mesh, coder, "agent_failed", Duration::from_millis(600)).await;
+    wait_log(&dir, "cancel ").await;
+    // /why says so.
+    mesh.post_human(coder, "alice", "/why @Coder").await;
+    let why = coder_replies(&mesh, coder, 1).await;
+    assert!(why[0].text.contains("agent_failed"), "{}", why[0].text);
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_broken_agent_command_stops_the_node_at_start_naming_it() {
+    let mesh = ProcessMesh::configure(
+        &["Coder"],
+        "",
+        "agent = { acp = [\"no-such-agent-7f3e\", \"--acp\"], cwd = \"/\" }",
+    );
+    let mut child = std::process::Command::new(botmesh_bin())
+        .args(["run", "--bot", "Coder", "--config"])
+        .arg(&mesh.config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Bounded: the node must exit by itself well before WAIT.
+    let deadline = std::time::Instant::now() + WAIT;
+    let exit = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the node started with a broken agent command");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!exit.success(), "{stderr}");
+    assert!(stderr.contains("no-such-agent-7f3e"), "{stderr}");
+}
+
+#[tokio::test]
+async fn the_agent_gets_env_from_but_not_the_mesh_secret_or_llm_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let mut mesh = ProcessMesh::configure(
+        &["Coder"],
+        "secret_env = \"BOTMESH_TEST_MESH_SECRET\"\n[llm]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\napi_key_env = \"BOTMESH_TEST_LLM_KEY\"",
+        &agent_line(&dir, ", env_from = { CODER_TOKEN = \"BOTMESH_TEST_CODER_TOKEN\" }"),
+    );
+    let secret = HmacSecret::generate().to_whsec();
+    mesh.spawn_with(
+        0,
+        &[
+            ("BOTMESH_TEST_MESH_SECRET", secret.as_str()),
+            ("BOTMESH_TEST_LLM_KEY", "sk-llm-key-do-not-leak"),
+            ("BOTMESH_TEST_CODER_TOKEN", "tok-for-the-agent"),
+        ],
+    )
+    .await;
+    mesh.post(0, "@Coder ENV").await.expect("posted");
+    let transcript = wait_for(
+        WAIT,
+        Duration::from_millis(50),
+        || {
+            fetch_json(
+                mesh.http
+                    .get(format!("{}/v1/transcript?limit=50", mesh.apis[0])),
+            )
+        },
+        |v: &serde_json::Value| v.to_string().contains("\\\"env\\\""),
+    )
+    .await;
+    let reply = transcript["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| {
+            m["text"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("{\"env\""))
+        })
+        .unwrap_or_else(|| panic!("no ENV reply: {transcript}\n{}", mesh.log(0)));
+    let seen: serde_json::Value = serde_json::from_str(reply["text"].as_str().unwrap()).unwrap();
+    let env = seen["env"].as_object().unwrap();
+    assert_eq!(env["CODER_TOKEN"], "tok-for-the-agent", "{env:?}");
+    assert_eq!(env["ACP_STANDIN_LOG"], log_path(&dir).display().to_string());
+    let text = seen.to_string();
+    assert!(!text.contains(&secret) && !text.contains("sk-llm-key-do-not-leak"));
+    assert!(!env.contains_key("BOTMESH_TEST_CODER_TOKEN"), "{env:?}");
+}
+
+#[tokio::test]
+async fn an_asked_tool_call_is_put_to_the_chat_and_a_person_allows_or_denies_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let mesh = mesh(&dir, ", ask = [\"execute\"], ask_timeout_secs = 20").await;
+    let coder = mesh.index("Coder");
+    let ada = mesh.index("Ada");
+
+    // Asked in the chat; a person's /allow (said at the colleague's node) answers it.
+    mesh.post_human(coder, "alice", "@Coder TOOL execute").await;
+    let asked = coder_replies(&mesh, ada, 1).await;
+    assert_eq!(
+        asked[0].text,
+        "Coder wants to run: do a execute thing — /allow or /deny"
+    );
+    mesh.post_human(ada, "alice", "/allow").await;
+    let replies = coder_replies(&mesh, coder, 2).await;
+    assert_eq!(replies[1].text, "permission: proceed-once");
+    wait_log(&dir, "permission execute proceed-once").await;
+
+    // /deny rejects it.
+    mesh.post_human(coder, "bob", "@Coder TOOL execute").await;
+    coder_replies(&mesh, coder, 3).await;
+    mesh.post_human(coder, "bob", "/deny @Coder").await;
+    let replies = coder_replies(&mesh, coder, 4).await;
+    assert_eq!(replies[3].text, "permission: nope");
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn with_operators_only_an_operators_allow_counts_and_silence_rejects() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let spec = MeshSpec::mentions_only(&["Ada", "Coder"])
+        .mesh("operators = [\"local:alice\"]")
+        .bot(
+            "Coder",
+            &agent_line(&dir, ", ask = [\"execute\"], ask_timeout_secs = 2"),
+        );
+    let mesh = TestMesh::start(spec).await;
+    let coder = mesh.index("Coder");
+    mesh.post_human(coder, "mallory", "@Coder TOOL execute")
+        .await;
+    coder_replies(&mesh, coder, 1).await;
+    // Not an operator's: ordinary text. No answer within ask_timeout_secs: rejected.
+    mesh.post_human(coder, "mallory", "/allow").await;
+    let replies = coder_replies(&mesh, coder, 2).await;
+    assert_eq!(replies[1].text, "permission: nope");
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_agents_tool_calls_reach_the_page_as_progress_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let mesh = mesh(&dir, "").await;
+    let coder = mesh.index("Coder");
+    let mut events = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .get(format!("{}/v1/events?group=demo", mesh.api(coder)))
+        .send()
+        .await
+        .unwrap();
+    let trigger = mesh.post_human(coder, "alice", "@Coder CHUNKS").await;
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !seen.contains("done: cargo test") {
+        let chunk = tokio::time::timeout_at(deadline, events.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("no progress events: {seen}"))
+            .unwrap()
+            .expect("the stream goes on");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let progress: Vec<serde_json::Value> = seen
+        .split("\n\n")
+        .filter(|e| e.contains("event: progress"))
+        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let texts: Vec<&str> = progress
+        .iter()
+        .map(|p| p["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "working: count to three",
+            "working: cargo test",
+            "done: cargo test"
+        ],
+        "{seen}"
+    );
+    assert!(progress
+        .iter()
+        .all(|p| p["trigger"] == trigger.as_str() && p["bot"] == "Coder"));
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_agent_that_dies_mid_turn_is_agent_failed_and_the_next_turn_runs_on_a_restarted_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let mesh = mesh(&dir, "").await;
+    let coder = mesh.index("Coder");
+    mesh.post_human(coder, "alice", "@Coder CRASH").await;
+    // "about to crash" came before it died: nothing of it is posted.
+    silent_once(&mesh, coder, "agent_failed", Duration::from_millis(300)).await;
+    // The restarted agent opens a new session, with the transcript first.
+    mesh.post_human(coder, "alice", "@Coder SESSION").await;
+    let replies = coder_replies(&mesh, coder, 1).await;
+    let seen: serde_json::Value = serde_json::from_str(&replies[0].text).unwrap();
+    let blocks = seen["blocks"].as_array().unwrap();
+    assert_eq!(blocks.len(), 2, "{seen}");
+    assert!(
+        blocks[0].as_str().unwrap().contains("alice: @Coder CRASH"),
+        "{seen}"
+    );
+    let started = log(&dir)
+        .iter()
+        .filter(|l| l.starts_with("started"))
+        .count();
+    assert_eq!(started, 2, "{:?}", log(&dir));
+    mesh.shutdown().await;
+}
