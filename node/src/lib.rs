@@ -27,7 +27,7 @@
 //! egress      one outbox per peer over a Transport (HTTP peer, Redis stream), relay, claim acks
 //! llm         the OpenAI-compatible client (whole answers, and streamed drafts; tool calls)
 //! agent       reply engines beyond the model, and what they use: MCP tool servers (rmcp),
-//!             the sidecar webhook, the ACP client for coding agents (not yet a reply engine)
+//!             the sidecar webhook, coding agents hosted over ACP
 //! store       transcripts, the outbox log, delivery cursors, the verdict log
 //! telemetry   Prometheus metrics, live events
 //! config      peers.toml → a validated NodeConfig; pacing (backoff, token bucket) for every layer;
@@ -43,8 +43,8 @@
 //! - [`llm`] — the OpenAI-compatible client: whole answers (`complete`), and a drafting
 //!   judge's streamed verdict line and reply (`draft`, `llm/stream.rs`).
 //! - [`agent`] — a bot's MCP tool servers (`agent::mcp`) and sidecar webhook
-//!   (`agent::sidecar`): what the turn code's reply engines use; `agent::acp`, a
-//!   coding agent hosted over ACP (a library, not yet wired behind the boundary).
+//!   (`agent::sidecar`), and `agent::acp`, a coding agent hosted over ACP: what the
+//!   turn code's reply engines (`turn::engine`) use.
 //! - [`egress`] — `Outbox` per peer, relaying around a broken link, the Redis stream link.
 //! - [`turn`] — the bots' manners, talking to the node only through `turn::Ports`.
 //! - [`ingress`] — `Ingest`: every inbound path's narrow handle, and the checks.
