@@ -387,15 +387,7 @@ async fn slow_bodies_are_warned_about_once_per_interval() {
         let answer = s.answer(Duration::from_secs(10)).await;
         assert!(answer.is_some(), "slow body {i} still open");
     }
-    let metrics = mesh
-        .http
-        .get(format!("{}/metrics", mesh.apis[0]))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = mesh.metrics(0).await;
     assert_eq!(
         metric(
             &metrics,
