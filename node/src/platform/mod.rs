@@ -78,6 +78,20 @@ pub trait ChatPlatform: Send + Sync + 'static {
     /// the posted message.
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>>;
 
+    /// Shows the chat that this bot is at work on a reply (the typing indicator of
+    /// Discord and Telegram), once; while the work goes on the turn repeats it every
+    /// [`ChatPlatform::typing_every`]. A platform without one does nothing.
+    fn typing(&self) -> BoxFuture<'_, Result<(), PostError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// How often the typing signal must be sent again to stay on (it fades by itself:
+    /// Discord's after about 10 s, Telegram's after 5 s); `None` when the platform has
+    /// no such signal.
+    fn typing_every(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// Starts the inbound side with its handle. A platform that keeps a connection
     /// open returns the task that runs it until `ingest.accepting` is cancelled; one
     /// whose events come as webhooks keeps the handle for [`ChatPlatform::webhook`].
