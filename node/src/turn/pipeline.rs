@@ -39,6 +39,7 @@ use crate::turn::policy::{Action, Decision};
 use crate::turn::ports::Ports;
 use crate::turn::scheduler::{delay_for, grace_for, Standing, Yield, MIN_CLAIM, WITHDRAWN};
 use crate::turn::shared;
+use crate::turn::typing::typing_while;
 use crate::wire::envelope::{Envelope, Kind, Why};
 
 /// The window of the per-group bot-message cap.
@@ -273,7 +274,13 @@ async fn prepare<P: Ports + ?Sized>(
         return None;
     }
     let reason = why_label(&why);
-    let reply = write_step(p, msg, reason, relevance, early).await?;
+    let reply = if matches!(early, Early::NotWritten) {
+        // The bot has its turn and the reply is still to write (a sidecar, an ACP
+        // agent, or a model that did not write while waiting): the chat sees it typing.
+        typing_while(p, &msg.group, write_step(p, msg, reason, relevance, early)).await?
+    } else {
+        write_step(p, msg, reason, relevance, early).await?
+    };
     if !last_check_step(p, msg, d, relevance, &reply) {
         return None;
     }
