@@ -34,6 +34,7 @@ use crate::store::verdicts::{VerdictRecord, VERDICT_FORMAT};
 use crate::telemetry::events::Event;
 use crate::turn::brain::{Brain, Judged, PendingDraft, Reply};
 use crate::turn::command::{is_command, without_commands};
+use crate::turn::engine::ReplyEngine;
 use crate::turn::mention::PlatformMention;
 use crate::turn::policy::{Action, Decision};
 use crate::turn::ports::Ports;
@@ -274,6 +275,25 @@ async fn prepare<P: Ports + ?Sized>(
         return None;
     }
     let reason = why_label(&why);
+    // An ACP agent's turn takes minutes: an interjecting bot wins the turn before it
+    // hands the agent the work (the claim settled and committed), so the turn cannot
+    // be lost while the agent works. A better claim heard from then on is told the
+    // trigger is answered, and that bot yields (see docs/agents.md).
+    let mut committed = false;
+    if let (Some(r), Some(acks), ReplyEngine::Acp(_)) =
+        (relevance, acks.as_mut(), &p.brain().engine)
+    {
+        let nothing_yet = Reply {
+            text: String::new(),
+            tokens: 0,
+        };
+        if !settle_claim(p, msg, acks, &nothing_yet).await
+            || !commit_step(p, msg, r, &nothing_yet).await
+        {
+            return None;
+        }
+        committed = true;
+    }
     let reply = if matches!(early, Early::NotWritten) {
         // The bot has its turn and the reply is still to write (a sidecar, an ACP
         // agent, or a model that did not write while waiting): the chat sees it typing.
@@ -284,7 +304,7 @@ async fn prepare<P: Ports + ?Sized>(
     if !last_check_step(p, msg, d, relevance, &reply) {
         return None;
     }
-    if let (Some(r), Some(acks)) = (relevance, acks.as_mut()) {
+    if let (Some(r), Some(acks), false) = (relevance, acks.as_mut(), committed) {
         if !settle_claim(p, msg, acks, &reply).await || !commit_step(p, msg, r, &reply).await {
             return None;
         }
