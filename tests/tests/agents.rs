@@ -219,6 +219,26 @@ async fn stop_while_the_agent_works_posts_nothing_and_cancels_it() {
 }
 
 #[tokio::test]
+async fn shutting_down_while_the_agent_works_cancels_its_turn_before_stopping_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let mut mesh = mesh(&dir, "").await;
+    let coder = mesh.index("Coder");
+    mesh.post_human(coder, "alice", "@Coder SLOW").await;
+    wait_log(&dir, "prompt ").await;
+    mesh.stop(coder).await;
+    // The agent heard session/cancel before its stdin closed (it logs both, in order).
+    let lines = log(&dir);
+    let cancel = lines.iter().position(|l| l.starts_with("cancel sess-"));
+    let closed = lines.iter().position(|l| l == "stdin closed");
+    assert!(
+        matches!((cancel, closed), (Some(c), Some(e)) if c < e),
+        "{lines:?}"
+    );
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_turn_past_its_timeout_is_agent_failed_and_posts_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path().canonicalize().unwrap();

@@ -528,7 +528,8 @@ async fn write_step<P: Ports + ?Sized>(
 /// session). Its text is the reply; a cancelled or empty turn posts nothing
 /// (`silent/agent_silent`); a timeout, the agent dying or breaking the protocol post
 /// nothing (`silent/agent_failed`; the library restarts it). Dropping this future
-/// (`/stop`, the node stopping) cancels the turn at the agent.
+/// (`/stop`) or the node stopping (`silent/shutting_down`) cancels the turn at the
+/// agent (`session/cancel`).
 async fn acp_step<P: Ports + ?Sized>(
     p: &P,
     msg: &Envelope,
@@ -573,6 +574,13 @@ async fn acp_step<P: Ports + ?Sized>(
     let answer = loop {
         tokio::select! {
             biased;
+            _ = p.stopping().cancelled() => {
+                // Returning drops the turn, which sends the agent `session/cancel`
+                // before the node stops it.
+                record(p, msg, "silent", "shutting_down", "the node is stopping: the agent's turn is cancelled");
+                withdraw_if(p, msg, claimed, "shutting down");
+                return None;
+            }
             Some(update) = updates.recv() => show(update),
             answer = &mut asking => break answer,
         }
