@@ -239,6 +239,38 @@ async fn shutting_down_while_the_agent_works_cancels_its_turn_before_stopping_it
 }
 
 #[tokio::test]
+async fn a_message_to_the_busy_agent_waits_for_its_next_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let mesh = mesh(&dir, "").await;
+    let coder = mesh.index("Coder");
+    mesh.post_human(coder, "alice", "@Coder AWAITGO").await;
+    wait_log(&dir, "awaiting ").await;
+    // One turn per group: this one is not a turn of its own.
+    mesh.post_human(coder, "bob", "@Coder also look at the docs")
+        .await;
+    let busy = wait_for(
+        WAIT,
+        Duration::from_millis(50),
+        || mesh.decisions(coder, "silent", "agent_busy"),
+        |n| *n >= 1.0,
+    )
+    .await;
+    assert_eq!(busy, 1.0);
+    std::fs::write(dir.join("go"), b"").unwrap();
+    let replies = coder_replies(&mesh, coder, 1).await;
+    assert_eq!(replies[0].text, "built after the signal");
+    // It was said after the last turn's prompt, so the next prompt has it.
+    mesh.post_human(coder, "alice", "@Coder next").await;
+    let replies = coder_replies(&mesh, coder, 2).await;
+    assert_eq!(
+        replies[1].text,
+        "echo: bob: @Coder also look at the docs\nalice: @Coder next"
+    );
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_turn_past_its_timeout_is_agent_failed_and_posts_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path().canonicalize().unwrap();

@@ -596,6 +596,19 @@ async fn acp_step<P: Ports + ?Sized>(
             withdraw_if(p, msg, claimed, "agent said nothing");
             None
         }
+        Err(crate::agent::acp::AcpError::Busy(_)) => {
+            // One turn per group at a time: this message waits for the agent's next
+            // turn, whose prompt has what was said since the last one (`acp_prompt`).
+            record(
+                p,
+                msg,
+                "silent",
+                "agent_busy",
+                "the agent is on an earlier turn in this group; this message is in its next prompt",
+            );
+            withdraw_if(p, msg, claimed, "agent busy");
+            None
+        }
         Err(e) => {
             record(p, msg, "silent", "agent_failed", &e.to_string());
             withdraw_if(p, msg, claimed, "agent failed");
