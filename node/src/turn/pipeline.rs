@@ -34,11 +34,13 @@ use crate::store::verdicts::{VerdictRecord, VERDICT_FORMAT};
 use crate::telemetry::events::Event;
 use crate::turn::brain::{Brain, Judged, PendingDraft, Reply};
 use crate::turn::command::{is_command, without_commands};
+use crate::turn::engine::ReplyEngine;
 use crate::turn::mention::PlatformMention;
 use crate::turn::policy::{Action, Decision};
 use crate::turn::ports::Ports;
 use crate::turn::scheduler::{delay_for, grace_for, Standing, Yield, MIN_CLAIM, WITHDRAWN};
 use crate::turn::shared;
+use crate::turn::typing::typing_while;
 use crate::wire::envelope::{Envelope, Kind, Why};
 
 /// The window of the per-group bot-message cap.
@@ -273,11 +275,36 @@ async fn prepare<P: Ports + ?Sized>(
         return None;
     }
     let reason = why_label(&why);
-    let reply = write_step(p, msg, reason, relevance, early).await?;
+    // An ACP agent's turn takes minutes: an interjecting bot wins the turn before it
+    // hands the agent the work (the claim settled and committed), so the turn cannot
+    // be lost while the agent works. A better claim heard from then on is told the
+    // trigger is answered, and that bot yields (see docs/agents.md).
+    let mut committed = false;
+    if let (Some(r), Some(acks), ReplyEngine::Acp(_)) =
+        (relevance, acks.as_mut(), &p.brain().engine)
+    {
+        let nothing_yet = Reply {
+            text: String::new(),
+            tokens: 0,
+        };
+        if !settle_claim(p, msg, acks, &nothing_yet).await
+            || !commit_step(p, msg, r, &nothing_yet).await
+        {
+            return None;
+        }
+        committed = true;
+    }
+    let reply = if matches!(early, Early::NotWritten) {
+        // The bot has its turn and the reply is still to write (a sidecar, an ACP
+        // agent, or a model that did not write while waiting): the chat sees it typing.
+        typing_while(p, &msg.group, write_step(p, msg, reason, relevance, early)).await?
+    } else {
+        write_step(p, msg, reason, relevance, early).await?
+    };
     if !last_check_step(p, msg, d, relevance, &reply) {
         return None;
     }
-    if let (Some(r), Some(acks)) = (relevance, acks.as_mut()) {
+    if let (Some(r), Some(acks), false) = (relevance, acks.as_mut(), committed) {
         if !settle_claim(p, msg, acks, &reply).await || !commit_step(p, msg, r, &reply).await {
             return None;
         }
@@ -501,7 +528,8 @@ async fn write_step<P: Ports + ?Sized>(
 /// session). Its text is the reply; a cancelled or empty turn posts nothing
 /// (`silent/agent_silent`); a timeout, the agent dying or breaking the protocol post
 /// nothing (`silent/agent_failed`; the library restarts it). Dropping this future
-/// (`/stop`, the node stopping) cancels the turn at the agent.
+/// (`/stop`) or the node stopping (`silent/shutting_down`) cancels the turn at the
+/// agent (`session/cancel`).
 async fn acp_step<P: Ports + ?Sized>(
     p: &P,
     msg: &Envelope,
@@ -546,6 +574,13 @@ async fn acp_step<P: Ports + ?Sized>(
     let answer = loop {
         tokio::select! {
             biased;
+            _ = p.stopping().cancelled() => {
+                // Returning drops the turn, which sends the agent `session/cancel`
+                // before the node stops it.
+                record(p, msg, "silent", "shutting_down", "the node is stopping: the agent's turn is cancelled");
+                withdraw_if(p, msg, claimed, "shutting down");
+                return None;
+            }
             Some(update) = updates.recv() => show(update),
             answer = &mut asking => break answer,
         }
@@ -559,6 +594,19 @@ async fn acp_step<P: Ports + ?Sized>(
         Ok(Err(why)) => {
             record(p, msg, "silent", "agent_silent", &why);
             withdraw_if(p, msg, claimed, "agent said nothing");
+            None
+        }
+        Err(crate::agent::acp::AcpError::Busy(_)) => {
+            // One turn per group at a time: this message waits for the agent's next
+            // turn, whose prompt has what was said since the last one (`acp_prompt`).
+            record(
+                p,
+                msg,
+                "silent",
+                "agent_busy",
+                "the agent is on an earlier turn in this group; this message is in its next prompt",
+            );
+            withdraw_if(p, msg, claimed, "agent busy");
             None
         }
         Err(e) => {

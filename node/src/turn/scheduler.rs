@@ -262,10 +262,15 @@ impl ClaimBoard {
         });
     }
 
-    /// Records that `bot` withdrew its claim on `trigger`: bots standing by behind it
-    /// re-enter.
+    /// Records that `bot` withdrew its claim on `trigger` (and, when it is this node's
+    /// bot, its commit to answer it): bots standing by behind it re-enter.
     pub fn withdraw(&self, trigger: Ulid, bot: &str) {
         self.with(trigger, |t| {
+            if t.committed.as_deref() == Some(bot) {
+                // Committed, then nothing to post (an ACP agent's turn that failed):
+                // the peers' claims from now on are no longer told it is answered.
+                t.committed = None;
+            }
             t.claims.remove(bot);
             t.withdrawn.insert(bot.to_string());
             t.awaiting_word.remove(bot);
@@ -765,5 +770,18 @@ mod tests {
         let t3 = Ulid::new();
         board.answered(t3, "A");
         assert!(board.answering(t3, "A"));
+    }
+
+    #[test]
+    fn a_commit_withdrawn_with_nothing_posted_no_longer_answers_claims() {
+        // An ACP agent's turn: committed before the agent works, then the agent failed.
+        let board = ClaimBoard::default();
+        let t = Ulid::new();
+        board.claim(t, "A", 0.6);
+        board.commit(t, "A", 0.6).unwrap();
+        assert!(board.answering(t, "A"));
+        board.withdraw(t, "A");
+        assert!(!board.answering(t, "A"), "a later claim may go ahead");
+        assert!(!board.has_claim(t, "A"));
     }
 }
