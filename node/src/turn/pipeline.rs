@@ -1151,6 +1151,61 @@ mod tests {
     use crate::turn::Provider;
     use crate::wire::envelope::Author;
 
+    /// Bot A's claim never reached peer B (B's acknowledgement does not come, though
+    /// B's link is not known to fail), but B's own claim on the trigger is on A's
+    /// board: B goes ahead without knowing of A, so A yields to it after its patience
+    /// instead of posting a second answer (`yield_writing/unheard_by_claimant`). With
+    /// no claim of B's on the board, A posts unacknowledged as before.
+    #[tokio::test(start_paused = true)]
+    async fn a_claim_that_a_claimant_never_heard_yields_to_that_claimant() {
+        for b_claims in [true, false] {
+            let me = BotSettings::from_toml("name = \"A\"").expect("bot");
+            let tuning = Tuning {
+                me: Arc::new(me.clone()),
+                colleagues: Vec::new(),
+                provider: Provider::Remote {
+                    judge: Endpoint::new("test://judge", "m"),
+                    reply: Endpoint::new("test://reply", "m"),
+                },
+                mesh: Arc::new(MeshSettings::default()),
+                budget: Default::default(),
+            };
+            let brain = Brain::with(tuning, std::slice::from_ref(&me), Arc::new(Metrics::new()));
+            let p = Clocked::new(brain, 1_767_308_400_000, "-");
+            let msg = Envelope::message(
+                Ulid::new(),
+                p.now_millis(),
+                "demo",
+                "A",
+                Author::human("alice"),
+                "a question",
+            );
+            p.brain.board.claim(msg.id, "A", 0.9);
+            if b_claims {
+                p.brain.board.claim(msg.id, "B", 0.6);
+            }
+            let tracker = Arc::new(crate::egress::acks::AckTracker::default());
+            let mut acks = tracker.track("claim-1", vec!["B".to_string()]);
+            let reply = Reply {
+                text: "written".into(),
+                tokens: 0,
+            };
+            let go = settle_claim(&p, &msg, &mut acks, &reply).await;
+            assert_eq!(go, !b_claims, "b_claims={b_claims}");
+            let (yielded, unacked) = (
+                count(&p, "yield_writing", "unheard_by_claimant"),
+                count(&p, "post", "claim_unacked"),
+            );
+            assert_eq!((yielded, unacked), if b_claims { (1, 0) } else { (0, 1) });
+            if b_claims {
+                assert!(
+                    p.sent.lock().iter().any(|e| e.relevance == Some(WITHDRAWN)),
+                    "A withdraws its claim"
+                );
+            }
+        }
+    }
+
     /// A reply written while waiting that failed is not the end of the turn: the bot
     /// that has the turn writes once more (one LLM call) and has a reply to post, and
     /// records no `silent/reply_failed`. (Before, a runner-up whose early call had
