@@ -398,7 +398,8 @@ alone ({words} such withdrawals over all runs: one envelope to a waiting claiman
             d,
             "- A yield is not final: a winner that fails to answer after others stood by behind its claim (reply call \
 failed, re-judge declined, a hard rule at the last check) withdraws it ({withdrawn} withdrawals over all runs), and \
-the best bot still standing by re-enters after a grace of a quarter of its delay ({} re-entries). botmesh leaves \
+the best bot still standing by re-enters after a grace of a quarter of its delay ({} re-entries); a reply it wrote \
+while standing by that failed is written once more now that it has the turn. botmesh leaves \
 {:.1}% of the questions that needed an answer unanswered overall{}: what remains are runs where the calls \
 (judge or reply) of every relevant bot failed. When the best bot's call fails and the next best answers, the \
 question is answered but not by the most relevant bot, which is why the failures group stays below 95% on \
@@ -412,6 +413,53 @@ question is answered but not by the most relevant bot, which is why the failures
                 .and_then(|m| m.unanswered_pct)
                 .map_or(String::new(), |u| format!(" and {u:.1}% in the failures group"))
         );
+    }
+
+    // The misses at seed 13, and what fixed them.
+    let _ = writeln!(
+        d,
+        "- Two misses at seed 13 had causes in the turn code, both fixed there. (1) `failures-en-winner-fails`: a \
+runner-up writes its reply while it stands by behind the winner; when that early reply call failed and the winner's \
+reply failed too, the runner-up re-entered, found its early call failed and gave up (`silent/reply_failed`), leaving \
+a question unanswered that it was the fallback for. Writing early is ahead of the turn, so its failure is no longer \
+the turn's: the bot that has the turn writes once more. (2) `network-zh-claim-drops` under botmesh-drafting: the best \
+bot's claim to a peer was lost on retry after retry for 15 s while the peer's claim had reached it; the peer, told \
+`judging`, waited for a word that was stuck on the same link and went ahead (`post/judge_word_missing`), and the \
+best bot, after four `claim_ack_timeout_ms`, posted unacknowledged (`post/claim_unacked`): two answers. A bot whose \
+claim a peer never acknowledged, but whose peer's own claim on the trigger is on its board, now knows that peer \
+goes ahead without it and yields to it instead (`yield_writing/unheard_by_claimant`: {} times over all runs); \
+should the peer's turn fail, its withdrawal comes over the link that brought its claim.",
+        reason("yield_writing/unheard_by_claimant")
+    );
+
+    // Agent bots.
+    if let Some(agents) = r.groups.iter().find(|g| g.name == "agents") {
+        if let Some(a) = agents.get(PolicyKind::Botmesh) {
+            let nano = agents.get(PolicyKind::Nanobot);
+            let _ = writeln!(
+                d,
+                "- Agent bots (the `agents` group: a coding agent's turn takes from 10 s to 10 min, \
+drawn from the seeded generator on the paused clock): a bot holds its claim while its agent works, so its colleagues \
+stand by for as long as its `turn_timeout_secs` (the `[[bots]] agent` setting every node reads from peers.toml) \
+instead of the two minutes after which they give up on a model bot's claim, and re-enter when it withdraws. In the \
+group, botmesh: {:.3} duplicates per human message, right bot first {}, unanswered {}; {} progress events, {} agent \
+crashes mid-turn (each followed by a colleague's answer: the crashed exchange's right bot is the next most relevant), \
+{} turns dropped by `/stop` (`silent/stopped`) and {} answers to a stopped request (nanobot, which has no `/stop`: {}; \
+duplicates {}). A request that addresses a busy agent waits for the agent's next turn, holding the turn meanwhile, \
+and is answered by it. Before colleagues knew an agent's turn limit, a claimant whose agent died after more than two \
+minutes left its question unanswered: the colleagues had given up standing by. The first-answer times over all \
+scenarios include these turns of minutes (hence a p95 of minutes); the per-group table gives each group's own.",
+                a.dup_per_human_msg,
+                opt_pct(a.right_bot_first_pct),
+                opt_pct(a.unanswered_pct),
+                a.progress_events,
+                a.agent_crashes,
+                reason("silent/stopped"),
+                a.unwanted_answers,
+                nano.map_or(0, |n| n.unwanted_answers),
+                nano.map_or("–".to_string(), |n| format!("{:.3}", n.dup_per_human_msg)),
+            );
+        }
     }
 
     // LLM calls.
@@ -637,6 +685,21 @@ answer to a claim travels back one network delay after the delivery and carries 
 node's board says at that moment (`Brain::answering`, as the bridge answers). The baselines are a
 discrete-event loop over the same network, mention matcher, judge prompts and scripts.
 
+A bot may be an agent bot (`agent = { min_secs, max_secs }`): its reply engine is a coding agent, as
+with `[[bots]] agent = { acp = … }` on a node. The agent is handed the turn only once the bot is to
+speak (it writes nothing while it waits, and a drafting judge never writes for it); its turn lasts a
+time drawn uniformly from the range with the run's seeded generator (10-minute turns cost no wall time
+on the paused clock), sends a progress event (`Event::Progress`, as `acp_step` does) every
+`progress_secs`, and runs one at a time: a request that reaches an agent at work waits for its next
+turn, the bot holding the turn meanwhile. A person's `/stop` is carried out as the node's command
+handler does (`GroupStops::stop`: the group's turns in flight drop, `silent/stopped`). A message's
+`crash = ["Bot"]` makes that agent die halfway through its turn on the exchange: the turn code sees the
+failure and ends the turn silent (`silent/reply_failed` here; on a node the ACP engine records it as
+`agent_failed`), withdrawing its claim; the agent works again for its later turns. Every node is
+given the agent bots' `[[bots]] agent` settings, so the colleagues know how long such a bot may hold the
+turn (`turn_timeout_secs`, here `max_secs`). The baselines see an agent bot as a bot whose reply takes
+that long; they have no `/stop`.
+
 Defaults unless a scenario says otherwise: `max_depth = 3`, `llm_threshold = 1`, 6 bot messages a
 minute, delays 1000–3000 ms with 150 ms jitter, `min_relevance = 0.3`, 8 messages of judge context;
 judge latency U(400–1200) ms, reply latency log-normal (median 2500 ms, σ 0.35, ≤ 20 s), network
@@ -686,7 +749,7 @@ skips the judge when mentioned. Every policy uses the same mention matcher, late
   `judge::build_prompt` output with the bot's 8-message context (each message trimmed to 240 chars).
   The baselines' prompts are estimates, built with the same function from a template written after
   their descriptions (the templates are `XIAOBA_JUDGE_PROMPT`, `NANOBOT_JUDGE_PROMPT` and
-  `PANEL_JUDGE_PROMPT` in `node/src/simulate.rs`):
+  `PANEL_JUDGE_PROMPT` in `node/src/simulate/policy.rs`):
   - XiaoBa (seed 004 P0 + P1): the bot's profile, the colleague table (P1 puts it in the prompt),
     the last **10** messages untrimmed (the seed says 5–10; 10 is the upper end) and the new one,
     answer yes/no.
@@ -725,15 +788,23 @@ aliases = ["小八"]
 role = "研发助手"
 skills = ["论文阅读", "代码编写"]
 settings = { min_delay_ms = 1000 }   # optional: any [[bots]] key of peers.toml
+[[bots]]
+name = "Coder"
+agent = { min_secs = 10, max_secs = 600, progress_secs = 30 }  # a coding agent: turns of 10 s–10 min
 [[messages]]
 at = 0                         # virtual ms
 from = "老师"                   # a human
 text = "有人读过 Raft 那篇论文吗？"
-want = "one"                   # or "all"
+want = "one"                   # or "all", or "none" (a person /stops the turn it starts)
 judge = { XiaoBa = 0.9, ErGoz = 0.6, Lina = { speak = false, relevance = 0.2 } }
 after_answer = { ErGoz = 0.2 } # once the prompt shows another bot's answer (default: decline)
 reply = { XiaoBa = "读过。@ErGoz 实现上你怎么看？" }
 bot_judge = { ErGoz = 0.3 }    # about bot messages in this exchange (default: no; 0.7 if mentioned)
 bot_reply = { ErGoz = ["…", "…"] }   # successive replies to bot messages in this exchange
+crash = ["Coder"]              # agent bots whose agent dies mid-turn on this message
+[[messages]]
+at = 45000
+from = "老师"
+text = "/stop"                 # a person's command: carried out, never judged
 ```
 "#;

@@ -56,6 +56,12 @@ pub struct Metrics {
     pub(crate) prompt_bytes_per_human_msg: Option<f64>,
     /// Decisions by action/reason, summed.
     pub(crate) reasons: BTreeMap<String, u64>,
+    /// Progress events of agent bots at work (botmesh).
+    pub(crate) progress_events: u64,
+    /// Agent turns that died mid-turn (botmesh).
+    pub(crate) agent_crashes: u64,
+    /// Answers to messages that want none (a person `/stop`ped the turn).
+    pub(crate) unwanted_answers: u64,
 }
 
 pub(super) fn pct(n: u64, d: u64) -> Option<f64> {
@@ -101,6 +107,9 @@ impl Metrics {
                 .then(|| t.prompt_bytes as f64 / t.prompts as f64),
             prompt_bytes_per_human_msg: (t.sent_bytes > 0).then(|| per(t.sent_bytes)),
             reasons: t.reasons.clone(),
+            progress_events: t.progress_events,
+            agent_crashes: t.agent_crashes,
+            unwanted_answers: t.unwanted_answers,
         }
     }
 }
@@ -169,6 +178,39 @@ pub struct Report {
     pub(crate) ablations: Vec<Ablation>,
     /// The headline measures of botmesh (both modes) and nanobot at several seeds.
     pub(crate) seeds: Vec<SeedRow>,
+}
+
+/// The quality bars' numbers for one policy at one base seed (all scenarios together):
+/// what `tests/simulate.rs` holds every botmesh policy to (0 duplicates, right bot
+/// first ≥ 98 %, unanswered ≤ 0.3 %).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bars {
+    /// The base seed.
+    pub seed: u64,
+    /// The policy.
+    pub policy: PolicyKind,
+    /// Duplicate interjections per human message.
+    pub dup_per_human_msg: f64,
+    /// Share of one-answer questions first answered by the right bot, %.
+    pub right_bot_first_pct: Option<f64>,
+    /// Share of questions that needed an answer and got none, %.
+    pub unanswered_pct: Option<f64>,
+}
+
+impl Report {
+    /// The bars' numbers of every row of the seed table.
+    pub fn bars(&self) -> Vec<Bars> {
+        self.seeds
+            .iter()
+            .map(|r| Bars {
+                seed: r.seed,
+                policy: r.policy,
+                dup_per_human_msg: r.metrics.dup_per_human_msg,
+                right_bot_first_pct: r.metrics.right_bot_first_pct,
+                unanswered_pct: r.metrics.unanswered_pct,
+            })
+            .collect()
+    }
 }
 
 /// botmesh over every scenario with one mechanism turned off.

@@ -141,6 +141,9 @@ pub enum Want {
     One,
     /// Everyone with something to say should answer ("大家都说说").
     All,
+    /// Nobody should answer: a person `/stop`s the turn it starts (an answer that is
+    /// posted anyway counts as `unwanted`).
+    None,
 }
 
 /// One scripted human message and what the bots' judges say about its exchange.
@@ -174,6 +177,64 @@ pub struct ScriptedMessage {
     /// bot → its reply texts to bot messages in this exchange.
     #[serde(default)]
     pub(crate) bot_reply: BTreeMap<String, Replies>,
+    /// Agent bots whose agent dies mid-turn on this message (their first agent turn
+    /// in the exchange ends silent); the right bot to answer first is then the most
+    /// relevant one of the others.
+    #[serde(default)]
+    pub(crate) crash: Vec<String>,
+}
+
+/// A bot whose reply engine is a coding agent (`[[bots]] agent = { acp = … }` in
+/// peers.toml): its turn takes from seconds to many minutes and shows progress.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentBot {
+    /// Shortest turn, seconds.
+    pub(crate) min_secs: f64,
+    /// Longest turn, seconds (at most an hour); a turn's length is drawn uniformly.
+    pub(crate) max_secs: f64,
+    /// Seconds between two progress events while the agent works.
+    #[serde(default = "d_progress_secs")]
+    pub(crate) progress_secs: f64,
+}
+
+pub(super) fn d_progress_secs() -> f64 {
+    30.0
+}
+
+/// The longest agent turn a scenario may give, seconds.
+const MAX_AGENT_SECS: f64 = 3600.0;
+
+impl AgentBot {
+    /// Checks the ranges, with a message naming the bot and the key.
+    fn check(&self, bot: &str) -> anyhow::Result<()> {
+        let AgentBot {
+            min_secs,
+            max_secs,
+            progress_secs,
+        } = *self;
+        if !(min_secs.is_finite() && min_secs > 0.0) {
+            bail!("bot {bot}: agent.min_secs must be a number of seconds above 0, not {min_secs}");
+        }
+        if !(max_secs.is_finite() && max_secs >= min_secs) {
+            bail!("bot {bot}: agent.max_secs ({max_secs}) must be at least agent.min_secs ({min_secs})");
+        }
+        if max_secs > MAX_AGENT_SECS {
+            bail!("bot {bot}: agent.max_secs ({max_secs}) is past {MAX_AGENT_SECS} s (an hour)");
+        }
+        if !(progress_secs.is_finite() && progress_secs >= 1.0) {
+            bail!("bot {bot}: agent.progress_secs must be at least 1 second, not {progress_secs}");
+        }
+        Ok(())
+    }
+
+    /// How long its turns take, in virtual milliseconds.
+    pub(crate) fn duration(&self) -> Dist {
+        Dist::Uniform {
+            min: self.min_secs * 1000.0,
+            max: self.max_secs * 1000.0,
+        }
+    }
 }
 
 /// One bot of a scenario.
@@ -200,6 +261,9 @@ pub struct ScriptedBot {
     /// This bot's reply latency, instead of the scenario's.
     #[serde(default)]
     pub(crate) reply_latency: Option<Dist>,
+    /// Its replies come from a coding agent: long turns, progress, `/stop`, crashes.
+    #[serde(default)]
+    pub(crate) agent: Option<AgentBot>,
 }
 
 pub(super) fn d_judge() -> Dist {
@@ -375,7 +439,34 @@ impl World {
         }
         let mut bots = Vec::new();
         for b in &scenario.bots {
+            if let Some(agent) = &b.agent {
+                agent.check(&b.name)?;
+                if b.reply_latency.is_some() {
+                    bail!("bot {}: an agent bot's reply takes agent.min_secs..max_secs; give no reply_latency", b.name);
+                }
+                for key in ["write_early", "judge_drafts"] {
+                    if b.settings.get(key) == Some(&serde_json::Value::Bool(true)) {
+                        bail!("bot {}: settings.{key} = true, but an agent is handed the turn only once the bot is to speak", b.name);
+                    }
+                }
+            }
             let mut obj = b.settings.clone();
+            if let Some(agent) = &b.agent {
+                // As the node runs an ACP bot: nothing is written before it has the turn.
+                obj.insert("write_early".into(), false.into());
+                obj.insert("judge_drafts".into(), false.into());
+                // Its `[[bots]] agent` as peers.toml gives it, so its colleagues know
+                // how long its turns may last; the simulator's own brain for it keeps
+                // the scripted engine (`Brain::with`), whose reply is the agent's turn.
+                obj.insert(
+                    "agent".into(),
+                    serde_json::json!({
+                        "acp": ["simulated-agent"],
+                        "cwd": ".",
+                        "turn_timeout_secs": agent.max_secs.ceil() as u64,
+                    }),
+                );
+            }
             obj.insert("name".into(), b.name.clone().into());
             obj.insert("aliases".into(), serde_json::json!(b.aliases));
             obj.insert("role".into(), b.role.clone().into());
@@ -416,6 +507,17 @@ impl World {
                     bail!("message {i}: {t} names {k:?}, which is not a bot of the scenario");
                 }
             }
+            for c in &m.crash {
+                match scenario.bots.iter().find(|b| &b.name == c) {
+                    None => {
+                        bail!("message {i}: crash names {c:?}, which is not a bot of the scenario")
+                    }
+                    Some(b) if b.agent.is_none() => {
+                        bail!("message {i}: crash names {c:?}, which is not an agent bot (give it agent = {{ min_secs, max_secs }})")
+                    }
+                    Some(_) => {}
+                }
+            }
         }
         for l in &scenario.links {
             if l.to != "*" && !names.contains(&l.to.as_str()) {
@@ -440,7 +542,10 @@ impl World {
         let reply_lat = scenario
             .bots
             .iter()
-            .map(|b| b.reply_latency.clone().unwrap_or_else(|| t.reply.clone()))
+            .map(|b| match &b.agent {
+                Some(agent) => agent.duration(),
+                None => b.reply_latency.clone().unwrap_or_else(|| t.reply.clone()),
+            })
             .collect();
         Ok(World {
             matcher: MentionMatcher::new(&roster(&bots)),

@@ -96,6 +96,13 @@ pub struct Tally {
     pub(crate) sent_bytes: u64,
     /// Decisions by `action/reason`.
     pub reasons: BTreeMap<String, u64>,
+    /// Progress events of agent bots at work (botmesh).
+    pub progress_events: u64,
+    /// Agent turns that died mid-turn (a scenario's `crash`; botmesh).
+    pub agent_crashes: u64,
+    /// Answers to messages that want none (`want = "none"`: a person `/stop`ped the
+    /// turn).
+    pub unwanted_answers: u64,
 }
 
 impl Tally {
@@ -123,6 +130,9 @@ impl Tally {
         self.prompt_bytes += o.prompt_bytes;
         self.prompts += o.prompts;
         self.sent_bytes += o.sent_bytes;
+        self.progress_events += o.progress_events;
+        self.agent_crashes += o.agent_crashes;
+        self.unwanted_answers += o.unwanted_answers;
         for (k, v) in &o.reasons {
             *self.reasons.entry(k.clone()).or_default() += v;
         }
@@ -191,6 +201,14 @@ pub(super) fn measure(w: &World, posts: &[Post], mut tally: Tally) -> Tally {
             .collect();
         match want {
             Want::One => {
+                // A bot whose agent is scripted to die on this message cannot answer
+                // it: the right bot is the most relevant of the others.
+                let able: Vec<(usize, f64)> = speakers
+                    .iter()
+                    .copied()
+                    .filter(|s| !sm.crash.contains(&w.bots[s.0].name))
+                    .collect();
+                let speakers = able;
                 let expected: Vec<usize> = if !p.mentioned.is_empty() {
                     p.mentioned.clone()
                 } else {
@@ -215,6 +233,7 @@ pub(super) fn measure(w: &World, posts: &[Post], mut tally: Tally) -> Tally {
                 tally.all_wanted += speakers.len() as u64;
                 tally.all_spoke += speakers.iter().filter(|s| rs.contains(&s.0)).count() as u64;
             }
+            Want::None => tally.unwanted_answers += rs.len() as u64,
         }
     }
     tally.dup_interjections = dup;
