@@ -459,8 +459,8 @@ fn keep_verdict<P: Ports + ?Sized>(
     });
 }
 
-/// [`act`]'s writing step: the reply written while waiting, else the sidecar agent's
-/// or the LLM's. `None`: nothing to post (recorded; the claim withdrawn), or the
+/// [`act`]'s writing step: the reply written while waiting, else (nothing written
+/// early, or that early call failed) the sidecar agent's or the LLM's. `None`: nothing to post (recorded; the claim withdrawn), or the
 /// agent answers later through `POST /v1/messages`.
 async fn write_step<P: Ports + ?Sized>(
     p: &P,
@@ -474,9 +474,12 @@ async fn write_step<P: Ports + ?Sized>(
     match early {
         Early::Written(reply) => return Some(reply),
         Early::Failed => {
-            record(p, msg, "silent", "reply_failed", "");
-            withdraw_if(p, msg, claimed, "reply failed");
-            return None;
+            // Writing while waiting (or the drafting judge's draft) runs ahead of the
+            // turn, often behind a better claim: its failure is not the turn's. Now that
+            // the bot has the turn (its wait is over, or the winner it stood by behind
+            // withdrew), it writes once more as a bot that wrote nothing early, instead
+            // of leaving a question that it is the fallback for unanswered.
+            tracing::info!(bot = %brain.me().name, trigger = %msg.id, "the reply written while waiting failed: writing it again now that this bot has the turn");
         }
         Early::NotWritten => {}
     }
@@ -741,7 +744,9 @@ const CLAIM_ACK_PATIENCE: u32 = 4;
 /// A claim that a lossy link dropped arrives on a retry a few hundred ms later, so the
 /// wait goes on past `claim_ack_timeout_ms` (up to [`CLAIM_ACK_PATIENCE`] times it) for
 /// every peer whose link works; a peer whose link has been failing for the whole
-/// timeout is taken for down and not waited for (`post/claim_unacked`).
+/// timeout is taken for down and not waited for (`post/claim_unacked`). If such a peer
+/// holds a claim of its own on the trigger, it goes ahead without knowing of this
+/// bot, so this bot yields to it instead (`yield_writing/unheard_by_claimant`).
 async fn settle_claim<P: Ports + ?Sized>(
     p: &P,
     msg: &Envelope,
@@ -816,6 +821,30 @@ async fn settle_claim<P: Ports + ?Sized>(
         }
     }
     if !known.pending.is_empty() && !timeout.is_zero() {
+        // A peer that has not heard this claim but whose own claim on the trigger is
+        // here goes ahead without knowing of this bot (it waits for no word it was not
+        // promised, or gives up waiting for one): posting now would answer twice, and
+        // this bot's answer would reach it late anyway, behind the claim stuck on the
+        // same link. Let it answer; its withdrawal, should its turn fail, comes over
+        // the link that brought its claim, and the bots standing by re-enter.
+        if let Some(peer) = known
+            .pending
+            .iter()
+            .find(|peer| brain.board.has_claim(msg.id, peer))
+        {
+            record(
+                p,
+                msg,
+                "yield_writing",
+                "unheard_by_claimant",
+                &format!("{peer} claims it too and has not heard this bot's claim"),
+            );
+            brain
+                .metrics
+                .reply_discarded("unheard_by_claimant", reply.tokens);
+            withdraw_claim(p, msg, "a claimant has not heard this claim");
+            return false;
+        }
         tracing::warn!(bot = %brain.me().name, trigger = %msg.id, unacked = ?known.pending, timeout_ms = brain.me().claim_ack_timeout_ms, "claim not acknowledged by every peer in time (their links fail); posting anyway");
         record(
             p,
@@ -913,7 +942,8 @@ enum Early {
     NotWritten,
     /// Written while the wait ran.
     Written(Reply),
-    /// The LLM call failed (logged and counted there).
+    /// The LLM call failed (logged and counted there): [`write_step`] writes once
+    /// more when the bot has the turn.
     Failed,
 }
 
@@ -1151,4 +1181,114 @@ async fn finish_writing<P: Ports + ?Sized>(
 pub(crate) fn bots_since_human<P: Ports + ?Sized>(p: &P, group: &str, now: u64) -> usize {
     p.bot_messages_and_due(group, 64, now, RATE_WINDOW_MS, &Ulid::nil(), &[])
         .0
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    use ulid::Ulid;
+
+    use super::*;
+    use crate::config::{BotSettings, MeshSettings};
+    use crate::llm::Endpoint;
+    use crate::telemetry::metrics::Metrics;
+    use crate::turn::brain::{Brain, Tuning};
+    use crate::turn::test_ports::{count, Clocked};
+    use crate::turn::Provider;
+    use crate::wire::envelope::Author;
+
+    /// Bot A's claim never reached peer B (B's acknowledgement does not come, though
+    /// B's link is not known to fail), but B's own claim on the trigger is on A's
+    /// board: B goes ahead without knowing of A, so A yields to it after its patience
+    /// instead of posting a second answer (`yield_writing/unheard_by_claimant`). With
+    /// no claim of B's on the board, A posts unacknowledged as before.
+    #[tokio::test(start_paused = true)]
+    async fn a_claim_that_a_claimant_never_heard_yields_to_that_claimant() {
+        for b_claims in [true, false] {
+            let me = BotSettings::from_toml("name = \"A\"").expect("bot");
+            let tuning = Tuning {
+                me: Arc::new(me.clone()),
+                colleagues: Vec::new(),
+                provider: Provider::Remote {
+                    judge: Endpoint::new("test://judge", "m"),
+                    reply: Endpoint::new("test://reply", "m"),
+                },
+                mesh: Arc::new(MeshSettings::default()),
+                budget: Default::default(),
+            };
+            let brain = Brain::with(tuning, std::slice::from_ref(&me), Arc::new(Metrics::new()));
+            let p = Clocked::new(brain, 1_767_308_400_000, "-");
+            let msg = Envelope::message(
+                Ulid::new(),
+                p.now_millis(),
+                "demo",
+                "A",
+                Author::human("alice"),
+                "a question",
+            );
+            p.brain.board.claim(msg.id, "A", 0.9);
+            if b_claims {
+                p.brain.board.claim(msg.id, "B", 0.6);
+            }
+            let tracker = Arc::new(crate::egress::acks::AckTracker::default());
+            let mut acks = tracker.track("claim-1", vec!["B".to_string()]);
+            let reply = Reply {
+                text: "written".into(),
+                tokens: 0,
+            };
+            let go = settle_claim(&p, &msg, &mut acks, &reply).await;
+            assert_eq!(go, !b_claims, "b_claims={b_claims}");
+            let (yielded, unacked) = (
+                count(&p, "yield_writing", "unheard_by_claimant"),
+                count(&p, "post", "claim_unacked"),
+            );
+            assert_eq!((yielded, unacked), if b_claims { (1, 0) } else { (0, 1) });
+            if b_claims {
+                assert!(
+                    p.sent.lock().iter().any(|e| e.relevance == Some(WITHDRAWN)),
+                    "A withdraws its claim"
+                );
+            }
+        }
+    }
+
+    /// A reply written while waiting that failed is not the end of the turn: the bot
+    /// that has the turn writes once more (one LLM call) and has a reply to post, and
+    /// records no `silent/reply_failed`. (Before, a runner-up whose early call had
+    /// failed while it stood by gave up when the winner withdrew, leaving the question
+    /// unanswered: `failures-en-winner-fails` in the simulator.)
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_early_reply_is_written_again_when_the_bot_has_the_turn() {
+        let me = BotSettings::from_toml("name = \"A\"").expect("bot");
+        let tuning = Tuning {
+            me: Arc::new(me.clone()),
+            colleagues: Vec::new(),
+            provider: Provider::Remote {
+                judge: Endpoint::new("test://judge", "m"),
+                reply: Endpoint::new("test://reply", "m"),
+            },
+            mesh: Arc::new(MeshSettings::default()),
+            budget: Default::default(),
+        };
+        let brain = Brain::with(tuning, std::slice::from_ref(&me), Arc::new(Metrics::new()));
+        let p = Clocked::new(brain, 1_767_308_400_000, "the answer, written again");
+        let msg = Envelope::message(
+            Ulid::new(),
+            p.now_millis(),
+            "demo",
+            "A",
+            Author::human("alice"),
+            "a question",
+        );
+        let before = p.judge_calls.load(Ordering::SeqCst);
+        let reply = write_step(&p, &msg, "interjected", None, Early::Failed).await;
+        assert_eq!(
+            reply.map(|r| r.text).as_deref(),
+            Some("the answer, written again")
+        );
+        assert_eq!(p.judge_calls.load(Ordering::SeqCst), before + 1, "one call");
+        assert_eq!(count(&p, "silent", "reply_failed"), 0);
+    }
 }
