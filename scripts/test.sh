@@ -4,11 +4,12 @@
 #
 # On a fresh machine it first installs what the tests need:
 #   - Debian packages (as root, with apt-get): redis-server, chromium, chromium-driver,
-#     fonts-noto-cjk, systemd (systemd-analyze), python3, python3-venv; without root or apt-get it stops, naming what is missing;
+#     fonts-noto-cjk, systemd (systemd-analyze), python3, python3-venv, nodejs and npm;
+#     without root or apt-get it stops, naming what is missing;
 #   - a Python venv in .venv-test/ with the packages of tests/requirements.txt (pip), whose
 #     interpreter the tests find in BOTMESH_TEST_PYTHON;
 #   - a real coding agent, @zed-industries/codex-acp (npm, pinned), in .npm-test/, which the
-#     tests find in BOTMESH_TEST_CODEX_ACP; without npm it stops, naming what is missing.
+#     tests find in BOTMESH_TEST_CODEX_ACP.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
@@ -22,6 +23,8 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 [ -x "${BOTMESH_CHROMEDRIVER:-/usr/bin/chromedriver}" ] || need+=(chromium-driver)
 # The page test checks that CJK text renders as glyphs, not as empty boxes.
 { command -v fc-list >/dev/null 2>&1 && fc-list :lang=zh | grep -q .; } || need+=(fonts-noto-cjk)
+# tests/tests/codex.rs installs a real ACP agent from npm.
+command -v npm >/dev/null 2>&1 || need+=(nodejs npm)
 # The packaging test checks the systemd unit with systemd-analyze.
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 if ! command -v python3 >/dev/null 2>&1; then
