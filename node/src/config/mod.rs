@@ -359,15 +359,19 @@ pub enum Platform {
     /// DingTalk (Stream mode) delivers a person's message only to the robots it
     /// @-mentions; the receiving node carries it to its colleagues.
     Dingtalk,
+    /// Telegram: every bot with privacy mode off (or admin) gets every person's
+    /// message; bots' messages only in bot-to-bot mode (docs/telegram.md).
+    Telegram,
 }
 
 impl Platform {
     /// Every platform, for [`Platform::parse`].
-    const ALL: [Platform; 4] = [
+    const ALL: [Platform; 5] = [
         Platform::Local,
         Platform::Feishu,
         Platform::Discord,
         Platform::Dingtalk,
+        Platform::Telegram,
     ];
 
     /// The name peers.toml spells it with (`local`, `feishu`, `discord`, `dingtalk`):
@@ -378,6 +382,7 @@ impl Platform {
             Platform::Feishu => "feishu",
             Platform::Discord => "discord",
             Platform::Dingtalk => "dingtalk",
+            Platform::Telegram => "telegram",
         }
     }
 
@@ -710,6 +715,10 @@ pub struct BotSettings {
     /// DingTalk app and robot, for a bot whose platform is `dingtalk`.
     #[serde(default)]
     pub(crate) dingtalk: Option<DingTalkIds>,
+    /// Telegram token variable, group and @handle (`platform = "telegram"`, or a
+    /// colleague's handle, so people's @handle of it is recognised).
+    #[serde(default)]
+    pub(crate) telegram: Option<crate::platform::telegram::settings::TelegramSettings>,
     /// When it takes part.
     #[serde(default)]
     pub(crate) participation: Participation,
@@ -1283,6 +1292,15 @@ impl Settings {
             if let Some(d) = &b.dingtalk {
                 self.validate_dingtalk(i, b, d)?;
             }
+            let earlier: Vec<_> = (self.bots[..i].iter())
+                .filter_map(|o| Some((o.name.as_str(), o.telegram.as_ref()?)))
+                .collect();
+            crate::platform::telegram::settings::validate(
+                b.telegram.as_ref(),
+                b.platform == Platform::Telegram,
+                &earlier,
+            )
+            .map_err(|(k, p)| self.err(at(&k), p))?;
             match &b.agent {
                 Some(AgentEngine::Webhook(a)) => {
                     check_url(&a.webhook).map_err(|p| self.err(at("agent.webhook"), p))?;
@@ -1747,6 +1765,8 @@ pub struct NodeConfig {
     pub(crate) discord: Option<DiscordSecrets>,
     /// The DingTalk app's Client Secret, for a bot whose platform is `dingtalk`.
     pub(crate) dingtalk: Option<DingTalkSecrets>,
+    /// The bot token (and webhook secret), for a bot whose platform is `telegram`.
+    pub(crate) telegram: Option<crate::platform::telegram::settings::TelegramSecrets>,
     /// The Redis server's URL, when this bot's transport is `redis`.
     pub(crate) redis_url: Option<String>,
     /// The headers of this bot's HTTP MCP servers, by server name: `(header, value)`
@@ -1907,6 +1927,17 @@ impl NodeConfig {
             }),
             _ => None,
         };
+        let telegram = match bot
+            .telegram
+            .as_ref()
+            .filter(|_| bot.platform == Platform::Telegram)
+        {
+            Some(t) if secrets => Some(
+                crate::platform::telegram::settings::read_secrets(t, env)
+                    .map_err(|(k, p)| settings.err(format!("bots[{me}].{k}"), p))?,
+            ),
+            _ => None,
+        };
         let redis_url = redis_url(&settings, &bot, env, secrets)?;
         let mcp_headers = mcp_headers(&settings, me, &bot, env, secrets)?;
         let agent_env = agent_env(&settings, me, &bot, env, secrets)?;
@@ -1928,6 +1959,7 @@ impl NodeConfig {
             feishu,
             discord,
             dingtalk,
+            telegram,
         })
     }
 
