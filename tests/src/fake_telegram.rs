@@ -71,12 +71,27 @@ pub struct Stored {
     pub entities: Vec<Value>,
     /// The message it answers.
     pub reply_to: Option<i64>,
+    /// When it was sent, unix seconds.
+    pub date: i64,
     /// The request's parameters, for messages posted through the API.
     pub request: Option<Map<String, Value>>,
     /// When the stand-in took it.
     pub at: std::time::Instant,
     /// Times it was edited.
     pub edits: u32,
+}
+
+/// One request the stand-in answered.
+#[derive(Debug, Clone)]
+pub struct Call {
+    /// The method, lower-cased (`sendmessage`).
+    pub method: String,
+    /// The bot's username (empty for an unknown token).
+    pub bot: String,
+    /// The HTTP status answered.
+    pub status: u16,
+    /// When it was answered.
+    pub at: std::time::Instant,
 }
 
 /// A bot's side: its queue of updates and how Telegram treats it.
@@ -108,8 +123,8 @@ struct Inner {
     last_id: HashMap<i64, i64>,
     /// `retry_after` of the 429s still to answer to `sendMessage`.
     limits: VecDeque<u64>,
-    /// `(method, bot username, status)` of every request.
-    requests: Vec<(String, String, u16)>,
+    /// Every request answered.
+    requests: Vec<Call>,
     /// `(bot username, chat id, action)` of every `sendChatAction`.
     actions: Vec<(String, i64, String)>,
     /// Webhook deliveries `(bot username, update id, status)`.
@@ -148,8 +163,8 @@ fn utf16(s: &str) -> usize {
 /// a word character), and `bot_command` for a leading `/command[@handle]`.
 fn detect_entities(text: &str) -> Vec<Value> {
     let mut out = Vec::new();
-    if text.starts_with('/') {
-        let end = text[1..]
+    if let Some(rest) = text.strip_prefix('/') {
+        let end = rest
             .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '@'))
             .map_or(text.len(), |i| i + 1);
         if end > 1 {
@@ -158,13 +173,17 @@ fn detect_entities(text: &str) -> Vec<Value> {
     }
     let mut prev: Option<char> = None;
     for (i, c) in text.char_indices() {
-        if c == '@' && !prev.is_some_and(|p| p.is_alphanumeric() || p == '_' || p == '/' || p == '.') {
+        if c == '@'
+            && !prev.is_some_and(|p| p.is_alphanumeric() || p == '_' || p == '/' || p == '.')
+        {
             let rest = &text[i + 1..];
             let len = rest
                 .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
                 .unwrap_or(rest.len());
             if (5..=32).contains(&len) {
-                out.push(json!({"type": "mention", "offset": utf16(&text[..i]), "length": len + 1}));
+                out.push(
+                    json!({"type": "mention", "offset": utf16(&text[..i]), "length": len + 1}),
+                );
             }
         }
         prev = Some(c);
@@ -177,8 +196,22 @@ fn detect_entities(text: &str) -> Vec<Value> {
 /// Telegram gives ("can't parse entities: …").
 pub fn parse_html(html: &str) -> Result<(String, Vec<Value>), String> {
     const TAGS: [&str; 16] = [
-        "b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "code", "pre", "a",
-        "tg-spoiler", "span", "blockquote", "tg-emoji",
+        "b",
+        "strong",
+        "i",
+        "em",
+        "u",
+        "ins",
+        "s",
+        "strike",
+        "del",
+        "code",
+        "pre",
+        "a",
+        "tg-spoiler",
+        "span",
+        "blockquote",
+        "tg-emoji",
     ];
     let mut text = String::new();
     let mut entities = Vec::new();
@@ -197,7 +230,9 @@ pub fn parse_html(html: &str) -> Result<(String, Vec<Value>), String> {
                     "gt" => Some('>'),
                     "amp" => Some('&'),
                     "quot" => Some('"'),
-                    n if n.starts_with("#x") => u32::from_str_radix(&n[2..], 16).ok().and_then(char::from_u32),
+                    n if n.starts_with("#x") => u32::from_str_radix(&n[2..], 16)
+                        .ok()
+                        .and_then(char::from_u32),
                     n if n.starts_with('#') => n[1..].parse().ok().and_then(char::from_u32),
                     _ => None,
                 }
@@ -269,11 +304,7 @@ pub fn parse_html(html: &str) -> Result<(String, Vec<Value>), String> {
                         "Can't find end tag corresponding to start tag \"{n}\""
                     ))
                 }
-                None => {
-                    return Err(format!(
-                        "Unexpected end tag at byte offset {i}"
-                    ))
-                }
+                None => return Err(format!("Unexpected end tag at byte offset {i}")),
             }
         } else {
             let name: String = inner
@@ -291,7 +322,9 @@ pub fn parse_html(html: &str) -> Result<(String, Vec<Value>), String> {
         i += close + 1;
     }
     if let Some((n, _, _)) = open.pop() {
-        return Err(format!("Can't find end tag corresponding to start tag \"{n}\""));
+        return Err(format!(
+            "Can't find end tag corresponding to start tag \"{n}\""
+        ));
     }
     entities.extend(detect_entities(&text));
     entities.sort_by_key(|e| e["offset"].as_u64());
@@ -313,7 +346,10 @@ fn ok(result: Value) -> (u16, Value) {
 }
 
 fn refused(code: u16, description: &str) -> (u16, Value) {
-    (code, json!({"ok": false, "error_code": code, "description": description}))
+    (
+        code,
+        json!({"ok": false, "error_code": code, "description": description}),
+    )
 }
 
 /// A parameter as an integer (sent as a number, or a string in a form).
@@ -376,7 +412,7 @@ impl Inner {
     fn message_json(&self, m: &Stored, nested: bool) -> Value {
         let mut v = json!({
             "message_id": m.message_id, "from": self.user_json(m.from_id),
-            "chat": self.chat_json(m.chat_id), "date": now_secs(), "text": m.text,
+            "chat": self.chat_json(m.chat_id), "date": m.date, "text": m.text,
         });
         if !m.entities.is_empty() {
             v["entities"] = json!(m.entities);
@@ -442,7 +478,11 @@ impl Inner {
 impl FakeTelegram {
     /// Starts the stand-in with these bots, people and group chats (id, title). Every
     /// bot starts with privacy mode off and bot-to-bot mode off.
-    pub async fn start(bots: Vec<BotAccount>, people: Vec<Person>, chats: &[(i64, &str)]) -> FakeTelegram {
+    pub async fn start(
+        bots: Vec<BotAccount>,
+        people: Vec<Person>,
+        chats: &[(i64, &str)],
+    ) -> FakeTelegram {
         let inner = Arc::new(Mutex::new(Inner {
             bots: bots
                 .into_iter()
@@ -510,7 +550,14 @@ impl FakeTelegram {
     }
 
     /// A person posts `text` with these entities, answering `reply_to` if given.
-    pub fn say_with(&self, chat: i64, person: i64, text: &str, entities: Vec<Value>, reply_to: Option<i64>) -> i64 {
+    pub fn say_with(
+        &self,
+        chat: i64,
+        person: i64,
+        text: &str,
+        entities: Vec<Value>,
+        reply_to: Option<i64>,
+    ) -> i64 {
         let mut g = self.inner.lock().unwrap();
         let id = g.next_message_id(chat);
         let m = Stored {
@@ -520,6 +567,7 @@ impl FakeTelegram {
             text: text.into(),
             entities,
             reply_to,
+            date: now_secs(),
             request: None,
             at: std::time::Instant::now(),
             edits: 0,
@@ -546,6 +594,11 @@ impl FakeTelegram {
         self.notify.notify_waiters();
     }
 
+    /// Every update ever queued for `username`, oldest first.
+    pub fn updates(&self, username: &str) -> Vec<Value> {
+        self.bot_mut(username, |b| b.all.iter().map(|(_, u)| u.clone()).collect())
+    }
+
     /// Updates of `username` not yet confirmed.
     pub fn pending(&self, username: &str) -> usize {
         self.bot_mut(username, |b| b.pending.len())
@@ -554,7 +607,11 @@ impl FakeTelegram {
     /// Every message in `chat`, oldest first.
     pub fn messages(&self, chat: i64) -> Vec<Stored> {
         let g = self.inner.lock().unwrap();
-        g.messages.iter().filter(|m| m.chat_id == chat).cloned().collect()
+        g.messages
+            .iter()
+            .filter(|m| m.chat_id == chat)
+            .cloned()
+            .collect()
     }
 
     /// Messages posted through the API by the bot with user id `id`.
@@ -567,8 +624,8 @@ impl FakeTelegram {
             .collect()
     }
 
-    /// `(method, bot username, status)` of every request so far.
-    pub fn requests(&self) -> Vec<(String, String, u16)> {
+    /// Every request so far.
+    pub fn requests(&self) -> Vec<Call> {
         self.inner.lock().unwrap().requests.clone()
     }
 
@@ -638,7 +695,12 @@ async fn handle(inner: Arc<Mutex<Inner>>, notify: Arc<Notify>, req: Request<Inco
     let p = parameters(&parts, &body);
     let bot = inner.lock().unwrap().bot_by_token(&token);
     let Some(bot) = bot else {
-        inner.lock().unwrap().requests.push((method, String::new(), 401));
+        inner.lock().unwrap().requests.push(Call {
+            method,
+            bot: String::new(),
+            status: 401,
+            at: std::time::Instant::now(),
+        });
         let (s, v) = refused(401, "Unauthorized");
         return answer(s, v);
     };
@@ -651,11 +713,21 @@ async fn handle(inner: Arc<Mutex<Inner>>, notify: Arc<Notify>, req: Request<Inco
     };
     let mut g = inner.lock().unwrap();
     let name = g.bots[bot].account.username.clone();
-    g.requests.push((method, name, status));
+    g.requests.push(Call {
+        method,
+        bot: name,
+        status,
+        at: std::time::Instant::now(),
+    });
     answer(status, value)
 }
 
-async fn get_updates(inner: &Mutex<Inner>, notify: &Notify, bot: usize, p: &Map<String, Value>) -> (u16, Value) {
+async fn get_updates(
+    inner: &Mutex<Inner>,
+    notify: &Notify,
+    bot: usize,
+    p: &Map<String, Value>,
+) -> (u16, Value) {
     let timeout = int(p, "timeout").unwrap_or(0).clamp(0, 50) as u64;
     let limit = int(p, "limit").unwrap_or(100).clamp(1, 100) as usize;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
@@ -679,7 +751,12 @@ async fn get_updates(inner: &Mutex<Inner>, notify: &Notify, bot: usize, p: &Map<
             let g = inner.lock().unwrap();
             let b = &g.bots[bot];
             if !b.pending.is_empty() || tokio::time::Instant::now() >= deadline {
-                let ups: Vec<Value> = b.pending.iter().take(limit).map(|(_, u)| u.clone()).collect();
+                let ups: Vec<Value> = b
+                    .pending
+                    .iter()
+                    .take(limit)
+                    .map(|(_, u)| u.clone())
+                    .collect();
                 return ok(json!(ups));
             }
         }
@@ -712,15 +789,24 @@ fn call(g: &mut Inner, bot: usize, method: &str, p: &Map<String, Value>) -> (u16
             if string(p, "drop_pending_updates").as_deref() == Some("true") {
                 b.pending.clear();
             }
-            (200, json!({"ok": true, "result": true, "description": "Webhook was deleted"}))
+            (
+                200,
+                json!({"ok": true, "result": true, "description": "Webhook was deleted"}),
+            )
         }
         "setwebhook" => {
             let Some(url) = string(p, "url").filter(|u| !u.is_empty()) else {
-                return refused(400, "Bad Request: bad webhook: An HTTPS URL must be provided for webhook");
+                return refused(
+                    400,
+                    "Bad Request: bad webhook: An HTTPS URL must be provided for webhook",
+                );
             };
             let secret = string(p, "secret_token").unwrap_or_default();
             g.bots[bot].webhook = Some((url, secret));
-            (200, json!({"ok": true, "result": true, "description": "Webhook was set"}))
+            (
+                200,
+                json!({"ok": true, "result": true, "description": "Webhook was set"}),
+            )
         }
         "sendchataction" => {
             let (Some(chat), Some(action)) = (int(p, "chat_id"), string(p, "action")) else {
@@ -742,7 +828,11 @@ fn call(g: &mut Inner, bot: usize, method: &str, p: &Map<String, Value>) -> (u16
                 Ok(t) => t,
                 Err(e) => return refused(400, &format!("Bad Request: can't parse entities: {e}")),
             };
-            let Some(i) = g.messages.iter().position(|m| m.chat_id == chat && m.message_id == id) else {
+            let Some(i) = g
+                .messages
+                .iter()
+                .position(|m| m.chat_id == chat && m.message_id == id)
+            else {
                 return refused(400, "Bad Request: message to edit not found");
             };
             if g.messages[i].from_id != me.id {
@@ -799,8 +889,13 @@ fn send_message(g: &mut Inner, me: &BotAccount, p: &Map<String, Value>) -> (u16,
     let reply = structured(p, "reply_parameters");
     let reply_to = reply.as_ref().and_then(|r| r["message_id"].as_i64());
     if let Some(r) = reply_to {
-        let exists = g.messages.iter().any(|m| m.chat_id == chat && m.message_id == r);
-        let lenient = reply.as_ref().is_some_and(|r| r["allow_sending_without_reply"] == json!(true));
+        let exists = g
+            .messages
+            .iter()
+            .any(|m| m.chat_id == chat && m.message_id == r);
+        let lenient = reply
+            .as_ref()
+            .is_some_and(|r| r["allow_sending_without_reply"] == json!(true));
         if !exists && !lenient {
             return refused(400, "Bad Request: message to be replied not found");
         }
@@ -813,6 +908,7 @@ fn send_message(g: &mut Inner, me: &BotAccount, p: &Map<String, Value>) -> (u16,
         text,
         entities,
         reply_to,
+        date: now_secs(),
         request: Some(p.clone()),
         at: std::time::Instant::now(),
         edits: 0,
@@ -892,15 +988,20 @@ mod tests {
         let (t, e) = parse_html("&lt;b&gt;5 &lt; 6 &amp; \"x\"&lt;/b&gt;").unwrap();
         assert_eq!(t, "<b>5 < 6 & \"x\"</b>");
         assert!(e.is_empty());
-        let (t, e) = parse_html("😀 <b>bold</b> <a href=\"tg://user?id=42\">Dana</a> @beta_bot").unwrap();
+        let (t, e) =
+            parse_html("😀 <b>bold</b> <a href=\"tg://user?id=42\">Dana</a> @beta_bot").unwrap();
         assert_eq!(t, "😀 bold Dana @beta_bot");
         assert_eq!(e[0], json!({"type": "bold", "offset": 3, "length": 4}));
         assert_eq!(e[1]["type"], "text_mention");
         assert_eq!(e[1]["user"]["id"], 42);
         assert_eq!(e[1]["user"]["first_name"], "Dana");
         assert_eq!(e[2], json!({"type": "mention", "offset": 13, "length": 9}));
-        assert!(parse_html("<b>5 < 6</b>").unwrap_err().contains("Unsupported start tag"));
-        assert!(parse_html("<blink>x</blink>").unwrap_err().contains("Unsupported start tag \"blink\""));
+        assert!(parse_html("<b>5 < 6</b>")
+            .unwrap_err()
+            .contains("Unsupported start tag"));
+        assert!(parse_html("<blink>x</blink>")
+            .unwrap_err()
+            .contains("Unsupported start tag \"blink\""));
         assert!(parse_html("<b>x").is_err());
         assert_eq!(parse_html("AT&T").unwrap().0, "AT&T");
     }
