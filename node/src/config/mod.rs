@@ -130,8 +130,8 @@ pub struct MeshSettings {
     pub(crate) verdict_timeout_ms: u64,
     /// The people whose `/quiet`, `/resume` and `/stop` in the chat are carried out,
     /// as `platform:id` (`local:Boss`, `feishu:ou_…`, `discord:5005`,
-    /// `dingtalk:<staff id>`); anyone else's is ordinary text. Absent: everyone may
-    /// command (logged as a warning at start). `/why` is open to everyone.
+    /// `dingtalk:<staff id>`, `telegram:<user id>`); anyone else's is ordinary text.
+    /// Absent: everyone may command (logged as a warning at start). `/why` is open to everyone.
     pub(crate) operators: Option<Vec<String>>,
     /// Groups a node keeps: a message that would start one more is refused (the API
     /// answers 507, a peer 400 `too_many_groups`) and the other groups carry on.
@@ -374,8 +374,8 @@ impl Platform {
         Platform::Telegram,
     ];
 
-    /// The name peers.toml spells it with (`local`, `feishu`, `discord`, `dingtalk`):
-    /// also the prefix of a person's id in `[mesh] operators`.
+    /// The name peers.toml spells it with (`local`, `feishu`, `discord`, `dingtalk`,
+    /// `telegram`): also the prefix of a person's id in `[mesh] operators`.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Platform::Local => "local",
