@@ -13,7 +13,7 @@ use botmesh::wire::envelope::{AuthorKind, Envelope};
 use botmesh_tests::fake_llm::{FakeLlm, Script, Seen};
 use botmesh_tests::fake_telegram::{BotAccount, FakeTelegram, Person};
 use botmesh_tests::serve::{forward, read_request, serve_http};
-use botmesh_tests::{bot_msgs, bot_of, is_judge, MeshSpec, TestMesh};
+use botmesh_tests::{bot_msgs, bot_of, is_judge, metric, MeshSpec, TestMesh};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const CHAT: i64 = -1001234567890;
@@ -584,7 +584,7 @@ async fn two_telegram_bots_and_a_local_bot_hold_a_conversation() {
             "😀 问 @Alpha what's the plan?"
         )
     );
-    assert_eq!(t[0].platform_msg_id, Some(q.to_string()));
+    assert_eq!(t[0].platform_msg_id, Some(format!("{CHAT}:{q}")));
     let answer = bot_msgs(&t)[0];
     assert_eq!(
         (
@@ -592,7 +592,7 @@ async fn two_telegram_bots_and_a_local_bot_hold_a_conversation() {
             answer.depth,
             answer.platform_msg_id.clone()
         ),
-        ("Alpha", 1, Some(a.message_id.to_string())),
+        ("Alpha", 1, Some(format!("{CHAT}:{}", a.message_id))),
         "Beta has Alpha's answer from the bridge (Telegram shows bots no bots): {:#?}",
         show(&t)
     );
@@ -815,7 +815,10 @@ async fn a_429_loses_nothing_and_a_long_answer_goes_in_parts() {
         );
     }
     let answer = bot_msgs(&t)[0];
-    let ids: Vec<String> = parts.iter().map(|p| p.message_id.to_string()).collect();
+    let ids: Vec<String> = parts
+        .iter()
+        .map(|p| format!("{CHAT}:{}", p.message_id))
+        .collect();
     assert_eq!(
         answer.platform_msg_id.as_deref(),
         Some(ids.join(" ").as_str())
@@ -909,6 +912,22 @@ async fn in_bot_to_bot_mode_the_platform_copy_and_the_mesh_copy_are_recorded_onc
         (2, 3),
         "Telegram showed each the other's turns and the outside bot's"
     );
+    for (i, bridge_copies) in [(ALPHA, 1.0), (BETA, 2.0)] {
+        let m = mesh.metrics(i).await;
+        let events = |result: &str| {
+            metric(
+                &m,
+                &format!(
+                    "botmesh_platform_events_total{{platform=\"telegram\",result=\"{result}\"}}"
+                ),
+            )
+        };
+        assert_eq!(
+            (events("bridge_copy"), events("context"), events("recorded")),
+            (bridge_copies, 1.0, 1.0),
+            "node {i}: {m}"
+        );
+    }
     assert_eq!(
         fake.messages(CHAT)[start..]
             .iter()

@@ -209,11 +209,13 @@ impl BotApi {
     /// A client for `api_base_url` (`https://api.telegram.org`) with the bot `token`.
     pub fn new(api_base_url: &str, token: &str, retry: ApiRetry) -> anyhow::Result<BotApi> {
         let base_url = api_base_url.trim_end_matches('/');
-        let http = crate::platform::api_client(
-            reqwest::Client::builder()
-                .connect_timeout(Duration::from_secs(5))
-                .timeout(Duration::from_secs(15)),
+        let http = crate::platform::kit::http::client(
             base_url,
+            crate::platform::kit::http::Timeouts {
+                connect: Duration::from_secs(5),
+                whole: Duration::from_secs(15),
+            },
+            None,
         )?;
         Ok(BotApi {
             http,

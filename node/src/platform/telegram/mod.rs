@@ -3,7 +3,8 @@
 //!
 //! - [`settings`] — `[bots.telegram]`, its validation and secrets (config layer).
 //! - [`api`] — the Bot API client on the kit's retry loop: 429 `retry_after`.
-//! - [`poll`] — the `getUpdates` loop, offsets confirmed once recorded.
+//! - [`poll`] — the session on the kit's reconnect loop: identity, then `getUpdates`,
+//!   offsets confirmed once recorded.
 //! - [`inbound`] — `Update` → text: entities in UTF-16 units, mentions, media.
 //! - [`outbound`] — escaping, mentions, the 4,096-unit split.
 //! - [`webhook`] — webhook mode's deliveries, checked against the secret token.
@@ -19,21 +20,23 @@
 //!
 //! # Inbound
 //!
-//! Messages in groups become transcript entries: `telegram.chat_id` is `[mesh].group`,
-//! any other group the bot is in is the group named by its chat id. Private chats and
-//! service messages are ignored (logged).
+//! Messages in groups become transcript entries through the kit's inbound path
+//! ([`crate::platform::kit::inbound`]): `telegram.chat_id` is `[mesh].group`, any other
+//! group the bot is in is the group named by its chat id. Private chats are ignored
+//! (logged). A message is known to the mesh as `{chat_id}:{message_id}`
+//! ([`platform_msg_id`]: message ids are unique within a chat only), and its envelope id
+//! is derived from that, so every node names it alike.
 //!
-//! - A person's message: a human envelope (depth 0, `platform_msg_id` = the message
-//!   id, the envelope id derived from chat and message id so every node names it
-//!   alike) under their name, recorded and never broadcast: every bot with privacy
-//!   mode off reads the group itself. Mentions: see [`inbound::readable_text`].
+//! - A person's message: a human envelope (depth 0) under their name, recorded and
+//!   never broadcast: every bot with privacy mode off reads the group itself.
+//!   Mentions: see [`inbound::readable_text`].
 //! - A bot's message reaches a bot only in bot-to-bot mode (opt-in in @BotFather, and
 //!   the receiving bot an admin with privacy mode off). A colleague's then arrives
 //!   twice, on Telegram and over the bridge, whose copy carries depth and reply_to and
-//!   the Telegram id as `platform_msg_id`: if the bridge copy is recorded the Telegram
-//!   copy is dropped; otherwise it waits up to [`BRIDGE_GRACE`] for it and, failing
-//!   that, is recorded as context nobody answers (depth = max_depth). Either order
-//!   ends with one entry. This bot's own messages are ignored.
+//!   the same `platform_msg_id`: the kit keeps the bridge copy, waiting up to
+//!   [`BRIDGE_GRACE`] for it (told by the transcript, not polled); with none, the
+//!   Telegram copy is context nobody answers (depth = max_depth). Either order ends
+//!   with one entry. This bot's own messages are ignored.
 //!
 //! # Outbound
 //!
@@ -55,17 +58,18 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use parking_lot::{Mutex, RwLock};
-use tokio::time::Instant;
 use ulid::Ulid;
 
 use crate::config::pacing::Window;
 use crate::config::{NodeConfig, Platform};
-use crate::ingress::ingest::{Arrival, Ingest};
+use crate::ingress::ingest::Ingest;
+use crate::platform::kit::inbound::{Inbound, PlatformMessage, Received, Sender};
 use crate::platform::kit::pacer::ChatPacer;
+use crate::platform::kit::reconnect::{Next, Reconnect, Reconnects};
 use crate::platform::{ChatPlatform, PostError, Visibility};
-use crate::store::transcript::{platform_ids, Appended};
+use crate::store::transcript::platform_ids;
 use crate::turn::mention::MentionMatcher;
-use crate::wire::envelope::{Author, Envelope};
+use crate::wire::envelope::Envelope;
 
 use api::{ApiError, BotApi, ReplyParameters, SendMessage};
 use inbound::{Handles, Message, Update};
@@ -86,14 +90,19 @@ pub const TYPING_EVERY: Duration = Duration::from_secs(4);
 /// Messages one bot may send to one group a minute (Telegram's limit).
 pub const GROUP_SENDS_PER_MINUTE: usize = 20;
 
-/// The envelope id of a Telegram message: the same on every node, so that claims and
-/// answers of the bots that each read it from Telegram name the same trigger. Time
-/// part: the message's date; random part: SHA-256 of chat and message id (message
-/// ids are unique within a chat only).
+/// The mesh's id of a Telegram message, `{chat_id}:{message_id}` (message ids are
+/// unique within a chat only): its `platform_msg_id`, on every node alike.
+pub fn platform_msg_id(chat_id: i64, message_id: i64) -> String {
+    format!("{chat_id}:{message_id}")
+}
+
+/// The envelope id of a Telegram message, as the kit's inbound path derives it: the
+/// same on every node, so that claims and answers of the bots that each read it from
+/// Telegram name the same trigger.
 pub fn envelope_id(chat_id: i64, message_id: i64, sent_at_ms: u64) -> Ulid {
     crate::wire::envelope::platform_message_id(
         "telegram",
-        &format!("{chat_id}:{message_id}"),
+        &platform_msg_id(chat_id, message_id),
         sent_at_ms,
     )
 }
@@ -121,8 +130,8 @@ pub struct Telegram {
     chat_id: i64,
     /// `[mesh].group`.
     mesh_group: String,
-    /// Depth given to bot messages recorded as context only.
-    max_depth: u32,
+    /// The kit's inbound path (ids, colleague copies, the events metric).
+    inbound: Inbound,
     /// Bots' @handles and this bot's user id (set by `getMe`).
     handles: RwLock<Handles>,
     /// Roster name → @handle, for outgoing mentions.
@@ -257,7 +266,12 @@ impl Telegram {
             handle: t.handle().unwrap_or_default(),
             chat_id: t.chat().unwrap_or_default(),
             mesh_group: cfg.mesh().group.clone(),
-            max_depth: cfg.mesh().max_depth,
+            inbound: Inbound {
+                platform: "telegram",
+                me: bot.name.clone(),
+                max_depth: cfg.mesh().max_depth,
+                grace: BRIDGE_GRACE,
+            },
             handles: RwLock::new(Handles { bots, me: None }),
             handle_of,
             matcher: MentionMatcher::new(&crate::turn::roster(&cfg.settings.bots)),
@@ -294,72 +308,53 @@ impl Telegram {
         *self.stopped.lock() = Some(why.to_string());
     }
 
-    /// The adapter's life: identity, then polling (or the webhook's registration).
-    async fn run(self: Arc<Self>, ingest: Ingest) {
-        let cancel = ingest.accepting.clone();
-        let mut failures = 0;
-        let me = loop {
-            match self.api.get_me().await {
-                Ok(u) => break u,
-                Err(ApiError::Unauthorized(code)) => {
-                    self.stop(&format!("telegram rejected the bot token (getMe answered {code}): set telegram.token_env to the bot's current token (from @BotFather)"));
-                    return;
-                }
-                Err(e) => {
-                    failures += 1;
-                    tracing::warn!(bot = %self.me, error = %e, "could not reach telegram (getMe); retrying");
-                    if !poll::pause(&cancel, failures).await {
-                        return;
-                    }
-                }
-            }
-        };
+    /// Whether `getMe` confirmed the identity (this node's user id is known).
+    fn identified(&self) -> bool {
+        self.handles.read().me.is_some()
+    }
+
+    /// Takes `getMe`'s answer: the bot must be `telegram.username` (else why not, in
+    /// words that say what to fix).
+    fn identify(&self, me: api::User) -> Result<(), String> {
         let actual = me.username.clone().unwrap_or_default();
         if actual.to_ascii_lowercase() != self.handle {
-            self.stop(&format!("telegram.username is {:?} but the token belongs to @{actual} (getMe): fix telegram.username (people's @{actual} would not reach this bot) or telegram.token_env", self.handle));
-            return;
+            return Err(format!("telegram.username is {:?} but the token belongs to @{actual} (getMe): fix telegram.username (people's @{actual} would not reach this bot) or telegram.token_env", self.handle));
         }
         self.handles.write().me = Some((me.id, self.me.clone()));
         tracing::info!(bot = %self.me, user = %actual, user_id = me.id, "telegram identity confirmed");
         if me.can_read_all_group_messages == Some(false) {
             tracing::warn!(bot = %self.me, "telegram privacy mode is on for @{actual}: it sees only messages that mention it or answer it; in @BotFather: /setprivacy → Disable (then re-add it to the group), or make it an admin (docs/telegram.md)");
         }
-        if let Some(url) = &self.webhook_url {
-            let secret = self.secret_token.clone().unwrap_or_default();
-            let mut failures = 0;
-            loop {
-                match self.api.set_webhook(url, &secret).await {
-                    Ok(_) => {
-                        tracing::info!(bot = %self.me, "telegram webhook set; updates arrive at {}", settings::WEBHOOK_PATH);
-                        return;
-                    }
-                    Err(ApiError::Unauthorized(code)) => {
-                        self.stop(&format!("telegram rejected the bot token (setWebhook answered {code}): set telegram.token_env to the bot's current token"));
-                        return;
-                    }
-                    Err(e) => {
-                        failures += 1;
-                        tracing::error!(bot = %self.me, error = %e, "could not set the telegram webhook; retrying");
-                        if !poll::pause(&cancel, failures).await {
-                            return;
-                        }
-                    }
+        Ok(())
+    }
+
+    /// The adapter's life: sessions ([`poll::session`]) on the kit's reconnect loop
+    /// until the node stops or a failure retrying cannot fix; then the last
+    /// confirmation.
+    async fn run(self: Arc<Self>, ingest: Ingest) {
+        let mut reconnects = Reconnects::new(Reconnect {
+            platform: "telegram",
+            what: if self.webhook_url.is_some() {
+                "webhook set-up"
+            } else {
+                "long polling"
+            },
+            schedule: &poll::schedule,
+            asked_pause: Duration::ZERO,
+        });
+        let mut offset = None;
+        loop {
+            let ended = poll::session(&self, &ingest, &mut offset).await;
+            match reconnects.after(ended, &ingest.accepting, |_| {}).await {
+                Next::Again => continue,
+                Next::Stop(Some(why)) => {
+                    self.stop(&why);
+                    break;
                 }
+                Next::Stop(None) => break,
             }
         }
-        match self.api.get_webhook_info().await {
-            Ok(info) if !info.url.is_empty() => {
-                tracing::info!(bot = %self.me, pending = info.pending_update_count, "a telegram webhook is set, and polling cannot run beside it: deleting it (its pending updates are kept and polled)");
-                if let Err(e) = self.api.delete_webhook().await {
-                    tracing::warn!(bot = %self.me, error = %e, "could not delete the telegram webhook; polling will say why");
-                }
-            }
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(bot = %self.me, error = %e, "could not read the telegram webhook info (continuing)")
-            }
-        }
-        poll::run(&self, &ingest).await;
+        poll::confirm(&self, offset).await;
     }
 
     /// Handles one raw update; false when it could not be recorded (so it is not
@@ -402,23 +397,11 @@ impl Telegram {
         if Some(from.id) == my_id {
             return true;
         }
-        let mut text = {
+        let text = {
             let handles = self.handles.read();
             let is_member = |w: &str| self.matcher.resolve(w).is_some();
-            m.text_and_media(&handles, &is_member).trim().to_string()
+            m.text_and_media(&handles, &is_member)
         };
-        if text.is_empty() {
-            tracing::debug!(bot = %self.me, message_id = m.message_id, "a telegram message without text (a service message); ignoring it");
-            return true;
-        }
-        if text.len() > crate::wire::envelope::MAX_TEXT_BYTES {
-            let mut end = crate::wire::envelope::MAX_TEXT_BYTES;
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
-            text.truncate(end);
-        }
-        let group = self.group_for_chat(m.chat.id);
         let sent_at = u64::try_from(m.date)
             .ok()
             .filter(|d| *d > 0)
@@ -431,82 +414,39 @@ impl Telegram {
             Some(c) => c.title.clone().unwrap_or_else(|| "group admin".into()),
             None => from.full_name(),
         };
-        let mut env = Envelope::message(
-            envelope_id(m.chat.id, m.message_id, sent_at),
+        let sender = if is_bot {
+            Sender::Bot {
+                colleague: from
+                    .username
+                    .as_deref()
+                    .and_then(|u| self.handles.read().bot(u).map(str::to_string)),
+                label: format!("bot:{shown}"),
+            }
+        } else {
+            Sender::Person {
+                name: crate::platform::person_name(&self.matcher, Platform::Telegram, &shown),
+                ids: Some(from.id.to_string()),
+            }
+        };
+        let msg = PlatformMessage {
+            group: self.group_for_chat(m.chat.id),
+            platform_msg_id: platform_msg_id(m.chat.id, m.message_id),
             sent_at,
-            &group,
-            &self.me,
-            Author::human(crate::platform::person_name(
-                &self.matcher,
-                Platform::Telegram,
-                &shown,
-            )),
             text,
-        );
-        env.platform_msg_id = Some(m.message_id.to_string());
-        if !is_bot {
-            env.root = Some(env.id);
-            env.person = Some(from.id.to_string());
-            let arrival = Arrival {
-                env,
-                mentions: Vec::new(),
-                source: "telegram",
-            };
-            return match ingest.arrive(arrival).await {
-                Ok(Appended::New) => true,
-                Ok(Appended::Duplicate) => {
-                    tracing::debug!(bot = %self.me, message_id = m.message_id, "telegram message already recorded (delivered again)");
-                    true
-                }
-                Err(e) => {
-                    tracing::error!(bot = %self.me, message_id = m.message_id, error = %e, "telegram message could not be recorded; it is not confirmed and comes again");
-                    false
-                }
-            };
+            sender,
+            mentions: Vec::new(),
+        };
+        if is_bot {
+            // A colleague's copy may wait for its bridge copy: not on the polling task
+            // (the update is confirmed; the bridge copy, or this one, is recorded).
+            let inbound = self.inbound.clone();
+            let ing = ingest.clone();
+            ingest.tasks.spawn(async move {
+                inbound.receive(&ing, msg).await;
+            });
+            return true;
         }
-        let colleague = from
-            .username
-            .as_deref()
-            .and_then(|u| self.handles.read().bot(u).map(str::to_string));
-        env.author = Author::bot(colleague.clone().unwrap_or_else(|| format!("bot:{shown}")));
-        env.depth = self.max_depth;
-        let me = self.clone();
-        let ing = ingest.clone();
-        ingest.tasks.spawn(async move {
-            if colleague.is_some() && me.wait_for_bridge_copy(&ing, &env).await {
-                return;
-            }
-            tracing::info!(message_id = ?env.platform_msg_id, bot = ?colleague, "recording a telegram bot message as context only (no bridge copy)");
-            if let Err(e) = ing
-                .arrive(Arrival {
-                    env,
-                    mentions: Vec::new(),
-                    source: "telegram",
-                })
-                .await
-            {
-                tracing::error!(error = %e, "telegram bot message could not be recorded");
-            }
-        });
-        true
-    }
-
-    /// Waits up to [`BRIDGE_GRACE`] for the bridge copy of a colleague's message;
-    /// true once it is recorded. (Polled, as Discord's is, until the kit's inbound
-    /// path waits by notification.)
-    async fn wait_for_bridge_copy(&self, ingest: &Ingest, env: &Envelope) -> bool {
-        let pid = env.platform_msg_id.as_deref().unwrap_or_default();
-        let deadline = Instant::now() + BRIDGE_GRACE;
-        loop {
-            if ingest.sink.has_platform_msg(&env.group, pid) {
-                tracing::debug!(message_id = %pid, "telegram copy of a colleague's message: the bridge copy is recorded");
-                return true;
-            }
-            if Instant::now() >= deadline || ingest.accepting.is_cancelled() {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        self.inbound.receive(ingest, msg).await != Received::Failed
     }
 
     /// The @handle a mention of roster member `name` becomes (none for this bot
@@ -526,10 +466,10 @@ impl Telegram {
             .reply_to
             .and_then(|r| self.ingest.get()?.sink.message(&env.group, &r))
             .and_then(|t| {
-                platform_ids(t.platform_msg_id.as_deref()?)
-                    .next()?
-                    .parse::<i64>()
-                    .ok()
+                // Answered only in its own chat.
+                let first = platform_ids(t.platform_msg_id.as_deref()?).next()?;
+                let (chat, id) = first.split_once(':')?;
+                (chat.parse::<i64>().ok()? == chat_id).then(|| id.parse::<i64>().ok())?
             });
         let parts = outbound::parts(
             &env.text,
@@ -553,7 +493,7 @@ impl Telegram {
                 link_preview_options: serde_json::json!({"is_disabled": true}),
             };
             match self.api.send_message(&msg).await {
-                Ok(sent) => ids.push(sent.message_id.to_string()),
+                Ok(sent) => ids.push(platform_msg_id(chat_id, sent.message_id)),
                 Err(e) if ids.is_empty() => {
                     tracing::error!(bot = %self.me, id = %env.id, chat_id, error = %e, "could not post to telegram; the mesh still gets the message");
                     return Err(e.into());

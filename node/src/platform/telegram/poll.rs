@@ -1,76 +1,122 @@
-//! The `getUpdates` loop: long polls, each update handed to the adapter, and the
-//! offset confirmed only once the update is recorded.
+//! The adapter's session on the kit's one reconnect loop ([`kit::reconnect`]): the
+//! identity check, then the `getUpdates` long polls (or, in webhook mode, the
+//! webhook's registration), each update handed to the adapter and its offset
+//! confirmed only once it is recorded.
 //!
 //! Telegram keeps every update until a later `getUpdates` names an `offset` past it,
-//! so nothing said while the node is down is lost. The offset this loop sends is one
-//! past the last update recorded: an update whose recording failed is asked for again
-//! (after a pause) rather than confirmed; one recorded but not yet confirmed when the
-//! node stops comes again after a restart and is recorded once (its envelope id is
-//! derived from the chat and message ids, the same every time). At shutdown a last
-//! `getUpdates` with `timeout = 0` confirms what was recorded.
+//! so nothing said while the node is down is lost. The offset sent is one past the
+//! last update recorded: an update whose recording failed ends the session without
+//! being confirmed and is asked for again after the loop's pause; one recorded but
+//! not yet confirmed when the node stops comes again after a restart and is recorded
+//! once (its envelope id is derived from the chat and message ids, the same every
+//! time). At shutdown a last `getUpdates` with `timeout = 0` ([`confirm`]) confirms
+//! what was recorded.
 //!
-//! Kept apart from the adapter so that the kit's one reconnect loop can take over
-//! the pauses between failures ([`pause`]) when it comes.
+//! [`kit::reconnect`]: crate::platform::kit::reconnect
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
-
 use super::api::{ApiError, POLL_TIMEOUT_SECS};
 use super::Telegram;
 use crate::config::pacing::{Backoff, Jitter};
 use crate::ingress::ingest::Ingest;
+use crate::platform::kit::reconnect::Ended;
 
-/// Longest pause between failed polls.
+/// Longest pause between failed sessions.
 pub(crate) const MAX_PAUSE: Duration = Duration::from_secs(60);
 
-/// Waits the backoff for failure number `failures` (from 1 s up to [`MAX_PAUSE`]);
-/// false when the node stopped meanwhile.
-pub(super) async fn pause(cancel: &CancellationToken, failures: u32) -> bool {
-    let wait =
-        Backoff::new(Duration::from_secs(1), MAX_PAUSE).delay(failures, Jitter::Scale(0.8..=1.0));
-    tokio::select! {
-        _ = cancel.cancelled() => false,
-        _ = tokio::time::sleep(wait) => true,
-    }
+/// The pause before session attempt `attempt` (0 after a session that got going):
+/// 1 s doubling to [`MAX_PAUSE`], less up to a fifth.
+pub(crate) fn schedule(attempt: u32) -> Duration {
+    Backoff::new(Duration::from_secs(1), MAX_PAUSE).delay(attempt + 1, Jitter::Scale(0.8..=1.0))
 }
 
-/// Polls until the node stops (or the token is rejected).
-pub(super) async fn run(tg: &Arc<Telegram>, ingest: &Ingest) {
-    let cancel = ingest.accepting.clone();
-    let mut offset: Option<i64> = None;
-    let mut failures = 0u32;
-    'polling: loop {
+/// One session: identity (until it was confirmed once), then polling until a poll
+/// fails, an update cannot be recorded, or the node stops. `offset` is the next
+/// update wanted, kept across sessions.
+pub(super) async fn session(
+    tg: &Arc<Telegram>,
+    ingest: &Ingest,
+    offset: &mut Option<i64>,
+) -> Ended<String> {
+    let cancel = &ingest.accepting;
+    if !tg.identified() {
+        let me = tokio::select! {
+            _ = cancel.cancelled() => return Ended::Stopped,
+            r = tg.api.get_me() => r,
+        };
+        match me {
+            Ok(user) => {
+                if let Err(why) = tg.identify(user) {
+                    return Ended::Fatal(why);
+                }
+            }
+            Err(ApiError::Unauthorized(code)) => {
+                return Ended::Fatal(format!("telegram rejected the bot token (getMe answered {code}): set telegram.token_env to the bot's current token (from @BotFather)"));
+            }
+            Err(e) => {
+                return Ended::Dropped {
+                    why: format!("getMe: {e}"),
+                    established: false,
+                }
+            }
+        }
+    }
+    if let Some(url) = &tg.webhook_url {
+        let secret = tg.secret_token.clone().unwrap_or_default();
+        return match tg.api.set_webhook(url, &secret).await {
+            Ok(_) => {
+                tracing::info!(bot = %tg.me, "telegram webhook set; updates arrive at {}", super::settings::WEBHOOK_PATH);
+                // Nothing more to keep going: Telegram posts from now on.
+                Ended::Stopped
+            }
+            Err(ApiError::Unauthorized(code)) => Ended::Fatal(format!("telegram rejected the bot token (setWebhook answered {code}): set telegram.token_env to the bot's current token")),
+            Err(e) => Ended::Dropped {
+                why: format!("setWebhook: {e}"),
+                established: false,
+            },
+        };
+    }
+    match tg.api.get_webhook_info().await {
+        Ok(info) if !info.url.is_empty() => {
+            tracing::info!(bot = %tg.me, pending = info.pending_update_count, "a telegram webhook is set, and polling cannot run beside it: deleting it (its pending updates are kept and polled)");
+            if let Err(e) = tg.api.delete_webhook().await {
+                tracing::warn!(bot = %tg.me, error = %e, "could not delete the telegram webhook; polling will say why");
+            }
+        }
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(bot = %tg.me, error = %e, "could not read the telegram webhook info (continuing)")
+        }
+    }
+    let mut established = false;
+    loop {
         let got = tokio::select! {
-            _ = cancel.cancelled() => break,
-            r = tg.api.get_updates(offset, POLL_TIMEOUT_SECS) => r,
+            _ = cancel.cancelled() => return Ended::Stopped,
+            r = tg.api.get_updates(*offset, POLL_TIMEOUT_SECS) => r,
         };
         let updates = match got {
             Ok(u) => u,
             Err(ApiError::Unauthorized(code)) => {
-                tg.stop(&format!("telegram rejected the bot token (getUpdates answered {code}): set telegram.token_env to the bot's current token"));
-                return;
+                return Ended::Fatal(format!("telegram rejected the bot token (getUpdates answered {code}): set telegram.token_env to the bot's current token"));
             }
             Err(e) => {
-                failures += 1;
                 tg.polling.store(false, Ordering::Relaxed);
                 if e.code() == Some(409) {
-                    tracing::error!(bot = %tg.me, error = %e, "telegram says another program polls this bot (or a webhook is set): only one may; retrying");
-                } else {
-                    tracing::warn!(bot = %tg.me, error = %e, failures, "telegram getUpdates failed; retrying");
+                    tracing::error!(bot = %tg.me, error = %e, "telegram says another program polls this bot (or a webhook is set): only one may");
                 }
-                if !pause(&cancel, failures).await {
-                    break;
-                }
-                continue;
+                return Ended::Dropped {
+                    why: format!("getUpdates: {e}"),
+                    established,
+                };
             }
         };
         if !tg.polling.swap(true, Ordering::Relaxed) {
             tracing::info!(bot = %tg.me, "telegram long polling");
         }
-        failures = 0;
+        established = true;
         for raw in updates {
             let Some(id) = raw.get("update_id").and_then(|v| v.as_i64()) else {
                 tracing::warn!(bot = %tg.me, "a telegram update without update_id; ignoring it");
@@ -80,27 +126,31 @@ pub(super) async fn run(tg: &Arc<Telegram>, ingest: &Ingest) {
                 continue; // already confirmed: never twice
             }
             if !tg.on_update(ingest, raw).await {
-                // Not recorded: ask for it again rather than confirm it.
-                failures += 1;
-                if !pause(&cancel, failures).await {
-                    break 'polling;
-                }
-                continue 'polling;
+                tg.polling.store(false, Ordering::Relaxed);
+                return Ended::Dropped {
+                    why: format!("update {id} could not be recorded; it is not confirmed and is asked for again"),
+                    established: false,
+                };
             }
-            offset = Some(id + 1);
+            *offset = Some(id + 1);
             tg.last_update.store(id, Ordering::Relaxed);
         }
     }
+}
+
+/// At shutdown: confirms every update recorded (`getUpdates` with the offset and
+/// `timeout = 0`), so a restart does not fetch them again (it would record them
+/// once anyway).
+pub(super) async fn confirm(tg: &Telegram, offset: Option<i64>) {
     tg.polling.store(false, Ordering::Relaxed);
-    if let Some(o) = offset {
-        let confirm = tg.api.get_updates(Some(o), 0);
-        match tokio::time::timeout(Duration::from_secs(3), confirm).await {
-            Ok(Ok(_)) => {
-                tracing::info!(bot = %tg.me, offset = o, "telegram updates confirmed up to the last one recorded")
-            }
-            _ => {
-                tracing::info!(bot = %tg.me, offset = o, "could not confirm the last telegram updates; they come again at the next start and are recorded once")
-            }
+    let Some(o) = offset else { return };
+    let confirm = tg.api.get_updates(Some(o), 0);
+    match tokio::time::timeout(Duration::from_secs(3), confirm).await {
+        Ok(Ok(_)) => {
+            tracing::info!(bot = %tg.me, offset = o, "telegram updates confirmed up to the last one recorded")
+        }
+        _ => {
+            tracing::info!(bot = %tg.me, offset = o, "could not confirm the last telegram updates; they come again at the next start and are recorded once")
         }
     }
 }

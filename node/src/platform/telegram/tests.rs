@@ -2,8 +2,10 @@
 //! the inbound recording of people's and colleagues' messages.
 
 use super::*;
-use crate::store::transcript::TranscriptError;
-use crate::wire::envelope::AuthorKind;
+use crate::ingress::ingest::Arrival;
+use crate::store::transcript::{Appended, TranscriptError};
+use crate::wire::envelope::{Author, AuthorKind};
+use tokio::time::Instant;
 
 /// The shape docs/telegram.md shows.
 const DOCS_CONFIG: &str = r#"
@@ -142,9 +144,17 @@ fn groups_map_to_chats_and_back() {
 }
 
 /// A sink that records arrivals the way the transcript does (dedup by id and by each
-/// platform id).
-#[derive(Default)]
-struct TestSink(Mutex<Vec<Envelope>>);
+/// platform id), and tells its event bus, as the node does.
+struct TestSink(Mutex<Vec<Envelope>>, crate::telemetry::events::EventBus);
+
+impl Default for TestSink {
+    fn default() -> Self {
+        TestSink(
+            Mutex::default(),
+            crate::telemetry::events::EventBus::new(64),
+        )
+    }
+}
 
 impl TestSink {
     fn add(&self, env: Envelope) -> Appended {
@@ -163,7 +173,10 @@ impl TestSink {
         if dup {
             return Appended::Duplicate;
         }
-        v.push(env);
+        v.push(env.clone());
+        self.1.publish(crate::telemetry::events::Event::Message {
+            envelope: Arc::new(env),
+        });
         Appended::New
     }
     fn all(&self) -> Vec<Envelope> {
@@ -172,6 +185,20 @@ impl TestSink {
 }
 
 impl crate::ingress::ingest::Sink for TestSink {
+    fn await_platform_msg<'a>(
+        &'a self,
+        group: &'a str,
+        platform_msg_id: &'a str,
+        within: Duration,
+    ) -> BoxFuture<'a, bool> {
+        Box::pin(crate::ingress::ingest::recorded_within(
+            self.1.subscribe(),
+            move || self.has_platform_msg(group, platform_msg_id),
+            group,
+            platform_msg_id,
+            within,
+        ))
+    }
     fn record_many(
         &self,
         envs: Vec<Arc<Envelope>>,
@@ -272,7 +299,7 @@ async fn a_colleagues_message_is_recorded_once_in_either_order() {
     let ing = ingest(sink.clone());
     let done = serde_json::json!([{"type": "mention", "offset": 0, "length": 10}]);
     // Bridge copy first.
-    sink.add(bridge_copy("10"));
+    sink.add(bridge_copy("-1001234567890:10"));
     assert!(
         t.on_message(
             &ing,
@@ -290,7 +317,7 @@ async fn a_colleagues_message_is_recorded_once_in_either_order() {
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(sink.all().len(), 1, "the Telegram copy waits");
-    sink.add(bridge_copy("11"));
+    sink.add(bridge_copy("-1001234567890:11"));
     settle(&ing).await;
     let all = sink.all();
     assert_eq!(all.len(), 2);
