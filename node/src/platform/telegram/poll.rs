@@ -14,9 +14,12 @@
 //!
 //! [`kit::reconnect`]: crate::platform::kit::reconnect
 
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
 
 use super::api::{ApiError, POLL_TIMEOUT_SECS};
 use super::Telegram;
@@ -33,6 +36,15 @@ pub(crate) fn schedule(attempt: u32) -> Duration {
     Backoff::new(Duration::from_secs(1), MAX_PAUSE).delay(attempt + 1, Jitter::Scale(0.8..=1.0))
 }
 
+/// `call`'s result, or `None` when the node stops first (a call being retried must
+/// not hold up a shutdown).
+async fn or_stop<T>(cancel: &CancellationToken, call: impl Future<Output = T>) -> Option<T> {
+    tokio::select! {
+        _ = cancel.cancelled() => None,
+        r = call => Some(r),
+    }
+}
+
 /// One session: identity (until it was confirmed once), then polling until a poll
 /// fails, an update cannot be recorded, or the node stops. `offset` is the next
 /// update wanted, kept across sessions.
@@ -43,9 +55,8 @@ pub(super) async fn session(
 ) -> Ended<String> {
     let cancel = &ingest.accepting;
     if !tg.identified() {
-        let me = tokio::select! {
-            _ = cancel.cancelled() => return Ended::Stopped,
-            r = tg.api.get_me() => r,
+        let Some(me) = or_stop(cancel, tg.api.get_me()).await else {
+            return Ended::Stopped;
         };
         match me {
             Ok(user) => {
@@ -66,7 +77,10 @@ pub(super) async fn session(
     }
     if let Some(url) = &tg.webhook_url {
         let secret = tg.secret_token.clone().unwrap_or_default();
-        return match tg.api.set_webhook(url, &secret).await {
+        let Some(set) = or_stop(cancel, tg.api.set_webhook(url, &secret)).await else {
+            return Ended::Stopped;
+        };
+        return match set {
             Ok(_) => {
                 tracing::info!(bot = %tg.me, "telegram webhook set; updates arrive at {}", super::settings::WEBHOOK_PATH);
                 // Nothing more to keep going: Telegram posts from now on.
@@ -79,11 +93,18 @@ pub(super) async fn session(
             },
         };
     }
-    match tg.api.get_webhook_info().await {
+    let Some(info) = or_stop(cancel, tg.api.get_webhook_info()).await else {
+        return Ended::Stopped;
+    };
+    match info {
         Ok(info) if !info.url.is_empty() => {
             tracing::info!(bot = %tg.me, pending = info.pending_update_count, "a telegram webhook is set, and polling cannot run beside it: deleting it (its pending updates are kept and polled)");
-            if let Err(e) = tg.api.delete_webhook().await {
-                tracing::warn!(bot = %tg.me, error = %e, "could not delete the telegram webhook; polling will say why");
+            match or_stop(cancel, tg.api.delete_webhook()).await {
+                None => return Ended::Stopped,
+                Some(Err(e)) => {
+                    tracing::warn!(bot = %tg.me, error = %e, "could not delete the telegram webhook; polling will say why")
+                }
+                Some(Ok(_)) => {}
             }
         }
         Ok(_) => {}
@@ -93,9 +114,9 @@ pub(super) async fn session(
     }
     let mut established = false;
     loop {
-        let got = tokio::select! {
-            _ = cancel.cancelled() => return Ended::Stopped,
-            r = tg.api.get_updates(*offset, POLL_TIMEOUT_SECS) => r,
+        let Some(got) = or_stop(cancel, tg.api.get_updates(*offset, POLL_TIMEOUT_SECS)).await
+        else {
+            return Ended::Stopped;
         };
         let updates = match got {
             Ok(u) => u,
