@@ -620,6 +620,20 @@ async fn two_telegram_bots_and_a_local_bot_hold_a_conversation() {
         show(&t)
     );
 
+    // Markdown code in a bot's text is Telegram code; what is inside still literal.
+    let before = fake.posted_by(ALPHA_ID).len();
+    fake.say(CHAT, DAN, "@alpha_bot echo run `ls <dir>` & wait");
+    fake.wait("the code echo", |f| {
+        f.posted_by(ALPHA_ID).len() == before + 1
+    })
+    .await;
+    let echo = fake.posted_by(ALPHA_ID).pop().unwrap();
+    assert_eq!(echo.text, "run ls <dir> & wait");
+    assert_eq!(
+        echo.entities,
+        vec![serde_json::json!({"type": "code", "offset": 4, "length": 8})]
+    );
+
     // 3. An unmentioned question: one interjection, from the most relevant bot.
     let before = fake.messages(CHAT).len();
     fake.say(CHAT, DAN, "how do we rotate the keys safely?");

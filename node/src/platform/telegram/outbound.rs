@@ -1,5 +1,6 @@
 //! A bot's text as Telegram shows it: sent in HTML parse mode, everything escaped
-//! (`&`, `<`, `>`) so that what the bot wrote, `<b>` and all, appears literally; a
+//! (`&`, `<`, `>`) so that what the bot wrote, `<b>` and all, appears literally;
+//! Markdown code (fenced blocks, inline spans) becomes `<pre>`/`<code>`; a
 //! colleague's `@Name` becomes its `@handle` (a real mention), a person's
 //! `<at user_id="id">Name</at>` a `tg://user` link (a mention without a handle);
 //! longer texts go in parts of at most 4,096 characters, as Telegram counts them
@@ -41,7 +42,74 @@ pub struct Rendered {
     pub shown: usize,
 }
 
-/// The HTML of `text`: escaped, with `@Colleague` as its @handle (`handle_of` gives
+/// A code span or block in a bot's text: where it stands (bytes), its content, and
+/// whether it is a fenced block (with its language, if named).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Code {
+    /// The span's bytes, backticks included.
+    span: std::ops::Range<usize>,
+    /// The content's bytes.
+    inner: std::ops::Range<usize>,
+    /// `Some(language)` for a fenced block (empty when none is named); `None` inline.
+    block: Option<String>,
+}
+
+/// The Markdown code of `text`: fenced blocks (```` ```lang ````, a line, the code,
+/// ```` ``` ````) and inline `` `code` `` on one line. An unclosed fence or backtick
+/// is text.
+fn code_spans(text: &str) -> Vec<Code> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(off) = text[i..].find('`') {
+        let at = i + off;
+        if text[at..].starts_with("```") {
+            let after = at + 3;
+            let line_end = text[after..].find('\n').map(|n| after + n);
+            let (lang, body) = match line_end {
+                Some(n) => (text[after..n].trim(), n + 1),
+                None => ("", after),
+            };
+            let lang_ok = lang
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+-_#.".contains(c));
+            let (lang, body) = if lang_ok { (lang, body) } else { ("", after) };
+            if let Some(close) = text[body..].find("```").map(|c| body + c) {
+                let end = if close > body && text[..close].ends_with('\n') {
+                    close - 1
+                } else {
+                    close
+                };
+                out.push(Code {
+                    span: at..close + 3,
+                    inner: body..end.max(body),
+                    block: Some(lang.to_string()),
+                });
+                i = close + 3;
+                continue;
+            }
+            break; // an unclosed fence: the rest is text
+        }
+        let line_end = text[at + 1..].find('\n').map_or(text.len(), |n| at + 1 + n);
+        match text[at + 1..line_end].find('`').map(|c| at + 1 + c) {
+            Some(close) if close > at + 1 => {
+                out.push(Code {
+                    span: at..close + 1,
+                    inner: at + 1..close,
+                    block: None,
+                });
+                i = close + 1;
+            }
+            // "``": nothing inside.
+            Some(close) => i = close + 1,
+            // No other backtick on this line: none of the line's closes a span.
+            None => i = line_end.max(at + 1),
+        }
+    }
+    out
+}
+
+/// The HTML of `text`: escaped, Markdown code as Telegram code (`<pre>`, `<code>`),
+/// with `@Colleague` as its @handle (`handle_of` gives
 /// it, `None` keeps the name) and `<at user_id="…">Name</at>` tags as mentions.
 pub(crate) fn render(
     text: &str,
@@ -54,8 +122,26 @@ pub(crate) fn render(
     });
     // Replacements by byte range: (start, end, html, shown text).
     let mut subs: Vec<(usize, usize, String, String)> = Vec::new();
+    for c in code_spans(text) {
+        let inner = &text[c.inner.clone()];
+        let html = match &c.block {
+            Some(lang) if !lang.is_empty() => format!(
+                "<pre><code class=\"language-{lang}\">{}</code></pre>",
+                escape_html(inner)
+            ),
+            Some(_) => format!("<pre>{}</pre>", escape_html(inner)),
+            None => format!("<code>{}</code>", escape_html(inner)),
+        };
+        subs.push((c.span.start, c.span.end, html, inner.to_string()));
+    }
+    let overlaps = |subs: &[(usize, usize, String, String)], s: usize, e: usize| {
+        subs.iter().any(|(a, b, _, _)| s < *b && *a < e)
+    };
     for c in at.captures_iter(text) {
         let whole = c.get(0).expect("match");
+        if overlaps(&subs, whole.start(), whole.end()) {
+            continue;
+        }
         let (id, name) = (&c[1], &c[2]);
         let (html, shown) = if let Some(handle) = id.strip_prefix('@') {
             (format!("@{}", escape_html(handle)), format!("@{handle}"))
@@ -70,10 +156,7 @@ pub(crate) fn render(
         subs.push((whole.start(), whole.end(), html, shown));
     }
     for span in matcher.spans(text, &[]) {
-        if subs
-            .iter()
-            .any(|(s, e, _, _)| span.start < *e && *s < span.end)
-        {
+        if overlaps(&subs, span.start, span.end) {
             continue;
         }
         if let Some(handle) = handle_of(&span.member) {
@@ -170,7 +253,7 @@ mod tests {
         );
         assert_eq!(
             r.html,
-            "@beta_bot and @beta_bot, ask @Loc; thanks &lt;at user_id=\"42\"&gt;Dana &lt;3&lt;/at&gt; and @carol `@Beta`",
+            "@beta_bot and @beta_bot, ask @Loc; thanks &lt;at user_id=\"42\"&gt;Dana &lt;3&lt;/at&gt; and @carol <code>@Beta</code>",
             "a tag whose name holds < is no tag: it shows as written"
         );
         let r = render(
@@ -180,6 +263,25 @@ mod tests {
         );
         assert_eq!(r.html, "thanks <a href=\"tg://user?id=42\">Dana</a>!");
         assert_eq!(r.shown, tg_len("thanks Dana!"));
+    }
+
+    #[test]
+    fn markdown_code_becomes_telegram_code_and_nothing_else_does() {
+        let text =
+            "Run `a < b` then:\n```rust\nif x < 1 && y {}\n```\nand **this** stays; a ` alone too";
+        let r = render(text, &matcher(), &handle_of);
+        assert_eq!(
+            r.html,
+            "Run <code>a &lt; b</code> then:\n<pre><code class=\"language-rust\">if x &lt; 1 &amp;&amp; y {}</code></pre>\nand **this** stays; a ` alone too"
+        );
+        assert_eq!(
+            r.shown,
+            tg_len("Run a < b then:\nif x < 1 && y {}\nand **this** stays; a ` alone too")
+        );
+        let r = render("```\nplain\n```", &matcher(), &handle_of);
+        assert_eq!(r.html, "<pre>plain</pre>");
+        let r = render("```never closed <b>", &matcher(), &handle_of);
+        assert_eq!(r.html, "```never closed &lt;b&gt;");
     }
 
     #[test]
