@@ -61,7 +61,7 @@ use parking_lot::{Mutex, RwLock};
 use ulid::Ulid;
 
 use crate::config::pacing::Window;
-use crate::config::{NodeConfig, Platform};
+use crate::config::NodeConfig;
 use crate::ingress::ingest::Ingest;
 use crate::platform::kit::inbound::{Inbound, PlatformMessage, Received, Sender};
 use crate::platform::kit::pacer::ChatPacer;
@@ -73,6 +73,7 @@ use crate::wire::envelope::Envelope;
 
 use api::{ApiError, BotApi, ReplyParameters, SendMessage};
 use inbound::{Handles, Message, Update};
+pub use settings::{TelegramSecrets, TelegramSettings, TELEGRAM};
 
 /// Every bot with privacy mode off (or an admin) sees every person's message in its
 /// groups; bots see each other's only in bot-to-bot mode, which is opt-in, so the
@@ -81,6 +82,15 @@ pub const VISIBILITY: Visibility = Visibility {
     humans_reach_every_bot: true,
     bots_see_bots: false,
 };
+
+/// The Telegram adapter, as the registry lists it.
+pub(crate) static ADAPTER: crate::platform::registry::Adapter =
+    crate::platform::registry::Adapter {
+        platform: TELEGRAM,
+        visibility: VISIBILITY,
+        check: settings::check,
+        build: |cfg| Ok(Arc::new(Telegram::from_config(cfg)?)),
+    };
 
 /// How long a Telegram copy of a colleague's message waits for its bridge copy.
 pub const BRIDGE_GRACE: Duration = Duration::from_secs(10);
@@ -237,17 +247,15 @@ impl ChatPlatform for Telegram {
 impl Telegram {
     /// The Telegram side of `cfg`'s bot (an error when its platform is not telegram).
     pub fn from_config(cfg: &NodeConfig) -> anyhow::Result<Telegram> {
-        let (bot, t, secrets) = crate::platform::bot_tables(
-            cfg,
-            Platform::Telegram,
-            "telegram",
-            |b| b.telegram.as_ref(),
-            cfg.telegram.as_ref(),
-        )?;
+        let (bot, t) = crate::platform::own_table::<TelegramSettings>(cfg, TELEGRAM)?;
+        let secrets = TelegramSecrets::of(cfg)?;
         let mut bots = HashMap::new();
         let mut handle_of = HashMap::new();
         for b in &cfg.settings.bots {
-            if let Some(h) = b.telegram.as_ref().and_then(|t| t.handle()) {
+            let handle = b
+                .table::<TelegramSettings>(TELEGRAM)
+                .and_then(|t| t.handle());
+            if let Some(h) = handle {
                 bots.insert(h.clone(), b.name.clone());
                 handle_of.insert(b.name.clone(), h);
             }
@@ -424,7 +432,7 @@ impl Telegram {
             }
         } else {
             Sender::Person {
-                name: crate::platform::person_name(&self.matcher, Platform::Telegram, &shown),
+                name: crate::platform::person_name(&self.matcher, TELEGRAM, &shown),
                 ids: Some(from.id.to_string()),
             }
         };

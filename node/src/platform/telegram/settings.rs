@@ -1,12 +1,14 @@
 //! `[bots.telegram]`: a Telegram bot's identity, its group, where the Bot API is, and
-//! how updates arrive (docs/telegram.md). This file belongs to the config layer (it
-//! uses only `wire` and `config`, and `config` reads it): the table is a field of
-//! `BotSettings`, validated and its secrets read here, so that the adapter's settings
-//! live in the adapter's folder.
+//! how updates arrive, its checks and its secrets (the config layer's part of the
+//! Telegram adapter: it uses only `wire` and `config`; see docs/telegram.md).
 
 use serde::Deserialize;
 
-use crate::config::SecretSource;
+use crate::config::platform::{TableCheck, TableProblem};
+use crate::config::{NodeConfig, Platform};
+
+/// The platform, as peers.toml names it.
+pub const TELEGRAM: Platform = Platform::named("telegram");
 
 /// The Bot API's base URL: requests go to `{api_base_url}/bot{token}/{method}`.
 pub const TELEGRAM_API_BASE_URL: &str = "https://api.telegram.org";
@@ -72,13 +74,44 @@ impl TelegramSettings {
     }
 }
 
-/// A telegram bot's secrets, read from the variables `[bots.telegram]` names.
+/// A telegram bot's secrets, read at start from the variables its table names
+/// ([`NodeConfig::platform_secret`]).
 #[derive(Clone)]
 pub struct TelegramSecrets {
     /// The bot token (`123456:ABC-…`): part of every request's URL.
     pub(crate) token: String,
     /// The webhook's secret token, in webhook mode.
     pub(crate) secret_token: Option<String>,
+}
+
+impl TelegramSecrets {
+    /// This node's Telegram secrets, checked: a token that cannot be part of a URL
+    /// or a secret token Telegram would refuse is an error naming its key.
+    pub(crate) fn of(cfg: &NodeConfig) -> anyhow::Result<TelegramSecrets> {
+        let token = cfg
+            .platform_secret("token_env")
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        if token.is_empty() || token.contains(['/', '?', '#', ' ']) {
+            anyhow::bail!("telegram.token_env: the variable does not hold a bot token (123456:ABC-…, from @BotFather)");
+        }
+        let secret_token = cfg
+            .platform_secret("secret_token_env")
+            .map(|s| s.trim().to_string());
+        if let Some(s) = &secret_token {
+            let ok = (1..=256).contains(&s.len())
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            if !ok {
+                anyhow::bail!("telegram.secret_token_env: the variable must hold 1–256 of A-Z a-z 0-9 _ - (Telegram's rule for secret_token)");
+            }
+        }
+        Ok(TelegramSecrets {
+            token,
+            secret_token,
+        })
+    }
 }
 
 impl std::fmt::Debug for TelegramSecrets {
@@ -89,14 +122,6 @@ impl std::fmt::Debug for TelegramSecrets {
     }
 }
 
-/// A mistake in a `[bots.telegram]` table: the key below `bots[i]` (`telegram`,
-/// `telegram.chat_id`, …) and what is wrong, for `config` to report with the file.
-pub(crate) type Problem = (String, String);
-
-fn problem(key: &str, what: impl Into<String>) -> Problem {
-    (format!("telegram.{key}"), what.into())
-}
-
 /// Whether `s` is a Telegram bot's handle: 5–32 of `A-Z a-z 0-9 _`, ending in `bot`.
 pub(crate) fn is_bot_handle(s: &str) -> bool {
     (5..=32).contains(&s.len())
@@ -104,53 +129,47 @@ pub(crate) fn is_bot_handle(s: &str) -> bool {
         && s.to_ascii_lowercase().ends_with("bot")
 }
 
-/// Checks bot `name`'s table (`table`, absent when the bot has none): what a bot on
-/// telegram (`on_telegram`) needs, well-formed values, and a handle no `earlier` bot
-/// (name, table) has.
-pub(crate) fn validate(
-    table: Option<&TelegramSettings>,
-    on_telegram: bool,
-    earlier: &[(&str, &TelegramSettings)],
-) -> Result<(), Problem> {
-    let Some(t) = table else {
-        if on_telegram {
-            return Err((
-                "telegram".into(),
-                "a telegram bot needs a [bots.telegram] table (token_env, chat_id, username)"
-                    .into(),
-            ));
-        }
-        return Ok(());
-    };
+/// Checks bot `cx.bot`'s `[bots.telegram]`: well-formed values and a handle no
+/// earlier bot has, always; the token variable, group and handle when the bot is on
+/// Telegram.
+pub(crate) fn check(cx: &TableCheck<'_>) -> Result<(), TableProblem> {
+    if cx.table.is_none() {
+        return Err(cx.problem(
+            "",
+            "a telegram bot needs a [bots.telegram] table (token_env, chat_id, username)",
+        ));
+    }
+    let t: TelegramSettings = cx.read()?;
     if let Some(u) = &t.username {
         let u = u.trim();
         if let Some(bare) = u.strip_prefix('@') {
-            return Err(problem(
+            return Err(cx.problem(
                 "username",
                 format!("write the handle without the @ ({bare:?})"),
             ));
         }
         if !is_bot_handle(u) {
-            return Err(problem(
-                "username",
+            return Err(cx.problem("username",
                 format!("{u:?} is not a bot's @handle (5–32 letters, digits or _, ending in \"bot\", as @BotFather gave it)"),
             ));
         }
         let lower = u.to_ascii_lowercase();
-        if let Some((other, _)) = earlier
-            .iter()
-            .find(|(_, o)| o.handle().as_deref() == Some(lower.as_str()))
-        {
-            return Err(problem(
+        let earlier = cx.settings.bots[..cx.index].iter().find(|o| {
+            o.table::<TelegramSettings>(TELEGRAM)
+                .and_then(|t| t.handle())
+                .as_deref()
+                == Some(lower.as_str())
+        });
+        if let Some(other) = earlier {
+            return Err(cx.problem(
                 "username",
-                format!("@{u} is already the handle of {other}"),
+                format!("@{u} is already the handle of {}", other.name),
             ));
         }
     }
     if let Some(c) = &t.chat_id {
         if t.chat().is_none() {
-            return Err(problem(
-                "chat_id",
+            return Err(cx.problem("chat_id",
                 format!("{c:?} is not a Telegram chat id (a number such as \"-1001234567890\": see docs/telegram.md, \"Finding the chat id\")"),
             ));
         }
@@ -160,47 +179,37 @@ pub(crate) fn validate(
         ("webhook_url", &t.webhook_url),
     ] {
         if let Some(url) = url {
-            let parsed = reqwest::Url::parse(url).ok().filter(|u| {
-                matches!(u.scheme(), "http" | "https")
-                    && u.host_str().is_some_and(|h| !h.is_empty())
-            });
-            if parsed.is_none() {
-                return Err(problem(
-                    key,
-                    format!("{url:?} must be an http:// or https:// URL with a host"),
-                ));
-            }
+            crate::config::check_url(url).map_err(|p| cx.problem(key, p))?;
         }
     }
     if t.webhook_url.is_some() && blank(&t.secret_token_env) {
-        return Err(problem(
-            "secret_token_env",
+        return Err(cx.problem("secret_token_env",
             "webhook mode needs the env var holding the webhook's secret token (every update is checked against it)",
         ));
     }
     if t.webhook_url.is_none() && !blank(&t.secret_token_env) {
-        return Err(problem(
+        return Err(cx.problem(
             "secret_token_env",
             "only used in webhook mode: set webhook_url too, or remove it",
         ));
     }
-    if !on_telegram {
+    if !cx.own() {
         return Ok(());
     }
     if blank(&t.token_env) {
-        return Err(problem(
+        return Err(cx.problem(
             "token_env",
             "a telegram bot needs the env var holding its bot token (from @BotFather)",
         ));
     }
     if blank(&t.chat_id) {
-        return Err(problem(
+        return Err(cx.problem(
             "chat_id",
             "a telegram bot needs the id of the group that is [mesh].group",
         ));
     }
     if blank(&t.username) {
-        return Err(problem(
+        return Err(cx.problem(
             "username",
             "a telegram bot needs its @handle without the @ (checked against getMe at start)",
         ));
@@ -210,57 +219,4 @@ pub(crate) fn validate(
 
 fn blank(v: &Option<String>) -> bool {
     v.as_deref().is_none_or(|v| v.trim().is_empty())
-}
-
-/// Reads a telegram bot's secrets; an unset variable is a problem naming its key.
-pub(crate) fn read_secrets(
-    t: &TelegramSettings,
-    env: &dyn SecretSource,
-) -> Result<TelegramSecrets, Problem> {
-    let var = t.token_env.clone().unwrap_or_default();
-    let token = env
-        .var(&var)
-        .map(|v| v.trim().to_string())
-        .filter(|v| !v.is_empty())
-        .ok_or_else(|| {
-            problem(
-                "token_env",
-                format!("environment variable {var} is not set (it must hold the bot token)"),
-            )
-        })?;
-    if token.contains(['/', '?', '#', ' ']) {
-        return Err(problem(
-            "token_env",
-            format!("environment variable {var} does not hold a bot token (123456:ABC-…)"),
-        ));
-    }
-    let secret_token = match t
-        .secret_token_env
-        .as_deref()
-        .filter(|_| t.webhook_url.is_some())
-    {
-        None => None,
-        Some(var) => {
-            let s = env.var(var).map(|v| v.trim().to_string()).ok_or_else(|| {
-                problem(
-                    "secret_token_env",
-                    format!("environment variable {var} is not set"),
-                )
-            })?;
-            let ok = (1..=256).contains(&s.len())
-                && s.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-            if !ok {
-                return Err(problem(
-                    "secret_token_env",
-                    format!("environment variable {var} must hold 1–256 of A-Z a-z 0-9 _ - (Telegram's rule for secret_token)"),
-                ));
-            }
-            Some(s)
-        }
-    };
-    Ok(TelegramSecrets {
-        token,
-        secret_token,
-    })
 }

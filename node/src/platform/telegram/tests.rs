@@ -38,8 +38,10 @@ bridge = "127.0.0.1:7103"
 api = "127.0.0.1:8103"
 "#;
 
+/// The file's own checks, then the platforms' (as a node loads it).
 fn settings(text: &str) -> Result<crate::config::Settings, crate::config::ConfigError> {
     crate::config::Settings::from_toml(text, std::path::Path::new("peers.toml"))
+        .and_then(|s| crate::platform::registry::check(&s).map(|()| s))
 }
 
 fn env() -> HashMap<String, String> {
@@ -64,26 +66,23 @@ fn alpha() -> Telegram {
 #[test]
 fn the_documented_config_loads_and_resolves_its_token() {
     let s = settings(DOCS_CONFIG).unwrap();
-    let t = s.bots[0].telegram.as_ref().unwrap();
+    let t = s.bots[0].table::<TelegramSettings>(TELEGRAM).unwrap();
     assert_eq!(t.api_base_url(), settings::TELEGRAM_API_BASE_URL);
     assert_eq!(t.chat(), Some(-1001234567890));
     let cfg = NodeConfig::resolve(s.clone(), "Alpha", None, &env()).unwrap();
-    assert_eq!(cfg.telegram.as_ref().unwrap().token, "111:alpha-token");
-    assert!(!format!("{cfg:?} {:?}", cfg.telegram).contains("alpha-token"));
+    let secrets = TelegramSecrets::of(&cfg).unwrap();
+    assert_eq!(secrets.token, "111:alpha-token");
+    assert!(!format!("{cfg:?} {secrets:?}").contains("alpha-token"));
     let mut no_token = env();
     no_token.remove("ALPHA_TOKEN");
     let e = NodeConfig::resolve(s.clone(), "Alpha", None, &no_token).unwrap_err();
     assert_eq!(e.key, "bots[0].telegram.token_env");
-    let loc = NodeConfig::resolve(s, "Loc", None, &no_token).unwrap();
+    NodeConfig::resolve(s, "Loc", None, &no_token).expect("a local bot needs no telegram token");
+    assert_eq!(crate::platform::visibility_of(TELEGRAM), VISIBILITY);
     assert!(
-        loc.telegram.is_none(),
-        "a local bot needs no telegram token"
+        crate::platform::registry::adapter(TELEGRAM).is_some(),
+        "registered"
     );
-    assert_eq!(
-        crate::platform::visibility_of(Platform::Telegram),
-        VISIBILITY
-    );
-    assert_eq!(Platform::parse("telegram"), Some(Platform::Telegram));
 }
 
 #[test]
@@ -119,14 +118,17 @@ fn telegram_config_mistakes_name_their_key() {
         1,
     );
     let cfg = NodeConfig::resolve(settings(&hook).unwrap(), "Alpha", None, &env()).unwrap();
-    assert_eq!(
-        cfg.telegram.as_ref().unwrap().secret_token.as_deref(),
-        Some("s3cret_-token")
-    );
-    assert!(!format!("{:?}", cfg.telegram).contains("s3cret"));
+    let secrets = TelegramSecrets::of(&cfg).unwrap();
+    assert_eq!(secrets.secret_token.as_deref(), Some("s3cret_-token"));
+    assert!(!format!("{secrets:?}").contains("s3cret"));
     let mut bad = env();
     bad.insert("HOOK_SECRET".into(), "has spaces in it".into());
-    let e = NodeConfig::resolve(settings(&hook).unwrap(), "Alpha", None, &bad).unwrap_err();
+    let cfg = NodeConfig::resolve(settings(&hook).unwrap(), "Alpha", None, &bad).unwrap();
+    let e = Telegram::from_config(&cfg).unwrap_err();
+    assert!(e.to_string().contains("telegram.secret_token_env"), "{e}");
+    let mut unset = env();
+    unset.remove("HOOK_SECRET");
+    let e = NodeConfig::resolve(settings(&hook).unwrap(), "Alpha", None, &unset).unwrap_err();
     assert_eq!(e.key, "bots[0].telegram.secret_token_env");
 }
 
