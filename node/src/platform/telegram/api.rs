@@ -234,7 +234,7 @@ impl BotApi {
         timeout: Duration,
     ) -> Result<T, ApiError> {
         let url = format!("{}/{method}", self.base);
-        let (url, url_ref) = (&url, method);
+        let url = &url;
         let call = Call {
             platform: "telegram",
             noun: "API call",
@@ -246,7 +246,7 @@ impl BotApi {
                 .unwrap_or_default();
             if !pause.is_zero() {
                 tracing::debug!(
-                    method = url_ref,
+                    method,
                     wait_ms = pause.as_millis() as u64,
                     "telegram flood wait: waiting"
                 );
@@ -267,7 +267,7 @@ impl BotApi {
                 }
             };
             let answer: Option<Answer> = serde_json::from_slice(&bytes).ok();
-            self.classify(url_ref, status, answer)
+            self.classify(method, status, answer)
         })
         .await
         .map_err(|e| e.into_error(|attempts, last| ApiError::GaveUp { attempts, last }))?;
