@@ -789,6 +789,60 @@ async fn a_restart_loses_nothing_and_repeats_nothing() {
     mesh.shutdown().await;
 }
 
+/// An update that cannot be recorded (a new group past `[mesh] max_groups`) is not
+/// confirmed while nothing can be; once a later one is recorded, it is given up, so
+/// it holds up nothing behind it.
+#[tokio::test]
+async fn an_update_that_cannot_be_recorded_holds_up_nothing_behind_it() {
+    botmesh_tests::init_logs();
+    let llm = conversation_llm().await;
+    let fake = FakeTelegram::start(accounts(), people(), &chats()).await;
+    let mut spec = MeshSpec::new(&["Alpha", "Beta"])
+        .llm(&llm.base_url)
+        .mesh("max_groups = 1")
+        .all_bots(FAST)
+        .bot("Alpha", &telegram_bot("ALPHA_TOKEN", "alpha_bot", &fake))
+        .bot("Beta", "participation = \"mentions\"");
+    spec.env = HashMap::from([("ALPHA_TOKEN".to_string(), "111:alpha".to_string())]);
+    let mesh = TestMesh::start(spec).await;
+    fake.say(CHAT, CAROL, "hello");
+    mesh.wait_transcript(ALPHA, WAIT, |t| t.len() == 1).await;
+    // A second group is one too many: refused, and not confirmed on its own.
+    fake.say(OTHER_CHAT, DAN, "over here");
+    fake.wait("a refused update asked for again", |f| {
+        f.requests()
+            .iter()
+            .filter(|c| c.method == "getupdates" && c.bot == "alpha_bot")
+            .count()
+            >= 3
+    })
+    .await;
+    assert_eq!(
+        fake.pending("alpha_bot"),
+        1,
+        "not confirmed while nothing could be recorded"
+    );
+    fake.say(CHAT, CAROL, "@alpha_bot still there?");
+    fake.wait("Alpha's answer", |f| f.posted_by(ALPHA_ID).len() == 1)
+        .await;
+    fake.wait("all confirmed", |f| f.pending("alpha_bot") == 0)
+        .await;
+    let t = mesh.transcript(ALPHA).await;
+    assert_eq!(
+        t.iter().map(|e| e.text.as_str()).collect::<Vec<_>>(),
+        vec!["hello", "@Alpha still there?", "answer from Alpha"]
+    );
+    let m = mesh.metrics(ALPHA).await;
+    assert!(
+        metric(
+            &m,
+            r#"botmesh_platform_events_total{platform="telegram",result="failed"}"#
+        ) >= 1.0,
+        "{m}"
+    );
+    mesh.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_429_loses_nothing_and_a_long_answer_goes_in_parts() {
     botmesh_tests::init_logs();

@@ -6,9 +6,11 @@
 //! Telegram keeps every update until a later `getUpdates` names an `offset` past it,
 //! so nothing said while the node is down is lost. The offset sent is one past the
 //! last update recorded: an update whose recording failed ends the session without
-//! being confirmed and is asked for again after the loop's pause; one recorded but
-//! not yet confirmed when the node stops comes again after a restart and is recorded
-//! once (its envelope id is derived from the chat and message ids, the same every
+//! being confirmed and is asked for again after the loop's pause (unless a later
+//! update of the same batch could be recorded: then it fails for itself, a group
+//! past `[mesh] max_groups`, and is given up, logged, so that it holds up nothing);
+//! one recorded but not yet confirmed when the node stops comes again after a restart
+//! and is recorded once (its envelope id is derived from the chat and message ids, the same every
 //! time). At shutdown a last `getUpdates` with `timeout = 0` ([`confirm`]) confirms
 //! what was recorded.
 //!
@@ -138,6 +140,8 @@ pub(super) async fn session(
             tracing::info!(bot = %tg.me, "telegram long polling");
         }
         established = true;
+        // Updates of this batch that could not be recorded, since the last that was.
+        let mut failed: Vec<i64> = Vec::new();
         for raw in updates {
             let Some(id) = raw.get("update_id").and_then(|v| v.as_i64()) else {
                 tracing::warn!(bot = %tg.me, "a telegram update without update_id; ignoring it");
@@ -147,14 +151,25 @@ pub(super) async fn session(
                 continue; // already confirmed: never twice
             }
             if !tg.on_update(ingest, raw).await {
-                tg.polling.store(false, Ordering::Relaxed);
-                return Ended::Dropped {
-                    why: format!("update {id} could not be recorded; it is not confirmed and is asked for again"),
-                    established: false,
-                };
+                failed.push(id);
+                continue;
+            }
+            if !failed.is_empty() {
+                // A later update could be recorded, so these fail for themselves (a
+                // group past [mesh] max_groups), not for the node: confirming them
+                // is the only way past them.
+                tracing::error!(bot = %tg.me, updates = ?failed, recorded = id, "telegram updates that could not be recorded, though a later one could, are given up so that they do not hold up the rest");
+                failed.clear();
             }
             *offset = Some(id + 1);
             tg.last_update.store(id, Ordering::Relaxed);
+        }
+        if !failed.is_empty() {
+            tg.polling.store(false, Ordering::Relaxed);
+            return Ended::Dropped {
+                why: format!("updates {failed:?} could not be recorded; they are not confirmed and are asked for again"),
+                established: false,
+            };
         }
     }
 }
