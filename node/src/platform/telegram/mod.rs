@@ -62,10 +62,10 @@ use ulid::Ulid;
 
 use crate::config::pacing::Window;
 use crate::config::NodeConfig;
-use crate::ingress::ingest::Ingest;
 use crate::platform::kit::inbound::{Inbound, PlatformMessage, Received, Sender};
 use crate::platform::kit::pacer::ChatPacer;
 use crate::platform::kit::reconnect::{Next, Reconnect, Reconnects};
+use crate::platform::AdapterContext;
 use crate::platform::{ChatPlatform, PostError, Visibility};
 use crate::store::transcript::platform_ids;
 use crate::turn::mention::MentionMatcher;
@@ -155,7 +155,7 @@ pub struct Telegram {
     /// Telegram's per-group limit.
     pacer: ChatPacer<Window>,
     /// The inbound handle, once started.
-    ingest: OnceLock<Ingest>,
+    ingest: OnceLock<AdapterContext>,
     /// Whether the last long poll succeeded.
     polling: AtomicBool,
     /// The last update recorded (confirmed with the next poll).
@@ -209,7 +209,7 @@ impl ChatPlatform for Telegram {
         Some(TYPING_EVERY)
     }
 
-    fn start(self: Arc<Self>, ingest: Ingest) -> Option<BoxFuture<'static, ()>> {
+    fn start(self: Arc<Self>, ingest: AdapterContext) -> Option<BoxFuture<'static, ()>> {
         let _ = self.ingest.set(ingest.clone());
         Some(Box::pin(async move { self.run(ingest).await }))
     }
@@ -339,7 +339,7 @@ impl Telegram {
     /// The adapter's life: sessions ([`poll::session`]) on the kit's reconnect loop
     /// until the node stops or a failure retrying cannot fix; then the last
     /// confirmation.
-    async fn run(self: Arc<Self>, ingest: Ingest) {
+    async fn run(self: Arc<Self>, ingest: AdapterContext) {
         let mut reconnects = Reconnects::new(Reconnect {
             platform: "telegram",
             what: if self.webhook_url.is_some() {
@@ -369,7 +369,7 @@ impl Telegram {
     /// confirmed and comes again).
     pub(crate) async fn on_update(
         self: &Arc<Self>,
-        ingest: &Ingest,
+        ingest: &AdapterContext,
         raw: serde_json::Value,
     ) -> bool {
         let update: Update = match serde_json::from_value(raw) {
@@ -389,7 +389,7 @@ impl Telegram {
     }
 
     /// Records one message (see the module docs); false when recording failed.
-    pub async fn on_message(self: &Arc<Self>, ingest: &Ingest, m: Message) -> bool {
+    pub async fn on_message(self: &Arc<Self>, ingest: &AdapterContext, m: Message) -> bool {
         if let Some(to) = m.migrate_to_chat_id {
             tracing::error!(bot = %self.me, chat_id = m.chat.id, migrate_to_chat_id = to, "the telegram group became a supergroup: set telegram.chat_id to {to}");
             return true;

@@ -26,8 +26,8 @@ use tokio_util::sync::CancellationToken;
 use super::api::{ApiError, POLL_TIMEOUT_SECS};
 use super::Telegram;
 use crate::config::pacing::{Backoff, Jitter};
-use crate::ingress::ingest::Ingest;
 use crate::platform::kit::reconnect::Ended;
+use crate::platform::AdapterContext;
 
 /// Longest pause between failed sessions.
 pub(crate) const MAX_PAUSE: Duration = Duration::from_secs(60);
@@ -52,7 +52,7 @@ async fn or_stop<T>(cancel: &CancellationToken, call: impl Future<Output = T>) -
 /// update wanted, kept across sessions.
 pub(super) async fn session(
     tg: &Arc<Telegram>,
-    ingest: &Ingest,
+    ingest: &AdapterContext,
     offset: &mut Option<i64>,
 ) -> Ended<String> {
     let cancel = &ingest.accepting;

@@ -237,19 +237,9 @@ impl crate::ingress::ingest::Sink for TestSink {
     }
 }
 
-fn ingest(sink: Arc<TestSink>) -> Ingest {
-    let cfg = NodeConfig::resolve(settings(DOCS_CONFIG).unwrap(), "Alpha", None, &env()).unwrap();
-    Ingest {
-        cfg: Arc::new(cfg),
+fn ingest(sink: Arc<TestSink>) -> AdapterContext {
+    AdapterContext {
         metrics: Arc::new(crate::telemetry::metrics::Metrics::new()),
-        seen: Arc::new(crate::ingress::seen::SeenCache::new(
-            Duration::from_secs(60),
-            100,
-        )),
-        limiter: Arc::new(crate::ingress::limiter::RateLimiter::new(100)),
-        verify: Arc::new(crate::ingress::verify_pool::VerifyPool::start("Alpha").unwrap()),
-        relay: None,
-        humans: Arc::new(Default::default()),
         accepting: tokio_util::sync::CancellationToken::new(),
         tasks: tokio_util::task::TaskTracker::new(),
         sink,
@@ -284,7 +274,7 @@ fn bridge_copy(pid: &str) -> Envelope {
     e
 }
 
-async fn settle(ing: &Ingest) {
+async fn settle(ing: &AdapterContext) {
     ing.tasks.close();
     ing.tasks.wait().await;
     ing.tasks.reopen();
