@@ -1166,3 +1166,106 @@ async fn webhook_mode_takes_updates_with_the_secret_and_refuses_others() {
     );
     mesh.shutdown().await;
 }
+
+/// A mixed mesh: a Telegram bot, a Discord bot and a local bot. Each platform's
+/// people reach only the bots on it; every bot's message reaches every bot, and each
+/// records every message it sees once.
+#[tokio::test]
+async fn a_telegram_a_discord_and_a_local_bot_each_record_every_message_once() {
+    use botmesh_tests::fake_discord::{
+        BotAccount as DiscordBot, FakeDiscord, Person as DiscordPerson,
+    };
+    const CHANNEL: &str = "1200000000000000001";
+    const ADA_ID: &str = "1300000000000000001";
+    const EVE_ID: &str = "1400000000000000001";
+    botmesh_tests::init_logs();
+    let llm = conversation_llm().await;
+    let tg = FakeTelegram::start(accounts(), people(), &chats()).await;
+    let dc = FakeDiscord::start(
+        vec![DiscordBot {
+            token: "ada-token".into(),
+            user_id: ADA_ID.into(),
+            username: "ada".into(),
+        }],
+        vec![DiscordPerson {
+            id: EVE_ID.into(),
+            username: "eve".into(),
+            global_name: Some("Eve".into()),
+            nick: None,
+        }],
+        &[CHANNEL],
+    )
+    .await;
+    let mut spec = MeshSpec::new(&["Alpha", "Ada", "Loc"])
+        .llm(&llm.base_url)
+        .all_bots(FAST)
+        .bot("Alpha", &telegram_bot("ALPHA_TOKEN", "alpha_bot", &tg))
+        .bot(
+            "Ada",
+            &format!(
+                "platform = \"discord\"\ndiscord = {{ token_env = \"ADA_TOKEN\", channel_id = \"{CHANNEL}\", user_id = \"{ADA_ID}\", api_base_url = \"{}\", gateway_url = \"{}\" }}",
+                dc.api_base_url, dc.gateway_url
+            ),
+        )
+        .bot("Loc", "participation = \"mentions\"");
+    spec.env = HashMap::from([
+        ("ALPHA_TOKEN".to_string(), "111:alpha".to_string()),
+        ("ADA_TOKEN".to_string(), "ada-token".to_string()),
+    ]);
+    let mesh = TestMesh::start(spec).await;
+    dc.wait("Ada connected", |f| f.connected() == 1).await;
+    tg.say(CHAT, CAROL, "@alpha_bot what's the plan?");
+    tg.wait("Alpha's answer", |f| f.posted_by(ALPHA_ID).len() == 1)
+        .await;
+    dc.say(CHANNEL, EVE_ID, &format!("<@{ADA_ID}> hi there"));
+    dc.wait("Ada's answer", |f| f.posted_by(ADA_ID).len() == 1)
+        .await;
+    let texts = |t: &[Envelope]| -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = t
+            .iter()
+            .map(|e| (e.author.name.clone(), e.text.clone()))
+            .collect();
+        v.sort();
+        v
+    };
+    let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+    let alpha = mesh
+        .wait_transcript(0, WAIT, |t| bot_msgs(t).len() == 2)
+        .await;
+    let ada = mesh
+        .wait_transcript(1, WAIT, |t| bot_msgs(t).len() == 2)
+        .await;
+    let loc = mesh
+        .wait_transcript(2, WAIT, |t| bot_msgs(t).len() == 2)
+        .await;
+    mesh.settle(0, Duration::from_secs(1)).await;
+    let answers = [
+        pair("Ada", "answer from Ada"),
+        pair("Alpha", "answer from Alpha"),
+    ];
+    let mut want = vec![pair("Carol C", "@Alpha what's the plan?")];
+    want.extend(answers.clone());
+    want.sort();
+    assert_eq!(
+        texts(&mesh.transcript(0).await),
+        want,
+        "Alpha: {:#?}",
+        show(&alpha)
+    );
+    let mut want = vec![pair("Eve", "@Ada hi there")];
+    want.extend(answers.clone());
+    want.sort();
+    assert_eq!(
+        texts(&mesh.transcript(1).await),
+        want,
+        "Ada: {:#?}",
+        show(&ada)
+    );
+    assert_eq!(
+        texts(&mesh.transcript(2).await),
+        answers.to_vec(),
+        "Loc: {:#?}",
+        show(&loc)
+    );
+    mesh.shutdown().await;
+}
