@@ -354,8 +354,8 @@ async fn the_api_client_sends_edits_waits_out_429_and_says_when_its_token_is_rej
     );
 }
 
-/// `ChatPlatform::typing` of a telegram adapter shows "typing" in its group, and
-/// asks to be repeated within Telegram's 5 s.
+/// `ChatPlatform::typing` of a telegram adapter shows "typing" in the group's chat,
+/// and asks to be repeated within Telegram's 5 s.
 #[tokio::test]
 async fn the_adapter_shows_typing_in_its_group() {
     botmesh_tests::init_logs();
@@ -382,11 +382,17 @@ async fn the_adapter_shows_typing_in_its_group() {
     ]);
     let cfg = botmesh::config::NodeConfig::resolve(settings, "Alpha", None, &env).unwrap();
     let tg = botmesh::platform::telegram::Telegram::from_config(&cfg).unwrap();
-    tg.typing().await.unwrap();
+    tg.typing("demo").await.unwrap();
+    tg.typing(&OTHER_CHAT.to_string()).await.unwrap();
     assert_eq!(
         fake.actions(),
-        vec![("alpha_bot".to_string(), CHAT, "typing".to_string())]
+        vec![
+            ("alpha_bot".to_string(), CHAT, "typing".to_string()),
+            ("alpha_bot".to_string(), OTHER_CHAT, "typing".to_string())
+        ],
+        "[mesh].group is telegram.chat_id; another group is its chat"
     );
+    assert!(tg.typing("not-a-chat").await.is_err());
     assert!(tg.typing_every().unwrap() < Duration::from_secs(5));
 }
 

@@ -195,10 +195,13 @@ impl ChatPlatform for Telegram {
         })
     }
 
-    fn typing(&self) -> BoxFuture<'_, Result<(), PostError>> {
+    fn typing<'a>(&'a self, group: &'a str) -> BoxFuture<'a, Result<(), PostError>> {
         Box::pin(async move {
+            let chat = self
+                .chat_for_group(group)
+                .ok_or_else(|| PostError(PostFailure::NoChat(group.to_string()).to_string()))?;
             self.api
-                .send_typing(self.chat_id)
+                .send_typing(chat)
                 .await
                 .map(|_| ())
                 .map_err(|e| PostError(e.to_string()))
