@@ -1275,3 +1275,70 @@ async fn a_telegram_a_discord_and_a_local_bot_each_record_every_message_once() {
     );
     mesh.shutdown().await;
 }
+
+/// While a bot's coding agent works, the group sees "typing" (`sendChatAction`) from
+/// the moment the bot has its turn until the reply is posted, and none after. The
+/// agent is the scripted stand-in tests/py/acp_agent.py (official Python ACP SDK),
+/// whose work ends only on the test's word (a file).
+#[tokio::test]
+async fn a_telegram_bot_shows_typing_while_its_agent_works_and_stops_once_it_posted() {
+    botmesh_tests::init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let agent_log = |dir: &std::path::Path| -> Vec<String> {
+        std::fs::read_to_string(dir.join("agent.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    let fake = FakeTelegram::start(accounts(), people(), &chats()).await;
+    let coder = format!(
+        "{}\nagent = {{ acp = [{:?}, {:?}], cwd = {:?}, env = {{ ACP_STANDIN_LOG = {:?} }} }}",
+        telegram_bot("ALPHA_TOKEN", "alpha_bot", &fake),
+        botmesh_tests::test_python(),
+        botmesh_tests::acp_standin_script(),
+        dir.display().to_string(),
+        dir.join("agent.log").display().to_string(),
+    );
+    let mut spec = MeshSpec::mentions_only(&["Alpha", "Beta"]).bot("Alpha", &coder);
+    spec.env = HashMap::from([("ALPHA_TOKEN".to_string(), "111:alpha".to_string())]);
+    let mesh = TestMesh::start(spec).await;
+    let q = fake.say(CHAT, CAROL, "@alpha_bot AWAITGO");
+    botmesh_tests::wait_for(
+        WAIT,
+        Duration::from_millis(20),
+        || async { agent_log(&dir) },
+        |l: &Vec<String>| l.iter().any(|l| l.starts_with("awaiting ")),
+    )
+    .await;
+    fake.wait("typing while the agent works", |f| !f.actions().is_empty())
+        .await;
+    assert!(fake.posted_by(ALPHA_ID).is_empty(), "nothing posted yet");
+    std::fs::write(dir.join("go"), b"").unwrap();
+    fake.wait("the reply", |f| f.posted_by(ALPHA_ID).len() == 1)
+        .await;
+    let reply = fake.posted_by(ALPHA_ID)[0].clone();
+    assert_eq!(
+        (reply.text.as_str(), reply.reply_to),
+        ("built after the signal", Some(q))
+    );
+    mesh.wait_transcript(0, WAIT, |t| {
+        t.iter().any(|e| e.text == "built after the signal")
+    })
+    .await;
+    let actions = fake.actions();
+    assert!(
+        actions
+            .iter()
+            .all(|(bot, chat, a)| bot == "alpha_bot" && *chat == CHAT && a == "typing"),
+        "{actions:?}"
+    );
+    // The question is message 1, the reply message 2: every typing came between.
+    assert!(
+        fake.action_positions().iter().all(|&n| n == 1),
+        "typing only between the question and the reply: {:?}",
+        fake.action_positions()
+    );
+    mesh.shutdown().await;
+}

@@ -131,6 +131,9 @@ struct Inner {
     requests: Vec<Call>,
     /// `(bot username, chat id, action)` of every `sendChatAction`.
     actions: Vec<(String, i64, String)>,
+    /// For each action: how many messages its chat held then (so a test can tell
+    /// which messages it came between).
+    action_positions: Vec<usize>,
     /// Webhook deliveries `(bot username, update id, status)`.
     deliveries: Vec<(String, i64, u16)>,
 }
@@ -462,6 +465,12 @@ impl FakeTelegram {
         self.inner.lock().unwrap().actions.clone()
     }
 
+    /// For each `sendChatAction` so far (in [`FakeTelegram::actions`]' order): how
+    /// many messages its chat held when it came.
+    pub fn action_positions(&self) -> Vec<usize> {
+        self.inner.lock().unwrap().action_positions.clone()
+    }
+
     /// `(bot username, update id, status)` of every webhook delivery.
     pub fn deliveries(&self) -> Vec<(String, i64, u16)> {
         self.inner.lock().unwrap().deliveries.clone()
@@ -644,6 +653,8 @@ fn call(g: &mut Inner, bot: usize, method: &str, p: &Map<String, Value>) -> (u16
                 return refused(400, "Bad Request: chat not found");
             }
             g.actions.push((me.username.clone(), chat, action));
+            let before = g.messages.iter().filter(|m| m.chat_id == chat).count();
+            g.action_positions.push(before);
             ok(json!(true))
         }
         "sendmessage" => send_message(g, &me, p),
