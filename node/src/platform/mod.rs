@@ -16,6 +16,8 @@
 //! - [`dingtalk`] — DingTalk Stream mode in (forwarded to the peers: DingTalk shows a
 //!   person's message only to the robots it @-mentions), session webhook or group send out.
 //! - [`discord`] — the Discord gateway in, messages with real `<@id>` out.
+//! - [`telegram`] — Bot API long polling (or a webhook) in, HTML-escaped messages
+//!   with @handles out.
 //!
 //! Every adapter describes itself in its own folder (its settings, their checks and
 //! its secrets in `<name>/settings.rs`, which the config layer may read; its
@@ -38,6 +40,7 @@ pub use feishu::names as feishu_names;
 pub use feishu::ws as feishu_ws;
 pub(crate) mod local;
 pub mod registry;
+pub mod telegram;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -32,6 +32,7 @@ static ADAPTERS: &[&Adapter] = &[
     &super::feishu::ADAPTER,
     &super::discord::ADAPTER,
     &super::dingtalk::ADAPTER,
+    &super::telegram::ADAPTER,
 ];
 
 /// The adapter of `platform`, if there is one.
@@ -168,7 +169,8 @@ mod tests {
         assert_eq!(e.key, "bots[1].platform", "{e}");
         assert!(e.problem.contains("unknown platform \"irc\""), "{e}");
         assert!(
-            e.problem.contains("local, feishu, discord, dingtalk"),
+            e.problem
+                .contains("local, feishu, discord, dingtalk, telegram"),
             "{e}"
         );
 

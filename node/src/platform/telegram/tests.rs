@@ -1,0 +1,395 @@
+//! The adapter's rules without a node: the documented settings, their mistakes, and
+//! the inbound recording of people's and colleagues' messages.
+
+use super::*;
+use crate::ingress::ingest::Arrival;
+use crate::store::transcript::{Appended, TranscriptError};
+use crate::wire::envelope::{Author, AuthorKind};
+use tokio::time::Instant;
+
+/// The shape docs/telegram.md shows.
+const DOCS_CONFIG: &str = r#"
+[mesh]
+group = "team"
+secret_env = "BOTMESH_SECRET"
+
+[[bots]]
+name = "Alpha"
+bridge = "127.0.0.1:7101"
+api = "127.0.0.1:8101"
+platform = "telegram"
+
+[bots.telegram]
+token_env = "ALPHA_TOKEN"
+chat_id = "-1001234567890"
+username = "alpha_bot"
+
+[[bots]]
+name = "Beta"
+aliases = ["贝塔"]
+bridge = "127.0.0.1:7102"
+api = "127.0.0.1:8102"
+platform = "telegram"
+telegram = { token_env = "BETA_TOKEN", chat_id = "-1001234567890", username = "beta_bot" }
+
+[[bots]]
+name = "Loc"
+bridge = "127.0.0.1:7103"
+api = "127.0.0.1:8103"
+"#;
+
+/// The file's own checks, then the platforms' (as a node loads it).
+fn settings(text: &str) -> Result<crate::config::Settings, crate::config::ConfigError> {
+    crate::config::Settings::from_toml(text, std::path::Path::new("peers.toml"))
+        .and_then(|s| crate::platform::registry::check(&s).map(|()| s))
+}
+
+fn env() -> HashMap<String, String> {
+    [
+        ("BOTMESH_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+        ("ALPHA_TOKEN", "111:alpha-token"),
+        ("BETA_TOKEN", "222:beta-token"),
+        ("HOOK_SECRET", "s3cret_-token"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+fn alpha() -> Telegram {
+    let cfg = NodeConfig::resolve(settings(DOCS_CONFIG).unwrap(), "Alpha", None, &env()).unwrap();
+    let t = Telegram::from_config(&cfg).unwrap();
+    t.handles.write().me = Some((111, "Alpha".into()));
+    t
+}
+
+#[test]
+fn the_documented_config_loads_and_resolves_its_token() {
+    let s = settings(DOCS_CONFIG).unwrap();
+    let t = s.bots[0].table::<TelegramSettings>(TELEGRAM).unwrap();
+    assert_eq!(t.api_base_url(), settings::TELEGRAM_API_BASE_URL);
+    assert_eq!(t.chat(), Some(-1001234567890));
+    let cfg = NodeConfig::resolve(s.clone(), "Alpha", None, &env()).unwrap();
+    let secrets = TelegramSecrets::of(&cfg).unwrap();
+    assert_eq!(secrets.token, "111:alpha-token");
+    assert!(!format!("{cfg:?} {secrets:?}").contains("alpha-token"));
+    let mut no_token = env();
+    no_token.remove("ALPHA_TOKEN");
+    let e = NodeConfig::resolve(s.clone(), "Alpha", None, &no_token).unwrap_err();
+    assert_eq!(e.key, "bots[0].telegram.token_env");
+    NodeConfig::resolve(s, "Loc", None, &no_token).expect("a local bot needs no telegram token");
+    assert_eq!(crate::platform::visibility_of(TELEGRAM), VISIBILITY);
+    assert!(
+        crate::platform::registry::adapter(TELEGRAM).is_some(),
+        "registered"
+    );
+}
+
+#[test]
+fn telegram_config_mistakes_name_their_key() {
+    let cases = [
+        ("token_env = \"ALPHA_TOKEN\"\n", "", "bots[0].telegram.token_env"),
+        ("chat_id = \"-1001234567890\"\nusername", "username", "bots[0].telegram.chat_id"),
+        ("chat_id = \"-1001234567890\"\nusername", "chat_id = \"@mygroup\"\nusername", "bots[0].telegram.chat_id"),
+        ("username = \"alpha_bot\"\n", "", "bots[0].telegram.username"),
+        ("username = \"alpha_bot\"\n", "username = \"@alpha_bot\"\n", "bots[0].telegram.username"),
+        ("username = \"alpha_bot\"\n", "username = \"alpha\"\n", "bots[0].telegram.username"),
+        ("username = \"beta_bot\" }", "username = \"Alpha_Bot\" }", "bots[1].telegram.username"),
+        ("username = \"alpha_bot\"\n", "username = \"alpha_bot\"\napi_base_url = \"api.telegram.org\"\n", "bots[0].telegram.api_base_url"),
+        ("username = \"alpha_bot\"\n", "username = \"alpha_bot\"\nwebhook_url = \"https://bots.example.com/telegram/v1/updates\"\n", "bots[0].telegram.secret_token_env"),
+        ("username = \"alpha_bot\"\n", "username = \"alpha_bot\"\nsecret_token_env = \"HOOK_SECRET\"\n", "bots[0].telegram.secret_token_env"),
+        ("telegram = { token_env = \"BETA_TOKEN\", chat_id = \"-1001234567890\", username = \"beta_bot\" }\n", "", "bots[1].telegram"),
+    ];
+    for (from, to, key) in cases {
+        assert!(DOCS_CONFIG.contains(from), "{from}");
+        let e = settings(&DOCS_CONFIG.replacen(from, to, 1)).unwrap_err();
+        assert_eq!(e.key, key, "{from:?} → {to:?}: {e}");
+    }
+    let e =
+        settings(&DOCS_CONFIG.replace("token_env = \"ALPHA", "tokn_env = \"ALPHA")).unwrap_err();
+    assert!(e.to_string().contains("unknown field `tokn_env`"), "{e}");
+    // A colleague on another platform may carry only its handle.
+    let loc_handle = DOCS_CONFIG.to_string() + "telegram = { username = \"loc_bot\" }\n";
+    settings(&loc_handle).unwrap();
+    // Webhook mode reads its secret; a bad one names the key.
+    let hook = DOCS_CONFIG.replacen(
+        "username = \"alpha_bot\"\n",
+        "username = \"alpha_bot\"\nwebhook_url = \"https://bots.example.com/telegram/v1/updates\"\nsecret_token_env = \"HOOK_SECRET\"\n",
+        1,
+    );
+    let cfg = NodeConfig::resolve(settings(&hook).unwrap(), "Alpha", None, &env()).unwrap();
+    let secrets = TelegramSecrets::of(&cfg).unwrap();
+    assert_eq!(secrets.secret_token.as_deref(), Some("s3cret_-token"));
+    assert!(!format!("{secrets:?}").contains("s3cret"));
+    let mut bad = env();
+    bad.insert("HOOK_SECRET".into(), "has spaces in it".into());
+    let cfg = NodeConfig::resolve(settings(&hook).unwrap(), "Alpha", None, &bad).unwrap();
+    let e = Telegram::from_config(&cfg).unwrap_err();
+    assert!(e.to_string().contains("telegram.secret_token_env"), "{e}");
+    let mut unset = env();
+    unset.remove("HOOK_SECRET");
+    let e = NodeConfig::resolve(settings(&hook).unwrap(), "Alpha", None, &unset).unwrap_err();
+    assert_eq!(e.key, "bots[0].telegram.secret_token_env");
+}
+
+#[test]
+fn groups_map_to_chats_and_back() {
+    let t = alpha();
+    assert_eq!(t.group_for_chat(-1001234567890), "team");
+    assert_eq!(t.group_for_chat(-1009), "-1009");
+    assert_eq!(t.chat_for_group("team"), Some(-1001234567890));
+    assert_eq!(t.chat_for_group("-1009"), Some(-1009));
+    assert_eq!(t.chat_for_group("demo"), None);
+    assert_eq!(t.handle_for("Beta").as_deref(), Some("beta_bot"));
+    assert_eq!(t.handle_for("Alpha"), None, "never itself");
+    assert_eq!(t.handle_for("Loc"), None);
+}
+
+/// A sink that records arrivals the way the transcript does (dedup by id and by each
+/// platform id), and tells its event bus, as the node does.
+struct TestSink(Mutex<Vec<Envelope>>, crate::telemetry::events::EventBus);
+
+impl Default for TestSink {
+    fn default() -> Self {
+        TestSink(
+            Mutex::default(),
+            crate::telemetry::events::EventBus::new(64),
+        )
+    }
+}
+
+impl TestSink {
+    fn add(&self, env: Envelope) -> Appended {
+        let mut v = self.0.lock();
+        let pids: Vec<String> = env
+            .platform_msg_id
+            .as_deref()
+            .map(|p| platform_ids(p).map(str::to_string).collect())
+            .unwrap_or_default();
+        let dup = v.iter().any(|e| {
+            e.id == env.id
+                || e.platform_msg_id
+                    .as_deref()
+                    .is_some_and(|p| platform_ids(p).any(|p| pids.iter().any(|q| q == p)))
+        });
+        if dup {
+            return Appended::Duplicate;
+        }
+        v.push(env.clone());
+        self.1.publish(crate::telemetry::events::Event::Message {
+            envelope: Arc::new(env),
+        });
+        Appended::New
+    }
+    fn all(&self) -> Vec<Envelope> {
+        self.0.lock().clone()
+    }
+}
+
+impl crate::ingress::ingest::Sink for TestSink {
+    fn await_platform_msg<'a>(
+        &'a self,
+        group: &'a str,
+        platform_msg_id: &'a str,
+        within: Duration,
+    ) -> BoxFuture<'a, bool> {
+        Box::pin(crate::ingress::ingest::recorded_within(
+            self.1.subscribe(),
+            move || self.has_platform_msg(group, platform_msg_id),
+            group,
+            platform_msg_id,
+            within,
+        ))
+    }
+    fn record_many(
+        &self,
+        envs: Vec<Arc<Envelope>>,
+        _source: crate::ingress::ingest::Source,
+    ) -> BoxFuture<'_, Vec<Result<Appended, TranscriptError>>> {
+        let out = envs
+            .into_iter()
+            .map(|e| Ok(self.add((*e).clone())))
+            .collect();
+        Box::pin(async move { out })
+    }
+    fn arrive(&self, arrival: Arrival) -> BoxFuture<'_, Result<Appended, TranscriptError>> {
+        let r = self.add(arrival.env);
+        Box::pin(async move { Ok(r) })
+    }
+    fn on_claim(&self, _env: Arc<Envelope>) {}
+    fn answer_claim(&self, _env: &Envelope) -> crate::wire::batch::ClaimReply {
+        crate::wire::batch::ClaimReply::default()
+    }
+    fn has_platform_msg(&self, _group: &str, platform_msg_id: &str) -> bool {
+        self.0.lock().iter().any(|e| {
+            e.platform_msg_id
+                .as_deref()
+                .is_some_and(|p| platform_ids(p).any(|p| p == platform_msg_id))
+        })
+    }
+    fn message(&self, _group: &str, id: &Ulid) -> Option<Arc<Envelope>> {
+        self.0
+            .lock()
+            .iter()
+            .find(|e| &e.id == id)
+            .cloned()
+            .map(Arc::new)
+    }
+}
+
+fn ingest(sink: Arc<TestSink>) -> AdapterContext {
+    AdapterContext {
+        metrics: Arc::new(crate::telemetry::metrics::Metrics::new()),
+        accepting: tokio_util::sync::CancellationToken::new(),
+        tasks: tokio_util::task::TaskTracker::new(),
+        sink,
+    }
+}
+
+/// A message in the group by user `from` (`is_bot`, `username`).
+fn message(id: i64, from: serde_json::Value, text: &str, entities: serde_json::Value) -> Message {
+    serde_json::from_value(serde_json::json!({
+        "message_id": id, "date": 1_767_000_000,
+        "chat": {"id": -1001234567890i64, "type": "supergroup", "title": "Team"},
+        "from": from, "text": text, "entities": entities,
+    }))
+    .unwrap()
+}
+
+fn beta_user() -> serde_json::Value {
+    serde_json::json!({"id": 222, "is_bot": true, "first_name": "Beta", "username": "beta_bot"})
+}
+
+fn bridge_copy(pid: &str) -> Envelope {
+    let mut e = Envelope::message(
+        Ulid::new(),
+        1,
+        "team",
+        "Beta",
+        Author::bot("Beta"),
+        "@Alpha done",
+    );
+    e.depth = 1;
+    e.platform_msg_id = Some(pid.into());
+    e
+}
+
+async fn settle(ing: &AdapterContext) {
+    ing.tasks.close();
+    ing.tasks.wait().await;
+    ing.tasks.reopen();
+}
+
+/// In bot-to-bot mode a colleague's message is recorded once, keeping the bridge copy
+/// (its depth), whether the bridge copy comes before the Telegram copy, during its
+/// wait, or never (then the Telegram copy is context at max_depth). Own messages are
+/// ignored; a person's message delivered twice is recorded once.
+#[tokio::test(start_paused = true)]
+async fn a_colleagues_message_is_recorded_once_in_either_order() {
+    let t = Arc::new(alpha());
+    let sink = Arc::new(TestSink::default());
+    let ing = ingest(sink.clone());
+    let done = serde_json::json!([{"type": "mention", "offset": 0, "length": 10}]);
+    // Bridge copy first.
+    sink.add(bridge_copy("-1001234567890:10"));
+    assert!(
+        t.on_message(
+            &ing,
+            message(10, beta_user(), "@alpha_bot done", done.clone())
+        )
+        .await
+    );
+    settle(&ing).await;
+    assert_eq!(sink.all().len(), 1);
+    // Telegram copy first; the bridge copy 2 s later.
+    t.on_message(
+        &ing,
+        message(11, beta_user(), "@alpha_bot done", done.clone()),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(sink.all().len(), 1, "the Telegram copy waits");
+    sink.add(bridge_copy("-1001234567890:11"));
+    settle(&ing).await;
+    let all = sink.all();
+    assert_eq!(all.len(), 2);
+    assert_eq!(all[1].depth, 1, "the bridge copy's depth");
+    // No bridge copy at all: context nobody answers.
+    let start = Instant::now();
+    t.on_message(
+        &ing,
+        message(12, beta_user(), "@alpha_bot done", done.clone()),
+    )
+    .await;
+    settle(&ing).await;
+    assert!(start.elapsed() >= BRIDGE_GRACE);
+    let ctx = sink.all().pop().unwrap();
+    assert_eq!(
+        (
+            ctx.author.name.as_str(),
+            ctx.author.kind,
+            ctx.depth,
+            ctx.text.as_str()
+        ),
+        ("Beta", AuthorKind::Bot, 3, "@Alpha done")
+    );
+    // Its own message: ignored.
+    let own = serde_json::json!({"id": 111, "is_bot": true, "first_name": "Alpha", "username": "alpha_bot"});
+    t.on_message(&ing, message(13, own, "mine", serde_json::json!([])))
+        .await;
+    settle(&ing).await;
+    assert_eq!(sink.all().len(), 3);
+    // A person's message, twice: once, with the id every node derives.
+    let carol =
+        serde_json::json!({"id": 501, "is_bot": false, "first_name": "Carol", "last_name": "C"});
+    let text = "😀 问 @beta_bot and @Alpha_bot";
+    let ents = serde_json::json!([
+        {"type": "mention", "offset": 5, "length": 9},
+        {"type": "mention", "offset": 19, "length": 10},
+    ]);
+    let m = message(14, carol, text, ents);
+    assert!(t.on_message(&ing, m.clone()).await);
+    assert!(t.on_message(&ing, m).await);
+    let all = sink.all();
+    assert_eq!(all.len(), 4);
+    let h = &all[3];
+    assert_eq!(h.id, envelope_id(-1001234567890, 14, 1_767_000_000_000));
+    assert_eq!(
+        (
+            h.author.name.as_str(),
+            h.text.as_str(),
+            h.root,
+            h.person.as_deref()
+        ),
+        ("Carol C", "😀 问 @Beta and @Alpha", Some(h.id), Some("501"))
+    );
+    // Private chats and service messages are not the mesh's.
+    let mut dm = message(
+        15,
+        serde_json::json!({"id": 501, "is_bot": false, "first_name": "Carol"}),
+        "psst",
+        serde_json::json!([]),
+    );
+    dm.chat.kind = "private".into();
+    t.on_message(&ing, dm).await;
+    let join: Message = serde_json::from_value(serde_json::json!({
+        "message_id": 16, "date": 1, "chat": {"id": -1001234567890i64, "type": "supergroup"},
+        "from": {"id": 501, "is_bot": false, "first_name": "Carol"},
+        "new_chat_members": [{"id": 502, "is_bot": false, "first_name": "Dan"}],
+    }))
+    .unwrap();
+    t.on_message(&ing, join).await;
+    assert_eq!(sink.all().len(), 4);
+}
+
+#[test]
+fn every_node_names_a_telegram_message_alike() {
+    let a = envelope_id(-100, 7, 1_700_000_000_000);
+    assert_eq!(a, envelope_id(-100, 7, 1_700_000_000_000));
+    assert_ne!(
+        a,
+        envelope_id(-101, 7, 1_700_000_000_000),
+        "message ids are per chat"
+    );
+    assert_eq!(a.timestamp_ms(), 1_700_000_000_000);
+}
