@@ -160,7 +160,10 @@ fn an_adapters_settings_are_config() {
     let text = "use crate::platform::telegram::settings::TelegramSettings;\nuse crate::platform::telegram::Telegram;";
     let found: Vec<String> = uses(text).into_iter().map(|(_, l)| l).collect();
     assert_eq!(found, ["config", "platform"]);
-    assert_eq!(layer_of(Path::new("platform/telegram/settings.rs")), "config");
+    assert_eq!(
+        layer_of(Path::new("platform/telegram/settings.rs")),
+        "config"
+    );
     assert_eq!(layer_of(Path::new("platform/telegram/mod.rs")), "platform");
     assert_eq!(layer_of(Path::new("turn/brain.rs")), "turn");
 }

@@ -359,15 +359,19 @@ pub enum Platform {
     /// DingTalk (Stream mode) delivers a person's message only to the robots it
     /// @-mentions; the receiving node carries it to its colleagues.
     Dingtalk,
+    /// Slack (Socket Mode): every app in a channel sees every message there, bots'
+    /// included (docs/slack.md).
+    Slack,
 }
 
 impl Platform {
     /// Every platform, for [`Platform::parse`].
-    const ALL: [Platform; 4] = [
+    const ALL: [Platform; 5] = [
         Platform::Local,
         Platform::Feishu,
         Platform::Discord,
         Platform::Dingtalk,
+        Platform::Slack,
     ];
 
     /// The name peers.toml spells it with (`local`, `feishu`, `discord`, `dingtalk`):
@@ -378,6 +382,7 @@ impl Platform {
             Platform::Feishu => "feishu",
             Platform::Discord => "discord",
             Platform::Dingtalk => "dingtalk",
+            Platform::Slack => "slack",
         }
     }
 
@@ -710,6 +715,9 @@ pub struct BotSettings {
     /// DingTalk app and robot, for a bot whose platform is `dingtalk`.
     #[serde(default)]
     pub(crate) dingtalk: Option<DingTalkIds>,
+    /// Slack ids and token variables (`platform = "slack"`, or a colleague's user id).
+    #[serde(default)]
+    pub(crate) slack: Option<crate::platform::slack::settings::SlackSettings>,
     /// When it takes part.
     #[serde(default)]
     pub(crate) participation: Participation,
@@ -1283,6 +1291,16 @@ impl Settings {
             if let Some(d) = &b.dingtalk {
                 self.validate_dingtalk(i, b, d)?;
             }
+            if b.platform == Platform::Slack && b.slack.is_none() {
+                return Err(self.err(
+                    at("slack"),
+                    "a slack bot needs a [bots.slack] table (bot_token_env, app_token_env, channel_id, user_id)",
+                ));
+            }
+            if let Some(s) = &b.slack {
+                s.validate(i, b.platform == Platform::Slack)
+                    .map_err(|p| self.err(p.key, p.problem))?;
+            }
             match &b.agent {
                 Some(AgentEngine::Webhook(a)) => {
                     check_url(&a.webhook).map_err(|p| self.err(at("agent.webhook"), p))?;
@@ -1747,6 +1765,8 @@ pub struct NodeConfig {
     pub(crate) discord: Option<DiscordSecrets>,
     /// The DingTalk app's Client Secret, for a bot whose platform is `dingtalk`.
     pub(crate) dingtalk: Option<DingTalkSecrets>,
+    /// The bot and app-level tokens, for a bot whose platform is `slack`.
+    pub(crate) slack: Option<crate::platform::slack::settings::SlackSecrets>,
     /// The Redis server's URL, when this bot's transport is `redis`.
     pub(crate) redis_url: Option<String>,
     /// The headers of this bot's HTTP MCP servers, by server name: `(header, value)`
@@ -1907,6 +1927,17 @@ impl NodeConfig {
             }),
             _ => None,
         };
+        let slack = match bot
+            .slack
+            .as_ref()
+            .filter(|_| bot.platform == Platform::Slack)
+        {
+            Some(s) if secrets => Some(
+                s.secrets(me, env)
+                    .map_err(|p| settings.err(p.key, p.problem))?,
+            ),
+            _ => None,
+        };
         let redis_url = redis_url(&settings, &bot, env, secrets)?;
         let mcp_headers = mcp_headers(&settings, me, &bot, env, secrets)?;
         let agent_env = agent_env(&settings, me, &bot, env, secrets)?;
@@ -1928,6 +1959,7 @@ impl NodeConfig {
             feishu,
             discord,
             dingtalk,
+            slack,
         })
     }
 
@@ -2455,12 +2487,12 @@ mod tests {
         .expect("valid");
         assert_eq!(ok.mesh.operators.as_ref().map(Vec::len), Some(4));
         let e = Settings::from_toml(
-            &toml(r#"["local:Boss", "slack:U1"]"#),
+            &toml(r#"["local:Boss", "irc:U1"]"#),
             Path::new("peers.toml"),
         )
         .unwrap_err();
         assert_eq!(e.key, "mesh.operators[1]", "{e}");
-        assert!(e.problem.contains("unknown platform \"slack\""), "{e}");
+        assert!(e.problem.contains("unknown platform \"irc\""), "{e}");
         let e = Settings::from_toml(&toml(r#"["Boss"]"#), Path::new("peers.toml")).unwrap_err();
         assert!(e.problem.contains("platform:id"), "{e}");
         let e = Settings::from_toml(&toml(r#"["discord:"]"#), Path::new("peers.toml")).unwrap_err();

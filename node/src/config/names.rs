@@ -124,7 +124,7 @@ mod tests {
         ] {
             assert_eq!(check_operator(ok), Ok(()), "{ok}");
         }
-        for bad in ["Boss", "slack:5", "discord:", "local: Boss", ":x"] {
+        for bad in ["Boss", "irc:5", "discord:", "local: Boss", ":x"] {
             assert!(check_operator(bad).is_err(), "{bad}");
         }
         assert_eq!(person_key(Platform::Local, "Boss"), "local:Boss");

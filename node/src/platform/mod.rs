@@ -15,6 +15,7 @@
 //! - [`dingtalk`] — DingTalk Stream mode in (forwarded to the peers: DingTalk shows a
 //!   person's message only to the robots it @-mentions), session webhook or group send out.
 //! - [`discord`] — the Discord gateway in, messages with real `<@id>` out.
+//! - [`slack`] — Slack's Socket Mode in, `chat.postMessage` with real `<@U…>` out.
 //!
 //! What every adapter needs once lives in [`kit`]: the one retry loop for API calls,
 //! the one source for an expiring access token, the one per-chat pacer (more to come:
@@ -29,6 +30,7 @@ pub use feishu::names as feishu_names;
 /// The old path of [`feishu::ws`].
 pub use feishu::ws as feishu_ws;
 pub(crate) mod local;
+pub mod slack;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -175,6 +177,7 @@ pub(crate) fn visibility_of(kind: Platform) -> Visibility {
         Platform::Feishu => feishu::VISIBILITY,
         Platform::Dingtalk => dingtalk::VISIBILITY,
         Platform::Discord => discord::VISIBILITY,
+        Platform::Slack => slack::VISIBILITY,
     }
 }
 
@@ -260,6 +263,7 @@ pub(crate) fn build(cfg: &NodeConfig) -> anyhow::Result<Arc<dyn ChatPlatform>> {
         Platform::Feishu => Arc::new(feishu::Feishu::from_config(cfg)?),
         Platform::Dingtalk => Arc::new(dingtalk::DingTalk::from_config(cfg)?),
         Platform::Discord => Arc::new(discord::Discord::from_config(cfg)?),
+        Platform::Slack => Arc::new(slack::Slack::from_config(cfg)?),
     })
 }
 
