@@ -759,6 +759,22 @@ impl Sink for NodeSink {
             .contains(group, &ulid::Ulid::nil(), Some(platform_msg_id))
     }
 
+    fn await_platform_msg<'a>(
+        &'a self,
+        group: &'a str,
+        platform_msg_id: &'a str,
+        within: std::time::Duration,
+    ) -> BoxFuture<'a, bool> {
+        let events = self.0.events.subscribe();
+        Box::pin(crate::ingress::ingest::recorded_within(
+            events,
+            move || self.has_platform_msg(group, platform_msg_id),
+            group,
+            platform_msg_id,
+            within,
+        ))
+    }
+
     fn message(&self, group: &str, id: &ulid::Ulid) -> Option<Arc<Envelope>> {
         self.0.transcripts.get(group, id)
     }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 
+use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -16,7 +17,8 @@ use crate::egress::relay::Relay;
 use crate::ingress::limiter::RateLimiter;
 use crate::ingress::seen::SeenCache;
 use crate::ingress::verify_pool::VerifyPool;
-use crate::store::transcript::{Appended, TranscriptError};
+use crate::store::transcript::{platform_ids, Appended, TranscriptError};
+use crate::telemetry::events::Event;
 use crate::telemetry::metrics::Metrics;
 use crate::turn::mention::PlatformMention;
 use crate::wire::batch::ClaimReply;
@@ -68,6 +70,16 @@ pub trait Sink: Send + Sync + 'static {
     /// colleague's message seen on the platform after its bridge copy).
     fn has_platform_msg(&self, group: &str, platform_msg_id: &str) -> bool;
 
+    /// Waits up to `within` until `group` has recorded a message with the platform id
+    /// `platform_msg_id` (at once when it already has); true once it has. The
+    /// transcript says when it records a message ([`recorded_within`]): nothing polls.
+    fn await_platform_msg<'a>(
+        &'a self,
+        group: &'a str,
+        platform_msg_id: &'a str,
+        within: std::time::Duration,
+    ) -> BoxFuture<'a, bool>;
+
     /// One recorded message of `group` by id (what an adapter needs to answer it on
     /// its platform: the platform's id of the message answered).
     fn message(&self, group: &str, id: &ulid::Ulid) -> Option<Arc<Envelope>>;
@@ -110,6 +122,46 @@ pub struct Ingest {
     pub tasks: TaskTracker,
     /// Where admitted traffic goes.
     pub sink: Arc<dyn Sink>,
+}
+
+/// Waits up to `within` for a message of `group` carrying `platform_msg_id`: true
+/// once `has()` says so or `events` announces one. Subscribed before the first
+/// look, so a message recorded between the look and the wait is not missed; a
+/// receiver that fell behind looks again.
+pub(crate) async fn recorded_within(
+    mut events: broadcast::Receiver<Event>,
+    has: impl Fn() -> bool,
+    group: &str,
+    platform_msg_id: &str,
+    within: std::time::Duration,
+) -> bool {
+    if has() {
+        return true;
+    }
+    let carries = |env: &Envelope| {
+        env.group == group
+            && env
+                .platform_msg_id
+                .as_deref()
+                .is_some_and(|p| platform_ids(p).any(|p| p == platform_msg_id))
+    };
+    let waiting = async {
+        loop {
+            match events.recv().await {
+                Ok(Event::Message { envelope }) if carries(&envelope) => return true,
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    if has() {
+                        return true;
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => return has(),
+            }
+        }
+    };
+    tokio::time::timeout(within, waiting)
+        .await
+        .unwrap_or_else(|_| has())
 }
 
 impl Ingest {

@@ -17,9 +17,10 @@
 //! - [`discord`] — the Discord gateway in, messages with real `<@id>` out.
 //! - [`slack`] — Slack's Socket Mode in, `chat.postMessage` with real `<@U…>` out.
 //!
-//! What every adapter needs once lives in [`kit`]: the one retry loop for API calls,
-//! the one source for an expiring access token, the one per-chat pacer (more to come:
-//! see its docs).
+//! What every adapter needs once lives in [`kit`]: the one HTTP client builder and
+//! retry loop for API calls, the one source for an expiring access token, the one
+//! per-chat pacer, the one reconnect loop for long connections and the one inbound
+//! path (see its docs).
 
 pub(crate) mod dingtalk;
 pub mod discord;
@@ -133,31 +134,6 @@ pub trait ChatPlatform: Send + Sync + 'static {
     fn cache_sizes(&self) -> Vec<(&'static str, usize)> {
         Vec::new()
     }
-}
-
-/// Whether `base_url`'s host is this machine (`127.0.0.1`, `localhost`, `::1`): a
-/// platform stand-in under test, reached without a proxy. An unparsable URL is not.
-pub(crate) fn is_loopback(base_url: &str) -> bool {
-    reqwest::Url::parse(base_url)
-        .ok()
-        .and_then(|u| u.host_str().map(str::to_string))
-        .is_some_and(|h| matches!(h.as_str(), "127.0.0.1" | "localhost" | "[::1]" | "::1"))
-}
-
-/// A platform API client from `builder`, for `base_url`: never through a proxy when
-/// that is loopback ([`is_loopback`]), whatever the environment says. Fails on a
-/// `base_url` that is not a URL.
-pub(crate) fn api_client(
-    builder: reqwest::ClientBuilder,
-    base_url: &str,
-) -> anyhow::Result<reqwest::Client> {
-    reqwest::Url::parse(base_url)?;
-    let builder = if is_loopback(base_url) {
-        builder.no_proxy()
-    } else {
-        builder
-    };
-    Ok(builder.build()?)
 }
 
 /// Whether `env` is bot `me`'s own chat message not yet on its platform: what every

@@ -18,6 +18,15 @@ pub struct ResultLabel {
     pub(crate) result: String,
 }
 
+/// Labels of a platform's inbound messages (`botmesh_platform_events_total`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PlatformResultLabel {
+    /// The platform (`feishu`, `discord`, `dingtalk`, …).
+    pub(crate) platform: String,
+    /// What became of the message (`platform::kit::inbound::Received`).
+    pub(crate) result: String,
+}
+
 /// Labels for outgoing deliveries.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PeerResult {
@@ -272,6 +281,12 @@ pub struct Metrics {
     /// Feishu/Lark event callbacks, by result (`message`, `challenge`, `duplicate`,
     /// `ignored`, or the rejection reason).
     pub(crate) feishu_events: Family<ResultLabel, Counter>,
+    /// Every platform's inbound messages, by platform and by what became of each
+    /// (`recorded`, `duplicate`, `own`, `bridge_copy`, `context`, `empty`, `failed`):
+    /// one family for all adapters (`platform::kit::inbound`), so one dashboard
+    /// reads them all. The per-platform families above stay for their connection
+    /// events and for the dashboards that read them.
+    pub(crate) platform_events: Family<PlatformResultLabel, Counter>,
     /// DingTalk Stream mode events, by result: `message` (a robot message recorded and
     /// acknowledged), `duplicate`, `ignored` (direct or empty), `unrecorded` (left
     /// unacknowledged for redelivery), `ping`, `disconnect`, `other`, `unreadable`,
@@ -373,6 +388,7 @@ impl Metrics {
         let cache_entries = Family::<CacheLabel, Gauge>::default();
         let redis_up = Gauge::default();
         let feishu_events = Family::<ResultLabel, Counter>::default();
+        let platform_events = Family::<PlatformResultLabel, Counter>::default();
         let dingtalk_events = Family::<ResultLabel, Counter>::default();
         let feishu_connection = Family::<StateLabel, Gauge>::default();
         let feishu_connects = Family::<ResultLabel, Counter>::default();
@@ -491,6 +507,11 @@ impl Metrics {
             cache_entries.clone(),
         );
         registry.register(
+            "botmesh_platform_events",
+            "Messages read from a chat platform, by platform and by what became of each",
+            platform_events.clone(),
+        );
+        registry.register(
             "botmesh_feishu_events",
             "Feishu/Lark event callbacks, by result",
             feishu_events.clone(),
@@ -534,6 +555,7 @@ impl Metrics {
             budget_spent,
             verdict_log,
             feishu_events,
+            platform_events,
             dingtalk_events,
             feishu_connection,
             feishu_connects,
@@ -639,6 +661,16 @@ impl Metrics {
     pub(crate) fn dingtalk_event(&self, result: &str) {
         self.dingtalk_events
             .get_or_create(&ResultLabel {
+                result: result.into(),
+            })
+            .inc();
+    }
+
+    /// Counts one message read from `platform`, by what became of it.
+    pub(crate) fn platform_event(&self, platform: &str, result: &str) {
+        self.platform_events
+            .get_or_create(&PlatformResultLabel {
+                platform: platform.into(),
                 result: result.into(),
             })
             .inc();

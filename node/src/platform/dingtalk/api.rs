@@ -143,11 +143,13 @@ impl std::fmt::Debug for DingTalkApi {
 
 /// An HTTP client for `base_url` that never goes through a proxy for loopback.
 pub(crate) fn http_client(base_url: &str) -> anyhow::Result<reqwest::Client> {
-    crate::platform::api_client(
-        reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(3))
-            .timeout(Duration::from_secs(10)),
+    crate::platform::kit::http::client(
         base_url,
+        crate::platform::kit::http::Timeouts {
+            connect: Duration::from_secs(3),
+            whole: Duration::from_secs(10),
+        },
+        None,
     )
 }
 

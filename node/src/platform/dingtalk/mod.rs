@@ -45,11 +45,11 @@ use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
 
 use crate::config::{NodeConfig, Platform};
-use crate::ingress::ingest::{Arrival, Ingest};
+use crate::ingress::ingest::Ingest;
+use crate::platform::kit::inbound::{Inbound, PlatformMessage, Received, Sender};
 use crate::platform::{ChatPlatform, PostError, Visibility};
-use crate::store::transcript::Appended;
 use crate::turn::mention::MentionMatcher;
-use crate::wire::envelope::{now_millis, Author, Envelope, MAX_TEXT_BYTES};
+use crate::wire::envelope::{now_millis, Envelope};
 
 use api::{ApiError, DingTalkApi, Outgoing, Pacer, SENDS_PER_MINUTE, WEBHOOK_MARGIN};
 use frames::RobotMessage;
@@ -75,6 +75,9 @@ pub(crate) struct DingTalk {
     pub(crate) pacer: Pacer,
     /// This bot's name.
     me: String,
+    /// The kit's one inbound path, as this adapter uses it (people only: a robot
+    /// never receives another robot's message).
+    inbound: Inbound,
     /// The conversation that is `[mesh].group`.
     conversation_id: String,
     /// `[mesh].group`.
@@ -212,6 +215,12 @@ impl DingTalk {
             stream: StreamClient::new(&base, &client_id, &secrets.client_secret)?,
             pacer: Pacer::new(SENDS_PER_MINUTE, Duration::from_secs(60)),
             me: bot.name.clone(),
+            inbound: Inbound {
+                platform: "dingtalk",
+                me: bot.name.clone(),
+                max_depth: cfg.mesh().max_depth,
+                grace: Duration::ZERO,
+            },
             conversation_id: ids.conversation_id.clone().unwrap_or_default(),
             mesh_group: cfg.mesh().group.clone(),
             peers_by_user_id,
@@ -391,18 +400,11 @@ impl DingTalk {
         }
         tracing::debug!(msg_id = %msg.msg_id, conversation = %msg.conversation_id, at_users = ?msg.at_users, is_in_at_list = msg.is_in_at_list, "dingtalk robot message");
         self.learn(&msg);
-        let mut text = msg.flattened_text();
+        let text = msg.flattened_text();
         if text.is_empty() {
             tracing::info!(msg_id = %msg.msg_id, msgtype = %msg.msgtype, "ignoring an empty dingtalk message");
             self.count("ignored");
             return true;
-        }
-        if text.len() > MAX_TEXT_BYTES {
-            let mut end = MAX_TEXT_BYTES;
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
-            text.truncate(end);
         }
         let also: Vec<&str> = msg
             .at_users
@@ -434,40 +436,32 @@ impl DingTalk {
             .filter(|t| *t > 0)
             .map(|t| t as u64)
             .unwrap_or_else(now_millis);
-        // The same id on every robot that receives (and forwards) this message, so the
-        // bots' claims name the same trigger.
-        let id = crate::wire::envelope::platform_message_id("dingtalk", &msg.msg_id, sent_at);
-        let mut env = Envelope::message(
-            id,
-            sent_at,
+        // The kit names it by its DingTalk id, the same on every robot that receives
+        // (and forwards) it, so the bots' claims name the same trigger.
+        let message = PlatformMessage {
             group,
-            self.me.clone(),
-            Author::human(self.author_name(&msg)),
+            platform_msg_id: msg.msg_id.clone(),
+            sent_at,
             text,
-        );
-        env.root = Some(id);
-        env.platform_msg_id = Some(msg.msg_id.clone());
-        env.person = person_ids(&msg);
-        let arrival = Arrival {
-            env,
+            sender: Sender::Person {
+                name: self.author_name(&msg),
+                ids: person_ids(&msg),
+            },
             mentions: Vec::new(),
-            source: "dingtalk",
         };
-        match ingest.arrive(arrival).await {
-            Ok(Appended::New) => {
-                tracing::info!(msg_id = %msg.msg_id, conversation = %msg.conversation_id, also_delivered_to = ?also, "dingtalk message recorded and forwarded to the peers");
-                self.count("message");
-                true
+        match self.inbound.receive(ingest, message).await {
+            Received::Failed => {
+                self.count("unrecorded");
+                false
             }
-            Ok(Appended::Duplicate) => {
-                tracing::info!(msg_id = %msg.msg_id, "dingtalk message already recorded (a colleague forwarded it first, or a redelivery)");
+            Received::Duplicate => {
                 self.count("duplicate");
                 true
             }
-            Err(e) => {
-                tracing::error!(msg_id = %msg.msg_id, error = %e, "dingtalk message could not be recorded");
-                self.count("unrecorded");
-                false
+            received => {
+                tracing::info!(msg_id = %msg.msg_id, conversation = %msg.conversation_id, also_delivered_to = ?also, result = received.as_str(), "dingtalk message recorded and forwarded to the peers");
+                self.count("message");
+                true
             }
         }
     }

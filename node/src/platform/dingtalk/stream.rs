@@ -25,6 +25,7 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::pacing::{Backoff, Jitter};
+use crate::platform::kit::reconnect::{self as kit, Next, Reconnect, Reconnects};
 
 use super::frames::{Frame, FrameKind, RobotMessage, TOPIC_ROBOT};
 
@@ -167,45 +168,48 @@ impl StreamClient {
             .map_err(|e| StreamError::Open(format!("answer: {e}")))
     }
 
-    /// Keeps a connection open until `stop`, reconnecting with backoff.
+    /// Keeps a connection open until `stop`, reconnecting with backoff in the kit's one
+    /// reconnect loop ([`crate::platform::kit::reconnect`]).
     pub(crate) async fn run(&self, handler: Arc<dyn StreamHandler>, stop: CancellationToken) {
-        let mut failures: u32 = 0;
-        while !stop.is_cancelled() {
+        // Attempt 0 (the first, or after a connection that delivered) waits the
+        // backoff's first step: the gateway is not asked again at once.
+        let schedule = |attempt: u32| backoff(attempt + 1);
+        let mut reconnects = Reconnects::new(Reconnect {
+            platform: "dingtalk",
+            what: "stream",
+            schedule: &schedule,
+            asked_pause: DISCONNECT_PAUSE,
+        });
+        loop {
             let ended = tokio::select! {
-                _ = stop.cancelled() => break,
+                _ = stop.cancelled() => Ok(Ended::Stopped),
                 r = self.session(&*handler, &stop) => r,
             };
-            match &ended {
-                Ok(Ended::Stopped) => {}
-                Ok(Ended::Disconnect) => handler.event("disconnect"),
-                Ok(Ended::Closed { .. }) => handler.event("closed"),
-                Err(_) => handler.event("connect_failed"),
-            }
-            match ended {
-                Ok(Ended::Stopped) => break,
+            let ended = match ended {
+                Ok(Ended::Stopped) => kit::Ended::Stopped,
                 Ok(Ended::Disconnect) => {
-                    tracing::info!("dingtalk stream: the gateway asked to reconnect");
-                    failures = 0;
-                    // A short pause, so a gateway that says nothing but goodbye is not
-                    // asked for connections in a tight loop.
-                    tokio::select! {
-                        _ = stop.cancelled() => break,
-                        _ = tokio::time::sleep(DISCONNECT_PAUSE) => {}
-                    }
-                    continue;
+                    handler.event("disconnect");
+                    kit::Ended::Asked
                 }
                 Ok(Ended::Closed { delivered }) => {
-                    failures = if delivered { 1 } else { failures + 1 };
-                    tracing::warn!("dingtalk stream: connection closed; reconnecting");
+                    handler.event("closed");
+                    kit::Ended::Dropped {
+                        why: "connection closed".into(),
+                        established: delivered,
+                    }
                 }
                 Err(e) => {
-                    failures += 1;
-                    tracing::warn!(error = %e, failures, "dingtalk stream: connection failed; reconnecting");
+                    handler.event("connect_failed");
+                    kit::Ended::Dropped {
+                        why: e.to_string(),
+                        established: false,
+                    }
                 }
-            }
-            tokio::select! {
-                _ = stop.cancelled() => break,
-                _ = tokio::time::sleep(backoff(failures)) => {}
+            };
+            // Nothing DingTalk says is final: a stopped node is the only way out.
+            let next: Next<StreamError> = reconnects.after(ended, &stop, |_| {}).await;
+            if let Next::Stop(_) = next {
+                break;
             }
         }
         tracing::info!("dingtalk stream stopped");

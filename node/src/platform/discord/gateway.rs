@@ -32,6 +32,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::pacing::Backoff;
+use crate::platform::kit::reconnect::{self as kit, Next, Reconnect, Reconnects};
 
 /// Gateway version in the connection URL.
 pub const GATEWAY_VERSION: u32 = 10;
@@ -316,39 +317,46 @@ impl Gateway {
         cancel: CancellationToken,
     ) -> Result<(), GatewayError> {
         let mut state = State::default();
-        let mut failures: u32 = 0;
-        loop {
-            if cancel.is_cancelled() {
-                return Ok(());
+        let jitter = self.jitter.clone();
+        // Straight back after a session that got going (to resume it), else the one
+        // backoff from 1 s, spread by half.
+        let schedule = move |attempt: u32| {
+            if attempt == 0 {
+                return Duration::ZERO;
             }
+            let nominal = Backoff::new(Duration::from_secs(1), MAX_BACKOFF).nominal(attempt);
+            nominal.mul_f64(0.5 + jitter() * 0.5)
+        };
+        let mut reconnects = Reconnects::new(Reconnect {
+            platform: "discord",
+            what: "gateway",
+            schedule: &schedule,
+            asked_pause: Duration::ZERO,
+        });
+        loop {
             let (ended, established) = self.connect_once(&mut state, &events, &cancel).await;
             self.connected
                 .store(false, std::sync::atomic::Ordering::Relaxed);
-            match ended {
-                Ended::Cancelled => return Ok(()),
-                Ended::Stop(e) => {
-                    tracing::error!(error = %e, "discord gateway stopped");
-                    return Err(e);
-                }
-                Ended::Resume => {}
+            let ended = match ended {
+                Ended::Cancelled => kit::Ended::Stopped,
+                Ended::Stop(e) => kit::Ended::Fatal(e),
+                Ended::Resume => kit::Ended::Dropped {
+                    why: "closed; resuming".into(),
+                    established,
+                },
                 Ended::Reidentify => {
                     state.session = None;
                     state.seq = None;
+                    kit::Ended::Dropped {
+                        why: "closed; identifying anew".into(),
+                        established,
+                    }
                 }
-            }
-            failures = if established { 0 } else { failures + 1 };
-            if failures > 0 {
-                let nominal = Backoff::new(Duration::from_secs(1), MAX_BACKOFF).nominal(failures);
-                let wait = nominal.mul_f64(0.5 + (self.jitter)() * 0.5);
-                tracing::info!(
-                    failures,
-                    wait_ms = wait.as_millis() as u64,
-                    "discord gateway: reconnecting after a pause"
-                );
-                tokio::select! {
-                    _ = cancel.cancelled() => return Ok(()),
-                    _ = tokio::time::sleep(wait) => {}
-                }
+            };
+            match reconnects.after(ended, &cancel, |_| {}).await {
+                Next::Again => continue,
+                Next::Stop(None) => return Ok(()),
+                Next::Stop(Some(e)) => return Err(e),
             }
         }
     }

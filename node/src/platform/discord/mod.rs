@@ -50,15 +50,15 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 use ulid::Ulid;
 
 use crate::config::{is_snowflake, NodeConfig, Platform};
-use crate::ingress::ingest::{Arrival, Ingest};
+use crate::ingress::ingest::Ingest;
+use crate::platform::kit::inbound::{Inbound, PlatformMessage, Sender};
 use crate::platform::{ChatPlatform, PostError, Visibility};
-use crate::store::transcript::{platform_ids, Appended};
+use crate::store::transcript::platform_ids;
 use crate::turn::mention::MentionMatcher;
-use crate::wire::envelope::{Author, AuthorKind, Envelope};
+use crate::wire::envelope::{AuthorKind, Envelope};
 use futures_util::future::BoxFuture;
 
 use gateway::{Connector, Dispatch, Gateway, WsConnector};
@@ -201,8 +201,8 @@ pub struct Discord {
     channel_id: String,
     /// `[mesh].group`.
     mesh_group: String,
-    /// Depth given to bot messages recorded as context only (nobody answers them).
-    max_depth: u32,
+    /// The kit's one inbound path, as this adapter uses it.
+    inbound: Inbound,
     /// `discord.gateway_url`, used instead of `GET /gateway/bot`.
     gateway_url: Option<String>,
     /// User id → bot name (this bot and the colleagues).
@@ -334,7 +334,12 @@ impl Discord {
             user_id,
             channel_id: d.channel_id.clone().unwrap_or_default().trim().to_string(),
             mesh_group: cfg.mesh().group.clone(),
-            max_depth: cfg.mesh().max_depth,
+            inbound: Inbound {
+                platform: "discord",
+                me: bot.name.clone(),
+                max_depth: cfg.mesh().max_depth,
+                grace: BRIDGE_GRACE,
+            },
             gateway_url: d.gateway_url.clone(),
             bots_by_user_id,
             peer_user_ids,
@@ -505,90 +510,40 @@ impl Discord {
         if m.mention_everyone && !crate::turn::policy::asks_everyone(&text) {
             text.push_str(" @everyone");
         }
-        if text.len() > crate::wire::envelope::MAX_TEXT_BYTES {
-            let mut end = crate::wire::envelope::MAX_TEXT_BYTES;
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
-            text.truncate(end);
-        }
         let group = self.group_for_channel(&m.channel_id);
         let sent_at = snowflake_millis(&m.id).unwrap_or_else(crate::wire::envelope::now_millis);
         let is_bot = m.author.user.bot == Some(true) || m.webhook_id.is_some();
-        let name = crate::platform::person_name(
-            &self.matcher,
-            Platform::Discord,
-            &m.author.display_name(m.member.as_ref()),
-        );
-        let mut env = Envelope::message(
-            envelope_id(&m.id),
-            sent_at,
-            &group,
-            &self.me,
-            Author::human(name),
-            text,
-        );
-        env.platform_msg_id = Some(m.id.clone());
-        if !is_bot {
+        let shown = m.author.display_name(m.member.as_ref());
+        let sender = if is_bot {
+            Sender::Bot {
+                colleague: self.bots_by_user_id.get(&m.author.user.id).cloned(),
+                label: format!("bot:{shown}"),
+            }
+        } else {
             self.authors.lock().insert(&m.id, &m.author.user.id);
-            env.root = Some(env.id);
-            env.person = Some(m.author.user.id.clone());
-            let arrival = Arrival {
-                env,
-                mentions: Vec::new(),
-                source: "discord",
-            };
-            match ingest.arrive(arrival).await {
-                Ok(Appended::New) => {}
-                Ok(Appended::Duplicate) => {
-                    tracing::debug!(message_id = %m.id, "discord message already recorded (a replay after RESUME)");
-                }
-                Err(e) => {
-                    tracing::error!(message_id = %m.id, error = %e, "discord message could not be recorded");
-                }
+            Sender::Person {
+                name: crate::platform::person_name(&self.matcher, Platform::Discord, &shown),
+                ids: Some(m.author.user.id.clone()),
             }
-            return;
-        }
-        let bot = self.bots_by_user_id.get(&m.author.user.id).cloned();
-        env.author = Author::bot(
-            bot.clone()
-                .unwrap_or_else(|| format!("bot:{}", m.author.display_name(m.member.as_ref()))),
-        );
-        env.depth = self.max_depth;
-        let me = self.clone();
-        let ing = ingest.clone();
-        ingest.tasks.spawn(async move {
-            if bot.is_some() && me.wait_for_bridge_copy(&ing, &env).await {
-                return;
-            }
-            tracing::info!(message_id = ?env.platform_msg_id, bot = ?bot, "recording a discord bot message as context only (no bridge copy)");
-            if let Err(e) = ing
-                .arrive(Arrival {
-                    env,
-                    mentions: Vec::new(),
-                    source: "discord",
-                })
-                .await
-            {
-                tracing::error!(error = %e, "discord bot message could not be recorded");
-            }
-        });
-    }
-
-    /// Waits up to [`BRIDGE_GRACE`] for the bridge copy of a colleague's message;
-    /// true once it is recorded.
-    async fn wait_for_bridge_copy(&self, ingest: &Ingest, env: &Envelope) -> bool {
-        let pid = env.platform_msg_id.as_deref().unwrap_or_default();
-        let deadline = Instant::now() + BRIDGE_GRACE;
-        loop {
-            if ingest.sink.has_platform_msg(&env.group, pid) {
-                tracing::debug!(message_id = %pid, "discord copy of a colleague's message: the bridge copy is recorded");
-                return true;
-            }
-            if Instant::now() >= deadline || ingest.accepting.is_cancelled() {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let msg = PlatformMessage {
+            group,
+            platform_msg_id: m.id.clone(),
+            sent_at,
+            text,
+            sender,
+            mentions: Vec::new(),
+        };
+        if is_bot {
+            // A colleague's copy may wait for its bridge copy: not on the gateway's
+            // reading task.
+            let inbound = self.inbound.clone();
+            let ing = ingest.clone();
+            ingest.tasks.spawn(async move {
+                inbound.receive(&ing, msg).await;
+            });
+        } else {
+            self.inbound.receive(ingest, msg).await;
         }
     }
 
@@ -706,6 +661,10 @@ impl Discord {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ingress::ingest::Arrival;
+    use crate::store::transcript::Appended;
+    use crate::wire::envelope::Author;
+    use tokio::time::Instant;
 
     /// The shape docs/discord.md shows.
     const DOCS_CONFIG: &str = r#"
@@ -943,8 +902,16 @@ api = "127.0.0.1:8103"
 
     /// A sink that records arrivals the way the transcript does (dedup by id and by
     /// each platform id), for the adapter's inbound rules without a node.
-    #[derive(Default)]
-    struct TestSink(Mutex<Vec<Envelope>>);
+    struct TestSink(Mutex<Vec<Envelope>>, crate::telemetry::events::EventBus);
+
+    impl Default for TestSink {
+        fn default() -> Self {
+            TestSink(
+                Mutex::default(),
+                crate::telemetry::events::EventBus::new(64),
+            )
+        }
+    }
 
     impl TestSink {
         fn add(&self, env: Envelope) -> Appended {
@@ -963,7 +930,10 @@ api = "127.0.0.1:8103"
             if dup {
                 return Appended::Duplicate;
             }
-            v.push(env);
+            v.push(env.clone());
+            self.1.publish(crate::telemetry::events::Event::Message {
+                envelope: Arc::new(env),
+            });
             Appended::New
         }
         fn all(&self) -> Vec<Envelope> {
@@ -972,6 +942,20 @@ api = "127.0.0.1:8103"
     }
 
     impl crate::ingress::ingest::Sink for TestSink {
+        fn await_platform_msg<'a>(
+            &'a self,
+            group: &'a str,
+            platform_msg_id: &'a str,
+            within: Duration,
+        ) -> BoxFuture<'a, bool> {
+            Box::pin(crate::ingress::ingest::recorded_within(
+                self.1.subscribe(),
+                move || self.has_platform_msg(group, platform_msg_id),
+                group,
+                platform_msg_id,
+                within,
+            ))
+        }
         fn record_many(
             &self,
             envs: Vec<Arc<Envelope>>,
@@ -1077,9 +1061,15 @@ api = "127.0.0.1:8103"
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert_eq!(sink.all().len(), 1, "the Discord copy waits");
         sink.add(bridge_copy("1500000000000000011"));
+        let told = Instant::now();
         ing.tasks.close();
         ing.tasks.wait().await;
         ing.tasks.reopen();
+        assert_eq!(
+            told.elapsed(),
+            Duration::ZERO,
+            "the wait ends when the bridge copy is recorded (told, not polled)"
+        );
         let all = sink.all();
         assert_eq!(all.len(), 2);
         assert_eq!(all[1].depth, 1, "the bridge copy's depth");
@@ -1120,6 +1110,19 @@ api = "127.0.0.1:8103"
             (h.author.name.as_str(), h.text.as_str(), h.root),
             ("Carol C", "hello @Ada", Some(h.id))
         );
+        // Each one counted once, by what became of it.
+        let text = ing.metrics.render();
+        for (result, n) in [
+            ("bridge_copy", 2),
+            ("context", 1),
+            ("recorded", 1),
+            ("duplicate", 1),
+        ] {
+            let line = format!(
+                "botmesh_platform_events_total{{platform=\"discord\",result=\"{result}\"}} {n}"
+            );
+            assert!(text.contains(&line), "{line} in\n{text}");
+        }
         // DMs and system messages are not the mesh's.
         let mut dm = message("psst", serde_json::json!([]));
         dm.id = "1500000000000000099".into();

@@ -279,20 +279,23 @@ impl std::fmt::Debug for RestClient {
     }
 }
 
+use crate::platform::kit::http::Timeouts;
+
 impl RestClient {
     /// A client for `base_url` (`https://discord.com/api/v10`) with the bot `token`.
     pub fn new(base_url: &str, token: &str, retry: RetryPolicy) -> anyhow::Result<RestClient> {
         let base_url = base_url.trim_end_matches('/').to_string();
-        let http = crate::platform::api_client(
-            reqwest::Client::builder()
-                .connect_timeout(Duration::from_secs(5))
-                .timeout(Duration::from_secs(15))
-                .user_agent(concat!(
-                    "DiscordBot (https://github.com/botmesh, ",
-                    env!("CARGO_PKG_VERSION"),
-                    ")"
-                )),
+        let http = crate::platform::kit::http::client(
             &base_url,
+            Timeouts {
+                connect: Duration::from_secs(5),
+                whole: Duration::from_secs(15),
+            },
+            Some(concat!(
+                "DiscordBot (https://github.com/botmesh, ",
+                env!("CARGO_PKG_VERSION"),
+                ")"
+            )),
         )?;
         Ok(RestClient {
             http,

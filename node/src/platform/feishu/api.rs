@@ -179,6 +179,12 @@ fn refused<T>(
     }
 }
 
+/// Feishu's open API answers quickly or not at all.
+const API_TIMEOUTS: crate::platform::kit::http::Timeouts = crate::platform::kit::http::Timeouts {
+    connect: Duration::from_secs(3),
+    whole: Duration::from_secs(10),
+};
+
 impl FeishuClient {
     /// A client for the app `app_id` at `base_url` (`https://open.feishu.cn` or Lark's).
     pub(crate) fn new(
@@ -188,12 +194,7 @@ impl FeishuClient {
         retry: RetryPolicy,
     ) -> anyhow::Result<FeishuClient> {
         let base_url = base_url.trim_end_matches('/').to_string();
-        let http = crate::platform::api_client(
-            reqwest::Client::builder()
-                .connect_timeout(Duration::from_secs(3))
-                .timeout(Duration::from_secs(10)),
-            &base_url,
-        )?;
+        let http = crate::platform::kit::http::client(&base_url, API_TIMEOUTS, None)?;
         Ok(FeishuClient {
             http,
             base_url,

@@ -3,18 +3,16 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
-use tokio::time::Instant;
 
 use crate::config::Platform;
-use crate::ingress::ingest::{Arrival, Ingest};
+use crate::ingress::ingest::Ingest;
 use crate::ingress::server::{self, Body, BodyError};
-use crate::store::transcript::Appended;
+use crate::platform::kit::inbound::{PlatformMessage, Received, Sender};
 use crate::telemetry::metrics::Metrics;
-use crate::wire::envelope::{now_millis, Author, Envelope};
+use crate::wire::envelope::now_millis;
 use futures_util::future::BoxFuture;
 
 use super::*;
@@ -226,14 +224,6 @@ pub(super) async fn process(f: &Feishu, node: &Ingest, ev: MessageReceived) -> R
     } else {
         f.group_for_chat(&msg.chat_id)
     };
-    let mut text = text.trim().to_string();
-    if text.len() > crate::wire::envelope::MAX_TEXT_BYTES {
-        let mut end = crate::wire::envelope::MAX_TEXT_BYTES;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-    }
     let sent_at = msg
         .create_time
         .as_deref()
@@ -257,18 +247,7 @@ pub(super) async fn process(f: &Feishu, node: &Ingest, ev: MessageReceived) -> R
         .await
         .unwrap_or_else(|_| sender_open_id.clone())
     };
-    // The same id on every bot that reads this message from Feishu, so their claims
-    // name the same trigger.
-    let id = crate::wire::envelope::platform_message_id("feishu", &msg.message_id, sent_at);
-    let author = Author::human(if sender_open_id.is_empty() {
-        "feishu user".to_string()
-    } else {
-        crate::platform::person_name(matcher, Platform::Feishu, &human_name)
-    });
-    let mut env = Envelope::message(id, sent_at, group.clone(), f.me.clone(), author, text);
-    env.root = Some(id);
-    env.platform_msg_id = Some(msg.message_id.clone());
-    if ev.sender.sender_type != "app" {
+    let sender = if ev.sender.sender_type != "app" {
         // The per-app open_id and, when Feishu gives it, the per-developer union_id:
         // either may name an operator.
         let ids = &ev.sender.sender_id;
@@ -276,56 +255,35 @@ pub(super) async fn process(f: &Feishu, node: &Ingest, ev: MessageReceived) -> R
             .chain(ids.union_id.as_deref())
             .filter(|id| !id.is_empty() && !id.contains(char::is_whitespace))
             .collect();
-        env.person = (!person.is_empty()).then(|| person.join(" "));
-        let mentions = f.platform_mentions(&msg.mentions, matcher);
-        let arrival = Arrival {
-            env,
-            mentions,
-            source: "feishu",
-        };
-        match node.arrive(arrival).await {
-            Ok(Appended::New) => {}
-            Ok(Appended::Duplicate) => {
-                tracing::info!(message_id = %msg.message_id, "feishu message already recorded");
-            }
-            Err(e) => {
-                tracing::error!(message_id = %msg.message_id, error = %e, "feishu message could not be recorded");
-                return Err(());
-            }
+        Sender::Person {
+            name: if sender_open_id.is_empty() {
+                "feishu user".to_string()
+            } else {
+                crate::platform::person_name(matcher, Platform::Feishu, &human_name)
+            },
+            ids: (!person.is_empty()).then(|| person.join(" ")),
         }
-        return Ok(());
-    }
-    // A bot's message. A mesh colleague's authoritative copy comes over the bridge.
-    let bot = f.bots_by_open_id.get(&sender_open_id).cloned();
-    if bot.as_deref() == Some(f.me.as_str()) {
-        return Ok(());
-    }
-    if bot.is_some() {
-        let deadline = Instant::now() + BRIDGE_GRACE;
-        loop {
-            if node.sink.has_platform_msg(&group, &msg.message_id) {
-                tracing::debug!(message_id = %msg.message_id, "feishu copy of a colleague's message: the bridge copy is already recorded");
-                return Ok(());
-            }
-            if Instant::now() >= deadline || node.accepting.is_cancelled() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+    } else {
+        // A bot's message. A mesh colleague's authoritative copy comes over the bridge.
+        Sender::Bot {
+            colleague: f.bots_by_open_id.get(&sender_open_id).cloned(),
+            label: format!("app:{sender_open_id}"),
         }
-        tracing::warn!(message_id = %msg.message_id, bot = ?bot, "no bridge copy of a colleague's feishu message; recording it as context only");
-    }
-    // Context only: nobody answers it (its real depth is unknown).
-    env.author = Author::bot(bot.unwrap_or_else(|| format!("app:{sender_open_id}")));
-    env.depth = f.max_depth;
-    env.root = None;
-    let arrival = Arrival {
-        env,
-        mentions: Vec::new(),
-        source: "feishu",
     };
-    if let Err(e) = node.arrive(arrival).await {
-        tracing::error!(message_id = %msg.message_id, error = %e, "feishu bot message could not be recorded");
-        return Err(());
+    let mentions = match &sender {
+        Sender::Person { .. } => f.platform_mentions(&msg.mentions, matcher),
+        Sender::Bot { .. } => Vec::new(),
+    };
+    let message = PlatformMessage {
+        group,
+        platform_msg_id: msg.message_id.clone(),
+        sent_at,
+        text,
+        sender,
+        mentions,
+    };
+    match f.inbound.receive(node, message).await {
+        Received::Failed => Err(()),
+        _ => Ok(()),
     }
-    Ok(())
 }

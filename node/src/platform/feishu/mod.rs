@@ -96,6 +96,7 @@ use hyper::body::Incoming;
 use crate::config::{FeishuMode, NodeConfig, Platform};
 use crate::ingress::ingest::Ingest;
 use crate::ingress::server::Body;
+use crate::platform::kit::inbound::Inbound;
 use crate::platform::{ChatPlatform, PostError, Visibility};
 use crate::turn::mention::{MentionMatcher, PlatformMention};
 use crate::wire::envelope::{now_millis, Envelope};
@@ -154,7 +155,8 @@ pub(crate) struct Feishu {
     open_id: Option<String>,
     chat_id: Option<String>,
     mesh_group: String,
-    max_depth: u32,
+    /// The kit's one inbound path, as this adapter uses it.
+    pub(crate) inbound: Inbound,
     /// open_id in this app → bot name (this bot and the colleagues).
     bots_by_open_id: HashMap<String, String>,
     /// Colleague (canonical name) → open_id in this app.
@@ -344,7 +346,12 @@ impl Feishu {
             open_id: bot.open_id().map(str::to_string),
             chat_id: ids.chat_id.clone(),
             mesh_group: cfg.mesh().group.clone(),
-            max_depth: cfg.mesh().max_depth,
+            inbound: Inbound {
+                platform: "feishu",
+                me: bot.name.clone(),
+                max_depth: cfg.mesh().max_depth,
+                grace: BRIDGE_GRACE,
+            },
             bots_by_open_id,
             peer_open_ids,
             mode: ids.mode,

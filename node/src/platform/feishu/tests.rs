@@ -275,7 +275,12 @@ fn feishu_for_tests(dir: &Path) -> Feishu {
         open_id: Some("ou_me".into()),
         chat_id: Some("oc_team".into()),
         mesh_group: "demo".into(),
-        max_depth: 3,
+        inbound: crate::platform::kit::inbound::Inbound {
+            platform: "feishu",
+            me: "XiaoBa".into(),
+            max_depth: 3,
+            grace: BRIDGE_GRACE,
+        },
         bots_by_open_id: [("ou_me", "XiaoBa"), ("ou_ergoz_here", "ErGoz")]
             .into_iter()
             .map(|(a, b)| (a.to_string(), b.to_string()))

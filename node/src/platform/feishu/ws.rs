@@ -29,7 +29,8 @@
 //!    SDKs' `ReconnectCount` is logged, not obeyed: a bot must come back). This is
 //!    Feishu's schedule (jitter, then a constant interval it sets), not an exponential
 //!    one, so it is [`ClientConfig::reconnect_delay`] rather than
-//!    [`crate::config::pacing::Backoff`].
+//!    [`crate::config::pacing::Backoff`], the schedule of the kit's one reconnect
+//!    loop ([`crate::platform::kit::reconnect`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -45,6 +46,7 @@ use tokio::time::Instant;
 use tokio_tungstenite::tungstenite;
 use tokio_util::sync::CancellationToken;
 
+use crate::platform::kit::reconnect::{Ended, Next, Reconnect, Reconnects};
 use crate::telemetry::metrics::Metrics;
 
 /// Where the connection's address is asked for, under the open platform base URL.
@@ -768,61 +770,64 @@ impl std::fmt::Debug for WsSettings {
 }
 
 /// Runs the long connection until `stop` is cancelled: connect, serve, and after
-/// any failure wait (nonce jitter, then the interval) and connect again.
+/// any failure wait (nonce jitter, then the interval) and connect again, in the kit's
+/// one reconnect loop ([`crate::platform::kit::reconnect`]).
 pub async fn run(
     settings: WsSettings,
     handler: Arc<dyn EventHandler>,
     status: Arc<WsStatus>,
     stop: CancellationToken,
 ) {
-    let mut http = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(15));
-    if crate::platform::is_loopback(&settings.base_url) {
-        http = http.no_proxy();
-    }
-    let http = match http.build() {
+    let timeouts = crate::platform::kit::http::Timeouts {
+        connect: Duration::from_secs(5),
+        whole: Duration::from_secs(15),
+    };
+    let http = match crate::platform::kit::http::client(&settings.base_url, timeouts, None) {
         Ok(h) => h,
         Err(e) => {
             tracing::error!(error = %e, "feishu long connection: cannot build an HTTP client");
             return;
         }
     };
-    let mut config = ClientConfig::default();
-    let mut attempt: u32 = 0;
+    // Feishu's timing, updated by each endpoint answer and pong, read by the schedule.
+    let config = Mutex::new(ClientConfig::default());
+    let schedule = |attempt| {
+        config
+            .lock()
+            .reconnect_delay(attempt, rand::random::<f64>())
+    };
+    let mut reconnects = Reconnects::new(Reconnect {
+        platform: "feishu",
+        what: "long connection",
+        schedule: &schedule,
+        asked_pause: Duration::ZERO,
+    });
     loop {
-        if stop.is_cancelled() {
-            break;
-        }
         status.set_state(ConnState::Connecting);
+        let mut timing = *config.lock();
         let result =
-            connect_and_serve(&settings, &http, &handler, &status, &mut config, &stop).await;
-        match result {
-            Ok(()) => break,
+            connect_and_serve(&settings, &http, &handler, &status, &mut timing, &stop).await;
+        *config.lock() = timing;
+        // Feishu refusing is never final: its answer may change once the app is fixed.
+        let ended: Ended<WsError> = match result {
+            Ok(()) => Ended::Stopped,
             Err(Served {
                 error,
                 was_connected,
             }) => {
                 status.failed(&error);
-                if was_connected {
-                    attempt = 0;
+                if let WsError::Handshake(_) | WsError::Endpoint { .. } = &error {
+                    tracing::error!(app_id = %settings.app_id, error = %error, reconnect_count = timing.reconnect_count, "feishu long connection refused");
                 }
-                let delay = config.reconnect_delay(attempt, rand::random::<f64>());
-                match &error {
-                    WsError::Handshake(_) | WsError::Endpoint { .. } => {
-                        tracing::error!(app_id = %settings.app_id, error = %error, retry_in = ?delay, reconnect_count = config.reconnect_count, "feishu long connection refused")
-                    }
-                    _ => {
-                        tracing::warn!(app_id = %settings.app_id, error = %error, retry_in = ?delay, "feishu long connection failed")
-                    }
-                }
-                attempt = attempt.saturating_add(1);
-                status.set_state(ConnState::Reconnecting);
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    _ = tokio::time::sleep(delay) => {}
+                Ended::Dropped {
+                    why: error.to_string(),
+                    established: was_connected,
                 }
             }
+        };
+        let waiting = |_| status.set_state(ConnState::Reconnecting);
+        if let Next::Stop(_) = reconnects.after(ended, &stop, waiting).await {
+            break;
         }
     }
     status.set_state(ConnState::Stopped);

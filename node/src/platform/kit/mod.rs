@@ -5,18 +5,26 @@
 //!   [`api::Classify`] of each answer, with the one give-up error [`api::ApiError`].
 //! - [`token`] — the one source for an expiring access token.
 //! - [`pacer`] — the one per-chat pacer, on `config::pacing`'s limits.
+//! - [`reconnect`] — the one reconnect loop for long connections (Feishu's WebSocket,
+//!   Discord's gateway, DingTalk's stream): the adapter writes a session, the loop
+//!   keeps it going.
+//! - [`inbound`] — the one inbound path: a platform message becomes an envelope
+//!   (truncation, ids, root, a colleague's copy waiting for the bridge copy by
+//!   notification) and is counted in `botmesh_platform_events_total`.
+//! - [`http`] — the one builder of an adapter's HTTP client (timeouts always set, no
+//!   proxy for loopback).
 //!
-//! Still to come (issue 25): one reconnect loop for long connections (Feishu's
-//! `ws::run`, Discord's gateway, DingTalk's stream each have their own), one inbound
-//! path (the bridge-grace wait is still polled in Feishu and Discord), one builder for
-//! HTTP clients, one text truncation, adapters that describe themselves (a registry
-//! instead of `match` arms in `platform::build` and `visibility_of`) and one metric
-//! family for API calls.
+//! Still to come (issue 25): adapters that describe themselves (a registry instead of
+//! `match` arms in `platform::build` and `visibility_of`, each adapter's settings in
+//! its own folder).
 //!
 //! The llm client keeps its own retry loop: `llm/` is below `platform/` and its loop
 //! also measures each attempt's latency, reports the successful attempt's status and
 //! honours `Retry-After` without a cap; sharing this one would change what it does.
 
 pub(crate) mod api;
+pub(crate) mod http;
+pub(crate) mod inbound;
 pub(crate) mod pacer;
+pub(crate) mod reconnect;
 pub(crate) mod token;
