@@ -9,7 +9,7 @@ use std::time::Duration;
 use botmesh::wire::envelope::{AuthorKind, Envelope};
 use botmesh_tests::fake_llm::{FakeLlm, Script, Seen};
 use botmesh_tests::fake_slack::{FakeSlack, Person, SlackApp};
-use botmesh_tests::{bot_of, is_judge, MeshSpec, TestMesh};
+use botmesh_tests::{bot_of, is_judge, metric, MeshSpec, TestMesh};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const CHANNEL: &str = "C0700";
@@ -611,6 +611,15 @@ async fn two_slack_bots_hold_a_conversation() {
     assert!(
         !log.iter().any(|l| l.starts_with("late ")),
         "no ack came late: {log:#?}"
+    );
+    // Ada's answers reached Bix on Slack too, and were dropped for their bridge copies.
+    let m = mesh.metrics(BIX).await;
+    assert!(
+        metric(
+            &m,
+            r#"botmesh_platform_events_total{platform="slack",result="bridge_copy"}"#
+        ) >= 2.0,
+        "{m}"
     );
     mesh.shutdown().await;
 }

@@ -283,12 +283,13 @@ impl WebApi {
         app_token: &str,
         retry: ApiRetry,
     ) -> anyhow::Result<WebApi> {
-        let http = crate::platform::api_client(
-            reqwest::Client::builder()
-                .connect_timeout(Duration::from_secs(5))
-                .timeout(Duration::from_secs(15))
-                .user_agent(concat!("botmesh/", env!("CARGO_PKG_VERSION"))),
+        let http = crate::platform::kit::http::client(
             base_url,
+            crate::platform::kit::http::Timeouts {
+                connect: Duration::from_secs(5),
+                whole: Duration::from_secs(15),
+            },
+            Some(concat!("botmesh/", env!("CARGO_PKG_VERSION"))),
         )?;
         Ok(WebApi {
             http,

@@ -7,7 +7,9 @@
 //!   `app_mention` in a channel: a person's message is a human envelope under their
 //!   display name (`users.info`, cached); a bot's (`bot_id`, or `subtype:
 //!   bot_message`) is a colleague's copy when its `user` is a mesh bot's user id —
-//!   recorded once with the bridge copy — or another app's, context nobody answers.
+//!   recorded once with the bridge copy — or another app's, context nobody answers:
+//!   the kit's one inbound path ([`crate::platform::kit::inbound`]) records them, the
+//!   envelope id derived from the message's `ts` (the same on every node).
 //!   This bot's own messages are ignored. `message_changed` / `message_deleted` are
 //!   logged, not judged again; other subtypes (joins, topic changes) are ignored.
 //!   Direct messages are not the mesh's.
@@ -26,13 +28,10 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde::Deserialize;
-use tokio::time::Instant;
-use ulid::Ulid;
 
 use crate::config::Platform;
-use crate::ingress::ingest::{Arrival, Ingest};
-use crate::store::transcript::Appended;
-use crate::wire::envelope::{Author, Envelope};
+use crate::ingress::ingest::Ingest;
+use crate::platform::kit::inbound::{PlatformMessage, Sender};
 
 use super::Slack;
 
@@ -163,14 +162,6 @@ pub fn ts_millis(ts: &str) -> Option<u64> {
     let secs: u64 = secs.parse().ok()?;
     let micros: u64 = format!("{frac:0<6}").get(..6)?.parse().ok()?;
     Some(secs * 1000 + micros / 1000)
-}
-
-/// The envelope id of a Slack message: the same on every node of the mesh (so
-/// claims and answers name the same trigger). Time part: the `ts`; random part:
-/// SHA-256 of the channel and `ts`, which identify a message in a workspace.
-pub fn envelope_id(channel: &str, ts: &str) -> Ulid {
-    let at = ts_millis(ts).unwrap_or_else(crate::wire::envelope::now_millis);
-    crate::wire::envelope::platform_message_id("slack", &format!("{channel}:{ts}"), at)
 }
 
 /// `&lt;`, `&gt;`, `&amp;` back to `<`, `>`, `&` (Slack escapes exactly these three).
@@ -392,91 +383,53 @@ impl Slack {
             tracing::info!(channel = %m.channel, ts = %m.ts, "ignoring a slack message without text");
             return;
         }
-        if text.len() > crate::wire::envelope::MAX_TEXT_BYTES {
-            let mut end = crate::wire::envelope::MAX_TEXT_BYTES;
-            while !text.is_char_boundary(end) {
-                end -= 1;
+        let sender = if is_bot {
+            let app_name = m
+                .bot_profile
+                .as_ref()
+                .map(|p| p.name.clone())
+                .or_else(|| m.username.clone())
+                .filter(|n| !n.trim().is_empty())
+                .unwrap_or_else(|| m.bot_id.clone().unwrap_or_else(|| "app".into()));
+            Sender::Bot {
+                colleague: m
+                    .user
+                    .as_ref()
+                    .and_then(|u| self.bots_by_user_id.get(u))
+                    .cloned(),
+                label: format!("bot:{app_name}"),
             }
-            text.truncate(end);
-        }
-        let group = self.group_for_channel(&m.channel);
-        let sent_at = ts_millis(&m.ts).unwrap_or_else(crate::wire::envelope::now_millis);
-        let mut env = Envelope::message(
-            envelope_id(&m.channel, &m.ts),
-            sent_at,
-            &group,
-            &self.me,
-            Author::human(""),
-            text,
-        );
-        env.platform_msg_id = Some(m.ts.clone());
-        if !is_bot {
+        } else {
             let user = m.user.clone().unwrap_or_default();
             let shown = if user.is_empty() {
                 "someone".to_string()
             } else {
                 self.person_display_name(&user).await
             };
-            env.author = Author::human(crate::platform::person_name(
-                &self.matcher,
-                Platform::Slack,
-                &shown,
-            ));
-            env.root = Some(env.id);
-            env.person = Some(user).filter(|u| !u.is_empty());
-            match ingest
-                .arrive(Arrival {
-                    env,
-                    mentions: Vec::new(),
-                    source: "slack",
-                })
-                .await
-            {
-                Ok(Appended::New) => {}
-                Ok(Appended::Duplicate) => {
-                    tracing::debug!(ts = %m.ts, "slack message already recorded");
-                }
-                Err(e) => {
-                    tracing::error!(ts = %m.ts, error = %e, "slack message could not be recorded")
-                }
+            Sender::Person {
+                name: crate::platform::person_name(&self.matcher, Platform::Slack, &shown),
+                ids: Some(user).filter(|u| !u.is_empty()),
             }
-            return;
+        };
+        let msg = PlatformMessage {
+            group: self.group_for_channel(&m.channel),
+            platform_msg_id: m.ts.clone(),
+            sent_at: ts_millis(&m.ts).unwrap_or_else(crate::wire::envelope::now_millis),
+            text,
+            sender,
+            mentions: Vec::new(),
+        };
+        if is_bot {
+            // A colleague's copy may wait for its bridge copy: not on the socket's
+            // delivery task.
+            let inbound = self.inbound.clone();
+            let ing = ingest.clone();
+            ingest.tasks.spawn(async move {
+                inbound.receive(&ing, msg).await;
+            });
+        } else {
+            self.inbound.receive(ingest, msg).await;
         }
-        let colleague = m
-            .user
-            .as_ref()
-            .and_then(|u| self.bots_by_user_id.get(u))
-            .cloned();
-        let app_name = m
-            .bot_profile
-            .as_ref()
-            .map(|p| p.name.clone())
-            .or_else(|| m.username.clone())
-            .filter(|n| !n.trim().is_empty())
-            .unwrap_or_else(|| m.bot_id.clone().unwrap_or_else(|| "app".into()));
-        env.author = Author::bot(
-            colleague
-                .clone()
-                .unwrap_or_else(|| format!("bot:{app_name}")),
-        );
-        env.depth = self.max_depth;
-        let ing = ingest.clone();
-        ingest.tasks.spawn(async move {
-            if colleague.is_some() && wait_for_bridge_copy(&ing, &env).await {
-                return;
-            }
-            tracing::info!(ts = ?env.platform_msg_id, colleague = ?colleague, "recording a slack bot message as context only (no bridge copy)");
-            if let Err(e) = ing
-                .arrive(Arrival {
-                    env,
-                    mentions: Vec::new(),
-                    source: "slack",
-                })
-                .await
-            {
-                tracing::error!(error = %e, "slack bot message could not be recorded");
-            }
-        });
     }
 
     /// A person's display name: cached, else `users.info` (the user id when that fails,
@@ -496,23 +449,6 @@ impl Slack {
                 user.to_string()
             }
         }
-    }
-}
-
-/// Waits up to [`BRIDGE_GRACE`] for the bridge copy of a colleague's message; true
-/// once it is recorded.
-async fn wait_for_bridge_copy(ingest: &Ingest, env: &Envelope) -> bool {
-    let pid = env.platform_msg_id.as_deref().unwrap_or_default();
-    let deadline = Instant::now() + BRIDGE_GRACE;
-    loop {
-        if ingest.sink.has_platform_msg(&env.group, pid) {
-            tracing::debug!(ts = %pid, "slack copy of a colleague's message: the bridge copy is recorded");
-            return true;
-        }
-        if Instant::now() >= deadline || ingest.accepting.is_cancelled() {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -549,14 +485,10 @@ mod tests {
     }
 
     #[test]
-    fn ts_are_times_and_ids_are_the_same_everywhere() {
+    fn ts_are_times() {
         assert_eq!(ts_millis("1700000000.000100"), Some(1_700_000_000_000));
         assert_eq!(ts_millis("1700000000.123456"), Some(1_700_000_000_123));
         assert_eq!(ts_millis("x"), None);
-        let a = envelope_id("C0700", "1700000000.000100");
-        assert_eq!(a, envelope_id("C0700", "1700000000.000100"));
-        assert_ne!(a, envelope_id("C0701", "1700000000.000100"));
-        assert_eq!(a.timestamp_ms(), 1_700_000_000_000);
     }
 
     #[test]

@@ -39,6 +39,7 @@ use tokio::sync::mpsc;
 use crate::config::pacing::TokenBucket;
 use crate::config::{NodeConfig, Platform};
 use crate::ingress::ingest::Ingest;
+use crate::platform::kit::inbound::Inbound;
 use crate::platform::kit::pacer::ChatPacer;
 use crate::platform::{ChatPlatform, PostError, Visibility};
 use crate::turn::mention::MentionMatcher;
@@ -73,8 +74,8 @@ pub struct Slack {
     channel_id: String,
     /// `[mesh].group`.
     mesh_group: String,
-    /// Depth given to bot messages recorded as context only (nobody answers them).
-    max_depth: u32,
+    /// The kit's one inbound path, as this adapter uses it.
+    inbound: Inbound,
     /// User id → bot name (this bot and the colleagues with a `[bots.slack].user_id`).
     bots_by_user_id: HashMap<String, String>,
     /// Colleague → user id, for `<@U…>` in posts.
@@ -192,7 +193,12 @@ impl Slack {
             bot_id: Mutex::new(None),
             channel_id: s.channel_id.clone().unwrap_or_default().trim().to_string(),
             mesh_group: cfg.mesh().group.clone(),
-            max_depth: cfg.mesh().max_depth,
+            inbound: Inbound {
+                platform: "slack",
+                me: bot.name.clone(),
+                max_depth: cfg.mesh().max_depth,
+                grace: inbound::BRIDGE_GRACE,
+            },
             bots_by_user_id,
             peer_user_ids,
             matcher: MentionMatcher::new(&crate::turn::roster(&cfg.settings.bots)),

@@ -2,23 +2,24 @@
 //! `apps.connections.open` (app-level token) issues for one connection.
 //!
 //! One session ([`session`]): ask for a URL, connect, wait for `hello`, then read
-//! envelopes until the connection ends, and say how it ended ([`Ended`]):
+//! envelopes until the connection ends, and say how it ended (the kit's `Ended`):
 //!
 //! - every envelope (`events_api`, `slash_commands`, `interactive`) is acknowledged
 //!   at once with `{"envelope_id": …}` — before anything is done with it, since Slack
 //!   wants the ack within 3 s and redelivers (`retry_attempt` > 0) otherwise — and
 //!   then handed to the adapter through a channel, in order;
 //! - `disconnect` with reason `refresh_requested` or `warning` (Slack is about to
-//!   close this connection) ends the session as [`Ended::Asked`]: a new URL, a new
+//!   close this connection) ends the session as `Ended::Asked`: a new URL, a new
 //!   connection; `link_disabled` (Socket Mode was turned off for the app) is
-//!   [`Ended::Fatal`], with what to fix;
+//!   `Ended::Fatal`, with what to fix;
 //! - a close frame, a read error or silence (no frame, not even a pong to this
-//!   client's pings, for [`SILENCE`]) is [`Ended::Dropped`];
-//! - a refused app token at `apps.connections.open` is [`Ended::Fatal`].
+//!   client's pings, for [`SILENCE`]) is `Ended::Dropped`;
+//! - a refused app token at `apps.connections.open` is `Ended::Fatal`.
 //!
-//! [`run`] is the outer loop: a new session after each, waiting by the one backoff
-//! (`config::pacing::Backoff`) after drops, a short pause after a requested
-//! reconnect, until the node stops or a session ends fatally.
+//! [`run`] keeps sessions going on the kit's one reconnect loop
+//! ([`crate::platform::kit::reconnect`]): the one backoff (`config::pacing::Backoff`)
+//! after drops, a short pause after a requested reconnect, until the node stops or a
+//! session ends fatally.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -32,6 +33,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::pacing::{Backoff, Jitter};
+use crate::platform::kit::reconnect::{Ended, Next, Reconnect, Reconnects};
 
 use super::api::WebApi;
 
@@ -60,24 +62,6 @@ pub struct Delivery {
     pub retry_attempt: u64,
     /// Why Slack redelivered (`timeout`, …), empty for a first delivery.
     pub retry_reason: String,
-}
-
-/// How one session ended (the shape of the kit's reconnect loop).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ended {
-    /// The node is stopping.
-    Stopped,
-    /// Slack asked for a new connection (`disconnect`: refresh_requested, warning).
-    Asked,
-    /// The connection failed or dropped.
-    Dropped {
-        /// Why.
-        error: String,
-        /// Whether `hello` came first (which restarts the backoff count).
-        established: bool,
-    },
-    /// A failure retrying cannot fix: the adapter stops with it.
-    Fatal(String),
 }
 
 /// What a session shares with the adapter.
@@ -140,7 +124,7 @@ pub fn parse(text: &str) -> Frame {
 }
 
 /// What a `disconnect` reason means.
-pub fn on_disconnect(reason: &str) -> Ended {
+pub(crate) fn on_disconnect(reason: &str) -> Ended<String> {
     match reason {
         "link_disabled" => Ended::Fatal(
             "slack closed the Socket Mode connection with link_disabled: Socket Mode is turned off for this app; turn it on (app settings → Socket Mode) and restart the node".into(),
@@ -153,13 +137,13 @@ type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// One session: a URL from `apps.connections.open`, the connection, `hello`, then
-/// envelopes acknowledged and sent to `deliveries` until it ends.
-pub async fn session(
+/// envelopes acknowledged and sent to `deliveries` until it ends, saying how.
+pub(crate) async fn session(
     api: &WebApi,
     deliveries: &mpsc::UnboundedSender<Delivery>,
     state: &SocketState,
     stop: &CancellationToken,
-) -> Ended {
+) -> Ended<String> {
     let url = tokio::select! {
         _ = stop.cancelled() => return Ended::Stopped,
         url = api.connections_open() => match url {
@@ -171,7 +155,7 @@ pub async fn session(
             }
             Err(e) => {
                 return Ended::Dropped {
-                    error: format!("apps.connections.open failed: {e}"),
+                    why: format!("apps.connections.open failed: {e}"),
                     established: false,
                 }
             }
@@ -182,8 +166,8 @@ pub async fn session(
         _ = stop.cancelled() => return Ended::Stopped,
         c = tokio::time::timeout(CONNECT_TIMEOUT, tokio_tungstenite::connect_async(url.as_str())) => match c {
             Ok(Ok((ws, _))) => ws,
-            Ok(Err(e)) => return Ended::Dropped { error: format!("could not connect: {e}"), established: false },
-            Err(_) => return Ended::Dropped { error: "connecting timed out".into(), established: false },
+            Ok(Err(e)) => return Ended::Dropped { why: format!("could not connect: {e}"), established: false },
+            Err(_) => return Ended::Dropped { why: "connecting timed out".into(), established: false },
         }
     };
     let ended = serve(&mut ws, deliveries, state, stop).await;
@@ -201,12 +185,12 @@ async fn serve(
     deliveries: &mpsc::UnboundedSender<Delivery>,
     state: &SocketState,
     stop: &CancellationToken,
-) -> Ended {
+) -> Ended<String> {
     let mut established = false;
     let started = Instant::now();
     let mut last_heard = Instant::now();
     let mut ping = tokio::time::interval_at(Instant::now() + PING_EVERY, PING_EVERY);
-    let dropped = |error: String, established: bool| Ended::Dropped { error, established };
+    let dropped = |why: String, established: bool| Ended::Dropped { why, established };
     loop {
         let deadline = if established {
             last_heard + SILENCE
@@ -268,42 +252,27 @@ async fn serve(
     }
 }
 
-/// Runs sessions until `stop` or a fatal end, which it returns.
-pub async fn run(
+/// Runs sessions on the kit's reconnect loop until `stop` or a fatal end, which it
+/// returns: after a drop it waits by [`BACKOFF`] (half to all of the nominal wait),
+/// after Slack's `disconnect` [`ASKED_PAUSE`].
+pub(crate) async fn run(
     api: &WebApi,
     deliveries: mpsc::UnboundedSender<Delivery>,
     state: Arc<SocketState>,
     stop: CancellationToken,
 ) -> Option<String> {
-    let mut attempt: u32 = 0;
+    let schedule = |attempt: u32| BACKOFF.delay(attempt + 1, Jitter::Scale(0.5..=1.0));
+    let mut reconnects = Reconnects::new(Reconnect {
+        platform: "slack",
+        what: "socket",
+        schedule: &schedule,
+        asked_pause: ASKED_PAUSE,
+    });
     loop {
-        if stop.is_cancelled() {
-            return None;
-        }
-        let wait = match session(api, &deliveries, &state, &stop).await {
-            Ended::Stopped => return None,
-            Ended::Fatal(e) => {
-                tracing::error!(error = %e, "slack socket: stopped (retrying cannot fix this)");
-                return Some(e);
-            }
-            Ended::Asked => {
-                attempt = 0;
-                tracing::info!("slack socket: slack asked for a new connection");
-                ASKED_PAUSE
-            }
-            Ended::Dropped { error, established } => {
-                if established {
-                    attempt = 0;
-                }
-                attempt = attempt.saturating_add(1);
-                let wait = BACKOFF.delay(attempt, Jitter::Scale(0.5..=1.0));
-                tracing::warn!(%error, attempt, retry_in_ms = wait.as_millis() as u64, "slack socket: connection ended; reconnecting");
-                wait
-            }
-        };
-        tokio::select! {
-            _ = stop.cancelled() => return None,
-            _ = tokio::time::sleep(wait) => {}
+        let ended = session(api, &deliveries, &state, &stop).await;
+        match reconnects.after(ended, &stop, |_| {}).await {
+            Next::Again => {}
+            Next::Stop(fatal) => return fatal,
         }
     }
 }
@@ -343,8 +312,8 @@ mod tests {
 
     #[test]
     fn disconnect_reasons() {
-        assert_eq!(on_disconnect("refresh_requested"), Ended::Asked);
-        assert_eq!(on_disconnect("warning"), Ended::Asked);
+        assert!(matches!(on_disconnect("refresh_requested"), Ended::Asked));
+        assert!(matches!(on_disconnect("warning"), Ended::Asked));
         match on_disconnect("link_disabled") {
             Ended::Fatal(why) => assert!(why.contains("Socket Mode"), "{why}"),
             other => panic!("{other:?}"),

@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 use ulid::Ulid;
 
-use super::inbound::{envelope_id, MessageEvent, BRIDGE_GRACE};
+use super::inbound::{MessageEvent, BRIDGE_GRACE};
 use super::socket::Delivery;
 use super::*;
 use crate::ingress::ingest::Arrival;
@@ -133,9 +133,17 @@ fn posts_escape_and_mention_colleagues_by_user_id() {
 }
 
 /// A sink that records arrivals the way the transcript does (dedup by id and by each
-/// platform id).
-#[derive(Default)]
-struct TestSink(Mutex<Vec<Envelope>>);
+/// platform id), telling waiters of each new entry as the node's event bus does.
+struct TestSink(Mutex<Vec<Envelope>>, crate::telemetry::events::EventBus);
+
+impl Default for TestSink {
+    fn default() -> Self {
+        TestSink(
+            Mutex::default(),
+            crate::telemetry::events::EventBus::new(64),
+        )
+    }
+}
 
 impl TestSink {
     fn add(&self, env: Envelope) -> Appended {
@@ -154,7 +162,10 @@ impl TestSink {
         if dup {
             return Appended::Duplicate;
         }
-        v.push(env);
+        v.push(env.clone());
+        self.1.publish(crate::telemetry::events::Event::Message {
+            envelope: Arc::new(env),
+        });
         Appended::New
     }
     fn all(&self) -> Vec<Envelope> {
@@ -163,6 +174,20 @@ impl TestSink {
 }
 
 impl crate::ingress::ingest::Sink for TestSink {
+    fn await_platform_msg<'a>(
+        &'a self,
+        group: &'a str,
+        platform_msg_id: &'a str,
+        within: Duration,
+    ) -> BoxFuture<'a, bool> {
+        Box::pin(crate::ingress::ingest::recorded_within(
+            self.1.subscribe(),
+            move || self.has_platform_msg(group, platform_msg_id),
+            group,
+            platform_msg_id,
+            within,
+        ))
+    }
     fn record_many(
         &self,
         envs: Vec<Arc<Envelope>>,
@@ -272,7 +297,11 @@ async fn each_message_is_recorded_once() {
     let all = sink.all();
     assert_eq!(all.len(), 1);
     let h = &all[0];
-    assert_eq!(h.id, envelope_id("C0700", "1700000000.000100"));
+    assert_eq!(
+        h.id,
+        crate::wire::envelope::platform_message_id("slack", "1700000000.000100", 1_700_000_000_000),
+        "the id every node derives"
+    );
     assert_eq!(
         (
             h.author.name.as_str(),
@@ -333,7 +362,13 @@ async fn each_message_is_recorded_once() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(sink.all().len(), 2, "the Slack copy waits");
     sink.add(bridge("1700000000.000300"));
+    let told = Instant::now();
     settle(&ing).await;
+    assert_eq!(
+        told.elapsed(),
+        Duration::ZERO,
+        "told of the bridge copy, not polling"
+    );
     let all = sink.all();
     assert_eq!(all.len(), 3);
     assert_eq!(all[2].depth, 1, "the bridge copy's depth");
