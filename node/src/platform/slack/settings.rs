@@ -185,7 +185,7 @@ impl SlackSettings {
                 })?;
             if !value.starts_with(prefix) {
                 return Err(problem(format!(
-                    "environment variable {var} does not hold a {what}: Slack's start with {prefix}"
+                    "environment variable {var} does not hold the {what}: Slack's start with {prefix}"
                 )));
             }
             Ok(value)

@@ -112,6 +112,7 @@ fn the_documented_config_loads_and_names_each_mistake() {
         "{e}"
     );
     assert_eq!(crate::platform::visibility_of(Platform::Slack), VISIBILITY);
+    assert_eq!(crate::config::names::check_operator("slack:U2001"), Ok(()));
 }
 
 #[test]
