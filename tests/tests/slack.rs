@@ -16,6 +16,7 @@ const CHANNEL: &str = "C0700";
 const OTHER_CHANNEL: &str = "C0701";
 const ADA_ID: &str = "U1001";
 const BIX_ID: &str = "U1002";
+const CY_ID: &str = "U1003";
 const PY_ID: &str = "U1009";
 const CAROL_ID: &str = "U2001";
 const DAN_ID: &str = "U2002";
@@ -68,8 +69,13 @@ from slack_sdk.socket_mode.response import SocketModeResponse
 
 api, bot_token, app_token, person = sys.argv[1:5]
 
+out = threading.Lock()
+
 def say(**kw):
-    print(json.dumps(kw), flush=True)
+    # Listeners run on a thread pool: one whole line at a time.
+    with out:
+        sys.stdout.write(json.dumps(kw) + "\n")
+        sys.stdout.flush()
 
 web = WebClient(token=bot_token, base_url=api)
 me = web.auth_test()
@@ -90,7 +96,7 @@ def on_request(c, req):
         event_id=req.payload["event_id"])
     if ev["type"] != "message" or ev.get("bot_id"):
         return
-    if ev.get("text") == "ping":
+    if ev.get("text") == "ping" and not req.retry_attempt:
         r = c.web_client.chat_postMessage(channel=ev["channel"], text="pong &lt;3", thread_ts=ev["ts"])
         say(event="posted", ts=r["ts"], ok=r["ok"])
     if ev.get("text") == "done":
@@ -113,22 +119,30 @@ fn python() -> String {
     })
 }
 
-/// Reads the client's JSON lines until one satisfies `want` (bounded in time).
+/// The first of the client's JSON lines that satisfies `want`: one already read (the
+/// client handles events on a thread pool, so two may print in either order), else the
+/// next such line (bounded in time).
 async fn expect_line(
     lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
     seen: &mut Vec<serde_json::Value>,
     stderr: &std::sync::Mutex<String>,
+    fake: &FakeSlack,
     what: &str,
     want: impl Fn(&serde_json::Value) -> bool,
 ) -> serde_json::Value {
+    if let Some(v) = seen.iter().find(|v| want(v)) {
+        return v.clone();
+    }
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let line = tokio::time::timeout_at(deadline, lines.next_line())
             .await
             .unwrap_or_else(|_| {
                 panic!(
-                    "slack_sdk: no {what} in time; saw {seen:#?}\nstderr:\n{}",
-                    stderr.lock().unwrap()
+                    "slack_sdk: no {what} in time; saw {seen:#?}\nstderr:\n{}\nstand-in: {:#?} {:#?}",
+                    stderr.lock().unwrap(),
+                    fake.log(),
+                    fake.requests()
                 )
             })
             .expect("read stdout")
@@ -181,7 +195,7 @@ async fn the_stand_in_is_faithful_to_slack_sdk() {
         }
     });
     let mut seen = Vec::new();
-    let auth = expect_line(&mut lines, &mut seen, &stderr, "auth.test", |v| {
+    let auth = expect_line(&mut lines, &mut seen, &stderr, &fake, "auth.test", |v| {
         v["event"] == "auth"
     })
     .await;
@@ -189,7 +203,7 @@ async fn the_stand_in_is_faithful_to_slack_sdk() {
         (auth["user"].as_str(), auth["bot"].as_str()),
         (Some(PY_ID), Some("B0009"))
     );
-    let user = expect_line(&mut lines, &mut seen, &stderr, "users.info", |v| {
+    let user = expect_line(&mut lines, &mut seen, &stderr, &fake, "users.info", |v| {
         v["event"] == "user"
     })
     .await;
@@ -197,7 +211,7 @@ async fn the_stand_in_is_faithful_to_slack_sdk() {
         (user["name"].as_str(), user["real"].as_str()),
         (Some("Carol C"), Some("Carol Example"))
     );
-    expect_line(&mut lines, &mut seen, &stderr, "connected", |v| {
+    expect_line(&mut lines, &mut seen, &stderr, &fake, "connected", |v| {
         v["event"] == "connected"
     })
     .await;
@@ -205,7 +219,7 @@ async fn the_stand_in_is_faithful_to_slack_sdk() {
 
     // A person's message: received, acknowledged, answered in its thread.
     let ping = fake.say(CHANNEL, CAROL_ID, "ping");
-    let ev = expect_line(&mut lines, &mut seen, &stderr, "the ping", |v| {
+    let ev = expect_line(&mut lines, &mut seen, &stderr, &fake, "the ping", |v| {
         v["event"] == "event" && v["text"] == "ping"
     })
     .await;
@@ -217,26 +231,21 @@ async fn the_stand_in_is_faithful_to_slack_sdk() {
         ),
         (Some("message"), Some(CAROL_ID), Some(0))
     );
-    let posted = expect_line(&mut lines, &mut seen, &stderr, "the reply", |v| {
+    let posted = expect_line(&mut lines, &mut seen, &stderr, &fake, "the reply", |v| {
         v["event"] == "posted"
     })
     .await;
     assert_eq!(posted["ok"], true);
-    // Its own message comes back as an event, maybe before chat.postMessage returned.
-    let is_own = |v: &serde_json::Value| v["event"] == "event" && v["user"] == PY_ID;
-    let own = match seen.iter().find(|v| is_own(v)).cloned() {
-        Some(v) => v,
-        None => {
-            expect_line(
-                &mut lines,
-                &mut seen,
-                &stderr,
-                "its own reply as an event",
-                is_own,
-            )
-            .await
-        }
-    };
+    // Its own message comes back as an event (maybe before chat.postMessage returned).
+    let own = expect_line(
+        &mut lines,
+        &mut seen,
+        &stderr,
+        &fake,
+        "its own reply as an event",
+        |v| v["event"] == "event" && v["user"] == PY_ID,
+    )
+    .await;
     assert_eq!(
         (
             own["text"].as_str(),
@@ -266,28 +275,48 @@ async fn the_stand_in_is_faithful_to_slack_sdk() {
         &mut lines,
         &mut seen,
         &stderr,
+        &fake,
         "a message on the new connection",
         |v| v["event"] == "event" && v["type"] == "message" && v["user"] == DAN_ID,
     )
     .await;
     assert_eq!(ev["text"], format!("after the refresh <@{PY_ID}>"));
-    expect_line(&mut lines, &mut seen, &stderr, "its app_mention", |v| {
-        v["event"] == "event" && v["type"] == "app_mention"
-    })
+    expect_line(
+        &mut lines,
+        &mut seen,
+        &stderr,
+        &fake,
+        "its app_mention",
+        |v| v["event"] == "event" && v["type"] == "app_mention",
+    )
     .await;
     // A redelivery carries retry_attempt.
     let first = fake.events_for(PY_ID)[0].clone();
     fake.redeliver(&first);
-    let again = expect_line(&mut lines, &mut seen, &stderr, "the redelivery", |v| {
-        v["event"] == "event" && v["event_id"] == first.as_str() && v["retry"].as_u64() == Some(1)
-    })
+    let again = expect_line(
+        &mut lines,
+        &mut seen,
+        &stderr,
+        &fake,
+        "the redelivery",
+        |v| {
+            v["event"] == "event"
+                && v["event_id"] == first.as_str()
+                && v["retry"].as_u64() == Some(1)
+        },
+    )
     .await;
     assert_eq!(again["text"], "ping");
 
     fake.say(CHANNEL, CAROL_ID, "done");
-    expect_line(&mut lines, &mut seen, &stderr, "a clean close", |v| {
-        v["event"] == "closed"
-    })
+    expect_line(
+        &mut lines,
+        &mut seen,
+        &stderr,
+        &fake,
+        "a clean close",
+        |v| v["event"] == "closed",
+    )
     .await;
     let status = tokio::time::timeout(WAIT, child.wait())
         .await
@@ -776,25 +805,33 @@ async fn a_429_is_waited_out_and_a_long_answer_goes_in_parts() {
     mesh.shutdown().await;
 }
 
-/// A refused bot token and a user id that is not the token's stop Slack for that node,
-/// saying why in `/healthz` (503).
+/// A refused bot token, a user id that is not the token's, and Slack's
+/// `disconnect: link_disabled` each stop Slack for that node, saying why in `/healthz`
+/// (503), with no retry.
 #[tokio::test]
-async fn a_refused_token_or_a_wrong_user_id_stops_with_a_clear_reason() {
+async fn a_refused_token_a_wrong_user_id_or_link_disabled_stops_with_a_clear_reason() {
     botmesh_tests::init_logs();
     let fake = FakeSlack::start(
-        vec![app("ada", ADA_ID, 1), app("bix", BIX_ID, 2)],
+        vec![
+            app("ada", ADA_ID, 1),
+            app("bix", BIX_ID, 2),
+            app("cy", CY_ID, 3),
+        ],
         people(),
         &[CHANNEL],
     )
     .await;
-    let mut spec = MeshSpec::new(&["Ada", "Bix"])
+    let mut spec = MeshSpec::new(&["Ada", "Bix", "Cy"])
         .bot("Ada", &slack_bot("Ada", ADA_ID, &fake))
-        .bot("Bix", &slack_bot("Bix", "U7777", &fake));
+        .bot("Bix", &slack_bot("Bix", "U7777", &fake))
+        .bot("Cy", &slack_bot("Cy", CY_ID, &fake));
     spec.env = HashMap::from([
         ("ADA_BOT_TOKEN".to_string(), "xoxb-revoked".to_string()),
         ("ADA_APP_TOKEN".to_string(), "xapp-ada-token".to_string()),
         ("BIX_BOT_TOKEN".to_string(), "xoxb-bix-token".to_string()),
         ("BIX_APP_TOKEN".to_string(), "xapp-bix-token".to_string()),
+        ("CY_BOT_TOKEN".to_string(), "xoxb-cy-token".to_string()),
+        ("CY_APP_TOKEN".to_string(), "xapp-cy-token".to_string()),
     ]);
     let mesh = TestMesh::start(spec).await;
     let health = |i: usize| {
@@ -828,6 +865,28 @@ async fn a_refused_token_or_a_wrong_user_id_stops_with_a_clear_reason() {
         why.contains("U7777") && why.contains(BIX_ID) && why.contains("slack.user_id"),
         "{why}"
     );
-    assert_eq!(fake.opens(), 0, "no socket without a confirmed identity");
+    // Cy connects; Slack then disables its Socket Mode link: stopped, not retried.
+    fake.wait("Cy connected", |f| f.connected() == 1).await;
+    assert_eq!(fake.opens(), 1, "no socket without a confirmed identity");
+    assert_eq!(health(2).await.0, 200);
+    fake.disconnect("link_disabled");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let cy = loop {
+        let c = health(2).await;
+        if c.0 == 503 || tokio::time::Instant::now() > deadline {
+            break c;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(cy.0, 503, "{cy:?}");
+    let why = cy.1["platform_stopped"].as_str().unwrap();
+    assert!(
+        why.contains("link_disabled") && why.contains("Socket Mode"),
+        "{why}"
+    );
+    assert_eq!(cy.1["platform"]["slack"]["connected"], false);
+    fake.wait("Cy's socket closed", |f| f.connections() == 0)
+        .await;
+    assert_eq!(fake.opens(), 1, "no reconnect after link_disabled");
     mesh.shutdown().await;
 }

@@ -284,7 +284,7 @@ async fn settle(ing: &Ingest) {
 async fn each_message_is_recorded_once() {
     let s = Arc::new(ada());
     s.names.lock().insert("U2001".into(), "Carol".into());
-    s.names.lock().insert("U2002".into(), "Dan <3".into());
+    s.names.lock().insert("U2002".into(), "Bix <3".into());
     let sink = Arc::new(TestSink::default());
     let ing = ingest(sink.clone());
     let text = "<@U1001> what about <@U2002> &amp; the &lt;plan&gt;?";
@@ -314,11 +314,19 @@ async fn each_message_is_recorded_once() {
         (
             "Carol",
             AuthorKind::Human,
-            "@Ada what about <at user_id=\"U2002\">Dan 3</at> & the <plan>?",
+            "@Ada what about <at user_id=\"U2002\">Bix 3</at> & the <plan>?",
             Some(h.id),
             Some("U2001")
         )
     );
+    assert_eq!(
+        s.matcher.mentioned(&h.text, &[]),
+        vec!["Ada"],
+        "a person's tag names no bot"
+    );
+    assert!(crate::turn::policy::asks_everyone(
+        &super::inbound::readable_text("<!channel> thoughts?", &HashMap::new(), &HashMap::new())
+    ));
     assert_eq!(
         (h.group.as_str(), h.platform_msg_id.as_deref()),
         ("team", Some("1700000000.000100"))
