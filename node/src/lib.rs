@@ -49,7 +49,9 @@
 //! - [`egress`] — `Outbox` per peer, relaying around a broken link, the Redis stream link.
 //! - [`turn`] — the bots' manners, talking to the node only through `turn::Ports`.
 //! - [`ingress`] — `Ingest`: every inbound path's narrow handle, and the checks.
-//! - [`platform`] — `ChatPlatform`: what a chat platform shows to whom, events in, posts out.
+//! - [`platform`] — `ChatPlatform`: what a chat platform shows to whom, events in, posts out;
+//!   `platform::registry` lists the adapters (one line each, each described in its own
+//!   folder, its settings file read by config), `platform::kit` holds what they share.
 //! - [`app`] — one running node: state, start, routing, the local API, graceful shutdown.
 //! - [`simulate`] — `botmesh simulate`.
 //! - `fuzzing` — the fuzz harnesses, shared by `fuzz/` and the corpus replay test; only

@@ -344,6 +344,7 @@ fn run(
     init_tracing(log_format);
     // Configuration errors end the process before any port is bound.
     let settings = Settings::load(&config)?;
+    botmesh::platform::registry::check(&settings)?;
     let cfg = NodeConfig::resolve(settings, &bot, data_dir, &ProcessEnv)?;
     let rt = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     rt.block_on(async move {
@@ -426,6 +427,7 @@ fn write_private(path: &std::path::Path, value: &str) -> anyhow::Result<()> {
 
 fn explain(bot: String, config: PathBuf, req: botmesh::turn::ExplainRequest) -> anyhow::Result<()> {
     let settings = Settings::load(&config)?;
+    botmesh::platform::registry::check(&settings)?;
     let cfg = NodeConfig::without_secrets(settings, &bot, &ProcessEnv)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -476,6 +478,7 @@ fn post_local(
     body: Option<serde_json::Value>,
 ) -> anyhow::Result<()> {
     let settings = Settings::load(&config)?;
+    botmesh::platform::registry::check(&settings)?;
     let cfg = NodeConfig::without_secrets(settings, &bot, &ProcessEnv)?;
     let token = cfg
         .settings
@@ -514,6 +517,7 @@ fn post_local(
 
 fn feishu_ids(bot: String, config: PathBuf) -> anyhow::Result<()> {
     let settings = Settings::load(&config)?;
+    botmesh::platform::registry::check(&settings)?;
     let cfg = NodeConfig::resolve(settings, &bot, None, &ProcessEnv)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

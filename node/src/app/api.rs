@@ -266,7 +266,7 @@ fn build_local_message(node: &Node, p: PostMessage) -> Result<Envelope, (StatusC
             Some(Why::Posted),
         )
     } else {
-        if me.platform != Platform::Local {
+        if me.platform != Platform::LOCAL {
             return Err((
                 StatusCode::FORBIDDEN,
                 "this bot's humans are on its platform; post there".into(),

@@ -92,6 +92,7 @@ impl Node {
             restart_required: Vec::new(),
         };
         let file = Settings::load(&running.settings.path)
+            .and_then(|s| crate::platform::registry::check(&s).map(|()| s))
             .and_then(|s| NodeConfig::resolve(s, &name, Some(running.data_dir.clone()), &*secrets));
         let file = match file {
             Ok(f) => f,

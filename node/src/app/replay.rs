@@ -456,6 +456,7 @@ fn settings(opts: &ReplayOptions) -> anyhow::Result<NodeConfig> {
             .validate()
             .with_context(|| format!("--judge-prompt-file {}", file.display()))?;
     }
+    crate::platform::registry::check(&settings)?;
     let env: HashMap<String, String> = opts.env.iter().cloned().collect();
     let mut cfg = NodeConfig::without_secrets(settings, &opts.bot, &env)?;
     if let Some(d) = &opts.data_dir {

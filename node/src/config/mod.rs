@@ -8,18 +8,21 @@
 //! Secrets never live in the file: it names the environment variables or key files
 //! that hold them, and [`NodeConfig::resolve`] reads them for the one bot being run.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use platform::{Platform, PlatformTables};
+
 use crate::wire::signing::{HmacSecret, PairwiseKey, PublicKey, Signer, SigningKey, Verifier};
 
 pub mod acp;
 pub(crate) mod names;
 pub(crate) mod pacing;
+pub(crate) mod platform;
 pub(crate) mod reload;
 
 /// A configuration problem, always naming the key it is about.
@@ -345,53 +348,6 @@ fn yes() -> bool {
     true
 }
 
-/// Which chat platform a bot's humans use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum Platform {
-    /// The mesh is the chat: humans post through the page or the local API.
-    #[default]
-    Local,
-    /// Feishu/Lark delivers humans' messages to the bot itself.
-    Feishu,
-    /// Discord: the gateway delivers every message of the bot's channels (docs/discord.md).
-    Discord,
-    /// DingTalk (Stream mode) delivers a person's message only to the robots it
-    /// @-mentions; the receiving node carries it to its colleagues.
-    Dingtalk,
-    /// Slack (Socket Mode): every app in a channel sees every message there, bots'
-    /// included (docs/slack.md).
-    Slack,
-}
-
-impl Platform {
-    /// Every platform, for [`Platform::parse`].
-    const ALL: [Platform; 5] = [
-        Platform::Local,
-        Platform::Feishu,
-        Platform::Discord,
-        Platform::Dingtalk,
-        Platform::Slack,
-    ];
-
-    /// The name peers.toml spells it with (`local`, `feishu`, `discord`, `dingtalk`):
-    /// also the prefix of a person's id in `[mesh] operators`.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Platform::Local => "local",
-            Platform::Feishu => "feishu",
-            Platform::Discord => "discord",
-            Platform::Dingtalk => "dingtalk",
-            Platform::Slack => "slack",
-        }
-    }
-
-    /// The platform spelled `s` (as [`Platform::as_str`]).
-    pub(crate) fn parse(s: &str) -> Option<Platform> {
-        Platform::ALL.into_iter().find(|p| p.as_str() == s)
-    }
-}
-
 /// When a bot takes part in a conversation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -414,154 +370,6 @@ pub enum ReplyTo {
     All,
     /// Humans only (a review-panel bot ignores other bots).
     Humans,
-}
-
-/// How a feishu bot receives its events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum FeishuMode {
-    /// The node opens an outbound WebSocket to Feishu (no public address, no
-    /// Verification Token or Encrypt Key needed).
-    #[default]
-    LongConnection,
-    /// Feishu POSTs signed callbacks to the node's bridge listener.
-    Webhook,
-}
-
-/// Feishu ids of a bot and, for a bot whose platform is `feishu`, its app (see docs/feishu.md).
-#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct FeishuIds {
-    /// How events arrive: `long_connection` (default) or `webhook`.
-    #[serde(default)]
-    pub mode: FeishuMode,
-    /// The bot's open_id (as seen by this bot's own app).
-    #[serde(default)]
-    pub(crate) open_id: Option<String>,
-    /// The app's App ID (`cli_…`).
-    #[serde(default)]
-    pub(crate) app_id: Option<String>,
-    /// Env var holding the app's App Secret.
-    #[serde(default)]
-    pub(crate) app_secret_env: Option<String>,
-    /// Env var holding the event subscription's Verification Token.
-    #[serde(default)]
-    pub(crate) verification_token_env: Option<String>,
-    /// Env var holding the event subscription's Encrypt Key (recommended: signed, encrypted events).
-    #[serde(default)]
-    pub(crate) encrypt_key_env: Option<String>,
-    /// Open platform base URL: `https://open.feishu.cn` (default) or `https://open.larksuite.com`.
-    #[serde(default)]
-    pub(crate) base_url: Option<String>,
-    /// The group chat (`oc_…`) that is the mesh's `[mesh].group`.
-    #[serde(default)]
-    pub(crate) chat_id: Option<String>,
-    /// Colleagues' open_ids as seen by THIS bot's app (open_ids differ per app): bot name → `ou_…`.
-    #[serde(default)]
-    pub(crate) peer_open_ids: HashMap<String, String>,
-}
-
-/// The Feishu open platform's default base URL.
-pub(crate) const FEISHU_BASE_URL: &str = "https://open.feishu.cn";
-
-impl FeishuIds {
-    /// The configured base URL without a trailing `/`, or Feishu's.
-    pub(crate) fn base_url(&self) -> String {
-        self.base_url
-            .as_deref()
-            .unwrap_or(FEISHU_BASE_URL)
-            .trim_end_matches('/')
-            .to_string()
-    }
-}
-
-/// Discord's REST API base URL (v10).
-pub const DISCORD_API_BASE_URL: &str = "https://discord.com/api/v10";
-
-/// `[bots.discord]`: a Discord bot's identity and where it talks (see docs/discord.md).
-#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct DiscordSettings {
-    /// Env var holding the bot token (never the token itself: secrets stay out of the file).
-    #[serde(default)]
-    pub token_env: Option<String>,
-    /// The channel that is the mesh's `[mesh].group`; messages in other channels the
-    /// bot can read become groups named by the channel id.
-    #[serde(default)]
-    pub channel_id: Option<String>,
-    /// The bot's own user id (a snowflake), checked against `GET /users/@me` at start:
-    /// how its own messages and mentions of it are recognised.
-    #[serde(default)]
-    pub user_id: Option<String>,
-    /// Colleagues' user ids, bot name → snowflake, for real `<@id>` mentions and to
-    /// recognise their messages (else a colleague's own `[bots.discord].user_id`).
-    #[serde(default)]
-    pub peer_user_ids: HashMap<String, String>,
-    /// REST base URL; Discord's v10 API unless a test points it at a stand-in.
-    #[serde(default)]
-    pub api_base_url: Option<String>,
-    /// Gateway URL used instead of the one `GET /gateway/bot` returns (a stand-in).
-    #[serde(default)]
-    pub gateway_url: Option<String>,
-}
-
-impl DiscordSettings {
-    /// The REST base URL without a trailing `/`.
-    pub fn api_base_url(&self) -> String {
-        self.api_base_url
-            .as_deref()
-            .unwrap_or(DISCORD_API_BASE_URL)
-            .trim_end_matches('/')
-            .to_string()
-    }
-}
-
-/// A DingTalk bot's app and robot (see docs/dingtalk.md).
-#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct DingTalkIds {
-    /// The app's Client ID (formerly AppKey): opens the Stream connection and gets
-    /// access tokens.
-    #[serde(default)]
-    pub client_id: Option<String>,
-    /// Env var holding the app's Client Secret (formerly AppSecret).
-    #[serde(default)]
-    pub client_secret_env: Option<String>,
-    /// The robot's code (usually equal to the Client ID): the group-send API names the
-    /// robot by it.
-    #[serde(default)]
-    pub robot_code: Option<String>,
-    /// The group conversation (`cid…`) that is the mesh's `[mesh].group`; messages of
-    /// other groups go to groups named by their conversation id.
-    #[serde(default)]
-    pub conversation_id: Option<String>,
-    /// Colleagues' ids as they appear in this robot's `atUsers` (`dingtalkId`, or
-    /// `staffId`): bot name → id, so a person's @ of a colleague robot is recognised.
-    #[serde(default)]
-    pub peer_user_ids: HashMap<String, String>,
-    /// Open API base URL (default `https://api.dingtalk.com`); tests point it at a
-    /// stand-in.
-    #[serde(default)]
-    pub api_base_url: Option<String>,
-}
-
-/// DingTalk's open API base URL.
-pub(crate) const DINGTALK_BASE_URL: &str = "https://api.dingtalk.com";
-
-impl DingTalkIds {
-    /// The configured base URL without a trailing `/`, or DingTalk's.
-    pub(crate) fn api_base_url(&self) -> String {
-        self.api_base_url
-            .as_deref()
-            .unwrap_or(DINGTALK_BASE_URL)
-            .trim_end_matches('/')
-            .to_string()
-    }
-}
-
-/// Whether `s` looks like a Discord snowflake: 1 to 20 ASCII digits.
-pub fn is_snowflake(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// Sidecar mode: hand each turn to an external bot instead of the built-in reply.
@@ -706,18 +514,12 @@ pub struct BotSettings {
     /// The chat platform its humans use.
     #[serde(default)]
     pub(crate) platform: Platform,
-    /// Feishu ids.
-    #[serde(default)]
-    pub(crate) feishu: Option<FeishuIds>,
-    /// Discord ids and token variable (`platform = "discord"`, or a colleague's user id).
-    #[serde(default)]
-    pub(crate) discord: Option<DiscordSettings>,
-    /// DingTalk app and robot, for a bot whose platform is `dingtalk`.
-    #[serde(default)]
-    pub(crate) dingtalk: Option<DingTalkIds>,
-    /// Slack ids and token variables (`platform = "slack"`, or a colleague's user id).
-    #[serde(default)]
-    pub(crate) slack: Option<crate::platform::slack::settings::SlackSettings>,
+    /// Its platform tables as written (`[bots.discord]`, …): its own platform's, and
+    /// others' that give its ids there; each platform's adapter reads its own
+    /// (`platform::registry`). Taken out of the file before the rest is read
+    /// ([`platform::take_tables`]), so never deserialized with the other keys.
+    #[serde(flatten, skip_deserializing)]
+    pub(crate) tables: PlatformTables,
     /// When it takes part.
     #[serde(default)]
     pub(crate) participation: Participation,
@@ -853,10 +655,14 @@ impl BotSettings {
                 text.push_str(&format!("\n{key} = {value}"));
             }
         }
-        config::Config::builder()
+        let mut value: config::Value = config::Config::builder()
             .add_source(config::File::from_str(&text, config::FileFormat::Toml))
             .build()?
-            .try_deserialize()
+            .try_deserialize()?;
+        let tables = platform::take_bot_tables(&mut value, platform::field_names::<BotSettings>());
+        let mut bot: BotSettings = value.try_deserialize()?;
+        bot.tables = PlatformTables(tables);
+        Ok(bot)
     }
 
     /// The URL peers post envelopes to.
@@ -867,9 +673,20 @@ impl BotSettings {
             .trim_end_matches('/')
             .to_string()
     }
-    /// This bot's open_id on Feishu, if configured.
-    pub(crate) fn open_id(&self) -> Option<&str> {
-        self.feishu.as_ref().and_then(|f| f.open_id.as_deref())
+    /// Its `[bots.<platform>]` table read as `T`, when it has one (checked at start by
+    /// `platform::registry`, so unreadable only if it was never checked: then `None`).
+    pub(crate) fn table<T: serde::de::DeserializeOwned>(&self, platform: Platform) -> Option<T> {
+        platform::read_table(self.tables.get(platform.as_str())?).ok()
+    }
+
+    /// This bot's open_id on Feishu, if configured: Feishu's mentions name bots by it,
+    /// and the mention matcher knows every member by it (the one platform id the turn
+    /// code reads).
+    pub(crate) fn open_id(&self) -> Option<String> {
+        let config::ValueKind::Table(t) = &self.tables.get("feishu")?.kind else {
+            return None;
+        };
+        t.get("open_id")?.clone().into_string().ok()
     }
 }
 
@@ -975,9 +792,7 @@ impl Settings {
                 .map_err(|e| from_config_error(&file, e))?;
         }
         let built = builder.build().map_err(|e| from_config_error(&file, e))?;
-        let mut settings: Settings = built
-            .try_deserialize()
-            .map_err(|e| from_config_error(&file, e))?;
+        let mut settings = Self::read(built, &file)?;
         settings.path = path.to_path_buf();
         settings.validate()?;
         Ok(settings)
@@ -991,15 +806,29 @@ impl Settings {
             .add_source(config::File::from_str(text, config::FileFormat::Toml))
             .build()
             .map_err(|e| from_config_error(&file, e))?;
-        let mut settings: Settings = built
-            .try_deserialize()
-            .map_err(|e| from_config_error(&file, e))?;
+        let mut settings = Self::read(built, &file)?;
         settings.path = path.to_path_buf();
         settings.validate()?;
         Ok(settings)
     }
 
-    fn err(&self, key: impl Into<String>, problem: impl Into<String>) -> ConfigError {
+    /// The typed settings of `built`, each bot's platform tables kept as written
+    /// ([`platform::take_tables`]).
+    fn read(built: config::Config, file: &str) -> Result<Settings, ConfigError> {
+        let mut root: config::Value = built
+            .try_deserialize()
+            .map_err(|e| from_config_error(file, e))?;
+        let tables = platform::take_tables(&mut root, platform::field_names::<BotSettings>());
+        let mut settings: Settings = root
+            .try_deserialize()
+            .map_err(|e| from_config_error(file, e))?;
+        for (bot, tables) in settings.bots.iter_mut().zip(tables) {
+            bot.tables = PlatformTables(tables);
+        }
+        Ok(settings)
+    }
+
+    pub(crate) fn err(&self, key: impl Into<String>, problem: impl Into<String>) -> ConfigError {
         ConfigError {
             file: self.path.display().to_string(),
             key: key.into(),
@@ -1267,40 +1096,6 @@ impl Settings {
                     format!("{} has no public_key and neither mesh.secret_env nor mesh.secret_file is set: its envelopes could never be verified", b.name),
                 ));
             }
-            if b.platform == Platform::Feishu && b.open_id().is_none() {
-                return Err(self.err(at("feishu.open_id"), "a feishu bot needs its open_id"));
-            }
-            if let Some(f) = &b.feishu {
-                self.validate_feishu(i, b, f)?;
-            }
-            if b.platform == Platform::Discord && b.discord.is_none() {
-                return Err(self.err(
-                    at("discord"),
-                    "a discord bot needs a [bots.discord] table (token_env, channel_id, user_id)",
-                ));
-            }
-            if let Some(d) = &b.discord {
-                self.validate_discord(i, b, d)?;
-            }
-            if b.platform == Platform::Dingtalk && b.dingtalk.is_none() {
-                return Err(self.err(
-                    at("dingtalk"),
-                    "a dingtalk bot needs a [bots.dingtalk] table (client_id, client_secret_env, robot_code, conversation_id)",
-                ));
-            }
-            if let Some(d) = &b.dingtalk {
-                self.validate_dingtalk(i, b, d)?;
-            }
-            if b.platform == Platform::Slack && b.slack.is_none() {
-                return Err(self.err(
-                    at("slack"),
-                    "a slack bot needs a [bots.slack] table (bot_token_env, app_token_env, channel_id, user_id)",
-                ));
-            }
-            if let Some(s) = &b.slack {
-                s.validate(i, b.platform == Platform::Slack)
-                    .map_err(|p| self.err(p.key, p.problem))?;
-            }
             match &b.agent {
                 Some(AgentEngine::Webhook(a)) => {
                     check_url(&a.webhook).map_err(|p| self.err(at("agent.webhook"), p))?;
@@ -1388,200 +1183,6 @@ impl Settings {
                     }
                 }
             }
-        }
-        Ok(())
-    }
-
-    fn validate_feishu(&self, i: usize, b: &BotSettings, f: &FeishuIds) -> Result<(), ConfigError> {
-        let at = |k: &str| format!("bots[{i}].feishu.{k}");
-        if let Some(url) = &f.base_url {
-            check_url(url).map_err(|p| self.err(at("base_url"), p))?;
-        }
-        for (peer, open_id) in &f.peer_open_ids {
-            let key = at(&format!("peer_open_ids.{peer}"));
-            match self.bot(peer) {
-                None => {
-                    return Err(self.err(key, format!("{peer:?} is not a bot of this mesh")));
-                }
-                Some((j, _)) if j == i => {
-                    return Err(self.err(key, "a bot's own open_id goes in feishu.open_id"));
-                }
-                _ => {}
-            }
-            if open_id.trim().is_empty() || open_id.contains(['<', '>', '"']) {
-                return Err(self.err(key, "must be an open_id like ou_…"));
-            }
-        }
-        if b.platform != Platform::Feishu {
-            return Ok(());
-        }
-        let blank = |v: &Option<String>| v.as_deref().is_none_or(|v| v.trim().is_empty());
-        if blank(&f.app_id) {
-            return Err(self.err(at("app_id"), "a feishu bot needs its app's App ID (cli_…)"));
-        }
-        if blank(&f.app_secret_env) {
-            return Err(self.err(
-                at("app_secret_env"),
-                "a feishu bot needs the env var holding its App Secret",
-            ));
-        }
-        if f.mode == FeishuMode::Webhook
-            && blank(&f.verification_token_env)
-            && blank(&f.encrypt_key_env)
-        {
-            return Err(self.err(
-                at("encrypt_key_env"),
-                "set encrypt_key_env (recommended) or verification_token_env: webhook events must be authenticated (or use mode = \"long_connection\", which needs neither)",
-            ));
-        }
-        if f.chat_id.as_deref().is_some_and(|c| c.trim().is_empty()) {
-            return Err(self.err(at("chat_id"), "must not be empty (a chat_id like oc_…)"));
-        }
-        Ok(())
-    }
-
-    /// `bots[i].discord`: what a discord bot needs, and well-formed ids and URLs.
-    fn validate_discord(
-        &self,
-        i: usize,
-        b: &BotSettings,
-        d: &DiscordSettings,
-    ) -> Result<(), ConfigError> {
-        let at = |k: &str| format!("bots[{i}].discord.{k}");
-        if let Some(url) = &d.api_base_url {
-            check_url(url).map_err(|p| self.err(at("api_base_url"), p))?;
-        }
-        if let Some(url) = &d.gateway_url {
-            let rest = url
-                .strip_prefix("ws://")
-                .or_else(|| url.strip_prefix("wss://"))
-                .filter(|r| !r.is_empty() && !r.starts_with('/'));
-            if rest.is_none() || reqwest::Url::parse(url).is_err() {
-                return Err(self.err(
-                    at("gateway_url"),
-                    format!("{url:?} must be a ws:// or wss:// URL with a host"),
-                ));
-            }
-        }
-        for (key, value) in [("channel_id", &d.channel_id), ("user_id", &d.user_id)] {
-            if let Some(v) = value {
-                if !is_snowflake(v.trim()) {
-                    return Err(self.err(
-                        at(key),
-                        format!(
-                            "{v:?} is not a Discord id (digits only: Developer Mode → Copy ID)"
-                        ),
-                    ));
-                }
-            }
-        }
-        let mut seen: HashMap<&str, &str> = HashMap::new();
-        if let Some(own) = &d.user_id {
-            seen.insert(own.trim(), b.name.as_str());
-        }
-        let mut peers: Vec<(&String, &String)> = d.peer_user_ids.iter().collect();
-        peers.sort();
-        for (peer, id) in peers {
-            let key = at(&format!("peer_user_ids.{peer}"));
-            match self.bot(peer) {
-                None => return Err(self.err(key, format!("{peer:?} is not a bot of this mesh"))),
-                Some((j, _)) if j == i => {
-                    return Err(self.err(key, "a bot's own id goes in discord.user_id"));
-                }
-                _ => {}
-            }
-            if !is_snowflake(id.trim()) {
-                return Err(self.err(
-                    key,
-                    format!("{id:?} is not a Discord user id (digits only)"),
-                ));
-            }
-            if let Some(other) = seen.insert(id.trim(), peer.as_str()) {
-                return Err(self.err(key, format!("{id} is already the id of {other}")));
-            }
-        }
-        if b.platform != Platform::Discord {
-            return Ok(());
-        }
-        let blank = |v: &Option<String>| v.as_deref().is_none_or(|v| v.trim().is_empty());
-        if blank(&d.token_env) {
-            return Err(self.err(
-                at("token_env"),
-                "a discord bot needs the env var holding its bot token",
-            ));
-        }
-        if blank(&d.channel_id) {
-            return Err(self.err(
-                at("channel_id"),
-                "a discord bot needs the id of the channel that is [mesh].group",
-            ));
-        }
-        if blank(&d.user_id) {
-            return Err(self.err(
-                at("user_id"),
-                "a discord bot needs its own user id (the application's bot user)",
-            ));
-        }
-        Ok(())
-    }
-
-    /// `bots[i].dingtalk`: the app and robot a dingtalk bot needs, and well-formed
-    /// peer ids.
-    fn validate_dingtalk(
-        &self,
-        i: usize,
-        b: &BotSettings,
-        d: &DingTalkIds,
-    ) -> Result<(), ConfigError> {
-        let at = |k: &str| format!("bots[{i}].dingtalk.{k}");
-        if let Some(url) = &d.api_base_url {
-            check_url(url).map_err(|p| self.err(at("api_base_url"), p))?;
-        }
-        for (peer, id) in &d.peer_user_ids {
-            let key = at(&format!("peer_user_ids.{peer}"));
-            match self.bot(peer) {
-                None => {
-                    return Err(self.err(key, format!("{peer:?} is not a bot of this mesh")));
-                }
-                Some((j, _)) if j == i => {
-                    return Err(self.err(key, "a bot does not list itself among its peers"));
-                }
-                _ => {}
-            }
-            if id.trim().is_empty() || id.chars().any(char::is_whitespace) {
-                return Err(self.err(
-                    key,
-                    "must be the colleague's id in atUsers (dingtalkId or staffId), without spaces",
-                ));
-            }
-        }
-        if b.platform != Platform::Dingtalk {
-            return Ok(());
-        }
-        let blank = |v: &Option<String>| v.as_deref().is_none_or(|v| v.trim().is_empty());
-        if blank(&d.client_id) {
-            return Err(self.err(
-                at("client_id"),
-                "a dingtalk bot needs its app's Client ID (formerly AppKey, ding…)",
-            ));
-        }
-        if blank(&d.client_secret_env) {
-            return Err(self.err(
-                at("client_secret_env"),
-                "a dingtalk bot needs the env var holding its app's Client Secret",
-            ));
-        }
-        if blank(&d.robot_code) {
-            return Err(self.err(
-                at("robot_code"),
-                "a dingtalk bot needs its robot's code (usually the Client ID)",
-            ));
-        }
-        if blank(&d.conversation_id) {
-            return Err(self.err(
-                at("conversation_id"),
-                "a dingtalk bot needs the group's conversation id (cid…) that is [mesh].group",
-            ));
         }
         Ok(())
     }
@@ -1684,7 +1285,7 @@ impl Settings {
     }
 }
 
-fn check_url(url: &str) -> Result<(), String> {
+pub(crate) fn check_url(url: &str) -> Result<(), String> {
     let rest = url
         .strip_prefix("http://")
         .or_else(|| url.strip_prefix("https://"))
@@ -1726,7 +1327,7 @@ fn from_config_error(file: &str, e: config::ConfigError) -> ConfigError {
 
 /// The config crate joins an array index to the key after it without a dot
 /// (`bots[1]feishu.app_id`); the key as written in the file is `bots[1].feishu.app_id`.
-fn dotted_key(raw: &str) -> String {
+pub(crate) fn dotted_key(raw: &str) -> String {
     let mut key = String::with_capacity(raw.len() + 2);
     let mut chars = raw.chars().peekable();
     while let Some(c) = chars.next() {
@@ -1759,14 +1360,9 @@ pub struct NodeConfig {
     pub api_addr: SocketAddr,
     /// LLM API keys read from the variables `[llm]` names, by variable name.
     pub(crate) llm_keys: HashMap<String, String>,
-    /// The Feishu app's secrets, for a bot whose platform is `feishu`.
-    pub(crate) feishu: Option<FeishuSecrets>,
-    /// The bot token, for a bot whose platform is `discord`.
-    pub(crate) discord: Option<DiscordSecrets>,
-    /// The DingTalk app's Client Secret, for a bot whose platform is `dingtalk`.
-    pub(crate) dingtalk: Option<DingTalkSecrets>,
-    /// The bot and app-level tokens, for a bot whose platform is `slack`.
-    pub(crate) slack: Option<crate::platform::slack::settings::SlackSecrets>,
+    /// The secrets of this bot's platform, by the key of its table that names each
+    /// variable (`token_env` → the token): see [`platform`].
+    pub(crate) platform_secrets: PlatformSecrets,
     /// The Redis server's URL, when this bot's transport is `redis`.
     pub(crate) redis_url: Option<String>,
     /// The headers of this bot's HTTP MCP servers, by server name: `(header, value)`
@@ -1777,50 +1373,62 @@ pub struct NodeConfig {
     pub(crate) agent_env: std::collections::BTreeMap<String, String>,
 }
 
-/// A feishu bot's secrets, read from the variables `[bots.feishu]` names.
-#[derive(Clone)]
-pub struct FeishuSecrets {
-    /// App Secret (for the tenant access token).
-    pub(crate) app_secret: String,
-    /// Verification Token, when configured.
-    pub(crate) verification_token: Option<String>,
-    /// Encrypt Key, when configured.
-    pub(crate) encrypt_key: Option<String>,
-}
+/// The secrets of a node's own platform, read at start from the variables its
+/// `[bots.<platform>]` table names (every key ending in `_env`), by that key.
+#[derive(Clone, Default)]
+pub struct PlatformSecrets(BTreeMap<String, String>);
 
-/// A discord bot's secret, read from the variable `[bots.discord].token_env` names.
-#[derive(Clone)]
-pub struct DiscordSecrets {
-    /// The bot token (sent as `Authorization: Bot …` and in IDENTIFY).
-    pub token: String,
-}
-
-impl std::fmt::Debug for DiscordSecrets {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DiscordSecrets").finish_non_exhaustive()
+impl PlatformSecrets {
+    /// The value of the variable that table key `key` names, if it names one.
+    pub(crate) fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
     }
 }
 
-/// A dingtalk bot's secret, read from the variable `[bots.dingtalk]` names.
-#[derive(Clone)]
-pub struct DingTalkSecrets {
-    /// Client Secret: opens the Stream connection and gets access tokens.
-    pub client_secret: String,
-}
-
-impl std::fmt::Debug for DingTalkSecrets {
+impl std::fmt::Debug for PlatformSecrets {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DingTalkSecrets").finish_non_exhaustive()
+        // The keys only: never a secret's value.
+        f.debug_list().entries(self.0.keys()).finish()
     }
 }
 
-impl std::fmt::Debug for FeishuSecrets {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FeishuSecrets")
-            .field("verification_token", &self.verification_token.is_some())
-            .field("encrypt_key", &self.encrypt_key.is_some())
-            .finish_non_exhaustive()
+/// Reads the secrets of bot `me`'s own platform (none without `secrets`): each
+/// string under a key ending in `_env` of its `[bots.<platform>]` table names a
+/// variable, which must be set.
+fn platform_secrets(
+    settings: &Settings,
+    me: usize,
+    bot: &BotSettings,
+    env: &dyn SecretSource,
+    secrets: bool,
+) -> Result<PlatformSecrets, ConfigError> {
+    let mut out = BTreeMap::new();
+    let table = bot.tables.get(bot.platform.as_str());
+    let Some(config::ValueKind::Table(keys)) = table.map(|t| &t.kind) else {
+        return Ok(PlatformSecrets(out));
+    };
+    if !secrets {
+        return Ok(PlatformSecrets(out));
     }
+    for (key, value) in keys {
+        if !key.ends_with("_env") {
+            continue;
+        }
+        let Ok(var) = value.clone().into_string() else {
+            continue;
+        };
+        if var.trim().is_empty() {
+            continue;
+        }
+        let value = env.var(var.trim()).ok_or_else(|| {
+            settings.err(
+                format!("bots[{me}].{}.{key}", bot.platform),
+                format!("environment variable {var} is not set"),
+            )
+        })?;
+        out.insert(key.clone(), value);
+    }
+    Ok(PlatformSecrets(out))
 }
 
 impl std::fmt::Debug for NodeConfig {
@@ -1895,49 +1503,7 @@ impl NodeConfig {
         let bridge_addr: SocketAddr = bot.bridge.parse().expect("validated");
         let api_tokens = api_tokens(&settings, &bot, api_addr, &at, env, secrets)?;
         let llm_keys = llm_keys(&settings, env, secrets)?;
-        let feishu = match bot
-            .feishu
-            .as_ref()
-            .filter(|_| bot.platform == Platform::Feishu)
-        {
-            Some(f) if secrets => Some(feishu_secrets(&settings, me, f, env)?),
-            _ => None,
-        };
-        let discord = match bot
-            .discord
-            .as_ref()
-            .filter(|_| bot.platform == Platform::Discord)
-        {
-            Some(d) if secrets => Some(discord_secrets(&settings, me, d, env)?),
-            _ => None,
-        };
-        let dingtalk = match bot
-            .dingtalk
-            .as_ref()
-            .filter(|_| bot.platform == Platform::Dingtalk)
-            .and_then(|d| d.client_secret_env.as_ref())
-        {
-            Some(var) if secrets => Some(DingTalkSecrets {
-                client_secret: env.var(var).ok_or_else(|| {
-                    settings.err(
-                        format!("bots[{me}].dingtalk.client_secret_env"),
-                        format!("environment variable {var} is not set"),
-                    )
-                })?,
-            }),
-            _ => None,
-        };
-        let slack = match bot
-            .slack
-            .as_ref()
-            .filter(|_| bot.platform == Platform::Slack)
-        {
-            Some(s) if secrets => Some(
-                s.secrets(me, env)
-                    .map_err(|p| settings.err(p.key, p.problem))?,
-            ),
-            _ => None,
-        };
+        let platform_secrets = platform_secrets(&settings, me, &bot, env, secrets)?;
         let redis_url = redis_url(&settings, &bot, env, secrets)?;
         let mcp_headers = mcp_headers(&settings, me, &bot, env, secrets)?;
         let agent_env = agent_env(&settings, me, &bot, env, secrets)?;
@@ -1956,11 +1522,14 @@ impl NodeConfig {
             bridge_addr,
             api_addr,
             llm_keys,
-            feishu,
-            discord,
-            dingtalk,
-            slack,
+            platform_secrets,
         })
+    }
+
+    /// The value of the secret variable that key `key` (`token_env`) of this bot's
+    /// platform table names, read at start.
+    pub(crate) fn platform_secret(&self, key: &str) -> Option<&str> {
+        self.platform_secrets.get(key)
     }
 
     /// This node's own bot entry.
@@ -2319,53 +1888,6 @@ fn parse_secret(
     Ok(secret)
 }
 
-/// Reads a discord bot's token; an unset variable is an error naming the key.
-fn discord_secrets(
-    s: &Settings,
-    me: usize,
-    d: &DiscordSettings,
-    env: &dyn SecretSource,
-) -> Result<DiscordSecrets, ConfigError> {
-    let var = d.token_env.clone().unwrap_or_default();
-    let token = env
-        .var(&var)
-        .filter(|t| !t.trim().is_empty())
-        .ok_or_else(|| {
-            s.err(
-                format!("bots[{me}].discord.token_env"),
-                format!("environment variable {var} is not set (it must hold the bot token)"),
-            )
-        })?;
-    Ok(DiscordSecrets {
-        token: token.trim().to_string(),
-    })
-}
-
-/// Reads a feishu bot's secrets; an unset variable it names is an error naming the key.
-fn feishu_secrets(
-    s: &Settings,
-    me: usize,
-    f: &FeishuIds,
-    env: &dyn SecretSource,
-) -> Result<FeishuSecrets, ConfigError> {
-    let read = |key: &str, var: &Option<String>| -> Result<Option<String>, ConfigError> {
-        match var {
-            None => Ok(None),
-            Some(var) => env.var(var).map(Some).ok_or_else(|| {
-                s.err(
-                    format!("bots[{me}].feishu.{key}"),
-                    format!("environment variable {var} is not set"),
-                )
-            }),
-        }
-    };
-    Ok(FeishuSecrets {
-        app_secret: read("app_secret_env", &f.app_secret_env)?.unwrap_or_default(),
-        verification_token: read("verification_token_env", &f.verification_token_env)?,
-        encrypt_key: read("encrypt_key_env", &f.encrypt_key_env)?,
-    })
-}
-
 fn read_secret_file(s: &Settings, key: &str, file: &Path) -> Result<String, ConfigError> {
     let path = s.relative(file);
     std::fs::read_to_string(&path)
@@ -2458,22 +1980,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn errors_in_a_table_under_an_array_name_the_key_with_its_dots() {
-        let toml = "[[bots]]\nname = \"A\"\nbridge = \"127.0.0.1:1\"\napi = \"127.0.0.1:2\"\n\
-                    [[bots]]\nname = \"B\"\nbridge = \"127.0.0.1:3\"\napi = \"127.0.0.1:4\"\n\
-                    [bots.feishu]\napp_id = [\"cli_x\"]\n";
-        let e = Settings::from_toml(toml, Path::new("peers.toml")).unwrap_err();
-        assert_eq!(e.key, "bots[1].feishu.app_id", "{e}");
-        assert!(e.problem.contains("`bots[1].feishu.app_id`"), "{e}");
-        assert!(!e.to_string().contains("]feishu"), "{e}");
-
-        let unknown = toml.replace("app_id = [\"cli_x\"]", "app_idd = \"cli_x\"");
-        let e = Settings::from_toml(&unknown, Path::new("peers.toml")).unwrap_err();
-        assert_eq!(e.key, "bots[1].feishu", "{e}");
-        assert!(e.problem.contains("unknown field `app_idd`"), "{e}");
-    }
-
-    #[test]
     fn operators_are_platform_qualified_person_ids() {
         let toml = |ops: &str| {
             format!(
@@ -2486,13 +1992,6 @@ mod tests {
         )
         .expect("valid");
         assert_eq!(ok.mesh.operators.as_ref().map(Vec::len), Some(4));
-        let e = Settings::from_toml(
-            &toml(r#"["local:Boss", "irc:U1"]"#),
-            Path::new("peers.toml"),
-        )
-        .unwrap_err();
-        assert_eq!(e.key, "mesh.operators[1]", "{e}");
-        assert!(e.problem.contains("unknown platform \"irc\""), "{e}");
         let e = Settings::from_toml(&toml(r#"["Boss"]"#), Path::new("peers.toml")).unwrap_err();
         assert!(e.problem.contains("platform:id"), "{e}");
         let e = Settings::from_toml(&toml(r#"["discord:"]"#), Path::new("peers.toml")).unwrap_err();

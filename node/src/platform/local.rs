@@ -16,6 +16,19 @@ pub(crate) const VISIBILITY: Visibility = Visibility {
     bots_see_bots: false,
 };
 
+/// The local platform in the registry: it has no table (people's ids are their
+/// names), and its adapter is stateless.
+pub(crate) static ADAPTER: crate::platform::registry::Adapter =
+    crate::platform::registry::Adapter {
+        platform: crate::config::Platform::LOCAL,
+        visibility: VISIBILITY,
+        check: |cx| match cx.table {
+            None => Ok(()),
+            Some(_) => Err(cx.problem("", "local takes no table: a local bot needs no ids")),
+        },
+        build: |_| Ok(Arc::new(Local)),
+    };
+
 /// The local platform (it has no state: the node's API is its inbound side).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Local;

@@ -17,6 +17,12 @@
 //! - [`discord`] — the Discord gateway in, messages with real `<@id>` out.
 //! - [`slack`] — Slack's Socket Mode in, `chat.postMessage` with real `<@U…>` out.
 //!
+//! Every adapter describes itself in its own folder (its settings, their checks and
+//! its secrets in `<name>/settings.rs`, which the config layer may read; its
+//! visibility and build in a [`registry::Adapter`]) and is listed once in
+//! [`registry`], which checks every bot's platform tables before anything binds.
+//! Adding a platform is a folder, its `mod` line here and its line in the registry.
+//!
 //! What every adapter needs once lives in [`kit`]: the one HTTP client builder and
 //! retry loop for API calls, the one source for an expiring access token, the one
 //! per-chat pacer, the one reconnect loop for long connections and the one inbound
@@ -31,6 +37,7 @@ pub use feishu::names as feishu_names;
 /// The old path of [`feishu::ws`].
 pub use feishu::ws as feishu_ws;
 pub(crate) mod local;
+pub mod registry;
 pub mod slack;
 
 use std::net::SocketAddr;
@@ -145,17 +152,7 @@ pub(crate) fn own_unposted(env: &Envelope, me: &str) -> bool {
         && env.platform_msg_id.is_none()
 }
 
-/// What a platform of this kind shows to whom, without building its adapter (for the
-/// peers' platforms).
-pub(crate) fn visibility_of(kind: Platform) -> Visibility {
-    match kind {
-        Platform::Local => local::VISIBILITY,
-        Platform::Feishu => feishu::VISIBILITY,
-        Platform::Dingtalk => dingtalk::VISIBILITY,
-        Platform::Discord => discord::VISIBILITY,
-        Platform::Slack => slack::VISIBILITY,
-    }
-}
+pub(crate) use registry::visibility_of;
 
 /// Whether a person's message that a bot on `claimant`'s platform sees ever reaches a
 /// bot on `me`'s: carried over the bridge (the claimant's platform does not show people
@@ -183,32 +180,23 @@ pub(crate) fn human_rules(cfg: &NodeConfig) -> HumanRules {
 }
 
 /// What an adapter's `from_config` starts from: `cfg`'s bot, which must be on
-/// `platform` (named `name` in errors), its `[bots.<name>]` table (`ids`) and the
-/// secrets read at start (`secrets`), each a named error when missing.
-pub(crate) fn bot_tables<'a, I, S>(
-    cfg: &'a NodeConfig,
+/// `platform`, and its `[bots.<platform>]` table read as `T` (checked at start by
+/// [`registry::check`]; a missing one is a named error).
+pub(crate) fn own_table<T: serde::de::DeserializeOwned>(
+    cfg: &NodeConfig,
     platform: Platform,
-    name: &str,
-    ids: impl FnOnce(&'a crate::config::BotSettings) -> Option<&'a I>,
-    secrets: Option<&'a S>,
-) -> anyhow::Result<(&'a crate::config::BotSettings, &'a I, &'a S)> {
+) -> anyhow::Result<(&crate::config::BotSettings, T)> {
     let bot = cfg.bot();
     if bot.platform != platform {
-        anyhow::bail!("bot {} is not on {name}", bot.name);
+        anyhow::bail!("bot {} is not on {platform}", bot.name);
     }
-    let ids = ids(bot).ok_or_else(|| {
+    let table = bot.table(platform).ok_or_else(|| {
         anyhow::anyhow!(
-            "bot {} is on {name} but has no [bots.{name}] table",
+            "bot {} is on {platform} but has no [bots.{platform}] table",
             bot.name
         )
     })?;
-    let secrets = secrets.ok_or_else(|| {
-        anyhow::anyhow!(
-            "bot {} is on {name} but its secrets were not read",
-            bot.name
-        )
-    })?;
-    Ok((bot, ids, secrets))
+    Ok((bot, table))
 }
 
 /// The name a platform person's message is recorded under: their display name, with
@@ -232,16 +220,8 @@ pub(crate) fn person_name(
     crate::config::names::marked_person_name(name, platform, bot.is_some())
 }
 
-/// The adapter for this node's bot.
-pub(crate) fn build(cfg: &NodeConfig) -> anyhow::Result<Arc<dyn ChatPlatform>> {
-    Ok(match cfg.bot().platform {
-        Platform::Local => Arc::new(local::Local),
-        Platform::Feishu => Arc::new(feishu::Feishu::from_config(cfg)?),
-        Platform::Dingtalk => Arc::new(dingtalk::DingTalk::from_config(cfg)?),
-        Platform::Discord => Arc::new(discord::Discord::from_config(cfg)?),
-        Platform::Slack => Arc::new(slack::Slack::from_config(cfg)?),
-    })
-}
+/// The adapter for this node's bot ([`registry::build`]).
+pub(crate) use registry::build;
 
 #[cfg(test)]
 mod tests {
@@ -249,7 +229,12 @@ mod tests {
 
     #[test]
     fn who_sees_whose_people() {
-        use Platform::{Discord, Feishu, Local};
+        #[allow(non_snake_case)]
+        let (Local, Discord, Feishu) = (
+            Platform::LOCAL,
+            discord::settings::DISCORD,
+            feishu::settings::FEISHU,
+        );
         assert!(sees_humans_of(Local, Local), "carried over the bridge");
         assert!(sees_humans_of(Discord, Discord), "both read the channel");
         assert!(sees_humans_of(Feishu, Feishu));

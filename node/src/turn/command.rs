@@ -159,7 +159,7 @@ pub(crate) fn person_of(env: &Envelope, t: &Tuning) -> Vec<String> {
     };
     match carrier.map(|c| c.platform) {
         None => Vec::new(),
-        Some(Platform::Local) => vec![person_key(Platform::Local, &env.author.name)],
+        Some(Platform::LOCAL) => vec![person_key(Platform::LOCAL, &env.author.name)],
         Some(platform) => env
             .person
             .iter()

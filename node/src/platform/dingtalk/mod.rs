@@ -35,6 +35,7 @@
 
 pub(crate) mod api;
 pub(crate) mod frames;
+pub(crate) mod settings;
 pub(crate) mod stream;
 
 use std::collections::HashMap;
@@ -44,12 +45,13 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
 
-use crate::config::{NodeConfig, Platform};
+use crate::config::NodeConfig;
 use crate::ingress::ingest::Ingest;
 use crate::platform::kit::inbound::{Inbound, PlatformMessage, Received, Sender};
 use crate::platform::{ChatPlatform, PostError, Visibility};
 use crate::turn::mention::MentionMatcher;
 use crate::wire::envelope::{now_millis, Envelope};
+pub(crate) use settings::{DingTalkIds, DingTalkSecrets, DINGTALK};
 
 use api::{ApiError, DingTalkApi, Outgoing, Pacer, SENDS_PER_MINUTE, WEBHOOK_MARGIN};
 use frames::RobotMessage;
@@ -57,6 +59,15 @@ use stream::{StreamClient, StreamHandler};
 
 /// A person's message reaches only the robots it @-mentions; robots never see each
 /// other's messages.
+/// DingTalk in the registry.
+pub(crate) static ADAPTER: crate::platform::registry::Adapter =
+    crate::platform::registry::Adapter {
+        platform: DINGTALK,
+        visibility: VISIBILITY,
+        check: settings::check,
+        build: |cfg| Ok(Arc::new(DingTalk::from_config(cfg)?)),
+    };
+
 pub(crate) const VISIBILITY: Visibility = Visibility {
     humans_reach_every_bot: false,
     bots_see_bots: false,
@@ -195,13 +206,8 @@ fn continues_handle(c: char) -> bool {
 impl DingTalk {
     /// The DingTalk side of `cfg`'s bot (an error when its platform is not dingtalk).
     pub(crate) fn from_config(cfg: &NodeConfig) -> anyhow::Result<DingTalk> {
-        let (bot, ids, secrets) = crate::platform::bot_tables(
-            cfg,
-            Platform::Dingtalk,
-            "dingtalk",
-            |b| b.dingtalk.as_ref(),
-            cfg.dingtalk.as_ref(),
-        )?;
+        let (bot, ids) = crate::platform::own_table::<DingTalkIds>(cfg, DINGTALK)?;
+        let secrets = DingTalkSecrets::of(cfg);
         let base = ids.api_base_url();
         let client_id = ids.client_id.clone().unwrap_or_default();
         let robot_code = ids.robot_code.clone().unwrap_or_else(|| client_id.clone());
@@ -273,7 +279,7 @@ impl DingTalk {
         if nick.is_empty() {
             return "dingtalk user".into();
         }
-        crate::platform::person_name(&self.matcher, Platform::Dingtalk, nick)
+        crate::platform::person_name(&self.matcher, DINGTALK, nick)
     }
 
     /// Remembers what a message teaches about sending: the conversation's session
@@ -560,6 +566,7 @@ api = "127.0.0.1:8102"
 
     fn settings(text: &str) -> Result<Settings, crate::config::ConfigError> {
         Settings::from_toml(text, Path::new("peers.toml"))
+            .and_then(|s| crate::platform::registry::check(&s).map(|()| s))
     }
 
     fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
@@ -572,20 +579,20 @@ api = "127.0.0.1:8102"
     #[test]
     fn the_documented_config_loads_and_resolves_its_secret() {
         let s = settings(DOCS_CONFIG).unwrap();
-        let d = s.bots[0].dingtalk.as_ref().unwrap();
-        assert_eq!(d.api_base_url(), crate::config::DINGTALK_BASE_URL);
+        let d: DingTalkIds = s.bots[0].table(DINGTALK).unwrap();
+        assert_eq!(d.api_base_url(), settings::DINGTALK_BASE_URL);
         assert_eq!(d.peer_user_ids["ErGoz"], "$:LWCP_v1:$ergoz==");
         let mut vars = env(&[("BOTMESH_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")]);
         let e = NodeConfig::resolve(s.clone(), "XiaoBa", None, &vars).unwrap_err();
         assert_eq!(e.key, "bots[0].dingtalk.client_secret_env");
         vars.insert("XIAOBA_CLIENT_SECRET".into(), "the-client-secret".into());
         let cfg = NodeConfig::resolve(s.clone(), "XiaoBa", None, &vars).unwrap();
-        let secret = cfg.dingtalk.as_ref().unwrap();
+        let secret = &DingTalkSecrets::of(&cfg);
         assert_eq!(secret.client_secret, "the-client-secret");
         assert!(!format!("{cfg:?} {secret:?}").contains("the-client-secret"));
         let other = NodeConfig::resolve(s, "ErGoz", None, &vars).unwrap();
         assert!(
-            other.dingtalk.is_none(),
+            other.platform_secret("client_secret_env").is_none(),
             "a local bot needs no dingtalk secret"
         );
         // The adapter builds from it, maps groups and conversations both ways.
@@ -613,7 +620,7 @@ api = "127.0.0.1:8102"
         );
         assert_eq!(d.conversation_for_group("elsewhere"), None);
         assert_eq!(
-            crate::platform::visibility_of(Platform::Dingtalk),
+            crate::platform::visibility_of(DINGTALK),
             Visibility {
                 humans_reach_every_bot: false,
                 bots_see_bots: false

@@ -41,6 +41,18 @@
 
 pub mod gateway;
 pub mod rest;
+pub mod settings;
+
+pub use settings::{is_snowflake, DiscordSecrets, DiscordSettings, DISCORD, DISCORD_API_BASE_URL};
+
+/// Discord in the registry.
+pub(crate) static ADAPTER: crate::platform::registry::Adapter =
+    crate::platform::registry::Adapter {
+        platform: DISCORD,
+        visibility: VISIBILITY,
+        check: settings::check,
+        build: |cfg| Ok(Arc::new(Discord::from_config(cfg)?)),
+    };
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, OnceLock};
@@ -52,7 +64,7 @@ use serde::Deserialize;
 use tokio::sync::mpsc;
 use ulid::Ulid;
 
-use crate::config::{is_snowflake, NodeConfig, Platform};
+use crate::config::NodeConfig;
 use crate::ingress::ingest::Ingest;
 use crate::platform::kit::inbound::{Inbound, PlatformMessage, Sender};
 use crate::platform::{ChatPlatform, PostError, Visibility};
@@ -297,23 +309,17 @@ impl Discord {
         cfg: &NodeConfig,
         connector: Arc<dyn Connector>,
     ) -> anyhow::Result<Discord> {
-        let (bot, d, secrets) = crate::platform::bot_tables(
-            cfg,
-            Platform::Discord,
-            "discord",
-            |b| b.discord.as_ref(),
-            cfg.discord.as_ref(),
-        )?;
-        let token = secrets.token.clone();
+        let (bot, d) = crate::platform::own_table::<DiscordSettings>(cfg, DISCORD)?;
+        let token = DiscordSecrets::of(cfg).token;
         let user_id = d.user_id.clone().unwrap_or_default().trim().to_string();
         let mut peer_user_ids = HashMap::new();
         let mut bots_by_user_id = HashMap::new();
         bots_by_user_id.insert(user_id.clone(), bot.name.clone());
         for p in cfg.peers() {
-            let id = d
-                .peer_user_ids
-                .get(&p.name)
-                .or_else(|| p.discord.as_ref().and_then(|pd| pd.user_id.as_ref()));
+            let id = d.peer_user_ids.get(&p.name).cloned().or_else(|| {
+                p.table::<DiscordSettings>(DISCORD)
+                    .and_then(|pd| pd.user_id)
+            });
             if let Some(id) = id {
                 peer_user_ids.insert(p.name.clone(), id.trim().to_string());
                 bots_by_user_id.insert(id.trim().to_string(), p.name.clone());
@@ -522,7 +528,7 @@ impl Discord {
         } else {
             self.authors.lock().insert(&m.id, &m.author.user.id);
             Sender::Person {
-                name: crate::platform::person_name(&self.matcher, Platform::Discord, &shown),
+                name: crate::platform::person_name(&self.matcher, DISCORD, &shown),
                 ids: Some(m.author.user.id.clone()),
             }
         };
@@ -701,6 +707,7 @@ api = "127.0.0.1:8103"
 
     fn settings(text: &str) -> Result<crate::config::Settings, crate::config::ConfigError> {
         crate::config::Settings::from_toml(text, std::path::Path::new("peers.toml"))
+            .and_then(|s| crate::platform::registry::check(&s).map(|()| s))
     }
 
     fn env() -> HashMap<String, String> {
@@ -722,20 +729,23 @@ api = "127.0.0.1:8103"
     #[test]
     fn the_documented_config_loads_and_resolves_its_token() {
         let s = settings(DOCS_CONFIG).unwrap();
-        let d = s.bots[0].discord.as_ref().unwrap();
-        assert_eq!(d.api_base_url(), crate::config::DISCORD_API_BASE_URL);
+        let d: DiscordSettings = s.bots[0].table(DISCORD).unwrap();
+        assert_eq!(d.api_base_url(), DISCORD_API_BASE_URL);
         assert_eq!(d.peer_user_ids["Bix"], "1300000000000000002");
         let cfg = NodeConfig::resolve(s.clone(), "Ada", None, &env()).unwrap();
-        assert_eq!(cfg.discord.as_ref().unwrap().token, "ada-token-value");
-        assert!(!format!("{cfg:?} {:?}", cfg.discord).contains("ada-token-value"));
+        assert_eq!(DiscordSecrets::of(&cfg).token, "ada-token-value");
+        assert!(!format!("{cfg:?} {:?}", DiscordSecrets::of(&cfg)).contains("ada-token-value"));
         let mut no_token = env();
         no_token.remove("ADA_DISCORD_TOKEN");
         let e = NodeConfig::resolve(s.clone(), "Ada", None, &no_token).unwrap_err();
         assert_eq!(e.key, "bots[0].discord.token_env");
         let loc = NodeConfig::resolve(s, "Loc", None, &no_token).unwrap();
-        assert!(loc.discord.is_none(), "a local bot needs no discord token");
+        assert!(
+            loc.platform_secret("token_env").is_none(),
+            "a local bot needs no discord token"
+        );
         assert_eq!(
-            crate::platform::visibility_of(Platform::Discord),
+            crate::platform::visibility_of(DISCORD),
             Visibility {
                 humans_reach_every_bot: true,
                 bots_see_bots: true

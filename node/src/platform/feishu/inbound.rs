@@ -7,7 +7,6 @@ use std::sync::Arc;
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 
-use crate::config::Platform;
 use crate::ingress::ingest::Ingest;
 use crate::ingress::server::{self, Body, BodyError};
 use crate::platform::kit::inbound::{PlatformMessage, Received, Sender};
@@ -259,7 +258,7 @@ pub(super) async fn process(f: &Feishu, node: &Ingest, ev: MessageReceived) -> R
             name: if sender_open_id.is_empty() {
                 "feishu user".to_string()
             } else {
-                crate::platform::person_name(matcher, Platform::Feishu, &human_name)
+                crate::platform::person_name(matcher, FEISHU, &human_name)
             },
             ids: (!person.is_empty()).then(|| person.join(" ")),
         }

@@ -75,6 +75,7 @@ pub(crate) mod dedup;
 pub(crate) mod events;
 pub(crate) mod inbound;
 pub mod names;
+pub(crate) mod settings;
 #[cfg(test)]
 mod tests;
 pub mod ws;
@@ -93,7 +94,7 @@ use std::time::Duration;
 use http::{Request, Response};
 use hyper::body::Incoming;
 
-use crate::config::{FeishuMode, NodeConfig, Platform};
+use crate::config::NodeConfig;
 use crate::ingress::ingest::Ingest;
 use crate::ingress::server::Body;
 use crate::platform::kit::inbound::Inbound;
@@ -101,6 +102,7 @@ use crate::platform::{ChatPlatform, PostError, Visibility};
 use crate::turn::mention::{MentionMatcher, PlatformMention};
 use crate::wire::envelope::{now_millis, Envelope};
 use futures_util::future::BoxFuture;
+pub(crate) use settings::{FeishuIds, FeishuMode, FeishuSecrets, FEISHU};
 use ws::{WsSettings, WsStatus};
 
 /// Where Feishu posts event callbacks, on the peer-facing listener.
@@ -180,6 +182,15 @@ pub(crate) struct Feishu {
 /// Every bot with `im:message.group_msg` sees every human message in its groups;
 /// other bots' messages arrive only with the include_bot scopes (and then twice: the
 /// bridge copy is authoritative).
+/// Feishu in the registry.
+pub(crate) static ADAPTER: crate::platform::registry::Adapter =
+    crate::platform::registry::Adapter {
+        platform: FEISHU,
+        visibility: VISIBILITY,
+        check: settings::check,
+        build: |cfg| Ok(Arc::new(Feishu::from_config(cfg)?)),
+    };
+
 pub(crate) const VISIBILITY: Visibility = Visibility {
     humans_reach_every_bot: true,
     bots_see_bots: false,
@@ -286,13 +297,8 @@ fn at_tag(open_id: &str, name: &str) -> String {
 impl Feishu {
     /// The Feishu side of `cfg`'s bot (an error when its platform is not feishu).
     pub(crate) fn from_config(cfg: &NodeConfig) -> anyhow::Result<Feishu> {
-        let (bot, ids, secrets) = crate::platform::bot_tables(
-            cfg,
-            Platform::Feishu,
-            "feishu",
-            |b| b.feishu.as_ref(),
-            cfg.feishu.as_ref(),
-        )?;
+        let (bot, ids) = crate::platform::own_table::<FeishuIds>(cfg, FEISHU)?;
+        let secrets = FeishuSecrets::of(cfg);
         let app_id = ids.app_id.clone().unwrap_or_default();
         if ids.mode == FeishuMode::Webhook
             && secrets.verification_token.is_none()
@@ -321,7 +327,7 @@ impl Feishu {
                 bots_by_open_id.insert(open_id.trim().to_string(), b.name.clone());
             }
         }
-        if let Some(own) = bot.open_id() {
+        if let Some(own) = bot.open_id().as_deref() {
             bots_by_open_id.insert(own.to_string(), bot.name.clone());
         }
         let missing: Vec<&str> = cfg
@@ -343,7 +349,7 @@ impl Feishu {
             },
             dedup,
             me: bot.name.clone(),
-            open_id: bot.open_id().map(str::to_string),
+            open_id: bot.open_id(),
             chat_id: ids.chat_id.clone(),
             mesh_group: cfg.mesh().group.clone(),
             inbound: Inbound {

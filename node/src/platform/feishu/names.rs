@@ -178,14 +178,13 @@ pub async fn colleague_ids(cfg: &crate::config::NodeConfig) -> anyhow::Result<St
         .bot(&bot.name)
         .map(|(i, _)| i)
         .unwrap_or_default();
-    let ids = bot
-        .feishu
-        .as_ref()
+    let ids: super::FeishuIds = bot
+        .table(super::FEISHU)
         .ok_or_else(|| anyhow::anyhow!("bots[{me}].feishu: {} has no feishu table", bot.name))?;
-    let secrets = cfg
-        .feishu
-        .as_ref()
-        .ok_or_else(|| anyhow::anyhow!("bots[{me}].platform: {} is not on feishu", bot.name))?;
+    if bot.platform != super::FEISHU {
+        anyhow::bail!("bots[{me}].platform: {} is not on feishu", bot.name);
+    }
+    let secrets = super::FeishuSecrets::of(cfg);
     let chat = ids.chat_id.as_deref().ok_or_else(|| {
         anyhow::anyhow!("bots[{me}].feishu.chat_id is not set: the ids are read from that chat's recent @mentions")
     })?;

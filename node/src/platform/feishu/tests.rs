@@ -486,12 +486,13 @@ api = "127.0.0.1:8102"
 
 fn settings(text: &str) -> Result<crate::config::Settings, crate::config::ConfigError> {
     crate::config::Settings::from_toml(text, Path::new("peers.toml"))
+        .and_then(|s| crate::platform::registry::check(&s).map(|()| s))
 }
 
 #[test]
 fn the_documented_config_loads_and_resolves_its_secrets() {
     let s = settings(DOCS_CONFIG).unwrap();
-    let f = s.bots[0].feishu.as_ref().unwrap();
+    let f: FeishuIds = s.bots[0].table(FEISHU).unwrap();
     assert_eq!(f.base_url(), LARK_BASE_URL);
     assert_eq!(f.peer_open_ids["ErGoz"], "ou_ergoz_in_xiaoba");
     let mut env: HashMap<String, String> = [
@@ -507,7 +508,7 @@ fn the_documented_config_loads_and_resolves_its_secrets() {
     assert!(!e.to_string().contains("app-secret"));
     env.insert("XIAOBA_ENCRYPT_KEY".into(), "ek".into());
     let cfg = NodeConfig::resolve(s.clone(), "XiaoBa", None, &env).unwrap();
-    let secrets = cfg.feishu.as_ref().unwrap();
+    let secrets = &FeishuSecrets::of(&cfg);
     assert_eq!(
         (secrets.app_secret.as_str(), secrets.encrypt_key.as_deref()),
         ("app-secret", Some("ek"))
@@ -515,7 +516,7 @@ fn the_documented_config_loads_and_resolves_its_secrets() {
     assert!(!format!("{cfg:?} {secrets:?}").contains("app-secret"));
     let other = NodeConfig::resolve(s, "ErGoz", None, &env).unwrap();
     assert!(
-        other.feishu.is_none(),
+        other.platform_secret("app_secret_env").is_none(),
         "a local bot needs no feishu secrets"
     );
 }
@@ -551,7 +552,7 @@ fn feishu_config_mistakes_name_their_key() {
         .replace("encrypt_key_env = \"XIAOBA_ENCRYPT_KEY\"\n", "");
     let s = settings(&lc).unwrap();
     assert_eq!(
-        s.bots[0].feishu.as_ref().unwrap().mode,
+        s.bots[0].table::<FeishuIds>(FEISHU).unwrap().mode,
         FeishuMode::LongConnection
     );
     let e = settings(&DOCS_CONFIG.replace("mode = \"webhook\"", "mode = \"socket\"")).unwrap_err();

@@ -14,9 +14,10 @@
 //! - [`http`] — the one builder of an adapter's HTTP client (timeouts always set, no
 //!   proxy for loopback).
 //!
-//! Still to come (issue 25): adapters that describe themselves (a registry instead of
-//! `match` arms in `platform::build` and `visibility_of`, each adapter's settings in
-//! its own folder).
+//! An adapter describes itself in its own folder — its `[bots.<name>]` table, the
+//! table's checks and its secrets in `settings.rs` (the config layer's part), its
+//! visibility and build in an [`crate::platform::registry::Adapter`] — and is
+//! registered with one line in [`crate::platform::registry`].
 //!
 //! The llm client keeps its own retry loop: `llm/` is below `platform/` and its loop
 //! also measures each attempt's latency, reports the successful attempt's status and

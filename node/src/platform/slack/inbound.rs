@@ -29,7 +29,6 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::Platform;
 use crate::ingress::ingest::Ingest;
 use crate::platform::kit::inbound::{PlatformMessage, Sender};
 
@@ -407,7 +406,7 @@ impl Slack {
                 self.person_display_name(&user).await
             };
             Sender::Person {
-                name: crate::platform::person_name(&self.matcher, Platform::Slack, &shown),
+                name: crate::platform::person_name(&self.matcher, super::SLACK, &shown),
                 ids: Some(user).filter(|u| !u.is_empty()),
             }
         };

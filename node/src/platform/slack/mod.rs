@@ -37,7 +37,7 @@ use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
 use crate::config::pacing::TokenBucket;
-use crate::config::{NodeConfig, Platform};
+use crate::config::NodeConfig;
 use crate::ingress::ingest::Ingest;
 use crate::platform::kit::inbound::Inbound;
 use crate::platform::kit::pacer::ChatPacer;
@@ -47,7 +47,17 @@ use crate::wire::envelope::Envelope;
 
 use api::{ApiError, WebApi};
 use inbound::{Recent, Seen};
+pub use settings::{SlackSecrets, SlackSettings, SLACK, SLACK_API_BASE_URL};
 use socket::SocketState;
+
+/// Slack in the registry.
+pub(crate) static ADAPTER: crate::platform::registry::Adapter =
+    crate::platform::registry::Adapter {
+        platform: SLACK,
+        visibility: VISIBILITY,
+        check: settings::check,
+        build: |cfg| Ok(Arc::new(Slack::from_config(cfg)?)),
+    };
 
 /// Slack shows every message of a channel to every app in it, apps' messages included.
 pub const VISIBILITY: Visibility = Visibility {
@@ -157,18 +167,13 @@ impl ChatPlatform for Slack {
 impl Slack {
     /// The Slack side of `cfg`'s bot (an error when its platform is not slack).
     pub fn from_config(cfg: &NodeConfig) -> anyhow::Result<Slack> {
-        let (bot, s, secrets) = crate::platform::bot_tables(
-            cfg,
-            Platform::Slack,
-            "slack",
-            |b| b.slack.as_ref(),
-            cfg.slack.as_ref(),
-        )?;
+        let (bot, s) = crate::platform::own_table::<SlackSettings>(cfg, SLACK)?;
+        let secrets = SlackSecrets::of(cfg)?;
         let user_id = s.user_id.clone().unwrap_or_default().trim().to_string();
         let mut bots_by_user_id = HashMap::from([(user_id.clone(), bot.name.clone())]);
         let mut peer_user_ids = HashMap::new();
         for p in cfg.peers() {
-            if let Some(id) = p.slack.as_ref().and_then(|s| s.user_id.as_deref()) {
+            if let Some(id) = p.table::<SlackSettings>(SLACK).and_then(|s| s.user_id) {
                 peer_user_ids.insert(p.name.clone(), id.trim().to_string());
                 bots_by_user_id.insert(id.trim().to_string(), p.name.clone());
             }

@@ -50,8 +50,10 @@ bridge = "127.0.0.1:7103"
 api = "127.0.0.1:8103"
 "#;
 
+/// The file's own checks, then the platforms' (as a node loads it).
 fn settings(text: &str) -> Result<crate::config::Settings, crate::config::ConfigError> {
     crate::config::Settings::from_toml(text, std::path::Path::new("peers.toml"))
+        .and_then(|s| crate::platform::registry::check(&s).map(|()| s))
 }
 
 fn env() -> HashMap<String, String> {
@@ -76,16 +78,29 @@ fn ada() -> Slack {
 #[test]
 fn the_documented_config_loads_and_names_each_mistake() {
     let cfg = config();
-    let secrets = cfg.slack.as_ref().unwrap();
-    assert_eq!(secrets.bot_token, "xoxb-ada-secret");
-    assert!(!format!("{cfg:?} {secrets:?}").contains("secret\""));
-    assert!(!format!("{secrets:?}").contains("xoxb"));
+    let secrets = SlackSecrets::of(&cfg).unwrap();
+    assert_eq!(
+        (secrets.bot_token.as_str(), secrets.app_token.as_str()),
+        ("xoxb-ada-secret", "xapp-ada-secret")
+    );
+    assert!(!format!("{cfg:?} {secrets:?}").contains("-secret"));
+    let mut swapped = env();
+    swapped.insert("ADA_APP_TOKEN".into(), "xoxb-ada-secret".into());
+    let cfg2 = NodeConfig::resolve(settings(DOCS_CONFIG).unwrap(), "Ada", None, &swapped).unwrap();
+    let e = Slack::from_config(&cfg2).unwrap_err().to_string();
+    assert!(
+        e.contains("bots[0].slack.app_token_env") && e.contains("xapp-"),
+        "{e}"
+    );
     let mut no_app = env();
     no_app.remove("ADA_APP_TOKEN");
     let e = NodeConfig::resolve(settings(DOCS_CONFIG).unwrap(), "Ada", None, &no_app).unwrap_err();
     assert_eq!(e.key, "bots[0].slack.app_token_env", "{e}");
     let loc = NodeConfig::resolve(settings(DOCS_CONFIG).unwrap(), "Loc", None, &no_app).unwrap();
-    assert!(loc.slack.is_none(), "a local bot needs no slack tokens");
+    assert!(
+        loc.platform_secret("bot_token_env").is_none(),
+        "a local bot needs no slack tokens"
+    );
     let cases = [
         ("channel_id = \"C0700\"\n", "", "bots[0].slack.channel_id"),
         ("user_id = \"U1001\"\n", "user_id = \"ada\"\n", "bots[0].slack.user_id"),
@@ -111,8 +126,12 @@ fn the_documented_config_loads_and_names_each_mistake() {
         e.to_string().contains("unknown field `bot_tokn_env`"),
         "{e}"
     );
-    assert_eq!(crate::platform::visibility_of(Platform::Slack), VISIBILITY);
-    assert_eq!(crate::config::names::check_operator("slack:U2001"), Ok(()));
+    assert_eq!(crate::platform::visibility_of(SLACK), VISIBILITY);
+    let ops = DOCS_CONFIG.replace("[mesh]\n", "[mesh]\noperators = [\"slack:U2001\"]\n");
+    assert!(settings(&ops).is_ok(), "slack people as operators");
+    let twice = DOCS_CONFIG.replace("user_id = \"U1002\"", "user_id = \"U1001\"");
+    let e = settings(&twice).unwrap_err();
+    assert_eq!(e.key, "bots[1].slack.user_id", "{e}");
 }
 
 #[test]
