@@ -359,7 +359,13 @@ impl Slack {
         if own {
             return;
         }
-        let is_bot = m.bot_id.is_some() || m.subtype.as_deref() == Some("bot_message");
+        // A mesh bot's user id marks its message as a bot's even when an event (an
+        // `app_mention` that came before its `message`) leaves `bot_id` out.
+        let is_bot = m.bot_id.is_some()
+            || m.subtype.as_deref() == Some("bot_message")
+            || m.user
+                .as_ref()
+                .is_some_and(|u| self.bots_by_user_id.contains_key(u));
         let mut names = HashMap::new();
         for id in mentioned_users(&m.text) {
             if !self.bots_by_user_id.contains_key(&id) {

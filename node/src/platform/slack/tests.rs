@@ -351,6 +351,19 @@ async fn each_message_is_recorded_once() {
         ("team", Some("1700000000.000100"))
     );
 
+    // A colleague's app_mention without bot_id, before its message: still a bot's
+    // copy (context at max_depth when no bridge copy comes), never a person's.
+    let mut bot_mention = message("U1002", None, "1700000000.000150", "<@U1001> look");
+    bot_mention["type"] = serde_json::json!("app_mention");
+    s.on_delivery(&ing, delivery("Ev2b", 0, bot_mention)).await;
+    settle(&ing).await;
+    let last = sink.all().pop().unwrap();
+    assert_eq!(
+        (last.author.name.as_str(), last.author.kind, last.depth),
+        ("Bix", AuthorKind::Bot, 3)
+    );
+    sink.0.lock().pop();
+
     // A colleague's message, bridge copy first: the Slack copy is dropped.
     let bridge = |ts: &str| {
         let mut e = Envelope::message(
