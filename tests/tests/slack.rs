@@ -422,6 +422,7 @@ struct SlackMesh {
 
 const ADA: usize = 0;
 const BIX: usize = 1;
+const LOC: usize = 2;
 
 async fn slack_mesh() -> SlackMesh {
     let llm = conversation_llm().await;
@@ -431,12 +432,13 @@ async fn slack_mesh() -> SlackMesh {
         &[CHANNEL, OTHER_CHANNEL],
     )
     .await;
-    let mut spec = MeshSpec::new(&["Ada", "Bix"])
+    let mut spec = MeshSpec::new(&["Ada", "Bix", "Loc"])
         .llm(&llm.base_url)
         .mesh("max_depth = 3\nllm_threshold = 1")
         .all_bots(FAST)
         .bot("Ada", &slack_bot("Ada", ADA_ID, &fake))
-        .bot("Bix", &slack_bot("Bix", BIX_ID, &fake));
+        .bot("Bix", &slack_bot("Bix", BIX_ID, &fake))
+        .bot("Loc", "participation = \"mentions\"");
     spec.env = HashMap::new();
     for n in ["ada", "bix"] {
         let upper = n.to_uppercase();
@@ -566,6 +568,15 @@ async fn two_slack_bots_hold_a_conversation() {
         ("Ada", 1, Some(a.ts.as_str())),
         "Bix keeps the bridge copy (depth 1) of what it also saw on Slack: {:#?}",
         show(&t)
+    );
+    // Loc, a local bot, hears Ada over the bridge and never Slack's people.
+    let loc = mesh.wait_transcript(LOC, WAIT, |t| !t.is_empty()).await;
+    assert_eq!(
+        show(&loc)
+            .into_iter()
+            .map(|(who, depth, text, _)| (who, depth, text))
+            .collect::<Vec<_>>(),
+        vec![("Ada".to_string(), 1, "answer from Ada".to_string())]
     );
 
     // 2. Escaping out: what the LLM wrote is shown literally, nobody pinged.
