@@ -741,6 +741,14 @@ async fn reconnects_and_redeliveries_lose_nothing_and_double_nothing() {
         "one answer: not again for the redelivery or the edit"
     );
     each_message_once(&mesh).await;
+    let m = mesh.metrics(ADA).await;
+    assert!(
+        metric(
+            &m,
+            r#"botmesh_platform_events_total{platform="slack",result="duplicate"}"#
+        ) >= 3.0,
+        "the redeliveries and app_mentions, counted: {m}"
+    );
     let retried = fake
         .log()
         .iter()

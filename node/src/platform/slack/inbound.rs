@@ -2,7 +2,9 @@
 //!
 //! - An event is handled once: a redelivery (the same `event_id`, `retry_attempt` >
 //!   0) is logged and dropped, and so is the second event about one message (an
-//!   `app_mention` and the `message` it is about share `channel` and `ts`).
+//!   `app_mention` and the `message` it is about share `channel` and `ts`); both are
+//!   counted as `duplicate` in `botmesh_platform_events_total{platform="slack"}`, this
+//!   bot's own messages as `own`.
 //! - `message` (no subtype, `thread_broadcast`, `file_share`, `me_message`) and
 //!   `app_mention` in a channel: a person's message is a human envelope under their
 //!   display name (`users.info`, cached); a bot's (`bot_id`, or `subtype:
@@ -297,6 +299,7 @@ impl Slack {
             .to_string();
         if !event_id.is_empty() && !self.seen.lock().insert(format!("ev:{event_id}"), ()) {
             tracing::info!(%event_id, retry_attempt = d.retry_attempt, retry_reason = %d.retry_reason, "slack redelivered an event already handled; ignoring it");
+            ingest.metrics.platform_event("slack", "duplicate");
             return;
         }
         let event = &d.payload["event"];
@@ -349,6 +352,7 @@ impl Slack {
             .insert(format!("msg:{}:{}", m.channel, m.ts), ())
         {
             tracing::debug!(channel = %m.channel, ts = %m.ts, kind = %m.kind, "slack: second event about one message (app_mention and message)");
+            ingest.metrics.platform_event("slack", "duplicate");
             return;
         }
         if let Some(thread) = m.thread_ts.as_ref().filter(|t| **t != m.ts) {
@@ -357,6 +361,7 @@ impl Slack {
         let own = m.user.as_deref() == Some(self.user_id.as_str())
             || (m.bot_id.is_some() && m.bot_id == *self.bot_id.lock());
         if own {
+            ingest.metrics.platform_event("slack", "own");
             return;
         }
         // A mesh bot's user id marks its message as a bot's even when an event (an
