@@ -605,7 +605,11 @@ fn spawn_listeners(
             node.accepting.clone(),
         ));
     }
-    if let Some(task) = node.platform.clone().start(ingest) {
+    if let Some(task) = node
+        .platform
+        .clone()
+        .start(crate::platform::AdapterContext::of(&ingest))
+    {
         servers.spawn(task);
     }
     servers

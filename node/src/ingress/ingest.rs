@@ -1,5 +1,6 @@
 //! `Ingest`: the narrow handle every inbound path holds — the bridge's HTTP handlers,
-//! the stream reader, relayed copies and the platform adapters. It carries what the
+//! the stream reader and relayed copies (a platform adapter holds less still: its
+//! `platform::AdapterContext`, the sink, metrics, stop signal and tasks). It carries what the
 //! admission checks need (configuration, replay cache, rate limiter, signature pool,
 //! metrics) and hands admitted traffic to a [`Sink`], which the node implements in
 //! `app/`. Nothing in ingress or a platform adapter ever holds the whole node.
@@ -89,7 +90,7 @@ pub trait Sink: Send + Sync + 'static {
 /// bridge copies of them: the platforms' declarations ([`crate::platform`]), resolved
 /// for this mesh by the node at start.
 #[derive(Debug, Clone, Default)]
-pub struct HumanRules {
+pub(crate) struct HumanRules {
     /// This node's platform shows every human message to every bot itself, so a
     /// bridge copy would be a second one.
     pub platform_delivers_humans: bool,
@@ -101,7 +102,7 @@ pub struct HumanRules {
 
 /// The narrow handle of every inbound path (cheap to clone).
 #[derive(Clone)]
-pub struct Ingest {
+pub(crate) struct Ingest {
     /// The validated configuration and keys.
     pub cfg: Arc<NodeConfig>,
     /// Counts every admission and rejection.
@@ -162,11 +163,4 @@ pub(crate) async fn recorded_within(
     tokio::time::timeout(within, waiting)
         .await
         .unwrap_or_else(|_| has())
-}
-
-impl Ingest {
-    /// Records one platform arrival.
-    pub async fn arrive(&self, arrival: Arrival) -> Result<Appended, TranscriptError> {
-        self.sink.arrive(arrival).await
-    }
 }

@@ -19,7 +19,7 @@ use crate::config::pacing::TokenBucket;
 const PRUNE_ABOVE: usize = 4096;
 
 /// A token bucket per (sender, source address).
-pub struct RateLimiter {
+pub(crate) struct RateLimiter {
     per_second: f64,
     burst: f64,
     buckets: Mutex<HashMap<(String, IpAddr), TokenBucket>>,
@@ -27,7 +27,7 @@ pub struct RateLimiter {
 
 impl RateLimiter {
     /// `per_second` sustained, bursts up to twice that.
-    pub fn new(per_second: u32) -> Self {
+    pub(crate) fn new(per_second: u32) -> Self {
         RateLimiter {
             per_second: per_second as f64,
             burst: (per_second * 2) as f64,
@@ -36,7 +36,7 @@ impl RateLimiter {
     }
 
     /// Takes one token for `who` sending from `source`, if there is one.
-    pub fn allow(&self, who: &str, source: IpAddr) -> bool {
+    pub(crate) fn allow(&self, who: &str, source: IpAddr) -> bool {
         let now = Instant::now();
         let mut b = self.buckets.lock();
         if b.len() >= PRUNE_ABOVE {
@@ -49,7 +49,7 @@ impl RateLimiter {
     }
 
     /// How many buckets there are (for metrics and soak checks).
-    pub fn buckets(&self) -> usize {
+    pub(crate) fn buckets(&self) -> usize {
         self.buckets.lock().len()
     }
 }

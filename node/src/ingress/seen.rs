@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// A bounded, time-evicting set of recently seen ids.
-pub struct SeenCache {
+pub(crate) struct SeenCache {
     inner: Mutex<Inner>,
     /// How long an id is remembered; must exceed twice the signature window.
     ttl: Duration,
@@ -29,7 +29,7 @@ struct Inner {
 
 impl SeenCache {
     /// A cache keeping ids for `ttl`, at most `capacity` of them.
-    pub fn new(ttl: Duration, capacity: usize) -> Self {
+    pub(crate) fn new(ttl: Duration, capacity: usize) -> Self {
         SeenCache {
             inner: Mutex::new(Inner {
                 ids: HashMap::new(),
@@ -41,14 +41,14 @@ impl SeenCache {
     }
 
     /// Whether `id` was inserted within the ttl.
-    pub fn contains(&self, id: &str) -> bool {
+    pub(crate) fn contains(&self, id: &str) -> bool {
         let mut inner = self.inner.lock();
         self.evict(&mut inner, Instant::now());
         inner.ids.contains_key(id)
     }
 
     /// Records `id`; returns false if it was already present.
-    pub fn insert(&self, id: &str) -> bool {
+    pub(crate) fn insert(&self, id: &str) -> bool {
         let now = Instant::now();
         let mut inner = self.inner.lock();
         self.evict(&mut inner, now);
@@ -69,13 +69,8 @@ impl SeenCache {
     }
 
     /// Number of ids currently held (for metrics and soak checks).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.inner.lock().ids.len()
-    }
-
-    /// True when nothing is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     fn evict(&self, inner: &mut Inner, now: Instant) {

@@ -34,14 +34,14 @@ struct Job {
 }
 
 /// The handle to the verifying thread. Dropping the last handle ends the thread.
-pub struct VerifyPool {
+pub(crate) struct VerifyPool {
     /// Jobs for the thread.
     jobs: mpsc::Sender<Job>,
 }
 
 impl VerifyPool {
     /// Starts the verifying thread, named after the bot for `top -H`.
-    pub fn start(bot: &str) -> std::io::Result<VerifyPool> {
+    pub(crate) fn start(bot: &str) -> std::io::Result<VerifyPool> {
         let (jobs, queue) = mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name(format!("verify-{bot}"))
@@ -51,7 +51,7 @@ impl VerifyPool {
 
     /// Decides `checks` (see [`verify_all`]), on the pool's thread, together with
     /// whatever other checks are waiting there.
-    pub async fn verify(&self, checks: Vec<Pending>) -> Vec<Result<Scheme, VerifyError>> {
+    pub(crate) async fn verify(&self, checks: Vec<Pending>) -> Vec<Result<Scheme, VerifyError>> {
         if !checks.iter().any(Pending::needs_work) {
             // HMAC only (or nothing): already decided, not worth a trip to the thread.
             return verify_all(&checks);

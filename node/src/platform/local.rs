@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 
-use crate::ingress::ingest::Ingest;
+use crate::platform::AdapterContext;
 use crate::platform::{ChatPlatform, PostError, Visibility};
 use crate::wire::envelope::Envelope;
 
@@ -50,7 +50,7 @@ impl ChatPlatform for Local {
         Box::pin(async { Err(PostError("the local platform posts nowhere".into())) })
     }
 
-    fn start(self: Arc<Self>, _ingest: Ingest) -> Option<BoxFuture<'static, ()>> {
+    fn start(self: Arc<Self>, _ingest: AdapterContext) -> Option<BoxFuture<'static, ()>> {
         None
     }
 }

@@ -6,7 +6,8 @@
 //! bot's text back with the platform's real mentions, returning the platform's message
 //! id. It declares what its platform shows to whom ([`Visibility`]), which decides who
 //! may carry human messages over the bridge. Inbound, an adapter holds only an
-//! [`Ingest`] handle, given to it at [`ChatPlatform::start`]; it never sees the node.
+//! [`AdapterContext`] (the sink, metrics, the stop signal and a task tracker), given
+//! to it at [`ChatPlatform::start`]; it never sees the node.
 //!
 //! - [`local`] — the mesh is the chat: people post through the page or the API.
 //! - [`feishu`] — Feishu/Lark events in (over [`feishu::ws`], the long connection, or
@@ -49,8 +50,10 @@ use hyper::body::Incoming;
 use crate::config::{NodeConfig, Platform};
 use futures_util::future::BoxFuture;
 
-use crate::ingress::ingest::{HumanRules, Ingest};
+use crate::ingress::ingest::{Arrival, HumanRules, Ingest, Sink};
 use crate::ingress::server::Body;
+use crate::store::transcript::{Appended, TranscriptError};
+use crate::telemetry::metrics::Metrics;
 use crate::wire::envelope::Envelope;
 
 /// What a platform shows to whom. The table in DESIGN.md, as data each adapter declares.
@@ -71,6 +74,38 @@ pub struct Visibility {
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct PostError(pub String);
+
+/// What an adapter's inbound side is given at [`ChatPlatform::start`], and all it
+/// ever sees of the node: where its messages go, the node's metrics, when to stop and
+/// where to run work that must end before the node does.
+#[derive(Clone)]
+pub struct AdapterContext {
+    /// Records arrivals and answers what is recorded.
+    pub sink: Arc<dyn Sink>,
+    /// The node's metrics (the adapter's own families and the kit's).
+    pub metrics: Arc<Metrics>,
+    /// Cancelled when the node stops accepting: the adapter's connection ends then.
+    pub accepting: tokio_util::sync::CancellationToken,
+    /// Where the adapter spawns work the node waits for when it stops.
+    pub tasks: tokio_util::task::TaskTracker,
+}
+
+impl AdapterContext {
+    /// The adapter's part of the node's inbound handle.
+    pub(crate) fn of(ingest: &Ingest) -> AdapterContext {
+        AdapterContext {
+            sink: ingest.sink.clone(),
+            metrics: ingest.metrics.clone(),
+            accepting: ingest.accepting.clone(),
+            tasks: ingest.tasks.clone(),
+        }
+    }
+
+    /// Records one platform arrival.
+    pub async fn arrive(&self, arrival: Arrival) -> Result<Appended, TranscriptError> {
+        self.sink.arrive(arrival).await
+    }
+}
 
 /// One chat platform, as a node uses it.
 pub trait ChatPlatform: Send + Sync + 'static {
@@ -102,10 +137,10 @@ pub trait ChatPlatform: Send + Sync + 'static {
         None
     }
 
-    /// Starts the inbound side with its handle. A platform that keeps a connection
+    /// Starts the inbound side with its context. A platform that keeps a connection
     /// open returns the task that runs it until `ingest.accepting` is cancelled; one
-    /// whose events come as webhooks keeps the handle for [`ChatPlatform::webhook`].
-    fn start(self: Arc<Self>, ingest: Ingest) -> Option<BoxFuture<'static, ()>>;
+    /// whose events come as webhooks keeps the context for [`ChatPlatform::webhook`].
+    fn start(self: Arc<Self>, ingest: AdapterContext) -> Option<BoxFuture<'static, ()>>;
 
     /// The path on the peer-facing listener where the platform delivers callbacks, if
     /// it does.

@@ -46,8 +46,8 @@ use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
 
 use crate::config::NodeConfig;
-use crate::ingress::ingest::Ingest;
 use crate::platform::kit::inbound::{Inbound, PlatformMessage, Received, Sender};
+use crate::platform::AdapterContext;
 use crate::platform::{ChatPlatform, PostError, Visibility};
 use crate::turn::mention::MentionMatcher;
 use crate::wire::envelope::{now_millis, Envelope};
@@ -107,7 +107,7 @@ pub(crate) struct DingTalk {
     /// A person's display name → staff id, learnt from their messages.
     people: Mutex<HashMap<String, String>>,
     /// The inbound handle, once started.
-    ingest: OnceLock<Ingest>,
+    ingest: OnceLock<AdapterContext>,
 }
 
 impl std::fmt::Debug for DingTalk {
@@ -151,7 +151,7 @@ impl ChatPlatform for DingTalk {
         })
     }
 
-    fn start(self: Arc<Self>, ingest: Ingest) -> Option<BoxFuture<'static, ()>> {
+    fn start(self: Arc<Self>, ingest: AdapterContext) -> Option<BoxFuture<'static, ()>> {
         let stop = ingest.accepting.clone();
         let _ = self.ingest.set(ingest);
         Some(Box::pin(async move {

@@ -65,8 +65,8 @@ use tokio::sync::mpsc;
 use ulid::Ulid;
 
 use crate::config::NodeConfig;
-use crate::ingress::ingest::Ingest;
 use crate::platform::kit::inbound::{Inbound, PlatformMessage, Sender};
+use crate::platform::AdapterContext;
 use crate::platform::{ChatPlatform, PostError, Visibility};
 use crate::store::transcript::platform_ids;
 use crate::turn::mention::MentionMatcher;
@@ -228,7 +228,7 @@ pub struct Discord {
     /// Opens gateway sockets (in-memory ones in tests).
     connector: Arc<dyn Connector>,
     /// The inbound handle, once the node has started the adapter.
-    ingest: OnceLock<Ingest>,
+    ingest: OnceLock<AdapterContext>,
     /// Whether the gateway session is up.
     connected: Arc<std::sync::atomic::AtomicBool>,
     /// Why Discord stopped for this node, for `/healthz`.
@@ -266,7 +266,7 @@ impl ChatPlatform for Discord {
         })
     }
 
-    fn start(self: Arc<Self>, ingest: Ingest) -> Option<BoxFuture<'static, ()>> {
+    fn start(self: Arc<Self>, ingest: AdapterContext) -> Option<BoxFuture<'static, ()>> {
         let _ = self.ingest.set(ingest.clone());
         Some(Box::pin(async move { self.run(ingest).await }))
     }
@@ -380,7 +380,7 @@ impl Discord {
 
     /// The adapter's life: identity check, gateway URL, then the session until the
     /// node stops (or a close code that retrying cannot fix).
-    async fn run(self: Arc<Self>, ingest: Ingest) {
+    async fn run(self: Arc<Self>, ingest: AdapterContext) {
         let cancel = ingest.accepting.clone();
         match self.rest.current_user().await {
             Ok(u) if u.id == self.user_id => {
@@ -450,7 +450,7 @@ impl Discord {
         *self.stopped.lock() = Some(why.to_string());
     }
 
-    async fn on_dispatch(self: &Arc<Self>, ingest: &Ingest, d: Dispatch) {
+    async fn on_dispatch(self: &Arc<Self>, ingest: &AdapterContext, d: Dispatch) {
         match d.t.as_str() {
             "READY" => {
                 let guilds = d.d["guilds"].as_array().map_or(0, Vec::len);
@@ -497,7 +497,7 @@ impl Discord {
     }
 
     /// Records one MESSAGE_CREATE (see the module docs).
-    pub async fn on_message(self: &Arc<Self>, ingest: &Ingest, m: MessageCreate) {
+    pub async fn on_message(self: &Arc<Self>, ingest: &AdapterContext, m: MessageCreate) {
         if m.guild_id.is_none() {
             tracing::info!(message_id = %m.id, "ignoring a discord direct message: botmesh bots talk in channels");
             return;
@@ -1006,19 +1006,9 @@ api = "127.0.0.1:8103"
         }
     }
 
-    fn ingest(sink: Arc<TestSink>) -> Ingest {
-        let cfg = NodeConfig::resolve(settings(DOCS_CONFIG).unwrap(), "Ada", None, &env()).unwrap();
-        Ingest {
-            cfg: Arc::new(cfg),
+    fn ingest(sink: Arc<TestSink>) -> AdapterContext {
+        AdapterContext {
             metrics: Arc::new(crate::telemetry::metrics::Metrics::new()),
-            seen: Arc::new(crate::ingress::seen::SeenCache::new(
-                Duration::from_secs(60),
-                100,
-            )),
-            limiter: Arc::new(crate::ingress::limiter::RateLimiter::new(100)),
-            verify: Arc::new(crate::ingress::verify_pool::VerifyPool::start("Ada").unwrap()),
-            relay: None,
-            humans: Arc::new(Default::default()),
             accepting: tokio_util::sync::CancellationToken::new(),
             tasks: tokio_util::task::TaskTracker::new(),
             sink,

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 
-use crate::ingress::ingest::Ingest;
 use crate::ingress::server::{self, Body, BodyError};
 use crate::platform::kit::inbound::{PlatformMessage, Received, Sender};
+use crate::platform::AdapterContext;
 use crate::telemetry::metrics::Metrics;
 use crate::wire::envelope::now_millis;
 use futures_util::future::BoxFuture;
@@ -205,7 +205,11 @@ pub(crate) async fn take_event(f: &Arc<Feishu>, payload: Vec<u8>) -> u16 {
 
 /// Records one received message. `Err` when the transcript refused it (already
 /// logged); a message deliberately not recorded is `Ok`.
-pub(super) async fn process(f: &Feishu, node: &Ingest, ev: MessageReceived) -> Result<(), ()> {
+pub(super) async fn process(
+    f: &Feishu,
+    node: &AdapterContext,
+    ev: MessageReceived,
+) -> Result<(), ()> {
     let msg = &ev.message;
     let matcher = &f.matcher;
     let text = f.message_text(msg, matcher);

@@ -95,9 +95,9 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 
 use crate::config::NodeConfig;
-use crate::ingress::ingest::Ingest;
 use crate::ingress::server::Body;
 use crate::platform::kit::inbound::Inbound;
+use crate::platform::AdapterContext;
 use crate::platform::{ChatPlatform, PostError, Visibility};
 use crate::turn::mention::{MentionMatcher, PlatformMention};
 use crate::wire::envelope::{now_millis, Envelope};
@@ -166,7 +166,7 @@ pub(crate) struct Feishu {
     /// Finds and rewrites mentions of the roster (names and aliases).
     matcher: MentionMatcher,
     /// The inbound handle, once the node has started the adapter.
-    ingest: OnceLock<Ingest>,
+    ingest: OnceLock<AdapterContext>,
     /// How events arrive.
     mode: FeishuMode,
     /// The open platform base URL (the long connection asks it for an endpoint).
@@ -217,7 +217,7 @@ impl ChatPlatform for Feishu {
         })
     }
 
-    fn start(self: Arc<Self>, ingest: Ingest) -> Option<BoxFuture<'static, ()>> {
+    fn start(self: Arc<Self>, ingest: AdapterContext) -> Option<BoxFuture<'static, ()>> {
         let _ = self.ingest.set(ingest.clone());
         self.client.set_metrics(ingest.metrics.clone());
         // Best effort: log when the app's real open_id differs from peers.toml.

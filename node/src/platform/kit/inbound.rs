@@ -22,7 +22,8 @@
 
 use std::time::Duration;
 
-use crate::ingress::ingest::{Arrival, Ingest};
+use crate::ingress::ingest::Arrival;
+use crate::platform::AdapterContext;
 use crate::store::transcript::Appended;
 use crate::turn::mention::PlatformMention;
 use crate::wire::envelope::{platform_message_id, Author, Envelope, MAX_TEXT_BYTES};
@@ -131,7 +132,7 @@ impl Inbound {
     /// Records `msg` as the module docs say; counts and returns what became of it.
     /// A colleague's copy may wait up to [`Inbound::grace`]: an adapter that must not
     /// wait spawns this on `ingest.tasks`.
-    pub(crate) async fn receive(&self, ingest: &Ingest, msg: PlatformMessage) -> Received {
+    pub(crate) async fn receive(&self, ingest: &AdapterContext, msg: PlatformMessage) -> Received {
         let id = msg.platform_msg_id.clone();
         let received = self.record(ingest, msg).await;
         ingest
@@ -141,7 +142,7 @@ impl Inbound {
         received
     }
 
-    async fn record(&self, ingest: &Ingest, msg: PlatformMessage) -> Received {
+    async fn record(&self, ingest: &AdapterContext, msg: PlatformMessage) -> Received {
         let text = truncate(msg.text.trim().to_string(), MAX_TEXT_BYTES);
         if text.is_empty() {
             tracing::info!(platform = self.platform, message_id = %msg.platform_msg_id, "ignoring a platform message without text");
