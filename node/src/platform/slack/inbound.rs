@@ -31,8 +31,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::ingress::ingest::Ingest;
 use crate::platform::kit::inbound::{PlatformMessage, Sender};
+use crate::platform::AdapterContext;
 
 use super::Slack;
 
@@ -288,7 +288,11 @@ fn file_placeholders(files: &[File]) -> String {
 
 impl Slack {
     /// Handles one acknowledged delivery.
-    pub async fn on_delivery(self: &Arc<Self>, ingest: &Ingest, d: super::socket::Delivery) {
+    pub async fn on_delivery(
+        self: &Arc<Self>,
+        ingest: &AdapterContext,
+        d: super::socket::Delivery,
+    ) {
         if d.kind != "events_api" {
             tracing::debug!(kind = %d.kind, "slack: an envelope the mesh does not use");
             return;
@@ -317,7 +321,7 @@ impl Slack {
     }
 
     /// Records one `message` / `app_mention` event (see the module docs).
-    pub async fn on_message(self: &Arc<Self>, ingest: &Ingest, m: MessageEvent) {
+    pub async fn on_message(self: &Arc<Self>, ingest: &AdapterContext, m: MessageEvent) {
         match m.subtype.as_deref() {
             None | Some("bot_message" | "thread_broadcast" | "file_share" | "me_message") => {}
             Some("message_changed") => {

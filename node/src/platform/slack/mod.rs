@@ -38,9 +38,9 @@ use tokio::sync::mpsc;
 
 use crate::config::pacing::TokenBucket;
 use crate::config::NodeConfig;
-use crate::ingress::ingest::Ingest;
 use crate::platform::kit::inbound::Inbound;
 use crate::platform::kit::pacer::ChatPacer;
+use crate::platform::AdapterContext;
 use crate::platform::{ChatPlatform, PostError, Visibility};
 use crate::turn::mention::MentionMatcher;
 use crate::wire::envelope::Envelope;
@@ -101,7 +101,7 @@ pub struct Slack {
     /// Paces posts per channel.
     pacer: ChatPacer<TokenBucket>,
     /// The inbound handle, once the node has started the adapter.
-    ingest: OnceLock<Ingest>,
+    ingest: OnceLock<AdapterContext>,
     /// The socket's state, for `/healthz`.
     socket: Arc<SocketState>,
     /// Why Slack stopped for this node, for `/healthz`.
@@ -135,7 +135,7 @@ impl ChatPlatform for Slack {
         Box::pin(self.post_envelope(env))
     }
 
-    fn start(self: Arc<Self>, ingest: Ingest) -> Option<BoxFuture<'static, ()>> {
+    fn start(self: Arc<Self>, ingest: AdapterContext) -> Option<BoxFuture<'static, ()>> {
         let _ = self.ingest.set(ingest.clone());
         Some(Box::pin(async move { self.run(ingest).await }))
     }
@@ -244,7 +244,7 @@ impl Slack {
 
     /// The adapter's life: identity check, then Socket Mode until the node stops (or
     /// Slack refuses the app or its link).
-    async fn run(self: Arc<Self>, ingest: Ingest) {
+    async fn run(self: Arc<Self>, ingest: AdapterContext) {
         let stop = ingest.accepting.clone();
         let who = tokio::select! {
             _ = stop.cancelled() => return,

@@ -247,21 +247,12 @@ impl crate::ingress::ingest::Sink for TestSink {
     }
 }
 
-fn ingest(sink: Arc<TestSink>) -> Ingest {
-    Ingest {
-        cfg: Arc::new(config()),
+fn ingest(sink: Arc<TestSink>) -> AdapterContext {
+    AdapterContext {
+        sink,
         metrics: Arc::new(crate::telemetry::metrics::Metrics::new()),
-        seen: Arc::new(crate::ingress::seen::SeenCache::new(
-            Duration::from_secs(60),
-            100,
-        )),
-        limiter: Arc::new(crate::ingress::limiter::RateLimiter::new(100)),
-        verify: Arc::new(crate::ingress::verify_pool::VerifyPool::start("Ada").unwrap()),
-        relay: None,
-        humans: Arc::new(Default::default()),
         accepting: tokio_util::sync::CancellationToken::new(),
         tasks: tokio_util::task::TaskTracker::new(),
-        sink,
     }
 }
 
@@ -289,7 +280,7 @@ fn message(user: &str, bot_id: Option<&str>, ts: &str, text: &str) -> serde_json
     m
 }
 
-async fn settle(ing: &Ingest) {
+async fn settle(ing: &AdapterContext) {
     ing.tasks.close();
     ing.tasks.wait().await;
     ing.tasks.reopen();
