@@ -909,3 +909,63 @@ async fn a_refused_token_a_wrong_user_id_or_link_disabled_stops_with_a_clear_rea
     assert_eq!(fake.opens(), 1, "no reconnect after link_disabled");
     mesh.shutdown().await;
 }
+
+/// Bot tokens distinctive enough to find in a log, in any form a frame logger prints
+/// them (as text, or as the hex of a frame's bytes).
+const LOCK_BOT_TOKEN: &str = "xoxb-LOCKTEST-slack-bot-token-s3cr3t";
+/// See [`LOCK_BOT_TOKEN`].
+const LOCK_APP_TOKEN: &str = "xapp-LOCKTEST-slack-app-token-s3cr3t";
+
+/// A Slack node run as a process with the log at trace (the WebSocket crates' trace
+/// lines asked for by name) connects, posts, and writes neither token anywhere.
+#[tokio::test]
+async fn the_log_at_trace_holds_no_slack_token() {
+    let mut ada = app("ada", ADA_ID, 1);
+    ada.bot_token = LOCK_BOT_TOKEN.into();
+    ada.app_token = LOCK_APP_TOKEN.into();
+    let fake = FakeSlack::start(vec![ada], people(), &[CHANNEL]).await;
+    let slack = format!(
+        "platform = \"slack\"\nslack = {{ bot_token_env = \"LOCK_BOT\", app_token_env = \"LOCK_APP\", channel_id = \"{CHANNEL}\", user_id = \"{ADA_ID}\", api_base_url = \"{}\" }}",
+        fake.api_base_url
+    );
+    let mut mesh = botmesh_tests::ProcessMesh::configure(&["Ada"], "", &slack);
+    mesh.spawn_with(
+        0,
+        &[
+            ("LOCK_BOT", LOCK_BOT_TOKEN),
+            ("LOCK_APP", LOCK_APP_TOKEN),
+            (
+                "BOTMESH_LOG",
+                "trace,tungstenite=trace,tokio_tungstenite=trace",
+            ),
+        ],
+    )
+    .await;
+    fake.wait("the socket", |f| f.connected() == 1).await;
+    let r = mesh
+        .http
+        .post(format!("{}/v1/messages", mesh.apis[0]))
+        .json(&serde_json::json!({"text": "hello from Ada", "from": "Ada"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+    fake.wait("the bot's post reached slack", |f| {
+        !f.posted_by(ADA_ID).is_empty()
+    })
+    .await;
+    mesh.terminate(0);
+    let log = mesh.log(0);
+    assert!(log.contains(" TRACE "), "the log is not at trace:\n{log}");
+    for secret in [LOCK_BOT_TOKEN, LOCK_APP_TOKEN] {
+        let hex: String = secret.bytes().map(|b| format!("{b:02x}")).collect();
+        for needle in [secret, hex.as_str()] {
+            let lines: Vec<&str> = log.lines().filter(|l| l.contains(needle)).collect();
+            assert!(
+                lines.is_empty(),
+                "{secret:?} is in the log:\n{}",
+                lines.join("\n")
+            );
+        }
+    }
+}
