@@ -10,7 +10,9 @@
 #   --note "others were compiling in parallel"   --perf DIR   --nodes 3   --no-redis
 #
 # Not part of the run: `botmesh-bench flood` measures a real peer's envelope latency while
-# junk batches flood one node's bridge (about 20 s; see bench/src/flood.rs).
+# junk batches flood one node's bridge (about 20 s; see bench/src/flood.rs). Nor is
+# `botmesh-bench agents --out-md docs/agents.md`: what botmesh adds to an ACP agent's turn
+# and the node's RSS with agents attached (about 30 s; see bench/src/agents.rs).
 #
 # Installs redis-server from the distribution's packages when it is missing (apt-get).
 set -euo pipefail

@@ -6,7 +6,9 @@
 #   - Debian packages (as root, with apt-get): redis-server, chromium, chromium-driver,
 #     fonts-noto-cjk, systemd (systemd-analyze), python3, python3-venv; without root or apt-get it stops, naming what is missing;
 #   - a Python venv in .venv-test/ with the packages of tests/requirements.txt (pip), whose
-#     interpreter the tests find in BOTMESH_TEST_PYTHON.
+#     interpreter the tests find in BOTMESH_TEST_PYTHON;
+#   - a real coding agent, @zed-industries/codex-acp (npm, pinned), in .npm-test/, which the
+#     tests find in BOTMESH_TEST_CODEX_ACP; without npm it stops, naming what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
@@ -54,6 +56,27 @@ if ! cmp -s "$requirements" "$venv/requirements.txt"; then
   cp "$requirements" "$venv/requirements.txt"
 fi
 export BOTMESH_TEST_PYTHON="$venv/bin/python"
+
+# --- A real ACP agent (tests/tests/codex.rs), from npm, in a directory of its own ---------
+codex_acp_version=0.16.0
+npm_dir="$PWD/.npm-test"
+codex_acp="$npm_dir/node_modules/.bin/codex-acp"
+codex_acp_installed() {
+  [ -x "$codex_acp" ] &&
+    grep -q "\"version\": \"$codex_acp_version\"" \
+      "$npm_dir/node_modules/@zed-industries/codex-acp/package.json" 2>/dev/null
+}
+if ! codex_acp_installed; then
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "test.sh: missing npm (and node); tests/tests/codex.rs runs @zed-industries/codex-acp from npm." >&2
+    echo "test.sh: install them first (as root): apt-get install -y nodejs npm" >&2
+    exit 1
+  fi
+  echo "test.sh: installing @zed-industries/codex-acp@$codex_acp_version into .npm-test/ (npm)" >&2
+  npm install --prefix "$npm_dir" --no-audit --no-fund --loglevel=error \
+    "@zed-industries/codex-acp@$codex_acp_version" >/dev/null
+fi
+export BOTMESH_TEST_CODEX_ACP="$codex_acp"
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -13,6 +13,7 @@
 
 #![forbid(unsafe_code)]
 
+mod agents;
 mod crypto;
 mod flood;
 mod load;
@@ -75,6 +76,12 @@ enum Cmd {
     Transports(TransportArgs),
     /// A real peer's envelope latency while junk batches flood one node's bridge.
     Flood(flood::FloodArgs),
+    /// What botmesh adds to an ACP agent's turn, and the node's RSS with agents
+    /// attached (docs/agents.md).
+    Agents(agents::AgentArgs),
+    /// The minimal ACP agent `agents` runs (on stdin/stdout).
+    #[command(hide = true)]
+    AcpAgent,
 }
 
 /// Options of `botmesh-bench transports`.
@@ -233,6 +240,13 @@ fn main() -> ExitCode {
         Some(Cmd::Transports(t)) => tokio::runtime::Runtime::new()
             .context("starting the tokio runtime")
             .and_then(|rt| rt.block_on(run_transports(t))),
+        Some(Cmd::Agents(a)) => tokio::runtime::Runtime::new()
+            .context("starting the tokio runtime")
+            .and_then(|rt| {
+                let tmp = tempfile::tempdir().context("creating a temporary folder")?;
+                rt.block_on(agents::run(a, tmp.path()))
+            }),
+        Some(Cmd::AcpAgent) => agents::serve_agent(),
         Some(Cmd::Flood(f)) => tokio::runtime::Runtime::new()
             .context("starting the tokio runtime")
             .and_then(|rt| {

@@ -11,6 +11,10 @@ says:
                 the text); replies "permission: <optionId>" or "permission: cancelled"
   SLOW          works 30 s in 0.1 s steps, honouring session/cancel (then answers
                 `cancelled` and writes "cancelled <sessionId>" to $ACP_STANDIN_LOG)
+  AWAITGO       long work that ends on the test's word, not a clock: a tool call
+                "long build" in progress, then waits (0.05 s steps, at most 120 s,
+                honouring session/cancel) until the file `go` exists in the session's
+                cwd, then replies "built after the signal" (logs "awaiting" first)
   CRASH         one chunk, then exits with status 3 mid-turn
   ENV           replies with its environment and cwd as JSON
   REFUSE        some text, then stop reason `refusal`
@@ -53,7 +57,7 @@ from acp import (
 from acp.schema import AgentThoughtChunk, PermissionOption, TextContentBlock, ToolCallUpdate
 
 
-KEYWORDS = ["CHUNKS", "TOOL ", "SLOW", "CRASH", "ENV", "REFUSE", "SESSION", "SLEEPER", "STRINGID"]
+KEYWORDS = ["CHUNKS", "TOOL ", "SLOW", "AWAITGO", "CRASH", "ENV", "REFUSE", "SESSION", "SLEEPER", "STRINGID"]
 
 
 def command(text: str) -> str:
@@ -159,6 +163,25 @@ class StandIn(Agent):
                     return PromptResponse(stop_reason="cancelled")
                 await asyncio.sleep(0.1)
             await self.say(sid, "done slowly")
+            return PromptResponse(stop_reason="end_turn")
+
+        if text.startswith("AWAITGO"):
+            go = os.path.join(self.sessions[sid]["cwd"], "go")
+            await self.conn.session_update(
+                session_id=sid, update=start_tool_call("b1", "long build", kind="execute", status="in_progress")
+            )
+            log(f"awaiting {sid}")
+            for _ in range(2400):
+                if sid in self.cancelled:
+                    log(f"cancelled {sid}")
+                    return PromptResponse(stop_reason="cancelled")
+                if os.path.exists(go):
+                    await self.conn.session_update(session_id=sid, update=update_tool_call("b1", status="completed"))
+                    await self.say(sid, "built after the signal")
+                    log(f"finished {sid}")
+                    return PromptResponse(stop_reason="end_turn")
+                await asyncio.sleep(0.05)
+            await self.say(sid, "gave up waiting for the signal")
             return PromptResponse(stop_reason="end_turn")
 
         if text.startswith("CRASH"):

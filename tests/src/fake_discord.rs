@@ -13,7 +13,9 @@
 //! What tests control: people posting ([`FakeDiscord::say`]), edits and deletions,
 //! dropping every gateway connection (sessions survive; what happens meanwhile is
 //! replayed on RESUME, as Discord does), 429 bursts ([`FakeDiscord::rate_limit`]),
-//! and whether the MESSAGE CONTENT intent is enabled.
+//! and whether the MESSAGE CONTENT intent is enabled. What tests read: the messages,
+//! every REST request, and every typing indicator a bot triggered
+//! ([`FakeDiscord::typing`], `POST /channels/{id}/typing`).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -80,6 +82,18 @@ pub struct Stored {
     pub at: std::time::Instant,
 }
 
+/// One `POST /channels/{id}/typing` the stand-in took.
+#[derive(Debug, Clone)]
+pub struct Typed {
+    /// The channel typed in.
+    pub channel_id: String,
+    /// The bot's user id.
+    pub user_id: String,
+    /// How many messages the stand-in held then (all channels): a typing call with
+    /// `messages_before > i` came after message `i` (in [`FakeDiscord::all_messages`]).
+    pub messages_before: usize,
+}
+
 /// A 429 to answer.
 #[derive(Debug, Clone, Copy)]
 pub struct Limit {
@@ -133,6 +147,8 @@ struct Inner {
     nonces: HashMap<(String, String), String>,
     /// `(method path, status)` of every REST request.
     requests: Vec<(String, u16)>,
+    /// Every typing indicator triggered, in order.
+    typing: Vec<Typed>,
     /// IDENTIFYs received.
     identifies: usize,
     /// RESUMEs received.
@@ -476,6 +492,16 @@ impl FakeDiscord {
             .collect()
     }
 
+    /// Every message in every channel, in the order the stand-in took them.
+    pub fn all_messages(&self) -> Vec<Stored> {
+        self.inner.lock().unwrap().messages.clone()
+    }
+
+    /// Every typing indicator triggered (`POST /channels/{id}/typing`), in order.
+    pub fn typing(&self) -> Vec<Typed> {
+        self.inner.lock().unwrap().typing.clone()
+    }
+
     /// Messages posted by the bot `user_id` (through REST).
     pub fn posted_by(&self, user_id: &str) -> Vec<Stored> {
         self.inner
@@ -629,6 +655,29 @@ fn route(
             }}),
             &bucket_headers("gateway-bot", 4),
         ),
+        ("POST", p) if p.starts_with("/channels/") && p.ends_with("/typing") => {
+            // Discord shows "… is typing" for about 10 s (or until the bot posts) and
+            // answers 204 with no body. TYPING_START goes to clients with the
+            // GUILD_MESSAGE_TYPING intent, which no bot of the mesh asks for.
+            let channel = p["/channels/".len()..p.len() - "/typing".len()].to_string();
+            if !g.channels.contains(&channel) {
+                return reply(
+                    404,
+                    json!({"message": "Unknown Channel", "code": 10003}),
+                    &[],
+                );
+            }
+            let messages_before = g.messages.len();
+            g.typing.push(Typed {
+                channel_id: channel,
+                user_id: bot.user_id.clone(),
+                messages_before,
+            });
+            let mut r = reply(204, json!(null), &bucket_headers("channel-typing", 4));
+            *r.body_mut() = Full::new(Bytes::new());
+            r.headers_mut().remove(hyper::header::CONTENT_TYPE);
+            r
+        }
         ("POST", p) if p.starts_with("/channels/") && p.ends_with("/messages") => {
             let channel = p["/channels/".len()..p.len() - "/messages".len()].to_string();
             if !g.channels.contains(&channel) {

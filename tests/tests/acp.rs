@@ -366,7 +366,7 @@ async fn a_dropped_turn_is_cancelled_at_the_agent_and_the_group_goes_on() {
     let dir = Dir::new();
     let agent = start(settings(&dir, &[]), AcpOptions::default()).await;
     let turn = agent.prompt("g", "SLOW", None);
-    // The turn is lost (another bot answered, /stop): its future is dropped.
+    // The turn is dropped (/stop, the node stopping): its future is dropped.
     let lost = tokio::time::timeout(Duration::from_millis(800), turn).await;
     assert!(lost.is_err(), "SLOW works for 30 s");
     let line = dir.wait_log("cancelled ").await;

@@ -219,6 +219,58 @@ async fn stop_while_the_agent_works_posts_nothing_and_cancels_it() {
 }
 
 #[tokio::test]
+async fn shutting_down_while_the_agent_works_cancels_its_turn_before_stopping_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let mut mesh = mesh(&dir, "").await;
+    let coder = mesh.index("Coder");
+    mesh.post_human(coder, "alice", "@Coder SLOW").await;
+    wait_log(&dir, "prompt ").await;
+    mesh.stop(coder).await;
+    // The agent heard session/cancel before its stdin closed (it logs both, in order).
+    let lines = log(&dir);
+    let cancel = lines.iter().position(|l| l.starts_with("cancel sess-"));
+    let closed = lines.iter().position(|l| l == "stdin closed");
+    assert!(
+        matches!((cancel, closed), (Some(c), Some(e)) if c < e),
+        "{lines:?}"
+    );
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_message_to_the_busy_agent_waits_for_its_next_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let mesh = mesh(&dir, "").await;
+    let coder = mesh.index("Coder");
+    mesh.post_human(coder, "alice", "@Coder AWAITGO").await;
+    wait_log(&dir, "awaiting ").await;
+    // One turn per group: this one is not a turn of its own.
+    mesh.post_human(coder, "bob", "@Coder also look at the docs")
+        .await;
+    let busy = wait_for(
+        WAIT,
+        Duration::from_millis(50),
+        || mesh.decisions(coder, "silent", "agent_busy"),
+        |n| *n >= 1.0,
+    )
+    .await;
+    assert_eq!(busy, 1.0);
+    std::fs::write(dir.join("go"), b"").unwrap();
+    let replies = coder_replies(&mesh, coder, 1).await;
+    assert_eq!(replies[0].text, "built after the signal");
+    // It was said after the last turn's prompt, so the next prompt has it.
+    mesh.post_human(coder, "alice", "@Coder next").await;
+    let replies = coder_replies(&mesh, coder, 2).await;
+    assert_eq!(
+        replies[1].text,
+        "echo: bob: @Coder also look at the docs\nalice: @Coder next"
+    );
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_turn_past_its_timeout_is_agent_failed_and_posts_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path().canonicalize().unwrap();
@@ -442,5 +494,98 @@ async fn an_agent_that_dies_mid_turn_is_agent_failed_and_the_next_turn_runs_on_a
         .filter(|l| l.starts_with("started"))
         .count();
     assert_eq!(started, 2, "{:?}", log(&dir));
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn session_new_carries_the_bots_mcp_servers_as_the_official_sdk_reads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let env_server = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("py/mcp_env_server.py")
+        .display()
+        .to_string();
+    // A stdio server with its env, and an HTTP one whose header comes from the node's
+    // environment (headers_env, read at start): the agent connects to them itself.
+    let coder = format!(
+        "{}\n[[bots.mcp]]\nname = \"env\"\ncommand = [{:?}, {env_server:?}]\nenv = {{ GREETING = \"hello\" }}\n\
+         [[bots.mcp]]\nname = \"web\"\nurl = \"http://127.0.0.1:9/mcp\"\nheaders_env = {{ Authorization = \"AGENTS_TEST_WEB_TOKEN\" }}\n",
+        agent_line(&dir, ""),
+        python(),
+    );
+    let mut spec = MeshSpec::mentions_only(&["Ada", "Coder"]).bot("Coder", &coder);
+    spec.env
+        .insert("AGENTS_TEST_WEB_TOKEN".into(), "Bearer web-token-2".into());
+    let mesh = TestMesh::start(spec).await;
+    let coder = mesh.index("Coder");
+    mesh.post_human(coder, "alice", "@Coder SESSION").await;
+    let replies = coder_replies(&mesh, coder, 1).await;
+    let seen: serde_json::Value = serde_json::from_str(&replies[0].text).unwrap();
+    // What the Python SDK parsed session/new's mcpServers into (McpServerStdio,
+    // HttpMcpServer), dumped back by alias.
+    assert_eq!(
+        seen["mcpServers"],
+        serde_json::json!([
+            {"name": "env", "command": python(), "args": [env_server],
+             "env": [{"name": "GREETING", "value": "hello"}]},
+            {"type": "http", "name": "web", "url": "http://127.0.0.1:9/mcp",
+             "headers": [{"name": "Authorization", "value": "Bearer web-token-2"}]},
+        ]),
+        "{seen}"
+    );
+    assert_eq!(seen["cwd"], serde_json::json!(dir.display().to_string()));
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_better_claim_heard_while_the_agent_works_is_told_it_is_answered_and_cancels_nothing() {
+    use botmesh::wire::envelope::Kind;
+    use botmesh_tests::fake_llm::BotLlm;
+    use botmesh_tests::SignedRequest;
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    // Coder judges the question relevant and interjects; Ada answers mentions only,
+    // so the better claim on the question is one the test sends in Ada's name.
+    let llm = BotLlm::judging(false, 0.0)
+        .judge("Coder", true, 0.6)
+        .start()
+        .await;
+    let spec = MeshSpec::new(&["Ada", "Coder"])
+        .llm(&llm.base_url)
+        .all_bots("min_delay_ms = 50\nmax_delay_ms = 200\njitter_ms = 0")
+        .bot("Ada", "participation = \"mentions\"")
+        .bot("Coder", &agent_line(&dir, ""));
+    let mesh = TestMesh::start(spec).await;
+    let (ada, coder) = (mesh.index("Ada"), mesh.index("Coder"));
+    let trigger = mesh.post_human(coder, "alice", "can someone AWAITGO").await;
+    // Coder won its turn (claimed, waited, committed) and its agent is at work.
+    wait_log(&dir, "awaiting ").await;
+    let trigger = ulid::Ulid::from_string(&trigger).unwrap();
+    let mut claim = botmesh_tests::bot_message("Ada", "", 0);
+    claim.kind = Kind::Claim;
+    claim.reply_to = Some(trigger);
+    claim.root = Some(trigger);
+    claim.relevance = Some(0.99);
+    let (status, answer) = SignedRequest::new(&mesh.signers[ada], &claim, 0)
+        .send(&mesh.http, &mesh.bridge(coder))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["answered"], "Coder",
+        "the claim holds while the agent works: {answer}"
+    );
+    // The agent goes on to the end of its turn, and its reply is posted.
+    std::fs::write(dir.join("go"), b"").unwrap();
+    let replies = coder_replies(&mesh, coder, 1).await;
+    assert_eq!(replies[0].text, "built after the signal");
+    assert!(
+        !log(&dir).iter().any(|l| l.starts_with("cancelled ")),
+        "{:?}",
+        log(&dir)
+    );
+    assert_eq!(
+        mesh.decisions(coder, "yield_writing", "better_claim").await,
+        0.0
+    );
     mesh.shutdown().await;
 }

@@ -54,8 +54,8 @@ fn people() -> Vec<Person> {
 // ---------------------------------------------------------------------------------
 
 /// discord.py 2.x as a client of the stand-in: it logs in (GET /users/@me), connects
-/// to the gateway, gets READY and GUILD_CREATE, reads a MESSAGE_CREATE, replies
-/// (POST with message_reference), survives a dropped connection by RESUMEing and
+/// to the gateway, gets READY and GUILD_CREATE, reads a MESSAGE_CREATE, shows itself
+/// typing (POST .../typing) and replies (POST with message_reference), survives a dropped connection by RESUMEing and
 /// gets the message sent while it was away. It prints one JSON line per event.
 const DISCORD_PY_CLIENT: &str = r#"
 import asyncio, json, sys
@@ -94,6 +94,7 @@ async def on_message(m):
     say(event="message", id=str(m.id), content=m.content, author=m.author.display_name,
         channel=str(m.channel.id), mentions=[str(u.id) for u in m.mentions])
     if m.content == "ping":
+        await m.channel.typing()
         r = await m.reply("pong", mention_author=True)
         say(event="replied", id=str(r.id))
     if m.content == "done":
@@ -219,6 +220,13 @@ async fn the_stand_in_is_faithful_to_discord_py() {
     assert_eq!(own["reference"], ping.as_str());
     let posted = fake.posted_by(PY_ID);
     assert_eq!(posted.len(), 1);
+    // discord.py's `await channel.typing()` took the stand-in's 204 (no body).
+    let typed = fake.typing();
+    assert_eq!(typed.len(), 1, "{typed:?}");
+    assert_eq!(
+        (typed[0].channel_id.as_str(), typed[0].user_id.as_str()),
+        (CHANNEL, PY_ID)
+    );
     let req = posted[0].request.as_ref().unwrap();
     // discord.py sends the id as a number, which Discord accepts as well as a string.
     assert_eq!(
@@ -823,7 +831,7 @@ async fn a_429_burst_loses_nothing_and_a_long_answer_goes_in_parts() {
     let statuses: Vec<u16> = fake
         .requests()
         .into_iter()
-        .filter(|(r, _)| r.starts_with("POST "))
+        .filter(|(r, _)| r.starts_with("POST ") && r.ends_with("/messages"))
         .map(|(_, s)| s)
         .collect();
     assert_eq!(statuses, vec![429, 429, 429, 429, 429, 200, 200, 200]);

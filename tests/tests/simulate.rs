@@ -4,7 +4,11 @@
 
 use std::path::PathBuf;
 
-use botmesh::simulate::{load_dir, render_doc, run_once, simulate, PolicyKind, Tally, World};
+use std::sync::OnceLock;
+
+use botmesh::simulate::{
+    load_dir, render_doc, run_once, simulate, PolicyKind, Report, Tally, World,
+};
 
 fn scenario(name: &str) -> World {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -148,16 +152,26 @@ fn rounds_to_everyone_and_withdrawn_claims_under_botmesh() {
     );
 }
 
+/// The report `botmesh simulate --seed 1 --runs 50` computes over the shipped
+/// scenarios: computed once, shared by the tests that read it (the doc's own run).
+fn shipped_report() -> &'static Report {
+    static REPORT: OnceLock<Report> = OnceLock::new();
+    REPORT.get_or_init(|| {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+        let worlds = load_dir(&root.join("scenarios")).unwrap();
+        simulate(&worlds, &PolicyKind::ALL, 1, 50)
+    })
+}
+
 #[test]
 fn the_shipped_report_is_what_the_simulator_writes() {
     // docs/turn-taking.md must be regenerated whenever the simulator or the scenarios
     // change: `botmesh simulate --seed 1 --runs 50 --write-doc docs/turn-taking.md`.
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let worlds = load_dir(&root.join("scenarios")).unwrap();
-    let report = simulate(&worlds, &PolicyKind::ALL, 1, 50);
+    let report = shipped_report();
     let shipped = std::fs::read_to_string(root.join("docs/turn-taking.md")).unwrap();
     assert!(
-        render_doc(&report) == shipped,
+        render_doc(report) == shipped,
         "docs/turn-taking.md is stale: regenerate it with \
          `botmesh simulate --seed 1 --runs 50 --write-doc docs/turn-taking.md`"
     );
@@ -216,4 +230,109 @@ fn the_winner_writes_its_reply_while_its_delay_runs() {
         .find(|l| l.contains("ErGoz") && l.contains("writes a reply to #0"))
         .unwrap_or_else(|| panic!("no reply by ErGoz: {trace:#?}"));
     assert_eq!(at(claim), at(write), "{claim}\n{write}");
+}
+
+/// The quality bars, for every botmesh policy at every seed of the doc's seed table
+/// (1, 2, 3, 8, 13; 50 runs of every shipped scenario each, the agent scenarios
+/// included): no duplicate interjection, the right bot first on ≥ 98 % of the
+/// questions, ≤ 0.3 % unanswered. Reads the doc's own run (`shipped_report`), so it
+/// costs no simulation of its own.
+#[test]
+fn every_botmesh_policy_meets_the_bars_at_every_seed() {
+    let report = shipped_report();
+    let bars = report.bars();
+    let policies = [
+        PolicyKind::Botmesh,
+        PolicyKind::BotmeshDrafting,
+        PolicyKind::BotmeshShared,
+    ];
+    for seed in [1, 2, 3, 8, 13] {
+        for policy in policies {
+            let b = bars
+                .iter()
+                .find(|b| b.seed == seed && b.policy == policy)
+                .unwrap_or_else(|| panic!("no row for {policy:?} at seed {seed}"));
+            assert_eq!(b.dup_per_human_msg, 0.0, "{b:?}");
+            assert!(b.right_bot_first_pct.unwrap() >= 98.0, "{b:?}");
+            assert!(b.unanswered_pct.unwrap() <= 0.3, "{b:?}");
+        }
+    }
+}
+
+/// Agent bots: a question to a busy agent waits for its next turn and is answered
+/// by it; two relevant agents give one answer; a crashed agent's colleague answers
+/// and the agent answers the next question; `/stop` posts nothing for the stopped
+/// turn. Ten-minute turns cost no wall time (tokio's paused clock).
+#[test]
+fn agent_bots_take_long_turns_yield_crash_and_stop() {
+    for name in ["agent-en-ask-while-working", "agent-zh-ask-while-working"] {
+        let t = botmesh::simulate::run_many(&scenario(name), PolicyKind::Botmesh, 1, 20);
+        assert_eq!(t.right_first, t.expected, "{name}: {t:?}");
+        assert_eq!(
+            t.bot_posts,
+            3 * 20,
+            "{name}: one answer each, the queued one too"
+        );
+        assert!(t.progress_events > 20, "{name}: progress while working");
+    }
+    for name in ["agent-en-two-agents", "agent-zh-two-agents"] {
+        let t = botmesh::simulate::run_many(&scenario(name), PolicyKind::Botmesh, 1, 20);
+        assert_eq!(t.dup_interjections, 0, "{name}: {t:?}");
+        assert_eq!(t.right_first, t.expected, "{name}: {t:?}");
+        let x = botmesh::simulate::run_many(&scenario(name), PolicyKind::Nanobot, 1, 20);
+        assert!(x.dup_interjections > 0, "{name}: nanobot answers twice");
+    }
+    for name in ["agent-en-crash", "agent-zh-crash"] {
+        let t = botmesh::simulate::run_many(&scenario(name), PolicyKind::Botmesh, 1, 20);
+        assert_eq!(t.agent_crashes, 20, "{name}: {t:?}");
+        assert_eq!(t.unanswered, 0, "{name}: a colleague answers: {t:?}");
+        assert_eq!(t.right_first, t.expected, "{name}: {t:?}");
+        assert_eq!(t.reasons.get("silent/reply_failed"), Some(&20), "{name}");
+    }
+    for name in ["agent-en-stop", "agent-zh-stop"] {
+        let t = botmesh::simulate::run_many(&scenario(name), PolicyKind::Botmesh, 1, 20);
+        assert_eq!(
+            t.unwanted_answers, 0,
+            "{name}: the stopped turn posts nothing"
+        );
+        assert_eq!(t.reasons.get("silent/stopped"), Some(&20), "{name}: {t:?}");
+        assert_eq!(
+            t.right_first, t.expected,
+            "{name}: the next request is answered"
+        );
+        let x = botmesh::simulate::run_many(&scenario(name), PolicyKind::Nanobot, 1, 20);
+        assert!(x.unwanted_answers > 0, "{name}: nanobot has no /stop");
+    }
+}
+
+/// A scenario's agent table is checked: the ranges, and no model-only settings.
+#[test]
+fn a_bad_agent_table_is_refused_with_a_clear_error() {
+    let base = |agent: &str| {
+        format!(
+            "group = \"t\"\n[[bots]]\nname = \"A\"\nagent = {agent}\n[[bots]]\nname = \"B\"\n\
+             [[messages]]\nat = 0\nfrom = \"u\"\ntext = \"hi\"\n"
+        )
+    };
+    let dir = std::env::temp_dir().join(format!("botmesh-sim-agent-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (agent, says) in [
+        ("{ min_secs = 0, max_secs = 10 }", "agent.min_secs"),
+        (
+            "{ min_secs = 60, max_secs = 10 }",
+            "agent.max_secs (10) must be at least",
+        ),
+        ("{ min_secs = 10, max_secs = 7200 }", "an hour"),
+        (
+            "{ min_secs = 10, max_secs = 60, progress_secs = 0 }",
+            "progress_secs",
+        ),
+        ("{ min_secs = 10, max = 60 }", "unknown field"),
+    ] {
+        let path = dir.join("bad.toml");
+        std::fs::write(&path, base(agent)).unwrap();
+        let err = format!("{:#}", World::load(&path).err().expect("refused"));
+        assert!(err.contains(says), "{agent}: {err}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
 }

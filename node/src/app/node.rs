@@ -893,6 +893,18 @@ impl Ports for Node {
         self.events.publish(event);
     }
 
+    fn typing<'a>(&'a self, group: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            if let Err(e) = self.platform.typing(group).await {
+                tracing::warn!(bot = %self.cfg.bot().name, group, error = %e, "could not show the typing signal");
+            }
+        })
+    }
+
+    fn typing_every(&self) -> Option<Duration> {
+        self.platform.typing_every()
+    }
+
     fn sees_my_humans(&self, bot: &crate::config::BotSettings) -> bool {
         crate::platform::sees_humans_of(bot.platform, self.cfg.bot().platform)
     }

@@ -123,10 +123,11 @@ pub trait ChatPlatform: Send + Sync + 'static {
     /// the posted message.
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>>;
 
-    /// Shows the chat that this bot is at work on a reply (the typing indicator of
-    /// Discord and Telegram), once; while the work goes on the turn repeats it every
+    /// Shows `group`'s chat that this bot is at work on a reply (the typing indicator
+    /// of Discord and Telegram), once; while the work goes on the turn repeats it every
     /// [`ChatPlatform::typing_every`]. A platform without one does nothing.
-    fn typing(&self) -> BoxFuture<'_, Result<(), PostError>> {
+    fn typing<'a>(&'a self, group: &'a str) -> BoxFuture<'a, Result<(), PostError>> {
+        let _ = group;
         Box::pin(async { Ok(()) })
     }
 

@@ -56,6 +56,9 @@ struct RunState {
     judged: HashSet<(usize, Ulid)>,
     /// Replies written (successful reply calls), to count the ones thrown away.
     written: u64,
+    /// (agent bot, exchange) pairs whose scripted crash has happened: the agent
+    /// recovers for its later turns.
+    crashed: HashSet<(usize, usize)>,
     trace: Option<Vec<String>>,
 }
 
@@ -75,6 +78,10 @@ struct SimBot {
     transcript: Mutex<Vec<Arc<Envelope>>>,
     acks: Arc<AckTracker>,
     stopping: CancellationToken,
+    /// An agent bot's agent, free or at work: one turn at a time, as one ACP session
+    /// per group runs one prompt at a time; a turn that reaches its writing step while
+    /// the agent works waits here, holding its claim, for the agent's next turn.
+    agent: tokio::sync::Mutex<()>,
 }
 
 /// Runs one scenario once under the botmesh policy; with `trace`, the event trace too.
@@ -93,7 +100,13 @@ pub(super) fn run(
     let mut w = w.clone();
     std::sync::Arc::make_mut(&mut w.mesh).judge = judge;
     if drafting {
-        w.bots.iter_mut().for_each(|b| b.judge_drafts = true);
+        // An agent bot's reply is its agent's, never a drafting judge's.
+        let agents: Vec<bool> = w.scenario.bots.iter().map(|b| b.agent.is_some()).collect();
+        w.bots
+            .iter_mut()
+            .zip(agents)
+            .filter(|(_, agent)| !agent)
+            .for_each(|(b, _)| b.judge_drafts = true);
     }
     rt.block_on(run_async(w, seed, trace))
 }
@@ -114,6 +127,7 @@ async fn run_async(w: World, seed: u64, trace: bool) -> (Tally, Option<Vec<Strin
             next_id: 1,
             judged: HashSet::new(),
             written: 0,
+            crashed: HashSet::new(),
             trace: trace.then(Vec::new),
         }),
         bots: Mutex::new(Vec::new()),
@@ -144,6 +158,7 @@ async fn run_async(w: World, seed: u64, trace: bool) -> (Tally, Option<Vec<Strin
                 transcript: Mutex::new(Vec::new()),
                 acks: Arc::new(AckTracker::default()),
                 stopping: CancellationToken::new(),
+                agent: tokio::sync::Mutex::new(()),
             })
         })
         .collect();
@@ -267,9 +282,86 @@ impl SimBot {
         if self.stopping.is_cancelled() {
             return;
         }
+        if self.command(&env) {
+            return;
+        }
         if let Some(turn) = crate::turn::on_message(self, &env, Vec::new()) {
             tokio::spawn(turn);
         }
+    }
+
+    /// A person's command, carried out as `app::commands::handle` does for the ones
+    /// the simulator knows (`/stop`: the group's turns in flight drop); `true` when
+    /// `env` is a command at all, which then takes no turn.
+    fn command(&self, env: &Envelope) -> bool {
+        let Some(cmd) = crate::turn::command::parse(env, &self.brain.matcher, &[]) else {
+            return false;
+        };
+        let t = self.brain.tuning();
+        if !crate::turn::command::may_command(cmd.verb, env, &t) {
+            return false;
+        }
+        if cmd.addresses(self.name()) && cmd.verb == crate::turn::command::Verb::Stop {
+            self.brain.stops.stop(&env.group);
+            let mut st = self.run.state.lock();
+            self.run.log(&mut st, Some(self.idx), |_| {
+                format!("/stop by {}: drops its turns in flight", env.author.name)
+            });
+        }
+        true
+    }
+
+    /// An agent's turn: waits for the agent to be free (its turn before this one),
+    /// then works `ms` (sending a progress event every `progress_secs`), then the
+    /// text, or `None` when it dies mid-turn. Dropped (a `/stop`, the run ending), it
+    /// stops at once and the agent is free again.
+    async fn agent_turn(&self, about: &Envelope, ms: u64, text: Option<String>) -> Option<String> {
+        let _busy = self.agent.lock().await;
+        let agent = self.run.w.scenario.bots[self.idx]
+            .agent
+            .clone()
+            .expect("an agent bot");
+        {
+            let mut st = self.run.state.lock();
+            self.run.log(&mut st, Some(self.idx), |s| {
+                format!(
+                    "'s agent starts on {} ({} s){}",
+                    num(s, &about.id),
+                    ms / 1000,
+                    if text.is_none() {
+                        ", DIES MID-TURN"
+                    } else {
+                        ""
+                    }
+                )
+            });
+        }
+        let step = (agent.progress_secs * 1000.0) as u64;
+        let until = tokio::time::Instant::now() + Duration::from_millis(ms);
+        let mut steps = 0u64;
+        loop {
+            let next = tokio::time::Instant::now() + Duration::from_millis(step);
+            if next >= until {
+                tokio::time::sleep_until(until).await;
+                break;
+            }
+            tokio::time::sleep_until(next).await;
+            steps += 1;
+            self.event(Event::Progress {
+                group: about.group.clone(),
+                trigger: about.id.to_string(),
+                bot: self.name().to_string(),
+                text: format!("working: step {steps}"),
+            });
+        }
+        if text.is_none() {
+            let mut st = self.run.state.lock();
+            st.tally.agent_crashes += 1;
+            self.run.log(&mut st, Some(self.idx), |s| {
+                format!("'s agent dies working on {}", num(s, &about.id))
+            });
+        }
+        text
     }
 
     /// Sends a claim (or withdrawal) to every peer; with `acks`, each peer's answer
@@ -393,9 +485,19 @@ impl SimBot {
     fn reply_part(&self, st: &mut RunState, about: &Envelope, what: &str) -> (u64, Option<String>) {
         let w = &self.run.w;
         let p = w.scenario.timing.reply_fail;
-        let failed = p > 0.0 && st.rng.gen_bool(p.min(1.0));
-        let lat = w.reply_lat[self.idx].sample(&mut st.rng);
+        let mut failed = p > 0.0 && st.rng.gen_bool(p.min(1.0));
+        let mut lat = w.reply_lat[self.idx].sample(&mut st.rng);
         let root = st.posts[st.by_id[&about.id]].root;
+        if w.scenario.bots[self.idx].agent.is_some()
+            && w.scenario.messages[root]
+                .crash
+                .contains(&w.bots[self.idx].name)
+            && st.crashed.insert((self.idx, root))
+        {
+            // The scripted crash: the agent dies halfway through its turn.
+            failed = true;
+            lat /= 2;
+        }
         // The k-th reply this bot posts in the exchange picks the k-th text.
         let k = st
             .posts
@@ -485,7 +587,13 @@ impl Llm for SimBot {
                     }
                 }
             };
-            tokio::time::sleep(Duration::from_millis(latency)).await;
+            let is_agent = w.scenario.bots[self.idx].agent.is_some();
+            let answer = if purpose == Purpose::Reply && is_agent {
+                self.agent_turn(about, latency, answer).await
+            } else {
+                tokio::time::sleep(Duration::from_millis(latency)).await;
+                answer
+            };
             let text = answer.ok_or(LlmError::Timeout)?;
             if purpose == Purpose::Reply {
                 run.state.lock().written += 1;
@@ -690,6 +798,15 @@ impl Ports for SimBot {
     }
 
     fn event(&self, event: Event) {
+        if let Event::Progress { text, trigger, .. } = &event {
+            let mut st = self.run.state.lock();
+            st.tally.progress_events += 1;
+            let id = Ulid::from_string(trigger).unwrap_or_default();
+            self.run.log(&mut st, Some(self.idx), |s| {
+                format!("{}: progress: {text}", num(s, &id))
+            });
+            return;
+        }
         if let Event::Decision {
             action,
             reason,

@@ -255,7 +255,8 @@ impl Brain {
         }
     }
 
-    /// A brain tuned by `tuning` (`roster`: every bot, for mentions), without a
+    /// A brain tuned by `tuning` (`roster`: every bot, for mentions, and for how long
+    /// a colleague's agent may hold the turn), without a
     /// sidecar agent: what the simulator builds for each of its bots.
     pub(crate) fn with(tuning: Tuning, roster_of: &[BotSettings], metrics: Arc<Metrics>) -> Brain {
         Brain {
@@ -264,7 +265,7 @@ impl Brain {
             permissions: None,
             tuning: RwLock::new(Arc::new(tuning)),
             matcher: MentionMatcher::new(&roster(roster_of)),
-            board: ClaimBoard::default(),
+            board: ClaimBoard::with_turn_limits(turn_limits(roster_of)),
             verdicts: crate::turn::shared::Verdicts::default(),
             budget: Budget::default(),
             metrics,
@@ -823,4 +824,19 @@ impl Brain {
             }
         }
     }
+}
+
+/// How long each bot's turn may run once it has the turn, for the bots whose reply
+/// engine is a coding agent (its `turn_timeout_secs`): the colleagues standing by
+/// behind such a bot's claim wait that much longer ([`ClaimBoard::with_turn_limits`]).
+fn turn_limits(bots: &[BotSettings]) -> std::collections::HashMap<String, std::time::Duration> {
+    bots.iter()
+        .filter_map(|b| match &b.agent {
+            Some(crate::config::AgentEngine::Acp(s)) => Some((
+                b.name.clone(),
+                std::time::Duration::from_secs(s.turn_timeout_secs),
+            )),
+            _ => None,
+        })
+        .collect()
 }

@@ -188,15 +188,30 @@ fn lines<'a>(msgs: impl IntoIterator<Item = &'a Envelope>) -> String {
         .join("\n")
 }
 
-/// The ACP turn's prompt: what was said in the group since `me`'s last message in
-/// `before` (people and colleagues; commands are not in `before`), then the trigger
-/// last. `context`: the whole of `before`, for a new session.
+/// The ACP turn's prompt: what was said in the group since `me`'s last turn in
+/// `before` (people and colleagues, never `me`'s own messages; commands are not in
+/// `before`), then the trigger last. The last turn is the one `me`'s last message
+/// answered: what was said while the agent worked on it (a message addressed to the
+/// busy bot) came after that turn's prompt, so it is in this one. `context`: the whole
+/// of `before`, for a new session.
 pub(crate) fn acp_prompt(me: &str, before: &[Arc<Envelope>], trigger: &Envelope) -> AcpPrompt {
     let since = before
         .iter()
         .rposition(|m| m.author.name == me)
-        .map_or(0, |i| i + 1);
-    let mut text = lines(before[since..].iter().map(|m| &**m));
+        .map_or(0, |last| {
+            // The last turn's trigger, when it is still in view.
+            before[last]
+                .reply_to
+                .and_then(|t| before[..last].iter().rposition(|m| m.id == t))
+                .unwrap_or(last)
+                + 1
+        });
+    let mut text = lines(
+        before[since..]
+            .iter()
+            .filter(|m| m.author.name != me)
+            .map(|m| &**m),
+    );
     if !text.is_empty() {
         text.push('\n');
     }

@@ -15,6 +15,7 @@
 //! - [`engine`] — `ReplyEngine`: the model (with its MCP tools' loop) or a sidecar
 //!   webhook writes the reply.
 //! - [`pipeline`] — `triage` and `act`: the pipeline for one message.
+//! - [`typing`] — the platform's typing signal, kept on while the reply is written.
 //! - [`explain`] — the dry-run of a decision.
 //! - [`ports`] — `Ports`, the turn code's view of the node (and of the simulator).
 
@@ -33,6 +34,7 @@ pub(crate) mod scheduler;
 pub(crate) mod shared;
 #[cfg(test)]
 pub(crate) mod test_ports;
+pub(crate) mod typing;
 
 pub use brain::Brain;
 pub(crate) use brain::{roster, Provider};

@@ -34,11 +34,13 @@ use crate::store::verdicts::{VerdictRecord, VERDICT_FORMAT};
 use crate::telemetry::events::Event;
 use crate::turn::brain::{Brain, Judged, PendingDraft, Reply};
 use crate::turn::command::{is_command, without_commands};
+use crate::turn::engine::ReplyEngine;
 use crate::turn::mention::PlatformMention;
 use crate::turn::policy::{Action, Decision};
 use crate::turn::ports::Ports;
 use crate::turn::scheduler::{delay_for, grace_for, Standing, Yield, MIN_CLAIM, WITHDRAWN};
 use crate::turn::shared;
+use crate::turn::typing::typing_while;
 use crate::wire::envelope::{Envelope, Kind, Why};
 
 /// The window of the per-group bot-message cap.
@@ -273,11 +275,36 @@ async fn prepare<P: Ports + ?Sized>(
         return None;
     }
     let reason = why_label(&why);
-    let reply = write_step(p, msg, reason, relevance, early).await?;
+    // An ACP agent's turn takes minutes: an interjecting bot wins the turn before it
+    // hands the agent the work (the claim settled and committed), so the turn cannot
+    // be lost while the agent works. A better claim heard from then on is told the
+    // trigger is answered, and that bot yields (see docs/agents.md).
+    let mut committed = false;
+    if let (Some(r), Some(acks), ReplyEngine::Acp(_)) =
+        (relevance, acks.as_mut(), &p.brain().engine)
+    {
+        let nothing_yet = Reply {
+            text: String::new(),
+            tokens: 0,
+        };
+        if !settle_claim(p, msg, acks, &nothing_yet).await
+            || !commit_step(p, msg, r, &nothing_yet).await
+        {
+            return None;
+        }
+        committed = true;
+    }
+    let reply = if matches!(early, Early::NotWritten) {
+        // The bot has its turn and the reply is still to write (a sidecar, an ACP
+        // agent, or a model that did not write while waiting): the chat sees it typing.
+        typing_while(p, &msg.group, write_step(p, msg, reason, relevance, early)).await?
+    } else {
+        write_step(p, msg, reason, relevance, early).await?
+    };
     if !last_check_step(p, msg, d, relevance, &reply) {
         return None;
     }
-    if let (Some(r), Some(acks)) = (relevance, acks.as_mut()) {
+    if let (Some(r), Some(acks), false) = (relevance, acks.as_mut(), committed) {
         if !settle_claim(p, msg, acks, &reply).await || !commit_step(p, msg, r, &reply).await {
             return None;
         }
@@ -432,8 +459,8 @@ fn keep_verdict<P: Ports + ?Sized>(
     });
 }
 
-/// [`act`]'s writing step: the reply written while waiting, else the sidecar agent's
-/// or the LLM's. `None`: nothing to post (recorded; the claim withdrawn), or the
+/// [`act`]'s writing step: the reply written while waiting, else (nothing written
+/// early, or that early call failed) the sidecar agent's or the LLM's. `None`: nothing to post (recorded; the claim withdrawn), or the
 /// agent answers later through `POST /v1/messages`.
 async fn write_step<P: Ports + ?Sized>(
     p: &P,
@@ -447,9 +474,12 @@ async fn write_step<P: Ports + ?Sized>(
     match early {
         Early::Written(reply) => return Some(reply),
         Early::Failed => {
-            record(p, msg, "silent", "reply_failed", "");
-            withdraw_if(p, msg, claimed, "reply failed");
-            return None;
+            // Writing while waiting (or the drafting judge's draft) runs ahead of the
+            // turn, often behind a better claim: its failure is not the turn's. Now that
+            // the bot has the turn (its wait is over, or the winner it stood by behind
+            // withdrew), it writes once more as a bot that wrote nothing early, instead
+            // of leaving a question that it is the fallback for unanswered.
+            tracing::info!(bot = %brain.me().name, trigger = %msg.id, "the reply written while waiting failed: writing it again now that this bot has the turn");
         }
         Early::NotWritten => {}
     }
@@ -501,7 +531,8 @@ async fn write_step<P: Ports + ?Sized>(
 /// session). Its text is the reply; a cancelled or empty turn posts nothing
 /// (`silent/agent_silent`); a timeout, the agent dying or breaking the protocol post
 /// nothing (`silent/agent_failed`; the library restarts it). Dropping this future
-/// (`/stop`, the node stopping) cancels the turn at the agent.
+/// (`/stop`) or the node stopping (`silent/shutting_down`) cancels the turn at the
+/// agent (`session/cancel`).
 async fn acp_step<P: Ports + ?Sized>(
     p: &P,
     msg: &Envelope,
@@ -546,6 +577,13 @@ async fn acp_step<P: Ports + ?Sized>(
     let answer = loop {
         tokio::select! {
             biased;
+            _ = p.stopping().cancelled() => {
+                // Returning drops the turn, which sends the agent `session/cancel`
+                // before the node stops it.
+                record(p, msg, "silent", "shutting_down", "the node is stopping: the agent's turn is cancelled");
+                withdraw_if(p, msg, claimed, "shutting down");
+                return None;
+            }
             Some(update) = updates.recv() => show(update),
             answer = &mut asking => break answer,
         }
@@ -559,6 +597,19 @@ async fn acp_step<P: Ports + ?Sized>(
         Ok(Err(why)) => {
             record(p, msg, "silent", "agent_silent", &why);
             withdraw_if(p, msg, claimed, "agent said nothing");
+            None
+        }
+        Err(crate::agent::acp::AcpError::Busy(_)) => {
+            // One turn per group at a time: this message waits for the agent's next
+            // turn, whose prompt has what was said since the last one (`acp_prompt`).
+            record(
+                p,
+                msg,
+                "silent",
+                "agent_busy",
+                "the agent is on an earlier turn in this group; this message is in its next prompt",
+            );
+            withdraw_if(p, msg, claimed, "agent busy");
             None
         }
         Err(e) => {
@@ -693,7 +744,9 @@ const CLAIM_ACK_PATIENCE: u32 = 4;
 /// A claim that a lossy link dropped arrives on a retry a few hundred ms later, so the
 /// wait goes on past `claim_ack_timeout_ms` (up to [`CLAIM_ACK_PATIENCE`] times it) for
 /// every peer whose link works; a peer whose link has been failing for the whole
-/// timeout is taken for down and not waited for (`post/claim_unacked`).
+/// timeout is taken for down and not waited for (`post/claim_unacked`). If such a peer
+/// holds a claim of its own on the trigger, it goes ahead without knowing of this
+/// bot, so this bot yields to it instead (`yield_writing/unheard_by_claimant`).
 async fn settle_claim<P: Ports + ?Sized>(
     p: &P,
     msg: &Envelope,
@@ -768,6 +821,30 @@ async fn settle_claim<P: Ports + ?Sized>(
         }
     }
     if !known.pending.is_empty() && !timeout.is_zero() {
+        // A peer that has not heard this claim but whose own claim on the trigger is
+        // here goes ahead without knowing of this bot (it waits for no word it was not
+        // promised, or gives up waiting for one): posting now would answer twice, and
+        // this bot's answer would reach it late anyway, behind the claim stuck on the
+        // same link. Let it answer; its withdrawal, should its turn fail, comes over
+        // the link that brought its claim, and the bots standing by re-enter.
+        if let Some(peer) = known
+            .pending
+            .iter()
+            .find(|peer| brain.board.has_claim(msg.id, peer))
+        {
+            record(
+                p,
+                msg,
+                "yield_writing",
+                "unheard_by_claimant",
+                &format!("{peer} claims it too and has not heard this bot's claim"),
+            );
+            brain
+                .metrics
+                .reply_discarded("unheard_by_claimant", reply.tokens);
+            withdraw_claim(p, msg, "a claimant has not heard this claim");
+            return false;
+        }
         tracing::warn!(bot = %brain.me().name, trigger = %msg.id, unacked = ?known.pending, timeout_ms = brain.me().claim_ack_timeout_ms, "claim not acknowledged by every peer in time (their links fail); posting anyway");
         record(
             p,
@@ -865,7 +942,8 @@ enum Early {
     NotWritten,
     /// Written while the wait ran.
     Written(Reply),
-    /// The LLM call failed (logged and counted there).
+    /// The LLM call failed (logged and counted there): [`write_step`] writes once
+    /// more when the bot has the turn.
     Failed,
 }
 
@@ -1103,4 +1181,114 @@ async fn finish_writing<P: Ports + ?Sized>(
 pub(crate) fn bots_since_human<P: Ports + ?Sized>(p: &P, group: &str, now: u64) -> usize {
     p.bot_messages_and_due(group, 64, now, RATE_WINDOW_MS, &Ulid::nil(), &[])
         .0
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    use ulid::Ulid;
+
+    use super::*;
+    use crate::config::{BotSettings, MeshSettings};
+    use crate::llm::Endpoint;
+    use crate::telemetry::metrics::Metrics;
+    use crate::turn::brain::{Brain, Tuning};
+    use crate::turn::test_ports::{count, Clocked};
+    use crate::turn::Provider;
+    use crate::wire::envelope::Author;
+
+    /// Bot A's claim never reached peer B (B's acknowledgement does not come, though
+    /// B's link is not known to fail), but B's own claim on the trigger is on A's
+    /// board: B goes ahead without knowing of A, so A yields to it after its patience
+    /// instead of posting a second answer (`yield_writing/unheard_by_claimant`). With
+    /// no claim of B's on the board, A posts unacknowledged as before.
+    #[tokio::test(start_paused = true)]
+    async fn a_claim_that_a_claimant_never_heard_yields_to_that_claimant() {
+        for b_claims in [true, false] {
+            let me = BotSettings::from_toml("name = \"A\"").expect("bot");
+            let tuning = Tuning {
+                me: Arc::new(me.clone()),
+                colleagues: Vec::new(),
+                provider: Provider::Remote {
+                    judge: Endpoint::new("test://judge", "m"),
+                    reply: Endpoint::new("test://reply", "m"),
+                },
+                mesh: Arc::new(MeshSettings::default()),
+                budget: Default::default(),
+            };
+            let brain = Brain::with(tuning, std::slice::from_ref(&me), Arc::new(Metrics::new()));
+            let p = Clocked::new(brain, 1_767_308_400_000, "-");
+            let msg = Envelope::message(
+                Ulid::new(),
+                p.now_millis(),
+                "demo",
+                "A",
+                Author::human("alice"),
+                "a question",
+            );
+            p.brain.board.claim(msg.id, "A", 0.9);
+            if b_claims {
+                p.brain.board.claim(msg.id, "B", 0.6);
+            }
+            let tracker = Arc::new(crate::egress::acks::AckTracker::default());
+            let mut acks = tracker.track("claim-1", vec!["B".to_string()]);
+            let reply = Reply {
+                text: "written".into(),
+                tokens: 0,
+            };
+            let go = settle_claim(&p, &msg, &mut acks, &reply).await;
+            assert_eq!(go, !b_claims, "b_claims={b_claims}");
+            let (yielded, unacked) = (
+                count(&p, "yield_writing", "unheard_by_claimant"),
+                count(&p, "post", "claim_unacked"),
+            );
+            assert_eq!((yielded, unacked), if b_claims { (1, 0) } else { (0, 1) });
+            if b_claims {
+                assert!(
+                    p.sent.lock().iter().any(|e| e.relevance == Some(WITHDRAWN)),
+                    "A withdraws its claim"
+                );
+            }
+        }
+    }
+
+    /// A reply written while waiting that failed is not the end of the turn: the bot
+    /// that has the turn writes once more (one LLM call) and has a reply to post, and
+    /// records no `silent/reply_failed`. (Before, a runner-up whose early call had
+    /// failed while it stood by gave up when the winner withdrew, leaving the question
+    /// unanswered: `failures-en-winner-fails` in the simulator.)
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_early_reply_is_written_again_when_the_bot_has_the_turn() {
+        let me = BotSettings::from_toml("name = \"A\"").expect("bot");
+        let tuning = Tuning {
+            me: Arc::new(me.clone()),
+            colleagues: Vec::new(),
+            provider: Provider::Remote {
+                judge: Endpoint::new("test://judge", "m"),
+                reply: Endpoint::new("test://reply", "m"),
+            },
+            mesh: Arc::new(MeshSettings::default()),
+            budget: Default::default(),
+        };
+        let brain = Brain::with(tuning, std::slice::from_ref(&me), Arc::new(Metrics::new()));
+        let p = Clocked::new(brain, 1_767_308_400_000, "the answer, written again");
+        let msg = Envelope::message(
+            Ulid::new(),
+            p.now_millis(),
+            "demo",
+            "A",
+            Author::human("alice"),
+            "a question",
+        );
+        let before = p.judge_calls.load(Ordering::SeqCst);
+        let reply = write_step(&p, &msg, "interjected", None, Early::Failed).await;
+        assert_eq!(
+            reply.map(|r| r.text).as_deref(),
+            Some("the answer, written again")
+        );
+        assert_eq!(p.judge_calls.load(Ordering::SeqCst), before + 1, "one call");
+        assert_eq!(count(&p, "silent", "reply_failed"), 0);
+    }
 }

@@ -172,6 +172,18 @@ pub(crate) trait Ports: Send + Sync + 'static {
     fn publish(self: Arc<Self>, env: Envelope) -> BoxFuture<'static, Result<(), String>>;
     /// Tells the watchers (the page, SSE, the simulator's tally).
     fn event(&self, event: Event);
+    /// Shows `group`'s chat, once, that the bot is at work on its reply (the
+    /// platform's typing signal); a failure is logged, never the turn's concern.
+    /// Nothing by default (a platform without the signal, the simulator).
+    fn typing<'a>(&'a self, group: &'a str) -> BoxFuture<'a, ()> {
+        let _ = group;
+        Box::pin(async {})
+    }
+    /// How often [`Ports::typing`] is repeated while the work goes on; `None`: the
+    /// platform has no typing signal, and the turn sends none.
+    fn typing_every(&self) -> Option<std::time::Duration> {
+        None
+    }
     /// Keeps a judge answer and what the bot did with it (the node's verdict log, for
     /// `botmesh replay`). Must not block. Nothing by default.
     fn judged(&self, _record: VerdictRecord) {}

@@ -182,6 +182,23 @@ pub struct ClaimBoard {
     /// Triggers whose judge call is out on this node: a claim on one is answered
     /// `judging`. Apart from `triggers` too, for the same reason.
     judging: Mutex<HashSet<Ulid>>,
+    /// How long each colleague's turn may run once it has the turn, beyond a model's
+    /// reply (a coding agent's `turn_timeout_secs`): standing by behind its claim
+    /// lasts that much longer than [`STANDBY_MAX`], so a colleague whose agent works
+    /// for minutes is not given up on, and if its agent dies the bots behind it are
+    /// still there to answer.
+    turn_limits: HashMap<String, Duration>,
+}
+
+impl ClaimBoard {
+    /// An empty board that knows how long each colleague's turn may run
+    /// ([`ClaimBoard::turn_limits`]; a colleague not named: a model's reply).
+    pub(crate) fn with_turn_limits(turn_limits: HashMap<String, Duration>) -> ClaimBoard {
+        ClaimBoard {
+            turn_limits,
+            ..ClaimBoard::default()
+        }
+    }
 }
 
 /// The triggers and when expired ones were last swept.
@@ -262,10 +279,15 @@ impl ClaimBoard {
         });
     }
 
-    /// Records that `bot` withdrew its claim on `trigger`: bots standing by behind it
-    /// re-enter.
+    /// Records that `bot` withdrew its claim on `trigger` (and, when it is this node's
+    /// bot, its commit to answer it): bots standing by behind it re-enter.
     pub fn withdraw(&self, trigger: Ulid, bot: &str) {
         self.with(trigger, |t| {
+            if t.committed.as_deref() == Some(bot) {
+                // Committed, then nothing to post (an ACP agent's turn that failed):
+                // the peers' claims from now on are no longer told it is answered.
+                t.committed = None;
+            }
             t.claims.remove(bot);
             t.withdrawn.insert(bot.to_string());
             t.awaiting_word.remove(bot);
@@ -467,8 +489,8 @@ impl ClaimBoard {
     /// Waits for `me`'s turn on `trigger` until `deadline`. Behind a better claim it
     /// stands by: until the trigger is answered (a final yield), until that claim is
     /// withdrawn (then it goes at `max(deadline, now + grace)`, or stands by behind the
-    /// next better claim), or until `deadline + STANDBY_MAX` (a final yield). `None`
-    /// means: go ahead.
+    /// next better claim), or until `deadline + STANDBY_MAX` plus the claimant's turn
+    /// limit, if it is an agent (a final yield). `None` means: go ahead.
     pub async fn wait(
         &self,
         trigger: Ulid,
@@ -494,6 +516,7 @@ impl ClaimBoard {
                     if behind.is_none() {
                         self.set_standing_by(trigger, true);
                     }
+                    let give_up = give_up + self.turn_limits.get(&bot).copied().unwrap_or_default();
                     behind = Some(Yield::BetterClaim { bot, relevance });
                     if Instant::now() >= give_up {
                         break behind.take();
@@ -690,6 +713,43 @@ mod tests {
         );
     }
 
+    /// Behind a claimant whose agent may work for minutes (its `turn_timeout_secs`),
+    /// a bot stands by that much longer than [`STANDBY_MAX`]: it is still there to
+    /// answer when the agent dies after five minutes, and it re-enters then.
+    #[tokio::test(start_paused = true)]
+    async fn behind_an_agent_a_bot_stands_by_for_the_agents_turn_limit() {
+        let limit = Duration::from_secs(600);
+        let board = Arc::new(ClaimBoard::with_turn_limits(HashMap::from([(
+            "Coder".to_string(),
+            limit,
+        )])));
+        let t = Ulid::new();
+        board.claim(t, "Coder", 0.9);
+        let start = Instant::now();
+        let b2 = board.clone();
+        let waiting = tokio::spawn(async move {
+            b2.wait(t, "Atlas", 0.6, start + Duration::from_millis(1800), G)
+                .await
+        });
+        // The agent dies after five minutes, well past STANDBY_MAX: it withdraws.
+        tokio::time::sleep(Duration::from_secs(300)).await;
+        assert!(!waiting.is_finished(), "still standing by after 300 s");
+        board.claim(t, "Coder", WITHDRAWN);
+        assert_eq!(waiting.await.unwrap(), None, "re-enters: goes ahead");
+        // A claimant that vanishes is still given up on, after its limit too.
+        let t2 = Ulid::new();
+        board.claim(t2, "Coder", 0.9);
+        let start = Instant::now();
+        let y = board
+            .wait(t2, "Atlas", 0.6, start + Duration::from_millis(1800), G)
+            .await;
+        assert!(matches!(y, Some(Yield::BetterClaim { .. })), "{y:?}");
+        assert_eq!(
+            Instant::now() - start,
+            Duration::from_millis(1800) + STANDBY_MAX + limit
+        );
+    }
+
     #[test]
     fn claims_ahead_are_the_live_better_ones_ties_to_the_smaller_name() {
         let board = ClaimBoard::default();
@@ -765,5 +825,18 @@ mod tests {
         let t3 = Ulid::new();
         board.answered(t3, "A");
         assert!(board.answering(t3, "A"));
+    }
+
+    #[test]
+    fn a_commit_withdrawn_with_nothing_posted_no_longer_answers_claims() {
+        // An ACP agent's turn: committed before the agent works, then the agent failed.
+        let board = ClaimBoard::default();
+        let t = Ulid::new();
+        board.claim(t, "A", 0.6);
+        board.commit(t, "A", 0.6).unwrap();
+        assert!(board.answering(t, "A"));
+        board.withdraw(t, "A");
+        assert!(!board.answering(t, "A"), "a later claim may go ahead");
+        assert!(!board.has_claim(t, "A"));
     }
 }

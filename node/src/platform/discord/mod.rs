@@ -199,6 +199,11 @@ impl Authors {
     }
 }
 
+/// How often the typing indicator is sent again while the bot works: Discord shows it
+/// for about 10 s after each `POST /channels/{id}/typing`, so every 8 s keeps it on
+/// without a gap.
+pub const TYPING_EVERY: std::time::Duration = std::time::Duration::from_secs(8);
+
 /// A discord bot's platform state.
 pub struct Discord {
     /// The REST client.
@@ -264,6 +269,22 @@ impl ChatPlatform for Discord {
                 .await
                 .map_err(|e| PostError(e.to_string()))
         })
+    }
+
+    fn typing<'a>(&'a self, group: &'a str) -> BoxFuture<'a, Result<(), PostError>> {
+        Box::pin(async move {
+            let channel = self
+                .channel_for_group(group)
+                .ok_or_else(|| PostError(PostFailure::NoChannel(group.to_string()).to_string()))?;
+            self.rest
+                .trigger_typing(&channel)
+                .await
+                .map_err(|e| PostError(e.to_string()))
+        })
+    }
+
+    fn typing_every(&self) -> Option<std::time::Duration> {
+        Some(TYPING_EVERY)
     }
 
     fn start(self: Arc<Self>, ingest: AdapterContext) -> Option<BoxFuture<'static, ()>> {

@@ -1,6 +1,7 @@
 //! Discord's REST API, as much of it as a bot of the mesh uses: who am I
-//! (`GET /users/@me`), where is the gateway (`GET /gateway/bot`), and posting a
-//! message (`POST /channels/{channel.id}/messages`).
+//! (`GET /users/@me`), where is the gateway (`GET /gateway/bot`), posting a
+//! message (`POST /channels/{channel.id}/messages`), and the typing indicator while
+//! the bot's reply is being written (`POST /channels/{channel.id}/typing`).
 //!
 //! # Rate limits
 //!
@@ -442,6 +443,18 @@ impl RestClient {
         serde_json::from_slice::<Created>(&bytes)
             .map(|c| c.id)
             .map_err(|e| RestError::Malformed(e.to_string()))
+    }
+}
+
+impl RestClient {
+    /// `POST /channels/{channel_id}/typing`: shows the bot as typing in the channel
+    /// for about 10 s, or until it posts there. Discord answers 204 with no body.
+    /// A route of its own, so it never waits behind a post's rate limit.
+    pub async fn trigger_typing(&self, channel_id: &str) -> Result<(), RestError> {
+        let path = format!("/channels/{channel_id}/typing");
+        self.call(reqwest::Method::POST, &format!("POST {path}"), &path, None)
+            .await
+            .map(|_| ())
     }
 }
 

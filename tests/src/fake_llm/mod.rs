@@ -1,7 +1,8 @@
 //! A scripted OpenAI-compatible server for tests.
 //!
 //! [`FakeLlm::start`] binds a real HTTP server on `127.0.0.1:0` that serves
-//! `POST /v1/chat/completions`. For each request a caller-supplied closure
+//! `POST /v1/chat/completions` and, for coding agents such as Codex, OpenAI's
+//! Responses API `POST /v1/responses` ([`responses`]). For each request a caller-supplied closure
 //! looks at what arrived ([`Seen`]) and chooses what to do ([`Script`]):
 //! answer, fail with a status, hang, or wait first. Every request is recorded
 //! so tests can assert on the model, messages, response format and
@@ -36,6 +37,18 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 
 use crate::serve::{serve_http, HttpServer, Reply};
+
+pub mod responses;
+
+/// Which of the server's APIs a request came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    /// `POST /v1/chat/completions` (botmesh, opencode).
+    ChatCompletions,
+    /// `POST /v1/responses` (Codex): `instructions` and `input` items instead of
+    /// `messages`, answered as a stream of `response.*` events.
+    Responses,
+}
 
 /// What the scripted server does for one request.
 #[derive(Clone, Debug)]
@@ -139,25 +152,36 @@ pub struct Seen {
     pub body: serde_json::Value,
     /// The raw `Authorization` header, if any.
     pub authorization: Option<String>,
+    /// The API the request came to.
+    pub api: Api,
 }
 
 impl Seen {
-    /// The names of the function tools the request offers (`tools[].function.name`).
+    /// The names of the function tools the request offers (`tools[].function.name`;
+    /// for the Responses API `tools[].name`).
     pub fn tools(&self) -> Vec<String> {
         self.body
             .get("tools")
             .and_then(Value::as_array)
             .map(|t| {
                 t.iter()
-                    .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
+                    .filter_map(|t| {
+                        t.pointer("/function/name")
+                            .or_else(|| t.get("name"))
+                            .and_then(Value::as_str)
+                    })
                     .map(str::to_string)
                     .collect()
             })
             .unwrap_or_default()
     }
 
-    /// The request's `tool` messages: `(tool_call_id, content)`, in order.
+    /// The request's `tool` messages: `(tool_call_id, content)`, in order (for the
+    /// Responses API, its `function_call_output` input items: `(call_id, output)`).
     pub fn tool_results(&self) -> Vec<(String, String)> {
+        if self.api == Api::Responses {
+            return responses::tool_results(&self.body);
+        }
         self.body
             .get("messages")
             .and_then(Value::as_array)
@@ -178,12 +202,23 @@ impl Seen {
             .unwrap_or_default()
     }
 
-    fn new(body: Value, authorization: Option<String>) -> Self {
+    fn new(body: Value, authorization: Option<String>, api: Api) -> Self {
         let model = body
             .get("model")
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string();
+        if api == Api::Responses {
+            return Seen {
+                model,
+                messages: responses::messages(&body),
+                purpose_hint: body.as_object().map(|_| "agent".to_string()),
+                stream: body.get("stream").and_then(Value::as_bool) == Some(true),
+                body,
+                authorization,
+                api,
+            };
+        }
         let messages = body
             .get("messages")
             .and_then(Value::as_array)
@@ -213,11 +248,12 @@ impl Seen {
             stream,
             body,
             authorization,
+            api,
         }
     }
 }
 
-fn flatten_content(content: Option<&Value>) -> String {
+pub(crate) fn flatten_content(content: Option<&Value>) -> String {
     match content {
         None | Some(Value::Null) => String::new(),
         Some(Value::String(s)) => s.clone(),
@@ -405,7 +441,8 @@ impl BotLlm {
 
 type ScriptFn = dyn Fn(&Seen) -> Script + Send + Sync;
 
-struct State {
+/// What every request handler shares: the script, what was seen, the streams.
+pub(crate) struct State {
     script: Box<ScriptFn>,
     seen: Mutex<Vec<Seen>>,
     /// One log per streamed answer, in the order they started.
@@ -466,7 +503,7 @@ impl Drop for Feed {
 }
 
 /// The body of every answer: whole, or streamed.
-type LlmBody = UnsyncBoxBody<Bytes, Infallible>;
+pub(crate) type LlmBody = UnsyncBoxBody<Bytes, Infallible>;
 
 /// A running scripted server; stops when shut down or dropped.
 pub struct FakeLlm {
@@ -575,9 +612,11 @@ impl FakeLlm {
 }
 
 async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<LlmBody> {
-    if req.uri().path() != "/v1/chat/completions" {
-        return whole(error_response(404, "no such route"));
-    }
+    let api = match req.uri().path() {
+        "/v1/chat/completions" => Api::ChatCompletions,
+        "/v1/responses" => Api::Responses,
+        _ => return whole(error_response(404, "no such route")),
+    };
     if req.method() != Method::POST {
         return whole(error_response(405, "use POST"));
     }
@@ -591,13 +630,38 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<LlmBody> 
         Err(_) => return whole(error_response(400, "could not read body")),
     };
     let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    let seen = Seen::new(body, authorization);
+    let seen = Seen::new(body, authorization, api);
     state.seen().push(seen.clone());
     if !seen.body.is_object() {
         return whole(error_response(400, "body is not a JSON object"));
     }
     let mut script = (state.script)(&seen);
     loop {
+        if api == Api::Responses {
+            match script {
+                Script::Delay(delay, then) => {
+                    tokio::time::sleep(delay).await;
+                    script = *then;
+                    continue;
+                }
+                Script::Hang => std::future::pending::<()>().await,
+                Script::Status(status) => {
+                    return whole(error_response(status, "scripted failure"));
+                }
+                Script::Reply(text) | Script::Stream { text, .. } => {
+                    let id = state.next_id.fetch_add(1, Ordering::Relaxed);
+                    let items = responses::Output::text(id, &text);
+                    return responses::answer(&state, &seen, id, items);
+                }
+                Script::ToolCalls { text, calls } => {
+                    let id = state.next_id.fetch_add(1, Ordering::Relaxed);
+                    let items = responses::Output::calls(id, &text, &calls);
+                    return responses::answer(&state, &seen, id, items);
+                }
+                // Raw bodies are the caller's own: sent as they are.
+                Script::Raw { .. } | Script::RawStream { .. } => {}
+            }
+        }
         match script {
             Script::Delay(delay, then) => {
                 tokio::time::sleep(delay).await;
@@ -661,7 +725,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<LlmBody> 
 }
 
 /// A whole-body answer as the handler's body type.
-fn whole(reply: Reply) -> Response<LlmBody> {
+pub(crate) fn whole(reply: Reply) -> Response<LlmBody> {
     reply.map(BodyExt::boxed_unsync)
 }
 
@@ -743,7 +807,10 @@ fn usage_chunk(seen: &Seen, id: u64, completion_tokens: u64) -> Option<Value> {
 
 /// A 200 `text/event-stream` answer sending `events` one at a time, each after its
 /// pause, recorded in a new [`StreamLog`].
-fn event_stream(state: &State, events: VecDeque<(Duration, Bytes)>) -> Response<LlmBody> {
+pub(crate) fn event_stream(
+    state: &State,
+    events: VecDeque<(Duration, Bytes)>,
+) -> Response<LlmBody> {
     let log = Arc::new(StreamLog {
         chunks: events.len(),
         written: AtomicUsize::new(0),
@@ -900,7 +967,7 @@ fn error_response(status: u16, message: &str) -> Reply {
     json_response(status, body.to_string())
 }
 
-fn json_response(status: u16, body: String) -> Reply {
+pub(crate) fn json_response(status: u16, body: String) -> Reply {
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() =
         StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
