@@ -18,7 +18,8 @@
 //!             the chat (/quiet, /resume, /stop, /why); replay (a bot's decisions over a
 //!             recorded transcript, then and now)
 //! platform    one adapter per chat platform behind ChatPlatform: local, feishu, dingtalk, discord,
-//!             telegram
+//!             slack (slack/: settings, api, socket Socket Mode, inbound, outbound),
+//!             telegram (telegram/: settings, api, poll, inbound, outbound, webhook)
 //!             (feishu/: api, events, crypto, dedup, inbound, ws the long connection,
 //!             content rich text and media, names people by display name); kit: what
 //!             every adapter shares (the API retry loop, the token source, the per-chat pacer)

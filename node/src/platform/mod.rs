@@ -16,6 +16,7 @@
 //! - [`dingtalk`] — DingTalk Stream mode in (forwarded to the peers: DingTalk shows a
 //!   person's message only to the robots it @-mentions), session webhook or group send out.
 //! - [`discord`] — the Discord gateway in, messages with real `<@id>` out.
+//! - [`slack`] — Slack's Socket Mode in, `chat.postMessage` with real `<@U…>` out.
 //! - [`telegram`] — Bot API long polling (or a webhook) in, HTML-escaped messages
 //!   with @handles out.
 //!
@@ -40,6 +41,7 @@ pub use feishu::names as feishu_names;
 pub use feishu::ws as feishu_ws;
 pub(crate) mod local;
 pub mod registry;
+pub mod slack;
 pub mod telegram;
 
 use std::net::SocketAddr;

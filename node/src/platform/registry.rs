@@ -32,6 +32,7 @@ static ADAPTERS: &[&Adapter] = &[
     &super::feishu::ADAPTER,
     &super::discord::ADAPTER,
     &super::dingtalk::ADAPTER,
+    &super::slack::ADAPTER,
     &super::telegram::ADAPTER,
 ];
 
@@ -170,7 +171,7 @@ mod tests {
         assert!(e.problem.contains("unknown platform \"irc\""), "{e}");
         assert!(
             e.problem
-                .contains("local, feishu, discord, dingtalk, telegram"),
+                .contains("local, feishu, discord, dingtalk, slack, telegram"),
             "{e}"
         );
 

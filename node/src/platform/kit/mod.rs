@@ -11,6 +11,7 @@
 //! - [`inbound`] — the one inbound path: a platform message becomes an envelope
 //!   (truncation, ids, root, a colleague's copy waiting for the bridge copy by
 //!   notification) and is counted in `botmesh_platform_events_total`.
+//! - [`split`] — the one way to cut a long reply into parts a platform accepts.
 //! - [`http`] — the one builder of an adapter's HTTP client (timeouts always set, no
 //!   proxy for loopback).
 //!
@@ -28,4 +29,5 @@ pub(crate) mod http;
 pub(crate) mod inbound;
 pub(crate) mod pacer;
 pub(crate) mod reconnect;
+pub(crate) mod split;
 pub(crate) mod token;

@@ -192,7 +192,7 @@ pub(crate) fn parts(
     handle_of: &dyn Fn(&str) -> Option<String>,
 ) -> Vec<Rendered> {
     let mut out = Vec::new();
-    for part in crate::platform::discord::rest::split_message(text, limit) {
+    for part in crate::platform::kit::split::split_message(text, limit) {
         let r = render(&part, matcher, handle_of);
         if r.shown <= limit || limit < 64 {
             out.push(r);

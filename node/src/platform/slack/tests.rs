@@ -1,0 +1,483 @@
+//! The adapter's rules without a node: its settings in peers.toml, the text it
+//! posts, and how events become transcript entries (against a sink that dedups as the
+//! transcript does).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use parking_lot::Mutex;
+use tokio::time::Instant;
+use ulid::Ulid;
+
+use super::inbound::{MessageEvent, BRIDGE_GRACE};
+use super::socket::Delivery;
+use super::*;
+use crate::ingress::ingest::Arrival;
+use crate::store::transcript::{platform_ids, Appended};
+use crate::wire::envelope::{Author, AuthorKind};
+
+/// The shape docs/slack.md shows.
+const DOCS_CONFIG: &str = r#"
+[mesh]
+group = "team"
+secret_env = "BOTMESH_SECRET"
+
+[[bots]]
+name = "Ada"
+bridge = "127.0.0.1:7101"
+api = "127.0.0.1:8101"
+platform = "slack"
+
+[bots.slack]
+bot_token_env = "ADA_BOT_TOKEN"
+app_token_env = "ADA_APP_TOKEN"
+channel_id = "C0700"
+user_id = "U1001"
+
+[[bots]]
+name = "Bix"
+aliases = ["bixie"]
+bridge = "127.0.0.1:7102"
+api = "127.0.0.1:8102"
+platform = "slack"
+slack = { bot_token_env = "BIX_BOT_TOKEN", app_token_env = "BIX_APP_TOKEN", channel_id = "C0700", user_id = "U1002" }
+
+[[bots]]
+name = "Loc"
+bridge = "127.0.0.1:7103"
+api = "127.0.0.1:8103"
+"#;
+
+/// The file's own checks, then the platforms' (as a node loads it).
+fn settings(text: &str) -> Result<crate::config::Settings, crate::config::ConfigError> {
+    crate::config::Settings::from_toml(text, std::path::Path::new("peers.toml"))
+        .and_then(|s| crate::platform::registry::check(&s).map(|()| s))
+}
+
+fn env() -> HashMap<String, String> {
+    [
+        ("BOTMESH_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+        ("ADA_BOT_TOKEN", "xoxb-ada-secret"),
+        ("ADA_APP_TOKEN", "xapp-ada-secret"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+fn config() -> NodeConfig {
+    NodeConfig::resolve(settings(DOCS_CONFIG).unwrap(), "Ada", None, &env()).unwrap()
+}
+
+fn ada() -> Slack {
+    Slack::from_config(&config()).unwrap()
+}
+
+#[test]
+fn the_documented_config_loads_and_names_each_mistake() {
+    let cfg = config();
+    let secrets = SlackSecrets::of(&cfg).unwrap();
+    assert_eq!(
+        (secrets.bot_token.as_str(), secrets.app_token.as_str()),
+        ("xoxb-ada-secret", "xapp-ada-secret")
+    );
+    assert!(!format!("{cfg:?} {secrets:?}").contains("-secret"));
+    let mut swapped = env();
+    swapped.insert("ADA_APP_TOKEN".into(), "xoxb-ada-secret".into());
+    let cfg2 = NodeConfig::resolve(settings(DOCS_CONFIG).unwrap(), "Ada", None, &swapped).unwrap();
+    let e = Slack::from_config(&cfg2).unwrap_err().to_string();
+    assert!(
+        e.contains("bots[0].slack.app_token_env") && e.contains("xapp-"),
+        "{e}"
+    );
+    let mut no_app = env();
+    no_app.remove("ADA_APP_TOKEN");
+    let e = NodeConfig::resolve(settings(DOCS_CONFIG).unwrap(), "Ada", None, &no_app).unwrap_err();
+    assert_eq!(e.key, "bots[0].slack.app_token_env", "{e}");
+    let loc = NodeConfig::resolve(settings(DOCS_CONFIG).unwrap(), "Loc", None, &no_app).unwrap();
+    assert!(
+        loc.platform_secret("bot_token_env").is_none(),
+        "a local bot needs no slack tokens"
+    );
+    let cases = [
+        ("channel_id = \"C0700\"\n", "", "bots[0].slack.channel_id"),
+        ("user_id = \"U1001\"\n", "user_id = \"ada\"\n", "bots[0].slack.user_id"),
+        (
+            "slack = { bot_token_env = \"BIX_BOT_TOKEN\", app_token_env = \"BIX_APP_TOKEN\", channel_id = \"C0700\", user_id = \"U1002\" }\n",
+            "",
+            "bots[1].slack",
+        ),
+        (
+            "user_id = \"U1002\" }",
+            "user_id = \"U1002\", api_base_url = \"ftp://x\" }",
+            "bots[1].slack.api_base_url",
+        ),
+    ];
+    for (from, to, key) in cases {
+        assert!(DOCS_CONFIG.contains(from), "{from}");
+        let e = settings(&DOCS_CONFIG.replacen(from, to, 1)).unwrap_err();
+        assert_eq!(e.key, key, "{from:?} → {to:?}: {e}");
+    }
+    let e = settings(&DOCS_CONFIG.replace("bot_token_env = \"ADA", "bot_tokn_env = \"ADA"))
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("unknown field `bot_tokn_env`"),
+        "{e}"
+    );
+    assert_eq!(crate::platform::visibility_of(SLACK), VISIBILITY);
+    let ops = DOCS_CONFIG.replace("[mesh]\n", "[mesh]\noperators = [\"slack:U2001\"]\n");
+    assert!(settings(&ops).is_ok(), "slack people as operators");
+    let twice = DOCS_CONFIG.replace("user_id = \"U1002\"", "user_id = \"U1001\"");
+    let e = settings(&twice).unwrap_err();
+    assert_eq!(e.key, "bots[1].slack.user_id", "{e}");
+}
+
+#[test]
+fn posts_escape_and_mention_colleagues_by_user_id() {
+    let s = ada();
+    let (text, pinged) = s.outgoing_text(
+        "@bixie <b>5 < 6 & \"x\"</b>, @Ada is me, @Loc has no id, `@Bix` in code, @here stays text, thanks <at user_id=\"U2001\">Carol</at> \u{E000}U9\u{E001}",
+    );
+    assert_eq!(
+        text,
+        "<@U1002> &lt;b&gt;5 &lt; 6 &amp; \"x\"&lt;/b&gt;, @Ada is me, @Loc has no id, `@Bix` in code, @here stays text, thanks <@U2001> U9"
+    );
+    assert_eq!(pinged, vec!["U1002".to_string()]);
+    assert_eq!(s.group_for_channel("C0700"), "team");
+    assert_eq!(s.group_for_channel("C0999"), "C0999");
+    assert_eq!(s.channel_for_group("team").as_deref(), Some("C0700"));
+    assert_eq!(s.channel_for_group("C0999").as_deref(), Some("C0999"));
+    assert_eq!(s.channel_for_group("demo"), None);
+}
+
+/// A sink that records arrivals the way the transcript does (dedup by id and by each
+/// platform id), telling waiters of each new entry as the node's event bus does.
+struct TestSink(Mutex<Vec<Envelope>>, crate::telemetry::events::EventBus);
+
+impl Default for TestSink {
+    fn default() -> Self {
+        TestSink(
+            Mutex::default(),
+            crate::telemetry::events::EventBus::new(64),
+        )
+    }
+}
+
+impl TestSink {
+    fn add(&self, env: Envelope) -> Appended {
+        let mut v = self.0.lock();
+        let pids: Vec<String> = env
+            .platform_msg_id
+            .as_deref()
+            .map(|p| platform_ids(p).map(str::to_string).collect())
+            .unwrap_or_default();
+        let dup = v.iter().any(|e| {
+            e.id == env.id
+                || e.platform_msg_id
+                    .as_deref()
+                    .is_some_and(|p| platform_ids(p).any(|p| pids.iter().any(|q| q == p)))
+        });
+        if dup {
+            return Appended::Duplicate;
+        }
+        v.push(env.clone());
+        self.1.publish(crate::telemetry::events::Event::Message {
+            envelope: Arc::new(env),
+        });
+        Appended::New
+    }
+    fn all(&self) -> Vec<Envelope> {
+        self.0.lock().clone()
+    }
+}
+
+impl crate::ingress::ingest::Sink for TestSink {
+    fn await_platform_msg<'a>(
+        &'a self,
+        group: &'a str,
+        platform_msg_id: &'a str,
+        within: Duration,
+    ) -> BoxFuture<'a, bool> {
+        Box::pin(crate::ingress::ingest::recorded_within(
+            self.1.subscribe(),
+            move || self.has_platform_msg(group, platform_msg_id),
+            group,
+            platform_msg_id,
+            within,
+        ))
+    }
+    fn record_many(
+        &self,
+        envs: Vec<Arc<Envelope>>,
+        _source: crate::ingress::ingest::Source,
+    ) -> BoxFuture<'_, Vec<Result<Appended, crate::store::transcript::TranscriptError>>> {
+        let out = envs
+            .into_iter()
+            .map(|e| Ok(self.add((*e).clone())))
+            .collect();
+        Box::pin(async move { out })
+    }
+    fn arrive(
+        &self,
+        arrival: Arrival,
+    ) -> BoxFuture<'_, Result<Appended, crate::store::transcript::TranscriptError>> {
+        let r = self.add(arrival.env);
+        Box::pin(async move { Ok(r) })
+    }
+    fn on_claim(&self, _env: Arc<Envelope>) {}
+    fn answer_claim(&self, _env: &Envelope) -> crate::wire::batch::ClaimReply {
+        crate::wire::batch::ClaimReply::default()
+    }
+    fn has_platform_msg(&self, _group: &str, platform_msg_id: &str) -> bool {
+        self.0.lock().iter().any(|e| {
+            e.platform_msg_id
+                .as_deref()
+                .is_some_and(|p| platform_ids(p).any(|p| p == platform_msg_id))
+        })
+    }
+    fn message(&self, _group: &str, id: &Ulid) -> Option<Arc<Envelope>> {
+        self.0
+            .lock()
+            .iter()
+            .find(|e| &e.id == id)
+            .cloned()
+            .map(Arc::new)
+    }
+}
+
+fn ingest(sink: Arc<TestSink>) -> AdapterContext {
+    AdapterContext {
+        sink,
+        metrics: Arc::new(crate::telemetry::metrics::Metrics::new()),
+        accepting: tokio_util::sync::CancellationToken::new(),
+        tasks: tokio_util::task::TaskTracker::new(),
+    }
+}
+
+/// An events_api delivery of `event` with `event_id`.
+fn delivery(event_id: &str, retry_attempt: u64, event: serde_json::Value) -> Delivery {
+    Delivery {
+        kind: "events_api".into(),
+        payload: serde_json::json!({"type": "event_callback", "event_id": event_id, "event": event}),
+        retry_attempt,
+        retry_reason: if retry_attempt > 0 {
+            "timeout".into()
+        } else {
+            String::new()
+        },
+    }
+}
+
+/// A message event by `user` (`bot_id` for apps) in the mesh channel.
+fn message(user: &str, bot_id: Option<&str>, ts: &str, text: &str) -> serde_json::Value {
+    let mut m = serde_json::json!({"type": "message", "channel": "C0700", "channel_type": "channel", "user": user, "ts": ts, "text": text});
+    if let Some(b) = bot_id {
+        m["bot_id"] = serde_json::json!(b);
+        m["bot_profile"] = serde_json::json!({"name": "bix"});
+    }
+    m
+}
+
+async fn settle(ing: &AdapterContext) {
+    ing.tasks.close();
+    ing.tasks.wait().await;
+    ing.tasks.reopen();
+}
+
+/// A person's message is recorded once however often it is delivered (a redelivery,
+/// its app_mention); a colleague's is recorded once with the bridge copy in either
+/// order, or as context at max_depth when none comes; the bot's own is ignored; edits
+/// and other subtypes are not recorded.
+#[tokio::test(start_paused = true)]
+async fn each_message_is_recorded_once() {
+    let s = Arc::new(ada());
+    s.names.lock().insert("U2001".into(), "Carol".into());
+    s.names.lock().insert("U2002".into(), "Bix <3".into());
+    let sink = Arc::new(TestSink::default());
+    let ing = ingest(sink.clone());
+    let text = "<@U1001> what about <@U2002> &amp; the &lt;plan&gt;?";
+    let m = message("U2001", None, "1700000000.000100", text);
+    s.on_delivery(&ing, delivery("Ev1", 0, m.clone())).await;
+    s.on_delivery(&ing, delivery("Ev1", 1, m.clone())).await;
+    let mut mention = m.clone();
+    mention["type"] = serde_json::json!("app_mention");
+    mention.as_object_mut().unwrap().remove("channel_type");
+    s.on_delivery(&ing, delivery("Ev2", 0, mention)).await;
+    let all = sink.all();
+    assert_eq!(all.len(), 1);
+    let h = &all[0];
+    assert_eq!(
+        h.id,
+        crate::wire::envelope::platform_message_id("slack", "1700000000.000100", 1_700_000_000_000),
+        "the id every node derives"
+    );
+    assert_eq!(
+        (
+            h.author.name.as_str(),
+            h.author.kind,
+            h.text.as_str(),
+            h.root,
+            h.person.as_deref()
+        ),
+        (
+            "Carol",
+            AuthorKind::Human,
+            "@Ada what about <at user_id=\"U2002\">Bix 3</at> & the <plan>?",
+            Some(h.id),
+            Some("U2001")
+        )
+    );
+    assert_eq!(
+        s.matcher.mentioned(&h.text, &[]),
+        vec!["Ada"],
+        "a person's tag names no bot"
+    );
+    assert!(crate::turn::policy::asks_everyone(
+        &super::inbound::readable_text("<!channel> thoughts?", &HashMap::new(), &HashMap::new())
+    ));
+    assert_eq!(
+        (h.group.as_str(), h.platform_msg_id.as_deref()),
+        ("team", Some("1700000000.000100"))
+    );
+
+    // A colleague's app_mention without bot_id, before its message: still a bot's
+    // copy (context at max_depth when no bridge copy comes), never a person's.
+    let mut bot_mention = message("U1002", None, "1700000000.000150", "<@U1001> look");
+    bot_mention["type"] = serde_json::json!("app_mention");
+    s.on_delivery(&ing, delivery("Ev2b", 0, bot_mention)).await;
+    settle(&ing).await;
+    let last = sink.all().pop().unwrap();
+    assert_eq!(
+        (last.author.name.as_str(), last.author.kind, last.depth),
+        ("Bix", AuthorKind::Bot, 3)
+    );
+    sink.0.lock().pop();
+
+    // A colleague's message, bridge copy first: the Slack copy is dropped.
+    let bridge = |ts: &str| {
+        let mut e = Envelope::message(
+            Ulid::new(),
+            1,
+            "team",
+            "Bix",
+            Author::bot("Bix"),
+            "@Ada done",
+        );
+        e.depth = 1;
+        e.platform_msg_id = Some(ts.into());
+        e
+    };
+    sink.add(bridge("1700000000.000200"));
+    s.on_delivery(
+        &ing,
+        delivery(
+            "Ev3",
+            0,
+            message("U1002", Some("B2"), "1700000000.000200", "<@U1001> done"),
+        ),
+    )
+    .await;
+    settle(&ing).await;
+    assert_eq!(sink.all().len(), 2);
+    // Slack copy first; the bridge copy 2 s later.
+    s.on_delivery(
+        &ing,
+        delivery(
+            "Ev4",
+            0,
+            message("U1002", Some("B2"), "1700000000.000300", "<@U1001> done"),
+        ),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(sink.all().len(), 2, "the Slack copy waits");
+    sink.add(bridge("1700000000.000300"));
+    let told = Instant::now();
+    settle(&ing).await;
+    assert_eq!(
+        told.elapsed(),
+        Duration::ZERO,
+        "told of the bridge copy, not polling"
+    );
+    let all = sink.all();
+    assert_eq!(all.len(), 3);
+    assert_eq!(all[2].depth, 1, "the bridge copy's depth");
+    // No bridge copy: context nobody answers.
+    let start = Instant::now();
+    s.on_delivery(
+        &ing,
+        delivery(
+            "Ev5",
+            0,
+            message("U1002", Some("B2"), "1700000000.000400", "<@U1001> done"),
+        ),
+    )
+    .await;
+    settle(&ing).await;
+    assert!(start.elapsed() >= BRIDGE_GRACE);
+    let ctx = sink.all().pop().unwrap();
+    assert_eq!(
+        (
+            ctx.author.name.as_str(),
+            ctx.author.kind,
+            ctx.depth,
+            ctx.text.as_str()
+        ),
+        ("Bix", AuthorKind::Bot, 3, "@Ada done")
+    );
+    // Another app: context under its name, after the grace (no colleague to wait for).
+    s.on_delivery(
+        &ing,
+        delivery(
+            "Ev6",
+            0,
+            message("U3000", Some("B3"), "1700000000.000500", "build passed"),
+        ),
+    )
+    .await;
+    settle(&ing).await;
+    assert_eq!(sink.all().pop().unwrap().author.name, "bot:bix");
+    // Its own message, an edit, a join, a direct message: nothing recorded.
+    let n = sink.all().len();
+    s.on_delivery(
+        &ing,
+        delivery(
+            "Ev7",
+            0,
+            message("U1001", Some("B1"), "1700000000.000600", "mine"),
+        ),
+    )
+    .await;
+    let mut edit = message("U2001", None, "1700000000.000700", "");
+    edit["subtype"] = serde_json::json!("message_changed");
+    edit["message"] = serde_json::json!({"ts": "1700000000.000100", "text": "edited"});
+    s.on_delivery(&ing, delivery("Ev8", 0, edit)).await;
+    let mut join = message(
+        "U2001",
+        None,
+        "1700000000.000800",
+        "<@U2001> has joined the channel",
+    );
+    join["subtype"] = serde_json::json!("channel_join");
+    s.on_delivery(&ing, delivery("Ev9", 0, join)).await;
+    let mut dm = message("U2001", None, "1700000000.000900", "psst");
+    dm["channel"] = serde_json::json!("D0001");
+    dm["channel_type"] = serde_json::json!("im");
+    s.on_delivery(&ing, delivery("Ev10", 0, dm)).await;
+    settle(&ing).await;
+    assert_eq!(sink.all().len(), n);
+    // A thread reply is remembered with its thread, for the answer.
+    let mut reply = message("U2001", None, "1700000000.001000", "in a thread");
+    reply["thread_ts"] = serde_json::json!("1700000000.000100");
+    s.on_delivery(&ing, delivery("Ev11", 0, reply)).await;
+    assert_eq!(
+        s.threads
+            .lock()
+            .get(&"1700000000.001000".to_string())
+            .map(String::as_str),
+        Some("1700000000.000100")
+    );
+    assert!(MessageEvent::default().subtype.is_none());
+}
