@@ -235,11 +235,18 @@ async fn the_stand_in_is_faithful_to_nonebot() {
 // A mesh on QQ
 // ---------------------------------------------------------------------------------
 
-/// Mentioned bots answer, with CQ's special characters; nobody interjects.
+/// Mentioned bots answer, with CQ's special characters; nobody interjects. Asked to
+/// "ask Bix please", Ada names Bix (once: not after it asked).
 async fn answering_llm() -> FakeLlm {
     FakeLlm::start(|s| {
+        let prompt: String = s.messages.iter().map(|(_, c)| c.as_str()).collect();
         if is_judge(s) {
             Script::reply("{\"speak\": false, \"relevance\": 0.0}")
+        } else if bot_of(s) == "Ada"
+            && prompt.contains("ask Bix please")
+            && !prompt.contains("what do you think")
+        {
+            Script::reply("@Bix what do you think?")
         } else {
             Script::reply(format!("answer from {} & [x], y", bot_of(s)))
         }
@@ -316,18 +323,24 @@ async fn each_message_once(mesh: &TestMesh) {
     }
 }
 
-/// Two QQ bots: an at-segment and a typed @Name each reach their bot; answers go as
+/// Two QQ bots (Bix's implementation sends the CQ-string form): an at-segment and a typed @Name each reach their bot; answers go as
 /// a reply segment and text segments (CQ's characters as text both ways); each bot
 /// records every message once (its colleague's with the bridge copy, its own echo not
 /// again); a failed send is retried once and posted once; a dropped connection and a
-/// missed heartbeat each reconnect.
+/// missed heartbeat each reconnect; a reply naming a colleague carries its at-segment.
 #[tokio::test]
 async fn two_qq_bots_answer_and_record_every_message_once() {
     botmesh_tests::init_logs();
     let llm = answering_llm().await;
     let fake = FakeOnebot::start(
         GROUP,
-        vec![account(ADA_QQ, "ada"), account(BIX_QQ, "bix")],
+        vec![
+            account(ADA_QQ, "ada"),
+            Account {
+                string_form: true,
+                ..account(BIX_QQ, "bix")
+            },
+        ],
         people(),
     )
     .await;
@@ -469,6 +482,34 @@ async fn two_qq_bots_answer_and_record_every_message_once() {
         (1, 1),
         "Dan's name was cached"
     );
+
+    // 6. A reply naming a colleague: an at-segment of its QQ number, read back as @Bix.
+    let q6 = fake.say(CAROL_QQ, "@Ada ask Bix please");
+    fake.wait("Ada's question to Bix", |f| f.sent_by(ADA_QQ).len() == 3)
+        .await;
+    assert_eq!(
+        fake.sent_by(ADA_QQ)[2].message,
+        json!([
+            {"type": "reply", "data": {"id": q6.to_string()}},
+            {"type": "at", "data": {"qq": BIX_QQ.to_string()}},
+            {"type": "text", "data": {"text": " what do you think?"}}
+        ])
+    );
+    fake.wait("Bix answers Ada", |f| f.sent_by(BIX_QQ).len() == 3)
+        .await;
+    mesh.settle(BIX, Duration::from_secs(1)).await;
+    let t = mesh.transcript(BIX).await;
+    let from_ada: Vec<&str> = bot_msgs(&t)
+        .iter()
+        .filter(|e| e.author.name == "Ada")
+        .map(|e| e.text.as_str())
+        .collect();
+    assert_eq!(
+        from_ada.last().copied(),
+        Some("@Bix what do you think?"),
+        "{:#?}",
+        show(&t)
+    );
     each_message_once(&mesh).await;
     mesh.shutdown().await;
 }
@@ -520,5 +561,121 @@ async fn another_account_stops_the_adapter_with_a_clear_error() {
         1,
         "no reconnect after a fatal mismatch"
     );
+    mesh.shutdown().await;
+}
+
+/// A QQ bot, a Slack bot and a local bot: each answers its own people on its own
+/// platform, hears its colleagues over the mesh, and records every message once.
+#[tokio::test]
+async fn a_qq_a_slack_and_a_local_bot_each_record_every_message_once() {
+    use botmesh_tests::fake_slack::{FakeSlack, Person as SlackPerson, SlackApp};
+    botmesh_tests::init_logs();
+    const CHANNEL: &str = "C0700";
+    const SAM_ID: &str = "U1001";
+    const SLACK_DAN: &str = "U2002";
+    let llm = FakeLlm::start(|s| {
+        if is_judge(s) {
+            Script::reply("{\"speak\": false, \"relevance\": 0.0}")
+        } else {
+            Script::reply(format!("answer from {}", bot_of(s)))
+        }
+    })
+    .await;
+    let qq = FakeOnebot::start(GROUP, vec![account(ADA_QQ, "ada")], people()).await;
+    let slack = FakeSlack::start(
+        vec![SlackApp {
+            name: "sam".into(),
+            user_id: SAM_ID.into(),
+            bot_id: "B0001".into(),
+            app_id: "A0001".into(),
+            bot_token: "xoxb-sam-token".into(),
+            app_token: "xapp-sam-token".into(),
+        }],
+        vec![SlackPerson {
+            id: SLACK_DAN.into(),
+            name: "dan".into(),
+            display_name: "Dan S".into(),
+            real_name: "Dan Example".into(),
+        }],
+        &[CHANNEL],
+    )
+    .await;
+    let mut spec = MeshSpec::new(&["Ada", "Sam", "Loc"])
+        .llm(&llm.base_url)
+        .all_bots(FAST)
+        .bot("Ada", &qq_bot(&qq, "Ada", ADA_QQ))
+        .bot(
+            "Sam",
+            &format!(
+                "platform = \"slack\"\nslack = {{ bot_token_env = \"SAM_BOT_TOKEN\", app_token_env = \"SAM_APP_TOKEN\", channel_id = \"{CHANNEL}\", user_id = \"{SAM_ID}\", api_base_url = \"{}\" }}",
+                slack.api_base_url
+            ),
+        )
+        .bot("Loc", "participation = \"mentions\"");
+    spec.env = HashMap::from([
+        ("ADA_ONEBOT_TOKEN".to_string(), format!("token-{ADA_QQ}")),
+        ("SAM_BOT_TOKEN".to_string(), "xoxb-sam-token".to_string()),
+        ("SAM_APP_TOKEN".to_string(), "xapp-sam-token".to_string()),
+    ]);
+    let mesh = TestMesh::start(spec).await;
+    qq.wait("Ada connected", |f| {
+        f.connected() == 1 && f.actions().iter().any(|a| a.1 == "get_login_info")
+    })
+    .await;
+    slack.wait("Sam connected", |f| f.connected() == 1).await;
+
+    qq.say(CAROL_QQ, "@Ada what's the plan?");
+    qq.wait("Ada's answer", |f| f.sent_by(ADA_QQ).len() == 1)
+        .await;
+    slack.say(CHANNEL, SLACK_DAN, &format!("<@{SAM_ID}> hi there"));
+    slack
+        .wait("Sam's answer", |f| f.posted_by(SAM_ID).len() == 1)
+        .await;
+    mesh.post_human(2, "Boss", "@Loc status?").await;
+
+    let all_three = |t: &[Envelope]| bot_msgs(t).len() == 3;
+    for i in 0..3 {
+        mesh.wait_transcript(i, WAIT, all_three).await;
+    }
+    mesh.settle(0, Duration::from_secs(1)).await;
+    let texts = |t: Vec<Envelope>| -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = t
+            .iter()
+            .filter(|e| e.group == "demo")
+            .map(|e| (e.author.name.clone(), e.text.clone()))
+            .collect();
+        v.sort();
+        v
+    };
+    let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+    let with = |person: (String, String)| {
+        let mut v = vec![
+            person,
+            pair("Ada", "answer from Ada"),
+            pair("Loc", "answer from Loc"),
+            pair("Sam", "answer from Sam"),
+        ];
+        v.sort();
+        v
+    };
+    assert_eq!(
+        texts(mesh.transcript(0).await),
+        with(pair("Carol C", "@Ada what's the plan?")),
+        "Ada (qq)"
+    );
+    assert_eq!(
+        texts(mesh.transcript(1).await),
+        with(pair("Dan S", "@Sam hi there")),
+        "Sam (slack)"
+    );
+    assert_eq!(
+        texts(mesh.transcript(2).await),
+        with(pair("Boss", "@Loc status?")),
+        "Loc (local)"
+    );
+    // Nothing sent twice on either platform, nothing sent for a colleague.
+    assert_eq!(qq.sent_by(ADA_QQ).len(), 1);
+    assert_eq!(qq.messages().len(), 2, "Carol's and Ada's");
+    assert_eq!(slack.posted_by(SAM_ID).len(), 1);
     mesh.shutdown().await;
 }
