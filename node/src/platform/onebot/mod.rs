@@ -242,3 +242,6 @@ impl Onebot {
         let _ = consumer.await;
     }
 }
+
+#[cfg(test)]
+mod tests;
