@@ -514,9 +514,31 @@ async fn two_qq_bots_answer_and_record_every_message_once() {
     mesh.shutdown().await;
 }
 
-/// A QQ account other than `onebot.self_id` stops the adapter with what to fix.
+/// Why the node's platform stopped, as `/healthz` shows it (bounded: 30 s).
+async fn stopped_reason(mesh: &TestMesh) -> String {
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let mut body = serde_json::Value::Null;
+    for _ in 0..300 {
+        body = http
+            .get(format!("{}/healthz", mesh.api(0)))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap_or_default();
+        if let Some(why) = body["platform_stopped"].as_str() {
+            return why.to_string();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the platform never stopped: {body:#}");
+}
+
+/// A QQ account other than `onebot.self_id`, or a refused access token, stops the
+/// adapter with what to fix, and it does not reconnect.
 #[tokio::test]
-async fn another_account_stops_the_adapter_with_a_clear_error() {
+async fn another_account_or_a_wrong_token_stops_the_adapter_with_a_clear_error() {
     botmesh_tests::init_logs();
     let llm = answering_llm().await;
     let fake = FakeOnebot::start(
@@ -532,34 +554,34 @@ async fn another_account_stops_the_adapter_with_a_clear_error() {
         .bot("Ada", &wrong);
     spec.env = HashMap::from([("ADA_ONEBOT_TOKEN".to_string(), format!("token-{BIX_QQ}"))]);
     let mesh = TestMesh::start(spec).await;
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
-    let mut body = serde_json::Value::Null;
-    for _ in 0..300 {
-        body = http
-            .get(format!("{}/healthz", mesh.api(0)))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap_or_default();
-        if !body["platform"]["onebot"]["stopped"].is_null()
-            || body.to_string().contains("get_login_info")
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let text = body.to_string();
+    let why = stopped_reason(&mesh).await;
     assert!(
-        text.contains("onebot.self_id in peers.toml is 10001")
-            && text.contains("set onebot.self_id to 10002"),
-        "{body:#}"
+        why.contains("onebot.self_id in peers.toml is 10001")
+            && why.contains("set onebot.self_id to 10002"),
+        "{why}"
     );
     assert_eq!(
         fake.accepted(BIX_QQ),
         1,
         "no reconnect after a fatal mismatch"
+    );
+    mesh.shutdown().await;
+
+    // The right account, the wrong token.
+    let mut spec = MeshSpec::new(&["Ada", "Loc"])
+        .llm(&llm.base_url)
+        .bot("Ada", &qq_bot(&fake, "Ada", ADA_QQ));
+    spec.env = HashMap::from([("ADA_ONEBOT_TOKEN".to_string(), "not-the-token".to_string())]);
+    let mesh = TestMesh::start(spec).await;
+    let why = stopped_reason(&mesh).await;
+    assert!(
+        why.contains("refused the access token") && why.contains("401"),
+        "{why}"
+    );
+    assert_eq!(
+        (fake.accepted(ADA_QQ), fake.refused()),
+        (0, 1),
+        "no retry with a refused token"
     );
     mesh.shutdown().await;
 }
