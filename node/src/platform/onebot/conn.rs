@@ -406,4 +406,90 @@ mod tests {
         let e = answer("send_group_msg", &failed).unwrap_err();
         assert_eq!(e.to_string(), "send_group_msg failed: retcode 1200 (busy)");
     }
+
+    /// A OneBot server that answers `get_login_info`, then the next two actions in
+    /// the reverse order: each caller still gets its own answer (by `echo`).
+    #[tokio::test]
+    #[allow(clippy::result_large_err)] // the handshake callback's error is tungstenite's own
+    async fn answers_reach_their_callers_by_echo_in_any_order() {
+        use tokio_tungstenite::tungstenite::handshake::server::Request;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("ws://{}/", listener.local_addr().unwrap());
+        let (auth_tx, auth_rx) = oneshot::channel();
+        let server = tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            let mut auth = String::new();
+            let mut ws = tokio_tungstenite::accept_hdr_async(stream, |req: &Request, resp| {
+                auth = req
+                    .headers()
+                    .get("authorization")
+                    .and_then(|h| h.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string();
+                Ok(resp)
+            })
+            .await
+            .unwrap();
+            let _ = auth_tx.send(auth);
+            let mut frames = Vec::new();
+            while frames.len() < 3 {
+                if let Some(Ok(Message::Text(t))) = ws.next().await {
+                    let v: Value = serde_json::from_str(t.as_str()).unwrap();
+                    let answer = |data: Value| {
+                        Message::text(
+                            json!({"status": "ok", "retcode": 0, "data": data, "echo": v["echo"]})
+                                .to_string(),
+                        )
+                    };
+                    if frames.is_empty() {
+                        ws.send(answer(json!({"user_id": 10001, "nickname": "ada"})))
+                            .await
+                            .unwrap();
+                    }
+                    frames.push(v);
+                }
+            }
+            // The two actions, answered last first.
+            for v in [&frames[2], &frames[1]] {
+                let a = json!({"status": "ok", "retcode": 0, "data": {"n": v["params"]["n"]}, "echo": v["echo"]});
+                ws.send(Message::text(a.to_string())).await.unwrap();
+            }
+            let _ = ws.next().await; // until the client goes
+        });
+        let link = Arc::new(Link::default());
+        let stop = CancellationToken::new();
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let client = {
+            let (link, stop) = (link.clone(), stop.clone());
+            tokio::spawn(async move {
+                let s = Session {
+                    url: &url,
+                    token: "tok",
+                    self_id: "10001",
+                    events: &tx,
+                    state: &link.state,
+                    stop: &stop,
+                };
+                run(&link, s).await
+            })
+        };
+        for _ in 0..200 {
+            if link.state.connected.load(Ordering::Relaxed) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let (a, b) = tokio::join!(
+            link.call("first", json!({"n": 1})),
+            link.call("second", json!({"n": 2}))
+        );
+        assert_eq!(
+            (a.unwrap()["n"].clone(), b.unwrap()["n"].clone()),
+            (json!(1), json!(2))
+        );
+        assert_eq!(auth_rx.await.unwrap(), "Bearer tok");
+        stop.cancel();
+        assert_eq!(client.await.unwrap(), None, "stopped, not failed");
+        server.abort();
+    }
 }
