@@ -113,6 +113,7 @@ pub struct FakeOnebot {
     inner: Arc<Mutex<Inner>>,
 }
 
+/// Unix seconds, as OneBot events carry them.
 fn now_secs() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

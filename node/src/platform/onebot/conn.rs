@@ -170,6 +170,7 @@ pub(crate) struct Session<'a> {
     pub(crate) stop: &'a CancellationToken,
 }
 
+/// The client end of the WebSocket.
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 

@@ -43,11 +43,13 @@ impl Onebot {
     /// The text of `segs` as the mesh reads it (see the module docs).
     pub fn readable(&self, group_id: &str, segs: &[Segment]) -> String {
         let mut out = String::new();
+        // An at is followed by a space, as QQ clients show it, unless text brings one.
+        let mut after_at = false;
         for s in segs {
-            match s {
-                Segment::Text(t) => out.push_str(t),
+            let piece = match s {
+                Segment::Text(t) => t.clone(),
                 Segment::At { qq, name } => {
-                    let shown = if qq == "all" {
+                    if qq == "all" {
                         "@everyone".to_string()
                     } else if let Some(bot) = self.bots_by_qq.get(qq) {
                         format!("@{bot}")
@@ -58,28 +60,21 @@ impl Onebot {
                             .get(&(group_id.to_string(), qq.clone()))
                             .cloned();
                         format!("@{}", name.clone().or(cached).unwrap_or_else(|| qq.clone()))
-                    };
-                    out.push_str(&shown);
-                    // QQ clients put a space after an at; the array form may not.
-                    out.push(' ');
-                }
-                Segment::Reply(_) => {}
-                Segment::Other(kind) => {
-                    if let Some(p) = segments::placeholder(kind) {
-                        out.push_str(p);
                     }
                 }
+                Segment::Reply(_) => continue,
+                Segment::Other(kind) => match segments::placeholder(kind) {
+                    Some(p) => p.to_string(),
+                    None => continue,
+                },
+            };
+            if after_at && !piece.starts_with(char::is_whitespace) {
+                out.push(' ');
             }
+            after_at = matches!(s, Segment::At { .. });
+            out.push_str(&piece);
         }
-        out.split('\n')
-            .map(|l| {
-                l.split(' ')
-                    .filter(|w| !w.is_empty())
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
+        out.trim().to_string()
     }
 
     /// A person's name in a group: card, else nickname, else the cache, else

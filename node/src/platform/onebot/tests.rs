@@ -153,6 +153,15 @@ fn segments_read_as_the_mesh_reads_them() {
     let cq = segments::parse(&json!("[CQ:at,qq=10001] 1 &amp; &#91;2&#93;&#44; 3"));
     assert_eq!(a.readable("700100", &cq), "@Ada 1 & [2], 3");
     assert_eq!(segments::parse(&json!(42)), Vec::<Segment>::new());
+    let code = segments::parse(&json!([
+        {"type": "at", "data": {"qq": "10002"}},
+        {"type": "text", "data": {"text": "\n    indented  twice"}}
+    ]));
+    assert_eq!(
+        a.readable("700100", &code),
+        "@Bix\n    indented  twice",
+        "the text's own spacing is kept"
+    );
 }
 
 #[test]
