@@ -62,6 +62,8 @@ pub struct Stored {
     pub raw: String,
     /// When, unix seconds.
     pub time: u64,
+    /// When the stand-in stored it (for the pace of a bot's sends).
+    pub at: std::time::Instant,
 }
 
 /// One open connection.
@@ -197,6 +199,7 @@ impl Inner {
             message: message.clone(),
             raw: raw.clone(),
             time,
+            at: std::time::Instant::now(),
         });
         let sender = self.sender_of(user_id);
         for c in &self.conns {

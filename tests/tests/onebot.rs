@@ -247,6 +247,17 @@ async fn answering_llm() -> FakeLlm {
             && !prompt.contains("what do you think")
         {
             Script::reply("@Bix what do you think?")
+        } else if prompt.contains("long answer please") && !prompt.contains("Step 1.") {
+            let para: String = (1..=8)
+                .map(|i| {
+                    format!(
+                        "Step {i}. {}",
+                        "This explains one more part of the plan. ".repeat(20)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n\n");
+            Script::reply(para)
         } else {
             Script::reply(format!("answer from {} & [x], y", bot_of(s)))
         }
@@ -510,6 +521,27 @@ async fn two_qq_bots_answer_and_record_every_message_once() {
         "{:#?}",
         show(&t)
     );
+
+    // 7. A long answer goes in parts, each at least send_interval_ms (200) after the last.
+    let before = fake.sent_by(BIX_QQ).len();
+    fake.say(CAROL_QQ, "@Bix a long answer please");
+    fake.wait("Bix's long answer in parts", |f| {
+        f.sent_by(BIX_QQ).len() >= before + 3
+    })
+    .await;
+    mesh.settle(BIX, Duration::from_secs(1)).await;
+    let parts: Vec<_> = fake.sent_by(BIX_QQ).into_iter().skip(before).collect();
+    assert!(parts.len() >= 3, "{} parts", parts.len());
+    for w in parts.windows(2) {
+        let gap = w[1].at.duration_since(w[0].at);
+        assert!(gap >= Duration::from_millis(190), "parts {gap:?} apart");
+    }
+    assert!(
+        parts[0].raw.starts_with("[CQ:reply"),
+        "the first part replies"
+    );
+    assert!(!parts[1].raw.contains("[CQ:reply"), "later parts do not");
+    each_message_once(&mesh).await;
     each_message_once(&mesh).await;
     mesh.shutdown().await;
 }

@@ -35,7 +35,7 @@ use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
-use crate::config::pacing::TokenBucket;
+use crate::config::pacing::Window;
 use crate::config::NodeConfig;
 use crate::platform::kit::inbound::Inbound;
 use crate::platform::kit::pacer::ChatPacer;
@@ -88,8 +88,8 @@ pub struct Onebot {
     matcher: MentionMatcher,
     /// People's names (card, else nickname) by (group, QQ number).
     names: Mutex<HashMap<(String, String), String>>,
-    /// Paces sends per group.
-    pacer: ChatPacer<TokenBucket>,
+    /// Paces sends per group: one per `send_interval_ms`, no bursts.
+    pacer: ChatPacer<Window>,
     /// The inbound handle, once the node has started the adapter.
     ingest: OnceLock<AdapterContext>,
     /// Why QQ stopped for this node, for `/healthz`.
@@ -166,7 +166,6 @@ impl Onebot {
                 bots_by_qq.insert(id.trim().to_string(), p.name.clone());
             }
         }
-        let interval = s.send_interval().as_secs_f64().max(0.001);
         Ok(Onebot {
             link: Link::default(),
             ws_url: s.ws_url.clone().unwrap_or_default().trim().to_string(),
@@ -185,7 +184,7 @@ impl Onebot {
             peer_qq,
             matcher: MentionMatcher::new(&crate::turn::roster(&cfg.settings.bots)),
             names: Mutex::new(HashMap::new()),
-            pacer: ChatPacer::<TokenBucket>::new(1.0 / interval),
+            pacer: ChatPacer::<Window>::new(1, s.send_interval()),
             ingest: OnceLock::new(),
             stopped: Mutex::new(None),
         })
