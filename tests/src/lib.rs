@@ -8,6 +8,7 @@ pub mod fake_dingtalk;
 pub mod fake_discord;
 pub mod fake_feishu;
 pub mod fake_llm;
+pub mod fake_onebot;
 pub mod fake_slack;
 pub mod fake_telegram;
 pub mod faults;

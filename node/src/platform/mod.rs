@@ -40,6 +40,7 @@ pub use feishu::names as feishu_names;
 /// The old path of [`feishu::ws`].
 pub use feishu::ws as feishu_ws;
 pub(crate) mod local;
+pub mod onebot;
 pub mod registry;
 pub mod slack;
 pub mod telegram;

@@ -34,6 +34,7 @@ static ADAPTERS: &[&Adapter] = &[
     &super::dingtalk::ADAPTER,
     &super::slack::ADAPTER,
     &super::telegram::ADAPTER,
+    &super::onebot::ADAPTER,
 ];
 
 /// The adapter of `platform`, if there is one.
@@ -171,7 +172,7 @@ mod tests {
         assert!(e.problem.contains("unknown platform \"irc\""), "{e}");
         assert!(
             e.problem
-                .contains("local, feishu, discord, dingtalk, slack, telegram"),
+                .contains("local, feishu, discord, dingtalk, slack, telegram, onebot"),
             "{e}"
         );
 
