@@ -16,6 +16,8 @@
 //! - [`dingtalk`] — DingTalk Stream mode in (forwarded to the peers: DingTalk shows a
 //!   person's message only to the robots it @-mentions), session webhook or group send out.
 //! - [`discord`] — the Discord gateway in, messages with real `<@id>` out.
+//! - [`onebot`] — QQ groups through a OneBot v11 implementation's forward WebSocket,
+//!   `send_group_msg` with reply and at segments out (docs/qq.md).
 //! - [`slack`] — Slack's Socket Mode in, `chat.postMessage` with real `<@U…>` out.
 //! - [`telegram`] — Bot API long polling (or a webhook) in, HTML-escaped messages
 //!   with @handles out.
