@@ -30,4 +30,6 @@ pub(crate) mod inbound;
 pub(crate) mod pacer;
 pub(crate) mod reconnect;
 pub(crate) mod split;
+#[cfg(test)]
+pub(crate) mod test_sink;
 pub(crate) mod token;

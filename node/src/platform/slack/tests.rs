@@ -6,16 +6,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
-use parking_lot::Mutex;
 use tokio::time::Instant;
 use ulid::Ulid;
 
 use super::inbound::{MessageEvent, BRIDGE_GRACE};
 use super::socket::Delivery;
 use super::*;
-use crate::ingress::ingest::Arrival;
-use crate::store::transcript::{platform_ids, Appended};
+use crate::platform::kit::test_sink::{ingest, TestSink};
 use crate::wire::envelope::{Author, AuthorKind};
 
 /// The shape docs/slack.md shows.
@@ -152,110 +149,6 @@ fn posts_escape_and_mention_colleagues_by_user_id() {
     assert_eq!(s.channel_for_group("demo"), None);
 }
 
-/// A sink that records arrivals the way the transcript does (dedup by id and by each
-/// platform id), telling waiters of each new entry as the node's event bus does.
-struct TestSink(Mutex<Vec<Envelope>>, crate::telemetry::events::EventBus);
-
-impl Default for TestSink {
-    fn default() -> Self {
-        TestSink(
-            Mutex::default(),
-            crate::telemetry::events::EventBus::new(64),
-        )
-    }
-}
-
-impl TestSink {
-    fn add(&self, env: Envelope) -> Appended {
-        let mut v = self.0.lock();
-        let pids: Vec<String> = env
-            .platform_msg_id
-            .as_deref()
-            .map(|p| platform_ids(p).map(str::to_string).collect())
-            .unwrap_or_default();
-        let dup = v.iter().any(|e| {
-            e.id == env.id
-                || e.platform_msg_id
-                    .as_deref()
-                    .is_some_and(|p| platform_ids(p).any(|p| pids.iter().any(|q| q == p)))
-        });
-        if dup {
-            return Appended::Duplicate;
-        }
-        v.push(env.clone());
-        self.1.publish(crate::telemetry::events::Event::Message {
-            envelope: Arc::new(env),
-        });
-        Appended::New
-    }
-    fn all(&self) -> Vec<Envelope> {
-        self.0.lock().clone()
-    }
-}
-
-impl crate::ingress::ingest::Sink for TestSink {
-    fn await_platform_msg<'a>(
-        &'a self,
-        group: &'a str,
-        platform_msg_id: &'a str,
-        within: Duration,
-    ) -> BoxFuture<'a, bool> {
-        Box::pin(crate::ingress::ingest::recorded_within(
-            self.1.subscribe(),
-            move || self.has_platform_msg(group, platform_msg_id),
-            group,
-            platform_msg_id,
-            within,
-        ))
-    }
-    fn record_many(
-        &self,
-        envs: Vec<Arc<Envelope>>,
-        _source: crate::ingress::ingest::Source,
-    ) -> BoxFuture<'_, Vec<Result<Appended, crate::store::transcript::TranscriptError>>> {
-        let out = envs
-            .into_iter()
-            .map(|e| Ok(self.add((*e).clone())))
-            .collect();
-        Box::pin(async move { out })
-    }
-    fn arrive(
-        &self,
-        arrival: Arrival,
-    ) -> BoxFuture<'_, Result<Appended, crate::store::transcript::TranscriptError>> {
-        let r = self.add(arrival.env);
-        Box::pin(async move { Ok(r) })
-    }
-    fn on_claim(&self, _env: Arc<Envelope>) {}
-    fn answer_claim(&self, _env: &Envelope) -> crate::wire::batch::ClaimReply {
-        crate::wire::batch::ClaimReply::default()
-    }
-    fn has_platform_msg(&self, _group: &str, platform_msg_id: &str) -> bool {
-        self.0.lock().iter().any(|e| {
-            e.platform_msg_id
-                .as_deref()
-                .is_some_and(|p| platform_ids(p).any(|p| p == platform_msg_id))
-        })
-    }
-    fn message(&self, _group: &str, id: &Ulid) -> Option<Arc<Envelope>> {
-        self.0
-            .lock()
-            .iter()
-            .find(|e| &e.id == id)
-            .cloned()
-            .map(Arc::new)
-    }
-}
-
-fn ingest(sink: Arc<TestSink>) -> AdapterContext {
-    AdapterContext {
-        sink,
-        metrics: Arc::new(crate::telemetry::metrics::Metrics::new()),
-        accepting: tokio_util::sync::CancellationToken::new(),
-        tasks: tokio_util::task::TaskTracker::new(),
-    }
-}
-
 /// An events_api delivery of `event` with `event_id`.
 fn delivery(event_id: &str, retry_attempt: u64, event: serde_json::Value) -> Delivery {
     Delivery {
@@ -353,7 +246,7 @@ async fn each_message_is_recorded_once() {
         (last.author.name.as_str(), last.author.kind, last.depth),
         ("Bix", AuthorKind::Bot, 3)
     );
-    sink.0.lock().pop();
+    sink.forget_last();
 
     // A colleague's message, bridge copy first: the Slack copy is dropped.
     let bridge = |ts: &str| {

@@ -2,8 +2,7 @@
 //! the inbound recording of people's and colleagues' messages.
 
 use super::*;
-use crate::ingress::ingest::Arrival;
-use crate::store::transcript::{Appended, TranscriptError};
+use crate::platform::kit::test_sink::{ingest, TestSink};
 use crate::wire::envelope::{Author, AuthorKind};
 use tokio::time::Instant;
 
@@ -143,107 +142,6 @@ fn groups_map_to_chats_and_back() {
     assert_eq!(t.handle_for("Beta").as_deref(), Some("beta_bot"));
     assert_eq!(t.handle_for("Alpha"), None, "never itself");
     assert_eq!(t.handle_for("Loc"), None);
-}
-
-/// A sink that records arrivals the way the transcript does (dedup by id and by each
-/// platform id), and tells its event bus, as the node does.
-struct TestSink(Mutex<Vec<Envelope>>, crate::telemetry::events::EventBus);
-
-impl Default for TestSink {
-    fn default() -> Self {
-        TestSink(
-            Mutex::default(),
-            crate::telemetry::events::EventBus::new(64),
-        )
-    }
-}
-
-impl TestSink {
-    fn add(&self, env: Envelope) -> Appended {
-        let mut v = self.0.lock();
-        let pids: Vec<String> = env
-            .platform_msg_id
-            .as_deref()
-            .map(|p| platform_ids(p).map(str::to_string).collect())
-            .unwrap_or_default();
-        let dup = v.iter().any(|e| {
-            e.id == env.id
-                || e.platform_msg_id
-                    .as_deref()
-                    .is_some_and(|p| platform_ids(p).any(|p| pids.iter().any(|q| q == p)))
-        });
-        if dup {
-            return Appended::Duplicate;
-        }
-        v.push(env.clone());
-        self.1.publish(crate::telemetry::events::Event::Message {
-            envelope: Arc::new(env),
-        });
-        Appended::New
-    }
-    fn all(&self) -> Vec<Envelope> {
-        self.0.lock().clone()
-    }
-}
-
-impl crate::ingress::ingest::Sink for TestSink {
-    fn await_platform_msg<'a>(
-        &'a self,
-        group: &'a str,
-        platform_msg_id: &'a str,
-        within: Duration,
-    ) -> BoxFuture<'a, bool> {
-        Box::pin(crate::ingress::ingest::recorded_within(
-            self.1.subscribe(),
-            move || self.has_platform_msg(group, platform_msg_id),
-            group,
-            platform_msg_id,
-            within,
-        ))
-    }
-    fn record_many(
-        &self,
-        envs: Vec<Arc<Envelope>>,
-        _source: crate::ingress::ingest::Source,
-    ) -> BoxFuture<'_, Vec<Result<Appended, TranscriptError>>> {
-        let out = envs
-            .into_iter()
-            .map(|e| Ok(self.add((*e).clone())))
-            .collect();
-        Box::pin(async move { out })
-    }
-    fn arrive(&self, arrival: Arrival) -> BoxFuture<'_, Result<Appended, TranscriptError>> {
-        let r = self.add(arrival.env);
-        Box::pin(async move { Ok(r) })
-    }
-    fn on_claim(&self, _env: Arc<Envelope>) {}
-    fn answer_claim(&self, _env: &Envelope) -> crate::wire::batch::ClaimReply {
-        crate::wire::batch::ClaimReply::default()
-    }
-    fn has_platform_msg(&self, _group: &str, platform_msg_id: &str) -> bool {
-        self.0.lock().iter().any(|e| {
-            e.platform_msg_id
-                .as_deref()
-                .is_some_and(|p| platform_ids(p).any(|p| p == platform_msg_id))
-        })
-    }
-    fn message(&self, _group: &str, id: &Ulid) -> Option<Arc<Envelope>> {
-        self.0
-            .lock()
-            .iter()
-            .find(|e| &e.id == id)
-            .cloned()
-            .map(Arc::new)
-    }
-}
-
-fn ingest(sink: Arc<TestSink>) -> AdapterContext {
-    AdapterContext {
-        metrics: Arc::new(crate::telemetry::metrics::Metrics::new()),
-        accepting: tokio_util::sync::CancellationToken::new(),
-        tasks: tokio_util::task::TaskTracker::new(),
-        sink,
-    }
 }
 
 /// A message in the group by user `from` (`is_bot`, `username`).

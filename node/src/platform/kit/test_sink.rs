@@ -1,0 +1,123 @@
+//! For adapters' unit tests: a sink that records arrivals the way the transcript does
+//! and tells waiters of each new entry as the node's event bus does, and an adapter
+//! context around it. One copy for every adapter's tests.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use parking_lot::Mutex;
+use ulid::Ulid;
+
+use crate::ingress::ingest::Arrival;
+use crate::platform::AdapterContext;
+use crate::store::transcript::{platform_ids, Appended, TranscriptError};
+use crate::wire::envelope::Envelope;
+
+/// A sink that records arrivals the way the transcript does (dedup by id and by each
+/// platform id), and tells its event bus, as the node does.
+pub(crate) struct TestSink(Mutex<Vec<Envelope>>, crate::telemetry::events::EventBus);
+
+impl Default for TestSink {
+    fn default() -> Self {
+        TestSink(
+            Mutex::default(),
+            crate::telemetry::events::EventBus::new(64),
+        )
+    }
+}
+
+impl TestSink {
+    /// Records `env` unless its id or one of its platform ids is already recorded.
+    pub(crate) fn add(&self, env: Envelope) -> Appended {
+        let mut v = self.0.lock();
+        let pids: Vec<String> = env
+            .platform_msg_id
+            .as_deref()
+            .map(|p| platform_ids(p).map(str::to_string).collect())
+            .unwrap_or_default();
+        let dup = v.iter().any(|e| {
+            e.id == env.id
+                || e.platform_msg_id
+                    .as_deref()
+                    .is_some_and(|p| platform_ids(p).any(|p| pids.iter().any(|q| q == p)))
+        });
+        if dup {
+            return Appended::Duplicate;
+        }
+        v.push(env.clone());
+        self.1.publish(crate::telemetry::events::Event::Message {
+            envelope: Arc::new(env),
+        });
+        Appended::New
+    }
+    /// Forgets the newest entry (as if it had never been recorded).
+    pub(crate) fn forget_last(&self) {
+        self.0.lock().pop();
+    }
+    /// Everything recorded, oldest first.
+    pub(crate) fn all(&self) -> Vec<Envelope> {
+        self.0.lock().clone()
+    }
+}
+
+impl crate::ingress::ingest::Sink for TestSink {
+    fn await_platform_msg<'a>(
+        &'a self,
+        group: &'a str,
+        platform_msg_id: &'a str,
+        within: Duration,
+    ) -> BoxFuture<'a, bool> {
+        Box::pin(crate::ingress::ingest::recorded_within(
+            self.1.subscribe(),
+            move || self.has_platform_msg(group, platform_msg_id),
+            group,
+            platform_msg_id,
+            within,
+        ))
+    }
+    fn record_many(
+        &self,
+        envs: Vec<Arc<Envelope>>,
+        _source: crate::ingress::ingest::Source,
+    ) -> BoxFuture<'_, Vec<Result<Appended, TranscriptError>>> {
+        let out = envs
+            .into_iter()
+            .map(|e| Ok(self.add((*e).clone())))
+            .collect();
+        Box::pin(async move { out })
+    }
+    fn arrive(&self, arrival: Arrival) -> BoxFuture<'_, Result<Appended, TranscriptError>> {
+        let r = self.add(arrival.env);
+        Box::pin(async move { Ok(r) })
+    }
+    fn on_claim(&self, _env: Arc<Envelope>) {}
+    fn answer_claim(&self, _env: &Envelope) -> crate::wire::batch::ClaimReply {
+        crate::wire::batch::ClaimReply::default()
+    }
+    fn has_platform_msg(&self, _group: &str, platform_msg_id: &str) -> bool {
+        self.0.lock().iter().any(|e| {
+            e.platform_msg_id
+                .as_deref()
+                .is_some_and(|p| platform_ids(p).any(|p| p == platform_msg_id))
+        })
+    }
+    fn message(&self, _group: &str, id: &Ulid) -> Option<Arc<Envelope>> {
+        self.0
+            .lock()
+            .iter()
+            .find(|e| &e.id == id)
+            .cloned()
+            .map(Arc::new)
+    }
+}
+
+/// An adapter context around `sink`, for an adapter's inbound rules without a node.
+pub(crate) fn ingest(sink: Arc<TestSink>) -> AdapterContext {
+    AdapterContext {
+        metrics: Arc::new(crate::telemetry::metrics::Metrics::new()),
+        accepting: tokio_util::sync::CancellationToken::new(),
+        tasks: tokio_util::task::TaskTracker::new(),
+        sink,
+    }
+}
