@@ -688,6 +688,30 @@ pub fn bot_message(sender: &str, text: &str, depth: u32) -> Envelope {
     }
 }
 
+/// What an LLM request is about: the message a reply call answers ("Now reply, as
+/// …:") or the new message a judge call weighs ("New from …: "), for stand-in LLMs
+/// that script by content.
+pub fn subject(s: &fake_llm::Seen) -> String {
+    let text: String = s
+        .messages
+        .iter()
+        .map(|(_, c)| c.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    if let Some(rest) = text.split("\nNow reply, as ").nth(1) {
+        return rest
+            .split_once(":\n")
+            .map(|(_, t)| t)
+            .unwrap_or("")
+            .to_string();
+    }
+    if let Some(rest) = text.split("New from ").last() {
+        let rest = rest.split_once(": ").map(|(_, t)| t).unwrap_or("");
+        return rest.split("\nSpeak only").next().unwrap_or("").to_string();
+    }
+    String::new()
+}
+
 /// Which bot an LLM request is for: the name after "You are " in its prompt.
 pub fn bot_of(seen: &fake_llm::Seen) -> String {
     let text: String = seen

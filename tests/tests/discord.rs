@@ -9,8 +9,8 @@ use std::time::Duration;
 use botmesh::platform::discord::gateway::{Gateway, GatewayError, WsConnector};
 use botmesh::wire::envelope::{AuthorKind, Envelope};
 use botmesh_tests::fake_discord::{BotAccount, FakeDiscord, Limit, Person};
-use botmesh_tests::fake_llm::{FakeLlm, Script, Seen};
-use botmesh_tests::{bot_of, is_judge, metric, MeshSpec, TestMesh};
+use botmesh_tests::fake_llm::{FakeLlm, Script};
+use botmesh_tests::{bot_of, is_judge, metric, subject, MeshSpec, TestMesh};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
@@ -390,28 +390,6 @@ async fn a_node_says_why_discord_stopped_in_healthz() {
 // ---------------------------------------------------------------------------------
 // A mesh on Discord
 // ---------------------------------------------------------------------------------
-
-/// The text a judge or reply request is about.
-fn subject(s: &Seen) -> String {
-    let text: String = s
-        .messages
-        .iter()
-        .map(|(_, c)| c.as_str())
-        .collect::<Vec<_>>()
-        .join("\n");
-    if let Some(rest) = text.split("\nNow reply, as ").nth(1) {
-        return rest
-            .split_once(":\n")
-            .map(|(_, t)| t)
-            .unwrap_or("")
-            .to_string();
-    }
-    if let Some(rest) = text.split("New from ").last() {
-        let rest = rest.split_once(": ").map(|(_, t)| t).unwrap_or("");
-        return rest.split("\nSpeak only").next().unwrap_or("").to_string();
-    }
-    String::new()
-}
 
 /// The conversation's LLM: the unmentioned question is Ada's (0.9) more than Bix's
 /// (0.5); "what do you think" bounces between Ada and Bix; anything else is nobody's

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use botmesh::wire::envelope::{AuthorKind, Envelope};
-use botmesh_tests::fake_llm::{FakeLlm, Script, Seen};
+use botmesh_tests::fake_llm::{FakeLlm, Script};
 use botmesh_tests::fake_slack::{FakeSlack, Person, SlackApp};
-use botmesh_tests::{bot_of, is_judge, metric, MeshSpec, TestMesh};
+use botmesh_tests::{bot_of, is_judge, metric, subject, MeshSpec, TestMesh};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const CHANNEL: &str = "C0700";
@@ -356,28 +356,6 @@ async fn the_stand_in_is_faithful_to_slack_sdk() {
 // ---------------------------------------------------------------------------------
 // A mesh on Slack
 // ---------------------------------------------------------------------------------
-
-/// The text a judge or reply request is about.
-fn subject(s: &Seen) -> String {
-    let text: String = s
-        .messages
-        .iter()
-        .map(|(_, c)| c.as_str())
-        .collect::<Vec<_>>()
-        .join("\n");
-    if let Some(rest) = text.split("\nNow reply, as ").nth(1) {
-        return rest
-            .split_once(":\n")
-            .map(|(_, t)| t)
-            .unwrap_or("")
-            .to_string();
-    }
-    if let Some(rest) = text.split("New from ").last() {
-        let rest = rest.split_once(": ").map(|(_, t)| t).unwrap_or("");
-        return rest.split("\nSpeak only").next().unwrap_or("").to_string();
-    }
-    String::new()
-}
 
 /// The conversation's LLM: "what do you think" bounces between Ada and Bix; "escape"
 /// answers with markup-looking text; "long answer" is long; anything else unmentioned

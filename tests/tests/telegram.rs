@@ -10,10 +10,10 @@ use std::time::Duration;
 use botmesh::platform::telegram::api::{BotApi, ReplyParameters, SendMessage, RETRY};
 use botmesh::platform::ChatPlatform;
 use botmesh::wire::envelope::{AuthorKind, Envelope};
-use botmesh_tests::fake_llm::{FakeLlm, Script, Seen};
+use botmesh_tests::fake_llm::{FakeLlm, Script};
 use botmesh_tests::fake_telegram::{BotAccount, FakeTelegram, Person};
 use botmesh_tests::serve::{forward, read_request, serve_http};
-use botmesh_tests::{bot_msgs, bot_of, is_judge, metric, MeshSpec, TestMesh};
+use botmesh_tests::{bot_msgs, bot_of, is_judge, metric, subject, MeshSpec, TestMesh};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const CHAT: i64 = -1001234567890;
@@ -399,28 +399,6 @@ async fn the_adapter_shows_typing_in_its_group() {
 // ---------------------------------------------------------------------------------
 // A mesh on Telegram
 // ---------------------------------------------------------------------------------
-
-/// The text a judge or reply request is about.
-fn subject(s: &Seen) -> String {
-    let text: String = s
-        .messages
-        .iter()
-        .map(|(_, c)| c.as_str())
-        .collect::<Vec<_>>()
-        .join("\n");
-    if let Some(rest) = text.split("\nNow reply, as ").nth(1) {
-        return rest
-            .split_once(":\n")
-            .map(|(_, t)| t)
-            .unwrap_or("")
-            .to_string();
-    }
-    if let Some(rest) = text.split("New from ").last() {
-        let rest = rest.split_once(": ").map(|(_, t)| t).unwrap_or("");
-        return rest.split("\nSpeak only").next().unwrap_or("").to_string();
-    }
-    String::new()
-}
 
 /// The conversation's LLM: the unmentioned question is Alpha's (0.9) more than Beta's
 /// (0.5); "what do you think" bounces between Alpha and Beta; "echo X" answers X;
