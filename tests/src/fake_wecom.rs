@@ -1,6 +1,6 @@
 //! A stand-in of WeCom's smart-robot long connection (`wss://openws.work.weixin.qq.com`,
 //! here `ws://127.0.0.1:<port>`), speaking the frames WeCom's SDKs speak
-//! (/work/shared/wecom.md; `wecom-aibot-python-sdk` 1.0.2):
+//! (`wecom-aibot-python-sdk` 1.0.2 and docs/wecom.md):
 //!
 //! - the first frame must be `aibot_subscribe` with a robot's `bot_id` and `secret`;
 //!   the ack (no cmd, the same req_id) says `errcode: 0`, or 853000 with WeCom's

@@ -30,12 +30,13 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::pacing::{Backoff, Jitter};
 use crate::platform::kit::reconnect::{Ended, Next, Reconnect, Reconnects};
+use crate::platform::kit::requests::{fail_queued, Inbox, Pending, Requests};
 
 use super::frames::{self, code};
 
@@ -83,18 +84,19 @@ impl SendError {
     }
 }
 
-/// A request waiting to be sent by the current session.
-#[derive(Debug)]
-struct Call {
+/// A request for the current session to send.
+#[derive(Debug, Clone)]
+pub(crate) struct Request {
     /// Its cmd.
     cmd: String,
     /// Its req_id: a callback's for an answer on it, else a fresh one.
     req_id: String,
     /// Its body.
     body: Value,
-    /// Where its ack goes.
-    reply: oneshot::Sender<Result<Value, SendError>>,
 }
+
+/// A request with where its ack goes.
+type Call = Pending<Request, Value, SendError>;
 
 /// What the sessions share with the adapter.
 #[derive(Debug, Default)]
@@ -113,46 +115,31 @@ pub struct LinkState {
 }
 
 /// The adapter's end of the connection: sends requests on whichever session is up.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Link {
-    /// Requests to the session.
-    calls: mpsc::UnboundedSender<Call>,
-    /// The session's end of `calls`, taken by [`run`].
-    inbox: parking_lot::Mutex<Option<mpsc::UnboundedReceiver<Call>>>,
+    /// Requests to the session (the kit's one way to ask a long connection).
+    requests: Requests<Request, Value, SendError>,
     /// Shared state.
     pub state: Arc<LinkState>,
-}
-
-impl Default for Link {
-    fn default() -> Self {
-        let (calls, inbox) = mpsc::unbounded_channel();
-        Link {
-            calls,
-            inbox: parking_lot::Mutex::new(Some(inbox)),
-            state: Arc::default(),
-        }
-    }
 }
 
 impl Link {
     /// Sends `cmd` with `body` on `req_id` once: the ack when its `errcode` is 0.
     pub async fn call(&self, cmd: &str, req_id: &str, body: Value) -> Result<Value, SendError> {
-        if !self.state.connected.load(Ordering::Relaxed) {
-            return Err(SendError::NotConnected);
-        }
-        let (reply, answer) = oneshot::channel();
-        self.calls
-            .send(Call {
-                cmd: cmd.to_string(),
-                req_id: req_id.to_string(),
-                body,
-                reply,
-            })
-            .map_err(|_| SendError::NotConnected)?;
-        match tokio::time::timeout(ACK_TIMEOUT, answer).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(_)) | Err(_) => Err(SendError::NoAnswer(cmd.to_string())),
-        }
+        let request = Request {
+            cmd: cmd.to_string(),
+            req_id: req_id.to_string(),
+            body,
+        };
+        self.requests
+            .ask(
+                request,
+                self.state.connected.load(Ordering::Relaxed),
+                ACK_TIMEOUT,
+                SendError::NotConnected,
+                || SendError::NoAnswer(cmd.to_string()),
+            )
+            .await
     }
 
     /// The number of the session up now (`None` when none is).
@@ -199,7 +186,7 @@ type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// One session (see the module docs).
-async fn session(s: &Session<'_>, calls: &mut mpsc::UnboundedReceiver<Call>) -> Ended<String> {
+async fn session(s: &Session<'_>, calls: &mut Inbox<Request, Value, SendError>) -> Ended<String> {
     let connected = tokio::select! {
         _ = s.stop.cancelled() => return Ended::Stopped,
         c = tokio::time::timeout(CONNECT_TIMEOUT, tokio_tungstenite::connect_async(s.url)) => c,
@@ -321,26 +308,23 @@ fn read(
 struct InFlight(HashMap<String, VecDeque<Call>>);
 
 impl InFlight {
-    /// Queues `call`; returns it when its req_id has nothing in flight (to send now).
-    fn admit(&mut self, call: Call) -> Option<(String, String, Value)> {
-        let queue = self.0.entry(call.req_id.clone()).or_default();
-        let now = queue.is_empty();
-        let out = now.then(|| (call.cmd.clone(), call.req_id.clone(), call.body.clone()));
+    /// Queues `call`; returns its request when its req_id has nothing in flight (to
+    /// send now).
+    fn admit(&mut self, call: Call) -> Option<Request> {
+        let queue = self.0.entry(call.request.req_id.clone()).or_default();
+        let now = queue.is_empty().then(|| call.request.clone());
         queue.push_back(call);
-        out
+        now
     }
 
     /// Hands `ack` to the request in flight on its req_id; returns the next one to
     /// send on it, if any. `None` when nothing waited for it.
-    #[allow(clippy::type_complexity)]
-    fn ack(&mut self, ack: Value) -> Option<Option<(String, String, Value)>> {
+    fn ack(&mut self, ack: Value) -> Option<Option<Request>> {
         let req_id = frames::req_id_of(&ack).to_string();
         let queue = self.0.get_mut(&req_id)?;
         let call = queue.pop_front()?;
-        let _ = call.reply.send(acked(&call.cmd, ack));
-        let next = queue
-            .front()
-            .map(|c| (c.cmd.clone(), c.req_id.clone(), c.body.clone()));
+        let _ = call.reply.send(acked(&call.request.cmd, ack));
+        let next = queue.front().map(|c| c.request.clone());
         if queue.is_empty() {
             self.0.remove(&req_id);
         }
@@ -351,7 +335,7 @@ impl InFlight {
     fn fail_all(&mut self) {
         for (_, queue) in self.0.drain() {
             for call in queue {
-                let _ = call.reply.send(Err(SendError::NoAnswer(call.cmd)));
+                let _ = call.reply.send(Err(SendError::NoAnswer(call.request.cmd)));
             }
         }
     }
@@ -361,7 +345,7 @@ impl InFlight {
 async fn serve(
     ws: &mut Ws,
     s: &Session<'_>,
-    calls: &mut mpsc::UnboundedReceiver<Call>,
+    calls: &mut Inbox<Request, Value, SendError>,
 ) -> Ended<String> {
     let mut in_flight = InFlight::default();
     let mut pings: HashSet<String> = HashSet::new();
@@ -444,7 +428,7 @@ async fn serve(
                 }
             }
         }
-        if let Some((cmd, req_id, body)) = to_send {
+        if let Some(Request { cmd, req_id, body }) = to_send {
             let frame = frames::request(&cmd, &req_id, Some(body));
             if let Err(e) = ws.send(Message::text(frame.to_string())).await {
                 break dropped(format!("send failed: {e}"));
@@ -459,7 +443,7 @@ async fn serve(
 /// Runs sessions on the kit's reconnect loop until `stop` or a fatal end, which it
 /// returns.
 pub(crate) async fn run(link: &Link, s: Session<'_>) -> Option<String> {
-    let Some(mut calls) = link.inbox.lock().take() else {
+    let Some(mut calls) = link.requests.take_inbox() else {
         return Some("the wecom connection was started twice".into());
     };
     let schedule = |attempt: u32| BACKOFF.delay(attempt + 1, Jitter::Scale(0.5..=1.0));
@@ -472,9 +456,7 @@ pub(crate) async fn run(link: &Link, s: Session<'_>) -> Option<String> {
     loop {
         let ended = session(&s, &mut calls).await;
         // Requests queued for the ended session are not sent later.
-        while let Ok(c) = calls.try_recv() {
-            let _ = c.reply.send(Err(SendError::NotConnected));
-        }
+        fail_queued(&mut calls, || SendError::NotConnected);
         match reconnects.after(ended, s.stop, |_| {}).await {
             Next::Again => {}
             Next::Stop(fatal) => return fatal,
