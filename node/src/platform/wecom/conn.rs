@@ -463,3 +463,159 @@ pub(crate) async fn run(link: &Link, s: Session<'_>) -> Option<String> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::platform::wecom::outbound::ReplyStream;
+    use serde_json::json;
+
+    /// A server that acks the login and every request, and records what it was sent.
+    /// Before acking a request it waits 100 ms for another frame: one that comes then
+    /// on the same req_id was sent before its predecessor's ack, and is recorded as
+    /// `{"overtook": req_id}`.
+    async fn server(listener: tokio::net::TcpListener, seen: mpsc::UnboundedSender<Value>) {
+        let (stream, _) = listener.accept().await.unwrap();
+        let mut ws = tokio_tungstenite::accept_async(stream).await.unwrap();
+        let mut early: Option<Message> = None;
+        loop {
+            let msg = match early.take() {
+                Some(m) => m,
+                None => match ws.next().await {
+                    Some(Ok(m)) => m,
+                    _ => return,
+                },
+            };
+            let Message::Text(t) = msg else { continue };
+            let v: Value = serde_json::from_str(t.as_str()).unwrap();
+            let req_id = v["headers"]["req_id"].clone();
+            let ack = json!({"headers": {"req_id": req_id}, "errcode": 0, "errmsg": "ok"});
+            let login = v["cmd"] == "aibot_subscribe";
+            let _ = seen.send(v);
+            if !login {
+                if let Ok(Some(Ok(m))) =
+                    tokio::time::timeout(Duration::from_millis(100), ws.next()).await
+                {
+                    if let Message::Text(t) = &m {
+                        let w: Value = serde_json::from_str(t.as_str()).unwrap();
+                        if w["headers"]["req_id"] == req_id {
+                            let _ = seen.send(json!({"overtook": req_id}));
+                        }
+                    }
+                    early = Some(m);
+                }
+            }
+            ws.send(Message::text(ack.to_string())).await.unwrap();
+        }
+    }
+
+    /// Requests on one req_id go one at a time, each after the last one's ack; a
+    /// streamed answer's frames each hold the whole text so far; no frame for empty
+    /// text, and a finish without text ends on the last text shown.
+    #[tokio::test]
+    async fn a_stream_goes_frame_by_frame_and_never_shows_an_empty_bubble() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("ws://{}", listener.local_addr().unwrap());
+        let (seen_tx, mut seen) = mpsc::unbounded_channel();
+        tokio::spawn(server(listener, seen_tx));
+        let link = Arc::new(Link::default());
+        let stop = CancellationToken::new();
+        let (callbacks, _rx) = mpsc::unbounded_channel();
+        let client = {
+            let (link, stop) = (link.clone(), stop.clone());
+            tokio::spawn(async move {
+                let s = Session {
+                    url: &url,
+                    bot_id: "aibX",
+                    secret: "s3cr3t",
+                    heartbeat: Duration::from_secs(30),
+                    callbacks: &callbacks,
+                    state: &link.state,
+                    stop: &stop,
+                };
+                run(&link, s).await
+            })
+        };
+        let login = seen.recv().await.unwrap();
+        assert_eq!(login["body"], json!({"bot_id": "aibX", "secret": "s3cr3t"}));
+        for _ in 0..100 {
+            if link.session().is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(link.session(), Some(1));
+
+        // Nothing shown, nothing to finish: no frame at all.
+        ReplyStream::new(&link, "cb-0").finish("  ").await.unwrap();
+
+        // Two frames on one req_id at once: the second waits for the first's ack.
+        let (a, b) = tokio::join!(
+            link.call(
+                frames::RESPOND,
+                "cb-2",
+                frames::stream_body("s2", "一", false)
+            ),
+            link.call(
+                frames::RESPOND,
+                "cb-2",
+                frames::stream_body("s2", "一二", true)
+            )
+        );
+        a.unwrap();
+        b.unwrap();
+        let first = seen.recv().await.unwrap();
+        let second = seen.recv().await.unwrap();
+        assert_eq!(
+            (
+                &first["body"]["stream"]["content"],
+                &second["body"]["stream"]["content"]
+            ),
+            (&json!("一"), &json!("一二")),
+            "in order, neither overtaking: {second}"
+        );
+
+        let mut stream = ReplyStream::new(&link, "cb-1");
+        stream.update("").await.unwrap();
+        let (a, b) = tokio::join!(
+            stream.update("思考中…"),
+            link.call(frames::SEND, "send-1", frames::send_body("wrkC", "other"))
+        );
+        a.unwrap();
+        b.unwrap();
+        stream.finish("").await.unwrap();
+        let mut frames = Vec::new();
+        while frames.len() < 3 {
+            frames.push(seen.recv().await.unwrap());
+        }
+        let streamed: Vec<(String, bool)> = frames
+            .iter()
+            .filter(|f| f["cmd"] == "aibot_respond_msg")
+            .map(|f| {
+                assert_eq!(f["headers"]["req_id"], "cb-1");
+                let s = &f["body"]["stream"];
+                (
+                    s["content"].as_str().unwrap().to_string(),
+                    s["finish"].as_bool().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            streamed,
+            [
+                ("思考中…".to_string(), false),
+                ("思考中…".to_string(), true)
+            ],
+            "no empty frame; the finish shows the last text"
+        );
+        assert!(frames.iter().any(|f| f["cmd"] == "aibot_send_msg"));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), seen.recv())
+                .await
+                .is_err(),
+            "nothing else was sent"
+        );
+        stop.cancel();
+        assert_eq!(client.await.unwrap(), None, "stopped, not failed");
+    }
+}
