@@ -68,7 +68,7 @@ async def main():
     done = asyncio.get_running_loop().create_future()
     client.on("authenticated", lambda: say(event="authenticated"))
     def on_error(e):
-        say(event="error", error=str(e))
+        say(event="error", error=str(e), connected=client.is_connected)
         if "Authentication failed" in str(e) and not done.done():
             done.set_result(None)
     client.on("error", on_error)
@@ -244,6 +244,8 @@ async fn the_stand_in_is_faithful_to_the_official_sdk() {
     );
 
     // A wrong secret: 853000, as the SDK reads it, and the socket left open.
+    fake.wait("the first SDK's socket closed", |f| f.open() == 0)
+        .await;
     let mut wrong = SdkRobot::start(&script, &fake.ws_url, &py.bot_id, "not-the-secret");
     let e = wrong.expect("error").await;
     assert!(
@@ -254,7 +256,10 @@ async fn the_stand_in_is_faithful_to_the_official_sdk() {
                 .contains("invalid bot_id or secret"),
         "{e}"
     );
-    assert_eq!(fake.open(), 1, "WeCom leaves the refused socket open");
+    assert_eq!(
+        e["connected"], true,
+        "WeCom leaves the refused socket open: {e}"
+    );
     wrong.expect("done").await;
     wrong.finish().await;
     assert_eq!(fake.logins().last().unwrap().1, 853000);

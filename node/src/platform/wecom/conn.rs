@@ -173,8 +173,9 @@ pub(crate) struct Session<'a> {
     pub(crate) secret: &'a str,
     /// The time between pings.
     pub(crate) heartbeat: Duration,
-    /// Where callbacks go.
-    pub(crate) callbacks: &'a mpsc::UnboundedSender<Value>,
+    /// Where callbacks go, with the number of the session that received them (a
+    /// callback's req_id is good on that session only).
+    pub(crate) callbacks: &'a mpsc::UnboundedSender<(u64, Value)>,
     /// Shared state.
     pub(crate) state: &'a LinkState,
     /// The node's stop.
@@ -347,6 +348,7 @@ async fn serve(
     s: &Session<'_>,
     calls: &mut Inbox<Request, Value, SendError>,
 ) -> Ended<String> {
+    let session = s.state.sessions.load(Ordering::Relaxed);
     let mut in_flight = InFlight::default();
     let mut pings: HashSet<String> = HashSet::new();
     let mut ticks =
@@ -390,7 +392,7 @@ async fn serve(
                 tracing::trace!(cmd = v["cmd"].as_str().unwrap_or("ack"), req_id = frames::req_id_of(&v), errcode = frames::errcode(&v), "wecom: frame received");
                 match v["cmd"].as_str() {
                     Some(frames::MSG_CALLBACK) => {
-                        if s.callbacks.send(v).is_err() {
+                        if s.callbacks.send((session, v)).is_err() {
                             break Ended::Stopped;
                         }
                     }
@@ -401,7 +403,7 @@ async fn serve(
                                 s.bot_id
                             ));
                         }
-                        if s.callbacks.send(v).is_err() {
+                        if s.callbacks.send((session, v)).is_err() {
                             break Ended::Stopped;
                         }
                     }

@@ -96,8 +96,8 @@ impl Wecom {
         format!("@{} {text}", self.me)
     }
 
-    /// Handles one pushed frame from the connection.
-    pub(crate) async fn on_frame(&self, ingest: &AdapterContext, frame: Value) {
+    /// Handles one pushed frame from the connection, received on session `session`.
+    pub(crate) async fn on_frame(&self, ingest: &AdapterContext, session: u64, frame: Value) {
         if frame["cmd"].as_str() == Some(frames::EVENT_CALLBACK) {
             let body = &frame["body"];
             tracing::info!(
@@ -118,16 +118,14 @@ impl Wecom {
             self.count(ingest, "ignored");
             return;
         }
-        if let Some(session) = self.link.session() {
-            self.replies.lock().remember(
-                &cb.msgid,
-                ReplyTo {
-                    req_id: cb.req_id.clone(),
-                    session,
-                    at: Instant::now(),
-                },
-            );
-        }
+        self.replies.lock().remember(
+            &cb.msgid,
+            ReplyTo {
+                req_id: cb.req_id.clone(),
+                session,
+                at: Instant::now(),
+            },
+        );
         tracing::debug!(msgid = %cb.msgid, chatid = %cb.chatid, msgtype = %cb.msgtype, "wecom message callback");
         let text = self.mesh_text(&cb.text);
         let msg = PlatformMessage {

@@ -226,8 +226,8 @@ impl Wecom {
         let me = self.clone();
         let ing = ingest.clone();
         let consumer = tokio::spawn(async move {
-            while let Some(frame) = rx.recv().await {
-                me.on_frame(&ing, frame).await;
+            while let Some((session, frame)) = rx.recv().await {
+                me.on_frame(&ing, session, frame).await;
             }
         });
         let session = conn::Session {
