@@ -11,6 +11,7 @@ pub mod fake_llm;
 pub mod fake_onebot;
 pub mod fake_slack;
 pub mod fake_telegram;
+pub mod fake_wecom;
 pub mod faults;
 pub mod redis_server;
 pub mod serve;

@@ -21,6 +21,9 @@
 //! - [`slack`] — Slack's Socket Mode in, `chat.postMessage` with real `<@U…>` out.
 //! - [`telegram`] — Bot API long polling (or a webhook) in, HTML-escaped messages
 //!   with @handles out.
+//! - [`wecom`] — WeCom smart robots' long connection in (forwarded to the peers: a
+//!   person's message reaches only the robots it @s), streamed answers on the callback
+//!   or proactive sends out (docs/wecom.md).
 //!
 //! Every adapter describes itself in its own folder (its settings, their checks and
 //! its secrets in `<name>/settings.rs`, which the config layer may read; its
@@ -46,6 +49,7 @@ pub mod onebot;
 pub mod registry;
 pub mod slack;
 pub mod telegram;
+pub mod wecom;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

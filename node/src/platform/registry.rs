@@ -35,6 +35,7 @@ static ADAPTERS: &[&Adapter] = &[
     &super::slack::ADAPTER,
     &super::telegram::ADAPTER,
     &super::onebot::ADAPTER,
+    &super::wecom::ADAPTER,
 ];
 
 /// The adapter of `platform`, if there is one.
@@ -172,7 +173,7 @@ mod tests {
         assert!(e.problem.contains("unknown platform \"irc\""), "{e}");
         assert!(
             e.problem
-                .contains("local, feishu, discord, dingtalk, slack, telegram, onebot"),
+                .contains("local, feishu, discord, dingtalk, slack, telegram, onebot, wecom"),
             "{e}"
         );
 

@@ -8,6 +8,8 @@
 //! - [`reconnect`] — the one reconnect loop for long connections (Feishu's WebSocket,
 //!   Discord's gateway, DingTalk's stream): the adapter writes a session, the loop
 //!   keeps it going.
+//! - [`requests`] — the one way to ask a long connection's session and wait for the
+//!   answer (OneBot's actions, WeCom's requests).
 //! - [`inbound`] — the one inbound path: a platform message becomes an envelope
 //!   (truncation, ids, root, a colleague's copy waiting for the bridge copy by
 //!   notification) and is counted in `botmesh_platform_events_total`.
@@ -29,6 +31,7 @@ pub(crate) mod http;
 pub(crate) mod inbound;
 pub(crate) mod pacer;
 pub(crate) mod reconnect;
+pub(crate) mod requests;
 pub(crate) mod split;
 #[cfg(test)]
 pub(crate) mod test_sink;

@@ -1,18 +1,46 @@
 //! The one way to cut a long reply into parts a platform accepts: at the best
 //! boundary, never inside a character, a code block closed and reopened across parts
-//! (Discord's 2,000, Telegram's 4,096, Slack's 4,000).
+//! (Discord's 2,000, Telegram's 4,096, Slack's 4,000 UTF-16 units; WeCom's 20,480
+//! UTF-8 bytes).
 
-/// Length in UTF-16 code units, as Discord and Telegram count a message (a character
-/// outside the Basic Multilingual Plane counts twice); conservative for Slack.
+/// What a platform's limit counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unit {
+    /// UTF-16 code units, as Discord and Telegram count a message (a character
+    /// outside the Basic Multilingual Plane counts twice); conservative for Slack.
+    Utf16,
+    /// UTF-8 bytes, as WeCom counts one (a Chinese character counts three).
+    Utf8Bytes,
+}
+
+impl Unit {
+    /// What `c` counts in this unit.
+    fn of(self, c: char) -> usize {
+        match self {
+            Unit::Utf16 => c.len_utf16(),
+            Unit::Utf8Bytes => c.len_utf8(),
+        }
+    }
+
+    /// The length of `s` in this unit.
+    pub(crate) fn len(self, s: &str) -> usize {
+        match self {
+            Unit::Utf16 => utf16_len(s),
+            Unit::Utf8Bytes => s.len(),
+        }
+    }
+}
+
+/// Length in UTF-16 code units ([`Unit::Utf16`]).
 pub fn utf16_len(s: &str) -> usize {
     s.chars().map(char::len_utf16).sum()
 }
 
-/// Byte offset of the longest prefix of `s` whose [`utf16_len`] is at most `limit`.
-fn prefix_end(s: &str, limit: usize) -> usize {
+/// Byte offset of the longest prefix of `s` whose length in `unit` is at most `limit`.
+fn prefix_end(s: &str, limit: usize, unit: Unit) -> usize {
     let mut units = 0;
     for (i, c) in s.char_indices() {
-        units += c.len_utf16();
+        units += unit.of(c);
         if units > limit {
             return i;
         }
@@ -44,14 +72,19 @@ fn open_fence(s: &str) -> Option<String> {
     open
 }
 
-/// Splits `text` into parts of at most `limit` characters (as [`utf16_len`]
-/// counts), each cut at the best boundary in its second half: a blank line, else a
-/// line break, else a sentence end, else a space, else anywhere (never inside a
-/// character). A part that ends inside a ``` code block closes it, and the next part
-/// opens it again with the same language.
+/// Splits `text` into parts of at most `limit` UTF-16 units ([`split_message_in`]
+/// with [`Unit::Utf16`]).
 pub fn split_message(text: &str, limit: usize) -> Vec<String> {
+    split_message_in(text, limit, Unit::Utf16)
+}
+
+/// Splits `text` into parts of at most `limit` in `unit`, each cut at the best
+/// boundary in its second half: a blank line, else a line break, else a sentence end,
+/// else a space, else anywhere (never inside a character). A part that ends inside a
+/// ``` code block closes it, and the next part opens it again with the same language.
+pub(crate) fn split_message_in(text: &str, limit: usize, unit: Unit) -> Vec<String> {
     let text = text.trim();
-    if utf16_len(text) <= limit {
+    if unit.len(text) <= limit {
         return if text.is_empty() {
             Vec::new()
         } else {
@@ -65,13 +98,13 @@ pub fn split_message(text: &str, limit: usize) -> Vec<String> {
     let mut reopen = String::new();
     let mut rest = text;
     while !rest.is_empty() {
-        let room = budget.saturating_sub(utf16_len(&reopen)).max(1);
+        let room = budget.saturating_sub(unit.len(&reopen)).max(1);
         let whole = format!("{reopen}{rest}");
-        if utf16_len(&whole) <= limit {
+        if unit.len(&whole) <= limit {
             parts.push(whole);
             break;
         }
-        let end = prefix_end(rest, room);
+        let end = prefix_end(rest, room, unit);
         let window = &rest[..end];
         let floor = window.len() / 2;
         let cut = [
@@ -156,5 +189,29 @@ mod tests {
             assert_eq!(p.matches("```").count() % 2, 0, "balanced fences: {p}");
         }
         assert!(parts[1].starts_with("```rust\n"));
+    }
+
+    /// WeCom counts bytes: 20,480 bytes hold 6,826 Chinese characters, not 20,480,
+    /// and a cut never falls inside one.
+    #[test]
+    fn a_byte_limit_counts_utf8_bytes() {
+        let cjk = "这是一个很长的中文回答。".repeat(1500); // 18,000 chars, 54,000 bytes
+        assert_eq!(
+            split_message_in(&cjk, 20_480, Unit::Utf16).len(),
+            1,
+            "as UTF-16 it fits"
+        );
+        let parts = split_message_in(&cjk, 20_480, Unit::Utf8Bytes);
+        assert_eq!(parts.len(), 3, "54,000 bytes in parts of at most 20,480");
+        assert!(parts.iter().all(|p| p.len() <= 20_480));
+        assert!(
+            parts.iter().all(|p| p.ends_with('。')),
+            "cut at sentence ends"
+        );
+        assert_eq!(parts.concat(), cjk);
+        let emoji = "😀".repeat(10_000);
+        let parts = split_message_in(&emoji, 20_480, Unit::Utf8Bytes);
+        assert!(parts.iter().all(|p| p.len() <= 20_480));
+        assert_eq!(parts.concat(), emoji);
     }
 }

@@ -37,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::pacing::{Backoff, Jitter};
 use crate::platform::kit::reconnect::{Ended, Next, Reconnect, Reconnects};
+use crate::platform::kit::requests::{fail_queued, Inbox, Requests};
 
 /// How long to wait for the connection to open.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
@@ -70,16 +71,17 @@ pub enum ActionError {
     },
 }
 
-/// An action waiting to be sent by the current session.
+/// An action for the current session to send.
 #[derive(Debug)]
-struct Call {
+pub(crate) struct Action {
     /// The action's name.
     action: String,
     /// Its parameters.
     params: Value,
-    /// Where its answer goes.
-    reply: oneshot::Sender<Result<Value, ActionError>>,
 }
+
+/// Actions on their way to the session, with where their answers go.
+type Calls = Inbox<Action, Value, ActionError>;
 
 /// What the sessions share with the adapter.
 #[derive(Debug, Default)]
@@ -95,45 +97,30 @@ pub struct LinkState {
 }
 
 /// The adapter's end of the connection: calls actions on whichever session is up.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Link {
-    /// Actions to the session.
-    calls: mpsc::UnboundedSender<Call>,
-    /// The session's end of `calls`, taken by [`run`].
-    inbox: parking_lot::Mutex<Option<mpsc::UnboundedReceiver<Call>>>,
+    /// Actions to the session (the kit's one way to ask a long connection).
+    requests: Requests<Action, Value, ActionError>,
     /// Shared state.
     pub state: Arc<LinkState>,
-}
-
-impl Default for Link {
-    fn default() -> Self {
-        let (calls, inbox) = mpsc::unbounded_channel();
-        Link {
-            calls,
-            inbox: parking_lot::Mutex::new(Some(inbox)),
-            state: Arc::default(),
-        }
-    }
 }
 
 impl Link {
     /// Calls `action` once: its `data` when it answers `ok` (or `async`).
     pub async fn call(&self, action: &str, params: Value) -> Result<Value, ActionError> {
-        if !self.state.connected.load(Ordering::Relaxed) {
-            return Err(ActionError::NotConnected);
-        }
-        let (reply, answer) = oneshot::channel();
-        self.calls
-            .send(Call {
-                action: action.to_string(),
-                params,
-                reply,
-            })
-            .map_err(|_| ActionError::NotConnected)?;
-        match tokio::time::timeout(ACTION_TIMEOUT, answer).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(_)) | Err(_) => Err(ActionError::NoAnswer(action.to_string())),
-        }
+        let request = Action {
+            action: action.to_string(),
+            params,
+        };
+        self.requests
+            .ask(
+                request,
+                self.state.connected.load(Ordering::Relaxed),
+                ACTION_TIMEOUT,
+                ActionError::NotConnected,
+                || ActionError::NoAnswer(action.to_string()),
+            )
+            .await
     }
 }
 
@@ -175,7 +162,7 @@ type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// One session (see the module docs).
-async fn session(s: &Session<'_>, calls: &mut mpsc::UnboundedReceiver<Call>) -> Ended<String> {
+async fn session(s: &Session<'_>, calls: &mut Calls) -> Ended<String> {
     let mut req = match s.url.into_client_request() {
         Ok(r) => r,
         Err(e) => return Ended::Fatal(format!("onebot.ws_url {:?} is unusable: {e}", s.url)),
@@ -228,11 +215,7 @@ async fn session(s: &Session<'_>, calls: &mut mpsc::UnboundedReceiver<Call>) -> 
 }
 
 /// Reads the connection until it ends (see the module docs).
-async fn serve(
-    ws: &mut Ws,
-    s: &Session<'_>,
-    calls: &mut mpsc::UnboundedReceiver<Call>,
-) -> Ended<String> {
+async fn serve(ws: &mut Ws, s: &Session<'_>, calls: &mut Calls) -> Ended<String> {
     let mut established = false;
     let mut pending: HashMap<String, (String, oneshot::Sender<Result<Value, ActionError>>)> =
         HashMap::new();
@@ -261,13 +244,14 @@ async fn serve(
                 }
                 next_echo += 1;
                 let echo = format!("botmesh-{next_echo}");
-                let frame = json!({"action": call.action, "params": call.params, "echo": echo});
+                let Action { action, params } = call.request;
+                let frame = json!({"action": action, "params": params, "echo": echo});
                 if let Err(e) = ws.send(Message::text(frame.to_string())).await {
-                    let _ = call.reply.send(Err(ActionError::NoAnswer(call.action)));
+                    let _ = call.reply.send(Err(ActionError::NoAnswer(action)));
                     break dropped(format!("send failed: {e}"), established);
                 }
-                tracing::debug!(action = %call.action, %echo, "onebot: action sent");
-                pending.insert(echo, (call.action, call.reply));
+                tracing::debug!(%action, %echo, "onebot: action sent");
+                pending.insert(echo, (action, call.reply));
                 continue;
             }
             f = ws.next() => f,
@@ -372,7 +356,7 @@ async fn serve(
 /// Runs sessions on the kit's reconnect loop until `stop` or a fatal end, which it
 /// returns.
 pub(crate) async fn run(link: &Link, s: Session<'_>) -> Option<String> {
-    let Some(mut calls) = link.inbox.lock().take() else {
+    let Some(mut calls) = link.requests.take_inbox() else {
         return Some("the onebot connection was started twice".into());
     };
     let schedule = |attempt: u32| BACKOFF.delay(attempt + 1, Jitter::Scale(0.5..=1.0));
@@ -385,9 +369,7 @@ pub(crate) async fn run(link: &Link, s: Session<'_>) -> Option<String> {
     loop {
         let ended = session(&s, &mut calls).await;
         // Actions queued for the ended session are not sent later.
-        while let Ok(c) = calls.try_recv() {
-            let _ = c.reply.send(Err(ActionError::NotConnected));
-        }
+        fail_queued(&mut calls, || ActionError::NotConnected);
         match reconnects.after(ended, s.stop, |_| {}).await {
             Next::Again => {}
             Next::Stop(fatal) => return fatal,
