@@ -52,6 +52,9 @@ pub(crate) enum ReplyEngine {
     /// the running node starts it ([`Brain::start_agent`]; `botmesh explain` never
     /// does).
     Acp(Option<Arc<AcpAgent>>),
+    /// An agent outside the mesh (`[[bots]] agent = { external = true }`) takes the
+    /// turns through `botmesh mcp`: the node takes none itself.
+    External,
 }
 
 impl ReplyEngine {
@@ -60,6 +63,7 @@ impl ReplyEngine {
         Ok(match &cfg.bot().agent {
             Some(AgentEngine::Webhook(a)) => ReplyEngine::Sidecar(Webhook::new(a)?),
             Some(AgentEngine::Acp(_)) => ReplyEngine::Acp(None),
+            Some(AgentEngine::External(_)) => ReplyEngine::External,
             None => ReplyEngine::Model { tools: None },
         })
     }
@@ -74,7 +78,7 @@ impl ReplyEngine {
     pub(crate) fn tools(&self) -> Option<&Arc<McpTools>> {
         match self {
             ReplyEngine::Model { tools } => tools.as_ref().filter(|t| !t.is_empty()),
-            ReplyEngine::Sidecar(_) | ReplyEngine::Acp(_) => None,
+            ReplyEngine::Sidecar(_) | ReplyEngine::Acp(_) | ReplyEngine::External => None,
         }
     }
 }
@@ -153,19 +157,21 @@ pub(crate) fn progress_line(p: &AcpProgress) -> Option<String> {
 }
 
 /// Starts `cfg`'s ACP agent for the bot (its settings, with the `env_from` values
-/// read at start): it gets the bot's MCP servers in every `session/new`, and counts
-/// its turns and restarts in `metrics`. A command that cannot start fails here,
-/// naming it.
+/// read at start): it gets the bot's MCP servers in every `session/new`, and the
+/// group's own (`group_servers`: the `mesh` server) in that group's, and counts its
+/// turns and restarts in `metrics`. A command that cannot start fails here, naming it.
 pub(crate) async fn start_acp(
     cfg: &NodeConfig,
     settings: &AcpSettings,
     metrics: Arc<crate::telemetry::metrics::Metrics>,
     asker: Arc<ChatAsker>,
+    group_servers: Option<crate::agent::acp::GroupServers>,
 ) -> Result<AcpAgent, AcpError> {
     let bot = cfg.bot();
     let mut settings = settings.clone();
     settings.env.extend(cfg.agent_env.clone());
     let options = AcpOptions {
+        group_servers,
         mcp_servers: McpTools::acp_servers(&bot.mcp, &cfg.mcp_headers),
         asker: Some(asker),
         metrics: Some(metrics),
@@ -192,12 +198,20 @@ fn lines<'a>(msgs: impl IntoIterator<Item = &'a Envelope>) -> String {
 /// `before` (people and colleagues, never `me`'s own messages; commands are not in
 /// `before`), then the trigger last. The last turn is the one `me`'s last message
 /// answered: what was said while the agent worked on it (a message addressed to the
-/// busy bot) came after that turn's prompt, so it is in this one. `context`: the whole
-/// of `before`, for a new session.
-pub(crate) fn acp_prompt(me: &str, before: &[Arc<Envelope>], trigger: &Envelope) -> AcpPrompt {
+/// busy bot) came after that turn's prompt, so it is in this one; `me`'s messages
+/// posted by a group tool mid-turn (`consumed`) end no turn. A message a group
+/// tool already handed the agent (`consumed`: an `ask`'s answer, a `wait_for_message`
+/// result) is not news: it is left out of the text, though not out of `context`, the
+/// whole of `before`, for a new session.
+pub(crate) fn acp_prompt(
+    me: &str,
+    before: &[Arc<Envelope>],
+    trigger: &Envelope,
+    consumed: impl Fn(&ulid::Ulid) -> bool,
+) -> AcpPrompt {
     let since = before
         .iter()
-        .rposition(|m| m.author.name == me)
+        .rposition(|m| m.author.name == me && !consumed(&m.id))
         .map_or(0, |last| {
             // The last turn's trigger, when it is still in view.
             before[last]
@@ -209,7 +223,7 @@ pub(crate) fn acp_prompt(me: &str, before: &[Arc<Envelope>], trigger: &Envelope)
     let mut text = lines(
         before[since..]
             .iter()
-            .filter(|m| m.author.name != me)
+            .filter(|m| m.author.name != me && !consumed(&m.id))
             .map(|m| &**m),
     );
     if !text.is_empty() {
