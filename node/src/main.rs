@@ -114,6 +114,10 @@ enum Command {
         /// BOTMESH_MCP_TOKEN: how a node starts this server for its hosted agent.
         #[arg(long)]
         api: Option<String>,
+        /// Offer only these tools (comma-separated), e.g. the built-in model's
+        /// `read_group,members,ask`.
+        #[arg(long, value_delimiter = ',')]
+        only: Option<Vec<String>>,
     },
     /// Make a running bot read its configuration file again (as SIGHUP does): prints
     /// the keys applied and those that wait for a restart; fails if the file is refused.
@@ -272,7 +276,8 @@ fn main() -> ExitCode {
             config,
             group,
             api,
-        } => mcp(bot, config, group, api),
+            only,
+        } => mcp(bot, config, group, api, only),
         Command::Replay {
             bot,
             config,
@@ -546,6 +551,7 @@ fn mcp(
     config: PathBuf,
     group: Option<String>,
     api: Option<String>,
+    only: Option<Vec<String>>,
 ) -> anyhow::Result<()> {
     init_tracing("text");
     let target = match api {
@@ -561,7 +567,10 @@ fn mcp(
             botmesh::agent::mesh::MeshTarget::of(&cfg, group)
         }
     };
-    let server = botmesh::agent::mesh::MeshServer::new(&bot, target)?;
+    let mut server = botmesh::agent::mesh::MeshServer::new(&bot, target)?;
+    if let Some(only) = only {
+        server = server.only(only)?;
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -358,7 +358,8 @@ async fn a_hosted_agent_asks_a_colleague_mid_turn_through_its_mesh_server() {
     mesh.post_human(coder, "alice", "@Coder thanks").await;
     let replies = coder_replies(&mesh, coder, 4).await;
     let answer_line = format!("Reviewer (bot): {}", answer["answer"].as_str().unwrap());
-    let prompt: Vec<&str> = replies[3].text.lines().collect();
+    let echoed = replies[3].text.strip_prefix("echo: ").unwrap_or_default();
+    let prompt: Vec<&str> = echoed.lines().collect();
     assert!(!prompt.contains(&answer_line.as_str()), "{prompt:?}");
     assert_eq!(prompt.last(), Some(&"alice: @Coder thanks"), "{prompt:?}");
     let t = mesh.transcript(coder).await;
@@ -535,5 +536,71 @@ async fn an_external_bots_mentions_wait_for_its_outside_agent_and_the_node_never
     let t = mesh.settle(bob, Duration::from_millis(500)).await;
     let ada_said: Vec<&str> = by(&t, "Ada").iter().map(|e| e.text.as_str()).collect();
     assert_eq!(ada_said, ["the parser"], "only the agent's post");
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_built_in_model_asks_a_colleague_with_group_tools() {
+    use botmesh_tests::fake_llm::{FakeLlm, Script, Seen};
+    // Ada's model (group_tools) asks Bob through the tool; Bob's model answers "Paris".
+    let llm = FakeLlm::start(|seen: &Seen| {
+        if !seen.tools().iter().any(|t| t == "ask") {
+            return Script::reply("Paris");
+        }
+        match seen.tool_results().first() {
+            None => Script::tool_call(
+                "call-ask-1",
+                "ask",
+                json!({"colleague": "Bob", "question": "what is the capital of France?"}),
+            ),
+            Some((_, result)) => Script::reply(format!("Bob says: {result}")),
+        }
+    })
+    .await;
+    let spec = MeshSpec::mentions_only(&["Ada", "Bob"])
+        .llm(&llm.base_url)
+        .mesh(&format!(
+            "mcp_command = {:?}",
+            botmesh_bin().display().to_string()
+        ))
+        .bot("Ada", "group_tools = true\nwrite_early = false");
+    let mesh = TestMesh::start(spec).await;
+    let (ada, bob) = (mesh.index("Ada"), mesh.index("Bob"));
+    let trigger = mesh
+        .post_human(ada, "alice", "@Ada ask Bob the capital")
+        .await;
+    let t = mesh
+        .wait_transcript(bob, WAIT, |t| by(t, "Ada").len() >= 2)
+        .await;
+    let ada_said = by(&t, "Ada");
+    assert_eq!(ada_said.len(), 2, "{t:#?}");
+    assert_eq!(ada_said[0].text, "@Bob what is the capital of France?");
+    let answer = by(&t, "Bob")
+        .into_iter()
+        .find(|e| e.reply_to == Some(ada_said[0].id))
+        .unwrap_or_else(|| panic!("Bob answered the question: {t:#?}"));
+    assert_eq!(answer.text, "Paris");
+    assert_eq!(ada_said[1].reply_to.map(|r| r.to_string()), Some(trigger));
+    assert!(
+        ada_said[1].text.starts_with("Bob says: ")
+            && ada_said[1].text.contains("\"answer\":\"Paris\""),
+        "{}",
+        ada_said[1].text
+    );
+    // Ada's model was offered the three group tools (its group named by the node).
+    let offered: Vec<Vec<String>> = llm
+        .requests()
+        .iter()
+        .map(|s| {
+            let mut t = s.tools();
+            t.sort();
+            t
+        })
+        .filter(|t| !t.is_empty())
+        .collect();
+    assert_eq!(offered[0], ["ask", "members", "read_group"], "{offered:?}");
+    // Bob's answer was the tool's: no second turn of Ada's.
+    let t = mesh.settle(ada, Duration::from_millis(500)).await;
+    assert_eq!(by(&t, "Ada").len(), 2, "{t:#?}");
     mesh.shutdown().await;
 }

@@ -83,6 +83,9 @@ pub struct MeshServer {
     http: reqwest::Client,
     /// The bot the tools act as (for the server's name).
     bot: String,
+    /// The tools offered, when not all five (`--only`: the built-in model's
+    /// `read_group`, `members`, `ask`).
+    only: Option<Vec<String>>,
 }
 
 /// A JSON Schema object for a tool's arguments.
@@ -165,7 +168,32 @@ impl MeshServer {
             target: Arc::new(target),
             http,
             bot: bot.to_string(),
+            only: None,
         })
+    }
+
+    /// Offers only the tools named in `only` (unknown names are an error naming them).
+    pub fn only(mut self, only: Vec<String>) -> anyhow::Result<MeshServer> {
+        let known = tools();
+        if let Some(bad) = only.iter().find(|n| !known.iter().any(|t| t.name == **n)) {
+            anyhow::bail!(
+                "--only: no tool {bad:?} (read_group, members, post, ask, wait_for_message)"
+            );
+        }
+        self.only = Some(only);
+        Ok(self)
+    }
+
+    /// The tools this server offers.
+    fn offered(&self) -> Vec<Tool> {
+        tools()
+            .into_iter()
+            .filter(|t| {
+                self.only
+                    .as_ref()
+                    .is_none_or(|o| o.iter().any(|n| *n == t.name))
+            })
+            .collect()
     }
 
     /// Runs one tool call on the node: its result, or an `isError` result saying why.
@@ -174,7 +202,7 @@ impl MeshServer {
         tool: &str,
         arguments: serde_json::Map<String, Value>,
     ) -> CallToolResult {
-        if !tools().iter().any(|t| t.name == tool) {
+        if !self.offered().iter().any(|t| t.name == tool) {
             return failed(format!(
                 "no tool {tool:?}: read_group, members, post, ask, wait_for_message"
             ));
@@ -251,7 +279,7 @@ impl ServerHandler for MeshServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(tools()))
+        Ok(ListToolsResult::with_all_items(self.offered()))
     }
 
     async fn call_tool(

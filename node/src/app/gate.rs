@@ -38,8 +38,9 @@ pub(crate) enum Scope {
     /// The bot's sidecar: post as the bot and read; not [`operator_only`] endpoints.
     Sidecar,
     /// A hosted agent's `mesh` server (`app::group_tools::ToolTokens`): the group
-    /// tools (`/v1/tools/…`) of this one group, nothing else.
-    Tools(String),
+    /// tools (`/v1/tools/…`) of this one group (`None`: of every group, the
+    /// built-in model's server), nothing else.
+    Tools(Option<String>),
 }
 
 /// Refusal log lines allowed at once.

@@ -77,6 +77,10 @@ pub(crate) struct ToolTokens {
 /// The prefix that tells a group-tools credential from the API's other tokens.
 const TOKEN_PREFIX: &str = "bmt1.";
 
+/// What an every-group credential's tag is over instead of a group name (a NUL
+/// first: no group name starts with one, the API refuses it).
+const ALL_GROUPS: &str = "\0all groups";
+
 impl ToolTokens {
     /// Tokens for `bot`, under a fresh random key.
     pub(crate) fn new(bot: &str) -> ToolTokens {
@@ -96,6 +100,14 @@ impl ToolTokens {
         m
     }
 
+    /// The credential for every group's tools, for the built-in model's `mesh` server
+    /// (a child of the node, whose turns are in any group): `bmt1.*.<tag>`.
+    pub(crate) fn mint_all(&self) -> String {
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let tag = ring::hmac::sign(&self.key, &self.tagged(ALL_GROUPS));
+        format!("{TOKEN_PREFIX}*.{}", b64.encode(tag.as_ref()))
+    }
+
     /// The credential for `group`'s tools.
     pub(crate) fn mint(&self, group: &str) -> String {
         let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -107,15 +119,19 @@ impl ToolTokens {
         )
     }
 
-    /// The group `token` opens, when it is one of these credentials and its tag
-    /// verifies (constant time).
-    pub(crate) fn group_of(&self, token: &str) -> Option<String> {
+    /// The group `token` opens (`Some(None)`: every group), when it is one of these
+    /// credentials and its tag verifies (constant time).
+    pub(crate) fn group_of(&self, token: &str) -> Option<Option<String>> {
         let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
         let (group, tag) = token.strip_prefix(TOKEN_PREFIX)?.split_once('.')?;
-        let group = String::from_utf8(b64.decode(group).ok()?).ok()?;
         let tag = b64.decode(tag).ok()?;
+        if group == "*" {
+            ring::hmac::verify(&self.key, &self.tagged(ALL_GROUPS), &tag).ok()?;
+            return Some(None);
+        }
+        let group = String::from_utf8(b64.decode(group).ok()?).ok()?;
         ring::hmac::verify(&self.key, &self.tagged(&group), &tag).ok()?;
-        Some(group)
+        Some(Some(group))
     }
 }
 
@@ -194,16 +210,19 @@ pub(crate) async fn handle(
     };
     let body = Value::Object(body);
     let group = match (scope, group_arg) {
-        (Scope::Tools(mine), Some(g)) if &g != mine => {
+        (Scope::Tools(Some(mine)), Some(g)) if &g != mine => {
             return server::error(
                 StatusCode::FORBIDDEN,
                 format!("this credential opens the tools of group {mine:?} only"),
             )
         }
-        (Scope::Tools(mine), _) => mine.clone(),
+        (Scope::Tools(Some(mine)), _) => mine.clone(),
         (_, Some(g)) => g,
         (_, None) => node.cfg.mesh().group.clone(),
     };
+    if group.starts_with('\0') {
+        return server::error(StatusCode::BAD_REQUEST, "group must not start with NUL");
+    }
     if group.is_empty() || group.len() > 256 {
         return server::error(StatusCode::BAD_REQUEST, "group must be 1..=256 bytes");
     }
@@ -664,17 +683,9 @@ pub(crate) fn first_look(
     false
 }
 
-/// The `mesh` MCP server to hand the bot's ACP agent in each group's `session/new`:
-/// `botmesh mcp` over stdio (`[mesh] mcp_command`, else this executable when it is
-/// botmesh), pointed at
-/// this node's local API (`api`) with that group's [`ToolTokens`] credential in its
-/// environment. `None` (logged) when no executable is known.
-pub(crate) fn mesh_server(
-    cfg: &crate::config::NodeConfig,
-    api: std::net::SocketAddr,
-    tokens: Arc<ToolTokens>,
-) -> Option<crate::agent::acp::GroupServers> {
-    cfg.bot().agent.as_ref().and_then(|a| a.acp())?;
+/// The command that runs `botmesh mcp` for this node's bot: `[mesh] mcp_command`,
+/// else this executable when it is botmesh; `None` (logged) when neither.
+fn mcp_command(cfg: &crate::config::NodeConfig) -> Option<String> {
     let command = match cfg.mesh().mcp_command.clone() {
         Some(c) => c,
         // Only the botmesh binary serves `botmesh mcp` (a program embedding the node,
@@ -687,14 +698,63 @@ pub(crate) fn mesh_server(
                 c
             }
             found => {
-                tracing::warn!(bot = %cfg.bot().name, exe = ?found, "no `mesh` MCP server for the agent: this program is not botmesh (set [mesh] mcp_command)");
+                tracing::warn!(bot = %cfg.bot().name, exe = ?found, "no `mesh` MCP server: this program is not botmesh (set [mesh] mcp_command)");
                 return None;
             }
         },
     };
+    Some(command.display().to_string())
+}
+
+/// The built-in model's `mesh` server (`[[bots]] group_tools = true`): `botmesh mcp`
+/// offering `read_group`, `members` and `ask` only, with a credential for every group
+/// of the bot (the tool loop names the turn's group in each call). `None` without
+/// `group_tools` or a command.
+pub(crate) fn model_mesh_server(
+    cfg: &crate::config::NodeConfig,
+    api: std::net::SocketAddr,
+    tokens: &ToolTokens,
+) -> Option<crate::config::McpServerSettings> {
+    let bot = cfg.bot();
+    if !bot.group_tools {
+        return None;
+    }
+    let command = mcp_command(cfg)?;
+    let url = crate::agent::mesh::api_url(api);
+    let args = [
+        "mcp",
+        "--bot",
+        &bot.name,
+        "--api",
+        &url,
+        "--only",
+        &crate::turn::engine::MODEL_GROUP_TOOLS.join(","),
+    ];
+    Some(crate::config::McpServerSettings {
+        name: "mesh".into(),
+        command: std::iter::once(command)
+            .chain(args.iter().map(|a| a.to_string()))
+            .collect(),
+        env: [(crate::agent::mesh::TOKEN_ENV.to_string(), tokens.mint_all())].into(),
+        url: None,
+        headers_env: Default::default(),
+    })
+}
+
+/// The `mesh` MCP server to hand the bot's ACP agent in each group's `session/new`:
+/// `botmesh mcp` over stdio (`[mesh] mcp_command`, else this executable when it is
+/// botmesh), pointed at
+/// this node's local API (`api`) with that group's [`ToolTokens`] credential in its
+/// environment. `None` (logged) when no executable is known.
+pub(crate) fn mesh_server(
+    cfg: &crate::config::NodeConfig,
+    api: std::net::SocketAddr,
+    tokens: Arc<ToolTokens>,
+) -> Option<crate::agent::acp::GroupServers> {
+    cfg.bot().agent.as_ref().and_then(|a| a.acp())?;
+    let command = mcp_command(cfg)?;
     let url = crate::agent::mesh::api_url(api);
     let bot = cfg.bot().name.clone();
-    let command = command.display().to_string();
     Some(Arc::new(move |group: &str| {
         vec![json!({
             "name": "mesh",
@@ -714,7 +774,15 @@ mod tests {
         let tokens = ToolTokens::new("Coder");
         let t = tokens.mint("room 1");
         assert!(t.starts_with(TOKEN_PREFIX));
-        assert_eq!(tokens.group_of(&t).as_deref(), Some("room 1"));
+        assert_eq!(tokens.group_of(&t), Some(Some("room 1".into())));
+        // The every-group credential: its own tag, not a group's.
+        assert_eq!(tokens.group_of(&tokens.mint_all()), Some(None));
+        assert_eq!(ToolTokens::new("Coder").group_of(&tokens.mint_all()), None);
+        let group_tag = t.rsplit('.').next().unwrap();
+        assert_eq!(
+            tokens.group_of(&format!("{TOKEN_PREFIX}*.{group_tag}")),
+            None
+        );
         // Another node's key, another bot, a forged group, junk: nothing.
         assert_eq!(ToolTokens::new("Coder").group_of(&t), None);
         assert_eq!(ToolTokens::new("Reviewer").group_of(&t), None);

@@ -294,8 +294,10 @@ pub async fn start(
     let http = peer_http_client(&cfg)?;
     let relay = build_relay(&cfg, &outboxes, &http, &metrics);
     let mut brain = Brain::new(&cfg, metrics.clone())?;
-    brain.start_tools(&cfg);
     let tool_tokens = Arc::new(crate::app::group_tools::ToolTokens::new(&cfg.bot().name));
+    let model_mesh =
+        crate::app::group_tools::model_mesh_server(&cfg, api.local_addr()?, &tool_tokens);
+    brain.start_tools(&cfg, model_mesh);
     let mesh_server =
         crate::app::group_tools::mesh_server(&cfg, api.local_addr()?, tool_tokens.clone());
     let questions = brain.start_agent(&cfg, mesh_server).await?;

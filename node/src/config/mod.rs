@@ -602,6 +602,12 @@ pub struct BotSettings {
     /// prompt on every judged message and the reply model doing the judging.
     #[serde(default)]
     pub(crate) judge_drafts: bool,
+    /// Whether the built-in reply model is offered the group tools `read_group`,
+    /// `members` and `ask` (docs/agents.md, "Working together"), through the `mesh`
+    /// MCP server the node starts for it. Needs `write_early = false` (an ask posts at
+    /// once) and no `agent` (an agent gets every group tool anyway).
+    #[serde(default)]
+    pub(crate) group_tools: bool,
     /// This bot's own daily LLM call limit, instead of `[llm] daily_calls` (bots
     /// on one endpoint may have different allowances).
     #[serde(default)]
@@ -1115,6 +1121,18 @@ impl Settings {
                 return Err(self.err(
                     at("judge_drafts"),
                     "a drafting judge writes the reply while the bot waits, which needs write_early = true",
+                ));
+            }
+            if b.group_tools && b.agent.is_some() {
+                return Err(self.err(
+                    at("group_tools"),
+                    "is for the built-in model: this bot's agent is offered the group tools (the mesh server) anyway",
+                ));
+            }
+            if b.group_tools && b.write_early {
+                return Err(self.err(
+                    at("group_tools"),
+                    "needs write_early = false: an ask posts to the group at once, so the reply may be written only once the bot has the turn",
                 ));
             }
             if b.judge_drafts && b.agent.is_some() {

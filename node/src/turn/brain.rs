@@ -212,15 +212,21 @@ impl Brain {
     /// Starts the bot's MCP tool servers (`[[bots.mcp]]`), whose tools its reply model
     /// is offered from now on: what a running node does (not `botmesh explain`).
     /// Must be called within a tokio runtime.
-    pub(crate) fn start_tools(&mut self, cfg: &NodeConfig) {
+    /// `mesh`: the node's own `mesh` server (`group_tools = true`), after them.
+    pub(crate) fn start_tools(
+        &mut self,
+        cfg: &NodeConfig,
+        mesh: Option<crate::config::McpServerSettings>,
+    ) {
         let bot = cfg.bot();
-        if bot.mcp.is_empty() {
+        let servers: Vec<_> = bot.mcp.iter().cloned().chain(mesh).collect();
+        if servers.is_empty() {
             return;
         }
         if let crate::turn::engine::ReplyEngine::Model { tools } = &mut self.engine {
             *tools = Some(crate::agent::mcp::McpTools::start(
                 &bot.name,
-                &bot.mcp,
+                &servers,
                 &cfg.mcp_headers,
                 self.metrics.clone(),
             ));

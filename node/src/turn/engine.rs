@@ -33,6 +33,32 @@ use crate::turn::pipeline::Turn;
 use crate::turn::ports::Llm;
 use crate::wire::envelope::{AuthorKind, Envelope};
 
+/// The group tools the built-in model is offered with `[[bots]] group_tools = true`
+/// (through the node's `mesh` server): each call names the turn's group.
+pub(crate) const MODEL_GROUP_TOOLS: [&str; 3] = ["read_group", "members", "ask"];
+
+/// A tool call's arguments as sent: for a group tool of a bot with `group_tools`, the
+/// turn's `group` added (the model never names it; its `mesh` server serves every
+/// group of the bot).
+fn call_arguments(
+    me: &crate::config::BotSettings,
+    tool: &str,
+    arguments: &str,
+    group: &str,
+) -> String {
+    if !me.group_tools || !MODEL_GROUP_TOOLS.contains(&tool) {
+        return arguments.to_string();
+    }
+    let mut args = match serde_json::from_str::<serde_json::Value>(arguments) {
+        Ok(serde_json::Value::Object(m)) => m,
+        // Not an object: sent as it is, for the server to refuse.
+        _ if !arguments.trim().is_empty() => return arguments.to_string(),
+        _ => serde_json::Map::new(),
+    };
+    args.insert("group".into(), serde_json::json!(group));
+    serde_json::Value::Object(args).to_string()
+}
+
 /// How long a turn waits for tool servers still making their first connection.
 const FIRST_CONNECT_WAIT: Duration = Duration::from_secs(10);
 
@@ -365,10 +391,16 @@ pub(crate) async fn tool_loop(
             c.tool_calls.clone(),
         ));
         for call in &c.tool_calls {
+            let arguments = call_arguments(
+                &me,
+                &call.function.name,
+                &call.function.arguments,
+                &msg.group,
+            );
             let r = tools
                 .call(
                     &call.function.name,
-                    &call.function.arguments,
+                    &arguments,
                     timeout,
                     me.tool_result_chars,
                 )

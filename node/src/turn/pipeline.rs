@@ -526,6 +526,9 @@ async fn write_step<P: Ports + ?Sized>(
     if let crate::turn::engine::ReplyEngine::Acp(agent) = &brain.engine {
         return acp_step(p, msg, claimed, agent.as_deref()).await;
     }
+    // The model's group tools (`group_tools`) know the turn in flight: an ask
+    // continues it and is counted in it.
+    let _turn = brain.asks.turn_started(&msg.group, msg.id);
     let reply = brain.write_reply(p.llm(), &context, msg, reason).await;
     if reply.is_none() {
         record(p, msg, "silent", "reply_failed", "");
