@@ -514,7 +514,14 @@ async fn an_external_bots_mentions_wait_for_its_outside_agent_and_the_node_never
     let asked = mesh.post_human(bob, "alice", "@Ada what broke?").await;
     mesh.wait_transcript(ada, WAIT, |t| t.iter().any(|e| e.id.to_string() == asked))
         .await;
-    assert_eq!(mesh.decisions(ada, "silent", "external_agent").await, 1.0);
+    let decided = wait_for(
+        WAIT,
+        Duration::from_millis(50),
+        || mesh.decisions(ada, "silent", "external_agent"),
+        |n| *n >= 1.0,
+    )
+    .await;
+    assert_eq!(decided, 1.0);
     assert_eq!(mesh.health(ada).await.1["agent"]["waiting_messages"], 1);
     let (_, got) = wait_message(&mesh, ada, 5).await;
     assert_eq!(got["message"]["id"], json!(asked));

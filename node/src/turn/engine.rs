@@ -39,12 +39,15 @@ pub(crate) const MODEL_GROUP_TOOLS: [&str; 3] = ["read_group", "members", "ask"]
 
 /// A tool call's arguments as sent: for a group tool of a bot with `group_tools`, the
 /// turn's `group` added (the model never names it; its `mesh` server serves every
-/// group of the bot).
+/// group of the bot), and an `ask`'s wait kept within `ask_secs` (the tool call's own
+/// time limit, less a second): an ask still waiting when the tool call gave up would
+/// take the colleague's answer from the bot's next turn.
 fn call_arguments(
     me: &crate::config::BotSettings,
     tool: &str,
     arguments: &str,
     group: &str,
+    ask_secs: u64,
 ) -> String {
     if !me.group_tools || !MODEL_GROUP_TOOLS.contains(&tool) {
         return arguments.to_string();
@@ -56,6 +59,11 @@ fn call_arguments(
         _ => serde_json::Map::new(),
     };
     args.insert("group".into(), serde_json::json!(group));
+    if tool == "ask" {
+        let asked = args.get("timeout_secs").and_then(serde_json::Value::as_u64);
+        let secs = asked.map_or(ask_secs, |a| a.min(ask_secs));
+        args.insert("timeout_secs".into(), serde_json::json!(secs));
+    }
     serde_json::Value::Object(args).to_string()
 }
 
@@ -364,6 +372,9 @@ pub(crate) async fn tool_loop(
 ) -> Option<Reply> {
     let me = brain.me();
     let timeout = Duration::from_millis(me.tool_timeout_ms);
+    let ask_secs = (me.tool_timeout_ms / 1000)
+        .saturating_sub(1)
+        .clamp(1, brain.tuning().mesh.ask_timeout_secs.max(1));
     let mut tokens = 0;
     let mut rounds = 0;
     let mut first = first;
@@ -396,6 +407,7 @@ pub(crate) async fn tool_loop(
                 &call.function.name,
                 &call.function.arguments,
                 &msg.group,
+                ask_secs,
             );
             let r = tools
                 .call(
@@ -432,5 +444,54 @@ pub(crate) async fn tool_loop(
                 &format!("{rounds} rounds; the last call offered no tools"),
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::BotSettings;
+    use serde_json::{json, Value};
+
+    fn args(me: &BotSettings, tool: &str, arguments: &str) -> Value {
+        let sent = call_arguments(me, tool, arguments, "room", 29);
+        serde_json::from_str(&sent).unwrap_or(Value::String(sent))
+    }
+
+    #[test]
+    fn a_group_tool_call_names_the_turns_group_and_an_ask_waits_within_the_tool_call() {
+        let me = BotSettings::from_toml("group_tools = true\nwrite_early = false").unwrap();
+        assert_eq!(args(&me, "members", ""), json!({"group": "room"}));
+        assert_eq!(
+            args(&me, "read_group", r#"{"limit": 5, "group": "elsewhere"}"#),
+            json!({"limit": 5, "group": "room"})
+        );
+        assert_eq!(
+            args(&me, "ask", r#"{"colleague": "Bob", "question": "?"}"#),
+            json!({"colleague": "Bob", "question": "?", "group": "room", "timeout_secs": 29})
+        );
+        let shorter = args(
+            &me,
+            "ask",
+            r#"{"colleague": "Bob", "question": "?", "timeout_secs": 5}"#,
+        );
+        assert_eq!(shorter["timeout_secs"], 5);
+        let longer = args(
+            &me,
+            "ask",
+            r#"{"colleague": "Bob", "question": "?", "timeout_secs": 500}"#,
+        );
+        assert_eq!(longer["timeout_secs"], 29);
+        // Not a group tool, not an object, or a bot without group tools: as given.
+        assert_eq!(
+            args(&me, "get_time", r#"{"tz": "UTC"}"#),
+            json!({"tz": "UTC"})
+        );
+        assert_eq!(args(&me, "ask", "[1]"), json!([1]));
+        let plain = BotSettings::from_toml("").unwrap();
+        assert_eq!(
+            args(&plain, "ask", r#"{"colleague": "Bob"}"#),
+            json!({"colleague": "Bob"})
+        );
     }
 }
