@@ -16,7 +16,8 @@
 //! app         Node: start-up, the two listeners and their routing, local API, page, metrics,
 //!             reload (SIGHUP, POST /v1/reload, the file watch), people's commands in
 //!             the chat (/quiet, /resume, /stop, /why); replay (a bot's decisions over a
-//!             recorded transcript, then and now)
+//!             recorded transcript, then and now); the group as tools for the bot's
+//!             agent (/v1/tools/…: read_group, members, post, ask, wait_for_message)
 //! platform    one adapter per chat platform behind ChatPlatform: local, feishu, dingtalk, discord,
 //!             slack (slack/: settings, api, socket Socket Mode, inbound, outbound),
 //!             telegram (telegram/: settings, api, poll, inbound, outbound, webhook),
@@ -32,7 +33,8 @@
 //! egress      one outbox per peer over a Transport (HTTP peer, Redis stream), relay, claim acks
 //! llm         the OpenAI-compatible client (whole answers, and streamed drafts; tool calls)
 //! agent       reply engines beyond the model, and what they use: MCP tool servers (rmcp),
-//!             the sidecar webhook, coding agents hosted over ACP
+//!             the sidecar webhook, coding agents hosted over ACP; the `mesh` MCP server
+//!             (`botmesh mcp`, the group tools over stdio)
 //! store       transcripts, the outbox log, delivery cursors, the verdict log
 //! telemetry   Prometheus metrics, live events
 //! config      peers.toml → a validated NodeConfig; pacing (backoff, token bucket) for every layer;
@@ -49,7 +51,8 @@
 //!   judge's streamed verdict line and reply (`draft`, `llm/stream.rs`).
 //! - [`agent`] — a bot's MCP tool servers (`agent::mcp`) and sidecar webhook
 //!   (`agent::sidecar`), and `agent::acp`, a coding agent hosted over ACP: what the
-//!   turn code's reply engines (`turn::engine`) use.
+//!   turn code's reply engines (`turn::engine`) use; `agent::mesh`, the group tools'
+//!   MCP server every agent is offered.
 //! - [`egress`] — `Outbox` per peer, relaying around a broken link, the Redis stream link.
 //! - [`turn`] — the bots' manners, talking to the node only through `turn::Ports`.
 //! - [`ingress`] — `Ingest`: every inbound path's narrow handle, and the checks.

@@ -97,6 +97,28 @@ enum Command {
         #[arg(long, default_value = "peers.toml")]
         config: PathBuf,
     },
+    /// The group as MCP tools over stdio (`read_group`, `members`, `post`, `ask`,
+    /// `wait_for_message`) for an agent outside the mesh (Claude Code, Codex, Cursor),
+    /// through the bot's running node (docs/agents.md, "Working together").
+    Mcp {
+        /// The bot the agent acts as.
+        #[arg(long)]
+        bot: String,
+        /// The mesh file (for the bot's API address and its `api_token_env` token).
+        #[arg(long, default_value = "peers.toml")]
+        config: PathBuf,
+        /// The group the tools act in (default: `[mesh].group`).
+        #[arg(long)]
+        group: Option<String>,
+        /// The node's API URL instead of the mesh file's, with the credential in
+        /// BOTMESH_MCP_TOKEN: how a node starts this server for its hosted agent.
+        #[arg(long)]
+        api: Option<String>,
+        /// Offer only these tools (comma-separated), e.g. the built-in model's
+        /// `read_group,members,ask`.
+        #[arg(long, value_delimiter = ',')]
+        only: Option<Vec<String>>,
+    },
     /// Make a running bot read its configuration file again (as SIGHUP does): prints
     /// the keys applied and those that wait for a restart; fails if the file is refused.
     Reload {
@@ -249,6 +271,13 @@ fn main() -> ExitCode {
             }),
         ),
         Command::Reload { bot, config } => post_local(bot, config, "/v1/reload", None),
+        Command::Mcp {
+            bot,
+            config,
+            group,
+            api,
+            only,
+        } => mcp(bot, config, group, api, only),
         Command::Replay {
             bot,
             config,
@@ -513,6 +542,39 @@ fn post_local(
         println!("{body}");
         Ok(())
     })
+}
+
+/// `botmesh mcp`: the `mesh` tools over stdio (stdout is the protocol's: the log goes
+/// to stderr).
+fn mcp(
+    bot: String,
+    config: PathBuf,
+    group: Option<String>,
+    api: Option<String>,
+    only: Option<Vec<String>>,
+) -> anyhow::Result<()> {
+    init_tracing("text");
+    let target = match api {
+        Some(api) => botmesh::agent::mesh::MeshTarget {
+            api,
+            token: std::env::var(botmesh::agent::mesh::TOKEN_ENV).ok(),
+            group,
+        },
+        None => {
+            let settings = Settings::load(&config)?;
+            botmesh::platform::registry::check(&settings)?;
+            let cfg = NodeConfig::without_secrets(settings, &bot, &ProcessEnv)?;
+            botmesh::agent::mesh::MeshTarget::of(&cfg, group)
+        }
+    };
+    let mut server = botmesh::agent::mesh::MeshServer::new(&bot, target)?;
+    if let Some(only) = only {
+        server = server.only(only)?;
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(server.serve_stdio())
 }
 
 fn feishu_ids(bot: String, config: PathBuf) -> anyhow::Result<()> {

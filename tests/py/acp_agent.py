@@ -23,6 +23,11 @@ says:
   SLEEPER       starts `sleep 300` (a child in its process group) and replies its pid
   STRINGID      asks the client a permission question with a string request id and an
                 unknown method; replies with both answers as JSON
+  MESH <tool> <json arguments>
+                calls that tool on the `mesh` MCP server session/new gave it (started
+                with the official MCP Python SDK's stdio client, as an agent starts its
+                servers) and replies "mesh <tool>: " and the result as JSON
+                ({isError, structuredContent, text}); MESH tools lists the tool names
   anything else "echo: <text>" (the whole prompt text)
 
 The keyword is looked for at the start of a word in the prompt's last line, so a bot's
@@ -57,7 +62,7 @@ from acp import (
 from acp.schema import AgentThoughtChunk, PermissionOption, TextContentBlock, ToolCallUpdate
 
 
-KEYWORDS = ["CHUNKS", "TOOL ", "SLOW", "AWAITGO", "CRASH", "ENV", "REFUSE", "SESSION", "SLEEPER", "STRINGID"]
+KEYWORDS = ["CHUNKS", "TOOL ", "SLOW", "AWAITGO", "CRASH", "ENV", "REFUSE", "SESSION", "SLEEPER", "STRINGID", "MESH "]
 
 
 def command(text: str) -> str:
@@ -236,8 +241,40 @@ class StandIn(Agent):
             await self.say(sid, json.dumps({"permission": permission, "unknown": unknown}))
             return PromptResponse(stop_reason="end_turn")
 
+        if text.startswith("MESH "):
+            await self.say(sid, await self.mesh(sid, text))
+            return PromptResponse(stop_reason="end_turn")
+
         await self.say(sid, f"echo: {whole}")
         return PromptResponse(stop_reason="end_turn")
+
+    async def mesh(self, sid: str, text: str) -> str:
+        """One call on the session's `mesh` MCP server (a stdio server, as ACP gives it)."""
+        from mcp import Client
+        from mcp.client.stdio import StdioServerParameters
+
+        parts = text.split(" ", 2)
+        tool = parts[1]
+        arguments = json.loads(parts[2]) if len(parts) > 2 else {}
+        server = next(s for s in self.sessions[sid]["mcpServers"] if s.get("name") == "mesh")
+        params = StdioServerParameters(
+            command=server["command"],
+            args=server.get("args", []),
+            env={e["name"]: e["value"] for e in server.get("env", [])},
+        )
+        log(f"mesh call {tool} {json.dumps(arguments)}")
+        async with Client(params) as client:
+            if tool == "tools":
+                listed = await client.list_tools()
+                return "mesh tools: " + json.dumps(sorted(t.name for t in listed.tools))
+            result = await client.call_tool(tool, arguments)
+        out = {
+            "isError": bool(result.is_error),
+            "structuredContent": result.structured_content,
+            "text": "".join(getattr(c, "text", "") for c in result.content),
+        }
+        log(f"mesh result {tool} {json.dumps(out)}")
+        return f"mesh {tool}: " + json.dumps(out)
 
 
 async def main() -> None:

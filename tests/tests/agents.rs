@@ -513,7 +513,12 @@ async fn session_new_carries_the_bots_mcp_servers_as_the_official_sdk_reads_them
         agent_line(&dir, ""),
         python(),
     );
-    let mut spec = MeshSpec::mentions_only(&["Ada", "Coder"]).bot("Coder", &coder);
+    let mut spec = MeshSpec::mentions_only(&["Ada", "Coder"])
+        .mesh(&format!(
+            "mcp_command = {:?}",
+            botmesh_bin().display().to_string()
+        ))
+        .bot("Coder", &coder);
     spec.env
         .insert("AGENTS_TEST_WEB_TOKEN".into(), "Bearer web-token-2".into());
     let mesh = TestMesh::start(spec).await;
@@ -522,9 +527,14 @@ async fn session_new_carries_the_bots_mcp_servers_as_the_official_sdk_reads_them
     let replies = coder_replies(&mesh, coder, 1).await;
     let seen: serde_json::Value = serde_json::from_str(&replies[0].text).unwrap();
     // What the Python SDK parsed session/new's mcpServers into (McpServerStdio,
-    // HttpMcpServer), dumped back by alias.
+    // HttpMcpServer), dumped back by alias; the node's own `mesh` server last
+    // (tests/tests/group_tools.rs).
+    let mut servers = seen["mcpServers"].as_array().cloned().unwrap_or_default();
+    let mesh_server = servers.pop().unwrap_or_default();
+    assert_eq!(mesh_server["name"], "mesh", "{seen}");
+    assert_eq!(mesh_server["args"][0], "mcp", "{seen}");
     assert_eq!(
-        seen["mcpServers"],
+        serde_json::Value::Array(servers),
         serde_json::json!([
             {"name": "env", "command": python(), "args": [env_server],
              "env": [{"name": "GREETING", "value": "hello"}]},

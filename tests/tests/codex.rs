@@ -60,15 +60,55 @@ fn shell_call(s: &Seen, command: &str) -> Option<(String, serde_json::Value)> {
     }
 }
 
+/// What the scripted model says once its `ask` came back, before the tool's output.
+const ASKED: &str = "Ada answered:";
+
+/// The names of the `mesh` server's tools as Codex offers them to the model: in a
+/// namespace named after the server (`mcp__mesh`), each called
+/// `<namespace>__<tool>` by the model.
+fn mesh_tools(s: &Seen) -> Vec<String> {
+    let tools = s.body["tools"].as_array().cloned().unwrap_or_default();
+    tools
+        .iter()
+        .filter(|t| t["name"].as_str().is_some_and(|n| n.contains("mesh")))
+        .flat_map(|ns| {
+            let prefix = ns["name"].as_str().unwrap_or_default().to_string();
+            let inner = ns["tools"].as_array().cloned().unwrap_or_default();
+            inner
+                .into_iter()
+                .filter_map(move |t| t["name"].as_str().map(|n| format!("{prefix}__{n}")))
+        })
+        .collect()
+}
+
+/// The `mesh` server's `ask` tool as the model calls it.
+fn mesh_ask(s: &Seen) -> Option<String> {
+    mesh_tools(s).into_iter().find(|t| t.ends_with("__ask"))
+}
+
 /// The scripted model: asked to "write the proof", it calls the shell to write
-/// proof.txt, then answers [`AFTER_RUN`] once the call's output came back; anything
-/// else gets [`HELLO`]. Only Responses requests are expected.
+/// proof.txt, then answers [`AFTER_RUN`] once the call's output came back; asked to
+/// "ask Ada", it calls the `mesh` server's `ask` and answers [`ASKED`] with the tool's
+/// output; anything else gets [`HELLO`]. Only Responses requests are expected.
 async fn model() -> FakeLlm {
     FakeLlm::start(|s| {
         if s.api != Api::Responses {
             return Script::Status(404);
         }
-        if !s.tool_results().is_empty() {
+        // The Responses API sends the whole history: earlier turns' tool results too.
+        let results = s.tool_results();
+        let asked = last_user(s).contains("ask Ada");
+        if asked {
+            if let Some((_, output)) = results.iter().find(|(id, _)| id.starts_with("call_ask_")) {
+                return Script::reply(format!("{ASKED} {output}"));
+            }
+            if let Some(name) = mesh_ask(s) {
+                let n = s.body.to_string().len();
+                let args = json!({"colleague": "Ada", "question": "is the parser fix right?", "timeout_secs": 20});
+                return Script::tool_call(&format!("call_ask_{n}"), &name, args);
+            }
+        }
+        if !results.is_empty() {
             return Script::reply(AFTER_RUN);
         }
         if last_user(s).contains("write the proof") {
@@ -153,12 +193,17 @@ async fn codex_over_acp_answers_with_the_scripted_models_text_and_asks_before_ru
     let home = codex_home(&dir, &llm);
     let agent = format!(
         "agent = {{ acp = [{:?}], cwd = {:?}, env = {{ CODEX_HOME = {:?}, STANDIN_API_KEY = \"x\" }}, \
-         allow = [\"read\", \"search\", \"think\"], ask = [\"execute\", \"edit\"], ask_timeout_secs = 25 }}",
+         allow = [\"read\", \"search\", \"think\", \"other\"], ask = [\"execute\", \"edit\"], ask_timeout_secs = 25 }}",
         codex_acp(),
         work.display().to_string(),
         home.display().to_string(),
     );
-    let spec = MeshSpec::mentions_only(&["Ada", "Codex"]).bot("Codex", &agent);
+    let spec = MeshSpec::mentions_only(&["Ada", "Codex"])
+        .mesh(&format!(
+            "mcp_command = {:?}",
+            botmesh_tests::botmesh_bin().display().to_string()
+        ))
+        .bot("Codex", &agent);
     let mesh = TestMesh::start(spec).await;
     let codex = mesh.index("Codex");
     let ada = mesh.index("Ada");
@@ -213,6 +258,32 @@ async fn codex_over_acp_answers_with_the_scripted_models_text_and_asks_before_ru
     assert!(
         results.iter().any(|(id, _)| id.starts_with("call_proof_")),
         "the command's output went back to the model: {results:?}"
+    );
+
+    // The group as tools: the model is offered the `mesh` server's tools and asks Ada
+    // mid-turn (Codex asks "Approve MCP tool call", kind `other`, before each MCP call:
+    // allowed above); the question and Ada's answer are messages everyone sees, and the
+    // answer comes back to the model as the tool's output.
+    let offered = llm.requests().last().map(mesh_tools).unwrap_or_default();
+    assert_eq!(
+        offered,
+        ["ask", "members", "post", "read_group", "wait_for_message"]
+            .map(|t| format!("mcp__mesh__{t}")),
+        "the model is offered the mesh tools"
+    );
+    mesh.post_human(codex, "alice", "@Codex ask Ada about the fix")
+        .await;
+    let replies = codex_replies(&mesh, &llm, ada, 5).await;
+    assert_eq!(replies[3].text, "@Ada is the parser fix right?");
+    let t = mesh.transcript(ada).await;
+    let answer = t
+        .iter()
+        .find(|e| e.author.name == "Ada" && e.reply_to == Some(replies[3].id))
+        .unwrap_or_else(|| panic!("Ada answered the question: {t:#?}"));
+    assert!(
+        replies[4].text.starts_with(ASKED) && replies[4].text.contains(&answer.id.to_string()),
+        "the model got Ada's answer as the tool's output: {}",
+        replies[4].text
     );
     mesh.shutdown().await;
 }

@@ -1,6 +1,7 @@
 //! Reply engines beyond the built-in model, and what they use: a bot's MCP tool
 //! servers ([`mcp`]), the sidecar webhook ([`sidecar`]), and a coding agent hosted
-//! over ACP ([`acp`]). The turn code chooses among them behind one boundary
+//! over ACP ([`acp`]), and the `mesh` MCP server, the group as tools for an agent
+//! ([`mesh`], `botmesh mcp`). The turn code chooses among them behind one boundary
 //! (`turn::engine::ReplyEngine`), where the ACP client is the `Acp` variant.
 //!
 //! This folder sits below `llm/` and above `config/`: it speaks its own protocols
@@ -9,4 +10,5 @@
 
 pub mod acp;
 pub(crate) mod mcp;
+pub mod mesh;
 pub(crate) mod sidecar;

@@ -1,5 +1,6 @@
 //! The local API: the page, `POST /v1/messages`, transcript, events, health, metrics,
-//! explain, quiet, reload and replay (the page's "what if" panel). Bound to 127.0.0.1 by default; when bound elsewhere every request
+//! explain, quiet, reload and replay (the page's "what if" panel), and the group tools
+//! (`/v1/tools/…`, `app::group_tools`). Bound to 127.0.0.1 by default; when bound elsewhere every request
 //! needs `Authorization: Bearer <token>` (or `?token=` for the page and its stream).
 //! Every request passes [`crate::app::gate`] first (`Host`, `Origin`, token and scope).
 
@@ -69,7 +70,7 @@ pub(crate) async fn handle(
 ) -> Response<Body> {
     let path = req.uri().path().to_string();
     let method = req.method().clone();
-    let scope = match gate::admit(&node.cfg, &node.metrics, &req) {
+    let scope = match gate::admit(&node.cfg, &node.metrics, &node.tool_tokens, &req) {
         Ok(scope) => scope,
         Err(refusal) => {
             let mut answer = refusal.answer();
@@ -87,6 +88,10 @@ pub(crate) async fn handle(
     let resp = match (&method, path.as_str()) {
         (&Method::GET, "/") => server::text(StatusCode::OK, "text/html; charset=utf-8", PAGE),
         (&Method::POST, "/v1/messages") => post_message(&node, req, scope).await,
+        (&Method::POST, p) if p.starts_with("/v1/tools/") => {
+            let tool = p["/v1/tools/".len()..].to_string();
+            crate::app::group_tools::handle(&node, &tool, req, &scope).await
+        }
         (&Method::GET, "/v1/transcript") => transcript(&node, &req),
         (&Method::GET, "/v1/events") => events(&node, &req),
         (&Method::GET, "/v1/info") => info(&node),
@@ -132,7 +137,7 @@ fn count(node: &Node, resp: Response<Body>) -> Response<Body> {
 
 /// Reads a JSON body; one not declared `application/json` is refused (415, see
 /// [`gate::content_type_refusal`]).
-async fn read_json<T: for<'de> Deserialize<'de>>(
+pub(crate) async fn read_json<T: for<'de> Deserialize<'de>>(
     req: Request<Incoming>,
 ) -> Result<T, Response<Body>> {
     if let Some(refusal) =
@@ -400,8 +405,26 @@ pub(crate) fn health(node: &Node) -> Response<Body> {
             "platform": node.platform.health(),
             "config_reload": node.reloader.last(),
             "budget": budget(node),
+            "agent": external_agent(node),
         }),
     )
+}
+
+/// For a bot whose turns an outside agent takes (`agent = { external = true }`):
+/// whether one is attached (waiting in `wait_for_message`, or was lately) and how
+/// many messages addressed to the bot wait for it. `null` for any other bot.
+fn external_agent(node: &Node) -> Option<serde_json::Value> {
+    matches!(
+        node.brain.engine,
+        crate::turn::engine::ReplyEngine::External
+    )
+    .then(|| {
+        serde_json::json!({
+            "external": true,
+            "attached": node.brain.asks.attached(),
+            "waiting_messages": node.brain.asks.waiting_total(),
+        })
+    })
 }
 
 /// Today's LLM use against the daily budget (`null` without limits).

@@ -15,7 +15,7 @@
 //!
 //! Then the bearer token ([`Scope`]): the operator's (`[mesh] api_token_env`) opens
 //! everything, a bot's sidecar's (`[[bots]] api_token_env`) all but the operator's
-//! switches. Every refusal is counted (`botmesh_api_requests{result}`) and logged, at
+//! switches, a hosted agent's group credential only its group's tools. Every refusal is counted (`botmesh_api_requests{result}`) and logged, at
 //! most [`LOG_BURST`] lines and then [`LOG_PER_SECOND`] a second (the lines skipped are
 //! counted in the next one), so a page hammering the API cannot flood the log.
 
@@ -31,12 +31,16 @@ use crate::config::NodeConfig;
 use crate::ingress::server::{self, Body};
 
 /// What a request's bearer token lets it do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Scope {
     /// The operator (or nobody configured a token: loopback only): every endpoint.
     Operator,
     /// The bot's sidecar: post as the bot and read; not [`operator_only`] endpoints.
     Sidecar,
+    /// A hosted agent's `mesh` server (`app::group_tools::ToolTokens`): the group
+    /// tools (`/v1/tools/…`) of this one group (`None`: of every group, the
+    /// built-in model's server), nothing else.
+    Tools(Option<String>),
 }
 
 /// Refusal log lines allowed at once.
@@ -72,6 +76,7 @@ impl Refusal {
 pub(crate) fn admit<B>(
     cfg: &NodeConfig,
     metrics: &crate::telemetry::metrics::Metrics,
+    tools: &crate::app::group_tools::ToolTokens,
     req: &Request<B>,
 ) -> Result<Scope, Refusal> {
     let path = req.uri().path();
@@ -114,7 +119,7 @@ pub(crate) fn admit<B>(
             ));
         }
     }
-    let scope = match scope_of(cfg, req) {
+    let scope = match scope_of(cfg, tools, req) {
         Some(scope) => scope,
         // Health stays open to probes: it tells nothing a probe should not know.
         None if path == "/healthz" => Scope::Sidecar,
@@ -126,6 +131,15 @@ pub(crate) fn admit<B>(
             ))
         }
     };
+    if matches!(scope, Scope::Tools(_)) && !path.starts_with("/v1/tools/") {
+        return Err(refused(
+            "forbidden",
+            StatusCode::FORBIDDEN,
+            format!(
+                "{path} is not a group tool: an agent's group credential opens /v1/tools/ only"
+            ),
+        ));
+    }
     if scope == Scope::Sidecar && operator_only(path) {
         return Err(refused(
             "forbidden",
@@ -139,18 +153,28 @@ pub(crate) fn admit<B>(
 /// The scope the request's token grants: `Authorization: Bearer …`, or `?token=` (the
 /// page and its event stream, which cannot set headers). `None` for a missing or wrong
 /// token; with no token configured everyone is the operator.
-fn scope_of<B>(cfg: &NodeConfig, req: &Request<B>) -> Option<Scope> {
+fn scope_of<B>(
+    cfg: &NodeConfig,
+    tools: &crate::app::group_tools::ToolTokens,
+    req: &Request<B>,
+) -> Option<Scope> {
     let tokens = &cfg.api_tokens;
-    if tokens.operator.is_none() && tokens.sidecar.is_none() {
-        return Some(Scope::Operator);
-    }
     let given = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::to_string)
-        .or_else(|| server::query_param(req.uri(), "token"))?;
+        .or_else(|| server::query_param(req.uri(), "token"));
+    // A group credential narrows a request to its group's tools even where the API
+    // needs no token at all.
+    if let Some(group) = given.as_deref().and_then(|t| tools.group_of(t)) {
+        return Some(Scope::Tools(group));
+    }
+    if tokens.operator.is_none() && tokens.sidecar.is_none() {
+        return Some(Scope::Operator);
+    }
+    let given = given?;
     let is = |t: &Option<String>| {
         t.as_ref()
             .is_some_and(|t| crate::wire::signing::constant_time_eq(given.as_bytes(), t.as_bytes()))

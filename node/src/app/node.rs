@@ -85,6 +85,9 @@ pub struct Node {
     pub acks: Arc<crate::egress::acks::AckTracker>,
     /// Configuration reloads: what runs now, the last outcome.
     pub(crate) reloader: crate::app::reload::Reloader,
+    /// The credentials of the agent's `mesh` server: one bot, one group, the group
+    /// tools only.
+    pub(crate) tool_tokens: Arc<crate::app::group_tools::ToolTokens>,
 }
 
 /// Hands durable outbound messages to every peer's outbox, in log order.
@@ -183,6 +186,12 @@ impl Node {
                     })
                     .inc();
                 self.brain.observe(env);
+                // An answer to this bot's ask goes to the tool call waiting on it and
+                // takes no turn; a message addressed to the bot waits for its agent's
+                // `wait_for_message` too.
+                if crate::app::group_tools::first_look(self, env, &mentions) {
+                    return;
+                }
                 // The local rules at once: silence (most of what a busy node receives)
                 // needs no task; a turn (or a shared verdict to ask for) gets one. A
                 // person's command is carried out here and takes no turn.
@@ -285,8 +294,13 @@ pub async fn start(
     let http = peer_http_client(&cfg)?;
     let relay = build_relay(&cfg, &outboxes, &http, &metrics);
     let mut brain = Brain::new(&cfg, metrics.clone())?;
-    brain.start_tools(&cfg);
-    let questions = brain.start_agent(&cfg).await?;
+    let tool_tokens = Arc::new(crate::app::group_tools::ToolTokens::new(&cfg.bot().name));
+    let model_mesh =
+        crate::app::group_tools::model_mesh_server(&cfg, api.local_addr()?, &tool_tokens);
+    brain.start_tools(&cfg, model_mesh);
+    let mesh_server =
+        crate::app::group_tools::mesh_server(&cfg, api.local_addr()?, tool_tokens.clone());
+    let questions = brain.start_agent(&cfg, mesh_server).await?;
     let verdicts = crate::store::verdicts::VerdictLog::open(&cfg.data_dir, metrics.clone())
         .with_context(|| format!("opening the verdict log in {}", cfg.data_dir.display()))?;
     let platform = crate::platform::build(&cfg)?;
@@ -314,6 +328,7 @@ pub async fn start(
         stream,
         relay: Some(relay),
         acks,
+        tool_tokens,
         cfg,
     });
     if let Some(questions) = questions {

@@ -143,6 +143,15 @@ pub struct MeshSettings {
     /// closed (and opened again when its group next speaks). Keep it well below the
     /// process's open-file limit (`ulimit -n`), which sockets share.
     pub(crate) max_open_transcripts: usize,
+    /// The group tools (docs/agents.md, "Working together"): how many `ask`s an agent
+    /// may make in one turn; one more is refused (an `isError` result, nothing posted).
+    pub(crate) max_asks_per_turn: u32,
+    /// How long an `ask` waits for the colleague's answer when the agent names no
+    /// `timeout_secs`, and the longest it may name (also `wait_for_message`'s longest).
+    pub(crate) ask_timeout_secs: u64,
+    /// The `botmesh` executable a hosted agent starts as its `mesh` MCP server
+    /// (`botmesh mcp`); absent: this node's own executable.
+    pub(crate) mcp_command: Option<PathBuf>,
 }
 
 /// `[mesh] judge`: who asks the judge LLM whether a bot should interject.
@@ -235,6 +244,9 @@ impl Default for MeshSettings {
             operators: None,
             max_groups: 10_000,
             max_open_transcripts: 256,
+            max_asks_per_turn: 3,
+            ask_timeout_secs: 300,
+            mcp_command: None,
         }
     }
 }
@@ -387,9 +399,19 @@ fn default_agent_timeout() -> u64 {
     60_000
 }
 
+/// `agent = { external = true }`: the bot's turns are taken by an agent outside the
+/// mesh through `botmesh mcp` (docs/agents.md, "Working together").
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExternalAgent {
+    /// Always true (`false` is refused: leave `agent` out for the built-in model).
+    pub(crate) external: bool,
+}
+
 /// `[[bots]] agent`: what writes the bot's replies instead of the built-in model.
-/// Either form is one table; which one is told by its key (`webhook` or `acp`), and
-/// a table with both or neither is refused naming `bots[i].agent`.
+/// Each form is one table; which one is told by its key (`webhook`, `acp` or
+/// `external`), and a table with more than one or none is refused naming
+/// `bots[i].agent`.
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(untagged)]
 pub enum AgentEngine {
@@ -397,6 +419,9 @@ pub enum AgentEngine {
     Webhook(AgentSettings),
     /// A coding agent hosted over ACP (`agent = { acp = [...] , … }`, docs/agents.md).
     Acp(acp::AcpSettings),
+    /// An agent outside the mesh (`agent = { external = true }`): mentions of the bot
+    /// wait for its `wait_for_message`; the node never answers by itself.
+    External(ExternalAgent),
 }
 
 impl<'de> Deserialize<'de> for AgentEngine {
@@ -406,19 +431,35 @@ impl<'de> Deserialize<'de> for AgentEngine {
         use serde::de::Error;
         let table = serde_json::Map::<String, serde_json::Value>::deserialize(d)?;
         let form = |e: serde_json::Error| D::Error::custom(e.to_string());
-        match (table.contains_key("webhook"), table.contains_key("acp")) {
-            (true, true) => Err(D::Error::custom(
-                "has both `webhook` (a sidecar) and `acp` (an ACP agent): give one of them",
-            )),
-            (false, false) => Err(D::Error::custom(
-                "needs `webhook = \"http://…\"` (a sidecar) or `acp = [\"command\", …]` (an ACP agent)",
-            )),
-            (true, false) => serde_json::from_value(serde_json::Value::Object(table))
+        let forms = ["webhook", "acp", "external"]
+            .into_iter()
+            .filter(|k| table.contains_key(*k))
+            .collect::<Vec<_>>();
+        let value = serde_json::Value::Object(table);
+        match forms.as_slice() {
+            ["webhook"] => serde_json::from_value(value)
                 .map(AgentEngine::Webhook)
                 .map_err(form),
-            (false, true) => serde_json::from_value(serde_json::Value::Object(table))
+            ["acp"] => serde_json::from_value(value)
                 .map(AgentEngine::Acp)
                 .map_err(form),
+            ["external"] => match serde_json::from_value(value).map_err(form)? {
+                ExternalAgent { external: true } => Ok(AgentEngine::External(ExternalAgent { external: true })),
+                ExternalAgent { external: false } => Err(D::Error::custom(
+                    "`external = false` is no agent: leave `agent` out for the built-in model",
+                )),
+            },
+            [] => Err(D::Error::custom(
+                "needs `webhook = \"http://…\"` (a sidecar), `acp = [\"command\", …]` (an ACP agent) or `external = true` (an agent through `botmesh mcp`)",
+            )),
+            _ => Err(D::Error::custom(format!(
+                "has both {}: give one of them (`webhook` a sidecar, `acp` an ACP agent, `external` an agent through `botmesh mcp`)",
+                forms
+                    .iter()
+                    .map(|f| format!("`{f}`"))
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            ))),
         }
     }
 }
@@ -428,7 +469,7 @@ impl AgentEngine {
     pub(crate) fn acp(&self) -> Option<&acp::AcpSettings> {
         match self {
             AgentEngine::Acp(a) => Some(a),
-            AgentEngine::Webhook(_) => None,
+            AgentEngine::Webhook(_) | AgentEngine::External(_) => None,
         }
     }
 }
@@ -561,6 +602,12 @@ pub struct BotSettings {
     /// prompt on every judged message and the reply model doing the judging.
     #[serde(default)]
     pub(crate) judge_drafts: bool,
+    /// Whether the built-in reply model is offered the group tools `read_group`,
+    /// `members` and `ask` (docs/agents.md, "Working together"), through the `mesh`
+    /// MCP server the node starts for it. Needs `write_early = false` (an ask posts at
+    /// once) and no `agent` (an agent gets every group tool anyway).
+    #[serde(default)]
+    pub(crate) group_tools: bool,
     /// This bot's own daily LLM call limit, instead of `[llm] daily_calls` (bots
     /// on one endpoint may have different allowances).
     #[serde(default)]
@@ -928,6 +975,18 @@ impl Settings {
         if m.peer_rate_limit == 0 {
             return Err(self.err("mesh.peer_rate_limit", "must be at least 1"));
         }
+        if m.max_asks_per_turn > 20 {
+            return Err(self.err(
+                "mesh.max_asks_per_turn",
+                "must be at most 20 (each ask is a message everyone in the group reads)",
+            ));
+        }
+        if !(1..=3600).contains(&m.ask_timeout_secs) {
+            return Err(self.err(
+                "mesh.ask_timeout_secs",
+                "must be 1 to 3600 (how long an ask may wait for a colleague's answer)",
+            ));
+        }
         if m.judge == JudgeMode::Shared && !(100..=60_000).contains(&m.verdict_timeout_ms) {
             return Err(self.err(
                 "mesh.verdict_timeout_ms",
@@ -1064,6 +1123,18 @@ impl Settings {
                     "a drafting judge writes the reply while the bot waits, which needs write_early = true",
                 ));
             }
+            if b.group_tools && b.agent.is_some() {
+                return Err(self.err(
+                    at("group_tools"),
+                    "is for the built-in model: this bot's agent is offered the group tools (the mesh server) anyway",
+                ));
+            }
+            if b.group_tools && b.write_early {
+                return Err(self.err(
+                    at("group_tools"),
+                    "needs write_early = false: an ask posts to the group at once, so the reply may be written only once the bot has the turn",
+                ));
+            }
             if b.judge_drafts && b.agent.is_some() {
                 return Err(self.err(
                     at("judge_drafts"),
@@ -1106,7 +1177,7 @@ impl Settings {
                         return Err(self.err(at(&format!("agent.{}", first.key)), &first.problem));
                     }
                 }
-                None => {}
+                Some(AgentEngine::External(_)) | None => {}
             }
             self.validate_mcp(i, b)?;
         }

@@ -38,6 +38,8 @@ pub(crate) fn merge(running: &Settings, file: &Settings) -> Settings {
     m.judge = f.judge;
     m.verdict_timeout_ms = f.verdict_timeout_ms;
     m.operators = f.operators.clone();
+    m.max_asks_per_turn = f.max_asks_per_turn;
+    m.ask_timeout_secs = f.ask_timeout_secs;
     out.llm = file.llm.clone();
     for b in &mut out.bots {
         let Some(new) = file.bots.iter().find(|n| n.name == b.name) else {

@@ -93,6 +93,9 @@ pub struct Brain {
     pub(crate) trail: Trail,
     /// Each group's stop token, which a person's `/stop` cancels.
     pub(crate) stops: GroupStops,
+    /// The group tools' questions to colleagues, turns in flight and the messages
+    /// addressed to the bot not handed out yet (`turn::asks`).
+    pub(crate) asks: crate::turn::asks::Asks,
 }
 
 /// A judge call's answer and the prompt it was asked with.
@@ -209,15 +212,21 @@ impl Brain {
     /// Starts the bot's MCP tool servers (`[[bots.mcp]]`), whose tools its reply model
     /// is offered from now on: what a running node does (not `botmesh explain`).
     /// Must be called within a tokio runtime.
-    pub(crate) fn start_tools(&mut self, cfg: &NodeConfig) {
+    /// `mesh`: the node's own `mesh` server (`group_tools = true`), after them.
+    pub(crate) fn start_tools(
+        &mut self,
+        cfg: &NodeConfig,
+        mesh: Option<crate::config::McpServerSettings>,
+    ) {
         let bot = cfg.bot();
-        if bot.mcp.is_empty() {
+        let servers: Vec<_> = bot.mcp.iter().cloned().chain(mesh).collect();
+        if servers.is_empty() {
             return;
         }
         if let crate::turn::engine::ReplyEngine::Model { tools } = &mut self.engine {
             *tools = Some(crate::agent::mcp::McpTools::start(
                 &bot.name,
-                &bot.mcp,
+                &servers,
                 &cfg.mcp_headers,
                 self.metrics.clone(),
             ));
@@ -228,10 +237,12 @@ impl Brain {
     /// replies from now on: what a running node does. A command that cannot start is
     /// an error naming it. `Some`: the agent's permission questions, for the node to
     /// post in the chat (a person's `/allow` or `/deny` answers them through
-    /// [`Brain::permissions`]).
+    /// [`Brain::permissions`]). `group_servers`: the `mesh` MCP server for each
+    /// group's session.
     pub(crate) async fn start_agent(
         &mut self,
         cfg: &NodeConfig,
+        group_servers: Option<crate::agent::acp::GroupServers>,
     ) -> anyhow::Result<
         Option<tokio::sync::mpsc::UnboundedReceiver<crate::agent::acp::PermissionQuestion>>,
     > {
@@ -239,9 +250,14 @@ impl Brain {
             return Ok(None);
         };
         let (asker, questions) = crate::turn::engine::ChatAsker::new();
-        let agent =
-            crate::turn::engine::start_acp(cfg, settings, self.metrics.clone(), asker.clone())
-                .await?;
+        let agent = crate::turn::engine::start_acp(
+            cfg,
+            settings,
+            self.metrics.clone(),
+            asker.clone(),
+            group_servers,
+        )
+        .await?;
         tracing::info!(bot = %cfg.bot().name, command = ?settings.acp, pid = ?agent.pid(), "ACP agent started");
         self.engine = crate::turn::engine::ReplyEngine::Acp(Some(Arc::new(agent)));
         self.permissions = Some(asker);
@@ -271,6 +287,7 @@ impl Brain {
             metrics,
             trail: Trail::default(),
             stops: GroupStops::default(),
+            asks: crate::turn::asks::Asks::default(),
         }
     }
 

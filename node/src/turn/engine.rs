@@ -33,6 +33,40 @@ use crate::turn::pipeline::Turn;
 use crate::turn::ports::Llm;
 use crate::wire::envelope::{AuthorKind, Envelope};
 
+/// The group tools the built-in model is offered with `[[bots]] group_tools = true`
+/// (through the node's `mesh` server): each call names the turn's group.
+pub(crate) const MODEL_GROUP_TOOLS: [&str; 3] = ["read_group", "members", "ask"];
+
+/// A tool call's arguments as sent: for a group tool of a bot with `group_tools`, the
+/// turn's `group` added (the model never names it; its `mesh` server serves every
+/// group of the bot), and an `ask`'s wait kept within `ask_secs` (the tool call's own
+/// time limit, less a second): an ask still waiting when the tool call gave up would
+/// take the colleague's answer from the bot's next turn.
+fn call_arguments(
+    me: &crate::config::BotSettings,
+    tool: &str,
+    arguments: &str,
+    group: &str,
+    ask_secs: u64,
+) -> String {
+    if !me.group_tools || !MODEL_GROUP_TOOLS.contains(&tool) {
+        return arguments.to_string();
+    }
+    let mut args = match serde_json::from_str::<serde_json::Value>(arguments) {
+        Ok(serde_json::Value::Object(m)) => m,
+        // Not an object: sent as it is, for the server to refuse.
+        _ if !arguments.trim().is_empty() => return arguments.to_string(),
+        _ => serde_json::Map::new(),
+    };
+    args.insert("group".into(), serde_json::json!(group));
+    if tool == "ask" {
+        let asked = args.get("timeout_secs").and_then(serde_json::Value::as_u64);
+        let secs = asked.map_or(ask_secs, |a| a.min(ask_secs));
+        args.insert("timeout_secs".into(), serde_json::json!(secs));
+    }
+    serde_json::Value::Object(args).to_string()
+}
+
 /// How long a turn waits for tool servers still making their first connection.
 const FIRST_CONNECT_WAIT: Duration = Duration::from_secs(10);
 
@@ -52,6 +86,9 @@ pub(crate) enum ReplyEngine {
     /// the running node starts it ([`Brain::start_agent`]; `botmesh explain` never
     /// does).
     Acp(Option<Arc<AcpAgent>>),
+    /// An agent outside the mesh (`[[bots]] agent = { external = true }`) takes the
+    /// turns through `botmesh mcp`: the node takes none itself.
+    External,
 }
 
 impl ReplyEngine {
@@ -60,6 +97,7 @@ impl ReplyEngine {
         Ok(match &cfg.bot().agent {
             Some(AgentEngine::Webhook(a)) => ReplyEngine::Sidecar(Webhook::new(a)?),
             Some(AgentEngine::Acp(_)) => ReplyEngine::Acp(None),
+            Some(AgentEngine::External(_)) => ReplyEngine::External,
             None => ReplyEngine::Model { tools: None },
         })
     }
@@ -74,7 +112,7 @@ impl ReplyEngine {
     pub(crate) fn tools(&self) -> Option<&Arc<McpTools>> {
         match self {
             ReplyEngine::Model { tools } => tools.as_ref().filter(|t| !t.is_empty()),
-            ReplyEngine::Sidecar(_) | ReplyEngine::Acp(_) => None,
+            ReplyEngine::Sidecar(_) | ReplyEngine::Acp(_) | ReplyEngine::External => None,
         }
     }
 }
@@ -153,19 +191,21 @@ pub(crate) fn progress_line(p: &AcpProgress) -> Option<String> {
 }
 
 /// Starts `cfg`'s ACP agent for the bot (its settings, with the `env_from` values
-/// read at start): it gets the bot's MCP servers in every `session/new`, and counts
-/// its turns and restarts in `metrics`. A command that cannot start fails here,
-/// naming it.
+/// read at start): it gets the bot's MCP servers in every `session/new`, and the
+/// group's own (`group_servers`: the `mesh` server) in that group's, and counts its
+/// turns and restarts in `metrics`. A command that cannot start fails here, naming it.
 pub(crate) async fn start_acp(
     cfg: &NodeConfig,
     settings: &AcpSettings,
     metrics: Arc<crate::telemetry::metrics::Metrics>,
     asker: Arc<ChatAsker>,
+    group_servers: Option<crate::agent::acp::GroupServers>,
 ) -> Result<AcpAgent, AcpError> {
     let bot = cfg.bot();
     let mut settings = settings.clone();
     settings.env.extend(cfg.agent_env.clone());
     let options = AcpOptions {
+        group_servers,
         mcp_servers: McpTools::acp_servers(&bot.mcp, &cfg.mcp_headers),
         asker: Some(asker),
         metrics: Some(metrics),
@@ -192,12 +232,20 @@ fn lines<'a>(msgs: impl IntoIterator<Item = &'a Envelope>) -> String {
 /// `before` (people and colleagues, never `me`'s own messages; commands are not in
 /// `before`), then the trigger last. The last turn is the one `me`'s last message
 /// answered: what was said while the agent worked on it (a message addressed to the
-/// busy bot) came after that turn's prompt, so it is in this one. `context`: the whole
-/// of `before`, for a new session.
-pub(crate) fn acp_prompt(me: &str, before: &[Arc<Envelope>], trigger: &Envelope) -> AcpPrompt {
+/// busy bot) came after that turn's prompt, so it is in this one; `me`'s messages
+/// posted by a group tool mid-turn (`consumed`) end no turn. A message a group
+/// tool already handed the agent (`consumed`: an `ask`'s answer, a `wait_for_message`
+/// result) is not news: it is left out of the text, though not out of `context`, the
+/// whole of `before`, for a new session.
+pub(crate) fn acp_prompt(
+    me: &str,
+    before: &[Arc<Envelope>],
+    trigger: &Envelope,
+    consumed: impl Fn(&ulid::Ulid) -> bool,
+) -> AcpPrompt {
     let since = before
         .iter()
-        .rposition(|m| m.author.name == me)
+        .rposition(|m| m.author.name == me && !consumed(&m.id))
         .map_or(0, |last| {
             // The last turn's trigger, when it is still in view.
             before[last]
@@ -209,7 +257,7 @@ pub(crate) fn acp_prompt(me: &str, before: &[Arc<Envelope>], trigger: &Envelope)
     let mut text = lines(
         before[since..]
             .iter()
-            .filter(|m| m.author.name != me)
+            .filter(|m| m.author.name != me && !consumed(&m.id))
             .map(|m| &**m),
     );
     if !text.is_empty() {
@@ -324,6 +372,9 @@ pub(crate) async fn tool_loop(
 ) -> Option<Reply> {
     let me = brain.me();
     let timeout = Duration::from_millis(me.tool_timeout_ms);
+    let ask_secs = (me.tool_timeout_ms / 1000)
+        .saturating_sub(1)
+        .clamp(1, brain.tuning().mesh.ask_timeout_secs.max(1));
     let mut tokens = 0;
     let mut rounds = 0;
     let mut first = first;
@@ -351,10 +402,17 @@ pub(crate) async fn tool_loop(
             c.tool_calls.clone(),
         ));
         for call in &c.tool_calls {
+            let arguments = call_arguments(
+                &me,
+                &call.function.name,
+                &call.function.arguments,
+                &msg.group,
+                ask_secs,
+            );
             let r = tools
                 .call(
                     &call.function.name,
-                    &call.function.arguments,
+                    &arguments,
                     timeout,
                     me.tool_result_chars,
                 )
@@ -386,5 +444,54 @@ pub(crate) async fn tool_loop(
                 &format!("{rounds} rounds; the last call offered no tools"),
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::BotSettings;
+    use serde_json::{json, Value};
+
+    fn args(me: &BotSettings, tool: &str, arguments: &str) -> Value {
+        let sent = call_arguments(me, tool, arguments, "room", 29);
+        serde_json::from_str(&sent).unwrap_or(Value::String(sent))
+    }
+
+    #[test]
+    fn a_group_tool_call_names_the_turns_group_and_an_ask_waits_within_the_tool_call() {
+        let me = BotSettings::from_toml("group_tools = true\nwrite_early = false").unwrap();
+        assert_eq!(args(&me, "members", ""), json!({"group": "room"}));
+        assert_eq!(
+            args(&me, "read_group", r#"{"limit": 5, "group": "elsewhere"}"#),
+            json!({"limit": 5, "group": "room"})
+        );
+        assert_eq!(
+            args(&me, "ask", r#"{"colleague": "Bob", "question": "?"}"#),
+            json!({"colleague": "Bob", "question": "?", "group": "room", "timeout_secs": 29})
+        );
+        let shorter = args(
+            &me,
+            "ask",
+            r#"{"colleague": "Bob", "question": "?", "timeout_secs": 5}"#,
+        );
+        assert_eq!(shorter["timeout_secs"], 5);
+        let longer = args(
+            &me,
+            "ask",
+            r#"{"colleague": "Bob", "question": "?", "timeout_secs": 500}"#,
+        );
+        assert_eq!(longer["timeout_secs"], 29);
+        // Not a group tool, not an object, or a bot without group tools: as given.
+        assert_eq!(
+            args(&me, "get_time", r#"{"tz": "UTC"}"#),
+            json!({"tz": "UTC"})
+        );
+        assert_eq!(args(&me, "ask", "[1]"), json!([1]));
+        let plain = BotSettings::from_toml("").unwrap();
+        assert_eq!(
+            args(&plain, "ask", r#"{"colleague": "Bob"}"#),
+            json!({"colleague": "Bob"})
+        );
     }
 }

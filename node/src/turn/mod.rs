@@ -8,6 +8,8 @@
 //! - [`reply`] — the reply prompt and the offline reply.
 //! - [`brain`] — `Brain`: a bot's turn-taking state, its tuning (what a reload
 //!   changes) and its LLM questions.
+//! - [`asks`] — the group tools' state: questions to colleagues waiting for their
+//!   answer, each group's turn in flight, the messages addressed to the bot.
 //! - [`budget`] — the daily LLM budget (`[llm] daily_calls`, `daily_tokens`).
 //! - [`command`] — people's `/quiet`, `/resume`, `/stop`, `/why` in the chat: parsing,
 //!   the groups' stop tokens, the decision trail `/why` reads.
@@ -19,6 +21,7 @@
 //! - [`explain`] — the dry-run of a decision.
 //! - [`ports`] — `Ports`, the turn code's view of the node (and of the simulator).
 
+pub(crate) mod asks;
 pub(crate) mod brain;
 pub(crate) mod budget;
 pub(crate) mod command;

@@ -170,6 +170,14 @@ pub(crate) fn triage<P: Ports + ?Sized>(
         d.action = Action::Silent;
         d.reason = "stale";
     }
+    if d.action != Action::Silent
+        && matches!(brain.engine, crate::turn::engine::ReplyEngine::External)
+    {
+        // An outside agent takes this bot's turns through `wait_for_message` (the
+        // message is in its queue when it addresses the bot): the node never answers.
+        d.action = Action::Silent;
+        d.reason = "external_agent";
+    }
     if d.action != Action::Silent && !within_budget(brain, &d, now) {
         d.action = Action::Silent;
         d.reason = "budget";
@@ -518,6 +526,9 @@ async fn write_step<P: Ports + ?Sized>(
     if let crate::turn::engine::ReplyEngine::Acp(agent) = &brain.engine {
         return acp_step(p, msg, claimed, agent.as_deref()).await;
     }
+    // The model's group tools (`group_tools`) know the turn in flight: an ask
+    // continues it and is counted in it.
+    let _turn = brain.asks.turn_started(&msg.group, msg.id);
     let reply = brain.write_reply(p.llm(), &context, msg, reason).await;
     if reply.is_none() {
         record(p, msg, "silent", "reply_failed", "");
@@ -553,7 +564,12 @@ async fn acp_step<P: Ports + ?Sized>(
         return None;
     };
     let before = context_before(p, msg, me.context_messages.max(50));
-    let prompt = crate::turn::engine::acp_prompt(&me.name, &before, msg);
+    let prompt =
+        crate::turn::engine::acp_prompt(&me.name, &before, msg, |id| brain.asks.consumed(id));
+    // The prompt hands out what was addressed to the bot up to the trigger; the group
+    // tools know the turn in flight (an `ask` continues it, and is counted in it).
+    brain.asks.handed_out(&msg.group, msg.id);
+    let _turn = brain.asks.turn_started(&msg.group, msg.id);
     brain.trail.note(
         msg.id,
         "agent",

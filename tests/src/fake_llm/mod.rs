@@ -655,7 +655,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<LlmBody> 
                 }
                 Script::ToolCalls { text, calls } => {
                     let id = state.next_id.fetch_add(1, Ordering::Relaxed);
-                    let items = responses::Output::calls(id, &text, &calls);
+                    let items = responses::Output::calls(id, &seen.body, &text, &calls);
                     return responses::answer(&state, &seen, id, items);
                 }
                 // Raw bodies are the caller's own: sent as they are.

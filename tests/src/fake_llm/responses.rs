@@ -96,6 +96,9 @@ pub(crate) enum Output {
         call_id: String,
         /// The function's name.
         name: String,
+        /// The namespace tool it is in, when the request offered it in one (Codex
+        /// offers an MCP server's tools as a namespace, `mcp__<server>`).
+        namespace: Option<String>,
         /// Its arguments, JSON text.
         arguments: String,
     },
@@ -111,18 +114,39 @@ impl Output {
     }
 
     /// `text` (when not empty) then `calls` `(call_id, name, arguments)`, for
-    /// response number `n`.
-    pub(crate) fn calls(n: u64, text: &str, calls: &[(String, String, String)]) -> Vec<Output> {
+    /// response number `n` to `request`. A name `<namespace>__<tool>` whose namespace
+    /// the request offered as a `namespace` tool is called as that namespace's tool.
+    pub(crate) fn calls(
+        n: u64,
+        request: &Value,
+        text: &str,
+        calls: &[(String, String, String)],
+    ) -> Vec<Output> {
         let mut out = if text.is_empty() {
             Vec::new()
         } else {
             Output::text(n, text)
         };
+        let namespaces: Vec<&str> = request["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|t| t["type"] == "namespace")
+            .filter_map(|t| t["name"].as_str())
+            .collect();
         for (i, (call_id, name, arguments)) in calls.iter().enumerate() {
+            let (namespace, name) = namespaces
+                .iter()
+                .find_map(|ns| {
+                    let tool = name.strip_prefix(ns)?.strip_prefix("__")?;
+                    Some((Some(ns.to_string()), tool.to_string()))
+                })
+                .unwrap_or((None, name.clone()));
             out.push(Output::Call {
                 id: format!("fc_fake_{n}_{i}"),
                 call_id: call_id.clone(),
-                name: name.clone(),
+                name,
+                namespace,
                 arguments: arguments.clone(),
             });
         }
@@ -140,11 +164,18 @@ impl Output {
                 id,
                 call_id,
                 name,
+                namespace,
                 arguments,
-            } => json!({
-                "id": id, "type": "function_call", "status": "completed",
-                "call_id": call_id, "name": name, "arguments": arguments,
-            }),
+            } => {
+                let mut call = json!({
+                    "id": id, "type": "function_call", "status": "completed",
+                    "call_id": call_id, "name": name, "arguments": arguments,
+                });
+                if let Some(ns) = namespace {
+                    call["namespace"] = json!(ns);
+                }
+                call
+            }
         }
     }
 

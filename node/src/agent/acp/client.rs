@@ -323,9 +323,13 @@ impl AcpAgent {
         if let Some(s) = known.filter(|s| s.generation == live.generation) {
             return Ok((s.id, false));
         }
+        let mut servers = self.shared.options.mcp_servers.clone();
+        if let Some(of_group) = &self.shared.options.group_servers {
+            servers.extend(of_group(group));
+        }
         let params = json!({
             "cwd": self.shared.settings.cwd,
-            "mcpServers": self.shared.options.mcp_servers,
+            "mcpServers": servers,
         });
         let answer = live
             .conn

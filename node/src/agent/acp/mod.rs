@@ -229,12 +229,18 @@ pub trait PermissionAsker: Send + Sync {
     fn ask(&self, question: PermissionQuestion) -> BoxFuture<'static, Decision>;
 }
 
+/// MCP servers for one group's session, by group (the node's `mesh` server, scoped
+/// to the bot and that group), in ACP's shape.
+pub type GroupServers = Arc<dyn Fn(&str) -> Vec<serde_json::Value> + Send + Sync>;
+
 /// What a caller gives the agent besides its settings.
 #[derive(Clone, Default)]
 pub struct AcpOptions {
     /// MCP servers handed to every `session/new`, in ACP's shape (`{name, command,
     /// args, env}` or `{type: "http", name, url, headers}`).
     pub mcp_servers: Vec<serde_json::Value>,
+    /// MCP servers added to a session for its group only, after `mcp_servers`.
+    pub group_servers: Option<GroupServers>,
     /// Who answers questions about kinds in `ask`; without one they are rejected.
     pub asker: Option<Arc<dyn PermissionAsker>>,
     /// Where turns and restarts are counted (`botmesh_agent_turns_total`,
@@ -246,6 +252,7 @@ impl std::fmt::Debug for AcpOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AcpOptions")
             .field("mcp_servers", &self.mcp_servers)
+            .field("group_servers", &self.group_servers.is_some())
             .field("asker", &self.asker.is_some())
             .field("metrics", &self.metrics.is_some())
             .finish()
