@@ -20,7 +20,8 @@
 //! platform    one adapter per chat platform behind ChatPlatform: local, feishu, dingtalk, discord,
 //!             slack (slack/: settings, api, socket Socket Mode, inbound, outbound),
 //!             telegram (telegram/: settings, api, poll, inbound, outbound, webhook),
-//!             onebot (onebot/: settings, conn forward WebSocket, segments, inbound, outbound)
+//!             onebot (onebot/: settings, conn forward WebSocket, segments, inbound, outbound),
+//!             matrix (matrix/: settings, api client-server, sync, inbound, outbound)
 //!             (feishu/: api, events, crypto, dedup, inbound, ws the long connection,
 //!             content rich text and media, names people by display name); kit: what
 //!             every adapter shares (the API retry loop, the token source, the per-chat pacer)

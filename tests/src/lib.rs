@@ -14,6 +14,7 @@ pub mod fake_telegram;
 pub mod faults;
 pub mod redis_server;
 pub mod serve;
+pub mod synapse;
 pub mod webdriver;
 
 use std::path::{Path, PathBuf};

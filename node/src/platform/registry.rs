@@ -35,6 +35,7 @@ static ADAPTERS: &[&Adapter] = &[
     &super::slack::ADAPTER,
     &super::telegram::ADAPTER,
     &super::onebot::ADAPTER,
+    &super::matrix::ADAPTER,
 ];
 
 /// The adapter of `platform`, if there is one.
