@@ -457,6 +457,24 @@ impl TestMesh {
     }
 }
 
+/// A transcript as (author, depth, text, platform message id) rows, for assertion
+/// messages.
+///
+/// Exists because every platform's end-to-end test prints transcripts this way when an
+/// assertion fails.
+pub fn show(t: &[Envelope]) -> Vec<(String, u32, String, Option<String>)> {
+    t.iter()
+        .map(|e| {
+            (
+                e.author.name.clone(),
+                e.depth,
+                e.text.clone(),
+                e.platform_msg_id.clone(),
+            )
+        })
+        .collect()
+}
+
 /// The bots' messages of a transcript, in order.
 pub fn bot_msgs(t: &[Envelope]) -> Vec<&Envelope> {
     t.iter()

@@ -29,7 +29,7 @@ pub struct Synapse {
     _stdin: Mutex<ChildStdin>,
     /// The script's process.
     _child: Mutex<Child>,
-    /// A plain HTTP client.
+    /// A plain HTTP client, keeping no idle connection.
     http: reqwest::Client,
     /// An admin user (rate-limit overrides).
     admin: OnceLock<Account>,
@@ -95,8 +95,11 @@ impl Synapse {
             dir,
             _stdin: Mutex::new(child.stdin.take().unwrap()),
             _child: Mutex::new(child),
+            // Tests run on runtimes of their own: a connection kept idle by one
+            // would be dead for the next (its runtime gone), so none is kept.
             http: reqwest::Client::builder()
                 .no_proxy()
+                .pool_max_idle_per_host(0)
                 .timeout(Duration::from_secs(30))
                 .build()
                 .unwrap(),

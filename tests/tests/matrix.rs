@@ -9,7 +9,7 @@ use std::time::Duration;
 use botmesh::wire::envelope::{AuthorKind, Envelope};
 use botmesh_tests::fake_llm::{FakeLlm, Script};
 use botmesh_tests::synapse::{Account, Person, Synapse};
-use botmesh_tests::{bot_of, fetch_json, subject, wait_for, MeshSpec, TestMesh};
+use botmesh_tests::{bot_of, fetch_json, show, subject, wait_for, MeshSpec, TestMesh};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(40);
@@ -131,19 +131,6 @@ async fn wait_room(
     .await
 }
 
-fn show(t: &[Envelope]) -> Vec<(String, u32, String, Option<String>)> {
-    t.iter()
-        .map(|e| {
-            (
-                e.author.name.clone(),
-                e.depth,
-                e.text.clone(),
-                e.platform_msg_id.clone(),
-            )
-        })
-        .collect()
-}
-
 /// Every Matrix event at most once in the transcript.
 fn each_once(t: &[Envelope]) {
     let mut ids: Vec<&str> = t
@@ -157,19 +144,37 @@ fn each_once(t: &[Envelope]) {
     assert_eq!(ids.len(), n, "an event recorded twice: {:#?}", show(t));
 }
 
-/// Waits until the adapter of node `i` syncs (its first long poll is open).
-async fn syncing(mesh: &TestMesh, i: usize) {
-    let (_, h) = wait_for(
+/// Node `i`'s `/healthz` body once `done` holds of its status and body (the test
+/// fails, showing the last, when it does not within [`WAIT`]).
+async fn health_when(
+    mesh: &TestMesh,
+    i: usize,
+    what: &str,
+    done: impl Fn(u16, &str) -> bool,
+) -> String {
+    let (status, h) = wait_for(
         WAIT,
         Duration::from_millis(50),
         || mesh.health(i),
-        |(_, h)| h.to_string().contains("\"syncing\":true"),
+        |(s, h)| done(*s, &h.to_string()),
     )
     .await;
-    assert!(
-        h.to_string().contains("\"syncing\":true"),
-        "node {i} never synced: {h}"
-    );
+    let h = h.to_string();
+    assert!(done(status, &h), "node {i}: {what}: {status} {h}");
+    h
+}
+
+/// Waits until the adapter of node `i` syncs (its first long poll is open).
+async fn syncing(mesh: &TestMesh, i: usize) {
+    health_when(mesh, i, "never synced", |_, h| {
+        h.contains("\"syncing\":true")
+    })
+    .await;
+}
+
+/// Node `i`'s `/healthz` once it answers 503 (a stopped platform).
+async fn stopped(mesh: &TestMesh, i: usize) -> String {
+    health_when(mesh, i, "never stopped", |s, _| s == 503).await
 }
 
 const ADA: usize = 0;
@@ -282,24 +287,14 @@ async fn people_on_matrix_and_two_matrix_bots_and_a_local_bot_hold_a_conversatio
     carol
         .send(json!({"msgtype": "m.text", "body": "@Ada ask Loc for the logs"}))
         .await;
-    let loc = wait_room(&mesh, LOC, &r.room, |t| {
-        t.iter().any(|e| e.author.name == "Loc")
-    })
-    .await;
-    assert!(
-        loc.iter()
-            .any(|e| e.author.name == "Ada" && e.text == "@Loc please share the deploy logs"),
-        "{:#?}",
-        show(&loc)
-    );
-    for i in [ADA, BIX] {
+    for i in [LOC, ADA, BIX] {
         let t = wait_room(&mesh, i, &r.room, |t| {
             t.iter().any(|e| e.author.name == "Loc")
         })
         .await;
+        let said = |who: &str, text: &str| t.iter().any(|e| e.author.name == who && e.text == text);
         assert!(
-            t.iter()
-                .any(|e| e.author.name == "Loc" && e.text == "answer from Loc"),
+            said("Ada", "@Loc please share the deploy logs") && said("Loc", "answer from Loc"),
             "node {i}: {:#?}",
             show(&t)
         );
@@ -323,7 +318,7 @@ async fn people_on_matrix_and_two_matrix_bots_and_a_local_bot_hold_a_conversatio
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restart_loses_nothing_and_repeats_nothing() {
+async fn a_restart_loses_nothing_and_repeats_nothing_even_after_more_than_one_sync_holds() {
     botmesh_tests::init_logs();
     let llm = llm().await;
     let r = Room::new(&["Ada"], false).await;
@@ -336,6 +331,11 @@ async fn a_restart_loses_nothing_and_repeats_nothing() {
     carol.say("@Ada echo one").await;
     assert_eq!(carol.messages(&ada, 1, WAIT).await.len(), 1);
     mesh.stop(ADA).await;
+    // More than one sync returns (its timeline is limited to 50): the gap is read
+    // with /messages.
+    for n in 0..70 {
+        carol.say(&format!("flood {n}")).await;
+    }
     carol.say("@Ada echo two, said while it was down").await;
     mesh.restart(ADA).await;
     let got = carol.messages(&ada, 2, WAIT).await;
@@ -374,6 +374,16 @@ async fn a_restart_loses_nothing_and_repeats_nothing() {
         1,
         "{texts:?}"
     );
+    let flood: Vec<&str> = texts
+        .iter()
+        .copied()
+        .filter(|x| x.starts_with("flood "))
+        .collect();
+    let expected: Vec<String> = (0..70).map(|n| format!("flood {n}")).collect();
+    assert_eq!(
+        flood, expected,
+        "every message said while it was down, in order, once"
+    );
     assert!(mesh
         .dir
         .path()
@@ -410,17 +420,41 @@ async fn a_rate_limited_long_answer_is_waited_out_and_posted_once_in_parts() {
             && parts[1]["content"]["m.relates_to"].is_null(),
         "only the first part replies"
     );
-    let limited =
-        r.hs.access_log()
-            .lines()
-            .filter(|l| l.contains(&r.room.replace('!', "%21")) || l.contains(&r.room))
-            .filter(|l| l.contains("/send/m.room.message/botmesh-") && l.contains(" 429 "))
-            .count();
+    // Each refused send went again with the same transaction id (the same path) and
+    // was then taken: a retry never posts twice.
+    let log = r.hs.access_log();
+    let sends: Vec<(&str, &str)> = log
+        .lines()
+        .filter(|l| l.contains(&r.room) && l.contains("/send/m.room.message/botmesh-"))
+        .filter_map(|l| {
+            let status = if l.contains(" 429 ") {
+                "429"
+            } else if l.contains(" 200 ") {
+                "200"
+            } else {
+                "other"
+            };
+            let path = l.split('"').nth(1)?.split(' ').nth(1)?;
+            Some((path, status))
+        })
+        .collect();
+    let refused: Vec<&str> = sends
+        .iter()
+        .filter(|(_, s)| *s == "429")
+        .map(|(p, _)| *p)
+        .collect();
     assert!(
-        limited >= 1,
-        "the homeserver refused a part at least once:\n{}",
-        r.hs.access_log()
+        !refused.is_empty(),
+        "the homeserver refused a part at least once:\n{log}"
     );
+    for p in &refused {
+        assert!(
+            sends.contains(&(p, "200")),
+            "{p} was sent again with its transaction id and taken: {sends:#?}"
+        );
+    }
+    let taken = sends.iter().filter(|(_, s)| *s == "200").count();
+    assert_eq!(taken, 3, "three parts, each taken once: {sends:#?}");
     let t = transcript(&mesh, ADA, &r.room).await;
     let answer = t.iter().find(|e| e.author.name == "Ada").expect("recorded");
     assert_eq!(
@@ -442,15 +476,8 @@ async fn a_rejected_token_or_another_users_token_stops_matrix_with_the_reason_in
     // Ada's token is wrong; Bix holds Carol's.
     let wrong = format!("syt_wrong_{}", r.bots[0].token.len());
     let mesh = TestMesh::start(r.spec(&["Ada", "Bix"], &[&wrong, &r.carol.token], &llm)).await;
-    let (status, h) = wait_for(
-        WAIT,
-        Duration::from_millis(50),
-        || mesh.health(ADA),
-        |(s, _)| *s == 503,
-    )
-    .await;
-    assert_eq!(status, 503, "{h}");
-    let why = h.to_string();
+    let h = stopped(&mesh, ADA).await;
+    let why = &h;
     assert!(
         why.contains("rejected the access token")
             && why.contains("M_UNKNOWN_TOKEN")
@@ -458,17 +485,9 @@ async fn a_rejected_token_or_another_users_token_stops_matrix_with_the_reason_in
         "{why}"
     );
     assert!(!why.contains(&wrong), "the token never shows: {why}");
-    let (status, h) = wait_for(
-        WAIT,
-        Duration::from_millis(50),
-        || mesh.health(BIX),
-        |(s, _)| *s == 503,
-    )
-    .await;
-    assert_eq!(status, 503, "{h}");
+    let h = stopped(&mesh, BIX).await;
     assert!(
-        h.to_string()
-            .contains(&format!("belongs to {}", r.carol.user_id)),
+        h.contains(&format!("belongs to {}", r.carol.user_id)),
         "{h}"
     );
     // No retry loop: a few seconds later Ada has asked whoami once and nothing since.
@@ -499,21 +518,13 @@ async fn an_encrypted_room_is_refused_at_start_and_said_in_healthz() {
     let llm = llm().await;
     let r = Room::new(&["Ada"], true).await;
     let mesh = TestMesh::start(r.spec(&["Ada"], &r.tokens(), &llm)).await;
-    let (status, h) = wait_for(
-        WAIT,
-        Duration::from_millis(50),
-        || mesh.health(ADA),
-        |(s, _)| *s == 503,
-    )
-    .await;
-    assert_eq!(status, 503, "{h}");
+    let h = stopped(&mesh, ADA).await;
     assert!(
-        h.to_string()
-            .contains("end-to-end encrypted; botmesh supports unencrypted rooms only"),
+        h.contains("end-to-end encrypted; botmesh supports unencrypted rooms only"),
         "{h}"
     );
     assert!(
-        h.to_string().contains("\"syncing\":false"),
+        h.contains("\"syncing\":false"),
         "it reads nothing from the room: {h}"
     );
     mesh.shutdown().await;

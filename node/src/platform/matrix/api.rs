@@ -386,6 +386,40 @@ impl ClientApi {
         .await
     }
 
+    /// `GET /rooms/{roomId}/messages` forwards from `from` to `to`: one page of the
+    /// room's events (at most `limit`), and the token to go on from (none at the end).
+    pub async fn messages(
+        &self,
+        room_id: &str,
+        from: &str,
+        to: &str,
+        limit: u32,
+    ) -> Result<(Vec<Value>, Option<String>), ApiError> {
+        #[derive(Deserialize)]
+        struct Page {
+            #[serde(default)]
+            chunk: Vec<Value>,
+            #[serde(default)]
+            end: Option<String>,
+        }
+        let mut url = self.url(&["rooms", room_id, "messages"]);
+        url.query_pairs_mut()
+            .append_pair("from", from)
+            .append_pair("to", to)
+            .append_pair("dir", "f")
+            .append_pair("limit", &limit.to_string());
+        let p: Page = self
+            .call(
+                "messages",
+                reqwest::Method::GET,
+                url,
+                None,
+                Duration::from_secs(20),
+            )
+            .await?;
+        Ok((p.chunk, p.end))
+    }
+
     /// `PUT /rooms/{roomId}/send/m.room.message/{txnId}`: posts `content`; returns
     /// the event id. The same `txn_id` on a retry is the same message to the
     /// homeserver (it answers with the first event id), so the caller picks it once.

@@ -20,6 +20,8 @@ use regex::Regex;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::held::Held;
+
 /// A room event as sync's timeline and state carry it (the fields the adapter reads).
 #[derive(Debug, Clone, Deserialize)]
 pub struct RoomEvent {
@@ -100,8 +102,9 @@ pub fn strip_reply_fallback(body: &str) -> &str {
     rest.strip_prefix('\n').unwrap_or(rest)
 }
 
-/// Unescapes the HTML entities a formatted body uses.
-fn unescape(s: &str) -> String {
+/// Unescapes the HTML entities a formatted body uses (and
+/// [`super::outbound::escape_html`] writes).
+pub(crate) fn unescape(s: &str) -> String {
     s.replace("&lt;", "<")
         .replace("&gt;", ">")
         .replace("&quot;", "\"")
@@ -110,11 +113,6 @@ fn unescape(s: &str) -> String {
         .replace("&nbsp;", " ")
         .replace("&amp;", "&")
 }
-
-/// Private-use characters that hold a pill's place while the HTML is stripped.
-const HOLD_OPEN: char = '\u{E000}';
-/// See [`HOLD_OPEN`].
-const HOLD_CLOSE: char = '\u{E001}';
 
 /// `html` (a `formatted_body`) as plain text: the reply fallback dropped, each pill
 /// replaced by `pill(user_id, shown)` (kept as written), line breaks and code kept,
@@ -132,12 +130,9 @@ pub fn html_to_text(html: &str, pill: &dyn Fn(&str, &str) -> String) -> String {
             Regex::new(r"<[^>]*>").expect("valid"),
         ]
     });
-    let html: String = html
-        .chars()
-        .filter(|c| *c != HOLD_OPEN && *c != HOLD_CLOSE)
-        .collect();
+    let html = Held::clean(html);
     let html = reply.replace(&html, "");
-    let mut held: Vec<String> = Vec::new();
+    let mut held = Held::default();
     let html = anchor.replace_all(&html, |c: &regex::Captures<'_>| {
         let href = unescape(&c[1]);
         let shown = unescape(&tags.replace_all(&c[2], ""));
@@ -146,8 +141,7 @@ pub fn html_to_text(html: &str, pill: &dyn Fn(&str, &str) -> String) -> String {
             None if shown.trim() == href || shown.trim().is_empty() => href,
             None => format!("{} ({href})", shown.trim()),
         };
-        held.push(out);
-        format!("{HOLD_OPEN}{}{HOLD_CLOSE}", held.len() - 1)
+        held.hold(out)
     });
     let html = pre_open.replace_all(&html, |c: &regex::Captures<'_>| {
         format!("```{}\n", c.get(1).map_or("", |m| m.as_str()))
@@ -157,21 +151,7 @@ pub fn html_to_text(html: &str, pill: &dyn Fn(&str, &str) -> String) -> String {
     let html = breaks.replace_all(&html, "\n");
     let html = html.replace("<li>", "- ");
     let text = unescape(&tags.replace_all(&html, ""));
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text.as_str();
-    while let Some(i) = rest.find(HOLD_OPEN) {
-        out.push_str(&rest[..i]);
-        let after = &rest[i + HOLD_OPEN.len_utf8()..];
-        let Some(j) = after.find(HOLD_CLOSE) else {
-            break;
-        };
-        if let Some(p) = after[..j].parse::<usize>().ok().and_then(|n| held.get(n)) {
-            out.push_str(p);
-        }
-        rest = &after[j + HOLD_CLOSE.len_utf8()..];
-    }
-    out.push_str(rest);
-    out.trim().to_string()
+    held.restore(&text).trim().to_string()
 }
 
 /// The readable text of a message's content (module docs), pills made by `pill`.

@@ -8,6 +8,7 @@
 //!   then `/sync` with the `since` token saved once a batch is recorded.
 //! - [`inbound`] — room events → readable text: pills, reply fallbacks, media.
 //! - [`outbound`] — text → content: escaped HTML, pills, `m.mentions`, replies.
+//! - `held` — pieces of text (pills) kept out of a rewrite, for both.
 //!
 //! # Start
 //!
@@ -45,6 +46,7 @@
 //! cleared once it posted.
 
 pub mod api;
+mod held;
 pub mod inbound;
 pub mod outbound;
 pub mod settings;

@@ -19,16 +19,12 @@ use std::sync::OnceLock;
 
 use serde_json::{json, Value};
 
+use super::held::Held;
 use crate::turn::mention::MentionMatcher;
 
 /// The longest part posted, in characters: its body and escaped HTML (up to six
 /// bytes a character) stay well under the 65,536-byte event limit.
 pub const MAX_PART_CHARS: usize = 4_000;
-
-/// Private-use characters that hold a person's tag through the escaping.
-const HOLD_OPEN: char = '\u{E000}';
-/// See [`HOLD_OPEN`].
-const HOLD_CLOSE: char = '\u{E001}';
 
 /// `s` escaped for HTML text and attribute values.
 pub fn escape_html(s: &str) -> String {
@@ -58,54 +54,41 @@ pub(crate) fn content(
     reply_to: Option<&str>,
 ) -> Value {
     static AT: OnceLock<regex::Regex> = OnceLock::new();
+    static PILL: OnceLock<regex::Regex> = OnceLock::new();
     let at = AT.get_or_init(|| {
         regex::Regex::new(r#"<at user_id="(@[^"<>\s]{1,255})">([^<]*)</at>"#).expect("valid")
     });
-    let text: String = text
-        .chars()
-        .filter(|c| *c != HOLD_OPEN && *c != HOLD_CLOSE)
-        .collect();
-    let mut people: Vec<(String, String)> = Vec::new();
+    let text = Held::clean(text);
     let body = at.replace_all(&text, "$2").into_owned();
-    let held = at.replace_all(&text, |c: &regex::Captures<'_>| {
-        people.push((c[1].to_string(), c[2].to_string()));
-        format!("{HOLD_OPEN}{}{HOLD_CLOSE}", people.len() - 1)
+    let mut held = Held::default();
+    let kept = at.replace_all(&text, |c: &regex::Captures<'_>| {
+        held.hold(pill(&c[1], &c[2]))
     });
-    let mentioned = std::cell::RefCell::new(Vec::<String>::new());
-    let note = |id: &str| {
-        let mut m = mentioned.borrow_mut();
-        if !m.iter().any(|x| x == id) {
-            m.push(id.to_string());
+    let escaped = escape_html(&kept);
+    let html = held.restore(&matcher.rewrite(&escaped, |member| {
+        user_id_of(member).map(|id| pill(&id, member))
+    }));
+    // Whom the pills name, in order, each once: every `<a` here is a pill (the text
+    // itself is escaped).
+    let mut mentioned: Vec<String> = Vec::new();
+    for c in PILL
+        .get_or_init(|| {
+            regex::Regex::new(r#"<a href="https://matrix\.to/#/([^"]+)">"#).expect("valid")
+        })
+        .captures_iter(&html)
+    {
+        let id = super::inbound::unescape(&c[1]);
+        if !mentioned.contains(&id) {
+            mentioned.push(id);
         }
-    };
-    let escaped = escape_html(&held);
-    let html = matcher.rewrite(&escaped, |member| {
-        let id = user_id_of(member)?;
-        note(&id);
-        Some(pill(&id, member))
-    });
-    let mut out = String::with_capacity(html.len());
-    let mut rest = html.as_str();
-    while let Some(i) = rest.find(HOLD_OPEN) {
-        out.push_str(&rest[..i]);
-        let after = &rest[i + HOLD_OPEN.len_utf8()..];
-        let Some(j) = after.find(HOLD_CLOSE) else {
-            break;
-        };
-        if let Some((id, name)) = after[..j].parse::<usize>().ok().and_then(|n| people.get(n)) {
-            note(id);
-            out.push_str(&pill(id, name));
-        }
-        rest = &after[j + HOLD_CLOSE.len_utf8()..];
     }
-    out.push_str(rest);
-    let html = out.replace('\n', "<br>");
+    let html = html.replace('\n', "<br>");
     let mut c = json!({
         "msgtype": "m.text",
         "body": body,
         "format": "org.matrix.custom.html",
         "formatted_body": html,
-        "m.mentions": {"user_ids": mentioned.into_inner()},
+        "m.mentions": {"user_ids": mentioned},
     });
     if let Some(event_id) = reply_to {
         c["m.relates_to"] = json!({"m.in_reply_to": {"event_id": event_id}});

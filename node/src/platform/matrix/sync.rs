@@ -37,7 +37,10 @@ use crate::platform::AdapterContext;
 pub(crate) const MAX_PAUSE: Duration = Duration::from_secs(60);
 
 /// Events of the room's timeline one `/sync` returns at most.
-pub(crate) const TIMELINE_LIMIT: u32 = 100;
+pub(crate) const TIMELINE_LIMIT: u32 = 50;
+
+/// Pages of [`TIMELINE_LIMIT`] events read to fill one gap at most.
+pub(crate) const GAP_PAGES: usize = 20;
 
 /// The pause before session attempt `attempt` (0 after a session that got going):
 /// 1 s doubling to [`MAX_PAUSE`], less up to a fifth.
@@ -231,7 +234,7 @@ pub(super) async fn session(
             tracing::info!(bot = %mx.me, room_id = %mx.room_id, "matrix syncing");
         }
         established = true;
-        match handle(mx, ingest, &batch, first).await {
+        match handle(mx, ingest, &batch, state.since.as_deref()).await {
             Handled::Recorded => state.save(&next),
             Handled::Fatal(why) => return Ended::Fatal(why),
             Handled::Failed => {
@@ -256,9 +259,15 @@ enum Handled {
     Fatal(String),
 }
 
-/// Hands one batch's events of the bot's room to the adapter; on the first sync
-/// (no token yet) only state is read, the earlier messages skipped.
-async fn handle(mx: &Arc<Matrix>, ingest: &AdapterContext, batch: &Value, first: bool) -> Handled {
+/// Hands one batch's events of the bot's room to the adapter, after those of a gap
+/// before them; on the first sync (no token yet, `since` is `None`) only state is
+/// read, the earlier messages skipped.
+async fn handle(
+    mx: &Arc<Matrix>,
+    ingest: &AdapterContext,
+    batch: &Value,
+    since: Option<&str>,
+) -> Handled {
     let rooms = &batch["rooms"];
     if let Some(left) = rooms["leave"].get(&mx.room_id) {
         let how = left["timeline"]["events"]
@@ -299,7 +308,7 @@ async fn handle(mx: &Arc<Matrix>, ingest: &AdapterContext, batch: &Value, first:
         }
     }
     let timeline = events("timeline");
-    if first {
+    let Some(since) = since else {
         let skipped = timeline
             .iter()
             .filter(|e| e.kind == "m.room.message")
@@ -309,11 +318,58 @@ async fn handle(mx: &Arc<Matrix>, ingest: &AdapterContext, batch: &Value, first:
         }
         tracing::info!(bot = %mx.me, room_id = %mx.room_id, skipped, "first matrix sync of this node: the room's earlier messages are not recorded (only what is said from now on)");
         return Handled::Recorded;
+    };
+    let mut events = Vec::new();
+    let prev = room["timeline"]["prev_batch"].as_str();
+    if let (Some(true), Some(prev)) = (room["timeline"]["limited"].as_bool(), prev) {
+        events = gap(mx, since, prev).await;
     }
-    if room["timeline"]["limited"].as_bool() == Some(true) {
-        tracing::warn!(bot = %mx.me, room_id = %mx.room_id, limit = TIMELINE_LIMIT, prev_batch = ?room["timeline"]["prev_batch"].as_str(), "more happened in the matrix room than one sync returns: messages before these are skipped (read them in a Matrix client)");
+    events.extend(timeline);
+    record(mx, ingest, events).await
+}
+
+/// The room's events between `since` (the last batch recorded) and `prev` (the start
+/// of a `limited` timeline: more happened than one sync returns), read with
+/// `/messages`, oldest first; at most [`GAP_PAGES`] pages, and what cannot be read
+/// is logged as skipped.
+async fn gap(mx: &Matrix, since: &str, prev: &str) -> Vec<RoomEvent> {
+    let mut events = Vec::new();
+    let mut from = since.to_string();
+    for _ in 0..GAP_PAGES {
+        match mx
+            .api
+            .messages(&mx.room_id, &from, prev, TIMELINE_LIMIT)
+            .await
+        {
+            Ok((chunk, end)) => {
+                let done =
+                    chunk.is_empty() || end.as_deref().is_none_or(|e| e == prev || e == from);
+                events.extend(
+                    chunk
+                        .into_iter()
+                        .filter_map(|e| serde_json::from_value(e).ok()),
+                );
+                match end {
+                    Some(end) if !done => from = end,
+                    _ => {
+                        tracing::info!(bot = %mx.me, room_id = %mx.room_id, events = events.len(), "a gap in the matrix timeline, read with /messages");
+                        return events;
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::error!(bot = %mx.me, room_id = %mx.room_id, error = %e, read = events.len(), "cannot read a gap in the matrix timeline; the messages in it are skipped (read them in a Matrix client)");
+                return events;
+            }
+        }
     }
-    for e in timeline {
+    tracing::warn!(bot = %mx.me, room_id = %mx.room_id, read = events.len(), "a gap in the matrix timeline longer than botmesh reads: older messages in it are skipped");
+    events
+}
+
+/// Hands `events` (oldest first) to the adapter.
+async fn record(mx: &Arc<Matrix>, ingest: &AdapterContext, events: Vec<RoomEvent>) -> Handled {
+    for e in events {
         match e.kind.as_str() {
             "m.room.member" => mx.on_member(&e),
             "m.room.encryption" => return Handled::Fatal(ENCRYPTED.to_string()),
