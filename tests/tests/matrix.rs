@@ -546,3 +546,36 @@ async fn a_matrix_bot_shows_typing_while_it_works() {
     assert_eq!(got[0]["content"]["body"], "answer from Ada");
     mesh.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bot_removed_from_its_room_or_a_room_encrypted_later_stops_matrix_with_the_reason() {
+    botmesh_tests::init_logs();
+    let llm = llm().await;
+    let r = Room::new(&["Ada", "Bix"], false).await;
+    let mesh = TestMesh::start(r.spec(&["Ada", "Bix"], &r.tokens(), &llm)).await;
+    syncing(&mesh, ADA).await;
+    syncing(&mesh, BIX).await;
+    let room = r.room.as_str();
+    r.hs.call(
+        reqwest::Method::POST,
+        &format!("/_matrix/client/v3/rooms/{room}/kick"),
+        Some(&r.carol.token),
+        Some(json!({"user_id": r.bots[1].user_id, "reason": "test"})),
+    )
+    .await;
+    let h = stopped(&mesh, BIX).await;
+    assert!(
+        h.contains("no longer in matrix room") && h.contains("membership: leave"),
+        "{h}"
+    );
+    r.hs.call(
+        reqwest::Method::PUT,
+        &format!("/_matrix/client/v3/rooms/{room}/state/m.room.encryption/"),
+        Some(&r.carol.token),
+        Some(json!({"algorithm": "m.megolm.v1.aes-sha2"})),
+    )
+    .await;
+    let h = stopped(&mesh, ADA).await;
+    assert!(h.contains("end-to-end encrypted"), "{h}");
+    mesh.shutdown().await;
+}
