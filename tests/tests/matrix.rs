@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use botmesh::platform::matrix::api::{ClientApi, RETRY};
 use botmesh::wire::envelope::{AuthorKind, Envelope};
 use botmesh_tests::fake_llm::{FakeLlm, Script};
 use botmesh_tests::synapse::{Account, Person, Synapse};
@@ -531,7 +532,7 @@ async fn an_encrypted_room_is_refused_at_start_and_said_in_healthz() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_matrix_bot_shows_typing_while_it_works() {
+async fn a_matrix_bot_shows_typing_while_it_works_and_edits_are_not_judged_again() {
     botmesh_tests::init_logs();
     let llm = llm().await;
     let r = Room::new(&["Ada"], false).await;
@@ -539,11 +540,41 @@ async fn a_matrix_bot_shows_typing_while_it_works() {
     let mesh = TestMesh::start(r.spec(&["Ada"], &r.tokens(), &llm)).await;
     syncing(&mesh, ADA).await;
     let ada = r.bots[0].user_id.clone();
-    carol.say("@Ada answer slowly please").await;
+    let asked = carol.say("@Ada answer slowly please").await;
     assert!(carol.saw_typing(&ada, WAIT).await, "Carol saw Ada typing");
     let got = carol.messages(&ada, 1, WAIT).await;
     assert_eq!(got.len(), 1);
     assert_eq!(got[0]["content"]["body"], "answer from Ada");
+
+    // A person's edit is not judged again: no second answer, no second entry.
+    carol
+        .send(json!({
+            "msgtype": "m.text",
+            "body": "* @Ada echo edited",
+            "m.new_content": {"msgtype": "m.text", "body": "@Ada echo edited"},
+            "m.relates_to": {"rel_type": "m.replace", "event_id": asked},
+        }))
+        .await;
+    // The bot's client edits its own message in place (a status message's form).
+    let api = ClientApi::new(&r.hs.url(), &r.bots[0].token, RETRY).unwrap();
+    let answer = got[0]["event_id"].as_str().unwrap();
+    let new = json!({"msgtype": "m.text", "body": "done in 2s", "m.mentions": {}});
+    api.edit(&r.room, "edit-1", answer, &new).await.unwrap();
+    let seen = carol.messages(&ada, 2, WAIT).await;
+    assert_eq!(seen.len(), 2, "{seen:#?}");
+    let edit = &seen[1]["content"];
+    assert_eq!(edit["body"], "* done in 2s");
+    assert_eq!(edit["m.new_content"], new);
+    assert_eq!(
+        edit["m.relates_to"],
+        json!({"rel_type": "m.replace", "event_id": answer})
+    );
+    let t = transcript(&mesh, ADA, &r.room).await;
+    assert_eq!(
+        show(&t).iter().map(|r| r.2.as_str()).collect::<Vec<_>>(),
+        vec!["@Ada answer slowly please", "answer from Ada"],
+        "the edits are not recorded"
+    );
     mesh.shutdown().await;
 }
 
