@@ -457,3 +457,73 @@ impl Matrix {
         Ok(joined)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Settings;
+
+    /// The file's own checks, then the platforms'.
+    fn load(bots: &str) -> Result<Settings, crate::config::ConfigError> {
+        let text = format!(
+            "[mesh]\nsecret_env = \"S\"\n\
+             [[bots]]\nname = \"Ada\"\nbridge = \"127.0.0.1:1\"\napi = \"127.0.0.1:2\"\n{bots}"
+        );
+        Settings::from_toml(&text, std::path::Path::new("peers.toml"))
+            .and_then(|s| crate::platform::registry::check(&s).map(|()| s))
+    }
+
+    const ADA: &str = "platform = \"matrix\"\n[bots.matrix]\nhomeserver = \"https://hs.example\"\n\
+                       user_id = \"@ada:hs.example\"\naccess_token_env = \"ADA_TOKEN\"\nroom_id = \"!r:hs.example\"\n";
+
+    #[test]
+    fn each_mistake_names_its_key() {
+        load(ADA).expect("valid");
+        for (from, to, key, says) in [
+            (
+                "room_id = \"!r:hs.example\"\n",
+                "",
+                "bots[0].matrix.room_id",
+                "the id of the room",
+            ),
+            (
+                "!r:hs.example",
+                "#r:hs.example",
+                "bots[0].matrix.room_id",
+                "not a room id",
+            ),
+            (
+                "@ada:hs.example",
+                "ada",
+                "bots[0].matrix.user_id",
+                "not a Matrix user id",
+            ),
+            (
+                "https://hs.example",
+                "hs.example",
+                "bots[0].matrix.homeserver",
+                "http",
+            ),
+            (
+                "access_token_env = \"ADA_TOKEN\"\n",
+                "",
+                "bots[0].matrix.access_token_env",
+                "env var",
+            ),
+        ] {
+            let e = load(&ADA.replace(from, to)).unwrap_err();
+            assert_eq!(e.key, key, "{e}");
+            assert!(e.problem.contains(says), "{e}");
+        }
+        let e = load("platform = \"matrix\"\n").unwrap_err();
+        assert_eq!(e.key, "bots[0].matrix", "{e}");
+        let twice = format!(
+            "{ADA}[[bots]]\nname = \"Bix\"\nbridge = \"127.0.0.1:3\"\napi = \"127.0.0.1:4\"\nmatrix = {{ user_id = \"@ada:hs.example\" }}\n"
+        );
+        let e = load(&twice).unwrap_err();
+        assert_eq!(e.key, "bots[1].matrix.user_id", "{e}");
+        assert!(
+            e.problem.contains("already the matrix.user_id of Ada"),
+            "{e}"
+        );
+    }
+}
