@@ -23,7 +23,8 @@
 //!             telegram (telegram/: settings, api, poll, inbound, outbound, webhook),
 //!             onebot (onebot/: settings, conn forward WebSocket, segments, inbound, outbound),
 //!             wecom (wecom/: settings, frames, conn long connection, inbound, outbound
-//!             streamed answers and sends)
+//!             streamed answers and sends),
+//!             matrix (matrix/: settings, api client-server, sync, inbound, outbound)
 //!             (feishu/: api, events, crypto, dedup, inbound, ws the long connection,
 //!             content rich text and media, names people by display name); kit: what
 //!             every adapter shares (the API retry loop, the token source, the per-chat pacer)

@@ -15,6 +15,7 @@ pub mod fake_wecom;
 pub mod faults;
 pub mod redis_server;
 pub mod serve;
+pub mod synapse;
 pub mod webdriver;
 
 use std::path::{Path, PathBuf};
@@ -455,6 +456,24 @@ impl TestMesh {
             self.stop(i).await;
         }
     }
+}
+
+/// A transcript as (author, depth, text, platform message id) rows, for assertion
+/// messages.
+///
+/// Exists because every platform's end-to-end test prints transcripts this way when an
+/// assertion fails.
+pub fn show(t: &[Envelope]) -> Vec<(String, u32, String, Option<String>)> {
+    t.iter()
+        .map(|e| {
+            (
+                e.author.name.clone(),
+                e.depth,
+                e.text.clone(),
+                e.platform_msg_id.clone(),
+            )
+        })
+        .collect()
 }
 
 /// The bots' messages of a transcript, in order.

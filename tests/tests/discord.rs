@@ -10,7 +10,7 @@ use botmesh::platform::discord::gateway::{Gateway, GatewayError, WsConnector};
 use botmesh::wire::envelope::{AuthorKind, Envelope};
 use botmesh_tests::fake_discord::{BotAccount, FakeDiscord, Limit, Person};
 use botmesh_tests::fake_llm::{FakeLlm, Script};
-use botmesh_tests::{bot_of, is_judge, metric, subject, MeshSpec, TestMesh};
+use botmesh_tests::{bot_of, is_judge, metric, show, subject, MeshSpec, TestMesh};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
@@ -483,19 +483,6 @@ async fn discord_mesh_with(llm: FakeLlm, extra_mesh: &str) -> DiscordMesh {
 fn bot_msgs(t: &[Envelope]) -> Vec<&Envelope> {
     t.iter()
         .filter(|e| e.author.kind == AuthorKind::Bot)
-        .collect()
-}
-
-fn show(t: &[Envelope]) -> Vec<(String, u32, String, Option<String>)> {
-    t.iter()
-        .map(|e| {
-            (
-                e.author.name.clone(),
-                e.depth,
-                e.text.clone(),
-                e.platform_msg_id.clone(),
-            )
-        })
         .collect()
 }
 

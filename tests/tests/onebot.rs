@@ -10,7 +10,7 @@ use std::time::Duration;
 use botmesh::wire::envelope::{AuthorKind, Envelope};
 use botmesh_tests::fake_llm::{FakeLlm, Script};
 use botmesh_tests::fake_onebot::{Account, FakeOnebot, Person};
-use botmesh_tests::{bot_msgs, bot_of, is_judge, metric, MeshSpec, TestMesh};
+use botmesh_tests::{bot_msgs, bot_of, is_judge, metric, show, MeshSpec, TestMesh};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -298,19 +298,6 @@ async fn qq_mesh(llm: &FakeLlm, fake: &FakeOnebot) -> TestMesh {
     })
     .await;
     mesh
-}
-
-fn show(t: &[Envelope]) -> Vec<(String, u32, String, Option<String>)> {
-    t.iter()
-        .map(|e| {
-            (
-                e.author.name.clone(),
-                e.depth,
-                e.text.clone(),
-                e.platform_msg_id.clone(),
-            )
-        })
-        .collect()
 }
 
 /// Every QQ message at most once in each QQ bot's transcript.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use botmesh::wire::envelope::{AuthorKind, Envelope};
 use botmesh_tests::fake_llm::{FakeLlm, Script};
 use botmesh_tests::fake_slack::{FakeSlack, Person, SlackApp};
-use botmesh_tests::{bot_of, is_judge, metric, subject, MeshSpec, TestMesh};
+use botmesh_tests::{bot_of, is_judge, metric, show, subject, MeshSpec, TestMesh};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const CHANNEL: &str = "C0700";
@@ -438,19 +438,6 @@ async fn slack_mesh() -> SlackMesh {
 fn bot_msgs(t: &[Envelope]) -> Vec<&Envelope> {
     t.iter()
         .filter(|e| e.author.kind == AuthorKind::Bot)
-        .collect()
-}
-
-fn show(t: &[Envelope]) -> Vec<(String, u32, String, Option<String>)> {
-    t.iter()
-        .map(|e| {
-            (
-                e.author.name.clone(),
-                e.depth,
-                e.text.clone(),
-                e.platform_msg_id.clone(),
-            )
-        })
         .collect()
 }
 

@@ -13,7 +13,7 @@ use botmesh::wire::envelope::{AuthorKind, Envelope};
 use botmesh_tests::fake_llm::{FakeLlm, Script};
 use botmesh_tests::fake_telegram::{BotAccount, FakeTelegram, Person};
 use botmesh_tests::serve::{forward, read_request, serve_http};
-use botmesh_tests::{bot_msgs, bot_of, is_judge, metric, subject, MeshSpec, TestMesh};
+use botmesh_tests::{bot_msgs, bot_of, is_judge, metric, show, subject, MeshSpec, TestMesh};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const CHAT: i64 = -1001234567890;
@@ -497,19 +497,6 @@ async fn telegram_mesh(prepare: impl FnOnce(&FakeTelegram)) -> TelegramMesh {
         fake,
         _llm: llm,
     }
-}
-
-fn show(t: &[Envelope]) -> Vec<(String, u32, String, Option<String>)> {
-    t.iter()
-        .map(|e| {
-            (
-                e.author.name.clone(),
-                e.depth,
-                e.text.clone(),
-                e.platform_msg_id.clone(),
-            )
-        })
-        .collect()
 }
 
 /// Every Telegram message at most once in node `i`'s transcript.

@@ -16,6 +16,9 @@
 //! - [`dingtalk`] — DingTalk Stream mode in (forwarded to the peers: DingTalk shows a
 //!   person's message only to the robots it @-mentions), session webhook or group send out.
 //! - [`discord`] — the Discord gateway in, messages with real `<@id>` out.
+//! - [`matrix`] — a Matrix room through the client-server API: `/sync` in (the
+//!   `since` token saved once recorded), `m.room.message` with pills and
+//!   `m.mentions` out (docs/matrix.md).
 //! - [`onebot`] — QQ groups through a OneBot v11 implementation's forward WebSocket,
 //!   `send_group_msg` with reply and at segments out (docs/qq.md).
 //! - [`slack`] — Slack's Socket Mode in, `chat.postMessage` with real `<@U…>` out.
@@ -45,6 +48,7 @@ pub use feishu::names as feishu_names;
 /// The old path of [`feishu::ws`].
 pub use feishu::ws as feishu_ws;
 pub(crate) mod local;
+pub mod matrix;
 pub mod onebot;
 pub mod registry;
 pub mod slack;

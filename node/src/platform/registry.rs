@@ -36,6 +36,7 @@ static ADAPTERS: &[&Adapter] = &[
     &super::telegram::ADAPTER,
     &super::onebot::ADAPTER,
     &super::wecom::ADAPTER,
+    &super::matrix::ADAPTER,
 ];
 
 /// The adapter of `platform`, if there is one.
@@ -173,7 +174,7 @@ mod tests {
         assert!(e.problem.contains("unknown platform \"irc\""), "{e}");
         assert!(
             e.problem
-                .contains("local, feishu, discord, dingtalk, slack, telegram, onebot, wecom"),
+                .contains("local, feishu, discord, dingtalk, slack, telegram, onebot, wecom, matrix"),
             "{e}"
         );
 
