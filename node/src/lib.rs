@@ -46,7 +46,8 @@
 //! - [`telemetry`] — `Metrics` (Prometheus) and `EventBus` (the page, SSE).
 //! - [`store`] — per-group, append-only, deduplicated, durable transcripts; cursors.
 //! - [`llm`] — the OpenAI-compatible client: whole answers (`complete`), and a drafting
-//!   judge's streamed verdict line and reply (`draft`, `llm/stream.rs`).
+//!   judge's streamed verdict line and reply (`draft`, `llm/stream.rs`), and the judge's
+//!   verdict: its schema and forgiving parse (`llm/verdict.rs`).
 //! - [`agent`] — a bot's MCP tool servers (`agent::mcp`) and sidecar webhook
 //!   (`agent::sidecar`), and `agent::acp`, a coding agent hosted over ACP: what the
 //!   turn code's reply engines (`turn::engine`) use.
