@@ -47,9 +47,13 @@
 //! - [`config`] — peers.toml: typed settings, env overrides, validation before binding;
 //!   `config::pacing`, the one retry schedule and token bucket every layer above shares.
 //! - [`telemetry`] — `Metrics` (Prometheus) and `EventBus` (the page, SSE).
-//! - [`store`] — per-group, append-only, deduplicated, durable transcripts; cursors.
+//! - [`store`] — per-group, append-only, deduplicated, durable transcripts (`store::transcript`)
+//!   and the reads the turn code makes of them (`store::turn_queries`); the outbox log
+//!   (`store::outbox_log`); cursors; the verdict log; the bounded file names they all use
+//!   (`store::file_names`).
 //! - [`llm`] — the OpenAI-compatible client: whole answers (`complete`), and a drafting
-//!   judge's streamed verdict line and reply (`draft`, `llm/stream.rs`).
+//!   judge's streamed verdict line and reply (`draft`, `llm/stream.rs`), and the judge's
+//!   verdict: its schema and forgiving parse (`llm/verdict.rs`).
 //! - [`agent`] — a bot's MCP tool servers (`agent::mcp`) and sidecar webhook
 //!   (`agent::sidecar`), and `agent::acp`, a coding agent hosted over ACP: what the
 //!   turn code's reply engines (`turn::engine`) use; `agent::mesh`, the group tools'
