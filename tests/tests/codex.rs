@@ -152,10 +152,11 @@ async fn codex_over_acp_answers_with_the_scripted_models_text_and_asks_before_ru
     let llm = model().await;
     let home = codex_home(&dir, &llm);
     let agent = format!(
-        "agent = {{ acp = [{:?}], cwd = {:?}, env = {{ CODEX_HOME = {:?}, STANDIN_API_KEY = \"x\" }}, \
+        "agent = {{ acp = [{:?}], cwd = {:?}, env = {{ CODEX_HOME = {:?}, STANDIN_API_KEY = \"x\" }}, sandbox = {{ write = [{:?}] }}, \
          allow = [\"read\", \"search\", \"think\"], ask = [\"execute\", \"edit\"], ask_timeout_secs = 25 }}",
         codex_acp(),
         work.display().to_string(),
+        home.display().to_string(),
         home.display().to_string(),
     );
     let spec = MeshSpec::mentions_only(&["Ada", "Codex"]).bot("Codex", &agent);

@@ -1272,12 +1272,13 @@ async fn a_telegram_bot_shows_typing_while_its_agent_works_and_stops_once_it_pos
     };
     let fake = FakeTelegram::start(accounts(), people(), &chats()).await;
     let coder = format!(
-        "{}\nagent = {{ acp = [{:?}, {:?}], cwd = {:?}, env = {{ ACP_STANDIN_LOG = {:?} }} }}",
+        "{}\nagent = {{ acp = [{:?}, {:?}], cwd = {:?}, env = {{ ACP_STANDIN_LOG = {:?} }}, sandbox = {{ read = [{:?}] }} }}",
         telegram_bot("ALPHA_TOKEN", "alpha_bot", &fake),
         botmesh_tests::test_python(),
         botmesh_tests::acp_standin_script(),
         dir.display().to_string(),
         dir.join("agent.log").display().to_string(),
+        botmesh_tests::standin_dir(),
     );
     let mut spec = MeshSpec::mentions_only(&["Alpha", "Beta"]).bot("Alpha", &coder);
     spec.env = HashMap::from([("ALPHA_TOKEN".to_string(), "111:alpha".to_string())]);

@@ -392,6 +392,8 @@ fn default_agent_timeout() -> u64 {
 /// a table with both or neither is refused naming `bots[i].agent`.
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(untagged)]
+// One per bot, read once: the ACP settings' size (its sandbox, bounds) is no cost.
+#[allow(clippy::large_enum_variant)]
 pub enum AgentEngine {
     /// The sidecar webhook (`agent = { webhook = … }`, docs/sidecar.md).
     Webhook(AgentSettings),

@@ -11,7 +11,7 @@ use crate::config::{BotSettings, LlmSettings, MeshSettings, NodeConfig};
 use crate::llm::{estimate_tokens, parse_verdict, ChatMessage, Endpoint, Purpose, Verdict};
 use crate::telemetry::metrics::Metrics;
 use crate::turn::budget::{Budget, Exhausted, Limits};
-use crate::turn::command::{GroupStops, Trail};
+use crate::turn::command::{GroupStops, Trail, WhyLimits};
 use crate::turn::judge::{build_prompt, offline_verdict, prompt_hash, JudgeInput};
 use crate::turn::mention::{Member, MentionMatcher, PlatformMention};
 use crate::turn::policy::{decide, Decision, Facts};
@@ -86,13 +86,15 @@ pub struct Brain {
     pub(crate) engine: crate::turn::engine::ReplyEngine,
     /// The ACP agent's permission questions waiting for a person's `/allow` or
     /// `/deny` (an ACP bot of a running node only).
-    pub(crate) permissions: Option<Arc<crate::turn::engine::ChatAsker>>,
+    pub(crate) permissions: Option<Arc<crate::turn::approval::ChatAsker>>,
     /// Decisions and LLM calls are counted here.
     pub(crate) metrics: Arc<Metrics>,
     /// The decisions about recent messages, which a person's `/why` reads back.
     pub(crate) trail: Trail,
     /// Each group's stop token, which a person's `/stop` cancels.
     pub(crate) stops: GroupStops,
+    /// How many `/why` each person may ask in each group.
+    pub(crate) why_limits: WhyLimits,
 }
 
 /// A judge call's answer and the prompt it was asked with.
@@ -233,12 +235,12 @@ impl Brain {
         &mut self,
         cfg: &NodeConfig,
     ) -> anyhow::Result<
-        Option<tokio::sync::mpsc::UnboundedReceiver<crate::agent::acp::PermissionQuestion>>,
+        Option<tokio::sync::mpsc::UnboundedReceiver<crate::turn::approval::AskedQuestion>>,
     > {
         let Some(settings) = cfg.bot().agent.as_ref().and_then(|a| a.acp()) else {
             return Ok(None);
         };
-        let (asker, questions) = crate::turn::engine::ChatAsker::new();
+        let (asker, questions) = crate::turn::approval::ChatAsker::new();
         let agent =
             crate::turn::engine::start_acp(cfg, settings, self.metrics.clone(), asker.clone())
                 .await?;
@@ -271,6 +273,7 @@ impl Brain {
             metrics,
             trail: Trail::default(),
             stops: GroupStops::default(),
+            why_limits: WhyLimits::default(),
         }
     }
 

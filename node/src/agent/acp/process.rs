@@ -1,5 +1,8 @@
 //! The agent's process: started from `acp` in `cwd` with a clean environment, in its
-//! own process group, and stopped by that group.
+//! own process group, boxed by the `botmesh sandbox` launcher unless `sandbox = "off"`
+//! (see `agent::sandbox`: `cwd`, a private temp dir and `write` read-write, the
+//! system's and the program's install read-only, nothing of the node's), and stopped
+//! by that group.
 //!
 //! Stopping: the caller closes its stdin first; the process gets [`STDIN_GRACE`] to
 //! exit, then the whole group gets SIGTERM, then after [`TERM_GRACE`] SIGKILL (codex-acp
@@ -21,7 +24,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::rpc::read_bounded_line;
 use super::AcpError;
-use crate::config::acp::AcpSettings;
+use crate::agent::sandbox::{self, Rules};
+use crate::config::acp::{AcpSettings, SandboxSetting};
 
 /// How long an agent has to exit after its stdin is closed.
 pub(crate) const STDIN_GRACE: Duration = Duration::from_secs(1);
@@ -42,6 +46,16 @@ pub(crate) struct AgentProcess {
     pub(crate) exit: watch::Receiver<Option<String>>,
     /// True once the process and what was left of its group are gone.
     gone: watch::Receiver<bool>,
+}
+
+/// How the node boxes its agents: the launcher (`None`: `sandbox = "off"`) and the
+/// paths no box may reach.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Boxing {
+    /// The botmesh binary that enters the box, checked by `sandbox::check`.
+    pub(crate) launcher: Option<std::path::PathBuf>,
+    /// The node's data dir, config, key and secret files.
+    pub(crate) deny: Vec<std::path::PathBuf>,
 }
 
 /// The pipes of a new process.
@@ -75,7 +89,11 @@ pub(crate) fn clean_env(
 
 /// Starts the agent. A program that cannot be started, or a `cwd` that is not a
 /// directory, is [`AcpError::Spawn`] naming the command.
-pub(crate) fn spawn(settings: &AcpSettings, bot: &str) -> Result<(AgentProcess, Pipes), AcpError> {
+pub(crate) fn spawn(
+    settings: &AcpSettings,
+    bot: &str,
+    boxing: &Boxing,
+) -> Result<(AgentProcess, Pipes), AcpError> {
     let command = command_line(settings);
     let spawn_error = |reason: String| AcpError::Spawn {
         command: command.clone(),
@@ -90,12 +108,48 @@ pub(crate) fn spawn(settings: &AcpSettings, bot: &str) -> Result<(AgentProcess, 
             settings.cwd
         )));
     }
-    let mut cmd = Command::new(program);
-    cmd.args(args)
-        .current_dir(&settings.cwd)
-        .env_clear()
-        .envs(clean_env(settings, |k| std::env::var(k).ok()))
-        .stdin(Stdio::piped())
+    let env = clean_env(settings, |k| std::env::var(k).ok());
+    let (mut cmd, temp) = match (&boxing.launcher, &settings.sandbox) {
+        (Some(launcher), SandboxSetting::Boxed { read, write }) => {
+            let path_var = env
+                .iter()
+                .find(|(k, _)| k == "PATH")
+                .map(|(_, v)| v.as_str());
+            if !found(program, path_var) {
+                return Err(spawn_error(format!(
+                    "{program:?} is not a file and not on the agent's PATH"
+                )));
+            }
+            let temp = TempDir::make(bot, settings.run_as.as_deref()).map_err(&spawn_error)?;
+            let mut rules = Rules {
+                read: read.clone(),
+                write: vec![settings.cwd.clone(), temp.0.clone()],
+                deny: boxing.deny.clone(),
+                run_as: settings.run_as.clone(),
+            };
+            rules.read.extend(sandbox::program_home(
+                std::path::Path::new(program),
+                path_var,
+            ));
+            rules.write.extend(write.iter().cloned());
+            let mut cmd = Command::new(launcher);
+            cmd.args(rules.to_args()).arg(program).args(args);
+            (cmd, Some(temp))
+        }
+        _ => {
+            let mut cmd = Command::new(program);
+            cmd.args(args);
+            (cmd, None)
+        }
+    };
+    cmd.current_dir(&settings.cwd).env_clear().envs(env);
+    if let Some(temp) = temp
+        .as_ref()
+        .filter(|_| !settings.env.contains_key("TMPDIR"))
+    {
+        cmd.env("TMPDIR", &temp.0);
+    }
+    cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
@@ -109,7 +163,7 @@ pub(crate) fn spawn(settings: &AcpSettings, bot: &str) -> Result<(AgentProcess, 
     else {
         return Err(spawn_error("its pipes were not opened".into()));
     };
-    tracing::info!(bot, pid, command = %command, cwd = ?settings.cwd, "started the ACP agent");
+    tracing::info!(bot, pid, command = %command, cwd = ?settings.cwd, boxed = temp.is_some(), "started the ACP agent");
     let label: Arc<str> = format!("{bot}/{}", program).into();
     tokio::spawn(log_stderr(stderr, label.clone()));
     let stop = CancellationToken::new();
@@ -121,7 +175,7 @@ pub(crate) fn spawn(settings: &AcpSettings, bot: &str) -> Result<(AgentProcess, 
         stop.clone(),
         exit_tx,
         gone_tx,
-        label,
+        (label, temp),
     ));
     Ok((
         AgentProcess {
@@ -144,13 +198,57 @@ impl AgentProcess {
     }
 }
 
-/// Logs the agent's stderr line by line at debug, lines cut at [`STDERR_LINE`].
+/// Logs the agent's stderr line by line at debug, lines cut at [`STDERR_LINE`]; the
+/// sandbox launcher's own lines (`botmesh-sandbox: …`, why the box failed) at warn.
 async fn log_stderr(stderr: tokio::process::ChildStderr, label: Arc<str>) {
     let mut reader = BufReader::new(stderr);
     let mut buf = Vec::new();
     while let Ok(Some(cut)) = read_bounded_line(&mut reader, STDERR_LINE, &mut buf).await {
         let line = String::from_utf8_lossy(&buf);
-        tracing::debug!(agent = %label, cut, "stderr: {line}");
+        if line.starts_with("botmesh-sandbox:") {
+            tracing::warn!(agent = %label, "{line}");
+        } else {
+            tracing::debug!(agent = %label, cut, "stderr: {line}");
+        }
+    }
+}
+
+/// Whether `program` can be started: a path to a file, or a name on `path_var`.
+fn found(program: &str, path_var: Option<&str>) -> bool {
+    if program.contains('/') {
+        return std::path::Path::new(program).is_file();
+    }
+    path_var.is_some_and(|p| std::env::split_paths(p).any(|d| d.join(program).is_file()))
+}
+
+/// A boxed agent's private temp dir (its `TMPDIR`, read-write in its box), removed
+/// once its process group is gone.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    /// Makes `<temp>/botmesh-agent-<bot>-<ulid>`, mode 0700, owned by `run_as` when set.
+    fn make(bot: &str, run_as: Option<&str>) -> Result<TempDir, String> {
+        use std::os::unix::fs::DirBuilderExt;
+        let dir = std::env::temp_dir().join(format!("botmesh-agent-{bot}-{}", ulid::Ulid::new()));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| format!("cannot make its temp dir {dir:?}: {e}"))?;
+        let made = TempDir(dir);
+        if let Some(user) = run_as {
+            let (uid, gid) = sandbox::user_ids(user).map_err(|e| e.to_string())?;
+            std::os::unix::fs::chown(&made.0, Some(uid), Some(gid))
+                .map_err(|e| format!("cannot hand its temp dir to {user}: {e}"))?;
+        }
+        Ok(made)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.0) {
+            tracing::debug!(dir = ?self.0, error = %e, "the agent's temp dir could not be removed");
+        }
     }
 }
 
@@ -170,7 +268,7 @@ async fn watch_child(
     stop: CancellationToken,
     exit_tx: watch::Sender<Option<String>>,
     gone_tx: watch::Sender<bool>,
-    label: Arc<str>,
+    (label, temp): (Arc<str>, Option<TempDir>),
 ) {
     let group = Pid::from_raw(pid as i32);
     let status = tokio::select! {
@@ -181,6 +279,7 @@ async fn watch_child(
     tracing::info!(agent = %label, status = %status, "the ACP agent's process ended");
     exit_tx.send_replace(Some(status));
     end_group(group, &label).await;
+    drop(temp);
     gone_tx.send_replace(true);
 }
 
@@ -238,6 +337,11 @@ mod tests {
             ask: vec![],
             turn_timeout_secs: 1,
             ask_timeout_secs: 1,
+            init_timeout_secs: 1,
+            max_reply_chars: 1,
+            max_title_chars: 1,
+            sandbox: Default::default(),
+            run_as: None,
         };
         let node = |k: &str| match k {
             "PATH" => Some("/bin".to_string()),
