@@ -198,7 +198,8 @@ async fn codex_over_acp_answers_with_the_scripted_models_text_and_asks_before_ru
         !work.join("proof.txt").exists(),
         "nothing ran before the answer"
     );
-    mesh.post_human(ada, "bob", "/allow").await;
+    // The person who asked answers (anyone else's /allow is ordinary text).
+    mesh.post_human(ada, "alice", "/allow").await;
     let replies = codex_replies(&mesh, &llm, codex, 3).await;
     assert_eq!(replies[2].text, AFTER_RUN);
     assert_eq!(
