@@ -490,8 +490,18 @@ async fn connect(
                 }
             }
             cmd.envs(&s.env);
-            let transport = rmcp::transport::TokioChildProcess::new(cmd)
+            let (transport, stderr) = rmcp::transport::TokioChildProcess::builder(cmd)
+                .stderr(std::process::Stdio::piped())
+                .spawn()
                 .map_err(|e| format!("could not start {:?}: {e}", s.command[0]))?;
+            if let Some(stderr) = stderr {
+                let label: std::sync::Arc<str> = format!("mcp/{}", s.name).into();
+                tokio::spawn(crate::agent::stderr::log_lines(
+                    stderr,
+                    label,
+                    crate::agent::stderr::Level::Info,
+                ));
+            }
             rmcp::serve_client(handler, transport)
                 .await
                 .map_err(|e| format!("initialize failed: {e}"))

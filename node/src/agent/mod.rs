@@ -11,3 +11,4 @@ pub mod acp;
 pub(crate) mod mcp;
 pub mod sandbox;
 pub(crate) mod sidecar;
+pub(crate) mod stderr;

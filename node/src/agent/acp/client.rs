@@ -713,7 +713,7 @@ fn session_update(shared: &Shared, params: &Value) {
                     entries
                         .iter()
                         .map(|e| PlanStep {
-                            content: str_field(e, "content"),
+                            content: bounded_title(shared, &str_field(e, "content")),
                             status: str_field(e, "status"),
                         })
                         .collect()
@@ -741,8 +741,8 @@ fn cut_at(text: &str, max: usize) -> &str {
     }
 }
 
-/// A tool call's title as shown: at most `max_title_chars` characters, a cut one
-/// ending in `…` and counted.
+/// A tool call's title (or a plan step) as shown: at most `max_title_chars`
+/// characters, a cut one ending in `…` and counted.
 fn bounded_title(shared: &Shared, title: &str) -> String {
     let max = shared.settings.max_title_chars;
     let kept = cut_at(title, max);

@@ -17,12 +17,10 @@ use std::time::Duration;
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use tokio::io::BufReader;
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::rpc::read_bounded_line;
 use super::AcpError;
 use crate::agent::sandbox::{self, Rules};
 use crate::config::acp::{AcpSettings, SandboxSetting};
@@ -31,8 +29,6 @@ use crate::config::acp::{AcpSettings, SandboxSetting};
 pub(crate) const STDIN_GRACE: Duration = Duration::from_secs(1);
 /// How long its group has between SIGTERM and SIGKILL.
 pub(crate) const TERM_GRACE: Duration = Duration::from_secs(3);
-/// The longest stderr line logged whole; the rest of a longer line is cut.
-const STDERR_LINE: usize = 2048;
 /// The only variables taken from the node's environment.
 const INHERITED: [&str; 3] = ["PATH", "HOME", "LANG"];
 
@@ -165,7 +161,11 @@ pub(crate) fn spawn(
     };
     tracing::info!(bot, pid, command = %command, cwd = ?settings.cwd, boxed = temp.is_some(), "started the ACP agent");
     let label: Arc<str> = format!("{bot}/{}", program).into();
-    tokio::spawn(log_stderr(stderr, label.clone()));
+    tokio::spawn(crate::agent::stderr::log_lines(
+        stderr,
+        label.clone(),
+        crate::agent::stderr::Level::Debug,
+    ));
     let stop = CancellationToken::new();
     let (exit_tx, exit) = watch::channel(None);
     let (gone_tx, gone) = watch::channel(false);
@@ -195,21 +195,6 @@ impl AgentProcess {
         self.stop.cancel();
         let mut gone = self.gone.clone();
         let _ = gone.wait_for(|g| *g).await;
-    }
-}
-
-/// Logs the agent's stderr line by line at debug, lines cut at [`STDERR_LINE`]; the
-/// sandbox launcher's own lines (`botmesh-sandbox: …`, why the box failed) at warn.
-async fn log_stderr(stderr: tokio::process::ChildStderr, label: Arc<str>) {
-    let mut reader = BufReader::new(stderr);
-    let mut buf = Vec::new();
-    while let Ok(Some(cut)) = read_bounded_line(&mut reader, STDERR_LINE, &mut buf).await {
-        let line = String::from_utf8_lossy(&buf);
-        if line.starts_with("botmesh-sandbox:") {
-            tracing::warn!(agent = %label, "{line}");
-        } else {
-            tracing::debug!(agent = %label, cut, "stderr: {line}");
-        }
     }
 }
 
