@@ -28,7 +28,8 @@ says:
   PROBE <json>  a hostile agent: {"read": [paths], "write": [dirs]} ("{ppid}" in a path
                 is its parent's pid, the node's); tries to read each path (a folder is
                 listed; /proc/<pid>/mem only opened) and create a file in each dir;
-                replies {"read": {path: {"ok", "text" | "error"}}, "write": {...}}
+                replies {"read": {path: {"ok", "text" | "error"}}, "write": {...},
+                "uid", "gid", "groups"}
   anything else "echo: <text>" (the whole prompt text)
 
 The keyword is looked for at the start of a word in the prompt's last line, so a bot's
@@ -71,7 +72,7 @@ KEYWORDS = ["CHUNKS", "TOOL ", "SLOW", "AWAITGO", "CRASH", "ENV", "REFUSE", "SES
 def probe(spec: dict) -> dict:
     """What a hostile agent gets when it reaches for each path."""
     ppid = str(os.getppid())
-    out = {"read": {}, "write": {}, "ppid": ppid}
+    out = {"read": {}, "write": {}, "ppid": ppid, "uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups()}
     for path in spec.get("read", []):
         real = path.replace("{ppid}", ppid)
         try:

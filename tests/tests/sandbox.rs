@@ -183,3 +183,61 @@ async fn as_an_unprivileged_user_a_hostile_agent_finds_nothing_of_the_node() {
         assert!(said.contains("PermissionError"), "{path}: {said}");
     }
 }
+
+#[tokio::test]
+async fn a_node_run_as_root_starts_its_agent_as_run_as_inside_the_box() {
+    use botmesh::agent::acp::{AcpAgent, AcpOptions, AcpSettings};
+    use botmesh::config::acp::SandboxSetting;
+    assert!(is_root(), "run_as needs a node running as root (CI does)");
+    botmesh_tests::use_sandbox_launcher();
+    let work = tempfile::tempdir().unwrap();
+    let cwd = work.path().canonicalize().unwrap();
+    give_to_nobody(&cwd);
+    let settings = AcpSettings {
+        acp: vec!["/usr/bin/python3".into(), script()],
+        cwd: cwd.clone(),
+        env: [("PYTHONPATH".to_string(), site_packages())].into(),
+        env_from: Default::default(),
+        allow: vec![],
+        ask: vec![],
+        turn_timeout_secs: 30,
+        ask_timeout_secs: 1,
+        init_timeout_secs: 15,
+        max_reply_chars: 20_000,
+        max_title_chars: 200,
+        sandbox: SandboxSetting::Boxed {
+            read: vec![botmesh_tests::standin_dir().into(), site_packages().into()],
+            write: vec![],
+        },
+        run_as: Some("nobody".into()),
+    };
+    let agent = tokio::time::timeout(
+        WAIT,
+        AcpAgent::start(settings, "Ada", AcpOptions::default()),
+    )
+    .await
+    .expect("in time")
+    .expect("starts as nobody");
+    let spec = json!({"read": ["/root"], "write": [cwd.display().to_string()]});
+    let out = tokio::time::timeout(
+        WAIT,
+        agent.prompt("g", format!("PROBE {spec}").as_str(), None),
+    )
+    .await
+    .expect("in time")
+    .expect("turn");
+    agent.stop().await;
+    let out: Value = serde_json::from_str(&out.text).unwrap();
+    assert_eq!(
+        (out["uid"].clone(), out["gid"].clone()),
+        (json!(NOBODY), json!(NOBODY)),
+        "{out}"
+    );
+    assert_eq!(
+        out["groups"],
+        json!([NOBODY]),
+        "no supplementary groups of root's"
+    );
+    assert!(!got(&out, "read", "/root").0, "{out}");
+    assert!(got(&out, "write", &cwd.display().to_string()).0, "{out}");
+}
