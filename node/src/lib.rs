@@ -31,7 +31,8 @@
 //! llm         the OpenAI-compatible client (whole answers, and streamed drafts; tool calls)
 //! agent       reply engines beyond the model, and what they use: MCP tool servers (rmcp),
 //!             the sidecar webhook, coding agents hosted over ACP, the Landlock box they
-//!             run in (sandbox: `botmesh sandbox`, the node made non-dumpable)
+//!             and stdio MCP servers run in (sandbox: `botmesh sandbox`, the node made
+//!             non-dumpable; boxing: how the node starts a process in it)
 //! store       transcripts, the outbox log, delivery cursors, the verdict log
 //! telemetry   Prometheus metrics, live events
 //! config      peers.toml → a validated NodeConfig; pacing (backoff, token bucket) for every layer;

@@ -1,6 +1,7 @@
 //! Reply engines beyond the built-in model, and what they use: a bot's MCP tool
 //! servers ([`mcp`]), the sidecar webhook ([`sidecar`]), and a coding agent hosted
-//! over ACP ([`acp`]), run in a Landlock box ([`sandbox`]). The turn code chooses among them behind one boundary
+//! over ACP ([`acp`]); agents and stdio MCP servers run in a Landlock box ([`sandbox`]),
+//! started the one way [`boxing`] says. The turn code chooses among them behind one boundary
 //! (`turn::engine::ReplyEngine`), where the ACP client is the `Acp` variant.
 //!
 //! This folder sits below `llm/` and above `config/`: it speaks its own protocols
@@ -8,6 +9,7 @@
 //! shape.
 
 pub mod acp;
+pub(crate) mod boxing;
 pub(crate) mod mcp;
 pub mod sandbox;
 pub(crate) mod sidecar;

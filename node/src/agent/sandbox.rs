@@ -92,7 +92,7 @@ pub enum SandboxError {
         why: String,
     },
     /// The kernel does not enforce Landlock (too old, or not enabled at boot).
-    #[error("this kernel does not enforce Landlock ({0}): agents cannot be boxed; set `sandbox = \"off\"` in the bot's agent to run them unboxed (not recommended)")]
+    #[error("this kernel does not enforce Landlock ({0}): agents and MCP servers cannot be boxed; set `sandbox = \"off\"` in the bot's agent (or the MCP server) to run it unboxed (not recommended)")]
     Unavailable(String),
     /// A rule could not be added (the path cannot be opened).
     #[error("cannot add the sandbox rule for {path:?}: {why}")]
@@ -206,17 +206,55 @@ pub async fn check(launcher: &Path) -> Result<String, SandboxError> {
 /// the one holding the program (a venv's `bin/python` → the venv, `node_modules/.bin/x`
 /// → `node_modules`), for the path as found on `PATH` and for the file it links to.
 /// Never `/` or a top-level folder (`/usr/bin/x` gives nothing: [`SYSTEM_READ`] has it).
+/// A script's interpreter (its `#!` line, `#!/usr/bin/env node` found on `path_var`)
+/// is a program of its own: its install is added too (a venv's `bin/mcp-server-time`
+/// runs the Python the venv links to).
 pub fn program_home(program: &Path, path_var: Option<&str>) -> Vec<PathBuf> {
-    let found = if program.components().count() > 1 {
-        Some(program.to_path_buf())
-    } else {
-        path_var.and_then(|p| {
-            std::env::split_paths(p)
-                .map(|d| d.join(program))
-                .find(|c| c.is_file())
-        })
-    };
-    let Some(found) = found else {
+    let mut homes = install_of(program, path_var);
+    if let Some(interpreter) = interpreter_of(program, path_var) {
+        for home in install_of(&interpreter, path_var) {
+            if !homes.contains(&home) {
+                homes.push(home);
+            }
+        }
+    }
+    homes
+}
+
+/// The interpreter a script names on its `#!` line (`env`'s argument found on
+/// `path_var`), when `program` is one.
+fn interpreter_of(program: &Path, path_var: Option<&str>) -> Option<PathBuf> {
+    use std::io::Read;
+    let found = find_program(program, path_var)?;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(found).ok()?.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = String::from_utf8_lossy(line);
+    let mut words = line.lines().next()?.split_whitespace();
+    let first = PathBuf::from(words.next()?);
+    if first.file_name().is_some_and(|f| f == "env") {
+        let name = words.find(|w| !w.starts_with('-'))?;
+        return find_program(Path::new(name), path_var);
+    }
+    Some(first)
+}
+
+/// `program` as a path: itself when it names a folder, else the first match on
+/// `path_var`.
+pub fn find_program(program: &Path, path_var: Option<&str>) -> Option<PathBuf> {
+    if program.components().count() > 1 {
+        return Some(program.to_path_buf());
+    }
+    path_var.and_then(|p| {
+        std::env::split_paths(p)
+            .map(|d| d.join(program))
+            .find(|c| c.is_file())
+    })
+}
+
+/// The install `program` itself lives in (see [`program_home`]).
+fn install_of(program: &Path, path_var: Option<&str>) -> Vec<PathBuf> {
+    let Some(found) = find_program(program, path_var) else {
         return Vec::new();
     };
     let mut homes = Vec::new();
@@ -455,5 +493,30 @@ mod tests {
         );
         assert!(program_home(Path::new("/usr/bin/env"), None).is_empty());
         assert!(program_home(Path::new("no-such-tool"), Some(&path)).is_empty());
+    }
+
+    #[test]
+    fn a_script_s_interpreter_install_is_read_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        for d in ["venv/bin", "py/bin", "node/bin"] {
+            std::fs::create_dir_all(base.join(d)).unwrap();
+        }
+        std::fs::write(base.join("py/bin/python3"), "").unwrap();
+        std::fs::write(base.join("node/bin/node"), "").unwrap();
+        let script = base.join("venv/bin/server");
+        let py = base.join("py/bin/python3");
+        std::fs::write(&script, format!("#!{}\nimport x\n", py.display())).unwrap();
+        assert_eq!(
+            program_home(&script, None),
+            [base.join("venv"), base.join("py")]
+        );
+        // `#!/usr/bin/env node`: the interpreter is found on PATH.
+        std::fs::write(&script, "#!/usr/bin/env -S node --flag\n").unwrap();
+        let path = base.join("node/bin").display().to_string();
+        assert_eq!(
+            program_home(&script, Some(&path)),
+            [base.join("venv"), base.join("node")]
+        );
     }
 }

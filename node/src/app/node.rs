@@ -285,7 +285,7 @@ pub async fn start(
     let http = peer_http_client(&cfg)?;
     let relay = build_relay(&cfg, &outboxes, &http, &metrics);
     let mut brain = Brain::new(&cfg, metrics.clone())?;
-    brain.start_tools(&cfg);
+    brain.start_tools(&cfg).await?;
     let questions = brain.start_agent(&cfg).await?;
     let verdicts = crate::store::verdicts::VerdictLog::open(&cfg.data_dir, metrics.clone())
         .with_context(|| format!("opening the verdict log in {}", cfg.data_dir.display()))?;

@@ -198,6 +198,28 @@ pub enum SandboxSetting {
     Off,
 }
 
+impl SandboxSetting {
+    /// What is wrong with it, as (key relative to the table holding `sandbox`,
+    /// problem): every `read` and `write` path must be absolute.
+    pub(crate) fn problems(&self) -> Vec<(String, String)> {
+        let SandboxSetting::Boxed { read, write } = self else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (list, paths) in [("read", read), ("write", write)] {
+            for (i, p) in paths.iter().enumerate() {
+                if !p.is_absolute() {
+                    out.push((
+                        format!("sandbox.{list}[{i}]"),
+                        format!("{p:?} is not an absolute path"),
+                    ));
+                }
+            }
+        }
+        out
+    }
+}
+
 impl Default for SandboxSetting {
     fn default() -> Self {
         SandboxSetting::Boxed {
@@ -362,16 +384,9 @@ impl AcpSettings {
             );
         }
         match &self.sandbox {
-            SandboxSetting::Boxed { read, write } => {
-                for (list, paths) in [("read", read), ("write", write)] {
-                    for (i, p) in paths.iter().enumerate() {
-                        if !p.is_absolute() {
-                            bad(
-                                format!("sandbox.{list}[{i}]"),
-                                format!("{p:?} is not an absolute path"),
-                            );
-                        }
-                    }
+            SandboxSetting::Boxed { .. } => {
+                for (key, problem) in self.sandbox.problems() {
+                    bad(key, problem);
                 }
             }
             SandboxSetting::Off => {

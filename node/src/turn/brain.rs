@@ -209,21 +209,48 @@ impl Brain {
     }
 
     /// Starts the bot's MCP tool servers (`[[bots.mcp]]`), whose tools its reply model
-    /// is offered from now on: what a running node does (not `botmesh explain`).
-    /// Must be called within a tokio runtime.
-    pub(crate) fn start_tools(&mut self, cfg: &NodeConfig) {
+    /// is offered from now on: what a running node does (not `botmesh explain`). A
+    /// stdio server runs boxed unless its `sandbox = "off"` (a warning, at every
+    /// start); a kernel or launcher that cannot box it is an error, before the node
+    /// serves.
+    pub(crate) async fn start_tools(&mut self, cfg: &NodeConfig) -> anyhow::Result<()> {
+        use crate::config::acp::SandboxSetting;
         let bot = cfg.bot();
         if bot.mcp.is_empty() {
-            return;
+            return Ok(());
         }
-        if let crate::turn::engine::ReplyEngine::Model { tools } = &mut self.engine {
-            *tools = Some(crate::agent::mcp::McpTools::start(
-                &bot.name,
-                &bot.mcp,
-                &cfg.mcp_headers,
-                self.metrics.clone(),
-            ));
+        let crate::turn::engine::ReplyEngine::Model { tools } = &mut self.engine else {
+            return Ok(());
+        };
+        let stdio = bot.mcp.iter().filter(|m| m.url.is_none());
+        for m in stdio.clone().filter(|m| m.sandbox == SandboxSetting::Off) {
+            tracing::warn!(bot = %bot.name, server = %m.name, "sandbox = \"off\": the MCP server runs unboxed, and can read and write whatever the node's user can (its data dir, config and key files)");
         }
+        let boxing = match stdio.clone().find(|m| m.sandbox != SandboxSetting::Off) {
+            None => crate::agent::boxing::Boxing::default(),
+            Some(m) => {
+                let deny = crate::turn::engine::private_paths(cfg);
+                let (boxing, answer) = crate::agent::boxing::Boxing::prepare(None, deny)
+                    .await
+                    .map_err(|e| {
+                        anyhow::anyhow!(
+                            "bot {}'s MCP server {:?} cannot be boxed: {e}",
+                            bot.name,
+                            m.name
+                        )
+                    })?;
+                tracing::info!(bot = %bot.name, launcher = ?boxing.launcher, %answer, deny = ?boxing.deny, "the bot's stdio MCP servers run boxed");
+                boxing
+            }
+        };
+        *tools = Some(crate::agent::mcp::McpTools::start(
+            &bot.name,
+            &bot.mcp,
+            &cfg.mcp_headers,
+            boxing,
+            self.metrics.clone(),
+        ));
+        Ok(())
     }
 
     /// Starts the bot's ACP agent (`[[bots]] agent = { acp = … }`), which writes its

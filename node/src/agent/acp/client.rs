@@ -12,12 +12,13 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::process::{self, AgentProcess, Boxing};
+use super::process::{self, AgentProcess};
 use super::rpc::{CallError, Connection, Handler, RpcError};
 use super::{
     AcpError, AcpOptions, AcpProgress, AcpPrompt, AcpSettings, Decision, PermissionQuestion,
     PlanStep, StopReason, ToolKind, TurnOutcome,
 };
+use crate::agent::boxing::Boxing;
 use crate::config::pacing::{Backoff, Jitter};
 
 /// The ACP protocol version this client speaks.
@@ -467,21 +468,17 @@ async fn boxing(
     bot: &str,
     options: &AcpOptions,
 ) -> Result<Boxing, AcpError> {
-    use crate::agent::sandbox;
     if settings.sandbox == crate::config::acp::SandboxSetting::Off {
         tracing::warn!(bot, "sandbox = \"off\": the ACP agent runs unboxed, and can read and write whatever the node's user can (its data dir, config and key files)");
         return Ok(Boxing::default());
     }
-    let launcher = match &options.sandbox_launcher {
-        Some(l) => l.clone(),
-        None => sandbox::launcher_path()?,
-    };
-    let answer = sandbox::check(&launcher).await?;
-    tracing::info!(bot, launcher = ?launcher, %answer, deny = ?options.sandbox_deny, "the ACP agent runs boxed");
-    Ok(Boxing {
-        launcher: Some(launcher),
-        deny: options.sandbox_deny.clone(),
-    })
+    let (boxing, answer) = Boxing::prepare(
+        options.sandbox_launcher.clone(),
+        options.sandbox_deny.clone(),
+    )
+    .await?;
+    tracing::info!(bot, launcher = ?boxing.launcher, %answer, deny = ?boxing.deny, "the ACP agent runs boxed");
+    Ok(boxing)
 }
 
 /// Spawns the process and initializes it.

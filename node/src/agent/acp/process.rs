@@ -17,13 +17,13 @@ use std::time::Duration;
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::AcpError;
-use crate::agent::sandbox::{self, Rules};
-use crate::config::acp::{AcpSettings, SandboxSetting};
+use crate::agent::boxing::{boxed_command, Boxing, Launch, TempDir};
+use crate::config::acp::AcpSettings;
 
 /// How long an agent has to exit after its stdin is closed.
 pub(crate) const STDIN_GRACE: Duration = Duration::from_secs(1);
@@ -42,16 +42,6 @@ pub(crate) struct AgentProcess {
     pub(crate) exit: watch::Receiver<Option<String>>,
     /// True once the process and what was left of its group are gone.
     gone: watch::Receiver<bool>,
-}
-
-/// How the node boxes its agents: the launcher (`None`: `sandbox = "off"`) and the
-/// paths no box may reach.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Boxing {
-    /// The botmesh binary that enters the box, checked by `sandbox::check`.
-    pub(crate) launcher: Option<std::path::PathBuf>,
-    /// The node's data dir, config, key and secret files.
-    pub(crate) deny: Vec<std::path::PathBuf>,
 }
 
 /// The pipes of a new process.
@@ -105,46 +95,20 @@ pub(crate) fn spawn(
         )));
     }
     let env = clean_env(settings, |k| std::env::var(k).ok());
-    let (mut cmd, temp) = match (&boxing.launcher, &settings.sandbox) {
-        (Some(launcher), SandboxSetting::Boxed { read, write }) => {
-            let path_var = env
-                .iter()
-                .find(|(k, _)| k == "PATH")
-                .map(|(_, v)| v.as_str());
-            if !found(program, path_var) {
-                return Err(spawn_error(format!(
-                    "{program:?} is not a file and not on the agent's PATH"
-                )));
-            }
-            let temp = TempDir::make(bot, settings.run_as.as_deref()).map_err(&spawn_error)?;
-            let mut rules = Rules {
-                read: read.clone(),
-                write: vec![settings.cwd.clone(), temp.0.clone()],
-                deny: boxing.deny.clone(),
-                run_as: settings.run_as.clone(),
-            };
-            rules.read.extend(sandbox::program_home(
-                std::path::Path::new(program),
-                path_var,
-            ));
-            rules.write.extend(write.iter().cloned());
-            let mut cmd = Command::new(launcher);
-            cmd.args(rules.to_args()).arg(program).args(args);
-            (cmd, Some(temp))
-        }
-        _ => {
-            let mut cmd = Command::new(program);
-            cmd.args(args);
-            (cmd, None)
-        }
-    };
-    cmd.current_dir(&settings.cwd).env_clear().envs(env);
-    if let Some(temp) = temp
-        .as_ref()
-        .filter(|_| !settings.env.contains_key("TMPDIR"))
-    {
-        cmd.env("TMPDIR", &temp.0);
-    }
+    let (mut cmd, temp) = boxed_command(
+        boxing,
+        Launch {
+            who: bot,
+            program,
+            args,
+            cwd: &settings.cwd,
+            cwd_write: true,
+            env,
+            sandbox: &settings.sandbox,
+            run_as: settings.run_as.as_deref(),
+        },
+    )
+    .map_err(&spawn_error)?;
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -195,45 +159,6 @@ impl AgentProcess {
         self.stop.cancel();
         let mut gone = self.gone.clone();
         let _ = gone.wait_for(|g| *g).await;
-    }
-}
-
-/// Whether `program` can be started: a path to a file, or a name on `path_var`.
-fn found(program: &str, path_var: Option<&str>) -> bool {
-    if program.contains('/') {
-        return std::path::Path::new(program).is_file();
-    }
-    path_var.is_some_and(|p| std::env::split_paths(p).any(|d| d.join(program).is_file()))
-}
-
-/// A boxed agent's private temp dir (its `TMPDIR`, read-write in its box), removed
-/// once its process group is gone.
-struct TempDir(std::path::PathBuf);
-
-impl TempDir {
-    /// Makes `<temp>/botmesh-agent-<bot>-<ulid>`, mode 0700, owned by `run_as` when set.
-    fn make(bot: &str, run_as: Option<&str>) -> Result<TempDir, String> {
-        use std::os::unix::fs::DirBuilderExt;
-        let dir = std::env::temp_dir().join(format!("botmesh-agent-{bot}-{}", ulid::Ulid::new()));
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|e| format!("cannot make its temp dir {dir:?}: {e}"))?;
-        let made = TempDir(dir);
-        if let Some(user) = run_as {
-            let (uid, gid) = sandbox::user_ids(user).map_err(|e| e.to_string())?;
-            std::os::unix::fs::chown(&made.0, Some(uid), Some(gid))
-                .map_err(|e| format!("cannot hand its temp dir to {user}: {e}"))?;
-        }
-        Ok(made)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        if let Err(e) = std::fs::remove_dir_all(&self.0) {
-            tracing::debug!(dir = ?self.0, error = %e, "the agent's temp dir could not be removed");
-        }
     }
 }
 
