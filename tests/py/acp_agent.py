@@ -8,7 +8,8 @@ says:
                 update, then end_turn
   TOOL <kind>   a tool call of that kind, then session/request_permission with option
                 ids that differ from their kinds (only the allow ones with ONLYALLOW in
-                the text); replies "permission: <optionId>" or "permission: cancelled"
+                the text; with AFTERGO only once the file `go` exists in its cwd, logging
+                "awaiting" first); replies "permission: <optionId>" or "permission: cancelled"
   SLOW          works 30 s in 0.1 s steps, honouring session/cancel (then answers
                 `cancelled` and writes "cancelled <sessionId>" to $ACP_STANDIN_LOG)
   AWAITGO       long work that ends on the test's word, not a clock: a tool call
@@ -176,6 +177,14 @@ class StandIn(Agent):
 
         if text.startswith("TOOL "):
             kind = text.split()[1]
+            if "AFTERGO" in text:
+                # Asks only once the file `go` exists in the session's cwd.
+                go = os.path.join(self.sessions[sid]["cwd"], "go")
+                log(f"awaiting {sid}")
+                for _ in range(2400):
+                    if os.path.exists(go):
+                        break
+                    await asyncio.sleep(0.05)
             await self.conn.session_update(
                 session_id=sid, update=start_tool_call("call-7", f"do a {kind} thing", kind=kind, status="pending")
             )

@@ -681,3 +681,43 @@ async fn an_agent_that_never_initializes_is_started_again_while_the_node_serves(
     // It was started and reached `initialize`, which it never answered.
     wait_log(&dir, "never initializing").await;
 }
+
+#[tokio::test]
+async fn a_permission_question_is_held_by_the_loop_brake_like_any_bot_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let spec = MeshSpec::mentions_only(&["Ada", "Coder"])
+        .mesh("bot_messages_per_minute = 2")
+        .bot(
+            "Coder",
+            &agent_line(&dir, ", ask = [\"execute\"], ask_timeout_secs = 60"),
+        );
+    let mesh = TestMesh::start(spec).await;
+    let coder = mesh.index("Coder");
+    let ada = mesh.index("Ada");
+    // The turn starts; before the agent asks, two bot messages fill the brake.
+    mesh.post_human(coder, "alice", "@Coder TOOL execute AFTERGO")
+        .await;
+    wait_log(&dir, "awaiting").await;
+    for text in ["chatter one", "chatter two"] {
+        let env = botmesh_tests::bot_message("Ada", text, 1);
+        let (status, body) = botmesh_tests::SignedRequest::new(&mesh.signers[ada], &env, 0)
+            .send(&mesh.http, &mesh.bridge(coder))
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    std::fs::write(dir.join("go"), "").unwrap();
+    // The question is not posted: the agent is rejected at once (not after 60 s).
+    wait_log(&dir, "permission execute nope").await;
+    let t = mesh.transcript(coder).await;
+    assert!(
+        !t.iter().any(|e| e.text.contains("wants to run")),
+        "a question was posted past the brake: {t:#?}"
+    );
+    let held = botmesh_tests::metric(
+        &mesh.metrics(coder).await,
+        "botmesh_decisions_total{action=\"silent\",reason=\"rate_cap\"}",
+    );
+    assert!(held >= 1.0, "{held}");
+    mesh.shutdown().await;
+}

@@ -156,6 +156,16 @@ pub(crate) async fn post_questions(
         let me = t.me.name.clone();
         let text = format!("{me} wants to run: {} — /allow or /deny", q.title);
         let at = now_millis();
+        // A question is a bot message: the loop brake holds it like any other.
+        let recent = crate::turn::pipeline::bots_since_human(&*node, &q.group, at);
+        if recent >= t.mesh.bot_messages_per_minute as usize {
+            tracing::warn!(bot = %me, group = %q.group, %id, title = %q.title, recent_bot_messages = recent, limit = t.mesh.bot_messages_per_minute, "the loop brake is on in this group (bot_messages_per_minute): the agent's permission question is not posted, and rejected");
+            node.metrics.decision("silent", "rate_cap");
+            if let Some(p) = &node.brain.permissions {
+                p.withdraw(&q.group, id);
+            }
+            continue;
+        }
         let mut env = Envelope::message(id, at, &q.group, &me, Author::bot(&me), text);
         env.depth = t.mesh.max_depth;
         match node.publish(env, "self").await {
@@ -167,7 +177,10 @@ pub(crate) async fn post_questions(
                 tracing::info!(bot = %me, group = %q.group, %id, kind = %q.kind, title = %q.title, %may_answer, "asked the chat about the agent's tool call (the requester or an operator answers)")
             }
             Err(e) => {
-                tracing::error!(bot = %me, group = %q.group, error = %e, "the agent's permission question could not be recorded; it will be rejected after ask_timeout_secs")
+                tracing::error!(bot = %me, group = %q.group, error = %e, "the agent's permission question could not be recorded: rejected");
+                if let Some(p) = &node.brain.permissions {
+                    p.withdraw(&q.group, id);
+                }
             }
         }
     }
@@ -229,6 +242,13 @@ async fn post_why(node: Arc<Node>, cmd: Arc<Envelope>) {
         answer.map(|a| &**a),
         node.quiet.by(&cmd.group),
     );
+    // An answer is a bot message: the loop brake holds it like any other.
+    let recent = crate::turn::pipeline::bots_since_human(&*node, &cmd.group, now_millis());
+    if recent >= t.mesh.bot_messages_per_minute as usize {
+        tracing::info!(bot = %me, command = %cmd.id, recent_bot_messages = recent, limit = t.mesh.bot_messages_per_minute, "the loop brake is on in this group (bot_messages_per_minute): the /why is not answered");
+        node.metrics.chat_command("why", "rate_cap");
+        return;
+    }
     let env = command_answer(&me, &cmd, text, t.mesh.max_depth);
     let id = env.id;
     match node.publish(env, "self").await {

@@ -123,6 +123,17 @@ impl ChatAsker {
         }
     }
 
+    /// Withdraws question `id` of `group` unposted (the loop brake held it, or it could
+    /// not be recorded): the agent gets a rejection at once.
+    pub(crate) fn withdraw(&self, group: &str, id: Ulid) {
+        let mut pending = self.pending.lock();
+        if let Some(ws) = pending.get_mut(group) {
+            if let Some(at) = ws.iter().position(|w| w.id == id) {
+                let _ = ws.remove(at).tx.send(Decision::Deny);
+            }
+        }
+    }
+
     /// Answers the question `cmd` (a person's `/allow` or `/deny` in its group) is for
     /// (see the module's rules), with `decision`.
     pub(crate) fn answer(&self, cmd: &Envelope, decision: Decision, t: &Tuning) -> Answered {
