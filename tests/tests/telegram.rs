@@ -1313,3 +1313,49 @@ async fn a_telegram_bot_shows_typing_while_its_agent_works_and_stops_once_it_pos
     );
     mesh.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_why_flood_on_telegram_posts_a_bounded_few_and_holds_back_no_real_answer() {
+    botmesh_tests::init_logs();
+    let llm = conversation_llm().await;
+    let fake = FakeTelegram::start(accounts(), people(), &chats()).await;
+    let mut spec = MeshSpec::new(&["Alpha", "Beta"])
+        .llm(&llm.base_url)
+        .all_bots(FAST)
+        .bot("Alpha", &telegram_bot("ALPHA_TOKEN", "alpha_bot", &fake))
+        .bot("Beta", "participation = \"mentions\"");
+    spec.env = HashMap::from([("ALPHA_TOKEN".to_string(), "111:alpha".to_string())]);
+    let mesh = TestMesh::start(spec).await;
+    // Forty /why from one person: a burst is answered, the rest counted and dropped.
+    for _ in 0..40 {
+        fake.say(CHAT, CAROL, "/why @alpha_bot");
+    }
+    let limited = botmesh_tests::wait_for(
+        WAIT,
+        Duration::from_millis(50),
+        || async {
+            metric(
+                &mesh.metrics(ALPHA).await,
+                r#"botmesh_chat_commands_total{command="why",outcome="rate_limited"}"#,
+            )
+        },
+        |n| *n >= 37.0,
+    )
+    .await;
+    assert_eq!(limited, 37.0);
+    // A real question right after is answered, not queued behind the flood.
+    fake.say(CHAT, DAN, "@alpha_bot still there?");
+    fake.wait("Alpha's answer", |f| {
+        f.posted_by(ALPHA_ID)
+            .iter()
+            .any(|m| m.text.contains("answer from Alpha"))
+    })
+    .await;
+    let posted = fake.posted_by(ALPHA_ID);
+    assert_eq!(
+        posted.len(),
+        4,
+        "three /why answers and the real one: {posted:#?}"
+    );
+    mesh.shutdown().await;
+}
