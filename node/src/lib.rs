@@ -34,8 +34,10 @@
 //! egress      one outbox per peer over a Transport (HTTP peer, Redis stream), relay, claim acks
 //! llm         the OpenAI-compatible client (whole answers, and streamed drafts; tool calls)
 //! agent       reply engines beyond the model, and what they use: MCP tool servers (rmcp),
-//!             the sidecar webhook, coding agents hosted over ACP; the `mesh` MCP server
-//!             (`botmesh mcp`, the group tools over stdio)
+//!             the sidecar webhook, coding agents hosted over ACP, the Landlock box they
+//!             and stdio MCP servers run in (sandbox: `botmesh sandbox`, the node made
+//!             non-dumpable; boxing: how the node starts a process in it); the `mesh` MCP
+//!             server (`botmesh mcp`, the group tools over stdio)
 //! store       transcripts, the outbox log, delivery cursors, the verdict log
 //! telemetry   Prometheus metrics, live events
 //! config      peers.toml → a validated NodeConfig; pacing (backoff, token bucket) for every layer;

@@ -189,6 +189,7 @@ impl TestMesh {
     /// Writes peers.toml and starts every node.
     pub async fn start(spec: MeshSpec) -> TestMesh {
         init_logs();
+        use_sandbox_launcher();
         let dir = tempfile::tempdir().expect("tempdir");
         let mut bridges_l = Vec::new();
         let mut apis_l = Vec::new();
@@ -598,6 +599,34 @@ pub fn acp_standin_script() -> String {
         .to_string()
 }
 
+/// The folder of the scripted stand-ins (tests/py), which a boxed stand-in agent must
+/// be able to read: `sandbox = { read = [<this>] }`.
+pub fn standin_dir() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("py")
+        .display()
+        .to_string()
+}
+
+/// Tells the nodes this test process starts in-process where the botmesh binary that
+/// boxes their agents is (`BOTMESH_SANDBOX_LAUNCHER`: the running executable is the
+/// test binary), once, when it is built (a test without agents does not need it).
+pub fn use_sandbox_launcher() {
+    static SET: Once = Once::new();
+    SET.call_once(|| {
+        let exe = std::env::current_exe().expect("current exe");
+        let bin = exe
+            .parent()
+            .and_then(|d| d.parent())
+            .map(|d| d.join("botmesh"));
+        if let Some(bin) = bin.filter(|b| b.exists()) {
+            if std::env::var_os(botmesh::agent::sandbox::LAUNCHER_ENV).is_none() {
+                std::env::set_var(botmesh::agent::sandbox::LAUNCHER_ENV, bin);
+            }
+        }
+    });
+}
+
 /// The `botmesh` binary built next to the running test (scripts/test.sh builds it first).
 pub fn botmesh_bin() -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
@@ -882,6 +911,9 @@ pub struct ProcessMesh {
     pub http: reqwest::Client,
     /// The open-file limit (`ulimit -n`) the bots are started with; None: inherited.
     pub open_files_limit: Option<u32>,
+    /// The uid (and gid) the bots run as (`setpriv`, no supplementary groups), as in
+    /// production; None: the test's own. The test makes its files theirs.
+    pub as_user: Option<u32>,
 }
 
 impl ProcessMesh {
@@ -938,6 +970,7 @@ impl ProcessMesh {
             procs: names.iter().map(|_| None).collect(),
             http,
             open_files_limit: None,
+            as_user: None,
         }
     }
 
@@ -952,9 +985,18 @@ impl ProcessMesh {
         assert!(self.procs[i].is_none());
         let log =
             std::fs::File::create(self.dir.path().join(format!("{}.log", self.names[i]))).unwrap();
-        let mut command = match self.open_files_limit {
-            None => std::process::Command::new(botmesh_bin()),
-            Some(n) => {
+        let mut command = match (self.open_files_limit, self.as_user) {
+            (_, Some(uid)) => {
+                let mut setpriv = std::process::Command::new("setpriv");
+                setpriv
+                    .arg(format!("--reuid={uid}"))
+                    .arg(format!("--regid={uid}"))
+                    .args(["--clear-groups", "--"])
+                    .arg(botmesh_bin());
+                setpriv
+            }
+            (None, None) => std::process::Command::new(botmesh_bin()),
+            (Some(n), None) => {
                 let mut sh = std::process::Command::new("sh");
                 sh.arg("-c")
                     .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
@@ -1009,6 +1051,13 @@ impl ProcessMesh {
             .text()
             .await
             .expect("metrics text")
+    }
+
+    /// Whether bot `i`'s process is started and has not exited.
+    pub fn running(&mut self, i: usize) -> bool {
+        self.procs[i]
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
     }
 
     /// Bot `i`'s log so far.

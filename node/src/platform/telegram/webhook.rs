@@ -3,7 +3,9 @@
 //! `X-Telegram-Bot-Api-Secret-Token`. A request without the right secret is refused
 //! (401, logged, nothing read); an update is answered 200 once recorded, and 500
 //! when it could not be, so Telegram delivers it again (a second delivery of a
-//! recorded update is recorded once).
+//! recorded update is recorded once). An update refused for good (its chat would be a
+//! group past `max_groups`) is answered 200 and logged once: a 500 would have Telegram
+//! deliver it forever.
 
 use std::sync::Arc;
 
