@@ -987,12 +987,18 @@ impl ProcessMesh {
             std::fs::File::create(self.dir.path().join(format!("{}.log", self.names[i]))).unwrap();
         let mut command = match (self.open_files_limit, self.as_user) {
             (_, Some(uid)) => {
+                // A copy in the mesh's folder: the checkout may sit in a folder only
+                // root can enter (/root), where `uid` could not start the binary.
+                let bin = self.dir.path().join("botmesh");
+                if !bin.exists() {
+                    std::fs::copy(botmesh_bin(), &bin).expect("copy botmesh for the user");
+                }
                 let mut setpriv = std::process::Command::new("setpriv");
                 setpriv
                     .arg(format!("--reuid={uid}"))
                     .arg(format!("--regid={uid}"))
                     .args(["--clear-groups", "--"])
-                    .arg(botmesh_bin());
+                    .arg(bin);
                 setpriv
             }
             (None, None) => std::process::Command::new(botmesh_bin()),

@@ -10,29 +10,77 @@ use std::time::Duration;
 
 use botmesh_tests::{acp_standin_script as script, test_python as python, wait_for, ProcessMesh};
 
-/// The system's Python with the test venv's packages (`PYTHONPATH`): the venv's own
-/// interpreter may live where an unprivileged user cannot reach (pyenv under /root).
-/// The venv's site-packages, when the system Python is the venv's version.
-fn site_packages() -> String {
-    let venv = Path::new(&python())
-        .parent()
-        .and_then(Path::parent)
-        .unwrap()
-        .to_path_buf();
-    let out = std::process::Command::new("/usr/bin/python3")
-        .args([
-            "-c",
-            "import sys; print(f'python{sys.version_info[0]}.{sys.version_info[1]}')",
-        ])
-        .output()
-        .expect("/usr/bin/python3");
-    let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let site = venv.join("lib").join(&version).join("site-packages");
-    assert!(
-        site.is_dir(),
-        "{site:?} missing: the test venv must be of the system Python's version ({version})"
-    );
-    site.display().to_string()
+/// The stand-in agent and the venv packages it imports, copied into a folder the
+/// unprivileged user can reach: the checkout and its venv may sit under a folder only
+/// root can enter (/root, where pyenv also keeps the venv's interpreter), so the agent
+/// runs on the system's Python, which must be of the venv's version.
+struct Stage {
+    /// Holds `acp_agent.py` and `site-packages/`; the user's.
+    dir: tempfile::TempDir,
+}
+
+/// The modules tests/py/acp_agent.py imports from the venv: the ACP SDK and what it
+/// needs (pydantic and its parts).
+const STAGED_MODULES: &str =
+    "acp, pydantic, pydantic_core, typing_extensions, annotated_types, typing_inspection";
+
+impl Stage {
+    fn new() -> Stage {
+        let version = |python: &str| {
+            let out = std::process::Command::new(python)
+                .args(["-c", "import sys; print(sys.version_info[:2])"])
+                .output()
+                .unwrap_or_else(|e| panic!("{python}: {e}"));
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        };
+        let (system, venv) = (version("/usr/bin/python3"), version(&python()));
+        assert_eq!(
+            system, venv,
+            "the agent runs on /usr/bin/python3 with the venv's packages: the versions must match"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let site = dir.path().join("site-packages");
+        std::fs::create_dir_all(&site).unwrap();
+        let find = format!(
+            "import os, {STAGED_MODULES}; [print(os.path.dirname(m.__file__) \
+             if m.__file__.endswith('__init__.py') else m.__file__) for m in ({STAGED_MODULES},)]"
+        );
+        let out = std::process::Command::new(python())
+            .args(["-c", &find])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for path in String::from_utf8_lossy(&out.stdout).lines() {
+            let ok = std::process::Command::new("cp")
+                .args(["-a", path])
+                .arg(&site)
+                .status()
+                .unwrap();
+            assert!(ok.success(), "cp {path}");
+        }
+        std::fs::copy(script(), dir.path().join("acp_agent.py")).unwrap();
+        give_to_nobody(dir.path());
+        Stage { dir }
+    }
+
+    /// The folder, for the box's `read`.
+    fn root(&self) -> String {
+        self.dir.path().display().to_string()
+    }
+
+    /// The stand-in's script.
+    fn script(&self) -> String {
+        self.dir.path().join("acp_agent.py").display().to_string()
+    }
+
+    /// Its `PYTHONPATH`.
+    fn site_packages(&self) -> String {
+        self.dir.path().join("site-packages").display().to_string()
+    }
 }
 use serde_json::{json, Value};
 
@@ -62,15 +110,15 @@ fn is_root() -> bool {
 
 /// Starts Coder as `nobody` with the stand-in (`sandbox`: the agent's sandbox key),
 /// has it probe the node's files, and returns what it got, with the paths probed.
-async fn probe_as_nobody(sandbox: &str) -> (Value, [String; 5]) {
+async fn probe_as_nobody(stage: &Stage, sandbox: &str) -> (Value, [String; 5]) {
     let work = tempfile::tempdir().unwrap();
     let work_dir = work.path().canonicalize().unwrap();
     let agent = format!(
         "agent = {{ acp = [\"/usr/bin/python3\", {:?}], cwd = {:?}, env = {{ ACP_STANDIN_LOG = {:?}, PYTHONPATH = {:?} }}, {sandbox} }}",
-        script(),
+        stage.script(),
         work_dir.display().to_string(),
         work_dir.join("agent.log").display().to_string(),
-        site_packages(),
+        stage.site_packages(),
     );
     let mut mesh = ProcessMesh::configure(&["Coder"], "", &agent);
     let home = mesh.dir.path().canonicalize().unwrap();
@@ -138,11 +186,11 @@ async fn as_an_unprivileged_user_a_hostile_agent_finds_nothing_of_the_node() {
         "this test starts the node as another user: run it as root (CI does)"
     );
     // Boxed, as by default (the stand-in's script is widened in).
-    let (boxed, paths) = probe_as_nobody(&format!(
-        "sandbox = {{ read = [{:?}, {:?}] }}",
-        botmesh_tests::standin_dir(),
-        site_packages(),
-    ))
+    let stage = Stage::new();
+    let (boxed, paths) = probe_as_nobody(
+        &stage,
+        &format!("sandbox = {{ read = [{:?}] }}", stage.root(),),
+    )
     .await;
     for path in &paths {
         let (ok, said) = got(&boxed, "read", path);
@@ -164,7 +212,7 @@ async fn as_an_unprivileged_user_a_hostile_agent_finds_nothing_of_the_node() {
     assert!(cwd_written, "{boxed}");
 
     // Unboxed, the same agent reads the node's files: the box is what closed them.
-    let (open, paths) = probe_as_nobody("sandbox = \"off\"").await;
+    let (open, paths) = probe_as_nobody(&stage, "sandbox = \"off\"").await;
     for path in &paths[2..] {
         assert!(
             got(&open, "read", path).0,
@@ -193,10 +241,11 @@ async fn a_node_run_as_root_starts_its_agent_as_run_as_inside_the_box() {
     let work = tempfile::tempdir().unwrap();
     let cwd = work.path().canonicalize().unwrap();
     give_to_nobody(&cwd);
+    let stage = Stage::new();
     let settings = AcpSettings {
-        acp: vec!["/usr/bin/python3".into(), script()],
+        acp: vec!["/usr/bin/python3".into(), stage.script()],
         cwd: cwd.clone(),
-        env: [("PYTHONPATH".to_string(), site_packages())].into(),
+        env: [("PYTHONPATH".to_string(), stage.site_packages())].into(),
         env_from: Default::default(),
         allow: vec![],
         ask: vec![],
@@ -206,7 +255,7 @@ async fn a_node_run_as_root_starts_its_agent_as_run_as_inside_the_box() {
         max_reply_chars: 20_000,
         max_title_chars: 200,
         sandbox: SandboxSetting::Boxed {
-            read: vec![botmesh_tests::standin_dir().into(), site_packages().into()],
+            read: vec![stage.root().into()],
             write: vec![],
         },
         run_as: Some("nobody".into()),
