@@ -34,7 +34,7 @@
 //!             and stdio MCP servers run in (sandbox: `botmesh sandbox`, the node made
 //!             non-dumpable; boxing: how the node starts a process in it)
 //! store       transcripts, the outbox log, delivery cursors, the verdict log
-//! telemetry   Prometheus metrics, live events
+//! telemetry   Prometheus metrics, live events, rate-limited refusal logging
 //! config      peers.toml → a validated NodeConfig; pacing (backoff, token bucket) for every layer;
 //!             reload (which changed keys apply at once, which wait for a restart)
 //! wire        envelope, batch, signatures, paths and limits
@@ -43,7 +43,8 @@
 //! - [`wire`] — what travels between nodes and how it is signed.
 //! - [`config`] — peers.toml: typed settings, env overrides, validation before binding;
 //!   `config::pacing`, the one retry schedule and token bucket every layer above shares.
-//! - [`telemetry`] — `Metrics` (Prometheus) and `EventBus` (the page, SSE).
+//! - [`telemetry`] — `Metrics` (Prometheus), `EventBus` (the page, SSE), and
+//!   `refusals::REFUSALS` (the public listeners' refusals in the log, rate-limited).
 //! - [`store`] — per-group, append-only, deduplicated, durable transcripts; cursors.
 //! - [`llm`] — the OpenAI-compatible client: whole answers (`complete`), and a drafting
 //!   judge's streamed verdict line and reply (`draft`, `llm/stream.rs`).
