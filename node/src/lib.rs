@@ -39,7 +39,7 @@
 //!             non-dumpable; boxing: how the node starts a process in it); the `mesh` MCP
 //!             server (`botmesh mcp`, the group tools over stdio)
 //! store       transcripts, the outbox log, delivery cursors, the verdict log
-//! telemetry   Prometheus metrics, live events
+//! telemetry   Prometheus metrics, live events, rate-limited refusal logging
 //! config      peers.toml → a validated NodeConfig; pacing (backoff, token bucket) for every layer;
 //!             reload (which changed keys apply at once, which wait for a restart)
 //! wire        envelope, batch, signatures, paths and limits
@@ -48,7 +48,8 @@
 //! - [`wire`] — what travels between nodes and how it is signed.
 //! - [`config`] — peers.toml: typed settings, env overrides, validation before binding;
 //!   `config::pacing`, the one retry schedule and token bucket every layer above shares.
-//! - [`telemetry`] — `Metrics` (Prometheus) and `EventBus` (the page, SSE).
+//! - [`telemetry`] — `Metrics` (Prometheus), `EventBus` (the page, SSE), and
+//!   `refusals::REFUSALS` (the public listeners' refusals in the log, rate-limited).
 //! - [`store`] — per-group, append-only, deduplicated, durable transcripts (`store::transcript`)
 //!   and the reads the turn code makes of them (`store::turn_queries`); the outbox log
 //!   (`store::outbox_log`); cursors; the verdict log; the bounded file names they all use

@@ -905,6 +905,8 @@ pub struct ProcessMesh {
     pub names: Vec<String>,
     /// Each bot's local API base URL.
     pub apis: Vec<String>,
+    /// Each bot's bridge base URL.
+    pub bridges: Vec<String>,
     /// The running processes (None while stopped).
     pub procs: Vec<Option<std::process::Child>>,
     /// A plain HTTP client.
@@ -940,7 +942,7 @@ impl ProcessMesh {
                 .port()
         };
         let mut toml = format!("[mesh]\ndata_dir = \"data\"\nshutdown_grace_secs = 2\nretry_base_ms = 50\nretry_max_ms = 500\n{extra_mesh}\n");
-        let mut apis = Vec::new();
+        let (mut apis, mut bridges) = (Vec::new(), Vec::new());
         for name in names {
             let key = format!("{}.key", name.to_lowercase());
             let out = std::process::Command::new(botmesh_bin())
@@ -954,6 +956,7 @@ impl ProcessMesh {
                 "[[bots]]\nname = \"{name}\"\nbridge = \"127.0.0.1:{bridge}\"\napi = \"127.0.0.1:{api}\"\npublic_key = \"{public}\"\nprivate_key_file = \"{key}\"\n{extra_bot}\n"
             ));
             apis.push(format!("http://127.0.0.1:{api}"));
+            bridges.push(format!("http://127.0.0.1:{bridge}"));
         }
         let config = dir.path().join("peers.toml");
         std::fs::write(&config, toml).unwrap();
@@ -967,6 +970,7 @@ impl ProcessMesh {
             config,
             names: names.iter().map(|s| s.to_string()).collect(),
             apis,
+            bridges,
             procs: names.iter().map(|_| None).collect(),
             http,
             open_files_limit: None,

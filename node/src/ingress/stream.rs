@@ -350,7 +350,9 @@ async fn handle_entries(ingest: &Ingest, group: &str, entries: &[Entry]) -> Opti
                 }
                 Err(Reject(status, code, detail)) => {
                     ingest.metrics.envelope_in(code);
-                    tracing::warn!(via = "redis", %group, entry = %entry.id, id = entry.text(FIELD_ID).unwrap_or("-"), status = status.as_u16(), reason = code, %detail, "envelope rejected");
+                    if crate::telemetry::refusals::REFUSALS.admit("redis", code) {
+                        tracing::warn!(via = "redis", %group, entry = %entry.id, id = entry.text(FIELD_ID).unwrap_or("-"), status = status.as_u16(), reason = code, %detail, "envelope rejected");
+                    }
                 }
             }
         }

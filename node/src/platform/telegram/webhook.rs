@@ -37,7 +37,12 @@ pub(super) async fn answer(
         .map(|v| v.as_bytes())
         .unwrap_or_default();
     if want.is_empty() || !crate::wire::signing::constant_time_eq(given, want.as_bytes()) {
-        tracing::warn!(%remote, bot = %tg.me, "a telegram webhook request without the right secret token; refused");
+        ingest
+            .metrics
+            .http_refused("bridge", "telegram_secret_token");
+        if crate::telemetry::refusals::REFUSALS.admit("telegram webhook", "bad_secret_token") {
+            tracing::warn!(%remote, bot = %tg.me, "a telegram webhook request without the right secret token; refused");
+        }
         return server::error(
             StatusCode::UNAUTHORIZED,
             "wrong or missing X-Telegram-Bot-Api-Secret-Token",
@@ -46,7 +51,12 @@ pub(super) async fn answer(
     let body = match server::read_body(req, MAX_UPDATE_BYTES).await {
         Ok((_, b)) => b,
         Err(e) => {
-            tracing::warn!(%remote, error = %e, "a telegram webhook body could not be read");
+            ingest
+                .metrics
+                .http_refused("bridge", "telegram_unreadable_body");
+            if crate::telemetry::refusals::REFUSALS.admit("telegram webhook", "unreadable_body") {
+                tracing::warn!(%remote, error = %e, "a telegram webhook body could not be read");
+            }
             return server::error(StatusCode::BAD_REQUEST, "unreadable body");
         }
     };
