@@ -227,6 +227,7 @@ pub fn envelope(phase: u32, seq: usize, sender: &str, human: bool) -> Envelope {
         relevance: None,
         why: None,
         verdicts: None,
+        turn_end: None,
     }
 }
 

@@ -6,10 +6,15 @@ says:
 
   CHUNKS        three message chunks ("one ", "two ", "three"), a plan and a tool call
                 update, then end_turn
-  TOOL <kind>   a tool call of that kind, then session/request_permission with option
-                ids that differ from their kinds (only the allow ones with ONLYALLOW in
-                the text; with AFTERGO only once the file `go` exists in its cwd, logging
-                "awaiting" first); replies "permission: <optionId>" or "permission: cancelled"
+  TOOL <kind>   a tool call of that kind (with what the kind makes its object: the
+                location <cwd>/notes.txt for file kinds, rawInput {"command": "cargo
+                test"} for execute, {"url": "https://example.com/page"} for fetch), then
+                session/request_permission with option ids that differ from their kinds
+                (only the allow ones with ONLYALLOW in the text; with AFTERGO only once
+                the file `go` exists in its cwd, logging "awaiting" first); replies
+                "permission: <optionId>" or "permission: cancelled" — or, with NOTEXT in
+                the text and the call not allowed, ends its turn with no text, as
+                opencode and Claude do after a rejection
   SLOW          works 30 s in 0.1 s steps, honouring session/cancel (then answers
                 `cancelled` and writes "cancelled <sessionId>" to $ACP_STANDIN_LOG)
   AWAITGO       long work that ends on the test's word, not a clock: a tool call
@@ -69,7 +74,7 @@ from acp import (
     plan_entry,
     update_tool_call,
 )
-from acp.schema import AgentThoughtChunk, PermissionOption, TextContentBlock, ToolCallUpdate
+from acp.schema import AgentThoughtChunk, PermissionOption, TextContentBlock, ToolCallLocation, ToolCallUpdate
 
 
 KEYWORDS = ["CHUNKS", "TOOL ", "SLOW", "AWAITGO", "CRASH", "ENV", "REFUSE", "SESSION", "SLEEPER", "STRINGID", "PROBE", "HUGE", "MESH "]
@@ -190,8 +195,18 @@ class StandIn(Agent):
                     if os.path.exists(go):
                         break
                     await asyncio.sleep(0.05)
+            cwd = self.sessions[sid]["cwd"]
+            objects = {
+                "execute": {"raw_input": {"command": "cargo test"}},
+                "fetch": {"raw_input": {"url": "https://example.com/page"}},
+            }
+            for file_kind in ["read", "edit", "delete", "move"]:
+                objects[file_kind] = {"locations": [ToolCallLocation(path=os.path.join(cwd, "notes.txt"))]}
             await self.conn.session_update(
-                session_id=sid, update=start_tool_call("call-7", f"do a {kind} thing", kind=kind, status="pending")
+                session_id=sid,
+                update=start_tool_call(
+                    "call-7", f"do a {kind} thing", kind=kind, status="pending", **objects.get(kind, {})
+                ),
             )
             options = [
                 PermissionOption(option_id="proceed-once", name="Yes", kind="allow_once"),
@@ -208,6 +223,8 @@ class StandIn(Agent):
             outcome = answer.outcome
             picked = getattr(outcome, "option_id", None) or outcome.outcome
             log(f"permission {kind} {picked}")
+            if "NOTEXT" in text and not picked.startswith("proceed"):
+                return PromptResponse(stop_reason="end_turn")
             await self.say(sid, f"permission: {picked}")
             return PromptResponse(stop_reason="end_turn")
 

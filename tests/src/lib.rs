@@ -734,6 +734,7 @@ pub fn bot_message(sender: &str, text: &str, depth: u32) -> Envelope {
         relevance: None,
         why: None,
         verdicts: None,
+        turn_end: None,
     }
 }
 

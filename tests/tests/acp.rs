@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use botmesh::agent::acp::{
     AcpAgent, AcpError, AcpOptions, AcpProgress, AcpPrompt, AcpSettings, Decision, PermissionAsker,
-    PermissionQuestion, PlanStep, StopReason, ToolKind,
+    PermissionQuestion, PlanStep, Rejection, StopReason, ToolKind,
 };
 use botmesh::config::acp::SandboxSetting;
 use futures_util::future::BoxFuture;
@@ -128,6 +128,8 @@ async fn message_chunks_make_the_reply_in_order_and_tool_calls_and_plans_are_pro
                 content: "count to three".into(),
                 status: "in_progress".into()
             }]),
+            // Its first message chunk: it is writing.
+            AcpProgress::Writing,
             AcpProgress::ToolCall {
                 id: "t1".into(),
                 title: "cargo test".into(),
@@ -312,7 +314,9 @@ impl PermissionAsker for Scripted {
         Box::pin(async move {
             match question.kind {
                 ToolKind::Execute => Decision::Allow,
-                ToolKind::Edit => Decision::Deny,
+                ToolKind::Edit => Decision::Deny {
+                    by: Some("Boss".into()),
+                },
                 // No one answers: the client's ask_timeout_secs decides.
                 _ => std::future::pending().await,
             }
@@ -332,20 +336,29 @@ async fn permissions_are_answered_by_kind_and_the_agent_sees_each_decision() {
     };
     let agent = start(settings(&dir, &[]), options).await;
     // Option ids are not their kinds: the client picks by kind.
-    for (kind, picked) in [
-        ("read", "proceed-once"),    // allowed
-        ("execute", "proceed-once"), // asked: allowed
-        ("edit", "nope"),            // asked: denied
-        ("move", "nope"),            // asked: no answer within ask_timeout_secs
-        ("fetch", "nope"),           // neither allowed nor asked
+    // Each rejection is reported with the turn, saying why.
+    let denied = Rejection::Denied {
+        by: Some("Boss".into()),
+    };
+    for (kind, picked, rejected) in [
+        ("read", "proceed-once", None),                 // allowed
+        ("execute", "proceed-once", None),              // asked: allowed
+        ("edit", "nope", Some(denied)),                 // asked: denied
+        ("move", "nope", Some(Rejection::Unanswered)),  // asked: no answer within ask_timeout_secs
+        ("fetch", "nope", Some(Rejection::NotAllowed)), // neither allowed nor asked
     ] {
         let out = prompt(&agent, "g", &format!("TOOL {kind}")).await;
         assert_eq!(out.text, format!("permission: {picked}"), "kind {kind}");
+        let rejections: Vec<Rejection> = out.rejected.iter().map(|r| r.why.clone()).collect();
+        assert_eq!(rejections, Vec::from_iter(rejected), "kind {kind}");
         dir.wait_log(&format!("permission {kind} {picked}")).await;
     }
     // A rejection with no option of kind reject_once is not an allow in disguise.
     let out = prompt(&agent, "g", "TOOL fetch ONLYALLOW").await;
     assert_eq!(out.text, "permission: cancelled");
+    assert_eq!(out.rejected.len(), 1, "{:?}", out.rejected);
+    assert_eq!(out.rejected[0].kind, ToolKind::Fetch);
+    assert_eq!(out.rejected[0].why, Rejection::NotAllowed);
     let asked: Vec<(String, String, String, ToolKind)> = asker
         .asked
         .lock()
@@ -358,6 +371,18 @@ async fn permissions_are_answered_by_kind_and_the_agent_sees_each_decision() {
         asked,
         [q(ToolKind::Execute), q(ToolKind::Edit), q(ToolKind::Move)],
         "only kinds in ask are asked about"
+    );
+    // Each question says what the call would do, from its kind and object.
+    let actions: Vec<String> = asker
+        .asked
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|q| q.action.clone())
+        .collect();
+    assert_eq!(
+        actions,
+        ["run `cargo test`", "edit notes.txt", "move notes.txt"]
     );
     agent.stop().await;
 }

@@ -83,8 +83,16 @@ async fn coder_replies(mesh: &TestMesh, i: usize, n: usize) -> Vec<Envelope> {
 }
 
 /// Waits (bounded) until node `coder` counted one `silent/{reason}` decision, then
-/// checks Coder posted nothing (settled for `quiet`).
-async fn silent_once(mesh: &TestMesh, coder: usize, reason: &str, quiet: Duration) {
+/// checks Coder posted no answer, only (settled for `quiet`) the one line saying how
+/// the turn ended, `line`, as a reply to `trigger` that tells the agent `told`.
+async fn silent_once(
+    mesh: &TestMesh,
+    coder: usize,
+    reason: &str,
+    quiet: Duration,
+    trigger: &str,
+    (line, told): (&str, &str),
+) {
     let n = wait_for(
         WAIT,
         Duration::from_millis(50),
@@ -93,8 +101,40 @@ async fn silent_once(mesh: &TestMesh, coder: usize, reason: &str, quiet: Duratio
     )
     .await;
     assert_eq!(n, 1.0, "silent/{reason}");
+    coder_replies(mesh, coder, 1).await;
     let t = mesh.settle(coder, quiet).await;
-    assert!(coder_msgs(&t).is_empty(), "{t:#?}");
+    let said = coder_msgs(&t);
+    assert_eq!(said.len(), 1, "one line, once: {t:#?}");
+    assert_turn_end(said[0], trigger, line, told);
+}
+
+/// `env` is Coder's line saying how its turn on `trigger` ended: `line`, telling the
+/// agent `told`, at the depth limit (3 in these meshes) so no bot answers it.
+fn assert_turn_end(env: &Envelope, trigger: &str, line: &str, told: &str) {
+    assert_eq!(env.text, line, "{env:#?}");
+    assert_eq!(env.turn_end.as_deref(), Some(told), "{env:#?}");
+    assert_eq!(
+        env.reply_to.map(|r| r.to_string()).as_deref(),
+        Some(trigger)
+    );
+    assert!(env.depth >= 3, "{env:#?}");
+}
+
+/// Waits (bounded) until Coder posted a message with `text`, seen from node `i` (a
+/// reply to `to`, when given).
+async fn coder_said(mesh: &TestMesh, i: usize, text: &str, to: Option<&str>) -> Envelope {
+    let said = |e: &&Envelope| {
+        e.text == text
+            && to.is_none_or(|to| e.reply_to.map(|r| r.to_string()).as_deref() == Some(to))
+    };
+    let t = mesh
+        .wait_transcript(i, WAIT, |t| coder_msgs(t).iter().any(said))
+        .await;
+    coder_msgs(&t)
+        .into_iter()
+        .find(|e| said(e))
+        .cloned()
+        .unwrap_or_else(|| panic!("Coder never said {text:?} to {to:?}: {t:#?}"))
 }
 
 #[tokio::test]
@@ -204,18 +244,163 @@ async fn a_new_session_gets_the_recent_transcript_first_and_a_refusal_posts_what
 }
 
 #[tokio::test]
-async fn stop_while_the_agent_works_posts_nothing_and_cancels_it() {
+async fn stop_while_the_agent_works_cancels_it_says_so_once_and_the_next_prompt_knows() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path().canonicalize().unwrap();
     let mesh = mesh(&dir, "").await;
     let coder = mesh.index("Coder");
-    mesh.post_human(coder, "alice", "@Coder SLOW").await;
+    let ada = mesh.index("Ada");
+    let slow = mesh.post_human(coder, "alice", "@Coder SLOW").await;
     wait_log(&dir, "prompt ").await;
     mesh.post_human(coder, "alice", "/stop").await;
     let cancel = wait_log(&dir, "cancel ").await;
     assert!(cancel.starts_with("cancel sess-"), "{cancel}");
-    // The stand-in would say "working" then "done slowly": nothing reaches the chat.
-    silent_once(&mesh, coder, "stopped", Duration::from_millis(600)).await;
+    // The stand-in would say "working" then "done slowly": none of it reaches the
+    // chat, only the one line saying who stopped it.
+    silent_once(
+        &mesh,
+        coder,
+        "stopped",
+        Duration::from_millis(600),
+        &slow,
+        ("stopped by alice", "Your last turn was stopped by alice."),
+    )
+    .await;
+    // The colleague sees the line and leaves it alone.
+    coder_said(&mesh, ada, "stopped by alice", Some(&slow)).await;
+    // The next prompt starts after the stopped request, and begins with how it ended.
+    mesh.post_human(coder, "alice", "@Coder next").await;
+    let replies = coder_replies(&mesh, coder, 2).await;
+    assert_eq!(
+        replies[1].text,
+        "echo: Your last turn was stopped by alice.\nalice: @Coder next"
+    );
+    let t = mesh.settle(ada, Duration::from_millis(300)).await;
+    assert!(
+        !t.iter().any(|e| e.author.name == "Ada"),
+        "the colleague answered a line: {t:#?}"
+    );
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_auto_rejected_tool_is_said_named_by_why_and_told_to_the_agent_even_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    // `fetch` is neither allowed nor asked about: rejected without asking.
+    let mut mesh = mesh(&dir, "").await;
+    let coder = mesh.index("Coder");
+    let fetch = mesh
+        .post_human(coder, "alice", "@Coder TOOL fetch NOTEXT")
+        .await;
+    wait_log(&dir, "permission fetch nope").await;
+    // It ends its turn without text, as opencode does: the chat says why.
+    let told = "Your request to fetch https://example.com/page was rejected: not allowed here.";
+    silent_once(
+        &mesh,
+        coder,
+        "agent_silent",
+        Duration::from_millis(300),
+        &fetch,
+        (
+            "couldn't fetch https://example.com/page: not allowed here",
+            told,
+        ),
+    )
+    .await;
+    // /why names the rejected call.
+    mesh.post_human(coder, "alice", "/why @Coder").await;
+    let why = coder_replies(&mesh, coder, 2).await;
+    assert!(
+        why[1]
+            .text
+            .contains("tool (rejected: fetch https://example.com/page: not allowed here)"),
+        "{}",
+        why[1].text
+    );
+    // The end of the turn is in the transcript: a restarted node still tells the
+    // (new) agent, and does not ask for the fetch again.
+    mesh.stop(coder).await;
+    mesh.restart(coder).await;
+    mesh.post_human(coder, "alice", "@Coder next").await;
+    let replies = coder_replies(&mesh, coder, 3).await;
+    assert_eq!(replies[2].text, format!("echo: {told}\nalice: @Coder next"));
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn questions_say_what_each_kind_would_do_reply_to_the_request_and_a_denial_is_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let mesh = mesh(
+        &dir,
+        ", ask = [\"edit\", \"execute\", \"fetch\"], ask_timeout_secs = 20",
+    )
+    .await;
+    let coder = mesh.index("Coder");
+    for (kind, asks, answer) in [
+        ("execute", "run `cargo test`", "/allow"),
+        ("fetch", "fetch https://example.com/page", "/allow"),
+        ("edit", "edit notes.txt", "/deny"),
+    ] {
+        let request = mesh
+            .post_human(coder, "alice", &format!("@Coder TOOL {kind}"))
+            .await;
+        // The question replies to the request it belongs to.
+        coder_said(
+            &mesh,
+            coder,
+            &format!("Coder wants to {asks} — /allow or /deny"),
+            Some(&request),
+        )
+        .await;
+        mesh.post_human(coder, "alice", answer).await;
+        let picked = if answer == "/allow" {
+            "proceed-once"
+        } else {
+            "nope"
+        };
+        wait_log(&dir, &format!("permission {kind} {picked}")).await;
+        coder_said(
+            &mesh,
+            coder,
+            &format!("permission: {picked}"),
+            Some(&request),
+        )
+        .await;
+        if answer == "/deny" {
+            let line = coder_said(
+                &mesh,
+                coder,
+                "denied by alice: edit notes.txt",
+                Some(&request),
+            )
+            .await;
+            assert_turn_end(
+                &line,
+                &request,
+                "denied by alice: edit notes.txt",
+                "Your request to edit notes.txt was denied by alice.",
+            );
+        }
+    }
+    // An allowed call needs no line: only the denied one has one.
+    let t = mesh.settle(coder, Duration::from_millis(300)).await;
+    let ends: Vec<&str> = coder_msgs(&t)
+        .iter()
+        .filter(|e| e.turn_end.is_some())
+        .map(|e| e.text.as_str())
+        .collect();
+    assert_eq!(ends, ["denied by alice: edit notes.txt"], "{t:#?}");
+    mesh.post_human(coder, "alice", "@Coder next").await;
+    let echo = coder_said(
+        &mesh,
+        coder,
+        "echo: Your request to edit notes.txt was denied by alice.\nalice: @Coder next",
+        None,
+    )
+    .await;
+    assert!(echo.turn_end.is_none());
     mesh.shutdown().await;
 }
 
@@ -272,18 +457,29 @@ async fn a_message_to_the_busy_agent_waits_for_its_next_prompt() {
 }
 
 #[tokio::test]
-async fn a_turn_past_its_timeout_is_agent_failed_and_posts_nothing() {
+async fn a_turn_past_its_timeout_is_agent_failed_and_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path().canonicalize().unwrap();
     let mesh = mesh(&dir, ", turn_timeout_secs = 1").await;
     let coder = mesh.index("Coder");
-    mesh.post_human(coder, "alice", "@Coder SLOW").await;
-    silent_once(&mesh, coder, "agent_failed", Duration::from_millis(600)).await;
+    let slow = mesh.post_human(coder, "alice", "@Coder SLOW").await;
+    silent_once(
+        &mesh,
+        coder,
+        "agent_failed",
+        Duration::from_millis(600),
+        &slow,
+        (
+            "failed: took longer than 1 s",
+            "Your last turn failed: took longer than 1 s.",
+        ),
+    )
+    .await;
     wait_log(&dir, "cancel ").await;
     // /why says so.
     mesh.post_human(coder, "alice", "/why @Coder").await;
-    let why = coder_replies(&mesh, coder, 1).await;
-    assert!(why[0].text.contains("agent_failed"), "{}", why[0].text);
+    let why = coder_replies(&mesh, coder, 2).await;
+    assert!(why[1].text.contains("agent_failed"), "{}", why[1].text);
     mesh.shutdown().await;
 }
 
@@ -383,7 +579,7 @@ async fn an_asked_tool_call_is_put_to_the_chat_and_a_person_allows_or_denies_it(
     let asked = coder_replies(&mesh, ada, 1).await;
     assert_eq!(
         asked[0].text,
-        "Coder wants to run: do a execute thing — /allow or /deny"
+        "Coder wants to run `cargo test` — /allow or /deny"
     );
     mesh.post_human(ada, "alice", "/allow").await;
     let replies = coder_replies(&mesh, coder, 2).await;
@@ -488,6 +684,7 @@ async fn the_agents_tool_calls_reach_the_page_as_progress_events() {
         texts,
         [
             "working: count to three",
+            "writing…",
             "working: cargo test",
             "done: cargo test"
         ],
@@ -496,6 +693,18 @@ async fn the_agents_tool_calls_reach_the_page_as_progress_events() {
     assert!(progress
         .iter()
         .all(|p| p["trigger"] == trigger.as_str() && p["bot"] == "Coder"));
+    // A page loaded now (a reload) reads the turn's latest progress with the
+    // transcript.
+    let page = fetch_json(mesh.http.get(format!(
+        "{}/v1/transcript?group=demo&limit=20",
+        mesh.api(coder)
+    )))
+    .await;
+    assert_eq!(
+        page["progress"],
+        serde_json::json!([{"group": "demo", "trigger": trigger, "bot": "Coder", "text": "done: cargo test"}]),
+        "{page}"
+    );
     mesh.shutdown().await;
 }
 
@@ -505,13 +714,24 @@ async fn an_agent_that_dies_mid_turn_is_agent_failed_and_the_next_turn_runs_on_a
     let dir = dir.path().canonicalize().unwrap();
     let mesh = mesh(&dir, "").await;
     let coder = mesh.index("Coder");
-    mesh.post_human(coder, "alice", "@Coder CRASH").await;
-    // "about to crash" came before it died: nothing of it is posted.
-    silent_once(&mesh, coder, "agent_failed", Duration::from_millis(300)).await;
+    let crash = mesh.post_human(coder, "alice", "@Coder CRASH").await;
+    // "about to crash" came before it died: none of it is posted, only the line.
+    silent_once(
+        &mesh,
+        coder,
+        "agent_failed",
+        Duration::from_millis(300),
+        &crash,
+        (
+            "failed: the agent crashed",
+            "Your last turn failed: the agent crashed.",
+        ),
+    )
+    .await;
     // The restarted agent opens a new session, with the transcript first.
     mesh.post_human(coder, "alice", "@Coder SESSION").await;
-    let replies = coder_replies(&mesh, coder, 1).await;
-    let seen: serde_json::Value = serde_json::from_str(&replies[0].text).unwrap();
+    let replies = coder_replies(&mesh, coder, 2).await;
+    let seen: serde_json::Value = serde_json::from_str(&replies[1].text).unwrap();
     let blocks = seen["blocks"].as_array().unwrap();
     assert_eq!(blocks.len(), 2, "{seen}");
     assert!(

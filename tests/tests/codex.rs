@@ -236,7 +236,9 @@ async fn codex_over_acp_answers_with_the_scripted_models_text_and_asks_before_ru
     let replies = codex_replies(&mesh, &llm, ada, 2).await;
     let question = &replies[1].text;
     assert!(
-        question.starts_with("Codex wants to run: ") && question.ends_with(" — /allow or /deny"),
+        question.starts_with("Codex wants to run `")
+            && question.contains("proof.txt")
+            && question.ends_with("` — /allow or /deny"),
         "{question}"
     );
     assert!(

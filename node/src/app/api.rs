@@ -315,9 +315,16 @@ fn transcript(node: &Node, req: &Request<Incoming>) -> Response<Body> {
         }
     };
     let messages = node.transcripts.recent(&group, limit);
+    // The agents' latest progress on these messages: the page shows it after a reload.
+    let progress: Vec<_> = node
+        .events
+        .progress(&group)
+        .into_iter()
+        .filter(|p| messages.iter().any(|m| m.id.to_string() == p.trigger))
+        .collect();
     server::json(
         StatusCode::OK,
-        &serde_json::json!({"group": group, "messages": messages}),
+        &serde_json::json!({"group": group, "messages": messages, "progress": progress}),
     )
 }
 

@@ -71,14 +71,16 @@ pub(crate) fn handle(node: &Arc<Node>, env: &Arc<Envelope>, mentions: &[Platform
             tracing::warn!(bot = %me, quiet = on, was, node_wide, %by, %group, id = %env.id, "the group's quiet switch set by a person's command in the chat");
         }
         Verb::Stop => {
-            node.brain.stops.stop(group);
-            tracing::warn!(bot = %me, %by, %group, id = %env.id, "a person's /stop: dropping this bot's turns in flight for the group");
+            node.brain.stops.stop(group, by);
+            tracing::info!(bot = %me, %by, %group, id = %env.id, "a person's /stop: dropping this bot's turns in flight for the group");
         }
         Verb::Allow | Verb::Deny => {
             let decision = if cmd.verb == Verb::Allow {
                 Decision::Allow
             } else {
-                Decision::Deny
+                Decision::Deny {
+                    by: Some(by.clone()),
+                }
             };
             let answered = match node.brain.permissions.as_ref() {
                 Some(p) => p.answer(env, decision, &t),
@@ -86,7 +88,7 @@ pub(crate) fn handle(node: &Arc<Node>, env: &Arc<Envelope>, mentions: &[Platform
             };
             match answered {
                 Answered::Question(question) => {
-                    tracing::warn!(bot = %me, %by, %group, id = %env.id, %question, command = verb, "a person answered the agent's permission question");
+                    tracing::info!(bot = %me, %by, %group, id = %env.id, %question, command = verb, "a person answered the agent's permission question");
                 }
                 Answered::NotEntitled { question, who } => {
                     tracing::info!(bot = %me, %by, %group, id = %env.id, %question, command = verb, may_answer = %who, "not entitled to answer the agent's question: taken as ordinary text");
@@ -132,8 +134,10 @@ pub(crate) fn handle(node: &Arc<Node>, env: &Arc<Envelope>, mentions: &[Platform
     true
 }
 
-/// Posts the ACP agent's permission questions in their groups as the bot ("Coder
-/// wants to run: <title> — /allow or /deny"), at the depth limit so no bot answers
+/// Posts the ACP agent's permission questions in their groups as the bot, saying what
+/// the tool call would do ("Coder wants to edit notes.txt — /allow or /deny",
+/// `agent::acp::tool_action`), as a reply to the message whose turn asks (a reply or
+/// in its thread where the platform has them), at the depth limit so no bot answers
 /// them, until the node stops accepting work.
 pub(crate) async fn post_questions(
     node: Arc<Node>,
@@ -148,13 +152,14 @@ pub(crate) async fn post_questions(
             question: q,
             id,
             requester,
+            trigger,
         }) = q
         else {
             return;
         };
         let t = node.brain.tuning();
         let me = t.me.name.clone();
-        let text = format!("{me} wants to run: {} — /allow or /deny", q.title);
+        let text = format!("{me} wants to {} — /allow or /deny", q.action);
         let at = now_millis();
         // A question is a bot message: the loop brake holds it like any other.
         let recent = crate::turn::pipeline::bots_since_human(&*node, &q.group, at);
@@ -168,6 +173,15 @@ pub(crate) async fn post_questions(
         }
         let mut env = Envelope::message(id, at, &q.group, &me, Author::bot(&me), text);
         env.depth = t.mesh.max_depth;
+        if let Some(trigger) = trigger {
+            env.reply_to = Some(trigger);
+            env.root = node
+                .transcripts
+                .recent(&q.group, 256)
+                .iter()
+                .find(|e| e.id == trigger)
+                .map_or(Some(trigger), |e| e.root.or(Some(trigger)));
+        }
         match node.publish(env, "self").await {
             Ok(_) => {
                 if let Some(p) = &node.brain.permissions {

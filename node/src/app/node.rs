@@ -348,7 +348,7 @@ pub async fn start(
             tracing::warn!(bot = %node.cfg.bot().name, "[mesh] operators is not set: anyone in any group may /quiet, /resume and /stop this bot, and only the person whose message started an agent's turn may /allow or /deny its tool calls")
         }
         Some(ops) => {
-            tracing::info!(bot = %node.cfg.bot().name, operators = ?ops, "only these people's /quiet, /resume and /stop are carried out")
+            tracing::info!(bot = %node.cfg.bot().name, operators = ?ops, "only these people's /quiet, /resume and /stop are carried out; they, and the person whose message started an agent's turn, may /allow or /deny its tool calls")
         }
     }
     Ok(RunningNode {

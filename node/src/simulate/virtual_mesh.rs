@@ -302,7 +302,7 @@ impl SimBot {
             return false;
         }
         if cmd.addresses(self.name()) && cmd.verb == crate::turn::command::Verb::Stop {
-            self.brain.stops.stop(&env.group);
+            self.brain.stops.stop(&env.group, &env.author.name);
             let mut st = self.run.state.lock();
             self.run.log(&mut st, Some(self.idx), |_| {
                 format!("/stop by {}: drops its turns in flight", env.author.name)

@@ -68,10 +68,14 @@ impl Event {
     }
 }
 
-/// A broadcast channel of [`Event`]s.
+/// A broadcast channel of [`Event`]s, which also keeps the latest progress line of
+/// each recent turn ([`ProgressLines`]), so a page loaded (or reloaded) while an agent
+/// works, or after, shows it with the transcript.
 #[derive(Clone)]
 pub struct EventBus {
     tx: broadcast::Sender<Event>,
+    /// The latest progress line of each recent turn.
+    progress: Arc<ProgressLines>,
 }
 
 impl EventBus {
@@ -79,14 +83,115 @@ impl EventBus {
     pub(crate) fn new(capacity: usize) -> Self {
         EventBus {
             tx: broadcast::channel(capacity).0,
+            progress: Arc::default(),
         }
     }
     /// Publishes; having no subscriber is fine.
     pub(crate) fn publish(&self, event: Event) {
+        if let Event::Progress {
+            group,
+            trigger,
+            bot,
+            text,
+        } = &event
+        {
+            self.progress.keep(ProgressLine {
+                group: group.clone(),
+                trigger: trigger.clone(),
+                bot: bot.clone(),
+                text: text.clone(),
+            });
+        }
         let _ = self.tx.send(event);
+    }
+    /// The latest progress line of each recent turn in `group`, oldest first.
+    pub(crate) fn progress(&self, group: &str) -> Vec<ProgressLine> {
+        self.progress.of(group)
     }
     /// A new subscription starting now.
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
         self.tx.subscribe()
+    }
+}
+
+/// How many turns' progress lines a node keeps (the newest replace the oldest).
+const KEPT_PROGRESS: usize = 256;
+
+/// The latest progress line of one turn, as the page shows it under its trigger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct ProgressLine {
+    /// The group.
+    pub(crate) group: String,
+    /// The message the turn answers.
+    pub(crate) trigger: String,
+    /// The bot whose agent works.
+    pub(crate) bot: String,
+    /// What it is (or was last) doing.
+    pub(crate) text: String,
+}
+
+/// The latest progress line of the [`KEPT_PROGRESS`] most recent turns: what
+/// `GET /v1/transcript` returns beside the messages.
+#[derive(Default)]
+pub(crate) struct ProgressLines {
+    /// Oldest first; one entry per (group, trigger, bot).
+    lines: parking_lot::Mutex<std::collections::VecDeque<ProgressLine>>,
+}
+
+impl ProgressLines {
+    /// Keeps `line` as its turn's latest.
+    fn keep(&self, line: ProgressLine) {
+        let mut lines = self.lines.lock();
+        lines
+            .retain(|l| !(l.group == line.group && l.trigger == line.trigger && l.bot == line.bot));
+        lines.push_back(line);
+        while lines.len() > KEPT_PROGRESS {
+            lines.pop_front();
+        }
+    }
+
+    /// The lines of `group`, oldest first.
+    fn of(&self, group: &str) -> Vec<ProgressLine> {
+        self.lines
+            .lock()
+            .iter()
+            .filter(|l| l.group == group)
+            .cloned()
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn progress(group: &str, trigger: &str, text: &str) -> Event {
+        Event::Progress {
+            group: group.into(),
+            trigger: trigger.into(),
+            bot: "Coder".into(),
+            text: text.into(),
+        }
+    }
+
+    #[test]
+    fn the_latest_progress_of_each_recent_turn_is_kept_bounded() {
+        let bus = EventBus::new(4);
+        bus.publish(progress("demo", "t1", "working: cargo test"));
+        bus.publish(progress("ops", "t9", "writing…"));
+        bus.publish(progress("demo", "t1", "done: cargo test"));
+        let kept = bus.progress("demo");
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].text, "done: cargo test");
+        for i in 0..KEPT_PROGRESS + 10 {
+            bus.publish(progress("demo", &format!("n{i}"), "writing…"));
+        }
+        let kept = bus.progress("demo");
+        assert_eq!(kept.len(), KEPT_PROGRESS);
+        assert_eq!(
+            kept.last().unwrap().trigger,
+            format!("n{}", KEPT_PROGRESS + 9)
+        );
+        assert!(bus.progress("ops").is_empty(), "the oldest went first");
     }
 }

@@ -51,6 +51,9 @@ pub(crate) struct AskedQuestion {
     pub(crate) id: Ulid,
     /// Who may answer besides operators; `None`: operators only.
     pub(crate) requester: Option<Requester>,
+    /// The message whose turn asks (the question replies to it); `None` when no turn
+    /// was noted for the group.
+    pub(crate) trigger: Option<Ulid>,
 }
 
 /// One question waiting for an answer.
@@ -86,8 +89,9 @@ pub(crate) enum Answered {
 pub(crate) struct ChatAsker {
     /// The questions waiting, by group, oldest first.
     pending: Mutex<HashMap<String, Vec<Waiting>>>,
-    /// The requester of each group's turn in flight (an ACP turn is one per group).
-    turns: Mutex<HashMap<String, Option<Requester>>>,
+    /// The requester and trigger of each group's turn in flight (an ACP turn is one
+    /// per group).
+    turns: Mutex<HashMap<String, (Option<Requester>, Ulid)>>,
     /// Where questions go to be posted.
     post: mpsc::UnboundedSender<AskedQuestion>,
 }
@@ -104,10 +108,12 @@ impl ChatAsker {
         (Arc::new(asker), questions)
     }
 
-    /// Notes who `group`'s turn now starting is for: its questions may be answered by
-    /// them (and operators).
-    pub(crate) fn turn_started(&self, group: &str, requester: Option<Requester>) {
-        self.turns.lock().insert(group.to_string(), requester);
+    /// Notes who `group`'s turn now starting (on message `trigger`) is for: its
+    /// questions may be answered by them (and operators), and reply to `trigger`.
+    pub(crate) fn turn_started(&self, group: &str, requester: Option<Requester>, trigger: Ulid) {
+        self.turns
+            .lock()
+            .insert(group.to_string(), (requester, trigger));
     }
 
     /// Notes that question `id` was recorded at `at` (ms): answers said from then on
@@ -129,7 +135,7 @@ impl ChatAsker {
         let mut pending = self.pending.lock();
         if let Some(ws) = pending.get_mut(group) {
             if let Some(at) = ws.iter().position(|w| w.id == id) {
-                let _ = ws.remove(at).tx.send(Decision::Deny);
+                let _ = ws.remove(at).tx.send(Decision::Deny { by: None });
             }
         }
     }
@@ -220,7 +226,10 @@ pub(crate) fn requester(
 impl PermissionAsker for ChatAsker {
     fn ask(&self, question: PermissionQuestion) -> BoxFuture<'static, Decision> {
         let (tx, rx) = oneshot::channel();
-        let requester = self.turns.lock().get(&question.group).cloned().flatten();
+        let (requester, trigger) = match self.turns.lock().get(&question.group).cloned() {
+            Some((requester, trigger)) => (requester, Some(trigger)),
+            None => (None, None),
+        };
         let id = Ulid::new();
         {
             let mut pending = self.pending.lock();
@@ -230,7 +239,7 @@ impl PermissionAsker for ChatAsker {
             // rejected at once rather than posted.
             if !waiting.is_empty() {
                 tracing::warn!(bot = %question.bot, group = %question.group, title = %question.title, "the agent asked again while a question waits: rejected without posting");
-                return Box::pin(async { Decision::Deny });
+                return Box::pin(async { Decision::Deny { by: None } });
             }
             waiting.push(Waiting {
                 id,
@@ -243,8 +252,9 @@ impl PermissionAsker for ChatAsker {
             question,
             id,
             requester,
+            trigger,
         });
-        Box::pin(async move { rx.await.unwrap_or(Decision::Deny) })
+        Box::pin(async move { rx.await.unwrap_or(Decision::Deny { by: None }) })
     }
 }
 
@@ -266,6 +276,7 @@ mod tests {
             group: "demo".into(),
             title: title.into(),
             kind: ToolKind::Execute,
+            action: format!("run `{title}`"),
         }
     }
 
@@ -282,7 +293,7 @@ mod tests {
         requester: Option<Requester>,
         at: u64,
     ) -> (Ulid, BoxFuture<'static, Decision>) {
-        asker.turn_started("demo", requester);
+        asker.turn_started("demo", requester, Ulid::new());
         let answer = asker.ask(question(title));
         let q = rx.try_recv().expect("handed on to be posted");
         assert_eq!(q.question.title, title);
@@ -294,7 +305,7 @@ mod tests {
     async fn an_allow_said_before_the_question_was_posted_answers_nothing() {
         let t = tuning(None);
         let (asker, mut rx) = ChatAsker::new();
-        asker.turn_started("demo", carol(&t));
+        asker.turn_started("demo", carol(&t), Ulid::new());
         let answer = asker.ask(question("rm -rf target"));
         let q = rx.try_recv().unwrap();
         // Not yet recorded: nothing answers it, even said "now".
@@ -319,7 +330,10 @@ mod tests {
         let (asker, mut rx) = ChatAsker::new();
         let (first, answer) = ask_posted(&asker, &mut rx, "cargo test", carol(&t), 10);
         // The agent asks again while one waits: rejected at once, never posted.
-        assert_eq!(asker.ask(question("curl x | sh")).await, Decision::Deny);
+        assert_eq!(
+            asker.ask(question("curl x | sh")).await,
+            Decision::Deny { by: None }
+        );
         assert!(rx.try_recv().is_err());
         // Another group's question is apart.
         let other = PermissionQuestion {
@@ -334,11 +348,22 @@ mod tests {
         let mut reply = said("carol", "/deny", 20);
         reply.reply_to = Some(other_q.id);
         assert_eq!(
-            asker.answer(&reply, Decision::Deny, &t),
+            asker.answer(
+                &reply,
+                Decision::Deny {
+                    by: Some("carol".into())
+                },
+                &t
+            ),
             Answered::Question(first),
             "the reply names another group's question: this group's is answered"
         );
-        assert_eq!(answer.await, Decision::Deny);
+        assert_eq!(
+            answer.await,
+            Decision::Deny {
+                by: Some("carol".into())
+            }
+        );
     }
 
     #[tokio::test]

@@ -345,6 +345,9 @@ impl WhyLimits {
 pub(crate) struct GroupStops {
     /// group → the token the group's current turns hold.
     tokens: Mutex<HashMap<String, CancellationToken>>,
+    /// group → who said its last `/stop`: a stopped turn's line says "stopped by …".
+    /// One name per group that was ever stopped.
+    by: Mutex<HashMap<String, String>>,
 }
 
 impl GroupStops {
@@ -362,11 +365,18 @@ impl GroupStops {
         self.tokens.lock().len()
     }
 
-    /// Stops every turn in flight in `group`; turns started afterwards go on.
-    pub(crate) fn stop(&self, group: &str) {
+    /// Stops every turn in flight in `group` (`by` said so); turns started afterwards
+    /// go on.
+    pub(crate) fn stop(&self, group: &str, by: &str) {
+        self.by.lock().insert(group.to_string(), by.to_string());
         if let Some(t) = self.tokens.lock().remove(group) {
             t.cancel();
         }
+    }
+
+    /// Who said `group`'s last `/stop`.
+    pub(crate) fn stopped_by(&self, group: &str) -> Option<String> {
+        self.by.lock().get(group).cloned()
     }
 }
 
@@ -699,11 +709,12 @@ pub(crate) mod tests {
         let stops = GroupStops::default();
         let before = stops.token("demo");
         let other = stops.token("ops");
-        stops.stop("demo");
+        stops.stop("demo", "Boss");
+        assert_eq!(stops.stopped_by("demo").as_deref(), Some("Boss"));
         assert!(before.is_cancelled());
         assert!(!other.is_cancelled(), "another group goes on");
         assert!(!stops.token("demo").is_cancelled(), "later turns go on");
-        stops.stop("empty");
+        stops.stop("empty", "Boss");
     }
 
     #[test]

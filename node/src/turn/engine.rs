@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 use crate::agent::acp::{
-    AcpAgent, AcpError, AcpOptions, AcpProgress, AcpPrompt, AcpSettings, StopReason,
+    AcpAgent, AcpError, AcpOptions, AcpProgress, AcpPrompt, AcpSettings, StopReason, ToolRejection,
 };
 use crate::agent::mcp::{McpTools, ToolResult};
 use crate::agent::sidecar::{Answer, Webhook};
@@ -114,18 +114,30 @@ impl ReplyEngine {
 }
 
 /// The page's line for an agent's progress: a tool call as `working: <title>` (or
-/// `done:`, `failed:` once it ended); a plan as its step in progress. `None`: nothing
-/// worth a line.
+/// `done:`, `failed:` once it ended; its kind when it has no title yet); a plan as
+/// its step in progress; the first words of its answer as `writing…`. `None`:
+/// nothing worth a line.
 pub(crate) fn progress_line(p: &AcpProgress) -> Option<String> {
     match p {
-        AcpProgress::ToolCall { title, status, .. } => {
+        AcpProgress::ToolCall {
+            title,
+            status,
+            kind,
+            ..
+        } => {
             let what = match status.as_str() {
                 "completed" => "done",
                 "failed" => "failed",
                 _ => "working",
             };
+            let title = if title.trim().is_empty() {
+                kind.as_str()
+            } else {
+                title.as_str()
+            };
             Some(format!("{what}: {title}"))
         }
+        AcpProgress::Writing => Some("writing…".into()),
         AcpProgress::Plan(steps) => steps
             .iter()
             .find(|s| s.status == "in_progress")
@@ -234,12 +246,16 @@ fn one_line(text: &str) -> String {
         .join("\\n")
 }
 
-/// The ACP turn's prompt: what was said in the group since `me`'s last turn in
-/// `before` (people and colleagues, never `me`'s own messages; commands are not in
-/// `before`), then the trigger last. The last turn is the one `me`'s last message
-/// answered: what was said while the agent worked on it (a message addressed to the
-/// busy bot) came after that turn's prompt, so it is in this one; `me`'s messages
-/// posted by a group tool mid-turn (`consumed`) end no turn. A message a group
+/// The ACP turn's prompt: how `me`'s last turn ended, when that was more than an
+/// answer (its line's [`Envelope::turn_end`]: "Your last turn was stopped by Alice."),
+/// then what was said in the group since that turn in `before` (people and
+/// colleagues, never `me`'s own messages; commands are not in `before`), then the
+/// trigger last. The last turn is the one `me`'s last message answered or ended (a
+/// turn that was stopped, rejected or silent ends with a line, `turn::outcome`, so
+/// its request is not asked again): what was said while the agent worked on it (a
+/// message addressed to the busy bot) came after that turn's prompt, so it is in
+/// this one; `me`'s messages posted by a group tool mid-turn (`consumed`) end no
+/// turn. A message a group
 /// tool already handed the agent (`consumed`: an `ask`'s answer, a `wait_for_message`
 /// result) is not news: it is left out of the text, though not out of `context`, the
 /// whole of `before`, for a new session.
@@ -249,24 +265,28 @@ pub(crate) fn acp_prompt(
     trigger: &Envelope,
     consumed: impl Fn(&ulid::Ulid) -> bool,
 ) -> AcpPrompt {
-    let since = before
+    let last = before
         .iter()
-        .rposition(|m| m.author.name == me && !consumed(&m.id))
-        .map_or(0, |last| {
-            // The last turn's trigger, when it is still in view.
-            before[last]
-                .reply_to
-                .and_then(|t| before[..last].iter().rposition(|m| m.id == t))
-                .unwrap_or(last)
-                + 1
-        });
-    let mut text = lines(
+        .rposition(|m| m.author.name == me && !consumed(&m.id));
+    let since = last.map_or(0, |last| {
+        // The last turn's trigger, when it is still in view.
+        before[last]
+            .reply_to
+            .and_then(|t| before[..last].iter().rposition(|m| m.id == t))
+            .unwrap_or(last)
+            + 1
+    });
+    let ended = last
+        .and_then(|last| before[last].turn_end.as_deref())
+        .map(one_line);
+    let mut text = ended.map(|e| e + "\n").unwrap_or_default();
+    text += &lines(
         before[since..]
             .iter()
             .filter(|m| m.author.name != me && !consumed(&m.id))
             .map(|m| &**m),
     );
-    if !text.is_empty() {
+    if !text.is_empty() && !text.ends_with('\n') {
         text.push('\n');
     }
     text.push_str(&lines([trigger]));
@@ -279,25 +299,27 @@ pub(crate) fn acp_prompt(
     AcpPrompt { text, context }
 }
 
-/// What the ACP agent made of a turn: `Ok(Ok)` the text to post, `Ok(Err)` nothing
-/// to post and why (`cancelled`, an empty answer), `Err` the turn failed (timed out,
-/// the agent died or broke the protocol).
+/// What the ACP agent made of a turn: `Ok((Ok, _))` the text to post, `Ok((Err, _))`
+/// nothing to post and why (`cancelled`, an empty answer), each with the tool calls
+/// rejected in the turn; `Err` the turn failed (timed out, the agent died or broke
+/// the protocol).
 pub(crate) async fn ask_acp(
     agent: &AcpAgent,
     group: &str,
     prompt: AcpPrompt,
     progress: mpsc::Sender<AcpProgress>,
-) -> Result<Result<String, String>, AcpError> {
+) -> Result<(Result<String, String>, Vec<ToolRejection>), AcpError> {
     let outcome = agent.prompt(group, prompt, Some(progress)).await?;
     let text = outcome.text.trim();
-    Ok(match outcome.stop_reason {
+    let said = match outcome.stop_reason {
         StopReason::Cancelled => Err("the agent's turn was cancelled".into()),
         _ if text.is_empty() => Err(format!(
             "the agent ended its turn ({}) without text",
             outcome.stop_reason.label()
         )),
         _ => Ok(text.to_string()),
-    })
+    };
+    Ok((said, outcome.rejected))
 }
 
 /// Hands the turn to the sidecar webhook (counted as an `agent` LLM call).
@@ -522,5 +544,43 @@ mod tests {
             false
         });
         assert_eq!(prompt.text, "Ada (bot): line one\\nline two\nboss: go");
+    }
+
+    #[test]
+    fn the_prompt_after_a_stopped_turn_starts_after_it_and_says_how_it_ended() {
+        let said = |by: Author, text: &str| {
+            Arc::new(Envelope::message(
+                ulid::Ulid::new(),
+                1,
+                "g",
+                "Coder",
+                by,
+                text,
+            ))
+        };
+        let asked = said(Author::human("alice"), "@Coder fetch the page");
+        let mut line = (*said(Author::bot("Coder"), "stopped by alice")).clone();
+        line.reply_to = Some(asked.id);
+        line.turn_end = Some("Your last turn was stopped by alice.".into());
+        let before = vec![
+            said(Author::human("bob"), "earlier"),
+            asked,
+            said(Author::human("bob"), "meanwhile"),
+            Arc::new(line),
+        ];
+        let trigger = said(Author::human("alice"), "@Coder something else");
+        let prompt = acp_prompt("Coder", &before, &trigger, |_| false);
+        assert_eq!(
+            prompt.text,
+            "Your last turn was stopped by alice.\nbob: meanwhile\nalice: @Coder something else"
+        );
+        // An answer says nothing more.
+        let answered = vec![before[1].clone(), {
+            let mut a = (*said(Author::bot("Coder"), "done")).clone();
+            a.reply_to = Some(before[1].id);
+            Arc::new(a)
+        }];
+        let prompt = acp_prompt("Coder", &answered, &trigger, |_| false);
+        assert_eq!(prompt.text, "alice: @Coder something else");
     }
 }

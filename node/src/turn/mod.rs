@@ -17,6 +17,8 @@
 //! - [`engine`] — `ReplyEngine`: the model (with its MCP tools' loop) or a sidecar
 //!   webhook writes the reply.
 //! - [`pipeline`] — `triage` and `act`: the pipeline for one message.
+//! - [`outcome`] — how an agent's turn ended: the line the chat shows ("stopped by
+//!   Alice"), and what the agent is told at its next turn.
 //! - [`approval`] — an ACP agent's permission questions in the chat: which `/allow`
 //!   or `/deny` answers which question, and who may answer.
 //! - [`typing`] — the platform's typing signal, kept on while the reply is written.
@@ -32,6 +34,7 @@ pub(crate) mod engine;
 pub(crate) mod explain;
 pub(crate) mod judge;
 pub(crate) mod mention;
+pub(crate) mod outcome;
 pub(crate) mod pipeline;
 pub(crate) mod policy;
 pub(crate) mod ports;

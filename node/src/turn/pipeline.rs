@@ -36,6 +36,7 @@ use crate::turn::brain::{Brain, Judged, PendingDraft, Reply};
 use crate::turn::command::{is_command, without_commands};
 use crate::turn::engine::ReplyEngine;
 use crate::turn::mention::PlatformMention;
+use crate::turn::outcome::{Ended, Outcome, OutcomeSlot};
 use crate::turn::policy::{Action, Decision};
 use crate::turn::ports::Ports;
 use crate::turn::scheduler::{delay_for, grace_for, Standing, Yield, MIN_CLAIM, WITHDRAWN};
@@ -227,16 +228,25 @@ pub(crate) async fn act<P: Ports>(
     d: Decision,
     stop: CancellationToken,
 ) {
+    // How an agent's turn ended, said once it has (`turn::outcome`).
+    let slot = OutcomeSlot::default();
     let ready = tokio::select! {
         biased;
         _ = stop.cancelled() => {
             stopped(&*p, &msg);
+            let by = p.brain().stops.stopped_by(&msg.group).unwrap_or_else(|| "a person".into());
+            if let Some(outcome) = slot.stopped(by) {
+                crate::turn::outcome::announce(p, &msg, outcome).await;
+            }
             return;
         }
-        r = prepare(&*p, &msg, &d) => r,
+        r = prepare(&*p, &msg, &d, &slot) => r,
     };
     if let Some((reply, why, reason)) = ready {
-        post_step(p, &msg, reply, why, reason).await;
+        post_step(p.clone(), &msg, reply, why, reason).await;
+    }
+    if let Some(outcome) = slot.take() {
+        crate::turn::outcome::announce(p, &msg, outcome).await;
     }
 }
 
@@ -251,11 +261,13 @@ fn stopped<P: Ports + ?Sized>(p: &P, msg: &Envelope) {
     withdraw_claim_for(p, msg, "stopped", "a person's /stop");
 }
 
-/// [`act`] up to the post: `Some` is the reply to post, why and its short label.
+/// [`act`] up to the post: `Some` is the reply to post, why and its short label. An
+/// agent's turn leaves how it ended in `slot`.
 async fn prepare<P: Ports + ?Sized>(
     p: &P,
     msg: &Envelope,
     d: &Decision,
+    slot: &OutcomeSlot,
 ) -> Option<(Reply, Why, &'static str)> {
     let (why, relevance, draft) = judge_step(p, msg, d).await?;
     // The claim's acknowledgements, for an interjection (a round to everyone does not
@@ -305,9 +317,14 @@ async fn prepare<P: Ports + ?Sized>(
     let reply = if matches!(early, Early::NotWritten) {
         // The bot has its turn and the reply is still to write (a sidecar, an ACP
         // agent, or a model that did not write while waiting): the chat sees it typing.
-        typing_while(p, &msg.group, write_step(p, msg, reason, relevance, early)).await?
+        typing_while(
+            p,
+            &msg.group,
+            write_step(p, msg, reason, relevance, early, slot),
+        )
+        .await?
     } else {
-        write_step(p, msg, reason, relevance, early).await?
+        write_step(p, msg, reason, relevance, early, slot).await?
     };
     if !last_check_step(p, msg, d, relevance, &reply) {
         return None;
@@ -476,6 +493,7 @@ async fn write_step<P: Ports + ?Sized>(
     reason: &str,
     relevance: Option<f64>,
     early: Early,
+    slot: &OutcomeSlot,
 ) -> Option<Reply> {
     let brain = p.brain();
     let claimed = relevance.is_some();
@@ -524,7 +542,7 @@ async fn write_step<P: Ports + ?Sized>(
         };
     }
     if let crate::turn::engine::ReplyEngine::Acp(agent) = &brain.engine {
-        return acp_step(p, msg, claimed, agent.as_deref()).await;
+        return acp_step(p, msg, claimed, agent.as_deref(), slot).await;
     }
     // The model's group tools (`group_tools`) know the turn in flight: an ask
     // continues it and is counted in it.
@@ -537,18 +555,21 @@ async fn write_step<P: Ports + ?Sized>(
     reply
 }
 
-/// [`write_step`] for an ACP agent: the turn is the agent's prompt (what was said since
-/// this bot's last turn, the trigger last; the recent transcript first in a new
-/// session). Its text is the reply; a cancelled or empty turn posts nothing
+/// [`write_step`] for an ACP agent: the turn is the agent's prompt (how its last turn
+/// ended, then what was said since, the trigger last; the recent transcript first in
+/// a new session). Its text is the reply; a cancelled or empty turn posts no answer
 /// (`silent/agent_silent`); a timeout, the agent dying or breaking the protocol post
-/// nothing (`silent/agent_failed`; the library restarts it). Dropping this future
-/// (`/stop`) or the node stopping (`silent/shutting_down`) cancels the turn at the
+/// no answer (`silent/agent_failed`; the library restarts it). How the turn ended,
+/// and the tool calls rejected in it (each noted for `/why`), are left in `slot`:
+/// the chat is told ([`crate::turn::outcome`]). Dropping this future (`/stop`) or
+/// the node stopping (`silent/shutting_down`, nothing said) cancels the turn at the
 /// agent (`session/cancel`).
 async fn acp_step<P: Ports + ?Sized>(
     p: &P,
     msg: &Envelope,
     claimed: bool,
     agent: Option<&crate::agent::acp::AcpAgent>,
+    slot: &OutcomeSlot,
 ) -> Option<Reply> {
     let brain = p.brain();
     let me = brain.me();
@@ -567,7 +588,7 @@ async fn acp_step<P: Ports + ?Sized>(
     if let Some(asker) = &brain.permissions {
         // Its questions are answered by whoever started the turn (or an operator).
         let requester = crate::turn::approval::requester(msg, &before, &brain.tuning());
-        asker.turn_started(&msg.group, requester);
+        asker.turn_started(&msg.group, requester, msg.id);
     }
     let prompt =
         crate::turn::engine::acp_prompt(&me.name, &before, msg, |id| brain.asks.consumed(id));
@@ -581,6 +602,8 @@ async fn acp_step<P: Ports + ?Sized>(
         "prompted",
         &format!("{} lines", prompt.text.lines().count()),
     );
+    // The agent has the turn: a `/stop` from now on is said in the chat.
+    slot.set(Outcome::new(Ended::NoAnswer, Vec::new()));
     // The agent's progress goes to the page as it comes, while the turn runs.
     let (progress, mut updates) = tokio::sync::mpsc::channel(32);
     let asking = crate::turn::engine::ask_acp(agent, &msg.group, prompt, progress);
@@ -603,6 +626,7 @@ async fn acp_step<P: Ports + ?Sized>(
                 // before the node stops it.
                 record(p, msg, "silent", "shutting_down", "the node is stopping: the agent's turn is cancelled");
                 withdraw_if(p, msg, claimed, "shutting down");
+                slot.clear();
                 return None;
             }
             Some(update) = updates.recv() => show(update),
@@ -614,13 +638,30 @@ async fn acp_step<P: Ports + ?Sized>(
         show(update);
     }
     match answer {
-        Ok(Ok(text)) => Some(Reply { text, tokens: 0 }),
-        Ok(Err(why)) => {
-            record(p, msg, "silent", "agent_silent", &why);
-            withdraw_if(p, msg, claimed, "agent said nothing");
-            None
+        Ok((said, rejected)) => {
+            for r in &rejected {
+                brain.trail.note(
+                    msg.id,
+                    "tool",
+                    "rejected",
+                    &crate::turn::outcome::rejection_detail(r),
+                );
+            }
+            match said {
+                Ok(text) => {
+                    slot.set(Outcome::new(Ended::Answered, rejected));
+                    Some(Reply { text, tokens: 0 })
+                }
+                Err(why) => {
+                    record(p, msg, "silent", "agent_silent", &why);
+                    withdraw_if(p, msg, claimed, "agent said nothing");
+                    slot.set(Outcome::new(Ended::NoAnswer, rejected));
+                    None
+                }
+            }
         }
         Err(crate::agent::acp::AcpError::Busy(_)) => {
+            slot.clear();
             // One turn per group at a time: this message waits for the agent's next
             // turn, whose prompt has what was said since the last one (`acp_prompt`).
             record(
@@ -636,6 +677,8 @@ async fn acp_step<P: Ports + ?Sized>(
         Err(e) => {
             record(p, msg, "silent", "agent_failed", &e.to_string());
             withdraw_if(p, msg, claimed, "agent failed");
+            let why = crate::turn::outcome::failure(&e);
+            slot.set(Outcome::new(Ended::Failed { why }, Vec::new()));
             None
         }
     }
@@ -1304,7 +1347,15 @@ mod tests {
             "a question",
         );
         let before = p.judge_calls.load(Ordering::SeqCst);
-        let reply = write_step(&p, &msg, "interjected", None, Early::Failed).await;
+        let reply = write_step(
+            &p,
+            &msg,
+            "interjected",
+            None,
+            Early::Failed,
+            &OutcomeSlot::default(),
+        )
+        .await;
         assert_eq!(
             reply.map(|r| r.text).as_deref(),
             Some("the answer, written again")

@@ -185,6 +185,13 @@ pub struct Envelope {
     /// For a verdict: each bot's entry, by bot name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdicts: Option<std::collections::BTreeMap<String, BotVerdict>>,
+    /// On a bot's line saying how one of its agent's turns ended ("stopped by Alice",
+    /// `turn::outcome`): what the bot's agent is told of that end at its next turn
+    /// ("Your last turn was stopped by Alice."). Kept in the transcript, so the agent
+    /// is told even after a restart; its presence marks the message as a turn's end.
+    /// Old nodes ignore it (unknown fields are), and see the line as a bot message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_end: Option<String>,
 }
 
 fn default_version() -> u32 {
@@ -237,6 +244,7 @@ impl Envelope {
             relevance: None,
             why: None,
             verdicts: None,
+            turn_end: None,
         }
     }
 
@@ -439,6 +447,7 @@ mod tests {
             relevance: None,
             why: None,
             verdicts: None,
+            turn_end: None,
         }
     }
 

@@ -12,11 +12,12 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::action::tool_action;
 use super::process::{self, AgentProcess};
 use super::rpc::{CallError, Connection, Handler, RpcError};
 use super::{
     AcpError, AcpOptions, AcpProgress, AcpPrompt, AcpSettings, Decision, PermissionQuestion,
-    PlanStep, StopReason, ToolKind, TurnOutcome,
+    PlanStep, Rejection, StopReason, ToolKind, ToolRejection, TurnOutcome,
 };
 use crate::agent::boxing::Boxing;
 use crate::config::pacing::{Backoff, Jitter};
@@ -66,9 +67,32 @@ struct Turn {
     cut: bool,
     progress: Option<mpsc::Sender<AcpProgress>>,
     cancel: CancellationToken,
-    /// Tool calls seen in this turn: id → (title, kind), to fill in updates and
-    /// permission questions that leave them out.
-    tools: HashMap<String, (String, ToolKind)>,
+    /// Tool calls seen in this turn, by id, to fill in updates and permission
+    /// questions that leave things out.
+    tools: HashMap<String, SeenTool>,
+    /// The tool calls rejected in this turn, in order ([`TurnOutcome::rejected`]).
+    rejected: Vec<ToolRejection>,
+}
+
+/// What a turn's updates said of one tool call so far.
+#[derive(Clone)]
+struct SeenTool {
+    /// Its title, bounded.
+    title: String,
+    /// Its kind.
+    kind: ToolKind,
+    /// Its `locations` and `rawInput`, as last given (for [`tool_action`]).
+    detail: Value,
+}
+
+impl Default for SeenTool {
+    fn default() -> Self {
+        SeenTool {
+            title: String::new(),
+            kind: ToolKind::Other,
+            detail: json!({}),
+        }
+    }
 }
 
 /// One group's session on one process.
@@ -254,6 +278,7 @@ impl AcpAgent {
                 progress,
                 cancel: cancel.clone(),
                 tools: HashMap::new(),
+                rejected: Vec::new(),
             },
         );
         guard.sent = Some((live.conn.clone(), session.clone(), cancel.clone()));
@@ -279,11 +304,11 @@ impl AcpAgent {
             }
         };
         guard.in_flight = false;
-        let (mut text, cut) = shared
+        let (mut text, cut, rejected) = shared
             .turns
             .lock()
             .remove(&session)
-            .map(|t| (t.text, t.cut))
+            .map(|t| (t.text, t.cut, t.rejected))
             .unwrap_or_default();
         if cut {
             let max = shared.settings.max_reply_chars;
@@ -307,6 +332,7 @@ impl AcpAgent {
             stop_reason,
             text,
             new_session,
+            rejected,
         })
     }
 
@@ -671,15 +697,19 @@ fn session_update(shared: &Shared, params: &Value) {
         return;
     };
     let event = match kind {
-        "agent_message_chunk" => {
+        "agent_message_chunk" => 'chunk: {
             let content = &update["content"];
             if content.get("type").and_then(Value::as_str) == Some("text") {
                 if let Some(text) = content.get("text").and_then(Value::as_str) {
+                    let first = turn.chars == 0 && !turn.cut;
                     let room = shared.settings.max_reply_chars.saturating_sub(turn.chars);
                     let kept = cut_at(text, room);
                     turn.chars += kept.chars().count();
                     turn.text.push_str(kept);
                     turn.cut |= kept.len() < text.len();
+                    if first && turn.chars > 0 {
+                        break 'chunk Some(AcpProgress::Writing);
+                    }
                 }
             }
             None
@@ -690,20 +720,22 @@ fn session_update(shared: &Shared, params: &Value) {
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_string();
-            let entry = turn
-                .tools
-                .entry(id.clone())
-                .or_insert_with(|| (String::new(), ToolKind::Other));
+            let entry = turn.tools.entry(id.clone()).or_default();
             if let Some(title) = update.get("title").and_then(Value::as_str) {
-                entry.0 = bounded_title(shared, title);
+                entry.title = bounded_title(shared, title);
             }
             if let Some(k) = update.get("kind").and_then(Value::as_str) {
-                entry.1 = ToolKind::from_acp(k);
+                entry.kind = ToolKind::from_acp(k);
+            }
+            for key in ["locations", "rawInput"] {
+                if let Some(v) = update.get(key).filter(|v| !v.is_null()) {
+                    entry.detail[key] = v.clone();
+                }
             }
             Some(AcpProgress::ToolCall {
                 id,
-                title: entry.0.clone(),
-                kind: entry.1,
+                title: entry.title.clone(),
+                kind: entry.kind,
                 status: str_field(update, "status"),
             })
         }
@@ -792,49 +824,88 @@ async fn answer_permission(shared: &Arc<Shared>, params: &Value) -> Value {
     if cancel.is_cancelled() {
         return cancelled();
     }
+    let known = known.unwrap_or_default();
     let kind = call
         .get("kind")
         .and_then(Value::as_str)
         .map(ToolKind::from_acp)
-        .or(known.as_ref().map(|k| k.1))
-        .unwrap_or(ToolKind::Other);
+        .unwrap_or(known.kind);
     let title = call
         .get("title")
         .and_then(Value::as_str)
         .map(|t| bounded_title(shared, t))
-        .or(known.map(|k| k.0))
+        .filter(|t| !t.is_empty())
+        .or(Some(known.title).filter(|t| !t.is_empty()))
         .unwrap_or_else(|| "(untitled tool call)".into());
+    // What the request says of the call, over what its updates said.
+    let mut detail = known.detail;
+    for key in ["locations", "rawInput"] {
+        if let Some(v) = call.get(key).filter(|v| !v.is_null()) {
+            detail[key] = v.clone();
+        }
+    }
+    let action = tool_action(kind, &title, &detail, &shared.settings.cwd);
     let settings = &shared.settings;
     let (allow, why) = if settings.allow.contains(&kind) {
-        (true, "its kind is allowed")
+        (true, Ok("its kind is allowed"))
     } else if settings.ask.contains(&kind) {
-        let Some(asker) = shared.options.asker.clone() else {
-            tracing::warn!(bot = %shared.bot, %group, %kind, "a permission question with no one to ask: rejected");
-            return pick(shared, params, false, "no one to ask", &title, kind);
-        };
-        let question = PermissionQuestion {
-            bot: shared.bot.clone(),
-            group: group.clone(),
-            title: title.clone(),
-            kind,
-        };
-        let limit = Duration::from_secs(settings.ask_timeout_secs);
-        let decision = tokio::select! {
-            d = tokio::time::timeout(limit, asker.ask(question)) => d.unwrap_or(Decision::TimedOut),
-            _ = cancel.cancelled() => {
-                tracing::info!(bot = %shared.bot, %group, %title, "the turn was cancelled while asking: cancelled");
-                return cancelled();
+        match shared.options.asker.clone() {
+            None => {
+                tracing::warn!(bot = %shared.bot, %group, %kind, "a permission question with no one to ask: rejected");
+                (false, Err(Rejection::NoOneToAsk))
             }
-        };
-        match decision {
-            Decision::Allow => (true, "the chat allowed it"),
-            Decision::Deny => (false, "the chat denied it"),
-            Decision::TimedOut => (false, "no one answered in time"),
+            Some(asker) => {
+                let question = PermissionQuestion {
+                    bot: shared.bot.clone(),
+                    group: group.clone(),
+                    title: title.clone(),
+                    kind,
+                    action: action.clone(),
+                };
+                let limit = Duration::from_secs(settings.ask_timeout_secs);
+                let decision = tokio::select! {
+                    d = tokio::time::timeout(limit, asker.ask(question)) => d.unwrap_or(Decision::TimedOut),
+                    _ = cancel.cancelled() => {
+                        tracing::info!(bot = %shared.bot, %group, %title, "the turn was cancelled while asking: cancelled");
+                        return cancelled();
+                    }
+                };
+                match decision {
+                    Decision::Allow => (true, Ok("the chat allowed it")),
+                    Decision::Deny { by } => (false, Err(Rejection::Denied { by })),
+                    Decision::TimedOut => (false, Err(Rejection::Unanswered)),
+                }
+            }
         }
     } else {
-        (false, "its kind is neither allowed nor asked about")
+        (false, Err(Rejection::NotAllowed))
+    };
+    let why = match why {
+        Ok(why) => why,
+        Err(rejection) => {
+            let said = rejection_words(&rejection);
+            if let Some(turn) = shared.turns.lock().get_mut(session) {
+                turn.rejected.push(ToolRejection {
+                    action,
+                    kind,
+                    why: rejection,
+                });
+            }
+            said
+        }
     };
     pick(shared, params, allow, why, &title, kind)
+}
+
+/// Why a call was rejected, for the log.
+fn rejection_words(r: &Rejection) -> &'static str {
+    match r {
+        Rejection::NotAllowed => "its kind is neither allowed nor asked about",
+        Rejection::NoOneToAsk => "no one to ask",
+        Rejection::Denied { by: Some(_) } => "the chat denied it",
+        Rejection::Denied { by: None } => "the question could not be put",
+        Rejection::Unanswered => "no one answered in time",
+    }
 }
 
 /// The answer selecting the option of kind `allow_once` or `reject_once`.

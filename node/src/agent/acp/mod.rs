@@ -20,6 +20,7 @@
 //! [`cancelled`]: AcpAgent::cancel
 //! [`Backoff`]: crate::config::pacing::Backoff
 
+mod action;
 mod client;
 pub(crate) mod process;
 pub(crate) mod rpc;
@@ -30,6 +31,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 
 pub use crate::config::acp::{AcpSettings, ToolKind};
+pub use action::tool_action;
 pub use client::AcpAgent;
 
 /// Why an ACP turn or start failed.
@@ -153,6 +155,37 @@ pub struct TurnOutcome {
     /// This turn opened the group's session (first turn, or the agent was restarted):
     /// the agent saw only this prompt and the context sent with it.
     pub new_session: bool,
+    /// The tool calls rejected in this turn, in order: the chat is told, and so is
+    /// the agent at its next turn (`turn::outcome`).
+    pub rejected: Vec<ToolRejection>,
+}
+
+/// A tool call the agent was not let run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolRejection {
+    /// What it would have done, in words ([`tool_action`]: `fetch https://…`).
+    pub action: String,
+    /// Its kind.
+    pub kind: ToolKind,
+    /// Why it was rejected.
+    pub why: Rejection,
+}
+
+/// Why a tool call was rejected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rejection {
+    /// Its kind is neither in `allow` nor in `ask`: rejected without asking.
+    NotAllowed,
+    /// Its kind is asked about, but the agent has no one to ask.
+    NoOneToAsk,
+    /// The chat said no: `/deny` by this person, or (`None`) the question could not be
+    /// put (another one waits, or the loop brake held it).
+    Denied {
+        /// Who said `/deny`, when a person did.
+        by: Option<String>,
+    },
+    /// No one answered within `ask_timeout_secs`.
+    Unanswered,
 }
 
 /// What to send as one turn.
@@ -190,6 +223,9 @@ pub enum AcpProgress {
     },
     /// The agent's plan, whole (each `plan` update replaces it).
     Plan(Vec<PlanStep>),
+    /// The agent began writing its answer (its first message chunk of the turn), so
+    /// a turn without tool calls shows it is alive too.
+    Writing,
 }
 
 /// One entry of an agent's plan.
@@ -212,15 +248,22 @@ pub struct PermissionQuestion {
     pub title: String,
     /// The tool call's kind.
     pub kind: ToolKind,
+    /// What it would do, in words ([`tool_action`]: `edit notes.txt`, ``run `cargo
+    /// test` ``): the question says "Coder wants to edit notes.txt".
+    pub action: String,
 }
 
 /// What the people in the chat answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     /// Allow this one call.
     Allow,
     /// Reject it.
-    Deny,
+    Deny {
+        /// The person who said `/deny`; `None`: rejected without a person's word (the
+        /// question could not be put).
+        by: Option<String>,
+    },
     /// No one answered in time: rejected.
     TimedOut,
 }

@@ -159,6 +159,9 @@ struct Calls {
 /// State shared by the connection's handle and its reader and writer tasks.
 struct Shared {
     calls: Mutex<Calls>,
+    /// Set once the client closed the agent's input (it is being stopped): the end of
+    /// the connection that follows is expected, not a death worth a warning.
+    closing: std::sync::atomic::AtomicBool,
     died: watch::Sender<Option<Death>>,
     /// The process's exit status once it exited (`None` before, and for a test's pipe).
     exit: watch::Receiver<Option<String>>,
@@ -217,6 +220,7 @@ impl Connection {
     ) -> Arc<Connection> {
         let shared = Arc::new(Shared {
             calls: Mutex::new(Calls::default()),
+            closing: std::sync::atomic::AtomicBool::new(false),
             died: watch::Sender::new(None),
             exit,
         });
@@ -276,6 +280,9 @@ impl Connection {
 
     /// Closes the agent's input once what was sent before is written.
     pub(crate) fn close_input(&self) {
+        self.shared
+            .closing
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let _ = self.out.send(Outgoing::Close);
     }
 
@@ -430,7 +437,13 @@ async fn read_loop(
         let mut exit = shared.exit.clone();
         let _ = tokio::time::timeout(DRAIN_AFTER_EXIT, exit.wait_for(Option::is_some)).await;
     }
-    tracing::warn!(agent = %label, reason = %reason, status = ?shared.exit.borrow().clone(), "the ACP connection is dead");
+    let status = shared.exit.borrow().clone();
+    if shared.closing.load(std::sync::atomic::Ordering::Relaxed) {
+        // Stopped by the client (the node shutting down, or a restart): expected.
+        tracing::info!(agent = %label, reason = %reason, ?status, "the ACP connection ended after its input was closed");
+    } else {
+        tracing::warn!(agent = %label, reason = %reason, ?status, "the ACP connection is dead");
+    }
     shared.die(reason);
 }
 
