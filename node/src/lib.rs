@@ -62,7 +62,9 @@
 //!   turn code's reply engines (`turn::engine`) use; `agent::mesh`, the group tools'
 //!   MCP server every agent is offered.
 //! - [`egress`] — `Outbox` per peer, relaying around a broken link, the Redis stream link.
-//! - [`turn`] — the bots' manners, talking to the node only through `turn::Ports`.
+//! - [`turn`] — the bots' manners, talking to the node only through `turn::Ports`;
+//!   `turn::outcome`, how an agent's turn ended: the chat's line ("stopped by Alice")
+//!   and what the agent is told at its next turn.
 //! - [`ingress`] — `Ingest`: every inbound path's narrow handle, and the checks.
 //! - [`platform`] — `ChatPlatform`: what a chat platform shows to whom, events in, posts out;
 //!   `platform::registry` lists the adapters (one line each, each described in its own

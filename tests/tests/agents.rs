@@ -318,6 +318,8 @@ async fn an_auto_rejected_tool_is_said_named_by_why_and_told_to_the_agent_even_a
         "{}",
         why[1].text
     );
+    // The line saying how the turn ended is no answer of it.
+    assert!(why[1].text.contains("- spoke: no"), "{}", why[1].text);
     // The end of the turn is in the transcript: a restarted node still tells the
     // (new) agent, and does not ask for the fetch again.
     mesh.stop(coder).await;

@@ -243,9 +243,14 @@ async fn post_why(node: Arc<Node>, cmd: Arc<Envelope>) {
         .as_ref()
         .map(|s| node.brain.trail.steps(s.id))
         .unwrap_or_default();
+    // Its answer carries why it spoke: a permission question or the line saying how
+    // an agent's turn ended, replies too, carry none.
     let answer = subject.as_ref().and_then(|s| {
         recent.iter().find(|e| {
-            e.author.kind == AuthorKind::Bot && e.author.name == me && e.reply_to == Some(s.id)
+            e.author.kind == AuthorKind::Bot
+                && e.author.name == me
+                && e.reply_to == Some(s.id)
+                && e.why.is_some()
         })
     });
     let text = command::why_text(
