@@ -566,6 +566,16 @@ async fn the_agent_gets_env_from_but_not_the_mesh_secret_or_llm_key() {
     let text = seen.to_string();
     assert!(!text.contains(&secret) && !text.contains("sk-llm-key-do-not-leak"));
     assert!(!env.contains_key("BOTMESH_TEST_CODER_TOKEN"), "{env:?}");
+    // Stopped with the node, the agent is not reported dead.
+    assert!(mesh.terminate(0).success(), "{}", mesh.log(0));
+    let log = mesh.log(0);
+    assert!(
+        log.contains("stopping the ACP agent")
+            && log.contains("the ACP connection ended after its input was closed")
+            && !log.contains("is dead")
+            && !log.contains("died"),
+        "{log}"
+    );
 }
 
 #[tokio::test]
