@@ -206,6 +206,22 @@ impl Inner {
     }
 
     /// The `message` event of `m`.
+    /// Tells every app that `m` (its text was `previous`) was edited:
+    /// `message_changed`.
+    fn changed(&mut self, m: &Stored, previous: String) {
+        let mut now = self.message_event(m);
+        now["edited"] = json!({"user": m.user, "ts": self.ts()});
+        let event_ts = self.ts();
+        let event = json!({
+            "type": "message", "subtype": "message_changed", "hidden": true, "channel": m.channel,
+            "ts": event_ts, "event_ts": event_ts, "channel_type": "channel",
+            "message": now, "previous_message": {"type": "message", "user": m.user, "text": previous, "ts": m.ts},
+        });
+        for app in 0..self.apps.len() {
+            self.deliver(app, event.clone());
+        }
+    }
+
     fn message_event(&self, m: &Stored) -> Value {
         let mut e = json!({
             "type": "message", "text": m.text, "user": m.user, "ts": m.ts,
@@ -411,23 +427,16 @@ impl FakeSlack {
     /// The author edits a message (`message_changed`).
     pub fn edit(&self, channel: &str, ts: &str, text: &str) {
         let mut g = self.inner.lock().unwrap();
-        let Some(m) = g.messages.iter_mut().find(|m| m.ts == ts) else {
+        let Some(m) = g
+            .messages
+            .iter_mut()
+            .find(|m| m.ts == ts && m.channel == channel)
+        else {
             return;
         };
-        let previous = m.text.clone();
-        m.text = text.into();
+        let previous = std::mem::replace(&mut m.text, text.into());
         let m = m.clone();
-        let mut now = g.message_event(&m);
-        now["edited"] = json!({"user": m.user, "ts": g.ts()});
-        let event_ts = g.ts();
-        let event = json!({
-            "type": "message", "subtype": "message_changed", "hidden": true, "channel": channel,
-            "ts": event_ts, "event_ts": event_ts, "channel_type": "channel",
-            "message": now, "previous_message": {"type": "message", "user": m.user, "text": previous, "ts": ts},
-        });
-        for app in 0..g.apps.len() {
-            g.deliver(app, event.clone());
-        }
+        g.changed(&m, previous);
     }
 
     /// A message is deleted (`message_deleted`).
@@ -812,17 +821,7 @@ fn route(
             let previous = std::mem::replace(&mut m.text, text.clone());
             m.edits += 1;
             let m = m.clone();
-            let mut now = g.message_event(&m);
-            now["edited"] = json!({"user": m.user, "ts": g.ts()});
-            let event_ts = g.ts();
-            let event = json!({
-                "type": "message", "subtype": "message_changed", "hidden": true, "channel": channel,
-                "ts": event_ts, "event_ts": event_ts, "channel_type": "channel",
-                "message": now, "previous_message": {"type": "message", "user": m.user, "text": previous, "ts": ts},
-            });
-            for other in 0..g.apps.len() {
-                g.deliver(other, event.clone());
-            }
+            g.changed(&m, previous);
             g.log.push(format!("update {app} {ts}"));
             answer(
                 200,

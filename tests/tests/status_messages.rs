@@ -50,6 +50,15 @@ fn agent(dir: &Path) -> String {
     )
 }
 
+/// Coder (answering when mentioned, its extra TOML `coder`) and Ada (the colleague
+/// who would answer a status taken for conversation).
+fn coder_and_ada(coder: &str) -> MeshSpec {
+    MeshSpec::new(&["Coder", "Ada"])
+        .bot("Coder", coder)
+        .bot("Coder", "participation = \"mentions\"")
+        .bot("Ada", ADA)
+}
+
 /// Waits until the agent logged `line` (a prefix).
 async fn agent_at(dir: &Path, line: &str) {
     let log = wait_for(
@@ -219,10 +228,7 @@ mod telegram {
             fake.api_base_url,
             agent(&dir),
         );
-        let mut spec = MeshSpec::new(&["Coder", "Ada"])
-            .bot("Coder", &coder)
-            .bot("Coder", "participation = \"mentions\"")
-            .bot("Ada", ADA);
+        let mut spec = coder_and_ada(&coder);
         spec.env = HashMap::from([("CODER_TOKEN".to_string(), "444:coder".to_string())]);
         let mesh = TestMesh::start(spec).await;
         fake.wait("Coder polling", |f| {
@@ -292,10 +298,7 @@ mod local {
         botmesh_tests::init_logs();
         let dir = tempfile::tempdir().unwrap();
         let dir = dir.path().canonicalize().unwrap();
-        let spec = MeshSpec::new(&["Coder", "Ada"])
-            .bot("Coder", &format!("{QUICK_STATUS}\n{}", agent(&dir)))
-            .bot("Coder", "participation = \"mentions\"")
-            .bot("Ada", ADA);
+        let spec = coder_and_ada(&format!("{QUICK_STATUS}\n{}", agent(&dir)));
         let mesh = TestMesh::start(spec).await;
         let page = Page {
             events: std::sync::Mutex::new(mesh.node(0).node.events.subscribe()),
@@ -366,10 +369,7 @@ mod slack {
             fake.api_base_url,
             agent(&dir),
         );
-        let mut spec = MeshSpec::new(&["Coder", "Ada"])
-            .bot("Coder", &coder)
-            .bot("Coder", "participation = \"mentions\"")
-            .bot("Ada", ADA);
+        let mut spec = coder_and_ada(&coder);
         spec.env = HashMap::from([
             ("CODER_BOT".to_string(), "xoxb-coder".to_string()),
             ("CODER_APP".to_string(), "xapp-coder".to_string()),
@@ -436,10 +436,7 @@ mod discord {
             fake.gateway_url,
             agent(&dir),
         );
-        let mut spec = MeshSpec::new(&["Coder", "Ada"])
-            .bot("Coder", &coder)
-            .bot("Coder", "participation = \"mentions\"")
-            .bot("Ada", ADA);
+        let mut spec = coder_and_ada(&coder);
         spec.env = HashMap::from([("CODER_TOKEN".to_string(), "coder-token".to_string())]);
         let mesh = TestMesh::start(spec).await;
         fake.wait("Coder connected", |f| f.connected() == 1).await;
@@ -502,10 +499,7 @@ mod feishu {
             fake.base_url,
             agent(&dir),
         );
-        let mut spec = MeshSpec::new(&["Coder", "Ada"])
-            .bot("Coder", &coder)
-            .bot("Coder", "participation = \"mentions\"")
-            .bot("Ada", ADA);
+        let mut spec = coder_and_ada(&coder);
         spec.scheme = Scheme::Hmac;
         spec.env = [
             ("CODER_APP_SECRET", APP_SECRET),
