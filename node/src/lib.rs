@@ -27,10 +27,12 @@
 //!             matrix (matrix/: settings, api client-server, sync, inbound, outbound)
 //!             (feishu/: api, events, crypto, dedup, inbound, ws the long connection,
 //!             content rich text and media, names people by display name); kit: what
-//!             every adapter shares (the API retry loop, the token source, the per-chat pacer)
+//!             every adapter shares (the API retry loop, the token source, the per-chat pacer);
+//!             `post` and `edit` (a posted message changed in place) on every adapter
 //! ingress     Ingest: admission (verify, dedup, rate limit), HTTP bridge, stream reader, relayed copies
 //! turn        mention → policy → judge → scheduler → reply, over the Ports trait; the daily
-//!             LLM budget
+//!             LLM budget; a long turn's status message (status: posted once, edited in
+//!             place through the platform's `edit`, ended with how the turn went)
 //! egress      one outbox per peer over a Transport (HTTP peer, Redis stream), relay, claim acks
 //! llm         the OpenAI-compatible client (whole answers, and streamed drafts; tool calls)
 //! agent       reply engines beyond the model, and what they use: MCP tool servers (rmcp),

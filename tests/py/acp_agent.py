@@ -21,6 +21,11 @@ says:
                 "long build" in progress, then waits (0.05 s steps, at most 120 s,
                 honouring session/cancel) until the file `go` exists in the session's
                 cwd, then replies "built after the signal" (logs "awaiting" first)
+  STEPS <n>     several tool calls in turn, each ending on the test's word: tool call
+                "step i" (kind execute) in progress, logged "step i <sessionId>", then
+                it waits (0.05 s steps, at most 120 s, honouring session/cancel) for the
+                file `go<i>` in the session's cwd and completes the call; after step n
+                replies "all <n> steps done" (logs "finished <sessionId>")
   CRASH         one chunk, then exits with status 3 mid-turn
   ENV           replies with its environment and cwd as JSON
   REFUSE        some text, then stop reason `refusal`
@@ -77,7 +82,7 @@ from acp import (
 from acp.schema import AgentThoughtChunk, PermissionOption, TextContentBlock, ToolCallLocation, ToolCallUpdate
 
 
-KEYWORDS = ["CHUNKS", "TOOL ", "SLOW", "AWAITGO", "CRASH", "ENV", "REFUSE", "SESSION", "SLEEPER", "STRINGID", "PROBE", "HUGE", "MESH "]
+KEYWORDS = ["CHUNKS", "TOOL ", "SLOW", "AWAITGO", "STEPS ", "CRASH", "ENV", "REFUSE", "SESSION", "SLEEPER", "STRINGID", "PROBE", "HUGE", "MESH "]
 
 
 def probe(spec: dict) -> dict:
@@ -255,6 +260,27 @@ class StandIn(Agent):
                     return PromptResponse(stop_reason="end_turn")
                 await asyncio.sleep(0.05)
             await self.say(sid, "gave up waiting for the signal")
+            return PromptResponse(stop_reason="end_turn")
+
+        if text.startswith("STEPS "):
+            n = int(text.split()[1])
+            cwd = self.sessions[sid]["cwd"]
+            for i in range(1, n + 1):
+                await self.conn.session_update(
+                    session_id=sid, update=start_tool_call(f"s{i}", f"step {i}", kind="execute", status="in_progress")
+                )
+                log(f"step {i} {sid}")
+                go = os.path.join(cwd, f"go{i}")
+                for _ in range(2400):
+                    if sid in self.cancelled:
+                        log(f"cancelled {sid}")
+                        return PromptResponse(stop_reason="cancelled")
+                    if os.path.exists(go):
+                        break
+                    await asyncio.sleep(0.05)
+                await self.conn.session_update(session_id=sid, update=update_tool_call(f"s{i}", status="completed"))
+            await self.say(sid, f"all {n} steps done")
+            log(f"finished {sid}")
             return PromptResponse(stop_reason="end_turn")
 
         if text.startswith("CRASH"):

@@ -13,7 +13,8 @@
 //! What tests control: people posting ([`FakeDiscord::say`]), edits and deletions,
 //! dropping every gateway connection (sessions survive; what happens meanwhile is
 //! replayed on RESUME, as Discord does), 429 bursts ([`FakeDiscord::rate_limit`]),
-//! and whether the MESSAGE CONTENT intent is enabled. What tests read: the messages,
+//! and whether the MESSAGE CONTENT intent is enabled. A bot edits its own messages
+//! (`PATCH /channels/{id}/messages/{id}`, MESSAGE_UPDATE). What tests read: the messages,
 //! every REST request, and every typing indicator a bot triggered
 //! ([`FakeDiscord::typing`], `POST /channels/{id}/typing`).
 
@@ -80,6 +81,8 @@ pub struct Stored {
     pub request: Option<Value>,
     /// When the stand-in took it.
     pub at: std::time::Instant,
+    /// Times its author edited it (`PATCH /channels/{id}/messages/{id}`).
+    pub edits: u32,
 }
 
 /// One `POST /channels/{id}/typing` the stand-in took.
@@ -415,6 +418,7 @@ impl FakeDiscord {
             content: content.into(),
             request: None,
             at: std::time::Instant::now(),
+            edits: 0,
         });
         g.dispatch("MESSAGE_CREATE", d);
         id
@@ -758,6 +762,7 @@ fn route(
                 content,
                 request: Some(req),
                 at: std::time::Instant::now(),
+                edits: 0,
             });
             g.dispatch("MESSAGE_CREATE", d.clone());
             let mut h = bucket_headers("channel-messages", 4);
@@ -767,6 +772,53 @@ fn route(
                 h.push(("x-ratelimit-reset-after", format!("{after:.3}")));
             }
             reply(200, d, &h)
+        }
+        ("PATCH", p) if p.starts_with("/channels/") && p.contains("/messages/") => {
+            // Edit Message: only the author may change the content (50005 "Cannot edit a
+            // message authored by another user"); the edited message comes back, with
+            // `edited_timestamp`, and MESSAGE_UPDATE goes to the gateway.
+            let rest = &p["/channels/".len()..];
+            let Some((channel, id)) = rest.split_once("/messages/") else {
+                return reply(404, json!({"message": "404: Not Found", "code": 0}), &[]);
+            };
+            let (channel, id) = (channel.to_string(), id.to_string());
+            let Ok(req) = serde_json::from_slice::<Value>(body) else {
+                return reply(400, json!({"message": "400: Bad Request", "code": 0}), &[]);
+            };
+            let Some(m) = g
+                .messages
+                .iter_mut()
+                .find(|m| m.id == id && m.channel_id == channel)
+            else {
+                return reply(
+                    404,
+                    json!({"message": "Unknown Message", "code": 10008}),
+                    &[],
+                );
+            };
+            if m.author_id != bot.user_id {
+                return reply(
+                    403,
+                    json!({"message": "Cannot edit a message authored by another user", "code": 50005}),
+                    &[],
+                );
+            }
+            if let Some(content) = req.get("content").and_then(Value::as_str) {
+                if content.chars().count() > 2000 {
+                    return reply(
+                        400,
+                        json!({"message": "Invalid Form Body", "code": 50035}),
+                        &[],
+                    );
+                }
+                m.content = content.to_string();
+            }
+            m.edits += 1;
+            let m = m.clone();
+            let mut d = g.message_json(&m.id, &m.channel_id, &m.author_id, &m.content, None);
+            d["edited_timestamp"] = json!(timestamp());
+            g.dispatch("MESSAGE_UPDATE", d.clone());
+            reply(200, d, &bucket_headers("channel-message-edit", 4))
         }
         _ => reply(404, json!({"message": "404: Not Found", "code": 0}), &[]),
     }

@@ -9,7 +9,9 @@
 //! - `GET /open-apis/bot/v3/info` → `{code: 0, bot: {open_id, app_name, …}}`;
 //! - `POST /open-apis/im/v1/messages?receive_id_type=chat_id` `{receive_id, msg_type,
 //!   content, uuid}` → `{code: 0, data: {message_id: "om_…", …}}`; the same `uuid`
-//!   returns the same message (Feishu's idempotency).
+//!   returns the same message (Feishu's idempotency);
+//! - `PUT /open-apis/im/v1/messages/:message_id` `{msg_type, content}` → the edited
+//!   message (`updated: true`), for text and post messages it sent.
 //!
 //! Both API calls need `Authorization: Bearer <a token it issued>`, else code 99991663.
 //!
@@ -100,6 +102,9 @@ pub struct Sent {
     pub uuid: Option<String>,
     /// The message id answered.
     pub message_id: String,
+    /// Times it was edited (`PUT /open-apis/im/v1/messages/:message_id`); `text` and
+    /// `content` are then the latest.
+    pub edits: u32,
 }
 
 /// A handshake refusal to play for the next connection attempt.
@@ -609,8 +614,54 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Reply {
                 None => send(&state, &query, &body),
             }
         }
+        (Method::PUT, p) if p.starts_with("/open-apis/im/v1/messages/") => {
+            if !authorised {
+                return invalid_token();
+            }
+            let id = p.trim_start_matches("/open-apis/im/v1/messages/");
+            edit(&state, id, &body)
+        }
         _ => reply(404, json!({"code": 404, "msg": "not found"})),
     }
+}
+
+/// "Edit message" (`PUT /open-apis/im/v1/messages/:message_id`): text and post
+/// messages the app sent, with the new `msg_type` and `content`; an unknown id is
+/// code 230001, another type code 230071 ("message type not supported").
+fn edit(state: &State, id: &str, body: &Value) -> Reply {
+    let msg_type = body["msg_type"].as_str().unwrap_or_default();
+    let content = body["content"].as_str().unwrap_or_default().to_string();
+    if !matches!(msg_type, "text" | "post") {
+        return reply(
+            400,
+            json!({"code": 230071, "msg": "this message type does not support editing"}),
+        );
+    }
+    let text = serde_json::from_str::<Value>(&content)
+        .ok()
+        .and_then(|c| c["text"].as_str().map(str::to_string));
+    let Some(text) = text else {
+        return reply(400, json!({"code": 230001, "msg": "invalid content"}));
+    };
+    let mut sent = state.sent.lock().unwrap();
+    let Some(m) = sent.iter_mut().find(|m| m.message_id == id) else {
+        return reply(400, json!({"code": 230001, "msg": "invalid message_id"}));
+    };
+    m.text = text;
+    m.content = content.clone();
+    m.msg_type = msg_type.to_string();
+    m.edits += 1;
+    let now = botmesh::wire::envelope::now_millis().to_string();
+    reply(
+        200,
+        json!({"code": 0, "msg": "success", "data": {
+            "message_id": id, "root_id": "", "parent_id": "", "msg_type": msg_type,
+            "create_time": now, "update_time": now, "deleted": false, "updated": true,
+            "chat_id": m.receive_id,
+            "sender": {"id": state.app.app_id, "id_type": "app_id", "sender_type": "app", "tenant_key": "736588c9260f175e"},
+            "body": {"content": content}
+        }}),
+    )
 }
 
 fn endpoint(state: &State, body: &Value) -> Reply {
@@ -857,6 +908,7 @@ fn send(state: &State, query: &str, body: &Value) -> Reply {
         text,
         uuid,
         message_id: message_id.clone(),
+        edits: 0,
     };
     state.sent.lock().unwrap().push(sent.clone());
     reply(

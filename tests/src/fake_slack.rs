@@ -3,7 +3,7 @@
 //!
 //! Payloads follow Slack's documentation ("Using Socket Mode", the Events API's
 //! `message` and `app_mention` events, the methods `auth.test`,
-//! `apps.connections.open`, `chat.postMessage`, `users.info`): every method answers
+//! `apps.connections.open`, `chat.postMessage`, `chat.update`, `users.info`): every method answers
 //! HTTP 200 `{"ok": true, …}` or `{"ok": false, "error": …}`, a rate limit is HTTP 429
 //! with `Retry-After`; bodies are read as slack_sdk sends them (form, query string or
 //! JSON; the token as `Authorization: Bearer` or a `token` field). Socket Mode: a URL
@@ -87,6 +87,8 @@ pub struct Stored {
     pub request: Option<Value>,
     /// When the stand-in took it.
     pub at: std::time::Instant,
+    /// Times its author edited it through `chat.update`.
+    pub edits: u32,
 }
 
 /// What a connection's task is told to do.
@@ -204,6 +206,22 @@ impl Inner {
     }
 
     /// The `message` event of `m`.
+    /// Tells every app that `m` (its text was `previous`) was edited:
+    /// `message_changed`.
+    fn changed(&mut self, m: &Stored, previous: String) {
+        let mut now = self.message_event(m);
+        now["edited"] = json!({"user": m.user, "ts": self.ts()});
+        let event_ts = self.ts();
+        let event = json!({
+            "type": "message", "subtype": "message_changed", "hidden": true, "channel": m.channel,
+            "ts": event_ts, "event_ts": event_ts, "channel_type": "channel",
+            "message": now, "previous_message": {"type": "message", "user": m.user, "text": previous, "ts": m.ts},
+        });
+        for app in 0..self.apps.len() {
+            self.deliver(app, event.clone());
+        }
+    }
+
     fn message_event(&self, m: &Stored) -> Value {
         let mut e = json!({
             "type": "message", "text": m.text, "user": m.user, "ts": m.ts,
@@ -401,6 +419,7 @@ impl FakeSlack {
             thread_ts: thread_ts.map(str::to_string),
             request: None,
             at: std::time::Instant::now(),
+            edits: 0,
         });
         ts
     }
@@ -408,23 +427,16 @@ impl FakeSlack {
     /// The author edits a message (`message_changed`).
     pub fn edit(&self, channel: &str, ts: &str, text: &str) {
         let mut g = self.inner.lock().unwrap();
-        let Some(m) = g.messages.iter_mut().find(|m| m.ts == ts) else {
+        let Some(m) = g
+            .messages
+            .iter_mut()
+            .find(|m| m.ts == ts && m.channel == channel)
+        else {
             return;
         };
-        let previous = m.text.clone();
-        m.text = text.into();
+        let previous = std::mem::replace(&mut m.text, text.into());
         let m = m.clone();
-        let mut now = g.message_event(&m);
-        now["edited"] = json!({"user": m.user, "ts": g.ts()});
-        let event_ts = g.ts();
-        let event = json!({
-            "type": "message", "subtype": "message_changed", "hidden": true, "channel": channel,
-            "ts": event_ts, "event_ts": event_ts, "channel_type": "channel",
-            "message": now, "previous_message": {"type": "message", "user": m.user, "text": previous, "ts": ts},
-        });
-        for app in 0..g.apps.len() {
-            g.deliver(app, event.clone());
-        }
+        g.changed(&m, previous);
     }
 
     /// A message is deleted (`message_deleted`).
@@ -763,6 +775,7 @@ fn route(
                 thread_ts,
                 request: Some(Value::Object(p.clone())),
                 at: std::time::Instant::now(),
+                edits: 0,
             };
             let message = g.message_event(&m);
             g.log.push(format!("post {app} {ts}"));
@@ -770,6 +783,49 @@ fn route(
             answer(
                 200,
                 json!({"ok": true, "channel": channel, "ts": ts, "message": message}),
+                None,
+            )
+        }
+        "chat.update" => {
+            // api.slack.com/methods/chat.update: the bot edits its own message
+            // (`message_not_found`, `cant_update_message` for anyone else's); the
+            // channel's members get `message_changed`.
+            let Some(app) = by_bot else {
+                return fail(if by_app.is_some() {
+                    "not_allowed_token_type"
+                } else {
+                    "invalid_auth"
+                });
+            };
+            let (channel, ts, text) = (param("channel"), param("ts"), param("text"));
+            if !g.channels.contains(&channel) {
+                return fail("channel_not_found");
+            }
+            if text.trim().is_empty() {
+                return fail("no_text");
+            }
+            if text.chars().count() > 40_000 {
+                return fail("msg_too_long");
+            }
+            let user = g.apps[app].user_id.clone();
+            let Some(m) = g
+                .messages
+                .iter_mut()
+                .find(|m| m.ts == ts && m.channel == channel)
+            else {
+                return fail("message_not_found");
+            };
+            if m.user != user {
+                return fail("cant_update_message");
+            }
+            let previous = std::mem::replace(&mut m.text, text.clone());
+            m.edits += 1;
+            let m = m.clone();
+            g.changed(&m, previous);
+            g.log.push(format!("update {app} {ts}"));
+            answer(
+                200,
+                json!({"ok": true, "channel": channel, "ts": ts, "text": text, "message": {"type": "message", "user": m.user, "text": m.text}}),
                 None,
             )
         }

@@ -477,10 +477,14 @@ pub fn show(t: &[Envelope]) -> Vec<(String, u32, String, Option<String>)> {
         .collect()
 }
 
-/// The bots' messages of a transcript, in order.
+/// The bots' chat messages of a transcript, in order (not their status messages,
+/// which a slow turn posts: tests/tests/status_messages.rs).
 pub fn bot_msgs(t: &[Envelope]) -> Vec<&Envelope> {
     t.iter()
-        .filter(|e| e.author.kind == botmesh::wire::envelope::AuthorKind::Bot)
+        .filter(|e| {
+            e.author.kind == botmesh::wire::envelope::AuthorKind::Bot
+                && e.kind == botmesh::wire::envelope::Kind::Message
+        })
         .collect()
 }
 

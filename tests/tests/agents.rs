@@ -63,8 +63,14 @@ async fn mesh(dir: &Path, extra: &str) -> TestMesh {
 
 /// Coder's messages in node `i`'s transcript.
 fn coder_msgs(t: &[Envelope]) -> Vec<&Envelope> {
+    // Its chat messages: a status message a slow turn posts (a loaded machine) is no
+    // reply (tests/tests/status_messages.rs).
     t.iter()
-        .filter(|e| e.author.kind == AuthorKind::Bot && e.author.name == "Coder")
+        .filter(|e| {
+            e.author.kind == AuthorKind::Bot
+                && e.author.name == "Coder"
+                && e.kind == botmesh::wire::envelope::Kind::Message
+        })
         .collect()
 }
 

@@ -59,6 +59,8 @@ fn config_errors_name_the_key_and_bind_nothing() {
         Case { what: "nested table under a bot", toml: base(port, "", "[[bots]]\nname = \"B\"\nbridge = \"127.0.0.1:1\"\napi = \"127.0.0.1:2\"\n[bots.feishu]\napp_id = [\"cli_x\"]\n"), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &[": bots[1].feishu.app_id: invalid type", "key `bots[1].feishu.app_id`"] },
         Case { what: "delays reversed", toml: base(port, "", "min_delay_ms = 5000\nmax_delay_ms = 1000\n"), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].min_delay_ms", "above max_delay_ms"] },
         Case { what: "a bot's daily budget of zero", toml: base(port, "", "daily_calls = 0\n"), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].daily_calls", "must be at least 1"] },
+        Case { what: "status messages edited with no pause between edits", toml: base(port, "", "status_every_secs = 0\n"), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].status_every_secs", "1..=600"] },
+        Case { what: "a status message after more than an hour", toml: base(port, "", "status_after_secs = 7200\n"), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].status_after_secs", "at most 3600"] },
         Case { what: "a drafting judge that may not write early", toml: base(port, "", "judge_drafts = true\nwrite_early = false\n"), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].judge_drafts", "needs write_early = true"] },
         Case { what: "a drafting judge with a sidecar agent", toml: base(port, "", "judge_drafts = true\n[bots.agent]\nwebhook = \"http://127.0.0.1:9/turn\"\n"), env: vec![("TEST_SECRET", secret)], bot: "A", expect: &["bots[0].judge_drafts", "sidecar agent"] },
         // ACP agents (docs/agents.md).

@@ -55,7 +55,8 @@ fn people() -> Vec<Person> {
 
 /// discord.py 2.x as a client of the stand-in: it logs in (GET /users/@me), connects
 /// to the gateway, gets READY and GUILD_CREATE, reads a MESSAGE_CREATE, shows itself
-/// typing (POST .../typing) and replies (POST with message_reference), survives a dropped connection by RESUMEing and
+/// typing (POST .../typing), replies (POST with message_reference) and edits its
+/// reply (`Message.edit`: PATCH .../messages/{id}), survives a dropped connection by RESUMEing and
 /// gets the message sent while it was away. It prints one JSON line per event.
 const DISCORD_PY_CLIENT: &str = r#"
 import asyncio, json, sys
@@ -97,6 +98,8 @@ async def on_message(m):
         await m.channel.typing()
         r = await m.reply("pong", mention_author=True)
         say(event="replied", id=str(r.id))
+        e = await r.edit(content="pong, edited")
+        say(event="edited", id=str(e.id), content=e.content, edited=e.edited_at is not None)
     if m.content == "done":
         await client.close()
 
@@ -218,8 +221,22 @@ async fn the_stand_in_is_faithful_to_discord_py() {
     .await;
     assert_eq!(own["content"], "pong");
     assert_eq!(own["reference"], ping.as_str());
+    let edited = expect_line(&mut lines, &mut seen, &stderr, "the edit", |v| {
+        v["event"] == "edited"
+    })
+    .await;
+    assert_eq!(
+        (edited["content"].as_str(), edited["edited"].as_bool()),
+        (Some("pong, edited"), Some(true)),
+        "discord.py read the edited message the stand-in answered"
+    );
     let posted = fake.posted_by(PY_ID);
     assert_eq!(posted.len(), 1);
+    assert_eq!(
+        (posted[0].content.as_str(), posted[0].edits),
+        ("pong, edited", 1)
+    );
+    assert_eq!(edited["id"], posted[0].id.as_str());
     // discord.py's `await channel.typing()` took the stand-in's 204 (no body).
     let typed = fake.typing();
     assert_eq!(typed.len(), 1, "{typed:?}");

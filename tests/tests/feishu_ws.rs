@@ -79,6 +79,84 @@ print("starting", flush=True)
 client.start()
 "#;
 
+/// lark-oapi's API client against the stand-in: it sends a text message to a chat
+/// (`im.v1.message.create`) and edits it (`im.v1.message.update`, the "edit message"
+/// call a status message uses), and prints what the stand-in answered.
+const SDK_EDIT_SCRIPT: &str = r#"
+import json, sys
+import lark_oapi as lark
+from lark_oapi.api.im.v1 import (CreateMessageRequest, CreateMessageRequestBody,
+                                 UpdateMessageRequest, UpdateMessageRequestBody)
+
+app_id, app_secret, domain, chat = sys.argv[1:5]
+client = lark.Client.builder().app_id(app_id).app_secret(app_secret).domain(domain).build()
+created = client.im.v1.message.create(CreateMessageRequest.builder().receive_id_type("chat_id")
+    .request_body(CreateMessageRequestBody.builder().receive_id(chat).msg_type("text")
+        .content(json.dumps({"text": "working"})).build()).build())
+print(json.dumps({"created": created.success(), "code": created.code, "msg": created.msg,
+                  "id": created.data.message_id if created.success() else None}), flush=True)
+updated = client.im.v1.message.update(UpdateMessageRequest.builder().message_id(created.data.message_id)
+    .request_body(UpdateMessageRequestBody.builder().msg_type("text")
+        .content(json.dumps({"text": "done in 3s"})).build()).build())
+print(json.dumps({"updated": updated.success(), "code": updated.code, "msg": updated.msg,
+                  "id": updated.data.message_id if updated.success() else None,
+                  "edited": updated.data.updated if updated.success() else None}), flush=True)
+"#;
+
+#[tokio::test]
+async fn official_sdk_sends_and_edits_a_message_on_the_fake() {
+    init_logs();
+    let python = botmesh_tests::test_python();
+    let fake = FakeFeishu::start(fake_app()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("sdk_edit.py");
+    std::fs::write(&script, SDK_EDIT_SCRIPT).unwrap();
+    // Importing lark-oapi alone takes seconds (tens on a loaded machine).
+    let out = tokio::time::timeout(
+        Duration::from_secs(180),
+        tokio::process::Command::new(&python)
+            .arg(&script)
+            .args([APP_ID, APP_SECRET, &fake.base_url, CHAT])
+            .env("NO_PROXY", "127.0.0.1,localhost")
+            .env("no_proxy", "127.0.0.1,localhost")
+            .env_remove("HTTP_PROXY")
+            .env_remove("http_proxy")
+            .env_remove("HTTPS_PROXY")
+            .env_remove("https_proxy")
+            .env_remove("ALL_PROXY")
+            .env_remove("all_proxy")
+            .output(),
+    )
+    .await
+    .expect("the SDK finishes")
+    .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let lines: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert_eq!(lines.len(), 2, "{stdout}\n{stderr}");
+    assert_eq!(lines[0]["created"], true, "{stdout}");
+    assert_eq!(lines[1]["updated"], true, "{stdout}");
+    assert_eq!(lines[1]["id"], lines[0]["id"]);
+    assert_eq!(
+        lines[1]["edited"], true,
+        "the SDK read `updated` as the edit"
+    );
+    let sent = fake.sent();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        (
+            sent[0].text.as_str(),
+            sent[0].edits,
+            sent[0].receive_id.as_str()
+        ),
+        ("done in 3s", 1, CHAT)
+    );
+}
+
 #[tokio::test]
 async fn official_sdk_receives_events_from_the_fake() {
     init_logs();

@@ -99,6 +99,8 @@ def on_request(c, req):
     if ev.get("text") == "ping" and not req.retry_attempt:
         r = c.web_client.chat_postMessage(channel=ev["channel"], text="pong &lt;3", thread_ts=ev["ts"])
         say(event="posted", ts=r["ts"], ok=r["ok"])
+        u = c.web_client.chat_update(channel=ev["channel"], ts=r["ts"], text="pong, edited")
+        say(event="updated", ts=u["ts"], text=u["text"], ok=u["ok"])
     if ev.get("text") == "done":
         done.set()
 
@@ -254,10 +256,23 @@ async fn the_stand_in_is_faithful_to_slack_sdk() {
         ),
         (Some("pong &lt;3"), Some("B0009"), Some(ping.as_str()))
     );
+    // chat_update edits it in place.
+    let updated = expect_line(&mut lines, &mut seen, &stderr, &fake, "the edit", |v| {
+        v["event"] == "updated"
+    })
+    .await;
+    assert_eq!(
+        (
+            updated["ok"].as_bool(),
+            updated["ts"].as_str(),
+            updated["text"].as_str()
+        ),
+        (Some(true), posted["ts"].as_str(), Some("pong, edited"))
+    );
     let reply = &fake.posted_by(PY_ID)[0];
     assert_eq!(
-        (reply.thread_ts.as_deref(), reply.text.as_str()),
-        (Some(ping.as_str()), "pong &lt;3")
+        (reply.thread_ts.as_deref(), reply.text.as_str(), reply.edits),
+        (Some(ping.as_str()), "pong, edited", 1)
     );
     fake.wait("every envelope acknowledged", |f| f.unacked() == 0)
         .await;

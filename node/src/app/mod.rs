@@ -1,7 +1,8 @@
 //! One running node: its state and lifecycle ([`node`]), the routing of its two
 //! listeners, the local API and page ([`api`]) and who may use it ([`gate`]), configuration reloads ([`reload`])
 //! and people's commands in the chat ([`commands`]); the group as tools for the bot's
-//! agent ([`group_tools`]). The node implements the narrow
+//! agent ([`group_tools`]); a long turn's status message posted, recorded and edited
+//! ([`status`]). The node implements the narrow
 //! handles the layers below hold: `turn::Ports`, `ingress::ingest::Sink`.
 //! [`replay`]: `botmesh replay` and `POST /v1/replay`, one bot's decisions over a
 //! recorded transcript with changed settings.
@@ -12,3 +13,4 @@ pub(crate) mod group_tools;
 pub mod node;
 pub mod reload;
 pub mod replay;
+pub(crate) mod status;

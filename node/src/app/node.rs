@@ -88,6 +88,9 @@ pub struct Node {
     /// The credentials of the agent's `mesh` server: one bot, one group, the group
     /// tools only.
     pub(crate) tool_tokens: Arc<crate::app::group_tools::ToolTokens>,
+    /// The node itself, for the owned handles it gives out from `&self` (a long
+    /// turn's status, [`crate::app::status`], outlives the turn's borrow).
+    pub(crate) me: std::sync::Weak<Node>,
 }
 
 /// Hands durable outbound messages to every peer's outbox, in log order.
@@ -142,7 +145,7 @@ impl Node {
 
     /// The one way into a transcript. `outbound`: also queue the message for every
     /// peer in the same durable write.
-    async fn record_inner(
+    pub(crate) async fn record_inner(
         self: &Arc<Self>,
         env: Envelope,
         source: &str,
@@ -304,16 +307,18 @@ pub async fn start(
     let verdicts = crate::store::verdicts::VerdictLog::open(&cfg.data_dir, metrics.clone())
         .with_context(|| format!("opening the verdict log in {}", cfg.data_dir.display()))?;
     let platform = crate::platform::build(&cfg)?;
-    let node = Arc::new(Node {
+    let verify = Arc::new(
+        VerifyPool::start(&cfg.bot().name).context("starting the signature verification thread")?,
+    );
+    let llm = LlmClient::new(
+        LlmClient::build_http(Duration::from_secs(3)).context("building the LLM client")?,
+    );
+    let node = Arc::new_cyclic(|me| Node {
+        me: me.clone(),
         limiter: Arc::new(RateLimiter::new(cfg.mesh().peer_rate_limit)),
         seen: Arc::new(SeenCache::new(SEEN_TTL, 1_000_000)),
-        verify: Arc::new(
-            VerifyPool::start(&cfg.bot().name)
-                .context("starting the signature verification thread")?,
-        ),
-        llm: LlmClient::new(
-            LlmClient::build_http(Duration::from_secs(3)).context("building the LLM client")?,
-        ),
+        verify,
+        llm,
         quiet: crate::turn::command::Quiet::new(cfg.bot().quiet),
         reloader: crate::app::reload::Reloader::new(cfg.clone()),
         accepting: CancellationToken::new(),
@@ -831,11 +836,11 @@ impl Ports for Node {
     }
 
     fn recent(&self, group: &str, limit: usize) -> Vec<Arc<Envelope>> {
-        self.transcripts.recent(group, limit)
+        conversation(self.transcripts.recent(group, limit))
     }
 
     fn since(&self, group: &str, id: &ulid::Ulid) -> Vec<Arc<Envelope>> {
-        self.transcripts.since(group, id)
+        conversation(self.transcripts.since(group, id))
     }
 
     fn bot_messages_and_due(
@@ -927,6 +932,18 @@ impl Ports for Node {
     fn judged(&self, record: crate::store::verdicts::VerdictRecord) {
         self.verdicts.append(record);
     }
+
+    fn status_port(&self) -> Option<Arc<dyn crate::turn::status::StatusPort>> {
+        let node = self.me.upgrade()?;
+        Some(Arc::new(crate::app::status::NodeStatus(node)))
+    }
+}
+
+/// What the turn code reads of a transcript: its conversation, without the bots'
+/// status messages (never put in a prompt, judged or answered).
+fn conversation(mut messages: Vec<Arc<Envelope>>) -> Vec<Arc<Envelope>> {
+    messages.retain(|e| e.kind != crate::wire::envelope::Kind::Status);
+    messages
 }
 
 /// Explain against a running node's live transcript.

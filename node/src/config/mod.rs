@@ -476,6 +476,14 @@ impl AgentEngine {
     }
 }
 
+fn default_status_after() -> u64 {
+    8
+}
+
+fn default_status_every() -> u64 {
+    3
+}
+
 fn default_max_tool_rounds() -> u32 {
     8
 }
@@ -622,6 +630,15 @@ pub struct BotSettings {
     /// This bot's own daily LLM token limit, instead of `[llm] daily_tokens`.
     #[serde(default)]
     pub(crate) daily_tokens: Option<u64>,
+    /// Seconds a turn runs (an ACP agent, the model's tool loop) before the bot posts
+    /// one status message in the chat and keeps it up to date while the work goes on
+    /// ("Coder is working (1m 10s): cargo test"); 0: no status message.
+    #[serde(default = "default_status_after")]
+    pub(crate) status_after_secs: u64,
+    /// The least time between two edits of a status message: progress that comes
+    /// faster is shown in the next edit (the platforms limit edits too).
+    #[serde(default = "default_status_every")]
+    pub(crate) status_every_secs: u64,
     /// Messages of context for the judge.
     #[serde(default = "default_context")]
     pub(crate) context_messages: usize,
@@ -1123,6 +1140,18 @@ impl Settings {
             }
             if b.context_messages > 200 {
                 return Err(self.err(at("context_messages"), "at most 200"));
+            }
+            if b.status_after_secs > 3_600 {
+                return Err(self.err(
+                    at("status_after_secs"),
+                    "at most 3600 (an hour); 0 turns the status message off",
+                ));
+            }
+            if b.status_every_secs == 0 || b.status_every_secs > 600 {
+                return Err(self.err(
+                    at("status_every_secs"),
+                    "must be 1..=600: the least time between two edits of a status message",
+                ));
             }
             if b.judge_drafts && !b.write_early {
                 return Err(self.err(

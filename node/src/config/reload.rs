@@ -68,6 +68,8 @@ fn tune_bot(b: &mut BotSettings, new: &BotSettings) {
     b.daily_calls = new.daily_calls;
     b.daily_tokens = new.daily_tokens;
     b.context_messages = new.context_messages;
+    b.status_after_secs = new.status_after_secs;
+    b.status_every_secs = new.status_every_secs;
     b.context_chars = new.context_chars;
     b.min_relevance = new.min_relevance;
     b.judge_prompt = new.judge_prompt.clone();

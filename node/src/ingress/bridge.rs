@@ -355,7 +355,8 @@ async fn commit(
                 tracing::info!(id = %env.id, sender = %env.sender, "ignoring bridge copy of a human message (platform delivers humans)");
                 out.push(Some(Ok(Appended::Duplicate)));
             }
-            Kind::Message => {
+            // A bot's status is recorded (shown as status); triage never takes it up.
+            Kind::Message | Kind::Status => {
                 slots.push(out.len());
                 out.push(None);
                 messages.push(env);

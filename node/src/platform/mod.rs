@@ -89,6 +89,30 @@ pub struct Visibility {
 #[error("{0}")]
 pub struct PostError(pub String);
 
+/// Why a message the bot posted could not be edited (a status message: the turn logs
+/// it, counts it and leaves the last text standing; nothing is posted instead).
+#[derive(Debug, thiserror::Error)]
+pub enum EditError {
+    /// The platform has no edit of a posted message (QQ through OneBot), or none this
+    /// adapter can make (a DingTalk group message, a WeCom proactive send).
+    #[error("{0} cannot edit a posted message")]
+    Unsupported(&'static str),
+    /// The platform refused or failed the edit (a rate limit that outlasted the
+    /// retries, a message too old to edit, a network failure).
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl EditError {
+    /// The `outcome` label of `botmesh_status_edits_total`.
+    pub(crate) fn outcome(&self) -> &'static str {
+        match self {
+            EditError::Unsupported(_) => "unsupported",
+            EditError::Failed(_) => "failed",
+        }
+    }
+}
+
 /// What an adapter's inbound side is given at [`ChatPlatform::start`], and all it
 /// ever sees of the node: where its messages go, the node's metrics, when to stop and
 /// where to run work that must end before the node does.
@@ -136,6 +160,30 @@ pub trait ChatPlatform: Send + Sync + 'static {
     /// Posts a bot's message with real platform mentions; returns the platform's id of
     /// the posted message.
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>>;
+
+    /// Whether [`ChatPlatform::edit`] can change a posted message here: a status
+    /// message is then edited in place; where it cannot, one status message is posted
+    /// at most and never changed (no stream of notes).
+    fn edits(&self) -> bool {
+        false
+    }
+
+    /// Replaces the text of a message this bot posted in `group` (`platform_msg_id`
+    /// as [`ChatPlatform::post`] returned it; a message posted in parts is edited in its
+    /// first) with `text`, mentions made real as in a post. The kit capability behind the
+    /// status message a long turn keeps up to date; the platform's own call per adapter
+    /// (Telegram `editMessageText`, Slack `chat.update`, Discord's message PATCH,
+    /// Feishu's message update, Matrix `m.replace`).
+    fn edit<'a>(
+        &'a self,
+        group: &'a str,
+        platform_msg_id: &'a str,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<(), EditError>> {
+        let _ = (group, platform_msg_id, text);
+        let name = self.name();
+        Box::pin(async move { Err(EditError::Unsupported(name)) })
+    }
 
     /// Shows `group`'s chat that this bot is at work on a reply (the typing indicator
     /// of Discord and Telegram), once; while the work goes on the turn repeats it every
@@ -193,11 +241,13 @@ pub trait ChatPlatform: Send + Sync + 'static {
     }
 }
 
-/// Whether `env` is bot `me`'s own chat message not yet on its platform: what every
-/// adapter that posts answers [`ChatPlatform::should_post`] with.
+/// Whether `env` is bot `me`'s own chat message (or status message) not yet on its
+/// platform: what every adapter that posts answers [`ChatPlatform::should_post`] with.
 pub(crate) fn own_unposted(env: &Envelope, me: &str) -> bool {
-    env.kind == crate::wire::envelope::Kind::Message
-        && env.author.kind == crate::wire::envelope::AuthorKind::Bot
+    matches!(
+        env.kind,
+        crate::wire::envelope::Kind::Message | crate::wire::envelope::Kind::Status
+    ) && env.author.kind == crate::wire::envelope::AuthorKind::Bot
         && env.author.name == me
         && env.platform_msg_id.is_none()
 }

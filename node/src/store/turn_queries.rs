@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use ulid::Ulid;
 
-use crate::wire::envelope::{AuthorKind, Envelope};
+use crate::wire::envelope::{AuthorKind, Envelope, Kind};
 
 /// The last `limit` messages of a transcript held as a slice, oldest first: what
 /// [`Transcripts::recent`] reads, for the simulator's and the replay's `Ports`.
@@ -40,7 +40,8 @@ pub(crate) fn bot_messages_and_due_in(
 }
 
 /// Counts bot messages in `recent` (oldest first) after the last human message and
-/// no older than `window_ms` before `now_ms`.
+/// no older than `window_ms` before `now_ms`. A bot's status ([`Kind::Status`]) is
+/// not conversation: it is skipped, neither counted nor ending the run.
 pub(crate) fn recent_bot_messages<'a>(
     recent: impl DoubleEndedIterator<Item = &'a std::sync::Arc<Envelope>>,
     now_ms: u64,
@@ -48,6 +49,7 @@ pub(crate) fn recent_bot_messages<'a>(
 ) -> usize {
     recent
         .rev()
+        .filter(|e| e.kind != Kind::Status)
         .take_while(|e| e.author.kind == AuthorKind::Bot)
         .filter(|e| now_ms.saturating_sub(e.sent_at) <= window_ms)
         .count()
@@ -66,10 +68,11 @@ pub(crate) fn answers_due<'a>(
     ahead
         .iter()
         .filter(|bot| {
-            !recent
-                .clone()
-                .rev()
-                .any(|e| e.reply_to.as_ref() == Some(trigger) && e.author.name == bot.as_str())
+            !recent.clone().rev().any(|e| {
+                e.kind == Kind::Message
+                    && e.reply_to.as_ref() == Some(trigger)
+                    && e.author.name == bot.as_str()
+            })
         })
         .count()
 }

@@ -47,6 +47,18 @@ pub enum Event {
         /// What it is doing: the tool call's title and status.
         text: String,
     },
+    /// A bot's status message (a recorded [`crate::wire::envelope::Kind::Status`])
+    /// was edited in place: the page replaces its text, as the platform shows it.
+    Status {
+        /// The group.
+        group: String,
+        /// The status message's envelope id.
+        id: String,
+        /// The bot whose status it is.
+        bot: String,
+        /// Its text now.
+        text: String,
+    },
 }
 
 impl Event {
@@ -54,7 +66,9 @@ impl Event {
     pub(crate) fn group(&self) -> &str {
         match self {
             Event::Message { envelope } | Event::Claim { envelope } => &envelope.group,
-            Event::Decision { group, .. } | Event::Progress { group, .. } => group,
+            Event::Decision { group, .. }
+            | Event::Progress { group, .. }
+            | Event::Status { group, .. } => group,
         }
     }
     /// The SSE event name.
@@ -64,6 +78,7 @@ impl Event {
             Event::Claim { .. } => "claim",
             Event::Decision { .. } => "decision",
             Event::Progress { .. } => "progress",
+            Event::Status { .. } => "status",
         }
     }
 }

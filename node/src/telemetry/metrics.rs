@@ -127,6 +127,18 @@ pub struct CommandLabel {
     pub(crate) outcome: String,
 }
 
+/// Labels for status message edits (`botmesh_status_edits_total`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusEditLabel {
+    /// The bot whose status message it is.
+    pub(crate) bot: String,
+    /// The platform it is on (`telegram`, `local`, …).
+    pub(crate) platform: String,
+    /// `edited`, `failed` (refused or failed: the last text stays) or
+    /// `unsupported` (the platform cannot edit).
+    pub(crate) outcome: String,
+}
+
 /// Labels for MCP tool calls.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ToolLabel {
@@ -335,6 +347,8 @@ pub struct Metrics {
     pub(crate) tool_calls: Family<ToolLabel, Counter>,
     /// The tools each MCP server offers now: 0 while it is down (or still starting).
     pub(crate) mcp_tools: Family<ToolServerLabel, Gauge>,
+    /// Edits of long turns' status messages, by bot, platform and outcome.
+    pub(crate) status_edits: Family<StatusEditLabel, Counter>,
     /// ACP agents' turns and restarts ([`AgentMetrics`]).
     pub(crate) agent: AgentMetrics,
 }
@@ -433,6 +447,12 @@ impl Metrics {
             "botmesh_tool_calls",
             "MCP tool calls made by the reply model, by bot, server, tool and outcome",
             tool_calls.clone(),
+        );
+        let status_edits = Family::<StatusEditLabel, Counter>::default();
+        registry.register(
+            "botmesh_status_edits",
+            "Edits of long turns' status messages, by bot, platform and outcome",
+            status_edits.clone(),
         );
         let mcp_tools = Family::<ToolServerLabel, Gauge>::default();
         registry.register(
@@ -557,6 +577,7 @@ impl Metrics {
         );
         Metrics {
             tool_calls,
+            status_edits,
             mcp_tools,
             agent,
             config_reloads,
@@ -729,6 +750,17 @@ impl Metrics {
         self.feishu_connects
             .get_or_create(&ResultLabel {
                 result: result.into(),
+            })
+            .inc();
+    }
+
+    /// Counts one edit of a status message by its outcome.
+    pub(crate) fn status_edit(&self, bot: &str, platform: &str, outcome: &str) {
+        self.status_edits
+            .get_or_create(&StatusEditLabel {
+                bot: bot.into(),
+                platform: platform.into(),
+                outcome: outcome.into(),
             })
             .inc();
     }

@@ -367,9 +367,9 @@ impl Brain {
     }
 
     /// Every newly recorded message passes here: a bot's reply to a trigger makes
-    /// waiting bots yield.
+    /// waiting bots yield (its status does not: the turn may still end without one).
     pub(crate) fn observe(&self, env: &Envelope) {
-        if env.author.kind == AuthorKind::Bot {
+        if env.author.kind == AuthorKind::Bot && env.kind == Kind::Message {
             if let Some(trigger) = env.reply_to {
                 self.board.answered(trigger, &env.author.name);
             }

@@ -437,6 +437,7 @@ pub(crate) async fn tool_loop(
                 &msg.group,
                 ask_secs,
             );
+            crate::turn::status::note(&call.id, &call.function.name);
             let r = tools
                 .call(
                     &call.function.name,
@@ -459,6 +460,14 @@ pub(crate) async fn tool_loop(
                     r.tool,
                     r.ms,
                     if r.capped { ", cut" } else { "" }
+                ),
+            );
+            crate::turn::status::note(
+                &call.id,
+                &format!(
+                    "{} {}",
+                    call.function.name,
+                    if r.outcome == "ok" { "✓" } else { "✗" }
                 ),
             );
             messages.push(ChatMessage::tool(call.id.clone(), tool_message_text(&r)));

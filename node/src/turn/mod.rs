@@ -22,6 +22,8 @@
 //! - [`approval`] — an ACP agent's permission questions in the chat: which `/allow`
 //!   or `/deny` answers which question, and who may answer.
 //! - [`typing`] — the platform's typing signal, kept on while the reply is written.
+//! - [`status`] — a long turn's one status message, edited in place as the work goes
+//!   on and ended with how it went.
 //! - [`explain`] — the dry-run of a decision.
 //! - [`ports`] — `Ports`, the turn code's view of the node (and of the simulator).
 
@@ -41,6 +43,7 @@ pub(crate) mod ports;
 pub(crate) mod reply;
 pub(crate) mod scheduler;
 pub(crate) mod shared;
+pub(crate) mod status;
 #[cfg(test)]
 pub(crate) mod test_ports;
 pub(crate) mod typing;

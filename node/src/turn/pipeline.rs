@@ -316,13 +316,26 @@ async fn prepare<P: Ports + ?Sized>(
     }
     let reply = if matches!(early, Early::NotWritten) {
         // The bot has its turn and the reply is still to write (a sidecar, an ACP
-        // agent, or a model that did not write while waiting): the chat sees it typing.
-        typing_while(
-            p,
-            &msg.group,
-            write_step(p, msg, reason, relevance, early, slot),
+        // agent, or a model that did not write while waiting): the chat sees it typing,
+        // and a turn that runs long gets its status message.
+        let me = p.brain().me();
+        let status = Envelope::answer(
+            p.new_id(),
+            p.now_millis(),
+            &me.name,
+            msg,
+            String::new(),
+            why.clone(),
+        );
+        let (reply, took) = crate::turn::status::with_status(
+            p.status_port(),
+            crate::turn::status::StatusTiming::of(&me),
+            status,
+            typing_while(p, &msg.group, write_step(p, msg, reason, relevance, early, slot)),
+            Option::is_some,
         )
-        .await?
+        .await;
+        crate::turn::status::mention_asker(msg, reply?, took)
     } else {
         write_step(p, msg, reason, relevance, early, slot).await?
     };
@@ -609,6 +622,7 @@ async fn acp_step<P: Ports + ?Sized>(
     let asking = crate::turn::engine::ask_acp(agent, &msg.group, prompt, progress);
     tokio::pin!(asking);
     let show = |update: crate::agent::acp::AcpProgress| {
+        crate::turn::status::note_acp(&update);
         if let Some(text) = crate::turn::engine::progress_line(&update) {
             p.event(Event::Progress {
                 group: msg.group.clone(),
@@ -625,6 +639,7 @@ async fn acp_step<P: Ports + ?Sized>(
                 // Returning drops the turn, which sends the agent `session/cancel`
                 // before the node stops it.
                 record(p, msg, "silent", "shutting_down", "the node is stopping: the agent's turn is cancelled");
+                crate::turn::status::ended(crate::turn::status::Ending::Stopped(Some("the node is stopping".into())));
                 withdraw_if(p, msg, claimed, "shutting down");
                 slot.clear();
                 return None;
@@ -676,6 +691,7 @@ async fn acp_step<P: Ports + ?Sized>(
         }
         Err(e) => {
             record(p, msg, "silent", "agent_failed", &e.to_string());
+            crate::turn::status::ended(crate::turn::status::Ending::Failed(e.to_string()));
             withdraw_if(p, msg, claimed, "agent failed");
             let why = crate::turn::outcome::failure(&e);
             slot.set(Outcome::new(Ended::Failed { why }, Vec::new()));

@@ -135,9 +135,10 @@ pub(crate) trait Ports: Send + Sync + 'static {
     /// A random delay in `0..=max_ms`, the jitter added to a wait.
     fn jitter_ms(&self, max_ms: u64) -> u64;
 
-    /// Up to `limit` of the group's most recent messages, oldest first.
+    /// Up to `limit` of the group's most recent messages, oldest first: conversation
+    /// only (the node leaves out the bots' status messages).
     fn recent(&self, group: &str, limit: usize) -> Vec<Arc<Envelope>>;
-    /// The group's messages recorded after `id`, oldest first.
+    /// The group's messages recorded after `id`, oldest first (conversation only).
     fn since(&self, group: &str, id: &Ulid) -> Vec<Arc<Envelope>>;
     /// Bot messages since the last human one within `window_ms` of `now_ms`, among
     /// the last `limit` messages, and how many of the bots `ahead` still owe an answer
@@ -182,6 +183,11 @@ pub(crate) trait Ports: Send + Sync + 'static {
     /// How often [`Ports::typing`] is repeated while the work goes on; `None`: the
     /// platform has no typing signal, and the turn sends none.
     fn typing_every(&self) -> Option<std::time::Duration> {
+        None
+    }
+    /// The handle that posts and edits a long turn's status message
+    /// ([`crate::turn::status`]); `None` (the default: the simulator) shows none.
+    fn status_port(&self) -> Option<Arc<dyn crate::turn::status::StatusPort>> {
         None
     }
     /// Keeps a judge answer and what the bot did with it (the node's verdict log, for

@@ -41,6 +41,14 @@ pub enum Kind {
     /// (`[mesh] judge = "shared"`): advice each bot applies with its own thresholds.
     /// Empty `verdicts`: the judge call failed, every bot judges itself. Never shown.
     Verdict,
+    /// A bot's status message while a long turn runs ("Coder is working (1m 10s): ran
+    /// `cargo test`"), posted once to the chat and edited there in place. Recorded and
+    /// shown as status, never conversation: it triggers no colleague, is not put in a
+    /// prompt or judged, and does not answer its `reply_to` (the answer comes as a
+    /// message). A node older than this kind refuses it as malformed (400), which its
+    /// sender takes as final; it then sees the platform's copy only, which nobody
+    /// answers (a colleague's copy without a bridge copy is context).
+    Status,
 }
 
 /// One bot's entry in a shared [`Kind::Verdict`]: what the judge said about it.
@@ -349,6 +357,12 @@ impl Envelope {
         match self.kind {
             Kind::Message if self.text.trim().is_empty() => {
                 return Err(EnvelopeError::invalid("a message needs text"))
+            }
+            Kind::Status if self.text.trim().is_empty() => {
+                return Err(EnvelopeError::invalid("a status needs text"))
+            }
+            Kind::Status if self.author.kind != AuthorKind::Bot => {
+                return Err(EnvelopeError::invalid("a status is a bot's"))
             }
             Kind::Claim if self.reply_to.is_none() => {
                 return Err(EnvelopeError::invalid("a claim needs reply_to"))

@@ -181,6 +181,19 @@ impl ChatPlatform for Discord {
         })
     }
 
+    fn edits(&self) -> bool {
+        true
+    }
+
+    fn edit<'a>(
+        &'a self,
+        group: &'a str,
+        platform_msg_id: &'a str,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<(), crate::platform::EditError>> {
+        Box::pin(Discord::edit(self, group, platform_msg_id, text))
+    }
+
     fn typing<'a>(&'a self, group: &'a str) -> BoxFuture<'a, Result<(), PostError>> {
         Box::pin(async move {
             let channel = self

@@ -132,4 +132,31 @@ impl Discord {
         tracing::info!(bot = %self.me, id = %env.id, message_id = %joined, channel = %channel, "posted to discord");
         Ok(joined)
     }
+
+    /// Edits the bot's message `platform_msg_id` (its first part) in `group`'s channel
+    /// to `text`, made as for a post (cut to one part; only the colleagues it names
+    /// pinged).
+    pub(crate) async fn edit(
+        &self,
+        group: &str,
+        platform_msg_id: &str,
+        text: &str,
+    ) -> Result<(), crate::platform::EditError> {
+        use crate::platform::EditError;
+        let channel = self
+            .channel_for_group(group)
+            .ok_or_else(|| EditError::Failed(PostFailure::NoChannel(group.into()).to_string()))?;
+        let id = platform_ids(platform_msg_id)
+            .next()
+            .ok_or_else(|| EditError::Failed("no message id".into()))?;
+        let (text, users) = self.outgoing_text(text);
+        let content = rest::split_message(&text, rest::MAX_MESSAGE_CHARS)
+            .into_iter()
+            .next()
+            .ok_or_else(|| EditError::Failed("nothing to show".into()))?;
+        self.rest
+            .edit_message(&channel, id, &content, users)
+            .await
+            .map_err(|e| EditError::Failed(e.to_string()))
+    }
 }

@@ -447,6 +447,29 @@ impl RestClient {
 }
 
 impl RestClient {
+    /// `PATCH /channels/{channel_id}/messages/{message_id}`: replaces the content of
+    /// one of the bot's own messages (pinging only `users`). Discord lets a bot edit
+    /// its messages at any age; the route has its own rate-limit bucket (about 5
+    /// edits per 5 s per channel), which the lanes honour.
+    pub async fn edit_message(
+        &self,
+        channel_id: &str,
+        message_id: &str,
+        content: &str,
+        users: Vec<String>,
+    ) -> Result<(), RestError> {
+        let path = format!("/channels/{channel_id}/messages/{message_id}");
+        let body = serde_json::json!({
+            "content": content,
+            "allowed_mentions": AllowedMentions { parse: Vec::new(), users, replied_user: false },
+        });
+        // One lane for the channel's edits, whichever message.
+        let route = format!("PATCH /channels/{channel_id}/messages/{{id}}");
+        self.call(reqwest::Method::PATCH, &route, &path, Some(&body))
+            .await
+            .map(|_| ())
+    }
+
     /// `POST /channels/{channel_id}/typing`: shows the bot as typing in the channel
     /// for about 10 s, or until it posts there. Discord answers 204 with no body.
     /// A route of its own, so it never waits behind a post's rate limit.

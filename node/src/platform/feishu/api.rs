@@ -364,6 +364,26 @@ impl FeishuClient {
             .ok_or_else(|| SendError::Malformed("no data.message_id".into()))
     }
 
+    /// Edits the text of the bot's message `message_id` in `chat_id` (`PUT
+    /// /open-apis/im/v1/messages/:message_id`, "edit message": text and post messages
+    /// only; Feishu allows 20 edits of one message, within 14 days of its sending),
+    /// paced with the chat's posts.
+    pub(crate) async fn update_text(
+        &self,
+        chat_id: &str,
+        message_id: &str,
+        text: &str,
+    ) -> Result<(), SendError> {
+        let url = format!("{}/open-apis/im/v1/messages/{message_id}", self.base_url);
+        let body = serde_json::json!({
+            "msg_type": "text",
+            "content": serde_json::json!({"text": text}).to_string(),
+        });
+        self.call(reqwest::Method::PUT, &url, Some(&body), Some(chat_id))
+            .await
+            .map(|_| ())
+    }
+
     /// A person's display name, from the contact API (scope
     /// `contact:user.base:readonly`). `Ok(None)` when Feishu gives no name.
     pub(crate) async fn user_name(&self, open_id: &str) -> Result<Option<String>, SendError> {

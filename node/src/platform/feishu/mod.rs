@@ -217,6 +217,29 @@ impl ChatPlatform for Feishu {
         })
     }
 
+    fn edits(&self) -> bool {
+        true
+    }
+
+    fn edit<'a>(
+        &'a self,
+        group: &'a str,
+        platform_msg_id: &'a str,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<(), crate::platform::EditError>> {
+        Box::pin(async move {
+            use crate::platform::EditError;
+            let chat = self
+                .chat_for_group(group)
+                .ok_or_else(|| EditError::Failed(SendError::NoChat(group.into()).to_string()))?;
+            let text = self.outgoing_text(&self.matcher, text);
+            self.client
+                .update_text(&chat, platform_msg_id, &text)
+                .await
+                .map_err(|e| EditError::Failed(e.to_string()))
+        })
+    }
+
     fn start(self: Arc<Self>, ingest: AdapterContext) -> Option<BoxFuture<'static, ()>> {
         let _ = self.ingest.set(ingest.clone());
         self.client.set_metrics(ingest.metrics.clone());

@@ -174,6 +174,19 @@ impl ChatPlatform for Matrix {
         })
     }
 
+    fn edits(&self) -> bool {
+        true
+    }
+
+    fn edit<'a>(
+        &'a self,
+        group: &'a str,
+        platform_msg_id: &'a str,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<(), crate::platform::EditError>> {
+        Box::pin(Matrix::edit(self, group, platform_msg_id, text))
+    }
+
     fn typing<'a>(&'a self, group: &'a str) -> BoxFuture<'a, Result<(), PostError>> {
         Box::pin(async move {
             if group != self.room_id {
@@ -455,6 +468,41 @@ impl Matrix {
         let joined = ids.join(" ");
         tracing::info!(bot = %self.me, id = %env.id, event_id = %joined, room_id = %self.room_id, "posted to matrix");
         Ok(joined)
+    }
+
+    /// Replaces the text of the bot's event `platform_msg_id` (its first part) with
+    /// `text` (`m.replace`, made as a post's first part: pills, `m.mentions`). Matrix
+    /// sets no age or count limit on edits; each is an event, under the homeserver's
+    /// send rate limit.
+    pub(crate) async fn edit(
+        &self,
+        group: &str,
+        platform_msg_id: &str,
+        text: &str,
+    ) -> Result<(), crate::platform::EditError> {
+        use crate::platform::EditError;
+        if group != self.room_id {
+            return Err(EditError::Failed(
+                PostFailure::NoRoom(group.into()).to_string(),
+            ));
+        }
+        let event_id = platform_ids(platform_msg_id)
+            .next()
+            .filter(|id| id.starts_with('$'))
+            .ok_or_else(|| EditError::Failed(format!("{platform_msg_id:?} is no event id")))?;
+        let first = crate::platform::kit::split::split_message(text, outbound::MAX_PART_CHARS)
+            .into_iter()
+            .next()
+            .ok_or_else(|| EditError::Failed("nothing to show".into()))?;
+        let content =
+            outbound::content(&first, &self.matcher, &|name| self.user_id_for(name), None);
+        // One transaction id per edit, kept across its retries.
+        let txn_id = format!("botmesh-edit-{}", ulid::Ulid::new());
+        self.api
+            .edit(&self.room_id, &txn_id, event_id, &content)
+            .await
+            .map(|_| ())
+            .map_err(|e| EditError::Failed(e.to_string()))
     }
 }
 

@@ -401,6 +401,19 @@ impl WebApi {
             .map(str::to_string)
             .ok_or_else(|| ApiError::Malformed("chat.postMessage without a ts".into()))
     }
+
+    /// `chat.update`: replaces the text of the bot's message `ts` in `channel`.
+    pub async fn update_message(
+        &self,
+        channel: &str,
+        ts: &str,
+        text: &str,
+    ) -> Result<(), ApiError> {
+        let body = serde_json::json!({"channel": channel, "ts": ts, "text": text});
+        self.call("chat.update", Token::Bot, Body::Json(body))
+            .await
+            .map(|_| ())
+    }
 }
 
 #[cfg(test)]

@@ -135,6 +135,19 @@ impl ChatPlatform for Slack {
         Box::pin(self.post_envelope(env))
     }
 
+    fn edits(&self) -> bool {
+        true
+    }
+
+    fn edit<'a>(
+        &'a self,
+        group: &'a str,
+        platform_msg_id: &'a str,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<(), crate::platform::EditError>> {
+        Box::pin(self.edit_message(group, platform_msg_id, text))
+    }
+
     fn start(self: Arc<Self>, ingest: AdapterContext) -> Option<BoxFuture<'static, ()>> {
         let _ = self.ingest.set(ingest.clone());
         Some(Box::pin(async move { self.run(ingest).await }))

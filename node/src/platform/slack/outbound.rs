@@ -16,7 +16,7 @@
 
 use std::sync::OnceLock;
 
-use crate::platform::PostError;
+use crate::platform::{EditError, PostError};
 use crate::store::transcript::platform_ids;
 use crate::wire::envelope::Envelope;
 
@@ -123,6 +123,34 @@ impl Slack {
         let joined = ids.join(" ");
         tracing::info!(bot = %self.me, id = %env.id, ts = %joined, %channel, thread = ?thread, "posted to slack");
         Ok(joined)
+    }
+
+    /// `chat.update` of the bot's message `platform_msg_id` (its first part's `ts`) in
+    /// `group`'s channel, the text made as for a post (cut to one part), paced with the
+    /// channel's posts. Slack lets a bot edit its own messages at any age; the edit
+    /// is a Tier 3 call (about 50 a minute).
+    pub async fn edit_message(
+        &self,
+        group: &str,
+        platform_msg_id: &str,
+        text: &str,
+    ) -> Result<(), EditError> {
+        let channel = self.channel_for_group(group).ok_or_else(|| {
+            EditError::Failed(format!("group {group:?} maps to no slack channel"))
+        })?;
+        let ts = platform_ids(platform_msg_id)
+            .next()
+            .ok_or_else(|| EditError::Failed("no message ts".into()))?;
+        let first = crate::platform::kit::split::split_message(text, MAX_PART_CHARS)
+            .into_iter()
+            .next()
+            .ok_or_else(|| EditError::Failed("nothing to show".into()))?;
+        let (text, _) = self.outgoing_text(&first);
+        self.pacer.acquire(&channel).await;
+        self.api
+            .update_message(&channel, ts, &text)
+            .await
+            .map_err(|e| EditError::Failed(e.to_string()))
     }
 }
 

@@ -66,7 +66,7 @@ use crate::platform::kit::inbound::{Inbound, PlatformMessage, Received, Sender};
 use crate::platform::kit::pacer::ChatPacer;
 use crate::platform::kit::reconnect::{Next, Reconnect, Reconnects};
 use crate::platform::AdapterContext;
-use crate::platform::{ChatPlatform, PostError, Visibility};
+use crate::platform::{ChatPlatform, EditError, PostError, Visibility};
 use crate::store::transcript::platform_ids;
 use crate::turn::mention::MentionMatcher;
 use crate::wire::envelope::Envelope;
@@ -193,6 +193,19 @@ impl ChatPlatform for Telegram {
                 .await
                 .map_err(|e| PostError(e.to_string()))
         })
+    }
+
+    fn edits(&self) -> bool {
+        true
+    }
+
+    fn edit<'a>(
+        &'a self,
+        group: &'a str,
+        platform_msg_id: &'a str,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<(), EditError>> {
+        Box::pin(Telegram::edit(self, group, platform_msg_id, text))
     }
 
     fn typing<'a>(&'a self, group: &'a str) -> BoxFuture<'a, Result<(), PostError>> {
@@ -523,6 +536,43 @@ impl Telegram {
         let joined = ids.join(" ");
         tracing::info!(bot = %self.me, id = %env.id, message_id = %joined, chat_id, "posted to telegram");
         Ok(joined)
+    }
+
+    /// `editMessageText` of the bot's message `platform_msg_id` (its first part) in
+    /// `group`'s chat: the text rendered as a post's first part is (HTML, @handles),
+    /// paced with the chat's posts. Telegram lets a bot edit its own messages for 48
+    /// hours; an edit counts against the chat's send limit.
+    pub(crate) async fn edit(
+        &self,
+        group: &str,
+        platform_msg_id: &str,
+        text: &str,
+    ) -> Result<(), EditError> {
+        let chat_id = self
+            .chat_for_group(group)
+            .ok_or_else(|| EditError::Failed(PostFailure::NoChat(group.to_string()).to_string()))?;
+        let message_id = platform_ids(platform_msg_id)
+            .next()
+            .and_then(|first| first.split_once(':'))
+            .and_then(|(chat, id)| (chat.parse::<i64>().ok()? == chat_id).then_some(id))
+            .and_then(|id| id.parse::<i64>().ok())
+            .ok_or_else(|| {
+                EditError::Failed(format!(
+                    "{platform_msg_id:?} is no message of chat {chat_id}"
+                ))
+            })?;
+        let part = outbound::parts(text, outbound::MAX_MESSAGE_UNITS, &self.matcher, &|name| {
+            self.handle_for(name)
+        })
+        .into_iter()
+        .next()
+        .ok_or_else(|| EditError::Failed("nothing to show".into()))?;
+        self.pacer.acquire(&chat_id.to_string()).await;
+        self.api
+            .edit_message_text(chat_id, message_id, &part.html)
+            .await
+            .map(|_| ())
+            .map_err(|e| EditError::Failed(e.to_string()))
     }
 }
 

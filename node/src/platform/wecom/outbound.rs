@@ -147,6 +147,11 @@ impl Wecom {
     /// Where to answer `env` on a callback: its trigger is a message this robot
     /// received on the session up now.
     fn reply_to(&self, env: &Envelope) -> Option<ReplyTo> {
+        // A status message goes to the chat as a plain send: the callback's stream is
+        // kept for the answer, which people are notified by.
+        if env.kind == crate::wire::envelope::Kind::Status {
+            return None;
+        }
         let trigger = env
             .reply_to
             .and_then(|r| self.ingest.get()?.sink.message(&env.group, &r))?;

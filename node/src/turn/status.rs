@@ -1,0 +1,676 @@
+//! The status message of a long turn: what people see while a bot works.
+//!
+//! When a turn (an ACP agent's, the built-in model's tool loop) still runs after the
+//! bot's `status_after_secs`, the bot posts ONE status message in the chat ("Coder is
+//! working (1m 10s): cargo test, Read src/lib.rs") and edits it in place as the work
+//! reports progress, at most every `status_every_secs`. When the turn ends the status
+//! says how ("Coder: done in 2m 13s", "Coder: stopped after 40s", "Coder: failed after
+//! 1m 2s: the agent exited"), and the answer comes as a normal new message.
+//!
+//! - The status is not conversation: it is a [`Kind::Status`] envelope, recorded once
+//!   (as it is first posted) and shown as status; the turn code never reads it.
+//! - Where the platform cannot edit (QQ, a WeCom or DingTalk send), the status is
+//!   posted once and never changed: no stream of notes.
+//! - An edit that fails leaves the last text standing; nothing is posted again.
+//! - The work reports progress through [`note`] (a task-local [`Feed`] the status
+//!   scope sets): the turn's engines need no handle for it.
+//! - The status runs in its own task, so a turn dropped by `/stop` still ends its
+//!   status ("stopped"), and a post in flight when the turn ends is finished, then
+//!   edited, never cut off half-way.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use tokio::sync::{oneshot, Notify};
+use tokio::time::Instant;
+
+use crate::wire::envelope::{Envelope, Kind};
+
+/// How long a final edit may take before the answer is posted anyway (a platform
+/// that keeps refusing: the status keeps its last text).
+const FINAL_EDIT_WAIT: Duration = Duration::from_secs(15);
+
+/// How many progress items the status names, the latest last.
+const SHOWN_ITEMS: usize = 3;
+
+/// When the status of a turn appears and how often it may change: the bot's
+/// `status_after_secs` and `status_every_secs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StatusTiming {
+    /// How long a turn runs before its status is posted.
+    pub(crate) after: Duration,
+    /// The least time between two edits.
+    pub(crate) every: Duration,
+}
+
+impl StatusTiming {
+    /// The bot's timing; `None` when its status messages are off
+    /// (`status_after_secs = 0`).
+    pub(crate) fn of(bot: &crate::config::BotSettings) -> Option<StatusTiming> {
+        (bot.status_after_secs > 0).then(|| StatusTiming {
+            after: Duration::from_secs(bot.status_after_secs),
+            every: Duration::from_secs(bot.status_every_secs.max(1)),
+        })
+    }
+}
+
+/// A status message as posted: what its edits need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Posted {
+    /// The group it is in.
+    pub(crate) group: String,
+    /// Its envelope id (the page's handle on it).
+    pub(crate) id: ulid::Ulid,
+    /// The platform's id of it (`None` on the local page, or when the platform post
+    /// failed).
+    pub(crate) platform_msg_id: Option<String>,
+    /// Whether it can be edited: the platform edits (or it is the page's own).
+    pub(crate) editable: bool,
+}
+
+/// What the turn code needs of the node to show a status: post and record it once,
+/// edit it in place. Owned (`'static`), so a status outlives a dropped turn.
+pub(crate) trait StatusPort: Send + Sync + 'static {
+    /// Posts `env` (a [`Kind::Status`] envelope; its `sent_at` is set at posting) to
+    /// the platform and records it; `None` when nothing could be posted or recorded
+    /// (logged): the turn goes on without a status.
+    fn post(&self, env: Envelope) -> BoxFuture<'static, Option<Posted>>;
+    /// Replaces the status's text in place (the page at once, the platform with its
+    /// own call); `false` when the platform refused (logged and counted: the last
+    /// text stays).
+    fn edit(&self, posted: &Posted, text: String) -> BoxFuture<'static, bool>;
+}
+
+/// How a turn ended, as its status says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Ending {
+    /// An answer was written (it comes next, as a message).
+    Done,
+    /// The turn ended without an answer (the agent said nothing, or was busy).
+    NoAnswer,
+    /// Stopped: a person's `/stop` (dropping the turn) or the node shutting down.
+    Stopped(Option<String>),
+    /// The work failed: why, in a few words.
+    Failed(String),
+}
+
+/// What the work reports while it runs, for its status: a task-local the status
+/// scope sets (see [`note`]).
+#[derive(Debug, Default)]
+pub(crate) struct Feed {
+    /// The progress items so far, the latest last (a tool call's title and state).
+    items: parking_lot::Mutex<Vec<(String, String)>>,
+    /// How the work says it ended, when it says (else: answered or not).
+    ending: parking_lot::Mutex<Option<Ending>>,
+    /// Counts the changes of `items`: an edit shows the version it read, so a wake-up
+    /// for a change already shown edits nothing.
+    version: std::sync::atomic::AtomicU64,
+    /// Woken at each change of `items`.
+    changed: Notify,
+}
+
+impl Feed {
+    /// The items now and their version.
+    fn snapshot(&self) -> (Vec<(String, String)>, u64) {
+        let items = self.items.lock();
+        (
+            items.clone(),
+            self.version.load(std::sync::atomic::Ordering::SeqCst),
+        )
+    }
+}
+
+tokio::task_local! {
+    /// The running turn's status feed, if its bot shows one.
+    static FEED: Arc<Feed>;
+}
+
+/// Reports progress of the running turn to its status: item `key` (a tool call's id)
+/// is now `shown` ("cargo test", "cargo test ✓"). Nothing outside a status scope.
+pub(crate) fn note(key: &str, shown: &str) {
+    let _ = FEED.try_with(|feed| {
+        let mut items = feed.items.lock();
+        match items.iter_mut().find(|(k, _)| k == key) {
+            Some((_, s)) if s == shown => return,
+            Some((_, s)) => *s = shown.to_string(),
+            None => items.push((key.to_string(), shown.to_string())),
+        }
+        feed.version
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        drop(items);
+        feed.changed.notify_one();
+    });
+}
+
+/// Reports an ACP agent's progress to the running turn's status: a tool call by its
+/// title (`cargo test`, then `cargo test ✓` or `cargo test ✗` once it ended); a plan
+/// by its step in progress.
+pub(crate) fn note_acp(update: &crate::agent::acp::AcpProgress) {
+    use crate::agent::acp::AcpProgress;
+    match update {
+        AcpProgress::ToolCall {
+            id, title, status, ..
+        } => {
+            let shown = match status.as_str() {
+                "completed" => format!("{title} ✓"),
+                "failed" => format!("{title} ✗"),
+                _ => title.clone(),
+            };
+            note(id, &shown);
+        }
+        AcpProgress::Plan(steps) => {
+            if let Some(step) = steps.iter().find(|s| s.status == "in_progress") {
+                note("plan", &step.content);
+            }
+        }
+    }
+}
+
+/// Tells the running turn's status how the work ended, when it knows better than
+/// "answered or not" (a failure, a stop). Nothing outside a status scope.
+pub(crate) fn ended(ending: Ending) {
+    let _ = FEED.try_with(|feed| *feed.ending.lock() = Some(ending));
+}
+
+/// How long, as people read it: `8s`, `1m 10s`, `1h 2m`.
+pub(crate) fn elapsed(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3_599 => format!("{}m {}s", s / 60, s % 60),
+        _ => format!("{}h {}m", s / 3_600, (s % 3_600) / 60),
+    }
+}
+
+/// The status while the work goes on.
+pub(crate) fn working_text(bot: &str, took: Duration, items: &[(String, String)]) -> String {
+    let shown: Vec<&str> = items
+        .iter()
+        .rev()
+        .take(SHOWN_ITEMS)
+        .rev()
+        .map(|(_, s)| s.as_str())
+        .collect();
+    if shown.is_empty() {
+        format!("{bot} is working ({})", elapsed(took))
+    } else {
+        format!("{bot} is working ({}): {}", elapsed(took), shown.join(", "))
+    }
+}
+
+/// The status once the turn ended.
+pub(crate) fn final_text(bot: &str, took: Duration, ending: &Ending) -> String {
+    let took = elapsed(took);
+    match ending {
+        Ending::Done => format!("{bot}: done in {took}"),
+        Ending::NoAnswer => format!("{bot}: finished in {took} without an answer"),
+        Ending::Stopped(None) => format!("{bot}: stopped after {took}"),
+        Ending::Stopped(Some(by)) => format!("{bot}: stopped after {took} ({by})"),
+        Ending::Failed(why) => format!("{bot}: failed after {took}: {why}"),
+    }
+}
+
+/// A turn longer than this mentions the person who asked in its answer: they may
+/// have turned to something else meanwhile.
+pub(crate) const MENTION_AFTER: Duration = Duration::from_secs(60);
+
+/// `reply` to `msg` after a turn of `took`: past [`MENTION_AFTER`] it mentions the
+/// person who asked (`@Name` first), unless it already does. A bot that asked is not
+/// mentioned: a mention is a bot's trigger.
+pub(crate) fn mention_asker(
+    msg: &Envelope,
+    mut reply: crate::turn::brain::Reply,
+    took: Duration,
+) -> crate::turn::brain::Reply {
+    if took > MENTION_AFTER && msg.is_human() {
+        let at = format!("@{}", msg.author.name);
+        if !reply.text.contains(&at) {
+            reply.text = format!("{at} {}", reply.text);
+        }
+    }
+    reply
+}
+
+/// The running status of one turn: ends it when dropped (the turn was dropped:
+/// stopped) or told how it ended ([`Shown::finish`]).
+struct Shown {
+    /// Tells the status task how the turn ended and how long it took.
+    end: Option<oneshot::Sender<(Ending, Duration)>>,
+    /// When the turn started.
+    started: Instant,
+    /// The status task: done once its last edit is made.
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Shown {
+    /// Ends the status with `ending` and waits (boundedly) for its last edit, so the
+    /// answer comes after it.
+    async fn finish(mut self, ending: Ending) {
+        if let Some(end) = self.end.take() {
+            let _ = end.send((ending, self.started.elapsed()));
+        }
+        let _ = tokio::time::timeout(FINAL_EDIT_WAIT, &mut self.task).await;
+    }
+}
+
+impl Drop for Shown {
+    fn drop(&mut self) {
+        // Dropped without `finish`: the turn was dropped (a person's `/stop`); the
+        // task goes on by itself to say so.
+        if let Some(end) = self.end.take() {
+            let _ = end.send((Ending::Stopped(None), self.started.elapsed()));
+        }
+    }
+}
+
+/// Runs `work` (the writing of a turn's reply) with its status shown per `timing`
+/// through `port`: posted once the work has run `timing.after`, edited as it reports
+/// progress, ended with how it went (`done` when `answered` says so of its output).
+/// Returns the work's output and how long it ran. `status` is the envelope to post
+/// (its text is set here). Without a port or timing, `work` alone.
+pub(crate) async fn with_status<T>(
+    port: Option<Arc<dyn StatusPort>>,
+    timing: Option<StatusTiming>,
+    status: Envelope,
+    work: impl Future<Output = T>,
+    answered: impl Fn(&T) -> bool,
+) -> (T, Duration) {
+    let started = Instant::now();
+    let (Some(port), Some(timing)) = (port, timing) else {
+        let out = work.await;
+        return (out, started.elapsed());
+    };
+    let feed = Arc::new(Feed::default());
+    let (end, ending) = oneshot::channel();
+    let shown = Shown {
+        end: Some(end),
+        started,
+        task: tokio::spawn(run(port, timing, status, feed.clone(), started, ending)),
+    };
+    let out = FEED.scope(feed.clone(), work).await;
+    let took = started.elapsed();
+    let said = feed.ending.lock().take();
+    let ending = match said {
+        Some(e) => e,
+        None if answered(&out) => Ending::Done,
+        None => Ending::NoAnswer,
+    };
+    shown.finish(ending).await;
+    (out, took)
+}
+
+/// The status task: waits `timing.after` (or the end), posts, edits on progress at
+/// most every `timing.every`, and makes the final edit.
+async fn run(
+    port: Arc<dyn StatusPort>,
+    timing: StatusTiming,
+    mut status: Envelope,
+    feed: Arc<Feed>,
+    started: Instant,
+    mut ending: oneshot::Receiver<(Ending, Duration)>,
+) {
+    let bot = status.author.name.clone();
+    tokio::select! {
+        // A short turn: no status at all.
+        _ = &mut ending => return,
+        _ = tokio::time::sleep_until(started + timing.after) => {}
+    }
+    let (items, mut shown) = feed.snapshot();
+    status.kind = Kind::Status;
+    // A status says nothing of why the bot speaks: its answer will.
+    status.why = None;
+    status.text = working_text(&bot, started.elapsed(), &items);
+    let mut last = status.text.clone();
+    // Posted whole even if the turn ends meanwhile: then edited to its end.
+    let Some(posted) = port.post(status).await else {
+        return;
+    };
+    tracing::info!(bot, group = %posted.group, id = %posted.id, editable = posted.editable, "status message posted: the turn runs long");
+    if !posted.editable {
+        // One status message at most, never changed.
+        return;
+    }
+    let mut last_edit = Instant::now();
+    // The sender is dropped only with the task's owner gone: stopped.
+    let stopped = || (Ending::Stopped(None), started.elapsed());
+    let (how, took) = loop {
+        // Progress not shown yet, or the end.
+        if feed.snapshot().1 == shown {
+            tokio::select! {
+                how = &mut ending => break how.unwrap_or_else(|_| stopped()),
+                // Looked at again: a wake-up may be for a change already shown.
+                _ = feed.changed.notified() => continue,
+            }
+        }
+        // No sooner than `every` after the last edit; progress meanwhile joins this one.
+        tokio::select! {
+            how = &mut ending => break how.unwrap_or_else(|_| stopped()),
+            _ = tokio::time::sleep_until(last_edit + timing.every) => {}
+        }
+        let (items, version) = feed.snapshot();
+        shown = version;
+        let text = working_text(&bot, started.elapsed(), &items);
+        if text != last && port.edit(&posted, text.clone()).await {
+            last = text;
+        }
+        last_edit = Instant::now();
+    };
+    // The final edit, too, keeps the pace.
+    tokio::time::sleep_until(last_edit + timing.every).await;
+    let text = final_text(&bot, took, &how);
+    if text != last {
+        port.edit(&posted, text).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::envelope::Author;
+
+    /// What a port was asked to do, and when (since the start).
+    #[derive(Debug, Clone, PartialEq)]
+    enum Did {
+        Post(Duration, String),
+        Edit(Duration, String),
+    }
+
+    /// A port that records its calls; `editable` as a platform that edits or not;
+    /// `refuse_edits`: every edit fails.
+    struct Recorder {
+        start: Instant,
+        did: parking_lot::Mutex<Vec<Did>>,
+        editable: bool,
+        refuse_edits: bool,
+        post_takes: Duration,
+    }
+
+    impl Recorder {
+        fn new(editable: bool) -> Arc<Recorder> {
+            Arc::new(Recorder {
+                start: Instant::now(),
+                did: Default::default(),
+                editable,
+                refuse_edits: false,
+                post_takes: Duration::ZERO,
+            })
+        }
+        fn did(&self) -> Vec<Did> {
+            self.did.lock().clone()
+        }
+    }
+
+    impl StatusPort for Recorder {
+        fn post(&self, env: Envelope) -> BoxFuture<'static, Option<Posted>> {
+            assert_eq!(env.kind, Kind::Status);
+            self.did
+                .lock()
+                .push(Did::Post(self.start.elapsed(), env.text.clone()));
+            let (takes, editable) = (self.post_takes, self.editable);
+            Box::pin(async move {
+                tokio::time::sleep(takes).await;
+                Some(Posted {
+                    group: env.group,
+                    id: env.id,
+                    platform_msg_id: Some("m1".into()),
+                    editable,
+                })
+            })
+        }
+        fn edit(&self, _posted: &Posted, text: String) -> BoxFuture<'static, bool> {
+            self.did.lock().push(Did::Edit(self.start.elapsed(), text));
+            let ok = !self.refuse_edits;
+            Box::pin(async move { ok })
+        }
+    }
+
+    fn status() -> Envelope {
+        Envelope::message(ulid::Ulid::new(), 0, "g", "Coder", Author::bot("Coder"), "")
+    }
+
+    fn timing(after: u64, every: u64) -> Option<StatusTiming> {
+        Some(StatusTiming {
+            after: Duration::from_secs(after),
+            every: Duration::from_secs(every),
+        })
+    }
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    /// Work that reports `steps` (at these seconds from its start, with these
+    /// titles), then answers at `end`.
+    async fn work(steps: Vec<(u64, &'static str)>, end: u64) -> Option<&'static str> {
+        let start = Instant::now();
+        for (i, (at, title)) in steps.into_iter().enumerate() {
+            tokio::time::sleep_until(start + secs(at)).await;
+            note(&i.to_string(), title);
+        }
+        tokio::time::sleep_until(start + secs(end)).await;
+        Some("the answer")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_long_turn_posts_once_after_the_delay_edits_on_progress_at_the_pace_and_ends_done() {
+        let port = Recorder::new(true);
+        let (out, took) = with_status(
+            Some(port.clone() as Arc<dyn StatusPort>),
+            timing(8, 3),
+            status(),
+            work(
+                vec![
+                    (2, "read notes"),
+                    (10, "cargo build"),
+                    (10, "cargo test"),
+                    (20, "edit src/lib.rs"),
+                ],
+                70,
+            ),
+            Option::is_some,
+        )
+        .await;
+        assert_eq!(out, Some("the answer"));
+        assert_eq!(took, secs(70));
+        assert_eq!(
+            port.did(),
+            vec![
+                // After 8 s, with what was done before.
+                Did::Post(secs(8), "Coder is working (8s): read notes".into()),
+                // Progress at 10 s: an edit no sooner than 3 s after the post.
+                Did::Edit(
+                    secs(11),
+                    "Coder is working (11s): read notes, cargo build, cargo test".into()
+                ),
+                Did::Edit(
+                    secs(20),
+                    "Coder is working (20s): cargo build, cargo test, edit src/lib.rs".into()
+                ),
+                // The end, and nothing after it.
+                Did::Edit(secs(70), "Coder: done in 1m 10s".into()),
+            ]
+        );
+        tokio::time::sleep(secs(60)).await;
+        assert_eq!(port.did().len(), 4, "nothing once the turn is over");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_short_turn_shows_no_status_and_none_is_shown_when_off() {
+        let port = Recorder::new(true);
+        let (out, _) = with_status(
+            Some(port.clone() as Arc<dyn StatusPort>),
+            timing(8, 3),
+            status(),
+            work(vec![(1, "cargo test")], 7),
+            Option::is_some,
+        )
+        .await;
+        assert_eq!(out, Some("the answer"));
+        tokio::time::sleep(secs(60)).await;
+        assert!(port.did().is_empty(), "{:?}", port.did());
+        let (out, _) = with_status(
+            Some(port.clone() as Arc<dyn StatusPort>),
+            None,
+            status(),
+            work(vec![(1, "cargo test")], 70),
+            Option::is_some,
+        )
+        .await;
+        assert_eq!(out, Some("the answer"));
+        assert!(port.did().is_empty(), "status_after_secs = 0: off");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_platform_without_edits_gets_one_message_and_a_refused_edit_keeps_the_last_text() {
+        let port = Recorder::new(false);
+        with_status(
+            Some(port.clone() as Arc<dyn StatusPort>),
+            timing(2, 1),
+            status(),
+            work(vec![(3, "a"), (5, "b"), (7, "c")], 30),
+            Option::is_some,
+        )
+        .await;
+        assert_eq!(
+            port.did(),
+            vec![Did::Post(secs(2), "Coder is working (2s)".into())],
+            "one working message, never edited"
+        );
+        let port = Arc::new(Recorder {
+            refuse_edits: true,
+            ..Arc::into_inner(Recorder::new(true)).unwrap()
+        });
+        with_status(
+            Some(port.clone() as Arc<dyn StatusPort>),
+            timing(2, 1),
+            status(),
+            work(vec![(3, "a")], 10),
+            Option::is_some,
+        )
+        .await;
+        let did = port.did();
+        assert_eq!(did.len(), 3, "{did:?}");
+        assert!(
+            matches!(&did[0], Did::Post(..)),
+            "posted once, never again: {did:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dropped_turn_says_stopped_and_a_failure_says_why() {
+        let port = Recorder::new(true);
+        let turn = with_status(
+            Some(port.clone() as Arc<dyn StatusPort>),
+            timing(2, 1),
+            status(),
+            work(vec![], 600),
+            Option::is_some,
+        );
+        // `/stop` drops the turn at 40 s.
+        let _ = tokio::time::timeout(secs(40), turn).await;
+        tokio::time::sleep(secs(5)).await;
+        assert_eq!(
+            port.did(),
+            vec![
+                Did::Post(secs(2), "Coder is working (2s)".into()),
+                Did::Edit(secs(40), "Coder: stopped after 40s".into()),
+            ]
+        );
+        let port = Recorder::new(true);
+        let (out, _) = with_status(
+            Some(port.clone() as Arc<dyn StatusPort>),
+            timing(2, 1),
+            status(),
+            async {
+                tokio::time::sleep(secs(5)).await;
+                ended(Ending::Failed("the agent exited".into()));
+                None::<&str>
+            },
+            Option::is_some,
+        )
+        .await;
+        assert_eq!(out, None);
+        assert_eq!(
+            port.did().last(),
+            Some(&Did::Edit(
+                secs(5),
+                "Coder: failed after 5s: the agent exited".into()
+            ))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_post_in_flight_when_the_turn_ends_is_finished_then_ended() {
+        let port = Arc::new(Recorder {
+            post_takes: secs(4),
+            ..Arc::into_inner(Recorder::new(true)).unwrap()
+        });
+        let (_, took) = with_status(
+            Some(port.clone() as Arc<dyn StatusPort>),
+            timing(2, 1),
+            status(),
+            work(vec![], 3),
+            Option::is_some,
+        )
+        .await;
+        assert_eq!(took, secs(3));
+        assert_eq!(
+            port.did(),
+            vec![
+                Did::Post(secs(2), "Coder is working (2s)".into()),
+                Did::Edit(secs(7), "Coder: done in 3s".into()),
+            ],
+            "the post finished (at 6 s), then the end at the pace (1 s later)"
+        );
+    }
+
+    #[test]
+    fn an_answer_after_a_minute_mentions_the_person_who_asked_once() {
+        use crate::turn::brain::Reply;
+        let asked = Envelope::message(
+            ulid::Ulid::new(),
+            0,
+            "g",
+            "Coder",
+            Author::human("Alice"),
+            "@Coder build it",
+        );
+        let reply = |t: &str| Reply {
+            text: t.into(),
+            tokens: 0,
+        };
+        let text = |r: Reply| r.text;
+        assert_eq!(
+            text(mention_asker(&asked, reply("built"), secs(61))),
+            "@Alice built"
+        );
+        assert_eq!(
+            text(mention_asker(&asked, reply("built"), secs(59))),
+            "built"
+        );
+        assert_eq!(
+            text(mention_asker(&asked, reply("@Alice built"), secs(90))),
+            "@Alice built"
+        );
+        let mut by_bot = asked.clone();
+        by_bot.author = Author::bot("Ada");
+        assert_eq!(
+            text(mention_asker(&by_bot, reply("built"), secs(90))),
+            "built"
+        );
+    }
+
+    #[test]
+    fn times_read_as_people_say_them() {
+        assert_eq!(elapsed(secs(8)), "8s");
+        assert_eq!(elapsed(secs(70)), "1m 10s");
+        assert_eq!(elapsed(secs(133)), "2m 13s");
+        assert_eq!(elapsed(secs(3_720)), "1h 2m");
+        assert_eq!(
+            final_text("Coder", secs(133), &Ending::Done),
+            "Coder: done in 2m 13s"
+        );
+    }
+}

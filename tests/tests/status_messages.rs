@@ -1,0 +1,533 @@
+//! What people see while a bot works (issue #35): a turn that runs past the bot's
+//! `status_after_secs` gets ONE status message, edited in place as the agent reports
+//! progress, ended "done in …", and then the answer comes as a new message; a
+//! colleague never answers the status, and it is recorded once, as status.
+//!
+//! The agent is the scripted stand-in tests/py/acp_agent.py (official Python ACP SDK)
+//! doing `STEPS 3`: three tool calls, each ending only on the test's word (a file), so
+//! nothing here depends on how long anything takes but the one-second status timing.
+//! Each platform's edit call on its stand-in is proven by the platform's official
+//! client in that platform's own test file (python-telegram-bot `edit_text` in
+//! tests/tests/telegram.rs, slack_sdk `chat_update` in tests/tests/slack.rs).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use botmesh::telemetry::events::Event;
+use botmesh::wire::envelope::{Envelope, Kind};
+use botmesh_tests::{acp_standin_script as script, test_python as python, wait_for};
+use botmesh_tests::{MeshSpec, TestMesh};
+
+/// The longest any wait here lasts.
+const WAIT: Duration = Duration::from_secs(20);
+/// A quick status: after 1 s, edited at most every second.
+const QUICK_STATUS: &str = "status_after_secs = 1\nstatus_every_secs = 1";
+/// Ada, the colleague, would interject on anything about "working" (the offline
+/// judge weighs the overlap with her skills) — so she would answer a status taken for
+/// conversation.
+const ADA: &str = "skills = [\"working\"]\nreply_to = \"all\"\nparticipation = \"judge\"\nmin_delay_ms = 100\nmax_delay_ms = 300\njitter_ms = 0\nmin_relevance = 0.0";
+
+/// The stand-in agent's log lines so far.
+fn agent_log(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("agent.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Coder's `agent` table: the stand-in working in `dir` (boxed by the botmesh binary).
+fn agent(dir: &Path) -> String {
+    botmesh_tests::use_sandbox_launcher();
+    format!(
+        "agent = {{ acp = [{:?}, {:?}], cwd = {:?}, env = {{ ACP_STANDIN_LOG = {:?} }}, sandbox = {{ read = [{:?}] }} }}",
+        python(),
+        script(),
+        dir.display().to_string(),
+        dir.join("agent.log").display().to_string(),
+        botmesh_tests::standin_dir(),
+    )
+}
+
+/// Coder (answering when mentioned, its extra TOML `coder`) and Ada (the colleague
+/// who would answer a status taken for conversation).
+fn coder_and_ada(coder: &str) -> MeshSpec {
+    MeshSpec::new(&["Coder", "Ada"])
+        .bot("Coder", coder)
+        .bot("Coder", "participation = \"mentions\"")
+        .bot("Ada", ADA)
+}
+
+/// Waits until the agent logged `line` (a prefix).
+async fn agent_at(dir: &Path, line: &str) {
+    let log = wait_for(
+        WAIT,
+        Duration::from_millis(20),
+        || async { agent_log(dir) },
+        |l: &Vec<String>| l.iter().any(|l| l.starts_with(line)),
+    )
+    .await;
+    assert!(log.iter().any(|l| l.starts_with(line)), "{line:?}: {log:?}");
+}
+
+/// How a platform shows Coder's messages to the test: each one's id and text now.
+trait Shown {
+    /// Coder's messages on the platform, in order, as (id, text, edits so far).
+    fn coder_messages(&self) -> Vec<(String, String, u32)>;
+}
+
+/// Drives the slow turn on a platform already asked `@Coder STEPS 3` and checks what
+/// it shows: one status message, edited as each step starts (text changing), ended
+/// "done", then one answer. Returns the status message's platform id.
+async fn one_status_then_the_answer(dir: &Path, shown: &impl Shown) -> String {
+    agent_at(dir, "step 1 ").await;
+    let first = status_when(shown, "the status, working on step 1", |t| {
+        t.starts_with("Coder is working (") && t.contains("step 1")
+    })
+    .await;
+    std::fs::write(dir.join("go1"), b"").unwrap();
+    agent_at(dir, "step 2 ").await;
+    let second = status_when(shown, "the status edited: step 2", |t| t.contains("step 2")).await;
+    std::fs::write(dir.join("go2"), b"").unwrap();
+    agent_at(dir, "step 3 ").await;
+    let third = status_when(shown, "the status edited: step 3", |t| t.contains("step 3")).await;
+    assert_eq!(first.0, third.0, "one status message, edited in place");
+    assert_eq!(first.0, second.0, "one status message, edited in place");
+    let mut seen = vec![first.1, second.1, third.1];
+    seen.dedup();
+    assert_eq!(seen.len(), 3, "the text changed with each edit: {seen:?}");
+    std::fs::write(dir.join("go3"), b"").unwrap();
+    let done = coder_messages_when(shown, |m| {
+        m.len() == 2 && m[0].1.starts_with("Coder: done in")
+    })
+    .await
+    .unwrap_or_else(|m| panic!("the status ended, then the answer: saw {m:?}"));
+    assert_eq!(done[0].0, first.0, "the same status message");
+    assert_eq!(done[1].1, "all 3 steps done", "the answer, a new message");
+    assert!(
+        done[0].2 >= 3,
+        "at least two progress edits and the final one: {done:?}"
+    );
+    done[0].0.clone()
+}
+
+/// Coder's one message (its status) once its text satisfies `want`.
+async fn status_when(
+    shown: &impl Shown,
+    what: &str,
+    want: impl Fn(&str) -> bool,
+) -> (String, String, u32) {
+    coder_messages_when(shown, |m| m.len() == 1 && want(&m[0].1))
+        .await
+        .unwrap_or_else(|m| panic!("{what}: saw {m:?}"))
+        .remove(0)
+}
+
+/// Coder's messages once `done` holds of them (Err: the last seen, in time).
+async fn coder_messages_when(
+    shown: &impl Shown,
+    done: impl Fn(&Vec<(String, String, u32)>) -> bool,
+) -> Result<Vec<(String, String, u32)>, Vec<(String, String, u32)>> {
+    let got = wait_for(
+        WAIT,
+        Duration::from_millis(20),
+        || async { shown.coder_messages() },
+        |m| done(m),
+    )
+    .await;
+    if done(&got) {
+        Ok(got)
+    } else {
+        Err(got)
+    }
+}
+
+/// The status is recorded once, as status, on Coder's node and on Ada's; Ada never
+/// answered it (her only message, if any, answers something else).
+async fn recorded_once_as_status_and_unanswered(mesh: &TestMesh, platform_id: Option<&str>) {
+    for i in 0..2 {
+        let t = mesh
+            .wait_transcript(i, WAIT, |t| {
+                t.iter().any(|e| e.text == "all 3 steps done")
+                    && t.iter().any(|e| e.kind == Kind::Status)
+            })
+            .await;
+        let statuses: Vec<&Envelope> = t.iter().filter(|e| e.kind == Kind::Status).collect();
+        assert_eq!(
+            statuses.len(),
+            1,
+            "node {i}: one status, recorded once: {t:#?}"
+        );
+        assert_eq!(statuses[0].author.name, "Coder");
+        if let Some(id) = platform_id {
+            assert_eq!(
+                statuses[0]
+                    .platform_msg_id
+                    .as_deref()
+                    .map(|p| p.contains(id)),
+                Some(true),
+                "node {i}: the status carries its platform id: {statuses:?}"
+            );
+        }
+        assert!(
+            !t.iter()
+                .any(|e| e.kind == Kind::Message && e.reply_to == Some(statuses[0].id)),
+            "node {i}: nobody answers a status: {t:#?}"
+        );
+    }
+    // Ada had her chances: settled, she never spoke.
+    let ada = mesh.settle(1, Duration::from_secs(2)).await;
+    assert!(
+        !ada.iter()
+            .any(|e| e.author.name == "Ada" && e.kind == Kind::Message),
+        "a colleague never answers a status: {ada:#?}"
+    );
+}
+
+mod telegram {
+    use super::*;
+    use botmesh_tests::fake_telegram::{BotAccount, FakeTelegram, Person};
+
+    const CHAT: i64 = -1001234567890;
+    const CODER_ID: i64 = 4444;
+    const CAROL: i64 = 501;
+
+    impl Shown for FakeTelegram {
+        fn coder_messages(&self) -> Vec<(String, String, u32)> {
+            self.posted_by(CODER_ID)
+                .into_iter()
+                .map(|m| (format!("{}:{}", m.chat_id, m.message_id), m.text, m.edits))
+                .collect()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_telegram_bot_keeps_one_status_message_while_its_agent_works() {
+        botmesh_tests::init_logs();
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let fake = FakeTelegram::start(
+            vec![BotAccount {
+                token: "444:coder".into(),
+                id: CODER_ID,
+                username: "coder_bot".into(),
+                first_name: "Coder".into(),
+            }],
+            vec![Person {
+                id: CAROL,
+                first_name: "Carol".into(),
+                last_name: None,
+                username: None,
+            }],
+            &[(CHAT, "Team")],
+        )
+        .await;
+        let coder = format!(
+            "platform = \"telegram\"\ntelegram = {{ token_env = \"CODER_TOKEN\", chat_id = \"{CHAT}\", username = \"coder_bot\", api_base_url = \"{}\" }}\n{QUICK_STATUS}\n{}",
+            fake.api_base_url,
+            agent(&dir),
+        );
+        let mut spec = coder_and_ada(&coder);
+        spec.env = HashMap::from([("CODER_TOKEN".to_string(), "444:coder".to_string())]);
+        let mesh = TestMesh::start(spec).await;
+        fake.wait("Coder polling", |f| {
+            f.requests().iter().any(|c| c.method == "getwebhookinfo")
+        })
+        .await;
+
+        let asked = fake.say(CHAT, CAROL, "@coder_bot STEPS 3");
+        let id = one_status_then_the_answer(&dir, &fake).await;
+        let status = fake
+            .posted_by(CODER_ID)
+            .into_iter()
+            .find(|m| format!("{}:{}", m.chat_id, m.message_id) == id)
+            .unwrap();
+        assert_eq!(
+            status.reply_to,
+            Some(asked),
+            "the status answers the question"
+        );
+        recorded_once_as_status_and_unanswered(&mesh, Some(&id)).await;
+        let metrics = mesh.metrics(0).await;
+        assert!(
+            botmesh_tests::metric(
+                &metrics,
+                r#"botmesh_status_edits_total{bot="Coder",platform="telegram",outcome="edited"}"#
+            ) >= 3.0,
+            "{metrics}"
+        );
+        mesh.shutdown().await;
+    }
+}
+
+mod local {
+    use super::*;
+
+    /// The page's view: the status messages recorded and their `status` events.
+    struct Page {
+        events: std::sync::Mutex<tokio::sync::broadcast::Receiver<Event>>,
+        /// (id, text, edits) of Coder's messages, as the page shows them.
+        shown: std::sync::Mutex<Vec<(String, String, u32)>>,
+    }
+
+    impl Shown for Page {
+        fn coder_messages(&self) -> Vec<(String, String, u32)> {
+            let mut rx = self.events.lock().unwrap();
+            let mut shown = self.shown.lock().unwrap();
+            while let Ok(ev) = rx.try_recv() {
+                match ev {
+                    Event::Message { envelope } if envelope.author.name == "Coder" => {
+                        shown.push((envelope.id.to_string(), envelope.text.clone(), 0));
+                    }
+                    Event::Status { id, text, .. } => {
+                        if let Some(m) = shown.iter_mut().find(|m| m.0 == id) {
+                            m.1 = text;
+                            m.2 += 1;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            shown.clone()
+        }
+    }
+
+    #[tokio::test]
+    async fn the_local_page_shows_the_same_one_status_edited_in_place() {
+        botmesh_tests::init_logs();
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let spec = coder_and_ada(&format!("{QUICK_STATUS}\n{}", agent(&dir)));
+        let mesh = TestMesh::start(spec).await;
+        let page = Page {
+            events: std::sync::Mutex::new(mesh.node(0).node.events.subscribe()),
+            shown: Default::default(),
+        };
+        mesh.post_human(0, "carol", "@Coder STEPS 3").await;
+        one_status_then_the_answer(&dir, &page).await;
+        recorded_once_as_status_and_unanswered(&mesh, None).await;
+        // The transcript the page loads shows it as status.
+        let t = botmesh_tests::fetch_json(
+            reqwest::Client::new().get(format!("{}/v1/transcript?group=demo", mesh.api(0))),
+        )
+        .await;
+        let kinds: Vec<&str> = t["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["author"]["name"] == "Coder")
+            .map(|m| m["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, ["status", "message"]);
+        mesh.shutdown().await;
+    }
+}
+
+mod slack {
+    use super::*;
+    use botmesh_tests::fake_slack::{FakeSlack, Person, SlackApp};
+
+    const CHANNEL: &str = "C0STATUS1";
+    const CODER_ID: &str = "U0CODER01";
+    const CAROL_ID: &str = "U0CAROL01";
+
+    impl Shown for FakeSlack {
+        fn coder_messages(&self) -> Vec<(String, String, u32)> {
+            self.posted_by(CODER_ID)
+                .into_iter()
+                .map(|m| (m.ts, m.text, m.edits))
+                .collect()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_slack_bot_keeps_one_status_message_in_the_thread_while_its_agent_works() {
+        botmesh_tests::init_logs();
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let fake = FakeSlack::start(
+            vec![SlackApp {
+                name: "coder".into(),
+                user_id: CODER_ID.into(),
+                bot_id: "B0001".into(),
+                app_id: "A0001".into(),
+                bot_token: "xoxb-coder".into(),
+                app_token: "xapp-coder".into(),
+            }],
+            vec![Person {
+                id: CAROL_ID.into(),
+                name: "carol".into(),
+                display_name: "Carol".into(),
+                real_name: "Carol Example".into(),
+            }],
+            &[CHANNEL],
+        )
+        .await;
+        let coder = format!(
+            "platform = \"slack\"\nslack = {{ bot_token_env = \"CODER_BOT\", app_token_env = \"CODER_APP\", channel_id = \"{CHANNEL}\", user_id = \"{CODER_ID}\", api_base_url = \"{}\" }}\n{QUICK_STATUS}\n{}",
+            fake.api_base_url,
+            agent(&dir),
+        );
+        let mut spec = coder_and_ada(&coder);
+        spec.env = HashMap::from([
+            ("CODER_BOT".to_string(), "xoxb-coder".to_string()),
+            ("CODER_APP".to_string(), "xapp-coder".to_string()),
+        ]);
+        let mesh = TestMesh::start(spec).await;
+        fake.wait("Coder connected", |f| f.connected() == 1).await;
+
+        fake.say(CHANNEL, CAROL_ID, &format!("<@{CODER_ID}> STEPS 3"));
+        let ts = one_status_then_the_answer(&dir, &fake).await;
+        recorded_once_as_status_and_unanswered(&mesh, Some(&ts)).await;
+        assert!(
+            fake.requests()
+                .iter()
+                .filter(|(m, status, ok)| m == "chat.update" && *status == 200 && *ok)
+                .count()
+                >= 3,
+            "{:?}",
+            fake.requests()
+        );
+        mesh.shutdown().await;
+    }
+}
+
+mod discord {
+    use super::*;
+    use botmesh_tests::fake_discord::{BotAccount, FakeDiscord, Person};
+
+    const CHANNEL: &str = "1200000000000000001";
+    const CODER_ID: &str = "1300000000000000003";
+    const CAROL_ID: &str = "1400000000000000001";
+
+    impl Shown for FakeDiscord {
+        fn coder_messages(&self) -> Vec<(String, String, u32)> {
+            self.posted_by(CODER_ID)
+                .into_iter()
+                .map(|m| (m.id, m.content, m.edits))
+                .collect()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_discord_bot_keeps_one_status_message_while_its_agent_works() {
+        botmesh_tests::init_logs();
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let fake = FakeDiscord::start(
+            vec![BotAccount {
+                token: "coder-token".into(),
+                user_id: CODER_ID.into(),
+                username: "coder".into(),
+            }],
+            vec![Person {
+                id: CAROL_ID.into(),
+                username: "carol".into(),
+                global_name: Some("Carol".into()),
+                nick: None,
+            }],
+            &[CHANNEL],
+        )
+        .await;
+        let coder = format!(
+            "platform = \"discord\"\ndiscord = {{ token_env = \"CODER_TOKEN\", channel_id = \"{CHANNEL}\", user_id = \"{CODER_ID}\", api_base_url = \"{}\", gateway_url = \"{}\" }}\n{QUICK_STATUS}\n{}",
+            fake.api_base_url,
+            fake.gateway_url,
+            agent(&dir),
+        );
+        let mut spec = coder_and_ada(&coder);
+        spec.env = HashMap::from([("CODER_TOKEN".to_string(), "coder-token".to_string())]);
+        let mesh = TestMesh::start(spec).await;
+        fake.wait("Coder connected", |f| f.connected() == 1).await;
+
+        let asked = fake.say(CHANNEL, CAROL_ID, &format!("<@{CODER_ID}> STEPS 3"));
+        let id = one_status_then_the_answer(&dir, &fake).await;
+        let status = fake
+            .posted_by(CODER_ID)
+            .into_iter()
+            .find(|m| m.id == id)
+            .unwrap();
+        let req = status.request.unwrap();
+        assert_eq!(
+            req["message_reference"]["message_id"],
+            asked.as_str(),
+            "the status answers the question"
+        );
+        recorded_once_as_status_and_unanswered(&mesh, Some(&id)).await;
+        mesh.shutdown().await;
+    }
+}
+
+mod feishu {
+    use super::*;
+    use botmesh_tests::fake_feishu::{message_event, Callback, FakeApp, FakeFeishu, MessageSpec};
+    use botmesh_tests::Scheme;
+
+    const APP_ID: &str = "cli_a1b2c3d4e5f60009";
+    const APP_SECRET: &str = "status-app-secret";
+    const TOKEN: &str = "rvaYgkND1GOiu5MM0E1rncYC6PLtF7JV";
+    const KEY: &str = "a-32-char-encrypt-key-for-tests!";
+    const CODER_OPEN_ID: &str = "ou_84aad35d084aa403a838cf73ee18400";
+    const CHAT: &str = "oc_5ce6d572455d361153b7xx51da133900";
+    const ALICE: &str = "ou_c99c5f35d542efc7ee492afe11af1900";
+
+    impl Shown for FakeFeishu {
+        fn coder_messages(&self) -> Vec<(String, String, u32)> {
+            self.sent()
+                .into_iter()
+                .map(|m| (m.message_id, m.text, m.edits))
+                .collect()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_feishu_bot_keeps_one_status_message_while_its_agent_works() {
+        botmesh_tests::init_logs();
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let fake = FakeFeishu::start(FakeApp {
+            app_id: APP_ID.into(),
+            app_secret: APP_SECRET.into(),
+            bot_open_id: CODER_OPEN_ID.into(),
+            app_name: "Coder".into(),
+            expire: 7200,
+        })
+        .await;
+        let coder = format!(
+            "platform = \"feishu\"\nfeishu = {{ mode = \"webhook\", open_id = \"{CODER_OPEN_ID}\", app_id = \"{APP_ID}\", app_secret_env = \"CODER_APP_SECRET\", verification_token_env = \"CODER_VERIFICATION_TOKEN\", encrypt_key_env = \"CODER_ENCRYPT_KEY\", base_url = \"{}\", chat_id = \"{CHAT}\" }}\n{QUICK_STATUS}\n{}",
+            fake.base_url,
+            agent(&dir),
+        );
+        let mut spec = coder_and_ada(&coder);
+        spec.scheme = Scheme::Hmac;
+        spec.env = [
+            ("CODER_APP_SECRET", APP_SECRET),
+            ("CODER_VERIFICATION_TOKEN", TOKEN),
+            ("CODER_ENCRYPT_KEY", KEY),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let mesh = TestMesh::start(spec).await;
+
+        let event = message_event(&MessageSpec {
+            app_id: APP_ID,
+            token: TOKEN,
+            event_id: "ev-status-1",
+            message_id: "om_question01",
+            chat_id: CHAT,
+            sender_open_id: ALICE,
+            sender_type: "user",
+            text: "@_user_1 STEPS 3",
+            mentions: &[("@_user_1", CODER_OPEN_ID, "Coder")],
+        });
+        let (status, _) = Callback::encrypted_signed(&event, KEY, 0)
+            .send(&mesh.http, &mesh.bridge(0))
+            .await;
+        assert_eq!(status, 200);
+        let id = one_status_then_the_answer(&dir, &fake).await;
+        recorded_once_as_status_and_unanswered(&mesh, Some(&id)).await;
+        mesh.shutdown().await;
+    }
+}
