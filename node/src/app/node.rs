@@ -88,6 +88,9 @@ pub struct Node {
     /// The credentials of the agent's `mesh` server: one bot, one group, the group
     /// tools only.
     pub(crate) tool_tokens: Arc<crate::app::group_tools::ToolTokens>,
+    /// The bot served as an A2A agent (`[[bots]] a2a`), with its tasks; `None`: not
+    /// served.
+    pub(crate) a2a: Option<Arc<crate::a2a::server::A2aServer>>,
 }
 
 /// Hands durable outbound messages to every peer's outbox, in log order.
@@ -304,7 +307,9 @@ pub async fn start(
     let verdicts = crate::store::verdicts::VerdictLog::open(&cfg.data_dir, metrics.clone())
         .with_context(|| format!("opening the verdict log in {}", cfg.data_dir.display()))?;
     let platform = crate::platform::build(&cfg)?;
+    let a2a = crate::app::a2a_edge::server_of(&cfg)?;
     let node = Arc::new(Node {
+        a2a,
         limiter: Arc::new(RateLimiter::new(cfg.mesh().peer_rate_limit)),
         seen: Arc::new(SeenCache::new(SEEN_TTL, 1_000_000)),
         verify: Arc::new(

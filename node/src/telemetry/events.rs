@@ -47,6 +47,18 @@ pub enum Event {
         /// What it is doing: the tool call's title and status.
         text: String,
     },
+    /// The bot's agent asked the chat a permission question (answered with `/allow`
+    /// or `/deny`) during its turn on `trigger`: an A2A task waits for input meanwhile.
+    Question {
+        /// The group.
+        group: String,
+        /// The message the turn answers.
+        trigger: String,
+        /// The bot whose agent asks.
+        bot: String,
+        /// The question as posted.
+        text: String,
+    },
 }
 
 impl Event {
@@ -54,7 +66,9 @@ impl Event {
     pub(crate) fn group(&self) -> &str {
         match self {
             Event::Message { envelope } | Event::Claim { envelope } => &envelope.group,
-            Event::Decision { group, .. } | Event::Progress { group, .. } => group,
+            Event::Decision { group, .. }
+            | Event::Progress { group, .. }
+            | Event::Question { group, .. } => group,
         }
     }
     /// The SSE event name.
@@ -64,6 +78,7 @@ impl Event {
             Event::Claim { .. } => "claim",
             Event::Decision { .. } => "decision",
             Event::Progress { .. } => "progress",
+            Event::Question { .. } => "question",
         }
     }
 }
