@@ -6,6 +6,7 @@ asks a served bot, one scenario per run, each result printed as one JSON line.
     a2a_caller.py BASE TOKEN stream TEXT
     a2a_caller.py BASE TOKEN get TASK_ID
     a2a_caller.py BASE TOKEN cancel TEXT     (sends without waiting, then cancels)
+    a2a_caller.py BASE TOKEN ask TEXT        (a task waiting for input, answered /allow)
 
 TOKEN "-" sends no Authorization header. An SDK error is printed as
 {"error": <exception class>, "message": …}.
@@ -25,6 +26,7 @@ from a2a.types.a2a_pb2 import (
     GetTaskRequest,
     Role,
     SendMessageRequest,
+    TaskState,
 )
 
 
@@ -67,6 +69,30 @@ async def main():
             client, _ = await client_for(base, token, streaming=False)
             task = await client.get_task(GetTaskRequest(id=args[0]))
             out({"task": as_dict(task)})
+        elif scenario == "ask":
+            # A task that waits for input: answered with /allow naming the task, then
+            # polled until it is over.
+            client, _ = await client_for(base, token, streaming=False)
+            message = new_text_message(args[0], role=Role.ROLE_USER)
+            task = None
+            async for event in client.send_message(SendMessageRequest(message=message)):
+                out({"event": as_dict(event)})
+                task = event.task
+            answer = new_text_message(
+                "/allow", role=Role.ROLE_USER, context_id=task.context_id, task_id=task.id
+            )
+            async for event in client.send_message(SendMessageRequest(message=answer)):
+                out({"answered": as_dict(event)})
+            for _ in range(150):
+                now = await client.get_task(GetTaskRequest(id=task.id))
+                if now.status.state in (
+                    TaskState.TASK_STATE_COMPLETED,
+                    TaskState.TASK_STATE_FAILED,
+                    TaskState.TASK_STATE_CANCELED,
+                ):
+                    break
+                await asyncio.sleep(0.2)
+            out({"task": as_dict(now)})
         elif scenario == "cancel":
             client, _ = await client_for(base, token, streaming=False, polling=True)
             message = new_text_message(args[0], role=Role.ROLE_USER)

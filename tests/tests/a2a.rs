@@ -396,3 +396,50 @@ async fn a_remote_sdk_agent_writes_the_bots_replies_asks_the_chat_and_is_cancell
     mesh.shutdown().await;
     llm.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_served_agents_permission_question_makes_the_task_wait_for_input_and_the_caller_allows_it(
+) {
+    // A served bot whose brain is the scripted ACP agent, asking before it executes.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let dir = dir.path().canonicalize().expect("canonical");
+    let agent = format!(
+        "agent = {{ acp = [{:?}, {:?}], cwd = {:?}, env = {{ ACP_STANDIN_LOG = {:?} }}, sandbox = {{ read = [{:?}] }}, ask = [\"execute\"], ask_timeout_secs = 30 }}",
+        test_python(),
+        botmesh_tests::acp_standin_script(),
+        dir.display().to_string(),
+        dir.join("agent.log").display().to_string(),
+        botmesh_tests::standin_dir(),
+    );
+    let mut spec = MeshSpec::mentions_only(&["A", "B"]).bot(
+        "A",
+        &format!("{agent}\na2a = {{ serve = true, callers = {{ hermes = \"A2A_TEST_HERMES\" }} }}"),
+    );
+    spec.env.insert("A2A_TEST_HERMES".into(), TOKEN.into());
+    let mesh = TestMesh::start(spec).await;
+
+    let lines = caller(&mesh, 0, TOKEN, &["ask", "TOOL execute"]).await;
+    let waiting = &lines[0]["event"]["task"];
+    assert_eq!(
+        waiting["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{lines:?}"
+    );
+    assert_eq!(
+        waiting["status"]["message"]["parts"][0]["text"],
+        "A wants to run: do a execute thing — /allow or /deny"
+    );
+    let done = &lines.last().expect("lines")["task"];
+    assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED", "{lines:?}");
+    assert_eq!(
+        done["artifacts"][0]["parts"][0]["text"],
+        "permission: proceed-once"
+    );
+    // The caller's /allow is in the group, from the caller, as the question's answer.
+    let t = mesh.transcript(0).await;
+    assert!(
+        by(&t, "a2a:hermes").iter().any(|e| e.text == "/allow"),
+        "{t:?}"
+    );
+    assert_eq!(served(&mesh, 0, "input_required").await, 1.0);
+    mesh.shutdown().await;
+}
