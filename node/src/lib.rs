@@ -30,7 +30,8 @@
 //!             every adapter shares (the API retry loop, the token source, the per-chat pacer)
 //! ingress     Ingest: admission (verify, dedup, rate limit), HTTP bridge, stream reader, relayed copies
 //! turn        mention → policy → judge → scheduler → reply, over the Ports trait; the daily
-//!             LLM budget
+//!             LLM budget; the reply engines' dispatch (engine), a remote A2A agent's turns
+//!             (a2a_engine)
 //! egress      one outbox per peer over a Transport (HTTP peer, Redis stream), relay, claim acks
 //! llm         the OpenAI-compatible client (whole answers, and streamed drafts; tool calls)
 //! agent       reply engines beyond the model, and what they use: MCP tool servers (rmcp),

@@ -383,6 +383,12 @@ async fn a_remote_sdk_agent_writes_the_bots_replies_asks_the_chat_and_is_cancell
     assert_eq!(log[5]["canceled"], log[4]["task"], "{log:?}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(by(&mesh.transcript(0).await, "R").len(), 4);
+    // /why shows the A2A turn: handed to the agent, then stopped.
+    mesh.post_human(0, "alice", "/why @R").await;
+    let t = replies(5).await;
+    let why = &by(&t, "R")[4].text;
+    assert!(why.contains("agent (prompted: A2A task, 1 lines)"), "{why}");
+    assert!(why.contains("silent (stopped"), "{why}");
 
     let m = mesh.metrics(1).await;
     let sent = |state: &str| {
