@@ -100,6 +100,9 @@ enum Step {
     Failed(String),
     /// A person stopped it.
     Canceled(String),
+    /// The turn was handed to a sidecar, which answers later through the local API (a
+    /// message `Posted` as the bot, replying to the trigger).
+    Handed,
 }
 
 impl A2aServer {
@@ -337,13 +340,15 @@ impl A2aServer {
         let deadline = tokio::time::sleep(self.deadline);
         tokio::pin!(deadline);
         let stopping = host.stopping();
+        // Whether the bot's posted message (a sidecar's later answer) is the answer.
+        let mut handed = false;
         loop {
             let step = tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = stopping.cancelled() => Some(Step::Failed("the node stopped before the bot answered".into())),
                 _ = &mut deadline => Some(Step::Failed(format!("no answer within {} s", self.deadline.as_secs()))),
                 ev = events.recv() => match ev {
-                    Ok(ev) => step_of(&ev, &self.group, trigger, &me),
+                    Ok(ev) => step_of(&ev, &self.group, trigger, &me, handed),
                     Err(broadcast::error::RecvError::Lagged(n)) => {
                         tracing::warn!(task = %id, missed = n, "the A2A task's follower lagged behind the node's events: reading the transcript");
                         host.answer_to(&self.group, trigger)
@@ -353,6 +358,10 @@ impl A2aServer {
                 },
             };
             let Some(step) = step else { continue };
+            if step == Step::Handed {
+                handed = true;
+                continue;
+            }
             if self.apply(&host, &id, step) {
                 break;
             }
@@ -390,6 +399,7 @@ impl A2aServer {
                 t.state = TaskState::Canceled;
                 t.status_text = Some(why);
             }
+            Step::Handed => return false,
         }
         let state = t.state;
         let why = t.status_text.clone().unwrap_or_default();
@@ -525,16 +535,17 @@ impl A2aServer {
 }
 
 /// What event `ev` says about the bot's (`me`) turn on `trigger` in `group`, if
-/// anything.
-fn step_of(ev: &Event, group: &str, trigger: Ulid, me: &str) -> Option<Step> {
+/// anything. `handed`: the turn went to a sidecar, whose answer is posted.
+fn step_of(ev: &Event, group: &str, trigger: Ulid, me: &str, handed: bool) -> Option<Step> {
     match ev {
         Event::Message { envelope: e } => {
             let answer = e.group == group
                 && e.author.kind == AuthorKind::Bot
                 && e.author.name == me
                 && e.reply_to == Some(trigger)
-                // A group tool's post mid-turn is not the turn's answer.
-                && e.why.as_ref().is_some_and(|w| *w != Why::Posted);
+                // A group tool's post mid-turn is not the turn's answer; a sidecar's
+                // later answer is.
+                && e.why.as_ref().is_some_and(|w| handed || *w != Why::Posted);
             answer.then(|| Step::Answered(e.id, e.text.clone()))
         }
         Event::Decision {
@@ -544,6 +555,7 @@ fn step_of(ev: &Event, group: &str, trigger: Ulid, me: &str) -> Option<Step> {
             reason,
         } if g == group && *t == trigger.to_string() => match (action.as_str(), reason.as_str()) {
             ("silent", "stopped") => Some(Step::Canceled("stopped by a person's /stop".into())),
+            ("reply", "handed_to_agent") => Some(Step::Handed),
             ("silent" | "yield" | "yield_writing", _) => Some(Step::Failed(format!(
                 "the bot did not answer ({action}: {reason})"
             ))),
@@ -579,32 +591,47 @@ mod tests {
         let msg = |e: &Envelope| Event::Message {
             envelope: Arc::new(e.clone()),
         };
-        assert_eq!(
-            step_of(&msg(&answer), "g", trigger, "Bot"),
-            Some(Step::Answered(answer.id, "42".into()))
-        );
-        // Another group, another bot, a tool's post: not the answer.
-        assert_eq!(step_of(&msg(&answer), "h", trigger, "Bot"), None);
-        assert_eq!(step_of(&msg(&answer), "g", trigger, "Other"), None);
-        let mut posted = answer.clone();
-        posted.why = Some(Why::Posted);
-        assert_eq!(step_of(&msg(&posted), "g", trigger, "Bot"), None);
         let decision = |action: &str, reason: &str| Event::Decision {
             group: "g".into(),
             trigger: trigger.to_string(),
             action: action.into(),
             reason: reason.into(),
         };
+        assert_eq!(
+            step_of(&msg(&answer), "g", trigger, "Bot", false),
+            Some(Step::Answered(answer.id, "42".into()))
+        );
+        // Another group, another bot, a tool's post: not the answer.
+        assert_eq!(step_of(&msg(&answer), "h", trigger, "Bot", false), None);
+        assert_eq!(step_of(&msg(&answer), "g", trigger, "Other", false), None);
+        let mut posted = answer.clone();
+        posted.why = Some(Why::Posted);
+        assert_eq!(step_of(&msg(&posted), "g", trigger, "Bot", false), None);
+        // Once the turn went to a sidecar, its posted answer is the answer.
+        assert_eq!(
+            step_of(
+                &decision("reply", "handed_to_agent"),
+                "g",
+                trigger,
+                "Bot",
+                false
+            ),
+            Some(Step::Handed)
+        );
+        assert_eq!(
+            step_of(&msg(&posted), "g", trigger, "Bot", true),
+            Some(Step::Answered(posted.id, "42".into()))
+        );
         assert!(matches!(
-            step_of(&decision("silent", "stopped"), "g", trigger, "Bot"),
+            step_of(&decision("silent", "stopped"), "g", trigger, "Bot", false),
             Some(Step::Canceled(_))
         ));
         assert!(matches!(
-            step_of(&decision("silent", "reply_failed"), "g", trigger, "Bot"),
+            step_of(&decision("silent", "reply_failed"), "g", trigger, "Bot", false),
             Some(Step::Failed(w)) if w.contains("reply_failed")
         ));
         assert_eq!(
-            step_of(&decision("reply", "mentioned"), "g", trigger, "Bot"),
+            step_of(&decision("reply", "mentioned"), "g", trigger, "Bot", false),
             None
         );
         let progress = Event::Progress {
@@ -614,7 +641,7 @@ mod tests {
             text: "working: cargo test".into(),
         };
         assert_eq!(
-            step_of(&progress, "g", trigger, "Bot"),
+            step_of(&progress, "g", trigger, "Bot", false),
             Some(Step::Working(Some("working: cargo test".into())))
         );
     }
