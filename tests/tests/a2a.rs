@@ -449,3 +449,60 @@ async fn a_served_agents_permission_question_makes_the_task_wait_for_input_and_t
     assert_eq!(served(&mesh, 0, "input_required").await, 1.0);
     mesh.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_served_sidecar_bots_later_answer_completes_the_task() {
+    // B's turns go to the example sidecar, which answers later through /v1/messages.
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let port = probe.local_addr().expect("its address").port();
+    drop(probe);
+    let mut spec = MeshSpec::mentions_only(&["A", "B"]).bot(
+        "B",
+        &format!(
+            "agent = {{ webhook = \"http://127.0.0.1:{port}/turn\", timeout_ms = 5000 }}\na2a = {{ serve = true, callers = {{ hermes = \"A2A_TEST_HERMES\" }} }}"
+        ),
+    );
+    spec.env.insert("A2A_TEST_HERMES".into(), TOKEN.into());
+    let mesh = TestMesh::start(spec).await;
+    let mut sidecar = tokio::process::Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../examples/sidecar_bot.py"
+        ))
+        .args([
+            "--port",
+            &port.to_string(),
+            "--mode",
+            "async",
+            "--node",
+            &mesh.api(1),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3 runs the example");
+    {
+        use tokio::io::AsyncBufReadExt;
+        let out = sidecar.stdout.take().expect("stdout");
+        let mut lines = tokio::io::BufReader::new(out).lines();
+        tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .expect("the sidecar starts")
+            .expect("reads its stdout");
+    }
+    let events = caller(&mesh, 1, TOKEN, &["send", "status?"]).await;
+    let task = &events[0]["event"]["task"];
+    assert_eq!(
+        task["status"]["state"], "TASK_STATE_COMPLETED",
+        "{events:?}"
+    );
+    let answer = task["artifacts"][0]["parts"][0]["text"]
+        .as_str()
+        .unwrap_or("");
+    assert!(
+        answer.starts_with("B (sidecar) got it, a2a:hermes"),
+        "{answer}"
+    );
+    let _ = sidecar.start_kill();
+    mesh.shutdown().await;
+}
