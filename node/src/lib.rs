@@ -32,7 +32,8 @@
 //! ingress     Ingest: admission (verify, dedup, rate limit), HTTP bridge, stream reader, relayed copies
 //! turn        mention → policy → judge → scheduler → reply, over the Ports trait; the daily
 //!             LLM budget; a long turn's status message (status: posted once, edited in
-//!             place through the platform's `edit`, ended with how the turn went)
+//!             place through the platform's `edit`, ended with how the turn went); the
+//!             reply engines' dispatch (engine), a remote A2A agent's turns (a2a_engine)
 //! egress      one outbox per peer over a Transport (HTTP peer, Redis stream), relay, claim acks
 //! llm         the OpenAI-compatible client (whole answers, and streamed drafts; tool calls)
 //! agent       reply engines beyond the model, and what they use: MCP tool servers (rmcp),
@@ -40,6 +41,8 @@
 //!             and stdio MCP servers run in (sandbox: `botmesh sandbox`, the node made
 //!             non-dumpable; boxing: how the node starts a process in it); the `mesh` MCP
 //!             server (`botmesh mcp`, the group tools over stdio)
+//! a2a         A2A 1.0 at the mesh's edge: the wire (rpc), the served bot's Agent Card,
+//!             its tasks kept on disk, the JSON-RPC endpoint behind the A2aHost handle
 //! store       transcripts, the outbox log, delivery cursors, the verdict log
 //! telemetry   Prometheus metrics, live events, rate-limited refusal logging
 //! config      peers.toml → a validated NodeConfig; pacing (backoff, token bucket) for every layer;
@@ -59,6 +62,8 @@
 //! - [`llm`] — the OpenAI-compatible client: whole answers (`complete`), and a drafting
 //!   judge's streamed verdict line and reply (`draft`, `llm/stream.rs`), and the judge's
 //!   verdict: its schema and forgiving parse (`llm/verdict.rs`).
+//! - [`a2a`] — A2A at the edge: a bot served as an A2A agent (`a2a::server`, its tasks
+//!   in `a2a::tasks`, its card in `a2a::card`, the wire in `a2a::rpc`).
 //! - [`agent`] — a bot's MCP tool servers (`agent::mcp`) and sidecar webhook
 //!   (`agent::sidecar`), and `agent::acp`, a coding agent hosted over ACP: what the
 //!   turn code's reply engines (`turn::engine`) use; `agent::mesh`, the group tools'
@@ -82,6 +87,7 @@
 // `cargo doc --document-private-items`: links into it are meant.
 #![allow(rustdoc::private_intra_doc_links)]
 
+pub mod a2a;
 pub mod agent;
 pub mod app;
 pub mod config;

@@ -10,6 +10,7 @@ const LAYERS: &[&str] = &[
     "config",
     "telemetry",
     "store",
+    "a2a",
     "agent",
     "llm",
     "egress",

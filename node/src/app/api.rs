@@ -87,6 +87,8 @@ pub(crate) async fn handle(
     }
     let resp = match (&method, path.as_str()) {
         (&Method::GET, "/") => server::text(StatusCode::OK, "text/html; charset=utf-8", PAGE),
+        (&Method::GET, crate::a2a::card::CARD_PATH) => crate::app::a2a_edge::card(&node, &req),
+        (&Method::POST, crate::a2a::card::RPC_PATH) => crate::app::a2a_edge::rpc(&node, req).await,
         (&Method::POST, "/v1/messages") => post_message(&node, req, scope).await,
         (&Method::POST, p) if p.starts_with("/v1/tools/") => {
             let tool = p["/v1/tools/".len()..].to_string();
@@ -112,8 +114,18 @@ pub(crate) async fn handle(
         }
         (
             _,
-            "/" | "/v1/messages" | "/v1/transcript" | "/v1/events" | "/v1/explain" | "/v1/quiet"
-            | "/v1/reload" | "/v1/replay" | "/healthz" | "/metrics",
+            "/"
+            | "/v1/messages"
+            | "/v1/transcript"
+            | "/v1/events"
+            | "/v1/explain"
+            | "/v1/quiet"
+            | "/v1/reload"
+            | "/v1/replay"
+            | "/healthz"
+            | "/metrics"
+            | crate::a2a::card::CARD_PATH
+            | crate::a2a::card::RPC_PATH,
         ) => server::error(
             StatusCode::METHOD_NOT_ALLOWED,
             format!("{method} is not allowed on {path}"),
@@ -232,6 +244,12 @@ fn build_local_message(node: &Node, p: PostMessage) -> Result<Envelope, (StatusC
         .filter(|f| !f.is_empty());
     let as_bot = from.as_deref().is_some_and(|f| f == me.name);
     if let Some(f) = &from {
+        if f.starts_with(crate::config::a2a::CALLER_PREFIX) {
+            return Err((
+                StatusCode::FORBIDDEN,
+                format!("{f:?}: names starting with {:?} are A2A callers', which only the A2A endpoint posts as", crate::config::a2a::CALLER_PREFIX),
+            ));
+        }
         if let Some(bot) = cfg.bot_named_like(f).filter(|_| !as_bot) {
             return Err((
                 StatusCode::FORBIDDEN,

@@ -171,6 +171,7 @@ pub(crate) async fn post_questions(
             }
             continue;
         }
+        let text_posted = text.clone();
         let mut env = Envelope::message(id, at, &q.group, &me, Author::bot(&me), text);
         env.depth = t.mesh.max_depth;
         if let Some(trigger) = trigger {
@@ -186,6 +187,16 @@ pub(crate) async fn post_questions(
             Ok(_) => {
                 if let Some(p) = &node.brain.permissions {
                     p.posted(&q.group, id, at);
+                }
+                if let Some(trigger) = node.brain.asks.turn_trigger(&q.group) {
+                    // The turn waits for the chat (an A2A task: input required).
+                    node.events
+                        .publish(crate::telemetry::events::Event::Question {
+                            group: q.group.clone(),
+                            trigger: trigger.to_string(),
+                            bot: me.clone(),
+                            text: text_posted.clone(),
+                        });
                 }
                 let may_answer = requester.map_or_else(|| "-".into(), |r| r.name);
                 tracing::info!(bot = %me, group = %q.group, %id, kind = %q.kind, title = %q.title, %may_answer, "asked the chat about the agent's tool call (the requester or an operator answers)")

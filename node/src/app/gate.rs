@@ -41,6 +41,9 @@ pub(crate) enum Scope {
     /// tools (`/v1/tools/…`) of this one group (`None`: of every group, the
     /// built-in model's server), nothing else.
     Tools(Option<String>),
+    /// The A2A routes (the Agent Card, `/a2a`): their callers' own tokens are checked
+    /// by `app::a2a_edge`, never the API's.
+    A2a,
 }
 
 /// Refusal log lines allowed at once.
@@ -118,6 +121,9 @@ pub(crate) fn admit<B>(
                 format!("Origin {origin:?} is not this API's own: a page elsewhere may not use it"),
             ));
         }
+    }
+    if crate::app::a2a_edge::is_a2a_path(path) {
+        return Ok(Scope::A2a);
     }
     let scope = match scope_of(cfg, tools, req) {
         Some(scope) => scope,

@@ -2,10 +2,11 @@
 //! listeners, the local API and page ([`api`]) and who may use it ([`gate`]), configuration reloads ([`reload`])
 //! and people's commands in the chat ([`commands`]); the group as tools for the bot's
 //! agent ([`group_tools`]); a long turn's status message posted, recorded and edited
-//! ([`status`]). The node implements the narrow
+//! ([`status`]); the bot served as an A2A agent ([`a2a_edge`]). The node implements the narrow
 //! handles the layers below hold: `turn::Ports`, `ingress::ingest::Sink`.
 //! [`replay`]: `botmesh replay` and `POST /v1/replay`, one bot's decisions over a
 //! recorded transcript with changed settings.
+pub(crate) mod a2a_edge;
 pub(crate) mod api;
 pub(crate) mod commands;
 pub(crate) mod gate;

@@ -91,6 +91,9 @@ pub struct Node {
     /// The node itself, for the owned handles it gives out from `&self` (a long
     /// turn's status, [`crate::app::status`], outlives the turn's borrow).
     pub(crate) me: std::sync::Weak<Node>,
+    /// The bot served as an A2A agent (`[[bots]] a2a`), with its tasks; `None`: not
+    /// served.
+    pub(crate) a2a: Option<Arc<crate::a2a::server::A2aServer>>,
 }
 
 /// Hands durable outbound messages to every peer's outbox, in log order.
@@ -313,8 +316,10 @@ pub async fn start(
     let llm = LlmClient::new(
         LlmClient::build_http(Duration::from_secs(3)).context("building the LLM client")?,
     );
+    let a2a = crate::app::a2a_edge::server_of(&cfg)?;
     let node = Arc::new_cyclic(|me| Node {
         me: me.clone(),
+        a2a,
         limiter: Arc::new(RateLimiter::new(cfg.mesh().peer_rate_limit)),
         seen: Arc::new(SeenCache::new(SEEN_TTL, 1_000_000)),
         verify,

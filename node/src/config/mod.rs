@@ -19,6 +19,7 @@ pub use platform::{Platform, PlatformTables};
 
 use crate::wire::signing::{HmacSecret, PairwiseKey, PublicKey, Signer, SigningKey, Verifier};
 
+pub mod a2a;
 pub mod acp;
 pub(crate) mod names;
 pub(crate) mod pacing;
@@ -424,6 +425,8 @@ pub enum AgentEngine {
     /// An agent outside the mesh (`agent = { external = true }`): mentions of the bot
     /// wait for its `wait_for_message`; the node never answers by itself.
     External(ExternalAgent),
+    /// A remote A2A agent (`agent = { a2a = "http://…", token_env = … }`, docs/a2a.md).
+    A2a(a2a::A2aAgentSettings),
 }
 
 impl<'de> Deserialize<'de> for AgentEngine {
@@ -433,7 +436,7 @@ impl<'de> Deserialize<'de> for AgentEngine {
         use serde::de::Error;
         let table = serde_json::Map::<String, serde_json::Value>::deserialize(d)?;
         let form = |e: serde_json::Error| D::Error::custom(e.to_string());
-        let forms = ["webhook", "acp", "external"]
+        let forms = ["webhook", "acp", "external", "a2a"]
             .into_iter()
             .filter(|k| table.contains_key(*k))
             .collect::<Vec<_>>();
@@ -445,6 +448,9 @@ impl<'de> Deserialize<'de> for AgentEngine {
             ["acp"] => serde_json::from_value(value)
                 .map(AgentEngine::Acp)
                 .map_err(form),
+            ["a2a"] => serde_json::from_value(value)
+                .map(AgentEngine::A2a)
+                .map_err(form),
             ["external"] => match serde_json::from_value(value).map_err(form)? {
                 ExternalAgent { external: true } => Ok(AgentEngine::External(ExternalAgent { external: true })),
                 ExternalAgent { external: false } => Err(D::Error::custom(
@@ -452,7 +458,7 @@ impl<'de> Deserialize<'de> for AgentEngine {
                 )),
             },
             [] => Err(D::Error::custom(
-                "needs `webhook = \"http://…\"` (a sidecar), `acp = [\"command\", …]` (an ACP agent) or `external = true` (an agent through `botmesh mcp`)",
+                "needs `webhook = \"http://…\"` (a sidecar), `acp = [\"command\", …]` (an ACP agent), `a2a = \"http://…\"` (a remote A2A agent) or `external = true` (an agent through `botmesh mcp`)",
             )),
             _ => Err(D::Error::custom(format!(
                 "has both {}: give one of them (`webhook` a sidecar, `acp` an ACP agent, `external` an agent through `botmesh mcp`)",
@@ -471,7 +477,7 @@ impl AgentEngine {
     pub(crate) fn acp(&self) -> Option<&acp::AcpSettings> {
         match self {
             AgentEngine::Acp(a) => Some(a),
-            AgentEngine::Webhook(_) | AgentEngine::External(_) => None,
+            AgentEngine::Webhook(_) | AgentEngine::External(_) | AgentEngine::A2a(_) => None,
         }
     }
 }
@@ -658,6 +664,10 @@ pub struct BotSettings {
     /// agent.
     #[serde(default)]
     pub(crate) agent: Option<AgentEngine>,
+    /// The bot served as an A2A agent at its local API (`a2a = { serve = true, … }`,
+    /// docs/a2a.md): outside agents' tasks become messages in its group.
+    #[serde(default)]
+    pub(crate) a2a: Option<a2a::A2aServe>,
     /// The bot's MCP tool servers (`[[bots.mcp]]`, docs/tools.md): their tools are
     /// offered to the bot's reply model.
     #[serde(default)]
@@ -1213,6 +1223,12 @@ impl Settings {
                         return Err(self.err(at(&format!("agent.{}", first.key)), &first.problem));
                     }
                 }
+                Some(AgentEngine::A2a(a)) => {
+                    check_url(&a.a2a).map_err(|p| self.err(at("agent.a2a"), p))?;
+                    if a.turn_timeout_secs == 0 {
+                        return Err(self.err(at("agent.turn_timeout_secs"), "must be at least 1"));
+                    }
+                }
                 Some(AgentEngine::External(_)) | None => {}
             }
             self.validate_mcp(i, b)?;
@@ -1323,6 +1339,15 @@ impl Settings {
                         format!("bots[{i}].api_public_host"),
                         format!("{h:?} is not a host name: letters, digits, '-' and '.' only, no scheme, port or path (e.g. \"botmesh.example.com\")"),
                     ));
+                }
+            }
+            if let Some(serve) = &b.a2a {
+                let loopback = b
+                    .api
+                    .parse::<SocketAddr>()
+                    .is_ok_and(|a| a.ip().is_loopback());
+                if let Some((key, problem)) = serve.problem(loopback) {
+                    return Err(self.err(format!("bots[{i}].a2a.{key}"), problem));
                 }
             }
             if b.api_token_env.is_some() && self.mesh.api_token_env.is_none() {
@@ -1487,6 +1512,10 @@ pub struct NodeConfig {
     /// The ACP agent's variables taken from the node's environment (`agent.env_from`),
     /// by the agent's name for them.
     pub(crate) agent_env: std::collections::BTreeMap<String, String>,
+    /// The A2A callers of this bot (`a2a.callers`) with their tokens, read at start.
+    pub(crate) a2a_callers: Vec<a2a::A2aCaller>,
+    /// The token this bot presents to its remote A2A agent (`agent.token_env`).
+    pub(crate) a2a_agent_token: Option<String>,
 }
 
 /// The secrets of a node's own platform, read at start from the variables its
@@ -1623,9 +1652,32 @@ impl NodeConfig {
         let redis_url = redis_url(&settings, &bot, env, secrets)?;
         let mcp_headers = mcp_headers(&settings, me, &bot, env, secrets)?;
         let agent_env = agent_env(&settings, me, &bot, env, secrets)?;
+        let a2a_callers = match &bot.a2a {
+            Some(serve) => a2a::read_callers(serve, &|v| env.var(v), secrets)
+                .map_err(|(key, problem)| settings.err(at(&format!("a2a.{key}")), problem))?,
+            None => Vec::new(),
+        };
+        let a2a_agent_token = match &bot.agent {
+            Some(AgentEngine::A2a(a)) => match &a.token_env {
+                Some(var) => match env.var(var).filter(|t| !t.trim().is_empty()) {
+                    Some(t) => Some(t),
+                    None if secrets => {
+                        return Err(settings.err(
+                            at("agent.token_env"),
+                            format!("environment variable {var} is not set or empty (the remote agent's bearer token is read from it)"),
+                        ))
+                    }
+                    None => None,
+                },
+                None => None,
+            },
+            _ => None,
+        };
         let data_dir =
             data_dir.unwrap_or_else(|| settings.relative(&settings.mesh.data_dir).join(&bot.name));
         Ok(NodeConfig {
+            a2a_callers,
+            a2a_agent_token,
             redis_url,
             mcp_headers,
             agent_env,

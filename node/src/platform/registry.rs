@@ -60,7 +60,9 @@ fn names() -> String {
 pub fn check(settings: &Settings) -> Result<(), ConfigError> {
     for (i, entry) in settings.mesh.operators.iter().flatten().enumerate() {
         let platform = entry.split_once(':').map_or("", |(p, _)| p);
-        if adapter(Platform::parse(platform)).is_none() {
+        // `a2a:<caller>`: an A2A caller of a served bot (docs/a2a.md), not a platform.
+        let a2a_caller = entry.starts_with(crate::config::a2a::CALLER_PREFIX);
+        if !a2a_caller && adapter(Platform::parse(platform)).is_none() {
             return Err(settings.err(
                 format!("mesh.operators[{i}]"),
                 format!(

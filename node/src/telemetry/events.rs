@@ -59,6 +59,18 @@ pub enum Event {
         /// Its text now.
         text: String,
     },
+    /// The bot's agent asked the chat a permission question (answered with `/allow`
+    /// or `/deny`) during its turn on `trigger`: an A2A task waits for input meanwhile.
+    Question {
+        /// The group.
+        group: String,
+        /// The message the turn answers.
+        trigger: String,
+        /// The bot whose agent asks.
+        bot: String,
+        /// The question as posted.
+        text: String,
+    },
 }
 
 impl Event {
@@ -69,6 +81,7 @@ impl Event {
             Event::Decision { group, .. }
             | Event::Progress { group, .. }
             | Event::Status { group, .. } => group,
+            | Event::Question { group, .. } => group,
         }
     }
     /// The SSE event name.
@@ -79,6 +92,7 @@ impl Event {
             Event::Decision { .. } => "decision",
             Event::Progress { .. } => "progress",
             Event::Status { .. } => "status",
+            Event::Question { .. } => "question",
         }
     }
 }

@@ -152,6 +152,19 @@ pub struct ToolLabel {
     pub(crate) outcome: String,
 }
 
+/// Labels for A2A tasks.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct A2aTaskLabel {
+    /// The bot.
+    pub(crate) bot: String,
+    /// `served` (a caller's task for this bot) or `sent` (this bot's turn given to its
+    /// remote agent).
+    pub(crate) direction: String,
+    /// The state the task reached: completed, failed, canceled, rejected,
+    /// input_required.
+    pub(crate) state: String,
+}
+
 /// Labels for a bot's MCP server.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ToolServerLabel {
@@ -345,6 +358,8 @@ pub struct Metrics {
     pub(crate) verdict_log: Family<ResultLabel, Counter>,
     /// MCP tool calls the reply model made, by bot, server, tool and outcome.
     pub(crate) tool_calls: Family<ToolLabel, Counter>,
+    /// A2A tasks by bot, direction and the state they reached.
+    pub(crate) a2a_tasks: Family<A2aTaskLabel, Counter>,
     /// The tools each MCP server offers now: 0 while it is down (or still starting).
     pub(crate) mcp_tools: Family<ToolServerLabel, Gauge>,
     /// Edits of long turns' status messages, by bot, platform and outcome.
@@ -453,6 +468,12 @@ impl Metrics {
             "botmesh_status_edits",
             "Edits of long turns' status messages, by bot, platform and outcome",
             status_edits.clone(),
+        );
+        let a2a_tasks = Family::<A2aTaskLabel, Counter>::default();
+        registry.register(
+            "botmesh_a2a_tasks",
+            "A2A tasks by bot, direction (served, sent) and the state they reached",
+            a2a_tasks.clone(),
         );
         let mcp_tools = Family::<ToolServerLabel, Gauge>::default();
         registry.register(
@@ -578,6 +599,7 @@ impl Metrics {
         Metrics {
             tool_calls,
             status_edits,
+            a2a_tasks,
             mcp_tools,
             agent,
             config_reloads,
@@ -773,6 +795,17 @@ impl Metrics {
                 server: server.into(),
                 tool: tool.into(),
                 outcome: outcome.into(),
+            })
+            .inc();
+    }
+
+    /// Counts an A2A task of `bot` reaching `state` (`direction`: served or sent).
+    pub(crate) fn a2a_task(&self, bot: &str, direction: &str, state: &str) {
+        self.a2a_tasks
+            .get_or_create(&A2aTaskLabel {
+                bot: bot.into(),
+                direction: direction.into(),
+                state: state.into(),
             })
             .inc();
     }

@@ -205,7 +205,7 @@ impl Brain {
     /// Builds the brain for the node's bot.
     pub fn new(cfg: &NodeConfig, metrics: Arc<Metrics>) -> anyhow::Result<Brain> {
         let tuning = Tuning::of(cfg);
-        let engine = crate::turn::engine::ReplyEngine::of(cfg)?;
+        let engine = crate::turn::engine::ReplyEngine::of(cfg, &metrics)?;
         let mut brain = Brain::with(tuning, &cfg.settings.bots, metrics);
         brain.engine = engine;
         Ok(brain)

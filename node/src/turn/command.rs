@@ -154,6 +154,15 @@ pub(crate) fn person_of(env: &Envelope, t: &Tuning) -> Vec<String> {
     if env.author.kind != AuthorKind::Human {
         return Vec::new();
     }
+    if env
+        .author
+        .name
+        .starts_with(crate::config::a2a::CALLER_PREFIX)
+    {
+        // An A2A caller (`a2a:hermes`): named so in `[mesh] operators`. Only a node
+        // serving it posts under that name (the local API refuses it to people).
+        return vec![env.author.name.clone()];
+    }
     let carrier = if env.sender == t.me.name {
         Some(&*t.me)
     } else {

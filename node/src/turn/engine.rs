@@ -1,6 +1,7 @@
 //! `ReplyEngine`: what writes a bot's reply once it has the turn, behind one
 //! boundary — the built-in model (with the bot's MCP tools, if any), a sidecar
-//! webhook, or a coding agent hosted over ACP (docs/agents.md).
+//! webhook, a coding agent hosted over ACP (docs/agents.md), or a remote A2A agent
+//! (`turn::a2a_engine`, docs/a2a.md).
 //!
 //! The model's tool loop ([`tool_loop`]): the reply call offers the tools of the
 //! servers that are up; each tool call the model asks for runs on its server
@@ -85,13 +86,26 @@ pub(crate) enum ReplyEngine {
     /// An agent outside the mesh (`[[bots]] agent = { external = true }`) takes the
     /// turns through `botmesh mcp`: the node takes none itself.
     External,
+    /// A remote A2A agent (`[[bots]] agent = { a2a = … }`): each turn is a task there.
+    A2a(Arc<crate::turn::a2a_engine::RemoteAgent>),
 }
 
 impl ReplyEngine {
     /// The engine `cfg` gives this node's bot (tool servers not started yet).
-    pub(crate) fn of(cfg: &NodeConfig) -> reqwest::Result<ReplyEngine> {
+    pub(crate) fn of(
+        cfg: &NodeConfig,
+        metrics: &Arc<crate::telemetry::metrics::Metrics>,
+    ) -> reqwest::Result<ReplyEngine> {
         Ok(match &cfg.bot().agent {
             Some(AgentEngine::Webhook(a)) => ReplyEngine::Sidecar(Webhook::new(a)?),
+            Some(AgentEngine::A2a(a)) => {
+                ReplyEngine::A2a(Arc::new(crate::turn::a2a_engine::RemoteAgent::new(
+                    a,
+                    cfg.a2a_agent_token.clone(),
+                    &cfg.bot().name,
+                    metrics.clone(),
+                )?))
+            }
             Some(AgentEngine::Acp(_)) => ReplyEngine::Acp(None),
             Some(AgentEngine::External(_)) => ReplyEngine::External,
             None => ReplyEngine::Model { tools: None },
@@ -108,7 +122,10 @@ impl ReplyEngine {
     pub(crate) fn tools(&self) -> Option<&Arc<McpTools>> {
         match self {
             ReplyEngine::Model { tools } => tools.as_ref().filter(|t| !t.is_empty()),
-            ReplyEngine::Sidecar(_) | ReplyEngine::Acp(_) | ReplyEngine::External => None,
+            ReplyEngine::Sidecar(_)
+            | ReplyEngine::Acp(_)
+            | ReplyEngine::External
+            | ReplyEngine::A2a(_) => None,
         }
     }
 }

@@ -16,6 +16,8 @@
 //! - [`brain`] — `Brain`: a bot's turn-taking state and its LLM questions.
 //! - [`engine`] — `ReplyEngine`: the model (with its MCP tools' loop) or a sidecar
 //!   webhook writes the reply.
+//! - [`a2a_engine`] — `RemoteAgent`: a remote A2A agent writes the reply, one task a
+//!   turn.
 //! - [`pipeline`] — `triage` and `act`: the pipeline for one message.
 //! - [`outcome`] — how an agent's turn ended: the line the chat shows ("stopped by
 //!   Alice"), and what the agent is told at its next turn.
@@ -27,6 +29,7 @@
 //! - [`explain`] — the dry-run of a decision.
 //! - [`ports`] — `Ports`, the turn code's view of the node (and of the simulator).
 
+pub(crate) mod a2a_engine;
 pub(crate) mod approval;
 pub(crate) mod asks;
 pub(crate) mod brain;

@@ -300,7 +300,7 @@ async fn prepare<P: Ports + ?Sized>(
     // be lost while the agent works. A better claim heard from then on is told the
     // trigger is answered, and that bot yields (see docs/agents.md).
     let mut committed = false;
-    if let (Some(r), Some(acks), ReplyEngine::Acp(_)) =
+    if let (Some(r), Some(acks), ReplyEngine::Acp(_) | ReplyEngine::A2a(_)) =
         (relevance, acks.as_mut(), &p.brain().engine)
     {
         let nothing_yet = Reply {
@@ -557,6 +557,16 @@ async fn write_step<P: Ports + ?Sized>(
     if let crate::turn::engine::ReplyEngine::Acp(agent) = &brain.engine {
         return acp_step(p, msg, claimed, agent.as_deref(), slot).await;
     }
+    if let crate::turn::engine::ReplyEngine::A2a(agent) = &brain.engine {
+        return match crate::turn::a2a_engine::write(p, msg, agent).await {
+            Ok(reply) => Some(reply),
+            Err((reason, why)) => {
+                record(p, msg, "silent", reason, &why);
+                withdraw_if(p, msg, claimed, reason);
+                None
+            }
+        };
+    }
     // The model's group tools (`group_tools`) know the turn in flight: an ask
     // continues it and is counted in it.
     let _turn = brain.asks.turn_started(&msg.group, msg.id);
@@ -624,12 +634,7 @@ async fn acp_step<P: Ports + ?Sized>(
     let show = |update: crate::agent::acp::AcpProgress| {
         crate::turn::status::note_acp(&update);
         if let Some(text) = crate::turn::engine::progress_line(&update) {
-            p.event(Event::Progress {
-                group: msg.group.clone(),
-                trigger: msg.id.to_string(),
-                bot: me.name.clone(),
-                text,
-            });
+            show_progress(p, msg, text);
         }
     };
     let answer = loop {
@@ -698,6 +703,17 @@ async fn acp_step<P: Ports + ?Sized>(
             None
         }
     }
+}
+
+/// An agent's progress on the turn on `msg` (a tool call, a remote task's status), for
+/// the page's live line under the trigger.
+pub(crate) fn show_progress<P: Ports + ?Sized>(p: &P, msg: &Envelope, text: String) {
+    p.event(Event::Progress {
+        group: msg.group.clone(),
+        trigger: msg.id.to_string(),
+        bot: p.brain().me().name.clone(),
+        text,
+    });
 }
 
 /// [`act`]'s check after writing: the world may have moved during the LLM call, so

@@ -1,0 +1,508 @@
+//! A bot served as an A2A agent (`[[bots]] a2a`, docs/a2a.md), end to end: real nodes
+//! on 127.0.0.1, the scripted LLM, and the official `a2a-sdk` client
+//! (tests/py/a2a_caller.py) fetching the card, sending, streaming, getting and
+//! cancelling tasks, and refused without its token. The group sees every exchange.
+
+use std::time::Duration;
+
+use botmesh::wire::envelope::{AuthorKind, Envelope};
+use botmesh_tests::fake_llm::{BotLlm, Script};
+use botmesh_tests::{metric, test_python, wait_for, MeshSpec, TestMesh};
+use serde_json::Value;
+
+/// The caller's token, as the node reads it from `A2A_TEST_HERMES`.
+const TOKEN: &str = "a2a-test-token-hermes";
+
+/// A (served to the caller `hermes`) and B, answering mentions only.
+fn spec(llm: &str) -> MeshSpec {
+    let mut spec = MeshSpec::mentions_only(&["A", "B"])
+        .llm(llm)
+        .bot(
+            "A",
+            "role = \"release manager\"\nskills = [\"releases\", \"changelogs\"]\na2a = { serve = true, callers = { hermes = \"A2A_TEST_HERMES\" } }",
+        )
+        .all_bots("min_delay_ms = 50\nmax_delay_ms = 200\njitter_ms = 0");
+    spec.env.insert("A2A_TEST_HERMES".into(), TOKEN.into());
+    spec
+}
+
+/// Runs the SDK caller against node `i`'s API; its JSON lines.
+async fn caller(mesh: &TestMesh, i: usize, token: &str, args: &[&str]) -> Vec<Value> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/py/a2a_caller.py");
+    let run = tokio::process::Command::new(test_python())
+        .arg(script)
+        .arg(mesh.api(i))
+        .arg(token)
+        .args(args)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the SDK caller finishes")
+        .expect("the test venv's python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "a2a_caller {args:?} failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// Messages of `name` in `t`.
+fn by<'a>(t: &'a [Envelope], name: &str) -> Vec<&'a Envelope> {
+    t.iter().filter(|e| e.author.name == name).collect()
+}
+
+/// `botmesh_a2a_tasks_total{bot="A",direction="served",state}` on node `i`.
+async fn served(mesh: &TestMesh, i: usize, state: &str) -> f64 {
+    metric(
+        &mesh.metrics(i).await,
+        &format!("botmesh_a2a_tasks_total{{bot=\"A\",direction=\"served\",state=\"{state}\"}}"),
+    )
+}
+
+#[tokio::test]
+async fn the_sdk_client_reads_the_card_sends_streams_and_gets_and_the_group_sees_it_all() {
+    let llm = BotLlm::judging(false, 0.0)
+        .replies(|bot| format!("{bot} says: v1.4 ships Friday"))
+        .start()
+        .await;
+    let mesh = TestMesh::start(spec(&llm.base_url)).await;
+
+    // The card: public, a JSON-RPC interface at /a2a on 1.0, streaming, a bearer scheme.
+    let card = &caller(&mesh, 0, "-", &["card"]).await[0]["card"];
+    assert_eq!(card["name"], "A", "{card}");
+    assert_eq!(card["description"], "A: release manager");
+    let iface = &card["supportedInterfaces"][0];
+    assert_eq!(iface["url"], format!("{}/a2a", mesh.api(0)));
+    assert_eq!(iface["protocolBinding"], "JSONRPC");
+    assert_eq!(iface["protocolVersion"], "1.0");
+    assert_eq!(card["capabilities"]["streaming"], true);
+    assert_eq!(card["skills"][0]["name"], "releases");
+    assert_eq!(
+        card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"],
+        "Bearer"
+    );
+
+    // SendMessage: the task comes back completed, the bot's reply its artifact.
+    let events = caller(&mesh, 0, TOKEN, &["send", "when does v1.4 ship?"]).await;
+    let task = &events[0]["event"]["task"];
+    assert_eq!(
+        task["status"]["state"], "TASK_STATE_COMPLETED",
+        "{events:?}"
+    );
+    assert_eq!(
+        task["artifacts"][0]["parts"][0]["text"],
+        "A says: v1.4 ships Friday"
+    );
+    let task_id = task["id"].as_str().expect("task id").to_string();
+    let context = task["contextId"].as_str().expect("context id").to_string();
+
+    // The group saw the caller's message and the answer: on A, and on colleague B.
+    for i in [0, 1] {
+        let t = mesh
+            .wait_transcript(i, Duration::from_secs(10), |t| !by(t, "A").is_empty())
+            .await;
+        let asked = by(&t, "a2a:hermes");
+        assert_eq!(asked.len(), 1, "node {i}: {t:?}");
+        assert_eq!(asked[0].text, "@A when does v1.4 ship?");
+        assert_eq!(asked[0].author.kind, AuthorKind::Human);
+        assert_eq!(asked[0].depth, 0);
+        let answer = by(&t, "A")[0];
+        assert_eq!(answer.reply_to, Some(asked[0].id));
+        assert_eq!(answer.text, "A says: v1.4 ships Friday");
+        assert!(by(&t, "B").is_empty(), "B was not asked: {t:?}");
+    }
+
+    // GetTask: the same task, completed.
+    let got = &caller(&mesh, 0, TOKEN, &["get", &task_id]).await[0]["task"];
+    assert_eq!(got["status"]["state"], "TASK_STATE_COMPLETED", "{got}");
+    assert_eq!(
+        got["history"][0]["parts"][0]["text"],
+        "when does v1.4 ship?"
+    );
+
+    // A follow-up in the same context continues the thread: it replies to the answer.
+    let events = caller(&mesh, 0, TOKEN, &["send", "and v1.5?", &context]).await;
+    let follow = &events[0]["event"]["task"];
+    assert_eq!(follow["contextId"], context.as_str());
+    assert_eq!(follow["status"]["state"], "TASK_STATE_COMPLETED");
+    let t = mesh.transcript(0).await;
+    let first_answer = by(&t, "A")[0].id;
+    let asked = by(&t, "a2a:hermes");
+    assert_eq!(asked[1].reply_to, Some(first_answer), "{t:?}");
+
+    // SendStreamingMessage: the task, then the answer as an artifact, then COMPLETED.
+    let events = caller(&mesh, 0, TOKEN, &["stream", "anything blocking?"]).await;
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| {
+            let ev = e["event"].as_object().expect("an event");
+            ev.keys().next().map_or("", String::as_str)
+        })
+        .collect();
+    assert_eq!(kinds.first(), Some(&"task"), "{events:?}");
+    assert_eq!(
+        &kinds[kinds.len() - 2..],
+        ["artifactUpdate", "statusUpdate"],
+        "{events:?}"
+    );
+    let last = &events[events.len() - 1]["event"]["statusUpdate"];
+    assert_eq!(last["status"]["state"], "TASK_STATE_COMPLETED");
+    let artifact = &events[events.len() - 2]["event"]["artifactUpdate"]["artifact"];
+    assert_eq!(artifact["parts"][0]["text"], "A says: v1.4 ships Friday");
+
+    // A wrong token, or none: refused (HTTP 401), nothing posted.
+    let before = mesh.transcript(0).await.len();
+    for token in ["not-the-token", "-"] {
+        let refused = caller(&mesh, 0, token, &["send", "let me in"]).await;
+        assert_eq!(refused[0]["error"], "A2AClientError", "{refused:?}");
+        assert!(
+            refused[0]["message"].as_str().unwrap_or("").contains("401"),
+            "{refused:?}"
+        );
+    }
+    // Another caller's task, or none: not found.
+    let missing = caller(&mesh, 0, TOKEN, &["get", "no-such-task"]).await;
+    assert_eq!(missing[0]["error"], "TaskNotFoundError", "{missing:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(mesh.transcript(0).await.len(), before, "nothing was posted");
+
+    assert_eq!(served(&mesh, 0, "completed").await, 3.0);
+    mesh.shutdown().await;
+    llm.shutdown().await;
+}
+
+#[tokio::test]
+async fn cancel_stops_the_turn_a_failed_turn_fails_the_task_and_tasks_outlive_a_restart() {
+    // A's reply takes 4 s: long enough to be cancelled while it is written.
+    let llm = BotLlm::judging(false, 0.0)
+        .reply_with(
+            "A",
+            Script::delay(Duration::from_secs(4), Script::reply("too late")),
+        )
+        .start()
+        .await;
+    let mut mesh = TestMesh::start(spec(&llm.base_url)).await;
+
+    let events = caller(&mesh, 0, TOKEN, &["cancel", "write the full changelog"]).await;
+    let first = &events[0]["event"]["task"];
+    assert_eq!(first["status"]["state"], "TASK_STATE_WORKING", "{events:?}");
+    let task_id = first["id"].as_str().expect("task id").to_string();
+    let canceled = &events[1]["canceled"];
+    assert_eq!(
+        canceled["status"]["state"], "TASK_STATE_CANCELED",
+        "{events:?}"
+    );
+    assert_eq!(events[2]["again"], "TaskNotCancelableError", "{events:?}");
+
+    // The turn was stopped as by /stop: no answer is posted.
+    wait_for(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || mesh.decisions(0, "silent", "stopped"),
+        |n: &f64| *n >= 1.0,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let t = mesh.transcript(0).await;
+    assert!(
+        by(&t, "A").is_empty(),
+        "the cancelled turn posted nothing: {t:?}"
+    );
+    assert_eq!(by(&t, "a2a:hermes").len(), 1);
+    assert_eq!(served(&mesh, 0, "canceled").await, 1.0);
+
+    // After a restart the task is still there, still cancelled.
+    mesh.stop(0).await;
+    mesh.restart(0).await;
+    let got = &caller(&mesh, 0, TOKEN, &["get", &task_id]).await[0]["task"];
+    assert_eq!(got["status"]["state"], "TASK_STATE_CANCELED", "{got}");
+    mesh.shutdown().await;
+    llm.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_turn_that_fails_fails_its_task_with_the_reason() {
+    let llm = BotLlm::judging(false, 0.0)
+        .reply_with("A", Script::Status(500))
+        .start()
+        .await;
+    let mesh = TestMesh::start(spec(&llm.base_url)).await;
+    let events = caller(&mesh, 0, TOKEN, &["send", "status?"]).await;
+    let task = &events[0]["event"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_FAILED", "{events:?}");
+    let why = task["status"]["message"]["parts"][0]["text"]
+        .as_str()
+        .unwrap_or("");
+    assert!(why.contains("reply_failed"), "{why}");
+    assert_eq!(served(&mesh, 0, "failed").await, 1.0);
+    mesh.shutdown().await;
+    llm.shutdown().await;
+}
+
+/// The SDK-built agent tests/py/a2a_agent.py, killed when dropped.
+struct RemoteAgent {
+    child: tokio::process::Child,
+    url: String,
+    log: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl RemoteAgent {
+    async fn start(token: &str) -> RemoteAgent {
+        use tokio::io::AsyncBufReadExt;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let log = dir.path().join("agent.jsonl");
+        let mut child = tokio::process::Command::new(test_python())
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/py/a2a_agent.py"))
+            .arg(token)
+            .env("A2A_AGENT_LOG", &log)
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the test venv's python runs");
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("the agent starts")
+            .expect("reads its stdout")
+            .expect("a first line");
+        let url = first
+            .strip_prefix("listening on ")
+            .expect("the start line")
+            .to_string();
+        RemoteAgent {
+            child,
+            url,
+            log,
+            _dir: dir,
+        }
+    }
+
+    /// What the agent logged: the messages it received and the tasks it cancelled.
+    fn log(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON line"))
+            .collect()
+    }
+}
+
+impl Drop for RemoteAgent {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+#[tokio::test]
+async fn a_remote_sdk_agent_writes_the_bots_replies_asks_the_chat_and_is_cancelled_by_stop() {
+    let agent = RemoteAgent::start("remote-token").await;
+    let llm = BotLlm::judging(false, 0.0).start().await;
+    let mut spec = MeshSpec::mentions_only(&["A", "R"]).llm(&llm.base_url).bot(
+        "R",
+        &format!(
+            "agent = {{ a2a = \"{}\", token_env = \"A2A_TEST_REMOTE\" }}",
+            agent.url
+        ),
+    );
+    spec.env
+        .insert("A2A_TEST_REMOTE".into(), "remote-token".into());
+    let mesh = TestMesh::start(spec).await;
+    let replies = |n: usize| {
+        let mesh = &mesh;
+        async move {
+            mesh.wait_transcript(0, Duration::from_secs(20), |t| by(t, "R").len() >= n)
+                .await
+        }
+    };
+
+    // A turn: the agent gets the delta, its artifact is the reply.
+    mesh.post_human(0, "alice", "@R hello there").await;
+    let t = replies(1).await;
+    assert_eq!(
+        by(&t, "R")[0].text,
+        "remote saw 1 lines; last: alice: @R hello there",
+        "{t:?}"
+    );
+    // The next turn: only what was said since, in the same conversation.
+    mesh.post_human(0, "bob", "side remark").await;
+    mesh.post_human(0, "alice", "@R again").await;
+    let t = replies(2).await;
+    assert_eq!(
+        by(&t, "R")[1].text,
+        "remote saw 2 lines; last: alice: @R again"
+    );
+    let log = agent.log();
+    assert_eq!(log.len(), 2, "{log:?}");
+    assert_eq!(
+        log[0]["context"], log[1]["context"],
+        "one context per group"
+    );
+    assert_eq!(log[1]["text"], "bob: side remark\nalice: @R again");
+
+    // INPUT_REQUIRED: the question goes to the chat; the next turn continues the task.
+    mesh.post_human(0, "alice", "@R permission to deploy?")
+        .await;
+    let t = replies(3).await;
+    assert_eq!(by(&t, "R")[2].text, "may I deploy?");
+    mesh.post_human(0, "alice", "@R yes go ahead").await;
+    let t = replies(4).await;
+    assert_eq!(
+        by(&t, "R")[3].text,
+        "deployed after: alice: @R yes go ahead"
+    );
+    let log = agent.log();
+    assert_eq!(
+        log[2]["task"], log[3]["task"],
+        "the answer continued the task: {log:?}"
+    );
+
+    // /stop while the agent works: the task is cancelled at the agent, nothing posted.
+    mesh.post_human(0, "alice", "@R slow job").await;
+    wait_for(
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || async { agent.log() },
+        |l: &Vec<Value>| l.len() >= 5,
+    )
+    .await;
+    mesh.post_human(0, "alice", "/stop").await;
+    let log = wait_for(
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || async { agent.log() },
+        |l: &Vec<Value>| l.iter().any(|e| e.get("canceled").is_some()),
+    )
+    .await;
+    assert_eq!(log[5]["canceled"], log[4]["task"], "{log:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(by(&mesh.transcript(0).await, "R").len(), 4);
+    // /why shows the A2A turn: handed to the agent, then stopped.
+    mesh.post_human(0, "alice", "/why @R").await;
+    let t = replies(5).await;
+    let why = &by(&t, "R")[4].text;
+    assert!(why.contains("agent (prompted: A2A task, 1 lines)"), "{why}");
+    assert!(why.contains("silent (stopped"), "{why}");
+
+    let m = mesh.metrics(1).await;
+    let sent = |state: &str| {
+        metric(
+            &m,
+            &format!("botmesh_a2a_tasks_total{{bot=\"R\",direction=\"sent\",state=\"{state}\"}}"),
+        )
+    };
+    assert_eq!(sent("completed"), 3.0, "{m}");
+    assert_eq!(sent("input_required"), 1.0, "{m}");
+    mesh.shutdown().await;
+    llm.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_served_agents_permission_question_makes_the_task_wait_for_input_and_the_caller_allows_it(
+) {
+    // A served bot whose brain is the scripted ACP agent, asking before it executes.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let dir = dir.path().canonicalize().expect("canonical");
+    let agent = format!(
+        "agent = {{ acp = [{:?}, {:?}], cwd = {:?}, env = {{ ACP_STANDIN_LOG = {:?} }}, sandbox = {{ read = [{:?}] }}, ask = [\"execute\"], ask_timeout_secs = 30 }}",
+        test_python(),
+        botmesh_tests::acp_standin_script(),
+        dir.display().to_string(),
+        dir.join("agent.log").display().to_string(),
+        botmesh_tests::standin_dir(),
+    );
+    let mut spec = MeshSpec::mentions_only(&["A", "B"]).bot(
+        "A",
+        &format!("{agent}\na2a = {{ serve = true, callers = {{ hermes = \"A2A_TEST_HERMES\" }} }}"),
+    );
+    spec.env.insert("A2A_TEST_HERMES".into(), TOKEN.into());
+    let mesh = TestMesh::start(spec).await;
+
+    let lines = caller(&mesh, 0, TOKEN, &["ask", "TOOL execute"]).await;
+    let waiting = &lines[0]["event"]["task"];
+    assert_eq!(
+        waiting["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{lines:?}"
+    );
+    assert_eq!(
+        waiting["status"]["message"]["parts"][0]["text"],
+        "A wants to run: do a execute thing — /allow or /deny"
+    );
+    let done = &lines.last().expect("lines")["task"];
+    assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED", "{lines:?}");
+    assert_eq!(
+        done["artifacts"][0]["parts"][0]["text"],
+        "permission: proceed-once"
+    );
+    // The caller's /allow is in the group, from the caller, as the question's answer.
+    let t = mesh.transcript(0).await;
+    assert!(
+        by(&t, "a2a:hermes").iter().any(|e| e.text == "/allow"),
+        "{t:?}"
+    );
+    assert_eq!(served(&mesh, 0, "input_required").await, 1.0);
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_served_sidecar_bots_later_answer_completes_the_task() {
+    // B's turns go to the example sidecar, which answers later through /v1/messages.
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let port = probe.local_addr().expect("its address").port();
+    drop(probe);
+    let mut spec = MeshSpec::mentions_only(&["A", "B"]).bot(
+        "B",
+        &format!(
+            "agent = {{ webhook = \"http://127.0.0.1:{port}/turn\", timeout_ms = 5000 }}\na2a = {{ serve = true, callers = {{ hermes = \"A2A_TEST_HERMES\" }} }}"
+        ),
+    );
+    spec.env.insert("A2A_TEST_HERMES".into(), TOKEN.into());
+    let mesh = TestMesh::start(spec).await;
+    let mut sidecar = tokio::process::Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../examples/sidecar_bot.py"
+        ))
+        .args([
+            "--port",
+            &port.to_string(),
+            "--mode",
+            "async",
+            "--node",
+            &mesh.api(1),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3 runs the example");
+    {
+        use tokio::io::AsyncBufReadExt;
+        let out = sidecar.stdout.take().expect("stdout");
+        let mut lines = tokio::io::BufReader::new(out).lines();
+        tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .expect("the sidecar starts")
+            .expect("reads its stdout");
+    }
+    let events = caller(&mesh, 1, TOKEN, &["send", "status?"]).await;
+    let task = &events[0]["event"]["task"];
+    assert_eq!(
+        task["status"]["state"], "TASK_STATE_COMPLETED",
+        "{events:?}"
+    );
+    let answer = task["artifacts"][0]["parts"][0]["text"]
+        .as_str()
+        .unwrap_or("");
+    assert!(
+        answer.starts_with("B (sidecar) got it, a2a:hermes"),
+        "{answer}"
+    );
+    let _ = sidecar.start_kill();
+    mesh.shutdown().await;
+}
