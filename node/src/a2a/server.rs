@@ -55,8 +55,9 @@ pub(crate) trait A2aHost: Send + Sync + 'static {
     ) -> BoxFuture<'_, Result<Ulid, String>>;
     /// The node's live events (messages, decisions, an agent's progress and questions).
     fn events(&self) -> broadcast::Receiver<Event>;
-    /// Stops the bot's turns in flight in `group`, as a person's `/stop` does.
-    fn stop_turn(&self, group: &str);
+    /// Stops the bot's turns in flight in `group`, as a person's `/stop` does, said by
+    /// `caller` (named as the person `a2a:<caller>` in the turn's end line).
+    fn stop_turn(&self, group: &str, caller: &str);
     /// The bot's answer to `trigger` in `group`, if it is in the transcript (read after
     /// the event stream lagged).
     fn answer_to(&self, group: &str, trigger: Ulid) -> Option<Arc<Envelope>>;
@@ -425,7 +426,7 @@ impl A2aServer {
                 t.state.label()
             )));
         }
-        host.stop_turn(&t.group);
+        host.stop_turn(&t.group, caller);
         if let Some(follower) = self.running.lock().remove(&t.id) {
             follower.cancel();
         }

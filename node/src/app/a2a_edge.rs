@@ -175,9 +175,12 @@ impl A2aHost for NodeHost {
         self.0.events.subscribe()
     }
 
-    fn stop_turn(&self, group: &str) {
-        self.0.brain.stops.stop(group);
-        tracing::warn!(bot = %self.0.cfg.bot().name, %group, "an A2A CancelTask: dropping this bot's turns in flight for the group, as /stop does");
+    fn stop_turn(&self, group: &str, caller: &str) {
+        self.0
+            .brain
+            .stops
+            .stop(group, &format!("{CALLER_PREFIX}{caller}"));
+        tracing::info!(bot = %self.0.cfg.bot().name, %group, %caller, "an A2A CancelTask: dropping this bot's turns in flight for the group, as /stop does");
     }
 
     fn answer_to(&self, group: &str, trigger: Ulid) -> Option<Arc<Envelope>> {

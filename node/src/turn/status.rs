@@ -165,6 +165,8 @@ pub(crate) fn note_acp(update: &crate::agent::acp::AcpProgress) {
                 note("plan", &step.content);
             }
         }
+        // The answer's words are coming: the status's time line says it is alive.
+        AcpProgress::Writing => {}
     }
 }
 
