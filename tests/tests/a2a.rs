@@ -432,7 +432,7 @@ async fn a_served_agents_permission_question_makes_the_task_wait_for_input_and_t
     );
     assert_eq!(
         waiting["status"]["message"]["parts"][0]["text"],
-        "A wants to run: do a execute thing — /allow or /deny"
+        "A wants to run `cargo test` — /allow or /deny"
     );
     let done = &lines.last().expect("lines")["task"];
     assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED", "{lines:?}");
