@@ -173,8 +173,9 @@ mod tests {
         assert_eq!(e.key, "bots[1].platform", "{e}");
         assert!(e.problem.contains("unknown platform \"irc\""), "{e}");
         assert!(
-            e.problem
-                .contains("local, feishu, discord, dingtalk, slack, telegram, onebot, wecom, matrix"),
+            e.problem.contains(
+                "local, feishu, discord, dingtalk, slack, telegram, onebot, wecom, matrix"
+            ),
             "{e}"
         );
 
