@@ -34,10 +34,12 @@
 //! egress      one outbox per peer over a Transport (HTTP peer, Redis stream), relay, claim acks
 //! llm         the OpenAI-compatible client (whole answers, and streamed drafts; tool calls)
 //! agent       reply engines beyond the model, and what they use: MCP tool servers (rmcp),
-//!             the sidecar webhook, coding agents hosted over ACP; the `mesh` MCP server
-//!             (`botmesh mcp`, the group tools over stdio)
+//!             the sidecar webhook, coding agents hosted over ACP, the Landlock box they
+//!             and stdio MCP servers run in (sandbox: `botmesh sandbox`, the node made
+//!             non-dumpable; boxing: how the node starts a process in it); the `mesh` MCP
+//!             server (`botmesh mcp`, the group tools over stdio)
 //! store       transcripts, the outbox log, delivery cursors, the verdict log
-//! telemetry   Prometheus metrics, live events
+//! telemetry   Prometheus metrics, live events, rate-limited refusal logging
 //! config      peers.toml → a validated NodeConfig; pacing (backoff, token bucket) for every layer;
 //!             reload (which changed keys apply at once, which wait for a restart)
 //! wire        envelope, batch, signatures, paths and limits
@@ -46,10 +48,15 @@
 //! - [`wire`] — what travels between nodes and how it is signed.
 //! - [`config`] — peers.toml: typed settings, env overrides, validation before binding;
 //!   `config::pacing`, the one retry schedule and token bucket every layer above shares.
-//! - [`telemetry`] — `Metrics` (Prometheus) and `EventBus` (the page, SSE).
-//! - [`store`] — per-group, append-only, deduplicated, durable transcripts; cursors.
+//! - [`telemetry`] — `Metrics` (Prometheus), `EventBus` (the page, SSE), and
+//!   `refusals::REFUSALS` (the public listeners' refusals in the log, rate-limited).
+//! - [`store`] — per-group, append-only, deduplicated, durable transcripts (`store::transcript`)
+//!   and the reads the turn code makes of them (`store::turn_queries`); the outbox log
+//!   (`store::outbox_log`); cursors; the verdict log; the bounded file names they all use
+//!   (`store::file_names`).
 //! - [`llm`] — the OpenAI-compatible client: whole answers (`complete`), and a drafting
-//!   judge's streamed verdict line and reply (`draft`, `llm/stream.rs`).
+//!   judge's streamed verdict line and reply (`draft`, `llm/stream.rs`), and the judge's
+//!   verdict: its schema and forgiving parse (`llm/verdict.rs`).
 //! - [`agent`] — a bot's MCP tool servers (`agent::mcp`) and sidecar webhook
 //!   (`agent::sidecar`), and `agent::acp`, a coding agent hosted over ACP: what the
 //!   turn code's reply engines (`turn::engine`) use; `agent::mesh`, the group tools'

@@ -173,6 +173,29 @@ enum Command {
         #[arg(long, value_parser = ["text", "json"], default_value = "text")]
         format: String,
     },
+    /// Enter an agent's sandbox, then become the agent: how the node starts ACP
+    /// agents and stdio MCP servers (docs/security.md). Not for people.
+    #[command(hide = true)]
+    Sandbox {
+        /// A read-only (and executable) root. Repeatable.
+        #[arg(long)]
+        read: Vec<PathBuf>,
+        /// A read-write root. Repeatable.
+        #[arg(long)]
+        write: Vec<PathBuf>,
+        /// A path no root may reach (the node's data dir, config, keys). Repeatable.
+        #[arg(long)]
+        deny: Vec<PathBuf>,
+        /// Become this user after entering the sandbox (the node runs as root).
+        #[arg(long)]
+        run_as: Option<String>,
+        /// Only say whether this kernel enforces Landlock.
+        #[arg(long)]
+        check: bool,
+        /// The agent's command line.
+        #[arg(last = true)]
+        command: Vec<std::ffi::OsString>,
+    },
     /// Feishu helpers.
     Feishu {
         #[command(subcommand)]
@@ -309,6 +332,22 @@ fn main() -> ExitCode {
             (&llm, &fallback),
             &format,
         ),
+        Command::Sandbox {
+            read,
+            write,
+            deny,
+            run_as,
+            check,
+            command,
+        } => {
+            let rules = botmesh::agent::sandbox::Rules {
+                read,
+                write,
+                deny,
+                run_as,
+            };
+            return sandbox(&rules, check, command);
+        }
         Command::Feishu {
             command: FeishuCommand::Ids { bot, config },
         } => feishu_ids(bot, config),
@@ -370,7 +409,15 @@ fn run(
         watch_config != Some(0),
         "--watch-config must be at least 1 second"
     );
+    // Before anything reads a secret: no process of this user (an agent, a tool it
+    // runs) may read this one's environment or memory, or ptrace it.
+    botmesh::agent::sandbox::make_undumpable()
+        .map_err(|e| anyhow::anyhow!("prctl(PR_SET_DUMPABLE, 0) failed: {e}"))?;
     init_tracing(log_format);
+    tracing::info!(
+        dumpable = ?botmesh::agent::sandbox::dumpable(),
+        "the node is not dumpable: other processes of its user cannot read its memory or environment"
+    );
     // Configuration errors end the process before any port is bound.
     let settings = Settings::load(&config)?;
     botmesh::platform::registry::check(&settings)?;
@@ -407,6 +454,58 @@ async fn shutdown_signal() {
         _ = ctrl_c => tracing::info!("SIGINT received"),
         _ = term => tracing::info!("SIGTERM received"),
     }
+}
+
+/// `botmesh sandbox`: enters the box `rules` describe and `exec`s `command` in it (or,
+/// with `check`, only proves Landlock is enforced, in this throwaway process). Exit
+/// 125 when the box cannot be made, 127 when the command cannot be run; every
+/// message goes to stderr prefixed `botmesh-sandbox:`, for the node's log.
+fn sandbox(
+    rules: &botmesh::agent::sandbox::Rules,
+    check: bool,
+    command: Vec<std::ffi::OsString>,
+) -> ExitCode {
+    use botmesh::agent::sandbox::{self as sb, SandboxError};
+    let fail = |e: &SandboxError| {
+        match e {
+            SandboxError::Unavailable(why) => eprintln!("botmesh-sandbox: unavailable: {why}"),
+            other => eprintln!("botmesh-sandbox: {other}"),
+        }
+        ExitCode::from(125)
+    };
+    if !check && command.is_empty() {
+        eprintln!("botmesh-sandbox: no command after --");
+        return ExitCode::from(125);
+    }
+    let entered = match sb::enter(rules) {
+        Ok(entered) => entered,
+        Err(e) => return fail(&e),
+    };
+    if check {
+        println!(
+            "{} ({})",
+            sb::CHECK_OK,
+            if entered.fully {
+                "fully"
+            } else {
+                "partly: an older Landlock ABI"
+            }
+        );
+        return ExitCode::SUCCESS;
+    }
+    if let Some(user) = &rules.run_as {
+        if let Err(e) = sb::become_user(user) {
+            return fail(&e);
+        }
+    }
+    if !entered.fully {
+        eprintln!("botmesh-sandbox: this kernel's Landlock is older: some rights are not enforced");
+    }
+    let (program, args) = command.split_first().expect("checked above");
+    let error =
+        std::os::unix::process::CommandExt::exec(std::process::Command::new(program).args(args));
+    eprintln!("botmesh-sandbox: cannot run {program:?}: {error}");
+    ExitCode::from(127)
 }
 
 fn keygen(secret: bool, private_out: Option<PathBuf>) -> anyhow::Result<()> {

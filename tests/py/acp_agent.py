@@ -8,7 +8,8 @@ says:
                 update, then end_turn
   TOOL <kind>   a tool call of that kind, then session/request_permission with option
                 ids that differ from their kinds (only the allow ones with ONLYALLOW in
-                the text); replies "permission: <optionId>" or "permission: cancelled"
+                the text; with AFTERGO only once the file `go` exists in its cwd, logging
+                "awaiting" first); replies "permission: <optionId>" or "permission: cancelled"
   SLOW          works 30 s in 0.1 s steps, honouring session/cancel (then answers
                 `cancelled` and writes "cancelled <sessionId>" to $ACP_STANDIN_LOG)
   AWAITGO       long work that ends on the test's word, not a clock: a tool call
@@ -28,10 +29,19 @@ says:
                 with the official MCP Python SDK's stdio client, as an agent starts its
                 servers) and replies "mesh <tool>: " and the result as JSON
                 ({isError, structuredContent, text}); MESH tools lists the tool names
+  HUGE <n>      a flood: a tool call titled with n "T"s, then a reply of n "x"s in
+                64 KiB chunks
+  PROBE <json>  a hostile agent: {"read": [paths], "write": [dirs]} ("{ppid}" in a path
+                is its parent's pid, the node's); tries to read each path (a folder is
+                listed; /proc/<pid>/mem only opened) and create a file in each dir;
+                replies {"read": {path: {"ok", "text" | "error"}}, "write": {...},
+                "uid", "gid", "groups"}
   anything else "echo: <text>" (the whole prompt text)
 
 The keyword is looked for at the start of a word in the prompt's last line, so a bot's
 prompt ("alice: @Coder SLOW") works as the bare keyword does.
+
+With ACP_STANDIN_NO_INIT=1 it never answers `initialize` (logs "never initializing").
 
 With ACP_STANDIN_STUBBORN=1 it ignores SIGTERM and keeps running after its stdin closes,
 as codex-acp does (only SIGKILL to its process group ends it).
@@ -62,7 +72,37 @@ from acp import (
 from acp.schema import AgentThoughtChunk, PermissionOption, TextContentBlock, ToolCallUpdate
 
 
-KEYWORDS = ["CHUNKS", "TOOL ", "SLOW", "AWAITGO", "CRASH", "ENV", "REFUSE", "SESSION", "SLEEPER", "STRINGID", "MESH "]
+KEYWORDS = ["CHUNKS", "TOOL ", "SLOW", "AWAITGO", "CRASH", "ENV", "REFUSE", "SESSION", "SLEEPER", "STRINGID", "PROBE", "HUGE", "MESH "]
+
+
+def probe(spec: dict) -> dict:
+    """What a hostile agent gets when it reaches for each path."""
+    ppid = str(os.getppid())
+    out = {"read": {}, "write": {}, "ppid": ppid, "uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups()}
+    for path in spec.get("read", []):
+        real = path.replace("{ppid}", ppid)
+        try:
+            if os.path.isdir(real):
+                text = " ".join(sorted(os.listdir(real)))
+            elif real.endswith("/mem"):
+                with open(real, "rb"):
+                    text = "(opened)"
+            else:
+                with open(real, "rb") as f:
+                    text = f.read(65536).decode("utf-8", "replace")
+            out["read"][path] = {"ok": True, "text": text}
+        except OSError as e:
+            out["read"][path] = {"ok": False, "error": f"{type(e).__name__}: {e.strerror}"}
+    for folder in spec.get("write", []):
+        target = os.path.join(folder, f"probe-{os.getpid()}")
+        try:
+            with open(target, "w") as f:
+                f.write("hostile")
+            os.remove(target)
+            out["write"][folder] = {"ok": True}
+        except OSError as e:
+            out["write"][folder] = {"ok": False, "error": f"{type(e).__name__}: {e.strerror}"}
+    return out
 
 
 def command(text: str) -> str:
@@ -96,6 +136,9 @@ class StandIn(Agent):
         self.conn = conn
 
     async def initialize(self, protocol_version, client_capabilities=None, client_info=None, **kwargs):
+        if os.environ.get("ACP_STANDIN_NO_INIT") == "1":
+            log("never initializing")
+            await asyncio.sleep(3600)
         log(f"initialize {protocol_version} {json.dumps(client_capabilities.model_dump(by_alias=True, exclude_none=True) if client_capabilities else None)}")
         return InitializeResponse(protocol_version=PROTOCOL_VERSION)
 
@@ -139,6 +182,14 @@ class StandIn(Agent):
 
         if text.startswith("TOOL "):
             kind = text.split()[1]
+            if "AFTERGO" in text:
+                # Asks only once the file `go` exists in the session's cwd.
+                go = os.path.join(self.sessions[sid]["cwd"], "go")
+                log(f"awaiting {sid}")
+                for _ in range(2400):
+                    if os.path.exists(go):
+                        break
+                    await asyncio.sleep(0.05)
             await self.conn.session_update(
                 session_id=sid, update=start_tool_call("call-7", f"do a {kind} thing", kind=kind, status="pending")
             )
@@ -196,6 +247,22 @@ class StandIn(Agent):
 
         if text.startswith("ENV"):
             await self.say(sid, json.dumps({"env": dict(os.environ), "cwd": os.getcwd()}))
+            return PromptResponse(stop_reason="end_turn")
+
+        if text.startswith("HUGE"):
+            n = int(text.split()[1])
+            await self.conn.session_update(
+                session_id=sid, update=start_tool_call("h1", "T" * n, kind="execute", status="in_progress")
+            )
+            sent = 0
+            while sent < n:
+                part = min(65536, n - sent)
+                await self.say(sid, "x" * part)
+                sent += part
+            return PromptResponse(stop_reason="end_turn")
+
+        if text.startswith("PROBE"):
+            await self.say(sid, json.dumps(probe(json.loads(text[len("PROBE"):].strip()))))
             return PromptResponse(stop_reason="end_turn")
 
         if text.startswith("REFUSE"):

@@ -189,6 +189,7 @@ impl TestMesh {
     /// Writes peers.toml and starts every node.
     pub async fn start(spec: MeshSpec) -> TestMesh {
         init_logs();
+        use_sandbox_launcher();
         let dir = tempfile::tempdir().expect("tempdir");
         let mut bridges_l = Vec::new();
         let mut apis_l = Vec::new();
@@ -598,6 +599,34 @@ pub fn acp_standin_script() -> String {
         .to_string()
 }
 
+/// The folder of the scripted stand-ins (tests/py), which a boxed stand-in agent must
+/// be able to read: `sandbox = { read = [<this>] }`.
+pub fn standin_dir() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("py")
+        .display()
+        .to_string()
+}
+
+/// Tells the nodes this test process starts in-process where the botmesh binary that
+/// boxes their agents is (`BOTMESH_SANDBOX_LAUNCHER`: the running executable is the
+/// test binary), once, when it is built (a test without agents does not need it).
+pub fn use_sandbox_launcher() {
+    static SET: Once = Once::new();
+    SET.call_once(|| {
+        let exe = std::env::current_exe().expect("current exe");
+        let bin = exe
+            .parent()
+            .and_then(|d| d.parent())
+            .map(|d| d.join("botmesh"));
+        if let Some(bin) = bin.filter(|b| b.exists()) {
+            if std::env::var_os(botmesh::agent::sandbox::LAUNCHER_ENV).is_none() {
+                std::env::set_var(botmesh::agent::sandbox::LAUNCHER_ENV, bin);
+            }
+        }
+    });
+}
+
 /// The `botmesh` binary built next to the running test (scripts/test.sh builds it first).
 pub fn botmesh_bin() -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
@@ -876,12 +905,17 @@ pub struct ProcessMesh {
     pub names: Vec<String>,
     /// Each bot's local API base URL.
     pub apis: Vec<String>,
+    /// Each bot's bridge base URL.
+    pub bridges: Vec<String>,
     /// The running processes (None while stopped).
     pub procs: Vec<Option<std::process::Child>>,
     /// A plain HTTP client.
     pub http: reqwest::Client,
     /// The open-file limit (`ulimit -n`) the bots are started with; None: inherited.
     pub open_files_limit: Option<u32>,
+    /// The uid (and gid) the bots run as (`setpriv`, no supplementary groups), as in
+    /// production; None: the test's own. The test makes its files theirs.
+    pub as_user: Option<u32>,
 }
 
 impl ProcessMesh {
@@ -908,7 +942,7 @@ impl ProcessMesh {
                 .port()
         };
         let mut toml = format!("[mesh]\ndata_dir = \"data\"\nshutdown_grace_secs = 2\nretry_base_ms = 50\nretry_max_ms = 500\n{extra_mesh}\n");
-        let mut apis = Vec::new();
+        let (mut apis, mut bridges) = (Vec::new(), Vec::new());
         for name in names {
             let key = format!("{}.key", name.to_lowercase());
             let out = std::process::Command::new(botmesh_bin())
@@ -922,6 +956,7 @@ impl ProcessMesh {
                 "[[bots]]\nname = \"{name}\"\nbridge = \"127.0.0.1:{bridge}\"\napi = \"127.0.0.1:{api}\"\npublic_key = \"{public}\"\nprivate_key_file = \"{key}\"\n{extra_bot}\n"
             ));
             apis.push(format!("http://127.0.0.1:{api}"));
+            bridges.push(format!("http://127.0.0.1:{bridge}"));
         }
         let config = dir.path().join("peers.toml");
         std::fs::write(&config, toml).unwrap();
@@ -935,9 +970,11 @@ impl ProcessMesh {
             config,
             names: names.iter().map(|s| s.to_string()).collect(),
             apis,
+            bridges,
             procs: names.iter().map(|_| None).collect(),
             http,
             open_files_limit: None,
+            as_user: None,
         }
     }
 
@@ -952,9 +989,24 @@ impl ProcessMesh {
         assert!(self.procs[i].is_none());
         let log =
             std::fs::File::create(self.dir.path().join(format!("{}.log", self.names[i]))).unwrap();
-        let mut command = match self.open_files_limit {
-            None => std::process::Command::new(botmesh_bin()),
-            Some(n) => {
+        let mut command = match (self.open_files_limit, self.as_user) {
+            (_, Some(uid)) => {
+                // A copy in the mesh's folder: the checkout may sit in a folder only
+                // root can enter (/root), where `uid` could not start the binary.
+                let bin = self.dir.path().join("botmesh");
+                if !bin.exists() {
+                    std::fs::copy(botmesh_bin(), &bin).expect("copy botmesh for the user");
+                }
+                let mut setpriv = std::process::Command::new("setpriv");
+                setpriv
+                    .arg(format!("--reuid={uid}"))
+                    .arg(format!("--regid={uid}"))
+                    .args(["--clear-groups", "--"])
+                    .arg(bin);
+                setpriv
+            }
+            (None, None) => std::process::Command::new(botmesh_bin()),
+            (Some(n), None) => {
                 let mut sh = std::process::Command::new("sh");
                 sh.arg("-c")
                     .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
@@ -1009,6 +1061,13 @@ impl ProcessMesh {
             .text()
             .await
             .expect("metrics text")
+    }
+
+    /// Whether bot `i`'s process is started and has not exited.
+    pub fn running(&mut self, i: usize) -> bool {
+        self.procs[i]
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
     }
 
     /// Bot `i`'s log so far.

@@ -12,6 +12,7 @@ use botmesh::agent::acp::{
     AcpAgent, AcpError, AcpOptions, AcpProgress, AcpPrompt, AcpSettings, Decision, PermissionAsker,
     PermissionQuestion, PlanStep, StopReason, ToolKind,
 };
+use botmesh::config::acp::SandboxSetting;
 use futures_util::future::BoxFuture;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -76,11 +77,21 @@ fn settings(dir: &Dir, env: &[(&str, &str)]) -> AcpSettings {
         ask: vec![ToolKind::Execute, ToolKind::Edit, ToolKind::Move],
         turn_timeout_secs: 30,
         ask_timeout_secs: 1,
+        init_timeout_secs: 10,
+        max_reply_chars: 20_000,
+        max_title_chars: 200,
+        // Boxed, as by default: the stand-in's script is read where it lies.
+        sandbox: SandboxSetting::Boxed {
+            read: vec![botmesh_tests::standin_dir().into()],
+            write: vec![],
+        },
+        run_as: None,
     }
 }
 
 async fn start(settings: AcpSettings, options: AcpOptions) -> AcpAgent {
     botmesh_tests::init_logs();
+    botmesh_tests::use_sandbox_launcher();
     tokio::time::timeout(WAIT, AcpAgent::start(settings, "Ada", options))
         .await
         .expect("starts in time")
@@ -228,6 +239,8 @@ async fn the_agent_gets_a_clean_environment_and_its_cwd() {
         "CODEX_HOME",
         "ACP_STANDIN_LOG",
         "LC_CTYPE",
+        // The box's private temp dir.
+        "TMPDIR",
     ];
     let extra: Vec<&String> = env
         .keys()
@@ -243,6 +256,7 @@ async fn a_command_that_cannot_start_is_a_spawn_error_naming_it() {
     let dir = Dir::new();
     let mut s = settings(&dir, &[]);
     s.acp = vec!["botmesh-no-such-agent".into(), "--acp".into()];
+    botmesh_tests::use_sandbox_launcher();
     let err = AcpAgent::start(s, "Ada", AcpOptions::default())
         .await
         .expect_err("cannot start");
@@ -473,4 +487,203 @@ async fn a_question_pending_when_the_turn_is_cancelled_is_answered_cancelled() {
         "a cancelled turn has no text"
     );
     agent.stop().await;
+}
+
+/// What the hostile stand-in got for each path (`PROBE`): `(path, ok, text or error)`.
+fn probed(out: &Value, list: &str, path: &str) -> (bool, String) {
+    let got = &out[list][path];
+    let ok = got["ok"]
+        .as_bool()
+        .unwrap_or_else(|| panic!("{path}: {out}"));
+    let text = got["text"].as_str().or(got["error"].as_str()).unwrap_or("");
+    (ok, text.to_string())
+}
+
+/// A node's private files next to the agent's folder: the config, a key, the data dir.
+struct Private {
+    root: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Private {
+    fn make() -> Private {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("data/Ada")).unwrap();
+        std::fs::write(
+            root.join("peers.toml"),
+            "secret_env = \"whsec_config_marker\"",
+        )
+        .unwrap();
+        std::fs::write(root.join("ada.key"), "whsk_key_marker").unwrap();
+        std::fs::write(root.join("data/Ada/state"), "data_marker").unwrap();
+        std::fs::write(root.join("notes.txt"), "notes_marker").unwrap();
+        Private { root, _dir: dir }
+    }
+    fn deny(&self) -> Vec<PathBuf> {
+        ["peers.toml", "ada.key", "data"]
+            .iter()
+            .map(|p| self.root.join(p))
+            .collect()
+    }
+    fn at(&self, p: &str) -> String {
+        self.root.join(p).display().to_string()
+    }
+}
+
+#[tokio::test]
+async fn a_boxed_agent_reaches_its_cwd_and_temp_dir_and_nothing_of_the_node() {
+    let dir = Dir::new();
+    let private = Private::make();
+    let outside = tempfile::tempdir().unwrap();
+    let outside_file = outside.path().join("other-bot.txt");
+    std::fs::write(&outside_file, "other_marker").unwrap();
+    // The box is widened to the node's folder: what is denied in it stays closed.
+    let mut s = settings(&dir, &[]);
+    s.sandbox = SandboxSetting::Boxed {
+        read: vec![botmesh_tests::standin_dir().into(), private.root.clone()],
+        write: vec![],
+    };
+    let options = AcpOptions {
+        sandbox_deny: private.deny(),
+        ..AcpOptions::default()
+    };
+    let agent = start(s.clone(), options.clone()).await;
+    let cwd = dir.path().display().to_string();
+    let spec = json!({
+        "read": [private.at("peers.toml"), private.at("ada.key"), private.at("data/Ada/state"),
+                 private.at("data"), private.at("notes.txt"), outside_file.display().to_string(),
+                 "/proc/self/environ", "/etc/passwd"],
+        "write": [cwd, private.root.display().to_string(), outside.path().display().to_string()],
+    });
+    let out: Value =
+        serde_json::from_str(&prompt(&agent, "g", &format!("PROBE {spec}")).await.text).unwrap();
+    agent.stop().await;
+    for closed in ["peers.toml", "ada.key", "data/Ada/state", "data"] {
+        let (ok, said) = probed(&out, "read", &private.at(closed));
+        assert!(!ok, "{closed} was read in the box: {said}");
+        assert!(said.contains("PermissionError"), "{closed}: {said}");
+    }
+    let (ok, _) = probed(&out, "read", &outside_file.display().to_string());
+    assert!(!ok, "a folder outside the box was read");
+    // (The node's /proc entries are closed by the node being non-dumpable, which this
+    // test process is not: tests/tests/sandbox.rs proves it, as an unprivileged user.)
+    // What the box leaves open is open: the probe itself works.
+    assert_eq!(
+        probed(&out, "read", &private.at("notes.txt")),
+        (true, "notes_marker".into())
+    );
+    assert!(probed(&out, "read", "/proc/self/environ").0);
+    assert!(probed(&out, "read", "/etc/passwd").0);
+    assert!(
+        probed(&out, "write", &dir.path().display().to_string()).0,
+        "{out}"
+    );
+    assert!(
+        !probed(&out, "write", &private.root.display().to_string()).0,
+        "read-only"
+    );
+    assert!(!probed(&out, "write", &outside.path().display().to_string()).0);
+
+    // The same agent unboxed gets all of it: the box is what closed it.
+    s.sandbox = SandboxSetting::Off;
+    let agent = start(s, options).await;
+    let out: Value =
+        serde_json::from_str(&prompt(&agent, "g", &format!("PROBE {spec}")).await.text).unwrap();
+    agent.stop().await;
+    assert_eq!(
+        probed(&out, "read", &private.at("peers.toml")),
+        (true, "secret_env = \"whsec_config_marker\"".into())
+    );
+    assert_eq!(
+        probed(&out, "read", &private.at("ada.key")),
+        (true, "whsk_key_marker".into())
+    );
+    assert!(probed(&out, "write", &outside.path().display().to_string()).0);
+}
+
+#[tokio::test]
+async fn a_boxed_agent_gets_a_private_temp_dir_removed_when_it_stops() {
+    let dir = Dir::new();
+    let agent = start(settings(&dir, &[]), AcpOptions::default()).await;
+    let out: Value = serde_json::from_str(&prompt(&agent, "g", "ENV").await.text).unwrap();
+    let tmp = PathBuf::from(out["env"]["TMPDIR"].as_str().expect("TMPDIR"));
+    assert!(
+        tmp.file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("botmesh-agent-Ada-"),
+        "{tmp:?}"
+    );
+    assert!(tmp.is_dir());
+    let spec = json!({"read": [], "write": [tmp.display().to_string(), std::env::temp_dir().display().to_string()]});
+    let probe: Value =
+        serde_json::from_str(&prompt(&agent, "g", &format!("PROBE {spec}")).await.text).unwrap();
+    assert!(
+        probed(&probe, "write", &tmp.display().to_string()).0,
+        "{probe}"
+    );
+    assert!(
+        !probed(&probe, "write", &std::env::temp_dir().display().to_string()).0,
+        "the shared temp dir is not the agent's"
+    );
+    agent.stop().await;
+    assert!(!tmp.exists(), "the temp dir outlived the agent");
+}
+
+#[tokio::test]
+async fn a_launcher_that_is_not_botmesh_is_refused_naming_the_variable() {
+    let dir = Dir::new();
+    let options = AcpOptions {
+        sandbox_launcher: Some("/bin/true".into()),
+        ..AcpOptions::default()
+    };
+    let err = AcpAgent::start(settings(&dir, &[]), "Ada", options)
+        .await
+        .expect_err("not a launcher");
+    let text = err.to_string();
+    assert!(
+        matches!(err, AcpError::Sandbox(_))
+            && text.contains("/bin/true")
+            && text.contains("BOTMESH_SANDBOX_LAUNCHER"),
+        "{text}"
+    );
+    assert!(dir.log().is_empty(), "the agent was started anyway");
+}
+
+#[tokio::test]
+async fn a_huge_reply_and_title_are_cut_at_their_bounds_and_counted() {
+    let dir = Dir::new();
+    let mut s = settings(&dir, &[]);
+    s.max_reply_chars = 1000;
+    s.max_title_chars = 50;
+    let metrics = Arc::new(botmesh::telemetry::metrics::Metrics::new());
+    let options = AcpOptions {
+        metrics: Some(metrics.clone()),
+        ..AcpOptions::default()
+    };
+    let agent = start(s, options).await;
+    let (tx, mut rx) = mpsc::channel(16);
+    // 4 MiB of reply and of title: neither is kept whole.
+    let out = tokio::time::timeout(WAIT, agent.prompt("g", "HUGE 4194304", Some(tx)))
+        .await
+        .expect("in time")
+        .expect("turn");
+    agent.stop().await;
+    assert_eq!(
+        out.text,
+        format!(
+            "{}\n\n[cut: the answer was longer than 1000 characters]",
+            "x".repeat(1000)
+        )
+    );
+    let Some(AcpProgress::ToolCall { title, .. }) = rx.recv().await else {
+        panic!("no progress")
+    };
+    assert_eq!(title, format!("{}…", "T".repeat(49)));
+    let text = metrics.render();
+    for what in ["reply", "title"] {
+        let series = format!("botmesh_agent_output_cut_total{{bot=\"Ada\",outcome=\"{what}\"}}");
+        assert_eq!(botmesh_tests::metric(&text, &series), 1.0, "{text}");
+    }
 }

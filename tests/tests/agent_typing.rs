@@ -50,13 +50,14 @@ async fn a_discord_bot_shows_typing_while_its_agent_works_and_stops_once_it_post
     .await;
     let coder = format!(
         "platform = \"discord\"\ndiscord = {{ token_env = \"CODER_TOKEN\", channel_id = \"{CHANNEL}\", user_id = \"{CODER_ID}\", api_base_url = \"{}\", gateway_url = \"{}\" }}\n\
-         agent = {{ acp = [{:?}, {:?}], cwd = {:?}, env = {{ ACP_STANDIN_LOG = {:?} }} }}",
+         agent = {{ acp = [{:?}, {:?}], cwd = {:?}, env = {{ ACP_STANDIN_LOG = {:?} }}, sandbox = {{ read = [{:?}] }} }}",
         fake.api_base_url,
         fake.gateway_url,
         python(),
         script(),
         dir.display().to_string(),
         dir.join("agent.log").display().to_string(),
+        botmesh_tests::standin_dir(),
     );
     let mut spec = MeshSpec::mentions_only(&["Coder", "Ada"]).bot("Coder", &coder);
     spec.env = HashMap::from([("CODER_TOKEN".to_string(), "coder-token".to_string())]);

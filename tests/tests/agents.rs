@@ -18,11 +18,12 @@ use botmesh_tests::{acp_standin_script as script, test_python as python};
 /// The `agent` line running the stand-in in `dir` (its log there), with `extra` keys.
 fn agent_line(dir: &Path, extra: &str) -> String {
     format!(
-        "agent = {{ acp = [{:?}, {:?}], cwd = {:?}, env = {{ ACP_STANDIN_LOG = {:?} }}{extra} }}",
+        "agent = {{ acp = [{:?}, {:?}], cwd = {:?}, env = {{ ACP_STANDIN_LOG = {:?} }}, sandbox = {{ read = [{:?}] }}{extra} }}",
         python(),
         script(),
         dir.display().to_string(),
         log_path(dir).display().to_string(),
+        botmesh_tests::standin_dir(),
     )
 }
 
@@ -399,24 +400,52 @@ async fn an_asked_tool_call_is_put_to_the_chat_and_a_person_allows_or_denies_it(
 }
 
 #[tokio::test]
-async fn with_operators_only_an_operators_allow_counts_and_silence_rejects() {
+async fn a_question_is_answered_only_by_the_requester_or_an_operator_and_only_after_it_was_posted()
+{
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path().canonicalize().unwrap();
     let spec = MeshSpec::mentions_only(&["Ada", "Coder"])
         .mesh("operators = [\"local:alice\"]")
         .bot(
             "Coder",
-            &agent_line(&dir, ", ask = [\"execute\"], ask_timeout_secs = 2"),
+            &agent_line(&dir, ", ask = [\"execute\"], ask_timeout_secs = 20"),
         );
     let mesh = TestMesh::start(spec).await;
     let coder = mesh.index("Coder");
     mesh.post_human(coder, "mallory", "@Coder TOOL execute")
         .await;
     coder_replies(&mesh, coder, 1).await;
-    // Not an operator's: ordinary text. No answer within ask_timeout_secs: rejected.
-    mesh.post_human(coder, "mallory", "/allow").await;
+    // Neither the requester nor an operator: ordinary text, counted, and told who may.
+    let bob = mesh.post_human(coder, "bob", "/allow").await;
     let replies = coder_replies(&mesh, coder, 2).await;
-    assert_eq!(replies[1].text, "permission: nope");
+    assert_eq!(
+        replies[1].text,
+        "Only mallory (who asked) or an operator can answer Coder's question."
+    );
+    assert_eq!(replies[1].reply_to.map(|r| r.to_string()), Some(bob));
+    assert_eq!(
+        botmesh_tests::metric(
+            &mesh.metrics(coder).await,
+            "botmesh_chat_commands_total{command=\"allow\",outcome=\"not_entitled\"}"
+        ),
+        1.0
+    );
+    // An operator's answers it.
+    mesh.post_human(coder, "alice", "/allow").await;
+    let replies = coder_replies(&mesh, coder, 3).await;
+    assert_eq!(replies[2].text, "permission: proceed-once");
+
+    // The requester's own /deny, said before the next question existed, answers
+    // nothing; said after it was posted, it does.
+    mesh.post_human(coder, "mallory", "/deny").await;
+    mesh.post_human(coder, "mallory", "@Coder TOOL execute")
+        .await;
+    coder_replies(&mesh, coder, 4).await;
+    let t = mesh.settle(coder, Duration::from_millis(300)).await;
+    assert_eq!(coder_msgs(&t).len(), 4, "the early /deny answered: {t:#?}");
+    mesh.post_human(coder, "mallory", "/deny").await;
+    let replies = coder_replies(&mesh, coder, 5).await;
+    assert_eq!(replies[4].text, "permission: nope");
     mesh.shutdown().await;
 }
 
@@ -597,5 +626,108 @@ async fn a_better_claim_heard_while_the_agent_works_is_told_it_is_answered_and_c
         mesh.decisions(coder, "yield_writing", "better_claim").await,
         0.0
     );
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_agent_that_never_initializes_is_started_again_while_the_node_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let line = agent_line(&dir, ", init_timeout_secs = 8").replace(
+        "ACP_STANDIN_LOG = ",
+        "ACP_STANDIN_NO_INIT = \"1\", ACP_STANDIN_LOG = ",
+    );
+    let mut mesh = ProcessMesh::configure(&["Coder"], "", &line);
+    let child = std::process::Command::new(botmesh_bin())
+        .args(["run", "--bot", "Coder", "--config"])
+        .arg(&mesh.config)
+        .env("BOTMESH_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(mesh.dir.path().join("Coder.log")).unwrap())
+        .spawn()
+        .unwrap();
+    mesh.procs[0] = Some(child);
+    // The node serves, and says why the bot is not ready.
+    let health = wait_for(
+        WAIT,
+        Duration::from_millis(50),
+        || async {
+            let r = mesh
+                .http
+                .get(format!("{}/healthz", mesh.apis[0]))
+                .send()
+                .await
+                .ok()?;
+            Some((
+                r.status().as_u16(),
+                r.json::<serde_json::Value>().await.ok()?,
+            ))
+        },
+        |h| {
+            h.as_ref()
+                .is_some_and(|(_, v)| !v["agent_not_ready"].is_null())
+        },
+    )
+    .await
+    .unwrap_or_else(|| panic!("never served:\n{}", mesh.log(0)));
+    assert_eq!(health.0, 503, "{}", health.1);
+    let why = health.1["agent_not_ready"].as_str().unwrap().to_string();
+    assert!(why.contains("init_timeout_secs"), "{why}");
+    // Started again, with backoff, and the node is still there.
+    let restarts = wait_for(
+        WAIT,
+        Duration::from_millis(100),
+        || async {
+            botmesh_tests::metric(
+                &mesh.metrics(0).await,
+                "botmesh_agent_restarts_total{bot=\"Coder\"}",
+            )
+        },
+        |n| *n >= 1.0,
+    )
+    .await;
+    assert!(restarts >= 1.0, "{}", mesh.log(0));
+    assert!(mesh.running(0), "the node exited:\n{}", mesh.log(0));
+    // It was started and reached `initialize`, which it never answered.
+    wait_log(&dir, "never initializing").await;
+}
+
+#[tokio::test]
+async fn a_permission_question_is_held_by_the_loop_brake_like_any_bot_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let spec = MeshSpec::mentions_only(&["Ada", "Coder"])
+        .mesh("bot_messages_per_minute = 2")
+        .bot(
+            "Coder",
+            &agent_line(&dir, ", ask = [\"execute\"], ask_timeout_secs = 60"),
+        );
+    let mesh = TestMesh::start(spec).await;
+    let coder = mesh.index("Coder");
+    let ada = mesh.index("Ada");
+    // The turn starts; before the agent asks, two bot messages fill the brake.
+    mesh.post_human(coder, "alice", "@Coder TOOL execute AFTERGO")
+        .await;
+    wait_log(&dir, "awaiting").await;
+    for text in ["chatter one", "chatter two"] {
+        let env = botmesh_tests::bot_message("Ada", text, 1);
+        let (status, body) = botmesh_tests::SignedRequest::new(&mesh.signers[ada], &env, 0)
+            .send(&mesh.http, &mesh.bridge(coder))
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    std::fs::write(dir.join("go"), "").unwrap();
+    // The question is not posted: the agent is rejected at once (not after 60 s).
+    wait_log(&dir, "permission execute nope").await;
+    let t = mesh.transcript(coder).await;
+    assert!(
+        !t.iter().any(|e| e.text.contains("wants to run")),
+        "a question was posted past the brake: {t:#?}"
+    );
+    let held = botmesh_tests::metric(
+        &mesh.metrics(coder).await,
+        "botmesh_decisions_total{action=\"silent\",reason=\"rate_cap\"}",
+    );
+    assert!(held >= 1.0, "{held}");
     mesh.shutdown().await;
 }

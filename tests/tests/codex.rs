@@ -192,10 +192,11 @@ async fn codex_over_acp_answers_with_the_scripted_models_text_and_asks_before_ru
     let llm = model().await;
     let home = codex_home(&dir, &llm);
     let agent = format!(
-        "agent = {{ acp = [{:?}], cwd = {:?}, env = {{ CODEX_HOME = {:?}, STANDIN_API_KEY = \"x\" }}, \
+        "agent = {{ acp = [{:?}], cwd = {:?}, env = {{ CODEX_HOME = {:?}, STANDIN_API_KEY = \"x\" }}, sandbox = {{ write = [{:?}] }}, \
          allow = [\"read\", \"search\", \"think\", \"other\"], ask = [\"execute\", \"edit\"], ask_timeout_secs = 25 }}",
         codex_acp(),
         work.display().to_string(),
+        home.display().to_string(),
         home.display().to_string(),
     );
     let spec = MeshSpec::mentions_only(&["Ada", "Codex"])
@@ -242,7 +243,8 @@ async fn codex_over_acp_answers_with_the_scripted_models_text_and_asks_before_ru
         !work.join("proof.txt").exists(),
         "nothing ran before the answer"
     );
-    mesh.post_human(ada, "bob", "/allow").await;
+    // The person who asked answers (anyone else's /allow is ordinary text).
+    mesh.post_human(ada, "alice", "/allow").await;
     let replies = codex_replies(&mesh, &llm, codex, 3).await;
     assert_eq!(replies[2].text, AFTER_RUN);
     assert_eq!(

@@ -346,3 +346,38 @@ async fn stop_while_a_mentioned_bot_writes_drops_the_reply() {
     assert_eq!(commands(&mesh, 1, "stop", "not_addressed").await, 1.0);
     mesh.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_why_flood_gets_a_few_answers_from_the_bot_it_names_and_none_from_the_others() {
+    let llm = BotLlm::judging(false, 0.1).start().await;
+    let mesh = TestMesh::start(MeshSpec::new(&["A", "B"]).llm(&llm.base_url).all_bots(FAST)).await;
+    // Naming no bot, in a mesh of two: nobody answers (it would be two answers).
+    mesh.post_human(0, "alice", "/why").await;
+    wait_for(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || commands(&mesh, 0, "why", "not_addressed"),
+        |n| *n >= 1.0,
+    )
+    .await;
+    // Twenty from one person: the burst is answered, the rest counted and dropped.
+    for _ in 0..20 {
+        mesh.post_human(0, "mallory", "/why @A").await;
+    }
+    let limited = wait_for(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || commands(&mesh, 0, "why", "rate_limited"),
+        |n| *n >= 17.0,
+    )
+    .await;
+    assert_eq!(limited, 17.0);
+    // Someone else still gets an answer.
+    mesh.post_human(0, "carol", "/why @A").await;
+    bot_messages(&mesh, 0, 4).await;
+    let t = mesh.settle(0, Duration::from_millis(500)).await;
+    let answers = bot_msgs(&t);
+    assert_eq!(answers.len(), 4, "{answers:#?}");
+    assert!(answers.iter().all(|m| m.author.name == "A"));
+    assert_eq!(commands(&mesh, 1, "why", "applied").await, 0.0);
+}

@@ -7,6 +7,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use botmesh::telemetry::refusals::FIRST;
 use botmesh_tests::{
     bot_message, client_from, loopback, metric, wait_for, MeshSpec, ProcessMesh, SignedRequest,
     TestMesh,
@@ -375,12 +376,13 @@ async fn a_body_slower_than_the_deadline_is_answered_408_counted_and_closed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn slow_bodies_are_warned_about_once_per_interval() {
-    // A real process, to read its log: five slow bodies within one warning interval.
+async fn slow_bodies_past_the_first_few_are_counted_not_logged() {
+    // A real process, to read its log: more slow bodies within one warning interval
+    // than are logged whole.
     let mut mesh = ProcessMesh::start(&["A"], "body_timeout_ms = 300", "").await;
     let api: SocketAddr = mesh.apis[0].trim_start_matches("http://").parse().unwrap();
     let mut slow = Vec::new();
-    for _ in 0..5 {
+    for _ in 0..FIRST + 3 {
         slow.push(SlowBody::start(loopback(1), api, "/v1/messages").await);
     }
     for (i, s) in slow.iter_mut().enumerate() {
@@ -393,13 +395,56 @@ async fn slow_bodies_are_warned_about_once_per_interval() {
             &metrics,
             r#"botmesh_http_refusals_total{listener="api",reason="body_timeout"}"#
         ),
-        5.0
+        f64::from(FIRST + 3)
     );
     let log = mesh.log(0);
     assert_eq!(
         log.matches("request body not received in time").count(),
-        1,
-        "one warning for five slow bodies:\n{log}"
+        FIRST as usize,
+        "the first few warned about, the rest only counted:\n{log}"
     );
     mesh.terminate(0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_junk_signatures_is_all_counted_and_logged_a_few_times() {
+    // A real process, to read its log. The peer rate limit is out of the way so that
+    // every refusal is for the signature.
+    const FLOOD: usize = 500;
+    let mut mesh = ProcessMesh::start(&["A", "B"], "peer_rate_limit = 100000", "").await;
+    let body = bot_message("B", "forged", 1).to_bytes();
+    let ts = botmesh::wire::signing::unix_now().to_string();
+    for i in 0..FLOOD {
+        let r = mesh
+            .http
+            .post(format!("{}/bridge/v1/envelopes", mesh.bridges[0]))
+            .header("webhook-id", format!("junk-{i}"))
+            .header("webhook-timestamp", &ts)
+            .header("webhook-signature", "v1a,bm90IGEgc2lnbmF0dXJl")
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await
+            .expect("send");
+        assert!(r.status().is_client_error(), "junk {i}: {}", r.status());
+    }
+    let metrics = mesh.metrics(0).await;
+    let refused: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("botmesh_envelopes_in_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(refused, FLOOD as f64, "every refusal counted:\n{metrics}");
+    let log = mesh.log(0);
+    let lines = log.matches("envelope rejected").count();
+    assert!(
+        (1..=FIRST as usize * 2).contains(&lines),
+        "{lines} refusal lines for {FLOOD} refusals:\n{log}"
+    );
+    assert!(
+        log.contains("counted, not logged"),
+        "the hold-back is said:\n{log}"
+    );
+    mesh.terminate(0);
+    mesh.terminate(1);
 }

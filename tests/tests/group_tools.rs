@@ -208,14 +208,16 @@ async fn the_group_tools_read_post_and_ask_through_the_group() {
     mesh.shutdown().await;
 }
 
-/// The `agent` line running the ACP stand-in in `dir`.
+/// The `agent` line running the ACP stand-in in `dir`, boxed as by default (its
+/// script's folder widened in).
 fn agent_line(dir: &Path) -> String {
     format!(
-        "agent = {{ acp = [{:?}, {:?}], cwd = {:?}, env = {{ ACP_STANDIN_LOG = {:?} }} }}",
+        "agent = {{ acp = [{:?}, {:?}], cwd = {:?}, env = {{ ACP_STANDIN_LOG = {:?} }}, sandbox = {{ read = [{:?}] }} }}",
         python(),
         script(),
         dir.display().to_string(),
         dir.join("agent.log").display().to_string(),
+        botmesh_tests::standin_dir(),
     )
 }
 

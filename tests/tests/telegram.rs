@@ -764,7 +764,7 @@ async fn a_restart_loses_nothing_and_repeats_nothing() {
 /// confirmed while nothing can be; once a later one is recorded, it is given up, so
 /// it holds up nothing behind it.
 #[tokio::test]
-async fn an_update_that_cannot_be_recorded_holds_up_nothing_behind_it() {
+async fn an_update_past_max_groups_is_taken_and_dropped_and_holds_up_nothing() {
     botmesh_tests::init_logs();
     let llm = conversation_llm().await;
     let fake = FakeTelegram::start(accounts(), people(), &chats()).await;
@@ -778,21 +778,13 @@ async fn an_update_that_cannot_be_recorded_holds_up_nothing_behind_it() {
     let mesh = TestMesh::start(spec).await;
     fake.say(CHAT, CAROL, "hello");
     mesh.wait_transcript(ALPHA, WAIT, |t| t.len() == 1).await;
-    // A second group is one too many: refused, and not confirmed on its own.
+    // A second group is one too many: refused for good, so taken (confirmed) and
+    // dropped, never delivered again and again (a webhook answers it 200).
     fake.say(OTHER_CHAT, DAN, "over here");
-    fake.wait("a refused update asked for again", |f| {
-        f.requests()
-            .iter()
-            .filter(|c| c.method == "getupdates" && c.bot == "alpha_bot")
-            .count()
-            >= 3
+    fake.wait("the refused update confirmed", |f| {
+        f.pending("alpha_bot") == 0
     })
     .await;
-    assert_eq!(
-        fake.pending("alpha_bot"),
-        1,
-        "not confirmed while nothing could be recorded"
-    );
     fake.say(CHAT, CAROL, "@alpha_bot still there?");
     fake.wait("Alpha's answer", |f| f.posted_by(ALPHA_ID).len() == 1)
         .await;
@@ -807,8 +799,8 @@ async fn an_update_that_cannot_be_recorded_holds_up_nothing_behind_it() {
     assert!(
         metric(
             &m,
-            r#"botmesh_platform_events_total{platform="telegram",result="failed"}"#
-        ) >= 1.0,
+            r#"botmesh_platform_events_total{platform="telegram",result="refused"}"#
+        ) == 1.0,
         "{m}"
     );
     mesh.shutdown().await;
@@ -1259,12 +1251,13 @@ async fn a_telegram_bot_shows_typing_while_its_agent_works_and_stops_once_it_pos
     };
     let fake = FakeTelegram::start(accounts(), people(), &chats()).await;
     let coder = format!(
-        "{}\nagent = {{ acp = [{:?}, {:?}], cwd = {:?}, env = {{ ACP_STANDIN_LOG = {:?} }} }}",
+        "{}\nagent = {{ acp = [{:?}, {:?}], cwd = {:?}, env = {{ ACP_STANDIN_LOG = {:?} }}, sandbox = {{ read = [{:?}] }} }}",
         telegram_bot("ALPHA_TOKEN", "alpha_bot", &fake),
         botmesh_tests::test_python(),
         botmesh_tests::acp_standin_script(),
         dir.display().to_string(),
         dir.join("agent.log").display().to_string(),
+        botmesh_tests::standin_dir(),
     );
     let mut spec = MeshSpec::mentions_only(&["Alpha", "Beta"]).bot("Alpha", &coder);
     spec.env = HashMap::from([("ALPHA_TOKEN".to_string(), "111:alpha".to_string())]);
@@ -1304,6 +1297,52 @@ async fn a_telegram_bot_shows_typing_while_its_agent_works_and_stops_once_it_pos
         fake.action_positions().iter().all(|&n| n == 1),
         "typing only between the question and the reply: {:?}",
         fake.action_positions()
+    );
+    mesh.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_why_flood_on_telegram_posts_a_bounded_few_and_holds_back_no_real_answer() {
+    botmesh_tests::init_logs();
+    let llm = conversation_llm().await;
+    let fake = FakeTelegram::start(accounts(), people(), &chats()).await;
+    let mut spec = MeshSpec::new(&["Alpha", "Beta"])
+        .llm(&llm.base_url)
+        .all_bots(FAST)
+        .bot("Alpha", &telegram_bot("ALPHA_TOKEN", "alpha_bot", &fake))
+        .bot("Beta", "participation = \"mentions\"");
+    spec.env = HashMap::from([("ALPHA_TOKEN".to_string(), "111:alpha".to_string())]);
+    let mesh = TestMesh::start(spec).await;
+    // Forty /why from one person: a burst is answered, the rest counted and dropped.
+    for _ in 0..40 {
+        fake.say(CHAT, CAROL, "/why @alpha_bot");
+    }
+    let limited = botmesh_tests::wait_for(
+        WAIT,
+        Duration::from_millis(50),
+        || async {
+            metric(
+                &mesh.metrics(ALPHA).await,
+                r#"botmesh_chat_commands_total{command="why",outcome="rate_limited"}"#,
+            )
+        },
+        |n| *n >= 37.0,
+    )
+    .await;
+    assert_eq!(limited, 37.0);
+    // A real question right after is answered, not queued behind the flood.
+    fake.say(CHAT, DAN, "@alpha_bot still there?");
+    fake.wait("Alpha's answer", |f| {
+        f.posted_by(ALPHA_ID)
+            .iter()
+            .any(|m| m.text.contains("answer from Alpha"))
+    })
+    .await;
+    let posted = fake.posted_by(ALPHA_ID);
+    assert_eq!(
+        posted.len(),
+        4,
+        "three /why answers and the real one: {posted:#?}"
     );
     mesh.shutdown().await;
 }

@@ -6,6 +6,7 @@
 //! The Python side runs from the test venv (`BOTMESH_TEST_PYTHON`, tests/requirements.txt).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use botmesh::wire::envelope::Envelope;
@@ -493,10 +494,10 @@ async fn a_server_that_dies_is_reconnected_and_its_tools_come_back() {
         Duration::from_secs(20),
         Duration::from_millis(50),
         || tools_offered(&mesh, 0, "env"),
-        |n| *n == 2.0,
+        |n| *n == 3.0,
     )
     .await;
-    assert_eq!(back, 2.0, "the server was started again");
+    assert_eq!(back, 3.0, "the server was started again (env, exit, read)");
     let r = ask(&mesh, &llm, 2, "call env {}").await;
     let env: Value = serde_json::from_str(&r).expect("the env tool answers again");
     assert!(env.get("PATH").is_some(), "{env}");
@@ -610,4 +611,86 @@ async fn an_http_server_that_goes_away_is_reached_again_when_it_is_back() {
         "ok: three"
     );
     mesh.shutdown().await;
+}
+
+/// Starts bot A with the env server (`sandbox`: its `sandbox` key, or nothing), has
+/// its model call `read` on the node's config, key file and data dir and on the
+/// server's own temp dir, and returns what the server got, with those paths.
+async fn read_as_tool_server(sandbox: &str) -> (Value, Vec<String>) {
+    let paths: Arc<std::sync::OnceLock<Vec<String>>> = Arc::default();
+    let asked = paths.clone();
+    let llm = FakeLlm::start(move |seen: &Seen| match seen.tool_results().first() {
+        None => Script::tool_call(
+            "call-read",
+            "read",
+            json!({"paths": asked.get().cloned().unwrap_or_default()}),
+        ),
+        Some(_) => Script::reply("read"),
+    })
+    .await;
+    let spec = MeshSpec::mentions_only(&["A"])
+        .llm(&llm.base_url)
+        .all_bots(FAST)
+        .bot(
+            "A",
+            &format!(
+                "[[bots.mcp]]\nname = \"env\"\ncommand = [{:?}, {:?}]\n{sandbox}\n",
+                python().display().to_string(),
+                script("mcp_env_server.py")
+            ),
+        );
+    let mesh = TestMesh::start(spec).await;
+    let home = mesh.dir.path();
+    let list = vec![
+        mesh.config_path.display().to_string(),
+        home.join("a.key").display().to_string(),
+        home.join("data").display().to_string(),
+        // The server's own temp dir: open to it, boxed or not.
+        "$TMPDIR".to_string(),
+    ];
+    paths.set(list.clone()).unwrap();
+    mesh.post_human(0, "alice", "@A read the node's files")
+        .await;
+    bot_messages(&mesh, 0, 1).await;
+    let replies = reply_calls(&llm);
+    let results = replies.last().unwrap().tool_results();
+    assert_eq!(results.len(), 1, "{replies:#?}");
+    let out: Value = serde_json::from_str(&results[0].1)
+        .unwrap_or_else(|_| panic!("the read tool's JSON: {}", results[0].1));
+    mesh.shutdown().await;
+    (out, list)
+}
+
+#[tokio::test]
+async fn a_stdio_tool_server_is_boxed_away_from_the_node_s_config_keys_and_data() {
+    // Boxed, as by default: the node's files are out of its reach.
+    let (boxed, paths) = read_as_tool_server("").await;
+    for path in &paths[..3] {
+        assert_eq!(
+            boxed[path]["ok"], false,
+            "the boxed server read {path}: {boxed}"
+        );
+        assert!(
+            boxed[path]["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("PermissionError")),
+            "{path}: {boxed}"
+        );
+    }
+    // The probe works: its own temp dir is open to it.
+    assert_eq!(boxed["$TMPDIR"]["ok"], true, "{boxed}");
+    // Unboxed, the same server reads them: the box is what closed them.
+    let (open, paths) = read_as_tool_server("sandbox = \"off\"").await;
+    for path in &paths[..3] {
+        assert_eq!(
+            open[path]["ok"], true,
+            "{path} unreadable even unboxed: {open}"
+        );
+    }
+    assert!(
+        open[&paths[1]]["text"]
+            .as_str()
+            .is_some_and(|k| k.starts_with("whsk_")),
+        "{open}"
+    );
 }

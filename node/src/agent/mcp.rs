@@ -10,7 +10,10 @@
 //!
 //! A stdio server starts with a clean environment: PATH, HOME and LANG of the node
 //! and the `env` configured for it, nothing else (the node's secrets never reach it).
-//! An HTTP server gets only its configured headers.
+//! It runs in the node's working directory, in the same Landlock box as an ACP agent
+//! (`agent::boxing`): that directory read-only, a private temp dir and `sandbox.write`
+//! read-write, nothing of the node's data, config, key or secret files; `sandbox =
+//! "off"` runs it unboxed. An HTTP server gets only its configured headers.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,6 +26,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::boxing::{boxed_command, Boxing, Launch, TempDir};
 use crate::config::pacing::{Backoff, Jitter};
 use crate::config::McpServerSettings;
 use crate::telemetry::metrics::Metrics;
@@ -130,11 +134,13 @@ impl ClientHandler for Handler {
 
 impl McpTools {
     /// Starts a supervisor for each of `bot`'s `servers` (`headers`: the HTTP servers'
-    /// headers, by server name). Must be called within a tokio runtime.
+    /// headers, by server name; `boxing`: how stdio servers are boxed, proven at
+    /// start). Must be called within a tokio runtime.
     pub(crate) fn start(
         bot: &str,
         servers: &[McpServerSettings],
         headers: &HashMap<String, Vec<(String, String)>>,
+        boxing: Boxing,
         metrics: Arc<Metrics>,
     ) -> Arc<McpTools> {
         let stop = CancellationToken::new();
@@ -156,7 +162,7 @@ impl McpTools {
             tokio::spawn(supervise(
                 bot.to_string(),
                 server.clone(),
-                headers,
+                (headers, boxing.clone()),
                 stop.clone(),
                 metrics.clone(),
             ));
@@ -375,7 +381,7 @@ pub(crate) fn cap_text(text: String, cap: usize) -> (String, bool) {
 async fn supervise(
     bot: String,
     server: Arc<Server>,
-    headers: Vec<(String, String)>,
+    (headers, boxing): (Vec<(String, String)>, Boxing),
     stop: CancellationToken,
     metrics: Arc<Metrics>,
 ) {
@@ -388,7 +394,7 @@ async fn supervise(
         };
         let connecting = tokio::time::timeout(
             CONNECT_TIMEOUT,
-            connect(&server.settings, &headers, handler),
+            connect(&bot, &server.settings, (&headers, &boxing), handler),
         );
         let connected = tokio::select! {
             _ = stop.cancelled() => return,
@@ -396,7 +402,8 @@ async fn supervise(
         };
         let why = match connected {
             Err(e) => e,
-            Ok(running) => {
+            Ok((running, _temp)) => {
+                // `_temp`, the server's private temp dir, lives as long as the connection.
                 let why = serve(&bot, &server, running, &changed, &stop, &metrics).await;
                 if stop.is_cancelled() {
                     return;
@@ -474,27 +481,54 @@ async fn serve(
     }
 }
 
-/// Starts (stdio) or reaches (HTTP) the server and runs `initialize`.
+/// Starts (stdio, boxed as `boxing` and its `sandbox` say) or reaches (HTTP) the
+/// server and runs `initialize`; a boxed server's temp dir comes with the connection.
 async fn connect(
+    bot: &str,
     s: &McpServerSettings,
-    headers: &[(String, String)],
+    (headers, boxing): (&[(String, String)], &Boxing),
     handler: Handler,
-) -> Result<RunningService<RoleClient, Handler>, String> {
+) -> Result<(RunningService<RoleClient, Handler>, Option<TempDir>), String> {
     match &s.url {
         None => {
-            let mut cmd = tokio::process::Command::new(&s.command[0]);
-            cmd.args(&s.command[1..]).env_clear();
-            for var in INHERITED_ENV {
-                if let Some(v) = std::env::var_os(var) {
-                    cmd.env(var, v);
-                }
-            }
-            cmd.envs(&s.env);
-            let transport = rmcp::transport::TokioChildProcess::new(cmd)
+            let mut env: Vec<(String, String)> = INHERITED_ENV
+                .iter()
+                .filter(|k| !s.env.contains_key(**k))
+                .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+                .collect();
+            env.extend(s.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+            let cwd = std::env::current_dir()
+                .map_err(|e| format!("the node's working directory is unreadable: {e}"))?;
+            let (cmd, temp) = boxed_command(
+                boxing,
+                Launch {
+                    who: &format!("{bot}-mcp-{}", s.name),
+                    program: &s.command[0],
+                    args: &s.command[1..],
+                    cwd: &cwd,
+                    cwd_write: false,
+                    env,
+                    sandbox: &s.sandbox,
+                    run_as: None,
+                },
+            )
+            .map_err(|e| format!("could not start {:?}: {e}", s.command[0]))?;
+            let (transport, stderr) = rmcp::transport::TokioChildProcess::builder(cmd)
+                .stderr(std::process::Stdio::piped())
+                .spawn()
                 .map_err(|e| format!("could not start {:?}: {e}", s.command[0]))?;
-            rmcp::serve_client(handler, transport)
+            if let Some(stderr) = stderr {
+                let label: std::sync::Arc<str> = format!("mcp/{}", s.name).into();
+                tokio::spawn(crate::agent::stderr::log_lines(
+                    stderr,
+                    label,
+                    crate::agent::stderr::Level::Info,
+                ));
+            }
+            let running = rmcp::serve_client(handler, transport)
                 .await
-                .map_err(|e| format!("initialize failed: {e}"))
+                .map_err(|e| format!("initialize failed: {e}"))?;
+            Ok((running, temp))
         }
         Some(url) => {
             use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -510,9 +544,10 @@ async fn connect(
             let config =
                 StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
             let transport = rmcp::transport::StreamableHttpClientTransport::from_config(config);
-            rmcp::serve_client(handler, transport)
+            let running = rmcp::serve_client(handler, transport)
                 .await
-                .map_err(|e| format!("initialize failed: {e}"))
+                .map_err(|e| format!("initialize failed: {e}"))?;
+            Ok((running, None))
         }
     }
 }
@@ -534,6 +569,7 @@ mod tests {
                 .collect(),
             url: None,
             headers_env: Default::default(),
+            sandbox: Default::default(),
         }
     }
 
@@ -546,6 +582,7 @@ mod tests {
             headers_env: [("Authorization".to_string(), "WEB_TOKEN".to_string())]
                 .into_iter()
                 .collect(),
+            sandbox: Default::default(),
         }
     }
 

@@ -370,7 +370,9 @@ fn events(node: &Node, req: &Request<Incoming>) -> Response<Body> {
     r
 }
 
-/// `GET /healthz` on either listener: 200 when serving normally, 503 when degraded.
+/// `GET /healthz` on either listener: 200 when serving normally, 503 when degraded
+/// (storage, Redis, the platform, or the bot's ACP agent not ready: `agent_not_ready`
+/// says why).
 pub(crate) fn health(node: &Node) -> Response<Body> {
     let outboxes: serde_json::Map<String, serde_json::Value> = node
         .outboxes
@@ -380,9 +382,15 @@ pub(crate) fn health(node: &Node) -> Response<Body> {
     let storage = node.transcripts.health_error();
     let redis = node.stream.as_ref().map(|l| l.health());
     let platform_stopped = node.platform.stopped();
+    // A bot whose ACP agent is down (starting again, or never initialized) takes no turns.
+    let agent_not_ready = match &node.brain.engine {
+        crate::turn::engine::ReplyEngine::Acp(Some(agent)) => agent.not_ready(),
+        _ => None,
+    };
     let degraded = storage.is_some()
         || redis.as_ref().is_some_and(|r| !r.connected)
-        || platform_stopped.is_some();
+        || platform_stopped.is_some()
+        || agent_not_ready.is_some();
     let status = if degraded { "degraded" } else { "ok" };
     let code = if degraded {
         StatusCode::SERVICE_UNAVAILABLE
@@ -398,6 +406,7 @@ pub(crate) fn health(node: &Node) -> Response<Body> {
             "transport": node.cfg.transport(),
             "redis": redis,
             "platform_stopped": platform_stopped,
+            "agent_not_ready": agent_not_ready,
             "outboxes": outboxes,
             "quiet": node.quiet.node(),
             "quiet_groups": node.quiet.groups(),

@@ -10,12 +10,17 @@
 //!   `silent/stopped` and `withdraw/stopped`). Later messages are taken as usual.
 //! - `/why`: posts, in a few lines, the decisions recorded about the last message
 //!   (see [`crate::turn::command::why_text`]). The answer carries the mesh's
-//!   `max_depth`, so no bot judges or answers it.
-//! - `/allow`, `/deny`: answer the oldest permission question this bot's ACP agent put
-//!   in the group ([`post_questions`] posts them; `turn::engine::ChatAsker` waits).
+//!   `max_depth`, so no bot judges or answers it. Only the bot it @-names answers (a
+//!   `/why` naming no bot only in a mesh of one), and each person has
+//!   `turn::command::WHY_PER_MINUTE` of them per group (`outcome="rate_limited"`).
+//! - `/allow`, `/deny`: answer a permission question this bot's ACP agent put in the
+//!   group ([`post_questions`] posts them; `turn::approval::ChatAsker` waits): the one
+//!   replied to, else the most recent one waiting, and only one posted before the
+//!   command was said. Only the person whose message started the turn, or an operator,
+//!   may answer; anyone else's is ordinary text (`outcome="not_entitled"`) and the
+//!   bot says who may answer.
 //!
-//! With `[mesh] operators` set, `/quiet`, `/resume`, `/stop`, `/allow` and `/deny` are
-//! carried out only
+//! With `[mesh] operators` set, `/quiet`, `/resume` and `/stop` are carried out only
 //! for an operator (see [`command::may_command`]); anyone else's is ordinary text,
 //! taken as any message, logged and counted `outcome="not_operator"`.
 //!
@@ -24,8 +29,9 @@
 
 use std::sync::Arc;
 
-use crate::agent::acp::{Decision, PermissionQuestion};
+use crate::agent::acp::Decision;
 use crate::app::node::Node;
+use crate::turn::approval::{Answered, AskedQuestion};
 use crate::turn::command::{self, Verb};
 use crate::turn::mention::PlatformMention;
 use crate::wire::envelope::{now_millis, Author, AuthorKind, Envelope};
@@ -74,19 +80,49 @@ pub(crate) fn handle(node: &Arc<Node>, env: &Arc<Envelope>, mentions: &[Platform
             } else {
                 Decision::Deny
             };
-            let answered = node
-                .brain
-                .permissions
-                .as_ref()
-                .is_some_and(|p| p.answer(group, decision));
-            if !answered {
-                tracing::info!(bot = %me, %by, %group, id = %env.id, command = verb, "no question of this bot's agent is waiting in the group");
-                node.metrics.chat_command(verb, "nothing_asked");
-                return true;
+            let answered = match node.brain.permissions.as_ref() {
+                Some(p) => p.answer(env, decision, &t),
+                None => Answered::Nothing,
+            };
+            match answered {
+                Answered::Question(question) => {
+                    tracing::warn!(bot = %me, %by, %group, id = %env.id, %question, command = verb, "a person answered the agent's permission question");
+                }
+                Answered::NotEntitled { question, who } => {
+                    tracing::info!(bot = %me, %by, %group, id = %env.id, %question, command = verb, may_answer = %who, "not entitled to answer the agent's question: taken as ordinary text");
+                    node.metrics.chat_command(verb, "not_entitled");
+                    node.turns
+                        .spawn(tell_who_may_answer(node.clone(), env.clone(), who));
+                    return false;
+                }
+                Answered::Nothing => {
+                    tracing::info!(bot = %me, %by, %group, id = %env.id, command = verb, "no question of this bot's agent posted before it is waiting in the group: answers nothing");
+                    node.metrics.chat_command(verb, "nothing_asked");
+                    return true;
+                }
             }
-            tracing::warn!(bot = %me, %by, %group, id = %env.id, command = verb, "a person answered the agent's permission question");
         }
         Verb::Why => {
+            // One answer, not one per bot: a `/why` without an @ is answered only in a
+            // mesh of one bot.
+            if cmd.target == command::Target::All && !t.colleagues.is_empty() {
+                tracing::info!(bot = %me, %by, %group, id = %env.id, "a /why that names no bot: answered only by the bot it names");
+                node.metrics.chat_command(verb, "not_addressed");
+                return true;
+            }
+            let person = command::person_of(env, &t)
+                .first()
+                .cloned()
+                .unwrap_or_else(|| format!("{}/{}", env.sender, by));
+            if let Err(wait) =
+                node.brain
+                    .why_limits
+                    .take(group, &person, tokio::time::Instant::now())
+            {
+                tracing::info!(bot = %me, %by, %person, %group, id = %env.id, wait_secs = wait.as_secs(), "too many /why from this person in this group: not answered");
+                node.metrics.chat_command(verb, "rate_limited");
+                return true;
+            }
             node.turns.spawn(post_why(node.clone(), env.clone()));
             // Counted once posted (or failed).
             return true;
@@ -101,34 +137,84 @@ pub(crate) fn handle(node: &Arc<Node>, env: &Arc<Envelope>, mentions: &[Platform
 /// them, until the node stops accepting work.
 pub(crate) async fn post_questions(
     node: Arc<Node>,
-    mut questions: tokio::sync::mpsc::UnboundedReceiver<PermissionQuestion>,
+    mut questions: tokio::sync::mpsc::UnboundedReceiver<AskedQuestion>,
 ) {
     loop {
         let q = tokio::select! {
             q = questions.recv() => q,
             _ = node.accepting.cancelled() => None,
         };
-        let Some(q) = q else { return };
+        let Some(AskedQuestion {
+            question: q,
+            id,
+            requester,
+        }) = q
+        else {
+            return;
+        };
         let t = node.brain.tuning();
         let me = t.me.name.clone();
         let text = format!("{me} wants to run: {} — /allow or /deny", q.title);
-        let mut env = Envelope::message(
-            ulid::Ulid::new(),
-            now_millis(),
-            &q.group,
-            &me,
-            Author::bot(&me),
-            text,
-        );
+        let at = now_millis();
+        // A question is a bot message: the loop brake holds it like any other.
+        let recent = crate::turn::pipeline::bots_since_human(&*node, &q.group, at);
+        if recent >= t.mesh.bot_messages_per_minute as usize {
+            tracing::warn!(bot = %me, group = %q.group, %id, title = %q.title, recent_bot_messages = recent, limit = t.mesh.bot_messages_per_minute, "the loop brake is on in this group (bot_messages_per_minute): the agent's permission question is not posted, and rejected");
+            node.metrics.decision("silent", "rate_cap");
+            if let Some(p) = &node.brain.permissions {
+                p.withdraw(&q.group, id);
+            }
+            continue;
+        }
+        let mut env = Envelope::message(id, at, &q.group, &me, Author::bot(&me), text);
         env.depth = t.mesh.max_depth;
         match node.publish(env, "self").await {
             Ok(_) => {
-                tracing::info!(bot = %me, group = %q.group, kind = %q.kind, title = %q.title, "asked the chat about the agent's tool call")
+                if let Some(p) = &node.brain.permissions {
+                    p.posted(&q.group, id, at);
+                }
+                let may_answer = requester.map_or_else(|| "-".into(), |r| r.name);
+                tracing::info!(bot = %me, group = %q.group, %id, kind = %q.kind, title = %q.title, %may_answer, "asked the chat about the agent's tool call (the requester or an operator answers)")
             }
             Err(e) => {
-                tracing::error!(bot = %me, group = %q.group, error = %e, "the agent's permission question could not be recorded; it will be rejected after ask_timeout_secs")
+                tracing::error!(bot = %me, group = %q.group, error = %e, "the agent's permission question could not be recorded: rejected");
+                if let Some(p) = &node.brain.permissions {
+                    p.withdraw(&q.group, id);
+                }
             }
         }
+    }
+}
+
+/// `me`'s answer to a person's command `cmd`: a reply at the depth limit (a hard
+/// rule, so no bot of any version judges or answers it), with no `why`.
+fn command_answer(me: &str, cmd: &Envelope, text: String, max_depth: u32) -> Envelope {
+    let mut env = Envelope::answer(
+        ulid::Ulid::new(),
+        now_millis(),
+        me,
+        cmd,
+        text,
+        crate::wire::envelope::Why::Posted,
+    );
+    env.depth = env.depth.max(max_depth);
+    env.why = None;
+    env
+}
+
+/// Tells the author of a `/allow` or `/deny` they may not answer (`cmd`, now taken as
+/// ordinary text) who may: a reply at the depth limit, so no bot answers it.
+async fn tell_who_may_answer(node: Arc<Node>, cmd: Arc<Envelope>, who: String) {
+    let t = node.brain.tuning();
+    let me = t.me.name.clone();
+    let env = command_answer(
+        &me,
+        &cmd,
+        format!("Only {who} can answer {me}'s question."),
+        t.mesh.max_depth,
+    );
+    if let Err(e) = node.publish(env, "self").await {
+        tracing::error!(bot = %me, command = %cmd.id, error = %e, "could not say who may answer the agent's question");
     }
 }
 
@@ -156,17 +242,14 @@ async fn post_why(node: Arc<Node>, cmd: Arc<Envelope>) {
         answer.map(|a| &**a),
         node.quiet.by(&cmd.group),
     );
-    let mut env = Envelope::answer(
-        ulid::Ulid::new(),
-        now_millis(),
-        &me,
-        &cmd,
-        text,
-        crate::wire::envelope::Why::Posted,
-    );
-    // At the depth limit: a hard rule, so no bot (of any version) judges or answers it.
-    env.depth = env.depth.max(node.brain.tuning().mesh.max_depth);
-    env.why = None;
+    // An answer is a bot message: the loop brake holds it like any other.
+    let recent = crate::turn::pipeline::bots_since_human(&*node, &cmd.group, now_millis());
+    if recent >= t.mesh.bot_messages_per_minute as usize {
+        tracing::info!(bot = %me, command = %cmd.id, recent_bot_messages = recent, limit = t.mesh.bot_messages_per_minute, "the loop brake is on in this group (bot_messages_per_minute): the /why is not answered");
+        node.metrics.chat_command("why", "rate_cap");
+        return;
+    }
+    let env = command_answer(&me, &cmd, text, t.mesh.max_depth);
     let id = env.id;
     match node.publish(env, "self").await {
         Ok(_) => {

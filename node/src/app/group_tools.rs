@@ -738,6 +738,8 @@ pub(crate) fn model_mesh_server(
         env: [(crate::agent::mesh::TOKEN_ENV.to_string(), tokens.mint_all())].into(),
         url: None,
         headers_env: Default::default(),
+        // Boxed like any stdio server: it needs only its own program and loopback.
+        sandbox: Default::default(),
     })
 }
 

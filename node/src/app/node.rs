@@ -297,7 +297,7 @@ pub async fn start(
     let tool_tokens = Arc::new(crate::app::group_tools::ToolTokens::new(&cfg.bot().name));
     let model_mesh =
         crate::app::group_tools::model_mesh_server(&cfg, api.local_addr()?, &tool_tokens);
-    brain.start_tools(&cfg, model_mesh);
+    brain.start_tools(&cfg, model_mesh).await?;
     let mesh_server =
         crate::app::group_tools::mesh_server(&cfg, api.local_addr()?, tool_tokens.clone());
     let questions = brain.start_agent(&cfg, mesh_server).await?;
@@ -345,7 +345,7 @@ pub async fn start(
     tracing::info!(bot = %node.cfg.bot().name, transport = ?node.cfg.transport(), %bridge_addr, %api_addr, peers = node.outboxes.len(), data_dir = %node.cfg.data_dir.display(), "node started");
     match &node.cfg.mesh().operators {
         None => {
-            tracing::warn!(bot = %node.cfg.bot().name, "[mesh] operators is not set: anyone in any group may /quiet, /resume and /stop this bot")
+            tracing::warn!(bot = %node.cfg.bot().name, "[mesh] operators is not set: anyone in any group may /quiet, /resume and /stop this bot, and only the person whose message started an agent's turn may /allow or /deny its tool calls")
         }
         Some(ops) => {
             tracing::info!(bot = %node.cfg.bot().name, operators = ?ops, "only these people's /quiet, /resume and /stop are carried out")

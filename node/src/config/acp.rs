@@ -7,7 +7,8 @@
 //!           turn_timeout_secs = 900, ask_timeout_secs = 300 }
 //! ```
 //!
-//! The agent process gets a clean environment (PATH, HOME, LANG and `env`, nothing else);
+//! The agent process gets a clean environment (PATH, HOME, LANG and `env`, nothing else)
+//! and runs in a Landlock box (`sandbox`, see `agent::sandbox`; `run_as` a user);
 //! its tool permissions are answered by the tool call's kind: `allow` → allowed, `ask` →
 //! the people in the chat decide, any other kind → rejected.
 
@@ -112,6 +113,18 @@ fn default_ask_timeout() -> u64 {
     300
 }
 
+fn default_init_timeout() -> u64 {
+    60
+}
+
+fn default_max_reply_chars() -> usize {
+    20_000
+}
+
+fn default_max_title_chars() -> usize {
+    200
+}
+
 /// How to run a bot's ACP agent and what it may do without asking.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
@@ -147,6 +160,121 @@ pub struct AcpSettings {
     /// no answer rejects the tool call.
     #[serde(default = "default_ask_timeout")]
     pub ask_timeout_secs: u64,
+    /// How long the agent has to answer `initialize`, seconds (opencode needs a few):
+    /// then it is stopped and started again with backoff, while the node serves and
+    /// `/healthz` says why the bot is not ready.
+    #[serde(default = "default_init_timeout")]
+    pub init_timeout_secs: u64,
+    /// The longest reply an agent turn posts, characters: the rest is not even kept
+    /// (a 60 MiB answer costs no memory) and the reply says it was cut.
+    #[serde(default = "default_max_reply_chars")]
+    pub max_reply_chars: usize,
+    /// The longest tool-call title shown (progress, permission questions), characters.
+    #[serde(default = "default_max_title_chars")]
+    pub max_title_chars: usize,
+    /// The agent's box (docs/security.md): on by default, widened by `read` and
+    /// `write`, or `"off"` (a warning at every start).
+    #[serde(default)]
+    pub sandbox: SandboxSetting,
+    /// The user the agent runs as, when the node runs as root (the launcher drops to
+    /// it after entering the box).
+    #[serde(default)]
+    pub run_as: Option<String>,
+}
+
+/// `sandbox = { read = [...], write = [...] }` or `sandbox = "off"`: whether the
+/// agent runs in its Landlock box (`agent::sandbox`), and what it may touch beyond
+/// its `cwd`, its temp dir and the system's program folders.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SandboxSetting {
+    /// Boxed (the default), with these roots besides the defaults.
+    Boxed {
+        /// More read-only roots (a toolchain, a shared checkout).
+        read: Vec<PathBuf>,
+        /// More read-write roots (the agent's own settings folder, e.g. `CODEX_HOME`).
+        write: Vec<PathBuf>,
+    },
+    /// Not boxed: the agent can reach whatever the node's user can.
+    Off,
+}
+
+impl SandboxSetting {
+    /// What is wrong with it, as (key relative to the table holding `sandbox`,
+    /// problem): every `read` and `write` path must be absolute.
+    pub(crate) fn problems(&self) -> Vec<(String, String)> {
+        let SandboxSetting::Boxed { read, write } = self else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (list, paths) in [("read", read), ("write", write)] {
+            for (i, p) in paths.iter().enumerate() {
+                if !p.is_absolute() {
+                    out.push((
+                        format!("sandbox.{list}[{i}]"),
+                        format!("{p:?} is not an absolute path"),
+                    ));
+                }
+            }
+        }
+        out
+    }
+}
+
+impl Default for SandboxSetting {
+    fn default() -> Self {
+        SandboxSetting::Boxed {
+            read: Vec::new(),
+            write: Vec::new(),
+        }
+    }
+}
+
+/// The table form of [`SandboxSetting`], as written.
+#[derive(Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+struct SandboxTable {
+    #[serde(default)]
+    read: Vec<PathBuf>,
+    #[serde(default)]
+    write: Vec<PathBuf>,
+}
+
+impl<'de> Deserialize<'de> for SandboxSetting {
+    /// `"off"`, or a table of `read` and `write`; anything else is refused saying so.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Word(String),
+            Table(SandboxTable),
+        }
+        let shapes = "write \"off\" or { read = [...], write = [...] } (absolute paths)";
+        match Written::deserialize(d)
+            .map_err(|_| serde::de::Error::custom(format!("is not a sandbox: {shapes}")))?
+        {
+            Written::Word(w) if w == "off" => Ok(SandboxSetting::Off),
+            Written::Word(w) => Err(serde::de::Error::custom(format!(
+                "`{w}` is not a sandbox: {shapes}"
+            ))),
+            Written::Table(t) => Ok(SandboxSetting::Boxed {
+                read: t.read,
+                write: t.write,
+            }),
+        }
+    }
+}
+
+impl serde::Serialize for SandboxSetting {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            SandboxSetting::Off => s.serialize_str("off"),
+            SandboxSetting::Boxed { read, write } => SandboxTable {
+                read: read.clone(),
+                write: write.clone(),
+            }
+            .serialize(s),
+        }
+    }
 }
 
 /// One thing wrong with an [`AcpSettings`]: the key (relative to the `agent` table)
@@ -237,11 +365,41 @@ impl AcpSettings {
                 "must be at least 1 second".into(),
             );
         }
+        if self.max_reply_chars == 0 {
+            bad("max_reply_chars".into(), "must be at least 1".into());
+        }
+        if self.max_title_chars == 0 {
+            bad("max_title_chars".into(), "must be at least 1".into());
+        }
+        if self.init_timeout_secs == 0 {
+            bad(
+                "init_timeout_secs".into(),
+                "must be at least 1 second".into(),
+            );
+        }
         if self.ask_timeout_secs == 0 {
             bad(
                 "ask_timeout_secs".into(),
                 "must be at least 1 second".into(),
             );
+        }
+        match &self.sandbox {
+            SandboxSetting::Boxed { .. } => {
+                for (key, problem) in self.sandbox.problems() {
+                    bad(key, problem);
+                }
+            }
+            SandboxSetting::Off => {
+                if self.run_as.is_some() {
+                    bad(
+                        "run_as".into(),
+                        "needs the sandbox (the launcher drops to the user): remove sandbox = \"off\"".into(),
+                    );
+                }
+            }
+        }
+        if self.run_as.as_ref().is_some_and(|u| u.trim().is_empty()) {
+            bad("run_as".into(), "is empty: name a user".into());
         }
         if problems.is_empty() {
             Ok(())
@@ -325,6 +483,59 @@ mod tests {
                 "turn_timeout_secs",
                 "ask_timeout_secs"
             ]
+        );
+    }
+
+    #[test]
+    fn the_sandbox_is_on_by_default_widened_by_a_table_or_off_by_word() {
+        let d = parse(r#"{ acp = ["a"], cwd = "/x" }"#).unwrap();
+        assert_eq!(d.sandbox, SandboxSetting::default());
+        assert_eq!(
+            (d.init_timeout_secs, d.max_reply_chars, d.max_title_chars),
+            (60, 20_000, 200)
+        );
+        let w = parse(r#"{ acp = ["a"], cwd = "/x", sandbox = { read = ["/opt/t"], write = ["/srv/codex"] }, run_as = "agent" }"#).unwrap();
+        assert_eq!(
+            w.sandbox,
+            SandboxSetting::Boxed {
+                read: vec!["/opt/t".into()],
+                write: vec!["/srv/codex".into()]
+            }
+        );
+        assert_eq!(w.run_as.as_deref(), Some("agent"));
+        assert_eq!(w.validate(), Ok(()));
+        let off = parse(r#"{ acp = ["a"], cwd = "/x", sandbox = "off" }"#).unwrap();
+        assert_eq!(off.sandbox, SandboxSetting::Off);
+        for bad in [r#""of""#, r#"{ reed = ["/x"] }"#, "true"] {
+            let e = parse(&format!(
+                r#"{{ acp = ["a"], cwd = "/x", sandbox = {bad} }}"#
+            ))
+            .unwrap_err();
+            assert!(
+                e.contains("not a sandbox") && e.contains("\"off\""),
+                "{bad}: {e}"
+            );
+        }
+        let keys = |toml: &str| -> Vec<String> {
+            parse(toml)
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .into_iter()
+                .map(|p| p.key)
+                .collect()
+        };
+        assert_eq!(
+            keys(
+                r#"{ acp = ["a"], cwd = "/x", sandbox = { read = ["rel"], write = ["/ok", "also"] } }"#
+            ),
+            ["sandbox.read[0]", "sandbox.write[1]"]
+        );
+        assert_eq!(
+            keys(
+                r#"{ acp = ["a"], cwd = "/x", sandbox = "off", run_as = "agent", max_reply_chars = 0 }"#
+            ),
+            ["max_reply_chars", "run_as"]
         );
     }
 

@@ -414,6 +414,8 @@ pub struct ExternalAgent {
 /// `bots[i].agent`.
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(untagged)]
+// One per bot, read once: the ACP settings' size (its sandbox, bounds) is no cost.
+#[allow(clippy::large_enum_variant)]
 pub enum AgentEngine {
     /// The sidecar webhook (`agent = { webhook = … }`, docs/sidecar.md).
     Webhook(AgentSettings),
@@ -506,6 +508,11 @@ pub struct McpServerSettings {
     /// node holding each value (a token stays out of the file).
     #[serde(default)]
     pub(crate) headers_env: std::collections::BTreeMap<String, String>,
+    /// A stdio server's box (`agent::boxing`), as an agent's: `{ read = [...], write =
+    /// [...] }` widens it, `"off"` runs it unboxed. Exists so a tool server, like an
+    /// agent, never reaches the node's data, config, key or secret files.
+    #[serde(default)]
+    pub(crate) sandbox: crate::config::acp::SandboxSetting,
 }
 
 /// One `[[bots]]` entry.
@@ -1229,6 +1236,9 @@ impl Settings {
                             "headers are for a url server; a stdio server gets env",
                         ));
                     }
+                    if let Some((key, problem)) = m.sandbox.problems().into_iter().next() {
+                        return Err(self.err(at(&key), problem));
+                    }
                 }
                 (true, Some(url)) => {
                     check_url(url).map_err(|p| self.err(at("url"), p))?;
@@ -1242,6 +1252,12 @@ impl Settings {
                         return Err(self.err(
                             at("env"),
                             "env is for a stdio server; a url server gets headers_env",
+                        ));
+                    }
+                    if m.sandbox != crate::config::acp::SandboxSetting::default() {
+                        return Err(self.err(
+                            at("sandbox"),
+                            "a url server is not a process of the node's: sandbox is for a stdio server",
                         ));
                     }
                     for h in m.headers_env.keys() {

@@ -36,7 +36,7 @@ use crate::config::pacing::{Backoff, Jitter};
 use crate::egress::acks::{AckTracker, PeerOutcome};
 use crate::egress::transport::{Attempt, BatchOutcome, HttpPeer, SendContext, Transport};
 use crate::store::cursor::DeliveryCursor;
-use crate::store::transcript::{parse_outbox_line, LoggedOutbound};
+use crate::store::outbox_log::{parse_outbox_line, LoggedOutbound};
 use crate::telemetry::metrics::Metrics;
 use crate::wire::batch::ClaimReply;
 use crate::wire::signing::Signer;

@@ -165,7 +165,9 @@ impl Reject {
     ) -> Response<Body> {
         let Reject(status, code, detail) = self;
         ingest.metrics.envelope_in(code);
-        tracing::warn!(%remote, id, relayed, status = status.as_u16(), reason = code, %detail, "envelope rejected");
+        if crate::telemetry::refusals::REFUSALS.admit("bridge", code) {
+            tracing::warn!(%remote, id, relayed, status = status.as_u16(), reason = code, %detail, "envelope rejected");
+        }
         server::json(
             status,
             &serde_json::json!({"error": code, "detail": detail}),
@@ -409,7 +411,9 @@ pub(crate) async fn receive_batch(
 ) -> Response<Body> {
     let refuse = |status: StatusCode, code: &'static str, detail: String| {
         ingest.metrics.envelope_in(code);
-        tracing::warn!(%remote, status = status.as_u16(), reason = code, %detail, "batch rejected");
+        if crate::telemetry::refusals::REFUSALS.admit("bridge", code) {
+            tracing::warn!(%remote, status = status.as_u16(), reason = code, %detail, "batch rejected");
+        }
         server::json(
             status,
             &serde_json::json!({"error": code, "detail": detail}),
@@ -609,7 +613,7 @@ fn answer(
         }
         Err(Reject(status, code, detail)) => {
             ingest.metrics.envelope_in(code);
-            if code != NOT_PROCESSED {
+            if code != NOT_PROCESSED && crate::telemetry::refusals::REFUSALS.admit("bridge", code) {
                 tracing::warn!(%remote, id = header_id, status = status.as_u16(), reason = code, %detail, batch = true, "envelope rejected");
             }
             crate::wire::batch::ItemResult {

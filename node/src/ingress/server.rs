@@ -10,8 +10,8 @@
 //! may hold at most `per_source` connections (further ones are answered `503` and
 //! closed at once), so a flood of slow clients from one address cannot fill
 //! `max_connections` and lock the real peers out. Each refusal is counted in
-//! `botmesh_http_refusals_total{listener,reason}` and warned about at most once per
-//! [`WARN_EVERY`] per listener and reason; `botmesh_open_connections{listener}`
+//! `botmesh_http_refusals_total{listener,reason}` and logged rate-limited per
+//! listener and reason ([`crate::telemetry::refusals`]); `botmesh_open_connections{listener}`
 //! shows the connections held.
 
 use std::collections::HashMap;
@@ -32,11 +32,10 @@ use hyper_util::server::graceful::GracefulShutdown;
 use parking_lot::Mutex;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::pacing::TokenBucket;
 use crate::telemetry::metrics::Metrics;
+use crate::telemetry::refusals::REFUSALS;
 
 /// The response body type of every handler (full bodies and SSE streams alike).
 pub(crate) type Body = UnsyncBoxBody<Bytes, Infallible>;
@@ -68,40 +67,6 @@ impl Default for Limits {
     }
 }
 
-/// The shortest time between two warnings of one kind (per listener and reason): a
-/// flood is reported, with how many refusals were not logged, without flooding the log.
-pub(crate) const WARN_EVERY: Duration = Duration::from_secs(10);
-
-/// A warning logged at most once per [`WARN_EVERY`], on the one token bucket
-/// ([`TokenBucket`]); the occurrences in between are counted and reported with the
-/// next one logged.
-pub(crate) struct Alarm {
-    /// One token per [`WARN_EVERY`], and occurrences held back since the last warning.
-    state: Mutex<(TokenBucket, u64)>,
-}
-
-impl Alarm {
-    /// An alarm whose first occurrence is logged.
-    pub(crate) fn new() -> Self {
-        let rate = 1.0 / WARN_EVERY.as_secs_f64();
-        Alarm {
-            state: Mutex::new((TokenBucket::full(rate, 1.0, Instant::now()), 0)),
-        }
-    }
-
-    /// One occurrence: `Some(held_back)` when it is to be logged now (with how many
-    /// were not logged since the last one), `None` when it is only counted.
-    pub(crate) fn ring(&self) -> Option<u64> {
-        let mut state = self.state.lock();
-        if state.0.take(Instant::now()).is_ok() {
-            Some(std::mem::take(&mut state.1))
-        } else {
-            state.1 += 1;
-            None
-        }
-    }
-}
-
 /// One listener's shared state: its name and limits, its open connections per source
 /// address, and the alarms of its refusals.
 struct Listener {
@@ -113,10 +78,6 @@ struct Listener {
     metrics: Arc<Metrics>,
     /// Open connections per source address (only with a per-source cap).
     sources: Mutex<HashMap<IpAddr, usize>>,
-    /// Warns of connections refused by the per-source cap.
-    crowded: Alarm,
-    /// Warns of bodies that missed the deadline.
-    slow: Alarm,
 }
 
 /// One open connection, counted in `botmesh_open_connections` and against its source
@@ -151,13 +112,12 @@ impl Listener {
     /// which holds `held` connections already.
     fn refuse_connection(&self, source: IpAddr, held: usize) {
         self.metrics.http_refused(self.name, "source_connections");
-        if let Some(held_back) = self.crowded.ring() {
+        if REFUSALS.admit(self.name, "source_connections") {
             tracing::warn!(
                 listener = self.name,
                 %source,
                 open = held,
                 limit = self.limits.per_source.unwrap_or(usize::MAX),
-                refused_since_last_warning = held_back,
                 "refusing connections: too many open from one address (mesh.max_connections_per_source)"
             );
         }
@@ -168,12 +128,11 @@ impl Listener {
     fn body_timed_out(&self, peer: SocketAddr) -> Response<Body> {
         self.metrics.http_refused(self.name, "body_timeout");
         let within = self.limits.body_timeout.as_millis();
-        if let Some(held_back) = self.slow.ring() {
+        if REFUSALS.admit(self.name, "body_timeout") {
             tracing::warn!(
                 listener = self.name,
                 %peer,
                 body_timeout_ms = within as u64,
-                refused_since_last_warning = held_back,
                 "request body not received in time: answered 408 and closed (mesh.body_timeout_ms)"
             );
         }
@@ -402,8 +361,6 @@ pub(crate) async fn serve<F, Fut>(
         limits,
         metrics,
         sources: Mutex::new(HashMap::new()),
-        crowded: Alarm::new(),
-        slow: Alarm::new(),
     });
     // The gauge is there from the start, at 0, for dashboards and alerts.
     state.metrics.add_open_connections(name, 0);
@@ -495,30 +452,4 @@ pub(crate) fn query_param(req_uri: &http::Uri, key: &str) -> Option<String> {
         .into_iter()
         .find(|(k, _)| k == key)
         .map(|(_, v)| v)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn an_alarm_warns_once_per_interval_and_tells_how_many_it_held_back() {
-        let alarm = Alarm::new();
-        assert_eq!(alarm.ring(), Some(0), "the first one is logged");
-        for _ in 0..5 {
-            assert_eq!(alarm.ring(), None);
-        }
-        tokio::time::advance(WARN_EVERY - Duration::from_millis(1)).await;
-        assert_eq!(alarm.ring(), None);
-        tokio::time::advance(Duration::from_millis(1)).await;
-        assert_eq!(
-            alarm.ring(),
-            Some(6),
-            "the next interval reports the held back"
-        );
-        assert_eq!(alarm.ring(), None);
-        tokio::time::advance(WARN_EVERY * 5).await;
-        assert_eq!(alarm.ring(), Some(1));
-        assert_eq!(alarm.ring(), None, "a quiet spell does not buy a burst");
-    }
 }

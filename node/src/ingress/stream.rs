@@ -38,7 +38,7 @@ impl Entry {
 }
 
 /// Per-group read positions, kept in `<data_dir>/streams/<group>.cursor` (the group's
-/// file name as for transcripts, `store::transcript::stored_path`; in a file whose
+/// file name as for transcripts, `store::file_names::stored_path`; in a file whose
 /// name is hashed, the group follows the entry id's line).
 pub(crate) struct Cursors {
     dir: PathBuf,
@@ -64,9 +64,9 @@ impl Cursors {
             let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));
             let id = EntryId::parse(first.trim());
             // A hashed file name does not say the group: the rest of the file does.
-            let Some(group) = crate::store::transcript::name_of_stem(stem).or_else(|| {
+            let Some(group) = crate::store::file_names::name_of_stem(stem).or_else(|| {
                 Some(rest)
-                    .filter(|g| crate::store::transcript::file_stem(g) == stem)
+                    .filter(|g| crate::store::file_names::file_stem(g) == stem)
                     .map(str::to_string)
             }) else {
                 tracing::warn!(path = %path.display(), "stream cursor of an unknown group ignored");
@@ -87,10 +87,10 @@ impl Cursors {
     /// Records and saves `group`'s position (write to a temporary file, then rename).
     pub(crate) fn save(&mut self, group: &str, id: EntryId) -> std::io::Result<()> {
         self.by_group.insert(group.to_string(), id);
-        let path = crate::store::transcript::stored_path(&self.dir, group, "cursor");
+        let path = crate::store::file_names::stored_path(&self.dir, group, "cursor");
         let tmp = path.with_extension("tmp");
         let mut text = id.to_string();
-        if crate::store::transcript::name_of_stem(
+        if crate::store::file_names::name_of_stem(
             path.file_stem()
                 .and_then(|s| s.to_str())
                 .unwrap_or_default(),
@@ -350,7 +350,9 @@ async fn handle_entries(ingest: &Ingest, group: &str, entries: &[Entry]) -> Opti
                 }
                 Err(Reject(status, code, detail)) => {
                     ingest.metrics.envelope_in(code);
-                    tracing::warn!(via = "redis", %group, entry = %entry.id, id = entry.text(FIELD_ID).unwrap_or("-"), status = status.as_u16(), reason = code, %detail, "envelope rejected");
+                    if crate::telemetry::refusals::REFUSALS.admit("redis", code) {
+                        tracing::warn!(via = "redis", %group, entry = %entry.id, id = entry.text(FIELD_ID).unwrap_or("-"), status = status.as_u16(), reason = code, %detail, "envelope rejected");
+                    }
                 }
             }
         }

@@ -21,7 +21,7 @@ use super::{Carry, MidTurnAsk, Network, Post, Tally, World, RUNAWAY_POSTS};
 use crate::config::MeshSettings;
 use crate::egress::acks::{AckTracker, ClaimAcks, PeerOutcome};
 use crate::llm::{ChatMessage, Completion, Endpoint, LlmError, Purpose, Usage};
-use crate::store::transcript::{bot_messages_and_due_in, last_in, since_in};
+use crate::store::turn_queries::{bot_messages_and_due_in, last_in, since_in};
 use crate::telemetry::events::Event;
 use crate::telemetry::metrics::Metrics;
 use crate::turn::brain::Tuning;

@@ -12,7 +12,7 @@
 //! `max_open_files` files open, the least recently written closed first.
 //!
 //! The node's own messages also go to its peers: the writer appends them to the outbox
-//! log and hands them to the [`Fanout`] as soon as they are written, while its `fsync`
+//! log (`store::outbox_log`) and hands them to the [`Fanout`] as soon as they are written, while its `fsync`
 //! runs, so delivery to the peers overlaps the local sync instead of waiting for it
 //! (as a Raft leader sends entries to its followers in parallel with its own disk
 //! write). The local caller is still answered only after the sync. A power cut inside
@@ -33,8 +33,19 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 use ulid::Ulid;
 
+use super::file_names::{file_stem, name_of_stem, HASHED_PREFIX};
+use super::outbox_log::{load_outbox_log, outbox_line};
+use super::turn_queries::answers_due;
 use crate::telemetry::events::{Event, EventBus};
-use crate::wire::envelope::{AuthorKind, Envelope};
+use crate::wire::envelope::Envelope;
+
+// The paths callers in `app/` and `turn/` still use (their files change on other
+// branches); point them at `file_names`, `outbox_log` and `turn_queries` after the merge.
+pub(crate) use super::file_names::{group_of_file, stored_path};
+pub(crate) use super::outbox_log::{Fanout, LoggedOutbound, OUTBOX_LOG};
+pub(crate) use super::turn_queries::{
+    bot_messages_and_due_in, last_in, recent_bot_messages, since_in,
+};
 
 /// How many recent messages of each group are kept in memory for context and the API.
 pub(crate) const MEMORY_MESSAGES: usize = 2_000;
@@ -152,34 +163,6 @@ struct WriteJob {
     outbound: Option<(String, Bytes)>,
     done: oneshot::Sender<std::io::Result<()>>,
 }
-
-/// Where outbound messages go once they are written to the outbox log, in log order
-/// (the sync of that write runs while the peers are sent to; see the module docs).
-///
-/// Implemented by the node over its peers' outboxes. Called from the writer thread, so
-/// the order peers see is exactly the order of the outbox log.
-pub(crate) trait Fanout: Send + Sync {
-    /// Queues an envelope just written to the outbox log for every peer.
-    fn push(&self, entry: LoggedOutbound);
-    /// The highest sequence every peer has been handed or has given up on.
-    fn delivered_through(&self) -> u64;
-}
-
-/// An outbound message still in the outbox log (delivery may be pending).
-#[derive(Debug, Clone)]
-pub struct LoggedOutbound {
-    /// Position in the log.
-    pub seq: u64,
-    /// Envelope id.
-    pub id: String,
-    /// Serialized envelope.
-    pub body: Bytes,
-    /// Where its line starts in the outbox log (a spilled outbox re-reads from here).
-    pub offset: u64,
-}
-
-/// Name of the outbox log in the data folder.
-pub(crate) const OUTBOX_LOG: &str = "outbox.log";
 
 /// Every group's transcript, in memory and on disk.
 pub(crate) struct Transcripts {
@@ -561,7 +544,10 @@ impl Transcripts {
 /// unfinished group commit that reached the disk out of order) is handed to `each`
 /// like any other line, which finds it unreadable; the lines after it are kept.
 /// Returns whether a torn tail was cut.
-fn read_whole_lines(path: &Path, mut each: impl FnMut(&[u8], u64)) -> std::io::Result<bool> {
+pub(super) fn read_whole_lines(
+    path: &Path,
+    mut each: impl FnMut(&[u8], u64),
+) -> std::io::Result<bool> {
     let mut file = OpenOptions::new().read(true).write(true).open(path)?;
     let mut offset: u64 = 0;
     let mut torn = false;
@@ -947,9 +933,7 @@ impl Writer {
                     return Ok(());
                 };
                 let seq = self.next_seq;
-                let mut entry = format!("{seq}\t{id}\t").into_bytes();
-                entry.extend_from_slice(body);
-                entry.push(b'\n');
+                let entry = outbox_line(seq, id, body);
                 let offset = self.log.len;
                 if let Err(e) = self.log.append_clean(&entry) {
                     // Not in the outbox log, so not in the transcript either.
@@ -1042,211 +1026,10 @@ impl Writer {
     }
 }
 
-/// Reads the outbox log: `seq \t id \t envelope-json` lines. A torn last line is cut.
-fn load_outbox_log(path: &Path) -> std::io::Result<Vec<LoggedOutbound>> {
-    let mut out = Vec::new();
-    if !path.exists() {
-        return Ok(out);
-    }
-    read_whole_lines(path, |line, end| {
-        let start = end - line.len() as u64 - 1;
-        match parse_outbox_line(line, start) {
-            Some(e) => out.push(e),
-            None => {
-                tracing::warn!(file = %path.display(), offset = start, "skipping unreadable outbox log line")
-            }
-        }
-    })?;
-    Ok(out)
-}
-
-/// Parses one outbox log line (without its `\n`) that starts at byte `offset`.
-pub(crate) fn parse_outbox_line(line: &[u8], offset: u64) -> Option<LoggedOutbound> {
-    let mut parts = line.splitn(3, |b| *b == b'\t');
-    let seq: u64 = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
-    let id = std::str::from_utf8(parts.next()?).ok()?.to_string();
-    let body = Bytes::copy_from_slice(parts.next()?);
-    Some(LoggedOutbound {
-        seq,
-        id,
-        body,
-        offset,
-    })
-}
-
-/// The longest file stem a name keeps in readable form ([`file_stem`]); longer ones
-/// are hashed. Far below the 255 bytes most file systems allow for a file name, so a
-/// suffix (`.jsonl.1`, `.cursor`, `.tmp`) always fits.
-const MAX_PLAIN_STEM: usize = 128;
-
-/// Starts every hashed file stem: percent-encoding never writes it (`~` is `%7E`
-/// there), so a hashed stem cannot equal a readable one.
-const HASHED_PREFIX: char = '~';
-
-/// The file stem a group (or a peer) is stored under, bounded whatever the name: its
-/// percent-encoding when that is at most [`MAX_PLAIN_STEM`] bytes (so `/`, `..`,
-/// control bytes and the like never reach the file system, and the names older
-/// versions wrote stay the same), else `~` and the first 32 hex digits of its
-/// SHA-256 (a 30-character CJK name is 270 bytes encoded; a file name may not be over
-/// 255). [`name_of_stem`] reverses a readable stem; a hashed one names no group, so a
-/// transcript's group is read from its lines ([`group_of_file`]).
-pub(crate) fn file_stem(name: &str) -> String {
-    let plain = encode_name(name);
-    if plain.len() <= MAX_PLAIN_STEM {
-        return plain;
-    }
-    let digest = ring::digest::digest(&ring::digest::SHA256, name.as_bytes());
-    let mut out = String::from(HASHED_PREFIX);
-    for b in &digest.as_ref()[..16] {
-        out.push_str(&format!("{b:02x}"));
-    }
-    out
-}
-
-/// The file in `dir` where `name`'s data with extension `ext` is kept: `<stem>.<ext>`
-/// ([`file_stem`]), or, for a hashed stem, the file an older version named with the
-/// whole percent-encoding when that exists, so a group's data never splits over two
-/// files. A name that was too long for the file system then has no such file.
-pub(crate) fn stored_path(dir: &Path, name: &str, ext: &str) -> PathBuf {
-    let stem = file_stem(name);
-    if stem.starts_with(HASHED_PREFIX) {
-        let older = dir.join(format!("{}.{ext}", encode_name(name)));
-        if older.exists() {
-            return older;
-        }
-    }
-    dir.join(format!("{stem}.{ext}"))
-}
-
-/// The name a readable [`file_stem`] stands for; `None` for a hashed stem (or one no
-/// version wrote).
-pub(crate) fn name_of_stem(stem: &str) -> Option<String> {
-    if stem.starts_with(HASHED_PREFIX) {
-        return None;
-    }
-    decode_name(stem)
-}
-
-/// The group a transcript file holds: its name's, when readable ([`name_of_stem`]),
-/// else the group of its first readable line (`None` when it has none, or for a name
-/// no version wrote). For listing groups (`botmesh replay`).
-pub(crate) fn group_of_file(path: &Path) -> Option<String> {
-    let stem = path.file_stem()?.to_str()?;
-    if let Some(group) = name_of_stem(stem) {
-        return Some(group);
-    }
-    if !stem.starts_with(HASHED_PREFIX) {
-        return None;
-    }
-    let file = File::open(path).ok()?;
-    BufReader::new(file)
-        .split(b'\n')
-        .map_while(Result::ok)
-        .find_map(|line| serde_json::from_slice::<Envelope>(&line).ok())
-        .map(|env| env.group)
-        .filter(|group| file_stem(group) == stem)
-}
-
-/// File-name-safe form of a name (percent-encoding of anything unusual), unbounded:
-/// [`file_stem`] bounds it.
-fn encode_name(group: &str) -> String {
-    let mut out = String::new();
-    for b in group.bytes() {
-        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-/// Inverse of [`encode_name`].
-fn decode_name(name: &str) -> Option<String> {
-    let bytes = name.as_bytes();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
-/// The last `limit` messages of a transcript held as a slice, oldest first: what
-/// [`Transcripts::recent`] reads, for the simulator's and the replay's `Ports`.
-pub(crate) fn last_in(t: &[Arc<Envelope>], limit: usize) -> Vec<Arc<Envelope>> {
-    t[t.len().saturating_sub(limit)..].to_vec()
-}
-
-/// The messages of a slice after the message `after` (exclusive): [`Transcripts::since`].
-pub(crate) fn since_in(t: &[Arc<Envelope>], after: &Ulid) -> Vec<Arc<Envelope>> {
-    match t.iter().position(|e| &e.id == after) {
-        Some(i) => t[i + 1..].to_vec(),
-        None => Vec::new(),
-    }
-}
-
-/// [`Transcripts::recent_bot_messages_and_due`] over a slice.
-pub(crate) fn bot_messages_and_due_in(
-    t: &[Arc<Envelope>],
-    limit: usize,
-    now_ms: u64,
-    window_ms: u64,
-    trigger: &Ulid,
-    ahead: &[String],
-) -> (usize, usize) {
-    let start = t.len().saturating_sub(limit);
-    (
-        recent_bot_messages(t[start..].iter(), now_ms, window_ms),
-        answers_due(t.iter(), trigger, ahead),
-    )
-}
-
-/// Counts bot messages in `recent` (oldest first) after the last human message and
-/// no older than `window_ms` before `now_ms`.
-pub(crate) fn recent_bot_messages<'a>(
-    recent: impl DoubleEndedIterator<Item = &'a std::sync::Arc<Envelope>>,
-    now_ms: u64,
-    window_ms: u64,
-) -> usize {
-    recent
-        .rev()
-        .take_while(|e| e.author.kind == AuthorKind::Bot)
-        .filter(|e| now_ms.saturating_sub(e.sent_at) <= window_ms)
-        .count()
-}
-
-/// How many of the bots `ahead` have no answer to `trigger` in `recent`: in a round
-/// to everyone, the answers still due from the bots whose claims go first. They post
-/// before this bot whatever happens, so `turn::policy::last_check`'s rate cap counts them with
-/// [`recent_bot_messages`] (an answer counts once: as a message when recorded, else
-/// as one due).
-pub(crate) fn answers_due<'a>(
-    recent: impl DoubleEndedIterator<Item = &'a std::sync::Arc<Envelope>> + Clone,
-    trigger: &ulid::Ulid,
-    ahead: &[String],
-) -> usize {
-    ahead
-        .iter()
-        .filter(|bot| {
-            !recent
-                .clone()
-                .rev()
-                .any(|e| e.reply_to.as_ref() == Some(trigger) && e.author.name == bot.as_str())
-        })
-        .count()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::file_names::{encode_name, MAX_PLAIN_STEM};
     use crate::wire::envelope::{Author, AuthorKind};
     use std::io::Write;
 
@@ -1322,14 +1105,6 @@ mod tests {
         let (_t, _, pending) = load(dir.path());
         let pending: Vec<(u64, String)> = pending.into_iter().map(|e| (e.seq, e.id)).collect();
         assert_eq!(pending, handed, "both stay in the outbox log");
-    }
-
-    #[test]
-    fn names_round_trip() {
-        for g in ["demo", "oc_abc-1", "群聊 1/..", "%"] {
-            assert_eq!(name_of_stem(&file_stem(g)).as_deref(), Some(g));
-            assert!(!file_stem(g).contains('/'));
-        }
     }
 
     #[tokio::test]

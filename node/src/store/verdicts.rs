@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use ulid::Ulid;
 
-use crate::store::transcript::stored_path;
+use crate::store::file_names::stored_path;
 use crate::telemetry::metrics::Metrics;
 
 /// The record format's version, written in every line (`"v"`); readers skip lines of

@@ -209,6 +209,9 @@ pub(crate) struct AgentMetrics {
     turns: Family<BotOutcome, Counter>,
     /// `botmesh_agent_restarts_total{bot}`.
     restarts: Family<BotLabel, Counter>,
+    /// `botmesh_agent_output_cut_total{bot,outcome}`: what of an agent's output was
+    /// cut at its bound (`reply`, `title`), the outcome label naming what.
+    cut: Family<BotOutcome, Counter>,
 }
 
 impl AgentMetrics {
@@ -216,6 +219,7 @@ impl AgentMetrics {
         let m = AgentMetrics {
             turns: Family::default(),
             restarts: Family::default(),
+            cut: Family::default(),
         };
         registry.register(
             "botmesh_agent_turns",
@@ -226,6 +230,11 @@ impl AgentMetrics {
             "botmesh_agent_restarts",
             "Restarts of a bot's ACP agent process after it died",
             m.restarts.clone(),
+        );
+        registry.register(
+            "botmesh_agent_output_cut",
+            "An ACP agent's output cut at its bound, by bot and what (reply, title)",
+            m.cut.clone(),
         );
         m
     }
@@ -606,6 +615,18 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts one piece of `bot`'s agent output cut at its bound: `reply`
+    /// (`max_reply_chars`) or `title` (`max_title_chars`).
+    pub fn agent_output_cut(&self, bot: &str, what: &str) {
+        self.agent
+            .cut
+            .get_or_create(&BotOutcome {
+                bot: bot.into(),
+                outcome: what.into(),
+            })
+            .inc();
+    }
+
     /// Sets the size of one in-memory cache.
     pub(crate) fn set_cache_entries(&self, cache: &str, entries: usize) {
         self.cache_entries
@@ -869,7 +890,7 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition.
-    pub(crate) fn render(&self) -> String {
+    pub fn render(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String");

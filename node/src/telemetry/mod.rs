@@ -1,6 +1,7 @@
 //! What a node tells its operators: Prometheus metrics and live events.
 pub mod events;
 pub mod metrics;
+pub mod refusals;
 
 /// The WebSocket crates (via `log`), whose debug and trace lines print whole frames and
 /// handshake requests: Discord's IDENTIFY frame carries the bot token, DingTalk's and

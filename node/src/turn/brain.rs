@@ -11,7 +11,7 @@ use crate::config::{BotSettings, LlmSettings, MeshSettings, NodeConfig};
 use crate::llm::{estimate_tokens, parse_verdict, ChatMessage, Endpoint, Purpose, Verdict};
 use crate::telemetry::metrics::Metrics;
 use crate::turn::budget::{Budget, Exhausted, Limits};
-use crate::turn::command::{GroupStops, Trail};
+use crate::turn::command::{GroupStops, Trail, WhyLimits};
 use crate::turn::judge::{build_prompt, offline_verdict, prompt_hash, JudgeInput};
 use crate::turn::mention::{Member, MentionMatcher, PlatformMention};
 use crate::turn::policy::{decide, Decision, Facts};
@@ -86,7 +86,7 @@ pub struct Brain {
     pub(crate) engine: crate::turn::engine::ReplyEngine,
     /// The ACP agent's permission questions waiting for a person's `/allow` or
     /// `/deny` (an ACP bot of a running node only).
-    pub(crate) permissions: Option<Arc<crate::turn::engine::ChatAsker>>,
+    pub(crate) permissions: Option<Arc<crate::turn::approval::ChatAsker>>,
     /// Decisions and LLM calls are counted here.
     pub(crate) metrics: Arc<Metrics>,
     /// The decisions about recent messages, which a person's `/why` reads back.
@@ -96,6 +96,8 @@ pub struct Brain {
     /// The group tools' questions to colleagues, turns in flight and the messages
     /// addressed to the bot not handed out yet (`turn::asks`).
     pub(crate) asks: crate::turn::asks::Asks,
+    /// How many `/why` each person may ask in each group.
+    pub(crate) why_limits: WhyLimits,
 }
 
 /// A judge call's answer and the prompt it was asked with.
@@ -210,27 +212,53 @@ impl Brain {
     }
 
     /// Starts the bot's MCP tool servers (`[[bots.mcp]]`), whose tools its reply model
-    /// is offered from now on: what a running node does (not `botmesh explain`).
-    /// Must be called within a tokio runtime.
-    /// `mesh`: the node's own `mesh` server (`group_tools = true`), after them.
-    pub(crate) fn start_tools(
+    /// is offered from now on: what a running node does (not `botmesh explain`). A
+    /// stdio server runs boxed unless its `sandbox = "off"` (a warning, at every
+    /// start); a kernel or launcher that cannot box it is an error, before the node
+    /// serves. `mesh`: the node's own `mesh` server (`group_tools = true`), after them.
+    pub(crate) async fn start_tools(
         &mut self,
         cfg: &NodeConfig,
         mesh: Option<crate::config::McpServerSettings>,
-    ) {
+    ) -> anyhow::Result<()> {
+        use crate::config::acp::SandboxSetting;
         let bot = cfg.bot();
         let servers: Vec<_> = bot.mcp.iter().cloned().chain(mesh).collect();
         if servers.is_empty() {
-            return;
+            return Ok(());
         }
-        if let crate::turn::engine::ReplyEngine::Model { tools } = &mut self.engine {
-            *tools = Some(crate::agent::mcp::McpTools::start(
-                &bot.name,
-                &servers,
-                &cfg.mcp_headers,
-                self.metrics.clone(),
-            ));
+        let crate::turn::engine::ReplyEngine::Model { tools } = &mut self.engine else {
+            return Ok(());
+        };
+        let stdio = servers.iter().filter(|m| m.url.is_none());
+        for m in stdio.clone().filter(|m| m.sandbox == SandboxSetting::Off) {
+            tracing::warn!(bot = %bot.name, server = %m.name, "sandbox = \"off\": the MCP server runs unboxed, and can read and write whatever the node's user can (its data dir, config and key files)");
         }
+        let boxing = match stdio.clone().find(|m| m.sandbox != SandboxSetting::Off) {
+            None => crate::agent::boxing::Boxing::default(),
+            Some(m) => {
+                let deny = crate::turn::engine::private_paths(cfg);
+                let (boxing, answer) = crate::agent::boxing::Boxing::prepare(None, deny)
+                    .await
+                    .map_err(|e| {
+                        anyhow::anyhow!(
+                            "bot {}'s MCP server {:?} cannot be boxed: {e}",
+                            bot.name,
+                            m.name
+                        )
+                    })?;
+                tracing::info!(bot = %bot.name, launcher = ?boxing.launcher, %answer, deny = ?boxing.deny, "the bot's stdio MCP servers run boxed");
+                boxing
+            }
+        };
+        *tools = Some(crate::agent::mcp::McpTools::start(
+            &bot.name,
+            &servers,
+            &cfg.mcp_headers,
+            boxing,
+            self.metrics.clone(),
+        ));
+        Ok(())
     }
 
     /// Starts the bot's ACP agent (`[[bots]] agent = { acp = … }`), which writes its
@@ -244,12 +272,12 @@ impl Brain {
         cfg: &NodeConfig,
         group_servers: Option<crate::agent::acp::GroupServers>,
     ) -> anyhow::Result<
-        Option<tokio::sync::mpsc::UnboundedReceiver<crate::agent::acp::PermissionQuestion>>,
+        Option<tokio::sync::mpsc::UnboundedReceiver<crate::turn::approval::AskedQuestion>>,
     > {
         let Some(settings) = cfg.bot().agent.as_ref().and_then(|a| a.acp()) else {
             return Ok(None);
         };
-        let (asker, questions) = crate::turn::engine::ChatAsker::new();
+        let (asker, questions) = crate::turn::approval::ChatAsker::new();
         let agent = crate::turn::engine::start_acp(
             cfg,
             settings,
@@ -288,6 +316,7 @@ impl Brain {
             trail: Trail::default(),
             stops: GroupStops::default(),
             asks: crate::turn::asks::Asks::default(),
+            why_limits: WhyLimits::default(),
         }
     }
 

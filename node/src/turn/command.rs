@@ -6,8 +6,10 @@
 //! it (as the platform delivers them: `@Name`, `@_user_1`, `<at …>…</at>`), starts with
 //! `/` (or the full-width `／`) and one of the verbs, in any case. A bot's text
 //! never is one, and an unknown `/foo` is ordinary text. With `[mesh] operators` set,
-//! `/quiet`, `/resume`, `/stop`, `/allow` and `/deny` are commands only from an operator ([`may_command`]);
-//! anyone else's is ordinary text. `/why` is open to everyone. Commands are recorded
+//! `/quiet`, `/resume` and `/stop` are commands only from an operator ([`may_command`]);
+//! anyone else's is ordinary text. `/why` is open to everyone; `/allow` and `/deny`
+//! to the person whose message started the agent's turn and operators
+//! (`turn::approval`). Commands are recorded
 //! in the transcript like any message, but never judged or answered, and
 //! [`without_commands`] keeps them (and the bots' `/why` answers to them) out of
 //! every LLM prompt.
@@ -43,8 +45,8 @@ pub(crate) enum Verb {
     Stop,
     /// `/why`: say why the bot did or did not speak on the last message.
     Why,
-    /// `/allow`: allow the tool call the bot's ACP agent asked about (the oldest
-    /// question waiting in the group).
+    /// `/allow`: allow the tool call the bot's ACP agent asked about (the question
+    /// replied to, else the most recent one waiting in the group; `turn::approval`).
     Allow,
     /// `/deny`: reject it.
     Deny,
@@ -169,12 +171,13 @@ pub(crate) fn person_of(env: &Envelope, t: &Tuning) -> Vec<String> {
     }
 }
 
-/// Whether `verb`, said in `env`, is carried out: `/why` always; `/quiet`, `/resume`
-/// and `/stop` when `[mesh] operators` is absent (everyone commands) or names the
-/// person ([`person_of`]).
+/// Whether `verb`, said in `env`, is carried out: `/why` always; `/allow` and `/deny`
+/// always reach the question (`turn::approval` decides who may answer it: the
+/// requester or an operator); `/quiet`, `/resume` and `/stop` when `[mesh] operators`
+/// is absent (everyone commands) or names the person ([`person_of`]).
 pub(crate) fn may_command(verb: Verb, env: &Envelope, t: &Tuning) -> bool {
     match (&t.mesh.operators, verb) {
-        (_, Verb::Why) | (None, _) => true,
+        (_, Verb::Why | Verb::Allow | Verb::Deny) | (None, _) => true,
         (Some(operators), _) => person_of(env, t).iter().any(|p| operators.contains(p)),
     }
 }
@@ -295,6 +298,44 @@ impl Quiet {
     /// Whether the bot is quiet in `group`.
     pub(crate) fn in_group(&self, group: &str) -> bool {
         self.by(group) != QuietBy::Off
+    }
+}
+
+/// How many `/why` a person may ask in a group: [`WHY_BURST`] at once, then one every
+/// 60 / [`WHY_PER_MINUTE`] seconds. A flood of `/why` would otherwise be a flood of
+/// bot messages (50 of them held a real answer back 150 s on Telegram).
+pub(crate) const WHY_PER_MINUTE: f64 = 2.0;
+/// The `/why` a person may ask at once in a group.
+pub(crate) const WHY_BURST: f64 = 3.0;
+/// The (group, person) buckets kept before full ones are dropped.
+const WHY_KEYS: usize = 4096;
+
+/// Each person's `/why` allowance in each group ([`WHY_PER_MINUTE`]).
+#[derive(Default)]
+pub(crate) struct WhyLimits {
+    /// A token bucket per (group, person).
+    buckets: Mutex<HashMap<(String, String), crate::config::pacing::TokenBucket>>,
+}
+
+impl WhyLimits {
+    /// Takes one `/why` of `person` in `group` at `now`; `Err` (how long until the
+    /// next) when they asked too many.
+    pub(crate) fn take(
+        &self,
+        group: &str,
+        person: &str,
+        now: tokio::time::Instant,
+    ) -> Result<(), std::time::Duration> {
+        let mut buckets = self.buckets.lock();
+        if buckets.len() >= WHY_KEYS {
+            buckets.retain(|_, b| !b.is_full(now));
+        }
+        buckets
+            .entry((group.to_string(), person.to_string()))
+            .or_insert_with(|| {
+                crate::config::pacing::TokenBucket::full(WHY_PER_MINUTE / 60.0, WHY_BURST, now)
+            })
+            .take(now)
     }
 }
 
@@ -492,7 +533,7 @@ pub(crate) fn why_text(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::config::{BotSettings, MeshSettings};
     use crate::turn::brain::Provider;
@@ -500,7 +541,7 @@ mod tests {
     use crate::wire::envelope::Author;
 
     /// Alice's tuning, with colleagues Bob (local) and Dee (DingTalk), and `operators`.
-    fn tuning(operators: Option<&[&str]>) -> Tuning {
+    pub(crate) fn tuning(operators: Option<&[&str]>) -> Tuning {
         let bot = |toml: &str| BotSettings::from_toml(toml).expect("bot");
         Tuning {
             me: Arc::new(bot("name = \"Alice\"")),

@@ -17,10 +17,13 @@
 //! - [`engine`] — `ReplyEngine`: the model (with its MCP tools' loop) or a sidecar
 //!   webhook writes the reply.
 //! - [`pipeline`] — `triage` and `act`: the pipeline for one message.
+//! - [`approval`] — an ACP agent's permission questions in the chat: which `/allow`
+//!   or `/deny` answers which question, and who may answer.
 //! - [`typing`] — the platform's typing signal, kept on while the reply is written.
 //! - [`explain`] — the dry-run of a decision.
 //! - [`ports`] — `Ports`, the turn code's view of the node (and of the simulator).
 
+pub(crate) mod approval;
 pub(crate) mod asks;
 pub(crate) mod brain;
 pub(crate) mod budget;

@@ -564,6 +564,11 @@ async fn acp_step<P: Ports + ?Sized>(
         return None;
     };
     let before = context_before(p, msg, me.context_messages.max(50));
+    if let Some(asker) = &brain.permissions {
+        // Its questions are answered by whoever started the turn (or an operator).
+        let requester = crate::turn::approval::requester(msg, &before, &brain.tuning());
+        asker.turn_started(&msg.group, requester);
+    }
     let prompt =
         crate::turn::engine::acp_prompt(&me.name, &before, msg, |id| brain.asks.consumed(id));
     // The prompt hands out what was addressed to the bot up to the trigger; the group

@@ -18,12 +18,11 @@ use super::{
     AcpError, AcpOptions, AcpProgress, AcpPrompt, AcpSettings, Decision, PermissionQuestion,
     PlanStep, StopReason, ToolKind, TurnOutcome,
 };
+use crate::agent::boxing::Boxing;
 use crate::config::pacing::{Backoff, Jitter};
 
 /// The ACP protocol version this client speaks.
 const PROTOCOL_VERSION: u64 = 1;
-/// How long `initialize` may take (opencode needs seconds).
-const INIT_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a timed-out turn waits for the agent's `cancelled` answer.
 const CANCEL_WAIT: Duration = Duration::from_secs(2);
 /// Restarts after a death: from half a second, doubling, up to a minute.
@@ -61,6 +60,10 @@ enum Link {
 struct Turn {
     group: String,
     text: String,
+    /// Characters in `text`, which stops growing at `max_reply_chars`.
+    chars: usize,
+    /// True once a chunk went past `max_reply_chars` (the rest was dropped).
+    cut: bool,
     progress: Option<mpsc::Sender<AcpProgress>>,
     cancel: CancellationToken,
     /// Tool calls seen in this turn: id → (title, kind), to fill in updates and
@@ -87,6 +90,8 @@ struct Shared {
     /// Groups with a turn in flight.
     busy: Mutex<HashSet<String>>,
     shutdown: CancellationToken,
+    /// How every start of the process is boxed (checked once, in [`AcpAgent::start`]).
+    boxing: Boxing,
 }
 
 /// A bot's ACP agent: one process (restarted when it dies), one session per group.
@@ -112,14 +117,17 @@ impl std::fmt::Debug for AcpAgent {
 
 impl AcpAgent {
     /// Starts the agent's process for `bot` and initializes it. Fails with
-    /// [`AcpError::Spawn`] when the command cannot start, or the error of
+    /// [`AcpError::Sandbox`] when it is to be boxed and cannot be (no Landlock, no
+    /// launcher), [`AcpError::Spawn`] when the command cannot start, or the error of
     /// `initialize`.
     pub async fn start(
         settings: AcpSettings,
         bot: &str,
         options: AcpOptions,
     ) -> Result<AcpAgent, AcpError> {
+        let boxing = boxing(&settings, bot, &options).await?;
         let shared = Arc::new(Shared {
+            boxing,
             settings,
             bot: bot.to_string(),
             options,
@@ -129,10 +137,35 @@ impl AcpAgent {
             busy: Mutex::new(HashSet::new()),
             shutdown: CancellationToken::new(),
         });
-        let live = launch(&shared, 1).await?;
-        shared.link.send_replace(Link::Up(live.clone()));
-        tokio::spawn(supervise(shared.clone(), live));
+        let first = match launch(&shared, 1).await {
+            Ok(live) => {
+                shared.link.send_replace(Link::Up(live.clone()));
+                Some(live)
+            }
+            // The command or the box is wrong: a configuration error, for the node to
+            // stop on.
+            Err(e @ (AcpError::Spawn { .. } | AcpError::Sandbox(_))) => return Err(e),
+            // It started but did not initialize (hung, died, spoke garbage): the node
+            // serves on while the supervisor starts it again with backoff.
+            Err(e) => {
+                tracing::warn!(bot, error = %e, "the ACP agent did not initialize; starting it again with backoff while the node serves");
+                shared.link.send_replace(Link::Failed(e.to_string()));
+                None
+            }
+        };
+        tokio::spawn(supervise(shared.clone(), first));
         Ok(AcpAgent { shared })
+    }
+
+    /// Why the agent cannot take a turn now (starting again after it died or did not
+    /// initialize, or stopped); `None` when it is up. What `/healthz` shows.
+    pub fn not_ready(&self) -> Option<String> {
+        match &*self.shared.link.borrow() {
+            Link::Up(_) => None,
+            Link::Restarting => Some("the agent is being started again".into()),
+            Link::Failed(why) => Some(format!("the agent could not be started: {why}")),
+            Link::Stopped => Some("the agent is stopped".into()),
+        }
     }
 
     /// The running process's id (also its process group's), if it is running.
@@ -216,6 +249,8 @@ impl AcpAgent {
             Turn {
                 group: group.to_string(),
                 text: String::new(),
+                chars: 0,
+                cut: false,
                 progress,
                 cancel: cancel.clone(),
                 tools: HashMap::new(),
@@ -244,12 +279,22 @@ impl AcpAgent {
             }
         };
         guard.in_flight = false;
-        let text = shared
+        let (mut text, cut) = shared
             .turns
             .lock()
             .remove(&session)
-            .map(|t| t.text)
+            .map(|t| (t.text, t.cut))
             .unwrap_or_default();
+        if cut {
+            let max = shared.settings.max_reply_chars;
+            tracing::warn!(bot = %shared.bot, group, max_reply_chars = max, "the ACP agent's reply was longer than max_reply_chars: cut");
+            if let Some(m) = &shared.options.metrics {
+                m.agent_output_cut(&shared.bot, "reply");
+            }
+            text.push_str(&format!(
+                "\n\n[cut: the answer was longer than {max} characters]"
+            ));
+        }
         let result = answer.map_err(|e| call_error("session/prompt", e))?;
         let stop_reason =
             StopReason::from_acp(answer_field(&result, "session/prompt", "stopReason")?);
@@ -419,9 +464,30 @@ fn call_error(method: &str, e: CallError) -> AcpError {
     }
 }
 
+/// How `bot`'s agent is boxed: with the sandbox on, the launcher, proven to be a
+/// botmesh binary on a kernel that enforces Landlock; with `sandbox = "off"`, not at
+/// all (a warning, at every start).
+async fn boxing(
+    settings: &AcpSettings,
+    bot: &str,
+    options: &AcpOptions,
+) -> Result<Boxing, AcpError> {
+    if settings.sandbox == crate::config::acp::SandboxSetting::Off {
+        tracing::warn!(bot, "sandbox = \"off\": the ACP agent runs unboxed, and can read and write whatever the node's user can (its data dir, config and key files)");
+        return Ok(Boxing::default());
+    }
+    let (boxing, answer) = Boxing::prepare(
+        options.sandbox_launcher.clone(),
+        options.sandbox_deny.clone(),
+    )
+    .await?;
+    tracing::info!(bot, launcher = ?boxing.launcher, %answer, deny = ?boxing.deny, "the ACP agent runs boxed");
+    Ok(boxing)
+}
+
 /// Spawns the process and initializes it.
 async fn launch(shared: &Arc<Shared>, generation: u64) -> Result<Live, AcpError> {
-    let (process, pipes) = process::spawn(&shared.settings, &shared.bot)?;
+    let (process, pipes) = process::spawn(&shared.settings, &shared.bot, &shared.boxing)?;
     let handler = Arc::new(Incoming {
         shared: Arc::downgrade(shared),
     });
@@ -443,24 +509,28 @@ async fn launch(shared: &Arc<Shared>, generation: u64) -> Result<Live, AcpError>
         "clientCapabilities": {"fs": {"readTextFile": false, "writeTextFile": false}, "terminal": false},
         "clientInfo": {"name": "botmesh", "title": "botmesh", "version": env!("CARGO_PKG_VERSION")},
     });
-    let initialized =
-        match tokio::time::timeout(INIT_TIMEOUT, live.conn.call("initialize", params)).await {
-            Ok(answer) => answer.map_err(|e| call_error("initialize", e)),
-            Err(_) => Err(AcpError::TimedOut(INIT_TIMEOUT)),
+    let limit = Duration::from_secs(shared.settings.init_timeout_secs);
+    let initialized = match tokio::time::timeout(limit, live.conn.call("initialize", params)).await
+    {
+        Ok(answer) => answer.map_err(|e| call_error("initialize", e)),
+        Err(_) => Err(AcpError::Protocol {
+            method: "initialize".into(),
+            problem: format!("no answer within init_timeout_secs ({limit:?})"),
+        }),
+    }
+    .and_then(|answer| {
+        let version = answer.get("protocolVersion").and_then(Value::as_u64);
+        if version == Some(PROTOCOL_VERSION) {
+            Ok(answer)
+        } else {
+            Err(AcpError::Protocol {
+                method: "initialize".into(),
+                problem: format!(
+                    "it speaks protocol version {version:?}, this client {PROTOCOL_VERSION}"
+                ),
+            })
         }
-        .and_then(|answer| {
-            let version = answer.get("protocolVersion").and_then(Value::as_u64);
-            if version == Some(PROTOCOL_VERSION) {
-                Ok(answer)
-            } else {
-                Err(AcpError::Protocol {
-                    method: "initialize".into(),
-                    problem: format!(
-                        "it speaks protocol version {version:?}, this client {PROTOCOL_VERSION}"
-                    ),
-                })
-            }
-        });
+    });
     match initialized {
         Ok(answer) => {
             let info = answer.get("agentInfo").cloned().unwrap_or_default();
@@ -481,39 +551,45 @@ async fn stop_live(shared: &Shared, live: &Live) {
     live.process.stop().await;
 }
 
-/// Watches the live agent; when it dies, restarts it with [`RESTART`] until it is up
-/// again or the agent is stopped.
-async fn supervise(shared: Arc<Shared>, mut live: Live) {
+/// Watches the live agent; when it dies (or, `first` being `None`, never came up),
+/// restarts it with [`RESTART`] until it is up again or the agent is stopped.
+async fn supervise(shared: Arc<Shared>, first: Option<Live>) {
     let mut attempt = 0u32;
+    let mut generation = 1;
+    let mut current = first;
     loop {
-        let death = tokio::select! {
-            biased;
-            _ = shared.shutdown.cancelled() => {
-                if let Link::Up(live) = shared.link.send_replace(Link::Stopped) {
-                    stop_live(&shared, &live).await;
+        if let Some(live) = current.take() {
+            let death = tokio::select! {
+                biased;
+                _ = shared.shutdown.cancelled() => {
+                    if let Link::Up(live) = shared.link.send_replace(Link::Stopped) {
+                        stop_live(&shared, &live).await;
+                    }
+                    return;
                 }
-                return;
+                death = live.conn.dead() => death,
+            };
+            if shared.shutdown.is_cancelled() {
+                current = Some(live);
+                continue; // the shutdown branch above ends it
             }
-            death = live.conn.dead() => death,
-        };
-        if shared.shutdown.is_cancelled() {
-            continue; // the shutdown branch above ends it
+            let reason = match &death.status {
+                Some(status) => format!("{} ({status})", death.reason),
+                None => death.reason.clone(),
+            };
+            tracing::warn!(bot = %shared.bot, reason = %reason, "the ACP agent died; restarting it");
+            if !matches!(&*shared.link.borrow(), Link::Stopped) {
+                shared.link.send_replace(Link::Restarting);
+            }
+            // A connection that died of garbage leaves a live process: stop it.
+            stop_live(&shared, &live).await;
+            if live.started.elapsed() >= HEALTHY {
+                attempt = 0;
+            }
+            generation = live.generation;
         }
-        let reason = match &death.status {
-            Some(status) => format!("{} ({status})", death.reason),
-            None => death.reason.clone(),
-        };
-        tracing::warn!(bot = %shared.bot, reason = %reason, "the ACP agent died; restarting it");
-        if !matches!(&*shared.link.borrow(), Link::Stopped) {
-            shared.link.send_replace(Link::Restarting);
-        }
-        // A connection that died of garbage leaves a live process: stop it.
-        stop_live(&shared, &live).await;
-        if live.started.elapsed() >= HEALTHY {
-            attempt = 0;
-        }
-        let generation = live.generation + 1;
-        live = loop {
+        generation += 1;
+        let live = loop {
             attempt += 1;
             let delay = RESTART.delay(attempt, Jitter::Scale(1.0..=1.2));
             tokio::select! {
@@ -541,6 +617,7 @@ async fn supervise(shared: Arc<Shared>, mut live: Live) {
         }
         tracing::info!(bot = %shared.bot, pid = live.process.pid, "the ACP agent was restarted; sessions reopen on the next prompt");
         shared.link.send_replace(Link::Up(live.clone()));
+        current = Some(live);
     }
 }
 
@@ -598,7 +675,11 @@ fn session_update(shared: &Shared, params: &Value) {
             let content = &update["content"];
             if content.get("type").and_then(Value::as_str) == Some("text") {
                 if let Some(text) = content.get("text").and_then(Value::as_str) {
-                    turn.text.push_str(text);
+                    let room = shared.settings.max_reply_chars.saturating_sub(turn.chars);
+                    let kept = cut_at(text, room);
+                    turn.chars += kept.chars().count();
+                    turn.text.push_str(kept);
+                    turn.cut |= kept.len() < text.len();
                 }
             }
             None
@@ -614,7 +695,7 @@ fn session_update(shared: &Shared, params: &Value) {
                 .entry(id.clone())
                 .or_insert_with(|| (String::new(), ToolKind::Other));
             if let Some(title) = update.get("title").and_then(Value::as_str) {
-                entry.0 = title.to_string();
+                entry.0 = bounded_title(shared, title);
             }
             if let Some(k) = update.get("kind").and_then(Value::as_str) {
                 entry.1 = ToolKind::from_acp(k);
@@ -633,7 +714,7 @@ fn session_update(shared: &Shared, params: &Value) {
                     entries
                         .iter()
                         .map(|e| PlanStep {
-                            content: str_field(e, "content"),
+                            content: bounded_title(shared, &str_field(e, "content")),
                             status: str_field(e, "status"),
                         })
                         .collect()
@@ -651,6 +732,29 @@ fn session_update(shared: &Shared, params: &Value) {
             tracing::debug!(bot = %shared.bot, "ACP progress dropped: the receiver is full or gone");
         }
     }
+}
+
+/// The longest prefix of `text` of at most `max` characters.
+fn cut_at(text: &str, max: usize) -> &str {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => &text[..at],
+        None => text,
+    }
+}
+
+/// A tool call's title (or a plan step) as shown: at most `max_title_chars`
+/// characters, a cut one ending in `…` and counted.
+fn bounded_title(shared: &Shared, title: &str) -> String {
+    let max = shared.settings.max_title_chars;
+    let kept = cut_at(title, max);
+    if kept.len() == title.len() {
+        return title.to_string();
+    }
+    if let Some(m) = &shared.options.metrics {
+        m.agent_output_cut(&shared.bot, "title");
+    }
+    tracing::debug!(bot = %shared.bot, chars = title.chars().count(), max_title_chars = max, "a tool call's title was cut");
+    format!("{}…", cut_at(kept, max.saturating_sub(1)))
 }
 
 fn str_field(v: &Value, key: &str) -> String {
@@ -697,7 +801,7 @@ async fn answer_permission(shared: &Arc<Shared>, params: &Value) -> Value {
     let title = call
         .get("title")
         .and_then(Value::as_str)
-        .map(str::to_string)
+        .map(|t| bounded_title(shared, t))
         .or(known.map(|k| k.0))
         .unwrap_or_else(|| "(untitled tool call)".into());
     let settings = &shared.settings;

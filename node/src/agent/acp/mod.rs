@@ -78,6 +78,9 @@ pub enum AcpError {
     /// [`AcpAgent::stop`] was called.
     #[error("the ACP agent is stopped")]
     Stopped,
+    /// The agent cannot be boxed: no Landlock, or no launcher (`agent::sandbox`).
+    #[error(transparent)]
+    Sandbox(#[from] crate::agent::sandbox::SandboxError),
 }
 
 impl AcpError {
@@ -91,6 +94,7 @@ impl AcpError {
             AcpError::TimedOut(_) => "timed_out",
             AcpError::Busy(_) => "busy",
             AcpError::Stopped => "stopped",
+            AcpError::Sandbox(_) => "sandbox",
         }
     }
 }
@@ -246,6 +250,12 @@ pub struct AcpOptions {
     /// Where turns and restarts are counted (`botmesh_agent_turns_total`,
     /// `botmesh_agent_restarts_total`), when the node has metrics.
     pub metrics: Option<Arc<crate::telemetry::metrics::Metrics>>,
+    /// The botmesh binary that boxes the agent (`None`:
+    /// [`crate::agent::sandbox::launcher_path`]); unused with `sandbox = "off"`.
+    pub sandbox_launcher: Option<std::path::PathBuf>,
+    /// Paths the agent's box never reaches: the node's data dir, config, key and
+    /// secret files.
+    pub sandbox_deny: Vec<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for AcpOptions {
@@ -255,6 +265,8 @@ impl std::fmt::Debug for AcpOptions {
             .field("group_servers", &self.group_servers.is_some())
             .field("asker", &self.asker.is_some())
             .field("metrics", &self.metrics.is_some())
+            .field("sandbox_launcher", &self.sandbox_launcher)
+            .field("sandbox_deny", &self.sandbox_deny)
             .finish()
     }
 }

@@ -1,5 +1,8 @@
 //! The agent's process: started from `acp` in `cwd` with a clean environment, in its
-//! own process group, and stopped by that group.
+//! own process group, boxed by the `botmesh sandbox` launcher unless `sandbox = "off"`
+//! (see `agent::sandbox`: `cwd`, a private temp dir and `write` read-write, the
+//! system's and the program's install read-only, nothing of the node's), and stopped
+//! by that group.
 //!
 //! Stopping: the caller closes its stdin first; the process gets [`STDIN_GRACE`] to
 //! exit, then the whole group gets SIGTERM, then after [`TERM_GRACE`] SIGKILL (codex-acp
@@ -14,21 +17,18 @@ use std::time::Duration;
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use tokio::io::BufReader;
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::rpc::read_bounded_line;
 use super::AcpError;
+use crate::agent::boxing::{boxed_command, Boxing, Launch, TempDir};
 use crate::config::acp::AcpSettings;
 
 /// How long an agent has to exit after its stdin is closed.
 pub(crate) const STDIN_GRACE: Duration = Duration::from_secs(1);
 /// How long its group has between SIGTERM and SIGKILL.
 pub(crate) const TERM_GRACE: Duration = Duration::from_secs(3);
-/// The longest stderr line logged whole; the rest of a longer line is cut.
-const STDERR_LINE: usize = 2048;
 /// The only variables taken from the node's environment.
 const INHERITED: [&str; 3] = ["PATH", "HOME", "LANG"];
 
@@ -75,7 +75,11 @@ pub(crate) fn clean_env(
 
 /// Starts the agent. A program that cannot be started, or a `cwd` that is not a
 /// directory, is [`AcpError::Spawn`] naming the command.
-pub(crate) fn spawn(settings: &AcpSettings, bot: &str) -> Result<(AgentProcess, Pipes), AcpError> {
+pub(crate) fn spawn(
+    settings: &AcpSettings,
+    bot: &str,
+    boxing: &Boxing,
+) -> Result<(AgentProcess, Pipes), AcpError> {
     let command = command_line(settings);
     let spawn_error = |reason: String| AcpError::Spawn {
         command: command.clone(),
@@ -90,12 +94,22 @@ pub(crate) fn spawn(settings: &AcpSettings, bot: &str) -> Result<(AgentProcess, 
             settings.cwd
         )));
     }
-    let mut cmd = Command::new(program);
-    cmd.args(args)
-        .current_dir(&settings.cwd)
-        .env_clear()
-        .envs(clean_env(settings, |k| std::env::var(k).ok()))
-        .stdin(Stdio::piped())
+    let env = clean_env(settings, |k| std::env::var(k).ok());
+    let (mut cmd, temp) = boxed_command(
+        boxing,
+        Launch {
+            who: bot,
+            program,
+            args,
+            cwd: &settings.cwd,
+            cwd_write: true,
+            env,
+            sandbox: &settings.sandbox,
+            run_as: settings.run_as.as_deref(),
+        },
+    )
+    .map_err(&spawn_error)?;
+    cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
@@ -109,9 +123,13 @@ pub(crate) fn spawn(settings: &AcpSettings, bot: &str) -> Result<(AgentProcess, 
     else {
         return Err(spawn_error("its pipes were not opened".into()));
     };
-    tracing::info!(bot, pid, command = %command, cwd = ?settings.cwd, "started the ACP agent");
+    tracing::info!(bot, pid, command = %command, cwd = ?settings.cwd, boxed = temp.is_some(), "started the ACP agent");
     let label: Arc<str> = format!("{bot}/{}", program).into();
-    tokio::spawn(log_stderr(stderr, label.clone()));
+    tokio::spawn(crate::agent::stderr::log_lines(
+        stderr,
+        label.clone(),
+        crate::agent::stderr::Level::Debug,
+    ));
     let stop = CancellationToken::new();
     let (exit_tx, exit) = watch::channel(None);
     let (gone_tx, gone) = watch::channel(false);
@@ -121,7 +139,7 @@ pub(crate) fn spawn(settings: &AcpSettings, bot: &str) -> Result<(AgentProcess, 
         stop.clone(),
         exit_tx,
         gone_tx,
-        label,
+        (label, temp),
     ));
     Ok((
         AgentProcess {
@@ -144,16 +162,6 @@ impl AgentProcess {
     }
 }
 
-/// Logs the agent's stderr line by line at debug, lines cut at [`STDERR_LINE`].
-async fn log_stderr(stderr: tokio::process::ChildStderr, label: Arc<str>) {
-    let mut reader = BufReader::new(stderr);
-    let mut buf = Vec::new();
-    while let Ok(Some(cut)) = read_bounded_line(&mut reader, STDERR_LINE, &mut buf).await {
-        let line = String::from_utf8_lossy(&buf);
-        tracing::debug!(agent = %label, cut, "stderr: {line}");
-    }
-}
-
 /// Describes an exit status for errors and logs.
 fn describe(status: std::io::Result<ExitStatus>) -> String {
     match status {
@@ -170,7 +178,7 @@ async fn watch_child(
     stop: CancellationToken,
     exit_tx: watch::Sender<Option<String>>,
     gone_tx: watch::Sender<bool>,
-    label: Arc<str>,
+    (label, temp): (Arc<str>, Option<TempDir>),
 ) {
     let group = Pid::from_raw(pid as i32);
     let status = tokio::select! {
@@ -181,6 +189,7 @@ async fn watch_child(
     tracing::info!(agent = %label, status = %status, "the ACP agent's process ended");
     exit_tx.send_replace(Some(status));
     end_group(group, &label).await;
+    drop(temp);
     gone_tx.send_replace(true);
 }
 
@@ -238,6 +247,11 @@ mod tests {
             ask: vec![],
             turn_timeout_secs: 1,
             ask_timeout_secs: 1,
+            init_timeout_secs: 1,
+            max_reply_chars: 1,
+            max_title_chars: 1,
+            sandbox: Default::default(),
+            run_as: None,
         };
         let node = |k: &str| match k {
             "PATH" => Some("/bin".to_string()),

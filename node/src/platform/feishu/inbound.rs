@@ -32,7 +32,9 @@ pub(super) enum Outcome {
 pub(crate) fn not_enabled(metrics: &Metrics, remote: SocketAddr) -> Response<Body> {
     let e = EventError::NotEnabled;
     metrics.feishu_event(e.reason());
-    tracing::warn!(%remote, reason = e.reason(), "feishu callback to a node that is not on feishu");
+    if crate::telemetry::refusals::REFUSALS.admit("feishu webhook", e.reason()) {
+        tracing::warn!(%remote, reason = e.reason(), "feishu callback to a node that is not on feishu");
+    }
     server::json(
         e.status(),
         &serde_json::json!({"error": e.reason(), "detail": e.to_string()}),
@@ -85,7 +87,9 @@ pub(crate) async fn handle_events(
         }
         Err(e) => {
             node.metrics.feishu_event(e.reason());
-            tracing::warn!(%remote, status = e.status().as_u16(), reason = e.reason(), detail = %e, "feishu callback rejected");
+            if crate::telemetry::refusals::REFUSALS.admit("feishu webhook", e.reason()) {
+                tracing::warn!(%remote, status = e.status().as_u16(), reason = e.reason(), detail = %e, "feishu callback rejected");
+            }
             server::json(
                 e.status(),
                 &serde_json::json!({"error": e.reason(), "detail": e.to_string()}),

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use crate::ingress::ingest::Arrival;
 use crate::platform::AdapterContext;
-use crate::store::transcript::Appended;
+use crate::store::transcript::{Appended, TranscriptError};
 use crate::turn::mention::PlatformMention;
 use crate::wire::envelope::{platform_message_id, Author, Envelope, MAX_TEXT_BYTES};
 
@@ -85,6 +85,10 @@ pub(crate) enum Received {
     /// The transcript refused it (logged); the platform should deliver it again
     /// where it can.
     Failed,
+    /// Refused for good: it would start a group past `[mesh] max_groups`. The platform
+    /// is told it was taken (a webhook answered 500 would deliver it forever); logged
+    /// once per group.
+    Refused,
 }
 
 impl Received {
@@ -98,6 +102,7 @@ impl Received {
             Received::Context => "context",
             Received::Empty => "empty",
             Received::Failed => "failed",
+            Received::Refused => "refused",
         }
     }
 }
@@ -114,6 +119,23 @@ pub(crate) struct Inbound {
     pub(crate) max_depth: u32,
     /// How long a colleague's platform copy waits for the bridge copy.
     pub(crate) grace: Duration,
+}
+
+/// The groups refused past `max_groups` whose refusal was logged, per bot (bounded:
+/// past [`REFUSALS_KEPT`] the set starts over, and a refusal is logged again).
+static REFUSALS: std::sync::OnceLock<
+    parking_lot::Mutex<std::collections::HashSet<(String, String)>>,
+> = std::sync::OnceLock::new();
+/// How many refused groups [`REFUSALS`] remembers.
+const REFUSALS_KEPT: usize = 1024;
+
+/// True the first time `group` is refused for `bot`.
+fn first_refusal(bot: &str, group: &str) -> bool {
+    let mut seen = REFUSALS.get_or_init(Default::default).lock();
+    if seen.len() >= REFUSALS_KEPT {
+        seen.clear();
+    }
+    seen.insert((bot.to_string(), group.to_string()))
 }
 
 /// `text` cut to at most `max` bytes at a character boundary.
@@ -204,6 +226,14 @@ impl Inbound {
             Ok(Appended::Duplicate) => {
                 tracing::info!(platform = self.platform, message_id = %msg.platform_msg_id, "platform message already recorded (a redelivery, or a colleague carried it first)");
                 Received::Duplicate
+            }
+            Err(e @ TranscriptError::TooManyGroups { .. }) => {
+                if first_refusal(&self.me, &msg.group) {
+                    tracing::warn!(platform = self.platform, group = %msg.group, error = %e, "a platform message that would start a group past max_groups: taken and dropped (logged once per group)");
+                } else {
+                    tracing::debug!(platform = self.platform, message_id = %msg.platform_msg_id, "dropped: its group is past max_groups");
+                }
+                Received::Refused
             }
             Err(e) => {
                 tracing::error!(platform = self.platform, message_id = %msg.platform_msg_id, error = %e, "platform message could not be recorded");

@@ -3,7 +3,9 @@
 //! `X-Telegram-Bot-Api-Secret-Token`. A request without the right secret is refused
 //! (401, logged, nothing read); an update is answered 200 once recorded, and 500
 //! when it could not be, so Telegram delivers it again (a second delivery of a
-//! recorded update is recorded once).
+//! recorded update is recorded once). An update refused for good (its chat would be a
+//! group past `max_groups`) is answered 200 and logged once: a 500 would have Telegram
+//! deliver it forever.
 
 use std::sync::Arc;
 
@@ -35,7 +37,12 @@ pub(super) async fn answer(
         .map(|v| v.as_bytes())
         .unwrap_or_default();
     if want.is_empty() || !crate::wire::signing::constant_time_eq(given, want.as_bytes()) {
-        tracing::warn!(%remote, bot = %tg.me, "a telegram webhook request without the right secret token; refused");
+        ingest
+            .metrics
+            .http_refused("bridge", "telegram_secret_token");
+        if crate::telemetry::refusals::REFUSALS.admit("telegram webhook", "bad_secret_token") {
+            tracing::warn!(%remote, bot = %tg.me, "a telegram webhook request without the right secret token; refused");
+        }
         return server::error(
             StatusCode::UNAUTHORIZED,
             "wrong or missing X-Telegram-Bot-Api-Secret-Token",
@@ -44,7 +51,12 @@ pub(super) async fn answer(
     let body = match server::read_body(req, MAX_UPDATE_BYTES).await {
         Ok((_, b)) => b,
         Err(e) => {
-            tracing::warn!(%remote, error = %e, "a telegram webhook body could not be read");
+            ingest
+                .metrics
+                .http_refused("bridge", "telegram_unreadable_body");
+            if crate::telemetry::refusals::REFUSALS.admit("telegram webhook", "unreadable_body") {
+                tracing::warn!(%remote, error = %e, "a telegram webhook body could not be read");
+            }
             return server::error(StatusCode::BAD_REQUEST, "unreadable body");
         }
     };
