@@ -173,15 +173,30 @@ pub(crate) struct Seen {
     pub(crate) replies: std::sync::Mutex<HashMap<String, u64>>,
 }
 
+/// The folder bot `name`'s bench agent works and logs in: `dir/<name>.work`, apart from
+/// the nodes' config, secret and data, which the agent's box keeps it from (a new file
+/// cannot be made in a folder holding them).
+fn agent_work_dir(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.work"))
+}
+
 /// The `agent = …` line that makes bot `name` answer with this bench's ACP agent
-/// (`exe acp-agent`, working `work_ms` per turn, logging into `dir/<name>.agent.log`).
-pub(crate) fn bench_agent(exe: &Path, dir: &Path, name: &str, work_ms: u64) -> String {
-    format!(
+/// (`exe acp-agent`, working `work_ms` per turn, boxed as by default, in and logging
+/// into [`agent_work_dir`]), which it makes.
+pub(crate) fn bench_agent(
+    exe: &Path,
+    dir: &Path,
+    name: &str,
+    work_ms: u64,
+) -> anyhow::Result<String> {
+    let work = agent_work_dir(dir, name);
+    std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+    Ok(format!(
         "agent = {{ acp = [{:?}, \"acp-agent\"], cwd = {:?}, env = {{ BENCH_AGENT_LOG = {:?}, BENCH_AGENT_WORK_MS = \"{work_ms}\" }} }}\n",
         exe.display().to_string(),
-        dir.display().to_string(),
-        dir.join(format!("{name}.agent.log")).display().to_string(),
-    )
+        work.display().to_string(),
+        work.join("agent.log").display().to_string(),
+    ))
 }
 
 /// Starts `agent0` and `agent1` in `dir`, each with its `agents[i]` line (an `agent =
@@ -373,7 +388,8 @@ pub(crate) fn agent_turns(dir: &Path) -> (HashMap<String, Logged>, Vec<u32>) {
     let mut pids = Vec::new();
     for i in 0..2 {
         let text =
-            std::fs::read_to_string(dir.join(format!("agent{i}.agent.log"))).unwrap_or_default();
+            std::fs::read_to_string(agent_work_dir(dir, &format!("agent{i}")).join("agent.log"))
+                .unwrap_or_default();
         for line in text.lines() {
             let f: Vec<&str> = line.split_whitespace().collect();
             match f.as_slice() {
@@ -490,7 +506,10 @@ pub async fn run(args: AgentArgs, tmp: &Path) -> anyhow::Result<()> {
 
     // The agents.
     let dir = tmp.join("acp");
-    let agents = ["agent0", "agent1"].map(|n| Some(bench_agent(&exe, &dir, n, args.work_ms)));
+    let agents = [
+        Some(bench_agent(&exe, &dir, "agent0", args.work_ms)?),
+        Some(bench_agent(&exe, &dir, "agent1", args.work_ms)?),
+    ];
     let mut pair = start_pair(&bin, &dir, agents, &http).await?;
     let idle_acp = pair.rss();
     let posted = pair.run_turns(turns, &http).await;

@@ -158,7 +158,7 @@ pub async fn run(args: AskArgs, tmp: &Path) -> anyhow::Result<()> {
     let dir = tmp.join("asks");
     let agents = [
         Some("agent = { external = true }\n".to_string()),
-        Some(bench_agent(exe, &dir, "agent1", 0)),
+        Some(bench_agent(exe, &dir, "agent1", 0)?),
     ];
     let mut pair = start_pair(&setup.bin, &dir, agents, http).await?;
     let timed = run_asks(&pair, http, asks).await;
