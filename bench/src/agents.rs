@@ -59,7 +59,7 @@ pub struct AgentArgs {
 }
 
 /// Unix microseconds now.
-fn now_us() -> u64 {
+pub(crate) fn now_us() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_micros() as u64)
@@ -152,13 +152,13 @@ pub fn serve_agent() -> anyhow::Result<()> {
 // ---------------------------------------------------------------------------------
 
 /// Two nodes and their event watchers.
-struct Pair {
+pub(crate) struct Pair {
     /// The node processes, `agent0` then `agent1`.
-    nodes: Vec<Proc>,
+    pub(crate) nodes: Vec<Proc>,
     /// Their local APIs.
-    apis: Vec<SocketAddr>,
+    pub(crate) apis: Vec<SocketAddr>,
     /// What their watchers saw.
-    seen: Arc<Seen>,
+    pub(crate) seen: Arc<Seen>,
     /// The watcher tasks.
     watchers: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -166,19 +166,45 @@ struct Pair {
 /// What the bench's watchers saw: unix µs of the first `progress` event per trigger
 /// id, and of each reply's `message` event per turn label.
 #[derive(Default)]
-struct Seen {
+pub(crate) struct Seen {
     /// Trigger id → first progress event.
     progress: std::sync::Mutex<HashMap<String, u64>>,
     /// Turn label (`turn-7`) → the reply's message event.
-    replies: std::sync::Mutex<HashMap<String, u64>>,
+    pub(crate) replies: std::sync::Mutex<HashMap<String, u64>>,
 }
 
-/// Starts `agent0` and `agent1` in `dir` (with ACP agents when `agent` is given: this
-/// binary's `acp-agent`, working `work_ms`), and watches their events.
-async fn start_pair(
+/// The folder bot `name`'s bench agent works and logs in: `dir/<name>.work`, apart from
+/// the nodes' config, secret and data, which the agent's box keeps it from (a new file
+/// cannot be made in a folder holding them).
+fn agent_work_dir(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.work"))
+}
+
+/// The `agent = …` line that makes bot `name` answer with this bench's ACP agent
+/// (`exe acp-agent`, working `work_ms` per turn, boxed as by default, in and logging
+/// into [`agent_work_dir`]), which it makes.
+pub(crate) fn bench_agent(
+    exe: &Path,
+    dir: &Path,
+    name: &str,
+    work_ms: u64,
+) -> anyhow::Result<String> {
+    let work = agent_work_dir(dir, name);
+    std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+    Ok(format!(
+        "agent = {{ acp = [{:?}, \"acp-agent\"], cwd = {:?}, env = {{ BENCH_AGENT_LOG = {:?}, BENCH_AGENT_WORK_MS = \"{work_ms}\" }} }}\n",
+        exe.display().to_string(),
+        work.display().to_string(),
+        work.join("agent.log").display().to_string(),
+    ))
+}
+
+/// Starts `agent0` and `agent1` in `dir`, each with its `agents[i]` line (an `agent =
+/// …` setting; none: the built-in model), and watches their events.
+pub(crate) async fn start_pair(
     bin: &Path,
     dir: &Path,
-    agent: Option<(&Path, u64)>,
+    agents: [Option<String>; 2],
     http: &reqwest::Client,
 ) -> anyhow::Result<Pair> {
     std::fs::create_dir_all(dir)?;
@@ -189,20 +215,15 @@ async fn start_pair(
         crate::mesh::MESH_SETTINGS
     );
     let mut addrs = Vec::new();
-    for i in 0..2 {
+    for (i, agent) in agents.iter().enumerate() {
         let name = format!("agent{i}");
         let bridge: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         let api: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         toml.push_str(&format!(
             "[[bots]]\nname = \"{name}\"\nbridge = \"{bridge}\"\napi = \"{api}\"\nparticipation = \"mentions\"\n"
         ));
-        if let Some((exe, work_ms)) = agent {
-            toml.push_str(&format!(
-                "agent = {{ acp = [{:?}, \"acp-agent\"], cwd = {:?}, env = {{ BENCH_AGENT_LOG = {:?}, BENCH_AGENT_WORK_MS = \"{work_ms}\" }} }}\n",
-                exe.display().to_string(),
-                dir.display().to_string(),
-                dir.join(format!("{name}.agent.log")).display().to_string(),
-            ));
+        if let Some(agent) = agent {
+            toml.push_str(agent);
         }
         toml.push('\n');
         addrs.push((name, api));
@@ -312,25 +333,31 @@ impl Pair {
                 .as_str()
                 .unwrap_or("")
                 .to_string();
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while !self
-                .seen
-                .replies
-                .lock()
-                .expect("not poisoned")
-                .contains_key(&label)
-            {
-                if Instant::now() > deadline {
-                    bail!(
-                        "agent{i} did not answer {label} within 10 s; its log ends:\n{}",
-                        self.nodes[i].log_tail(15)
-                    );
-                }
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
+            self.wait_reply(i, &label).await?;
             out.push((label, id, posted));
         }
         Ok(out)
+    }
+
+    /// Waits (at most 10 s) until `agent{i}`'s reply carrying `label` is on its page.
+    pub(crate) async fn wait_reply(&self, i: usize, label: &str) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self
+            .seen
+            .replies
+            .lock()
+            .expect("not poisoned")
+            .contains_key(label)
+        {
+            if Instant::now() > deadline {
+                bail!(
+                    "agent{i} did not answer {label} within 10 s; its log ends:\n{}",
+                    self.nodes[i].log_tail(15)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        Ok(())
     }
 
     /// The nodes' RSS, MiB.
@@ -342,7 +369,7 @@ impl Pair {
     }
 
     /// Stops the nodes (each stops its agent) and the watchers.
-    fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         for w in self.watchers.drain(..) {
             w.abort();
         }
@@ -353,15 +380,16 @@ impl Pair {
 }
 
 /// One agent turn as the agent logged it: (prompt, first progress, end_turn), unix µs.
-type Logged = (u64, u64, u64);
+pub(crate) type Logged = (u64, u64, u64);
 
 /// The turns both bench agents logged, by label, and their pids.
-fn agent_turns(dir: &Path) -> (HashMap<String, Logged>, Vec<u32>) {
+pub(crate) fn agent_turns(dir: &Path) -> (HashMap<String, Logged>, Vec<u32>) {
     let mut turns = HashMap::new();
     let mut pids = Vec::new();
     for i in 0..2 {
         let text =
-            std::fs::read_to_string(dir.join(format!("agent{i}.agent.log"))).unwrap_or_default();
+            std::fs::read_to_string(agent_work_dir(dir, &format!("agent{i}")).join("agent.log"))
+                .unwrap_or_default();
         for line in text.lines() {
             let f: Vec<&str> = line.split_whitespace().collect();
             match f.as_slice() {
@@ -379,11 +407,11 @@ fn agent_turns(dir: &Path) -> (HashMap<String, Logged>, Vec<u32>) {
 }
 
 /// A latency from µs differences (negative ones, clock noise, count as 0).
-fn latency(us: impl Iterator<Item = i64>) -> Latency {
+pub(crate) fn latency(us: impl Iterator<Item = i64>) -> Latency {
     Latency::from_nanos(us.map(|d| d.max(0) as u64 * 1000).collect())
 }
 
-fn lat(l: &Latency) -> String {
+pub(crate) fn lat(l: &Latency) -> String {
     format!("{:.2} / {:.2} / {:.2}", l.p50_ms, l.p99_ms, l.max_ms)
 }
 
@@ -393,34 +421,96 @@ fn range(v: &[f64]) -> String {
     format!("{lo:.1}–{hi:.1}")
 }
 
+/// What a run of `agents` or `asks` starts from.
+pub(crate) struct Setup {
+    /// This binary (its hidden `acp-agent` is the bench agent).
+    pub(crate) exe: PathBuf,
+    /// The botmesh binary the nodes run.
+    pub(crate) bin: PathBuf,
+    /// The machine, probed at the start.
+    pub(crate) machine: Machine,
+    /// Unix seconds at the start.
+    pub(crate) started: u64,
+    /// The bench's HTTP client (no proxy, bounded).
+    pub(crate) http: reqwest::Client,
+}
+
+impl Setup {
+    /// Finds the binaries (`botmesh` next to this one unless given) and probes the
+    /// machine; an error names a missing binary.
+    pub(crate) fn new(botmesh: Option<&Path>) -> anyhow::Result<Setup> {
+        let exe = std::env::current_exe().context("this binary's path")?;
+        let bin = match botmesh {
+            Some(b) => b.to_path_buf(),
+            None => exe.with_file_name("botmesh"),
+        };
+        if !bin.exists() {
+            bail!(
+                "{} not found: build it (cargo build --release -p botmesh) or pass --botmesh",
+                bin.display()
+            );
+        }
+        let started = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .connect_timeout(Duration::from_secs(2))
+            .timeout(Duration::from_secs(30))
+            .build()?;
+        Ok(Setup {
+            exe,
+            bin,
+            machine: Machine::probe(),
+            started,
+            http,
+        })
+    }
+}
+
+/// The start of a report: how it was made (`command`, the arguments after
+/// `botmesh-bench`), when, with which nodes, on what machine, and the `note`.
+pub(crate) fn header(
+    command: &str,
+    started: u64,
+    bin: &Path,
+    machine: &Machine,
+    note: Option<&str>,
+) -> String {
+    let mut md = format!(
+        "Generated by `botmesh-bench {command}` on {} UTC, nodes from `{}` (`cargo build --release -p botmesh -p botmesh-bench` first).\n\n",
+        crate::report::utc(started),
+        bin.display()
+    );
+    md.push_str(&format!(
+        "- Machine: {} cores ({}), {} MiB RAM, Linux {}; 1-minute load average {:.2} at the start, {:.2} at the end.\n",
+        machine.cores, machine.cpu, machine.memory_mib, machine.kernel, machine.loadavg_start, machine.loadavg_end
+    ));
+    if let Some(note) = note {
+        md.push_str(&format!("- Note: {note}\n"));
+    }
+    md
+}
+
 /// Runs the bench; prints the Markdown and writes it into `--out-md`.
 pub async fn run(args: AgentArgs, tmp: &Path) -> anyhow::Result<()> {
-    let exe = std::env::current_exe().context("this binary's path")?;
-    let bin = match &args.botmesh {
-        Some(b) => b.clone(),
-        None => exe.with_file_name("botmesh"),
-    };
-    if !bin.exists() {
-        bail!(
-            "{} not found: build it (cargo build --release -p botmesh) or pass --botmesh",
-            bin.display()
-        );
-    }
+    let Setup {
+        exe,
+        bin,
+        mut machine,
+        started,
+        http,
+    } = Setup::new(args.botmesh.as_deref())?;
     let turns = args.turns.max(2);
-    let mut machine = Machine::probe();
-    let started = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(Duration::from_secs(10))
-        .build()?;
 
     // The agents.
     let dir = tmp.join("acp");
-    let mut pair = start_pair(&bin, &dir, Some((&exe, args.work_ms)), &http).await?;
+    let agents = [
+        Some(bench_agent(&exe, &dir, "agent0", args.work_ms)?),
+        Some(bench_agent(&exe, &dir, "agent1", args.work_ms)?),
+    ];
+    let mut pair = start_pair(&bin, &dir, agents, &http).await?;
     let idle_acp = pair.rss();
     let posted = pair.run_turns(turns, &http).await;
     let after_acp = pair.rss();
@@ -460,7 +550,7 @@ pub async fn run(args: AgentArgs, tmp: &Path) -> anyhow::Result<()> {
 
     // The baseline: the same nodes answering with the built-in model.
     let base_dir = tmp.join("model");
-    let mut base = start_pair(&bin, &base_dir, None, &http).await?;
+    let mut base = start_pair(&bin, &base_dir, [None, None], &http).await?;
     let idle_model = base.rss();
     let base_posted = base.run_turns(turns, &http).await;
     let after_model = base.rss();
@@ -478,20 +568,16 @@ pub async fn run(args: AgentArgs, tmp: &Path) -> anyhow::Result<()> {
     let to_progress = latency(to_progress.into_iter());
     let whole = latency(whole.into_iter());
     let base_whole = latency(base_whole.into_iter());
-    let mut md = String::new();
-    md.push_str(&format!(
-        "Generated by `botmesh-bench agents --turns {turns} --work-ms {} --out-md docs/agents.md` on {} UTC, nodes from `{}` (`cargo build --release -p botmesh -p botmesh-bench` first).\n\n",
-        args.work_ms,
-        crate::report::utc(started),
-        bin.display()
-    ));
-    md.push_str(&format!(
-        "- Machine: {} cores ({}), {} MiB RAM, Linux {}; 1-minute load average {:.2} at the start, {:.2} at the end.\n",
-        machine.cores, machine.cpu, machine.memory_mib, machine.kernel, machine.loadavg_start, machine.loadavg_end
-    ));
-    if let Some(note) = &args.note {
-        md.push_str(&format!("- Note: {note}\n"));
-    }
+    let mut md = header(
+        &format!(
+            "agents --turns {turns} --work-ms {} --out-md docs/agents.md",
+            args.work_ms
+        ),
+        started,
+        &bin,
+        &machine,
+        args.note.as_deref(),
+    );
     md.push_str(&format!(
         "- Two nodes on 127.0.0.1 (`participation = \"mentions\"`, local platform), each bot's engine an ACP agent that works {} ms per turn; {turns} turns, the bots mentioned in turn, one at a time. Baseline: the same two nodes with the built-in model (offline provider, no LLM configured), the same turns.\n\n",
         args.work_ms

@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 mod agents;
+mod asks;
 mod crypto;
 mod flood;
 mod load;
@@ -79,7 +80,9 @@ enum Cmd {
     /// What botmesh adds to an ACP agent's turn, and the node's RSS with agents
     /// attached (docs/agents.md).
     Agents(agents::AgentArgs),
-    /// The minimal ACP agent `agents` runs (on stdin/stdout).
+    /// What botmesh adds to a colleague's `ask` (the group tools, issue 34).
+    Asks(asks::AskArgs),
+    /// The minimal ACP agent `agents` and `asks` run (on stdin/stdout).
     #[command(hide = true)]
     AcpAgent,
 }
@@ -245,6 +248,12 @@ fn main() -> ExitCode {
             .and_then(|rt| {
                 let tmp = tempfile::tempdir().context("creating a temporary folder")?;
                 rt.block_on(agents::run(a, tmp.path()))
+            }),
+        Some(Cmd::Asks(a)) => tokio::runtime::Runtime::new()
+            .context("starting the tokio runtime")
+            .and_then(|rt| {
+                let tmp = tempfile::tempdir().context("creating a temporary folder")?;
+                rt.block_on(asks::run(a, tmp.path()))
             }),
         Some(Cmd::AcpAgent) => agents::serve_agent(),
         Some(Cmd::Flood(f)) => tokio::runtime::Runtime::new()

@@ -399,12 +399,18 @@ pub fn table(cells: &[Cell]) -> String {
 /// Replaces the text between `<!-- results:start -->` and `<!-- results:end -->` in
 /// `path` (hand-written parts stay), or writes a new file around the table.
 pub fn write_markdown(path: &Path, body: &str) -> anyhow::Result<()> {
-    const START: &str = "<!-- results:start -->";
-    const END: &str = "<!-- results:end -->";
-    let block = format!("{START}\n{body}{END}");
+    write_markdown_block(path, "results", body)
+}
+
+/// [`write_markdown`] for the block between `<!-- NAME:start -->` and
+/// `<!-- NAME:end -->`, so one page can hold several benches' results.
+pub fn write_markdown_block(path: &Path, name: &str, body: &str) -> anyhow::Result<()> {
+    let start = format!("<!-- {name}:start -->");
+    let end = format!("<!-- {name}:end -->");
+    let block = format!("{start}\n{body}{end}");
     let text = match std::fs::read_to_string(path) {
-        Ok(old) => match (old.find(START), old.find(END)) {
-            (Some(a), Some(b)) if a < b => format!("{}{block}{}", &old[..a], &old[b + END.len()..]),
+        Ok(old) => match (old.find(&start), old.find(&end)) {
+            (Some(a), Some(b)) if a < b => format!("{}{block}{}", &old[..a], &old[b + end.len()..]),
             _ => format!("{old}\n{block}\n"),
         },
         Err(_) => format!("# Scaling: HTTP mesh vs Redis Streams\n\n{block}\n"),

@@ -259,6 +259,37 @@ fn every_botmesh_policy_meets_the_bars_at_every_seed() {
     }
 }
 
+/// An agent asks a colleague mid-turn (the `ask` tool, modelled as it is on the wire:
+/// its bot's "@colleague question" posted while the turn is in flight, the answer
+/// handed back through the node's `turn::asks`), en and zh, at several seeds: the
+/// colleague answers once and nobody else does, the answer reaches the waiting ask,
+/// the asking turn posts its answer (none orphaned), no duplicate.
+#[test]
+fn an_agent_asks_a_colleague_mid_turn_and_finishes_its_turn() {
+    for name in ["agent-en-ask-colleague", "agent-zh-ask-colleague"] {
+        for seed in [1, 2, 3] {
+            let t = botmesh::simulate::run_many(&scenario(name), PolicyKind::Botmesh, seed, 20);
+            assert_eq!(t.asks, 20, "{name}@{seed}: one ask per run: {t:?}");
+            assert_eq!(t.asks_answered, 20, "{name}@{seed}: {t:?}");
+            assert_eq!(
+                t.ask_replies, 20,
+                "{name}@{seed}: one reply to each question: {t:?}"
+            );
+            assert_eq!(
+                t.ask_turns_finished, 20,
+                "{name}@{seed}: no orphaned turn: {t:?}"
+            );
+            assert_eq!(
+                t.bot_posts,
+                3 * 20,
+                "{name}@{seed}: the question, its answer, the agent's answer: {t:?}"
+            );
+            assert_eq!(t.dup_interjections, 0, "{name}@{seed}: {t:?}");
+            assert_eq!(t.right_first, t.expected, "{name}@{seed}: {t:?}");
+        }
+    }
+}
+
 /// Agent bots: a question to a busy agent waits for its next turn and is answered
 /// by it; two relevant agents give one answer; a crashed agent's colleague answers
 /// and the agent answers the next question; `/stop` posts nothing for the stopped

@@ -459,6 +459,16 @@ scenarios include these turns of minutes (hence a p95 of minutes); the per-group
                 nano.map_or(0, |n| n.unwanted_answers),
                 nano.map_or("–".to_string(), |n| format!("{:.3}", n.dup_per_human_msg)),
             );
+            if a.asks > 0 {
+                let _ = writeln!(
+                    d,
+                    "- Agents asking a colleague mid-turn (`agent-*-ask-colleague`, the `ask` tool as it is on the \
+wire): {} questions asked, {} answers handed back to the waiting ask (none starting a turn of the asker), {} bot \
+messages replying to the questions (one per question: the colleague answered once and nobody else did), {} asking \
+turns that went on to post their answer (the rest would be orphaned).",
+                    a.asks, a.asks_answered, a.ask_replies, a.ask_turns_finished,
+                );
+            }
         }
     }
 
@@ -699,6 +709,16 @@ failure and ends the turn silent (`silent/reply_failed` here; on a node the ACP 
 given the agent bots' `[[bots]] agent` settings, so the colleagues know how long such a bot may hold the
 turn (`turn_timeout_secs`, here `max_secs`). The baselines see an agent bot as a bot whose reply takes
 that long; they have no `/stop`.
+
+An agent may ask a colleague mid-turn (a scenario message's `ask = { Coder = { colleague, question,
+after_secs } }`: the `ask` group tool, docs/agents.md "Working together"). It is modelled as it is on
+the wire: `after_secs` into its turn the agent bot publishes its own message "@colleague question",
+replying to the turn's trigger and one deeper, through the same network as every message, while its turn
+stays in flight; beforehand it registers the wait in the node's own `turn::asks` (`Asks::expect`), and
+every node offers each arriving bot message to it first (`Asks::offer`, as `app::group_tools` does on a
+node), so the colleague's answer goes back to the waiting ask and starts no turn of the asker. The
+colleague decides about the question as about any mention. The agent's turn is longer by the time it
+waited (at most `ask_timeout_secs`), then it ends and posts its answer. The baselines have no ask.
 
 Defaults unless a scenario says otherwise: `max_depth = 3`, `llm_threshold = 1`, 6 bot messages a
 minute, delays 1000–3000 ms with 150 ms jitter, `min_relevance = 0.3`, 8 messages of judge context;

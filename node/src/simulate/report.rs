@@ -62,6 +62,15 @@ pub struct Metrics {
     pub(crate) agent_crashes: u64,
     /// Answers to messages that want none (a person `/stop`ped the turn).
     pub(crate) unwanted_answers: u64,
+    /// Questions agents asked colleagues mid-turn (a scenario's `ask`; botmesh).
+    pub(crate) asks: u64,
+    /// … whose answer came back to the waiting ask.
+    pub(crate) asks_answered: u64,
+    /// Bot messages replying to those questions, by anyone (one per question when
+    /// only the colleague answers, once).
+    pub(crate) ask_replies: u64,
+    /// Asking agent turns that went on to post their answer (the rest orphaned).
+    pub(crate) ask_turns_finished: u64,
 }
 
 pub(super) fn pct(n: u64, d: u64) -> Option<f64> {
@@ -110,6 +119,10 @@ impl Metrics {
             progress_events: t.progress_events,
             agent_crashes: t.agent_crashes,
             unwanted_answers: t.unwanted_answers,
+            asks: t.asks,
+            asks_answered: t.asks_answered,
+            ask_replies: t.ask_replies,
+            ask_turns_finished: t.ask_turns_finished,
         }
     }
 }

@@ -182,6 +182,26 @@ pub struct ScriptedMessage {
     /// relevant one of the others.
     #[serde(default)]
     pub(crate) crash: Vec<String>,
+    /// Agent bot → the colleague its agent asks mid-turn while it works on this
+    /// message (the `ask` group tool), modelled as what it is on the wire: the agent
+    /// bot's message "@colleague question", replying to this message, posted while the
+    /// turn is in flight; the colleague's answer is handed to the waiting ask through
+    /// the node's own `turn::asks` (no turn of the asker), and the turn goes on.
+    #[serde(default)]
+    pub(crate) ask: BTreeMap<String, MidTurnAsk>,
+}
+
+/// A question an agent bot's agent asks a colleague mid-turn (`ask = { Coder = {
+/// colleague = "Sage", question = "…", after_secs = 30 } }`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MidTurnAsk {
+    /// The colleague asked (a bot of the scenario, not the asker).
+    pub(crate) colleague: String,
+    /// The question (posted as "@colleague question").
+    pub(crate) question: String,
+    /// Seconds into the agent's turn when it asks (before the turn would end).
+    pub(crate) after_secs: f64,
 }
 
 /// A bot whose reply engine is a coding agent (`[[bots]] agent = { acp = … }` in
@@ -505,6 +525,25 @@ impl World {
             for (t, keys) in tables {
                 if let Some(k) = keys.iter().find(|k| !names.contains(&k.as_str())) {
                     bail!("message {i}: {t} names {k:?}, which is not a bot of the scenario");
+                }
+            }
+            for (asker, a) in &m.ask {
+                match scenario.bots.iter().find(|b| &b.name == asker) {
+                    None => bail!("message {i}: ask names {asker:?}, which is not a bot of the scenario"),
+                    Some(b) => match &b.agent {
+                        None => bail!("message {i}: ask names {asker:?}, which is not an agent bot (give it agent = {{ min_secs, max_secs }})"),
+                        Some(agent) if !(a.after_secs >= 0.0 && a.after_secs < agent.min_secs) => bail!(
+                            "message {i}: ask.{asker}.after_secs must be 0 or more and under its agent's min_secs ({}), so the ask comes mid-turn",
+                            agent.min_secs
+                        ),
+                        Some(_) => {}
+                    },
+                }
+                if &a.colleague == asker || !names.contains(&a.colleague.as_str()) {
+                    bail!("message {i}: ask.{asker}.colleague {:?} must be another bot of the scenario", a.colleague);
+                }
+                if a.question.trim().is_empty() {
+                    bail!("message {i}: ask.{asker}.question must not be empty");
                 }
             }
             for c in &m.crash {

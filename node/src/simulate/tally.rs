@@ -103,6 +103,15 @@ pub struct Tally {
     /// Answers to messages that want none (`want = "none"`: a person `/stop`ped the
     /// turn).
     pub unwanted_answers: u64,
+    /// Questions agents asked colleagues mid-turn (a scenario's `ask`; botmesh).
+    pub asks: u64,
+    /// … whose answer came back to the waiting ask.
+    pub asks_answered: u64,
+    /// Bot messages replying to those questions (by anyone): one per question when
+    /// only the colleague answers, once.
+    pub ask_replies: u64,
+    /// Asking agent turns that went on to post their answer (none orphaned).
+    pub ask_turns_finished: u64,
 }
 
 impl Tally {
@@ -133,6 +142,10 @@ impl Tally {
         self.progress_events += o.progress_events;
         self.agent_crashes += o.agent_crashes;
         self.unwanted_answers += o.unwanted_answers;
+        self.asks += o.asks;
+        self.asks_answered += o.asks_answered;
+        self.ask_replies += o.ask_replies;
+        self.ask_turns_finished += o.ask_turns_finished;
         for (k, v) in &o.reasons {
             *self.reasons.entry(k.clone()).or_default() += v;
         }

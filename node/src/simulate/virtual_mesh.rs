@@ -17,7 +17,7 @@ use rand::{Rng, SeedableRng};
 use tokio_util::sync::CancellationToken;
 use ulid::Ulid;
 
-use super::{Carry, Network, Post, Tally, World, RUNAWAY_POSTS};
+use super::{Carry, MidTurnAsk, Network, Post, Tally, World, RUNAWAY_POSTS};
 use crate::config::MeshSettings;
 use crate::egress::acks::{AckTracker, ClaimAcks, PeerOutcome};
 use crate::llm::{ChatMessage, Completion, Endpoint, LlmError, Purpose, Usage};
@@ -59,6 +59,11 @@ struct RunState {
     /// (agent bot, exchange) pairs whose scripted crash has happened: the agent
     /// recovers for its later turns.
     crashed: HashSet<(usize, usize)>,
+    /// The questions agents asked colleagues mid-turn (a scenario's `ask`), to count
+    /// the replies to them.
+    questions: HashSet<Ulid>,
+    /// (agent bot, trigger) turns that asked and have not posted their answer yet.
+    asking_turns: HashSet<(usize, Ulid)>,
     trace: Option<Vec<String>>,
 }
 
@@ -128,6 +133,8 @@ async fn run_async(w: World, seed: u64, trace: bool) -> (Tally, Option<Vec<Strin
             judged: HashSet::new(),
             written: 0,
             crashed: HashSet::new(),
+            questions: HashSet::new(),
+            asking_turns: HashSet::new(),
             trace: trace.then(Vec::new),
         }),
         bots: Mutex::new(Vec::new()),
@@ -282,6 +289,21 @@ impl SimBot {
         if self.stopping.is_cancelled() {
             return;
         }
+        // The answer an ask of this bot's agent waits for is handed to it and starts
+        // no turn, as `app::group_tools::first_look` does.
+        if env.author.name != self.name() {
+            let mentions_me = self.brain.matcher.mentions(&env.text, &[], self.name());
+            if self.brain.asks.offer(&env, mentions_me) {
+                let mut st = self.run.state.lock();
+                self.run.log(&mut st, Some(self.idx), |s| {
+                    format!(
+                        "{}: the answer to its ask, handed to its agent (no turn)",
+                        num(s, &env.id)
+                    )
+                });
+                return;
+            }
+        }
         if self.command(&env) {
             return;
         }
@@ -337,10 +359,22 @@ impl SimBot {
             });
         }
         let step = (agent.progress_secs * 1000.0) as u64;
-        let until = tokio::time::Instant::now() + Duration::from_millis(ms);
+        let start = tokio::time::Instant::now();
+        let mut until = start + Duration::from_millis(ms);
+        let mut ask = text.as_ref().and_then(|_| self.ask_of(about));
         let mut steps = 0u64;
         loop {
             let next = tokio::time::Instant::now() + Duration::from_millis(step);
+            if let Some(a) = ask.take() {
+                let at = start + Duration::from_millis((a.after_secs * 1000.0) as u64);
+                if at <= next.min(until) {
+                    // The agent waits on its tool call: the turn is that much longer.
+                    tokio::time::sleep_until(at).await;
+                    until += self.ask_colleague(about, &a).await;
+                    continue;
+                }
+                ask = Some(a);
+            }
             if next >= until {
                 tokio::time::sleep_until(until).await;
                 break;
@@ -362,6 +396,70 @@ impl SimBot {
             });
         }
         text
+    }
+
+    /// What this agent bot's agent asks a colleague mid-turn on `about` (its
+    /// scenario's `ask`), when `about` is the person's message it is scripted for.
+    fn ask_of(&self, about: &Envelope) -> Option<MidTurnAsk> {
+        if about.author.kind != AuthorKind::Human {
+            return None;
+        }
+        let st = self.run.state.lock();
+        let root = st.posts[*st.by_id.get(&about.id)?].root;
+        self.run.w.scenario.messages[root]
+            .ask
+            .get(self.name())
+            .cloned()
+    }
+
+    /// The `ask` tool, as the node runs it: waits on the colleague's answer through
+    /// `turn::asks` before posting "@colleague question" as this bot (replying to the
+    /// turn's trigger, one deeper), then waits (at most `ask_timeout_secs`) for it.
+    /// How long the agent waited.
+    async fn ask_colleague(&self, about: &Envelope, a: &MidTurnAsk) -> Duration {
+        let began = tokio::time::Instant::now();
+        let Some(me) = self.run.bot(self.idx) else {
+            return Duration::ZERO;
+        };
+        let id = self.new_id();
+        let waiting = self.brain.asks.expect(&about.group, id, &a.colleague);
+        let mut env = Envelope::message(
+            id,
+            self.now_millis(),
+            about.group.clone(),
+            self.name(),
+            Author::bot(self.name()),
+            format!("@{} {}", a.colleague, a.question),
+        );
+        env.reply_to = Some(about.id);
+        env.depth = crate::wire::envelope::next_depth(about.depth);
+        {
+            let mut st = self.run.state.lock();
+            st.questions.insert(id);
+            st.asking_turns.insert((self.idx, about.id));
+            st.tally.asks += 1;
+        }
+        if me.publish(env).await.is_err() {
+            return began.elapsed();
+        }
+        let wait = Duration::from_secs(self.run.w.mesh.ask_timeout_secs);
+        let answered = matches!(tokio::time::timeout(wait, waiting).await, Ok(Ok(_)));
+        let mut st = self.run.state.lock();
+        if answered {
+            st.tally.asks_answered += 1;
+        }
+        self.run.log(&mut st, Some(self.idx), |_| {
+            format!(
+                "'s ask of {} {}",
+                a.colleague,
+                if answered {
+                    "returns the answer"
+                } else {
+                    "TIMES OUT"
+                }
+            )
+        });
+        began.elapsed()
     }
 
     /// Sends a claim (or withdrawal) to every peer; with `acks`, each peer's answer
@@ -766,6 +864,12 @@ impl Ports for SimBot {
             let root = st.by_id.get(&trigger).map_or(0, |i| st.posts[*i].root);
             run.register(&mut st, env.clone(), root);
             st.tally.bot_posts += 1;
+            if st.questions.contains(&trigger) {
+                st.tally.ask_replies += 1;
+            }
+            if !st.questions.contains(&env.id) && st.asking_turns.remove(&(self.idx, trigger)) {
+                st.tally.ask_turns_finished += 1;
+            }
             run.log(&mut st, Some(self.idx), |s| {
                 format!(
                     "{} posts (reply to {}, depth {}): {}",
