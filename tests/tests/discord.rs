@@ -75,6 +75,9 @@ def say(**kw):
 intents = discord.Intents.default()
 intents.message_content = True
 client = discord.Client(intents=intents)
+# Set when the gateway delivered the bot's own reply: the edit waits for it, else the
+# MESSAGE_UPDATE may reach discord.py's cached message before on_message reads it.
+own_seen = asyncio.Event()
 
 @client.event
 async def on_ready():
@@ -91,6 +94,7 @@ async def on_message(m):
     if m.author.id == client.user.id:
         say(event="own", id=str(m.id), content=m.content,
             reference=str(m.reference.message_id) if m.reference else None)
+        own_seen.set()
         return
     say(event="message", id=str(m.id), content=m.content, author=m.author.display_name,
         channel=str(m.channel.id), mentions=[str(u.id) for u in m.mentions])
@@ -98,6 +102,7 @@ async def on_message(m):
         await m.channel.typing()
         r = await m.reply("pong", mention_author=True)
         say(event="replied", id=str(r.id))
+        await asyncio.wait_for(own_seen.wait(), timeout=30)
         e = await r.edit(content="pong, edited")
         say(event="edited", id=str(e.id), content=e.content, edited=e.edited_at is not None)
     if m.content == "done":
