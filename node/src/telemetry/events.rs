@@ -81,7 +81,7 @@ impl Event {
             Event::Decision { group, .. }
             | Event::Progress { group, .. }
             | Event::Status { group, .. } => group,
-            | Event::Question { group, .. } => group,
+            Event::Question { group, .. } => group,
         }
     }
     /// The SSE event name.

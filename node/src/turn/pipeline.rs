@@ -331,7 +331,11 @@ async fn prepare<P: Ports + ?Sized>(
             p.status_port(),
             crate::turn::status::StatusTiming::of(&me),
             status,
-            typing_while(p, &msg.group, write_step(p, msg, reason, relevance, early, slot)),
+            typing_while(
+                p,
+                &msg.group,
+                write_step(p, msg, reason, relevance, early, slot),
+            ),
             Option::is_some,
         )
         .await;
