@@ -1233,6 +1233,21 @@ async fn a_telegram_a_discord_and_a_local_bot_each_record_every_message_once() {
     mesh.shutdown().await;
 }
 
+/// Alpha on Telegram with its replies from the scripted ACP stand-in
+/// (tests/py/acp_agent.py), working in `dir` and logging to `dir`/agent.log;
+/// `agent_extra` adds keys to its `agent` table (`, ask = […]`).
+fn alpha_with_agent(fake: &FakeTelegram, dir: &std::path::Path, agent_extra: &str) -> String {
+    format!(
+        "{}\nagent = {{ acp = [{:?}, {:?}], cwd = {:?}, env = {{ ACP_STANDIN_LOG = {:?} }}, sandbox = {{ read = [{:?}] }}{agent_extra} }}",
+        telegram_bot("ALPHA_TOKEN", "alpha_bot", fake),
+        botmesh_tests::test_python(),
+        botmesh_tests::acp_standin_script(),
+        dir.display().to_string(),
+        dir.join("agent.log").display().to_string(),
+        botmesh_tests::standin_dir(),
+    )
+}
+
 /// While a bot's coding agent works, the group sees "typing" (`sendChatAction`) from
 /// the moment the bot has its turn until the reply is posted, and none after. The
 /// agent is the scripted stand-in tests/py/acp_agent.py (official Python ACP SDK),
@@ -1250,15 +1265,7 @@ async fn a_telegram_bot_shows_typing_while_its_agent_works_and_stops_once_it_pos
             .collect()
     };
     let fake = FakeTelegram::start(accounts(), people(), &chats()).await;
-    let coder = format!(
-        "{}\nagent = {{ acp = [{:?}, {:?}], cwd = {:?}, env = {{ ACP_STANDIN_LOG = {:?} }}, sandbox = {{ read = [{:?}] }} }}",
-        telegram_bot("ALPHA_TOKEN", "alpha_bot", &fake),
-        botmesh_tests::test_python(),
-        botmesh_tests::acp_standin_script(),
-        dir.display().to_string(),
-        dir.join("agent.log").display().to_string(),
-        botmesh_tests::standin_dir(),
-    );
+    let coder = alpha_with_agent(&fake, &dir, "");
     let mut spec = MeshSpec::mentions_only(&["Alpha", "Beta"]).bot("Alpha", &coder);
     spec.env = HashMap::from([("ALPHA_TOKEN".to_string(), "111:alpha".to_string())]);
     let mesh = TestMesh::start(spec).await;
@@ -1297,6 +1304,127 @@ async fn a_telegram_bot_shows_typing_while_its_agent_works_and_stops_once_it_pos
         fake.action_positions().iter().all(|&n| n == 1),
         "typing only between the question and the reply: {:?}",
         fake.action_positions()
+    );
+    mesh.shutdown().await;
+}
+
+/// Seconds since the epoch now, as Telegram dates messages.
+fn unix_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// Waits until the wall clock is past second `s`, so a message said now is dated after
+/// anything of second `s`.
+async fn next_second_after(s: u64) {
+    while unix_secs() <= s {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// An agent's permission question counts as posted from when Telegram accepted it:
+/// the operator's `/allow`, said while a 429 held the question back (and delivered
+/// after it appeared, as Telegram may), answers nothing and the tool does not run; an
+/// `/allow` said after the question appeared answers it. The agent is the scripted
+/// stand-in tests/py/acp_agent.py (official Python ACP SDK).
+#[tokio::test]
+async fn an_allow_said_while_telegram_held_the_question_back_answers_nothing() {
+    botmesh_tests::init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let agent_log = || std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default();
+    let fake = FakeTelegram::start(accounts(), people(), &chats()).await;
+    // No status message: the question is the turn's only message until answered.
+    let coder = format!(
+        "status_after_secs = 3600\n{}",
+        alpha_with_agent(&fake, &dir, ", ask = [\"execute\"], ask_timeout_secs = 60")
+    );
+    let mut spec = MeshSpec::mentions_only(&["Alpha", "Beta"])
+        .mesh(&format!("operators = [\"telegram:{CAROL}\"]"))
+        .bot("Alpha", &coder);
+    spec.env = HashMap::from([("ALPHA_TOKEN".to_string(), "111:alpha".to_string())]);
+    let mesh = TestMesh::start(spec).await;
+    let question = |f: &FakeTelegram| {
+        f.posted_by(ALPHA_ID).into_iter().find(|m| {
+            m.text.starts_with("Alpha wants to run") && m.text.ends_with("/allow or /deny")
+        })
+    };
+
+    // Dan's turn asks; Telegram holds the question back 3 s.
+    fake.rate_limit(1, 3);
+    fake.say(CHAT, DAN, "@alpha_bot TOOL execute");
+    fake.wait("the question refused with a 429", |f| {
+        f.requests()
+            .iter()
+            .any(|c| c.method == "sendmessage" && c.status == 429)
+    })
+    .await;
+    // Said in a later second than the node took the question up (so the question's
+    // hand-over time would let it count), while the question is not in the chat, and
+    // delivered only once it is.
+    fake.hold_deliveries();
+    next_second_after(unix_secs()).await;
+    fake.say(CHAT, CAROL, "/allow");
+    assert!(
+        question(&fake).is_none(),
+        "said before the question appeared"
+    );
+    fake.wait("the question in the chat", |f| question(f).is_some())
+        .await;
+    mesh.wait_transcript(0, WAIT, |t| {
+        t.iter().any(|e| e.text.starts_with("Alpha wants to run"))
+    })
+    .await;
+    let posted_second = unix_secs();
+    fake.deliver_held();
+    let nothing_asked = r#"botmesh_chat_commands_total{command="allow",outcome="nothing_asked"}"#;
+    let applied = r#"botmesh_chat_commands_total{command="allow",outcome="applied"}"#;
+    let (nothing, answered) = botmesh_tests::wait_for(
+        WAIT,
+        Duration::from_millis(50),
+        || async {
+            let m = mesh.metrics(0).await;
+            (metric(&m, nothing_asked), metric(&m, applied))
+        },
+        |(nothing, answered)| nothing + answered >= 1.0,
+    )
+    .await;
+    assert_eq!(
+        (nothing, answered),
+        (1.0, 0.0),
+        "the early /allow answered nothing"
+    );
+    let t = mesh.settle(0, Duration::from_millis(300)).await;
+    assert!(
+        !agent_log().contains("permission execute"),
+        "the early /allow answered the question: {}",
+        agent_log()
+    );
+    assert_eq!(
+        fake.posted_by(ALPHA_ID).len(),
+        1,
+        "only the question: {:#?}",
+        show(&t)
+    );
+
+    // Said after the question appeared (dated a later second than it was accepted):
+    // answers it, and the tool runs.
+    next_second_after(posted_second).await;
+    fake.say(CHAT, CAROL, "/allow");
+    fake.wait("the agent's reply", |f| {
+        f.posted_by(ALPHA_ID)
+            .iter()
+            .any(|m| m.text == "permission: proceed-once")
+    })
+    .await;
+    assert!(agent_log().contains("permission execute proceed-once"));
+    let m = mesh.metrics(0).await;
+    assert_eq!(
+        (metric(&m, nothing_asked), metric(&m, applied)),
+        (1.0, 1.0),
+        "{m}"
     );
     mesh.shutdown().await;
 }

@@ -16,7 +16,8 @@
 //! - `/allow`, `/deny`: answer a permission question this bot's ACP agent put in the
 //!   group ([`post_questions`] posts them; `turn::approval::ChatAsker` waits): the one
 //!   replied to, else the most recent one waiting, and only one posted before the
-//!   command was said. Only the person whose message started the turn, or an operator,
+//!   command was said (posted: accepted by the platform, after any 429 it was held
+//!   back by). Only the person whose message started the turn, or an operator,
 //!   may answer; anyone else's is ordinary text (`outcome="not_entitled"`) and the
 //!   bot says who may answer.
 //!
@@ -98,7 +99,7 @@ pub(crate) fn handle(node: &Arc<Node>, env: &Arc<Envelope>, mentions: &[Platform
                     return false;
                 }
                 Answered::Nothing => {
-                    tracing::info!(bot = %me, %by, %group, id = %env.id, command = verb, "no question of this bot's agent posted before it is waiting in the group: answers nothing");
+                    tracing::info!(bot = %me, %by, %group, id = %env.id, sent_at = env.sent_at, command = verb, "no question of this bot's agent posted before it (sent_at) is waiting in the group: answers nothing");
                     node.metrics.chat_command(verb, "nothing_asked");
                     return true;
                 }
@@ -185,8 +186,11 @@ pub(crate) async fn post_questions(
         }
         match node.publish(env, "self").await {
             Ok(_) => {
+                // Posted from when the platform accepted it (its 429s waited out), not
+                // from `at`: an /allow said while it was held back answers nothing.
+                let accepted_at = now_millis();
                 if let Some(p) = &node.brain.permissions {
-                    p.posted(&q.group, id, at);
+                    p.posted(&q.group, id, accepted_at);
                 }
                 if let Some(trigger) = node.brain.asks.turn_trigger(&q.group) {
                     // The turn waits for the chat (an A2A task: input required).
@@ -199,7 +203,7 @@ pub(crate) async fn post_questions(
                         });
                 }
                 let may_answer = requester.map_or_else(|| "-".into(), |r| r.name);
-                tracing::info!(bot = %me, group = %q.group, %id, kind = %q.kind, title = %q.title, %may_answer, "asked the chat about the agent's tool call (the requester or an operator answers)")
+                tracing::info!(bot = %me, group = %q.group, %id, kind = %q.kind, title = %q.title, %may_answer, posted_at = accepted_at, "asked the chat about the agent's tool call (the requester or an operator answers; an answer said before posted_at answers nothing)")
             }
             Err(e) => {
                 tracing::error!(bot = %me, group = %q.group, error = %e, "the agent's permission question could not be recorded: rejected");

@@ -19,6 +19,23 @@
 //! Anyone else's is ordinary text, and the bot tells them who may answer.
 //! At most one question waits per turn: the agent's next one while one waits is
 //! rejected at once (it would be another bot message in the group).
+//!
+//! # When a question counts as posted
+//!
+//! From when the platform accepted it: [`ChatAsker::posted`] is told the node's clock
+//! once the node's publish of the question returned (the platform's post, with its
+//! 429 retries, done, and the message recorded), not when it was handed over to be
+//! posted. An `/allow` said while the platform still held the question back (a
+//! Telegram 429 waited out) was said before anyone could see it, and answers nothing
+//! even when it is delivered after the question appeared. The comparison is in
+//! milliseconds, `sent_at >= posted_at` ([`said_after`]). A platform that stamps
+//! messages to the second (Telegram's `date`) stamps an `/allow` at the start of its
+//! second, so one said in the same second as the question was accepted counts as said
+//! before it: it answers nothing (it may well have been said before the question
+//! appeared, and the safe side is not to run the tool), and the person says it again.
+//! The two times come from two clocks, the platform's and the node's: a node clock
+//! behind the platform's by a few seconds would let an `/allow` said that long before
+//! the question was accepted count (keep the node's clock synchronised).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -60,8 +77,9 @@ pub(crate) struct AskedQuestion {
 struct Waiting {
     /// Its message's id.
     id: Ulid,
-    /// When its message was recorded (ms since the epoch); `None` until it was, and
-    /// nothing answers it before.
+    /// When the platform accepted its message (ms since the epoch, the node's clock,
+    /// taken when the publish returned); `None` until then, and nothing answers it
+    /// before.
     posted_at: Option<u64>,
     /// Who may answer besides operators.
     requester: Option<Requester>,
@@ -116,8 +134,9 @@ impl ChatAsker {
             .insert(group.to_string(), (requester, trigger));
     }
 
-    /// Notes that question `id` was recorded at `at` (ms): answers said from then on
-    /// count.
+    /// Notes that the platform accepted question `id` at `at` (ms, the node's clock
+    /// once the publish returned; see the module's rules): answers said from then on
+    /// count, none said before.
     pub(crate) fn posted(&self, group: &str, id: Ulid, at: u64) {
         if let Some(w) = self
             .pending
@@ -149,7 +168,7 @@ impl ChatAsker {
         };
         // A question past its timeout (or its turn) has no one waiting any more.
         waiting.retain(|w| !w.tx.is_closed());
-        let before = |w: &Waiting| w.posted_at.is_some_and(|at| at <= cmd.sent_at);
+        let before = |w: &Waiting| w.posted_at.is_some_and(|at| said_after(cmd.sent_at, at));
         let chosen = match cmd.reply_to {
             Some(to) if waiting.iter().any(|w| w.id == to) => {
                 waiting.iter().position(|w| w.id == to && before(w))
@@ -182,6 +201,14 @@ impl ChatAsker {
             Answered::Nothing
         }
     }
+}
+
+/// Whether an answer said at `sent_at` (ms, as the platform stamped it) was said after
+/// a question the platform accepted at `posted_at` (ms): at or after it. A platform's
+/// second-stamped answer in the same second as `posted_at` is before it (the module's
+/// rules).
+fn said_after(sent_at: u64, posted_at: u64) -> bool {
+    sent_at >= posted_at
 }
 
 /// Whether the author of `cmd` may answer a question `requester`'s turn asked: an
@@ -322,6 +349,32 @@ mod tests {
         assert_eq!(answer.await, Decision::Allow);
         // Answered: a second /allow finds nothing.
         assert_eq!(asker.answer(&late, Decision::Allow, &t), Answered::Nothing);
+    }
+
+    #[tokio::test]
+    async fn a_question_counts_as_posted_from_when_the_platform_accepted_it() {
+        let t = tuning(None);
+        let (asker, mut rx) = ChatAsker::new();
+        // Handed over to be posted (at 1.2 s, say), held back by the platform (a 429)
+        // and accepted at 4.3 s: it counts as posted from 4.3 s.
+        let (id, answer) = ask_posted(&asker, &mut rx, "cargo test", carol(&t), 4_300);
+        // Telegram-stamped (whole seconds): said during the hold, delivered late.
+        let held = said("carol", "/allow", 3_000);
+        assert_eq!(asker.answer(&held, Decision::Allow, &t), Answered::Nothing);
+        // Said in the second the question was accepted: maybe before it appeared.
+        let same_second = said("carol", "/allow", 4_000);
+        assert_eq!(
+            asker.answer(&same_second, Decision::Allow, &t),
+            Answered::Nothing
+        );
+        // The next second, and the very millisecond it was accepted, count.
+        assert!(said_after(4_300, 4_300));
+        let next_second = said("carol", "/allow", 5_000);
+        assert_eq!(
+            asker.answer(&next_second, Decision::Allow, &t),
+            Answered::Question(id)
+        );
+        assert_eq!(answer.await, Decision::Allow);
     }
 
     #[tokio::test]

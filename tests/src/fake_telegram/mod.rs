@@ -127,6 +127,9 @@ struct Inner {
     last_id: HashMap<i64, i64>,
     /// `retry_after` of the 429s still to answer to `sendMessage`.
     limits: VecDeque<u64>,
+    /// While `Some`: people's messages are in the chat (dated when said) but reach no
+    /// bot yet, as when Telegram delivers updates late; in the order said.
+    held: Option<Vec<Stored>>,
     /// Every request answered.
     requests: Vec<Call>,
     /// `(bot username, chat id, action)` of every `sendChatAction`.
@@ -380,7 +383,8 @@ impl FakeTelegram {
         self.say_with(chat, person, text, detect_entities(text), None)
     }
 
-    /// A person posts `text` with these entities, answering `reply_to` if given.
+    /// A person posts `text` with these entities, answering `reply_to` if given (it
+    /// reaches the bots later while deliveries are held).
     pub fn say_with(
         &self,
         chat: i64,
@@ -403,11 +407,31 @@ impl FakeTelegram {
             at: std::time::Instant::now(),
             edits: 0,
         };
-        g.deliver(&m);
+        match &mut g.held {
+            Some(held) => held.push(m.clone()),
+            None => g.deliver(&m),
+        }
         g.messages.push(m);
         drop(g);
         self.notify.notify_waiters();
         id
+    }
+
+    /// From now on people's messages reach no bot until [`FakeTelegram::deliver_held`]
+    /// (Telegram delivering updates late).
+    pub fn hold_deliveries(&self) {
+        self.inner.lock().unwrap().held.get_or_insert_with(Vec::new);
+    }
+
+    /// Delivers the messages held since [`FakeTelegram::hold_deliveries`], in order,
+    /// and delivers again as they come.
+    pub fn deliver_held(&self) {
+        let mut g = self.inner.lock().unwrap();
+        for m in g.held.take().unwrap_or_default() {
+            g.deliver(&m);
+        }
+        drop(g);
+        self.notify.notify_waiters();
     }
 
     /// The next `n` `sendMessage` calls answer 429 with `retry_after` seconds.
