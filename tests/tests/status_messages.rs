@@ -8,7 +8,8 @@
 //! nothing here depends on how long anything takes but the one-second status timing.
 //! Each platform's edit call on its stand-in is proven by the platform's official
 //! client in that platform's own test file (python-telegram-bot `edit_text` in
-//! tests/tests/telegram.rs, slack_sdk `chat_update` in tests/tests/slack.rs).
+//! tests/tests/telegram.rs, slack_sdk `chat_update` in tests/tests/slack.rs); QQ has
+//! no edit, and its stand-in is proven against nonebot in tests/tests/onebot.rs.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -86,11 +87,9 @@ async fn one_status_then_the_answer(dir: &Path, shown: &impl Shown) -> String {
         t.starts_with("Coder is working (") && t.contains("step 1")
     })
     .await;
-    std::fs::write(dir.join("go1"), b"").unwrap();
-    agent_at(dir, "step 2 ").await;
+    next_step(dir, 1).await;
     let second = status_when(shown, "the status edited: step 2", |t| t.contains("step 2")).await;
-    std::fs::write(dir.join("go2"), b"").unwrap();
-    agent_at(dir, "step 3 ").await;
+    next_step(dir, 2).await;
     let third = status_when(shown, "the status edited: step 3", |t| t.contains("step 3")).await;
     assert_eq!(first.0, third.0, "one status message, edited in place");
     assert_eq!(first.0, second.0, "one status message, edited in place");
@@ -110,6 +109,39 @@ async fn one_status_then_the_answer(dir: &Path, shown: &impl Shown) -> String {
         "at least two progress edits and the final one: {done:?}"
     );
     done[0].0.clone()
+}
+
+/// Lets the agent end step `n` and waits until it is on the next one.
+async fn next_step(dir: &Path, n: u32) {
+    std::fs::write(dir.join(format!("go{n}")), b"").unwrap();
+    agent_at(dir, &format!("step {} ", n + 1)).await;
+}
+
+/// Drives the slow turn on a platform that cannot edit, already asked `@Coder STEPS
+/// 3`: one plain "working…" status message, never changed while the agent goes
+/// through its steps, then one answer. Returns the status message's platform id.
+async fn one_unedited_status_then_the_answer(dir: &Path, shown: &impl Shown) -> String {
+    agent_at(dir, "step 1 ").await;
+    let first = status_when(shown, "the working… status", |t| {
+        t.starts_with("Coder is working (")
+    })
+    .await;
+    next_step(dir, 1).await;
+    next_step(dir, 2).await;
+    // Two steps of progress, each past the one-second pace: nothing more is sent.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        shown.coder_messages(),
+        vec![first.clone()],
+        "one status message, not edited and not followed by notes"
+    );
+    std::fs::write(dir.join("go3"), b"").unwrap();
+    let done = coder_messages_when(shown, |m| m.len() == 2)
+        .await
+        .unwrap_or_else(|m| panic!("the answer after the status: saw {m:?}"));
+    assert_eq!(done[0], first, "the status as first posted, never changed");
+    assert_eq!(done[1].1, "all 3 steps done", "the answer, a new message");
+    first.0
 }
 
 /// Coder's one message (its status) once its text satisfies `want`.
@@ -527,6 +559,91 @@ mod feishu {
             .await;
         assert_eq!(status, 200);
         let id = one_status_then_the_answer(&dir, &fake).await;
+        recorded_once_as_status_and_unanswered(&mesh, Some(&id)).await;
+        mesh.shutdown().await;
+    }
+}
+
+mod onebot {
+    use super::*;
+    use botmesh_tests::fake_onebot::{Account, FakeOnebot, Person};
+    use serde_json::json;
+
+    const GROUP: i64 = 735_000_001;
+    const CODER_QQ: i64 = 2_000_000_101;
+    const CAROL_QQ: i64 = 3_000_000_001;
+
+    impl Shown for FakeOnebot {
+        fn coder_messages(&self) -> Vec<(String, String, u32)> {
+            self.sent_by(CODER_QQ)
+                .into_iter()
+                .map(|m| {
+                    let text: String = m
+                        .message
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter(|s| s["type"] == "text")
+                        .filter_map(|s| s["data"]["text"].as_str())
+                        .collect();
+                    // QQ cannot edit: a message is as it was sent.
+                    (m.message_id.to_string(), text, 0)
+                })
+                .collect()
+        }
+    }
+
+    /// QQ has no edit (the stand-in is proven against nonebot in tests/tests/onebot.rs):
+    /// a slow turn gets one plain "working…" message, never changed, then the answer.
+    #[tokio::test]
+    async fn a_qq_bot_posts_one_working_message_and_never_edits_it() {
+        botmesh_tests::init_logs();
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let fake = FakeOnebot::start(
+            GROUP,
+            vec![Account {
+                self_id: CODER_QQ,
+                nickname: "coder".into(),
+                token: "token-coder".into(),
+                string_form: false,
+            }],
+            vec![Person {
+                user_id: CAROL_QQ,
+                nickname: "Carol".into(),
+                card: String::new(),
+                hidden: false,
+            }],
+        )
+        .await;
+        let coder = format!(
+            "platform = \"onebot\"\nonebot = {{ ws_url = \"{}\", access_token_env = \"CODER_ONEBOT_TOKEN\", group_id = \"{GROUP}\", self_id = \"{CODER_QQ}\" }}\n{QUICK_STATUS}\n{}",
+            fake.ws_url(CODER_QQ),
+            agent(&dir),
+        );
+        let mut spec = coder_and_ada(&coder);
+        spec.env = HashMap::from([("CODER_ONEBOT_TOKEN".to_string(), "token-coder".to_string())]);
+        let mesh = TestMesh::start(spec).await;
+        fake.wait("Coder connected and identified", |f| {
+            f.connected() == 1 && f.actions().iter().any(|a| a.1 == "get_login_info")
+        })
+        .await;
+
+        let asked = fake.say_segments(
+            CAROL_QQ,
+            json!([{"type": "at", "data": {"qq": CODER_QQ.to_string()}}, {"type": "text", "data": {"text": " STEPS 3"}}]),
+        );
+        let id = one_unedited_status_then_the_answer(&dir, &fake).await;
+        let status = fake
+            .sent_by(CODER_QQ)
+            .into_iter()
+            .find(|m| m.message_id.to_string() == id)
+            .unwrap();
+        assert_eq!(
+            status.message[0],
+            json!({"type": "reply", "data": {"id": asked.to_string()}}),
+            "the status answers the question"
+        );
         recorded_once_as_status_and_unanswered(&mesh, Some(&id)).await;
         mesh.shutdown().await;
     }
