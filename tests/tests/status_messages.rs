@@ -8,8 +8,9 @@
 //! nothing here depends on how long anything takes but the one-second status timing.
 //! Each platform's edit call on its stand-in is proven by the platform's official
 //! client in that platform's own test file (python-telegram-bot `edit_text` in
-//! tests/tests/telegram.rs, slack_sdk `chat_update` in tests/tests/slack.rs); QQ has
-//! no edit, and its stand-in is proven against nonebot in tests/tests/onebot.rs.
+//! tests/tests/telegram.rs, slack_sdk `chat_update` in tests/tests/slack.rs); Matrix
+//! is the real Synapse, its `m.replace` edits read back from the room; QQ has no edit,
+//! and its stand-in is proven against nonebot in tests/tests/onebot.rs.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -175,16 +176,35 @@ async fn coder_messages_when(
     }
 }
 
-/// The status is recorded once, as status, on Coder's node and on Ada's; Ada never
-/// answered it (her only message, if any, answers something else).
-async fn recorded_once_as_status_and_unanswered(mesh: &TestMesh, platform_id: Option<&str>) {
+/// Node `i`'s transcript of `group` (the mesh's `demo`, or a platform's own room).
+async fn transcript_of(mesh: &TestMesh, i: usize, group: &str) -> Vec<Envelope> {
+    let v = botmesh_tests::fetch_json(
+        mesh.http
+            .get(format!("{}/v1/transcript", mesh.api(i)))
+            .query(&[("group", group), ("limit", "2000")]),
+    )
+    .await;
+    serde_json::from_value(v["messages"].clone()).expect("envelopes")
+}
+
+/// The status is recorded once, as status, in `group` on Coder's node and on Ada's;
+/// Ada never answered it (her only message, if any, answers something else).
+async fn recorded_once_as_status_and_unanswered(
+    mesh: &TestMesh,
+    group: &str,
+    platform_id: Option<&str>,
+) {
     for i in 0..2 {
-        let t = mesh
-            .wait_transcript(i, WAIT, |t| {
+        let t = wait_for(
+            WAIT,
+            Duration::from_millis(25),
+            || transcript_of(mesh, i, group),
+            |t: &Vec<Envelope>| {
                 t.iter().any(|e| e.text == "all 3 steps done")
                     && t.iter().any(|e| e.kind == Kind::Status)
-            })
-            .await;
+            },
+        )
+        .await;
         let statuses: Vec<&Envelope> = t.iter().filter(|e| e.kind == Kind::Status).collect();
         assert_eq!(
             statuses.len(),
@@ -209,7 +229,8 @@ async fn recorded_once_as_status_and_unanswered(mesh: &TestMesh, platform_id: Op
         );
     }
     // Ada had her chances: settled, she never spoke.
-    let ada = mesh.settle(1, Duration::from_secs(2)).await;
+    mesh.settle(1, Duration::from_secs(2)).await;
+    let ada = transcript_of(mesh, 1, group).await;
     assert!(
         !ada.iter()
             .any(|e| e.author.name == "Ada" && e.kind == Kind::Message),
@@ -280,7 +301,7 @@ mod telegram {
             Some(asked),
             "the status answers the question"
         );
-        recorded_once_as_status_and_unanswered(&mesh, Some(&id)).await;
+        recorded_once_as_status_and_unanswered(&mesh, "demo", Some(&id)).await;
         let metrics = mesh.metrics(0).await;
         assert!(
             botmesh_tests::metric(
@@ -338,7 +359,7 @@ mod local {
         };
         mesh.post_human(0, "carol", "@Coder STEPS 3").await;
         one_status_then_the_answer(&dir, &page).await;
-        recorded_once_as_status_and_unanswered(&mesh, None).await;
+        recorded_once_as_status_and_unanswered(&mesh, "demo", None).await;
         // The transcript the page loads shows it as status.
         let t = botmesh_tests::fetch_json(
             reqwest::Client::new().get(format!("{}/v1/transcript?group=demo", mesh.api(0))),
@@ -411,7 +432,7 @@ mod slack {
 
         fake.say(CHANNEL, CAROL_ID, &format!("<@{CODER_ID}> STEPS 3"));
         let ts = one_status_then_the_answer(&dir, &fake).await;
-        recorded_once_as_status_and_unanswered(&mesh, Some(&ts)).await;
+        recorded_once_as_status_and_unanswered(&mesh, "demo", Some(&ts)).await;
         assert!(
             fake.requests()
                 .iter()
@@ -486,7 +507,7 @@ mod discord {
             asked.as_str(),
             "the status answers the question"
         );
-        recorded_once_as_status_and_unanswered(&mesh, Some(&id)).await;
+        recorded_once_as_status_and_unanswered(&mesh, "demo", Some(&id)).await;
         mesh.shutdown().await;
     }
 }
@@ -559,7 +580,7 @@ mod feishu {
             .await;
         assert_eq!(status, 200);
         let id = one_status_then_the_answer(&dir, &fake).await;
-        recorded_once_as_status_and_unanswered(&mesh, Some(&id)).await;
+        recorded_once_as_status_and_unanswered(&mesh, "demo", Some(&id)).await;
         mesh.shutdown().await;
     }
 }
@@ -644,7 +665,144 @@ mod onebot {
             json!({"type": "reply", "data": {"id": asked.to_string()}}),
             "the status answers the question"
         );
-        recorded_once_as_status_and_unanswered(&mesh, Some(&id)).await;
+        recorded_once_as_status_and_unanswered(&mesh, "demo", Some(&id)).await;
+        mesh.shutdown().await;
+    }
+}
+
+mod matrix {
+    use super::*;
+    use botmesh_tests::synapse::{Person, Synapse};
+    use serde_json::Value;
+    use std::sync::{Arc, Mutex};
+
+    /// The room as Carol's client reads it: Coder's messages with their `m.replace`
+    /// edits applied, refreshed from Synapse's `/messages` by a task (the helpers
+    /// read it synchronously).
+    #[derive(Clone, Default)]
+    struct RoomView(Arc<Mutex<Vec<(String, String, u32)>>>);
+
+    impl Shown for RoomView {
+        fn coder_messages(&self) -> Vec<(String, String, u32)> {
+            self.0.lock().unwrap().clone()
+        }
+    }
+
+    /// Coder's messages in `events` (oldest first): each original with the text of
+    /// its latest `m.replace` and how many there were.
+    fn with_edits(events: &[Value], coder: &str) -> Vec<(String, String, u32)> {
+        let mut shown: Vec<(String, String, u32)> = Vec::new();
+        for e in events
+            .iter()
+            .filter(|e| e["type"] == "m.room.message" && e["sender"] == coder)
+        {
+            let c = &e["content"];
+            if c["m.relates_to"]["rel_type"] == "m.replace" {
+                let of = c["m.relates_to"]["event_id"].as_str().unwrap_or_default();
+                if let Some(m) = shown.iter_mut().find(|m| m.0 == of) {
+                    m.1 = c["m.new_content"]["body"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .into();
+                    m.2 += 1;
+                }
+            } else {
+                let body = c["body"].as_str().unwrap_or_default().to_string();
+                shown.push((e["event_id"].as_str().unwrap_or_default().into(), body, 0));
+            }
+        }
+        shown
+    }
+
+    /// `s` as a path segment (room and event ids carry `!`, `:` and `$`).
+    fn escaped(s: &str) -> String {
+        s.replace('!', "%21")
+            .replace(':', "%3A")
+            .replace('$', "%24")
+    }
+
+    /// Keeps `view` up to date with the room, read as `token`, every 100 ms.
+    fn watch(hs: &'static Synapse, room: &str, token: String, coder: String) -> RoomView {
+        let view = RoomView::default();
+        let path = format!(
+            "/_matrix/client/v3/rooms/{}/messages?dir=b&limit=200",
+            escaped(room)
+        );
+        let v = view.clone();
+        tokio::spawn(async move {
+            loop {
+                let got = hs
+                    .call(reqwest::Method::GET, &path, Some(&token), None)
+                    .await;
+                let mut events = got["chunk"].as_array().cloned().unwrap_or_default();
+                events.reverse();
+                *v.0.lock().unwrap() = with_edits(&events, &coder);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        view
+    }
+
+    /// On the real Synapse: one status event, replaced (`m.replace`) as the agent
+    /// works, the last replacement "done", then the answer as a new event.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_matrix_bot_keeps_one_status_event_replaced_in_place_while_its_agent_works() {
+        botmesh_tests::init_logs();
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let hs = Synapse::shared().await;
+        let carol = hs.register("carol", "Carol", false).await;
+        let coder_account = hs.register("coder", "Coder", false).await;
+        let room = hs.create_room(&carol, &[&coder_account], false).await;
+        let mut person = Person::join(hs, &carol, &room).await;
+        let coder = format!(
+            "platform = \"matrix\"\nmatrix = {{ homeserver = \"{}\", user_id = \"{}\", access_token_env = \"CODER_MATRIX_TOKEN\", room_id = \"{room}\" }}\n{QUICK_STATUS}\n{}",
+            hs.url(),
+            coder_account.user_id,
+            agent(&dir),
+        );
+        let mut spec = coder_and_ada(&coder);
+        spec.env = HashMap::from([(
+            "CODER_MATRIX_TOKEN".to_string(),
+            coder_account.token.clone(),
+        )]);
+        let mesh = TestMesh::start(spec).await;
+        let (_, health) = wait_for(
+            WAIT,
+            Duration::from_millis(50),
+            || mesh.health(0),
+            |(_, h)| h.to_string().contains("\"syncing\":true"),
+        )
+        .await;
+        assert!(health.to_string().contains("\"syncing\":true"), "{health}");
+        let view = watch(
+            hs,
+            &room,
+            carol.token.clone(),
+            coder_account.user_id.clone(),
+        );
+
+        let asked = person.say("@Coder STEPS 3").await;
+        let id = one_status_then_the_answer(&dir, &view).await;
+        assert!(id.starts_with('$'), "an event id: {id}");
+        recorded_once_as_status_and_unanswered(&mesh, &room, Some(&id)).await;
+        let status = hs
+            .call(
+                reqwest::Method::GET,
+                &format!(
+                    "/_matrix/client/v3/rooms/{}/event/{}",
+                    escaped(&room),
+                    escaped(&id)
+                ),
+                Some(&carol.token),
+                None,
+            )
+            .await;
+        assert_eq!(
+            status["content"]["m.relates_to"]["m.in_reply_to"]["event_id"],
+            asked.as_str(),
+            "the status answers the question: {status}"
+        );
         mesh.shutdown().await;
     }
 }
