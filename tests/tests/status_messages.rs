@@ -375,6 +375,40 @@ mod local {
         assert_eq!(kinds, ["status", "message"]);
         mesh.shutdown().await;
     }
+
+    /// A person's `/stop` ends the status naming them ("Coder: stopped by Boss after
+    /// 1s"), edited in place; no answer follows it.
+    #[tokio::test]
+    async fn a_stopped_turn_s_status_names_who_stopped_it() {
+        botmesh_tests::init_logs();
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let spec = coder_and_ada(&format!("{QUICK_STATUS}\n{}", agent(&dir)));
+        let mesh = TestMesh::start(spec).await;
+        let page = Page {
+            events: std::sync::Mutex::new(mesh.node(0).node.events.subscribe()),
+            shown: Default::default(),
+        };
+        mesh.post_human(0, "carol", "@Coder STEPS 3").await;
+        agent_at(&dir, "step 1 ").await;
+        status_when(&page, "the status, working", |t| {
+            t.starts_with("Coder is working (")
+        })
+        .await;
+        mesh.post_human(0, "Boss", "/stop").await;
+        let shown = coder_messages_when(&page, |m| {
+            m.first()
+                .is_some_and(|s| s.1.starts_with("Coder: stopped by Boss after "))
+        })
+        .await
+        .unwrap_or_else(|m| panic!("the status ended by the stop: saw {m:?}"));
+        assert!(shown[0].2 >= 1, "edited in place: {shown:?}");
+        assert!(
+            !shown.iter().any(|m| m.1.contains("all 3 steps done")),
+            "no answer after a stop: {shown:?}"
+        );
+        mesh.shutdown().await;
+    }
 }
 
 mod slack {
