@@ -346,18 +346,25 @@ mod local {
         }
     }
 
-    #[tokio::test]
-    async fn the_local_page_shows_the_same_one_status_edited_in_place() {
+    /// Coder (its agent working in `dir`) and Ada on the local page, the page
+    /// watching, Carol having asked `@Coder STEPS 3`.
+    async fn asked_on_the_page(dir: &Path) -> (TestMesh, Page) {
         botmesh_tests::init_logs();
-        let dir = tempfile::tempdir().unwrap();
-        let dir = dir.path().canonicalize().unwrap();
-        let spec = coder_and_ada(&format!("{QUICK_STATUS}\n{}", agent(&dir)));
+        let spec = coder_and_ada(&format!("{QUICK_STATUS}\n{}", agent(dir)));
         let mesh = TestMesh::start(spec).await;
         let page = Page {
             events: std::sync::Mutex::new(mesh.node(0).node.events.subscribe()),
             shown: Default::default(),
         };
         mesh.post_human(0, "carol", "@Coder STEPS 3").await;
+        (mesh, page)
+    }
+
+    #[tokio::test]
+    async fn the_local_page_shows_the_same_one_status_edited_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let (mesh, page) = asked_on_the_page(&dir).await;
         one_status_then_the_answer(&dir, &page).await;
         recorded_once_as_status_and_unanswered(&mesh, "demo", None).await;
         // The transcript the page loads shows it as status.
@@ -380,16 +387,9 @@ mod local {
     /// 1s"), edited in place; no answer follows it.
     #[tokio::test]
     async fn a_stopped_turn_s_status_names_who_stopped_it() {
-        botmesh_tests::init_logs();
         let dir = tempfile::tempdir().unwrap();
         let dir = dir.path().canonicalize().unwrap();
-        let spec = coder_and_ada(&format!("{QUICK_STATUS}\n{}", agent(&dir)));
-        let mesh = TestMesh::start(spec).await;
-        let page = Page {
-            events: std::sync::Mutex::new(mesh.node(0).node.events.subscribe()),
-            shown: Default::default(),
-        };
-        mesh.post_human(0, "carol", "@Coder STEPS 3").await;
+        let (mesh, page) = asked_on_the_page(&dir).await;
         agent_at(&dir, "step 1 ").await;
         status_when(&page, "the status, working", |t| {
             t.starts_with("Coder is working (")
