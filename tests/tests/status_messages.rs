@@ -8,7 +8,9 @@
 //! nothing here depends on how long anything takes but the one-second status timing.
 //! Each platform's edit call on its stand-in is proven by the platform's official
 //! client in that platform's own test file (python-telegram-bot `edit_text` in
-//! tests/tests/telegram.rs, slack_sdk `chat_update` in tests/tests/slack.rs).
+//! tests/tests/telegram.rs, slack_sdk `chat_update` in tests/tests/slack.rs); Matrix
+//! is the real Synapse, its `m.replace` edits read back from the room; QQ has no edit,
+//! and its stand-in is proven against nonebot in tests/tests/onebot.rs.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -86,11 +88,9 @@ async fn one_status_then_the_answer(dir: &Path, shown: &impl Shown) -> String {
         t.starts_with("Coder is working (") && t.contains("step 1")
     })
     .await;
-    std::fs::write(dir.join("go1"), b"").unwrap();
-    agent_at(dir, "step 2 ").await;
+    next_step(dir, 1).await;
     let second = status_when(shown, "the status edited: step 2", |t| t.contains("step 2")).await;
-    std::fs::write(dir.join("go2"), b"").unwrap();
-    agent_at(dir, "step 3 ").await;
+    next_step(dir, 2).await;
     let third = status_when(shown, "the status edited: step 3", |t| t.contains("step 3")).await;
     assert_eq!(first.0, third.0, "one status message, edited in place");
     assert_eq!(first.0, second.0, "one status message, edited in place");
@@ -110,6 +110,39 @@ async fn one_status_then_the_answer(dir: &Path, shown: &impl Shown) -> String {
         "at least two progress edits and the final one: {done:?}"
     );
     done[0].0.clone()
+}
+
+/// Lets the agent end step `n` and waits until it is on the next one.
+async fn next_step(dir: &Path, n: u32) {
+    std::fs::write(dir.join(format!("go{n}")), b"").unwrap();
+    agent_at(dir, &format!("step {} ", n + 1)).await;
+}
+
+/// Drives the slow turn on a platform that cannot edit, already asked `@Coder STEPS
+/// 3`: one plain "working…" status message, never changed while the agent goes
+/// through its steps, then one answer. Returns the status message's platform id.
+async fn one_unedited_status_then_the_answer(dir: &Path, shown: &impl Shown) -> String {
+    agent_at(dir, "step 1 ").await;
+    let first = status_when(shown, "the working… status", |t| {
+        t.starts_with("Coder is working (")
+    })
+    .await;
+    next_step(dir, 1).await;
+    next_step(dir, 2).await;
+    // Two steps of progress, each past the one-second pace: nothing more is sent.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        shown.coder_messages(),
+        vec![first.clone()],
+        "one status message, not edited and not followed by notes"
+    );
+    std::fs::write(dir.join("go3"), b"").unwrap();
+    let done = coder_messages_when(shown, |m| m.len() == 2)
+        .await
+        .unwrap_or_else(|m| panic!("the answer after the status: saw {m:?}"));
+    assert_eq!(done[0], first, "the status as first posted, never changed");
+    assert_eq!(done[1].1, "all 3 steps done", "the answer, a new message");
+    first.0
 }
 
 /// Coder's one message (its status) once its text satisfies `want`.
@@ -143,16 +176,35 @@ async fn coder_messages_when(
     }
 }
 
-/// The status is recorded once, as status, on Coder's node and on Ada's; Ada never
-/// answered it (her only message, if any, answers something else).
-async fn recorded_once_as_status_and_unanswered(mesh: &TestMesh, platform_id: Option<&str>) {
+/// Node `i`'s transcript of `group` (the mesh's `demo`, or a platform's own room).
+async fn transcript_of(mesh: &TestMesh, i: usize, group: &str) -> Vec<Envelope> {
+    let v = botmesh_tests::fetch_json(
+        mesh.http
+            .get(format!("{}/v1/transcript", mesh.api(i)))
+            .query(&[("group", group), ("limit", "2000")]),
+    )
+    .await;
+    serde_json::from_value(v["messages"].clone()).expect("envelopes")
+}
+
+/// The status is recorded once, as status, in `group` on Coder's node and on Ada's;
+/// Ada never answered it (her only message, if any, answers something else).
+async fn recorded_once_as_status_and_unanswered(
+    mesh: &TestMesh,
+    group: &str,
+    platform_id: Option<&str>,
+) {
     for i in 0..2 {
-        let t = mesh
-            .wait_transcript(i, WAIT, |t| {
+        let t = wait_for(
+            WAIT,
+            Duration::from_millis(25),
+            || transcript_of(mesh, i, group),
+            |t: &Vec<Envelope>| {
                 t.iter().any(|e| e.text == "all 3 steps done")
                     && t.iter().any(|e| e.kind == Kind::Status)
-            })
-            .await;
+            },
+        )
+        .await;
         let statuses: Vec<&Envelope> = t.iter().filter(|e| e.kind == Kind::Status).collect();
         assert_eq!(
             statuses.len(),
@@ -177,7 +229,8 @@ async fn recorded_once_as_status_and_unanswered(mesh: &TestMesh, platform_id: Op
         );
     }
     // Ada had her chances: settled, she never spoke.
-    let ada = mesh.settle(1, Duration::from_secs(2)).await;
+    mesh.settle(1, Duration::from_secs(2)).await;
+    let ada = transcript_of(mesh, 1, group).await;
     assert!(
         !ada.iter()
             .any(|e| e.author.name == "Ada" && e.kind == Kind::Message),
@@ -248,7 +301,7 @@ mod telegram {
             Some(asked),
             "the status answers the question"
         );
-        recorded_once_as_status_and_unanswered(&mesh, Some(&id)).await;
+        recorded_once_as_status_and_unanswered(&mesh, "demo", Some(&id)).await;
         let metrics = mesh.metrics(0).await;
         assert!(
             botmesh_tests::metric(
@@ -293,20 +346,27 @@ mod local {
         }
     }
 
-    #[tokio::test]
-    async fn the_local_page_shows_the_same_one_status_edited_in_place() {
+    /// Coder (its agent working in `dir`) and Ada on the local page, the page
+    /// watching, Carol having asked `@Coder STEPS 3`.
+    async fn asked_on_the_page(dir: &Path) -> (TestMesh, Page) {
         botmesh_tests::init_logs();
-        let dir = tempfile::tempdir().unwrap();
-        let dir = dir.path().canonicalize().unwrap();
-        let spec = coder_and_ada(&format!("{QUICK_STATUS}\n{}", agent(&dir)));
+        let spec = coder_and_ada(&format!("{QUICK_STATUS}\n{}", agent(dir)));
         let mesh = TestMesh::start(spec).await;
         let page = Page {
             events: std::sync::Mutex::new(mesh.node(0).node.events.subscribe()),
             shown: Default::default(),
         };
         mesh.post_human(0, "carol", "@Coder STEPS 3").await;
+        (mesh, page)
+    }
+
+    #[tokio::test]
+    async fn the_local_page_shows_the_same_one_status_edited_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let (mesh, page) = asked_on_the_page(&dir).await;
         one_status_then_the_answer(&dir, &page).await;
-        recorded_once_as_status_and_unanswered(&mesh, None).await;
+        recorded_once_as_status_and_unanswered(&mesh, "demo", None).await;
         // The transcript the page loads shows it as status.
         let t = botmesh_tests::fetch_json(
             reqwest::Client::new().get(format!("{}/v1/transcript?group=demo", mesh.api(0))),
@@ -320,6 +380,33 @@ mod local {
             .map(|m| m["kind"].as_str().unwrap())
             .collect();
         assert_eq!(kinds, ["status", "message"]);
+        mesh.shutdown().await;
+    }
+
+    /// A person's `/stop` ends the status naming them ("Coder: stopped by Boss after
+    /// 1s"), edited in place; no answer follows it.
+    #[tokio::test]
+    async fn a_stopped_turn_s_status_names_who_stopped_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let (mesh, page) = asked_on_the_page(&dir).await;
+        agent_at(&dir, "step 1 ").await;
+        status_when(&page, "the status, working", |t| {
+            t.starts_with("Coder is working (")
+        })
+        .await;
+        mesh.post_human(0, "Boss", "/stop").await;
+        let shown = coder_messages_when(&page, |m| {
+            m.first()
+                .is_some_and(|s| s.1.starts_with("Coder: stopped by Boss after "))
+        })
+        .await
+        .unwrap_or_else(|m| panic!("the status ended by the stop: saw {m:?}"));
+        assert!(shown[0].2 >= 1, "edited in place: {shown:?}");
+        assert!(
+            !shown.iter().any(|m| m.1.contains("all 3 steps done")),
+            "no answer after a stop: {shown:?}"
+        );
         mesh.shutdown().await;
     }
 }
@@ -379,7 +466,7 @@ mod slack {
 
         fake.say(CHANNEL, CAROL_ID, &format!("<@{CODER_ID}> STEPS 3"));
         let ts = one_status_then_the_answer(&dir, &fake).await;
-        recorded_once_as_status_and_unanswered(&mesh, Some(&ts)).await;
+        recorded_once_as_status_and_unanswered(&mesh, "demo", Some(&ts)).await;
         assert!(
             fake.requests()
                 .iter()
@@ -454,7 +541,7 @@ mod discord {
             asked.as_str(),
             "the status answers the question"
         );
-        recorded_once_as_status_and_unanswered(&mesh, Some(&id)).await;
+        recorded_once_as_status_and_unanswered(&mesh, "demo", Some(&id)).await;
         mesh.shutdown().await;
     }
 }
@@ -527,7 +614,229 @@ mod feishu {
             .await;
         assert_eq!(status, 200);
         let id = one_status_then_the_answer(&dir, &fake).await;
-        recorded_once_as_status_and_unanswered(&mesh, Some(&id)).await;
+        recorded_once_as_status_and_unanswered(&mesh, "demo", Some(&id)).await;
+        mesh.shutdown().await;
+    }
+}
+
+mod onebot {
+    use super::*;
+    use botmesh_tests::fake_onebot::{Account, FakeOnebot, Person};
+    use serde_json::json;
+
+    const GROUP: i64 = 735_000_001;
+    const CODER_QQ: i64 = 2_000_000_101;
+    const CAROL_QQ: i64 = 3_000_000_001;
+
+    impl Shown for FakeOnebot {
+        fn coder_messages(&self) -> Vec<(String, String, u32)> {
+            self.sent_by(CODER_QQ)
+                .into_iter()
+                .map(|m| {
+                    let text: String = m
+                        .message
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter(|s| s["type"] == "text")
+                        .filter_map(|s| s["data"]["text"].as_str())
+                        .collect();
+                    // QQ cannot edit: a message is as it was sent.
+                    (m.message_id.to_string(), text, 0)
+                })
+                .collect()
+        }
+    }
+
+    /// QQ has no edit (the stand-in is proven against nonebot in tests/tests/onebot.rs):
+    /// a slow turn gets one plain "working…" message, never changed, then the answer.
+    #[tokio::test]
+    async fn a_qq_bot_posts_one_working_message_and_never_edits_it() {
+        botmesh_tests::init_logs();
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let fake = FakeOnebot::start(
+            GROUP,
+            vec![Account {
+                self_id: CODER_QQ,
+                nickname: "coder".into(),
+                token: "token-coder".into(),
+                string_form: false,
+            }],
+            vec![Person {
+                user_id: CAROL_QQ,
+                nickname: "Carol".into(),
+                card: String::new(),
+                hidden: false,
+            }],
+        )
+        .await;
+        let coder = format!(
+            "platform = \"onebot\"\nonebot = {{ ws_url = \"{}\", access_token_env = \"CODER_ONEBOT_TOKEN\", group_id = \"{GROUP}\", self_id = \"{CODER_QQ}\" }}\n{QUICK_STATUS}\n{}",
+            fake.ws_url(CODER_QQ),
+            agent(&dir),
+        );
+        let mut spec = coder_and_ada(&coder);
+        spec.env = HashMap::from([("CODER_ONEBOT_TOKEN".to_string(), "token-coder".to_string())]);
+        let mesh = TestMesh::start(spec).await;
+        fake.wait("Coder connected and identified", |f| {
+            f.connected() == 1 && f.actions().iter().any(|a| a.1 == "get_login_info")
+        })
+        .await;
+
+        let asked = fake.say_segments(
+            CAROL_QQ,
+            json!([{"type": "at", "data": {"qq": CODER_QQ.to_string()}}, {"type": "text", "data": {"text": " STEPS 3"}}]),
+        );
+        let id = one_unedited_status_then_the_answer(&dir, &fake).await;
+        let status = fake
+            .sent_by(CODER_QQ)
+            .into_iter()
+            .find(|m| m.message_id.to_string() == id)
+            .unwrap();
+        assert_eq!(
+            status.message[0],
+            json!({"type": "reply", "data": {"id": asked.to_string()}}),
+            "the status answers the question"
+        );
+        recorded_once_as_status_and_unanswered(&mesh, "demo", Some(&id)).await;
+        mesh.shutdown().await;
+    }
+}
+
+mod matrix {
+    use super::*;
+    use botmesh_tests::synapse::{Person, Synapse};
+    use serde_json::Value;
+    use std::sync::{Arc, Mutex};
+
+    /// The room as Carol's client reads it: Coder's messages with their `m.replace`
+    /// edits applied, refreshed from Synapse's `/messages` by a task (the helpers
+    /// read it synchronously).
+    #[derive(Clone, Default)]
+    struct RoomView(Arc<Mutex<Vec<(String, String, u32)>>>);
+
+    impl Shown for RoomView {
+        fn coder_messages(&self) -> Vec<(String, String, u32)> {
+            self.0.lock().unwrap().clone()
+        }
+    }
+
+    /// Coder's messages in `events` (oldest first): each original with the text of
+    /// its latest `m.replace` and how many there were.
+    fn with_edits(events: &[Value], coder: &str) -> Vec<(String, String, u32)> {
+        let mut shown: Vec<(String, String, u32)> = Vec::new();
+        for e in events
+            .iter()
+            .filter(|e| e["type"] == "m.room.message" && e["sender"] == coder)
+        {
+            let c = &e["content"];
+            if c["m.relates_to"]["rel_type"] == "m.replace" {
+                let of = c["m.relates_to"]["event_id"].as_str().unwrap_or_default();
+                if let Some(m) = shown.iter_mut().find(|m| m.0 == of) {
+                    m.1 = c["m.new_content"]["body"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .into();
+                    m.2 += 1;
+                }
+            } else {
+                let body = c["body"].as_str().unwrap_or_default().to_string();
+                shown.push((e["event_id"].as_str().unwrap_or_default().into(), body, 0));
+            }
+        }
+        shown
+    }
+
+    /// `s` as a path segment (room and event ids carry `!`, `:` and `$`).
+    fn escaped(s: &str) -> String {
+        s.replace('!', "%21")
+            .replace(':', "%3A")
+            .replace('$', "%24")
+    }
+
+    /// Keeps `view` up to date with the room, read as `token`, every 100 ms.
+    fn watch(hs: &'static Synapse, room: &str, token: String, coder: String) -> RoomView {
+        let view = RoomView::default();
+        let path = format!(
+            "/_matrix/client/v3/rooms/{}/messages?dir=b&limit=200",
+            escaped(room)
+        );
+        let v = view.clone();
+        tokio::spawn(async move {
+            loop {
+                let got = hs
+                    .call(reqwest::Method::GET, &path, Some(&token), None)
+                    .await;
+                let mut events = got["chunk"].as_array().cloned().unwrap_or_default();
+                events.reverse();
+                *v.0.lock().unwrap() = with_edits(&events, &coder);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        view
+    }
+
+    /// On the real Synapse: one status event, replaced (`m.replace`) as the agent
+    /// works, the last replacement "done", then the answer as a new event.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_matrix_bot_keeps_one_status_event_replaced_in_place_while_its_agent_works() {
+        botmesh_tests::init_logs();
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let hs = Synapse::shared().await;
+        let carol = hs.register("carol", "Carol", false).await;
+        let coder_account = hs.register("coder", "Coder", false).await;
+        let room = hs.create_room(&carol, &[&coder_account], false).await;
+        let mut person = Person::join(hs, &carol, &room).await;
+        let coder = format!(
+            "platform = \"matrix\"\nmatrix = {{ homeserver = \"{}\", user_id = \"{}\", access_token_env = \"CODER_MATRIX_TOKEN\", room_id = \"{room}\" }}\n{QUICK_STATUS}\n{}",
+            hs.url(),
+            coder_account.user_id,
+            agent(&dir),
+        );
+        let mut spec = coder_and_ada(&coder);
+        spec.env = HashMap::from([(
+            "CODER_MATRIX_TOKEN".to_string(),
+            coder_account.token.clone(),
+        )]);
+        let mesh = TestMesh::start(spec).await;
+        let (_, health) = wait_for(
+            WAIT,
+            Duration::from_millis(50),
+            || mesh.health(0),
+            |(_, h)| h.to_string().contains("\"syncing\":true"),
+        )
+        .await;
+        assert!(health.to_string().contains("\"syncing\":true"), "{health}");
+        let view = watch(
+            hs,
+            &room,
+            carol.token.clone(),
+            coder_account.user_id.clone(),
+        );
+
+        let asked = person.say("@Coder STEPS 3").await;
+        let id = one_status_then_the_answer(&dir, &view).await;
+        assert!(id.starts_with('$'), "an event id: {id}");
+        recorded_once_as_status_and_unanswered(&mesh, &room, Some(&id)).await;
+        let status = hs
+            .call(
+                reqwest::Method::GET,
+                &format!(
+                    "/_matrix/client/v3/rooms/{}/event/{}",
+                    escaped(&room),
+                    escaped(&id)
+                ),
+                Some(&carol.token),
+                None,
+            )
+            .await;
+        assert_eq!(
+            status["content"]["m.relates_to"]["m.in_reply_to"]["event_id"],
+            asked.as_str(),
+            "the status answers the question: {status}"
+        );
         mesh.shutdown().await;
     }
 }

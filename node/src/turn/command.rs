@@ -348,20 +348,52 @@ impl WhyLimits {
     }
 }
 
-/// Each group's stop token: every turn takes its group's token when it starts, and
+/// A turn's stop signal: cancelled by its group's `/stop`, and saying who said it, so
+/// what the turn leaves behind ("stopped by Boss": its status, its outcome line) names
+/// the person who stopped this very turn.
+#[derive(Clone, Default)]
+pub(crate) struct StopSignal {
+    /// Cancelled by the group's `/stop`: the turns holding it drop.
+    token: CancellationToken,
+    /// Who said the `/stop`, set before `token` is cancelled.
+    by: Arc<std::sync::OnceLock<String>>,
+}
+
+impl StopSignal {
+    /// Resolves once the turn is stopped.
+    pub(crate) async fn cancelled(&self) {
+        self.token.cancelled().await
+    }
+
+    /// Whether the turn is stopped.
+    #[cfg(test)]
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.token.is_cancelled()
+    }
+
+    /// Who stopped the turn; `None` while it is not stopped.
+    pub(crate) fn by(&self) -> Option<String> {
+        self.by.get().cloned()
+    }
+
+    /// Stops the turns holding this signal, `by` saying so.
+    fn stop(&self, by: &str) {
+        let _ = self.by.set(by.to_string());
+        self.token.cancel();
+    }
+}
+
+/// Each group's stop signal: every turn takes its group's signal when it starts, and
 /// `/stop` cancels it (the turns in flight drop) and leaves a fresh one for the next.
 #[derive(Default)]
 pub(crate) struct GroupStops {
-    /// group → the token the group's current turns hold.
-    tokens: Mutex<HashMap<String, CancellationToken>>,
-    /// group → who said its last `/stop`: a stopped turn's line says "stopped by …".
-    /// One name per group that was ever stopped.
-    by: Mutex<HashMap<String, String>>,
+    /// group → the signal the group's current turns hold.
+    tokens: Mutex<HashMap<String, StopSignal>>,
 }
 
 impl GroupStops {
-    /// The token a turn starting now in `group` holds.
-    pub(crate) fn token(&self, group: &str) -> CancellationToken {
+    /// The signal a turn starting now in `group` holds.
+    pub(crate) fn token(&self, group: &str) -> StopSignal {
         self.tokens
             .lock()
             .entry(group.to_string())
@@ -369,7 +401,7 @@ impl GroupStops {
             .clone()
     }
 
-    /// Groups with a token (for `botmesh_cache_entries`).
+    /// Groups with a signal (for `botmesh_cache_entries`).
     pub(crate) fn len(&self) -> usize {
         self.tokens.lock().len()
     }
@@ -377,15 +409,9 @@ impl GroupStops {
     /// Stops every turn in flight in `group` (`by` said so); turns started afterwards
     /// go on.
     pub(crate) fn stop(&self, group: &str, by: &str) {
-        self.by.lock().insert(group.to_string(), by.to_string());
         if let Some(t) = self.tokens.lock().remove(group) {
-            t.cancel();
+            t.stop(by);
         }
-    }
-
-    /// Who said `group`'s last `/stop`.
-    pub(crate) fn stopped_by(&self, group: &str) -> Option<String> {
-        self.by.lock().get(group).cloned()
     }
 }
 
@@ -719,8 +745,9 @@ pub(crate) mod tests {
         let before = stops.token("demo");
         let other = stops.token("ops");
         stops.stop("demo", "Boss");
-        assert_eq!(stops.stopped_by("demo").as_deref(), Some("Boss"));
+        assert_eq!(before.by().as_deref(), Some("Boss"), "the turn knows who");
         assert!(before.is_cancelled());
+        assert_eq!(other.by(), None);
         assert!(!other.is_cancelled(), "another group goes on");
         assert!(!stops.token("demo").is_cancelled(), "later turns go on");
         stops.stop("empty", "Boss");

@@ -27,13 +27,11 @@ use std::time::Duration;
 use serde::Serialize;
 use ulid::Ulid;
 
-use tokio_util::sync::CancellationToken;
-
 use crate::egress::acks::ClaimAcks;
 use crate::store::verdicts::{VerdictRecord, VERDICT_FORMAT};
 use crate::telemetry::events::Event;
 use crate::turn::brain::{Brain, Judged, PendingDraft, Reply};
-use crate::turn::command::{is_command, without_commands};
+use crate::turn::command::{is_command, without_commands, StopSignal};
 use crate::turn::engine::ReplyEngine;
 use crate::turn::mention::PlatformMention;
 use crate::turn::outcome::{Ended, Outcome, OutcomeSlot};
@@ -222,25 +220,20 @@ fn within_budget(brain: &Brain, d: &Decision, now_ms: u64) -> bool {
 /// write, check once more, settle the claim and commit, post. Until it posts, the
 /// group's `stop` token (a person's `/stop`) drops the turn: the LLM call or the wait
 /// in flight is abandoned, the claim withdrawn ([`stopped`]).
-pub(crate) async fn act<P: Ports>(
-    p: Arc<P>,
-    msg: Arc<Envelope>,
-    d: Decision,
-    stop: CancellationToken,
-) {
+pub(crate) async fn act<P: Ports>(p: Arc<P>, msg: Arc<Envelope>, d: Decision, stop: StopSignal) {
     // How an agent's turn ended, said once it has (`turn::outcome`).
     let slot = OutcomeSlot::default();
     let ready = tokio::select! {
         biased;
         _ = stop.cancelled() => {
             stopped(&*p, &msg);
-            let by = p.brain().stops.stopped_by(&msg.group).unwrap_or_else(|| "a person".into());
+            let by = stop.by().unwrap_or_else(|| "a person".into());
             if let Some(outcome) = slot.stopped(by) {
                 crate::turn::outcome::announce(p, &msg, outcome).await;
             }
             return;
         }
-        r = prepare(&*p, &msg, &d, &slot) => r,
+        r = prepare(&*p, &msg, &d, &slot, &stop) => r,
     };
     if let Some((reply, why, reason)) = ready {
         post_step(p.clone(), &msg, reply, why, reason).await;
@@ -262,12 +255,13 @@ fn stopped<P: Ports + ?Sized>(p: &P, msg: &Envelope) {
 }
 
 /// [`act`] up to the post: `Some` is the reply to post, why and its short label. An
-/// agent's turn leaves how it ended in `slot`.
+/// agent's turn leaves how it ended in `slot`; its status names who `stop`ped it.
 async fn prepare<P: Ports + ?Sized>(
     p: &P,
     msg: &Envelope,
     d: &Decision,
     slot: &OutcomeSlot,
+    stop: &StopSignal,
 ) -> Option<(Reply, Why, &'static str)> {
     let (why, relevance, draft) = judge_step(p, msg, d).await?;
     // The claim's acknowledgements, for an interjection (a round to everyone does not
@@ -331,6 +325,7 @@ async fn prepare<P: Ports + ?Sized>(
             p.status_port(),
             crate::turn::status::StatusTiming::of(&me),
             status,
+            stop.clone(),
             typing_while(
                 p,
                 &msg.group,
@@ -648,7 +643,7 @@ async fn acp_step<P: Ports + ?Sized>(
                 // Returning drops the turn, which sends the agent `session/cancel`
                 // before the node stops it.
                 record(p, msg, "silent", "shutting_down", "the node is stopping: the agent's turn is cancelled");
-                crate::turn::status::ended(crate::turn::status::Ending::Stopped(Some("the node is stopping".into())));
+                crate::turn::status::ended(crate::turn::status::Ending::ShutDown);
                 withdraw_if(p, msg, claimed, "shutting down");
                 slot.clear();
                 return None;

@@ -4,8 +4,8 @@
 //! bot's `status_after_secs`, the bot posts ONE status message in the chat ("Coder is
 //! working (1m 10s): cargo test, Read src/lib.rs") and edits it in place as the work
 //! reports progress, at most every `status_every_secs`. When the turn ends the status
-//! says how ("Coder: done in 2m 13s", "Coder: stopped after 40s", "Coder: failed after
-//! 1m 2s: the agent exited"), and the answer comes as a normal new message.
+//! says how ("Coder: done in 2m 13s", "Coder: stopped by Boss after 40s", "Coder:
+//! failed after 1m 2s: the agent exited"), and the answer comes as a normal new message.
 //!
 //! - The status is not conversation: it is a [`Kind::Status`] envelope, recorded once
 //!   (as it is first posted) and shown as status; the turn code never reads it.
@@ -15,7 +15,7 @@
 //! - The work reports progress through [`note`] (a task-local [`Feed`] the status
 //!   scope sets): the turn's engines need no handle for it.
 //! - The status runs in its own task, so a turn dropped by `/stop` still ends its
-//!   status ("stopped"), and a post in flight when the turn ends is finished, then
+//!   status ("stopped by Boss": the turn's [`StopSignal`] says who), and a post in flight when the turn ends is finished, then
 //!   edited, never cut off half-way.
 
 use std::future::Future;
@@ -26,6 +26,7 @@ use futures_util::future::BoxFuture;
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
+use crate::turn::command::StopSignal;
 use crate::wire::envelope::{Envelope, Kind};
 
 /// How long a final edit may take before the answer is posted anyway (a platform
@@ -90,8 +91,10 @@ pub(crate) enum Ending {
     Done,
     /// The turn ended without an answer (the agent said nothing, or was busy).
     NoAnswer,
-    /// Stopped: a person's `/stop` (dropping the turn) or the node shutting down.
+    /// Stopped by a person's `/stop` (dropping the turn): who said it, when known.
     Stopped(Option<String>),
+    /// Stopped because the node is shutting down.
+    ShutDown,
     /// The work failed: why, in a few words.
     Failed(String),
 }
@@ -209,7 +212,8 @@ pub(crate) fn final_text(bot: &str, took: Duration, ending: &Ending) -> String {
         Ending::Done => format!("{bot}: done in {took}"),
         Ending::NoAnswer => format!("{bot}: finished in {took} without an answer"),
         Ending::Stopped(None) => format!("{bot}: stopped after {took}"),
-        Ending::Stopped(Some(by)) => format!("{bot}: stopped after {took} ({by})"),
+        Ending::Stopped(Some(by)) => format!("{bot}: stopped by {by} after {took}"),
+        Ending::ShutDown => format!("{bot}: stopped after {took} (the node is stopping)"),
         Ending::Failed(why) => format!("{bot}: failed after {took}: {why}"),
     }
 }
@@ -242,6 +246,8 @@ struct Shown {
     end: Option<oneshot::Sender<(Ending, Duration)>>,
     /// When the turn started.
     started: Instant,
+    /// The turn's stop signal: who stopped a dropped turn.
+    stop: StopSignal,
     /// The status task: done once its last edit is made.
     task: tokio::task::JoinHandle<()>,
 }
@@ -259,10 +265,10 @@ impl Shown {
 
 impl Drop for Shown {
     fn drop(&mut self) {
-        // Dropped without `finish`: the turn was dropped (a person's `/stop`); the
-        // task goes on by itself to say so.
+        // Dropped without `finish`: the turn was dropped (a person's `/stop`, named
+        // when the signal says who); the task goes on by itself to say so.
         if let Some(end) = self.end.take() {
-            let _ = end.send((Ending::Stopped(None), self.started.elapsed()));
+            let _ = end.send((Ending::Stopped(self.stop.by()), self.started.elapsed()));
         }
     }
 }
@@ -271,11 +277,13 @@ impl Drop for Shown {
 /// through `port`: posted once the work has run `timing.after`, edited as it reports
 /// progress, ended with how it went (`done` when `answered` says so of its output).
 /// Returns the work's output and how long it ran. `status` is the envelope to post
-/// (its text is set here). Without a port or timing, `work` alone.
+/// (its text is set here); `stop` is the turn's stop signal, naming who stopped a
+/// dropped turn. Without a port or timing, `work` alone.
 pub(crate) async fn with_status<T>(
     port: Option<Arc<dyn StatusPort>>,
     timing: Option<StatusTiming>,
     status: Envelope,
+    stop: StopSignal,
     work: impl Future<Output = T>,
     answered: impl Fn(&T) -> bool,
 ) -> (T, Duration) {
@@ -289,6 +297,7 @@ pub(crate) async fn with_status<T>(
     let shown = Shown {
         end: Some(end),
         started,
+        stop,
         task: tokio::spawn(run(port, timing, status, feed.clone(), started, ending)),
     };
     let out = FEED.scope(feed.clone(), work).await;
@@ -462,6 +471,7 @@ mod tests {
             Some(port.clone() as Arc<dyn StatusPort>),
             timing(8, 3),
             status(),
+            StopSignal::default(),
             work(
                 vec![
                     (2, "read notes"),
@@ -505,6 +515,7 @@ mod tests {
             Some(port.clone() as Arc<dyn StatusPort>),
             timing(8, 3),
             status(),
+            StopSignal::default(),
             work(vec![(1, "cargo test")], 7),
             Option::is_some,
         )
@@ -516,6 +527,7 @@ mod tests {
             Some(port.clone() as Arc<dyn StatusPort>),
             None,
             status(),
+            StopSignal::default(),
             work(vec![(1, "cargo test")], 70),
             Option::is_some,
         )
@@ -531,6 +543,7 @@ mod tests {
             Some(port.clone() as Arc<dyn StatusPort>),
             timing(2, 1),
             status(),
+            StopSignal::default(),
             work(vec![(3, "a"), (5, "b"), (7, "c")], 30),
             Option::is_some,
         )
@@ -548,6 +561,7 @@ mod tests {
             Some(port.clone() as Arc<dyn StatusPort>),
             timing(2, 1),
             status(),
+            StopSignal::default(),
             work(vec![(3, "a")], 10),
             Option::is_some,
         )
@@ -561,12 +575,13 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_dropped_turn_says_stopped_and_a_failure_says_why() {
+    async fn a_dropped_turn_says_stopped_by_whom_and_a_failure_says_why() {
         let port = Recorder::new(true);
         let turn = with_status(
             Some(port.clone() as Arc<dyn StatusPort>),
             timing(2, 1),
             status(),
+            StopSignal::default(),
             work(vec![], 600),
             Option::is_some,
         );
@@ -580,11 +595,43 @@ mod tests {
                 Did::Edit(secs(40), "Coder: stopped after 40s".into()),
             ]
         );
+        // A person's `/stop`: the turn's signal names them, as the pipeline's turn
+        // drops on it.
+        let stops = crate::turn::command::GroupStops::default();
+        let stop = stops.token("g");
+        let port = Recorder::new(true);
+        let turn = with_status(
+            Some(port.clone() as Arc<dyn StatusPort>),
+            timing(2, 1),
+            status(),
+            stop.clone(),
+            work(vec![], 600),
+            Option::is_some,
+        );
+        let stopping = async {
+            tokio::time::sleep(secs(40)).await;
+            stops.stop("g", "Boss");
+            std::future::pending::<()>().await
+        };
+        tokio::select! {
+            _ = stop.cancelled() => {}
+            _ = turn => unreachable!("the turn runs 600 s"),
+            _ = stopping => {}
+        }
+        tokio::time::sleep(secs(5)).await;
+        assert_eq!(
+            port.did(),
+            vec![
+                Did::Post(secs(2), "Coder is working (2s)".into()),
+                Did::Edit(secs(40), "Coder: stopped by Boss after 40s".into()),
+            ]
+        );
         let port = Recorder::new(true);
         let (out, _) = with_status(
             Some(port.clone() as Arc<dyn StatusPort>),
             timing(2, 1),
             status(),
+            StopSignal::default(),
             async {
                 tokio::time::sleep(secs(5)).await;
                 ended(Ending::Failed("the agent exited".into()));
@@ -613,6 +660,7 @@ mod tests {
             Some(port.clone() as Arc<dyn StatusPort>),
             timing(2, 1),
             status(),
+            StopSignal::default(),
             work(vec![], 3),
             Option::is_some,
         )
