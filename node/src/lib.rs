@@ -42,7 +42,8 @@
 //!             non-dumpable; boxing: how the node starts a process in it); the `mesh` MCP
 //!             server (`botmesh mcp`, the group tools over stdio)
 //! a2a         A2A 1.0 at the mesh's edge: the wire (rpc), the served bot's Agent Card,
-//!             its tasks kept on disk, the JSON-RPC endpoint behind the A2aHost handle
+//!             its tasks kept on disk, the JSON-RPC endpoint behind the A2aHost handle;
+//!             the client of a remote agent and its conversations kept on disk
 //! store       transcripts, the outbox log, delivery cursors, the verdict log
 //! telemetry   Prometheus metrics, live events, rate-limited refusal logging
 //! config      peers.toml → a validated NodeConfig; pacing (backoff, token bucket) for every layer;
@@ -63,7 +64,8 @@
 //!   judge's streamed verdict line and reply (`draft`, `llm/stream.rs`), and the judge's
 //!   verdict: its schema and forgiving parse (`llm/verdict.rs`).
 //! - [`a2a`] — A2A at the edge: a bot served as an A2A agent (`a2a::server`, its tasks
-//!   in `a2a::tasks`, its card in `a2a::card`, the wire in `a2a::rpc`).
+//!   in `a2a::tasks`, its card in `a2a::card`, the wire in `a2a::rpc`), and a remote
+//!   agent as a bot's brain (`a2a::client`, its conversations in `a2a::conversations`).
 //! - [`agent`] — a bot's MCP tool servers (`agent::mcp`) and sidecar webhook
 //!   (`agent::sidecar`), and `agent::acp`, a coding agent hosted over ACP: what the
 //!   turn code's reply engines (`turn::engine`) use; `agent::mesh`, the group tools'

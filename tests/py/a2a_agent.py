@@ -6,7 +6,9 @@ what tests/tests/a2a.rs gives a bot as its reply engine (`agent = { a2a = … }`
 Listens on 127.0.0.1 (a free port) and prints `listening on http://127.0.0.1:PORT`. Every
 request must carry `Authorization: Bearer TOKEN` (else 401). What a message makes it do,
 by what its text contains:
-- `slow`: works for 30 s (status "working slowly"), so the test can cancel it;
+- `slow`: waits 2 s before it creates its task (so a turn stopped right after the message
+  went out is stopped before the agent named its task), then works for 30 s (status
+  "working slowly"), so the test can cancel it;
 - `permission` (a new task): asks "may I deploy?" (INPUT_REQUIRED); the message that
   continues that task gets "deployed after: <its text>";
 - anything else: a status "reading the group" then the artifact
@@ -51,6 +53,8 @@ class Scripted(AgentExecutor):
             with open(log, "a") as f:
                 f.write(json.dumps({"context": context.context_id, "task": context.task_id, "text": text}) + "\n")
         task = context.current_task
+        if task is None and "slow" in text:
+            await asyncio.sleep(2)
         if task is None:
             task = new_task_from_user_message(context.message)
             await event_queue.enqueue_event(task)

@@ -313,7 +313,7 @@ async fn a_remote_sdk_agent_writes_the_bots_replies_asks_the_chat_and_is_cancell
     );
     spec.env
         .insert("A2A_TEST_REMOTE".into(), "remote-token".into());
-    let mesh = TestMesh::start(spec).await;
+    let mut mesh = TestMesh::start(spec).await;
     let replies = |n: usize| {
         let mesh = &mesh;
         async move {
@@ -408,6 +408,32 @@ async fn a_remote_sdk_agent_writes_the_bots_replies_asks_the_chat_and_is_cancell
     };
     assert_eq!(sent("completed"), 3.0, "{m}");
     assert_eq!(sent("input_required"), 1.0, "{m}");
+
+    // A restart between the agent's question and the chat's answer: R goes on with the
+    // same conversation and the same waiting task, sending only what was said since.
+    mesh.post_human(0, "alice", "@R permission to roll back?")
+        .await;
+    mesh.wait_transcript(0, Duration::from_secs(20), |t| by(t, "R").len() >= 6)
+        .await;
+    mesh.stop(1).await;
+    mesh.restart(1).await;
+    mesh.post_human(0, "alice", "@R yes roll back").await;
+    let t = mesh
+        .wait_transcript(0, Duration::from_secs(30), |t| by(t, "R").len() >= 7)
+        .await;
+    assert_eq!(
+        by(&t, "R")[6].text,
+        "deployed after: alice: @R yes roll back",
+        "{t:?}"
+    );
+    let log = agent.log();
+    let turns: Vec<&Value> = log.iter().filter(|e| e.get("text").is_some()).collect();
+    let (asked, answered) = (turns[turns.len() - 2], turns[turns.len() - 1]);
+    assert_eq!(answered["task"], asked["task"], "the waiting task: {log:?}");
+    assert_eq!(
+        answered["context"], log[0]["context"],
+        "the same conversation after the restart: {log:?}"
+    );
     mesh.shutdown().await;
     llm.shutdown().await;
 }

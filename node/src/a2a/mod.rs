@@ -9,11 +9,14 @@
 //!   transcripts.
 //! - [`client`] — `A2aClient`: the node calling a remote agent (a bot's reply
 //!   engine, `turn::a2a_engine`).
+//! - [`conversations`] — a remote agent's conversations with the bot's groups
+//!   (`contextId`, a task waiting for input), on disk so a restart goes on with them.
 //! - [`server`] — the JSON-RPC endpoint: a caller's message into the group, the bot's
 //!   turn followed to the task's end, behind the narrow `A2aHost` handle the node gives.
 
 pub mod card;
 pub mod client;
+pub(crate) mod conversations;
 pub mod rpc;
 pub(crate) mod server;
 pub(crate) mod tasks;

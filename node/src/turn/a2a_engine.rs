@@ -2,7 +2,8 @@
 //! = "http://…", token_env = … }`, docs/a2a.md "A remote agent as a colleague").
 //!
 //! Each turn is one task at the agent: its card is fetched once (again after a failed
-//! turn), each group is one conversation (`contextId`, kept while the node runs), and
+//! turn), each group is one conversation (`contextId`, kept in the bot's data folder by
+//! `a2a::conversations`, so a restart goes on with it), and
 //! the message is what was said in the group since the bot's last turn, the trigger last
 //! (the same delta an ACP agent gets, `engine::acp_prompt`). The task's status messages
 //! are the turn's progress (the page's live line); its artifacts' text is the reply. A
@@ -12,14 +13,14 @@
 //! at the agent (`CancelTask`). The agent gets the group's messages and the token
 //! configured for it, nothing else of the node's.
 
-use std::collections::HashMap;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
-use crate::a2a::client::{A2aClient, A2aClientError, RemoteCard, TaskEvent};
+use crate::a2a::client::{A2aClient, A2aClientError, RemoteCard, TaskEnd, TaskEvent};
+use crate::a2a::conversations::Conversations;
 use crate::a2a::rpc::TaskState;
 use crate::config::a2a::A2aAgentSettings;
 use crate::telemetry::metrics::Metrics;
@@ -30,10 +31,9 @@ pub(crate) struct RemoteAgent {
     client: Arc<A2aClient>,
     /// The agent's card, once fetched.
     card: tokio::sync::Mutex<Option<RemoteCard>>,
-    /// Each group's conversation (`contextId`).
-    contexts: Mutex<HashMap<String, String>>,
-    /// Each group's task waiting for the chat's input, which its next turn continues.
-    waiting: Mutex<HashMap<String, String>>,
+    /// Each group's conversation (`contextId`) and task waiting for the chat's input,
+    /// kept on disk.
+    conversations: Conversations,
     /// How long one turn may take.
     turn_timeout: Duration,
     /// The bot (for logs and metrics).
@@ -52,7 +52,16 @@ pub(crate) enum Outcome {
     Silent(String),
 }
 
-/// Cancels the turn's task at the agent when the turn is dropped before it ended.
+/// How long a dropped turn keeps following its send for the task's id, when the agent
+/// had not named its task yet: past this (or when the stream ends) there is nothing to
+/// cancel.
+const NAME_WAIT: Duration = Duration::from_secs(30);
+
+/// Cancels the turn's task at the agent when the turn is dropped before it ended. It
+/// owns the send (running as its own task) and the events it reports, so a turn dropped
+/// before the agent named its task (`/stop` right after the message went out) is
+/// followed until the name arrives, then cancelled: the remote task is never left
+/// running.
 struct CancelOnDrop {
     /// The client.
     client: Arc<A2aClient>,
@@ -60,6 +69,10 @@ struct CancelOnDrop {
     card: RemoteCard,
     /// The task, once the agent named it.
     task: Option<String>,
+    /// The send, running: stopped once the task is cancelled (or the turn ends).
+    sending: tokio::task::JoinHandle<Result<TaskEnd, A2aClientError>>,
+    /// What the send reports: the task's name, its progress.
+    heard: mpsc::Receiver<TaskEvent>,
     /// Whether the turn is still running.
     armed: bool,
     /// The bot, for the log.
@@ -68,34 +81,67 @@ struct CancelOnDrop {
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
-        let (true, Some(task)) = (self.armed, self.task.take()) else {
+        if !self.armed {
+            self.sending.abort();
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            self.sending.abort();
             return;
         };
         let (client, card, bot) = (self.client.clone(), self.card.clone(), self.bot.clone());
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                match client.cancel(&card, &task).await {
+        let known = self.task.take();
+        let sending = self.sending.abort_handle();
+        // The send goes on until the cleanup below stops it; its events go with it.
+        let heard = std::mem::replace(&mut self.heard, mpsc::channel(1).1);
+        rt.spawn(async move {
+            let task = match known {
+                Some(task) => Some(task),
+                None => {
+                    tracing::info!(bot = %bot, "the turn was dropped before the A2A agent named its task: following the send for its name, to cancel it");
+                    named(heard).await
+                }
+            };
+            match task {
+                None => tracing::info!(bot = %bot, "the dropped turn's send ended (or waited {} s) without a task: nothing to cancel at the agent", NAME_WAIT.as_secs()),
+                Some(task) => match client.cancel(&card, &task).await {
                     Ok(()) => tracing::info!(bot = %bot, %task, "the turn was dropped: its A2A task is cancelled at the agent"),
                     Err(e) => tracing::warn!(bot = %bot, %task, error = %e, "the turn was dropped, but its A2A task could not be cancelled at the agent"),
-                }
-            });
-        }
+                },
+            }
+            sending.abort();
+        });
     }
 }
 
+/// The task's name from a send's events, once the agent says it: `None` when the send
+/// ends first, or after [`NAME_WAIT`].
+async fn named(mut heard: mpsc::Receiver<TaskEvent>) -> Option<String> {
+    let wait = async {
+        while let Some(ev) = heard.recv().await {
+            if let TaskEvent::Started(id) = ev {
+                return Some(id);
+            }
+        }
+        None
+    };
+    tokio::time::timeout(NAME_WAIT, wait).await.ok().flatten()
+}
+
 impl RemoteAgent {
-    /// The engine `settings` describe, presenting `token`.
+    /// The engine `settings` describe, presenting `token`, its conversations kept in
+    /// the data folder `dir` (`None`: in memory).
     pub(crate) fn new(
         settings: &A2aAgentSettings,
         token: Option<String>,
         bot: &str,
+        dir: Option<&Path>,
         metrics: Arc<Metrics>,
     ) -> reqwest::Result<RemoteAgent> {
         Ok(RemoteAgent {
             client: Arc::new(A2aClient::new(&settings.a2a, token)?),
             card: tokio::sync::Mutex::new(None),
-            contexts: Mutex::new(HashMap::new()),
-            waiting: Mutex::new(HashMap::new()),
+            conversations: Conversations::open(dir),
             turn_timeout: Duration::from_secs(settings.turn_timeout_secs),
             bot: bot.to_string(),
             metrics,
@@ -131,31 +177,38 @@ impl RemoteAgent {
                 return Err(e.to_string());
             }
         };
-        let context = self
-            .contexts
-            .lock()
-            .entry(group.to_string())
-            .or_insert_with(|| uuid::Uuid::new_v4().to_string())
-            .clone();
-        let continues = self.waiting.lock().remove(group);
+        let context = self.conversations.context(group);
+        let continues = self.conversations.take_waiting(group);
+        let (events, heard) = mpsc::channel(32);
+        let sending = tokio::spawn({
+            let (client, card, text, context, continues) = (
+                self.client.clone(),
+                card.clone(),
+                text.to_string(),
+                context.clone(),
+                continues.clone(),
+            );
+            async move {
+                client
+                    .send(&card, &text, &context, continues.as_deref(), &events)
+                    .await
+            }
+        });
         let mut guard = CancelOnDrop {
             client: self.client.clone(),
             card: card.clone(),
-            task: continues.clone(),
+            task: continues,
+            sending,
+            heard,
             armed: true,
             bot: self.bot.clone(),
         };
-        let (events, mut heard) = mpsc::channel(32);
-        let sending = self
-            .client
-            .send(&card, text, &context, continues.as_deref(), &events);
-        tokio::pin!(sending);
         let deadline = tokio::time::sleep(self.turn_timeout);
         tokio::pin!(deadline);
         let ended = loop {
             tokio::select! {
-                r = &mut sending => break r,
-                Some(ev) = heard.recv() => match ev {
+                r = &mut guard.sending => break r.unwrap_or_else(|e| Err(A2aClientError::Invalid(format!("the send to the agent stopped: {e}")))),
+                Some(ev) = guard.heard.recv() => match ev {
                     TaskEvent::Started(id) => guard.task = Some(id),
                     TaskEvent::Progress(line) => { let _ = progress.try_send(line); }
                 },
@@ -166,7 +219,7 @@ impl RemoteAgent {
                 }
             }
         };
-        while let Ok(ev) = heard.try_recv() {
+        while let Ok(ev) = guard.heard.try_recv() {
             match ev {
                 TaskEvent::Started(id) => guard.task = Some(id),
                 TaskEvent::Progress(line) => {
@@ -193,9 +246,7 @@ impl RemoteAgent {
             TaskState::Completed => Ok(Outcome::Post(text)),
             TaskState::InputRequired | TaskState::AuthRequired => {
                 if !end.task_id.is_empty() {
-                    self.waiting
-                        .lock()
-                        .insert(group.to_string(), end.task_id.clone());
+                    self.conversations.wait(group, &end.task_id);
                 }
                 tracing::info!(bot = %self.bot, %group, task = %end.task_id, "the A2A agent asks the chat: its next turn here continues the task");
                 if text.is_empty() {
@@ -233,7 +284,7 @@ impl RemoteAgent {
 impl RemoteAgent {
     /// Whether the group's conversation with the agent has begun.
     fn knows(&self, group: &str) -> bool {
-        self.contexts.lock().contains_key(group)
+        self.conversations.knows(group)
     }
 }
 

@@ -103,6 +103,7 @@ impl ReplyEngine {
                     a,
                     cfg.a2a_agent_token.clone(),
                     &cfg.bot().name,
+                    Some(&cfg.data_dir),
                     metrics.clone(),
                 )?))
             }
