@@ -245,6 +245,75 @@ async fn a_turn_that_fails_fails_its_task_with_the_reason() {
     llm.shutdown().await;
 }
 
+#[tokio::test]
+async fn the_card_names_the_public_url_and_a_request_not_on_a2a_1_0_is_refused_as_the_sdk_refuses_it(
+) {
+    let llm = BotLlm::judging(false, 0.0).start().await;
+    // The served bot's API as callers reach it, through a proxy.
+    let mut spec = MeshSpec::mentions_only(&["A", "B"]).llm(&llm.base_url).bot(
+        "A",
+        "a2a = { serve = true, callers = { hermes = \"A2A_TEST_HERMES\" }, public_url = \"https://bot.example/api/\" }",
+    );
+    spec.env.insert("A2A_TEST_HERMES".into(), TOKEN.into());
+    let mesh = TestMesh::start(spec).await;
+
+    // The card names the public address, read by the SDK's resolver.
+    let card = &caller(&mesh, 0, "-", &["card"]).await[0]["card"];
+    assert_eq!(
+        card["supportedInterfaces"][0]["url"], "https://bot.example/api/a2a",
+        "{card}"
+    );
+
+    // A2A-Version: none (taken as 0.3), 0.3, 1.1 or 2.0 is -32009 VersionNotSupported in
+    // an HTTP 200 JSON answer, as the SDK's server answers; 1.0.1 and the query
+    // parameter are 1.0.
+    let http = reqwest::Client::new();
+    let get = serde_json::json!({"jsonrpc": "2.0", "id": "r1", "method": "GetTask", "params": {"id": "no-such-task"}});
+    let ask = |version: Option<&'static str>, query: &'static str| {
+        let mut r = http
+            .post(format!("{}/a2a{query}", mesh.api(0)))
+            .bearer_auth(TOKEN)
+            .json(&get);
+        if let Some(v) = version {
+            r = r.header("A2A-Version", v);
+        }
+        async move {
+            let resp = r.send().await.expect("the node answers");
+            assert_eq!(resp.status(), 200);
+            resp.json::<Value>().await.expect("a JSON answer")
+        }
+    };
+    for (version, said) in [
+        (None, "0.3"),
+        (Some("0.3"), "0.3"),
+        (Some("1.1"), "1.1"),
+        (Some("2.0"), "2.0"),
+    ] {
+        let answer = ask(version, "").await;
+        assert_eq!(answer["error"]["code"], -32009, "{version:?}: {answer}");
+        assert_eq!(
+            answer["error"]["data"][0]["reason"], "VERSION_NOT_SUPPORTED",
+            "{answer}"
+        );
+        assert_eq!(
+            answer["error"]["message"],
+            format!(
+                "A2A version '{said}' is not supported by this handler. Expected version '1.0'."
+            ),
+        );
+        assert_eq!(answer["id"], "r1");
+    }
+    for (version, query) in [(Some("1.0.1"), ""), (None, "?A2A-Version=1.0")] {
+        let answer = ask(version, query).await;
+        assert_eq!(
+            answer["error"]["code"], -32001,
+            "{version:?} {query}: {answer}"
+        );
+    }
+    mesh.shutdown().await;
+    llm.shutdown().await;
+}
+
 /// The SDK-built agent tests/py/a2a_agent.py, killed when dropped.
 struct RemoteAgent {
     child: tokio::process::Child,

@@ -216,12 +216,13 @@ impl RpcError {
     pub fn invalid_agent_response(m: impl Into<String>) -> RpcError {
         RpcError::new(-32006, "INVALID_AGENT_RESPONSE", m)
     }
-    /// -32009: a protocol version the node does not speak.
+    /// -32009: a protocol version the node does not speak (`given`: what the caller
+    /// sent, or 0.3 when it sent none), worded as the SDK's server words it.
     pub fn version(given: &str) -> RpcError {
         RpcError::new(
             -32009,
             "VERSION_NOT_SUPPORTED",
-            format!("A2A version {given} is not supported: this agent speaks {PROTOCOL_VERSION}"),
+            format!("A2A version '{given}' is not supported by this handler. Expected version '{PROTOCOL_VERSION}'."),
         )
     }
 
@@ -279,13 +280,38 @@ pub fn text_message(
     m
 }
 
-/// Whether the `A2A-Version` a caller sent is one the node speaks: same major version
-/// (`1.0`, `1.0.0`); none sent is taken as the current one.
-pub fn version_ok(given: Option<&str>) -> bool {
+/// The version a request without an `A2A-Version` (header or query parameter) is taken
+/// to speak: 0.3, as the SDK's server takes it (`a2a/utils/version_validator.py`), so
+/// such a request is refused with -32009.
+pub const VERSION_WHEN_MISSING: &str = "0.3";
+
+/// The version a caller speaks, from the `A2A-Version` it sent (`None` or empty:
+/// [`VERSION_WHEN_MISSING`]).
+pub fn version_of(given: Option<&str>) -> &str {
     match given.map(str::trim) {
-        None | Some("") => true,
-        Some(v) => v.split('.').next() == PROTOCOL_VERSION.split('.').next(),
+        None | Some("") => VERSION_WHEN_MISSING,
+        Some(v) => v,
     }
+}
+
+/// Whether `A2A-Version: given` is one the node speaks: the same major and minor version
+/// as [`PROTOCOL_VERSION`] (`1.0`, `1.0.2`; not `1.1`, `2.0`, `0.3`), the patch ignored,
+/// as the SDK's server compares them; none sent is 0.3, refused.
+pub fn version_ok(given: Option<&str>) -> bool {
+    let major_minor = |v: &str| {
+        let mut parts = v.split('.');
+        let major = parts.next()?.parse::<u64>().ok()?;
+        let minor = match parts.next() {
+            None => 0,
+            Some(m) => {
+                let digits: String = m.chars().take_while(char::is_ascii_digit).collect();
+                digits.parse::<u64>().ok()?
+            }
+        };
+        Some((major, minor))
+    };
+    let given = major_minor(version_of(given));
+    given.is_some() && given == major_minor(PROTOCOL_VERSION)
 }
 
 #[cfg(test)]
@@ -308,8 +334,18 @@ mod tests {
         assert_eq!(e["error"]["data"][0]["reason"], "TASK_NOT_FOUND");
         let e = error(&Value::Null, &RpcError::parse("bad"));
         assert!(e["error"].get("data").is_none());
-        assert!(version_ok(Some("1.0")) && version_ok(Some("1.0.0")) && version_ok(None));
-        assert!(!version_ok(Some("0.3")));
+        assert!(version_ok(Some("1.0")) && version_ok(Some("1.0.2")) && version_ok(Some("1")));
+        for refused in [
+            None,
+            Some(""),
+            Some("0.3"),
+            Some("1.1"),
+            Some("2.0"),
+            Some("one"),
+        ] {
+            assert!(!version_ok(refused), "{refused:?}");
+        }
+        assert_eq!(version_of(None), "0.3");
     }
 
     #[test]

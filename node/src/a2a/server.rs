@@ -146,7 +146,8 @@ impl A2aServer {
             }
         };
         if !rpc::version_ok(version) {
-            return fail(RpcError::version(version.unwrap_or("")));
+            tracing::info!(%caller, %method, version = %rpc::version_of(version), "A2A request refused: not A2A-Version 1.0 (none sent counts as 0.3, as the SDK's server counts it)");
+            return fail(RpcError::version(rpc::version_of(version)));
         }
         let params = req.get("params").cloned().unwrap_or_else(|| json!({}));
         tracing::debug!(%caller, %method, "A2A request");

@@ -71,22 +71,29 @@ fn caller_of(cfg: &NodeConfig, req: &Request<Incoming>) -> Option<String> {
         .map(|c| c.name.clone())
 }
 
-/// `GET /.well-known/agent-card.json`: the card, its endpoint at the address the caller
-/// reached (its `Host`, which the gate checked).
+/// `GET /.well-known/agent-card.json`: the card, its endpoint under `public_url` when
+/// one is set, else at the address the caller reached (`http://` and its `Host`, which
+/// the gate checked).
 pub(crate) fn card(node: &Node, req: &Request<Incoming>) -> Response<Body> {
     if node.a2a.is_none() {
         return server::error(StatusCode::NOT_FOUND, "this bot is not served over A2A");
     }
-    let host = req
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .map_or_else(|| node.cfg.api_addr.to_string(), str::to_string);
-    let card = crate::a2a::card::agent_card(
-        node.cfg.bot(),
-        &format!("http://{host}"),
-        !node.cfg.a2a_callers.is_empty(),
-    );
+    let public = node
+        .cfg
+        .bot()
+        .a2a
+        .as_ref()
+        .and_then(|s| s.public_url.clone());
+    let base = public.unwrap_or_else(|| {
+        let host = req
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .map_or_else(|| node.cfg.api_addr.to_string(), str::to_string);
+        format!("http://{host}")
+    });
+    let card =
+        crate::a2a::card::agent_card(node.cfg.bot(), &base, !node.cfg.a2a_callers.is_empty());
     server::json(StatusCode::OK, &card)
 }
 
@@ -105,11 +112,18 @@ pub(crate) async fn rpc(node: &Arc<Node>, req: Request<Incoming>) -> Response<Bo
     if node.accepting.is_cancelled() {
         return server::error(StatusCode::SERVICE_UNAVAILABLE, "node is shutting down");
     }
+    // The header, else the query parameter of the same name, as the SDK's server reads it.
     let version = req
         .headers()
         .get(crate::a2a::rpc::VERSION_HEADER)
         .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
+        .filter(|v| !v.trim().is_empty())
+        .map(str::to_string)
+        .or_else(|| {
+            form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes())
+                .find(|(k, _)| k == crate::a2a::rpc::VERSION_HEADER)
+                .map(|(_, v)| v.into_owned())
+        });
     let body = match server::read_body(req, MAX_RPC_BODY).await {
         Ok((_, body)) => body,
         Err(e @ BodyError::TooLarge { .. }) => {

@@ -18,7 +18,8 @@ pub(crate) const LOCAL_CALLER: &str = "local";
 /// Longest caller name.
 const MAX_CALLER_NAME: usize = 64;
 
-/// `[[bots]] a2a = { serve = true, group = "…", callers = { hermes = "HERMES_A2A_TOKEN" } }`.
+/// `[[bots]] a2a = { serve = true, group = "…", callers = { hermes = "HERMES_A2A_TOKEN" },
+/// public_url = "https://bot.example/api" }`.
 #[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct A2aServe {
@@ -31,6 +32,11 @@ pub struct A2aServe {
     /// holding each one's bearer token. Empty: no token, allowed on a loopback API only.
     #[serde(default)]
     pub(crate) callers: BTreeMap<String, String>,
+    /// The API's address as callers reach it (`https://bot.example/api`, behind a proxy
+    /// that ends TLS): the card's interface is `<public_url>/a2a`. Unset: `http://` and
+    /// the `Host` the caller reached.
+    #[serde(default)]
+    pub(crate) public_url: Option<String>,
 }
 
 /// `[[bots]] agent = { a2a = "http://…", token_env = "…" }`: the bot's replies written
@@ -77,6 +83,11 @@ impl A2aServe {
         if let Some(g) = &self.group {
             if g.trim().is_empty() || g.len() > 256 || g.starts_with('\0') {
                 return Some(("group".into(), "must be 1..=256 bytes, not blank".into()));
+            }
+        }
+        if let Some(url) = &self.public_url {
+            if let Err(p) = crate::config::check_url(url) {
+                return Some(("public_url".into(), format!("{p}: the API's address as callers reach it, an absolute http(s) URL (\"https://bot.example/api\")")));
             }
         }
         for (name, var) in &self.callers {
@@ -155,6 +166,7 @@ mod tests {
         A2aServe {
             serve: true,
             group: None,
+            public_url: None,
             callers: callers
                 .iter()
                 .map(|(n, v)| (n.to_string(), v.to_string()))
@@ -176,6 +188,27 @@ mod tests {
             serve(&[("bad name", "H")]).problem(true).unwrap().0,
             "callers.bad name"
         );
+    }
+
+    #[test]
+    fn a_public_url_must_be_an_absolute_http_url() {
+        let with = |u: &str| A2aServe {
+            public_url: Some(u.into()),
+            ..serve(&[])
+        };
+        assert_eq!(with("https://bot.example/api").problem(true), None);
+        assert_eq!(with("http://10.0.0.2:8080").problem(true), None);
+        for bad in [
+            "bot.example/api",
+            "/api",
+            "ftp://bot.example",
+            "https://",
+            "",
+        ] {
+            let (key, why) = with(bad).problem(true).expect(bad);
+            assert_eq!(key, "public_url", "{bad}");
+            assert!(why.contains("absolute http(s) URL"), "{why}");
+        }
     }
 
     #[test]
