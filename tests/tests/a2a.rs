@@ -314,6 +314,80 @@ async fn the_card_names_the_public_url_and_a_request_not_on_a2a_1_0_is_refused_a
     llm.shutdown().await;
 }
 
+#[tokio::test]
+async fn on_telegram_the_chat_shows_the_callers_message_then_the_answer_each_recorded_once() {
+    use botmesh_tests::fake_telegram::{BotAccount, FakeTelegram};
+    const CHAT: i64 = -1001234567890;
+    const A_ID: i64 = 1111;
+    let llm = BotLlm::judging(false, 0.0)
+        .replies(|bot| format!("{bot} says: v1.4 ships Friday"))
+        .start()
+        .await;
+    let account = |token: &str, id: i64, username: &str| BotAccount {
+        token: token.into(),
+        id,
+        username: username.into(),
+        first_name: username.into(),
+    };
+    let fake = FakeTelegram::start(
+        vec![
+            account("111:a", A_ID, "a_bot"),
+            account("222:b", 2222, "b_bot"),
+        ],
+        Vec::new(),
+        &[(CHAT, "Team")],
+    )
+    .await;
+    let mut spec = MeshSpec::mentions_only(&["A", "B"]).llm(&llm.base_url).bot(
+        "A",
+        &format!(
+            "platform = \"telegram\"\ntelegram = {{ token_env = \"A_TG_TOKEN\", chat_id = \"{CHAT}\", username = \"a_bot\", api_base_url = \"{}\" }}\na2a = {{ serve = true, callers = {{ hermes = \"A2A_TEST_HERMES\" }} }}",
+            fake.api_base_url
+        ),
+    );
+    spec.env.insert("A_TG_TOKEN".into(), "111:a".into());
+    spec.env.insert("A2A_TEST_HERMES".into(), TOKEN.into());
+    let mesh = TestMesh::start(spec).await;
+
+    let events = caller(&mesh, 0, TOKEN, &["send", "when does v1.4 ship?"]).await;
+    let task = &events[0]["event"]["task"];
+    assert_eq!(
+        task["status"]["state"], "TASK_STATE_COMPLETED",
+        "{events:?}"
+    );
+
+    // The chat: the caller's words, in its name, then the answer replying to them.
+    fake.wait("the question and the answer in the chat", |f| {
+        f.posted_by(A_ID).len() >= 2
+    })
+    .await;
+    let posted = fake.posted_by(A_ID);
+    assert_eq!(posted.len(), 2, "{posted:?}");
+    assert!(
+        posted[0].text.starts_with("a2a:hermes: ")
+            && posted[0].text.ends_with("when does v1.4 ship?"),
+        "{posted:?}"
+    );
+    assert_eq!(posted[1].text, "A says: v1.4 ships Friday");
+    assert_eq!(posted[1].reply_to, Some(posted[0].message_id), "{posted:?}");
+
+    // The transcript: the caller's message once, carrying the chat's id; the answer once.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t = mesh.transcript(0).await;
+    let asked = by(&t, "a2a:hermes");
+    assert_eq!(asked.len(), 1, "{t:?}");
+    assert_eq!(
+        asked[0].platform_msg_id,
+        Some(format!("{CHAT}:{}", posted[0].message_id)),
+        "{t:?}"
+    );
+    let answers = by(&t, "A");
+    assert_eq!(answers.len(), 1, "{t:?}");
+    assert_eq!(answers[0].reply_to, Some(asked[0].id));
+    mesh.shutdown().await;
+    llm.shutdown().await;
+}
+
 /// The SDK-built agent tests/py/a2a_agent.py, killed when dropped.
 struct RemoteAgent {
     child: tokio::process::Child,

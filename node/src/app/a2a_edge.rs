@@ -149,6 +149,35 @@ pub(crate) async fn rpc(node: &Arc<Node>, req: Request<Incoming>) -> Response<Bo
     }
 }
 
+/// Shows a caller's message `env` in the chat of the bot's platform (Telegram, Slack,
+/// …), where people see only what bots post: the bot posts it as the platform shows a
+/// relayed speaker, `a2a:hermes: <text>`, in the thread of what it follows up. The
+/// platform's id goes on the caller's envelope, so the message is recorded once (the
+/// platform's copy is the caller's message, not the bot's) and the bot's answer is
+/// posted as a reply to it. `None` on the local platform (the page shows the caller as
+/// it is) or when the post failed (logged by the adapter; the group still gets it).
+async fn show_in_chat(node: &Node, env: &Envelope) -> Option<String> {
+    let me = node.cfg.bot().name.clone();
+    let mut shown = Envelope::message(
+        env.id,
+        env.sent_at,
+        env.group.clone(),
+        me.clone(),
+        Author {
+            name: me,
+            kind: AuthorKind::Bot,
+        },
+        format!("{}: {}", env.author.name, env.text),
+    );
+    shown.reply_to = env.reply_to;
+    if !node.platform.should_post(&shown) {
+        return None;
+    }
+    let posted = node.platform.post(&shown).await.ok()?;
+    tracing::info!(bot = %node.cfg.bot().name, caller = %env.author.name, id = %env.id, platform = node.platform.name(), "an A2A caller's message shown in the chat, posted by the bot in the caller's name");
+    Some(posted)
+}
+
 /// The node's side of the A2A endpoint.
 struct NodeHost(Arc<Node>);
 
@@ -178,6 +207,9 @@ impl A2aHost for NodeHost {
             env.depth = 0;
             env.root = Some(id);
             env.reply_to = reply_to.filter(|r| node.transcripts.get(&group, r).is_some());
+            if let Some(posted) = show_in_chat(node, &env).await {
+                env.platform_msg_id = Some(posted);
+            }
             node.publish(env, "a2a")
                 .await
                 .map(|_| id)
