@@ -45,13 +45,18 @@
 //!             its tasks kept on disk, the JSON-RPC endpoint behind the A2aHost handle
 //! store       transcripts, the outbox log, delivery cursors, the verdict log
 //! telemetry   Prometheus metrics, live events, rate-limited refusal logging
-//! config      peers.toml → a validated NodeConfig; pacing (backoff, token bucket) for every layer;
-//!             reload (which changed keys apply at once, which wait for a restart)
+//! config      peers.toml → a validated NodeConfig: schema (the typed settings), load (file →
+//!             env → overrides), validate (the checks, naming the key), secrets (the
+//!             variables and key files the file names), node_config (the bot a node runs);
+//!             pacing (backoff, token bucket) for every layer; reload (which changed keys
+//!             apply at once, which wait for a restart)
 //! wire        envelope, batch, signatures, paths and limits
 //! ```
 //!
 //! - [`wire`] — what travels between nodes and how it is signed.
-//! - [`config`] — peers.toml: typed settings, env overrides, validation before binding;
+//! - [`config`] — peers.toml: typed settings (`config/schema.rs`), env overrides
+//!   (`load.rs`), validation before binding (`validate.rs`), secrets read for the one
+//!   bot a node runs (`secrets.rs`, `node_config.rs`);
 //!   `config::pacing`, the one retry schedule and token bucket every layer above shares.
 //! - [`telemetry`] — `Metrics` (Prometheus), `EventBus` (the page, SSE), and
 //!   `refusals::REFUSALS` (the public listeners' refusals in the log, rate-limited).
