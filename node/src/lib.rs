@@ -26,7 +26,8 @@
 //!             streamed answers and sends),
 //!             matrix (matrix/: settings, api client-server, sync, inbound, outbound)
 //!             (feishu/: api, events, crypto, dedup, inbound, ws the long connection,
-//!             content rich text and media, names people by display name); kit: what
+//!             content rich text and media, names people by display name, metrics its
+//!             own families); kit: what
 //!             every adapter shares (the API retry loop, the token source, the per-chat pacer);
 //!             `post` and `edit` (a posted message changed in place) on every adapter
 //! ingress     Ingest: admission (verify, dedup, rate limit), HTTP bridge, stream reader, relayed copies

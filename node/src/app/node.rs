@@ -133,7 +133,7 @@ pub struct RunningNode {
 impl Node {
     /// Records a message in its group's transcript and, when new, hands it to the
     /// turn-taking pipeline; a platform message's `@_user_N` placeholders resolve
-    /// through the platform's mention list (Feishu `mentions[]`). With `forward` it
+    /// through the mention list the platform sent with it. With `forward` it
     /// is also queued for every peer in the same durable write (a person's message
     /// that the platform showed to this bot only). Returns once it is on disk.
     pub(crate) async fn record_with_mentions(
@@ -725,12 +725,14 @@ async fn peer_listener(
     if req.method() == Method::POST && node.platform.webhook_path() == Some(path) {
         return node.platform.clone().webhook(req, remote).await;
     }
+    if let Some(refused) =
+        crate::platform::callback_elsewhere(req.method(), path, &node.metrics, remote)
+    {
+        return refused;
+    }
     match (req.method(), path) {
         (&Method::POST, ENVELOPES_PATH) => bridge::receive(ingest, req, remote).await,
         (&Method::POST, BATCH_PATH) => bridge::receive_batch(ingest, req, remote).await,
-        (&Method::POST, crate::platform::feishu::EVENTS_PATH) => {
-            crate::platform::feishu::not_enabled(&node.metrics, remote)
-        }
         (&Method::GET, "/healthz") => crate::app::api::health(&node),
         (_, ENVELOPES_PATH | BATCH_PATH) => {
             server::error(StatusCode::METHOD_NOT_ALLOWED, "use POST")
