@@ -102,8 +102,8 @@ struct PeerFanout {
     metrics: Arc<Metrics>,
 }
 
-impl crate::store::transcript::Fanout for PeerFanout {
-    fn push(&self, entry: crate::store::transcript::LoggedOutbound) {
+impl crate::store::outbox_log::Fanout for PeerFanout {
+    fn push(&self, entry: crate::store::outbox_log::LoggedOutbound) {
         for o in &self.outboxes {
             o.push_logged(&entry, &self.metrics);
         }
@@ -260,7 +260,7 @@ impl Node {
     }
 
     /// Records this node's own message (human via the API, or the bot's reply) and,
-    /// in the same durable write, queues it for every peer (see `transcript::Fanout`).
+    /// in the same durable write, queues it for every peer (see `outbox_log::Fanout`).
     /// On a platform the bot's own message is posted to the chat first, so the
     /// envelope carries the platform's id (`platform_msg_id`) to the peers.
     pub(crate) async fn publish(
@@ -412,7 +412,7 @@ fn open_outboxes(
         .map(|p| {
             // An older version's cursor under a long readable name is kept (stored_path):
             // a missing cursor would take the peer for new and skip what it is owed.
-            let cursor = crate::store::transcript::stored_path(outbox_dir, &p.name, "cursor");
+            let cursor = crate::store::file_names::stored_path(outbox_dir, &p.name, "cursor");
             Outbox::new(
                 &p.name,
                 &p.bridge_base_url(),
@@ -426,7 +426,7 @@ fn open_outboxes(
             STREAM_OUTBOX,
             Arc::new(crate::egress::transport::StreamTransport(link.clone())),
             cfg.mesh().outbox_capacity,
-            Some(crate::store::transcript::stored_path(
+            Some(crate::store::file_names::stored_path(
                 outbox_dir,
                 STREAM_OUTBOX,
                 "cursor",
@@ -435,7 +435,7 @@ fn open_outboxes(
     }
     for o in &outboxes {
         o.set_acks(acks.clone());
-        o.set_log_path(cfg.data_dir.join(crate::store::transcript::OUTBOX_LOG));
+        o.set_log_path(cfg.data_dir.join(crate::store::outbox_log::OUTBOX_LOG));
         o.set_batch_max(cfg.mesh().batch_max);
     }
     outboxes

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use ulid::Ulid;
 
 use crate::config::NodeConfig;
-use crate::store::transcript::recent_bot_messages;
+use crate::store::turn_queries::recent_bot_messages;
 use crate::turn::brain::{Brain, Provider};
 use crate::turn::pipeline::RATE_WINDOW_MS;
 use crate::turn::policy::Action;
