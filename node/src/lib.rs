@@ -31,8 +31,10 @@
 //!             every adapter shares (the API retry loop, the token source, the per-chat pacer);
 //!             `post` and `edit` (a posted message changed in place) on every adapter
 //! ingress     Ingest: admission (verify, dedup, rate limit), HTTP bridge, stream reader, relayed copies
-//! turn        mention → policy → judge → scheduler → reply, over the Ports trait; the daily
-//!             LLM budget; a long turn's status message (status: posted once, edited in
+//! turn        mention → policy → judge → scheduler → reply, over the Ports trait; the shared
+//!             judge (shared_judge); people's control in the chat (control: /quiet, /stop,
+//!             /why… parsed, and the state they switch); the daily LLM budget; a long
+//!             turn's status message (status: posted once, edited in
 //!             place through the platform's `edit`, ended with how the turn went); the
 //!             reply engines' dispatch (engine), a remote A2A agent's turns (a2a_engine)
 //! egress      one outbox per peer over a Transport (HTTP peer, Redis stream), relay, claim acks
@@ -76,6 +78,9 @@
 //!   MCP server every agent is offered.
 //! - [`egress`] — `Outbox` per peer, relaying around a broken link, the Redis stream link.
 //! - [`turn`] — the bots' manners, talking to the node only through `turn::Ports`;
+//!   `turn::shared_judge`, one judge call per message for the whole mesh;
+//!   `turn::control`, people's `/quiet`, `/stop`, `/why`… parsed and the state they
+//!   switch (carried out by `app::commands`);
 //!   `turn::outcome`, how an agent's turn ended: the chat's line ("stopped by Alice")
 //!   and what the agent is told at its next turn.
 //! - [`ingress`] — `Ingest`: every inbound path's narrow handle, and the checks.

@@ -676,7 +676,7 @@ pub(crate) fn first_look(
         .is_some_and(|p| &p.author.name == me);
     let direct =
         crate::wire::envelope::is_direct_group(&env.group) && env.author.kind == AuthorKind::Human;
-    let command = crate::turn::command::is_command(env, &node.brain.tuning());
+    let command = crate::turn::control::is_command(env, &node.brain.tuning());
     if (mentions_me || replies_to_me || direct) && !command {
         node.brain.asks.addressed(env.clone());
     }

@@ -70,7 +70,7 @@ pub struct Node {
     pub brain: Brain,
     /// The quiet switches, node-wide and per group: while one is on for a group, the
     /// bot takes no turns there.
-    pub(crate) quiet: crate::turn::command::Quiet,
+    pub(crate) quiet: crate::turn::control::Quiet,
     /// Cancelled when the node stops accepting work.
     pub(crate) accepting: CancellationToken,
     /// Tracks the background turn tasks so shutdown can wait for them.
@@ -324,7 +324,7 @@ pub async fn start(
         seen: Arc::new(SeenCache::new(SEEN_TTL, 1_000_000)),
         verify,
         llm,
-        quiet: crate::turn::command::Quiet::new(cfg.bot().quiet),
+        quiet: crate::turn::control::Quiet::new(cfg.bot().quiet),
         reloader: crate::app::reload::Reloader::new(cfg.clone()),
         accepting: CancellationToken::new(),
         turns: tokio_util::task::TaskTracker::new(),
