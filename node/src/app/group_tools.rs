@@ -757,14 +757,17 @@ pub(crate) fn mesh_server(
     let command = mcp_command(cfg)?;
     let url = crate::agent::mesh::api_url(api);
     let bot = cfg.bot().name.clone();
-    Some(Arc::new(move |group: &str| {
-        vec![json!({
-            "name": "mesh",
-            "command": command,
-            "args": ["mcp", "--bot", bot, "--group", group, "--api", url],
-            "env": [{"name": crate::agent::mesh::TOKEN_ENV, "value": tokens.mint(group)}],
-        })]
-    }))
+    Some(crate::agent::acp::GroupServers::new(
+        vec![command.clone()],
+        move |group: &str| {
+            vec![json!({
+                "name": "mesh",
+                "command": command,
+                "args": ["mcp", "--bot", bot, "--group", group, "--api", url],
+                "env": [{"name": crate::agent::mesh::TOKEN_ENV, "value": tokens.mint(group)}],
+            })]
+        },
+    ))
 }
 
 #[cfg(test)]
