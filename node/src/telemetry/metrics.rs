@@ -887,7 +887,10 @@ impl Metrics {
     pub(crate) fn own<T: OwnFamilies>(&self) -> Arc<T> {
         let mut own = self.own.lock();
         if let Some(found) = own.get(&TypeId::of::<T>()) {
-            return found.clone().downcast::<T>().expect("stored under its own type");
+            return found
+                .clone()
+                .downcast::<T>()
+                .expect("stored under its own type");
         }
         let fresh = Arc::new(T::default());
         fresh.register(&mut self.registry.lock());
