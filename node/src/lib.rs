@@ -26,12 +26,15 @@
 //!             streamed answers and sends),
 //!             matrix (matrix/: settings, api client-server, sync, inbound, outbound)
 //!             (feishu/: api, events, crypto, dedup, inbound, ws the long connection,
-//!             content rich text and media, names people by display name); kit: what
+//!             content rich text and media, names people by display name, metrics its
+//!             own families); kit: what
 //!             every adapter shares (the API retry loop, the token source, the per-chat pacer);
 //!             `post` and `edit` (a posted message changed in place) on every adapter
 //! ingress     Ingest: admission (verify, dedup, rate limit), HTTP bridge, stream reader, relayed copies
-//! turn        mention → policy → judge → scheduler → reply, over the Ports trait; the daily
-//!             LLM budget; a long turn's status message (status: posted once, edited in
+//! turn        mention → policy → judge → scheduler → reply, over the Ports trait; the shared
+//!             judge (shared_judge); people's control in the chat (control: /quiet, /stop,
+//!             /why… parsed, and the state they switch); the daily LLM budget; a long
+//!             turn's status message (status: posted once, edited in
 //!             place through the platform's `edit`, ended with how the turn went); the
 //!             reply engines' dispatch (engine), a remote A2A agent's turns (a2a_engine)
 //! egress      one outbox per peer over a Transport (HTTP peer, Redis stream), relay, claim acks
@@ -46,13 +49,18 @@
 //!             the client of a remote agent and its conversations kept on disk
 //! store       transcripts, the outbox log, delivery cursors, the verdict log
 //! telemetry   Prometheus metrics, live events, rate-limited refusal logging
-//! config      peers.toml → a validated NodeConfig; pacing (backoff, token bucket) for every layer;
-//!             reload (which changed keys apply at once, which wait for a restart)
+//! config      peers.toml → a validated NodeConfig: schema (the typed settings), load (file →
+//!             env → overrides), validate (the checks, naming the key), secrets (the
+//!             variables and key files the file names), node_config (the bot a node runs);
+//!             pacing (backoff, token bucket) for every layer; reload (which changed keys
+//!             apply at once, which wait for a restart)
 //! wire        envelope, batch, signatures, paths and limits
 //! ```
 //!
 //! - [`wire`] — what travels between nodes and how it is signed.
-//! - [`config`] — peers.toml: typed settings, env overrides, validation before binding;
+//! - [`config`] — peers.toml: typed settings (`config/schema.rs`), env overrides
+//!   (`load.rs`), validation before binding (`validate.rs`), secrets read for the one
+//!   bot a node runs (`secrets.rs`, `node_config.rs`);
 //!   `config::pacing`, the one retry schedule and token bucket every layer above shares.
 //! - [`telemetry`] — `Metrics` (Prometheus), `EventBus` (the page, SSE), and
 //!   `refusals::REFUSALS` (the public listeners' refusals in the log, rate-limited).
@@ -72,6 +80,9 @@
 //!   MCP server every agent is offered.
 //! - [`egress`] — `Outbox` per peer, relaying around a broken link, the Redis stream link.
 //! - [`turn`] — the bots' manners, talking to the node only through `turn::Ports`;
+//!   `turn::shared_judge`, one judge call per message for the whole mesh;
+//!   `turn::control`, people's `/quiet`, `/stop`, `/why`… parsed and the state they
+//!   switch (carried out by `app::commands`);
 //!   `turn::outcome`, how an agent's turn ended: the chat's line ("stopped by Alice")
 //!   and what the agent is told at its next turn.
 //! - [`ingress`] — `Ingest`: every inbound path's narrow handle, and the checks.

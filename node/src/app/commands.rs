@@ -1,5 +1,5 @@
 //! People's commands in the chat, carried out by the node (parsed in
-//! [`crate::turn::command`]): every node sees a person's message through its usual
+//! [`crate::turn::control`]): every node sees a person's message through its usual
 //! way in (the page and the bridge on `local`, the platform on Feishu and Discord, a
 //! colleague's forward on DingTalk), so each bot acts on the commands addressed to it.
 //!
@@ -9,10 +9,10 @@
 //!   the group drops (its LLM call or wait abandoned, its claim withdrawn, recorded as
 //!   `silent/stopped` and `withdraw/stopped`). Later messages are taken as usual.
 //! - `/why`: posts, in a few lines, the decisions recorded about the last message
-//!   (see [`crate::turn::command::why_text`]). The answer carries the mesh's
+//!   (see [`crate::turn::control::why_text`]). The answer carries the mesh's
 //!   `max_depth`, so no bot judges or answers it. Only the bot it @-names answers (a
 //!   `/why` naming no bot only in a mesh of one), and each person has
-//!   `turn::command::WHY_PER_MINUTE` of them per group (`outcome="rate_limited"`).
+//!   `turn::control::WHY_PER_MINUTE` of them per group (`outcome="rate_limited"`).
 //! - `/allow`, `/deny`: answer a permission question this bot's ACP agent put in the
 //!   group ([`post_questions`] posts them; `turn::approval::ChatAsker` waits): the one
 //!   replied to, else the most recent one waiting, and only one posted before the
@@ -22,7 +22,7 @@
 //!   bot says who may answer.
 //!
 //! With `[mesh] operators` set, `/quiet`, `/resume` and `/stop` are carried out only
-//! for an operator (see [`command::may_command`]); anyone else's is ordinary text,
+//! for an operator (see [`control::may_command`]); anyone else's is ordinary text,
 //! taken as any message, logged and counted `outcome="not_operator"`.
 //!
 //! A command is a message like any other in the transcript; it is never judged.
@@ -33,21 +33,21 @@ use std::sync::Arc;
 use crate::agent::acp::Decision;
 use crate::app::node::Node;
 use crate::turn::approval::{Answered, AskedQuestion};
-use crate::turn::command::{self, Verb};
+use crate::turn::control::{self, Verb};
 use crate::turn::mention::PlatformMention;
 use crate::wire::envelope::{now_millis, Author, AuthorKind, Envelope};
 
 /// Carries out `env` if it is a person's command addressed to this bot; `true` when it
 /// is a command at all (addressed here or not), which then takes no turn.
 pub(crate) fn handle(node: &Arc<Node>, env: &Arc<Envelope>, mentions: &[PlatformMention]) -> bool {
-    let Some(cmd) = command::parse(env, &node.brain.matcher, mentions) else {
+    let Some(cmd) = control::parse(env, &node.brain.matcher, mentions) else {
         return false;
     };
     let t = node.brain.tuning();
     let me = t.me.name.clone();
     let verb = cmd.verb.as_str();
-    if !command::may_command(cmd.verb, env, &t) {
-        let person = command::person_of(env, &t).join(" ");
+    if !control::may_command(cmd.verb, env, &t) {
+        let person = control::person_of(env, &t).join(" ");
         tracing::info!(bot = %me, id = %env.id, command = verb, by = %env.author.name, %person, group = %env.group, "not an operator's: taken as ordinary text ([mesh] operators)");
         node.metrics.chat_command(verb, "not_operator");
         return false;
@@ -108,12 +108,12 @@ pub(crate) fn handle(node: &Arc<Node>, env: &Arc<Envelope>, mentions: &[Platform
         Verb::Why => {
             // One answer, not one per bot: a `/why` without an @ is answered only in a
             // mesh of one bot.
-            if cmd.target == command::Target::All && !t.colleagues.is_empty() {
+            if cmd.target == control::Target::All && !t.colleagues.is_empty() {
                 tracing::info!(bot = %me, %by, %group, id = %env.id, "a /why that names no bot: answered only by the bot it names");
                 node.metrics.chat_command(verb, "not_addressed");
                 return true;
             }
-            let person = command::person_of(env, &t)
+            let person = control::person_of(env, &t)
                 .first()
                 .cloned()
                 .unwrap_or_else(|| format!("{}/{}", env.sender, by));
@@ -253,7 +253,7 @@ async fn post_why(node: Arc<Node>, cmd: Arc<Envelope>) {
     let t = node.brain.tuning();
     let me = t.me.name.clone();
     let recent = node.transcripts.recent(&cmd.group, 256);
-    let subject = command::why_subject(&recent, &cmd, &t);
+    let subject = control::why_subject(&recent, &cmd, &t);
     let steps = subject
         .as_ref()
         .map(|s| node.brain.trail.steps(s.id))
@@ -268,7 +268,7 @@ async fn post_why(node: Arc<Node>, cmd: Arc<Envelope>) {
                 && e.why.is_some()
         })
     });
-    let text = command::why_text(
+    let text = control::why_text(
         &me,
         &node.brain.matcher,
         subject.as_deref(),

@@ -676,7 +676,7 @@ pub(crate) fn first_look(
         .is_some_and(|p| &p.author.name == me);
     let direct =
         crate::wire::envelope::is_direct_group(&env.group) && env.author.kind == AuthorKind::Human;
-    let command = crate::turn::command::is_command(env, &node.brain.tuning());
+    let command = crate::turn::control::is_command(env, &node.brain.tuning());
     if (mentions_me || replies_to_me || direct) && !command {
         node.brain.asks.addressed(env.clone());
     }
@@ -757,14 +757,17 @@ pub(crate) fn mesh_server(
     let command = mcp_command(cfg)?;
     let url = crate::agent::mesh::api_url(api);
     let bot = cfg.bot().name.clone();
-    Some(Arc::new(move |group: &str| {
-        vec![json!({
-            "name": "mesh",
-            "command": command,
-            "args": ["mcp", "--bot", bot, "--group", group, "--api", url],
-            "env": [{"name": crate::agent::mesh::TOKEN_ENV, "value": tokens.mint(group)}],
-        })]
-    }))
+    Some(crate::agent::acp::GroupServers::new(
+        vec![command.clone()],
+        move |group: &str| {
+            vec![json!({
+                "name": "mesh",
+                "command": command,
+                "args": ["mcp", "--bot", bot, "--group", group, "--api", url],
+                "env": [{"name": crate::agent::mesh::TOKEN_ENV, "value": tokens.mint(group)}],
+            })]
+        },
+    ))
 }
 
 #[cfg(test)]

@@ -70,7 +70,7 @@ pub struct Node {
     pub brain: Brain,
     /// The quiet switches, node-wide and per group: while one is on for a group, the
     /// bot takes no turns there.
-    pub(crate) quiet: crate::turn::command::Quiet,
+    pub(crate) quiet: crate::turn::control::Quiet,
     /// Cancelled when the node stops accepting work.
     pub(crate) accepting: CancellationToken,
     /// Tracks the background turn tasks so shutdown can wait for them.
@@ -102,8 +102,8 @@ struct PeerFanout {
     metrics: Arc<Metrics>,
 }
 
-impl crate::store::transcript::Fanout for PeerFanout {
-    fn push(&self, entry: crate::store::transcript::LoggedOutbound) {
+impl crate::store::outbox_log::Fanout for PeerFanout {
+    fn push(&self, entry: crate::store::outbox_log::LoggedOutbound) {
         for o in &self.outboxes {
             o.push_logged(&entry, &self.metrics);
         }
@@ -133,7 +133,7 @@ pub struct RunningNode {
 impl Node {
     /// Records a message in its group's transcript and, when new, hands it to the
     /// turn-taking pipeline; a platform message's `@_user_N` placeholders resolve
-    /// through the platform's mention list (Feishu `mentions[]`). With `forward` it
+    /// through the mention list the platform sent with it. With `forward` it
     /// is also queued for every peer in the same durable write (a person's message
     /// that the platform showed to this bot only). Returns once it is on disk.
     pub(crate) async fn record_with_mentions(
@@ -260,7 +260,7 @@ impl Node {
     }
 
     /// Records this node's own message (human via the API, or the bot's reply) and,
-    /// in the same durable write, queues it for every peer (see `transcript::Fanout`).
+    /// in the same durable write, queues it for every peer (see `outbox_log::Fanout`).
     /// On a platform the bot's own message is posted to the chat first, so the
     /// envelope carries the platform's id (`platform_msg_id`) to the peers.
     pub(crate) async fn publish(
@@ -324,7 +324,7 @@ pub async fn start(
         seen: Arc::new(SeenCache::new(SEEN_TTL, 1_000_000)),
         verify,
         llm,
-        quiet: crate::turn::command::Quiet::new(cfg.bot().quiet),
+        quiet: crate::turn::control::Quiet::new(cfg.bot().quiet),
         reloader: crate::app::reload::Reloader::new(cfg.clone()),
         accepting: CancellationToken::new(),
         turns: tokio_util::task::TaskTracker::new(),
@@ -412,7 +412,7 @@ fn open_outboxes(
         .map(|p| {
             // An older version's cursor under a long readable name is kept (stored_path):
             // a missing cursor would take the peer for new and skip what it is owed.
-            let cursor = crate::store::transcript::stored_path(outbox_dir, &p.name, "cursor");
+            let cursor = crate::store::file_names::stored_path(outbox_dir, &p.name, "cursor");
             Outbox::new(
                 &p.name,
                 &p.bridge_base_url(),
@@ -426,7 +426,7 @@ fn open_outboxes(
             STREAM_OUTBOX,
             Arc::new(crate::egress::transport::StreamTransport(link.clone())),
             cfg.mesh().outbox_capacity,
-            Some(crate::store::transcript::stored_path(
+            Some(crate::store::file_names::stored_path(
                 outbox_dir,
                 STREAM_OUTBOX,
                 "cursor",
@@ -435,7 +435,7 @@ fn open_outboxes(
     }
     for o in &outboxes {
         o.set_acks(acks.clone());
-        o.set_log_path(cfg.data_dir.join(crate::store::transcript::OUTBOX_LOG));
+        o.set_log_path(cfg.data_dir.join(crate::store::outbox_log::OUTBOX_LOG));
         o.set_batch_max(cfg.mesh().batch_max);
     }
     outboxes
@@ -725,12 +725,14 @@ async fn peer_listener(
     if req.method() == Method::POST && node.platform.webhook_path() == Some(path) {
         return node.platform.clone().webhook(req, remote).await;
     }
+    if let Some(refused) =
+        crate::platform::callback_elsewhere(req.method(), path, &node.metrics, remote)
+    {
+        return refused;
+    }
     match (req.method(), path) {
         (&Method::POST, ENVELOPES_PATH) => bridge::receive(ingest, req, remote).await,
         (&Method::POST, BATCH_PATH) => bridge::receive_batch(ingest, req, remote).await,
-        (&Method::POST, crate::platform::feishu::EVENTS_PATH) => {
-            crate::platform::feishu::not_enabled(&node.metrics, remote)
-        }
         (&Method::GET, "/healthz") => crate::app::api::health(&node),
         (_, ENVELOPES_PATH | BATCH_PATH) => {
             server::error(StatusCode::METHOD_NOT_ALLOWED, "use POST")

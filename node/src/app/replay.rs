@@ -41,9 +41,9 @@ use ulid::Ulid;
 use crate::config::{MeshSettings, NodeConfig, Settings};
 use crate::egress::acks::{AckTracker, ClaimAcks};
 use crate::llm::{ChatMessage, Completion, Endpoint, LlmClient, LlmError, Purpose, Usage};
-use crate::store::transcript::{
-    bot_messages_and_due_in, last_in, read_only, since_in, stored_path,
-};
+use crate::store::file_names::stored_path;
+use crate::store::transcript::read_only;
+use crate::store::turn_queries::{bot_messages_and_due_in, last_in, since_in};
 use crate::store::verdicts::{self, VerdictRecord};
 use crate::telemetry::events::Event;
 use crate::telemetry::metrics::Metrics;
@@ -497,7 +497,7 @@ fn groups_in(dir: &Path) -> String {
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-        .filter_map(|p| crate::store::transcript::group_of_file(&p))
+        .filter_map(|p| crate::store::file_names::group_of_file(&p))
         .collect();
     names.sort();
     if names.is_empty() {

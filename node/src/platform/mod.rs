@@ -320,6 +320,19 @@ pub(crate) fn person_name(
     crate::config::names::marked_person_name(name, platform, bot.is_some())
 }
 
+/// A request on the peer-facing listener for a platform's callback this node does not
+/// take (its platform is another, or it takes no callbacks): the answer that
+/// platform's adapter gives, when it gives one (Feishu's console checks the URL, so it
+/// is told why, and the refusal is counted); `None` leaves the request to the listener.
+pub(crate) fn callback_elsewhere(
+    method: &http::Method,
+    path: &str,
+    metrics: &Metrics,
+    remote: SocketAddr,
+) -> Option<Response<crate::ingress::server::Body>> {
+    feishu::callback_elsewhere(method, path, metrics, remote)
+}
+
 /// The adapter for this node's bot ([`registry::build`]).
 pub(crate) use registry::build;
 

@@ -316,14 +316,14 @@ impl SimBot {
     /// the simulator knows (`/stop`: the group's turns in flight drop); `true` when
     /// `env` is a command at all, which then takes no turn.
     fn command(&self, env: &Envelope) -> bool {
-        let Some(cmd) = crate::turn::command::parse(env, &self.brain.matcher, &[]) else {
+        let Some(cmd) = crate::turn::control::parse(env, &self.brain.matcher, &[]) else {
             return false;
         };
         let t = self.brain.tuning();
-        if !crate::turn::command::may_command(cmd.verb, env, &t) {
+        if !crate::turn::control::may_command(cmd.verb, env, &t) {
             return false;
         }
-        if cmd.addresses(self.name()) && cmd.verb == crate::turn::command::Verb::Stop {
+        if cmd.addresses(self.name()) && cmd.verb == crate::turn::control::Verb::Stop {
             self.brain.stops.stop(&env.group, &env.author.name);
             let mut st = self.run.state.lock();
             self.run.log(&mut st, Some(self.idx), |_| {

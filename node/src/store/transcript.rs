@@ -33,19 +33,11 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 use ulid::Ulid;
 
-use super::file_names::{file_stem, name_of_stem, HASHED_PREFIX};
-use super::outbox_log::{load_outbox_log, outbox_line};
-use super::turn_queries::answers_due;
+use super::file_names::{file_stem, name_of_stem, stored_path, HASHED_PREFIX};
+use super::outbox_log::{load_outbox_log, outbox_line, Fanout, LoggedOutbound, OUTBOX_LOG};
+use super::turn_queries::{answers_due, recent_bot_messages};
 use crate::telemetry::events::{Event, EventBus};
 use crate::wire::envelope::Envelope;
-
-// The paths callers in `app/` and `turn/` still use (their files change on other
-// branches); point them at `file_names`, `outbox_log` and `turn_queries` after the merge.
-pub(crate) use super::file_names::{group_of_file, stored_path};
-pub(crate) use super::outbox_log::{Fanout, LoggedOutbound, OUTBOX_LOG};
-pub(crate) use super::turn_queries::{
-    bot_messages_and_due_in, last_in, recent_bot_messages, since_in,
-};
 
 /// How many recent messages of each group are kept in memory for context and the API.
 pub(crate) const MEMORY_MESSAGES: usize = 2_000;
@@ -1029,7 +1021,7 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::file_names::{encode_name, MAX_PLAIN_STEM};
+    use crate::store::file_names::{encode_name, group_of_file, MAX_PLAIN_STEM};
     use crate::wire::envelope::{Author, AuthorKind};
     use std::io::Write;
 

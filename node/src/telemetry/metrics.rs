@@ -4,6 +4,12 @@
 //! rejection, delivery outcome, decision and LLM call is counted by reason, so an
 //! operator can tell from one scrape why a bot did or did not speak.
 
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -21,7 +27,7 @@ pub struct ResultLabel {
 /// Labels of a platform's inbound messages (`botmesh_platform_events_total`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PlatformResultLabel {
-    /// The platform (`feishu`, `discord`, `dingtalk`, …).
+    /// The platform (`discord`, `dingtalk`, `telegram`, …).
     pub(crate) platform: String,
     /// What became of the message (`platform::kit::inbound::Received`).
     pub(crate) result: String,
@@ -81,20 +87,6 @@ pub struct RefusalLabel {
 pub struct KindLabel {
     /// `calls` or `tokens`.
     pub(crate) kind: String,
-}
-
-/// Labels naming a connection state.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StateLabel {
-    /// The state's name.
-    pub state: String,
-}
-
-/// Labels naming an API endpoint.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct EndpointLabel {
-    /// `METHOD /path`, ids replaced by `{id}`.
-    pub endpoint: String,
 }
 
 /// Labels for relayed envelopes.
@@ -265,9 +257,21 @@ impl AgentMetrics {
     }
 }
 
+/// Families a module above this layer declares for itself (a platform adapter's own
+/// metrics, e.g. `platform/feishu/metrics.rs`), so that this file names no platform:
+/// [`Metrics::own`] registers them on first use and shares them from then on.
+pub(crate) trait OwnFamilies: Default + Send + Sync + 'static {
+    /// Registers every family (its name and help) in `registry`.
+    fn register(&self, registry: &mut Registry);
+}
+
 /// Every metric the node exports.
 pub struct Metrics {
-    registry: Registry,
+    /// Where every family is registered; behind a lock only so that [`Metrics::own`]
+    /// can add a module's families after start (a scrape and a first use are rare).
+    registry: Mutex<Registry>,
+    /// The [`OwnFamilies`] registered so far, by type.
+    own: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
     /// Envelopes received on the bridge, by result.
     pub(crate) envelopes_in: Family<ResultLabel, Counter>,
     /// Envelopes whose signature verified, by the scheme that verified it: shows
@@ -312,9 +316,6 @@ pub struct Metrics {
     /// Entries held by each in-memory cache, refreshed at every scrape: lets an
     /// operator (and `botmesh-bench soak`) see that none grows without bound.
     pub(crate) cache_entries: Family<CacheLabel, Gauge>,
-    /// Feishu/Lark event callbacks, by result (`message`, `challenge`, `duplicate`,
-    /// `ignored`, or the rejection reason).
-    pub(crate) feishu_events: Family<ResultLabel, Counter>,
     /// Every platform's inbound messages, by platform and by what became of each
     /// (`recorded`, `duplicate`, `own`, `bridge_copy`, `context`, `empty`, `failed`):
     /// one family for all adapters (`platform::kit::inbound`), so one dashboard
@@ -327,16 +328,6 @@ pub struct Metrics {
     /// `connected`, `connect_failed`, `closed`; and sends by path: `send_session`,
     /// `send_group`, `send_failed`.
     pub(crate) dingtalk_events: Family<ResultLabel, Counter>,
-    /// 1 for the Feishu long connection's current state (`connecting`, `connected`,
-    /// `reconnecting`, `stopped`), 0 for the others: an operator sees a bot that
-    /// cannot hear Feishu.
-    pub(crate) feishu_connection: Family<StateLabel, Gauge>,
-    /// Feishu long-connection attempts and endings, by result (`connected`,
-    /// `handshake_refused`, `endpoint_refused`, `dropped`, …).
-    pub(crate) feishu_connects: Family<ResultLabel, Counter>,
-    /// Every call to the Feishu API, by endpoint (`METHOD /path` with ids as
-    /// `{id}`): the quota an operator spends.
-    pub(crate) feishu_api_calls: Family<EndpointLabel, Counter>,
     /// 1 while the Redis Streams transport is connected, 0 while it is not (absent
     /// on `http` nodes).
     pub(crate) redis_up: Gauge,
@@ -425,12 +416,8 @@ impl Metrics {
         let transcript_appends = Family::<ResultLabel, Counter>::default();
         let cache_entries = Family::<CacheLabel, Gauge>::default();
         let redis_up = Gauge::default();
-        let feishu_events = Family::<ResultLabel, Counter>::default();
         let platform_events = Family::<PlatformResultLabel, Counter>::default();
         let dingtalk_events = Family::<ResultLabel, Counter>::default();
-        let feishu_connection = Family::<StateLabel, Gauge>::default();
-        let feishu_connects = Family::<ResultLabel, Counter>::default();
-        let feishu_api_calls = Family::<EndpointLabel, Counter>::default();
         let stream_events = Family::<ResultLabel, Counter>::default();
         let config_reloads = Family::<ResultLabel, Counter>::default();
         let budget_exhausted = Family::<ResultLabel, Counter>::default();
@@ -562,29 +549,9 @@ impl Metrics {
             platform_events.clone(),
         );
         registry.register(
-            "botmesh_feishu_events",
-            "Feishu/Lark event callbacks, by result",
-            feishu_events.clone(),
-        );
-        registry.register(
             "botmesh_dingtalk_events",
             "DingTalk Stream mode events and sends, by result",
             dingtalk_events.clone(),
-        );
-        registry.register(
-            "botmesh_feishu_connection",
-            "1 for the Feishu long connection's current state",
-            feishu_connection.clone(),
-        );
-        registry.register(
-            "botmesh_feishu_connects",
-            "Feishu long-connection attempts and endings, by result",
-            feishu_connects.clone(),
-        );
-        registry.register(
-            "botmesh_feishu_api_calls",
-            "Calls to the Feishu API, by endpoint",
-            feishu_api_calls.clone(),
         );
         registry.register(
             "botmesh_redis_up",
@@ -606,15 +573,12 @@ impl Metrics {
             budget_exhausted,
             budget_spent,
             verdict_log,
-            feishu_events,
             platform_events,
             dingtalk_events,
-            feishu_connection,
-            feishu_connects,
-            feishu_api_calls,
             redis_up,
             stream_events,
-            registry,
+            registry: Mutex::new(registry),
+            own: Mutex::default(),
             envelopes_in,
             signatures_verified,
             ed25519_checks,
@@ -735,42 +699,6 @@ impl Metrics {
         self.platform_events
             .get_or_create(&PlatformResultLabel {
                 platform: platform.into(),
-                result: result.into(),
-            })
-            .inc();
-    }
-
-    /// Counts one Feishu event callback.
-    pub(crate) fn feishu_event(&self, result: &str) {
-        self.feishu_events
-            .get_or_create(&ResultLabel {
-                result: result.into(),
-            })
-            .inc();
-    }
-
-    /// Sets the Feishu long connection's state gauge for `state`.
-    pub fn set_feishu_connection(&self, state: &str, value: i64) {
-        self.feishu_connection
-            .get_or_create(&StateLabel {
-                state: state.into(),
-            })
-            .set(value);
-    }
-
-    /// Counts one call to the Feishu API.
-    pub fn feishu_api_call(&self, endpoint: &str) {
-        self.feishu_api_calls
-            .get_or_create(&EndpointLabel {
-                endpoint: endpoint.into(),
-            })
-            .inc();
-    }
-
-    /// Counts one Feishu long-connection attempt or ending.
-    pub fn feishu_connect(&self, result: &str) {
-        self.feishu_connects
-            .get_or_create(&ResultLabel {
                 result: result.into(),
             })
             .inc();
@@ -954,10 +882,27 @@ impl Metrics {
             .inc_by(completion_tokens);
     }
 
+    /// A module's own families ([`OwnFamilies`]), registered on their first use: a
+    /// node exports the families of the parts it uses (a Feishu node Feishu's).
+    pub(crate) fn own<T: OwnFamilies>(&self) -> Arc<T> {
+        let mut own = self.own.lock();
+        if let Some(found) = own.get(&TypeId::of::<T>()) {
+            return found
+                .clone()
+                .downcast::<T>()
+                .expect("stored under its own type");
+        }
+        let fresh = Arc::new(T::default());
+        fresh.register(&mut self.registry.lock());
+        own.insert(TypeId::of::<T>(), fresh.clone());
+        fresh
+    }
+
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+        let registry = self.registry.lock();
+        prometheus_client::encoding::text::encode(&mut out, &registry)
             .expect("writing to a String");
         out
     }

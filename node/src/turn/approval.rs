@@ -47,7 +47,7 @@ use ulid::Ulid;
 
 use crate::agent::acp::{Decision, PermissionAsker, PermissionQuestion};
 use crate::turn::brain::Tuning;
-use crate::turn::command::person_of;
+use crate::turn::control::person_of;
 use crate::wire::envelope::{AuthorKind, Envelope};
 
 /// The person a turn is for: whose message started it.
@@ -289,7 +289,7 @@ impl PermissionAsker for ChatAsker {
 mod tests {
     use super::*;
     use crate::agent::acp::ToolKind;
-    use crate::turn::command::tests::tuning;
+    use crate::turn::control::tests::tuning;
     use crate::wire::envelope::Author;
 
     /// A person's message at `Alice`'s node (a local platform), written at `at` ms.

@@ -11,7 +11,7 @@ use crate::config::{BotSettings, LlmSettings, MeshSettings, NodeConfig};
 use crate::llm::{estimate_tokens, parse_verdict, ChatMessage, Endpoint, Purpose, Verdict};
 use crate::telemetry::metrics::Metrics;
 use crate::turn::budget::{Budget, Exhausted, Limits};
-use crate::turn::command::{GroupStops, Trail, WhyLimits};
+use crate::turn::control::{GroupStops, Trail, WhyLimits};
 use crate::turn::judge::{build_prompt, offline_verdict, prompt_hash, JudgeInput};
 use crate::turn::mention::{Member, MentionMatcher, PlatformMention};
 use crate::turn::policy::{decide, Decision, Facts};
@@ -77,7 +77,7 @@ pub struct Brain {
     /// Claims and replies per trigger.
     pub board: ClaimBoard,
     /// Shared verdicts heard, per trigger (`[mesh] judge = "shared"`).
-    pub(crate) verdicts: crate::turn::shared::Verdicts,
+    pub(crate) verdicts: crate::turn::shared_judge::Verdicts,
     /// Today's LLM use against [`Tuning::budget`].
     pub(crate) budget: Budget,
     /// Set once the judge endpoint refused structured output.
@@ -310,7 +310,7 @@ impl Brain {
             tuning: RwLock::new(Arc::new(tuning)),
             matcher: MentionMatcher::new(&roster(roster_of)),
             board: ClaimBoard::with_turn_limits(turn_limits(roster_of)),
-            verdicts: crate::turn::shared::Verdicts::default(),
+            verdicts: crate::turn::shared_judge::Verdicts::default(),
             budget: Budget::default(),
             metrics,
             trail: Trail::default(),

@@ -187,18 +187,17 @@ pub(crate) async fn start_acp(
             .get("PATH")
             .cloned()
             .or_else(|| std::env::var("PATH").ok());
+        let own = mcp_servers.iter().filter_map(|s| s["command"].as_str());
         let mesh = group_servers
             .iter()
-            .flat_map(|servers| servers(&cfg.settings.mesh.group));
-        for server in mcp_servers.iter().cloned().chain(mesh) {
-            if let Some(program) = server["command"].as_str() {
-                for home in crate::agent::sandbox::program_home(
-                    std::path::Path::new(program),
-                    path_var.as_deref(),
-                ) {
-                    if !read.contains(&home) {
-                        read.push(home);
-                    }
+            .flat_map(|servers| servers.programs().iter().map(String::as_str));
+        for program in own.chain(mesh) {
+            for home in crate::agent::sandbox::program_home(
+                std::path::Path::new(program),
+                path_var.as_deref(),
+            ) {
+                if !read.contains(&home) {
+                    read.push(home);
                 }
             }
         }

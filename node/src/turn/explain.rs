@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use ulid::Ulid;
 
 use crate::config::NodeConfig;
-use crate::store::transcript::recent_bot_messages;
+use crate::store::turn_queries::recent_bot_messages;
 use crate::turn::brain::{Brain, Provider};
 use crate::turn::pipeline::RATE_WINDOW_MS;
 use crate::turn::policy::Action;
@@ -108,9 +108,9 @@ pub async fn explain(
     let recent_bots = recent_bot_messages(recent.iter(), now_millis(), RATE_WINDOW_MS);
     let t = brain.tuning();
     // Commands never reach an LLM, so they are not in a judge prompt's context either.
-    let recent = &crate::turn::command::without_commands(recent.to_vec(), &t)[..];
+    let recent = &crate::turn::control::without_commands(recent.to_vec(), &t)[..];
     let mut d = brain.decide(&t.mesh, &msg, &[], recent_bots, quiet);
-    if crate::turn::command::is_command(&msg, &t) {
+    if crate::turn::control::is_command(&msg, &t) {
         // A person's `/quiet`, `/stop`, …: carried out by the node, never judged.
         d.action = Action::Silent;
         d.reason = "command";

@@ -11,9 +11,12 @@
 //! - [`asks`] — the group tools' state: questions to colleagues waiting for their
 //!   answer, each group's turn in flight, the messages addressed to the bot.
 //! - [`budget`] — the daily LLM budget (`[llm] daily_calls`, `daily_tokens`).
-//! - [`command`] — people's `/quiet`, `/resume`, `/stop`, `/why` in the chat: parsing,
-//!   the groups' stop tokens, the decision trail `/why` reads.
-//! - [`brain`] — `Brain`: a bot's turn-taking state and its LLM questions.
+//! - [`control`] — people's control of the bots in the chat: `/quiet`, `/resume`,
+//!   `/stop`, `/why`, `/allow`, `/deny` parsed, and the state they act on (the quiet
+//!   switches, the groups' stop tokens, the decision trail `/why` reads); the node
+//!   carries them out (`app::commands`).
+//! - [`shared_judge`] — `[mesh] judge = "shared"`: one bot per message asks the judge
+//!   for the whole mesh and broadcasts the verdicts; the others wait for theirs.
 //! - [`engine`] — `ReplyEngine`: the model (with its MCP tools' loop) or a sidecar
 //!   webhook writes the reply.
 //! - [`a2a_engine`] — `RemoteAgent`: a remote A2A agent writes the reply, one task a
@@ -34,7 +37,7 @@ pub(crate) mod approval;
 pub(crate) mod asks;
 pub(crate) mod brain;
 pub(crate) mod budget;
-pub(crate) mod command;
+pub(crate) mod control;
 pub(crate) mod engine;
 pub(crate) mod explain;
 pub(crate) mod judge;
@@ -45,7 +48,7 @@ pub(crate) mod policy;
 pub(crate) mod ports;
 pub(crate) mod reply;
 pub(crate) mod scheduler;
-pub(crate) mod shared;
+pub(crate) mod shared_judge;
 pub(crate) mod status;
 #[cfg(test)]
 pub(crate) mod test_ports;

@@ -18,7 +18,7 @@
 //! posts anyway, logged at warn and counted as `post/claim_unacked`.
 //!
 //! Until it posts, a turn can be dropped by a person's `/stop` in its group (the
-//! group's stop token, `turn::command`): whatever is in flight (judge, wait, writing,
+//! group's stop token, `turn::control`): whatever is in flight (judge, wait, writing,
 //! acknowledgements) is abandoned and the claim withdrawn (`withdraw/stopped`).
 
 use std::sync::Arc;
@@ -31,14 +31,14 @@ use crate::egress::acks::ClaimAcks;
 use crate::store::verdicts::{VerdictRecord, VERDICT_FORMAT};
 use crate::telemetry::events::Event;
 use crate::turn::brain::{Brain, Judged, PendingDraft, Reply};
-use crate::turn::command::{is_command, without_commands, StopSignal};
+use crate::turn::control::{is_command, without_commands, StopSignal};
 use crate::turn::engine::ReplyEngine;
 use crate::turn::mention::PlatformMention;
 use crate::turn::outcome::{Ended, Outcome, OutcomeSlot};
 use crate::turn::policy::{Action, Decision};
 use crate::turn::ports::Ports;
 use crate::turn::scheduler::{delay_for, grace_for, Standing, Yield, MIN_CLAIM, WITHDRAWN};
-use crate::turn::shared;
+use crate::turn::shared_judge as shared;
 use crate::turn::typing::typing_while;
 use crate::wire::envelope::{Envelope, Kind, Why};
 
@@ -109,7 +109,7 @@ pub(crate) fn context_before<P: Ports + ?Sized>(
 /// A newly recorded message reaches the turn code: the local rules at once
 /// ([`triage`], recorded), then, when there is anything to do, the task to spawn — this
 /// bot's turn ([`act`]) and, with a shared judge, the verdict this bot was chosen to
-/// ask for ([`crate::turn::shared::ask`]). `platform`: the platform's mention list
+/// ask for ([`crate::turn::shared_judge::ask`]). `platform`: the platform's mention list
 /// (Feishu `mentions[]`, empty elsewhere). Boxed with an explicit `Send` because
 /// replying records a message, which comes back here.
 pub(crate) fn on_message<P: Ports>(

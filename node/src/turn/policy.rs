@@ -285,7 +285,7 @@ pub(crate) fn asks_everyone(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::transcript::recent_bot_messages;
+    use crate::store::turn_queries::recent_bot_messages;
     use crate::wire::envelope::Author;
 
     fn bot(name: &str) -> BotSettings {

@@ -26,7 +26,7 @@ use futures_util::future::BoxFuture;
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
-use crate::turn::command::StopSignal;
+use crate::turn::control::StopSignal;
 use crate::wire::envelope::{Envelope, Kind};
 
 /// How long a final edit may take before the answer is posted anyway (a platform
@@ -597,7 +597,7 @@ mod tests {
         );
         // A person's `/stop`: the turn's signal names them, as the pipeline's turn
         // drops on it.
-        let stops = crate::turn::command::GroupStops::default();
+        let stops = crate::turn::control::GroupStops::default();
         let stop = stops.token("g");
         let port = Recorder::new(true);
         let turn = with_status(

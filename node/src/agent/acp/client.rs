@@ -395,8 +395,8 @@ impl AcpAgent {
             return Ok((s.id, false));
         }
         let mut servers = self.shared.options.mcp_servers.clone();
-        if let Some(of_group) = &self.shared.options.group_servers {
-            servers.extend(of_group(group));
+        if let Some(group_servers) = &self.shared.options.group_servers {
+            servers.extend(group_servers.of_group(group));
         }
         let params = json!({
             "cwd": self.shared.settings.cwd,

@@ -276,9 +276,43 @@ pub trait PermissionAsker: Send + Sync {
     fn ask(&self, question: PermissionQuestion) -> BoxFuture<'static, Decision>;
 }
 
+/// Makes one group's MCP servers, in ACP's shape.
+type ServersOfGroup = dyn Fn(&str) -> Vec<serde_json::Value> + Send + Sync;
+
 /// MCP servers for one group's session, by group (the node's `mesh` server, scoped
-/// to the bot and that group), in ACP's shape.
-pub type GroupServers = Arc<dyn Fn(&str) -> Vec<serde_json::Value> + Send + Sync>;
+/// to the bot and that group), in ACP's shape, and the programs they run.
+#[derive(Clone)]
+pub struct GroupServers {
+    /// The programs of these stdio servers, the same in every group: what the agent's
+    /// box must let them read, known without making any group's servers (and so
+    /// without minting a group's credential).
+    programs: Vec<String>,
+    /// The servers of one group, each with that group's credential.
+    of_group: Arc<ServersOfGroup>,
+}
+
+impl GroupServers {
+    /// Servers made by `of_group` for each group, running `programs`.
+    pub fn new(
+        programs: Vec<String>,
+        of_group: impl Fn(&str) -> Vec<serde_json::Value> + Send + Sync + 'static,
+    ) -> GroupServers {
+        GroupServers {
+            programs,
+            of_group: Arc::new(of_group),
+        }
+    }
+
+    /// The servers for `group`'s session.
+    pub(crate) fn of_group(&self, group: &str) -> Vec<serde_json::Value> {
+        (self.of_group)(group)
+    }
+
+    /// The programs the servers run, in every group.
+    pub(crate) fn programs(&self) -> &[String] {
+        &self.programs
+    }
+}
 
 /// What a caller gives the agent besides its settings.
 #[derive(Clone, Default)]

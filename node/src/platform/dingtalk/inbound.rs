@@ -78,7 +78,7 @@ impl DingTalk {
     /// to the robots it @-mentions, and those are whom it addresses, so it keeps an @
     /// of each of them, in front, in a stable order.
     pub(crate) fn mesh_text(&self, text: &str, delivered: &[&str]) -> String {
-        if crate::turn::command::verb_of(text).is_some() {
+        if crate::turn::control::verb_of(text).is_some() {
             let text = strip_mentions(&self.matcher, text, delivered);
             let mut names = delivered.to_vec();
             names.sort_unstable();

@@ -214,7 +214,7 @@ impl FeishuClient {
 
     fn count(&self, method: &str, url: &str) {
         if let Some(m) = self.metrics.get() {
-            m.feishu_api_call(&api_endpoint(method, url));
+            super::metrics::api_call(m, &api_endpoint(method, url));
         }
     }
 

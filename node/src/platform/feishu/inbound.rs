@@ -28,10 +28,22 @@ pub(super) enum Outcome {
     Message(String, Box<MessageReceived>),
 }
 
+/// A Feishu callback reaching a node that takes none (its platform is not feishu, or
+/// it listens on the long connection): answered by [`not_enabled`]; `None` for any
+/// other request.
+pub(crate) fn callback_elsewhere(
+    method: &http::Method,
+    path: &str,
+    metrics: &Metrics,
+    remote: SocketAddr,
+) -> Option<Response<Body>> {
+    (method == http::Method::POST && path == EVENTS_PATH).then(|| not_enabled(metrics, remote))
+}
+
 /// `POST /feishu/v1/events` on a node whose platform is not feishu: refused, counted.
 pub(crate) fn not_enabled(metrics: &Metrics, remote: SocketAddr) -> Response<Body> {
     let e = EventError::NotEnabled;
-    metrics.feishu_event(e.reason());
+    super::metrics::event(metrics, e.reason());
     if crate::telemetry::refusals::REFUSALS.admit("feishu webhook", e.reason()) {
         tracing::warn!(%remote, reason = e.reason(), "feishu callback to a node that is not on feishu");
     }
@@ -57,7 +69,7 @@ pub(crate) async fn handle_events(
     let node = &ingest;
     match outcome {
         Ok(Outcome::Challenge(challenge)) => {
-            node.metrics.feishu_event("challenge");
+            super::metrics::event(&node.metrics, "challenge");
             tracing::info!(%remote, "feishu url_verification answered");
             server::json(
                 StatusCode::OK,
@@ -65,17 +77,17 @@ pub(crate) async fn handle_events(
             )
         }
         Ok(Outcome::Duplicate(event_id)) => {
-            node.metrics.feishu_event("duplicate");
+            super::metrics::event(&node.metrics, "duplicate");
             tracing::info!(%remote, %event_id, "feishu event already handled (retry)");
             server::json(StatusCode::OK, &serde_json::json!({"duplicate": true}))
         }
         Ok(Outcome::Ignored(event_id, event_type)) => {
-            node.metrics.feishu_event("ignored");
+            super::metrics::event(&node.metrics, "ignored");
             tracing::debug!(%remote, %event_id, %event_type, "feishu event ignored");
             server::json(StatusCode::OK, &serde_json::json!({"ok": true}))
         }
         Ok(Outcome::Message(event_id, msg)) => {
-            node.metrics.feishu_event("message");
+            super::metrics::event(&node.metrics, "message");
             tracing::info!(%remote, %event_id, message_id = %msg.message.message_id, sender_type = %msg.sender.sender_type, "feishu message event");
             if !node.accepting.is_cancelled() {
                 let n = node.clone();
@@ -86,7 +98,7 @@ pub(crate) async fn handle_events(
             server::json(StatusCode::OK, &serde_json::json!({"ok": true}))
         }
         Err(e) => {
-            node.metrics.feishu_event(e.reason());
+            super::metrics::event(&node.metrics, e.reason());
             if crate::telemetry::refusals::REFUSALS.admit("feishu webhook", e.reason()) {
                 tracing::warn!(%remote, status = e.status().as_u16(), reason = e.reason(), detail = %e, "feishu callback rejected");
             }
@@ -146,35 +158,35 @@ pub(crate) async fn take_event(f: &Arc<Feishu>, payload: Vec<u8>) -> u16 {
     let (header, event) = match parse_callback(&payload) {
         Ok(Callback::Event { header, event }) => (header, event),
         Ok(_) => {
-            ingest.metrics.feishu_event("ignored");
+            super::metrics::event(&ingest.metrics, "ignored");
             return 200;
         }
         Err(e) => {
-            ingest.metrics.feishu_event(e.reason());
+            super::metrics::event(&ingest.metrics, e.reason());
             tracing::warn!(reason = e.reason(), detail = %e, "feishu long-connection event malformed; acknowledged and dropped");
             return 200;
         }
     };
     if let Some(app) = header.app_id.as_ref().filter(|a| **a != f.auth.app_id) {
-        ingest.metrics.feishu_event("wrong_app");
+        super::metrics::event(&ingest.metrics, "wrong_app");
         tracing::warn!(%app, event_id = %header.event_id, "feishu event for another app; dropped");
         return 200;
     }
     if f.dedup.contains(&header.event_id) {
-        ingest.metrics.feishu_event("duplicate");
+        super::metrics::event(&ingest.metrics, "duplicate");
         tracing::info!(event_id = %header.event_id, "feishu event already handled (redelivery)");
         return 200;
     }
     if header.event_type != "im.message.receive_v1" {
         f.dedup.first_time(&header.event_id, now);
-        ingest.metrics.feishu_event("ignored");
+        super::metrics::event(&ingest.metrics, "ignored");
         tracing::debug!(event_id = %header.event_id, event_type = %header.event_type, "feishu event ignored");
         return 200;
     }
     let msg = match MessageReceived::from_event(&event) {
         Ok(m) => m,
         Err(e) => {
-            ingest.metrics.feishu_event(e.reason());
+            super::metrics::event(&ingest.metrics, e.reason());
             tracing::warn!(event_id = %header.event_id, detail = %e, "feishu message event malformed; dropped");
             f.dedup.first_time(&header.event_id, now);
             return 200;
@@ -187,7 +199,7 @@ pub(crate) async fn take_event(f: &Arc<Feishu>, payload: Vec<u8>) -> u16 {
     if msg.sender.sender_type == "app" {
         // A bot's message may wait for its bridge copy: do not hold the connection.
         f.dedup.first_time(&header.event_id, now);
-        ingest.metrics.feishu_event("message");
+        super::metrics::event(&ingest.metrics, "message");
         let (f, n) = (f.clone(), ingest.clone());
         ingest.tasks.spawn(async move {
             let _ = process(&f, &n, msg).await;
@@ -197,11 +209,11 @@ pub(crate) async fn take_event(f: &Arc<Feishu>, payload: Vec<u8>) -> u16 {
     match process(f, &ingest, msg).await {
         Ok(()) => {
             f.dedup.first_time(&header.event_id, now);
-            ingest.metrics.feishu_event("message");
+            super::metrics::event(&ingest.metrics, "message");
             200
         }
         Err(()) => {
-            ingest.metrics.feishu_event("record_failed");
+            super::metrics::event(&ingest.metrics, "record_failed");
             500
         }
     }

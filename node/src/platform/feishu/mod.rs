@@ -74,6 +74,7 @@ pub(crate) mod crypto;
 pub(crate) mod dedup;
 pub(crate) mod events;
 pub(crate) mod inbound;
+pub(crate) mod metrics;
 pub mod names;
 pub(crate) mod settings;
 #[cfg(test)]
@@ -350,7 +351,7 @@ impl Feishu {
                 bots_by_open_id.insert(open_id.trim().to_string(), b.name.clone());
             }
         }
-        if let Some(own) = bot.open_id().as_deref() {
+        if let Some(own) = ids.open_id.as_deref() {
             bots_by_open_id.insert(own.to_string(), bot.name.clone());
         }
         let missing: Vec<&str> = cfg
@@ -372,7 +373,7 @@ impl Feishu {
             },
             dedup,
             me: bot.name.clone(),
-            open_id: bot.open_id(),
+            open_id: ids.open_id.clone(),
             chat_id: ids.chat_id.clone(),
             mesh_group: cfg.mesh().group.clone(),
             inbound: Inbound {

@@ -441,7 +441,7 @@ pub async fn fetch_endpoint(
 ) -> Result<Endpoint, WsError> {
     let url = format!("{}{ENDPOINT_PATH}", base_url.trim_end_matches('/'));
     if let Some(m) = metrics {
-        m.feishu_api_call(&format!("POST {ENDPOINT_PATH}"));
+        super::metrics::api_call(m, &format!("POST {ENDPOINT_PATH}"));
     }
     let resp = http
         .post(&url)
@@ -684,8 +684,7 @@ impl WsStatus {
 
     fn set_gauge(&self, state: ConnState) {
         for s in ConnState::ALL {
-            self.metrics
-                .set_feishu_connection(s.label(), i64::from(s == state));
+            super::metrics::set_connection(&self.metrics, s.label(), i64::from(s == state));
         }
     }
 
@@ -713,7 +712,7 @@ impl WsStatus {
     }
 
     fn connected(&self, device_id: &str) {
-        self.metrics.feishu_connect("connected");
+        super::metrics::connect(&self.metrics, "connected");
         self.update(|h| {
             h.state = ConnState::Connected;
             h.device_id = Some(device_id.to_string());
@@ -722,7 +721,7 @@ impl WsStatus {
     }
 
     fn failed(&self, e: &WsError) {
-        self.metrics.feishu_connect(e.label());
+        super::metrics::connect(&self.metrics, e.label());
         let text = e.to_string();
         self.update(|h| h.last_error = Some(text));
     }
@@ -1151,7 +1150,8 @@ mod tests {
         ));
         tokio::time::sleep(Duration::from_secs(3600)).await;
         let failures = metrics
-            .feishu_connects
+            .own::<super::super::metrics::FeishuMetrics>()
+            .connects
             .get_or_create(&crate::telemetry::metrics::ResultLabel {
                 result: "endpoint_unreachable".into(),
             })

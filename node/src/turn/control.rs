@@ -1,4 +1,4 @@
-//! Commands from people in the chat: `/quiet`, `/resume`, `/stop`, `/why`, and
+//! People's control of the bots in the chat. Their commands: `/quiet`, `/resume`, `/stop`, `/why`, and
 //! `/allow`, `/deny` (answers to an ACP agent's permission question), addressed
 //! to one bot (`/why @Alice`, `@Alice /why`) or, without a bot's @, to every bot.
 //!
