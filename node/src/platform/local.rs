@@ -34,16 +34,13 @@ pub(crate) static ADAPTER: crate::platform::registry::Adapter =
 pub(crate) struct Local;
 
 impl ChatPlatform for Local {
-    fn name(&self) -> &'static str {
-        "local"
+    fn adapter(&self) -> &'static crate::platform::registry::Adapter {
+        &ADAPTER
     }
 
-    fn visibility(&self) -> Visibility {
-        VISIBILITY
-    }
-
-    fn should_post(&self, _env: &Envelope) -> bool {
-        false
+    /// Nothing is posted: people and bots meet on the mesh itself.
+    fn posts_for(&self) -> Option<&str> {
+        None
     }
 
     fn post<'a>(&'a self, _env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {

@@ -146,16 +146,34 @@ impl AdapterContext {
 }
 
 /// One chat platform, as a node uses it.
+///
+/// An adapter declares its platform once, in its [`registry::Adapter`]; its name and
+/// visibility here are read from that declaration, and which messages it posts from
+/// the bot it posts for, so an adapter writes only what differs.
 pub trait ChatPlatform: Send + Sync + 'static {
+    /// The adapter's entry in the registry: the one place its platform's name and
+    /// visibility are declared.
+    fn adapter(&self) -> &'static registry::Adapter;
+
+    /// The mesh name of the bot whose messages this adapter posts; `None` for a
+    /// platform that posts nowhere (`local`: the mesh is the chat).
+    fn posts_for(&self) -> Option<&str>;
+
     /// The platform's name as written in peers.toml (`local`, `feishu`, ...).
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &'static str {
+        self.adapter().platform.as_str()
+    }
 
     /// What the platform shows to whom.
-    fn visibility(&self) -> Visibility;
+    fn visibility(&self) -> Visibility {
+        self.adapter().visibility
+    }
 
     /// Whether `env` (a message this node publishes) is to be posted to the platform:
-    /// the bot's own chat message, not yet there.
-    fn should_post(&self, env: &Envelope) -> bool;
+    /// the bot's own chat message (or status message), not yet there.
+    fn should_post(&self, env: &Envelope) -> bool {
+        self.posts_for().is_some_and(|me| own_unposted(env, me))
+    }
 
     /// Posts a bot's message with real platform mentions; returns the platform's id of
     /// the posted message.
@@ -242,8 +260,8 @@ pub trait ChatPlatform: Send + Sync + 'static {
 }
 
 /// Whether `env` is bot `me`'s own chat message (or status message) not yet on its
-/// platform: what every adapter that posts answers [`ChatPlatform::should_post`] with.
-pub(crate) fn own_unposted(env: &Envelope, me: &str) -> bool {
+/// platform: [`ChatPlatform::should_post`] of every adapter that posts.
+fn own_unposted(env: &Envelope, me: &str) -> bool {
     matches!(
         env.kind,
         crate::wire::envelope::Kind::Message | crate::wire::envelope::Kind::Status

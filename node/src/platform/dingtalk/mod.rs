@@ -124,16 +124,12 @@ impl std::fmt::Debug for DingTalk {
 }
 
 impl ChatPlatform for DingTalk {
-    fn name(&self) -> &'static str {
-        "dingtalk"
+    fn adapter(&self) -> &'static crate::platform::registry::Adapter {
+        &ADAPTER
     }
 
-    fn visibility(&self) -> Visibility {
-        VISIBILITY
-    }
-
-    fn should_post(&self, env: &Envelope) -> bool {
-        crate::platform::own_unposted(env, &self.me)
+    fn posts_for(&self) -> Option<&str> {
+        Some(&self.me)
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {

@@ -197,16 +197,12 @@ pub(crate) const VISIBILITY: Visibility = Visibility {
 };
 
 impl ChatPlatform for Feishu {
-    fn name(&self) -> &'static str {
-        "feishu"
+    fn adapter(&self) -> &'static crate::platform::registry::Adapter {
+        &ADAPTER
     }
 
-    fn visibility(&self) -> Visibility {
-        VISIBILITY
-    }
-
-    fn should_post(&self, env: &Envelope) -> bool {
-        Feishu::should_post(self, env)
+    fn posts_for(&self) -> Option<&str> {
+        Some(&self.me)
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
@@ -531,11 +527,6 @@ impl Feishu {
                 .filter(|_| member != self.me)
                 .map(|open_id| at_tag(open_id, member))
         })
-    }
-
-    /// Whether `env` is this bot's own chat message not yet on Feishu.
-    pub(crate) fn should_post(&self, env: &Envelope) -> bool {
-        crate::platform::own_unposted(env, &self.me)
     }
 
     /// Posts the bot's own message to its chat (the envelope id is the idempotency

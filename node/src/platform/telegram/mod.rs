@@ -57,7 +57,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 use ulid::Ulid;
 
 use crate::config::pacing::Window;
@@ -65,6 +65,7 @@ use crate::config::NodeConfig;
 use crate::platform::kit::inbound::{Inbound, PlatformMessage, Received, Sender};
 use crate::platform::kit::pacer::ChatPacer;
 use crate::platform::kit::reconnect::{Next, Reconnect, Reconnects};
+use crate::platform::kit::stopped::Stopped;
 use crate::platform::AdapterContext;
 use crate::platform::{ChatPlatform, EditError, PostError, Visibility};
 use crate::store::transcript::platform_ids;
@@ -161,7 +162,7 @@ pub struct Telegram {
     /// The last update recorded (confirmed with the next poll).
     last_update: AtomicI64,
     /// Why Telegram stopped for this node, for `/healthz`.
-    stopped: Mutex<Option<String>>,
+    stopped: Stopped,
 }
 
 impl std::fmt::Debug for Telegram {
@@ -175,16 +176,12 @@ impl std::fmt::Debug for Telegram {
 }
 
 impl ChatPlatform for Telegram {
-    fn name(&self) -> &'static str {
-        "telegram"
+    fn adapter(&self) -> &'static crate::platform::registry::Adapter {
+        &ADAPTER
     }
 
-    fn visibility(&self) -> Visibility {
-        VISIBILITY
-    }
-
-    fn should_post(&self, env: &Envelope) -> bool {
-        crate::platform::own_unposted(env, &self.me)
+    fn posts_for(&self) -> Option<&str> {
+        Some(&self.me)
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
@@ -243,7 +240,7 @@ impl ChatPlatform for Telegram {
     }
 
     fn stopped(&self) -> Option<String> {
-        self.stopped.lock().clone()
+        self.stopped.reason()
     }
 
     fn health(&self) -> Option<serde_json::Value> {
@@ -251,7 +248,7 @@ impl ChatPlatform for Telegram {
             "mode": if self.webhook_url.is_some() { "webhook" } else { "polling" },
             "polling": self.polling.load(Ordering::Relaxed),
             "last_update_id": self.last_update.load(Ordering::Relaxed),
-            "stopped": *self.stopped.lock(),
+            "stopped": self.stopped.reason(),
         }}))
     }
 
@@ -305,7 +302,7 @@ impl Telegram {
             ingest: OnceLock::new(),
             polling: AtomicBool::new(false),
             last_update: AtomicI64::new(0),
-            stopped: Mutex::new(None),
+            stopped: Stopped::default(),
         })
     }
 
@@ -325,11 +322,6 @@ impl Telegram {
         } else {
             group.parse().ok().filter(|c: &i64| *c < 0)
         }
-    }
-
-    fn stop(&self, why: &str) {
-        tracing::error!(bot = %self.me, "{why}; telegram is stopped for this node, the mesh goes on without it");
-        *self.stopped.lock() = Some(why.to_string());
     }
 
     /// Whether `getMe` confirmed the identity (this node's user id is known).
@@ -372,7 +364,7 @@ impl Telegram {
             match reconnects.after(ended, &ingest.accepting, |_| {}).await {
                 Next::Again => continue,
                 Next::Stop(Some(why)) => {
-                    self.stop(&why);
+                    self.stopped.stop(&self.me, "telegram", &why);
                     break;
                 }
                 Next::Stop(None) => break,
