@@ -71,7 +71,7 @@ use crate::config::NodeConfig;
 use crate::platform::kit::inbound::Inbound;
 use crate::platform::kit::stopped::Stopped;
 use crate::platform::AdapterContext;
-use crate::platform::{ChatPlatform, PostError, Visibility};
+use crate::platform::{ChatPlatform, Declared, PostError, Visibility};
 use crate::turn::mention::MentionMatcher;
 use crate::wire::envelope::Envelope;
 use futures_util::future::BoxFuture;
@@ -162,20 +162,12 @@ impl std::fmt::Debug for Discord {
 }
 
 impl ChatPlatform for Discord {
-    fn adapter(&self) -> &'static crate::platform::registry::Adapter {
-        &ADAPTER
-    }
-
-    fn posts_for(&self) -> Option<&str> {
-        Some(&self.me)
+    fn declared(&self) -> Declared<'_> {
+        Declared::posting(&ADAPTER, &self.me)
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
-        Box::pin(async move {
-            Discord::post(self, env)
-                .await
-                .map_err(|e| PostError(e.to_string()))
-        })
+        Box::pin(PostError::of(Discord::post(self, env)))
     }
 
     fn edits(&self) -> bool {

@@ -98,7 +98,7 @@ use crate::config::NodeConfig;
 use crate::ingress::server::Body;
 use crate::platform::kit::inbound::Inbound;
 use crate::platform::AdapterContext;
-use crate::platform::{ChatPlatform, PostError, Visibility};
+use crate::platform::{ChatPlatform, Declared, PostError, Visibility};
 use crate::turn::mention::{MentionMatcher, PlatformMention};
 use crate::wire::envelope::{now_millis, Envelope};
 use futures_util::future::BoxFuture;
@@ -197,20 +197,12 @@ pub(crate) const VISIBILITY: Visibility = Visibility {
 };
 
 impl ChatPlatform for Feishu {
-    fn adapter(&self) -> &'static crate::platform::registry::Adapter {
-        &ADAPTER
-    }
-
-    fn posts_for(&self) -> Option<&str> {
-        Some(&self.me)
+    fn declared(&self) -> Declared<'_> {
+        Declared::posting(&ADAPTER, &self.me)
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
-        Box::pin(async move {
-            Feishu::post(self, env)
-                .await
-                .map_err(|e| PostError(e.to_string()))
-        })
+        Box::pin(PostError::of(Feishu::post(self, env)))
     }
 
     fn edits(&self) -> bool {

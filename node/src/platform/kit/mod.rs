@@ -18,6 +18,9 @@
 //!   reason), logged once.
 //! - [`http`] — the one builder of an adapter's HTTP client (timeouts always set, no
 //!   proxy for loopback).
+//! - `test_sink`, `test_config` (tests only) — what an adapter's unit tests start
+//!   from: a sink recording as the transcript does, the adapter context around it, and
+//!   a peers.toml loaded, resolved and checked for named mistakes as a node does.
 //!
 //! An adapter describes itself in its own folder — its `[bots.<name>]` table, the
 //! table's checks and its secrets in `settings.rs` (the config layer's part), its

@@ -65,7 +65,7 @@ use crate::config::NodeConfig;
 use crate::platform::kit::inbound::{Inbound, PlatformMessage, Received, Sender};
 use crate::platform::kit::reconnect::{Next, Reconnect, Reconnects};
 use crate::platform::kit::stopped::Stopped;
-use crate::platform::{AdapterContext, ChatPlatform, PostError, Visibility};
+use crate::platform::{AdapterContext, ChatPlatform, Declared, PostError, Visibility};
 use crate::store::transcript::platform_ids;
 use crate::turn::mention::MentionMatcher;
 use crate::wire::envelope::Envelope;
@@ -155,20 +155,12 @@ impl std::fmt::Debug for Matrix {
 }
 
 impl ChatPlatform for Matrix {
-    fn adapter(&self) -> &'static crate::platform::registry::Adapter {
-        &ADAPTER
-    }
-
-    fn posts_for(&self) -> Option<&str> {
-        Some(&self.me)
+    fn declared(&self) -> Declared<'_> {
+        Declared::posting(&ADAPTER, &self.me)
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
-        Box::pin(async move {
-            Matrix::post(self, env)
-                .await
-                .map_err(|e| PostError(e.to_string()))
-        })
+        Box::pin(PostError::of(Matrix::post(self, env)))
     }
 
     fn edits(&self) -> bool {
@@ -394,11 +386,7 @@ impl Matrix {
         if colleague.is_some() && colleague.as_deref() != Some(self.me.as_str()) {
             // A colleague's copy may wait for its bridge copy: not on the sync task
             // (the bridge copy, or this one, is recorded).
-            let inbound = self.inbound.clone();
-            let ing = ingest.clone();
-            ingest.tasks.spawn(async move {
-                inbound.receive(&ing, msg).await;
-            });
+            self.inbound.receive_aside(ingest, msg);
             return true;
         }
         self.inbound.receive(ingest, msg).await != Received::Failed

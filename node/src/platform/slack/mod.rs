@@ -42,7 +42,7 @@ use crate::platform::kit::inbound::Inbound;
 use crate::platform::kit::pacer::ChatPacer;
 use crate::platform::kit::stopped::Stopped;
 use crate::platform::AdapterContext;
-use crate::platform::{ChatPlatform, PostError, Visibility};
+use crate::platform::{ChatPlatform, Declared, PostError, Visibility};
 use crate::turn::mention::MentionMatcher;
 use crate::wire::envelope::Envelope;
 
@@ -120,12 +120,8 @@ impl std::fmt::Debug for Slack {
 }
 
 impl ChatPlatform for Slack {
-    fn adapter(&self) -> &'static crate::platform::registry::Adapter {
-        &ADAPTER
-    }
-
-    fn posts_for(&self) -> Option<&str> {
-        Some(&self.me)
+    fn declared(&self) -> Declared<'_> {
+        Declared::posting(&ADAPTER, &self.me)
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {

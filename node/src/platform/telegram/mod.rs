@@ -67,7 +67,7 @@ use crate::platform::kit::pacer::ChatPacer;
 use crate::platform::kit::reconnect::{Next, Reconnect, Reconnects};
 use crate::platform::kit::stopped::Stopped;
 use crate::platform::AdapterContext;
-use crate::platform::{ChatPlatform, EditError, PostError, Visibility};
+use crate::platform::{ChatPlatform, Declared, EditError, PostError, Visibility};
 use crate::store::transcript::platform_ids;
 use crate::turn::mention::MentionMatcher;
 use crate::wire::envelope::Envelope;
@@ -176,20 +176,12 @@ impl std::fmt::Debug for Telegram {
 }
 
 impl ChatPlatform for Telegram {
-    fn adapter(&self) -> &'static crate::platform::registry::Adapter {
-        &ADAPTER
-    }
-
-    fn posts_for(&self) -> Option<&str> {
-        Some(&self.me)
+    fn declared(&self) -> Declared<'_> {
+        Declared::posting(&ADAPTER, &self.me)
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
-        Box::pin(async move {
-            Telegram::post(self, env)
-                .await
-                .map_err(|e| PostError(e.to_string()))
-        })
+        Box::pin(PostError::of(Telegram::post(self, env)))
     }
 
     fn edits(&self) -> bool {
@@ -455,11 +447,7 @@ impl Telegram {
         if is_bot {
             // A colleague's copy may wait for its bridge copy: not on the polling task
             // (the update is confirmed; the bridge copy, or this one, is recorded).
-            let inbound = self.inbound.clone();
-            let ing = ingest.clone();
-            ingest.tasks.spawn(async move {
-                inbound.receive(&ing, msg).await;
-            });
+            self.inbound.receive_aside(ingest, msg);
             return true;
         }
         self.inbound.receive(ingest, msg).await != Received::Failed
