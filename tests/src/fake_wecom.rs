@@ -46,6 +46,34 @@ pub struct Robot {
     pub secret: String,
 }
 
+impl Robot {
+    /// Bot `name`'s robot as the tests make them: Bot ID [`Robot::id_of`], secret
+    /// `<name>-robot-secret`.
+    pub fn named(name: &str) -> Robot {
+        Robot {
+            name: name.into(),
+            bot_id: Robot::id_of(name),
+            secret: format!("{}-robot-secret", name.to_lowercase()),
+        }
+    }
+
+    /// The Bot ID of [`Robot::named`]`(name)`.
+    pub fn id_of(name: &str) -> String {
+        format!("aib{name}0123456789abcdef")
+    }
+
+    /// Bot `name`'s `[bots]` settings for a robot of `fake` serving `chat_id`, its
+    /// secret in `<NAME>_WECOM_SECRET`.
+    pub fn settings(fake: &FakeWecom, name: &str, chat_id: &str) -> String {
+        format!(
+            "platform = \"wecom\"\nwecom = {{ bot_id = \"{}\", secret_env = \"{}_WECOM_SECRET\", ws_url = \"{}\", chat_id = \"{chat_id}\", heartbeat_interval_ms = 300 }}",
+            Robot::id_of(name),
+            name.to_uppercase(),
+            fake.ws_url,
+        )
+    }
+}
+
 /// How a robot's message was shown.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Via {

@@ -13,9 +13,12 @@ pub mod fake_slack;
 pub mod fake_telegram;
 pub mod fake_wecom;
 pub mod faults;
+pub mod log_check;
 pub mod redis_server;
+pub mod sdk_client;
 pub mod serve;
 pub mod synapse;
+pub mod transcript;
 pub mod webdriver;
 
 use std::path::{Path, PathBuf};
@@ -27,6 +30,8 @@ use botmesh::config::{NodeConfig, Settings};
 use botmesh::wire::envelope::Envelope;
 use botmesh::wire::signing::{HmacSecret, Signer, SigningKey};
 use tokio::net::TcpListener;
+
+pub use transcript::{bot_msgs, show};
 
 /// How bots sign.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -433,6 +438,38 @@ impl TestMesh {
         (status, r.json().await.expect("health JSON"))
     }
 
+    /// Nodes `a`'s and `b`'s `/healthz` once both answer 503 (each stopped its
+    /// platform), else their last answers after `within`, for the caller's assertions.
+    pub async fn health_once_both_stopped(
+        &self,
+        a: usize,
+        b: usize,
+        within: Duration,
+    ) -> ((u16, serde_json::Value), (u16, serde_json::Value)) {
+        wait_for(
+            within,
+            Duration::from_millis(50),
+            || async { (self.health(a).await, self.health(b).await) },
+            |(x, y)| (x.0, y.0) == (503, 503),
+        )
+        .await
+    }
+
+    /// Why node `i`'s platform stopped, as `/healthz` shows it (bounded: 30 s).
+    pub async fn platform_stopped(&self, i: usize) -> String {
+        let (_, body) = wait_for(
+            Duration::from_secs(30),
+            Duration::from_millis(100),
+            || self.health(i),
+            |(_, body)| body["platform_stopped"].is_string(),
+        )
+        .await;
+        match body["platform_stopped"].as_str() {
+            Some(why) => why.to_string(),
+            None => panic!("the platform never stopped: {body:#}"),
+        }
+    }
+
     /// Metrics text of node `i`.
     pub async fn metrics(&self, i: usize) -> String {
         self.http
@@ -457,35 +494,6 @@ impl TestMesh {
             self.stop(i).await;
         }
     }
-}
-
-/// A transcript as (author, depth, text, platform message id) rows, for assertion
-/// messages.
-///
-/// Exists because every platform's end-to-end test prints transcripts this way when an
-/// assertion fails.
-pub fn show(t: &[Envelope]) -> Vec<(String, u32, String, Option<String>)> {
-    t.iter()
-        .map(|e| {
-            (
-                e.author.name.clone(),
-                e.depth,
-                e.text.clone(),
-                e.platform_msg_id.clone(),
-            )
-        })
-        .collect()
-}
-
-/// The bots' chat messages of a transcript, in order (not their status messages,
-/// which a slow turn posts: tests/tests/status_messages.rs).
-pub fn bot_msgs(t: &[Envelope]) -> Vec<&Envelope> {
-    t.iter()
-        .filter(|e| {
-            e.author.kind == botmesh::wire::envelope::AuthorKind::Bot
-                && e.kind == botmesh::wire::envelope::Kind::Message
-        })
-        .collect()
 }
 
 /// Asks `probe` every `every` until `done` holds of its answer or `within` has passed,
@@ -1073,6 +1081,19 @@ impl ProcessMesh {
         self.procs[i]
             .as_mut()
             .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    }
+
+    /// Posts `text` as `from` at node `i` (its bot's own message when `from` is the
+    /// bot) and asserts the node accepted it.
+    pub async fn post_from(&self, i: usize, from: &str, text: &str) {
+        let r = self
+            .http
+            .post(format!("{}/v1/messages", self.apis[i]))
+            .json(&serde_json::json!({"text": text, "from": from}))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success());
     }
 
     /// Bot `i`'s log so far.

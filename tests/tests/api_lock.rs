@@ -9,6 +9,7 @@ use botmesh::wire::signing::HmacSecret;
 use botmesh_tests::fake_dingtalk::{FakeDingTalk, FakeRobot};
 use botmesh_tests::fake_discord::{BotAccount, FakeDiscord};
 use botmesh_tests::fake_feishu::{FakeApp, FakeFeishu};
+use botmesh_tests::log_check::assert_holds_none;
 use botmesh_tests::{botmesh_bin, fetch_json, wait_for, MeshSpec, ProcessMesh, TestMesh};
 
 /// Whether node 0's operator switch is on, as `/v1/info` says.
@@ -519,36 +520,12 @@ async fn the_log_at_trace_holds_no_discord_token() {
     )
     .await;
     // A post as the bot goes out over REST (`Authorization: Bot <token>`).
-    let r = mesh
-        .http
-        .post(format!("{}/v1/messages", mesh.apis[0]))
-        .json(&serde_json::json!({"text": "hello from Ada", "from": "Ada"}))
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_success());
+    mesh.post_from(0, "Ada", "hello from Ada").await;
     fake.wait("the bot's post reached discord", |f| {
         !f.posted_by(ADA_ID).is_empty()
     })
     .await;
     assert_holds_none(&stop(mesh), &[DISCORD_TOKEN]);
-}
-
-/// Fails unless `log` is at trace level and holds none of `secrets`, as text or as the
-/// hex of their bytes (how tungstenite prints a frame's payload).
-fn assert_holds_none(log: &str, secrets: &[&str]) {
-    assert!(log.contains(" TRACE "), "the log is not at trace:\n{log}");
-    for secret in secrets {
-        let hex: String = secret.bytes().map(|b| format!("{b:02x}")).collect();
-        for (form, needle) in [("text", *secret), ("hex", hex.as_str())] {
-            let lines: Vec<&str> = log.lines().filter(|l| l.contains(needle)).collect();
-            assert!(
-                lines.is_empty(),
-                "{secret:?} is in the log as {form}:\n{}",
-                lines.join("\n")
-            );
-        }
-    }
 }
 
 #[tokio::test]

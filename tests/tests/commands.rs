@@ -6,17 +6,12 @@ use std::time::Duration;
 use botmesh::telemetry::events::Event;
 use botmesh::wire::envelope::{AuthorKind, Envelope};
 use botmesh_tests::fake_llm::{BotLlm, Script};
+use botmesh_tests::transcript::bot_authored;
 use botmesh_tests::{
     bot_of, decisions, fetch_json, is_judge, metric, wait_for, MeshSpec, TestMesh,
 };
 
 const FAST: &str = "min_delay_ms = 100\nmax_delay_ms = 1000\njitter_ms = 0";
-
-fn bot_msgs(t: &[Envelope]) -> Vec<&Envelope> {
-    t.iter()
-        .filter(|e| e.author.kind == AuthorKind::Bot)
-        .collect()
-}
 
 /// `botmesh_chat_commands_total{command,outcome}` in node `i`'s metrics.
 async fn commands(mesh: &TestMesh, i: usize, command: &str, outcome: &str) -> f64 {
@@ -32,7 +27,7 @@ async fn bot_messages(mesh: &TestMesh, i: usize, n: usize) -> Vec<Envelope> {
         Duration::from_secs(10),
         Duration::from_millis(50),
         || mesh.transcript(i),
-        |t: &Vec<Envelope>| bot_msgs(t).len() >= n,
+        |t: &Vec<Envelope>| bot_authored(t).len() >= n,
     )
     .await
 }
@@ -101,7 +96,7 @@ async fn stop_during_a_wait_posts_no_answer_and_withdraws_the_claim() {
     tokio::time::sleep(Duration::from_secs(6)).await;
     for i in 0..2 {
         let t = mesh.transcript(i).await;
-        assert!(bot_msgs(&t).is_empty(), "node {i}: {t:?}");
+        assert!(bot_authored(&t).is_empty(), "node {i}: {t:?}");
         let stop = t.iter().find(|e| e.text == "/stop").expect("recorded");
         assert_eq!(stop.author.kind, AuthorKind::Human);
         assert_eq!(commands(&mesh, i, "stop", "applied").await, 1.0);
@@ -111,7 +106,7 @@ async fn stop_during_a_wait_posts_no_answer_and_withdraws_the_claim() {
     // Later messages are taken as usual.
     mesh.post_human(1, "alice", "@B are you there?").await;
     let t = bot_messages(&mesh, 1, 1).await;
-    assert_eq!(bot_msgs(&t)[0].author.name, "B");
+    assert_eq!(bot_authored(&t)[0].author.name, "B");
     mesh.shutdown().await;
 }
 
@@ -132,7 +127,7 @@ async fn why_answers_with_the_reason_and_commands_never_reach_an_llm() {
     // B did not speak on the last message (A's answer): it says why.
     let cmd = mesh.post_human(1, "alice", "/why @B").await;
     let t = bot_messages(&mesh, 0, 2).await;
-    let why_b = bot_msgs(&t)[1];
+    let why_b = bot_authored(&t)[1];
     assert_eq!(why_b.author.name, "B");
     assert_eq!(why_b.reply_to.map(|r| r.to_string()), Some(cmd.clone()));
     assert!(
@@ -151,7 +146,7 @@ async fn why_answers_with_the_reason_and_commands_never_reach_an_llm() {
     // A did speak: mentioned, and what it said.
     mesh.post_human(0, "alice", "@A /WHY").await;
     let t = bot_messages(&mesh, 1, 3).await;
-    let why_a = bot_msgs(&t)[2];
+    let why_a = bot_authored(&t)[2];
     assert_eq!(why_a.author.name, "A");
     assert!(why_a.text.contains("- mentioned: yes"), "{}", why_a.text);
     assert!(why_a.text.contains("reply (mentioned)"), "{}", why_a.text);
@@ -161,7 +156,7 @@ async fn why_answers_with_the_reason_and_commands_never_reach_an_llm() {
         why_a.text
     );
     let t = mesh.settle(0, Duration::from_millis(800)).await;
-    assert_eq!(bot_msgs(&t).len(), 3, "nobody answered a /why answer");
+    assert_eq!(bot_authored(&t).len(), 3, "nobody answered a /why answer");
     assert_eq!(
         llm.count(),
         calls,
@@ -220,7 +215,7 @@ async fn quiet_addressed_to_one_bot_and_resume_for_all() {
     mesh.post_human(1, "alice", "@A @B roll call").await;
     bot_messages(&mesh, 1, 1).await;
     let t = mesh.settle(1, Duration::from_millis(800)).await;
-    let speakers: Vec<&str> = bot_msgs(&t)
+    let speakers: Vec<&str> = bot_authored(&t)
         .iter()
         .map(|e| e.author.name.as_str())
         .collect();
@@ -238,7 +233,7 @@ async fn quiet_addressed_to_one_bot_and_resume_for_all() {
     mesh.post_human(1, "alice", "@A @B roll call again").await;
     bot_messages(&mesh, 1, 3).await;
     let t = mesh.settle(1, Duration::from_millis(800)).await;
-    let mut speakers: Vec<&str> = bot_msgs(&t)[1..]
+    let mut speakers: Vec<&str> = bot_authored(&t)[1..]
         .iter()
         .map(|e| e.author.name.as_str())
         .collect();
@@ -279,7 +274,7 @@ async fn a_bots_slash_text_is_ordinary_text() {
     mesh.post_human(0, "alice", "@A what do you say to the others?")
         .await;
     let t = bot_messages(&mesh, 1, 2).await;
-    let bots = bot_msgs(&t);
+    let bots = bot_authored(&t);
     assert_eq!(bots[0].text, "@B /quiet");
     assert_eq!(
         (bots[1].author.name.as_str(), bots[1].text.as_str()),
@@ -335,7 +330,7 @@ async fn stop_while_a_mentioned_bot_writes_drops_the_reply() {
     .await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     let t = mesh.transcript(0).await;
-    assert!(bot_msgs(&t).is_empty(), "the reply was dropped: {t:?}");
+    assert!(bot_authored(&t).is_empty(), "the reply was dropped: {t:?}");
     let a = mesh.metrics(0).await;
     assert_eq!(decisions(&a, "silent", "stopped"), 1.0, "{a}");
     assert_eq!(
@@ -376,7 +371,7 @@ async fn a_why_flood_gets_a_few_answers_from_the_bot_it_names_and_none_from_the_
     mesh.post_human(0, "carol", "/why @A").await;
     bot_messages(&mesh, 0, 4).await;
     let t = mesh.settle(0, Duration::from_millis(500)).await;
-    let answers = bot_msgs(&t);
+    let answers = bot_authored(&t);
     assert_eq!(answers.len(), 4, "{answers:#?}");
     assert!(answers.iter().all(|m| m.author.name == "A"));
     assert_eq!(commands(&mesh, 1, "why", "applied").await, 0.0);

@@ -13,6 +13,7 @@ use std::time::Duration;
 use botmesh::wire::envelope::{AuthorKind, Envelope};
 use botmesh_tests::fake_dingtalk::{FakeDingTalk, FakeRobot, PersonMessage, Via};
 use botmesh_tests::fake_llm::{BotLlm, FakeLlm};
+use botmesh_tests::transcript::bot_authored;
 use botmesh_tests::{bot_of, is_judge, metric, wait_for, MeshSpec, TestMesh};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -122,12 +123,6 @@ async fn setup_with(llm: &FakeLlm, with_local: bool, bo_extra: &str, mesh_extra:
 fn with_msg_id<'a>(t: &'a [Envelope], msg_id: &str) -> Vec<&'a Envelope> {
     t.iter()
         .filter(|e| e.platform_msg_id.as_deref() == Some(msg_id))
-        .collect()
-}
-
-fn bot_msgs(t: &[Envelope]) -> Vec<&Envelope> {
-    t.iter()
-        .filter(|e| e.author.kind == AuthorKind::Bot)
         .collect()
 }
 
@@ -375,7 +370,7 @@ async fn a_person_mentions_one_robot_it_answers_and_the_other_records_the_messag
         ),
         (ALICE, AuthorKind::Human, "Ada", "is the build green?", 0)
     );
-    let bots = bot_msgs(&t);
+    let bots = bot_authored(&t);
     assert_eq!(bots.len(), 1, "{t:#?}");
     assert_eq!(bots[0].author.name, "Ada");
     assert_eq!(bots[0].reply_to, Some(human[0].id));
@@ -386,7 +381,7 @@ async fn a_person_mentions_one_robot_it_answers_and_the_other_records_the_messag
     // Ada's own transcript: the same two messages; its stream acknowledged the frame.
     let t0 = s.mesh.settle(0, Duration::from_millis(500)).await;
     assert_eq!(with_msg_id(&t0, &msg_id).len(), 1);
-    assert_eq!(bot_msgs(&t0).len(), 1);
+    assert_eq!(bot_authored(&t0).len(), 1);
     assert_eq!(s.fake.pending(&s.ada.client_id), 0);
     // Bo was asked (it judged the question: it saw it) and declined.
     assert!(llm
@@ -415,7 +410,7 @@ async fn a_question_for_the_other_robot_gets_one_answer_from_it() {
     });
     assert!(s.fake.wait_for(WAIT, |f| !f.sent().is_empty()).await);
     let t = s.mesh.settle(0, Duration::from_secs(3)).await;
-    let bots = bot_msgs(&t);
+    let bots = bot_authored(&t);
     assert_eq!(
         bots.iter()
             .map(|e| (e.author.name.as_str(), e.text.as_str()))
@@ -683,7 +678,7 @@ async fn an_expired_session_webhook_falls_back_to_group_send_and_a_refused_token
     assert_eq!(s.fake.token_requests(), 2);
     // The transcript carries DingTalk's processQueryKey as the answers' platform ids.
     let t = s.mesh.settle(1, Duration::from_millis(500)).await;
-    let answers = bot_msgs(&t);
+    let answers = bot_authored(&t);
     assert_eq!(answers.len(), 2);
     assert!(answers.iter().all(|e| e
         .platform_msg_id
@@ -784,7 +779,7 @@ async fn a_mentions_only_robot_answers_its_dingtalk_at_and_the_judging_one_stand
     let human = with_msg_id(&t, &msg_id);
     assert_eq!(human.len(), 1, "{t:#?}");
     assert_eq!(human[0].text, "@Bo can you check the deploy?");
-    let bots = bot_msgs(&t);
+    let bots = bot_authored(&t);
     assert_eq!(
         bots.iter()
             .map(|e| (e.author.name.as_str(), e.text.as_str()))

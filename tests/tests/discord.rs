@@ -2,16 +2,16 @@
 //! of tests/src/fake_discord.rs, first proven faithful by discord.py itself.
 
 use std::collections::HashMap;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
 use botmesh::platform::discord::gateway::{Gateway, GatewayError, WsConnector};
-use botmesh::wire::envelope::{AuthorKind, Envelope};
+use botmesh::wire::envelope::AuthorKind;
 use botmesh_tests::fake_discord::{BotAccount, FakeDiscord, Limit, Person};
 use botmesh_tests::fake_llm::{FakeLlm, Script};
+use botmesh_tests::sdk_client::SdkClient;
+use botmesh_tests::transcript::bot_authored;
 use botmesh_tests::{bot_of, is_judge, metric, show, subject, MeshSpec, TestMesh};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
 const CHANNEL: &str = "1200000000000000001";
@@ -116,56 +116,10 @@ asyncio.run(main())
 say(event="closed")
 "#;
 
-fn python() -> String {
-    std::env::var("BOTMESH_TEST_PYTHON").unwrap_or_else(|_| {
-        panic!(
-            "BOTMESH_TEST_PYTHON is not set: run scripts/test.sh, which creates .venv-test/ \
-             with tests/requirements.txt (discord.py) and exports it"
-        )
-    })
-}
-
-/// Reads the client's JSON lines until one satisfies `want` (bounded in time).
-async fn expect_line(
-    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
-    seen: &mut Vec<serde_json::Value>,
-    stderr: &std::sync::Mutex<String>,
-    what: &str,
-    want: impl Fn(&serde_json::Value) -> bool,
-) -> serde_json::Value {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let line = tokio::time::timeout_at(deadline, lines.next_line())
-            .await
-            .unwrap_or_else(|_| {
-                panic!(
-                    "discord.py: no {what} in time; saw {seen:#?}\nstderr:\n{}",
-                    stderr.lock().unwrap()
-                )
-            })
-            .expect("read stdout")
-            .unwrap_or_else(|| {
-                tokio::task::block_in_place(|| std::thread::sleep(Duration::from_millis(300)));
-                panic!(
-                    "discord.py exited before {what}; saw {seen:#?}\nstderr:\n{}",
-                    stderr.lock().unwrap()
-                )
-            });
-        let v: serde_json::Value = match serde_json::from_str(&line) {
-            Ok(v) => v,
-            Err(_) => continue,
-        };
-        seen.push(v.clone());
-        if want(&v) {
-            return v;
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_stand_in_is_faithful_to_discord_py() {
     botmesh_tests::init_logs();
-    let python = python();
+    let python = botmesh_tests::test_python();
     let fake = FakeDiscord::start(
         vec![account("py-token", PY_ID, "pybot")],
         people(),
@@ -175,32 +129,13 @@ async fn the_stand_in_is_faithful_to_discord_py() {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("client.py");
     std::fs::write(&script, DISCORD_PY_CLIENT).unwrap();
-    let mut child = tokio::process::Command::new(python)
-        .arg(&script)
+    let mut cmd = tokio::process::Command::new(python);
+    cmd.arg(&script)
         .arg(&fake.api_base_url)
         .arg(&fake.gateway_url)
-        .arg("py-token")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start python");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let stderr = Arc::new(std::sync::Mutex::new(String::new()));
-    let mut err_lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let sink = stderr.clone();
-    tokio::spawn(async move {
-        while let Ok(Some(l)) = err_lines.next_line().await {
-            let mut s = sink.lock().unwrap();
-            s.push_str(&l);
-            s.push('\n');
-        }
-    });
-    let mut seen = Vec::new();
-    let ready = expect_line(&mut lines, &mut seen, &stderr, "ready", |v| {
-        v["event"] == "ready"
-    })
-    .await;
+        .arg("py-token");
+    let mut sdk = SdkClient::start("discord.py", cmd, WAIT);
+    let ready = sdk.expect_line("ready", |v| v["event"] == "ready").await;
     assert_eq!(ready["user"], PY_ID);
     assert_eq!(
         ready["channels"],
@@ -209,27 +144,22 @@ async fn the_stand_in_is_faithful_to_discord_py() {
     );
 
     let ping = fake.say(CHANNEL, CAROL_ID, "ping");
-    let m = expect_line(&mut lines, &mut seen, &stderr, "the ping", |v| {
-        v["event"] == "message"
-    })
-    .await;
+    let m = sdk
+        .expect_line("the ping", |v| v["event"] == "message")
+        .await;
     assert_eq!(m["id"], ping.as_str());
     assert_eq!(m["author"], "Carol C", "member.nick is the display name");
     assert_eq!(m["channel"], CHANNEL);
-    expect_line(&mut lines, &mut seen, &stderr, "the reply", |v| {
-        v["event"] == "replied"
-    })
-    .await;
-    let own = expect_line(&mut lines, &mut seen, &stderr, "its own reply", |v| {
-        v["event"] == "own"
-    })
-    .await;
+    sdk.expect_line("the reply", |v| v["event"] == "replied")
+        .await;
+    let own = sdk
+        .expect_line("its own reply", |v| v["event"] == "own")
+        .await;
     assert_eq!(own["content"], "pong");
     assert_eq!(own["reference"], ping.as_str());
-    let edited = expect_line(&mut lines, &mut seen, &stderr, "the edit", |v| {
-        v["event"] == "edited"
-    })
-    .await;
+    let edited = sdk
+        .expect_line("the edit", |v| v["event"] == "edited")
+        .await;
     assert_eq!(
         (edited["content"].as_str(), edited["edited"].as_bool()),
         (Some("pong, edited"), Some(true)),
@@ -262,18 +192,11 @@ async fn the_stand_in_is_faithful_to_discord_py() {
     fake.drop_connections();
     let while_away = fake.say(CHANNEL, DAN_ID, &format!("while away <@{PY_ID}>"));
     // Discord replays what was missed, then says RESUMED.
-    let m = expect_line(
-        &mut lines,
-        &mut seen,
-        &stderr,
-        "the replayed message",
-        |v| v["event"] == "message",
-    )
-    .await;
-    expect_line(&mut lines, &mut seen, &stderr, "RESUMED", |v| {
-        v["event"] == "resumed"
-    })
-    .await;
+    let m = sdk
+        .expect_line("the replayed message", |v| v["event"] == "message")
+        .await;
+    sdk.expect_line("RESUMED", |v| v["event"] == "resumed")
+        .await;
     assert_eq!(m["id"], while_away.as_str());
     assert_eq!(m["author"], "dan");
     assert_eq!(m["mentions"], serde_json::json!([PY_ID]));
@@ -286,21 +209,9 @@ async fn the_stand_in_is_faithful_to_discord_py() {
     assert!(heartbeats >= 2, "discord.py heartbeats on every connection");
 
     fake.say(CHANNEL, CAROL_ID, "done");
-    expect_line(&mut lines, &mut seen, &stderr, "a clean close", |v| {
-        v["event"] == "closed"
-    })
-    .await;
-    let status = tokio::time::timeout(WAIT, child.wait())
-        .await
-        .expect("exits")
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let err = stderr.lock().unwrap().clone();
-    assert!(status.success(), "discord.py failed: {err}");
-    assert!(
-        !err.contains("Traceback"),
-        "discord.py raised while parsing the stand-in's payloads:\n{err}"
-    );
+    sdk.expect_line("a clean close", |v| v["event"] == "closed")
+        .await;
+    sdk.finish().await;
     // The same messages, one each, on the REST side.
     assert_eq!(fake.messages(CHANNEL).len(), 4);
 }
@@ -370,25 +281,7 @@ async fn a_node_says_why_discord_stopped_in_healthz() {
         ("BIX_TOKEN".to_string(), "bix-token".to_string()),
     ]);
     let mesh = TestMesh::start(spec).await;
-    let health = |i: usize| {
-        let url = format!("{}/healthz", mesh.bridge(i));
-        let http = mesh.http.clone();
-        async move {
-            let r = http.get(url).send().await.unwrap();
-            (
-                r.status().as_u16(),
-                r.json::<serde_json::Value>().await.unwrap(),
-            )
-        }
-    };
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let (ada, bix) = loop {
-        let (a, b) = (health(ADA).await, health(BIX).await);
-        if (a.0, b.0) == (503, 503) || tokio::time::Instant::now() > deadline {
-            break (a, b);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let (ada, bix) = mesh.health_once_both_stopped(ADA, BIX, WAIT).await;
     assert_eq!(ada.0, 503, "{ada:?}");
     assert_eq!(
         ada.1["platform_stopped"],
@@ -502,12 +395,6 @@ async fn discord_mesh_with(llm: FakeLlm, extra_mesh: &str) -> DiscordMesh {
     }
 }
 
-fn bot_msgs(t: &[Envelope]) -> Vec<&Envelope> {
-    t.iter()
-        .filter(|e| e.author.kind == AuthorKind::Bot)
-        .collect()
-}
-
 #[tokio::test]
 async fn two_discord_bots_and_a_local_bot_hold_a_conversation() {
     botmesh_tests::init_logs();
@@ -528,13 +415,13 @@ async fn two_discord_bots_and_a_local_bot_hold_a_conversation() {
     );
     assert_eq!(req["allowed_mentions"]["replied_user"], true);
     let t = mesh
-        .wait_transcript(BIX, WAIT, |t| bot_msgs(t).len() == 1)
+        .wait_transcript(BIX, WAIT, |t| bot_authored(t).len() == 1)
         .await;
     assert_eq!(t[0].author.name, "Carol C");
     assert_eq!(t[0].author.kind, AuthorKind::Human);
     assert_eq!(t[0].text, "@Ada what's the plan?");
     assert_eq!(t[0].platform_msg_id.as_deref(), Some(q.as_str()));
-    let answer = bot_msgs(&t)[0];
+    let answer = bot_authored(&t)[0];
     assert_eq!(
         (
             answer.author.name.as_str(),
@@ -704,7 +591,7 @@ async fn a_dropped_gateway_resumes_with_no_message_lost_or_doubled() {
     for i in [ADA, BIX] {
         let t = mesh
             .wait_transcript(i, WAIT, |t| {
-                t.iter().any(|e| e.text == "after the second drop") && bot_msgs(t).len() == 1
+                t.iter().any(|e| e.text == "after the second drop") && bot_authored(t).len() == 1
             })
             .await;
         let humans: Vec<&str> = t
@@ -787,7 +674,7 @@ async fn a_429_burst_loses_nothing_and_a_long_answer_goes_in_parts() {
     fake.wait("every part", |f| f.posted_by(ADA_ID).len() >= 3)
         .await;
     let t = mesh
-        .wait_transcript(BIX, WAIT, |t| bot_msgs(t).len() == 1)
+        .wait_transcript(BIX, WAIT, |t| bot_authored(t).len() == 1)
         .await;
     let parts = fake.posted_by(ADA_ID);
     assert_eq!(parts.len(), 3, "2,000 characters at most each");
@@ -823,14 +710,14 @@ async fn a_429_burst_loses_nothing_and_a_long_answer_goes_in_parts() {
         .collect();
     assert_eq!(statuses, vec![429, 429, 429, 429, 429, 200, 200, 200]);
     // Bix recorded Ada's answer once, from the bridge, though it saw three parts.
-    let answer = bot_msgs(&t)[0];
+    let answer = bot_authored(&t)[0];
     let ids: Vec<String> = parts.iter().map(|p| p.id.clone()).collect();
     assert_eq!(
         answer.platform_msg_id.as_deref(),
         Some(ids.join(" ").as_str())
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(bot_msgs(&mesh.transcript(BIX).await).len(), 1);
+    assert_eq!(bot_authored(&mesh.transcript(BIX).await).len(), 1);
     mesh.shutdown().await;
 }
 

@@ -10,6 +10,7 @@ use botmesh::platform::matrix::api::{ClientApi, RETRY};
 use botmesh::wire::envelope::{AuthorKind, Envelope};
 use botmesh_tests::fake_llm::{FakeLlm, Script};
 use botmesh_tests::synapse::{Account, Person, Synapse};
+use botmesh_tests::transcript::assert_each_platform_msg_once;
 use botmesh_tests::{bot_of, fetch_json, show, subject, wait_for, MeshSpec, TestMesh};
 use serde_json::json;
 
@@ -134,15 +135,7 @@ async fn wait_room(
 
 /// Every Matrix event at most once in the transcript.
 fn each_once(t: &[Envelope]) {
-    let mut ids: Vec<&str> = t
-        .iter()
-        .filter_map(|e| e.platform_msg_id.as_deref())
-        .flat_map(|p| p.split(' '))
-        .collect();
-    let n = ids.len();
-    ids.sort();
-    ids.dedup();
-    assert_eq!(ids.len(), n, "an event recorded twice: {:#?}", show(t));
+    assert_each_platform_msg_once(t, "an event");
 }
 
 /// Node `i`'s `/healthz` body once `done` holds of its status and body (the test

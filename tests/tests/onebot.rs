@@ -3,16 +3,15 @@
 //! NoneBot's OneBot v11 adapter connecting to it in forward WebSocket mode.
 
 use std::collections::HashMap;
-use std::process::Stdio;
-use std::sync::Arc;
 use std::time::Duration;
 
 use botmesh::wire::envelope::{AuthorKind, Envelope};
 use botmesh_tests::fake_llm::{FakeLlm, Script};
 use botmesh_tests::fake_onebot::{Account, FakeOnebot, Person};
+use botmesh_tests::sdk_client::SdkClient;
+use botmesh_tests::transcript::assert_each_platform_msg_once;
 use botmesh_tests::{bot_msgs, bot_of, is_judge, metric, show, MeshSpec, TestMesh};
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 const GROUP: i64 = 700100;
 const ADA_QQ: i64 = 10001;
@@ -95,48 +94,6 @@ async def handle(bot: Bot, event: GroupMessageEvent):
 nonebot.run()
 "#;
 
-fn python() -> String {
-    std::env::var("BOTMESH_TEST_PYTHON").unwrap_or_else(|_| {
-        panic!(
-            "BOTMESH_TEST_PYTHON is not set: run scripts/test.sh, which creates .venv-test/ \
-             with tests/requirements.txt (nonebot2, nonebot-adapter-onebot) and exports it"
-        )
-    })
-}
-
-/// The next of the client's JSON lines that satisfies `want` (bounded in time).
-async fn expect_line(
-    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
-    stderr: &std::sync::Mutex<String>,
-    what: &str,
-    want: impl Fn(&serde_json::Value) -> bool,
-) -> serde_json::Value {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let line = tokio::time::timeout_at(deadline, lines.next_line())
-            .await
-            .unwrap_or_else(|_| {
-                panic!(
-                    "nonebot: no {what} in time\nstderr:\n{}",
-                    stderr.lock().unwrap()
-                )
-            })
-            .expect("read stdout")
-            .unwrap_or_else(|| {
-                panic!(
-                    "nonebot exited before {what}\nstderr:\n{}",
-                    stderr.lock().unwrap()
-                )
-            });
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
-            continue;
-        };
-        if want(&v) {
-            return v;
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_stand_in_is_faithful_to_nonebot() {
     botmesh_tests::init_logs();
@@ -144,33 +101,17 @@ async fn the_stand_in_is_faithful_to_nonebot() {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("bot.py");
     std::fs::write(&script, NONEBOT_CLIENT).unwrap();
-    let mut child = tokio::process::Command::new(python())
-        .arg(&script)
+    let mut cmd = tokio::process::Command::new(botmesh_tests::test_python());
+    cmd.arg(&script)
         .current_dir(dir.path())
         .env("DRIVER", "~websockets")
         .env("ONEBOT_WS_URLS", format!("[\"{}\"]", fake.ws_url(PY_QQ)))
         .env("ONEBOT_ACCESS_TOKEN", format!("token-{PY_QQ}"))
-        .env("LOG_LEVEL", "INFO")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start python");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let stderr = Arc::new(std::sync::Mutex::new(String::new()));
-    let mut err_lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let sink = stderr.clone();
-    tokio::spawn(async move {
-        while let Ok(Some(l)) = err_lines.next_line().await {
-            let mut s = sink.lock().unwrap();
-            s.push_str(&l);
-            s.push('\n');
-        }
-    });
-    let c = expect_line(&mut lines, &stderr, "connect", |v| {
-        v["event"] == "connected"
-    })
-    .await;
+        .env("LOG_LEVEL", "INFO");
+    let mut sdk = SdkClient::start("nonebot", cmd, WAIT);
+    let c = sdk
+        .expect_line("connect", |v| v["event"] == "connected")
+        .await;
     assert_eq!(c["self_id"], PY_QQ.to_string());
     assert_eq!(fake.accepted(PY_QQ), 1, "the token was accepted");
 
@@ -179,10 +120,9 @@ async fn the_stand_in_is_faithful_to_nonebot() {
         CAROL_QQ,
         json!([{"type": "at", "data": {"qq": PY_QQ.to_string()}}, {"type": "text", "data": {"text": " 1 & [2], 3"}}]),
     );
-    let m = expect_line(&mut lines, &stderr, "the at message", |v| {
-        v["event"] == "message"
-    })
-    .await;
+    let m = sdk
+        .expect_line("the at message", |v| v["event"] == "message")
+        .await;
     assert_eq!(m["to_me"], true, "{m}");
     assert_eq!(m["text"], "1 & [2], 3", "{m}");
     assert_eq!(
@@ -196,10 +136,9 @@ async fn the_stand_in_is_faithful_to_nonebot() {
 
     // A message answered with send_group_msg: a reply segment and text, by echo.
     let ping = fake.say(CAROL_QQ, "ping");
-    let posted = expect_line(&mut lines, &stderr, "the answer", |v| {
-        v["event"] == "posted"
-    })
-    .await;
+    let posted = sdk
+        .expect_line("the answer", |v| v["event"] == "posted")
+        .await;
     let sent = fake.sent_by(PY_QQ);
     assert_eq!(sent.len(), 1);
     assert_eq!(posted["message_id"], sent[0].message_id);
@@ -213,17 +152,8 @@ async fn the_stand_in_is_faithful_to_nonebot() {
     );
 
     fake.say(DAN_QQ, "done");
-    expect_line(&mut lines, &stderr, "done", |v| v["event"] == "done").await;
-    let status = tokio::time::timeout(WAIT, child.wait())
-        .await
-        .expect("exits")
-        .unwrap();
-    let err = stderr.lock().unwrap().clone();
-    assert!(status.success(), "nonebot failed: {err}");
-    assert!(
-        !err.contains("Traceback"),
-        "nonebot raised on the stand-in's payloads:\n{err}"
-    );
+    sdk.expect_line("done", |v| v["event"] == "done").await;
+    sdk.finish().await;
     assert!(
         fake.actions().iter().all(|a| a.2 == "ok"),
         "every action answered ok: {:?}",
@@ -304,20 +234,7 @@ async fn qq_mesh(llm: &FakeLlm, fake: &FakeOnebot) -> TestMesh {
 async fn each_message_once(mesh: &TestMesh) {
     for i in [ADA, BIX] {
         let t = mesh.transcript(i).await;
-        let mut ids: Vec<&str> = t
-            .iter()
-            .filter_map(|e| e.platform_msg_id.as_deref())
-            .flat_map(|p| p.split(' '))
-            .collect();
-        let n = ids.len();
-        ids.sort();
-        ids.dedup();
-        assert_eq!(
-            ids.len(),
-            n,
-            "node {i}: a QQ message recorded twice: {:#?}",
-            show(&t)
-        );
+        assert_each_platform_msg_once(&t, &format!("node {i}: a QQ message"));
     }
 }
 
@@ -533,27 +450,6 @@ async fn two_qq_bots_answer_and_record_every_message_once() {
     mesh.shutdown().await;
 }
 
-/// Why the node's platform stopped, as `/healthz` shows it (bounded: 30 s).
-async fn stopped_reason(mesh: &TestMesh) -> String {
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
-    let mut body = serde_json::Value::Null;
-    for _ in 0..300 {
-        body = http
-            .get(format!("{}/healthz", mesh.api(0)))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap_or_default();
-        if let Some(why) = body["platform_stopped"].as_str() {
-            return why.to_string();
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the platform never stopped: {body:#}");
-}
-
 /// A QQ account other than `onebot.self_id`, or a refused access token, stops the
 /// adapter with what to fix, and it does not reconnect.
 #[tokio::test]
@@ -573,7 +469,7 @@ async fn another_account_or_a_wrong_token_stops_the_adapter_with_a_clear_error()
         .bot("Ada", &wrong);
     spec.env = HashMap::from([("ADA_ONEBOT_TOKEN".to_string(), format!("token-{BIX_QQ}"))]);
     let mesh = TestMesh::start(spec).await;
-    let why = stopped_reason(&mesh).await;
+    let why = mesh.platform_stopped(0).await;
     assert!(
         why.contains("onebot.self_id in peers.toml is 10001")
             && why.contains("set onebot.self_id to 10002"),
@@ -592,7 +488,7 @@ async fn another_account_or_a_wrong_token_stops_the_adapter_with_a_clear_error()
         .bot("Ada", &qq_bot(&fake, "Ada", ADA_QQ));
     spec.env = HashMap::from([("ADA_ONEBOT_TOKEN".to_string(), "not-the-token".to_string())]);
     let mesh = TestMesh::start(spec).await;
-    let why = stopped_reason(&mesh).await;
+    let why = mesh.platform_stopped(0).await;
     assert!(
         why.contains("refused the access token") && why.contains("401"),
         "{why}"
@@ -602,121 +498,5 @@ async fn another_account_or_a_wrong_token_stops_the_adapter_with_a_clear_error()
         (0, 1),
         "no retry with a refused token"
     );
-    mesh.shutdown().await;
-}
-
-/// A QQ bot, a Slack bot and a local bot: each answers its own people on its own
-/// platform, hears its colleagues over the mesh, and records every message once.
-#[tokio::test]
-async fn a_qq_a_slack_and_a_local_bot_each_record_every_message_once() {
-    use botmesh_tests::fake_slack::{FakeSlack, Person as SlackPerson, SlackApp};
-    botmesh_tests::init_logs();
-    const CHANNEL: &str = "C0700";
-    const SAM_ID: &str = "U1001";
-    const SLACK_DAN: &str = "U2002";
-    let llm = FakeLlm::start(|s| {
-        if is_judge(s) {
-            Script::reply("{\"speak\": false, \"relevance\": 0.0}")
-        } else {
-            Script::reply(format!("answer from {}", bot_of(s)))
-        }
-    })
-    .await;
-    let qq = FakeOnebot::start(GROUP, vec![account(ADA_QQ, "ada")], people()).await;
-    let slack = FakeSlack::start(
-        vec![SlackApp {
-            name: "sam".into(),
-            user_id: SAM_ID.into(),
-            bot_id: "B0001".into(),
-            app_id: "A0001".into(),
-            bot_token: "xoxb-sam-token".into(),
-            app_token: "xapp-sam-token".into(),
-        }],
-        vec![SlackPerson {
-            id: SLACK_DAN.into(),
-            name: "dan".into(),
-            display_name: "Dan S".into(),
-            real_name: "Dan Example".into(),
-        }],
-        &[CHANNEL],
-    )
-    .await;
-    let mut spec = MeshSpec::new(&["Ada", "Sam", "Loc"])
-        .llm(&llm.base_url)
-        .all_bots(FAST)
-        .bot("Ada", &qq_bot(&qq, "Ada", ADA_QQ))
-        .bot(
-            "Sam",
-            &format!(
-                "platform = \"slack\"\nslack = {{ bot_token_env = \"SAM_BOT_TOKEN\", app_token_env = \"SAM_APP_TOKEN\", channel_id = \"{CHANNEL}\", user_id = \"{SAM_ID}\", api_base_url = \"{}\" }}",
-                slack.api_base_url
-            ),
-        )
-        .bot("Loc", "participation = \"mentions\"");
-    spec.env = HashMap::from([
-        ("ADA_ONEBOT_TOKEN".to_string(), format!("token-{ADA_QQ}")),
-        ("SAM_BOT_TOKEN".to_string(), "xoxb-sam-token".to_string()),
-        ("SAM_APP_TOKEN".to_string(), "xapp-sam-token".to_string()),
-    ]);
-    let mesh = TestMesh::start(spec).await;
-    qq.wait("Ada connected", |f| {
-        f.connected() == 1 && f.actions().iter().any(|a| a.1 == "get_login_info")
-    })
-    .await;
-    slack.wait("Sam connected", |f| f.connected() == 1).await;
-
-    qq.say(CAROL_QQ, "@Ada what's the plan?");
-    qq.wait("Ada's answer", |f| f.sent_by(ADA_QQ).len() == 1)
-        .await;
-    slack.say(CHANNEL, SLACK_DAN, &format!("<@{SAM_ID}> hi there"));
-    slack
-        .wait("Sam's answer", |f| f.posted_by(SAM_ID).len() == 1)
-        .await;
-    mesh.post_human(2, "Boss", "@Loc status?").await;
-
-    let all_three = |t: &[Envelope]| bot_msgs(t).len() == 3;
-    for i in 0..3 {
-        mesh.wait_transcript(i, WAIT, all_three).await;
-    }
-    mesh.settle(0, Duration::from_secs(1)).await;
-    let texts = |t: Vec<Envelope>| -> Vec<(String, String)> {
-        let mut v: Vec<(String, String)> = t
-            .iter()
-            .filter(|e| e.group == "demo")
-            .map(|e| (e.author.name.clone(), e.text.clone()))
-            .collect();
-        v.sort();
-        v
-    };
-    let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
-    let with = |person: (String, String)| {
-        let mut v = vec![
-            person,
-            pair("Ada", "answer from Ada"),
-            pair("Loc", "answer from Loc"),
-            pair("Sam", "answer from Sam"),
-        ];
-        v.sort();
-        v
-    };
-    assert_eq!(
-        texts(mesh.transcript(0).await),
-        with(pair("Carol C", "@Ada what's the plan?")),
-        "Ada (qq)"
-    );
-    assert_eq!(
-        texts(mesh.transcript(1).await),
-        with(pair("Dan S", "@Sam hi there")),
-        "Sam (slack)"
-    );
-    assert_eq!(
-        texts(mesh.transcript(2).await),
-        with(pair("Boss", "@Loc status?")),
-        "Loc (local)"
-    );
-    // Nothing sent twice on either platform, nothing sent for a colleague.
-    assert_eq!(qq.sent_by(ADA_QQ).len(), 1);
-    assert_eq!(qq.messages().len(), 2, "Carol's and Ada's");
-    assert_eq!(slack.posted_by(SAM_ID).len(), 1);
     mesh.shutdown().await;
 }

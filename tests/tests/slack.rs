@@ -2,15 +2,15 @@
 //! tests/src/fake_slack.rs, first proven faithful by slack_sdk itself.
 
 use std::collections::HashMap;
-use std::process::Stdio;
-use std::sync::Arc;
 use std::time::Duration;
 
-use botmesh::wire::envelope::{AuthorKind, Envelope};
+use botmesh::wire::envelope::AuthorKind;
 use botmesh_tests::fake_llm::{FakeLlm, Script};
 use botmesh_tests::fake_slack::{FakeSlack, Person, SlackApp};
+use botmesh_tests::log_check::assert_holds_none;
+use botmesh_tests::sdk_client::SdkClient;
+use botmesh_tests::transcript::{assert_each_platform_msg_once, bot_authored};
 use botmesh_tests::{bot_of, is_judge, metric, show, subject, MeshSpec, TestMesh};
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 const CHANNEL: &str = "C0700";
 const OTHER_CHANNEL: &str = "C0701";
@@ -112,119 +112,47 @@ client.close()
 say(event="closed")
 "#;
 
-fn python() -> String {
-    std::env::var("BOTMESH_TEST_PYTHON").unwrap_or_else(|_| {
-        panic!(
-            "BOTMESH_TEST_PYTHON is not set: run scripts/test.sh, which creates .venv-test/ \
-             with tests/requirements.txt (slack_sdk) and exports it"
-        )
-    })
-}
-
-/// The first of the client's JSON lines that satisfies `want`: one already read (the
-/// client handles events on a thread pool, so two may print in either order), else the
-/// next such line (bounded in time).
-async fn expect_line(
-    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
-    seen: &mut Vec<serde_json::Value>,
-    stderr: &std::sync::Mutex<String>,
-    fake: &FakeSlack,
-    what: &str,
-    want: impl Fn(&serde_json::Value) -> bool,
-) -> serde_json::Value {
-    if let Some(v) = seen.iter().find(|v| want(v)) {
-        return v.clone();
-    }
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let line = tokio::time::timeout_at(deadline, lines.next_line())
-            .await
-            .unwrap_or_else(|_| {
-                panic!(
-                    "slack_sdk: no {what} in time; saw {seen:#?}\nstderr:\n{}\nstand-in: {:#?} {:#?}",
-                    stderr.lock().unwrap(),
-                    fake.log(),
-                    fake.requests()
-                )
-            })
-            .expect("read stdout")
-            .unwrap_or_else(|| {
-                tokio::task::block_in_place(|| std::thread::sleep(Duration::from_millis(300)));
-                panic!(
-                    "slack_sdk exited before {what}; saw {seen:#?}\nstderr:\n{}",
-                    stderr.lock().unwrap()
-                )
-            });
-        let v: serde_json::Value = match serde_json::from_str(&line) {
-            Ok(v) => v,
-            Err(_) => continue,
-        };
-        seen.push(v.clone());
-        if want(&v) {
-            return v;
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_stand_in_is_faithful_to_slack_sdk() {
     botmesh_tests::init_logs();
-    let python = python();
+    let python = botmesh_tests::test_python();
     let fake = FakeSlack::start(vec![app("pybot", PY_ID, 9)], people(), &[CHANNEL]).await;
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("client.py");
     std::fs::write(&script, SLACK_SDK_CLIENT).unwrap();
-    let mut child = tokio::process::Command::new(python)
-        .arg(&script)
+    let mut cmd = tokio::process::Command::new(python);
+    cmd.arg(&script)
         .arg(&fake.api_base_url)
         .arg("xoxb-pybot-token")
         .arg("xapp-pybot-token")
-        .arg(CAROL_ID)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start python");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let stderr = Arc::new(std::sync::Mutex::new(String::new()));
-    let mut err_lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let sink = stderr.clone();
-    tokio::spawn(async move {
-        while let Ok(Some(l)) = err_lines.next_line().await {
-            let mut s = sink.lock().unwrap();
-            s.push_str(&l);
-            s.push('\n');
-        }
-    });
-    let mut seen = Vec::new();
-    let auth = expect_line(&mut lines, &mut seen, &stderr, &fake, "auth.test", |v| {
-        v["event"] == "auth"
-    })
-    .await;
+        .arg(CAROL_ID);
+    let mut sdk = SdkClient::start("slack_sdk", cmd, WAIT);
+    let stand_in = || format!("stand-in: {:#?} {:#?}", fake.log(), fake.requests());
+    let auth = sdk
+        .expect_seen_or_next("auth.test", &stand_in, |v| v["event"] == "auth")
+        .await;
     assert_eq!(
         (auth["user"].as_str(), auth["bot"].as_str()),
         (Some(PY_ID), Some("B0009"))
     );
-    let user = expect_line(&mut lines, &mut seen, &stderr, &fake, "users.info", |v| {
-        v["event"] == "user"
-    })
-    .await;
+    let user = sdk
+        .expect_seen_or_next("users.info", &stand_in, |v| v["event"] == "user")
+        .await;
     assert_eq!(
         (user["name"].as_str(), user["real"].as_str()),
         (Some("Carol C"), Some("Carol Example"))
     );
-    expect_line(&mut lines, &mut seen, &stderr, &fake, "connected", |v| {
-        v["event"] == "connected"
-    })
-    .await;
+    sdk.expect_seen_or_next("connected", &stand_in, |v| v["event"] == "connected")
+        .await;
     fake.wait("the socket", |f| f.connections() == 1).await;
 
     // A person's message: received, acknowledged, answered in its thread.
     let ping = fake.say(CHANNEL, CAROL_ID, "ping");
-    let ev = expect_line(&mut lines, &mut seen, &stderr, &fake, "the ping", |v| {
-        v["event"] == "event" && v["text"] == "ping"
-    })
-    .await;
+    let ev = sdk
+        .expect_seen_or_next("the ping", &stand_in, |v| {
+            v["event"] == "event" && v["text"] == "ping"
+        })
+        .await;
     assert_eq!(
         (
             ev["type"].as_str(),
@@ -233,21 +161,16 @@ async fn the_stand_in_is_faithful_to_slack_sdk() {
         ),
         (Some("message"), Some(CAROL_ID), Some(0))
     );
-    let posted = expect_line(&mut lines, &mut seen, &stderr, &fake, "the reply", |v| {
-        v["event"] == "posted"
-    })
-    .await;
+    let posted = sdk
+        .expect_seen_or_next("the reply", &stand_in, |v| v["event"] == "posted")
+        .await;
     assert_eq!(posted["ok"], true);
     // Its own message comes back as an event (maybe before chat.postMessage returned).
-    let own = expect_line(
-        &mut lines,
-        &mut seen,
-        &stderr,
-        &fake,
-        "its own reply as an event",
-        |v| v["event"] == "event" && v["user"] == PY_ID,
-    )
-    .await;
+    let own = sdk
+        .expect_seen_or_next("its own reply as an event", &stand_in, |v| {
+            v["event"] == "event" && v["user"] == PY_ID
+        })
+        .await;
     assert_eq!(
         (
             own["text"].as_str(),
@@ -257,10 +180,9 @@ async fn the_stand_in_is_faithful_to_slack_sdk() {
         (Some("pong &lt;3"), Some("B0009"), Some(ping.as_str()))
     );
     // chat_update edits it in place.
-    let updated = expect_line(&mut lines, &mut seen, &stderr, &fake, "the edit", |v| {
-        v["event"] == "updated"
-    })
-    .await;
+    let updated = sdk
+        .expect_seen_or_next("the edit", &stand_in, |v| v["event"] == "updated")
+        .await;
     assert_eq!(
         (
             updated["ok"].as_bool(),
@@ -286,64 +208,32 @@ async fn the_stand_in_is_faithful_to_slack_sdk() {
     })
     .await;
     fake.say(CHANNEL, DAN_ID, &format!("after the refresh <@{PY_ID}>"));
-    let ev = expect_line(
-        &mut lines,
-        &mut seen,
-        &stderr,
-        &fake,
-        "a message on the new connection",
-        |v| v["event"] == "event" && v["type"] == "message" && v["user"] == DAN_ID,
-    )
-    .await;
+    let ev = sdk
+        .expect_seen_or_next("a message on the new connection", &stand_in, |v| {
+            v["event"] == "event" && v["type"] == "message" && v["user"] == DAN_ID
+        })
+        .await;
     assert_eq!(ev["text"], format!("after the refresh <@{PY_ID}>"));
-    expect_line(
-        &mut lines,
-        &mut seen,
-        &stderr,
-        &fake,
-        "its app_mention",
-        |v| v["event"] == "event" && v["type"] == "app_mention",
-    )
+    sdk.expect_seen_or_next("its app_mention", &stand_in, |v| {
+        v["event"] == "event" && v["type"] == "app_mention"
+    })
     .await;
     // A redelivery carries retry_attempt.
     let first = fake.events_for(PY_ID)[0].clone();
     fake.redeliver(&first);
-    let again = expect_line(
-        &mut lines,
-        &mut seen,
-        &stderr,
-        &fake,
-        "the redelivery",
-        |v| {
+    let again = sdk
+        .expect_seen_or_next("the redelivery", &stand_in, |v| {
             v["event"] == "event"
                 && v["event_id"] == first.as_str()
                 && v["retry"].as_u64() == Some(1)
-        },
-    )
-    .await;
+        })
+        .await;
     assert_eq!(again["text"], "ping");
 
     fake.say(CHANNEL, CAROL_ID, "done");
-    expect_line(
-        &mut lines,
-        &mut seen,
-        &stderr,
-        &fake,
-        "a clean close",
-        |v| v["event"] == "closed",
-    )
-    .await;
-    let status = tokio::time::timeout(WAIT, child.wait())
-        .await
-        .expect("exits")
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let err = stderr.lock().unwrap().clone();
-    assert!(status.success(), "slack_sdk failed: {err}");
-    assert!(
-        !err.contains("Traceback"),
-        "slack_sdk raised on the stand-in's payloads:\n{err}"
-    );
+    sdk.expect_seen_or_next("a clean close", &stand_in, |v| v["event"] == "closed")
+        .await;
+    sdk.finish().await;
     let methods: Vec<String> = fake
         .requests()
         .into_iter()
@@ -450,30 +340,11 @@ async fn slack_mesh() -> SlackMesh {
     }
 }
 
-fn bot_msgs(t: &[Envelope]) -> Vec<&Envelope> {
-    t.iter()
-        .filter(|e| e.author.kind == AuthorKind::Bot)
-        .collect()
-}
-
 /// Every platform message at most once in each bot's transcript.
 async fn each_message_once(mesh: &TestMesh) {
     for i in [ADA, BIX] {
         let t = mesh.transcript(i).await;
-        let mut ids: Vec<&str> = t
-            .iter()
-            .filter_map(|e| e.platform_msg_id.as_deref())
-            .flat_map(|p| p.split(' '))
-            .collect();
-        let n = ids.len();
-        ids.sort();
-        ids.dedup();
-        assert_eq!(
-            ids.len(),
-            n,
-            "node {i}: a Slack message recorded twice: {:#?}",
-            show(&t)
-        );
+        assert_each_platform_msg_once(&t, &format!("node {i}: a Slack message"));
     }
 }
 
@@ -527,7 +398,7 @@ async fn two_slack_bots_hold_a_conversation() {
         );
     }
     let t = mesh
-        .wait_transcript(BIX, WAIT, |t| bot_msgs(t).len() == 1)
+        .wait_transcript(BIX, WAIT, |t| bot_authored(t).len() == 1)
         .await;
     let human = t
         .iter()
@@ -538,7 +409,7 @@ async fn two_slack_bots_hold_a_conversation() {
         human.text,
         "@Ada what's the plan for 5 < 6 && the docs (https://example.com)?"
     );
-    let answer = bot_msgs(&t)[0];
+    let answer = bot_authored(&t)[0];
     assert_eq!(
         (
             answer.author.name.as_str(),
@@ -774,7 +645,7 @@ async fn a_429_is_waited_out_and_a_long_answer_goes_in_parts() {
     fake.wait("every part", |f| f.posted_by(ADA_ID).len() >= 2)
         .await;
     let t = mesh
-        .wait_transcript(BIX, WAIT, |t| bot_msgs(t).len() == 1)
+        .wait_transcript(BIX, WAIT, |t| bot_authored(t).len() == 1)
         .await;
     let parts = fake.posted_by(ADA_ID);
     assert_eq!(parts.len(), 2, "4,000 characters at most each");
@@ -795,11 +666,11 @@ async fn a_429_is_waited_out_and_a_long_answer_goes_in_parts() {
     );
     let ts: Vec<String> = parts.iter().map(|p| p.ts.clone()).collect();
     assert_eq!(
-        bot_msgs(&t)[0].platform_msg_id.as_deref(),
+        bot_authored(&t)[0].platform_msg_id.as_deref(),
         Some(ts.join(" ").as_str())
     );
     mesh.settle(BIX, Duration::from_millis(500)).await;
-    assert_eq!(bot_msgs(&mesh.transcript(BIX).await).len(), 1);
+    assert_eq!(bot_authored(&mesh.transcript(BIX).await).len(), 1);
     each_message_once(&mesh).await;
     mesh.shutdown().await;
 }
@@ -833,25 +704,7 @@ async fn a_refused_token_a_wrong_user_id_or_link_disabled_stops_with_a_clear_rea
         ("CY_APP_TOKEN".to_string(), "xapp-cy-token".to_string()),
     ]);
     let mesh = TestMesh::start(spec).await;
-    let health = |i: usize| {
-        let url = format!("{}/healthz", mesh.bridge(i));
-        let http = mesh.http.clone();
-        async move {
-            let r = http.get(url).send().await.unwrap();
-            (
-                r.status().as_u16(),
-                r.json::<serde_json::Value>().await.unwrap(),
-            )
-        }
-    };
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let (ada, bix) = loop {
-        let (a, b) = (health(ADA).await, health(BIX).await);
-        if (a.0, b.0) == (503, 503) || tokio::time::Instant::now() > deadline {
-            break (a, b);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let (ada, bix) = mesh.health_once_both_stopped(ADA, BIX, WAIT).await;
     assert_eq!(ada.0, 503, "{ada:?}");
     let why = ada.1["platform_stopped"].as_str().unwrap();
     assert!(
@@ -867,11 +720,11 @@ async fn a_refused_token_a_wrong_user_id_or_link_disabled_stops_with_a_clear_rea
     // Cy connects; Slack then disables its Socket Mode link: stopped, not retried.
     fake.wait("Cy connected", |f| f.connected() == 1).await;
     assert_eq!(fake.opens(), 1, "no socket without a confirmed identity");
-    assert_eq!(health(2).await.0, 200);
+    assert_eq!(mesh.health(2).await.0, 200);
     fake.disconnect("link_disabled");
     let deadline = tokio::time::Instant::now() + WAIT;
     let cy = loop {
-        let c = health(2).await;
+        let c = mesh.health(2).await;
         if c.0 == 503 || tokio::time::Instant::now() > deadline {
             break c;
         }
@@ -922,30 +775,11 @@ async fn the_log_at_trace_holds_no_slack_token() {
     )
     .await;
     fake.wait("the socket", |f| f.connected() == 1).await;
-    let r = mesh
-        .http
-        .post(format!("{}/v1/messages", mesh.apis[0]))
-        .json(&serde_json::json!({"text": "hello from Ada", "from": "Ada"}))
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_success());
+    mesh.post_from(0, "Ada", "hello from Ada").await;
     fake.wait("the bot's post reached slack", |f| {
         !f.posted_by(ADA_ID).is_empty()
     })
     .await;
     mesh.terminate(0);
-    let log = mesh.log(0);
-    assert!(log.contains(" TRACE "), "the log is not at trace:\n{log}");
-    for secret in [LOCK_BOT_TOKEN, LOCK_APP_TOKEN] {
-        let hex: String = secret.bytes().map(|b| format!("{b:02x}")).collect();
-        for needle in [secret, hex.as_str()] {
-            let lines: Vec<&str> = log.lines().filter(|l| l.contains(needle)).collect();
-            assert!(
-                lines.is_empty(),
-                "{secret:?} is in the log:\n{}",
-                lines.join("\n")
-            );
-        }
-    }
+    assert_holds_none(&mesh.log(0), &[LOCK_BOT_TOKEN, LOCK_APP_TOKEN]);
 }

@@ -3,7 +3,6 @@
 //! python-telegram-bot itself.
 
 use std::collections::HashMap;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,9 +11,10 @@ use botmesh::platform::ChatPlatform;
 use botmesh::wire::envelope::{AuthorKind, Envelope};
 use botmesh_tests::fake_llm::{FakeLlm, Script};
 use botmesh_tests::fake_telegram::{BotAccount, FakeTelegram, Person};
+use botmesh_tests::sdk_client::SdkClient;
 use botmesh_tests::serve::{forward, read_request, serve_http};
+use botmesh_tests::transcript::assert_each_platform_msg_once;
 use botmesh_tests::{bot_msgs, bot_of, is_judge, metric, show, subject, MeshSpec, TestMesh};
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 const CHAT: i64 = -1001234567890;
 const OTHER_CHAT: i64 = -1009876543210;
@@ -109,42 +109,6 @@ async def main():
 asyncio.run(main())
 "#;
 
-/// Reads the client's JSON lines until one satisfies `want` (bounded in time).
-async fn expect_line(
-    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
-    seen: &mut Vec<serde_json::Value>,
-    stderr: &std::sync::Mutex<String>,
-    what: &str,
-    want: impl Fn(&serde_json::Value) -> bool,
-) -> serde_json::Value {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let line = tokio::time::timeout_at(deadline, lines.next_line())
-            .await
-            .unwrap_or_else(|_| {
-                panic!(
-                    "python-telegram-bot: no {what} in time; saw {seen:#?}\nstderr:\n{}",
-                    stderr.lock().unwrap()
-                )
-            })
-            .expect("read stdout")
-            .unwrap_or_else(|| {
-                tokio::task::block_in_place(|| std::thread::sleep(Duration::from_millis(300)));
-                panic!(
-                    "python-telegram-bot exited before {what}; saw {seen:#?}\nstderr:\n{}",
-                    stderr.lock().unwrap()
-                )
-            });
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
-            continue;
-        };
-        seen.push(v.clone());
-        if want(&v) {
-            return v;
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_stand_in_is_faithful_to_python_telegram_bot() {
     botmesh_tests::init_logs();
@@ -160,31 +124,10 @@ async fn the_stand_in_is_faithful_to_python_telegram_bot() {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("client.py");
     std::fs::write(&script, PTB_CLIENT).unwrap();
-    let mut child = tokio::process::Command::new(python)
-        .arg(&script)
-        .arg(&fake.api_base_url)
-        .arg("999:py-token")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start python");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let stderr = Arc::new(std::sync::Mutex::new(String::new()));
-    let mut err_lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let sink = stderr.clone();
-    tokio::spawn(async move {
-        while let Ok(Some(l)) = err_lines.next_line().await {
-            let mut s = sink.lock().unwrap();
-            s.push_str(&l);
-            s.push('\n');
-        }
-    });
-    let mut seen = Vec::new();
-    let ready = expect_line(&mut lines, &mut seen, &stderr, "ready", |v| {
-        v["event"] == "ready"
-    })
-    .await;
+    let mut cmd = tokio::process::Command::new(python);
+    cmd.arg(&script).arg(&fake.api_base_url).arg("999:py-token");
+    let mut sdk = SdkClient::start("python-telegram-bot", cmd, WAIT);
+    let ready = sdk.expect_line("ready", |v| v["event"] == "ready").await;
     assert_eq!(
         (ready["id"].as_i64(), ready["username"].as_str()),
         (Some(PY_ID), Some("py_bot"))
@@ -192,25 +135,24 @@ async fn the_stand_in_is_faithful_to_python_telegram_bot() {
 
     // A mention after an emoji and CJK: the entity's UTF-16 offset lands on it.
     let hi = fake.say(CHAT, DAN, "😀 问 @py_bot hello");
-    let m = expect_line(&mut lines, &mut seen, &stderr, "the greeting", |v| {
-        v["event"] == "message"
-    })
-    .await;
+    let m = sdk
+        .expect_line("the greeting", |v| v["event"] == "message")
+        .await;
     assert_eq!(m["id"], hi);
     assert_eq!(m["chat"], CHAT);
     assert_eq!(m["chat_type"], "supergroup");
     assert_eq!(m["author"], "Dan");
     assert_eq!(m["mentions"], serde_json::json!(["@py_bot"]));
     let ping = fake.say(CHAT, CAROL, "ping");
-    let m = expect_line(&mut lines, &mut seen, &stderr, "the ping", |v| {
-        v["event"] == "message" && v["text"] == "ping"
-    })
-    .await;
+    let m = sdk
+        .expect_line("the ping", |v| {
+            v["event"] == "message" && v["text"] == "ping"
+        })
+        .await;
     assert_eq!(m["author"], "Carol C");
-    let r = expect_line(&mut lines, &mut seen, &stderr, "the reply", |v| {
-        v["event"] == "replied"
-    })
-    .await;
+    let r = sdk
+        .expect_line("the reply", |v| v["event"] == "replied")
+        .await;
     assert_eq!(r["text"], "pong 5 < 6", "HTML parsed, &lt; shown as <");
     assert_eq!(
         r["bold"],
@@ -218,10 +160,9 @@ async fn the_stand_in_is_faithful_to_python_telegram_bot() {
         "the bold entity in UTF-16 units"
     );
     assert_eq!(r["reply_to"], ping);
-    let e = expect_line(&mut lines, &mut seen, &stderr, "the edit", |v| {
-        v["event"] == "edited"
-    })
-    .await;
+    let e = sdk
+        .expect_line("the edit", |v| v["event"] == "edited")
+        .await;
     assert_eq!(e["text"], "pong, edited");
     assert_eq!(
         fake.actions(),
@@ -233,21 +174,9 @@ async fn the_stand_in_is_faithful_to_python_telegram_bot() {
     assert_eq!(posted[0].edits, 1);
 
     fake.say(CHAT, CAROL, "done");
-    expect_line(&mut lines, &mut seen, &stderr, "a clean close", |v| {
-        v["event"] == "closed"
-    })
-    .await;
-    let status = tokio::time::timeout(WAIT, child.wait())
-        .await
-        .expect("exits")
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let err = stderr.lock().unwrap().clone();
-    assert!(status.success(), "python-telegram-bot failed: {err}");
-    assert!(
-        !err.contains("Traceback"),
-        "python-telegram-bot raised on the stand-in's payloads:\n{err}"
-    );
+    sdk.expect_line("a clean close", |v| v["event"] == "closed")
+        .await;
+    sdk.finish().await;
     let calls: Vec<(String, u16)> = fake
         .requests()
         .into_iter()
@@ -501,22 +430,9 @@ async fn telegram_mesh(prepare: impl FnOnce(&FakeTelegram)) -> TelegramMesh {
 
 /// Every Telegram message at most once in node `i`'s transcript.
 async fn each_once(mesh: &TestMesh, i: usize) {
-    let t = mesh.transcript(i).await;
-    let mut ids: Vec<&str> = t
-        .iter()
-        .filter(|e| e.group == "demo")
-        .filter_map(|e| e.platform_msg_id.as_deref())
-        .flat_map(|p| p.split(' '))
-        .collect();
-    let n = ids.len();
-    ids.sort();
-    ids.dedup();
-    assert_eq!(
-        ids.len(),
-        n,
-        "node {i}: a Telegram message recorded twice: {:#?}",
-        show(&t)
-    );
+    let mut t = mesh.transcript(i).await;
+    t.retain(|e| e.group == "demo");
+    assert_each_platform_msg_once(&t, &format!("node {i}: a Telegram message"));
 }
 
 #[tokio::test]
@@ -985,14 +901,7 @@ async fn a_node_says_why_telegram_stopped_in_healthz() {
         ("BETA_TOKEN".to_string(), "333:helper".to_string()),
     ]);
     let mesh = TestMesh::start(spec).await;
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let (alpha, beta) = loop {
-        let (a, b) = (mesh.health(ALPHA).await, mesh.health(BETA).await);
-        if (a.0, b.0) == (503, 503) || tokio::time::Instant::now() > deadline {
-            break (a, b);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let (alpha, beta) = mesh.health_once_both_stopped(ALPHA, BETA, WAIT).await;
     assert_eq!(alpha.0, 503, "{alpha:?}");
     let why = alpha.1["platform_stopped"].as_str().unwrap();
     assert!(

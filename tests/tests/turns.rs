@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use botmesh::wire::envelope::{AuthorKind, Envelope};
 use botmesh_tests::fake_llm::{BotLlm, FakeLlm, Script};
+use botmesh_tests::transcript::bot_authored;
 use botmesh_tests::{
     bot_message, bot_of, decisions, fetch_json, is_judge, metric, wait_for, ClaimProxy, MeshSpec,
     SignedRequest, TestMesh,
@@ -15,12 +16,6 @@ const FAST: &str = "min_delay_ms = 100\nmax_delay_ms = 1000\njitter_ms = 0";
 /// here start from, written once.
 fn fast_mesh(names: &[&str], llm: &FakeLlm) -> MeshSpec {
     MeshSpec::new(names).llm(&llm.base_url).all_bots(FAST)
-}
-
-fn bot_msgs(t: &[Envelope]) -> Vec<&Envelope> {
-    t.iter()
-        .filter(|e| e.author.kind == AuthorKind::Bot)
-        .collect()
 }
 
 #[tokio::test]
@@ -37,7 +32,7 @@ async fn two_bots_mentioning_each_other_stop_at_max_depth() {
             .await;
     mesh.post_human(0, "alice", "@A kick this off please").await;
     let t = mesh.settle(1, Duration::from_secs(3)).await;
-    let bots = bot_msgs(&t);
+    let bots = bot_authored(&t);
     assert_eq!(
         bots.len(),
         3,
@@ -91,7 +86,7 @@ async fn one_interjection_from_the_most_relevant(drop_claims: bool) {
     mesh.post_human(2, "alice", "How should we shard the transcript files?")
         .await;
     let t = mesh.settle(2, Duration::from_secs(2)).await;
-    let bots = bot_msgs(&t);
+    let bots = bot_authored(&t);
     assert_eq!(
         bots.len(),
         1,
@@ -276,7 +271,7 @@ async fn a_mention_is_answered_even_when_the_judge_says_no_and_nobody_answers_it
     mesh.post_human(0, "alice", "@B can you check the logs?")
         .await;
     let t = mesh.settle(0, Duration::from_secs(2)).await;
-    let bots = bot_msgs(&t);
+    let bots = bot_authored(&t);
     assert_eq!(bots.len(), 1);
     assert_eq!(
         (bots[0].author.name.as_str(), bots[0].text.as_str()),
@@ -294,7 +289,7 @@ async fn a_mention_is_answered_even_when_the_judge_says_no_and_nobody_answers_it
         .unwrap();
     assert!(r.status().is_success());
     let t = mesh.settle(0, Duration::from_secs(1)).await;
-    assert_eq!(bot_msgs(&t).len(), 2, "only the note itself");
+    assert_eq!(bot_authored(&t).len(), 2, "only the note itself");
     let asked_for_a: Vec<_> = llm.requests()[before..]
         .iter()
         .filter(|s| bot_of(s) == "A")
@@ -341,7 +336,7 @@ async fn llm_down_or_hanging_means_silence_a_healthy_node_and_a_counted_failure(
         );
         assert!(decisions(&metrics_b, "silent", "reply_failed") >= 1.0);
         let t = mesh.settle(1, Duration::from_millis(800)).await;
-        assert!(bot_msgs(&t).is_empty(), "{label}: nobody spoke");
+        assert!(bot_authored(&t).is_empty(), "{label}: nobody spoke");
         for i in 0..2 {
             assert_eq!(mesh.health(i).await.0, 200);
         }
@@ -385,14 +380,14 @@ async fn a_humans_only_bot_ignores_bot_messages() {
         .send(&mesh.http, &mesh.bridge(0))
         .await;
     let t = mesh.settle(0, Duration::from_secs(1)).await;
-    assert_eq!(bot_msgs(&t).len(), 1, "A stayed silent");
+    assert_eq!(bot_authored(&t).len(), 1, "A stayed silent");
     assert!(llm.requests().iter().all(|s| bot_of(s) != "A"));
     let m = mesh.metrics(0).await;
     assert_eq!(decisions(&m, "silent", "ignores_bots"), 1.0);
     // A human's mention is still answered.
     mesh.post_human(1, "alice", "@A and you?").await;
     let t = mesh.settle(0, Duration::from_secs(1)).await;
-    assert!(bot_msgs(&t).iter().any(|e| e.author.name == "A"));
+    assert!(bot_authored(&t).iter().any(|e| e.author.name == "A"));
     mesh.shutdown().await;
 }
 
@@ -418,7 +413,7 @@ async fn the_group_rate_cap_holds_when_the_llm_always_says_speak() {
     mesh.post_human(0, "alice", "let's brainstorm names for the project")
         .await;
     let t = mesh.settle(0, Duration::from_secs(3)).await;
-    let bots = bot_msgs(&t);
+    let bots = bot_authored(&t);
     assert_eq!(
         bots.len(),
         4,
@@ -430,7 +425,7 @@ async fn the_group_rate_cap_holds_when_the_llm_always_says_speak() {
     // A new human message opens a new allowance.
     mesh.post_human(1, "bob", "and a logo?").await;
     let t = mesh.settle(0, Duration::from_secs(3)).await;
-    assert_eq!(bot_msgs(&t).len(), 8);
+    assert_eq!(bot_authored(&t).len(), 8);
     mesh.shutdown().await;
 }
 
@@ -487,7 +482,7 @@ async fn quiet_switch_and_explain() {
     assert_eq!(r.status(), 200);
     mesh.post_human(1, "alice", "@A are you there?").await;
     let t = mesh.settle(0, Duration::from_secs(1)).await;
-    assert!(bot_msgs(&t).is_empty(), "quiet bot stayed quiet");
+    assert!(bot_authored(&t).is_empty(), "quiet bot stayed quiet");
     let e = explain(serde_json::json!({"text": "@A hi"})).await;
     assert_eq!(e["reason"], "quiet");
     mesh.shutdown().await;
@@ -516,7 +511,7 @@ async fn a_server_that_refuses_json_schema_still_gets_judged_without_it() {
         .await;
     let t = mesh.settle(0, Duration::from_secs(2)).await;
     assert_eq!(
-        bot_msgs(&t)
+        bot_authored(&t)
             .iter()
             .map(|e| e.text.as_str())
             .collect::<Vec<_>>(),
@@ -531,7 +526,7 @@ async fn a_server_that_refuses_json_schema_still_gets_judged_without_it() {
     mesh.post_human(1, "alice", "and the replication factor?")
         .await;
     let t = mesh.settle(0, Duration::from_secs(2)).await;
-    assert_eq!(bot_msgs(&t).len(), 2);
+    assert_eq!(bot_authored(&t).len(), 2);
     let refused_after = llm
         .requests()
         .iter()
@@ -561,7 +556,7 @@ async fn when_the_winners_reply_fails_it_withdraws_and_the_next_best_answers() {
     mesh.post_human(2, "alice", "How should we shard the transcript files?")
         .await;
     let t = mesh.settle(2, Duration::from_secs(3)).await;
-    let bots = bot_msgs(&t);
+    let bots = bot_authored(&t);
     assert_eq!(
         bots.iter()
             .map(|e| (e.author.name.as_str(), e.text.as_str()))
@@ -598,7 +593,7 @@ async fn a_message_to_everyone_gets_an_answer_from_each_relevant_bot_in_order() 
     mesh.post_human(3, "老师", "大家都说说对这个新架构方案的看法")
         .await;
     let t = mesh.settle(3, Duration::from_secs(3)).await;
-    let bots = bot_msgs(&t);
+    let bots = bot_authored(&t);
     assert_eq!(
         bots.iter()
             .map(|e| e.author.name.as_str())
@@ -616,8 +611,8 @@ async fn a_message_to_everyone_gets_an_answer_from_each_relevant_bot_in_order() 
     // An ordinary question in the same group still gets one answer.
     mesh.post_human(3, "老师", "这个方案的瓶颈在哪里？").await;
     let t = mesh.settle(3, Duration::from_secs(3)).await;
-    assert_eq!(bot_msgs(&t).len(), 4, "one more answer, not three");
-    assert_eq!(bot_msgs(&t)[3].author.name, "A");
+    assert_eq!(bot_authored(&t).len(), 4, "one more answer, not three");
+    assert_eq!(bot_authored(&t)[3].author.name, "A");
     mesh.shutdown().await;
 }
 
@@ -646,7 +641,7 @@ async fn round_under_a_cap_of_two(jitter_ms: u64) -> (FakeLlm, TestMesh, Vec<Env
 #[tokio::test]
 async fn a_round_to_everyone_still_stops_at_the_group_rate_cap() {
     let (_llm, mesh, t) = round_under_a_cap_of_two(300).await;
-    assert_eq!(bot_msgs(&t).len(), 2, "the cap holds in a round too");
+    assert_eq!(bot_authored(&t).len(), 2, "the cap holds in a round too");
     mesh.shutdown().await;
 }
 
@@ -656,7 +651,7 @@ async fn a_round_to_everyone_still_stops_at_the_group_rate_cap() {
 #[tokio::test]
 async fn a_round_where_everyone_finishes_at_once_still_stops_at_the_cap() {
     let (llm, mesh, t) = round_under_a_cap_of_two(0).await;
-    let mut who: Vec<&str> = bot_msgs(&t)
+    let mut who: Vec<&str> = bot_authored(&t)
         .iter()
         .map(|e| e.author.name.as_str())
         .collect();
@@ -695,7 +690,7 @@ async fn ask_the_question(
 
 /// The bots that spoke, in order, in node `i`'s transcript.
 async fn speakers(mesh: &TestMesh, i: usize) -> Vec<String> {
-    bot_msgs(&mesh.transcript(i).await)
+    bot_authored(&mesh.transcript(i).await)
         .iter()
         .map(|e| e.author.name.clone())
         .collect()
@@ -809,7 +804,7 @@ async fn a_shared_judge_asks_once_for_the_whole_mesh() {
     mesh.post_human(2, "alice", "How should we shard the transcript files?")
         .await;
     let t = mesh.settle(2, Duration::from_secs(2)).await;
-    let bots = bot_msgs(&t);
+    let bots = bot_authored(&t);
     assert_eq!(
         bots.iter()
             .map(|e| e.author.name.as_str())
@@ -863,7 +858,7 @@ async fn when_the_shared_judge_call_fails_every_bot_judges_itself_at_once() {
         Duration::from_millis(50),
         || async {
             let t = mesh.transcript(1).await;
-            bot_msgs(&t).first().map(|e| e.author.name.clone())
+            bot_authored(&t).first().map(|e| e.author.name.clone())
         },
         Option::is_some,
     )
@@ -916,7 +911,7 @@ async fn a_drafting_judge_answers_with_one_call_per_bot() {
     mesh.post_human(2, "alice", "How should we shard the transcript files?")
         .await;
     let t = mesh.settle(2, Duration::from_secs(2)).await;
-    let bots = bot_msgs(&t);
+    let bots = bot_authored(&t);
     assert_eq!(
         bots.iter()
             .map(|e| (e.author.name.as_str(), e.text.as_str()))
@@ -977,7 +972,7 @@ async fn a_drafting_bot_behind_a_better_claim_cancels_its_draft_and_the_slow_win
     mesh.post_human(2, "alice", "How should we shard the transcript files?")
         .await;
     let t = mesh.settle(2, Duration::from_secs(3)).await;
-    let bots = bot_msgs(&t);
+    let bots = bot_authored(&t);
     assert_eq!(
         bots.iter()
             .map(|e| (e.author.name.as_str(), e.text.as_str()))

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 
 use crate::platform::AdapterContext;
-use crate::platform::{ChatPlatform, PostError, Visibility};
+use crate::platform::{ChatPlatform, Declared, PostError, Visibility};
 use crate::wire::envelope::Envelope;
 
 /// Nobody sees anything but the mesh: every node carries its people's messages.
@@ -34,16 +34,9 @@ pub(crate) static ADAPTER: crate::platform::registry::Adapter =
 pub(crate) struct Local;
 
 impl ChatPlatform for Local {
-    fn name(&self) -> &'static str {
-        "local"
-    }
-
-    fn visibility(&self) -> Visibility {
-        VISIBILITY
-    }
-
-    fn should_post(&self, _env: &Envelope) -> bool {
-        false
+    /// Nothing is posted: people and bots meet on the mesh itself.
+    fn declared(&self) -> Declared<'_> {
+        Declared::silent(&ADAPTER)
     }
 
     fn post<'a>(&'a self, _env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {

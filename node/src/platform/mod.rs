@@ -30,8 +30,10 @@
 //!
 //! Every adapter describes itself in its own folder (its settings, their checks and
 //! its secrets in `<name>/settings.rs`, which the config layer may read; its
-//! visibility and build in a [`registry::Adapter`]) and is listed once in
-//! [`registry`], which checks every bot's platform tables before anything binds.
+//! visibility and build in a [`registry::Adapter`], which its
+//! [`ChatPlatform::declared`] names, so the boundary's name, visibility and which
+//! messages it posts are written once) and is listed once in [`registry`], which
+//! checks every bot's platform tables before anything binds.
 //! Adding a platform is a folder, its `mod` line here and its line in the registry.
 //!
 //! What every adapter needs once lives in [`kit`]: the one HTTP client builder and
@@ -89,6 +91,16 @@ pub struct Visibility {
 #[error("{0}")]
 pub struct PostError(pub String);
 
+impl PostError {
+    /// The outcome of `post`, an adapter's own post with its own error, as the
+    /// boundary's.
+    pub(crate) async fn of<E: std::fmt::Display>(
+        post: impl std::future::Future<Output = Result<String, E>>,
+    ) -> Result<String, PostError> {
+        post.await.map_err(|e| PostError(e.to_string()))
+    }
+}
+
 /// Why a message the bot posted could not be edited (a status message: the turn logs
 /// it, counts it and leaves the last text standing; nothing is posted instead).
 #[derive(Debug, thiserror::Error)]
@@ -145,17 +157,61 @@ impl AdapterContext {
     }
 }
 
+/// What an adapter declares of itself once ([`ChatPlatform::declared`]), from which the
+/// boundary answers its name, its visibility and which messages it posts.
+pub struct Declared<'a> {
+    /// The adapter's entry in the registry: the one place its platform's name and
+    /// visibility are written.
+    pub(crate) adapter: &'static registry::Adapter,
+    /// The mesh name of the bot whose own messages it posts; `None` for a platform
+    /// that posts nowhere (`local`: the mesh is the chat).
+    pub(crate) posts_for: Option<&'a str>,
+}
+
+impl<'a> Declared<'a> {
+    /// An adapter that posts bot `me`'s own messages.
+    pub(crate) fn posting(adapter: &'static registry::Adapter, me: &'a str) -> Declared<'a> {
+        Declared {
+            adapter,
+            posts_for: Some(me),
+        }
+    }
+
+    /// An adapter that posts nothing.
+    pub(crate) fn silent(adapter: &'static registry::Adapter) -> Declared<'a> {
+        Declared {
+            adapter,
+            posts_for: None,
+        }
+    }
+}
+
 /// One chat platform, as a node uses it.
+///
+/// An adapter declares its platform once, in its [`registry::Adapter`]; its name and
+/// visibility here are read from that declaration, and which messages it posts from
+/// the bot it posts for, so an adapter writes only what differs.
 pub trait ChatPlatform: Send + Sync + 'static {
+    /// What the adapter declares of itself: its registry entry and the bot it posts for.
+    fn declared(&self) -> Declared<'_>;
+
     /// The platform's name as written in peers.toml (`local`, `feishu`, ...).
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &'static str {
+        self.declared().adapter.platform.as_str()
+    }
 
     /// What the platform shows to whom.
-    fn visibility(&self) -> Visibility;
+    fn visibility(&self) -> Visibility {
+        self.declared().adapter.visibility
+    }
 
     /// Whether `env` (a message this node publishes) is to be posted to the platform:
-    /// the bot's own chat message, not yet there.
-    fn should_post(&self, env: &Envelope) -> bool;
+    /// the bot's own chat message (or status message), not yet there.
+    fn should_post(&self, env: &Envelope) -> bool {
+        self.declared()
+            .posts_for
+            .is_some_and(|me| own_unposted(env, me))
+    }
 
     /// Posts a bot's message with real platform mentions; returns the platform's id of
     /// the posted message.
@@ -242,8 +298,8 @@ pub trait ChatPlatform: Send + Sync + 'static {
 }
 
 /// Whether `env` is bot `me`'s own chat message (or status message) not yet on its
-/// platform: what every adapter that posts answers [`ChatPlatform::should_post`] with.
-pub(crate) fn own_unposted(env: &Envelope, me: &str) -> bool {
+/// platform: [`ChatPlatform::should_post`] of every adapter that posts.
+fn own_unposted(env: &Envelope, me: &str) -> bool {
     matches!(
         env.kind,
         crate::wire::envelope::Kind::Message | crate::wire::envelope::Kind::Status

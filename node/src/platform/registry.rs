@@ -14,7 +14,7 @@ use crate::config::{ConfigError, NodeConfig, Platform, Settings};
 use crate::platform::{ChatPlatform, Visibility};
 
 /// One platform's adapter, as the node knows it before building it.
-pub(crate) struct Adapter {
+pub struct Adapter {
     /// Its name in peers.toml (`platform = "…"`, `[bots.…]`, operators' prefix).
     pub(crate) platform: Platform,
     /// What it shows to whom (DESIGN.md's table).
@@ -174,12 +174,9 @@ mod tests {
         let e = load(&TWO.replace("name = \"B\"", "name = \"B\"\nplatform = \"irc\"")).unwrap_err();
         assert_eq!(e.key, "bots[1].platform", "{e}");
         assert!(e.problem.contains("unknown platform \"irc\""), "{e}");
-        assert!(
-            e.problem.contains(
-                "local, feishu, discord, dingtalk, slack, telegram, onebot, wecom, matrix"
-            ),
-            "{e}"
-        );
+        for a in ADAPTERS {
+            assert!(e.problem.contains(a.platform.as_str()), "{e}");
+        }
 
         let e = load(&format!("{TWO}[bots.discrod]\nuser_id = \"1\"\n")).unwrap_err();
         assert_eq!(e.key, "bots[1].discrod", "{e}");
@@ -218,5 +215,15 @@ mod tests {
         assert_eq!(names.len(), n, "a platform registered twice");
         assert!(adapter(Platform::LOCAL).is_some());
         assert!(!visibility_of(Platform::LOCAL).humans_reach_every_bot);
+    }
+
+    /// Every registered platform is found by its name, with what it declares.
+    #[test]
+    fn every_adapter_is_found_by_its_platform() {
+        for a in ADAPTERS {
+            let found = adapter(Platform::parse(a.platform.as_str())).expect("registered");
+            assert!(std::ptr::eq(found, *a), "{}", a.platform);
+            assert_eq!(visibility_of(a.platform), a.visibility, "{}", a.platform);
+        }
     }
 }

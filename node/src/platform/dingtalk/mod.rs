@@ -52,7 +52,7 @@ use parking_lot::Mutex;
 use crate::config::NodeConfig;
 use crate::platform::kit::inbound::Inbound;
 use crate::platform::AdapterContext;
-use crate::platform::{ChatPlatform, PostError, Visibility};
+use crate::platform::{ChatPlatform, Declared, PostError, Visibility};
 use crate::turn::mention::MentionMatcher;
 use crate::wire::envelope::Envelope;
 pub(crate) use settings::{DingTalkIds, DingTalkSecrets, DINGTALK};
@@ -124,24 +124,12 @@ impl std::fmt::Debug for DingTalk {
 }
 
 impl ChatPlatform for DingTalk {
-    fn name(&self) -> &'static str {
-        "dingtalk"
-    }
-
-    fn visibility(&self) -> Visibility {
-        VISIBILITY
-    }
-
-    fn should_post(&self, env: &Envelope) -> bool {
-        crate::platform::own_unposted(env, &self.me)
+    fn declared(&self) -> Declared<'_> {
+        Declared::posting(&ADAPTER, &self.me)
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
-        Box::pin(async move {
-            DingTalk::post(self, env)
-                .await
-                .map_err(|e| PostError(e.to_string()))
-        })
+        Box::pin(PostError::of(DingTalk::post(self, env)))
     }
 
     fn start(self: Arc<Self>, ingest: AdapterContext) -> Option<BoxFuture<'static, ()>> {

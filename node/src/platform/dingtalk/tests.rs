@@ -3,8 +3,7 @@
 
 use super::inbound::strip_mentions;
 use super::*;
-use crate::config::Settings;
-use std::path::Path;
+use crate::platform::kit::test_config::{assert_mistakes_named, env, settings};
 
 /// The shape docs/dingtalk.md shows.
 const DOCS_CONFIG: &str = r#"
@@ -34,25 +33,13 @@ bridge = "127.0.0.1:7102"
 api = "127.0.0.1:8102"
 "#;
 
-fn settings(text: &str) -> Result<Settings, crate::config::ConfigError> {
-    Settings::from_toml(text, Path::new("peers.toml"))
-        .and_then(|s| crate::platform::registry::check(&s).map(|()| s))
-}
-
-fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
 #[test]
 fn the_documented_config_loads_and_resolves_its_secret() {
     let s = settings(DOCS_CONFIG).unwrap();
     let d: DingTalkIds = s.bots[0].table(DINGTALK).unwrap();
     assert_eq!(d.api_base_url(), settings::DINGTALK_BASE_URL);
     assert_eq!(d.peer_user_ids["ErGoz"], "$:LWCP_v1:$ergoz==");
-    let mut vars = env(&[("BOTMESH_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")]);
+    let mut vars = env(&[]);
     let e = NodeConfig::resolve(s.clone(), "XiaoBa", None, &vars).unwrap_err();
     assert_eq!(e.key, "bots[0].dingtalk.client_secret_env");
     vars.insert("XIAOBA_CLIENT_SECRET".into(), "the-client-secret".into());
@@ -151,11 +138,7 @@ fn dingtalk_config_mistakes_name_their_key() {
             "bots[0].dingtalk",
         ),
     ];
-    for (from, to, key) in cases {
-        assert!(DOCS_CONFIG.contains(from), "{from}");
-        let e = settings(&DOCS_CONFIG.replace(from, to)).unwrap_err();
-        assert_eq!(e.key, key, "{e}");
-    }
+    assert_mistakes_named(DOCS_CONFIG, &cases);
     let without_table = DOCS_CONFIG
         .split("[bots.dingtalk]")
         .next()
@@ -168,10 +151,7 @@ fn dingtalk_config_mistakes_name_their_key() {
 
 fn adapter() -> (tempfile::TempDir, DingTalk) {
     let dir = tempfile::tempdir().unwrap();
-    let vars = env(&[
-        ("BOTMESH_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
-        ("XIAOBA_CLIENT_SECRET", "s"),
-    ]);
+    let vars = env(&[("XIAOBA_CLIENT_SECRET", "s")]);
     let cfg = NodeConfig::resolve(
         settings(DOCS_CONFIG).unwrap(),
         "XiaoBa",
@@ -219,10 +199,7 @@ fn dingtalk_ats_of_robots_are_removed_and_typed_mentions_kept() {
 
 #[test]
 fn a_mentions_only_robot_keeps_its_dingtalk_at_and_a_judging_one_loses_it() {
-    let vars = env(&[
-        ("BOTMESH_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
-        ("XIAOBA_CLIENT_SECRET", "s"),
-    ]);
+    let vars = env(&[("XIAOBA_CLIENT_SECRET", "s")]);
     let dir = tempfile::tempdir().unwrap();
     let toml = DOCS_CONFIG.replace(
         "aliases = [\"二狗\"]\n",

@@ -202,11 +202,7 @@ impl Discord {
         if is_bot {
             // A colleague's copy may wait for its bridge copy: not on the gateway's
             // reading task.
-            let inbound = self.inbound.clone();
-            let ing = ingest.clone();
-            ingest.tasks.spawn(async move {
-                inbound.receive(&ing, msg).await;
-            });
+            self.inbound.receive_aside(ingest, msg);
         } else {
             self.inbound.receive(ingest, msg).await;
         }

@@ -69,8 +69,9 @@ use ulid::Ulid;
 
 use crate::config::NodeConfig;
 use crate::platform::kit::inbound::Inbound;
+use crate::platform::kit::stopped::Stopped;
 use crate::platform::AdapterContext;
-use crate::platform::{ChatPlatform, PostError, Visibility};
+use crate::platform::{ChatPlatform, Declared, PostError, Visibility};
 use crate::turn::mention::MentionMatcher;
 use crate::wire::envelope::Envelope;
 use futures_util::future::BoxFuture;
@@ -147,7 +148,7 @@ pub struct Discord {
     /// Whether the gateway session is up.
     connected: Arc<std::sync::atomic::AtomicBool>,
     /// Why Discord stopped for this node, for `/healthz`.
-    stopped: Mutex<Option<String>>,
+    stopped: Stopped,
 }
 
 impl std::fmt::Debug for Discord {
@@ -161,24 +162,12 @@ impl std::fmt::Debug for Discord {
 }
 
 impl ChatPlatform for Discord {
-    fn name(&self) -> &'static str {
-        "discord"
-    }
-
-    fn visibility(&self) -> Visibility {
-        VISIBILITY
-    }
-
-    fn should_post(&self, env: &Envelope) -> bool {
-        crate::platform::own_unposted(env, &self.me)
+    fn declared(&self) -> Declared<'_> {
+        Declared::posting(&ADAPTER, &self.me)
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
-        Box::pin(async move {
-            Discord::post(self, env)
-                .await
-                .map_err(|e| PostError(e.to_string()))
-        })
+        Box::pin(PostError::of(Discord::post(self, env)))
     }
 
     fn edits(&self) -> bool {
@@ -218,12 +207,12 @@ impl ChatPlatform for Discord {
     fn health(&self) -> Option<serde_json::Value> {
         Some(serde_json::json!({"discord": {
             "connected": self.connected.load(std::sync::atomic::Ordering::Relaxed),
-            "stopped": *self.stopped.lock(),
+            "stopped": self.stopped.reason(),
         }}))
     }
 
     fn stopped(&self) -> Option<String> {
-        self.stopped.lock().clone()
+        self.stopped.reason()
     }
 
     fn cache_sizes(&self) -> Vec<(&'static str, usize)> {
@@ -287,7 +276,7 @@ impl Discord {
             connector,
             ingest: OnceLock::new(),
             connected: Default::default(),
-            stopped: Mutex::new(None),
+            stopped: Stopped::default(),
         })
     }
 
@@ -324,8 +313,7 @@ impl Discord {
             }
             Err(RestError::Unauthorized) => {
                 let why = "discord rejected the bot token (GET /users/@me answered 401): set discord.token_env to the bot's current token";
-                tracing::error!(bot = %self.me, "{why}; discord is stopped for this node");
-                self.stop(why);
+                self.stopped.stop(&self.me, "discord", why);
                 return;
             }
             Err(e) => {
@@ -341,8 +329,7 @@ impl Discord {
                         Ok(g) => break g.url,
                         Err(RestError::Unauthorized) => {
                             let why = "discord rejected the bot token (GET /gateway/bot answered 401): set discord.token_env to the bot's current token";
-                            tracing::error!(bot = %self.me, "{why}; discord is stopped for this node");
-                            self.stop(why);
+                            self.stopped.stop(&self.me, "discord", why);
                             return;
                         }
                         Err(e) => {
@@ -373,14 +360,9 @@ impl Discord {
             }
         });
         if let Err(e) = gw.run(tx, cancel).await {
-            tracing::error!(bot = %self.me, error = %e, "discord is stopped for this node; the mesh goes on without it");
-            self.stop(&e.to_string());
+            self.stopped.stop(&self.me, "discord", &e.to_string());
         }
         let _ = consumer.await;
-    }
-
-    fn stop(&self, why: &str) {
-        *self.stopped.lock() = Some(why.to_string());
     }
 }
 

@@ -2,7 +2,8 @@
 //! recorded once in either order, snowflakes and nonces.
 
 use super::*;
-use crate::platform::kit::test_sink::{ingest, TestSink};
+use crate::platform::kit::test_config::{assert_mistakes_named, node_config, settings};
+use crate::platform::kit::test_sink::{ingest, settle, TestSink};
 use crate::wire::envelope::{Author, AuthorKind};
 use tokio::time::Instant;
 
@@ -39,25 +40,15 @@ bridge = "127.0.0.1:7103"
 api = "127.0.0.1:8103"
 "#;
 
-fn settings(text: &str) -> Result<crate::config::Settings, crate::config::ConfigError> {
-    crate::config::Settings::from_toml(text, std::path::Path::new("peers.toml"))
-        .and_then(|s| crate::platform::registry::check(&s).map(|()| s))
-}
-
 fn env() -> HashMap<String, String> {
-    [
-        ("BOTMESH_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+    crate::platform::kit::test_config::env(&[
         ("ADA_DISCORD_TOKEN", "ada-token-value"),
         ("BIX_DISCORD_TOKEN", "bix-token-value"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect()
+    ])
 }
 
 fn ada() -> Discord {
-    let cfg = NodeConfig::resolve(settings(DOCS_CONFIG).unwrap(), "Ada", None, &env()).unwrap();
-    Discord::from_config(&cfg).unwrap()
+    Discord::from_config(&node_config(DOCS_CONFIG, "Ada", &env())).unwrap()
 }
 
 #[test]
@@ -151,11 +142,7 @@ fn discord_config_mistakes_name_their_key() {
             "bots[1].discord",
         ),
     ];
-    for (from, to, key) in cases {
-        assert!(DOCS_CONFIG.contains(from), "{from}");
-        let e = settings(&DOCS_CONFIG.replacen(from, to, 1)).unwrap_err();
-        assert_eq!(e.key, key, "{from:?} → {to:?}: {e}");
-    }
+    assert_mistakes_named(DOCS_CONFIG, &cases);
     let e = settings(&DOCS_CONFIG.replace("token_env = \"ADA", "tokn_env = \"ADA")).unwrap_err();
     assert!(e.to_string().contains("unknown field `tokn_env`"), "{e}");
 }
@@ -279,9 +266,7 @@ async fn a_colleagues_message_is_recorded_once_in_either_order() {
     // Bridge copy first.
     sink.add(bridge_copy("1500000000000000010"));
     d.on_message(&ing, from_bix("1500000000000000010")).await;
-    ing.tasks.close();
-    ing.tasks.wait().await;
-    ing.tasks.reopen();
+    settle(&ing).await;
     assert_eq!(sink.all().len(), 1);
     // Discord copy first; the bridge copy comes 2 s later.
     d.on_message(&ing, from_bix("1500000000000000011")).await;
@@ -289,9 +274,7 @@ async fn a_colleagues_message_is_recorded_once_in_either_order() {
     assert_eq!(sink.all().len(), 1, "the Discord copy waits");
     sink.add(bridge_copy("1500000000000000011"));
     let told = Instant::now();
-    ing.tasks.close();
-    ing.tasks.wait().await;
-    ing.tasks.reopen();
+    settle(&ing).await;
     assert_eq!(
         told.elapsed(),
         Duration::ZERO,
@@ -303,9 +286,7 @@ async fn a_colleagues_message_is_recorded_once_in_either_order() {
     // No bridge copy at all: context nobody answers.
     let start = Instant::now();
     d.on_message(&ing, from_bix("1500000000000000012")).await;
-    ing.tasks.close();
-    ing.tasks.wait().await;
-    ing.tasks.reopen();
+    settle(&ing).await;
     assert!(start.elapsed() >= BRIDGE_GRACE);
     let ctx = sink.all().pop().unwrap();
     assert_eq!(
@@ -321,9 +302,7 @@ async fn a_colleagues_message_is_recorded_once_in_either_order() {
     let mut own = from_bix("1500000000000000013");
     own.author.user.id = "1300000000000000001".into();
     d.on_message(&ing, own).await;
-    ing.tasks.close();
-    ing.tasks.wait().await;
-    ing.tasks.reopen();
+    settle(&ing).await;
     assert_eq!(sink.all().len(), 3);
     // A person's message, twice (a replay): once, with the id every node derives.
     let m = message("hello <@1300000000000000001>", serde_json::json!([]));

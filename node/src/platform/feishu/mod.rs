@@ -99,7 +99,7 @@ use crate::config::NodeConfig;
 use crate::ingress::server::Body;
 use crate::platform::kit::inbound::Inbound;
 use crate::platform::AdapterContext;
-use crate::platform::{ChatPlatform, PostError, Visibility};
+use crate::platform::{ChatPlatform, Declared, PostError, Visibility};
 use crate::turn::mention::{MentionMatcher, PlatformMention};
 use crate::wire::envelope::{now_millis, Envelope};
 use futures_util::future::BoxFuture;
@@ -198,24 +198,12 @@ pub(crate) const VISIBILITY: Visibility = Visibility {
 };
 
 impl ChatPlatform for Feishu {
-    fn name(&self) -> &'static str {
-        "feishu"
-    }
-
-    fn visibility(&self) -> Visibility {
-        VISIBILITY
-    }
-
-    fn should_post(&self, env: &Envelope) -> bool {
-        Feishu::should_post(self, env)
+    fn declared(&self) -> Declared<'_> {
+        Declared::posting(&ADAPTER, &self.me)
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
-        Box::pin(async move {
-            Feishu::post(self, env)
-                .await
-                .map_err(|e| PostError(e.to_string()))
-        })
+        Box::pin(PostError::of(Feishu::post(self, env)))
     }
 
     fn edits(&self) -> bool {
@@ -532,11 +520,6 @@ impl Feishu {
                 .filter(|_| member != self.me)
                 .map(|open_id| at_tag(open_id, member))
         })
-    }
-
-    /// Whether `env` is this bot's own chat message not yet on Feishu.
-    pub(crate) fn should_post(&self, env: &Envelope) -> bool {
-        crate::platform::own_unposted(env, &self.me)
     }
 
     /// Posts the bot's own message to its chat (the envelope id is the idempotency

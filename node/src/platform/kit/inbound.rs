@@ -164,6 +164,17 @@ impl Inbound {
         received
     }
 
+    /// Records a colleague's `msg` on `ingest.tasks`: its copy may wait up to
+    /// [`Inbound::grace`] for the bridge copy, and the adapter's reading task (the
+    /// gateway, the socket, the poll) must not wait with it.
+    pub(crate) fn receive_aside(&self, ingest: &AdapterContext, msg: PlatformMessage) {
+        let inbound = self.clone();
+        let ing = ingest.clone();
+        ingest.tasks.spawn(async move {
+            inbound.receive(&ing, msg).await;
+        });
+    }
+
     async fn record(&self, ingest: &AdapterContext, msg: PlatformMessage) -> Received {
         let text = truncate(msg.text.trim().to_string(), MAX_TEXT_BYTES);
         if text.is_empty() {

@@ -14,8 +14,13 @@
 //!   (truncation, ids, root, a colleague's copy waiting for the bridge copy by
 //!   notification) and is counted in `botmesh_platform_events_total`.
 //! - [`split`] — the one way to cut a long reply into parts a platform accepts.
+//! - [`stopped`] — the one record of why an adapter is out of service (its `/healthz`
+//!   reason), logged once.
 //! - [`http`] — the one builder of an adapter's HTTP client (timeouts always set, no
 //!   proxy for loopback).
+//! - `test_sink`, `test_config` (tests only) — what an adapter's unit tests start
+//!   from: a sink recording as the transcript does, the adapter context around it, and
+//!   a peers.toml loaded, resolved and checked for named mistakes as a node does.
 //!
 //! An adapter describes itself in its own folder — its `[bots.<name>]` table, the
 //! table's checks and its secrets in `settings.rs` (the config layer's part), its
@@ -33,6 +38,9 @@ pub(crate) mod pacer;
 pub(crate) mod reconnect;
 pub(crate) mod requests;
 pub(crate) mod split;
+pub(crate) mod stopped;
+#[cfg(test)]
+pub(crate) mod test_config;
 #[cfg(test)]
 pub(crate) mod test_sink;
 pub(crate) mod token;

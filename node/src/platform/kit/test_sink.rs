@@ -121,3 +121,11 @@ pub(crate) fn ingest(sink: Arc<TestSink>) -> AdapterContext {
         sink,
     }
 }
+
+/// Waits until every task the adapter spawned on `ing` has ended (a colleague's copy
+/// waiting for its bridge copy), then lets it spawn more.
+pub(crate) async fn settle(ing: &AdapterContext) {
+    ing.tasks.close();
+    ing.tasks.wait().await;
+    ing.tasks.reopen();
+}

@@ -64,7 +64,8 @@ use parking_lot::Mutex;
 use crate::config::NodeConfig;
 use crate::platform::kit::inbound::{Inbound, PlatformMessage, Received, Sender};
 use crate::platform::kit::reconnect::{Next, Reconnect, Reconnects};
-use crate::platform::{AdapterContext, ChatPlatform, PostError, Visibility};
+use crate::platform::kit::stopped::Stopped;
+use crate::platform::{AdapterContext, ChatPlatform, Declared, PostError, Visibility};
 use crate::store::transcript::platform_ids;
 use crate::turn::mention::MentionMatcher;
 use crate::wire::envelope::Envelope;
@@ -140,7 +141,7 @@ pub struct Matrix {
     /// Encrypted events seen (never readable here).
     encrypted_events: AtomicU64,
     /// Why Matrix stopped for this node, for `/healthz`.
-    stopped: Mutex<Option<String>>,
+    stopped: Stopped,
 }
 
 impl std::fmt::Debug for Matrix {
@@ -154,24 +155,12 @@ impl std::fmt::Debug for Matrix {
 }
 
 impl ChatPlatform for Matrix {
-    fn name(&self) -> &'static str {
-        "matrix"
-    }
-
-    fn visibility(&self) -> Visibility {
-        VISIBILITY
-    }
-
-    fn should_post(&self, env: &Envelope) -> bool {
-        crate::platform::own_unposted(env, &self.me)
+    fn declared(&self) -> Declared<'_> {
+        Declared::posting(&ADAPTER, &self.me)
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
-        Box::pin(async move {
-            Matrix::post(self, env)
-                .await
-                .map_err(|e| PostError(e.to_string()))
-        })
+        Box::pin(PostError::of(Matrix::post(self, env)))
     }
 
     fn edits(&self) -> bool {
@@ -211,7 +200,7 @@ impl ChatPlatform for Matrix {
     }
 
     fn stopped(&self) -> Option<String> {
-        self.stopped.lock().clone()
+        self.stopped.reason()
     }
 
     fn health(&self) -> Option<serde_json::Value> {
@@ -220,7 +209,7 @@ impl ChatPlatform for Matrix {
             "room_id": self.room_id,
             "syncing": self.syncing.load(Ordering::Relaxed),
             "encrypted_events_ignored": self.encrypted_events.load(Ordering::Relaxed),
-            "stopped": *self.stopped.lock(),
+            "stopped": self.stopped.reason(),
         }}))
     }
 
@@ -270,13 +259,8 @@ impl Matrix {
             ingest: OnceLock::new(),
             syncing: AtomicBool::new(false),
             encrypted_events: AtomicU64::new(0),
-            stopped: Mutex::new(None),
+            stopped: Stopped::default(),
         })
-    }
-
-    fn stop(&self, why: &str) {
-        tracing::error!(bot = %self.me, "{why}; matrix is stopped for this node, the mesh goes on without it");
-        *self.stopped.lock() = Some(why.to_string());
     }
 
     /// The adapter's life: sessions ([`sync::session`]) on the kit's reconnect loop
@@ -294,7 +278,7 @@ impl Matrix {
             match reconnects.after(ended, &ingest.accepting, |_| {}).await {
                 Next::Again => continue,
                 Next::Stop(Some(why)) => {
-                    self.stop(&why);
+                    self.stopped.stop(&self.me, "matrix", &why);
                     break;
                 }
                 Next::Stop(None) => break,
@@ -402,11 +386,7 @@ impl Matrix {
         if colleague.is_some() && colleague.as_deref() != Some(self.me.as_str()) {
             // A colleague's copy may wait for its bridge copy: not on the sync task
             // (the bridge copy, or this one, is recorded).
-            let inbound = self.inbound.clone();
-            let ing = ingest.clone();
-            ingest.tasks.spawn(async move {
-                inbound.receive(&ing, msg).await;
-            });
+            self.inbound.receive_aside(ingest, msg);
             return true;
         }
         self.inbound.receive(ingest, msg).await != Received::Failed
@@ -421,7 +401,7 @@ impl Matrix {
     /// Posts the bot's own message; returns the event ids of its parts,
     /// space-separated.
     pub async fn post(&self, env: &Envelope) -> Result<String, PostFailure> {
-        if let Some(why) = self.stopped.lock().clone() {
+        if let Some(why) = self.stopped.reason() {
             return Err(PostFailure::Stopped(why));
         }
         if env.group != self.room_id {

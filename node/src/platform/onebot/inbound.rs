@@ -165,11 +165,7 @@ impl Onebot {
         };
         if colleague {
             // A colleague's copy may wait for its bridge copy: the next events do not.
-            let me = self.clone();
-            let ing = ingest.clone();
-            ingest.tasks.spawn(async move {
-                me.inbound.receive(&ing, msg).await;
-            });
+            self.inbound.receive_aside(ingest, msg);
         } else {
             self.inbound.receive(ingest, msg).await;
         }

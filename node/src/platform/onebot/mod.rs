@@ -39,8 +39,9 @@ use crate::config::pacing::Window;
 use crate::config::NodeConfig;
 use crate::platform::kit::inbound::Inbound;
 use crate::platform::kit::pacer::ChatPacer;
+use crate::platform::kit::stopped::Stopped;
 use crate::platform::AdapterContext;
-use crate::platform::{ChatPlatform, PostError, Visibility};
+use crate::platform::{ChatPlatform, Declared, PostError, Visibility};
 use crate::turn::mention::MentionMatcher;
 use crate::wire::envelope::Envelope;
 
@@ -93,7 +94,7 @@ pub struct Onebot {
     /// The inbound handle, once the node has started the adapter.
     ingest: OnceLock<AdapterContext>,
     /// Why QQ stopped for this node, for `/healthz`.
-    stopped: Mutex<Option<String>>,
+    stopped: Stopped,
 }
 
 impl std::fmt::Debug for Onebot {
@@ -107,16 +108,8 @@ impl std::fmt::Debug for Onebot {
 }
 
 impl ChatPlatform for Onebot {
-    fn name(&self) -> &'static str {
-        "onebot"
-    }
-
-    fn visibility(&self) -> Visibility {
-        VISIBILITY
-    }
-
-    fn should_post(&self, env: &Envelope) -> bool {
-        crate::platform::own_unposted(env, &self.me)
+    fn declared(&self) -> Declared<'_> {
+        Declared::posting(&ADAPTER, &self.me)
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
@@ -136,12 +129,12 @@ impl ChatPlatform for Onebot {
             "sessions": s.sessions.load(Relaxed),
             "heartbeats": s.heartbeats.load(Relaxed),
             "answered": s.answered.load(Relaxed),
-            "stopped": *self.stopped.lock(),
+            "stopped": self.stopped.reason(),
         }}))
     }
 
     fn stopped(&self) -> Option<String> {
-        self.stopped.lock().clone()
+        self.stopped.reason()
     }
 
     fn cache_sizes(&self) -> Vec<(&'static str, usize)> {
@@ -186,7 +179,7 @@ impl Onebot {
             names: Mutex::new(HashMap::new()),
             pacer: ChatPacer::<Window>::new(1, s.send_interval()),
             ingest: OnceLock::new(),
-            stopped: Mutex::new(None),
+            stopped: Stopped::default(),
         })
     }
 
@@ -210,11 +203,6 @@ impl Onebot {
         }
     }
 
-    fn stop(&self, why: &str) {
-        tracing::error!(bot = %self.me, "{why}; qq is stopped for this node, the mesh goes on without it");
-        *self.stopped.lock() = Some(why.to_string());
-    }
-
     /// The adapter's life: sessions until the node stops (or one ends fatally).
     async fn run(self: Arc<Self>, ingest: AdapterContext) {
         let stop = ingest.accepting.clone();
@@ -235,7 +223,7 @@ impl Onebot {
             stop: &stop,
         };
         if let Some(why) = conn::run(&self.link, session).await {
-            self.stop(&why);
+            self.stopped.stop(&self.me, "qq", &why);
         }
         drop(tx);
         let _ = consumer.await;

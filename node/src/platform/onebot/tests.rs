@@ -1,7 +1,6 @@
 //! The adapter's rules without a node: its settings in peers.toml, the text it reads
 //! and the segments it sends, and the pace of its sends.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use serde_json::json;
@@ -9,6 +8,9 @@ use tokio::time::Instant;
 
 use super::segments::{self, Segment};
 use super::*;
+use crate::platform::kit::test_config::{
+    assert_mistakes_named, env, error_without_secrets, node_config,
+};
 
 /// The shape docs/qq.md shows.
 const DOCS_CONFIG: &str = r#"
@@ -42,25 +44,9 @@ bridge = "127.0.0.1:7103"
 api = "127.0.0.1:8103"
 "#;
 
-/// The file's own checks, then the platforms' (as a node loads it).
-fn settings(text: &str) -> Result<crate::config::Settings, crate::config::ConfigError> {
-    crate::config::Settings::from_toml(text, std::path::Path::new("peers.toml"))
-        .and_then(|s| crate::platform::registry::check(&s).map(|()| s))
-}
-
-fn env() -> HashMap<String, String> {
-    [
-        ("BOTMESH_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
-        ("ADA_ONEBOT_TOKEN", "secret-token"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect()
-}
-
 fn ada() -> Onebot {
-    let cfg = NodeConfig::resolve(settings(DOCS_CONFIG).unwrap(), "Ada", None, &env()).unwrap();
-    Onebot::from_config(&cfg).unwrap()
+    let env = env(&[("ADA_ONEBOT_TOKEN", "secret-token")]);
+    Onebot::from_config(&node_config(DOCS_CONFIG, "Ada", &env)).unwrap()
 }
 
 #[test]
@@ -72,7 +58,7 @@ fn the_documented_config_loads_and_names_each_mistake() {
     );
     assert_eq!(a.token, "secret-token");
     assert_eq!(a.peer_qq.get("Bix").map(String::as_str), Some("10002"));
-    for (from, to, key) in [
+    let mistakes = [
         (
             "ws_url = \"ws://127.0.0.1:3001/\"",
             "ws_url = \"http://127.0.0.1:3001/\"",
@@ -103,25 +89,9 @@ fn the_documented_config_loads_and_names_each_mistake() {
             "",
             "bots[0].onebot.access_token_env",
         ),
-    ] {
-        assert!(DOCS_CONFIG.contains(from), "{from}");
-        let e = settings(&DOCS_CONFIG.replacen(from, to, 1)).unwrap_err();
-        assert_eq!(e.key, key, "{to}: {e}");
-        assert!(e.to_string().contains(key), "the error names the key: {e}");
-    }
-    let no_token = NodeConfig::resolve(
-        settings(DOCS_CONFIG).unwrap(),
-        "Ada",
-        None,
-        &HashMap::from([(
-            "BOTMESH_SECRET".to_string(),
-            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".to_string(),
-        )]),
-    );
-    let e = match no_token {
-        Ok(cfg) => Onebot::from_config(&cfg).unwrap_err().to_string(),
-        Err(e) => e.to_string(),
-    };
+    ];
+    assert_mistakes_named(DOCS_CONFIG, &mistakes);
+    let e = error_without_secrets(DOCS_CONFIG, "Ada", Onebot::from_config);
     assert!(
         e.contains("ADA_ONEBOT_TOKEN") || e.contains("access_token_env"),
         "{e}"

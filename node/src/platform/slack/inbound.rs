@@ -436,11 +436,7 @@ impl Slack {
         if is_bot {
             // A colleague's copy may wait for its bridge copy: not on the socket's
             // delivery task.
-            let inbound = self.inbound.clone();
-            let ing = ingest.clone();
-            ingest.tasks.spawn(async move {
-                inbound.receive(&ing, msg).await;
-            });
+            self.inbound.receive_aside(ingest, msg);
         } else {
             self.inbound.receive(ingest, msg).await;
         }

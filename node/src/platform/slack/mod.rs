@@ -40,8 +40,9 @@ use crate::config::pacing::TokenBucket;
 use crate::config::NodeConfig;
 use crate::platform::kit::inbound::Inbound;
 use crate::platform::kit::pacer::ChatPacer;
+use crate::platform::kit::stopped::Stopped;
 use crate::platform::AdapterContext;
-use crate::platform::{ChatPlatform, PostError, Visibility};
+use crate::platform::{ChatPlatform, Declared, PostError, Visibility};
 use crate::turn::mention::MentionMatcher;
 use crate::wire::envelope::Envelope;
 
@@ -105,7 +106,7 @@ pub struct Slack {
     /// The socket's state, for `/healthz`.
     socket: Arc<SocketState>,
     /// Why Slack stopped for this node, for `/healthz`.
-    stopped: Mutex<Option<String>>,
+    stopped: Stopped,
 }
 
 impl std::fmt::Debug for Slack {
@@ -119,16 +120,8 @@ impl std::fmt::Debug for Slack {
 }
 
 impl ChatPlatform for Slack {
-    fn name(&self) -> &'static str {
-        "slack"
-    }
-
-    fn visibility(&self) -> Visibility {
-        VISIBILITY
-    }
-
-    fn should_post(&self, env: &Envelope) -> bool {
-        crate::platform::own_unposted(env, &self.me)
+    fn declared(&self) -> Declared<'_> {
+        Declared::posting(&ADAPTER, &self.me)
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
@@ -159,12 +152,12 @@ impl ChatPlatform for Slack {
             "connected": self.socket.connected.load(Relaxed),
             "sessions": self.socket.sessions.load(Relaxed),
             "acked": self.socket.acked.load(Relaxed),
-            "stopped": *self.stopped.lock(),
+            "stopped": self.stopped.reason(),
         }}))
     }
 
     fn stopped(&self) -> Option<String> {
-        self.stopped.lock().clone()
+        self.stopped.reason()
     }
 
     fn cache_sizes(&self) -> Vec<(&'static str, usize)> {
@@ -226,7 +219,7 @@ impl Slack {
             pacer: ChatPacer::<TokenBucket>::new(POSTS_PER_SECOND),
             ingest: OnceLock::new(),
             socket: Arc::new(SocketState::default()),
-            stopped: Mutex::new(None),
+            stopped: Stopped::default(),
         })
     }
 
@@ -250,11 +243,6 @@ impl Slack {
         }
     }
 
-    fn stop(&self, why: &str) {
-        tracing::error!(bot = %self.me, "{why}; slack is stopped for this node, the mesh goes on without it");
-        *self.stopped.lock() = Some(why.to_string());
-    }
-
     /// The adapter's life: identity check, then Socket Mode until the node stops (or
     /// Slack refuses the app or its link).
     async fn run(self: Arc<Self>, ingest: AdapterContext) {
@@ -269,14 +257,14 @@ impl Slack {
                 *self.bot_id.lock() = a.bot_id;
             }
             Ok(a) => {
-                self.stop(&format!(
+                self.stopped.stop(&self.me, "slack", &format!(
                     "slack.user_id in peers.toml is {} but the bot token belongs to {} ({}, auth.test): this bot would misread its own messages and mentions of it; set slack.user_id to {}",
                     self.user_id, a.user_id, a.user, a.user_id
                 ));
                 return;
             }
             Err(e @ ApiError::Auth { .. }) => {
-                self.stop(&format!(
+                self.stopped.stop(&self.me, "slack", &format!(
                     "slack refused the bot token ({e}): set slack.bot_token_env to the app's current Bot User OAuth Token (xoxb-…, app settings → OAuth & Permissions)"
                 ));
                 return;
@@ -294,7 +282,7 @@ impl Slack {
             }
         });
         if let Some(why) = socket::run(&self.api, tx, self.socket.clone(), stop).await {
-            self.stop(&why);
+            self.stopped.stop(&self.me, "slack", &why);
         }
         let _ = consumer.await;
     }

@@ -12,7 +12,8 @@ use ulid::Ulid;
 use super::inbound::{MessageEvent, BRIDGE_GRACE};
 use super::socket::Delivery;
 use super::*;
-use crate::platform::kit::test_sink::{ingest, TestSink};
+use crate::platform::kit::test_config::{assert_mistakes_named, node_config, settings};
+use crate::platform::kit::test_sink::{ingest, settle, TestSink};
 use crate::wire::envelope::{Author, AuthorKind};
 
 /// The shape docs/slack.md shows.
@@ -47,25 +48,15 @@ bridge = "127.0.0.1:7103"
 api = "127.0.0.1:8103"
 "#;
 
-/// The file's own checks, then the platforms' (as a node loads it).
-fn settings(text: &str) -> Result<crate::config::Settings, crate::config::ConfigError> {
-    crate::config::Settings::from_toml(text, std::path::Path::new("peers.toml"))
-        .and_then(|s| crate::platform::registry::check(&s).map(|()| s))
-}
-
 fn env() -> HashMap<String, String> {
-    [
-        ("BOTMESH_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+    crate::platform::kit::test_config::env(&[
         ("ADA_BOT_TOKEN", "xoxb-ada-secret"),
         ("ADA_APP_TOKEN", "xapp-ada-secret"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect()
+    ])
 }
 
 fn config() -> NodeConfig {
-    NodeConfig::resolve(settings(DOCS_CONFIG).unwrap(), "Ada", None, &env()).unwrap()
+    node_config(DOCS_CONFIG, "Ada", &env())
 }
 
 fn ada() -> Slack {
@@ -112,11 +103,7 @@ fn the_documented_config_loads_and_names_each_mistake() {
             "bots[1].slack.api_base_url",
         ),
     ];
-    for (from, to, key) in cases {
-        assert!(DOCS_CONFIG.contains(from), "{from}");
-        let e = settings(&DOCS_CONFIG.replacen(from, to, 1)).unwrap_err();
-        assert_eq!(e.key, key, "{from:?} → {to:?}: {e}");
-    }
+    assert_mistakes_named(DOCS_CONFIG, &cases);
     let e = settings(&DOCS_CONFIG.replace("bot_token_env = \"ADA", "bot_tokn_env = \"ADA"))
         .unwrap_err();
     assert!(
@@ -171,12 +158,6 @@ fn message(user: &str, bot_id: Option<&str>, ts: &str, text: &str) -> serde_json
         m["bot_profile"] = serde_json::json!({"name": "bix"});
     }
     m
-}
-
-async fn settle(ing: &AdapterContext) {
-    ing.tasks.close();
-    ing.tasks.wait().await;
-    ing.tasks.reopen();
 }
 
 /// A person's message is recorded once however often it is delivered (a redelivery,

@@ -57,7 +57,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 use ulid::Ulid;
 
 use crate::config::pacing::Window;
@@ -65,8 +65,9 @@ use crate::config::NodeConfig;
 use crate::platform::kit::inbound::{Inbound, PlatformMessage, Received, Sender};
 use crate::platform::kit::pacer::ChatPacer;
 use crate::platform::kit::reconnect::{Next, Reconnect, Reconnects};
+use crate::platform::kit::stopped::Stopped;
 use crate::platform::AdapterContext;
-use crate::platform::{ChatPlatform, EditError, PostError, Visibility};
+use crate::platform::{ChatPlatform, Declared, EditError, PostError, Visibility};
 use crate::store::transcript::platform_ids;
 use crate::turn::mention::MentionMatcher;
 use crate::wire::envelope::Envelope;
@@ -161,7 +162,7 @@ pub struct Telegram {
     /// The last update recorded (confirmed with the next poll).
     last_update: AtomicI64,
     /// Why Telegram stopped for this node, for `/healthz`.
-    stopped: Mutex<Option<String>>,
+    stopped: Stopped,
 }
 
 impl std::fmt::Debug for Telegram {
@@ -175,24 +176,12 @@ impl std::fmt::Debug for Telegram {
 }
 
 impl ChatPlatform for Telegram {
-    fn name(&self) -> &'static str {
-        "telegram"
-    }
-
-    fn visibility(&self) -> Visibility {
-        VISIBILITY
-    }
-
-    fn should_post(&self, env: &Envelope) -> bool {
-        crate::platform::own_unposted(env, &self.me)
+    fn declared(&self) -> Declared<'_> {
+        Declared::posting(&ADAPTER, &self.me)
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
-        Box::pin(async move {
-            Telegram::post(self, env)
-                .await
-                .map_err(|e| PostError(e.to_string()))
-        })
+        Box::pin(PostError::of(Telegram::post(self, env)))
     }
 
     fn edits(&self) -> bool {
@@ -243,7 +232,7 @@ impl ChatPlatform for Telegram {
     }
 
     fn stopped(&self) -> Option<String> {
-        self.stopped.lock().clone()
+        self.stopped.reason()
     }
 
     fn health(&self) -> Option<serde_json::Value> {
@@ -251,7 +240,7 @@ impl ChatPlatform for Telegram {
             "mode": if self.webhook_url.is_some() { "webhook" } else { "polling" },
             "polling": self.polling.load(Ordering::Relaxed),
             "last_update_id": self.last_update.load(Ordering::Relaxed),
-            "stopped": *self.stopped.lock(),
+            "stopped": self.stopped.reason(),
         }}))
     }
 
@@ -305,7 +294,7 @@ impl Telegram {
             ingest: OnceLock::new(),
             polling: AtomicBool::new(false),
             last_update: AtomicI64::new(0),
-            stopped: Mutex::new(None),
+            stopped: Stopped::default(),
         })
     }
 
@@ -325,11 +314,6 @@ impl Telegram {
         } else {
             group.parse().ok().filter(|c: &i64| *c < 0)
         }
-    }
-
-    fn stop(&self, why: &str) {
-        tracing::error!(bot = %self.me, "{why}; telegram is stopped for this node, the mesh goes on without it");
-        *self.stopped.lock() = Some(why.to_string());
     }
 
     /// Whether `getMe` confirmed the identity (this node's user id is known).
@@ -372,7 +356,7 @@ impl Telegram {
             match reconnects.after(ended, &ingest.accepting, |_| {}).await {
                 Next::Again => continue,
                 Next::Stop(Some(why)) => {
-                    self.stop(&why);
+                    self.stopped.stop(&self.me, "telegram", &why);
                     break;
                 }
                 Next::Stop(None) => break,
@@ -463,11 +447,7 @@ impl Telegram {
         if is_bot {
             // A colleague's copy may wait for its bridge copy: not on the polling task
             // (the update is confirmed; the bridge copy, or this one, is recorded).
-            let inbound = self.inbound.clone();
-            let ing = ingest.clone();
-            ingest.tasks.spawn(async move {
-                inbound.receive(&ing, msg).await;
-            });
+            self.inbound.receive_aside(ingest, msg);
             return true;
         }
         self.inbound.receive(ingest, msg).await != Received::Failed

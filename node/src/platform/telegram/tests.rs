@@ -2,7 +2,8 @@
 //! the inbound recording of people's and colleagues' messages.
 
 use super::*;
-use crate::platform::kit::test_sink::{ingest, TestSink};
+use crate::platform::kit::test_config::{assert_mistakes_named, node_config, settings};
+use crate::platform::kit::test_sink::{ingest, settle, TestSink};
 use crate::wire::envelope::{Author, AuthorKind};
 use tokio::time::Instant;
 
@@ -37,27 +38,16 @@ bridge = "127.0.0.1:7103"
 api = "127.0.0.1:8103"
 "#;
 
-/// The file's own checks, then the platforms' (as a node loads it).
-fn settings(text: &str) -> Result<crate::config::Settings, crate::config::ConfigError> {
-    crate::config::Settings::from_toml(text, std::path::Path::new("peers.toml"))
-        .and_then(|s| crate::platform::registry::check(&s).map(|()| s))
-}
-
 fn env() -> HashMap<String, String> {
-    [
-        ("BOTMESH_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+    crate::platform::kit::test_config::env(&[
         ("ALPHA_TOKEN", "111:alpha-token"),
         ("BETA_TOKEN", "222:beta-token"),
         ("HOOK_SECRET", "s3cret_-token"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect()
+    ])
 }
 
 fn alpha() -> Telegram {
-    let cfg = NodeConfig::resolve(settings(DOCS_CONFIG).unwrap(), "Alpha", None, &env()).unwrap();
-    let t = Telegram::from_config(&cfg).unwrap();
+    let t = Telegram::from_config(&node_config(DOCS_CONFIG, "Alpha", &env())).unwrap();
     t.handles.write().me = Some((111, "Alpha".into()));
     t
 }
@@ -99,11 +89,7 @@ fn telegram_config_mistakes_name_their_key() {
         ("username = \"alpha_bot\"\n", "username = \"alpha_bot\"\nsecret_token_env = \"HOOK_SECRET\"\n", "bots[0].telegram.secret_token_env"),
         ("telegram = { token_env = \"BETA_TOKEN\", chat_id = \"-1001234567890\", username = \"beta_bot\" }\n", "", "bots[1].telegram"),
     ];
-    for (from, to, key) in cases {
-        assert!(DOCS_CONFIG.contains(from), "{from}");
-        let e = settings(&DOCS_CONFIG.replacen(from, to, 1)).unwrap_err();
-        assert_eq!(e.key, key, "{from:?} → {to:?}: {e}");
-    }
+    assert_mistakes_named(DOCS_CONFIG, &cases);
     let e =
         settings(&DOCS_CONFIG.replace("token_env = \"ALPHA", "tokn_env = \"ALPHA")).unwrap_err();
     assert!(e.to_string().contains("unknown field `tokn_env`"), "{e}");
@@ -170,12 +156,6 @@ fn bridge_copy(pid: &str) -> Envelope {
     e.depth = 1;
     e.platform_msg_id = Some(pid.into());
     e
-}
-
-async fn settle(ing: &AdapterContext) {
-    ing.tasks.close();
-    ing.tasks.wait().await;
-    ing.tasks.reopen();
 }
 
 /// In bot-to-bot mode a colleague's message is recorded once, keeping the bridge copy

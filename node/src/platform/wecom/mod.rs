@@ -45,8 +45,9 @@ use crate::config::pacing::Window;
 use crate::config::NodeConfig;
 use crate::platform::kit::inbound::Inbound;
 use crate::platform::kit::pacer::ChatPacer;
+use crate::platform::kit::stopped::Stopped;
 use crate::platform::AdapterContext;
-use crate::platform::{ChatPlatform, PostError, Visibility};
+use crate::platform::{ChatPlatform, Declared, PostError, Visibility};
 use crate::turn::mention::MentionMatcher;
 use crate::wire::envelope::Envelope;
 
@@ -101,7 +102,7 @@ pub struct Wecom {
     /// The inbound handle, once the node has started the adapter.
     ingest: OnceLock<AdapterContext>,
     /// Why WeCom stopped for this node, for `/healthz`.
-    stopped: Mutex<Option<String>>,
+    stopped: Stopped,
 }
 
 impl std::fmt::Debug for Wecom {
@@ -115,16 +116,8 @@ impl std::fmt::Debug for Wecom {
 }
 
 impl ChatPlatform for Wecom {
-    fn name(&self) -> &'static str {
-        "wecom"
-    }
-
-    fn visibility(&self) -> Visibility {
-        VISIBILITY
-    }
-
-    fn should_post(&self, env: &Envelope) -> bool {
-        crate::platform::own_unposted(env, &self.me)
+    fn declared(&self) -> Declared<'_> {
+        Declared::posting(&ADAPTER, &self.me)
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
@@ -145,12 +138,12 @@ impl ChatPlatform for Wecom {
             "pings": s.pings.load(Relaxed),
             "pongs": s.pongs.load(Relaxed),
             "acked": s.acked.load(Relaxed),
-            "stopped": *self.stopped.lock(),
+            "stopped": self.stopped.reason(),
         }}))
     }
 
     fn stopped(&self) -> Option<String> {
-        self.stopped.lock().clone()
+        self.stopped.reason()
     }
 
     fn cache_sizes(&self) -> Vec<(&'static str, usize)> {
@@ -191,7 +184,7 @@ impl Wecom {
             replies: Mutex::new(Replies::default()),
             pacer: ChatPacer::<Window>::new(SENDS_PER_MINUTE, Duration::from_secs(60)),
             ingest: OnceLock::new(),
-            stopped: Mutex::new(None),
+            stopped: Stopped::default(),
         })
     }
 
@@ -212,11 +205,6 @@ impl Wecom {
         } else {
             Some(group.to_string())
         }
-    }
-
-    fn stop(&self, why: &str) {
-        tracing::error!(bot = %self.me, "{why}; wecom is stopped for this node, the mesh goes on without it");
-        *self.stopped.lock() = Some(why.to_string());
     }
 
     /// The adapter's life: sessions until the node stops (or one ends fatally).
@@ -240,7 +228,7 @@ impl Wecom {
             stop: &stop,
         };
         if let Some(why) = conn::run(&self.link, session).await {
-            self.stop(&why);
+            self.stopped.stop(&self.me, "wecom", &why);
         }
         drop(tx);
         let _ = consumer.await;

@@ -1,8 +1,6 @@
 //! The adapter's rules without a node: its settings in peers.toml, the text it
 //! records, where answers go, and what a failed request means.
 
-use std::collections::HashMap;
-
 use tokio::time::Instant;
 
 use super::conn::SendError;
@@ -10,6 +8,9 @@ use super::frames::code;
 use super::inbound::{Replies, ReplyTo, REPLIES_REMEMBERED};
 use super::*;
 use crate::platform::kit::api::Classify;
+use crate::platform::kit::test_config::{
+    assert_mistakes_named, env, error_without_secrets, node_config,
+};
 
 /// The shape docs/wecom.md shows.
 const DOCS_CONFIG: &str = r#"
@@ -42,25 +43,9 @@ bridge = "127.0.0.1:7103"
 api = "127.0.0.1:8103"
 "#;
 
-/// The file's own checks, then the platforms' (as a node loads it).
-fn settings(text: &str) -> Result<crate::config::Settings, crate::config::ConfigError> {
-    crate::config::Settings::from_toml(text, std::path::Path::new("peers.toml"))
-        .and_then(|s| crate::platform::registry::check(&s).map(|()| s))
-}
-
-fn env() -> HashMap<String, String> {
-    [
-        ("BOTMESH_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
-        ("ADA_WECOM_SECRET", "ada-robot-secret"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect()
-}
-
 fn ada() -> Wecom {
-    let cfg = NodeConfig::resolve(settings(DOCS_CONFIG).unwrap(), "Ada", None, &env()).unwrap();
-    Wecom::from_config(&cfg).unwrap()
+    let env = env(&[("ADA_WECOM_SECRET", "ada-robot-secret")]);
+    Wecom::from_config(&node_config(DOCS_CONFIG, "Ada", &env)).unwrap()
 }
 
 #[test]
@@ -74,7 +59,7 @@ fn the_documented_config_loads_and_names_each_mistake() {
         !format!("{a:?}").contains("ada-robot-secret"),
         "the secret is not in Debug"
     );
-    for (from, to, key) in [
+    let mistakes = [
         (
             "secret_env = \"ADA_WECOM_SECRET\"\n",
             "secret_env = \"ADA_WECOM_SECRET\"\nws_url = \"https://openws.work.weixin.qq.com\"\n",
@@ -105,25 +90,9 @@ fn the_documented_config_loads_and_names_each_mistake() {
             "chatid = \"wrkSFfCgAAxxxxxx\"\n",
             "bots[0].wecom",
         ),
-    ] {
-        assert!(DOCS_CONFIG.contains(from), "{from}");
-        let e = settings(&DOCS_CONFIG.replacen(from, to, 1)).unwrap_err();
-        assert_eq!(e.key, key, "{to}: {e}");
-        assert!(e.to_string().contains(key), "the error names the key: {e}");
-    }
-    let no_secret = NodeConfig::resolve(
-        settings(DOCS_CONFIG).unwrap(),
-        "Ada",
-        None,
-        &HashMap::from([(
-            "BOTMESH_SECRET".to_string(),
-            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".to_string(),
-        )]),
-    );
-    let e = match no_secret {
-        Ok(cfg) => Wecom::from_config(&cfg).unwrap_err().to_string(),
-        Err(e) => e.to_string(),
-    };
+    ];
+    assert_mistakes_named(DOCS_CONFIG, &mistakes);
+    let e = error_without_secrets(DOCS_CONFIG, "Ada", Wecom::from_config);
     assert!(
         e.contains("ADA_WECOM_SECRET") || e.contains("secret_env"),
         "{e}"

@@ -1,0 +1,59 @@
+//! For adapters' unit tests: a peers.toml loaded as a node loads it, the environment
+//! its secrets resolve from, and the check that every mistake in an adapter's table
+//! is refused naming its key. One copy for every adapter's tests.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use crate::config::{ConfigError, NodeConfig, Settings};
+
+/// The mesh secret every test file's `[mesh] secret_env` names, and a valid value.
+pub(crate) const MESH_SECRET: (&str, &str) =
+    ("BOTMESH_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+
+/// `text` with the file's own checks, then the platforms' (as a node loads it).
+pub(crate) fn settings(text: &str) -> Result<Settings, ConfigError> {
+    Settings::from_toml(text, Path::new("peers.toml"))
+        .and_then(|s| crate::platform::registry::check(&s).map(|()| s))
+}
+
+/// An environment holding the mesh secret and `vars`.
+pub(crate) fn env(vars: &[(&str, &str)]) -> HashMap<String, String> {
+    std::iter::once(&MESH_SECRET)
+        .chain(vars)
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// `text` resolved for bot `bot` under `env` (both must be valid).
+pub(crate) fn node_config(text: &str, bot: &str, env: &HashMap<String, String>) -> NodeConfig {
+    NodeConfig::resolve(settings(text).unwrap(), bot, None, env).unwrap()
+}
+
+/// Asserts that each mistake — `from` (which `text` must contain) replaced once by
+/// `to` — is refused with `key` as the error's key and named in its message.
+#[track_caller]
+pub(crate) fn assert_mistakes_named(text: &str, mistakes: &[(&str, &str, &str)]) {
+    for (from, to, key) in mistakes {
+        assert!(text.contains(from), "{from}");
+        let e = settings(&text.replacen(from, to, 1)).unwrap_err();
+        assert_eq!(e.key, *key, "{from:?} → {to:?}: {e}");
+        assert!(e.to_string().contains(key), "the error names the key: {e}");
+    }
+}
+
+/// What goes wrong when bot `bot` of `text` starts with only the mesh secret set: the
+/// resolving error, or else `build`'s (an adapter that reads its secret itself).
+pub(crate) fn error_without_secrets<T>(
+    text: &str,
+    bot: &str,
+    build: impl FnOnce(&NodeConfig) -> anyhow::Result<T>,
+) -> String {
+    match NodeConfig::resolve(settings(text).unwrap(), bot, None, &env(&[])) {
+        Ok(cfg) => match build(&cfg) {
+            Ok(_) => panic!("{bot} started without its secrets"),
+            Err(e) => e.to_string(),
+        },
+        Err(e) => e.to_string(),
+    }
+}
