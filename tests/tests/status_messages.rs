@@ -330,8 +330,17 @@ mod local {
             let mut shown = self.shown.lock().unwrap();
             while let Ok(ev) = rx.try_recv() {
                 match ev {
+                    // A status's final version, recorded: the page shows it in place.
                     Event::Message { envelope } if envelope.author.name == "Coder" => {
-                        shown.push((envelope.id.to_string(), envelope.text.clone(), 0));
+                        match envelope.replaces.map(|of| of.to_string()) {
+                            Some(of) => {
+                                if let Some(m) = shown.iter_mut().find(|m| m.0 == of) {
+                                    m.1 = envelope.text.clone();
+                                    m.2 += 1;
+                                }
+                            }
+                            None => shown.push((envelope.id.to_string(), envelope.text.clone(), 0)),
+                        }
                     }
                     Event::Status { id, text, .. } => {
                         if let Some(m) = shown.iter_mut().find(|m| m.0 == id) {
@@ -380,7 +389,36 @@ mod local {
             .map(|m| m["kind"].as_str().unwrap())
             .collect();
         assert_eq!(kinds, ["status", "message"]);
+        // A reloaded page shows how the turn went, not "working…" forever.
+        assert!(
+            coder_on_reload(&mesh).await[0].starts_with("Coder: done in "),
+            "{t}"
+        );
         mesh.shutdown().await;
+    }
+
+    /// Asked again after a stopped turn, Coder's agent (echoing its prompt) is told
+    /// first that its last turn was stopped, then only what came since.
+    async fn next_prompt_says_it_was_stopped(mesh: &TestMesh, page: &Page) {
+        mesh.post_human(0, "carol", "@Coder next").await;
+        let answered = coder_messages_when(page, |m| m.len() == 2)
+            .await
+            .unwrap_or_else(|m| panic!("the next answer: saw {m:?}"));
+        assert_eq!(
+            answered[1].1,
+            "echo: Your last turn was stopped by Boss.\ncarol: @Coder next"
+        );
+    }
+
+    /// Coder's messages as a reloaded page shows them: their texts from
+    /// `GET /v1/transcript`, in order.
+    async fn coder_on_reload(mesh: &TestMesh) -> Vec<String> {
+        transcript_of(mesh, 0, "demo")
+            .await
+            .into_iter()
+            .filter(|e| e.author.name == "Coder")
+            .map(|e| e.text)
+            .collect()
     }
 
     /// A person's `/stop` ends the status naming them ("Coder: stopped by Boss after
@@ -407,6 +445,62 @@ mod local {
             !shown.iter().any(|m| m.1.contains("all 3 steps done")),
             "no answer after a stop: {shown:?}"
         );
+        // Said once: the status says it, no line follows (Ada had time to answer one).
+        mesh.settle(0, Duration::from_millis(800)).await;
+        let shown = page.coder_messages();
+        let stopped: Vec<_> = shown
+            .iter()
+            .filter(|m| m.1.contains("stopped by"))
+            .collect();
+        assert_eq!(
+            stopped.len(),
+            1,
+            "one \"stopped by\" in the chat: {shown:?}"
+        );
+        // A reloaded page shows the same.
+        let reloaded = coder_on_reload(&mesh).await;
+        assert_eq!(reloaded.len(), 1, "{reloaded:?}");
+        assert!(
+            reloaded[0].starts_with("Coder: stopped by Boss after "),
+            "{reloaded:?}"
+        );
+        // The agent's next prompt starts after the stopped turn, with how it ended.
+        next_prompt_says_it_was_stopped(&mesh, &page).await;
+        mesh.shutdown().await;
+    }
+
+    /// A turn shorter than `status_after_secs` that is stopped shows no status: one
+    /// short line says who stopped it.
+    #[tokio::test]
+    async fn a_short_stopped_turn_gets_one_line_and_no_status() {
+        botmesh_tests::init_logs();
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let spec = coder_and_ada(&format!(
+            "status_after_secs = 600\nstatus_every_secs = 1\n{}",
+            agent(&dir)
+        ));
+        let mesh = TestMesh::start(spec).await;
+        let page = Page {
+            events: std::sync::Mutex::new(mesh.node(0).node.events.subscribe()),
+            shown: Default::default(),
+        };
+        mesh.post_human(0, "carol", "@Coder STEPS 3").await;
+        agent_at(&dir, "step 1 ").await;
+        mesh.post_human(0, "Boss", "/stop").await;
+        coder_messages_when(&page, |m| !m.is_empty())
+            .await
+            .unwrap_or_else(|m| panic!("the line: saw {m:?}"));
+        mesh.settle(0, Duration::from_millis(800)).await;
+        let shown = page.coder_messages();
+        assert_eq!(
+            shown.iter().map(|m| m.1.as_str()).collect::<Vec<_>>(),
+            ["stopped by Boss"],
+            "one short line, no status"
+        );
+        let t = transcript_of(&mesh, 0, "demo").await;
+        assert!(!t.iter().any(|e| e.kind == Kind::Status), "{t:#?}");
+        next_prompt_says_it_was_stopped(&mesh, &page).await;
         mesh.shutdown().await;
     }
 }

@@ -326,6 +326,7 @@ async fn prepare<P: Ports + ?Sized>(
             crate::turn::status::StatusTiming::of(&me),
             status,
             stop.clone(),
+            slot,
             typing_while(
                 p,
                 &msg.group,
@@ -612,8 +613,12 @@ async fn acp_step<P: Ports + ?Sized>(
         let requester = crate::turn::approval::requester(msg, &before, &brain.tuning());
         asker.turn_started(&msg.group, requester, msg.id);
     }
+    // A turn whose status said how it ended told it there.
+    let status_ends = p.status_ends(&msg.group, me.context_messages.max(50) + 64);
     let prompt =
-        crate::turn::engine::acp_prompt(&me.name, &before, msg, |id| brain.asks.consumed(id));
+        crate::turn::engine::acp_prompt_after(&me.name, &before, &status_ends, msg, |id| {
+            brain.asks.consumed(id)
+        });
     // The prompt hands out what was addressed to the bot up to the trigger; the group
     // tools know the turn in flight (an `ask` continues it, and is counted in it).
     brain.asks.handed_out(&msg.group, msg.id);
