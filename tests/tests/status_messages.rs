@@ -934,3 +934,134 @@ mod matrix {
         mesh.shutdown().await;
     }
 }
+
+mod dingtalk {
+    use super::*;
+    use botmesh_tests::fake_dingtalk::{FakeDingTalk, FakeRobot, PersonMessage};
+
+    const CONV: &str = "cidStatusGroup01==";
+
+    /// Coder's robot.
+    fn coder() -> FakeRobot {
+        FakeRobot {
+            client_id: "dingcoder".into(),
+            client_secret: "dingcoder-secret".into(),
+            robot_code: "dingcoder".into(),
+            name: "Coder".into(),
+            dingtalk_id: "$:LWCP_v1:$Coder==".into(),
+        }
+    }
+
+    impl Shown for FakeDingTalk {
+        fn coder_messages(&self) -> Vec<(String, String, u32)> {
+            // DingTalk's robot messages cannot be edited: each is as it was sent,
+            // named by its place in the group.
+            self.sent()
+                .into_iter()
+                .filter(|s| s.robot == "dingcoder" && s.conversation == CONV)
+                .enumerate()
+                .map(|(i, s)| (i.to_string(), s.text, 0))
+                .collect()
+        }
+    }
+
+    /// DingTalk's robot cannot edit (docs/dingtalk.md; the stand-in is proven against
+    /// the official dingtalk-stream SDK in tests/tests/dingtalk.rs): a slow turn gets
+    /// one plain "working…" message, never followed by notes, then the answer.
+    #[tokio::test]
+    async fn a_dingtalk_bot_posts_one_working_message_and_never_edits_it() {
+        botmesh_tests::init_logs();
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let robot = coder();
+        let fake = FakeDingTalk::start(vec![robot.clone()]).await;
+        let coder = format!(
+            "platform = \"dingtalk\"\ndingtalk = {{ client_id = \"{}\", client_secret_env = \"CODER_DING_SECRET\", robot_code = \"{}\", conversation_id = \"{CONV}\", api_base_url = \"{}\" }}\n{QUICK_STATUS}\n{}",
+            robot.client_id,
+            robot.robot_code,
+            fake.base_url,
+            agent(&dir),
+        );
+        let mut spec = coder_and_ada(&coder);
+        spec.env = HashMap::from([("CODER_DING_SECRET".to_string(), robot.client_secret.clone())]);
+        let mesh = TestMesh::start(spec).await;
+        assert!(
+            fake.wait_for(WAIT, |f| f.connected(&robot.client_id)).await,
+            "Coder never connected its stream"
+        );
+        fake.post(&PersonMessage {
+            conversation: CONV,
+            sender_nick: "Carol",
+            sender_staff_id: "staff-carol",
+            text: "@Coder STEPS 3",
+            at_robots: &[&robot.client_id],
+        });
+        one_unedited_status_then_the_answer(&dir, &fake).await;
+        recorded_once_as_status_and_unanswered(&mesh, "demo", None).await;
+        mesh.shutdown().await;
+    }
+}
+
+mod wecom {
+    use super::*;
+    use botmesh_tests::fake_wecom::{FakeWecom, Robot, Via};
+
+    const CHAT: &str = "wrkSFfCgAAtEamStatus1";
+    const CODER_BOT_ID: &str = "aibCoder0123456789abcdef";
+
+    impl Shown for FakeWecom {
+        fn coder_messages(&self) -> Vec<(String, String, u32)> {
+            // A stream's bubble counts once it is finished (the answer); a send is
+            // never changed (WeCom's sends cannot be edited).
+            self.shown_by(CODER_BOT_ID)
+                .into_iter()
+                .filter(|s| s.chatid == CHAT && s.finished)
+                .enumerate()
+                .map(|(i, s)| (i.to_string(), s.content, 0))
+                .collect()
+        }
+    }
+
+    /// WeCom (docs/wecom.md; the stand-in is proven against the official
+    /// wecom-aibot-python-sdk in tests/tests/wecom.rs): a slow turn's status is one
+    /// plain send, never edited; the callback's stream is kept for the answer.
+    #[tokio::test]
+    async fn a_wecom_robot_sends_one_working_message_and_answers_on_the_callback_stream() {
+        botmesh_tests::init_logs();
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let fake = FakeWecom::start(vec![Robot {
+            name: "Coder".into(),
+            bot_id: CODER_BOT_ID.into(),
+            secret: "coder-robot-secret".into(),
+        }])
+        .await;
+        let coder = format!(
+            "platform = \"wecom\"\nwecom = {{ bot_id = \"{CODER_BOT_ID}\", secret_env = \"CODER_WECOM_SECRET\", ws_url = \"{}\", chat_id = \"{CHAT}\", heartbeat_interval_ms = 300 }}\n{QUICK_STATUS}\n{}",
+            fake.ws_url,
+            agent(&dir),
+        );
+        let mut spec = coder_and_ada(&coder);
+        spec.env = HashMap::from([(
+            "CODER_WECOM_SECRET".to_string(),
+            "coder-robot-secret".to_string(),
+        )]);
+        let mesh = TestMesh::start(spec).await;
+        fake.wait("Coder logged in", |f| f.connected(CODER_BOT_ID) == 1)
+            .await;
+        fake.say("zhangsan", CHAT, "@Coder STEPS 3", &["Coder"]);
+        one_unedited_status_then_the_answer(&dir, &fake).await;
+        let shown = fake.shown_by(CODER_BOT_ID);
+        assert_eq!(
+            shown[0].via,
+            Via::Send,
+            "the status is a plain send: {shown:?}"
+        );
+        assert!(
+            matches!(shown[1].via, Via::Reply { .. }),
+            "the answer is on the callback's stream: {shown:?}"
+        );
+        recorded_once_as_status_and_unanswered(&mesh, "demo", None).await;
+        mesh.shutdown().await;
+    }
+}

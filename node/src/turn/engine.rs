@@ -645,6 +645,34 @@ mod tests {
     }
 
     #[test]
+    fn the_page_s_progress_line_names_a_tool_by_its_title_once_and_a_text_only_turn_writes() {
+        use crate::agent::acp::{AcpProgress, ToolKind};
+        let call = |title: &str, status: &str| AcpProgress::ToolCall {
+            id: "c1".into(),
+            title: title.into(),
+            kind: ToolKind::Execute,
+            status: status.into(),
+        };
+        assert_eq!(
+            progress_line(&call("cargo test", "in_progress")).as_deref(),
+            Some("working: cargo test")
+        );
+        assert_eq!(
+            progress_line(&call("cargo test", "completed")).as_deref(),
+            Some("done: cargo test")
+        );
+        // No title yet: its kind, once.
+        assert_eq!(
+            progress_line(&call(" ", "")).as_deref(),
+            Some(format!("working: {}", ToolKind::Execute.as_str())).as_deref()
+        );
+        assert_eq!(
+            progress_line(&AcpProgress::Writing).as_deref(),
+            Some("writing…")
+        );
+    }
+
+    #[test]
     fn a_turn_whose_status_said_how_it_ended_is_the_last_turn_and_its_words_come_first() {
         let said = |by: Author, text: &str| {
             Arc::new(Envelope::message(
