@@ -32,7 +32,8 @@
 //! ingress     Ingest: admission (verify, dedup, rate limit), HTTP bridge, stream reader, relayed copies
 //! turn        mention → policy → judge → scheduler → reply, over the Ports trait; the daily
 //!             LLM budget; a long turn's status message (status: posted once, edited in
-//!             place through the platform's `edit`, ended with how the turn went); the
+//!             place through the platform's `edit`, ended with how the turn went, its
+//!             final version recorded as a status that `replaces` it); the
 //!             reply engines' dispatch (engine), a remote A2A agent's turns (a2a_engine)
 //! egress      one outbox per peer over a Transport (HTTP peer, Redis stream), relay, claim acks
 //! llm         the OpenAI-compatible client (whole answers, and streamed drafts; tool calls)
@@ -70,8 +71,9 @@
 //!   MCP server every agent is offered.
 //! - [`egress`] — `Outbox` per peer, relaying around a broken link, the Redis stream link.
 //! - [`turn`] — the bots' manners, talking to the node only through `turn::Ports`;
-//!   `turn::outcome`, how an agent's turn ended: the chat's line ("stopped by Alice")
-//!   and what the agent is told at its next turn.
+//!   `turn::outcome`, how an agent's turn ended: the chat's line ("stopped by Alice",
+//!   or the status's final edit when one is up) and what the agent is told at its
+//!   next turn.
 //! - [`ingress`] — `Ingest`: every inbound path's narrow handle, and the checks.
 //! - [`platform`] — `ChatPlatform`: what a chat platform shows to whom, events in, posts out;
 //!   `platform::registry` lists the adapters (one line each, each described in its own
