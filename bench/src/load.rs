@@ -228,6 +228,7 @@ pub fn envelope(phase: u32, seq: usize, sender: &str, human: bool) -> Envelope {
         why: None,
         verdicts: None,
         turn_end: None,
+        replaces: None,
     }
 }
 

@@ -34,8 +34,9 @@
 //! turn        mention → policy → judge → scheduler → reply, over the Ports trait; the shared
 //!             judge (shared_judge); people's control in the chat (control: /quiet, /stop,
 //!             /why… parsed, and the state they switch); the daily LLM budget; a long
-//!             turn's status message (status: posted once, edited in
-//!             place through the platform's `edit`, ended with how the turn went); the
+//!             turn's status message (status: posted once, edited in place through the
+//!             platform's `edit`, ended with how the turn went, its final version recorded
+//!             as a status that `replaces` it); the
 //!             reply engines' dispatch (engine), a remote A2A agent's turns (a2a_engine)
 //! egress      one outbox per peer over a Transport (HTTP peer, Redis stream), relay, claim acks
 //! llm         the OpenAI-compatible client (whole answers, and streamed drafts; tool calls)
@@ -83,8 +84,9 @@
 //!   `turn::shared_judge`, one judge call per message for the whole mesh;
 //!   `turn::control`, people's `/quiet`, `/stop`, `/why`… parsed and the state they
 //!   switch (carried out by `app::commands`);
-//!   `turn::outcome`, how an agent's turn ended: the chat's line ("stopped by Alice")
-//!   and what the agent is told at its next turn.
+//!   `turn::outcome`, how an agent's turn ended: the chat's line ("stopped by Alice",
+//!   or the status's final edit when one is up) and what the agent is told at its
+//!   next turn.
 //! - [`ingress`] — `Ingest`: every inbound path's narrow handle, and the checks.
 //! - [`platform`] — `ChatPlatform`: what a chat platform shows to whom, events in, posts out;
 //!   `platform::registry` lists the adapters (one line each, each described in its own

@@ -747,6 +747,7 @@ pub fn bot_message(sender: &str, text: &str, depth: u32) -> Envelope {
         why: None,
         verdicts: None,
         turn_end: None,
+        replaces: None,
     }
 }
 

@@ -330,8 +330,17 @@ mod local {
             let mut shown = self.shown.lock().unwrap();
             while let Ok(ev) = rx.try_recv() {
                 match ev {
+                    // A status's final version, recorded: the page shows it in place.
                     Event::Message { envelope } if envelope.author.name == "Coder" => {
-                        shown.push((envelope.id.to_string(), envelope.text.clone(), 0));
+                        match envelope.replaces.map(|of| of.to_string()) {
+                            Some(of) => {
+                                if let Some(m) = shown.iter_mut().find(|m| m.0 == of) {
+                                    m.1 = envelope.text.clone();
+                                    m.2 += 1;
+                                }
+                            }
+                            None => shown.push((envelope.id.to_string(), envelope.text.clone(), 0)),
+                        }
                     }
                     Event::Status { id, text, .. } => {
                         if let Some(m) = shown.iter_mut().find(|m| m.0 == id) {
@@ -380,7 +389,36 @@ mod local {
             .map(|m| m["kind"].as_str().unwrap())
             .collect();
         assert_eq!(kinds, ["status", "message"]);
+        // A reloaded page shows how the turn went, not "working…" forever.
+        assert!(
+            coder_on_reload(&mesh).await[0].starts_with("Coder: done in "),
+            "{t}"
+        );
         mesh.shutdown().await;
+    }
+
+    /// Asked again after a stopped turn, Coder's agent (echoing its prompt) is told
+    /// first that its last turn was stopped, then only what came since.
+    async fn next_prompt_says_it_was_stopped(mesh: &TestMesh, page: &Page) {
+        mesh.post_human(0, "carol", "@Coder next").await;
+        let answered = coder_messages_when(page, |m| m.len() == 2)
+            .await
+            .unwrap_or_else(|m| panic!("the next answer: saw {m:?}"));
+        assert_eq!(
+            answered[1].1,
+            "echo: Your last turn was stopped by Boss.\ncarol: @Coder next"
+        );
+    }
+
+    /// Coder's messages as a reloaded page shows them: their texts from
+    /// `GET /v1/transcript`, in order.
+    async fn coder_on_reload(mesh: &TestMesh) -> Vec<String> {
+        transcript_of(mesh, 0, "demo")
+            .await
+            .into_iter()
+            .filter(|e| e.author.name == "Coder")
+            .map(|e| e.text)
+            .collect()
     }
 
     /// A person's `/stop` ends the status naming them ("Coder: stopped by Boss after
@@ -407,6 +445,62 @@ mod local {
             !shown.iter().any(|m| m.1.contains("all 3 steps done")),
             "no answer after a stop: {shown:?}"
         );
+        // Said once: the status says it, no line follows (Ada had time to answer one).
+        mesh.settle(0, Duration::from_millis(800)).await;
+        let shown = page.coder_messages();
+        let stopped: Vec<_> = shown
+            .iter()
+            .filter(|m| m.1.contains("stopped by"))
+            .collect();
+        assert_eq!(
+            stopped.len(),
+            1,
+            "one \"stopped by\" in the chat: {shown:?}"
+        );
+        // A reloaded page shows the same.
+        let reloaded = coder_on_reload(&mesh).await;
+        assert_eq!(reloaded.len(), 1, "{reloaded:?}");
+        assert!(
+            reloaded[0].starts_with("Coder: stopped by Boss after "),
+            "{reloaded:?}"
+        );
+        // The agent's next prompt starts after the stopped turn, with how it ended.
+        next_prompt_says_it_was_stopped(&mesh, &page).await;
+        mesh.shutdown().await;
+    }
+
+    /// A turn shorter than `status_after_secs` that is stopped shows no status: one
+    /// short line says who stopped it.
+    #[tokio::test]
+    async fn a_short_stopped_turn_gets_one_line_and_no_status() {
+        botmesh_tests::init_logs();
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let spec = coder_and_ada(&format!(
+            "status_after_secs = 600\nstatus_every_secs = 1\n{}",
+            agent(&dir)
+        ));
+        let mesh = TestMesh::start(spec).await;
+        let page = Page {
+            events: std::sync::Mutex::new(mesh.node(0).node.events.subscribe()),
+            shown: Default::default(),
+        };
+        mesh.post_human(0, "carol", "@Coder STEPS 3").await;
+        agent_at(&dir, "step 1 ").await;
+        mesh.post_human(0, "Boss", "/stop").await;
+        coder_messages_when(&page, |m| !m.is_empty())
+            .await
+            .unwrap_or_else(|m| panic!("the line: saw {m:?}"));
+        mesh.settle(0, Duration::from_millis(800)).await;
+        let shown = page.coder_messages();
+        assert_eq!(
+            shown.iter().map(|m| m.1.as_str()).collect::<Vec<_>>(),
+            ["stopped by Boss"],
+            "one short line, no status"
+        );
+        let t = transcript_of(&mesh, 0, "demo").await;
+        assert!(!t.iter().any(|e| e.kind == Kind::Status), "{t:#?}");
+        next_prompt_says_it_was_stopped(&mesh, &page).await;
         mesh.shutdown().await;
     }
 }
@@ -837,6 +931,137 @@ mod matrix {
             asked.as_str(),
             "the status answers the question: {status}"
         );
+        mesh.shutdown().await;
+    }
+}
+
+mod dingtalk {
+    use super::*;
+    use botmesh_tests::fake_dingtalk::{FakeDingTalk, FakeRobot, PersonMessage};
+
+    const CONV: &str = "cidStatusGroup01==";
+
+    /// Coder's robot.
+    fn coder() -> FakeRobot {
+        FakeRobot {
+            client_id: "dingcoder".into(),
+            client_secret: "dingcoder-secret".into(),
+            robot_code: "dingcoder".into(),
+            name: "Coder".into(),
+            dingtalk_id: "$:LWCP_v1:$Coder==".into(),
+        }
+    }
+
+    impl Shown for FakeDingTalk {
+        fn coder_messages(&self) -> Vec<(String, String, u32)> {
+            // DingTalk's robot messages cannot be edited: each is as it was sent,
+            // named by its place in the group.
+            self.sent()
+                .into_iter()
+                .filter(|s| s.robot == "dingcoder" && s.conversation == CONV)
+                .enumerate()
+                .map(|(i, s)| (i.to_string(), s.text, 0))
+                .collect()
+        }
+    }
+
+    /// DingTalk's robot cannot edit (docs/dingtalk.md; the stand-in is proven against
+    /// the official dingtalk-stream SDK in tests/tests/dingtalk.rs): a slow turn gets
+    /// one plain "working…" message, never followed by notes, then the answer.
+    #[tokio::test]
+    async fn a_dingtalk_bot_posts_one_working_message_and_never_edits_it() {
+        botmesh_tests::init_logs();
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let robot = coder();
+        let fake = FakeDingTalk::start(vec![robot.clone()]).await;
+        let coder = format!(
+            "platform = \"dingtalk\"\ndingtalk = {{ client_id = \"{}\", client_secret_env = \"CODER_DING_SECRET\", robot_code = \"{}\", conversation_id = \"{CONV}\", api_base_url = \"{}\" }}\n{QUICK_STATUS}\n{}",
+            robot.client_id,
+            robot.robot_code,
+            fake.base_url,
+            agent(&dir),
+        );
+        let mut spec = coder_and_ada(&coder);
+        spec.env = HashMap::from([("CODER_DING_SECRET".to_string(), robot.client_secret.clone())]);
+        let mesh = TestMesh::start(spec).await;
+        assert!(
+            fake.wait_for(WAIT, |f| f.connected(&robot.client_id)).await,
+            "Coder never connected its stream"
+        );
+        fake.post(&PersonMessage {
+            conversation: CONV,
+            sender_nick: "Carol",
+            sender_staff_id: "staff-carol",
+            text: "@Coder STEPS 3",
+            at_robots: &[&robot.client_id],
+        });
+        one_unedited_status_then_the_answer(&dir, &fake).await;
+        recorded_once_as_status_and_unanswered(&mesh, "demo", None).await;
+        mesh.shutdown().await;
+    }
+}
+
+mod wecom {
+    use super::*;
+    use botmesh_tests::fake_wecom::{FakeWecom, Robot, Via};
+
+    const CHAT: &str = "wrkSFfCgAAtEamStatus1";
+    const CODER_BOT_ID: &str = "aibCoder0123456789abcdef";
+
+    impl Shown for FakeWecom {
+        fn coder_messages(&self) -> Vec<(String, String, u32)> {
+            // A stream's bubble counts once it is finished (the answer); a send is
+            // never changed (WeCom's sends cannot be edited).
+            self.shown_by(CODER_BOT_ID)
+                .into_iter()
+                .filter(|s| s.chatid == CHAT && s.finished)
+                .enumerate()
+                .map(|(i, s)| (i.to_string(), s.content, 0))
+                .collect()
+        }
+    }
+
+    /// WeCom (docs/wecom.md; the stand-in is proven against the official
+    /// wecom-aibot-python-sdk in tests/tests/wecom.rs): a slow turn's status is one
+    /// plain send, never edited; the callback's stream is kept for the answer.
+    #[tokio::test]
+    async fn a_wecom_robot_sends_one_working_message_and_answers_on_the_callback_stream() {
+        botmesh_tests::init_logs();
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let fake = FakeWecom::start(vec![Robot {
+            name: "Coder".into(),
+            bot_id: CODER_BOT_ID.into(),
+            secret: "coder-robot-secret".into(),
+        }])
+        .await;
+        let coder = format!(
+            "platform = \"wecom\"\nwecom = {{ bot_id = \"{CODER_BOT_ID}\", secret_env = \"CODER_WECOM_SECRET\", ws_url = \"{}\", chat_id = \"{CHAT}\", heartbeat_interval_ms = 300 }}\n{QUICK_STATUS}\n{}",
+            fake.ws_url,
+            agent(&dir),
+        );
+        let mut spec = coder_and_ada(&coder);
+        spec.env = HashMap::from([(
+            "CODER_WECOM_SECRET".to_string(),
+            "coder-robot-secret".to_string(),
+        )]);
+        let mesh = TestMesh::start(spec).await;
+        fake.wait("Coder logged in", |f| f.connected(CODER_BOT_ID) == 1)
+            .await;
+        fake.say("zhangsan", CHAT, "@Coder STEPS 3", &["Coder"]);
+        one_unedited_status_then_the_answer(&dir, &fake).await;
+        let shown = fake.shown_by(CODER_BOT_ID);
+        assert_eq!(
+            shown[0].via,
+            Via::Send,
+            "the status is a plain send: {shown:?}"
+        );
+        assert!(
+            matches!(shown[1].via, Via::Reply { .. }),
+            "the answer is on the callback's stream: {shown:?}"
+        );
+        recorded_once_as_status_and_unanswered(&mesh, "demo", None).await;
         mesh.shutdown().await;
     }
 }

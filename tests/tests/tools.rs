@@ -694,3 +694,43 @@ async fn a_stdio_tool_server_is_boxed_away_from_the_node_s_config_keys_and_data(
         "{open}"
     );
 }
+
+/// The built-in model's tool loop ends visibly as an agent's turn does: a loop that
+/// called a tool and then came to no answer (a turn shorter than
+/// `status_after_secs`) ends with one short line, which carries what the bot is told
+/// of it; a plain reply that fails stays a silence.
+#[tokio::test]
+async fn a_tool_loop_without_an_answer_ends_with_one_line() {
+    let llm = FakeLlm::start(|seen: &Seen| {
+        if is_judge(seen) {
+            return Script::reply("{\"speak\": true, \"relevance\": 0.9}");
+        }
+        match seen.tool_results().first() {
+            None => Script::tool_call("call-1", "get_current_time", json!({"timezone": "UTC"})),
+            // After the tool's result the model says nothing.
+            Some(_) => Script::reply(""),
+        }
+    })
+    .await;
+    let spec = MeshSpec::new(&["A"])
+        .llm(&llm.base_url)
+        .all_bots(FAST)
+        .bot("A", &format!("write_early = false\n{}", time_server()));
+    let mesh = TestMesh::start(spec).await;
+    let asked = mesh.post_human(0, "alice", "@A what time is it?").await;
+    let t = bot_messages(&mesh, 0, 1).await;
+    let line = &bot_msgs(&t)[0];
+    assert_eq!(line.text, "finished without an answer");
+    assert_eq!(line.reply_to.map(|r| r.to_string()), Some(asked.clone()));
+    assert_eq!(
+        line.turn_end.as_deref(),
+        Some("Your last turn ended without an answer in the chat.")
+    );
+    assert_eq!(
+        tool_calls(&mesh, 0, "time", "get_current_time", "ok").await,
+        1.0
+    );
+    let t = mesh.settle(0, Duration::from_millis(500)).await;
+    assert_eq!(bot_msgs(&t).len(), 1, "one line: {t:#?}");
+    mesh.shutdown().await;
+}

@@ -332,7 +332,8 @@ fn transcript(node: &Node, req: &Request<Incoming>) -> Response<Body> {
             )
         }
     };
-    let messages = node.transcripts.recent(&group, limit);
+    // A status as it reads now: its final version folded onto it.
+    let messages = crate::app::status::latest_versions(node.transcripts.recent(&group, limit));
     // The agents' latest progress on these messages: the page shows it after a reload.
     let progress: Vec<_> = node
         .events

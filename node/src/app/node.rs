@@ -850,6 +850,12 @@ impl Ports for Node {
         conversation(self.transcripts.since(group, id))
     }
 
+    fn status_ends(&self, group: &str, limit: usize) -> Vec<Arc<Envelope>> {
+        let mut recent = self.transcripts.recent(group, limit);
+        recent.retain(|e| e.replaces.is_some());
+        recent
+    }
+
     fn bot_messages_and_due(
         &self,
         group: &str,

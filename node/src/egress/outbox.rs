@@ -140,6 +140,9 @@ pub struct Outbox {
     /// Where the final outcome of each ephemeral envelope (a claim) is reported, so
     /// a bot can wait until its claim has reached every peer.
     acks: OnceLock<Arc<AckTracker>>,
+    /// Whether this peer's refusal of a status envelope was logged: a peer older than
+    /// statuses refuses every one (400), which is said once, not once per status.
+    status_refusal_logged: std::sync::atomic::AtomicBool,
 }
 
 /// Envelopes per batch unless configured (`mesh.batch_max`).
@@ -219,6 +222,7 @@ impl Outbox {
         Arc::new(Outbox {
             acks: OnceLock::new(),
             batch_max: AtomicUsize::new(DEFAULT_BATCH_MAX),
+            status_refusal_logged: Default::default(),
             peer: name.to_string(),
             dest,
             queue: Mutex::new(Queue::default()),
@@ -595,7 +599,7 @@ impl Outbox {
                 Attempt::Permanent(why) => {
                     cx.metrics.envelope_out(&self.peer, "given_up");
                     self.report(p, PeerOutcome::GivenUp);
-                    tracing::error!(peer = %self.peer, id = %p.id, reason = %why, "peer refused envelope permanently; giving up on it");
+                    self.refused(p, 1, &why);
                 }
                 Attempt::Retry(why) => {
                     if self.front().is_some_and(|f| f.id == p.id) {
@@ -611,6 +615,30 @@ impl Outbox {
         match first {
             None => AfterBatch::Done,
             first => AfterBatch::OneAtATime(next, first),
+        }
+    }
+
+    /// Logs the peer's permanent refusal of `p` (given up on, counted by the caller).
+    /// A status refused is no lost conversation: a peer older than statuses refuses
+    /// each one (400), so the first is logged (WARN) and the rest only at DEBUG.
+    fn refused(&self, p: &Pending, attempt: u32, why: &str) {
+        /// Just the kind of a queued envelope.
+        #[derive(serde::Deserialize)]
+        struct KindOf {
+            /// The envelope's kind.
+            kind: crate::wire::envelope::Kind,
+        }
+        let status = serde_json::from_slice::<KindOf>(&p.body)
+            .is_ok_and(|k| k.kind == crate::wire::envelope::Kind::Status);
+        if !status {
+            tracing::error!(peer = %self.peer, id = %p.id, attempt, reason = %why, "peer refused envelope permanently; giving up on it");
+        } else if !self
+            .status_refusal_logged
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(peer = %self.peer, id = %p.id, reason = %why, "peer refused a status message (an older version?): it sees statuses only on the platform; further refusals of statuses by this peer are logged at debug");
+        } else {
+            tracing::debug!(peer = %self.peer, id = %p.id, reason = %why, "peer refused a status message");
         }
     }
 
@@ -660,7 +688,7 @@ impl Outbox {
                     state.relay_logged = false;
                     cx.metrics.envelope_out(&self.peer, "given_up");
                     self.report(next, PeerOutcome::GivenUp);
-                    tracing::error!(peer = %self.peer, id = %next.id, attempt, reason = %why, "peer refused envelope permanently; giving up on it");
+                    self.refused(next, attempt, &why);
                     return true;
                 }
                 Attempt::Retry(why) => {

@@ -282,20 +282,54 @@ pub(crate) fn acp_prompt(
     trigger: &Envelope,
     consumed: impl Fn(&ulid::Ulid) -> bool,
 ) -> AcpPrompt {
+    acp_prompt_after(me, before, &[], trigger, consumed)
+}
+
+/// [`acp_prompt`] where `me`'s turns may have ended with a status message instead
+/// of a line: `status_ends` are the final versions of the statuses (oldest first,
+/// `Ports::status_ends`). A status that said how a turn ended carries the agent's
+/// words ([`Envelope::turn_end`]); its turn is the last one when its trigger comes
+/// after `me`'s last message, or is the trigger that message answered.
+pub(crate) fn acp_prompt_after(
+    me: &str,
+    before: &[Arc<Envelope>],
+    status_ends: &[Arc<Envelope>],
+    trigger: &Envelope,
+    consumed: impl Fn(&ulid::Ulid) -> bool,
+) -> AcpPrompt {
+    // Where a message of `me`'s (at `at`, when it is in `before`) ended its turn: at
+    // its trigger, when that is still in view.
+    let turn_of = |m: &Envelope, at: Option<usize>| {
+        let upto = at.unwrap_or(before.len());
+        m.reply_to
+            .and_then(|t| before[..upto].iter().rposition(|b| b.id == t))
+            .or(at)
+    };
     let last = before
         .iter()
         .rposition(|m| m.author.name == me && !consumed(&m.id));
-    let since = last.map_or(0, |last| {
-        // The last turn's trigger, when it is still in view.
-        before[last]
-            .reply_to
-            .and_then(|t| before[..last].iter().rposition(|m| m.id == t))
-            .unwrap_or(last)
-            + 1
-    });
-    let ended = last
-        .and_then(|last| before[last].turn_end.as_deref())
-        .map(one_line);
+    let by_message = last.and_then(|l| Some((turn_of(&before[l], Some(l))?, &before[l].turn_end)));
+    let by_status = status_ends
+        .iter()
+        .rev()
+        .filter(|e| e.author.name == me)
+        .find_map(|e| Some((turn_of(e, None)?, &e.turn_end)));
+    let (at, ended) = match (by_message, by_status) {
+        (Some((m, said)), Some((s, by_status))) if s >= m => {
+            // The status's turn is the last one (or the one the message answered).
+            (
+                Some(s),
+                by_status
+                    .as_ref()
+                    .or(if s == m { said.as_ref() } else { None }),
+            )
+        }
+        (Some((m, said)), _) => (Some(m), said.as_ref()),
+        (None, Some((s, by_status))) => (Some(s), by_status.as_ref()),
+        (None, None) => (None, None),
+    };
+    let since = at.map_or(0, |at| at + 1);
+    let ended = ended.map(|e| one_line(e));
     let mut text = ended.map(|e| e + "\n").unwrap_or_default();
     text += &lines(
         before[since..]
@@ -608,5 +642,89 @@ mod tests {
         }];
         let prompt = acp_prompt("Coder", &answered, &trigger, |_| false);
         assert_eq!(prompt.text, "alice: @Coder something else");
+    }
+
+    #[test]
+    fn the_page_s_progress_line_names_a_tool_by_its_title_once_and_a_text_only_turn_writes() {
+        use crate::agent::acp::{AcpProgress, ToolKind};
+        let call = |title: &str, status: &str| AcpProgress::ToolCall {
+            id: "c1".into(),
+            title: title.into(),
+            kind: ToolKind::Execute,
+            status: status.into(),
+        };
+        assert_eq!(
+            progress_line(&call("cargo test", "in_progress")).as_deref(),
+            Some("working: cargo test")
+        );
+        assert_eq!(
+            progress_line(&call("cargo test", "completed")).as_deref(),
+            Some("done: cargo test")
+        );
+        // No title yet: its kind, once.
+        assert_eq!(
+            progress_line(&call(" ", "")).as_deref(),
+            Some(format!("working: {}", ToolKind::Execute.as_str())).as_deref()
+        );
+        assert_eq!(
+            progress_line(&AcpProgress::Writing).as_deref(),
+            Some("writing…")
+        );
+    }
+
+    #[test]
+    fn a_turn_whose_status_said_how_it_ended_is_the_last_turn_and_its_words_come_first() {
+        let said = |by: Author, text: &str| {
+            Arc::new(Envelope::message(
+                ulid::Ulid::new(),
+                1,
+                "g",
+                "Coder",
+                by,
+                text,
+            ))
+        };
+        let reply = |to: &Arc<Envelope>, text: &str, turn_end: Option<&str>| {
+            let mut m = (*said(Author::bot("Coder"), text)).clone();
+            m.reply_to = Some(to.id);
+            m.turn_end = turn_end.map(str::to_string);
+            Arc::new(m)
+        };
+        let first = said(Author::human("alice"), "@Coder one");
+        let slow = said(Author::human("alice"), "@Coder slow");
+        let before = vec![
+            first.clone(),
+            reply(&first, "done one", None),
+            slow.clone(),
+            said(Author::human("bob"), "meanwhile"),
+        ];
+        // The slow turn was stopped: its status said so, no line was posted.
+        let mut end = (*reply(&slow, "Coder: stopped by Boss after 9s", None)).clone();
+        end.kind = crate::wire::envelope::Kind::Status;
+        end.replaces = Some(ulid::Ulid::new());
+        end.turn_end = Some("Your last turn was stopped by Boss.".into());
+        let ends = vec![Arc::new(end)];
+        let trigger = said(Author::human("alice"), "@Coder next");
+        let prompt = acp_prompt_after("Coder", &before, &ends, &trigger, |_| false);
+        assert_eq!(
+            prompt.text,
+            "Your last turn was stopped by Boss.\nbob: meanwhile\nalice: @Coder next"
+        );
+        // A status that ended an earlier turn than the last answer says nothing now.
+        let mut later = before.clone();
+        later.push(reply(&slow, "the slow answer", None));
+        let asked = said(Author::human("carol"), "@Coder again");
+        later.push(asked.clone());
+        later.push(reply(&asked, "again done", None));
+        let prompt = acp_prompt_after("Coder", &later, &ends, &trigger, |_| false);
+        assert_eq!(prompt.text, "alice: @Coder next");
+        // The same turn as the answer: the status's words (its rejected tools) count.
+        let mut answered = before.clone();
+        answered.push(reply(&slow, "the slow answer", None));
+        let prompt = acp_prompt_after("Coder", &answered, &ends, &trigger, |_| false);
+        assert_eq!(
+            prompt.text,
+            "Your last turn was stopped by Boss.\nbob: meanwhile\nalice: @Coder next"
+        );
     }
 }

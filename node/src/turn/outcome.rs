@@ -7,8 +7,10 @@
 //! - [`Outcome::line`], the short line the chat shows ("stopped by Alice", "denied
 //!   by Alice: edit notes.txt", "couldn't fetch https://…: not allowed here",
 //!   "finished without an answer", "failed: the agent crashed"); `None` for a turn
-//!   that answered with nothing rejected, whose answer says enough. A status message
-//!   edited in place ends with the same words.
+//!   that answered with nothing rejected, whose answer says enough. A turn whose
+//!   status message is up says it there instead, once: its final edit ("Coder:
+//!   stopped by Alice after 40s", "Coder: done in 2m; denied by Alice: edit
+//!   notes.txt", `turn::status`), which takes the outcome from the slot.
 //! - [`Outcome::for_agent`], what the agent is told at the start of its next prompt
 //!   ("Your last turn was stopped by Alice.", "Your request to fetch https://… was
 //!   rejected: not allowed here.").
@@ -18,8 +20,10 @@
 //! is (`bot_messages_per_minute`: then neither the chat nor the agent is told), carrying the agent's words in
 //! [`Envelope::turn_end`] — so the end of the last turn is in the transcript and
 //! survives a restart, and the agent's next prompt starts after that turn
-//! (`turn::engine::acp_prompt`). [`OutcomeSlot`] carries the outcome from the agent
-//! step up to where the turn ends (`turn::pipeline::act`).
+//! (`turn::engine::acp_prompt`). A status that said the end carries the same words
+//! on its recorded final version instead. [`OutcomeSlot`] carries the outcome from
+//! the agent step up to where the turn ends (`turn::pipeline::act`), and whoever
+//! says it takes it.
 
 use std::sync::Arc;
 
@@ -76,14 +80,7 @@ impl Outcome {
 
     /// The line the chat shows (see the module); `None`: the answer says enough.
     pub(crate) fn line(&self) -> Option<String> {
-        self.said(&Wording {
-            stopped: |by| format!("stopped by {by}"),
-            denied: |action, by| format!("denied by {by}: {action}"),
-            rejected: |action, why| format!("couldn't {action}: {why}"),
-            no_answer: "finished without an answer",
-            failed: |why| format!("failed: {why}"),
-            joined: "; ",
-        })
+        self.said(&CHAT_WORDS)
     }
 
     /// What the agent is told first in its next prompt (see the module); `None`: it
@@ -99,20 +96,35 @@ impl Outcome {
         })
     }
 
+    /// The rejected tool calls in the chat's words ("denied by Alice: edit
+    /// notes.txt; couldn't fetch https://…: not allowed here"), for a status whose
+    /// final edit says the rest; `None` for none, or for a stopped turn (the stop is
+    /// all that is said of it).
+    pub(crate) fn rejections(&self) -> Option<String> {
+        if matches!(self.ended, Ended::Stopped { .. }) || self.rejected.is_empty() {
+            return None;
+        }
+        Some(self.rejected_parts(&CHAT_WORDS).join(CHAT_WORDS.joined))
+    }
+
+    /// Each rejected call in `w`'s words.
+    fn rejected_parts(&self, w: &Wording) -> Vec<String> {
+        self.rejected
+            .iter()
+            .map(|r| match &r.why {
+                Rejection::Denied { by: Some(by) } => (w.denied)(&r.action, by),
+                why => (w.rejected)(&r.action, reason(why)),
+            })
+            .collect()
+    }
+
     /// The outcome in `w`'s words: a stop alone; else each rejected call, then a
     /// failure (or, when nothing else is said, a turn without an answer).
     fn said(&self, w: &Wording) -> Option<String> {
         if let Ended::Stopped { by } = &self.ended {
             return Some((w.stopped)(by));
         }
-        let mut parts: Vec<String> = self
-            .rejected
-            .iter()
-            .map(|r| match &r.why {
-                Rejection::Denied { by: Some(by) } => (w.denied)(&r.action, by),
-                why => (w.rejected)(&r.action, reason(why)),
-            })
-            .collect();
+        let mut parts = self.rejected_parts(w);
         match &self.ended {
             Ended::NoAnswer if parts.is_empty() => parts.push(w.no_answer.into()),
             Ended::Failed { why } => parts.push((w.failed)(why)),
@@ -121,6 +133,16 @@ impl Outcome {
         (!parts.is_empty()).then(|| parts.join(w.joined))
     }
 }
+
+/// How the chat is told of an [`Outcome`].
+const CHAT_WORDS: Wording = Wording {
+    stopped: |by| format!("stopped by {by}"),
+    denied: |action, by| format!("denied by {by}: {action}"),
+    rejected: |action, why| format!("couldn't {action}: {why}"),
+    no_answer: "finished without an answer",
+    failed: |why| format!("failed: {why}"),
+    joined: "; ",
+};
 
 /// How an [`Outcome`] is put into words: for the chat, or for the agent.
 struct Wording {

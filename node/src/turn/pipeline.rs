@@ -326,6 +326,7 @@ async fn prepare<P: Ports + ?Sized>(
             crate::turn::status::StatusTiming::of(&me),
             status,
             stop.clone(),
+            slot,
             typing_while(
                 p,
                 &msg.group,
@@ -569,10 +570,29 @@ async fn write_step<P: Ports + ?Sized>(
     // The model's group tools (`group_tools`) know the turn in flight: an ask
     // continues it and is counted in it.
     let _turn = brain.asks.turn_started(&msg.group, msg.id);
+    // A model with tools works in a loop, as an agent does: its turn ends visibly as
+    // an agent's does (stopped, or without an answer: `turn::outcome`), where a plain
+    // reply's failure stays a silence.
+    let tool_loop = brain.engine.tools().is_some()
+        && matches!(
+            brain.tuning().provider,
+            crate::turn::Provider::Remote { .. }
+        );
+    if tool_loop {
+        slot.set(Outcome::new(Ended::NoAnswer, Vec::new()));
+    }
     let reply = brain.write_reply(p.llm(), &context, msg, reason).await;
     if reply.is_none() {
         record(p, msg, "silent", "reply_failed", "");
         withdraw_if(p, msg, claimed, "reply failed");
+    }
+    if tool_loop {
+        let ended = if reply.is_some() {
+            Ended::Answered
+        } else {
+            Ended::NoAnswer
+        };
+        slot.set(Outcome::new(ended, Vec::new()));
     }
     reply
 }
@@ -612,8 +632,12 @@ async fn acp_step<P: Ports + ?Sized>(
         let requester = crate::turn::approval::requester(msg, &before, &brain.tuning());
         asker.turn_started(&msg.group, requester, msg.id);
     }
+    // A turn whose status said how it ended told it there.
+    let status_ends = p.status_ends(&msg.group, me.context_messages.max(50) + 64);
     let prompt =
-        crate::turn::engine::acp_prompt(&me.name, &before, msg, |id| brain.asks.consumed(id));
+        crate::turn::engine::acp_prompt_after(&me.name, &before, &status_ends, msg, |id| {
+            brain.asks.consumed(id)
+        });
     // The prompt hands out what was addressed to the bot up to the trigger; the group
     // tools know the turn in flight (an `ask` continues it, and is counted in it).
     brain.asks.handed_out(&msg.group, msg.id);

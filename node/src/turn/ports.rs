@@ -140,6 +140,13 @@ pub(crate) trait Ports: Send + Sync + 'static {
     fn recent(&self, group: &str, limit: usize) -> Vec<Arc<Envelope>>;
     /// The group's messages recorded after `id`, oldest first (conversation only).
     fn since(&self, group: &str, id: &Ulid) -> Vec<Arc<Envelope>>;
+    /// The final versions of the bots' status messages among the group's last
+    /// `limit` records, oldest first: a status that said how its turn ended carries
+    /// the agent's `turn_end` there, for its next prompt
+    /// (`turn::engine::acp_prompt`). None where no status is shown.
+    fn status_ends(&self, _group: &str, _limit: usize) -> Vec<Arc<Envelope>> {
+        Vec::new()
+    }
     /// Bot messages since the last human one within `window_ms` of `now_ms`, among
     /// the last `limit` messages, and how many of the bots `ahead` still owe an answer
     /// to `trigger` (see `store::transcript::answers_due`). One consistent read.

@@ -17,6 +17,13 @@
 //! - The status runs in its own task, so a turn dropped by `/stop` still ends its
 //!   status ("stopped by Boss": the turn's [`StopSignal`] says who), and a post in flight when the turn ends is finished, then
 //!   edited, never cut off half-way.
+//! - How the turn ended is said once: by the status, once it is up and can be edited
+//!   (its final edit takes the turn's [`Outcome`] from the [`OutcomeSlot`]: "Coder:
+//!   done in 2m 13s; denied by Alice: edit notes.txt"), else by the turn's short line
+//!   (`turn::outcome::announce`, which finds the slot still full). The status's final
+//!   version is recorded too (a status that [`Envelope::replaces`] it, carrying the
+//!   agent's [`Envelope::turn_end`]): the transcript keeps how the turn went, and the
+//!   agent's next prompt begins with it.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -27,6 +34,7 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use crate::turn::control::StopSignal;
+use crate::turn::outcome::{Outcome, OutcomeSlot};
 use crate::wire::envelope::{Envelope, Kind};
 
 /// How long a final edit may take before the answer is posted anyway (a platform
@@ -82,6 +90,31 @@ pub(crate) trait StatusPort: Send + Sync + 'static {
     /// own call); `false` when the platform refused (logged and counted: the last
     /// text stays).
     fn edit(&self, posted: &Posted, text: String) -> BoxFuture<'static, bool>;
+    /// Records the status's final version: a status envelope built from `status` (as
+    /// posted) that [`Envelope::replaces`] it with `text` and carries `turn_end` (what
+    /// the agent is told of this turn at its next one). Never posted to the platform
+    /// (the status was edited there); a failure is logged.
+    fn record_end(
+        &self,
+        status: &Envelope,
+        text: String,
+        turn_end: Option<String>,
+    ) -> BoxFuture<'static, ()>;
+}
+
+/// Who says how the turn ended, shared by the turn and its status task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum Phase {
+    /// The status is not up yet: if the turn ends now, its line says it.
+    #[default]
+    Waiting,
+    /// The status is being posted, or is up and editable: it says the end.
+    Up,
+    /// The status is up but cannot be edited (or could not be posted): the line says
+    /// the end.
+    Fixed,
+    /// The turn ended.
+    Ended,
 }
 
 /// How a turn ended, as its status says it.
@@ -239,51 +272,77 @@ pub(crate) fn mention_asker(
     reply
 }
 
+/// What the status task is told at the end of the turn: how it ended, how long it
+/// took, and the turn's outcome when the status is to say it (taken from the slot).
+type End = (Ending, Duration, Option<Outcome>);
+
 /// The running status of one turn: ends it when dropped (the turn was dropped:
 /// stopped) or told how it ended ([`Shown::finish`]).
-struct Shown {
-    /// Tells the status task how the turn ended and how long it took.
-    end: Option<oneshot::Sender<(Ending, Duration)>>,
+struct Shown<'a> {
+    /// Tells the status task how the turn ended.
+    end: Option<oneshot::Sender<End>>,
     /// When the turn started.
     started: Instant,
     /// The turn's stop signal: who stopped a dropped turn.
     stop: StopSignal,
+    /// Where the turn's outcome waits to be said (by the status, or by the line).
+    slot: &'a OutcomeSlot,
+    /// Whether the status is up, shared with the task.
+    phase: Arc<parking_lot::Mutex<Phase>>,
     /// The status task: done once its last edit is made.
     task: tokio::task::JoinHandle<()>,
 }
 
-impl Shown {
+impl Shown<'_> {
     /// Ends the status with `ending` and waits (boundedly) for its last edit, so the
     /// answer comes after it.
     async fn finish(mut self, ending: Ending) {
-        if let Some(end) = self.end.take() {
-            let _ = end.send((ending, self.started.elapsed()));
-        }
+        self.end(ending, None);
         let _ = tokio::time::timeout(FINAL_EDIT_WAIT, &mut self.task).await;
+    }
+
+    /// Tells the task the turn ended as `ending` (once). When the status is up, it
+    /// takes the turn's outcome from the slot (`stopped_by`: a dropped turn's, stopped
+    /// by them) to say it; else the slot keeps it for the line.
+    fn end(&mut self, ending: Ending, stopped_by: Option<String>) {
+        let Some(end) = self.end.take() else {
+            return;
+        };
+        let was = std::mem::replace(&mut *self.phase.lock(), Phase::Ended);
+        let outcome = (was == Phase::Up).then(|| {
+            if let Some(by) = stopped_by {
+                self.slot.stopped(by);
+            }
+            self.slot.take()
+        });
+        let _ = end.send((ending, self.started.elapsed(), outcome.flatten()));
     }
 }
 
-impl Drop for Shown {
+impl Drop for Shown<'_> {
     fn drop(&mut self) {
         // Dropped without `finish`: the turn was dropped (a person's `/stop`, named
         // when the signal says who); the task goes on by itself to say so.
-        if let Some(end) = self.end.take() {
-            let _ = end.send((Ending::Stopped(self.stop.by()), self.started.elapsed()));
-        }
+        let by = self.stop.by();
+        let said_by = by.clone().unwrap_or_else(|| "a person".into());
+        self.end(Ending::Stopped(by), Some(said_by));
     }
 }
 
 /// Runs `work` (the writing of a turn's reply) with its status shown per `timing`
 /// through `port`: posted once the work has run `timing.after`, edited as it reports
-/// progress, ended with how it went (`done` when `answered` says so of its output).
+/// progress, ended with how it went (`done` when `answered` says so of its output,
+/// with the outcome `slot` holds then, which the status then takes: see the module).
 /// Returns the work's output and how long it ran. `status` is the envelope to post
 /// (its text is set here); `stop` is the turn's stop signal, naming who stopped a
 /// dropped turn. Without a port or timing, `work` alone.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn with_status<T>(
     port: Option<Arc<dyn StatusPort>>,
     timing: Option<StatusTiming>,
     status: Envelope,
     stop: StopSignal,
+    slot: &OutcomeSlot,
     work: impl Future<Output = T>,
     answered: impl Fn(&T) -> bool,
 ) -> (T, Duration) {
@@ -293,12 +352,23 @@ pub(crate) async fn with_status<T>(
         return (out, started.elapsed());
     };
     let feed = Arc::new(Feed::default());
+    let phase = Arc::new(parking_lot::Mutex::new(Phase::Waiting));
     let (end, ending) = oneshot::channel();
     let shown = Shown {
         end: Some(end),
         started,
         stop,
-        task: tokio::spawn(run(port, timing, status, feed.clone(), started, ending)),
+        slot,
+        phase: phase.clone(),
+        task: tokio::spawn(run(
+            port,
+            timing,
+            status,
+            feed.clone(),
+            phase,
+            started,
+            ending,
+        )),
     };
     let out = FEED.scope(feed.clone(), work).await;
     let took = started.elapsed();
@@ -313,20 +383,30 @@ pub(crate) async fn with_status<T>(
 }
 
 /// The status task: waits `timing.after` (or the end), posts, edits on progress at
-/// most every `timing.every`, and makes the final edit.
+/// most every `timing.every`, makes the final edit and records the status's final
+/// version.
 async fn run(
     port: Arc<dyn StatusPort>,
     timing: StatusTiming,
     mut status: Envelope,
     feed: Arc<Feed>,
+    phase: Arc<parking_lot::Mutex<Phase>>,
     started: Instant,
-    mut ending: oneshot::Receiver<(Ending, Duration)>,
+    mut ending: oneshot::Receiver<End>,
 ) {
     let bot = status.author.name.clone();
     tokio::select! {
         // A short turn: no status at all.
         _ = &mut ending => return,
         _ = tokio::time::sleep_until(started + timing.after) => {}
+    }
+    {
+        let mut phase = phase.lock();
+        if *phase == Phase::Ended {
+            // Ended as the delay ran out: a short turn after all.
+            return;
+        }
+        *phase = Phase::Up;
     }
     let (items, mut shown) = feed.snapshot();
     status.kind = Kind::Status;
@@ -335,45 +415,70 @@ async fn run(
     status.text = working_text(&bot, started.elapsed(), &items);
     let mut last = status.text.clone();
     // Posted whole even if the turn ends meanwhile: then edited to its end.
-    let Some(posted) = port.post(status).await else {
+    let posted = port.post(status.clone()).await;
+    if let Some(p) = &posted {
+        status.platform_msg_id = p.platform_msg_id.clone();
+        tracing::info!(bot, group = %p.group, id = %p.id, editable = p.editable, "status message posted: the turn runs long");
+    }
+    if !posted.as_ref().is_some_and(|p| p.editable) {
+        let mut phase = phase.lock();
+        if *phase != Phase::Ended {
+            // The turn's line will say how it ended: this status never changes.
+            *phase = Phase::Fixed;
+            return;
+        }
+    }
+    // The sender is dropped only with the task's owner gone: stopped.
+    let stopped = || (Ending::Stopped(None), started.elapsed(), None);
+    let Some(posted) = posted else {
+        // The turn ended while the post failed: it had handed its outcome over.
+        let (_, _, outcome) = ending.await.unwrap_or_else(|_| stopped());
+        if let Some(line) = outcome.and_then(|o| o.line()) {
+            tracing::warn!(bot, group = %status.group, line, "the status message could not be posted, and the turn ended meanwhile: how it ended is not said");
+        }
         return;
     };
-    tracing::info!(bot, group = %posted.group, id = %posted.id, editable = posted.editable, "status message posted: the turn runs long");
-    if !posted.editable {
-        // One status message at most, never changed.
-        return;
-    }
     let mut last_edit = Instant::now();
-    // The sender is dropped only with the task's owner gone: stopped.
-    let stopped = || (Ending::Stopped(None), started.elapsed());
-    let (how, took) = loop {
-        // Progress not shown yet, or the end.
-        if feed.snapshot().1 == shown {
+    let (how, took, outcome) = if !posted.editable {
+        // Ended while posting a status that cannot change: it is recorded as ended.
+        ending.await.unwrap_or_else(|_| stopped())
+    } else {
+        loop {
+            // Progress not shown yet, or the end.
+            if feed.snapshot().1 == shown {
+                tokio::select! {
+                    how = &mut ending => break how.unwrap_or_else(|_| stopped()),
+                    // Looked at again: a wake-up may be for a change already shown.
+                    _ = feed.changed.notified() => continue,
+                }
+            }
+            // No sooner than `every` after the last edit; progress meanwhile joins this one.
             tokio::select! {
                 how = &mut ending => break how.unwrap_or_else(|_| stopped()),
-                // Looked at again: a wake-up may be for a change already shown.
-                _ = feed.changed.notified() => continue,
+                _ = tokio::time::sleep_until(last_edit + timing.every) => {}
             }
+            let (items, version) = feed.snapshot();
+            shown = version;
+            let text = working_text(&bot, started.elapsed(), &items);
+            if text != last && port.edit(&posted, text.clone()).await {
+                last = text;
+            }
+            last_edit = Instant::now();
         }
-        // No sooner than `every` after the last edit; progress meanwhile joins this one.
-        tokio::select! {
-            how = &mut ending => break how.unwrap_or_else(|_| stopped()),
-            _ = tokio::time::sleep_until(last_edit + timing.every) => {}
-        }
-        let (items, version) = feed.snapshot();
-        shown = version;
-        let text = working_text(&bot, started.elapsed(), &items);
-        if text != last && port.edit(&posted, text.clone()).await {
-            last = text;
-        }
-        last_edit = Instant::now();
     };
-    // The final edit, too, keeps the pace.
-    tokio::time::sleep_until(last_edit + timing.every).await;
-    let text = final_text(&bot, took, &how);
-    if text != last {
-        port.edit(&posted, text).await;
+    let mut text = final_text(&bot, took, &how);
+    if let Some(rejected) = outcome.as_ref().and_then(Outcome::rejections) {
+        text = format!("{text}; {rejected}");
     }
+    if posted.editable {
+        // The final edit, too, keeps the pace.
+        tokio::time::sleep_until(last_edit + timing.every).await;
+        if text != last {
+            port.edit(&posted, text.clone()).await;
+        }
+    }
+    port.record_end(&status, text, outcome.and_then(|o| o.for_agent()))
+        .await;
 }
 
 #[cfg(test)]
@@ -393,6 +498,8 @@ mod tests {
     struct Recorder {
         start: Instant,
         did: parking_lot::Mutex<Vec<Did>>,
+        /// The final versions recorded: (replaced id, text, turn_end).
+        ends: parking_lot::Mutex<Vec<(ulid::Ulid, String, Option<String>)>>,
         editable: bool,
         refuse_edits: bool,
         post_takes: Duration,
@@ -403,6 +510,7 @@ mod tests {
             Arc::new(Recorder {
                 start: Instant::now(),
                 did: Default::default(),
+                ends: Default::default(),
                 editable,
                 refuse_edits: false,
                 post_takes: Duration::ZERO,
@@ -434,6 +542,16 @@ mod tests {
             self.did.lock().push(Did::Edit(self.start.elapsed(), text));
             let ok = !self.refuse_edits;
             Box::pin(async move { ok })
+        }
+        fn record_end(
+            &self,
+            status: &Envelope,
+            text: String,
+            turn_end: Option<String>,
+        ) -> BoxFuture<'static, ()> {
+            assert_eq!(status.kind, Kind::Status);
+            self.ends.lock().push((status.id, text, turn_end));
+            Box::pin(async {})
         }
     }
 
@@ -472,6 +590,7 @@ mod tests {
             timing(8, 3),
             status(),
             StopSignal::default(),
+            &OutcomeSlot::default(),
             work(
                 vec![
                     (2, "read notes"),
@@ -516,6 +635,7 @@ mod tests {
             timing(8, 3),
             status(),
             StopSignal::default(),
+            &OutcomeSlot::default(),
             work(vec![(1, "cargo test")], 7),
             Option::is_some,
         )
@@ -528,6 +648,7 @@ mod tests {
             None,
             status(),
             StopSignal::default(),
+            &OutcomeSlot::default(),
             work(vec![(1, "cargo test")], 70),
             Option::is_some,
         )
@@ -544,6 +665,7 @@ mod tests {
             timing(2, 1),
             status(),
             StopSignal::default(),
+            &OutcomeSlot::default(),
             work(vec![(3, "a"), (5, "b"), (7, "c")], 30),
             Option::is_some,
         )
@@ -562,6 +684,7 @@ mod tests {
             timing(2, 1),
             status(),
             StopSignal::default(),
+            &OutcomeSlot::default(),
             work(vec![(3, "a")], 10),
             Option::is_some,
         )
@@ -577,11 +700,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_dropped_turn_says_stopped_by_whom_and_a_failure_says_why() {
         let port = Recorder::new(true);
+        let slot = OutcomeSlot::default();
         let turn = with_status(
             Some(port.clone() as Arc<dyn StatusPort>),
             timing(2, 1),
             status(),
             StopSignal::default(),
+            &slot,
             work(vec![], 600),
             Option::is_some,
         );
@@ -600,11 +725,13 @@ mod tests {
         let stops = crate::turn::control::GroupStops::default();
         let stop = stops.token("g");
         let port = Recorder::new(true);
+        let slot = OutcomeSlot::default();
         let turn = with_status(
             Some(port.clone() as Arc<dyn StatusPort>),
             timing(2, 1),
             status(),
             stop.clone(),
+            &slot,
             work(vec![], 600),
             Option::is_some,
         );
@@ -632,6 +759,7 @@ mod tests {
             timing(2, 1),
             status(),
             StopSignal::default(),
+            &OutcomeSlot::default(),
             async {
                 tokio::time::sleep(secs(5)).await;
                 ended(Ending::Failed("the agent exited".into()));
@@ -650,6 +778,133 @@ mod tests {
         );
     }
 
+    /// A rejected tool call, as the agent step leaves it in the slot.
+    fn denied() -> crate::agent::acp::ToolRejection {
+        crate::agent::acp::ToolRejection {
+            action: "edit notes.txt".into(),
+            kind: crate::agent::acp::ToolKind::Edit,
+            why: crate::agent::acp::Rejection::Denied {
+                by: Some("Alice".into()),
+            },
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_status_that_is_up_says_how_the_turn_ended_once_and_a_short_turn_leaves_it_to_the_line(
+    ) {
+        use crate::turn::outcome::Ended;
+        // Up, and answered with a tool denied: the final edit says both, the line
+        // has nothing left to say, the final version carries the agent's words.
+        let port = Recorder::new(true);
+        let slot = OutcomeSlot::default();
+        let first = status();
+        let id = first.id;
+        with_status(
+            Some(port.clone() as Arc<dyn StatusPort>),
+            timing(2, 1),
+            first,
+            StopSignal::default(),
+            &slot,
+            async {
+                tokio::time::sleep(secs(5)).await;
+                slot.set(Outcome::new(Ended::Answered, vec![denied()]));
+                Some("the answer")
+            },
+            Option::is_some,
+        )
+        .await;
+        let said = "Coder: done in 5s; denied by Alice: edit notes.txt";
+        assert_eq!(port.did().last(), Some(&Did::Edit(secs(5), said.into())));
+        assert!(slot.take().is_none(), "the status said it: no line");
+        assert_eq!(
+            *port.ends.lock(),
+            vec![(
+                id,
+                said.to_string(),
+                Some("Your request to edit notes.txt was denied by Alice.".into())
+            )]
+        );
+        // Short: no status, the outcome stays for the line.
+        let port = Recorder::new(true);
+        let slot = OutcomeSlot::default();
+        with_status(
+            Some(port.clone() as Arc<dyn StatusPort>),
+            timing(8, 1),
+            status(),
+            StopSignal::default(),
+            &slot,
+            async {
+                tokio::time::sleep(secs(1)).await;
+                slot.set(Outcome::new(Ended::NoAnswer, vec![denied()]));
+                None::<&str>
+            },
+            Option::is_some,
+        )
+        .await;
+        assert!(slot.take().is_some(), "the line says it");
+        assert!(port.did().is_empty() && port.ends.lock().is_empty());
+        // Up on a platform that cannot edit: the line says it too.
+        let port = Recorder::new(false);
+        let slot = OutcomeSlot::default();
+        with_status(
+            Some(port.clone() as Arc<dyn StatusPort>),
+            timing(2, 1),
+            status(),
+            StopSignal::default(),
+            &slot,
+            async {
+                tokio::time::sleep(secs(5)).await;
+                slot.set(Outcome::new(Ended::NoAnswer, vec![]));
+                None::<&str>
+            },
+            Option::is_some,
+        )
+        .await;
+        assert!(slot.take().is_some(), "the line says it");
+        assert!(port.ends.lock().is_empty());
+        // Up, and stopped by a person: said once, by the status.
+        let stops = crate::turn::command::GroupStops::default();
+        let stop = stops.token("g");
+        let port = Recorder::new(true);
+        let slot = OutcomeSlot::default();
+        let turn = with_status(
+            Some(port.clone() as Arc<dyn StatusPort>),
+            timing(2, 1),
+            status(),
+            stop.clone(),
+            &slot,
+            async {
+                slot.set(Outcome::new(Ended::NoAnswer, vec![]));
+                tokio::time::sleep(secs(600)).await;
+                None::<&str>
+            },
+            Option::is_some,
+        );
+        let stopping = async {
+            tokio::time::sleep(secs(40)).await;
+            stops.stop("g", "Boss");
+            std::future::pending::<()>().await
+        };
+        tokio::select! {
+            _ = stop.cancelled() => {}
+            _ = turn => unreachable!("the turn runs 600 s"),
+            _ = stopping => {}
+        }
+        assert_eq!(
+            slot.stopped("Boss".into()),
+            None,
+            "no line: the status says it"
+        );
+        tokio::time::sleep(secs(5)).await;
+        let ends = port.ends.lock().clone();
+        assert_eq!(ends.len(), 1, "{ends:?}");
+        assert_eq!(ends[0].1, "Coder: stopped by Boss after 40s");
+        assert_eq!(
+            ends[0].2.as_deref(),
+            Some("Your last turn was stopped by Boss.")
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_post_in_flight_when_the_turn_ends_is_finished_then_ended() {
         let port = Arc::new(Recorder {
@@ -661,6 +916,7 @@ mod tests {
             timing(2, 1),
             status(),
             StopSignal::default(),
+            &OutcomeSlot::default(),
             work(vec![], 3),
             Option::is_some,
         )

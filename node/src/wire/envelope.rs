@@ -200,6 +200,15 @@ pub struct Envelope {
     /// Old nodes ignore it (unknown fields are), and see the line as a bot message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn_end: Option<String>,
+    /// On a status: the status message whose text this one replaces — its final
+    /// version ("Coder: done in 2m 13s"), recorded when the turn ends so the
+    /// transcript keeps how the turn went (the page and `GET /v1/transcript` show the
+    /// status with this text, and a reloaded page too). It may carry the agent's
+    /// [`Envelope::turn_end`] (a turn whose status said how it ended has no line). A
+    /// node older than this field ignores it and shows a second status: never
+    /// conversation either way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<Ulid>,
 }
 
 fn default_version() -> u32 {
@@ -253,6 +262,7 @@ impl Envelope {
             why: None,
             verdicts: None,
             turn_end: None,
+            replaces: None,
         }
     }
 
@@ -364,6 +374,9 @@ impl Envelope {
             Kind::Status if self.author.kind != AuthorKind::Bot => {
                 return Err(EnvelopeError::invalid("a status is a bot's"))
             }
+            _ if self.replaces.is_some() && self.kind != Kind::Status => {
+                return Err(EnvelopeError::invalid("only a status replaces a status"))
+            }
             Kind::Claim if self.reply_to.is_none() => {
                 return Err(EnvelopeError::invalid("a claim needs reply_to"))
             }
@@ -462,6 +475,7 @@ mod tests {
             why: None,
             verdicts: None,
             turn_end: None,
+            replaces: None,
         }
     }
 
