@@ -863,7 +863,7 @@ mod tests {
         assert!(slot.take().is_some(), "the line says it");
         assert!(port.ends.lock().is_empty());
         // Up, and stopped by a person: said once, by the status.
-        let stops = crate::turn::command::GroupStops::default();
+        let stops = crate::turn::control::GroupStops::default();
         let stop = stops.token("g");
         let port = Recorder::new(true);
         let slot = OutcomeSlot::default();
