@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use botmesh::wire::envelope::{AuthorKind, Envelope};
+use botmesh::wire::envelope::Envelope;
 use botmesh_tests::fake_llm::{BotLlm, FakeLlm, Script};
 use botmesh_tests::transcript::bot_authored;
 use botmesh_tests::{
