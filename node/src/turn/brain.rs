@@ -8,14 +8,15 @@ use std::time::{Duration, Instant};
 use parking_lot::RwLock;
 
 use crate::config::{BotSettings, LlmSettings, MeshSettings, NodeConfig};
+use crate::engine::budget::{Budget, Exhausted, Limits};
+use crate::engine::model::{ShowTool, ToolLoop};
+use crate::engine::{Llm, MeteredLlm, ReplyEngine};
 use crate::llm::{estimate_tokens, parse_verdict, ChatMessage, Endpoint, Purpose, Verdict};
 use crate::telemetry::metrics::Metrics;
-use crate::turn::budget::{Budget, Exhausted, Limits};
 use crate::turn::command::{GroupStops, Trail, WhyLimits};
 use crate::turn::judge::{build_prompt, offline_verdict, prompt_hash, JudgeInput};
 use crate::turn::mention::{Member, MentionMatcher, PlatformMention};
 use crate::turn::policy::{decide, Decision, Facts};
-use crate::turn::ports::Llm;
 use crate::turn::scheduler::{ClaimBoard, ClaimReply};
 use crate::wire::envelope::{AuthorKind, Envelope, Kind};
 
@@ -83,7 +84,7 @@ pub struct Brain {
     /// Set once the judge endpoint refused structured output.
     schema_unsupported: std::sync::atomic::AtomicBool,
     /// What writes the replies: the model (with its MCP tools) or a sidecar webhook.
-    pub(crate) engine: crate::turn::engine::ReplyEngine,
+    pub(crate) engine: ReplyEngine,
     /// The ACP agent's permission questions waiting for a person's `/allow` or
     /// `/deny` (an ACP bot of a running node only).
     pub(crate) permissions: Option<Arc<crate::turn::approval::ChatAsker>>,
@@ -130,14 +131,7 @@ pub(crate) struct PendingDraft {
     tooled: Option<(Endpoint, Vec<ChatMessage>, Vec<crate::llm::ToolSpec>)>,
 }
 
-/// A reply the LLM wrote, with its completion tokens (counted when it is thrown away).
-#[derive(Debug, Clone)]
-pub(crate) struct Reply {
-    /// The text to post.
-    pub text: String,
-    /// Completion tokens it cost.
-    pub tokens: u64,
-}
+pub(crate) use crate::engine::Reply;
 
 /// Whether an error is a server refusing the `response_format` we sent.
 fn rejects_schema(e: &crate::llm::LlmError) -> bool {
@@ -205,7 +199,7 @@ impl Brain {
     /// Builds the brain for the node's bot.
     pub fn new(cfg: &NodeConfig, metrics: Arc<Metrics>) -> anyhow::Result<Brain> {
         let tuning = Tuning::of(cfg);
-        let engine = crate::turn::engine::ReplyEngine::of(cfg, &metrics)?;
+        let engine = ReplyEngine::of(cfg, &metrics)?;
         let mut brain = Brain::with(tuning, &cfg.settings.bots, metrics);
         brain.engine = engine;
         Ok(brain)
@@ -227,7 +221,7 @@ impl Brain {
         if servers.is_empty() {
             return Ok(());
         }
-        let crate::turn::engine::ReplyEngine::Model { tools } = &mut self.engine else {
+        let ReplyEngine::Model { tools } = &mut self.engine else {
             return Ok(());
         };
         let stdio = servers.iter().filter(|m| m.url.is_none());
@@ -237,7 +231,7 @@ impl Brain {
         let boxing = match stdio.clone().find(|m| m.sandbox != SandboxSetting::Off) {
             None => crate::agent::boxing::Boxing::default(),
             Some(m) => {
-                let deny = crate::turn::engine::private_paths(cfg);
+                let deny = crate::engine::acp::private_paths(cfg);
                 let (boxing, answer) = crate::agent::boxing::Boxing::prepare(None, deny)
                     .await
                     .map_err(|e| {
@@ -278,7 +272,7 @@ impl Brain {
             return Ok(None);
         };
         let (asker, questions) = crate::turn::approval::ChatAsker::new();
-        let agent = crate::turn::engine::start_acp(
+        let agent = crate::engine::acp::start_acp(
             cfg,
             settings,
             self.metrics.clone(),
@@ -287,14 +281,14 @@ impl Brain {
         )
         .await?;
         tracing::info!(bot = %cfg.bot().name, command = ?settings.acp, pid = ?agent.pid(), "ACP agent started");
-        self.engine = crate::turn::engine::ReplyEngine::Acp(Some(Arc::new(agent)));
+        self.engine = ReplyEngine::Acp(Some(Arc::new(agent)));
         self.permissions = Some(asker);
         Ok(Some(questions))
     }
 
     /// Stops the bot's ACP agent, if it has one (its whole process group).
     pub(crate) async fn stop_agent(&self) {
-        if let crate::turn::engine::ReplyEngine::Acp(Some(agent)) = &self.engine {
+        if let ReplyEngine::Acp(Some(agent)) = &self.engine {
             agent.stop().await;
         }
     }
@@ -305,7 +299,7 @@ impl Brain {
     pub(crate) fn with(tuning: Tuning, roster_of: &[BotSettings], metrics: Arc<Metrics>) -> Brain {
         Brain {
             schema_unsupported: std::sync::atomic::AtomicBool::new(false),
-            engine: crate::turn::engine::ReplyEngine::Model { tools: None },
+            engine: ReplyEngine::Model { tools: None },
             permissions: None,
             tuning: RwLock::new(Arc::new(tuning)),
             matcher: MentionMatcher::new(&roster(roster_of)),
@@ -595,7 +589,9 @@ impl Brain {
         out.prompt_hash = Some(prompt_hash(&messages));
         // The drafting call writes the reply: it is offered the bot's tools.
         let specs = match self.engine.tools() {
-            Some(tools) => crate::turn::engine::offered_tools(self, tools, msg).await,
+            Some(tools) => {
+                crate::engine::model::offered_tools(&t.me, tools, &self.trail, msg).await
+            }
             None => Vec::new(),
         };
         let drafting = llm.draft_with_tools(&ep, &messages, &specs, msg).await;
@@ -643,12 +639,14 @@ impl Brain {
 
     /// The reply a drafting judge goes on writing once its verdict said speak:
     /// `None` if the rest of the call failed or wrote nothing (logged). Its tokens
-    /// count now, against the day's budget and in the metrics.
+    /// count now, against the day's budget and in the metrics. `show`: the running
+    /// turn's status message, for the tool calls the draft goes on with.
     pub(crate) async fn finish_draft(
         &self,
         llm: &dyn Llm,
         msg: &Envelope,
         draft: PendingDraft,
+        show: ShowTool,
     ) -> Option<Reply> {
         match draft.rest.await {
             Ok(c) => {
@@ -671,17 +669,11 @@ impl Brain {
                         },
                         ..c
                     };
-                    return crate::turn::engine::tool_loop(
-                        self,
-                        llm,
-                        &ep,
-                        messages,
-                        &specs,
-                        tools,
-                        msg,
-                        Some(first),
-                    )
-                    .await;
+                    let t = self.tuning();
+                    return self
+                        .tool_loop(&t, llm, tools, show)
+                        .run(&ep, messages, &specs, msg, Some(first))
+                        .await;
                 }
                 let text = c.text.trim().to_string();
                 if text.is_empty() {
@@ -756,12 +748,14 @@ impl Brain {
     }
 
     /// Writes the reply text. `None` means the LLM failed (logged and counted).
+    /// `show`: the running turn's status message, for the model's tool calls.
     pub(crate) async fn write_reply(
         &self,
         llm: &dyn Llm,
         context: &[Arc<Envelope>],
         msg: &Envelope,
         why: &str,
+        show: ShowTool,
     ) -> Option<Reply> {
         let t = self.tuning();
         match &t.provider {
@@ -772,11 +766,9 @@ impl Brain {
             Provider::Remote { reply, .. } => {
                 let messages = crate::turn::reply::messages(&t.me, &t.colleagues, context, msg);
                 if let Some(tools) = self.engine.tools() {
-                    let specs = crate::turn::engine::offered_tools(self, tools, msg).await;
-                    return crate::turn::engine::tool_loop(
-                        self, llm, reply, messages, &specs, tools, msg, None,
-                    )
-                    .await;
+                    let model = self.tool_loop(&t, llm, tools, show);
+                    let specs = model.offered(msg).await;
+                    return model.run(reply, messages, &specs, msg, None).await;
                 }
                 let (text, tokens) = self
                     .call_counted(llm, reply, Purpose::Reply, &messages, msg)
@@ -810,64 +802,41 @@ impl Brain {
         messages: &[ChatMessage],
         about: &Envelope,
     ) -> Result<(String, u64), crate::llm::LlmError> {
-        let started = Instant::now();
-        let result = llm.complete(ep, purpose, messages, about).await;
-        self.count_call(purpose, started, result)
+        let me = self.me();
+        self.metered(llm, &me.name)
+            .complete(ep, purpose, messages, about)
+            .await
             .map(|c| (c.text, c.usage.completion_tokens))
     }
 
-    /// A reply call offering `tools` (one round of the tool loop), counted as every
-    /// reply call is: against the day's budget and in the metrics.
-    pub(crate) async fn call_reply(
-        &self,
-        llm: &dyn Llm,
-        ep: &Endpoint,
-        messages: &[ChatMessage],
-        tools: &[crate::llm::ToolSpec],
-        about: &Envelope,
-    ) -> Result<crate::llm::Completion, crate::llm::LlmError> {
-        let started = Instant::now();
-        let result = llm.complete_with_tools(ep, messages, tools, about).await;
-        self.count_call(Purpose::Reply, started, result)
+    /// `llm` as bot `bot`'s engines call it: counted against this brain's daily
+    /// budget and in its metrics.
+    pub(crate) fn metered<'a>(&'a self, llm: &'a dyn Llm, bot: &'a str) -> MeteredLlm<'a> {
+        MeteredLlm {
+            llm,
+            budget: &self.budget,
+            metrics: &self.metrics,
+            bot,
+        }
     }
 
-    /// Counts a finished call (made at `started`): against the day's budget, in the
-    /// metrics, and logged when it failed.
-    fn count_call(
-        &self,
-        purpose: Purpose,
-        started: Instant,
-        result: Result<crate::llm::Completion, crate::llm::LlmError>,
-    ) -> Result<crate::llm::Completion, crate::llm::LlmError> {
-        // Every call counts against the day's budget, a failed one too (its tokens,
-        // unknown, as none).
-        self.budget.spend(
-            result
-                .as_ref()
-                .map_or(0, |c| c.usage.prompt_tokens + c.usage.completion_tokens),
-        );
-        match result {
-            Ok(c) => {
-                self.metrics.llm_call(
-                    purpose.as_str(),
-                    "ok",
-                    started.elapsed().as_secs_f64(),
-                    c.usage.prompt_tokens,
-                    c.usage.completion_tokens,
-                );
-                Ok(c)
-            }
-            Err(e) => {
-                self.metrics.llm_call(
-                    purpose.as_str(),
-                    e.label(),
-                    started.elapsed().as_secs_f64(),
-                    0,
-                    0,
-                );
-                tracing::warn!(bot = %self.me().name, purpose = purpose.as_str(), error = %e, "LLM call failed");
-                Err(e)
-            }
+    /// The built-in model's tool loop for a turn taken with tuning `t`, over the bot's
+    /// tool servers `tools`: its calls metered, its tool calls noted in the trail and
+    /// shown through `show`.
+    fn tool_loop<'a>(
+        &'a self,
+        t: &'a Tuning,
+        llm: &'a dyn Llm,
+        tools: &'a crate::agent::mcp::McpTools,
+        show: ShowTool,
+    ) -> ToolLoop<'a> {
+        ToolLoop {
+            me: &t.me,
+            ask_timeout_secs: t.mesh.ask_timeout_secs,
+            llm: self.metered(llm, &t.me.name),
+            tools,
+            trail: &self.trail,
+            show,
         }
     }
 }

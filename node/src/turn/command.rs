@@ -444,6 +444,13 @@ pub(crate) struct Trail {
 /// message → its steps, and the messages in the order first decided on.
 type Steps = (HashMap<Ulid, Vec<Step>>, VecDeque<Ulid>);
 
+/// The model's tool loop (`engine::model`) notes its tool calls in the trail.
+impl crate::engine::model::ToolTrail for Trail {
+    fn note_tool(&self, trigger: Ulid, action: &'static str, reason: &'static str, detail: &str) {
+        self.note(trigger, action, reason, detail);
+    }
+}
+
 impl Trail {
     /// Adds a step about `msg`.
     pub(crate) fn note(&self, msg: Ulid, action: &'static str, reason: &'static str, detail: &str) {

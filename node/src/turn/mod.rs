@@ -10,15 +10,12 @@
 //!   changes) and its LLM questions.
 //! - [`asks`] — the group tools' state: questions to colleagues waiting for their
 //!   answer, each group's turn in flight, the messages addressed to the bot.
-//! - [`budget`] — the daily LLM budget (`[llm] daily_calls`, `daily_tokens`).
 //! - [`command`] — people's `/quiet`, `/resume`, `/stop`, `/why` in the chat: parsing,
 //!   the groups' stop tokens, the decision trail `/why` reads.
-//! - [`brain`] — `Brain`: a bot's turn-taking state and its LLM questions.
-//! - [`engine`] — `ReplyEngine`: the model (with its MCP tools' loop) or a sidecar
-//!   webhook writes the reply.
-//! - [`a2a_engine`] — `RemoteAgent`: a remote A2A agent writes the reply, one task a
-//!   turn.
-//! - [`pipeline`] — `triage` and `act`: the pipeline for one message.
+//! - [`pipeline`] — `triage` and `act`: the pipeline for one message; its writing step
+//!   has the bot's reply engine (`crate::engine::ReplyEngine`: the model, a sidecar,
+//!   an ACP agent, a remote A2A agent) write the reply, and drives it (the record,
+//!   the claim, the status message, `/stop`).
 //! - [`outcome`] — how an agent's turn ended: the line the chat shows ("stopped by
 //!   Alice"), and what the agent is told at its next turn.
 //! - [`approval`] — an ACP agent's permission questions in the chat: which `/allow`
@@ -28,14 +25,17 @@
 //!   on and ended with how it went.
 //! - [`explain`] — the dry-run of a decision.
 //! - [`ports`] — `Ports`, the turn code's view of the node (and of the simulator).
+//!
+//! The reply engines, the LLM handle they share (`Llm`, `MeteredLlm`) and the daily LLM
+//! budget live one layer down, in [`crate::engine`]; `Brain` holds the bot's engine and
+//! budget, and lends the engines only what they need.
 
-pub(crate) mod a2a_engine;
 pub(crate) mod approval;
 pub(crate) mod asks;
 pub(crate) mod brain;
-pub(crate) mod budget;
+#[cfg(test)]
+mod budget_day;
 pub(crate) mod command;
-pub(crate) mod engine;
 pub(crate) mod explain;
 pub(crate) mod judge;
 pub(crate) mod mention;
@@ -51,8 +51,9 @@ pub(crate) mod status;
 pub(crate) mod test_ports;
 pub(crate) mod typing;
 
+pub(crate) use crate::engine::Llm;
 pub use brain::Brain;
 pub(crate) use brain::{roster, Provider};
 pub use explain::{explain, ExplainRequest, Explanation};
 pub(crate) use pipeline::on_message;
-pub(crate) use ports::{Llm, Ports};
+pub(crate) use ports::Ports;

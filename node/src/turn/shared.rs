@@ -468,7 +468,7 @@ mod tests {
                 reply: crate::llm::Endpoint::new("test://reply", "m"),
             },
             mesh: Arc::new(mesh),
-            budget: crate::turn::budget::Limits {
+            budget: crate::engine::budget::Limits {
                 calls: daily_calls,
                 ..Default::default()
             },
