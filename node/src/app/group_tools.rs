@@ -435,7 +435,7 @@ fn hard_rules(
         group,
         64,
         node.now_millis(),
-        crate::turn::pipeline::RATE_WINDOW_MS,
+        crate::turn::context::RATE_WINDOW_MS,
         &Ulid::nil(),
         &[],
     );

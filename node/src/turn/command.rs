@@ -30,8 +30,8 @@ use ulid::Ulid;
 
 use crate::config::names::person_key;
 use crate::config::Platform;
-use crate::turn::brain::Tuning;
 use crate::turn::mention::{MentionMatcher, PlatformMention};
+use crate::turn::tuning::Tuning;
 use crate::wire::envelope::{AuthorKind, Envelope, Kind};
 
 /// What a person asks of the bots.
@@ -434,7 +434,7 @@ const TRAIL_MESSAGES: usize = 512;
 const TRAIL_STEPS: usize = 16;
 
 /// The decisions about the most recent messages, as the decision log records them
-/// (`pipeline::record`): what `/why` reads back. Bounded in messages and steps.
+/// (`record::record`): what `/why` reads back. Bounded in messages and steps.
 #[derive(Default)]
 pub(crate) struct Trail {
     /// The steps, and the order to forget them in.
@@ -588,8 +588,8 @@ pub(crate) fn why_text(
 pub(crate) mod tests {
     use super::*;
     use crate::config::{BotSettings, MeshSettings};
-    use crate::turn::brain::Provider;
     use crate::turn::mention::Member;
+    use crate::turn::tuning::Provider;
     use crate::wire::envelope::Author;
 
     /// Alice's tuning, with colleagues Bob (local) and Dee (DingTalk), and `operators`.

@@ -10,7 +10,7 @@ use crate::config::NodeConfig;
 use crate::engine::Llm;
 use crate::store::transcript::recent_bot_messages;
 use crate::turn::brain::{Brain, Provider};
-use crate::turn::pipeline::RATE_WINDOW_MS;
+use crate::turn::context::RATE_WINDOW_MS;
 use crate::turn::policy::Action;
 use crate::wire::envelope::{now_millis, Author, Envelope};
 

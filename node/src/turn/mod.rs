@@ -23,6 +23,11 @@
 //! - [`typing`] — the platform's typing signal, kept on while the reply is written.
 //! - [`status`] — a long turn's one status message, edited in place as the work goes
 //!   on and ended with how it went.
+//! - [`tuning`] — `Tuning`: what a reload may change (the bot, its colleagues, the
+//!   LLM endpoints, the mesh's rules, the budget), one snapshot per decision step.
+//! - [`record`] — a decision recorded the one way (metrics, trail, log, page).
+//! - [`context`] — the group's transcript as a turn reads it.
+//! - [`heard_verdicts`] — the shared judge's verdicts heard, by trigger.
 //! - [`explain`] — the dry-run of a decision.
 //! - [`ports`] — `Ports`, the turn code's view of the node (and of the simulator).
 //!
@@ -36,19 +41,23 @@ pub(crate) mod brain;
 #[cfg(test)]
 mod budget_day;
 pub(crate) mod command;
+pub(crate) mod context;
 pub(crate) mod explain;
+pub(crate) mod heard_verdicts;
 pub(crate) mod judge;
 pub(crate) mod mention;
 pub(crate) mod outcome;
 pub(crate) mod pipeline;
 pub(crate) mod policy;
 pub(crate) mod ports;
+pub(crate) mod record;
 pub(crate) mod reply;
 pub(crate) mod scheduler;
 pub(crate) mod shared;
 pub(crate) mod status;
 #[cfg(test)]
 pub(crate) mod test_ports;
+pub(crate) mod tuning;
 pub(crate) mod typing;
 
 pub(crate) use crate::engine::Llm;

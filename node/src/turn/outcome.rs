@@ -214,7 +214,7 @@ pub(crate) async fn announce<P: Ports>(p: Arc<P>, trigger: &Envelope, outcome: O
     };
     // A line is a bot message: the loop brake holds it like any other.
     let mesh = p.mesh();
-    let recent = crate::turn::pipeline::bots_since_human(&*p, &trigger.group, p.now_millis());
+    let recent = crate::turn::context::bots_since_human(&*p, &trigger.group, p.now_millis());
     if recent >= mesh.bot_messages_per_minute as usize {
         tracing::info!(bot = %me, trigger = %trigger.id, outcome = label, %line, recent_bot_messages = recent, limit = mesh.bot_messages_per_minute, "the loop brake is on in this group (bot_messages_per_minute): how the agent's turn ended is not said");
         return;

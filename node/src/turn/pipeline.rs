@@ -24,87 +24,23 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ulid::Ulid;
-
 use crate::egress::acks::ClaimAcks;
 use crate::engine::sidecar::Turn;
 use crate::engine::ReplyEngine;
 use crate::store::verdicts::{VerdictRecord, VERDICT_FORMAT};
 use crate::telemetry::events::Event;
 use crate::turn::brain::{Brain, Judged, PendingDraft, Reply};
-use crate::turn::command::{is_command, without_commands, StopSignal};
+use crate::turn::command::{is_command, StopSignal};
+use crate::turn::context::{bots_since_human, context_before, RATE_WINDOW_MS};
 use crate::turn::mention::PlatformMention;
 use crate::turn::outcome::{Ended, Outcome, OutcomeSlot};
 use crate::turn::policy::{Action, Decision};
 use crate::turn::ports::Ports;
+use crate::turn::record::record;
 use crate::turn::scheduler::{delay_for, grace_for, Standing, Yield, MIN_CLAIM, WITHDRAWN};
 use crate::turn::shared;
 use crate::turn::typing::typing_while;
 use crate::wire::envelope::{Envelope, Kind, Why};
-
-/// The window of the per-group bot-message cap.
-pub(crate) const RATE_WINDOW_MS: u64 = 60_000;
-
-/// Silent decisions of the cheap local filters, for messages that were never this
-/// bot's to answer: logged at debug, counted as every decision is.
-const ROUTINE_SILENCE: &[&str] = &[
-    "not_mentioned",
-    "addressed_to_other",
-    "acknowledgement",
-    "ignores_bots",
-];
-
-/// Whether a decision means this bot passed on the trigger for good.
-pub(crate) fn passes(action: &str, reason: &str) -> bool {
-    matches!(action, "yield" | "yield_writing")
-        || matches!(reason, "judge_declined" | "rejudged_silent")
-}
-
-/// Records a decision about `msg`: the board learns when the bot passed for good,
-/// `botmesh_decisions_total{action,reason}` counts it, the log and the watchers see it.
-pub(crate) fn record<P: Ports + ?Sized>(
-    p: &P,
-    msg: &Envelope,
-    action: &'static str,
-    reason: &'static str,
-    detail: &str,
-) {
-    let brain = p.brain();
-    if passes(action, reason) {
-        brain.board.pass(msg.id);
-    }
-    brain.metrics.decision(action, reason);
-    brain.trail.note(msg.id, action, reason, detail);
-    if action == "silent" && ROUTINE_SILENCE.contains(&reason) {
-        // One per message the bot stays out of: counted in the metrics, logged only
-        // at debug (an info line each cost ~2 % of a busy receiver's CPU).
-        tracing::debug!(bot = %brain.me().name, trigger = %msg.id, from = %msg.author.name, depth = msg.depth, action, reason, detail, "decision");
-    } else {
-        tracing::info!(bot = %brain.me().name, trigger = %msg.id, from = %msg.author.name, depth = msg.depth, action, reason, detail, "decision");
-    }
-    p.event(Event::Decision {
-        group: msg.group.clone(),
-        trigger: msg.id.to_string(),
-        action: action.into(),
-        reason: reason.into(),
-    });
-}
-
-/// Context for a judge or reply: up to `k` messages before `msg` in its group,
-/// people's commands and the answers to them left out (they never reach an LLM).
-pub(crate) fn context_before<P: Ports + ?Sized>(
-    p: &P,
-    msg: &Envelope,
-    k: usize,
-) -> Vec<Arc<Envelope>> {
-    let recent = without_commands(p.recent(&msg.group, k + 64), &p.brain().tuning());
-    let end = recent
-        .iter()
-        .position(|e| e.id == msg.id)
-        .unwrap_or(recent.len());
-    let start = end.saturating_sub(k);
-    recent[start..end].to_vec()
-}
 
 /// A newly recorded message reaches the turn code: the local rules at once
 /// ([`triage`], recorded), then, when there is anything to do, the task to spawn — this
@@ -1315,12 +1251,6 @@ async fn finish_writing<P: Ports + ?Sized>(
         Some(r) => Early::Written(r),
         None => Early::Failed,
     })
-}
-
-/// Bot messages since the last human one in `group`, within the rate window.
-pub(crate) fn bots_since_human<P: Ports + ?Sized>(p: &P, group: &str, now: u64) -> usize {
-    p.bot_messages_and_due(group, 64, now, RATE_WINDOW_MS, &Ulid::nil(), &[])
-        .0
 }
 
 #[cfg(test)]
