@@ -25,9 +25,11 @@
 //! `turn::brain` for every reply call (`engine` → `brain::call_reply` → `engine`, a
 //! circle inside `turn/`); the tool loop now makes its calls through [`MeteredLlm`].
 //!
-//! A new engine is one file (or folder) here plus one line: its `mod` line below, and
-//! its variant of [`ReplyEngine`] with the config that picks it in [`ReplyEngine::of`];
-//! `turn::pipeline`'s writing step drives it.
+//! A new engine is one file (or folder) here, its `mod` line below, and its variant of
+//! [`ReplyEngine`]: the arm of [`ReplyEngine::of`] that picks it from the config, and
+//! the arm of `turn::pipeline`'s writing step that drives it (the engines' turns differ
+//! too much — an answer later over HTTP, a permission question, a remote task's
+//! progress — for one `write` method to carry them all without hiding what each does).
 
 pub(crate) mod a2a;
 pub(crate) mod acp;
