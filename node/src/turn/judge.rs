@@ -243,7 +243,7 @@ pub(crate) fn offline_verdict(me: &BotSettings, text: &str) -> Verdict {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::wire::envelope::Author;
 

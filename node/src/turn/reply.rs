@@ -113,6 +113,7 @@ pub(crate) fn offline_reply(me: &BotSettings, trigger: &Envelope, why: &str) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::turn::judge::tests::msg as said;
     use crate::turn::judge::{build_prompt, build_shared_prompt};
     use crate::wire::envelope::{Author, AuthorKind, Envelope};
 
@@ -160,22 +161,6 @@ mod tests {
         let question = user.find("But first decide").expect("the judge question");
         assert!(question > user.find("Now reply, as Atlas").expect("the reply's ask"));
         assert!(user.ends_with(DRAFT_FORM), "{user}");
-    }
-
-    /// A message of `author` (a person or a bot) saying `text`.
-    fn said(author: &str, kind: AuthorKind, text: &str) -> Arc<Envelope> {
-        let who = Author {
-            name: author.into(),
-            kind,
-        };
-        Arc::new(Envelope::message(
-            ulid::Ulid::new(),
-            0,
-            "g",
-            author,
-            who,
-            text,
-        ))
     }
 
     #[test]
