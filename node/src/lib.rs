@@ -33,18 +33,22 @@
 //! ingress     Ingest: admission (verify, dedup, rate limit), HTTP bridge, stream reader, relayed copies
 //! turn        mention → policy → judge → scheduler → reply, over the Ports trait; the shared
 //!             judge (shared_judge); people's control in the chat (control: /quiet, /stop,
-//!             /why… parsed, and the state they switch); the daily LLM budget; a long
-//!             turn's status message (status: posted once, edited in place through the
-//!             platform's `edit`, ended with how the turn went, its final version recorded
-//!             as a status that `replaces` it); the
-//!             reply engines' dispatch (engine), a remote A2A agent's turns (a2a_engine)
+//!             /why… parsed, and the state they switch); a long turn's status message
+//!             (status: posted once, edited in place through the platform's `edit`, ended
+//!             with how the turn went, its final version recorded as a status that
+//!             `replaces` it); which reply engine writes the reply, and driving it
+//!             (pipeline's writing step)
+//! engine      the reply engines, one file each, each over a narrow handle (never Brain):
+//!             the built-in model and its MCP tools' loop (model, over MeteredLlm: the LLM,
+//!             the daily budget (budget) and the metrics, in metered), the sidecar webhook
+//!             (sidecar), a coding agent over ACP (acp), a remote A2A agent (a2a)
 //! egress      one outbox per peer over a Transport (HTTP peer, Redis stream), relay, claim acks
 //! llm         the OpenAI-compatible client (whole answers, and streamed drafts; tool calls)
-//! agent       reply engines beyond the model, and what they use: MCP tool servers (rmcp),
-//!             the sidecar webhook, coding agents hosted over ACP, the Landlock box they
-//!             and stdio MCP servers run in (sandbox: `botmesh sandbox`, the node made
-//!             non-dumpable; boxing: how the node starts a process in it); the `mesh` MCP
-//!             server (`botmesh mcp`, the group tools over stdio)
+//! agent       what the engines run: MCP tool servers (rmcp), coding agents hosted over
+//!             ACP (their processes and protocol), the Landlock box they and stdio MCP
+//!             servers run in (sandbox: `botmesh sandbox`, the node made non-dumpable;
+//!             boxing: how the node starts a process in it); the `mesh` MCP server
+//!             (`botmesh mcp`, the group tools over stdio)
 //! a2a         A2A 1.0 at the mesh's edge: the wire (rpc), the served bot's Agent Card,
 //!             its tasks kept on disk, the JSON-RPC endpoint behind the A2aHost handle;
 //!             the client of a remote agent and its conversations kept on disk
@@ -75,11 +79,13 @@
 //! - [`a2a`] — A2A at the edge: a bot served as an A2A agent (`a2a::server`, its tasks
 //!   in `a2a::tasks`, its card in `a2a::card`, the wire in `a2a::rpc`), and a remote
 //!   agent as a bot's brain (`a2a::client`, its conversations in `a2a::conversations`).
-//! - [`agent`] — a bot's MCP tool servers (`agent::mcp`) and sidecar webhook
-//!   (`agent::sidecar`), and `agent::acp`, a coding agent hosted over ACP: what the
-//!   turn code's reply engines (`turn::engine`) use; `agent::mesh`, the group tools'
-//!   MCP server every agent is offered.
+//! - [`agent`] — a bot's MCP tool servers (`agent::mcp`) and `agent::acp`, a coding
+//!   agent hosted over ACP: what the reply engines (`engine`) run; `agent::mesh`, the
+//!   group tools' MCP server every agent is offered.
 //! - [`egress`] — `Outbox` per peer, relaying around a broken link, the Redis stream link.
+//! - [`engine`] — the reply engines behind `engine::ReplyEngine`: `engine::model` (the
+//!   built-in model's tool loop), `engine::sidecar`, `engine::acp`, `engine::a2a`; each
+//!   calls the LLM through `engine::MeteredLlm` (LLM, `engine::budget`, metrics).
 //! - [`turn`] — the bots' manners, talking to the node only through `turn::Ports`;
 //!   `turn::shared_judge`, one judge call per message for the whole mesh;
 //!   `turn::control`, people's `/quiet`, `/stop`, `/why`… parsed and the state they
@@ -107,6 +113,7 @@ pub mod agent;
 pub mod app;
 pub mod config;
 pub(crate) mod egress;
+pub(crate) mod engine;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub(crate) mod ingress;

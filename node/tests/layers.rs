@@ -14,6 +14,7 @@ const LAYERS: &[&str] = &[
     "agent",
     "llm",
     "egress",
+    "engine",
     "turn",
     "ingress",
     "platform",

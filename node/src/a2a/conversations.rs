@@ -1,4 +1,4 @@
-//! `Conversations`: what a bot whose brain is a remote A2A agent (`turn::a2a_engine`)
+//! `Conversations`: what a bot whose brain is a remote A2A agent (`engine::a2a`)
 //! remembers of its conversations with the agent — each group's `contextId`, and the
 //! group's task waiting for the chat's input (`INPUT_REQUIRED`) — kept in
 //! `a2a-conversations.json` in the bot's data folder, beside its transcripts and its

@@ -8,7 +8,7 @@
 //! - [`tasks`] — `TaskStore`: the served tasks, bounded and on disk beside the
 //!   transcripts.
 //! - [`client`] — `A2aClient`: the node calling a remote agent (a bot's reply
-//!   engine, `turn::a2a_engine`).
+//!   engine, `engine::a2a`).
 //! - [`conversations`] — a remote agent's conversations with the bot's groups
 //!   (`contextId`, a task waiting for input), on disk so a restart goes on with them.
 //! - [`server`] — the JSON-RPC endpoint: a caller's message into the group, the bot's

@@ -410,7 +410,7 @@ pub(crate) fn health(node: &Node) -> Response<Body> {
     let platform_stopped = node.platform.stopped();
     // A bot whose ACP agent is down (starting again, or never initialized) takes no turns.
     let agent_not_ready = match &node.brain.engine {
-        crate::turn::engine::ReplyEngine::Acp(Some(agent)) => agent.not_ready(),
+        crate::engine::ReplyEngine::Acp(Some(agent)) => agent.not_ready(),
         _ => None,
     };
     let degraded = storage.is_some()
@@ -449,11 +449,7 @@ pub(crate) fn health(node: &Node) -> Response<Body> {
 /// whether one is attached (waiting in `wait_for_message`, or was lately) and how
 /// many messages addressed to the bot wait for it. `null` for any other bot.
 fn external_agent(node: &Node) -> Option<serde_json::Value> {
-    matches!(
-        node.brain.engine,
-        crate::turn::engine::ReplyEngine::External
-    )
-    .then(|| {
+    matches!(node.brain.engine, crate::engine::ReplyEngine::External).then(|| {
         serde_json::json!({
             "external": true,
             "attached": node.brain.asks.attached(),
@@ -463,7 +459,7 @@ fn external_agent(node: &Node) -> Option<serde_json::Value> {
 }
 
 /// Today's LLM use against the daily budget (`null` without limits).
-fn budget(node: &Node) -> Option<crate::turn::budget::BudgetStatus> {
+fn budget(node: &Node) -> Option<crate::engine::budget::BudgetStatus> {
     let limits = node.brain.tuning().budget;
     (limits.calls.is_some() || limits.tokens.is_some())
         .then(|| node.brain.budget.status(&limits, now_millis()))

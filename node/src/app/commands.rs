@@ -163,7 +163,7 @@ pub(crate) async fn post_questions(
         let text = format!("{me} wants to {} — /allow or /deny", q.action);
         let at = now_millis();
         // A question is a bot message: the loop brake holds it like any other.
-        let recent = crate::turn::pipeline::bots_since_human(&*node, &q.group, at);
+        let recent = crate::turn::context::bots_since_human(&*node, &q.group, at);
         if recent >= t.mesh.bot_messages_per_minute as usize {
             tracing::warn!(bot = %me, group = %q.group, %id, title = %q.title, recent_bot_messages = recent, limit = t.mesh.bot_messages_per_minute, "the loop brake is on in this group (bot_messages_per_minute): the agent's permission question is not posted, and rejected");
             node.metrics.decision("silent", "rate_cap");
@@ -277,7 +277,7 @@ async fn post_why(node: Arc<Node>, cmd: Arc<Envelope>) {
         node.quiet.by(&cmd.group),
     );
     // An answer is a bot message: the loop brake holds it like any other.
-    let recent = crate::turn::pipeline::bots_since_human(&*node, &cmd.group, now_millis());
+    let recent = crate::turn::context::bots_since_human(&*node, &cmd.group, now_millis());
     if recent >= t.mesh.bot_messages_per_minute as usize {
         tracing::info!(bot = %me, command = %cmd.id, recent_bot_messages = recent, limit = t.mesh.bot_messages_per_minute, "the loop brake is on in this group (bot_messages_per_minute): the /why is not answered");
         node.metrics.chat_command("why", "rate_cap");

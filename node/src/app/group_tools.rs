@@ -371,10 +371,7 @@ fn members(node: &Node, group: &str) -> Value {
         .map(|name| json!({"name": name}))
         .collect();
     let mut answer = json!({"bots": bots, "people": people});
-    if matches!(
-        node.brain.engine,
-        crate::turn::engine::ReplyEngine::External
-    ) {
+    if matches!(node.brain.engine, crate::engine::ReplyEngine::External) {
         // This bot's turns are an outside agent's: say whether one is attached.
         answer["you"] =
             json!({"name": me, "agent": "external", "attached": node.brain.asks.attached()});
@@ -438,7 +435,7 @@ fn hard_rules(
         group,
         64,
         node.now_millis(),
-        crate::turn::pipeline::RATE_WINDOW_MS,
+        crate::turn::context::RATE_WINDOW_MS,
         &Ulid::nil(),
         &[],
     );
@@ -728,7 +725,7 @@ pub(crate) fn model_mesh_server(
         "--api",
         &url,
         "--only",
-        &crate::turn::engine::MODEL_GROUP_TOOLS.join(","),
+        &crate::engine::model::MODEL_GROUP_TOOLS.join(","),
     ];
     Some(crate::config::McpServerSettings {
         name: "mesh".into(),

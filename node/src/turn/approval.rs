@@ -46,8 +46,8 @@ use tokio::sync::{mpsc, oneshot};
 use ulid::Ulid;
 
 use crate::agent::acp::{Decision, PermissionAsker, PermissionQuestion};
-use crate::turn::brain::Tuning;
 use crate::turn::control::person_of;
+use crate::turn::tuning::Tuning;
 use crate::wire::envelope::{AuthorKind, Envelope};
 
 /// The person a turn is for: whose message started it.

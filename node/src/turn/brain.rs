@@ -3,70 +3,24 @@
 //! reply. The calls go through [`Llm`], so the simulator can script them.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use parking_lot::RwLock;
 
-use crate::config::{BotSettings, LlmSettings, MeshSettings, NodeConfig};
+use crate::config::{BotSettings, NodeConfig};
+use crate::engine::budget::{Budget, Exhausted, Limits};
+use crate::engine::model::{ShowTool, ToolLoop};
+use crate::engine::{Llm, MeteredLlm, ReplyEngine};
 use crate::llm::{estimate_tokens, parse_verdict, ChatMessage, Endpoint, Purpose, Verdict};
 use crate::telemetry::metrics::Metrics;
-use crate::turn::budget::{Budget, Exhausted, Limits};
 use crate::turn::control::{GroupStops, Trail, WhyLimits};
 use crate::turn::judge::{build_prompt, offline_verdict, prompt_hash, JudgeInput};
 use crate::turn::mention::{Member, MentionMatcher, PlatformMention};
 use crate::turn::policy::{decide, Decision, Facts};
-use crate::turn::ports::Llm;
 use crate::turn::scheduler::{ClaimBoard, ClaimReply};
 use crate::wire::envelope::{AuthorKind, Envelope, Kind};
 
-/// Where answers come from. (One per node, so the variants' size difference is moot.)
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum Provider {
-    /// No LLM configured: lexical-overlap judge, marked placeholder replies.
-    Offline,
-    /// An OpenAI-compatible endpoint per purpose (called through [`Ports::llm`]).
-    Remote {
-        /// Judge settings.
-        judge: Endpoint,
-        /// Reply settings.
-        reply: Endpoint,
-    },
-}
-
-/// What a reload may change ([`Brain::retune`]): one consistent snapshot, taken once
-/// per decision step, so a step never mixes an old and a new setting.
-pub(crate) struct Tuning {
-    /// This bot.
-    pub(crate) me: Arc<BotSettings>,
-    /// The other bots (their profiles feed the judge and the reply).
-    pub(crate) colleagues: Vec<BotSettings>,
-    /// The LLM, or the offline provider.
-    pub(crate) provider: Provider,
-    /// The mesh-wide rules (depth, caps, staleness).
-    pub(crate) mesh: Arc<MeshSettings>,
-    /// The daily LLM budget.
-    pub(crate) budget: Limits,
-}
-
-impl Tuning {
-    /// The tunable part of `cfg`.
-    pub(crate) fn of(cfg: &NodeConfig) -> Tuning {
-        let provider = match &cfg.settings.llm {
-            None => Provider::Offline,
-            Some(llm) => {
-                let (judge, reply) = endpoints(llm, &cfg.llm_keys);
-                Provider::Remote { judge, reply }
-            }
-        };
-        Tuning {
-            me: Arc::new(cfg.bot().clone()),
-            colleagues: cfg.peers().cloned().collect(),
-            provider,
-            mesh: Arc::new(cfg.mesh().clone()),
-            budget: Limits::of(cfg.settings.llm.as_ref(), cfg.bot()),
-        }
-    }
-}
+pub(crate) use crate::turn::tuning::{endpoints, Provider, Tuning};
 
 /// The node's turn-taking state: who it is, whom it knows, what it has seen claimed.
 pub struct Brain {
@@ -77,13 +31,13 @@ pub struct Brain {
     /// Claims and replies per trigger.
     pub board: ClaimBoard,
     /// Shared verdicts heard, per trigger (`[mesh] judge = "shared"`).
-    pub(crate) verdicts: crate::turn::shared_judge::Verdicts,
+    pub(crate) verdicts: crate::turn::heard_verdicts::Verdicts,
     /// Today's LLM use against [`Tuning::budget`].
     pub(crate) budget: Budget,
     /// Set once the judge endpoint refused structured output.
     schema_unsupported: std::sync::atomic::AtomicBool,
     /// What writes the replies: the model (with its MCP tools) or a sidecar webhook.
-    pub(crate) engine: crate::turn::engine::ReplyEngine,
+    pub(crate) engine: ReplyEngine,
     /// The ACP agent's permission questions waiting for a person's `/allow` or
     /// `/deny` (an ACP bot of a running node only).
     pub(crate) permissions: Option<Arc<crate::turn::approval::ChatAsker>>,
@@ -130,14 +84,7 @@ pub(crate) struct PendingDraft {
     tooled: Option<(Endpoint, Vec<ChatMessage>, Vec<crate::llm::ToolSpec>)>,
 }
 
-/// A reply the LLM wrote, with its completion tokens (counted when it is thrown away).
-#[derive(Debug, Clone)]
-pub(crate) struct Reply {
-    /// The text to post.
-    pub text: String,
-    /// Completion tokens it cost.
-    pub tokens: u64,
-}
+pub(crate) use crate::engine::Reply;
 
 /// Whether an error is a server refusing the `response_format` we sent.
 fn rejects_schema(e: &crate::llm::LlmError) -> bool {
@@ -155,57 +102,11 @@ pub(crate) fn roster(bots: &[BotSettings]) -> Vec<Member> {
         .collect()
 }
 
-/// Endpoints for judge and reply from `[llm]` and its overrides.
-pub(crate) fn endpoints(
-    llm: &LlmSettings,
-    keys: &std::collections::HashMap<String, String>,
-) -> (Endpoint, Endpoint) {
-    let make = |o: Option<&crate::config::LlmOverride>, purpose: Purpose| {
-        let o = o.cloned().unwrap_or_default();
-        let mut ep = Endpoint::new(
-            o.base_url.unwrap_or_else(|| llm.base_url.clone()),
-            o.model.unwrap_or_else(|| llm.model.clone()),
-        );
-        ep.api_key = o
-            .api_key_env
-            .as_ref()
-            .or(llm.api_key_env.as_ref())
-            .and_then(|v| keys.get(v).cloned());
-        let default_timeout = if purpose == Purpose::Judge {
-            llm.timeout_ms.min(10_000)
-        } else {
-            llm.timeout_ms
-        };
-        ep.timeout = Duration::from_millis(o.timeout_ms.unwrap_or(default_timeout));
-        ep.connect_timeout = Duration::from_secs(3);
-        ep.max_tokens = o.max_tokens.unwrap_or(if purpose == Purpose::Judge {
-            24
-        } else {
-            llm.max_tokens
-        });
-        ep.temperature = o
-            .temperature
-            .or(llm.temperature)
-            .or(if purpose == Purpose::Judge {
-                Some(0.0)
-            } else {
-                None
-            });
-        ep.json_schema = purpose == Purpose::Judge && llm.json_schema;
-        ep.retries = if purpose == Purpose::Judge { 1 } else { 2 };
-        ep
-    };
-    (
-        make(llm.judge.as_ref(), Purpose::Judge),
-        make(llm.reply.as_ref(), Purpose::Reply),
-    )
-}
-
 impl Brain {
     /// Builds the brain for the node's bot.
     pub fn new(cfg: &NodeConfig, metrics: Arc<Metrics>) -> anyhow::Result<Brain> {
         let tuning = Tuning::of(cfg);
-        let engine = crate::turn::engine::ReplyEngine::of(cfg, &metrics)?;
+        let engine = ReplyEngine::of(cfg, &metrics)?;
         let mut brain = Brain::with(tuning, &cfg.settings.bots, metrics);
         brain.engine = engine;
         Ok(brain)
@@ -227,7 +128,7 @@ impl Brain {
         if servers.is_empty() {
             return Ok(());
         }
-        let crate::turn::engine::ReplyEngine::Model { tools } = &mut self.engine else {
+        let ReplyEngine::Model { tools } = &mut self.engine else {
             return Ok(());
         };
         let stdio = servers.iter().filter(|m| m.url.is_none());
@@ -237,7 +138,7 @@ impl Brain {
         let boxing = match stdio.clone().find(|m| m.sandbox != SandboxSetting::Off) {
             None => crate::agent::boxing::Boxing::default(),
             Some(m) => {
-                let deny = crate::turn::engine::private_paths(cfg);
+                let deny = crate::engine::acp::private_paths(cfg);
                 let (boxing, answer) = crate::agent::boxing::Boxing::prepare(None, deny)
                     .await
                     .map_err(|e| {
@@ -278,7 +179,7 @@ impl Brain {
             return Ok(None);
         };
         let (asker, questions) = crate::turn::approval::ChatAsker::new();
-        let agent = crate::turn::engine::start_acp(
+        let agent = crate::engine::acp::start_acp(
             cfg,
             settings,
             self.metrics.clone(),
@@ -287,14 +188,14 @@ impl Brain {
         )
         .await?;
         tracing::info!(bot = %cfg.bot().name, command = ?settings.acp, pid = ?agent.pid(), "ACP agent started");
-        self.engine = crate::turn::engine::ReplyEngine::Acp(Some(Arc::new(agent)));
+        self.engine = ReplyEngine::Acp(Some(Arc::new(agent)));
         self.permissions = Some(asker);
         Ok(Some(questions))
     }
 
     /// Stops the bot's ACP agent, if it has one (its whole process group).
     pub(crate) async fn stop_agent(&self) {
-        if let crate::turn::engine::ReplyEngine::Acp(Some(agent)) = &self.engine {
+        if let ReplyEngine::Acp(Some(agent)) = &self.engine {
             agent.stop().await;
         }
     }
@@ -305,12 +206,12 @@ impl Brain {
     pub(crate) fn with(tuning: Tuning, roster_of: &[BotSettings], metrics: Arc<Metrics>) -> Brain {
         Brain {
             schema_unsupported: std::sync::atomic::AtomicBool::new(false),
-            engine: crate::turn::engine::ReplyEngine::Model { tools: None },
+            engine: ReplyEngine::Model { tools: None },
             permissions: None,
             tuning: RwLock::new(Arc::new(tuning)),
             matcher: MentionMatcher::new(&roster(roster_of)),
             board: ClaimBoard::with_turn_limits(turn_limits(roster_of)),
-            verdicts: crate::turn::shared_judge::Verdicts::default(),
+            verdicts: crate::turn::heard_verdicts::Verdicts::default(),
             budget: Budget::default(),
             metrics,
             trail: Trail::default(),
@@ -595,7 +496,9 @@ impl Brain {
         out.prompt_hash = Some(prompt_hash(&messages));
         // The drafting call writes the reply: it is offered the bot's tools.
         let specs = match self.engine.tools() {
-            Some(tools) => crate::turn::engine::offered_tools(self, tools, msg).await,
+            Some(tools) => {
+                crate::engine::model::offered_tools(&t.me, tools, &self.trail, msg).await
+            }
             None => Vec::new(),
         };
         let drafting = llm.draft_with_tools(&ep, &messages, &specs, msg).await;
@@ -643,12 +546,14 @@ impl Brain {
 
     /// The reply a drafting judge goes on writing once its verdict said speak:
     /// `None` if the rest of the call failed or wrote nothing (logged). Its tokens
-    /// count now, against the day's budget and in the metrics.
+    /// count now, against the day's budget and in the metrics. `show`: the running
+    /// turn's status message, for the tool calls the draft goes on with.
     pub(crate) async fn finish_draft(
         &self,
         llm: &dyn Llm,
         msg: &Envelope,
         draft: PendingDraft,
+        show: ShowTool,
     ) -> Option<Reply> {
         match draft.rest.await {
             Ok(c) => {
@@ -671,17 +576,11 @@ impl Brain {
                         },
                         ..c
                     };
-                    return crate::turn::engine::tool_loop(
-                        self,
-                        llm,
-                        &ep,
-                        messages,
-                        &specs,
-                        tools,
-                        msg,
-                        Some(first),
-                    )
-                    .await;
+                    let t = self.tuning();
+                    return self
+                        .tool_loop(&t, llm, tools, show)
+                        .run(&ep, messages, &specs, msg, Some(first))
+                        .await;
                 }
                 let text = c.text.trim().to_string();
                 if text.is_empty() {
@@ -756,12 +655,14 @@ impl Brain {
     }
 
     /// Writes the reply text. `None` means the LLM failed (logged and counted).
+    /// `show`: the running turn's status message, for the model's tool calls.
     pub(crate) async fn write_reply(
         &self,
         llm: &dyn Llm,
         context: &[Arc<Envelope>],
         msg: &Envelope,
         why: &str,
+        show: ShowTool,
     ) -> Option<Reply> {
         let t = self.tuning();
         match &t.provider {
@@ -772,11 +673,9 @@ impl Brain {
             Provider::Remote { reply, .. } => {
                 let messages = crate::turn::reply::messages(&t.me, &t.colleagues, context, msg);
                 if let Some(tools) = self.engine.tools() {
-                    let specs = crate::turn::engine::offered_tools(self, tools, msg).await;
-                    return crate::turn::engine::tool_loop(
-                        self, llm, reply, messages, &specs, tools, msg, None,
-                    )
-                    .await;
+                    let model = self.tool_loop(&t, llm, tools, show);
+                    let specs = model.offered(msg).await;
+                    return model.run(reply, messages, &specs, msg, None).await;
                 }
                 let (text, tokens) = self
                     .call_counted(llm, reply, Purpose::Reply, &messages, msg)
@@ -810,64 +709,41 @@ impl Brain {
         messages: &[ChatMessage],
         about: &Envelope,
     ) -> Result<(String, u64), crate::llm::LlmError> {
-        let started = Instant::now();
-        let result = llm.complete(ep, purpose, messages, about).await;
-        self.count_call(purpose, started, result)
+        let me = self.me();
+        self.metered(llm, &me.name)
+            .complete(ep, purpose, messages, about)
+            .await
             .map(|c| (c.text, c.usage.completion_tokens))
     }
 
-    /// A reply call offering `tools` (one round of the tool loop), counted as every
-    /// reply call is: against the day's budget and in the metrics.
-    pub(crate) async fn call_reply(
-        &self,
-        llm: &dyn Llm,
-        ep: &Endpoint,
-        messages: &[ChatMessage],
-        tools: &[crate::llm::ToolSpec],
-        about: &Envelope,
-    ) -> Result<crate::llm::Completion, crate::llm::LlmError> {
-        let started = Instant::now();
-        let result = llm.complete_with_tools(ep, messages, tools, about).await;
-        self.count_call(Purpose::Reply, started, result)
+    /// `llm` as bot `bot`'s engines call it: counted against this brain's daily
+    /// budget and in its metrics.
+    pub(crate) fn metered<'a>(&'a self, llm: &'a dyn Llm, bot: &'a str) -> MeteredLlm<'a> {
+        MeteredLlm {
+            llm,
+            budget: &self.budget,
+            metrics: &self.metrics,
+            bot,
+        }
     }
 
-    /// Counts a finished call (made at `started`): against the day's budget, in the
-    /// metrics, and logged when it failed.
-    fn count_call(
-        &self,
-        purpose: Purpose,
-        started: Instant,
-        result: Result<crate::llm::Completion, crate::llm::LlmError>,
-    ) -> Result<crate::llm::Completion, crate::llm::LlmError> {
-        // Every call counts against the day's budget, a failed one too (its tokens,
-        // unknown, as none).
-        self.budget.spend(
-            result
-                .as_ref()
-                .map_or(0, |c| c.usage.prompt_tokens + c.usage.completion_tokens),
-        );
-        match result {
-            Ok(c) => {
-                self.metrics.llm_call(
-                    purpose.as_str(),
-                    "ok",
-                    started.elapsed().as_secs_f64(),
-                    c.usage.prompt_tokens,
-                    c.usage.completion_tokens,
-                );
-                Ok(c)
-            }
-            Err(e) => {
-                self.metrics.llm_call(
-                    purpose.as_str(),
-                    e.label(),
-                    started.elapsed().as_secs_f64(),
-                    0,
-                    0,
-                );
-                tracing::warn!(bot = %self.me().name, purpose = purpose.as_str(), error = %e, "LLM call failed");
-                Err(e)
-            }
+    /// The built-in model's tool loop for a turn taken with tuning `t`, over the bot's
+    /// tool servers `tools`: its calls metered, its tool calls noted in the trail and
+    /// shown through `show`.
+    fn tool_loop<'a>(
+        &'a self,
+        t: &'a Tuning,
+        llm: &'a dyn Llm,
+        tools: &'a crate::agent::mcp::McpTools,
+        show: ShowTool,
+    ) -> ToolLoop<'a> {
+        ToolLoop {
+            me: &t.me,
+            ask_timeout_secs: t.mesh.ask_timeout_secs,
+            llm: self.metered(llm, &t.me.name),
+            tools,
+            trail: &self.trail,
+            show,
         }
     }
 }

@@ -30,8 +30,8 @@ use ulid::Ulid;
 
 use crate::config::names::person_key;
 use crate::config::Platform;
-use crate::turn::brain::Tuning;
 use crate::turn::mention::{MentionMatcher, PlatformMention};
+use crate::turn::tuning::Tuning;
 use crate::wire::envelope::{AuthorKind, Envelope, Kind};
 
 /// What a person asks of the bots.
@@ -434,7 +434,7 @@ const TRAIL_MESSAGES: usize = 512;
 const TRAIL_STEPS: usize = 16;
 
 /// The decisions about the most recent messages, as the decision log records them
-/// (`pipeline::record`): what `/why` reads back. Bounded in messages and steps.
+/// (`record::record`): what `/why` reads back. Bounded in messages and steps.
 #[derive(Default)]
 pub(crate) struct Trail {
     /// The steps, and the order to forget them in.
@@ -443,6 +443,13 @@ pub(crate) struct Trail {
 
 /// message → its steps, and the messages in the order first decided on.
 type Steps = (HashMap<Ulid, Vec<Step>>, VecDeque<Ulid>);
+
+/// The model's tool loop (`engine::model`) notes its tool calls in the trail.
+impl crate::engine::model::ToolTrail for Trail {
+    fn note_tool(&self, trigger: Ulid, action: &'static str, reason: &'static str, detail: &str) {
+        self.note(trigger, action, reason, detail);
+    }
+}
 
 impl Trail {
     /// Adds a step about `msg`.
@@ -581,8 +588,8 @@ pub(crate) fn why_text(
 pub(crate) mod tests {
     use super::*;
     use crate::config::{BotSettings, MeshSettings};
-    use crate::turn::brain::Provider;
     use crate::turn::mention::Member;
+    use crate::turn::tuning::Provider;
     use crate::wire::envelope::Author;
 
     /// Alice's tuning, with colleagues Bob (local) and Dee (DingTalk), and `operators`.

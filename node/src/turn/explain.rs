@@ -7,11 +7,11 @@ use serde::{Deserialize, Serialize};
 use ulid::Ulid;
 
 use crate::config::NodeConfig;
+use crate::engine::Llm;
 use crate::store::turn_queries::recent_bot_messages;
 use crate::turn::brain::{Brain, Provider};
-use crate::turn::pipeline::RATE_WINDOW_MS;
+use crate::turn::context::RATE_WINDOW_MS;
 use crate::turn::policy::Action;
-use crate::turn::ports::Llm;
 use crate::wire::envelope::{now_millis, Author, Envelope};
 
 /// `POST /v1/explain` and `botmesh explain` input.

@@ -243,7 +243,7 @@ pub(crate) fn offline_verdict(me: &BotSettings, text: &str) -> Verdict {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::wire::envelope::Author;
 
@@ -397,40 +397,6 @@ mod tests {
             prompt_hash(&[ChatMessage::user("ab"), ChatMessage::user("c")]),
             prompt_hash(&[ChatMessage::user("a"), ChatMessage::user("bc")])
         );
-    }
-
-    #[test]
-    fn prompts_carry_names_cut_to_one_line_of_64_bytes() {
-        let me = bot("A", "r", &["s"]);
-        let long = format!("Mallory\n{}", "名".repeat(70 * 1024));
-        let context = vec![msg(&long, AuthorKind::Human, "earlier")];
-        let new = msg(&long, AuthorKind::Bot, "hello");
-        let shown = prompt_name(&long);
-        assert_eq!(
-            shown,
-            format!("Mallory {}", "名".repeat(18)),
-            "64 bytes would split a character"
-        );
-        assert!(shown.starts_with("Mallory 名名"), "{shown}");
-        let own = build_prompt(&JudgeInput {
-            me: &me,
-            colleagues: &[],
-            context: &context,
-            msg: &new,
-        });
-        let shared = build_shared_prompt(&[&me], &context, &new, 240);
-        let reply = crate::turn::reply::messages(&me, &[], &context, &new);
-        let offline = crate::turn::reply::offline_reply(&me, &new, "asked");
-        for p in [&own, &shared, &reply[1].content, &offline] {
-            assert!(p.len() < 1024, "{} bytes", p.len());
-            assert!(p.contains(&shown), "{p}");
-        }
-        assert!(
-            own.contains(&format!("New from {shown} (bot): hello")),
-            "{own}"
-        );
-        assert!(own.contains(&format!("{shown}: earlier")), "{own}");
-        assert!(reply[1].content.contains(&format!("from {shown}:\nhello")));
     }
 
     #[test]

@@ -10,18 +10,16 @@
 //!   changes) and its LLM questions.
 //! - [`asks`] — the group tools' state: questions to colleagues waiting for their
 //!   answer, each group's turn in flight, the messages addressed to the bot.
-//! - [`budget`] — the daily LLM budget (`[llm] daily_calls`, `daily_tokens`).
 //! - [`control`] — people's control of the bots in the chat: `/quiet`, `/resume`,
 //!   `/stop`, `/why`, `/allow`, `/deny` parsed, and the state they act on (the quiet
 //!   switches, the groups' stop tokens, the decision trail `/why` reads); the node
 //!   carries them out (`app::commands`).
 //! - [`shared_judge`] — `[mesh] judge = "shared"`: one bot per message asks the judge
 //!   for the whole mesh and broadcasts the verdicts; the others wait for theirs.
-//! - [`engine`] — `ReplyEngine`: the model (with its MCP tools' loop) or a sidecar
-//!   webhook writes the reply.
-//! - [`a2a_engine`] — `RemoteAgent`: a remote A2A agent writes the reply, one task a
-//!   turn.
-//! - [`pipeline`] — `triage` and `act`: the pipeline for one message.
+//! - [`pipeline`] — `triage` and `act`: the pipeline for one message; its writing step
+//!   has the bot's reply engine (`crate::engine::ReplyEngine`: the model, a sidecar,
+//!   an ACP agent, a remote A2A agent) write the reply, and drives it (the record,
+//!   the claim, the status message, `/stop`).
 //! - [`outcome`] — how an agent's turn ended: the line the chat shows ("stopped by
 //!   Alice"), and what the agent is told at its next turn.
 //! - [`approval`] — an ACP agent's permission questions in the chat: which `/allow`
@@ -29,33 +27,46 @@
 //! - [`typing`] — the platform's typing signal, kept on while the reply is written.
 //! - [`status`] — a long turn's one status message, edited in place as the work goes
 //!   on and ended with how it went.
+//! - [`tuning`] — `Tuning`: what a reload may change (the bot, its colleagues, the
+//!   LLM endpoints, the mesh's rules, the budget), one snapshot per decision step.
+//! - [`record`] — a decision recorded the one way (metrics, trail, log, page).
+//! - [`context`] — the group's transcript as a turn reads it.
+//! - [`heard_verdicts`] — the shared judge's verdicts heard, by trigger.
 //! - [`explain`] — the dry-run of a decision.
 //! - [`ports`] — `Ports`, the turn code's view of the node (and of the simulator).
+//!
+//! The reply engines, the LLM handle they share (`Llm`, `MeteredLlm`) and the daily LLM
+//! budget live one layer down, in [`crate::engine`]; `Brain` holds the bot's engine and
+//! budget, and lends the engines only what they need.
 
-pub(crate) mod a2a_engine;
 pub(crate) mod approval;
 pub(crate) mod asks;
 pub(crate) mod brain;
-pub(crate) mod budget;
+#[cfg(test)]
+mod budget_day;
+pub(crate) mod context;
 pub(crate) mod control;
-pub(crate) mod engine;
 pub(crate) mod explain;
+pub(crate) mod heard_verdicts;
 pub(crate) mod judge;
 pub(crate) mod mention;
 pub(crate) mod outcome;
 pub(crate) mod pipeline;
 pub(crate) mod policy;
 pub(crate) mod ports;
+pub(crate) mod record;
 pub(crate) mod reply;
 pub(crate) mod scheduler;
 pub(crate) mod shared_judge;
 pub(crate) mod status;
 #[cfg(test)]
 pub(crate) mod test_ports;
+pub(crate) mod tuning;
 pub(crate) mod typing;
 
+pub(crate) use crate::engine::Llm;
 pub use brain::Brain;
 pub(crate) use brain::{roster, Provider};
 pub use explain::{explain, ExplainRequest, Explanation};
 pub(crate) use pipeline::on_message;
-pub(crate) use ports::{Llm, Ports};
+pub(crate) use ports::Ports;

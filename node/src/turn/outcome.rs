@@ -20,7 +20,7 @@
 //! is (`bot_messages_per_minute`: then neither the chat nor the agent is told), carrying the agent's words in
 //! [`Envelope::turn_end`] — so the end of the last turn is in the transcript and
 //! survives a restart, and the agent's next prompt starts after that turn
-//! (`turn::engine::acp_prompt`). A status that said the end carries the same words
+//! (`engine::acp::acp_prompt`). A status that said the end carries the same words
 //! on its recorded final version instead. [`OutcomeSlot`] carries the outcome from
 //! the agent step up to where the turn ends (`turn::pipeline::act`), and whoever
 //! says it takes it.
@@ -236,7 +236,7 @@ pub(crate) async fn announce<P: Ports>(p: Arc<P>, trigger: &Envelope, outcome: O
     };
     // A line is a bot message: the loop brake holds it like any other.
     let mesh = p.mesh();
-    let recent = crate::turn::pipeline::bots_since_human(&*p, &trigger.group, p.now_millis());
+    let recent = crate::turn::context::bots_since_human(&*p, &trigger.group, p.now_millis());
     if recent >= mesh.bot_messages_per_minute as usize {
         tracing::info!(bot = %me, trigger = %trigger.id, outcome = label, %line, recent_bot_messages = recent, limit = mesh.bot_messages_per_minute, "the loop brake is on in this group (bot_messages_per_minute): how the agent's turn ended is not said");
         return;

@@ -24,87 +24,23 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
-use ulid::Ulid;
-
 use crate::egress::acks::ClaimAcks;
+use crate::engine::sidecar::Turn;
+use crate::engine::ReplyEngine;
 use crate::store::verdicts::{VerdictRecord, VERDICT_FORMAT};
 use crate::telemetry::events::Event;
 use crate::turn::brain::{Brain, Judged, PendingDraft, Reply};
+use crate::turn::context::{bots_since_human, context_before, RATE_WINDOW_MS};
 use crate::turn::control::{is_command, without_commands, StopSignal};
-use crate::turn::engine::ReplyEngine;
 use crate::turn::mention::PlatformMention;
 use crate::turn::outcome::{Ended, Outcome, OutcomeSlot};
 use crate::turn::policy::{Action, Decision};
 use crate::turn::ports::Ports;
+use crate::turn::record::record;
 use crate::turn::scheduler::{delay_for, grace_for, Standing, Yield, MIN_CLAIM, WITHDRAWN};
 use crate::turn::shared_judge as shared;
 use crate::turn::typing::typing_while;
 use crate::wire::envelope::{Envelope, Kind, Why};
-
-/// The window of the per-group bot-message cap.
-pub(crate) const RATE_WINDOW_MS: u64 = 60_000;
-
-/// Silent decisions of the cheap local filters, for messages that were never this
-/// bot's to answer: logged at debug, counted as every decision is.
-const ROUTINE_SILENCE: &[&str] = &[
-    "not_mentioned",
-    "addressed_to_other",
-    "acknowledgement",
-    "ignores_bots",
-];
-
-/// Whether a decision means this bot passed on the trigger for good.
-pub(crate) fn passes(action: &str, reason: &str) -> bool {
-    matches!(action, "yield" | "yield_writing")
-        || matches!(reason, "judge_declined" | "rejudged_silent")
-}
-
-/// Records a decision about `msg`: the board learns when the bot passed for good,
-/// `botmesh_decisions_total{action,reason}` counts it, the log and the watchers see it.
-pub(crate) fn record<P: Ports + ?Sized>(
-    p: &P,
-    msg: &Envelope,
-    action: &'static str,
-    reason: &'static str,
-    detail: &str,
-) {
-    let brain = p.brain();
-    if passes(action, reason) {
-        brain.board.pass(msg.id);
-    }
-    brain.metrics.decision(action, reason);
-    brain.trail.note(msg.id, action, reason, detail);
-    if action == "silent" && ROUTINE_SILENCE.contains(&reason) {
-        // One per message the bot stays out of: counted in the metrics, logged only
-        // at debug (an info line each cost ~2 % of a busy receiver's CPU).
-        tracing::debug!(bot = %brain.me().name, trigger = %msg.id, from = %msg.author.name, depth = msg.depth, action, reason, detail, "decision");
-    } else {
-        tracing::info!(bot = %brain.me().name, trigger = %msg.id, from = %msg.author.name, depth = msg.depth, action, reason, detail, "decision");
-    }
-    p.event(Event::Decision {
-        group: msg.group.clone(),
-        trigger: msg.id.to_string(),
-        action: action.into(),
-        reason: reason.into(),
-    });
-}
-
-/// Context for a judge or reply: up to `k` messages before `msg` in its group,
-/// people's commands and the answers to them left out (they never reach an LLM).
-pub(crate) fn context_before<P: Ports + ?Sized>(
-    p: &P,
-    msg: &Envelope,
-    k: usize,
-) -> Vec<Arc<Envelope>> {
-    let recent = without_commands(p.recent(&msg.group, k + 64), &p.brain().tuning());
-    let end = recent
-        .iter()
-        .position(|e| e.id == msg.id)
-        .unwrap_or(recent.len());
-    let start = end.saturating_sub(k);
-    recent[start..end].to_vec()
-}
 
 /// A newly recorded message reaches the turn code: the local rules at once
 /// ([`triage`], recorded), then, when there is anything to do, the task to spawn — this
@@ -169,9 +105,7 @@ pub(crate) fn triage<P: Ports + ?Sized>(
         d.action = Action::Silent;
         d.reason = "stale";
     }
-    if d.action != Action::Silent
-        && matches!(brain.engine, crate::turn::engine::ReplyEngine::External)
-    {
+    if d.action != Action::Silent && matches!(brain.engine, ReplyEngine::External) {
         // An outside agent takes this bot's turns through `wait_for_message` (the
         // message is in its queue when it addresses the bot): the node never answers.
         d.action = Action::Silent;
@@ -276,7 +210,11 @@ async fn prepare<P: Ports + ?Sized>(
     } else if let Some(draft) = draft {
         // Mentioned past the threshold and the drafting judge agreed: its draft is
         // the answer.
-        early = match p.brain().finish_draft(p.llm(), msg, draft).await {
+        early = match p
+            .brain()
+            .finish_draft(p.llm(), msg, draft, crate::turn::status::note)
+            .await
+        {
             Some(r) => Early::Written(r),
             None => Early::Failed,
         };
@@ -524,7 +462,7 @@ async fn write_step<P: Ports + ?Sized>(
     }
     let me = brain.me();
     let context = context_before(p, msg, me.context_messages.max(12));
-    if let crate::turn::engine::ReplyEngine::Sidecar(hook) = &brain.engine {
+    if let ReplyEngine::Sidecar(hook) = &brain.engine {
         let turn = Turn {
             bot: &me.name,
             group: &msg.group,
@@ -535,9 +473,9 @@ async fn write_step<P: Ports + ?Sized>(
             depth: crate::wire::envelope::next_depth(msg.depth),
             reply_to: msg.id,
         };
-        return match crate::turn::engine::ask_sidecar(brain, hook, &turn).await {
-            Ok(crate::agent::sidecar::Answer::Now(text)) => Some(Reply { text, tokens: 0 }),
-            Ok(crate::agent::sidecar::Answer::Later) => {
+        return match crate::engine::sidecar::ask_sidecar(&brain.metrics, hook, &turn).await {
+            Ok(crate::engine::sidecar::Answer::Now(text)) => Some(Reply { text, tokens: 0 }),
+            Ok(crate::engine::sidecar::Answer::Later) => {
                 record(
                     p,
                     msg,
@@ -554,11 +492,11 @@ async fn write_step<P: Ports + ?Sized>(
             }
         };
     }
-    if let crate::turn::engine::ReplyEngine::Acp(agent) = &brain.engine {
+    if let ReplyEngine::Acp(agent) = &brain.engine {
         return acp_step(p, msg, claimed, agent.as_deref(), slot).await;
     }
-    if let crate::turn::engine::ReplyEngine::A2a(agent) = &brain.engine {
-        return match crate::turn::a2a_engine::write(p, msg, agent).await {
+    if let ReplyEngine::A2a(agent) = &brain.engine {
+        return match a2a_write(p, msg, agent).await {
             Ok(reply) => Some(reply),
             Err((reason, why)) => {
                 record(p, msg, "silent", reason, &why);
@@ -581,7 +519,9 @@ async fn write_step<P: Ports + ?Sized>(
     if tool_loop {
         slot.set(Outcome::new(Ended::NoAnswer, Vec::new()));
     }
-    let reply = brain.write_reply(p.llm(), &context, msg, reason).await;
+    let reply = brain
+        .write_reply(p.llm(), &context, msg, reason, crate::turn::status::note)
+        .await;
     if reply.is_none() {
         record(p, msg, "silent", "reply_failed", "");
         withdraw_if(p, msg, claimed, "reply failed");
@@ -635,7 +575,7 @@ async fn acp_step<P: Ports + ?Sized>(
     // A turn whose status said how it ended told it there.
     let status_ends = p.status_ends(&msg.group, me.context_messages.max(50) + 64);
     let prompt =
-        crate::turn::engine::acp_prompt_after(&me.name, &before, &status_ends, msg, |id| {
+        crate::engine::acp::acp_prompt_after(&me.name, &before, &status_ends, msg, |id| {
             brain.asks.consumed(id)
         });
     // The prompt hands out what was addressed to the bot up to the trigger; the group
@@ -652,11 +592,11 @@ async fn acp_step<P: Ports + ?Sized>(
     slot.set(Outcome::new(Ended::NoAnswer, Vec::new()));
     // The agent's progress goes to the page as it comes, while the turn runs.
     let (progress, mut updates) = tokio::sync::mpsc::channel(32);
-    let asking = crate::turn::engine::ask_acp(agent, &msg.group, prompt, progress);
+    let asking = crate::engine::acp::ask_acp(agent, &msg.group, prompt, progress);
     tokio::pin!(asking);
     let show = |update: crate::agent::acp::AcpProgress| {
         crate::turn::status::note_acp(&update);
-        if let Some(text) = crate::turn::engine::progress_line(&update) {
+        if let Some(text) = crate::engine::acp::progress_line(&update) {
             show_progress(p, msg, text);
         }
     };
@@ -725,6 +665,60 @@ async fn acp_step<P: Ports + ?Sized>(
             slot.set(Outcome::new(Ended::Failed { why }, Vec::new()));
             None
         }
+    }
+}
+
+/// [`write_step`] for a remote A2A agent (`engine::a2a`): the turn on `msg` written by
+/// the remote agent: the text to post, or why not
+/// (`agent_silent`, `agent_failed`, `shutting_down`) for the decision record. The
+/// message is what was said since the bot's last turn, the trigger last (the recent
+/// transcript first, when the group's conversation with the agent is new); one call
+/// of the daily budget.
+async fn a2a_write<P: Ports + ?Sized>(
+    p: &P,
+    msg: &Envelope,
+    agent: &crate::engine::a2a::RemoteAgent,
+) -> Result<Reply, (&'static str, String)> {
+    let brain = p.brain();
+    let me = brain.me();
+    let before = context_before(p, msg, me.context_messages.max(50));
+    let prompt =
+        crate::engine::acp::acp_prompt(&me.name, &before, msg, |id| brain.asks.consumed(id));
+    let text = match prompt.context.filter(|_| !agent.knows(&msg.group)) {
+        Some(context) => format!("{context}\n\nNow:\n{}", prompt.text),
+        None => prompt.text,
+    };
+    brain.asks.handed_out(&msg.group, msg.id);
+    let _turn = brain.asks.turn_started(&msg.group, msg.id);
+    brain.trail.note(
+        msg.id,
+        "agent",
+        "prompted",
+        &format!("A2A task, {} lines", text.lines().count()),
+    );
+    brain.budget.spend(0);
+    let (progress, mut lines) = tokio::sync::mpsc::channel(32);
+    let turn = agent.turn(&msg.group, &text, progress);
+    tokio::pin!(turn);
+    let show = |text: String| show_progress(p, msg, text);
+    let outcome = loop {
+        tokio::select! {
+            biased;
+            // Returning drops the turn, which cancels the task at the agent.
+            _ = p.stopping().cancelled() => {
+                return Err(("shutting_down", "the node is stopping: the agent's task is cancelled".into()));
+            }
+            Some(line) = lines.recv() => show(line),
+            r = &mut turn => break r,
+        }
+    };
+    while let Ok(line) = lines.try_recv() {
+        show(line);
+    }
+    match outcome {
+        Ok(crate::engine::a2a::Outcome::Post(text)) => Ok(Reply { text, tokens: 0 }),
+        Ok(crate::engine::a2a::Outcome::Silent(why)) => Err(("agent_silent", why)),
+        Err(why) => Err(("agent_failed", why)),
     }
 }
 
@@ -976,27 +970,6 @@ async fn settle_claim<P: Ports + ?Sized>(
     true
 }
 
-/// What a sidecar agent receives when its bot takes a turn (docs/sidecar.md).
-#[derive(Debug, Serialize)]
-pub(crate) struct Turn<'a> {
-    /// The bot taking the turn.
-    pub bot: &'a str,
-    /// The group.
-    pub group: &'a str,
-    /// The message to answer.
-    pub trigger: &'a Envelope,
-    /// Recent messages before it, oldest first.
-    pub transcript: &'a [Arc<Envelope>],
-    /// Why the bot speaks: mentioned, interjected, always_answers.
-    pub why: &'a str,
-    /// The judge's relevance, for interjections.
-    pub relevance: Option<f64>,
-    /// The depth the reply will carry.
-    pub depth: u32,
-    /// The id to pass as `reply_to` when answering later through `POST /v1/messages`.
-    pub reply_to: Ulid,
-}
-
 /// A claim envelope for `msg` at `relevance` ([`WITHDRAWN`]: a withdrawal).
 fn claim_envelope<P: Ports + ?Sized>(p: &P, msg: &Envelope, relevance: f64) -> Envelope {
     Envelope::claim(
@@ -1141,11 +1114,19 @@ async fn wait_turn<P: Ports + ?Sized>(
         if !early {
             std::future::pending().await
         } else if let Some(draft) = draft {
-            brain.finish_draft(p.llm(), msg, draft).await
+            brain
+                .finish_draft(p.llm(), msg, draft, crate::turn::status::note)
+                .await
         } else {
             let context = context_before(p, msg, brain.me().context_messages.max(12));
             brain
-                .write_reply(p.llm(), &context, msg, "interjected")
+                .write_reply(
+                    p.llm(),
+                    &context,
+                    msg,
+                    "interjected",
+                    crate::turn::status::note,
+                )
                 .await
         }
     };
@@ -1294,12 +1275,6 @@ async fn finish_writing<P: Ports + ?Sized>(
         Some(r) => Early::Written(r),
         None => Early::Failed,
     })
-}
-
-/// Bot messages since the last human one in `group`, within the rate window.
-pub(crate) fn bots_since_human<P: Ports + ?Sized>(p: &P, group: &str, now: u64) -> usize {
-    p.bot_messages_and_due(group, 64, now, RATE_WINDOW_MS, &Ulid::nil(), &[])
-        .0
 }
 
 #[cfg(test)]

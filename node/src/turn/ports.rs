@@ -11,112 +11,11 @@ use ulid::Ulid;
 
 use crate::config::{BotSettings, MeshSettings};
 use crate::egress::acks::ClaimAcks;
-use crate::llm::{
-    ChatMessage, Completion, Drafting, Endpoint, LlmClient, LlmError, Purpose, ToolSpec,
-};
+use crate::engine::Llm;
 use crate::store::verdicts::VerdictRecord;
 use crate::telemetry::events::Event;
 use crate::turn::brain::Brain;
 use crate::wire::envelope::Envelope;
-
-/// An OpenAI-compatible completion, as the turn code asks for one.
-pub trait Llm: Send + Sync {
-    /// Completes `messages` at `ep` for `purpose`. `about` is the message the call is
-    /// about (the trigger), which a real endpoint never sees and a scripted one
-    /// answers by.
-    fn complete<'a>(
-        &'a self,
-        ep: &'a Endpoint,
-        purpose: Purpose,
-        messages: &'a [ChatMessage],
-        about: &'a Envelope,
-    ) -> BoxFuture<'a, Result<Completion, LlmError>>;
-
-    /// A reply call ([`Purpose::Reply`]) offering the model `tools`: its answer may ask
-    /// to call some ([`Completion::tool_calls`]). An implementation that cannot offer
-    /// tools (the simulator's scripted replies) answers as [`Llm::complete`] does,
-    /// which is a plain answer: the tool loop then ends at once.
-    fn complete_with_tools<'a>(
-        &'a self,
-        ep: &'a Endpoint,
-        messages: &'a [ChatMessage],
-        tools: &'a [ToolSpec],
-        about: &'a Envelope,
-    ) -> BoxFuture<'a, Result<Completion, LlmError>> {
-        let _ = tools;
-        self.complete(ep, Purpose::Reply, messages, about)
-    }
-
-    /// A drafting judge call ([`Purpose::Draft`]) at `ep`: the verdict line first, the
-    /// reply after it (see [`Drafting`]). `about` as for [`Llm::complete`].
-    fn draft<'a>(
-        &'a self,
-        ep: &'a Endpoint,
-        messages: &'a [ChatMessage],
-        about: &'a Envelope,
-    ) -> BoxFuture<'a, Result<Drafting, LlmError>>;
-
-    /// [`Llm::draft`] offering the model `tools` (none: a plain drafting call); the
-    /// rest's [`Completion::tool_calls`] are the calls it asks for. An implementation
-    /// that cannot offer tools answers as [`Llm::draft`] does.
-    fn draft_with_tools<'a>(
-        &'a self,
-        ep: &'a Endpoint,
-        messages: &'a [ChatMessage],
-        tools: &'a [ToolSpec],
-        about: &'a Envelope,
-    ) -> BoxFuture<'a, Result<Drafting, LlmError>> {
-        let _ = tools;
-        self.draft(ep, messages, about)
-    }
-}
-
-impl Llm for LlmClient {
-    fn complete<'a>(
-        &'a self,
-        ep: &'a Endpoint,
-        purpose: Purpose,
-        messages: &'a [ChatMessage],
-        _about: &'a Envelope,
-    ) -> BoxFuture<'a, Result<Completion, LlmError>> {
-        Box::pin(LlmClient::complete(self, ep, purpose, messages))
-    }
-
-    fn complete_with_tools<'a>(
-        &'a self,
-        ep: &'a Endpoint,
-        messages: &'a [ChatMessage],
-        tools: &'a [ToolSpec],
-        _about: &'a Envelope,
-    ) -> BoxFuture<'a, Result<Completion, LlmError>> {
-        Box::pin(LlmClient::complete_with_tools(
-            self,
-            ep,
-            Purpose::Reply,
-            messages,
-            tools,
-        ))
-    }
-
-    fn draft<'a>(
-        &'a self,
-        ep: &'a Endpoint,
-        messages: &'a [ChatMessage],
-        _about: &'a Envelope,
-    ) -> BoxFuture<'a, Result<Drafting, LlmError>> {
-        Box::pin(LlmClient::draft(self, ep, messages))
-    }
-
-    fn draft_with_tools<'a>(
-        &'a self,
-        ep: &'a Endpoint,
-        messages: &'a [ChatMessage],
-        tools: &'a [ToolSpec],
-        _about: &'a Envelope,
-    ) -> BoxFuture<'a, Result<Drafting, LlmError>> {
-        Box::pin(LlmClient::draft_with_tools(self, ep, messages, tools))
-    }
-}
 
 /// The turn code's view of the rest of the node.
 pub(crate) trait Ports: Send + Sync + 'static {
@@ -143,7 +42,7 @@ pub(crate) trait Ports: Send + Sync + 'static {
     /// The final versions of the bots' status messages among the group's last
     /// `limit` records, oldest first: a status that said how its turn ended carries
     /// the agent's `turn_end` there, for its next prompt
-    /// (`turn::engine::acp_prompt`). None where no status is shown.
+    /// (`engine::acp::acp_prompt`). None where no status is shown.
     fn status_ends(&self, _group: &str, _limit: usize) -> Vec<Arc<Envelope>> {
         Vec::new()
     }

@@ -113,7 +113,9 @@ pub(crate) fn offline_reply(me: &BotSettings, trigger: &Envelope, why: &str) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::envelope::{Author, Envelope};
+    use crate::turn::judge::tests::msg as said;
+    use crate::turn::judge::{build_prompt, build_shared_prompt};
+    use crate::wire::envelope::{Author, AuthorKind, Envelope};
 
     fn bot(name: &str) -> BotSettings {
         let mut b = BotSettings::from_toml(&format!(
@@ -159,5 +161,41 @@ mod tests {
         let question = user.find("But first decide").expect("the judge question");
         assert!(question > user.find("Now reply, as Atlas").expect("the reply's ask"));
         assert!(user.ends_with(DRAFT_FORM), "{user}");
+    }
+
+    #[test]
+    /// The judge's prompts (its own, the shared one) and the reply's show a name
+    /// the same way.
+    fn prompts_carry_names_cut_to_one_line_of_64_bytes() {
+        let me = BotSettings::from_toml("name = \"A\"\nrole = \"r\"\nskills = [\"s\"]").unwrap();
+        let long = format!("Mallory\n{}", "名".repeat(70 * 1024));
+        let context = vec![said(&long, AuthorKind::Human, "earlier")];
+        let new = said(&long, AuthorKind::Bot, "hello");
+        let shown = prompt_name(&long);
+        assert_eq!(
+            shown,
+            format!("Mallory {}", "名".repeat(18)),
+            "64 bytes would split a character"
+        );
+        assert!(shown.starts_with("Mallory 名名"), "{shown}");
+        let own = build_prompt(&JudgeInput {
+            me: &me,
+            colleagues: &[],
+            context: &context,
+            msg: &new,
+        });
+        let shared = build_shared_prompt(&[&me], &context, &new, 240);
+        let reply = messages(&me, &[], &context, &new);
+        let offline = offline_reply(&me, &new, "asked");
+        for p in [&own, &shared, &reply[1].content, &offline] {
+            assert!(p.len() < 1024, "{} bytes", p.len());
+            assert!(p.contains(&shown), "{p}");
+        }
+        assert!(
+            own.contains(&format!("New from {shown} (bot): hello")),
+            "{own}"
+        );
+        assert!(own.contains(&format!("{shown}: earlier")), "{own}");
+        assert!(reply[1].content.contains(&format!("from {shown}:\nhello")));
     }
 }

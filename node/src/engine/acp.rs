@@ -1,135 +1,23 @@
-//! `ReplyEngine`: what writes a bot's reply once it has the turn, behind one
-//! boundary — the built-in model (with the bot's MCP tools, if any), a sidecar
-//! webhook, a coding agent hosted over ACP (docs/agents.md), or a remote A2A agent
-//! (`turn::a2a_engine`, docs/a2a.md).
-//!
-//! The model's tool loop ([`tool_loop`]): the reply call offers the tools of the
-//! servers that are up; each tool call the model asks for runs on its server
-//! (bounded in time and size, see `agent::mcp`) and its result goes back as a `tool`
-//! message; then the model is called again. After `max_tool_rounds` rounds of tool
-//! calls, one last call offers no tools, so the model answers with what it has. Every
-//! call is a reply call: counted against the daily budget and in
-//! `botmesh_llm_calls_total{purpose="reply"}`. Each tool call is logged, counted in
-//! `botmesh_tool_calls_total` and noted in the trail `/why` reads.
+//! The ACP engine: a coding agent hosted over ACP (`[[bots]] agent = { acp = … }`,
+//! docs/agents.md) writes the reply. The agent's process, its protocol and its box are
+//! `agent::acp` (a lower layer); this file is what the turn code asks of it: start it
+//! with the bot's settings ([`start_acp`], what no boxed process may read:
+//! [`private_paths`]), the turn's prompt ([`acp_prompt`]: how the last turn ended,
+//! what was said since, the trigger last), the turn itself ([`ask_acp`]) and the
+//! page's line for its progress ([`progress_line`]). The turn code (`turn::pipeline`)
+//! drives the turn: the claim, the status message, `/stop`, how it ended.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
 use crate::agent::acp::{
-    AcpAgent, AcpError, AcpOptions, AcpProgress, AcpPrompt, AcpSettings, StopReason, ToolRejection,
+    AcpAgent, AcpError, AcpOptions, AcpProgress, AcpPrompt, AcpSettings, PermissionAsker,
+    StopReason, ToolRejection,
 };
-use crate::agent::mcp::{McpTools, ToolResult};
-use crate::agent::sidecar::{Answer, Webhook};
-use crate::config::{AgentEngine, NodeConfig};
-use crate::llm::{ChatMessage, Completion, Endpoint, ToolSpec};
-use crate::turn::approval::ChatAsker;
-use crate::turn::brain::{Brain, Reply};
-use crate::turn::pipeline::Turn;
-use crate::turn::ports::Llm;
+use crate::agent::mcp::McpTools;
+use crate::config::NodeConfig;
 use crate::wire::envelope::{AuthorKind, Envelope};
-
-/// The group tools the built-in model is offered with `[[bots]] group_tools = true`
-/// (through the node's `mesh` server): each call names the turn's group.
-pub(crate) const MODEL_GROUP_TOOLS: [&str; 3] = ["read_group", "members", "ask"];
-
-/// A tool call's arguments as sent: for a group tool of a bot with `group_tools`, the
-/// turn's `group` added (the model never names it; its `mesh` server serves every
-/// group of the bot), and an `ask`'s wait kept within `ask_secs` (the tool call's own
-/// time limit, less a second): an ask still waiting when the tool call gave up would
-/// take the colleague's answer from the bot's next turn.
-fn call_arguments(
-    me: &crate::config::BotSettings,
-    tool: &str,
-    arguments: &str,
-    group: &str,
-    ask_secs: u64,
-) -> String {
-    if !me.group_tools || !MODEL_GROUP_TOOLS.contains(&tool) {
-        return arguments.to_string();
-    }
-    let mut args = match serde_json::from_str::<serde_json::Value>(arguments) {
-        Ok(serde_json::Value::Object(m)) => m,
-        // Not an object: sent as it is, for the server to refuse.
-        _ if !arguments.trim().is_empty() => return arguments.to_string(),
-        _ => serde_json::Map::new(),
-    };
-    args.insert("group".into(), serde_json::json!(group));
-    if tool == "ask" {
-        let asked = args.get("timeout_secs").and_then(serde_json::Value::as_u64);
-        let secs = asked.map_or(ask_secs, |a| a.min(ask_secs));
-        args.insert("timeout_secs".into(), serde_json::json!(secs));
-    }
-    serde_json::Value::Object(args).to_string()
-}
-
-/// How long a turn waits for tool servers still making their first connection.
-const FIRST_CONNECT_WAIT: Duration = Duration::from_secs(10);
-
-/// What writes the bot's replies. (One per node, so the variants' size difference
-/// is moot.)
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum ReplyEngine {
-    /// The built-in model (or the offline provider), with the bot's MCP tool servers
-    /// when it has some (`None`: no tools; started by [`Brain::start_tools`]).
-    Model {
-        /// The bot's tool servers.
-        tools: Option<Arc<McpTools>>,
-    },
-    /// A sidecar webhook (`[[bots]] agent`): the turn is handed to an external bot.
-    Sidecar(Webhook),
-    /// A coding agent hosted over ACP (`[[bots]] agent = { acp = … }`): `None` until
-    /// the running node starts it ([`Brain::start_agent`]; `botmesh explain` never
-    /// does).
-    Acp(Option<Arc<AcpAgent>>),
-    /// An agent outside the mesh (`[[bots]] agent = { external = true }`) takes the
-    /// turns through `botmesh mcp`: the node takes none itself.
-    External,
-    /// A remote A2A agent (`[[bots]] agent = { a2a = … }`): each turn is a task there.
-    A2a(Arc<crate::turn::a2a_engine::RemoteAgent>),
-}
-
-impl ReplyEngine {
-    /// The engine `cfg` gives this node's bot (tool servers not started yet).
-    pub(crate) fn of(
-        cfg: &NodeConfig,
-        metrics: &Arc<crate::telemetry::metrics::Metrics>,
-    ) -> reqwest::Result<ReplyEngine> {
-        Ok(match &cfg.bot().agent {
-            Some(AgentEngine::Webhook(a)) => ReplyEngine::Sidecar(Webhook::new(a)?),
-            Some(AgentEngine::A2a(a)) => {
-                ReplyEngine::A2a(Arc::new(crate::turn::a2a_engine::RemoteAgent::new(
-                    a,
-                    cfg.a2a_agent_token.clone(),
-                    &cfg.bot().name,
-                    Some(&cfg.data_dir),
-                    metrics.clone(),
-                )?))
-            }
-            Some(AgentEngine::Acp(_)) => ReplyEngine::Acp(None),
-            Some(AgentEngine::External(_)) => ReplyEngine::External,
-            None => ReplyEngine::Model { tools: None },
-        })
-    }
-
-    /// Whether the reply may be written while the bot waits its turn: the model's
-    /// may; a sidecar or an ACP agent is handed the turn only once the bot is to speak.
-    pub(crate) fn writes_early(&self) -> bool {
-        matches!(self, ReplyEngine::Model { .. })
-    }
-
-    /// The model's tool servers, if it has any.
-    pub(crate) fn tools(&self) -> Option<&Arc<McpTools>> {
-        match self {
-            ReplyEngine::Model { tools } => tools.as_ref().filter(|t| !t.is_empty()),
-            ReplyEngine::Sidecar(_)
-            | ReplyEngine::Acp(_)
-            | ReplyEngine::External
-            | ReplyEngine::A2a(_) => None,
-        }
-    }
-}
 
 /// The page's line for an agent's progress: a tool call as `working: <title>` (or
 /// `done:`, `failed:` once it ended; its kind when it has no title yet); a plan as
@@ -171,7 +59,7 @@ pub(crate) async fn start_acp(
     cfg: &NodeConfig,
     settings: &AcpSettings,
     metrics: Arc<crate::telemetry::metrics::Metrics>,
-    asker: Arc<ChatAsker>,
+    asker: Arc<dyn PermissionAsker>,
     group_servers: Option<crate::agent::acp::GroupServers>,
 ) -> Result<AcpAgent, AcpError> {
     let bot = cfg.bot();
@@ -373,216 +261,10 @@ pub(crate) async fn ask_acp(
     Ok((said, outcome.rejected))
 }
 
-/// Hands the turn to the sidecar webhook (counted as an `agent` LLM call).
-pub(crate) async fn ask_sidecar(
-    brain: &Brain,
-    hook: &Webhook,
-    turn: &Turn<'_>,
-) -> Result<Answer, String> {
-    let started = Instant::now();
-    let result = hook.ask(turn).await;
-    let label = match &result {
-        Ok(Answer::Now(_)) => "ok",
-        Ok(Answer::Later) => "deferred",
-        Err(_) => "failed",
-    };
-    brain
-        .metrics
-        .llm_call("agent", label, started.elapsed().as_secs_f64(), 0, 0);
-    result
-}
-
-/// The tool's result as the model reads it: its text, or for any other outcome than
-/// ok, `[tool {outcome}] ` before it (an `isError` result is `[tool error] …`).
-pub(crate) fn tool_message_text(r: &ToolResult) -> String {
-    if r.is_error() {
-        format!("[tool {}] {}", r.outcome, r.text)
-    } else {
-        r.text.clone()
-    }
-}
-
-/// The tools to offer the model for a turn about `msg`: those of the servers that are
-/// up (waiting for any still making their first connection); each server that is not
-/// is logged and noted for `/why`. None when `max_tool_rounds` is 0.
-pub(crate) async fn offered_tools(
-    brain: &Brain,
-    tools: &McpTools,
-    msg: &Envelope,
-) -> Vec<ToolSpec> {
-    let me = brain.me();
-    if me.max_tool_rounds == 0 {
-        return Vec::new();
-    }
-    let (offered, down) = tools.tools(FIRST_CONNECT_WAIT).await;
-    for (server, why) in &down {
-        tracing::warn!(bot = %me.name, server = %server, why = %why, trigger = %msg.id, "answering without this MCP server's tools");
-        brain.trail.note(
-            msg.id,
-            "tools",
-            "server_unavailable",
-            &format!("{server}: {why}"),
-        );
-    }
-    offered
-        .iter()
-        .map(|t| ToolSpec {
-            name: t.name.clone(),
-            description: t.description.clone(),
-            parameters: t.parameters.clone(),
-        })
-        .collect()
-}
-
-/// The model's reply with tools: see the module documentation. `first`: the answer of
-/// a call already made with `messages` and `specs` (a drafting judge's rest), which
-/// is the first round. `None`: a call failed or the final answer is empty (logged
-/// and counted).
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn tool_loop(
-    brain: &Brain,
-    llm: &dyn Llm,
-    ep: &Endpoint,
-    mut messages: Vec<ChatMessage>,
-    specs: &[ToolSpec],
-    tools: &McpTools,
-    msg: &Envelope,
-    first: Option<Completion>,
-) -> Option<Reply> {
-    let me = brain.me();
-    let timeout = Duration::from_millis(me.tool_timeout_ms);
-    let ask_secs = (me.tool_timeout_ms / 1000)
-        .saturating_sub(1)
-        .clamp(1, brain.tuning().mesh.ask_timeout_secs.max(1));
-    let mut tokens = 0;
-    let mut rounds = 0;
-    let mut first = first;
-    loop {
-        let offer: &[ToolSpec] = if rounds < me.max_tool_rounds {
-            specs
-        } else {
-            &[]
-        };
-        let c = match first.take() {
-            Some(c) => c,
-            None => brain
-                .call_reply(llm, ep, &messages, offer, msg)
-                .await
-                .ok()?,
-        };
-        tokens += c.usage.completion_tokens;
-        if c.tool_calls.is_empty() || offer.is_empty() {
-            let text = c.text.trim().to_string();
-            return (!text.is_empty()).then_some(Reply { text, tokens });
-        }
-        rounds += 1;
-        messages.push(ChatMessage::assistant_calls(
-            c.text.clone(),
-            c.tool_calls.clone(),
-        ));
-        for call in &c.tool_calls {
-            let arguments = call_arguments(
-                &me,
-                &call.function.name,
-                &call.function.arguments,
-                &msg.group,
-                ask_secs,
-            );
-            crate::turn::status::note(&call.id, &call.function.name);
-            let r = tools
-                .call(
-                    &call.function.name,
-                    &arguments,
-                    timeout,
-                    me.tool_result_chars,
-                )
-                .await;
-            brain.trail.note(
-                msg.id,
-                "tool",
-                r.outcome,
-                &format!(
-                    "{}{} {} ms{}",
-                    if r.server.is_empty() {
-                        String::new()
-                    } else {
-                        format!("{}/", r.server)
-                    },
-                    r.tool,
-                    r.ms,
-                    if r.capped { ", cut" } else { "" }
-                ),
-            );
-            crate::turn::status::note(
-                &call.id,
-                &format!(
-                    "{} {}",
-                    call.function.name,
-                    if r.outcome == "ok" { "✓" } else { "✗" }
-                ),
-            );
-            messages.push(ChatMessage::tool(call.id.clone(), tool_message_text(&r)));
-        }
-        if rounds == me.max_tool_rounds {
-            tracing::warn!(bot = %me.name, trigger = %msg.id, max_tool_rounds = me.max_tool_rounds, "max_tool_rounds reached: the model answers without tools now");
-            brain.trail.note(
-                msg.id,
-                "tools",
-                "max_tool_rounds",
-                &format!("{rounds} rounds; the last call offered no tools"),
-            );
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::BotSettings;
     use crate::wire::envelope::Author;
-    use serde_json::{json, Value};
-
-    fn args(me: &BotSettings, tool: &str, arguments: &str) -> Value {
-        let sent = call_arguments(me, tool, arguments, "room", 29);
-        serde_json::from_str(&sent).unwrap_or(Value::String(sent))
-    }
-
-    #[test]
-    fn a_group_tool_call_names_the_turns_group_and_an_ask_waits_within_the_tool_call() {
-        let me = BotSettings::from_toml("group_tools = true\nwrite_early = false").unwrap();
-        assert_eq!(args(&me, "members", ""), json!({"group": "room"}));
-        assert_eq!(
-            args(&me, "read_group", r#"{"limit": 5, "group": "elsewhere"}"#),
-            json!({"limit": 5, "group": "room"})
-        );
-        assert_eq!(
-            args(&me, "ask", r#"{"colleague": "Bob", "question": "?"}"#),
-            json!({"colleague": "Bob", "question": "?", "group": "room", "timeout_secs": 29})
-        );
-        let shorter = args(
-            &me,
-            "ask",
-            r#"{"colleague": "Bob", "question": "?", "timeout_secs": 5}"#,
-        );
-        assert_eq!(shorter["timeout_secs"], 5);
-        let longer = args(
-            &me,
-            "ask",
-            r#"{"colleague": "Bob", "question": "?", "timeout_secs": 500}"#,
-        );
-        assert_eq!(longer["timeout_secs"], 29);
-        // Not a group tool, not an object, or a bot without group tools: as given.
-        assert_eq!(
-            args(&me, "get_time", r#"{"tz": "UTC"}"#),
-            json!({"tz": "UTC"})
-        );
-        assert_eq!(args(&me, "ask", "[1]"), json!([1]));
-        let plain = BotSettings::from_toml("").unwrap();
-        assert_eq!(
-            args(&plain, "ask", r#"{"colleague": "Bob"}"#),
-            json!({"colleague": "Bob"})
-        );
-    }
 
     #[test]
     fn a_message_is_one_line_of_the_prompt_so_no_one_fakes_another_speaker() {

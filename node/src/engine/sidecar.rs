@@ -1,12 +1,38 @@
-//! The sidecar webhook (`[[bots]] agent = { webhook, timeout_ms }`, docs/sidecar.md):
-//! the node POSTs a turn to an external bot and takes its answer from the response,
-//! or later through `POST /v1/messages`.
+//! The sidecar engine (`[[bots]] agent = { webhook, timeout_ms }`, docs/sidecar.md):
+//! the node POSTs a turn ([`Turn`]) to an external bot and takes its answer from the
+//! response, or later through `POST /v1/messages`. Each turn is counted as an `agent`
+//! LLM call ([`ask_sidecar`]).
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+use ulid::Ulid;
 
 use crate::config::AgentSettings;
+use crate::telemetry::metrics::Metrics;
+use crate::wire::envelope::Envelope;
+
+/// What a sidecar agent receives when its bot takes a turn (docs/sidecar.md).
+#[derive(Debug, Serialize)]
+pub(crate) struct Turn<'a> {
+    /// The bot taking the turn.
+    pub bot: &'a str,
+    /// The group.
+    pub group: &'a str,
+    /// The message to answer.
+    pub trigger: &'a Envelope,
+    /// Recent messages before it, oldest first.
+    pub transcript: &'a [Arc<Envelope>],
+    /// Why the bot speaks: mentioned, interjected, always_answers.
+    pub why: &'a str,
+    /// The judge's relevance, for interjections.
+    pub relevance: Option<f64>,
+    /// The depth the reply will carry.
+    pub depth: u32,
+    /// The id to pass as `reply_to` when answering later through `POST /v1/messages`.
+    pub reply_to: Ulid,
+}
 
 /// A bot's sidecar webhook: where turns go and the client that takes them there.
 pub(crate) struct Webhook {
@@ -76,4 +102,21 @@ impl Webhook {
             .filter(|t| !t.is_empty())
             .map_or(Answer::Later, Answer::Now))
     }
+}
+
+/// Hands the turn to the sidecar webhook, counted in `metrics` as an `agent` LLM call.
+pub(crate) async fn ask_sidecar(
+    metrics: &Metrics,
+    hook: &Webhook,
+    turn: &Turn<'_>,
+) -> Result<Answer, String> {
+    let started = Instant::now();
+    let result = hook.ask(turn).await;
+    let label = match &result {
+        Ok(Answer::Now(_)) => "ok",
+        Ok(Answer::Later) => "deferred",
+        Err(_) => "failed",
+    };
+    metrics.llm_call("agent", label, started.elapsed().as_secs_f64(), 0, 0);
+    result
 }

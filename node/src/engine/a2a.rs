@@ -5,7 +5,7 @@
 //! turn), each group is one conversation (`contextId`, kept in the bot's data folder by
 //! `a2a::conversations`, so a restart goes on with it), and
 //! the message is what was said in the group since the bot's last turn, the trigger last
-//! (the same delta an ACP agent gets, `engine::acp_prompt`). The task's status messages
+//! (the same delta an ACP agent gets, `engine::acp::acp_prompt`). The task's status messages
 //! are the turn's progress (the page's live line); its artifacts' text is the reply. A
 //! task that asks for input (`INPUT_REQUIRED`) puts its question to the chat as the bot's
 //! reply, and the group's next turn continues that task with what was said since.
@@ -283,60 +283,7 @@ impl RemoteAgent {
 
 impl RemoteAgent {
     /// Whether the group's conversation with the agent has begun.
-    fn knows(&self, group: &str) -> bool {
+    pub(crate) fn knows(&self, group: &str) -> bool {
         self.conversations.knows(group)
-    }
-}
-
-/// The turn on `msg` written by the remote agent: the text to post, or why not
-/// (`agent_silent`, `agent_failed`, `shutting_down`) for the decision record. The
-/// message is what was said since the bot's last turn, the trigger last (the recent
-/// transcript first, when the group's conversation with the agent is new); one call
-/// of the daily budget.
-pub(crate) async fn write<P: crate::turn::Ports + ?Sized>(
-    p: &P,
-    msg: &crate::wire::envelope::Envelope,
-    agent: &RemoteAgent,
-) -> Result<crate::turn::brain::Reply, (&'static str, String)> {
-    let brain = p.brain();
-    let me = brain.me();
-    let before = crate::turn::pipeline::context_before(p, msg, me.context_messages.max(50));
-    let prompt =
-        crate::turn::engine::acp_prompt(&me.name, &before, msg, |id| brain.asks.consumed(id));
-    let text = match prompt.context.filter(|_| !agent.knows(&msg.group)) {
-        Some(context) => format!("{context}\n\nNow:\n{}", prompt.text),
-        None => prompt.text,
-    };
-    brain.asks.handed_out(&msg.group, msg.id);
-    let _turn = brain.asks.turn_started(&msg.group, msg.id);
-    brain.trail.note(
-        msg.id,
-        "agent",
-        "prompted",
-        &format!("A2A task, {} lines", text.lines().count()),
-    );
-    brain.budget.spend(0);
-    let (progress, mut lines) = mpsc::channel(32);
-    let turn = agent.turn(&msg.group, &text, progress);
-    tokio::pin!(turn);
-    let show = |text: String| crate::turn::pipeline::show_progress(p, msg, text);
-    let outcome = loop {
-        tokio::select! {
-            biased;
-            // Returning drops the turn, which cancels the task at the agent.
-            _ = p.stopping().cancelled() => {
-                return Err(("shutting_down", "the node is stopping: the agent's task is cancelled".into()));
-            }
-            Some(line) = lines.recv() => show(line),
-            r = &mut turn => break r,
-        }
-    };
-    while let Ok(line) = lines.try_recv() {
-        show(line);
-    }
-    match outcome {
-        Ok(Outcome::Post(text)) => Ok(crate::turn::brain::Reply { text, tokens: 0 }),
-        Ok(Outcome::Silent(why)) => Err(("agent_silent", why)),
-        Err(why) => Err(("agent_failed", why)),
     }
 }
