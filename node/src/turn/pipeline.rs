@@ -31,7 +31,7 @@ use crate::store::verdicts::{VerdictRecord, VERDICT_FORMAT};
 use crate::telemetry::events::Event;
 use crate::turn::brain::{Brain, Judged, PendingDraft, Reply};
 use crate::turn::context::{bots_since_human, context_before, RATE_WINDOW_MS};
-use crate::turn::control::{is_command, without_commands, StopSignal};
+use crate::turn::control::{is_command, StopSignal};
 use crate::turn::mention::PlatformMention;
 use crate::turn::outcome::{Ended, Outcome, OutcomeSlot};
 use crate::turn::policy::{Action, Decision};
@@ -574,10 +574,9 @@ async fn acp_step<P: Ports + ?Sized>(
     }
     // A turn whose status said how it ended told it there.
     let status_ends = p.status_ends(&msg.group, me.context_messages.max(50) + 64);
-    let prompt =
-        crate::engine::acp::acp_prompt_after(&me.name, &before, &status_ends, msg, |id| {
-            brain.asks.consumed(id)
-        });
+    let prompt = crate::engine::acp::acp_prompt_after(&me.name, &before, &status_ends, msg, |id| {
+        brain.asks.consumed(id)
+    });
     // The prompt hands out what was addressed to the bot up to the trigger; the group
     // tools know the turn in flight (an `ask` continues it, and is counted in it).
     brain.asks.handed_out(&msg.group, msg.id);
