@@ -54,7 +54,11 @@ async fn caller(mesh: &TestMesh, i: usize, token: &str, args: &[&str]) -> Vec<Va
 
 /// Messages of `name` in `t`.
 fn by<'a>(t: &'a [Envelope], name: &str) -> Vec<&'a Envelope> {
-    t.iter().filter(|e| e.author.name == name).collect()
+    // Chat messages only: a status message a slow turn posts (a loaded machine) is no
+    // reply (tests/tests/status_messages.rs tests those).
+    t.iter()
+        .filter(|e| e.author.name == name && e.kind == botmesh::wire::envelope::Kind::Message)
+        .collect()
 }
 
 /// `botmesh_a2a_tasks_total{bot="A",direction="served",state}` on node `i`.

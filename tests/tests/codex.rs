@@ -160,7 +160,13 @@ stream_max_retries = 0
 
 fn codex_msgs(t: &[Envelope]) -> Vec<&Envelope> {
     t.iter()
-        .filter(|e| e.author.kind == AuthorKind::Bot && e.author.name == "Codex")
+        .filter(|e| {
+            // Chat messages only: a status message a slow turn posts (a loaded machine)
+            // is no reply (tests/tests/status_messages.rs tests those).
+            e.author.kind == AuthorKind::Bot
+                && e.author.name == "Codex"
+                && e.kind == botmesh::wire::envelope::Kind::Message
+        })
         .collect()
 }
 

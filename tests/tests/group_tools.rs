@@ -65,7 +65,13 @@ fn refused(answer: &(u16, Value)) -> &str {
 /// Bot `name`'s messages in `t`.
 fn by<'a>(t: &'a [Envelope], name: &str) -> Vec<&'a Envelope> {
     t.iter()
-        .filter(|e| e.author.kind == AuthorKind::Bot && e.author.name == name)
+        .filter(|e| {
+            // Chat messages only: a status message a slow turn posts (a loaded machine)
+            // is no reply (tests/tests/status_messages.rs tests those).
+            e.author.kind == AuthorKind::Bot
+                && e.author.name == name
+                && e.kind == botmesh::wire::envelope::Kind::Message
+        })
         .collect()
 }
 
