@@ -4,6 +4,7 @@
 //! peers.toml naming those addresses (keys in files, as an operator would), then starts
 //! the nodes in-process. Nodes can be stopped and restarted on the same ports.
 
+pub mod acp_standin;
 pub mod fake_dingtalk;
 pub mod fake_discord;
 pub mod fake_feishu;

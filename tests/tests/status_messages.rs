@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use botmesh::telemetry::events::Event;
 use botmesh::wire::envelope::{Envelope, Kind};
-use botmesh_tests::{acp_standin_script as script, test_python as python, wait_for};
+use botmesh_tests::{acp_standin, wait_for};
 use botmesh_tests::{MeshSpec, TestMesh};
 
 /// The longest any wait here lasts.
@@ -30,26 +30,9 @@ const QUICK_STATUS: &str = "status_after_secs = 1\nstatus_every_secs = 1";
 /// conversation.
 const ADA: &str = "skills = [\"working\"]\nreply_to = \"all\"\nparticipation = \"judge\"\nmin_delay_ms = 100\nmax_delay_ms = 300\njitter_ms = 0\nmin_relevance = 0.0";
 
-/// The stand-in agent's log lines so far.
-fn agent_log(dir: &Path) -> Vec<String> {
-    std::fs::read_to_string(dir.join("agent.log"))
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
-
-/// Coder's `agent` table: the stand-in working in `dir` (boxed by the botmesh binary).
+/// Coder's `agent` table: the stand-in working in `dir`.
 fn agent(dir: &Path) -> String {
-    botmesh_tests::use_sandbox_launcher();
-    format!(
-        "agent = {{ acp = [{:?}, {:?}], cwd = {:?}, env = {{ ACP_STANDIN_LOG = {:?} }}, sandbox = {{ read = [{:?}] }} }}",
-        python(),
-        script(),
-        dir.display().to_string(),
-        dir.join("agent.log").display().to_string(),
-        botmesh_tests::standin_dir(),
-    )
+    acp_standin::agent_table(dir, "")
 }
 
 /// Coder (answering when mentioned, its extra TOML `coder`) and Ada (the colleague
@@ -59,18 +42,6 @@ fn coder_and_ada(coder: &str) -> MeshSpec {
         .bot("Coder", coder)
         .bot("Coder", "participation = \"mentions\"")
         .bot("Ada", ADA)
-}
-
-/// Waits until the agent logged `line` (a prefix).
-async fn agent_at(dir: &Path, line: &str) {
-    let log = wait_for(
-        WAIT,
-        Duration::from_millis(20),
-        || async { agent_log(dir) },
-        |l: &Vec<String>| l.iter().any(|l| l.starts_with(line)),
-    )
-    .await;
-    assert!(log.iter().any(|l| l.starts_with(line)), "{line:?}: {log:?}");
 }
 
 /// How a platform shows Coder's messages to the test: each one's id and text now.
@@ -83,21 +54,21 @@ trait Shown {
 /// it shows: one status message, edited as each step starts (text changing), ended
 /// "done", then one answer. Returns the status message's platform id.
 async fn one_status_then_the_answer(dir: &Path, shown: &impl Shown) -> String {
-    agent_at(dir, "step 1 ").await;
+    acp_standin::logged(dir, "step 1 ").await;
     let first = status_when(shown, "the status, working on step 1", |t| {
         t.starts_with("Coder is working (") && t.contains("step 1")
     })
     .await;
-    next_step(dir, 1).await;
+    acp_standin::next_step(dir, 1).await;
     let second = status_when(shown, "the status edited: step 2", |t| t.contains("step 2")).await;
-    next_step(dir, 2).await;
+    acp_standin::next_step(dir, 2).await;
     let third = status_when(shown, "the status edited: step 3", |t| t.contains("step 3")).await;
     assert_eq!(first.0, third.0, "one status message, edited in place");
     assert_eq!(first.0, second.0, "one status message, edited in place");
     let mut seen = vec![first.1, second.1, third.1];
     seen.dedup();
     assert_eq!(seen.len(), 3, "the text changed with each edit: {seen:?}");
-    std::fs::write(dir.join("go3"), b"").unwrap();
+    acp_standin::end_step(dir, 3);
     let done = coder_messages_when(shown, |m| {
         m.len() == 2 && m[0].1.starts_with("Coder: done in")
     })
@@ -112,23 +83,17 @@ async fn one_status_then_the_answer(dir: &Path, shown: &impl Shown) -> String {
     done[0].0.clone()
 }
 
-/// Lets the agent end step `n` and waits until it is on the next one.
-async fn next_step(dir: &Path, n: u32) {
-    std::fs::write(dir.join(format!("go{n}")), b"").unwrap();
-    agent_at(dir, &format!("step {} ", n + 1)).await;
-}
-
 /// Drives the slow turn on a platform that cannot edit, already asked `@Coder STEPS
 /// 3`: one plain "working…" status message, never changed while the agent goes
 /// through its steps, then one answer. Returns the status message's platform id.
 async fn one_unedited_status_then_the_answer(dir: &Path, shown: &impl Shown) -> String {
-    agent_at(dir, "step 1 ").await;
+    acp_standin::logged(dir, "step 1 ").await;
     let first = status_when(shown, "the working… status", |t| {
         t.starts_with("Coder is working (")
     })
     .await;
-    next_step(dir, 1).await;
-    next_step(dir, 2).await;
+    acp_standin::next_step(dir, 1).await;
+    acp_standin::next_step(dir, 2).await;
     // Two steps of progress, each past the one-second pace: nothing more is sent.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
@@ -136,7 +101,7 @@ async fn one_unedited_status_then_the_answer(dir: &Path, shown: &impl Shown) -> 
         vec![first.clone()],
         "one status message, not edited and not followed by notes"
     );
-    std::fs::write(dir.join("go3"), b"").unwrap();
+    acp_standin::end_step(dir, 3);
     let done = coder_messages_when(shown, |m| m.len() == 2)
         .await
         .unwrap_or_else(|m| panic!("the answer after the status: saw {m:?}"));
@@ -428,7 +393,7 @@ mod local {
         let dir = tempfile::tempdir().unwrap();
         let dir = dir.path().canonicalize().unwrap();
         let (mesh, page) = asked_on_the_page(&dir).await;
-        agent_at(&dir, "step 1 ").await;
+        acp_standin::logged(&dir, "step 1 ").await;
         status_when(&page, "the status, working", |t| {
             t.starts_with("Coder is working (")
         })
@@ -486,7 +451,7 @@ mod local {
             shown: Default::default(),
         };
         mesh.post_human(0, "carol", "@Coder STEPS 3").await;
-        agent_at(&dir, "step 1 ").await;
+        acp_standin::logged(&dir, "step 1 ").await;
         mesh.post_human(0, "Boss", "/stop").await;
         coder_messages_when(&page, |m| !m.is_empty())
             .await
