@@ -2,11 +2,16 @@
 //! over W3C WebDriver: a person posts from the page, the bot's answer shows up live on
 //! both nodes' pages with why it spoke.
 //!
+//! A second test watches an agent's long turn on the page (issue #35): one status
+//! message edited in place, the live progress line, how the turn ended surviving a
+//! reload, and no depth badge on the question people must answer.
+//!
 //! Needs `apt-get install chromium chromium-driver`. Without them the test is skipped
 //! with a loud message, except under CI (`CI` set), where it fails.
 
 use std::time::{Duration, Instant};
 
+use botmesh_tests::acp_standin;
 use botmesh_tests::webdriver::{self, skip_or_fail, Browser, ENTER};
 use botmesh_tests::{MeshSpec, TestMesh};
 use serde_json::Value;
@@ -17,6 +22,9 @@ const WAIT: Duration = Duration::from_secs(20);
 const MESSAGES_JS: &str = r#"
 return Array.from(document.querySelectorAll('#messages .msg')).map(m => ({
   id: m.dataset.id, author: m.dataset.author, kind: m.dataset.kind,
+  status: m.classList.contains('status'),
+  depth: m.querySelector('.depth') ? m.querySelector('.depth').textContent : null,
+  re: m.querySelector('.re') ? m.querySelector('.re').textContent : null,
   why: m.querySelector('.why') ? m.querySelector('.why').textContent : null,
   text: m.querySelector('.body') ? m.querySelector('.body').textContent : null,
   html_children: m.querySelector('.body') ? Array.from(m.querySelector('.body').children).map(c => c.tagName + '.' + c.className) : [],
@@ -249,6 +257,251 @@ async fn page_posts_as_a_human_and_shows_the_bot_reply_live_on_both_nodes() {
     mesh.shutdown().await;
     eprintln!(
         "browser test took {:.1}s (screenshots: /tmp/botmesh-page.png, /tmp/botmesh-page-desktop.png)",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Coder's status messages on the page.
+fn coder_statuses(v: &Value) -> Vec<&Value> {
+    msgs(v)
+        .iter()
+        .filter(|m| m["author"] == "Coder" && m["status"] == true)
+        .collect()
+}
+
+/// Coder's messages on the page, in the page's order: (is it a status, its text).
+fn coder_said(v: &Value) -> Vec<(bool, String)> {
+    msgs(v)
+        .iter()
+        .filter(|m| m["author"] == "Coder")
+        .map(|m| {
+            (
+                m["status"] == true,
+                m["text"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The message `id` on the page.
+fn msg_by_id<'a>(v: &'a Value, id: &str) -> Option<&'a Value> {
+    msgs(v).iter().find(|m| m["id"].as_str() == Some(id))
+}
+
+/// The agent's progress lines under the message `trigger` (its decision lines left
+/// out): the page keeps one, replaced as the agent goes on.
+fn progress_lines(v: &Value, trigger: &str) -> Vec<String> {
+    let Some(m) = msg_by_id(v, trigger) else {
+        return Vec::new();
+    };
+    msgs(&m["turns"])
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|t| {
+            [
+                "Coder working:",
+                "Coder done:",
+                "Coder failed:",
+                "Coder writing…",
+            ]
+            .iter()
+            .any(|p| t.starts_with(p))
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// Coder's one status, once it reads `want` and the progress line under `trigger`
+/// is `line`: (its id, its text).
+async fn status_reading(
+    b: &Browser,
+    trigger: &str,
+    line: &str,
+    want: impl Fn(&str) -> bool,
+) -> (String, String) {
+    let (v, ok) = b
+        .poll(MESSAGES_JS, WAIT, |v| {
+            let s = coder_statuses(v);
+            s.len() == 1
+                && s[0]["text"].as_str().is_some_and(&want)
+                && progress_lines(v, trigger) == [line]
+        })
+        .await
+        .unwrap();
+    assert!(
+        ok,
+        "one status and the progress line {line:?}: statuses {:#?}, progress {:?}",
+        coder_statuses(&v),
+        progress_lines(&v, trigger)
+    );
+    let s = coder_statuses(&v)[0];
+    (
+        s["id"].as_str().unwrap().to_string(),
+        s["text"].as_str().unwrap().to_string(),
+    )
+}
+
+/// The page's messages once Coder's message reading `text` is among them, and that
+/// message.
+async fn coder_message(b: &Browser, text: &str) -> (Value, Value) {
+    let (v, ok) = b
+        .poll(MESSAGES_JS, WAIT, |v| {
+            coder_said(v).iter().any(|(_, t)| t == text)
+        })
+        .await
+        .unwrap();
+    assert!(
+        ok,
+        "Coder saying {text:?} on the page: {:#?}",
+        coder_said(&v)
+    );
+    let m = msgs(&v).iter().find(|m| m["text"] == text).unwrap().clone();
+    (v, m)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_one_status_edited_in_place_and_how_the_turn_ended_after_a_reload() {
+    if let Err(why) = webdriver::binaries() {
+        if skip_or_fail(&why) {
+            return;
+        }
+    }
+    botmesh_tests::init_logs();
+    let started = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    // A status after 1 s, edited at most every second; execute calls asked in the chat.
+    let coder = format!(
+        "participation = \"mentions\"\nstatus_after_secs = 1\nstatus_every_secs = 1\n{}",
+        acp_standin::agent_table(&dir, ", ask = [\"execute\"], ask_timeout_secs = 20")
+    );
+    let mesh = TestMesh::start(MeshSpec::new(&["Coder"]).bot("Coder", &coder)).await;
+    let b = Browser::start(1280, 900)
+        .await
+        .expect("start chromedriver + chromium");
+    b.goto(&format!("{}/", mesh.api(0))).await.unwrap();
+    wait_live(&b, "Coder").await;
+
+    // A slow turn: three tool calls ("step 1", …), each ending on the test's word.
+    let asked = mesh.post_human(0, "carol", "@Coder STEPS 3").await;
+    acp_standin::logged(&dir, "step 1 ").await;
+    let (id, first) = status_reading(&b, &asked, "Coder working: step 1", |t| {
+        t.starts_with("Coder is working (") && t.contains("step 1")
+    })
+    .await;
+    acp_standin::next_step(&dir, 1).await;
+    let second = status_reading(&b, &asked, "Coder working: step 2", |t| {
+        t.starts_with("Coder is working (") && t.contains("step 2")
+    })
+    .await;
+    acp_standin::next_step(&dir, 2).await;
+    let third = status_reading(&b, &asked, "Coder working: step 3", |t| {
+        t.starts_with("Coder is working (") && t.contains("step 3")
+    })
+    .await;
+    assert_eq!(
+        (&second.0, &third.0),
+        (&id, &id),
+        "one status, edited in place"
+    );
+    let mut seen = vec![first, second.1, third.1];
+    seen.dedup();
+    assert_eq!(
+        seen.len(),
+        3,
+        "its text changed as the agent went on: {seen:?}"
+    );
+
+    // The turn ends: the status says so, then the answer comes as a new message.
+    acp_standin::end_step(&dir, 3);
+    let ended = |v: &Value| {
+        let said = coder_said(v);
+        said.len() == 2
+            && said[0].0
+            && said[0].1.starts_with("Coder: done in ")
+            && said[1] == (false, "all 3 steps done".to_string())
+    };
+    let (v, ok) = b.poll(MESSAGES_JS, WAIT, ended).await.unwrap();
+    assert!(
+        ok,
+        "one status reading \"done in\", then the answer: {:#?}",
+        coder_said(&v)
+    );
+    let done = coder_said(&v)[0].1.clone();
+    assert_eq!(coder_statuses(&v)[0]["id"], id.as_str(), "the same status");
+    let line = progress_lines(&v, &asked);
+    assert_eq!(line.len(), 1, "one progress line: {line:?}");
+    b.screenshot("/tmp/botmesh-page-status.png").await.unwrap();
+
+    // Reloaded, the page shows the same: the status as it ended (not its first
+    // "working…" text), once, and the agent's last progress line.
+    b.refresh().await.unwrap();
+    wait_live(&b, "Coder").await;
+    let (v, ok) = b
+        .poll(MESSAGES_JS, WAIT, |v| {
+            coder_said(v).len() >= 2 && !progress_lines(v, &asked).is_empty()
+        })
+        .await
+        .unwrap();
+    assert!(
+        ok,
+        "the reloaded page shows Coder's messages and the progress line: {v:#}"
+    );
+    assert_eq!(
+        coder_said(&v),
+        [(true, done), (false, "all 3 steps done".to_string())],
+        "after the reload: one status reading how the turn ended, then the answer"
+    );
+    assert_eq!(
+        progress_lines(&v, &asked),
+        line,
+        "progress kept over a reload"
+    );
+
+    // A question people must answer carries no depth badge; the answer after it does.
+    let request = mesh.post_human(0, "carol", "@Coder TOOL execute").await;
+    let question = "Coder wants to run `cargo test` — /allow or /deny";
+    let (v, q) = coder_message(&b, question).await;
+    assert_eq!(
+        q["depth"],
+        Value::Null,
+        "no depth badge on a question: {q:#}"
+    );
+    assert!(
+        q["re"].as_str().is_some_and(|r| r.contains("TOOL execute")),
+        "the question replies to its request: {q:#}"
+    );
+    assert_eq!(
+        msg_by_id(&v, &request).unwrap()["depth"],
+        "depth 0",
+        "a person's message shows its depth"
+    );
+    mesh.post_human(0, "carol", "/allow").await;
+    let allowed = "permission: proceed-once";
+    let (_, a) = coder_message(&b, allowed).await;
+    assert!(
+        a["depth"].as_str().is_some_and(|d| d.starts_with("depth ")),
+        "a turn's answer shows its depth: {a:#}"
+    );
+
+    // A text-only turn: its progress line says the agent is writing, once.
+    let hello = mesh.post_human(0, "carol", "@Coder hello there").await;
+    let (v, ok) = b
+        .poll(MESSAGES_JS, WAIT, |v| {
+            coder_said(v)
+                .iter()
+                .any(|(s, t)| !s && t.starts_with("echo: ") && t.ends_with("@Coder hello there"))
+                && !progress_lines(v, &hello).is_empty()
+        })
+        .await
+        .unwrap();
+    assert!(ok, "the echo and its progress line: {v:#}");
+    assert_eq!(progress_lines(&v, &hello), ["Coder writing…"]);
+
+    b.quit().await.unwrap();
+    mesh.shutdown().await;
+    eprintln!(
+        "status browser test took {:.1}s (screenshot: /tmp/botmesh-page-status.png)",
         started.elapsed().as_secs_f64()
     );
 }
