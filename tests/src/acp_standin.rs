@@ -2,9 +2,9 @@
 //! `agent` table running it boxed in a folder, its log there, and the test's word
 //! (`go<i>` files) that ends each step of a `STEPS <n>` prompt.
 //!
-//! Exists because more than one test file (tests/tests/status_messages.rs,
-//! tests/tests/browser.rs) has the stand-in work slowly, step by step, and watches
-//! what people are shown meanwhile.
+//! Exists because many test files (tests/tests/agents.rs, group_tools.rs,
+//! status_messages.rs, browser.rs) host the stand-in, and some have it work slowly,
+//! step by step, and watch what people are shown meanwhile.
 
 use std::path::Path;
 use std::time::Duration;
@@ -37,9 +37,9 @@ pub fn log(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Waits (bounded) until the stand-in logged a line starting with `line`; panics
-/// with its log if it never does.
-pub async fn logged(dir: &Path, line: &str) {
+/// Waits (bounded) until the stand-in logged a line starting with `line`, and gives
+/// that line; panics with its log if it never does.
+pub async fn logged(dir: &Path, line: &str) -> String {
     let log = wait_for(
         WAIT,
         Duration::from_millis(20),
@@ -47,7 +47,10 @@ pub async fn logged(dir: &Path, line: &str) {
         |l: &Vec<String>| l.iter().any(|l| l.starts_with(line)),
     )
     .await;
-    assert!(log.iter().any(|l| l.starts_with(line)), "{line:?}: {log:?}");
+    log.iter()
+        .find(|l| l.starts_with(line))
+        .cloned()
+        .unwrap_or_else(|| panic!("the stand-in never logged {line:?}: {log:?}"))
 }
 
 /// Lets the stand-in end step `n` of a `STEPS` prompt.

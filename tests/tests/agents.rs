@@ -13,47 +13,8 @@ use botmesh_tests::{botmesh_bin, fetch_json, wait_for, MeshSpec, ProcessMesh, Te
 /// The longest any wait here lasts.
 const WAIT: Duration = Duration::from_secs(20);
 
-use botmesh_tests::{acp_standin_script as script, test_python as python};
-
-/// The `agent` line running the stand-in in `dir` (its log there), with `extra` keys.
-fn agent_line(dir: &Path, extra: &str) -> String {
-    format!(
-        "agent = {{ acp = [{:?}, {:?}], cwd = {:?}, env = {{ ACP_STANDIN_LOG = {:?} }}, sandbox = {{ read = [{:?}] }}{extra} }}",
-        python(),
-        script(),
-        dir.display().to_string(),
-        log_path(dir).display().to_string(),
-        botmesh_tests::standin_dir(),
-    )
-}
-
-fn log_path(dir: &Path) -> PathBuf {
-    dir.join("agent.log")
-}
-
-/// The stand-in's log lines so far.
-fn log(dir: &Path) -> Vec<String> {
-    std::fs::read_to_string(log_path(dir))
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
-
-/// Waits (bounded) until the stand-in logged a line starting with `prefix`.
-async fn wait_log(dir: &Path, prefix: &str) -> String {
-    let lines = wait_for(
-        WAIT,
-        Duration::from_millis(50),
-        || async { log(dir) },
-        |l: &Vec<String>| l.iter().any(|l| l.starts_with(prefix)),
-    )
-    .await;
-    lines
-        .into_iter()
-        .find(|l| l.starts_with(prefix))
-        .unwrap_or_else(|| panic!("the agent never logged {prefix:?}: {:?}", log(dir)))
-}
+use botmesh_tests::acp_standin::{agent_table as agent_line, log, logged as wait_log};
+use botmesh_tests::test_python as python;
 
 /// A 2-bot mesh (mentions only): Ada on the built-in model, Coder on the stand-in.
 async fn mesh(dir: &Path, extra: &str) -> TestMesh {
@@ -568,7 +529,10 @@ async fn the_agent_gets_env_from_but_not_the_mesh_secret_or_llm_key() {
     let seen: serde_json::Value = serde_json::from_str(reply["text"].as_str().unwrap()).unwrap();
     let env = seen["env"].as_object().unwrap();
     assert_eq!(env["CODER_TOKEN"], "tok-for-the-agent", "{env:?}");
-    assert_eq!(env["ACP_STANDIN_LOG"], log_path(&dir).display().to_string());
+    assert_eq!(
+        env["ACP_STANDIN_LOG"],
+        dir.join("agent.log").display().to_string()
+    );
     let text = seen.to_string();
     assert!(!text.contains(&secret) && !text.contains("sk-llm-key-do-not-leak"));
     assert!(!env.contains_key("BOTMESH_TEST_CODER_TOKEN"), "{env:?}");

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use botmesh::wire::envelope::{AuthorKind, Envelope};
 use botmesh_tests::{
-    acp_standin_script as script, botmesh_bin, test_python as python, wait_for, MeshSpec, TestMesh,
+    acp_standin::agent_table, botmesh_bin, test_python as python, wait_for, MeshSpec, TestMesh,
 };
 use serde_json::{json, Value};
 
@@ -214,19 +214,6 @@ async fn the_group_tools_read_post_and_ask_through_the_group() {
     mesh.shutdown().await;
 }
 
-/// The `agent` line running the ACP stand-in in `dir`, boxed as by default (its
-/// script's folder widened in).
-fn agent_line(dir: &Path) -> String {
-    format!(
-        "agent = {{ acp = [{:?}, {:?}], cwd = {:?}, env = {{ ACP_STANDIN_LOG = {:?} }}, sandbox = {{ read = [{:?}] }} }}",
-        python(),
-        script(),
-        dir.display().to_string(),
-        dir.join("agent.log").display().to_string(),
-        botmesh_tests::standin_dir(),
-    )
-}
-
 /// Waits (bounded) until Coder posted `n` messages that are turns' replies (not the
 /// tool's: those say `why = posted`), seen at node `i`.
 async fn coder_replies(mesh: &TestMesh, i: usize, n: usize) -> Vec<Envelope> {
@@ -254,7 +241,7 @@ async fn a_hosted_agent_asks_a_colleague_mid_turn_through_its_mesh_server() {
             "mcp_command = {:?}",
             botmesh_bin().display().to_string()
         ))
-        .bot("Coder", &agent_line(&dir));
+        .bot("Coder", &agent_table(&dir, ""));
     let mesh = TestMesh::start(spec).await;
     let (coder, reviewer) = (mesh.index("Coder"), mesh.index("Reviewer"));
 
