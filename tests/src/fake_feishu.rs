@@ -1077,3 +1077,17 @@ impl Callback {
         (status, r.json().await.unwrap_or(Value::Null))
     }
 }
+
+/// The ids of the people and the group the Feishu tests (tests/tests/feishu.rs,
+/// feishu_ws.rs) play out their chats with, shaped as Feishu's own: one set, so
+/// both tests speak of the same chat.
+pub mod ids {
+    /// The bot Xiaoba's open_id in its own app.
+    pub const XIAOBA_OPEN_ID: &str = "ou_84aad35d084aa403a838cf73ee18467";
+    /// The bot Ergoz as Xiaoba's app sees it (open_ids are per app).
+    pub const ERGOZ_IN_XIAOBAS_APP: &str = "ou_7dab8a3d3cdcc9da365777c7ad535d62";
+    /// The group chat.
+    pub const CHAT: &str = "oc_5ce6d572455d361153b7xx51da133945";
+    /// A person in the chat.
+    pub const ALICE: &str = "ou_c99c5f35d542efc7ee492afe11af19ef";
+}

@@ -317,16 +317,7 @@ impl FakeOnebot {
             refused: 0,
             next_conn: 0,
         }));
-        let i = inner.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let inner = i.clone();
-                tokio::spawn(async move { connection(stream, inner).await });
-            }
-        });
+        crate::serve::accept_each(listener, inner.clone(), connection);
         FakeOnebot {
             ws_base: format!("ws://{addr}"),
             inner,

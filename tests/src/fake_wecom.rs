@@ -275,24 +275,15 @@ impl Inner {
                 }
                 match body["msgtype"].as_str() {
                     Some("stream") => (
-                        body["stream"]["content"]
-                            .as_str()
-                            .unwrap_or_default()
-                            .to_string(),
+                        string_at(&body["stream"]["content"]),
                         chatid,
                         Via::Reply {
                             req_id: req_id.to_string(),
-                            stream_id: body["stream"]["id"]
-                                .as_str()
-                                .unwrap_or_default()
-                                .to_string(),
+                            stream_id: string_at(&body["stream"]["id"]),
                         },
                     ),
                     Some("markdown") => (
-                        body["markdown"]["content"]
-                            .as_str()
-                            .unwrap_or_default()
-                            .to_string(),
+                        string_at(&body["markdown"]["content"]),
                         chatid,
                         Via::Reply {
                             req_id: req_id.to_string(),
@@ -307,11 +298,8 @@ impl Inner {
                     return 40058;
                 }
                 (
-                    body["markdown"]["content"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string(),
-                    body["chatid"].as_str().unwrap_or_default().to_string(),
+                    string_at(&body["markdown"]["content"]),
+                    string_at(&body["chatid"]),
                     Via::Send,
                 )
             }
@@ -352,6 +340,11 @@ impl Inner {
     }
 }
 
+/// The string at `v` (a request body's field), empty when it is absent or no string.
+fn string_at(v: &Value) -> String {
+    v.as_str().unwrap_or_default().to_string()
+}
+
 /// Unix seconds.
 fn now_secs() -> u64 {
     std::time::SystemTime::now()
@@ -369,16 +362,7 @@ impl FakeWecom {
             robots,
             ..Inner::default()
         }));
-        let i = inner.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let inner = i.clone();
-                tokio::spawn(async move { connection(stream, inner).await });
-            }
-        });
+        crate::serve::accept_each(listener, inner.clone(), connection);
         FakeWecom {
             ws_url: format!("ws://{addr}"),
             inner,

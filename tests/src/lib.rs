@@ -15,6 +15,7 @@ pub mod fake_telegram;
 pub mod fake_wecom;
 pub mod faults;
 pub mod log_check;
+pub mod openmetrics;
 pub mod redis_server;
 pub mod sdk_client;
 pub mod serve;

@@ -20,7 +20,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
 /// What a handler answers: a whole body, as every fake here builds it (one name for the
@@ -164,4 +164,24 @@ where
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
     }
+}
+
+/// Accepts connections on `listener` until the runtime ends, each served on its own
+/// task by `serve(stream, state.clone())`; a failed accept is passed over. Exists so
+/// the WebSocket stand-ins (tests/src/fake_onebot.rs, fake_wecom.rs) share one accept
+/// loop.
+pub fn accept_each<S, F, Fut>(listener: TcpListener, state: S, serve: F) -> JoinHandle<()>
+where
+    S: Clone + Send + 'static,
+    F: Fn(TcpStream, S) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            tokio::spawn(serve(stream, state.clone()));
+        }
+    })
 }

@@ -611,18 +611,11 @@ async fn a_dropped_gateway_resumes_with_no_message_lost_or_doubled() {
         );
     }
     // The other channel is a group named by its id.
-    let v: serde_json::Value = mesh
-        .http
-        .get(format!(
-            "{}/v1/transcript?group={OTHER_CHANNEL}",
-            mesh.api(BIX)
-        ))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: serde_json::Value = botmesh_tests::fetch_json(mesh.http.get(format!(
+        "{}/v1/transcript?group={OTHER_CHANNEL}",
+        mesh.api(BIX)
+    )))
+    .await;
     assert_eq!(v["messages"][0]["text"], "over here too");
     assert_eq!(fake.gateway_counts().0, 2);
     // Edited and deleted later: logged, not judged again, the transcript unchanged.

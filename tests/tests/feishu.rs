@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use botmesh::wire::envelope::{AuthorKind, Envelope};
+use botmesh_tests::fake_feishu::ids::{ALICE, CHAT, ERGOZ_IN_XIAOBAS_APP, XIAOBA_OPEN_ID};
 use botmesh_tests::fake_feishu::{
     message_event, url_verification, Callback, Fail, FakeApp, FakeFeishu, MessageSpec,
 };
@@ -19,10 +20,6 @@ const APP_ID: &str = "cli_a1b2c3d4e5f60001";
 const APP_SECRET: &str = "dskLLdkasdjlasdKK";
 const TOKEN: &str = "rvaYgkND1GOiu5MM0E1rncYC6PLtF7JV";
 const KEY: &str = "a-32-char-encrypt-key-for-tests!";
-const XIAOBA_OPEN_ID: &str = "ou_84aad35d084aa403a838cf73ee18467";
-const ERGOZ_IN_XIAOBAS_APP: &str = "ou_7dab8a3d3cdcc9da365777c7ad535d62";
-const CHAT: &str = "oc_5ce6d572455d361153b7xx51da133945";
-const ALICE: &str = "ou_c99c5f35d542efc7ee492afe11af19ef";
 const WAIT: Duration = Duration::from_secs(10);
 
 const XIAOBA: usize = 0;

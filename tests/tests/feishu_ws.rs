@@ -17,8 +17,10 @@ use botmesh::app::node::RunningNode;
 use botmesh::config::{NodeConfig, Settings};
 use botmesh::wire::envelope::Envelope;
 use botmesh::wire::signing::HmacSecret;
+use botmesh_tests::fake_feishu::ids::{ALICE, CHAT, ERGOZ_IN_XIAOBAS_APP, XIAOBA_OPEN_ID};
 use botmesh_tests::fake_feishu::{message_event, FakeApp, FakeFeishu, MessageSpec, Refusal};
 use botmesh_tests::fake_llm::{FakeLlm, Script};
+use botmesh_tests::openmetrics::parse_openmetrics;
 use botmesh_tests::{init_logs, metric};
 use serde_json::Value;
 use tokio::io::AsyncBufReadExt;
@@ -26,10 +28,6 @@ use tokio::net::TcpListener;
 
 const APP_ID: &str = "cli_a1b2c3d4e5f60002";
 const APP_SECRET: &str = "ws-app-secret-for-tests";
-const XIAOBA_OPEN_ID: &str = "ou_84aad35d084aa403a838cf73ee18467";
-const ERGOZ_IN_XIAOBAS_APP: &str = "ou_7dab8a3d3cdcc9da365777c7ad535d62";
-const CHAT: &str = "oc_5ce6d572455d361153b7xx51da133945";
-const ALICE: &str = "ou_c99c5f35d542efc7ee492afe11af19ef";
 const WAIT: Duration = Duration::from_secs(20);
 /// How long the official SDK may take to start and connect (bounded; a Python import
 /// of lark_oapi is slow on a busy machine).
@@ -756,16 +754,12 @@ impl Node {
     /// ErGoz publishes a message it posted on Feishu as `om` (as its sidecar would):
     /// the bridge copy, with its depth. Returns its envelope id.
     async fn ergoz_says(&self, text: &str, om: &str) -> String {
-        let r: Value = self
-            .http
-            .post(format!("http://{}/v1/messages", self.peer_api))
-            .json(&serde_json::json!({"text": text, "from": "ErGoz", "platform_msg_id": om}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let r: Value = botmesh_tests::fetch_json(
+            self.http
+                .post(format!("http://{}/v1/messages", self.peer_api))
+                .json(&serde_json::json!({"text": text, "from": "ErGoz", "platform_msg_id": om})),
+        )
+        .await;
         r["id"]
             .as_str()
             .unwrap_or_else(|| panic!("{r}"))
@@ -1043,37 +1037,4 @@ async fn an_event_the_node_could_not_take_is_answered_500_and_delivered_again() 
     assert_eq!((h.acked, h.refused), (1, 1), "{h:?}");
     stop.cancel();
     task.await.unwrap();
-}
-
-/// Parses OpenMetrics text with the Python `prometheus_client` parser (as
-/// tests/tests/metrics_format.rs does); the families as JSON.
-fn parse_openmetrics(python: &str, text: &str) -> Value {
-    use std::io::Write;
-    const PARSE: &str = r#"
-import json, sys
-from prometheus_client.openmetrics.parser import text_string_to_metric_families
-json.dump([{"name": f.name, "type": f.type,
-            "samples": [{"name": s.name, "labels": s.labels, "value": s.value} for s in f.samples]}
-           for f in text_string_to_metric_families(sys.stdin.read())], sys.stdout)
-"#;
-    let mut child = std::process::Command::new(python)
-        .args(["-c", PARSE])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "the parser refused the scrape: {}\n{text}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
 }

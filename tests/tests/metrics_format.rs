@@ -2,28 +2,12 @@
 //! `prometheus_client` package, installed into .venv-test/ by scripts/test.sh) reads a scrape
 //! and finds the counters with their help text and samples.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use botmesh_tests::openmetrics::parse_openmetrics;
 use botmesh_tests::{metric, MeshSpec, TestMesh};
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-/// Parses OpenMetrics text from stdin and prints the families as JSON.
-const PARSE: &str = r#"
-import json, sys
-from prometheus_client.openmetrics.parser import text_string_to_metric_families
-out = []
-for f in text_string_to_metric_families(sys.stdin.read()):
-    out.append({
-        "name": f.name,
-        "type": f.type,
-        "help": f.documentation,
-        "samples": [{"name": s.name, "labels": s.labels, "value": s.value} for s in f.samples],
-    })
-json.dump(out, sys.stdout)
-"#;
 
 /// The interpreter of the venv scripts/test.sh makes.
 fn test_python() -> String {
@@ -33,29 +17,6 @@ fn test_python() -> String {
              with the Python packages this test needs (prometheus_client) and sets it"
         )
     })
-}
-
-fn parse_openmetrics(python: &str, text: &str) -> serde_json::Value {
-    let mut child = Command::new(python)
-        .args(["-c", PARSE])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {python} ({e}): run scripts/test.sh"));
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "the OpenMetrics parser refused the scrape:\n{}\n--- scrape:\n{text}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("parser output is JSON")
 }
 
 #[tokio::test]

@@ -609,18 +609,11 @@ async fn reconnects_and_redeliveries_lose_nothing_and_double_nothing() {
     // The other channel is a group named by its id.
     fake.say(OTHER_CHANNEL, DAN_ID, "over here too");
     let v: serde_json::Value = loop {
-        let v: serde_json::Value = mesh
-            .http
-            .get(format!(
-                "{}/v1/transcript?group={OTHER_CHANNEL}",
-                mesh.api(BIX)
-            ))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v: serde_json::Value = botmesh_tests::fetch_json(mesh.http.get(format!(
+            "{}/v1/transcript?group={OTHER_CHANNEL}",
+            mesh.api(BIX)
+        )))
+        .await;
         if v["messages"].as_array().is_some_and(|m| !m.is_empty()) {
             break v;
         }
