@@ -5,6 +5,7 @@
 //! the nodes in-process. Nodes can be stopped and restarted on the same ports.
 
 pub mod acp_standin;
+pub mod command;
 pub mod fake_dingtalk;
 pub mod fake_discord;
 pub mod fake_feishu;
@@ -474,14 +475,7 @@ impl TestMesh {
 
     /// Metrics text of node `i`.
     pub async fn metrics(&self, i: usize) -> String {
-        self.http
-            .get(format!("{}/metrics", self.api(i)))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
+        fetch_text(self.http.get(format!("{}/metrics", self.api(i)))).await
     }
 
     /// Node `i`'s count of decisions `action`/`reason` (see [`decisions`]), for tests
@@ -534,6 +528,18 @@ pub async fn fetch_json(request: reqwest::RequestBuilder) -> serde_json::Value {
         .json()
         .await
         .expect("a JSON answer")
+}
+
+/// Sends `request` and reads the answer as text, panicking if either fails: the text
+/// twin of [`fetch_json`], for pages and metrics.
+pub async fn fetch_text(request: reqwest::RequestBuilder) -> String {
+    request
+        .send()
+        .await
+        .expect("send")
+        .text()
+        .await
+        .expect("a text answer")
 }
 
 /// Re-binds a port that was just released (retries briefly).

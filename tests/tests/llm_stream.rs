@@ -37,6 +37,17 @@ fn answer() -> String {
     format!("{VERDICT}\n{REPLY}")
 }
 
+/// Starts a drafting call against `fake` and checks its head is the verdict; the
+/// drafting, its rest still to come.
+async fn draft_verdict(fake: &FakeLlm) -> botmesh::llm::Drafting {
+    let drafting = client()
+        .draft(&endpoint(&fake.base_url), &chat())
+        .await
+        .unwrap();
+    assert_eq!(drafting.head, VERDICT);
+    drafting
+}
+
 /// A drafting call against a fake answering `script` to every request: the call's
 /// result, and how many requests the fake saw.
 async fn drafted(
@@ -143,11 +154,7 @@ async fn server_error_then_stream_is_retried() {
         Script::reply(answer()),
     ]))
     .await;
-    let drafting = client()
-        .draft(&endpoint(&fake.base_url), &chat())
-        .await
-        .unwrap();
-    assert_eq!(drafting.head, VERDICT);
+    let drafting = draft_verdict(&fake).await;
     let rest = drafting.rest.await.unwrap();
     assert_eq!(rest.attempts, 3);
     assert_eq!(fake.count(), 3);
@@ -281,11 +288,7 @@ async fn dropping_the_rest_closes_the_connection() {
     let long_reply = "word ".repeat(200);
     let text = format!("{VERDICT}\n{long_reply}");
     let fake = FakeLlm::start(move |_| Script::stream(text.clone(), Duration::from_secs(2))).await;
-    let drafting = client()
-        .draft(&endpoint(&fake.base_url), &chat())
-        .await
-        .unwrap();
-    assert_eq!(drafting.head, VERDICT);
+    let drafting = draft_verdict(&fake).await;
     let written_at_head = fake.streams()[0].written;
     drop(drafting.rest);
     let streams = wait_for(
@@ -379,11 +382,7 @@ async fn rate_limit_with_retry_after_then_stream_is_retried() {
         Script::reply(answer()),
     ]))
     .await;
-    let drafting = client()
-        .draft(&endpoint(&fake.base_url), &chat())
-        .await
-        .unwrap();
-    assert_eq!(drafting.head, VERDICT);
+    let drafting = draft_verdict(&fake).await;
     assert_eq!(drafting.rest.await.unwrap().attempts, 2);
     assert_eq!(fake.count(), 2);
     fake.shutdown().await;

@@ -17,15 +17,10 @@ async fn two_processes_exchange_messages_and_stop_cleanly_on_sigterm() {
 
     // The operator's tools against the running processes.
     let info = |mesh: &ProcessMesh| fetch_json(mesh.http.get(format!("{}/v1/info", mesh.apis[1])));
-    let quiet = Command::new(botmesh_bin())
-        .args(["quiet", "--bot", "B", "--config"])
-        .arg(&mesh.config)
-        .output()
-        .unwrap();
-    assert!(
-        quiet.status.success(),
-        "{}",
-        String::from_utf8_lossy(&quiet.stderr)
+    botmesh_tests::command::run_ok(
+        Command::new(botmesh_bin())
+            .args(["quiet", "--bot", "B", "--config"])
+            .arg(&mesh.config),
     );
     assert_eq!(info(&mesh).await["quiet"], true);
     let off = Command::new(botmesh_bin())
@@ -110,15 +105,10 @@ async fn sighup_and_botmesh_reload_reread_the_file_and_the_node_lives_on() {
 
     // botmesh reload: the same through the local API, printing what applied.
     edit(&mesh, "quiet = true", "quiet = false");
-    let out = Command::new(botmesh_bin())
-        .args(["reload", "--bot", "A", "--config"])
-        .arg(&mesh.config)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = botmesh_tests::command::run_ok(
+        Command::new(botmesh_bin())
+            .args(["reload", "--bot", "A", "--config"])
+            .arg(&mesh.config),
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["applied"], serde_json::json!(["bots[0].quiet"]));

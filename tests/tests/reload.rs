@@ -345,16 +345,12 @@ async fn reload_needs_the_api_token_like_the_rest_of_the_api() {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 200, "{}", r.text().await.unwrap());
-    let m = mesh
-        .http
-        .get(format!("{}/metrics", mesh.api(0)))
-        .bearer_auth("s3cret-token")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = botmesh_tests::fetch_text(
+        mesh.http
+            .get(format!("{}/metrics", mesh.api(0)))
+            .bearer_auth("s3cret-token"),
+    )
+    .await;
     assert_eq!(
         metric(&m, "botmesh_config_reloads_total{result=\"applied\"}"),
         1.0,

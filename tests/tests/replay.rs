@@ -424,15 +424,7 @@ async fn the_page_asks_a_running_node_what_if_without_an_llm_call() {
     let (mesh, llm, tagged, _mention) = record_running().await;
     let ada = mesh.index("Ada");
     let before = llm.count();
-    let page = mesh
-        .http
-        .get(format!("{}/", mesh.api(ada)))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = botmesh_tests::fetch_text(mesh.http.get(format!("{}/", mesh.api(ada)))).await;
     assert!(page.contains("id=\"whatif-form\"") && page.contains("/v1/replay"));
 
     let post = |body: serde_json::Value| {

@@ -45,14 +45,8 @@ impl Stage {
             "import os, {STAGED_MODULES}; [print(os.path.dirname(m.__file__) \
              if m.__file__.endswith('__init__.py') else m.__file__) for m in ({STAGED_MODULES},)]"
         );
-        let out = std::process::Command::new(python())
-            .args(["-c", &find])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = botmesh_tests::command::run_ok(
+            std::process::Command::new(python()).args(["-c", &find]),
         );
         for path in String::from_utf8_lossy(&out.stdout).lines() {
             let ok = std::process::Command::new("cp")
