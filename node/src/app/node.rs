@@ -265,22 +265,85 @@ impl Node {
     /// envelope carries the platform's id (`platform_msg_id`) to the peers.
     pub(crate) async fn publish(
         self: &Arc<Self>,
-        mut env: Envelope,
+        env: Envelope,
         source: &str,
     ) -> Result<Appended, TranscriptError> {
-        // A group the node may not start is refused before anything is posted anywhere.
-        self.transcripts.admits(&env.group)?;
-        if self.platform.should_post(&env) && !self.transcripts.contains(&env.group, &env.id, None)
-        {
-            // A failure is logged by the adapter: the mesh still gets the message.
-            if let Ok(id) = self.platform.post(&env).await {
-                env.platform_msg_id = Some(id);
+        match self.publish_own(env, source, WhenNotPosted::Record).await {
+            Ok(published) => Ok(published.appended),
+            Err(PublishError::Transcript(e)) => Err(e),
+            Err(PublishError::NotPosted(_)) => {
+                unreachable!("WhenNotPosted::Record records a message the platform refused")
             }
         }
+    }
+
+    /// The one way the node's own envelope goes out: refused if the group may not be
+    /// started here, posted to the chat first when the platform shows it (the
+    /// envelope then carries the platform's id to the peers), then recorded and, in
+    /// the same durable write, queued for every peer. `not_posted` says what a
+    /// refused platform post means: a message is recorded anyway, a status message
+    /// (only worth showing on the platform, where it is edited) is not.
+    pub(crate) async fn publish_own(
+        self: &Arc<Self>,
+        mut env: Envelope,
+        source: &str,
+        not_posted: WhenNotPosted,
+    ) -> Result<Published, PublishError> {
+        // A group the node may not start is refused before anything is posted anywhere.
+        self.transcripts.admits(&env.group)?;
+        let on_platform = self.platform.should_post(&env)
+            && !self.transcripts.contains(&env.group, &env.id, None);
+        if on_platform {
+            match self.platform.post(&env).await {
+                Ok(id) => env.platform_msg_id = Some(id),
+                // Logged by the adapter: the mesh still gets the message.
+                Err(_) if not_posted == WhenNotPosted::Record => {}
+                Err(e) => return Err(PublishError::NotPosted(e)),
+            }
+        }
+        let platform_msg_id = env.platform_msg_id.clone();
         // A direct chat has no peers in it: nothing to queue for them.
         let outbound = !crate::wire::envelope::is_direct_group(&env.group);
-        self.record_inner(env, source, Vec::new(), outbound).await
+        let appended = self.record_inner(env, source, Vec::new(), outbound).await?;
+        Ok(Published {
+            appended,
+            on_platform,
+            platform_msg_id,
+        })
     }
+}
+
+/// What a refused platform post means for the node's own envelope
+/// ([`Node::publish_own`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WhenNotPosted {
+    /// Recorded anyway: the mesh and the page still get the message.
+    Record,
+    /// Not recorded: it is only worth having on the platform (a status message).
+    Drop,
+}
+
+/// Why the node's own envelope was not published ([`Node::publish_own`]).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PublishError {
+    /// The group may not be started here, or the transcript could not record it.
+    #[error(transparent)]
+    Transcript(#[from] TranscriptError),
+    /// The platform refused the post, and the envelope is not recorded without it
+    /// ([`WhenNotPosted::Drop`]).
+    #[error("the platform refused the post: {0}")]
+    NotPosted(crate::platform::PostError),
+}
+
+/// The node's own envelope as published ([`Node::publish_own`]).
+#[derive(Debug)]
+pub(crate) struct Published {
+    /// Where it went in the transcript.
+    pub(crate) appended: Appended,
+    /// Whether it was posted to the platform (else it is the page's own: local).
+    pub(crate) on_platform: bool,
+    /// The platform's id of it, when posted there.
+    pub(crate) platform_msg_id: Option<String>,
 }
 
 /// Builds the node and starts its listeners and outboxes.

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 
-use crate::app::node::Node;
+use crate::app::node::{Node, PublishError, WhenNotPosted};
 use crate::platform::EditError;
 use crate::telemetry::events::Event;
 use crate::turn::status::{Posted, StatusPort};
@@ -62,35 +62,25 @@ impl StatusPort for NodeStatus {
         Box::pin(async move {
             let bot = node.cfg.bot().name.clone();
             env.sent_at = crate::wire::envelope::now_millis();
-            if let Err(e) = node.transcripts.admits(&env.group) {
-                tracing::warn!(bot, group = %env.group, error = %e, "no status message: the group is refused");
-                return None;
-            }
-            let posts = node.platform.should_post(&env);
-            if posts {
-                match node.platform.post(&env).await {
-                    Ok(id) => env.platform_msg_id = Some(id),
-                    Err(e) => {
-                        // Logged by the adapter too; the turn goes on without a status.
-                        tracing::warn!(bot, group = %env.group, error = %e, "the status message could not be posted: none is shown");
-                        return None;
-                    }
+            let (group, id) = (env.group.clone(), env.id);
+            // Published as the bot's messages are, but a status the platform refused
+            // is not recorded: the turn goes on without one.
+            match node.publish_own(env, "self", WhenNotPosted::Drop).await {
+                // The page's own (local) is edited through its events; a platform's
+                // only if it edits.
+                Ok(published) => Some(Posted {
+                    group,
+                    id,
+                    editable: !published.on_platform || node.platform.edits(),
+                    platform_msg_id: published.platform_msg_id,
+                }),
+                Err(PublishError::NotPosted(e)) => {
+                    // Logged by the adapter too.
+                    tracing::warn!(bot, group, error = %e, "the status message could not be posted: none is shown");
+                    None
                 }
-            }
-            // The page's own (local) is edited through its events; a platform's only
-            // if it edits.
-            let editable = !posts || node.platform.edits();
-            let posted = Posted {
-                group: env.group.clone(),
-                id: env.id,
-                platform_msg_id: env.platform_msg_id.clone(),
-                editable,
-            };
-            let outbound = !crate::wire::envelope::is_direct_group(&env.group);
-            match node.record_inner(env, "self", Vec::new(), outbound).await {
-                Ok(_) => Some(posted),
-                Err(e) => {
-                    tracing::error!(bot, group = %posted.group, error = %e, "the status message could not be recorded; it is not edited");
+                Err(PublishError::Transcript(e)) => {
+                    tracing::error!(bot, group, error = %e, "the status message was refused or could not be recorded: none is shown");
                     None
                 }
             }

@@ -67,10 +67,13 @@ pub(crate) trait ToolTrail: Sync {
     fn note_tool(&self, trigger: Ulid, action: &'static str, reason: &'static str, detail: &str);
 }
 
-/// Shows tool call `id` as `shown` ("cargo test", "cargo test ✓") on the running
-/// turn's status message: the turn code's `status::note` (nothing outside a status
-/// scope).
-pub(crate) type ShowTool = fn(&str, &str);
+/// Where the tool loop shows its tool calls while the turn runs: the running turn's
+/// status message (the turn code's `StatusFeed`), which this layer cannot name.
+pub(crate) trait ShowTool: Sync {
+    /// Shows tool call `id` as `shown` ("cargo test", "cargo test ✓"); nothing when
+    /// the turn shows no status.
+    fn show_tool(&self, id: &str, shown: &str);
+}
 
 /// The built-in model with the bot's tool servers, for one turn: what the tool loop
 /// needs and nothing more (never the whole `Brain`).
@@ -86,7 +89,7 @@ pub(crate) struct ToolLoop<'a> {
     /// The trail `/why` reads.
     pub(crate) trail: &'a dyn ToolTrail,
     /// The running turn's status message.
-    pub(crate) show: ShowTool,
+    pub(crate) show: &'a dyn ShowTool,
 }
 
 /// The tool's result as the model reads it: its text, or for any other outcome than
@@ -202,7 +205,7 @@ async fn tool_loop(
                 &msg.group,
                 ask_secs,
             );
-            (run.show)(&call.id, &call.function.name);
+            run.show.show_tool(&call.id, &call.function.name);
             let r = run
                 .tools
                 .call(
@@ -228,7 +231,7 @@ async fn tool_loop(
                     if r.capped { ", cut" } else { "" }
                 ),
             );
-            (run.show)(
+            run.show.show_tool(
                 &call.id,
                 &format!(
                     "{} {}",

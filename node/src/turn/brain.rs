@@ -553,7 +553,7 @@ impl Brain {
         llm: &dyn Llm,
         msg: &Envelope,
         draft: PendingDraft,
-        show: ShowTool,
+        show: &dyn ShowTool,
     ) -> Option<Reply> {
         match draft.rest.await {
             Ok(c) => {
@@ -662,7 +662,7 @@ impl Brain {
         context: &[Arc<Envelope>],
         msg: &Envelope,
         why: &str,
-        show: ShowTool,
+        show: &dyn ShowTool,
     ) -> Option<Reply> {
         let t = self.tuning();
         match &t.provider {
@@ -735,7 +735,7 @@ impl Brain {
         t: &'a Tuning,
         llm: &'a dyn Llm,
         tools: &'a crate::agent::mcp::McpTools,
-        show: ShowTool,
+        show: &'a dyn ShowTool,
     ) -> ToolLoop<'a> {
         ToolLoop {
             me: &t.me,

@@ -39,6 +39,7 @@ use crate::turn::ports::Ports;
 use crate::turn::record::record;
 use crate::turn::scheduler::{delay_for, grace_for, Standing, Yield, MIN_CLAIM, WITHDRAWN};
 use crate::turn::shared_judge as shared;
+use crate::turn::status::{Ending, StatusFeed};
 use crate::turn::typing::typing_while;
 use crate::wire::envelope::{Envelope, Kind, Why};
 
@@ -209,10 +210,10 @@ async fn prepare<P: Ports + ?Sized>(
         early = waited.reply;
     } else if let Some(draft) = draft {
         // Mentioned past the threshold and the drafting judge agreed: its draft is
-        // the answer.
+        // the answer. Written ahead of the turn's status: its tool calls show nowhere.
         early = match p
             .brain()
-            .finish_draft(p.llm(), msg, draft, crate::turn::status::note)
+            .finish_draft(p.llm(), msg, draft, &StatusFeed::off())
             .await
         {
             Some(r) => Early::Written(r),
@@ -265,17 +266,21 @@ async fn prepare<P: Ports + ?Sized>(
             status,
             stop.clone(),
             slot,
-            typing_while(
-                p,
-                &msg.group,
-                write_step(p, msg, reason, relevance, early, slot),
-            ),
+            |feed| async move {
+                typing_while(
+                    p,
+                    &msg.group,
+                    write_step(p, msg, reason, relevance, early, slot, &feed),
+                )
+                .await
+            },
             Option::is_some,
         )
         .await;
         crate::turn::status::mention_asker(msg, reply?, took)
     } else {
-        write_step(p, msg, reason, relevance, early, slot).await?
+        // Written early: the work is done, there is nothing to show.
+        write_step(p, msg, reason, relevance, early, slot, &StatusFeed::off()).await?
     };
     if !last_check_step(p, msg, d, relevance, &reply) {
         return None;
@@ -437,7 +442,9 @@ fn keep_verdict<P: Ports + ?Sized>(
 
 /// [`act`]'s writing step: the reply written while waiting, else (nothing written
 /// early, or that early call failed) the sidecar agent's or the LLM's. `None`: nothing to post (recorded; the claim withdrawn), or the
-/// agent answers later through `POST /v1/messages`.
+/// agent answers later through `POST /v1/messages`. The work's progress (the model's
+/// tool calls, an ACP agent's updates) and how it ended go to the turn's status
+/// through `feed`.
 async fn write_step<P: Ports + ?Sized>(
     p: &P,
     msg: &Envelope,
@@ -445,6 +452,7 @@ async fn write_step<P: Ports + ?Sized>(
     relevance: Option<f64>,
     early: Early,
     slot: &OutcomeSlot,
+    feed: &StatusFeed,
 ) -> Option<Reply> {
     let brain = p.brain();
     let claimed = relevance.is_some();
@@ -493,7 +501,7 @@ async fn write_step<P: Ports + ?Sized>(
         };
     }
     if let ReplyEngine::Acp(agent) = &brain.engine {
-        return acp_step(p, msg, claimed, agent.as_deref(), slot).await;
+        return acp_step(p, msg, claimed, agent.as_deref(), slot, feed).await;
     }
     if let ReplyEngine::A2a(agent) = &brain.engine {
         return match a2a_write(p, msg, agent).await {
@@ -520,7 +528,7 @@ async fn write_step<P: Ports + ?Sized>(
         slot.set(Outcome::new(Ended::NoAnswer, Vec::new()));
     }
     let reply = brain
-        .write_reply(p.llm(), &context, msg, reason, crate::turn::status::note)
+        .write_reply(p.llm(), &context, msg, reason, feed)
         .await;
     if reply.is_none() {
         record(p, msg, "silent", "reply_failed", "");
@@ -545,13 +553,15 @@ async fn write_step<P: Ports + ?Sized>(
 /// and the tool calls rejected in it (each noted for `/why`), are left in `slot`:
 /// the chat is told ([`crate::turn::outcome`]). Dropping this future (`/stop`) or
 /// the node stopping (`silent/shutting_down`, nothing said) cancels the turn at the
-/// agent (`session/cancel`).
+/// agent (`session/cancel`). The agent's progress, and a failure or a stop, go to
+/// the turn's status through `feed`.
 async fn acp_step<P: Ports + ?Sized>(
     p: &P,
     msg: &Envelope,
     claimed: bool,
     agent: Option<&crate::agent::acp::AcpAgent>,
     slot: &OutcomeSlot,
+    feed: &StatusFeed,
 ) -> Option<Reply> {
     let brain = p.brain();
     let me = brain.me();
@@ -594,7 +604,7 @@ async fn acp_step<P: Ports + ?Sized>(
     let asking = crate::engine::acp::ask_acp(agent, &msg.group, prompt, progress);
     tokio::pin!(asking);
     let show = |update: crate::agent::acp::AcpProgress| {
-        crate::turn::status::note_acp(&update);
+        feed.note_acp(&update);
         if let Some(text) = crate::engine::acp::progress_line(&update) {
             show_progress(p, msg, text);
         }
@@ -606,7 +616,7 @@ async fn acp_step<P: Ports + ?Sized>(
                 // Returning drops the turn, which sends the agent `session/cancel`
                 // before the node stops it.
                 record(p, msg, "silent", "shutting_down", "the node is stopping: the agent's turn is cancelled");
-                crate::turn::status::ended(crate::turn::status::Ending::ShutDown);
+                feed.ended(Ending::ShutDown);
                 withdraw_if(p, msg, claimed, "shutting down");
                 slot.clear();
                 return None;
@@ -658,7 +668,7 @@ async fn acp_step<P: Ports + ?Sized>(
         }
         Err(e) => {
             record(p, msg, "silent", "agent_failed", &e.to_string());
-            crate::turn::status::ended(crate::turn::status::Ending::Failed(e.to_string()));
+            feed.ended(Ending::Failed(e.to_string()));
             withdraw_if(p, msg, claimed, "agent failed");
             let why = crate::turn::outcome::failure(&e);
             slot.set(Outcome::new(Ended::Failed { why }, Vec::new()));
@@ -1109,23 +1119,18 @@ async fn wait_turn<P: Ports + ?Sized>(
         tracing::info!(bot = %me, trigger = %msg.id, "a better claim is on the board; the draft is dropped");
     }
     let draft = draft.filter(|_| early);
+    // Written while waiting, before the turn has a status: its tool calls show nowhere.
     let writing = async {
         if !early {
             std::future::pending().await
         } else if let Some(draft) = draft {
             brain
-                .finish_draft(p.llm(), msg, draft, crate::turn::status::note)
+                .finish_draft(p.llm(), msg, draft, &StatusFeed::off())
                 .await
         } else {
             let context = context_before(p, msg, brain.me().context_messages.max(12));
             brain
-                .write_reply(
-                    p.llm(),
-                    &context,
-                    msg,
-                    "interjected",
-                    crate::turn::status::note,
-                )
+                .write_reply(p.llm(), &context, msg, "interjected", &StatusFeed::off())
                 .await
         }
     };
@@ -1383,6 +1388,7 @@ mod tests {
             None,
             Early::Failed,
             &OutcomeSlot::default(),
+            &StatusFeed::off(),
         )
         .await;
         assert_eq!(

@@ -12,8 +12,10 @@
 //! - Where the platform cannot edit (QQ, a WeCom or DingTalk send), the status is
 //!   posted once and never changed: no stream of notes.
 //! - An edit that fails leaves the last text standing; nothing is posted again.
-//! - The work reports progress through [`note`] (a task-local [`Feed`] the status
-//!   scope sets): the turn's engines need no handle for it.
+//! - The work reports progress through the [`StatusFeed`] that [`with_status`] hands
+//!   it: the writing step passes it on to the engines (as their
+//!   [`crate::engine::model::ShowTool`]), so progress takes a visible path to the
+//!   status task.
 //! - The status runs in its own task, so a turn dropped by `/stop` still ends its
 //!   status ("stopped by Boss": the turn's [`StopSignal`] says who), and a post in flight when the turn ends is finished, then
 //!   edited, never cut off half-way.
@@ -132,10 +134,10 @@ pub(crate) enum Ending {
     Failed(String),
 }
 
-/// What the work reports while it runs, for its status: a task-local the status
-/// scope sets (see [`note`]).
+/// What the work reports while it runs, for its status, shared by the
+/// [`StatusFeed`] the work holds and the status task that reads it.
 #[derive(Debug, Default)]
-pub(crate) struct Feed {
+struct Feed {
     /// The progress items so far, the latest last (a tool call's title and state).
     items: parking_lot::Mutex<Vec<(String, String)>>,
     /// How the work says it ended, when it says (else: answered or not).
@@ -158,15 +160,28 @@ impl Feed {
     }
 }
 
-tokio::task_local! {
-    /// The running turn's status feed, if its bot shows one.
-    static FEED: Arc<Feed>;
+/// The running turn's handle on its status: what the work (the writing step and
+/// the engines it calls) reports while it runs. [`with_status`] hands one to the
+/// work; [`StatusFeed::off`] (a turn whose bot shows no status, or writing ahead
+/// of the turn, before any status) reports nowhere.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct StatusFeed {
+    /// The feed the status task reads; `None`: no status to report to.
+    feed: Option<Arc<Feed>>,
 }
 
-/// Reports progress of the running turn to its status: item `key` (a tool call's id)
-/// is now `shown` ("cargo test", "cargo test ✓"). Nothing outside a status scope.
-pub(crate) fn note(key: &str, shown: &str) {
-    let _ = FEED.try_with(|feed| {
+impl StatusFeed {
+    /// A feed that reports nowhere: no status is shown.
+    pub(crate) fn off() -> StatusFeed {
+        StatusFeed::default()
+    }
+
+    /// Reports progress to the status: item `key` (a tool call's id) is now `shown`
+    /// ("cargo test", "cargo test ✓").
+    pub(crate) fn note(&self, key: &str, shown: &str) {
+        let Some(feed) = &self.feed else {
+            return;
+        };
         let mut items = feed.items.lock();
         match items.iter_mut().find(|(k, _)| k == key) {
             Some((_, s)) if s == shown => return,
@@ -177,39 +192,47 @@ pub(crate) fn note(key: &str, shown: &str) {
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         drop(items);
         feed.changed.notify_one();
-    });
-}
+    }
 
-/// Reports an ACP agent's progress to the running turn's status: a tool call by its
-/// title (`cargo test`, then `cargo test ✓` or `cargo test ✗` once it ended); a plan
-/// by its step in progress.
-pub(crate) fn note_acp(update: &crate::agent::acp::AcpProgress) {
-    use crate::agent::acp::AcpProgress;
-    match update {
-        AcpProgress::ToolCall {
-            id, title, status, ..
-        } => {
-            let shown = match status.as_str() {
-                "completed" => format!("{title} ✓"),
-                "failed" => format!("{title} ✗"),
-                _ => title.clone(),
-            };
-            note(id, &shown);
-        }
-        AcpProgress::Plan(steps) => {
-            if let Some(step) = steps.iter().find(|s| s.status == "in_progress") {
-                note("plan", &step.content);
+    /// Reports an ACP agent's progress to the status: a tool call by its title
+    /// (`cargo test`, then `cargo test ✓` or `cargo test ✗` once it ended); a plan by
+    /// its step in progress.
+    pub(crate) fn note_acp(&self, update: &crate::agent::acp::AcpProgress) {
+        use crate::agent::acp::AcpProgress;
+        match update {
+            AcpProgress::ToolCall {
+                id, title, status, ..
+            } => {
+                let shown = match status.as_str() {
+                    "completed" => format!("{title} ✓"),
+                    "failed" => format!("{title} ✗"),
+                    _ => title.clone(),
+                };
+                self.note(id, &shown);
             }
+            AcpProgress::Plan(steps) => {
+                if let Some(step) = steps.iter().find(|s| s.status == "in_progress") {
+                    self.note("plan", &step.content);
+                }
+            }
+            // The answer's words are coming: the status's time line says it is alive.
+            AcpProgress::Writing => {}
         }
-        // The answer's words are coming: the status's time line says it is alive.
-        AcpProgress::Writing => {}
+    }
+
+    /// Tells the status how the work ended, when it knows better than "answered or
+    /// not" (a failure, a stop).
+    pub(crate) fn ended(&self, ending: Ending) {
+        if let Some(feed) = &self.feed {
+            *feed.ending.lock() = Some(ending);
+        }
     }
 }
 
-/// Tells the running turn's status how the work ended, when it knows better than
-/// "answered or not" (a failure, a stop). Nothing outside a status scope.
-pub(crate) fn ended(ending: Ending) {
-    let _ = FEED.try_with(|feed| *feed.ending.lock() = Some(ending));
+impl crate::engine::model::ShowTool for StatusFeed {
+    fn show_tool(&self, id: &str, shown: &str) {
+        self.note(id, shown);
+    }
 }
 
 /// How long, as people read it: `8s`, `1m 10s`, `1h 2m`.
@@ -333,22 +356,23 @@ impl Drop for Shown<'_> {
 /// through `port`: posted once the work has run `timing.after`, edited as it reports
 /// progress, ended with how it went (`done` when `answered` says so of its output,
 /// with the outcome `slot` holds then, which the status then takes: see the module).
-/// Returns the work's output and how long it ran. `status` is the envelope to post
+/// Returns the work's output and how long it ran. `work` is given the
+/// [`StatusFeed`] it reports through. `status` is the envelope to post
 /// (its text is set here); `stop` is the turn's stop signal, naming who stopped a
-/// dropped turn. Without a port or timing, `work` alone.
+/// dropped turn. Without a port or timing, `work` alone (its feed reports nowhere).
 #[allow(clippy::too_many_arguments)]
-pub(crate) async fn with_status<T>(
+pub(crate) async fn with_status<T, W: Future<Output = T>>(
     port: Option<Arc<dyn StatusPort>>,
     timing: Option<StatusTiming>,
     status: Envelope,
     stop: StopSignal,
     slot: &OutcomeSlot,
-    work: impl Future<Output = T>,
+    work: impl FnOnce(StatusFeed) -> W,
     answered: impl Fn(&T) -> bool,
 ) -> (T, Duration) {
     let started = Instant::now();
     let (Some(port), Some(timing)) = (port, timing) else {
-        let out = work.await;
+        let out = work(StatusFeed::off()).await;
         return (out, started.elapsed());
     };
     let feed = Arc::new(Feed::default());
@@ -370,7 +394,10 @@ pub(crate) async fn with_status<T>(
             ending,
         )),
     };
-    let out = FEED.scope(feed.clone(), work).await;
+    let out = work(StatusFeed {
+        feed: Some(feed.clone()),
+    })
+    .await;
     let took = started.elapsed();
     let said = feed.ending.lock().take();
     let ending = match said {
@@ -572,11 +599,15 @@ mod tests {
 
     /// Work that reports `steps` (at these seconds from its start, with these
     /// titles), then answers at `end`.
-    async fn work(steps: Vec<(u64, &'static str)>, end: u64) -> Option<&'static str> {
+    async fn work(
+        feed: StatusFeed,
+        steps: Vec<(u64, &'static str)>,
+        end: u64,
+    ) -> Option<&'static str> {
         let start = Instant::now();
         for (i, (at, title)) in steps.into_iter().enumerate() {
             tokio::time::sleep_until(start + secs(at)).await;
-            note(&i.to_string(), title);
+            feed.note(&i.to_string(), title);
         }
         tokio::time::sleep_until(start + secs(end)).await;
         Some("the answer")
@@ -591,15 +622,18 @@ mod tests {
             status(),
             StopSignal::default(),
             &OutcomeSlot::default(),
-            work(
-                vec![
-                    (2, "read notes"),
-                    (10, "cargo build"),
-                    (10, "cargo test"),
-                    (20, "edit src/lib.rs"),
-                ],
-                70,
-            ),
+            |feed| {
+                work(
+                    feed,
+                    vec![
+                        (2, "read notes"),
+                        (10, "cargo build"),
+                        (10, "cargo test"),
+                        (20, "edit src/lib.rs"),
+                    ],
+                    70,
+                )
+            },
             Option::is_some,
         )
         .await;
@@ -636,7 +670,7 @@ mod tests {
             status(),
             StopSignal::default(),
             &OutcomeSlot::default(),
-            work(vec![(1, "cargo test")], 7),
+            |feed| work(feed, vec![(1, "cargo test")], 7),
             Option::is_some,
         )
         .await;
@@ -649,7 +683,7 @@ mod tests {
             status(),
             StopSignal::default(),
             &OutcomeSlot::default(),
-            work(vec![(1, "cargo test")], 70),
+            |feed| work(feed, vec![(1, "cargo test")], 70),
             Option::is_some,
         )
         .await;
@@ -666,7 +700,7 @@ mod tests {
             status(),
             StopSignal::default(),
             &OutcomeSlot::default(),
-            work(vec![(3, "a"), (5, "b"), (7, "c")], 30),
+            |feed| work(feed, vec![(3, "a"), (5, "b"), (7, "c")], 30),
             Option::is_some,
         )
         .await;
@@ -685,7 +719,7 @@ mod tests {
             status(),
             StopSignal::default(),
             &OutcomeSlot::default(),
-            work(vec![(3, "a")], 10),
+            |feed| work(feed, vec![(3, "a")], 10),
             Option::is_some,
         )
         .await;
@@ -707,7 +741,7 @@ mod tests {
             status(),
             StopSignal::default(),
             &slot,
-            work(vec![], 600),
+            |feed| work(feed, vec![], 600),
             Option::is_some,
         );
         // `/stop` drops the turn at 40 s.
@@ -732,7 +766,7 @@ mod tests {
             status(),
             stop.clone(),
             &slot,
-            work(vec![], 600),
+            |feed| work(feed, vec![], 600),
             Option::is_some,
         );
         let stopping = async {
@@ -760,9 +794,9 @@ mod tests {
             status(),
             StopSignal::default(),
             &OutcomeSlot::default(),
-            async {
+            |feed| async move {
                 tokio::time::sleep(secs(5)).await;
-                ended(Ending::Failed("the agent exited".into()));
+                feed.ended(Ending::Failed("the agent exited".into()));
                 None::<&str>
             },
             Option::is_some,
@@ -805,10 +839,13 @@ mod tests {
             first,
             StopSignal::default(),
             &slot,
-            async {
-                tokio::time::sleep(secs(5)).await;
-                slot.set(Outcome::new(Ended::Answered, vec![denied()]));
-                Some("the answer")
+            {
+                let slot = &slot;
+                move |_| async move {
+                    tokio::time::sleep(secs(5)).await;
+                    slot.set(Outcome::new(Ended::Answered, vec![denied()]));
+                    Some("the answer")
+                }
             },
             Option::is_some,
         )
@@ -833,10 +870,13 @@ mod tests {
             status(),
             StopSignal::default(),
             &slot,
-            async {
-                tokio::time::sleep(secs(1)).await;
-                slot.set(Outcome::new(Ended::NoAnswer, vec![denied()]));
-                None::<&str>
+            {
+                let slot = &slot;
+                move |_| async move {
+                    tokio::time::sleep(secs(1)).await;
+                    slot.set(Outcome::new(Ended::NoAnswer, vec![denied()]));
+                    None::<&str>
+                }
             },
             Option::is_some,
         )
@@ -852,10 +892,13 @@ mod tests {
             status(),
             StopSignal::default(),
             &slot,
-            async {
-                tokio::time::sleep(secs(5)).await;
-                slot.set(Outcome::new(Ended::NoAnswer, vec![]));
-                None::<&str>
+            {
+                let slot = &slot;
+                move |_| async move {
+                    tokio::time::sleep(secs(5)).await;
+                    slot.set(Outcome::new(Ended::NoAnswer, vec![]));
+                    None::<&str>
+                }
             },
             Option::is_some,
         )
@@ -873,10 +916,13 @@ mod tests {
             status(),
             stop.clone(),
             &slot,
-            async {
-                slot.set(Outcome::new(Ended::NoAnswer, vec![]));
-                tokio::time::sleep(secs(600)).await;
-                None::<&str>
+            {
+                let slot = &slot;
+                move |_| async move {
+                    slot.set(Outcome::new(Ended::NoAnswer, vec![]));
+                    tokio::time::sleep(secs(600)).await;
+                    None::<&str>
+                }
             },
             Option::is_some,
         );
@@ -917,7 +963,7 @@ mod tests {
             status(),
             StopSignal::default(),
             &OutcomeSlot::default(),
-            work(vec![], 3),
+            |feed| work(feed, vec![], 3),
             Option::is_some,
         )
         .await;
