@@ -31,7 +31,7 @@
 use std::sync::Arc;
 
 use crate::agent::acp::Decision;
-use crate::app::node::Node;
+use crate::app::node::{Node, WhenNotPosted};
 use crate::turn::approval::{Answered, AskedQuestion};
 use crate::turn::control::{self, Verb};
 use crate::turn::mention::PlatformMention;
@@ -184,14 +184,23 @@ pub(crate) async fn post_questions(
                 .find(|e| e.id == trigger)
                 .map_or(Some(trigger), |e| e.root.or(Some(trigger)));
         }
-        match node.publish(env, "self").await {
+        // Posted from when the platform accepted it (its 429s waited out), not from
+        // `at`: an /allow said while it was held back answers nothing. Noted before
+        // the question is recorded, so an answer to what the page or a peer shows
+        // always finds it posted.
+        let accepted_at = std::sync::atomic::AtomicU64::new(0);
+        let accepted = |ms: u64| {
+            accepted_at.store(ms, std::sync::atomic::Ordering::Relaxed);
+            if let Some(p) = &node.brain.permissions {
+                p.posted(&q.group, id, ms);
+            }
+        };
+        let published = node
+            .publish_own(env, "self", WhenNotPosted::Record, &accepted)
+            .await;
+        let accepted_at = accepted_at.load(std::sync::atomic::Ordering::Relaxed);
+        match published {
             Ok(_) => {
-                // Posted from when the platform accepted it (its 429s waited out), not
-                // from `at`: an /allow said while it was held back answers nothing.
-                let accepted_at = now_millis();
-                if let Some(p) = &node.brain.permissions {
-                    p.posted(&q.group, id, accepted_at);
-                }
                 if let Some(trigger) = node.brain.asks.turn_trigger(&q.group) {
                     // The turn waits for the chat (an A2A task: input required).
                     node.events

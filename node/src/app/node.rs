@@ -268,7 +268,10 @@ impl Node {
         env: Envelope,
         source: &str,
     ) -> Result<Appended, TranscriptError> {
-        match self.publish_own(env, source, WhenNotPosted::Record).await {
+        match self
+            .publish_own(env, source, WhenNotPosted::Record, &|_| {})
+            .await
+        {
             Ok(published) => Ok(published.appended),
             Err(PublishError::Transcript(e)) => Err(e),
             Err(PublishError::NotPosted(_)) => {
@@ -282,12 +285,16 @@ impl Node {
     /// envelope then carries the platform's id to the peers), then recorded and, in
     /// the same durable write, queued for every peer. `not_posted` says what a
     /// refused platform post means: a message is recorded anyway, a status message
-    /// (only worth showing on the platform, where it is edited) is not.
+    /// (only worth showing on the platform, where it is edited) is not. `accepted` is
+    /// told the node's clock (ms) once the platform accepted the post (its 429s waited
+    /// out) and before it is recorded, so nothing that saw the record (the page, a
+    /// peer, a person answering it) can come before that moment.
     pub(crate) async fn publish_own(
         self: &Arc<Self>,
         mut env: Envelope,
         source: &str,
         not_posted: WhenNotPosted,
+        accepted: &(dyn Fn(u64) + Sync),
     ) -> Result<Published, PublishError> {
         // A group the node may not start is refused before anything is posted anywhere.
         self.transcripts.admits(&env.group)?;
@@ -301,6 +308,7 @@ impl Node {
                 Err(e) => return Err(PublishError::NotPosted(e)),
             }
         }
+        accepted(crate::wire::envelope::now_millis());
         let platform_msg_id = env.platform_msg_id.clone();
         // A direct chat has no peers in it: nothing to queue for them.
         let outbound = !crate::wire::envelope::is_direct_group(&env.group);

@@ -65,7 +65,10 @@ impl StatusPort for NodeStatus {
             let (group, id) = (env.group.clone(), env.id);
             // Published as the bot's messages are, but a status the platform refused
             // is not recorded: the turn goes on without one.
-            match node.publish_own(env, "self", WhenNotPosted::Drop).await {
+            match node
+                .publish_own(env, "self", WhenNotPosted::Drop, &|_| {})
+                .await
+            {
                 // The page's own (local) is edited through its events; a platform's
                 // only if it edits.
                 Ok(published) => Some(Posted {
