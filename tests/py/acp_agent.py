@@ -166,6 +166,18 @@ class StandIn(Agent):
     async def say(self, sid: str, text: str) -> None:
         await self.conn.session_update(session_id=sid, update=update_agent_message_text(text))
 
+    async def wait(self, sid: str, ticks: int, every: float, go: str | None = None) -> str:
+        """Waits `ticks` times `every` seconds, bounded: "cancelled" (logged) once the
+        session is cancelled, "go" once the file `go` exists, else "elapsed"."""
+        for _ in range(ticks):
+            if sid in self.cancelled:
+                log(f"cancelled {sid}")
+                return "cancelled"
+            if go is not None and os.path.exists(go):
+                return "go"
+            await asyncio.sleep(every)
+        return "elapsed"
+
     async def prompt(self, prompt, session_id, **kwargs):
         sid = session_id
         self.cancelled.discard(sid)
@@ -235,11 +247,8 @@ class StandIn(Agent):
 
         if text.startswith("SLOW"):
             await self.say(sid, "working")
-            for _ in range(300):
-                if sid in self.cancelled:
-                    log(f"cancelled {sid}")
-                    return PromptResponse(stop_reason="cancelled")
-                await asyncio.sleep(0.1)
+            if await self.wait(sid, 300, 0.1) == "cancelled":
+                return PromptResponse(stop_reason="cancelled")
             await self.say(sid, "done slowly")
             return PromptResponse(stop_reason="end_turn")
 
@@ -249,16 +258,14 @@ class StandIn(Agent):
                 session_id=sid, update=start_tool_call("b1", "long build", kind="execute", status="in_progress")
             )
             log(f"awaiting {sid}")
-            for _ in range(2400):
-                if sid in self.cancelled:
-                    log(f"cancelled {sid}")
-                    return PromptResponse(stop_reason="cancelled")
-                if os.path.exists(go):
-                    await self.conn.session_update(session_id=sid, update=update_tool_call("b1", status="completed"))
-                    await self.say(sid, "built after the signal")
-                    log(f"finished {sid}")
-                    return PromptResponse(stop_reason="end_turn")
-                await asyncio.sleep(0.05)
+            waited = await self.wait(sid, 2400, 0.05, go)
+            if waited == "cancelled":
+                return PromptResponse(stop_reason="cancelled")
+            if waited == "go":
+                await self.conn.session_update(session_id=sid, update=update_tool_call("b1", status="completed"))
+                await self.say(sid, "built after the signal")
+                log(f"finished {sid}")
+                return PromptResponse(stop_reason="end_turn")
             await self.say(sid, "gave up waiting for the signal")
             return PromptResponse(stop_reason="end_turn")
 
@@ -270,14 +277,8 @@ class StandIn(Agent):
                     session_id=sid, update=start_tool_call(f"s{i}", f"step {i}", kind="execute", status="in_progress")
                 )
                 log(f"step {i} {sid}")
-                go = os.path.join(cwd, f"go{i}")
-                for _ in range(2400):
-                    if sid in self.cancelled:
-                        log(f"cancelled {sid}")
-                        return PromptResponse(stop_reason="cancelled")
-                    if os.path.exists(go):
-                        break
-                    await asyncio.sleep(0.05)
+                if await self.wait(sid, 2400, 0.05, os.path.join(cwd, f"go{i}")) == "cancelled":
+                    return PromptResponse(stop_reason="cancelled")
                 await self.conn.session_update(session_id=sid, update=update_tool_call(f"s{i}", status="completed"))
             await self.say(sid, f"all {n} steps done")
             log(f"finished {sid}")

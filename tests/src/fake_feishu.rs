@@ -950,6 +950,29 @@ pub struct MessageSpec<'a> {
     pub mentions: &'a [MentionSpec<'a>],
 }
 
+impl<'a> MessageSpec<'a> {
+    /// A person's (`sender_type` `user`) message with no mentions, in `chat_id` of
+    /// app `app_id` (`token`: its Verification Token, empty on the long connection).
+    pub fn person(
+        (app_id, token, chat_id): (&'a str, &'a str, &'a str),
+        sender_open_id: &'a str,
+        (event_id, message_id): (&'a str, &'a str),
+        text: &'a str,
+    ) -> Self {
+        MessageSpec {
+            app_id,
+            token,
+            event_id,
+            message_id,
+            chat_id,
+            sender_open_id,
+            sender_type: "user",
+            text,
+            mentions: &[],
+        }
+    }
+}
+
 /// An `im.message.receive_v1` callback body, shaped like Feishu's documented example.
 pub fn message_event(m: &MessageSpec<'_>) -> Value {
     let now = botmesh::wire::envelope::now_millis();

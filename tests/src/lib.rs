@@ -478,6 +478,25 @@ impl TestMesh {
         fetch_text(self.http.get(format!("{}/metrics", self.api(i)))).await
     }
 
+    /// Node `i`'s metrics text once `series` counts at least `least`, polled (bounded,
+    /// `within`): a count a node makes after the test's last request (a receipt, a
+    /// delivery) may come a moment later.
+    pub async fn wait_metric(
+        &self,
+        i: usize,
+        series: &str,
+        least: f64,
+        within: Duration,
+    ) -> String {
+        wait_for(
+            within,
+            Duration::from_millis(50),
+            || self.metrics(i),
+            |m: &String| metric(m, series) >= least,
+        )
+        .await
+    }
+
     /// Node `i`'s count of decisions `action`/`reason` (see [`decisions`]), for tests
     /// that check one count without keeping the metrics text.
     pub async fn decisions(&self, i: usize, action: &str, reason: &str) -> f64 {
@@ -594,6 +613,29 @@ pub fn metric(text: &str, series: &str) -> f64 {
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0.0)
+}
+
+/// Why a node stopped its platform, from its `/healthz` answer `health` (status and
+/// body), asserting it is the 503 a stopped platform gives.
+#[track_caller]
+pub fn platform_stopped(health: &(u16, serde_json::Value)) -> &str {
+    assert_eq!(health.0, 503, "{health:?}");
+    health.1["platform_stopped"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no platform_stopped in {health:?}"))
+}
+
+/// Asserts that `series` in the Prometheus `text` is `want`, showing the text if not.
+#[track_caller]
+pub fn assert_metric(text: &str, series: &str, want: f64) {
+    assert_eq!(metric(text, series), want, "{series} in {text}");
+}
+
+/// Asserts that `series` in the Prometheus `text` is at least `least`.
+#[track_caller]
+pub fn assert_metric_at_least(text: &str, series: &str, least: f64) {
+    let got = metric(text, series);
+    assert!(got >= least, "{series} is {got}, under {least}, in {text}");
 }
 
 /// The test venv's Python (`BOTMESH_TEST_PYTHON`, made by scripts/test.sh with

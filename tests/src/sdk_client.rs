@@ -12,6 +12,26 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
+/// `program` as a client reaching only loopback: `NO_PROXY` covers 127.0.0.1 and every
+/// proxy setting of the environment is removed (the test machine may set one, and
+/// the SDKs honour them).
+pub fn loopback_command(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.env("NO_PROXY", "127.0.0.1,localhost")
+        .env("no_proxy", "127.0.0.1,localhost");
+    for var in [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
 /// One running client and what it printed so far.
 pub struct SdkClient {
     /// What failure messages call it (`discord.py`, `slack_sdk`).

@@ -23,6 +23,11 @@ pub fn show(t: &[Envelope]) -> Vec<(String, u32, String, Option<String>)> {
         .collect()
 }
 
+/// Who wrote `e`, as (name, kind): what a test checks of an author in one assertion.
+pub fn author(e: &Envelope) -> (&str, botmesh::wire::envelope::AuthorKind) {
+    (e.author.name.as_str(), e.author.kind)
+}
+
 /// The bots' chat messages of a transcript, in order (not their status messages,
 /// which a slow turn posts: tests/tests/status_messages.rs).
 pub fn bot_msgs(t: &[Envelope]) -> Vec<&Envelope> {

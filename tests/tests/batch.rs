@@ -8,7 +8,7 @@ use std::time::Duration;
 use botmesh::wire::signing::{Signer, SigningKey};
 use botmesh_tests::faults::OldReceiverProxy;
 use botmesh_tests::{
-    bot_message, client_from, loopback, metric, wait_for, MeshSpec, SignedRequest, TestMesh,
+    assert_metric, bot_message, client_from, loopback, metric, MeshSpec, SignedRequest, TestMesh,
 };
 
 fn ids(t: &[botmesh::wire::envelope::Envelope]) -> Vec<String> {
@@ -91,10 +91,10 @@ async fn a_peer_back_after_300_messages_gets_them_in_order_once_in_few_requests(
         300.0
     );
     let mb = mesh.metrics(b).await;
-    assert_eq!(
-        metric(&mb, r#"botmesh_envelopes_in_total{result="accepted"}"#),
+    assert_metric(
+        &mb,
+        r#"botmesh_envelopes_in_total{result="accepted"}"#,
         300.0,
-        "{mb}"
     );
     mesh.shutdown().await;
 }
@@ -156,10 +156,10 @@ async fn a_forged_item_in_a_batch_is_rejected_alone() {
         .unwrap();
     assert_eq!(bad.status(), 400);
     let m = mesh.metrics(a).await;
-    assert_eq!(
-        metric(&m, r#"botmesh_envelopes_in_total{result="bad_signature"}"#),
+    assert_metric(
+        &m,
+        r#"botmesh_envelopes_in_total{result="bad_signature"}"#,
         2.0,
-        "{m}"
     );
     mesh.shutdown().await;
 }
@@ -186,14 +186,10 @@ async fn an_older_receiver_without_batches_still_gets_everything_in_order() {
     // B records the 40th message before its answer reaches A's outbox: wait (bounded)
     // for A to count the last delivery, then check the count is exactly 40.
     let delivered = r#"botmesh_envelopes_out_total{peer="B",result="delivered"}"#;
-    let m = wait_for(
-        Duration::from_secs(10),
-        Duration::from_millis(50),
-        || mesh.metrics(a),
-        |m: &String| metric(m, delivered) >= 40.0,
-    )
-    .await;
-    assert_eq!(metric(&m, delivered), 40.0, "{m}");
+    let m = mesh
+        .wait_metric(a, delivered, 40.0, Duration::from_secs(10))
+        .await;
+    assert_metric(&m, delivered, 40.0);
     assert_eq!(
         metric(
             &m,

@@ -174,25 +174,13 @@ async fn the_official_sdk_connects_to_the_stand_in_and_receives_answers_and_ackn
     let python = test_python();
     let sdk = robot("Sdk");
     let fake = FakeDingTalk::start(vec![sdk.clone()]).await;
-    let mut cmd = tokio::process::Command::new(&python);
+    let mut cmd = botmesh_tests::sdk_client::loopback_command(&python);
     cmd.args(["-c", SDK_BOT, &sdk.client_id, &sdk.client_secret])
         .env("DINGTALK_OPENAPI_ENDPOINT", &fake.base_url)
-        .env("NO_PROXY", "127.0.0.1,localhost")
-        .env("no_proxy", "127.0.0.1,localhost")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    for var in [
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "ALL_PROXY",
-        "http_proxy",
-        "https_proxy",
-        "all_proxy",
-    ] {
-        cmd.env_remove(var);
-    }
     let mut child = cmd
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run {python} ({e}): run scripts/test.sh"));

@@ -13,6 +13,7 @@ use botmesh_tests::fake_feishu::{
     message_event, url_verification, Callback, Fail, FakeApp, FakeFeishu, MessageSpec,
 };
 use botmesh_tests::fake_llm::{FakeLlm, Script};
+use botmesh_tests::transcript::author;
 use botmesh_tests::{fetch_json, MeshSpec, Scheme, TestMesh};
 use serde_json::Value;
 
@@ -106,15 +107,8 @@ feishu = {{ mode = "webhook", open_id = "{XIAOBA_OPEN_ID}", app_id = "{APP_ID}",
 /// A person's message that @mentions XiaoBa through the `@_user_1` placeholder.
 fn mention_of_xiaoba(event_id: &str, message_id: &str, text: &str) -> Value {
     message_event(&MessageSpec {
-        app_id: APP_ID,
-        token: TOKEN,
-        event_id,
-        message_id,
-        chat_id: CHAT,
-        sender_open_id: ALICE,
-        sender_type: "user",
-        text,
         mentions: &[("@_user_1", XIAOBA_OPEN_ID, "XiaoBa")],
+        ..MessageSpec::person((APP_ID, TOKEN, CHAT), ALICE, (event_id, message_id), text)
     })
 }
 
@@ -439,17 +433,10 @@ async fn a_colleagues_message_seen_on_feishu_and_the_bridge_is_recorded_once() {
     let t = mesh.transcript(XIAOBA).await;
     let copies = with_platform_id(&t, "om_from_ergoz");
     assert_eq!(copies.len(), 1, "one message, not two");
+    assert_eq!(author(copies[0]), ("ErGoz", AuthorKind::Bot));
     assert_eq!(
-        (
-            copies[0].author.name.as_str(),
-            copies[0].author.kind,
-            copies[0].id.to_string()
-        ),
-        (
-            "ErGoz",
-            AuthorKind::Bot,
-            r["id"].as_str().unwrap().to_string()
-        ),
+        copies[0].id.to_string(),
+        r["id"].as_str().unwrap(),
         "the bridge copy (with its depth) is the one kept"
     );
     assert!(mesh.feishu.sent().is_empty());

@@ -21,7 +21,7 @@ use botmesh_tests::fake_feishu::ids::{ALICE, CHAT, ERGOZ_IN_XIAOBAS_APP, XIAOBA_
 use botmesh_tests::fake_feishu::{message_event, FakeApp, FakeFeishu, MessageSpec, Refusal};
 use botmesh_tests::fake_llm::{FakeLlm, Script};
 use botmesh_tests::openmetrics::parse_openmetrics;
-use botmesh_tests::{init_logs, metric};
+use botmesh_tests::{assert_metric, init_logs, metric};
 use serde_json::Value;
 use tokio::io::AsyncBufReadExt;
 use tokio::net::TcpListener;
@@ -45,17 +45,12 @@ fn fake_app() -> FakeApp {
 
 /// A person's message in the team chat, as the long connection carries it.
 fn human_event(event_id: &str, message_id: &str, text: &str) -> Value {
-    message_event(&MessageSpec {
-        app_id: APP_ID,
-        token: "",
-        event_id,
-        message_id,
-        chat_id: CHAT,
-        sender_open_id: ALICE,
-        sender_type: "user",
+    message_event(&MessageSpec::person(
+        (APP_ID, "", CHAT),
+        ALICE,
+        (event_id, message_id),
         text,
-        mentions: &[],
-    })
+    ))
 }
 
 // ---------------------------------------------------------------------------------
@@ -115,17 +110,9 @@ async fn official_sdk_sends_and_edits_a_message_on_the_fake() {
     // Importing lark-oapi alone takes seconds (tens on a loaded machine).
     let out = tokio::time::timeout(
         Duration::from_secs(180),
-        tokio::process::Command::new(&python)
+        botmesh_tests::sdk_client::loopback_command(&python)
             .arg(&script)
             .args([APP_ID, APP_SECRET, &fake.base_url, CHAT])
-            .env("NO_PROXY", "127.0.0.1,localhost")
-            .env("no_proxy", "127.0.0.1,localhost")
-            .env_remove("HTTP_PROXY")
-            .env_remove("http_proxy")
-            .env_remove("HTTPS_PROXY")
-            .env_remove("https_proxy")
-            .env_remove("ALL_PROXY")
-            .env_remove("all_proxy")
             .output(),
     )
     .await
@@ -169,17 +156,9 @@ async fn official_sdk_receives_events_from_the_fake() {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("sdk_client.py");
     std::fs::write(&script, SDK_SCRIPT).unwrap();
-    let mut child = tokio::process::Command::new(&python)
+    let mut child = botmesh_tests::sdk_client::loopback_command(&python)
         .arg(&script)
         .args([APP_ID, APP_SECRET, &fake.base_url])
-        .env("NO_PROXY", "127.0.0.1,localhost")
-        .env("no_proxy", "127.0.0.1,localhost")
-        .env_remove("HTTP_PROXY")
-        .env_remove("http_proxy")
-        .env_remove("HTTPS_PROXY")
-        .env_remove("https_proxy")
-        .env_remove("ALL_PROXY")
-        .env_remove("all_proxy")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
@@ -293,6 +272,19 @@ async fn bind() -> TcpListener {
 }
 
 impl Node {
+    /// Pushes Alice's message `text` (event `ev`, message `om`) in one frame: the
+    /// fake's id of the push.
+    fn say(&self, ev: &str, om: &str, text: &str) -> String {
+        self.fake.push_event(&human_event(ev, om, text), 1)
+    }
+
+    /// [`Node::say`], then waits (bounded) until the node acknowledged it once.
+    async fn say_acked(&self, ev: &str, om: &str, text: &str) -> String {
+        let m = self.say(ev, om, text);
+        self.fake.wait_acks(WAIT, |a| acked_ok(a, &m) == 1).await;
+        m
+    }
+
     /// XiaoBa on Feishu over the long connection (no token, no key), ErGoz local;
     /// `before` prepares the fake before the node connects.
     async fn start(before: impl FnOnce(&FakeFeishu)) -> Node {
@@ -443,9 +435,7 @@ fn acked_ok(acks: &[botmesh_tests::fake_feishu::Ack], message_id: &str) -> usize
 async fn events_arrive_over_the_long_connection_and_are_acknowledged_once_recorded() {
     let n = Node::start(|_| {}).await;
     assert_eq!(n.fake.wait_connections(1, WAIT).await, 1, "connected");
-    let whole = n
-        .fake
-        .push_event(&human_event("ev-1", "om_ws_1", "hello over the socket"), 1);
+    let whole = n.say("ev-1", "om_ws_1", "hello over the socket");
     let long_text = "一段很长的消息 ".repeat(60);
     let split = n
         .fake
@@ -487,26 +477,18 @@ async fn events_arrive_over_the_long_connection_and_are_acknowledged_once_record
     assert_eq!(lc["state"], "connected", "{health}");
     assert_eq!(lc["acked"], 2, "{health}");
     let (_, m) = n.get("/metrics").await;
-    assert_eq!(
-        metric(&m, r#"botmesh_feishu_connection{state="connected"}"#),
-        1.0,
-        "{m}"
-    );
-    assert_eq!(
-        metric(&m, r#"botmesh_feishu_connection{state="reconnecting"}"#),
+    assert_metric(&m, r#"botmesh_feishu_connection{state="connected"}"#, 1.0);
+    assert_metric(
+        &m,
+        r#"botmesh_feishu_connection{state="reconnecting"}"#,
         0.0,
-        "{m}"
     );
-    assert_eq!(
-        metric(&m, r#"botmesh_feishu_connects_total{result="connected"}"#),
+    assert_metric(
+        &m,
+        r#"botmesh_feishu_connects_total{result="connected"}"#,
         1.0,
-        "{m}"
     );
-    assert_eq!(
-        metric(&m, r#"botmesh_feishu_events_total{result="message"}"#),
-        2.0,
-        "{m}"
-    );
+    assert_metric(&m, r#"botmesh_feishu_events_total{result="message"}"#, 2.0);
     // No webhook in long-connection mode.
     let r = n
         .http
@@ -527,10 +509,7 @@ async fn events_arrive_over_the_long_connection_and_are_acknowledged_once_record
 async fn a_redelivered_event_is_recorded_once() {
     let n = Node::start(|_| {}).await;
     n.fake.wait_connections(1, WAIT).await;
-    let m = n
-        .fake
-        .push_event(&human_event("ev-r", "om_ws_r", "only once please"), 1);
-    n.fake.wait_acks(WAIT, |a| acked_ok(a, &m) == 1).await;
+    let m = n.say_acked("ev-r", "om_ws_r", "only once please").await;
     n.fake.redeliver(&m);
     let acks = n.fake.wait_acks(WAIT, |a| acked_ok(a, &m) == 2).await;
     assert_eq!(
@@ -539,9 +518,7 @@ async fn a_redelivered_event_is_recorded_once() {
         "the repeat is acknowledged too: {acks:?}"
     );
     // A second event after the repeat proves the repeat was fully handled.
-    let after = n
-        .fake
-        .push_event(&human_event("ev-after", "om_ws_after", "next"), 1);
+    let after = n.say("ev-after", "om_ws_after", "next");
     let t = n
         .wait_transcript(|t| !copies(t, "om_ws_after").is_empty())
         .await;
@@ -549,10 +526,10 @@ async fn a_redelivered_event_is_recorded_once() {
     assert_eq!(copies(&t, "om_ws_after").len(), 1);
     let _ = after;
     let (_, m) = n.get("/metrics").await;
-    assert_eq!(
-        metric(&m, r#"botmesh_feishu_events_total{result="duplicate"}"#),
+    assert_metric(
+        &m,
+        r#"botmesh_feishu_events_total{result="duplicate"}"#,
         1.0,
-        "{m}"
     );
     n.shutdown().await;
 }
@@ -561,15 +538,10 @@ async fn a_redelivered_event_is_recorded_once() {
 async fn a_dropped_socket_is_reconnected_and_nothing_is_lost() {
     let n = Node::start(|_| {}).await;
     n.fake.wait_connections(1, WAIT).await;
-    let a = n
-        .fake
-        .push_event(&human_event("ev-a", "om_ws_a", "before the drop"), 1);
-    n.fake.wait_acks(WAIT, |k| acked_ok(k, &a) == 1).await;
+    n.say_acked("ev-a", "om_ws_a", "before the drop").await;
     // Dropped while idle; an event comes while nobody is connected.
     n.fake.drop_connection();
-    let b = n
-        .fake
-        .push_event(&human_event("ev-b", "om_ws_b", "while away"), 1);
+    let b = n.say("ev-b", "om_ws_b", "while away");
     assert_eq!(n.fake.wait_connections(2, WAIT).await, 2, "reconnected");
     n.fake.wait_acks(WAIT, |k| acked_ok(k, &b) == 1).await;
     // Dropped right after an event went out, before its answer could be read: Feishu
@@ -596,10 +568,10 @@ async fn a_dropped_socket_is_reconnected_and_nothing_is_lost() {
     assert_eq!(lc["state"], "connected", "{health}");
     assert_eq!(lc["connects"], 3, "{health}");
     let (_, m) = n.get("/metrics").await;
-    assert_eq!(
-        metric(&m, r#"botmesh_feishu_connects_total{result="dropped"}"#),
+    assert_metric(
+        &m,
+        r#"botmesh_feishu_connects_total{result="dropped"}"#,
         2.0,
-        "{m}"
     );
     n.shutdown().await;
 }
@@ -642,9 +614,7 @@ async fn a_refused_handshake_is_explained_and_retried() {
         "{m}"
     );
     // And it works once connected.
-    let e = n
-        .fake
-        .push_event(&human_event("ev-x", "om_ws_x", "finally"), 1);
+    let e = n.say("ev-x", "om_ws_x", "finally");
     let acks = n.fake.wait_acks(WAIT, |a| acked_ok(a, &e) == 1).await;
     assert_eq!(acked_ok(&acks, &e), 1);
     n.shutdown().await;
@@ -830,10 +800,8 @@ async fn people_appear_by_name_and_every_api_call_is_counted() {
     })
     .await;
     n.fake.wait_connections(1, WAIT).await;
-    n.fake
-        .push_event(&human_event("ev-n1", "om_n1", "first"), 1);
-    n.fake
-        .push_event(&human_event("ev-n2", "om_n2", "second"), 1);
+    n.say("ev-n1", "om_n1", "first");
+    n.say("ev-n2", "om_n2", "second");
     let mut carol = human_event("ev-n3", "om_n3", "from a stranger");
     carol["event"]["sender"]["sender_id"]["open_id"] = CAROL.into();
     n.fake.push_event(&carol, 1);
@@ -925,8 +893,8 @@ async fn people_appear_by_name_and_every_api_call_is_counted() {
     })
     .await;
     n.fake.wait_connections(1, WAIT).await;
-    n.fake.push_event(&human_event("ev-c1", "om_c1", "one"), 1);
-    n.fake.push_event(&human_event("ev-c2", "om_c2", "two"), 1);
+    n.say("ev-c1", "om_c1", "one");
+    n.say("ev-c2", "om_c2", "two");
     let t = n.wait_transcript(|t| !copies(t, "om_c2").is_empty()).await;
     assert_eq!(copies(&t, "om_c1")[0].author.name, "Alice Chen");
     assert_eq!(copies(&t, "om_c2")[0].author.name, "Alice Chen");

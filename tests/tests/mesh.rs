@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use botmesh::wire::envelope::{AuthorKind, Envelope};
 use botmesh::wire::signing::{HmacSecret, Signer, SigningKey};
-use botmesh_tests::{bot_message, fetch_json, metric, MeshSpec, Scheme, SignedRequest, TestMesh};
+use botmesh_tests::{
+    assert_metric, bot_message, fetch_json, metric, MeshSpec, Scheme, SignedRequest, TestMesh,
+};
 
 fn count(t: &[Envelope], id: &str) -> usize {
     t.iter().filter(|e| e.id.to_string() == id).count()
@@ -89,10 +91,10 @@ async fn human_message_reaches_every_transcript_once_and_bot_messages_verify() {
             let (status, _) = old_style.send(&mesh.http, &mesh.bridge(1)).await;
             assert_eq!(status, 200);
             let m = mesh.metrics(1).await;
-            assert_eq!(
-                metric(&m, r#"botmesh_signatures_verified_total{scheme="ed25519"}"#),
+            assert_metric(
+                &m,
+                r#"botmesh_signatures_verified_total{scheme="ed25519"}"#,
                 1.0,
-                "{m}"
             );
         }
         mesh.shutdown().await;

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use botmesh::wire::envelope::Envelope;
 use botmesh_tests::redis_server::RedisServer;
-use botmesh_tests::{bot_message, decisions, fetch_json, metric, wait_for, MeshSpec, TestMesh};
+use botmesh_tests::{
+    assert_metric, bot_message, decisions, fetch_json, metric, wait_for, MeshSpec, TestMesh,
+};
 
 /// A mesh of `names` on the stream transport of `redis`, bots answering mentions only.
 fn spec(redis: &RedisServer, names: &[&str]) -> MeshSpec {
@@ -118,16 +120,12 @@ async fn a_bot_that_was_down_catches_up_in_order_exactly_once() {
     mesh.restart(1).await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     let m = mesh.metrics(1).await;
-    assert_eq!(
-        metric(&m, r#"botmesh_transcript_appends_total{result="stream"}"#),
+    assert_metric(
+        &m,
+        r#"botmesh_transcript_appends_total{result="stream"}"#,
         0.0,
-        "{m}"
     );
-    assert_eq!(
-        metric(&m, r#"botmesh_envelopes_in_total{result="accepted"}"#),
-        0.0,
-        "{m}"
-    );
+    assert_metric(&m, r#"botmesh_envelopes_in_total{result="accepted"}"#, 0.0);
     assert_eq!(mesh.transcript(1).await.len(), 21);
     mesh.shutdown().await;
 }
@@ -476,11 +474,7 @@ async fn the_stream_is_capped_and_a_bot_away_too_long_is_told_what_it_missed() {
     assert_eq!(t.last().unwrap().text, "burst 149");
     assert_eq!(t[1].text, "burst 50", "the 100 newest remain");
     let m = mesh.metrics(1).await;
-    assert_eq!(
-        metric(&m, r#"botmesh_stream_events_total{result="gap"}"#),
-        1.0,
-        "{m}"
-    );
+    assert_metric(&m, r#"botmesh_stream_events_total{result="gap"}"#, 1.0);
     mesh.shutdown().await;
 }
 

@@ -8,7 +8,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use botmesh_tests::faults::LinkProxy;
-use botmesh_tests::{bot_message, metric, wait_for, MeshSpec, SignedRequest, TestMesh};
+use botmesh_tests::{
+    assert_metric_at_least, bot_message, wait_for, MeshSpec, SignedRequest, TestMesh,
+};
 
 /// POSTs a signed request to `bridge` as a relayed copy for `to` after `hops` hops,
 /// optionally with another body than the one signed.
@@ -110,36 +112,27 @@ async fn broken_link_is_relayed_with_original_signatures_hop_limit_and_no_double
     // B records a relayed copy before its signed receipt is back at A: wait (bounded)
     // for A to count the last one, then check the counts.
     let relayed = r#"botmesh_envelopes_out_total{peer="B",result="relayed"}"#;
-    let ma = wait_for(
-        Duration::from_secs(10),
-        Duration::from_millis(50),
-        || mesh.metrics(a),
-        |m: &String| metric(m, relayed) >= 12.0,
-    )
-    .await;
-    assert!(metric(&ma, relayed) >= 12.0, "{ma}");
-    assert!(
-        metric(
+    let ma = mesh
+        .wait_metric(a, relayed, 12.0, Duration::from_secs(10))
+        .await;
+    assert_metric_at_least(&ma, relayed, 12.0);
+    let (mb, mc) = (mesh.metrics(b).await, mesh.metrics(c).await);
+    for (m, series) in [
+        (
             &ma,
-            r#"botmesh_envelopes_relayed_total{role="origin",peer="B",result="delivered"}"#
-        ) >= 12.0
-    );
-    let mc = mesh.metrics(c).await;
-    assert!(
-        metric(
+            r#"botmesh_envelopes_relayed_total{role="origin",peer="B",result="delivered"}"#,
+        ),
+        (
             &mc,
-            r#"botmesh_envelopes_relayed_total{role="relay",peer="B",result="forwarded"}"#
-        ) >= 12.0,
-        "{mc}"
-    );
-    let mb = mesh.metrics(b).await;
-    assert!(
-        metric(
+            r#"botmesh_envelopes_relayed_total{role="relay",peer="B",result="forwarded"}"#,
+        ),
+        (
             &mb,
-            r#"botmesh_envelopes_relayed_total{role="destination",peer="A",result="accepted"}"#
-        ) >= 12.0,
-        "{mb}"
-    );
+            r#"botmesh_envelopes_relayed_total{role="destination",peer="A",result="accepted"}"#,
+        ),
+    ] {
+        assert_metric_at_least(m, series, 12.0);
+    }
 
     // A relay cannot alter a copy: C itself refuses it, and so would B.
     let env = bot_message("A", "the genuine text", 1);

@@ -10,7 +10,9 @@ use botmesh_tests::fake_slack::{FakeSlack, Person, SlackApp};
 use botmesh_tests::log_check::assert_holds_none;
 use botmesh_tests::sdk_client::SdkClient;
 use botmesh_tests::transcript::{assert_each_platform_msg_once, bot_authored};
-use botmesh_tests::{bot_of, is_judge, metric, show, subject, MeshSpec, TestMesh};
+use botmesh_tests::{
+    bot_of, is_judge, metric, platform_stopped, show, subject, MeshSpec, TestMesh,
+};
 
 const CHANNEL: &str = "C0700";
 const OTHER_CHANNEL: &str = "C0701";
@@ -698,14 +700,12 @@ async fn a_refused_token_a_wrong_user_id_or_link_disabled_stops_with_a_clear_rea
     ]);
     let mesh = TestMesh::start(spec).await;
     let (ada, bix) = mesh.health_once_both_stopped(ADA, BIX, WAIT).await;
-    assert_eq!(ada.0, 503, "{ada:?}");
-    let why = ada.1["platform_stopped"].as_str().unwrap();
+    let why = platform_stopped(&ada);
     assert!(
         why.contains("invalid_auth") && why.contains("slack.bot_token_env"),
         "{why}"
     );
-    assert_eq!(bix.0, 503, "{bix:?}");
-    let why = bix.1["platform_stopped"].as_str().unwrap();
+    let why = platform_stopped(&bix);
     assert!(
         why.contains("U7777") && why.contains(BIX_ID) && why.contains("slack.user_id"),
         "{why}"
@@ -723,8 +723,7 @@ async fn a_refused_token_a_wrong_user_id_or_link_disabled_stops_with_a_clear_rea
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert_eq!(cy.0, 503, "{cy:?}");
-    let why = cy.1["platform_stopped"].as_str().unwrap();
+    let why = platform_stopped(&cy);
     assert!(
         why.contains("link_disabled") && why.contains("Socket Mode"),
         "{why}"

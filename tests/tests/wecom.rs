@@ -73,11 +73,9 @@ asyncio.run(main())
 
 /// The SDK robot `script` logging in at `url` as `bot_id` with `secret`.
 fn sdk_robot(script: &std::path::Path, url: &str, bot_id: &str, secret: &str) -> SdkClient {
-    let mut cmd = tokio::process::Command::new(botmesh_tests::test_python());
+    let mut cmd = botmesh_tests::sdk_client::loopback_command(botmesh_tests::test_python());
     cmd.arg(script)
         .args([url, bot_id, secret])
-        .env("NO_PROXY", "127.0.0.1,localhost")
-        .env("no_proxy", "127.0.0.1,localhost")
         .env("PYTHONIOENCODING", "utf-8");
     SdkClient::start("the sdk", cmd, WAIT)
 }
