@@ -23,9 +23,11 @@
 //! # When a question counts as posted
 //!
 //! From when the platform accepted it: [`ChatAsker::posted`] is told the node's clock
-//! once the node's publish of the question returned (the platform's post, with its
-//! 429 retries, done, and the message recorded), not when it was handed over to be
-//! posted. An `/allow` said while the platform still held the question back (a
+//! once the platform's post (with its 429 retries) is done and before the question is
+//! recorded (`Node::publish_own`'s `accepted`), not when it was handed over to be
+//! posted. So an answer to what the page, a peer or the chat shows always finds the
+//! question posted (noted after the record, a quick `/allow` came before the note
+//! and answered nothing). An `/allow` said while the platform still held the question back (a
 //! Telegram 429 waited out) was said before anyone could see it, and answers nothing
 //! even when it is delivered after the question appeared. The comparison is in
 //! milliseconds, `sent_at >= posted_at` ([`said_after`]). A platform that stamps
