@@ -2,21 +2,18 @@
 //! recorded once in either order, snowflakes and nonces.
 
 use super::*;
-use crate::platform::kit::test_config::{assert_mistakes_named, node_config, settings};
+use crate::platform::kit::test_config::{assert_mistakes_named, node_config, peers_toml, settings};
 use crate::platform::kit::test_sink::{ingest, settle, TestSink};
 use crate::wire::envelope::{Author, AuthorKind};
+use std::sync::LazyLock;
 use tokio::time::Instant;
 
 /// The shape docs/discord.md shows.
-const DOCS_CONFIG: &str = r#"
-[mesh]
-group = "team"
-secret_env = "BOTMESH_SECRET"
-
-[[bots]]
-name = "Ada"
-bridge = "127.0.0.1:7101"
-api = "127.0.0.1:8101"
+static DOCS_CONFIG: LazyLock<String> = LazyLock::new(|| {
+    peers_toml(&[
+        (
+            "Ada",
+            r#"
 platform = "discord"
 
 [bots.discord]
@@ -25,20 +22,19 @@ channel_id = "1200000000000000001"
 user_id = "1300000000000000001"
 [bots.discord.peer_user_ids]
 Bix = "1300000000000000002"
-
-[[bots]]
-name = "Bix"
+"#,
+        ),
+        (
+            "Bix",
+            r#"
 aliases = ["bixie"]
-bridge = "127.0.0.1:7102"
-api = "127.0.0.1:8102"
 platform = "discord"
 discord = { token_env = "BIX_DISCORD_TOKEN", channel_id = "1200000000000000001", user_id = "1300000000000000002" }
-
-[[bots]]
-name = "Loc"
-bridge = "127.0.0.1:7103"
-api = "127.0.0.1:8103"
-"#;
+"#,
+        ),
+        ("Loc", ""),
+    ])
+});
 
 fn env() -> HashMap<String, String> {
     crate::platform::kit::test_config::env(&[
@@ -48,12 +44,12 @@ fn env() -> HashMap<String, String> {
 }
 
 fn ada() -> Discord {
-    Discord::from_config(&node_config(DOCS_CONFIG, "Ada", &env())).unwrap()
+    Discord::from_config(&node_config(&DOCS_CONFIG, "Ada", &env())).unwrap()
 }
 
 #[test]
 fn the_documented_config_loads_and_resolves_its_token() {
-    let s = settings(DOCS_CONFIG).unwrap();
+    let s = settings(&DOCS_CONFIG).unwrap();
     let d: DiscordSettings = s.bots[0].table(DISCORD).unwrap();
     assert_eq!(d.api_base_url(), DISCORD_API_BASE_URL);
     assert_eq!(d.peer_user_ids["Bix"], "1300000000000000002");
@@ -142,7 +138,7 @@ fn discord_config_mistakes_name_their_key() {
             "bots[1].discord",
         ),
     ];
-    assert_mistakes_named(DOCS_CONFIG, &cases);
+    assert_mistakes_named(&DOCS_CONFIG, &cases);
     let e = settings(&DOCS_CONFIG.replace("token_env = \"ADA", "tokn_env = \"ADA")).unwrap_err();
     assert!(e.to_string().contains("unknown field `tokn_env`"), "{e}");
 }
@@ -174,7 +170,7 @@ fn mentions_become_roster_names_tags_for_people_and_everyone_for_roles() {
         "@Ada @Bix ask <at user_id=\"1400000000000000002\">Ada</at> and <at user_id=\"1400000000000000003\">Eve 3</at>, cc @everyone"
     );
     assert_eq!(m.author.display_name(m.member.as_ref()), "Carol C");
-    let matcher = MentionMatcher::new(&crate::turn::roster(&settings(DOCS_CONFIG).unwrap().bots));
+    let matcher = MentionMatcher::new(&crate::turn::roster(&settings(&DOCS_CONFIG).unwrap().bots));
     assert_eq!(
         matcher.mentioned(&text, &[]),
         vec!["Ada", "Bix"],

@@ -12,20 +12,17 @@ use ulid::Ulid;
 use super::inbound::{MessageEvent, BRIDGE_GRACE};
 use super::socket::Delivery;
 use super::*;
-use crate::platform::kit::test_config::{assert_mistakes_named, node_config, settings};
+use crate::platform::kit::test_config::{assert_mistakes_named, node_config, peers_toml, settings};
 use crate::platform::kit::test_sink::{ingest, settle, TestSink};
 use crate::wire::envelope::{Author, AuthorKind};
+use std::sync::LazyLock;
 
 /// The shape docs/slack.md shows.
-const DOCS_CONFIG: &str = r#"
-[mesh]
-group = "team"
-secret_env = "BOTMESH_SECRET"
-
-[[bots]]
-name = "Ada"
-bridge = "127.0.0.1:7101"
-api = "127.0.0.1:8101"
+static DOCS_CONFIG: LazyLock<String> = LazyLock::new(|| {
+    peers_toml(&[
+        (
+            "Ada",
+            r#"
 platform = "slack"
 
 [bots.slack]
@@ -33,20 +30,19 @@ bot_token_env = "ADA_BOT_TOKEN"
 app_token_env = "ADA_APP_TOKEN"
 channel_id = "C0700"
 user_id = "U1001"
-
-[[bots]]
-name = "Bix"
+"#,
+        ),
+        (
+            "Bix",
+            r#"
 aliases = ["bixie"]
-bridge = "127.0.0.1:7102"
-api = "127.0.0.1:8102"
 platform = "slack"
 slack = { bot_token_env = "BIX_BOT_TOKEN", app_token_env = "BIX_APP_TOKEN", channel_id = "C0700", user_id = "U1002" }
-
-[[bots]]
-name = "Loc"
-bridge = "127.0.0.1:7103"
-api = "127.0.0.1:8103"
-"#;
+"#,
+        ),
+        ("Loc", ""),
+    ])
+});
 
 fn env() -> HashMap<String, String> {
     crate::platform::kit::test_config::env(&[
@@ -56,7 +52,7 @@ fn env() -> HashMap<String, String> {
 }
 
 fn config() -> NodeConfig {
-    node_config(DOCS_CONFIG, "Ada", &env())
+    node_config(&DOCS_CONFIG, "Ada", &env())
 }
 
 fn ada() -> Slack {
@@ -74,7 +70,7 @@ fn the_documented_config_loads_and_names_each_mistake() {
     assert!(!format!("{cfg:?} {secrets:?}").contains("-secret"));
     let mut swapped = env();
     swapped.insert("ADA_APP_TOKEN".into(), "xoxb-ada-secret".into());
-    let cfg2 = NodeConfig::resolve(settings(DOCS_CONFIG).unwrap(), "Ada", None, &swapped).unwrap();
+    let cfg2 = NodeConfig::resolve(settings(&DOCS_CONFIG).unwrap(), "Ada", None, &swapped).unwrap();
     let e = Slack::from_config(&cfg2).unwrap_err().to_string();
     assert!(
         e.contains("bots[0].slack.app_token_env") && e.contains("xapp-"),
@@ -82,9 +78,9 @@ fn the_documented_config_loads_and_names_each_mistake() {
     );
     let mut no_app = env();
     no_app.remove("ADA_APP_TOKEN");
-    let e = NodeConfig::resolve(settings(DOCS_CONFIG).unwrap(), "Ada", None, &no_app).unwrap_err();
+    let e = NodeConfig::resolve(settings(&DOCS_CONFIG).unwrap(), "Ada", None, &no_app).unwrap_err();
     assert_eq!(e.key, "bots[0].slack.app_token_env", "{e}");
-    let loc = NodeConfig::resolve(settings(DOCS_CONFIG).unwrap(), "Loc", None, &no_app).unwrap();
+    let loc = NodeConfig::resolve(settings(&DOCS_CONFIG).unwrap(), "Loc", None, &no_app).unwrap();
     assert!(
         loc.platform_secret("bot_token_env").is_none(),
         "a local bot needs no slack tokens"
@@ -103,7 +99,7 @@ fn the_documented_config_loads_and_names_each_mistake() {
             "bots[1].slack.api_base_url",
         ),
     ];
-    assert_mistakes_named(DOCS_CONFIG, &cases);
+    assert_mistakes_named(&DOCS_CONFIG, &cases);
     let e = settings(&DOCS_CONFIG.replace("bot_token_env = \"ADA", "bot_tokn_env = \"ADA"))
         .unwrap_err();
     assert!(

@@ -2,41 +2,37 @@
 //! the inbound recording of people's and colleagues' messages.
 
 use super::*;
-use crate::platform::kit::test_config::{assert_mistakes_named, node_config, settings};
+use crate::platform::kit::test_config::{assert_mistakes_named, node_config, peers_toml, settings};
 use crate::platform::kit::test_sink::{ingest, settle, TestSink};
 use crate::wire::envelope::{Author, AuthorKind};
+use std::sync::LazyLock;
 use tokio::time::Instant;
 
 /// The shape docs/telegram.md shows.
-const DOCS_CONFIG: &str = r#"
-[mesh]
-group = "team"
-secret_env = "BOTMESH_SECRET"
-
-[[bots]]
-name = "Alpha"
-bridge = "127.0.0.1:7101"
-api = "127.0.0.1:8101"
+static DOCS_CONFIG: LazyLock<String> = LazyLock::new(|| {
+    peers_toml(&[
+        (
+            "Alpha",
+            r#"
 platform = "telegram"
 
 [bots.telegram]
 token_env = "ALPHA_TOKEN"
 chat_id = "-1001234567890"
 username = "alpha_bot"
-
-[[bots]]
-name = "Beta"
+"#,
+        ),
+        (
+            "Beta",
+            r#"
 aliases = ["贝塔"]
-bridge = "127.0.0.1:7102"
-api = "127.0.0.1:8102"
 platform = "telegram"
 telegram = { token_env = "BETA_TOKEN", chat_id = "-1001234567890", username = "beta_bot" }
-
-[[bots]]
-name = "Loc"
-bridge = "127.0.0.1:7103"
-api = "127.0.0.1:8103"
-"#;
+"#,
+        ),
+        ("Loc", ""),
+    ])
+});
 
 fn env() -> HashMap<String, String> {
     crate::platform::kit::test_config::env(&[
@@ -47,14 +43,14 @@ fn env() -> HashMap<String, String> {
 }
 
 fn alpha() -> Telegram {
-    let t = Telegram::from_config(&node_config(DOCS_CONFIG, "Alpha", &env())).unwrap();
+    let t = Telegram::from_config(&node_config(&DOCS_CONFIG, "Alpha", &env())).unwrap();
     t.handles.write().me = Some((111, "Alpha".into()));
     t
 }
 
 #[test]
 fn the_documented_config_loads_and_resolves_its_token() {
-    let s = settings(DOCS_CONFIG).unwrap();
+    let s = settings(&DOCS_CONFIG).unwrap();
     let t = s.bots[0].table::<TelegramSettings>(TELEGRAM).unwrap();
     assert_eq!(t.api_base_url(), settings::TELEGRAM_API_BASE_URL);
     assert_eq!(t.chat(), Some(-1001234567890));
@@ -89,7 +85,7 @@ fn telegram_config_mistakes_name_their_key() {
         ("username = \"alpha_bot\"\n", "username = \"alpha_bot\"\nsecret_token_env = \"HOOK_SECRET\"\n", "bots[0].telegram.secret_token_env"),
         ("telegram = { token_env = \"BETA_TOKEN\", chat_id = \"-1001234567890\", username = \"beta_bot\" }\n", "", "bots[1].telegram"),
     ];
-    assert_mistakes_named(DOCS_CONFIG, &cases);
+    assert_mistakes_named(&DOCS_CONFIG, &cases);
     let e =
         settings(&DOCS_CONFIG.replace("token_env = \"ALPHA", "tokn_env = \"ALPHA")).unwrap_err();
     assert!(e.to_string().contains("unknown field `tokn_env`"), "{e}");
