@@ -22,6 +22,7 @@ pub(crate) static ADAPTER: crate::platform::registry::Adapter =
     crate::platform::registry::Adapter {
         platform: crate::config::Platform::LOCAL,
         visibility: VISIBILITY,
+        abilities: crate::platform::registry::Abilities::POSTS_ONLY,
         check: |cx| match cx.table {
             None => Ok(()),
             Some(_) => Err(cx.problem("", "local takes no table: a local bot needs no ids")),

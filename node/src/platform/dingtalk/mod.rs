@@ -68,6 +68,7 @@ pub(crate) static ADAPTER: crate::platform::registry::Adapter =
     crate::platform::registry::Adapter {
         platform: DINGTALK,
         visibility: VISIBILITY,
+        abilities: crate::platform::registry::Abilities::POSTS_ONLY,
         check: settings::check,
         build: |cfg| Ok(Arc::new(DingTalk::from_config(cfg)?)),
     };
@@ -125,7 +126,7 @@ impl std::fmt::Debug for DingTalk {
 
 impl ChatPlatform for DingTalk {
     fn declared(&self) -> Declared<'_> {
-        Declared::posting(&ADAPTER, &self.me)
+        Declared::posting(&ADAPTER, &self.me, None)
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {

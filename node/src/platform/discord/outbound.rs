@@ -8,6 +8,7 @@ use ulid::Ulid;
 
 use super::rest::{self, AllowedMentions, CreateMessage, MessageReference, RestError};
 use super::Discord;
+use crate::platform::kit::mention;
 use crate::store::transcript::platform_ids;
 use crate::wire::envelope::{AuthorKind, Envelope};
 
@@ -31,19 +32,10 @@ impl Discord {
         let at = AT.get_or_init(|| {
             regex::Regex::new(r#"<at user_id="(\d{1,20})">[^<]*</at>"#).expect("valid")
         });
-        let pinged = std::cell::RefCell::new(Vec::new());
-        let text = self.matcher.rewrite(text, |member| {
-            let id = self
-                .peer_user_ids
-                .get(member)
-                .filter(|_| member != self.me)?;
-            let mut p = pinged.borrow_mut();
-            if !p.contains(id) {
-                p.push(id.clone());
-            }
-            Some(format!("<@{id}>"))
-        });
-        let pinged = pinged.into_inner();
+        let (text, pinged) =
+            mention::by_id(&self.matcher, text, &self.me, &self.peer_user_ids, |id| {
+                format!("<@{id}>")
+            });
         (at.replace_all(&text, "<@$1>").into_owned(), pinged)
     }
 

@@ -188,6 +188,7 @@ pub(crate) static ADAPTER: crate::platform::registry::Adapter =
     crate::platform::registry::Adapter {
         platform: FEISHU,
         visibility: VISIBILITY,
+        abilities: crate::platform::registry::Abilities::EDITS,
         check: settings::check,
         build: |cfg| Ok(Arc::new(Feishu::from_config(cfg)?)),
     };
@@ -199,15 +200,11 @@ pub(crate) const VISIBILITY: Visibility = Visibility {
 
 impl ChatPlatform for Feishu {
     fn declared(&self) -> Declared<'_> {
-        Declared::posting(&ADAPTER, &self.me)
+        Declared::posting(&ADAPTER, &self.me, None)
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
         Box::pin(PostError::of(Feishu::post(self, env)))
-    }
-
-    fn edits(&self) -> bool {
-        true
     }
 
     fn edit<'a>(

@@ -85,6 +85,7 @@ pub(crate) static ADAPTER: crate::platform::registry::Adapter =
     crate::platform::registry::Adapter {
         platform: MATRIX,
         visibility: VISIBILITY,
+        abilities: crate::platform::registry::Abilities::edits_and_typing_every(TYPING_EVERY),
         check: settings::check,
         build: |cfg| Ok(Arc::new(Matrix::from_config(cfg)?)),
     };
@@ -156,15 +157,11 @@ impl std::fmt::Debug for Matrix {
 
 impl ChatPlatform for Matrix {
     fn declared(&self) -> Declared<'_> {
-        Declared::posting(&ADAPTER, &self.me)
+        Declared::posting(&ADAPTER, &self.me, Some(&self.stopped))
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
         Box::pin(PostError::of(Matrix::post(self, env)))
-    }
-
-    fn edits(&self) -> bool {
-        true
     }
 
     fn edit<'a>(
@@ -190,17 +187,9 @@ impl ChatPlatform for Matrix {
         })
     }
 
-    fn typing_every(&self) -> Option<Duration> {
-        Some(TYPING_EVERY)
-    }
-
     fn start(self: Arc<Self>, ingest: AdapterContext) -> Option<BoxFuture<'static, ()>> {
         let _ = self.ingest.set(ingest.clone());
         Some(Box::pin(async move { self.run(ingest).await }))
-    }
-
-    fn stopped(&self) -> Option<String> {
-        self.stopped.reason()
     }
 
     fn health(&self) -> Option<serde_json::Value> {

@@ -34,10 +34,10 @@ use std::sync::{Arc, OnceLock};
 
 use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
-use tokio::sync::mpsc;
 
 use crate::config::pacing::TokenBucket;
 use crate::config::NodeConfig;
+use crate::platform::kit::in_order::InOrder;
 use crate::platform::kit::inbound::Inbound;
 use crate::platform::kit::pacer::ChatPacer;
 use crate::platform::kit::stopped::Stopped;
@@ -56,6 +56,7 @@ pub(crate) static ADAPTER: crate::platform::registry::Adapter =
     crate::platform::registry::Adapter {
         platform: SLACK,
         visibility: VISIBILITY,
+        abilities: crate::platform::registry::Abilities::EDITS,
         check: settings::check,
         build: |cfg| Ok(Arc::new(Slack::from_config(cfg)?)),
     };
@@ -121,15 +122,11 @@ impl std::fmt::Debug for Slack {
 
 impl ChatPlatform for Slack {
     fn declared(&self) -> Declared<'_> {
-        Declared::posting(&ADAPTER, &self.me)
+        Declared::posting(&ADAPTER, &self.me, Some(&self.stopped))
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
         Box::pin(self.post_envelope(env))
-    }
-
-    fn edits(&self) -> bool {
-        true
     }
 
     fn edit<'a>(
@@ -154,10 +151,6 @@ impl ChatPlatform for Slack {
             "acked": self.socket.acked.load(Relaxed),
             "stopped": self.stopped.reason(),
         }}))
-    }
-
-    fn stopped(&self) -> Option<String> {
-        self.stopped.reason()
     }
 
     fn cache_sizes(&self) -> Vec<(&'static str, usize)> {
@@ -273,18 +266,16 @@ impl Slack {
                 tracing::warn!(bot = %self.me, error = %e, "could not check the slack bot user (auth.test); continuing");
             }
         }
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let me = self.clone();
-        let ing = ingest.clone();
-        let consumer = tokio::spawn(async move {
-            while let Some(d) = rx.recv().await {
-                me.on_delivery(&ing, d).await;
-            }
+        let (me, ing) = (self.clone(), ingest.clone());
+        let events = InOrder::spawn(move |d| {
+            let (me, ing) = (me.clone(), ing.clone());
+            async move { me.on_delivery(&ing, d).await }
         });
-        if let Some(why) = socket::run(&self.api, tx, self.socket.clone(), stop).await {
+        let sender = events.sender().clone();
+        if let Some(why) = socket::run(&self.api, sender, self.socket.clone(), stop).await {
             self.stopped.stop(&self.me, "slack", &why);
         }
-        let _ = consumer.await;
+        events.finish().await;
     }
 }
 

@@ -89,6 +89,7 @@ pub(crate) static ADAPTER: crate::platform::registry::Adapter =
     crate::platform::registry::Adapter {
         platform: TELEGRAM,
         visibility: VISIBILITY,
+        abilities: crate::platform::registry::Abilities::edits_and_typing_every(TYPING_EVERY),
         check: settings::check,
         build: |cfg| Ok(Arc::new(Telegram::from_config(cfg)?)),
     };
@@ -177,15 +178,11 @@ impl std::fmt::Debug for Telegram {
 
 impl ChatPlatform for Telegram {
     fn declared(&self) -> Declared<'_> {
-        Declared::posting(&ADAPTER, &self.me)
+        Declared::posting(&ADAPTER, &self.me, Some(&self.stopped))
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
         Box::pin(PostError::of(Telegram::post(self, env)))
-    }
-
-    fn edits(&self) -> bool {
-        true
     }
 
     fn edit<'a>(
@@ -210,10 +207,6 @@ impl ChatPlatform for Telegram {
         })
     }
 
-    fn typing_every(&self) -> Option<Duration> {
-        Some(TYPING_EVERY)
-    }
-
     fn start(self: Arc<Self>, ingest: AdapterContext) -> Option<BoxFuture<'static, ()>> {
         let _ = self.ingest.set(ingest.clone());
         Some(Box::pin(async move { self.run(ingest).await }))
@@ -229,10 +222,6 @@ impl ChatPlatform for Telegram {
         remote: std::net::SocketAddr,
     ) -> BoxFuture<'static, http::Response<crate::ingress::server::Body>> {
         Box::pin(webhook::answer(self, req, remote))
-    }
-
-    fn stopped(&self) -> Option<String> {
-        self.stopped.reason()
     }
 
     fn health(&self) -> Option<serde_json::Value> {

@@ -39,10 +39,10 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
-use tokio::sync::mpsc;
 
 use crate::config::pacing::Window;
 use crate::config::NodeConfig;
+use crate::platform::kit::in_order::InOrder;
 use crate::platform::kit::inbound::Inbound;
 use crate::platform::kit::pacer::ChatPacer;
 use crate::platform::kit::stopped::Stopped;
@@ -61,6 +61,7 @@ pub(crate) static ADAPTER: crate::platform::registry::Adapter =
     crate::platform::registry::Adapter {
         platform: WECOM,
         visibility: VISIBILITY,
+        abilities: crate::platform::registry::Abilities::POSTS_ONLY,
         check: settings::check,
         build: |cfg| Ok(Arc::new(Wecom::from_config(cfg)?)),
     };
@@ -117,7 +118,7 @@ impl std::fmt::Debug for Wecom {
 
 impl ChatPlatform for Wecom {
     fn declared(&self) -> Declared<'_> {
-        Declared::posting(&ADAPTER, &self.me)
+        Declared::posting(&ADAPTER, &self.me, Some(&self.stopped))
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
@@ -140,10 +141,6 @@ impl ChatPlatform for Wecom {
             "acked": s.acked.load(Relaxed),
             "stopped": self.stopped.reason(),
         }}))
-    }
-
-    fn stopped(&self) -> Option<String> {
-        self.stopped.reason()
     }
 
     fn cache_sizes(&self) -> Vec<(&'static str, usize)> {
@@ -210,28 +207,24 @@ impl Wecom {
     /// The adapter's life: sessions until the node stops (or one ends fatally).
     async fn run(self: Arc<Self>, ingest: AdapterContext) {
         let stop = ingest.accepting.clone();
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let me = self.clone();
-        let ing = ingest.clone();
-        let consumer = tokio::spawn(async move {
-            while let Some((session, frame)) = rx.recv().await {
-                me.on_frame(&ing, session, frame).await;
-            }
+        let (me, ing) = (self.clone(), ingest.clone());
+        let events = InOrder::spawn(move |(session, frame)| {
+            let (me, ing) = (me.clone(), ing.clone());
+            async move { me.on_frame(&ing, session, frame).await }
         });
         let session = conn::Session {
             url: &self.ws_url,
             bot_id: &self.bot_id,
             secret: &self.secret,
             heartbeat: self.heartbeat,
-            callbacks: &tx,
+            callbacks: events.sender(),
             state: &self.link.state,
             stop: &stop,
         };
         if let Some(why) = conn::run(&self.link, session).await {
             self.stopped.stop(&self.me, "wecom", &why);
         }
-        drop(tx);
-        let _ = consumer.await;
+        events.finish().await;
     }
 }
 
