@@ -3,10 +3,11 @@
 
 use super::*;
 use crate::platform::kit::test_config::{assert_mistakes_named, node_config, peers_toml, settings};
-use crate::platform::kit::test_sink::{ingest, settle, TestSink};
-use crate::wire::envelope::{Author, AuthorKind};
+use crate::platform::kit::test_sink::{
+    assert_colleague_copy_recorded_once, ingest, settle, TestSink,
+};
+use crate::wire::envelope::Author;
 use std::sync::LazyLock;
-use tokio::time::Instant;
 
 /// The shape docs/discord.md shows.
 static DOCS_CONFIG: LazyLock<String> = LazyLock::new(|| {
@@ -236,20 +237,6 @@ fn from_bix(id: &str) -> MessageCreate {
     .unwrap()
 }
 
-fn bridge_copy(pid: &str) -> Envelope {
-    let mut e = Envelope::message(
-        Ulid::new(),
-        1,
-        "team",
-        "Bix",
-        Author::bot("Bix"),
-        "@Ada done",
-    );
-    e.depth = 1;
-    e.platform_msg_id = Some(pid.into());
-    e
-}
-
 /// A colleague's message is recorded once, keeping the bridge copy (its depth),
 /// whether the bridge copy comes before the Discord copy, during its wait, or never
 /// (then the Discord copy is context at max_depth). Own messages are ignored; a
@@ -259,41 +246,15 @@ async fn a_colleagues_message_is_recorded_once_in_either_order() {
     let d = Arc::new(ada());
     let sink = Arc::new(TestSink::default());
     let ing = ingest(sink.clone());
-    // Bridge copy first.
-    sink.add(bridge_copy("1500000000000000010"));
-    d.on_message(&ing, from_bix("1500000000000000010")).await;
-    settle(&ing).await;
-    assert_eq!(sink.all().len(), 1);
-    // Discord copy first; the bridge copy comes 2 s later.
-    d.on_message(&ing, from_bix("1500000000000000011")).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(sink.all().len(), 1, "the Discord copy waits");
-    sink.add(bridge_copy("1500000000000000011"));
-    let told = Instant::now();
-    settle(&ing).await;
-    assert_eq!(
-        told.elapsed(),
-        Duration::ZERO,
-        "the wait ends when the bridge copy is recorded (told, not polled)"
-    );
-    let all = sink.all();
-    assert_eq!(all.len(), 2);
-    assert_eq!(all[1].depth, 1, "the bridge copy's depth");
-    // No bridge copy at all: context nobody answers.
-    let start = Instant::now();
-    d.on_message(&ing, from_bix("1500000000000000012")).await;
-    settle(&ing).await;
-    assert!(start.elapsed() >= BRIDGE_GRACE);
-    let ctx = sink.all().pop().unwrap();
-    assert_eq!(
-        (
-            ctx.author.name.as_str(),
-            ctx.author.kind,
-            ctx.depth,
-            ctx.text.as_str()
-        ),
-        ("Bix", AuthorKind::Bot, 3, "@Ada done")
-    );
+    let pid = |n: u32| format!("15000000000000000{}", 10 + n);
+    assert_colleague_copy_recorded_once(
+        (&sink, &ing),
+        ("Bix", "@Ada done", 3),
+        BRIDGE_GRACE,
+        pid,
+        |n| d.on_message(&ing, from_bix(&pid(n))),
+    )
+    .await;
     // Its own message: ignored.
     let mut own = from_bix("1500000000000000013");
     own.author.user.id = "1300000000000000001".into();

@@ -3,10 +3,10 @@
 
 use super::*;
 use crate::platform::kit::test_config::{assert_mistakes_named, node_config, peers_toml, settings};
-use crate::platform::kit::test_sink::{ingest, settle, TestSink};
-use crate::wire::envelope::{Author, AuthorKind};
+use crate::platform::kit::test_sink::{
+    assert_colleague_copy_recorded_once, ingest, settle, TestSink,
+};
 use std::sync::LazyLock;
-use tokio::time::Instant;
 
 /// The shape docs/telegram.md shows.
 static DOCS_CONFIG: LazyLock<String> = LazyLock::new(|| {
@@ -140,20 +140,6 @@ fn beta_user() -> serde_json::Value {
     serde_json::json!({"id": 222, "is_bot": true, "first_name": "Beta", "username": "beta_bot"})
 }
 
-fn bridge_copy(pid: &str) -> Envelope {
-    let mut e = Envelope::message(
-        Ulid::new(),
-        1,
-        "team",
-        "Beta",
-        Author::bot("Beta"),
-        "@Alpha done",
-    );
-    e.depth = 1;
-    e.platform_msg_id = Some(pid.into());
-    e
-}
-
 /// In bot-to-bot mode a colleague's message is recorded once, keeping the bridge copy
 /// (its depth), whether the bridge copy comes before the Telegram copy, during its
 /// wait, or never (then the Telegram copy is context at max_depth). Own messages are
@@ -164,49 +150,18 @@ async fn a_colleagues_message_is_recorded_once_in_either_order() {
     let sink = Arc::new(TestSink::default());
     let ing = ingest(sink.clone());
     let done = serde_json::json!([{"type": "mention", "offset": 0, "length": 10}]);
-    // Bridge copy first.
-    sink.add(bridge_copy("-1001234567890:10"));
-    assert!(
-        t.on_message(
-            &ing,
-            message(10, beta_user(), "@alpha_bot done", done.clone())
-        )
-        .await
-    );
-    settle(&ing).await;
-    assert_eq!(sink.all().len(), 1);
-    // Telegram copy first; the bridge copy 2 s later.
-    t.on_message(
-        &ing,
-        message(11, beta_user(), "@alpha_bot done", done.clone()),
+    assert_colleague_copy_recorded_once(
+        (&sink, &ing),
+        ("Beta", "@Alpha done", 3),
+        BRIDGE_GRACE,
+        |n| format!("-1001234567890:{}", 10 + n),
+        |n| {
+            let (t, ing) = (&t, &ing);
+            let m = message(10 + n as i64, beta_user(), "@alpha_bot done", done.clone());
+            async move { assert!(t.on_message(ing, m).await, "confirmed") }
+        },
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(sink.all().len(), 1, "the Telegram copy waits");
-    sink.add(bridge_copy("-1001234567890:11"));
-    settle(&ing).await;
-    let all = sink.all();
-    assert_eq!(all.len(), 2);
-    assert_eq!(all[1].depth, 1, "the bridge copy's depth");
-    // No bridge copy at all: context nobody answers.
-    let start = Instant::now();
-    t.on_message(
-        &ing,
-        message(12, beta_user(), "@alpha_bot done", done.clone()),
-    )
-    .await;
-    settle(&ing).await;
-    assert!(start.elapsed() >= BRIDGE_GRACE);
-    let ctx = sink.all().pop().unwrap();
-    assert_eq!(
-        (
-            ctx.author.name.as_str(),
-            ctx.author.kind,
-            ctx.depth,
-            ctx.text.as_str()
-        ),
-        ("Beta", AuthorKind::Bot, 3, "@Alpha done")
-    );
     // Its own message: ignored.
     let own = serde_json::json!({"id": 111, "is_bot": true, "first_name": "Alpha", "username": "alpha_bot"});
     t.on_message(&ing, message(13, own, "mine", serde_json::json!([])))
