@@ -54,7 +54,7 @@ pub(crate) static ADAPTER: crate::platform::registry::Adapter =
     crate::platform::registry::Adapter {
         platform: DISCORD,
         visibility: VISIBILITY,
-        abilities: crate::platform::registry::Abilities::edits_and_typing_every(TYPING_EVERY),
+        abilities: ABILITIES,
         check: settings::check,
         build: |cfg| Ok(Arc::new(Discord::from_config(cfg)?)),
     };
@@ -71,6 +71,7 @@ use crate::config::NodeConfig;
 use crate::platform::kit::in_order::InOrder;
 use crate::platform::kit::inbound::Inbound;
 use crate::platform::kit::stopped::Stopped;
+use crate::platform::registry::Abilities;
 use crate::platform::AdapterContext;
 use crate::platform::{ChatPlatform, Declared, PostError, Visibility};
 use crate::turn::mention::MentionMatcher;
@@ -88,6 +89,10 @@ pub const VISIBILITY: Visibility = Visibility {
     humans_reach_every_bot: true,
     bots_see_bots: true,
 };
+
+/// Discord edits a post (its message PATCH) and shows typing for about 10 s after
+/// each signal.
+pub(crate) const ABILITIES: Abilities = Abilities::edits_and_typing_every(TYPING_EVERY);
 
 /// How long a Discord copy of a colleague's message waits for its bridge copy.
 pub const BRIDGE_GRACE: Duration = Duration::from_secs(10);
@@ -236,14 +241,12 @@ impl Discord {
                 bots_by_user_id.insert(id.trim().to_string(), p.name.clone());
             }
         }
-        let missing: Vec<&str> = cfg
-            .peers()
-            .map(|p| p.name.as_str())
-            .filter(|p| !peer_user_ids.contains_key(*p))
-            .collect();
-        if !missing.is_empty() {
-            tracing::info!(bot = %bot.name, peers = ?missing, "no discord user id for these colleagues: @mentions of them stay plain text on discord");
-        }
+        crate::platform::kit::mention::log_unmentionable(
+            cfg,
+            &peer_user_ids,
+            "discord user id",
+            "discord",
+        );
         Ok(Discord {
             rest: RestClient::new(&d.api_base_url(), &token, rest::RetryPolicy::default())?,
             token,

@@ -1,10 +1,12 @@
 //! The one way a colleague's `@Name` in a bot's text becomes its platform's mention of
 //! the colleague's id ([`by_id`]), for platforms that mention by id in the text
 //! (Discord and Slack write `<@id>`), with the ids mentioned for the platform's
-//! notification list.
+//! notification list; and the one log line naming the colleagues a bot cannot
+//! mention on its platform ([`log_unmentionable`]).
 
 use std::collections::HashMap;
 
+use crate::config::NodeConfig;
 use crate::turn::mention::MentionMatcher;
 
 /// `text` with each colleague's `@Name` (or alias) made `mention(id)`, their id from
@@ -28,6 +30,29 @@ pub(crate) fn by_id(
         Some(mention(id))
     });
     (text, mentioned.into_inner())
+}
+
+/// Logs, at start, the colleagues of `cfg`'s bot that have no id in `ids` (colleague →
+/// platform id; `what` says which id and where it is set): their `@Name` stays plain
+/// text on `platform`.
+pub(crate) fn log_unmentionable(
+    cfg: &NodeConfig,
+    ids: &HashMap<String, String>,
+    what: &str,
+    platform: &str,
+) {
+    let missing: Vec<&str> = cfg
+        .peers()
+        .map(|p| p.name.as_str())
+        .filter(|p| !ids.contains_key(*p))
+        .collect();
+    if !missing.is_empty() {
+        tracing::info!(
+            bot = %cfg.bot().name,
+            peers = ?missing,
+            "no {what} for these colleagues: @mentions of them stay plain text on {platform}"
+        );
+    }
 }
 
 #[cfg(test)]

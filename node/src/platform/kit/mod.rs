@@ -21,6 +21,8 @@
 //!   id in the text (`<@id>`), with the ids mentioned.
 //! - [`settings`] — what every adapter's settings need once: its table read (the keys
 //!   a bot on the platform needs named when it has none), its secret read.
+//! - [`parts`] — the one way a message cut into parts is posted: the first part
+//!   decides, a later failure keeps what is posted, the ids joined.
 //! - [`split`] — the one way to cut a long reply into parts a platform accepts.
 //! - [`stopped`] — the one record of why an adapter is out of service (its `/healthz`
 //!   reason), logged once.
@@ -45,6 +47,7 @@ pub(crate) mod in_order;
 pub(crate) mod inbound;
 pub(crate) mod mention;
 pub(crate) mod pacer;
+pub(crate) mod parts;
 pub(crate) mod reconnect;
 pub(crate) mod requests;
 pub(crate) mod settings;

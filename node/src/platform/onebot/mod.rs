@@ -40,6 +40,7 @@ use crate::platform::kit::in_order::InOrder;
 use crate::platform::kit::inbound::Inbound;
 use crate::platform::kit::pacer::ChatPacer;
 use crate::platform::kit::stopped::Stopped;
+use crate::platform::registry::Abilities;
 use crate::platform::AdapterContext;
 use crate::platform::{ChatPlatform, Declared, PostError, Visibility};
 use crate::turn::mention::MentionMatcher;
@@ -53,7 +54,7 @@ pub(crate) static ADAPTER: crate::platform::registry::Adapter =
     crate::platform::registry::Adapter {
         platform: ONEBOT,
         visibility: VISIBILITY,
-        abilities: crate::platform::registry::Abilities::POSTS_ONLY,
+        abilities: ABILITIES,
         check: settings::check,
         build: |cfg| Ok(Arc::new(Onebot::from_config(cfg)?)),
     };
@@ -63,6 +64,9 @@ pub const VISIBILITY: Visibility = Visibility {
     humans_reach_every_bot: true,
     bots_see_bots: true,
 };
+
+/// A QQ message cannot be edited once sent, and OneBot has no typing signal.
+pub(crate) const ABILITIES: Abilities = Abilities::POSTS_ONLY;
 
 /// A QQ bot's platform state.
 pub struct Onebot {

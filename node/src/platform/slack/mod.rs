@@ -41,6 +41,7 @@ use crate::platform::kit::in_order::InOrder;
 use crate::platform::kit::inbound::Inbound;
 use crate::platform::kit::pacer::ChatPacer;
 use crate::platform::kit::stopped::Stopped;
+use crate::platform::registry::Abilities;
 use crate::platform::AdapterContext;
 use crate::platform::{ChatPlatform, Declared, PostError, Visibility};
 use crate::turn::mention::MentionMatcher;
@@ -56,7 +57,7 @@ pub(crate) static ADAPTER: crate::platform::registry::Adapter =
     crate::platform::registry::Adapter {
         platform: SLACK,
         visibility: VISIBILITY,
-        abilities: crate::platform::registry::Abilities::EDITS,
+        abilities: ABILITIES,
         check: settings::check,
         build: |cfg| Ok(Arc::new(Slack::from_config(cfg)?)),
     };
@@ -66,6 +67,9 @@ pub const VISIBILITY: Visibility = Visibility {
     humans_reach_every_bot: true,
     bots_see_bots: true,
 };
+
+/// Slack edits a post (`chat.update`); an app has no typing signal.
+pub(crate) const ABILITIES: Abilities = Abilities::EDITS;
 
 /// Threads remembered (message `ts` → its thread's `ts`).
 pub const THREAD_MEMORY: usize = 10_000;
@@ -177,14 +181,12 @@ impl Slack {
                 bots_by_user_id.insert(id.trim().to_string(), p.name.clone());
             }
         }
-        let missing: Vec<&str> = cfg
-            .peers()
-            .map(|p| p.name.as_str())
-            .filter(|p| !peer_user_ids.contains_key(*p))
-            .collect();
-        if !missing.is_empty() {
-            tracing::info!(bot = %bot.name, peers = ?missing, "no slack user id for these colleagues ([bots.slack].user_id): @mentions of them stay plain text on slack");
-        }
+        crate::platform::kit::mention::log_unmentionable(
+            cfg,
+            &peer_user_ids,
+            "slack user id ([bots.slack].user_id)",
+            "slack",
+        );
         Ok(Slack {
             api: WebApi::new(
                 &s.api_base_url(),

@@ -46,6 +46,7 @@ use crate::platform::kit::in_order::InOrder;
 use crate::platform::kit::inbound::Inbound;
 use crate::platform::kit::pacer::ChatPacer;
 use crate::platform::kit::stopped::Stopped;
+use crate::platform::registry::Abilities;
 use crate::platform::AdapterContext;
 use crate::platform::{ChatPlatform, Declared, PostError, Visibility};
 use crate::turn::mention::MentionMatcher;
@@ -61,7 +62,7 @@ pub(crate) static ADAPTER: crate::platform::registry::Adapter =
     crate::platform::registry::Adapter {
         platform: WECOM,
         visibility: VISIBILITY,
-        abilities: crate::platform::registry::Abilities::POSTS_ONLY,
+        abilities: ABILITIES,
         check: settings::check,
         build: |cfg| Ok(Arc::new(Wecom::from_config(cfg)?)),
     };
@@ -72,6 +73,10 @@ pub const VISIBILITY: Visibility = Visibility {
     humans_reach_every_bot: false,
     bots_see_bots: false,
 };
+
+/// A proactive send cannot be edited (a streamed answer is the callback's own), and
+/// robots have no typing signal.
+pub(crate) const ABILITIES: Abilities = Abilities::POSTS_ONLY;
 
 /// A WeCom robot's platform state.
 pub struct Wecom {
