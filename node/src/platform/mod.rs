@@ -30,9 +30,10 @@
 //!
 //! Every adapter describes itself in its own folder (its settings, their checks and
 //! its secrets in `<name>/settings.rs`, which the config layer may read; its
-//! visibility and build in a [`registry::Adapter`], which its
-//! [`ChatPlatform::declared`] names, so the boundary's name, visibility and which
-//! messages it posts are written once) and is listed once in [`registry`], which
+//! visibility, abilities and build in a [`registry::Adapter`], which its
+//! [`ChatPlatform::declared`] names with its stopped record, so the boundary's name,
+//! visibility, edits, typing pace, stopped reason and which messages it posts are
+//! written once) and is listed once in [`registry`], which
 //! checks every bot's platform tables before anything binds.
 //! Adding a platform is a folder, its `mod` line here and its line in the registry.
 //!
