@@ -28,7 +28,10 @@
 //!             (feishu/: api, events, crypto, dedup, inbound, ws the long connection,
 //!             content rich text and media, names people by display name, metrics its
 //!             own families); kit: what
-//!             every adapter shares (the API retry loop, the token source, the per-chat pacer);
+//!             every adapter shares (the API retry loop and its 429 pause, the token source,
+//!             the per-chat pacer, the reconnect loop, the inbound path and the in-order
+//!             handler of a connection's events, posting in parts, mentions by id, a
+//!             table's and a secret's reads, and the unit tests' peers.toml and sink);
 //!             `post` and `edit` (a posted message changed in place) on every adapter
 //! ingress     Ingest: admission (verify, dedup, rate limit), HTTP bridge, stream reader, relayed copies
 //! turn        mention → policy → judge → scheduler → reply, over the Ports trait; the shared

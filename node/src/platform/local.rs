@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 
+use crate::platform::registry::Abilities;
 use crate::platform::AdapterContext;
 use crate::platform::{ChatPlatform, Declared, PostError, Visibility};
 use crate::wire::envelope::Envelope;
@@ -16,12 +17,16 @@ pub(crate) const VISIBILITY: Visibility = Visibility {
     bots_see_bots: false,
 };
 
+/// Posts nowhere: nothing to edit, no typing signal.
+pub(crate) const ABILITIES: Abilities = Abilities::POSTS_ONLY;
+
 /// The local platform in the registry: it has no table (people's ids are their
 /// names), and its adapter is stateless.
 pub(crate) static ADAPTER: crate::platform::registry::Adapter =
     crate::platform::registry::Adapter {
         platform: crate::config::Platform::LOCAL,
         visibility: VISIBILITY,
+        abilities: ABILITIES,
         check: |cx| match cx.table {
             None => Ok(()),
             Some(_) => Err(cx.problem("", "local takes no table: a local bot needs no ids")),

@@ -30,9 +30,10 @@
 //!
 //! Every adapter describes itself in its own folder (its settings, their checks and
 //! its secrets in `<name>/settings.rs`, which the config layer may read; its
-//! visibility and build in a [`registry::Adapter`], which its
-//! [`ChatPlatform::declared`] names, so the boundary's name, visibility and which
-//! messages it posts are written once) and is listed once in [`registry`], which
+//! visibility, abilities and build in a [`registry::Adapter`], which its
+//! [`ChatPlatform::declared`] names with its stopped record, so the boundary's name,
+//! visibility, edits, typing pace, stopped reason and which messages it posts are
+//! written once) and is listed once in [`registry`], which
 //! checks every bot's platform tables before anything binds.
 //! Adding a platform is a folder, its `mod` line here and its line in the registry.
 //!
@@ -166,31 +167,42 @@ pub struct Declared<'a> {
     /// The mesh name of the bot whose own messages it posts; `None` for a platform
     /// that posts nowhere (`local`: the mesh is the chat).
     pub(crate) posts_for: Option<&'a str>,
+    /// Its record of why it is out of service ([`ChatPlatform::stopped`]), if it keeps
+    /// one.
+    pub(crate) stopped: Option<&'a kit::stopped::Stopped>,
 }
 
 impl<'a> Declared<'a> {
-    /// An adapter that posts bot `me`'s own messages.
-    pub(crate) fn posting(adapter: &'static registry::Adapter, me: &'a str) -> Declared<'a> {
+    /// An adapter that posts bot `me`'s own messages, keeping why it stopped in
+    /// `stopped` if it can stop.
+    pub(crate) fn posting(
+        adapter: &'static registry::Adapter,
+        me: &'a str,
+        stopped: Option<&'a kit::stopped::Stopped>,
+    ) -> Declared<'a> {
         Declared {
             adapter,
             posts_for: Some(me),
+            stopped,
         }
     }
 
-    /// An adapter that posts nothing.
+    /// An adapter that posts nothing (and never stops).
     pub(crate) fn silent(adapter: &'static registry::Adapter) -> Declared<'a> {
         Declared {
             adapter,
             posts_for: None,
+            stopped: None,
         }
     }
 }
 
 /// One chat platform, as a node uses it.
 ///
-/// An adapter declares its platform once, in its [`registry::Adapter`]; its name and
-/// visibility here are read from that declaration, and which messages it posts from
-/// the bot it posts for, so an adapter writes only what differs.
+/// An adapter declares its platform once, in its [`registry::Adapter`]; its name,
+/// visibility and abilities (edit, typing) here are read from that declaration, which
+/// messages it posts from the bot it posts for, and why it stopped from its record,
+/// so an adapter writes only what differs.
 pub trait ChatPlatform: Send + Sync + 'static {
     /// What the adapter declares of itself: its registry entry and the bot it posts for.
     fn declared(&self) -> Declared<'_>;
@@ -219,9 +231,10 @@ pub trait ChatPlatform: Send + Sync + 'static {
 
     /// Whether [`ChatPlatform::edit`] can change a posted message here: a status
     /// message is then edited in place; where it cannot, one status message is posted
-    /// at most and never changed (no stream of notes).
+    /// at most and never changed (no stream of notes). As the registry entry's
+    /// [`registry::Abilities`] say.
     fn edits(&self) -> bool {
-        false
+        self.declared().adapter.abilities.edits
     }
 
     /// Replaces the text of a message this bot posted in `group` (`platform_msg_id`
@@ -251,9 +264,9 @@ pub trait ChatPlatform: Send + Sync + 'static {
 
     /// How often the typing signal must be sent again to stay on (it fades by itself:
     /// Discord's after about 10 s, Telegram's after 5 s); `None` when the platform has
-    /// no such signal.
+    /// no such signal. As the registry entry's [`registry::Abilities`] say.
     fn typing_every(&self) -> Option<std::time::Duration> {
-        None
+        self.declared().adapter.abilities.typing_every
     }
 
     /// Starts the inbound side with its context. A platform that keeps a connection
@@ -282,7 +295,9 @@ pub trait ChatPlatform: Send + Sync + 'static {
     /// Why the platform is out of service until an operator acts (a rejected token, a
     /// missing intent), in words that say what to fix; `/healthz` then answers 503.
     fn stopped(&self) -> Option<String> {
-        None
+        self.declared()
+            .stopped
+            .and_then(kit::stopped::Stopped::reason)
     }
 
     /// What `/healthz` shows of the adapter (its connection's state), if anything.

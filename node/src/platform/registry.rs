@@ -8,6 +8,7 @@
 //! knows no platform but `local` (`config::platform`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::config::platform::{full_key, TableCheck, TableProblem};
 use crate::config::{ConfigError, NodeConfig, Platform, Settings};
@@ -19,11 +20,47 @@ pub struct Adapter {
     pub(crate) platform: Platform,
     /// What it shows to whom (DESIGN.md's table).
     pub(crate) visibility: Visibility,
+    /// What it can do besides posting (edit a post, show typing).
+    pub(crate) abilities: Abilities,
     /// Checks one bot's table: that of a bot on this platform (`cx.table` is `None`
     /// when it has none) or a colleague's, which gives its ids here.
     pub(crate) check: fn(&TableCheck<'_>) -> Result<(), TableProblem>,
     /// Builds the adapter for this node's bot (its table checked, its secrets read).
     pub(crate) build: fn(&NodeConfig) -> anyhow::Result<Arc<dyn ChatPlatform>>,
+}
+
+/// What a platform can do besides posting, for a long turn's status message and its
+/// typing signal ([`ChatPlatform::edits`], [`ChatPlatform::typing_every`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Abilities {
+    /// A posted message can be changed ([`ChatPlatform::edit`]): a status message is
+    /// then edited in place; where not, one is posted at most and never changed.
+    pub(crate) edits: bool,
+    /// How often the typing signal must be sent again to stay on ([`ChatPlatform::typing`]
+    /// shows it once; it fades by itself); `None` when the platform has none.
+    pub(crate) typing_every: Option<Duration>,
+}
+
+impl Abilities {
+    /// Posts only: no edit, no typing signal (local, DingTalk, QQ, WeCom).
+    pub(crate) const POSTS_ONLY: Abilities = Abilities {
+        edits: false,
+        typing_every: None,
+    };
+    /// Edits its posts; no typing signal (Slack, Feishu).
+    pub(crate) const EDITS: Abilities = Abilities {
+        edits: true,
+        typing_every: None,
+    };
+
+    /// Edits its posts and shows typing, sent again every `every` (Discord, Telegram,
+    /// Matrix).
+    pub(crate) const fn edits_and_typing_every(every: Duration) -> Abilities {
+        Abilities {
+            edits: true,
+            typing_every: Some(every),
+        }
+    }
 }
 
 /// Every platform a bot may be on.

@@ -22,7 +22,7 @@ use serde::Deserialize;
 
 use crate::config::pacing::ApiRetry;
 use crate::config::pacing::Window;
-use crate::platform::kit::api as kit;
+use crate::platform::kit::api::{self as kit, GaveUp};
 use crate::platform::kit::pacer::ChatPacer;
 use crate::platform::kit::token::{Fresh, TokenSource};
 
@@ -66,14 +66,9 @@ pub(crate) enum ApiError {
     /// A success without the expected field.
     #[error("unexpected answer: {0}")]
     Malformed(String),
-    /// Retries exhausted.
-    #[error("gave up after {attempts} attempts; last error: {last}")]
-    GaveUp {
-        /// Attempts made.
-        attempts: u32,
-        /// The last failure.
-        last: Box<ApiError>,
-    },
+    /// Retries ran out.
+    #[error(transparent)]
+    GaveUp(GaveUp<ApiError>),
 }
 
 impl ApiError {
@@ -247,10 +242,10 @@ impl DingTalkApi {
         // Any failure after a retry reads as giving up, with the last error.
         run.await.map_err(|e| match e.attempts {
             1 => e.last,
-            attempts => ApiError::GaveUp {
+            attempts => ApiError::GaveUp(GaveUp {
                 attempts,
                 last: Box::new(e.last),
-            },
+            }),
         })
     }
 

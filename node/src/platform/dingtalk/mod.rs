@@ -51,6 +51,7 @@ use parking_lot::Mutex;
 
 use crate::config::NodeConfig;
 use crate::platform::kit::inbound::Inbound;
+use crate::platform::registry::Abilities;
 use crate::platform::AdapterContext;
 use crate::platform::{ChatPlatform, Declared, PostError, Visibility};
 use crate::turn::mention::MentionMatcher;
@@ -68,6 +69,7 @@ pub(crate) static ADAPTER: crate::platform::registry::Adapter =
     crate::platform::registry::Adapter {
         platform: DINGTALK,
         visibility: VISIBILITY,
+        abilities: ABILITIES,
         check: settings::check,
         build: |cfg| Ok(Arc::new(DingTalk::from_config(cfg)?)),
     };
@@ -76,6 +78,9 @@ pub(crate) const VISIBILITY: Visibility = Visibility {
     humans_reach_every_bot: false,
     bots_see_bots: false,
 };
+
+/// A robot's group message cannot be edited here, and robots have no typing signal.
+pub(crate) const ABILITIES: Abilities = Abilities::POSTS_ONLY;
 
 /// At most this many people's staff ids are remembered for outgoing @s.
 pub(crate) const PEOPLE_CAPACITY: usize = 10_000;
@@ -125,7 +130,7 @@ impl std::fmt::Debug for DingTalk {
 
 impl ChatPlatform for DingTalk {
     fn declared(&self) -> Declared<'_> {
-        Declared::posting(&ADAPTER, &self.me)
+        Declared::posting(&ADAPTER, &self.me, None)
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {

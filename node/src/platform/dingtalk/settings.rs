@@ -57,13 +57,10 @@ impl DingTalkIds {
 /// Checks bot `cx.bot`'s `[bots.dingtalk]`: colleagues' ids always; the app and
 /// robot when the bot is on DingTalk.
 pub(crate) fn check(cx: &TableCheck<'_>) -> Result<(), TableProblem> {
-    if cx.table.is_none() {
-        return Err(cx.problem(
-            "",
-            "a dingtalk bot needs a [bots.dingtalk] table (client_id, client_secret_env, robot_code, conversation_id)",
-        ));
-    }
-    let d: DingTalkIds = cx.read()?;
+    let d: DingTalkIds = crate::platform::kit::settings::read_table(
+        cx,
+        "client_id, client_secret_env, robot_code, conversation_id",
+    )?;
     if let Some(url) = &d.api_base_url {
         crate::config::check_url(url).map_err(|p| cx.problem("api_base_url", p))?;
     }

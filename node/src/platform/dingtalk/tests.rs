@@ -3,19 +3,18 @@
 
 use super::inbound::strip_mentions;
 use super::*;
-use crate::platform::kit::test_config::{assert_mistakes_named, env, settings};
+use crate::platform::kit::test_config::{
+    assert_mistakes_named, env, node_config_in, peers_toml, settings,
+};
+use std::sync::LazyLock;
 
 /// The shape docs/dingtalk.md shows.
-const DOCS_CONFIG: &str = r#"
-[mesh]
-group = "team"
-secret_env = "BOTMESH_SECRET"
-
-[[bots]]
-name = "XiaoBa"
+static DOCS_CONFIG: LazyLock<String> = LazyLock::new(|| {
+    peers_toml(&[
+        (
+            "XiaoBa",
+            r#"
 aliases = ["小八"]
-bridge = "127.0.0.1:7101"
-api = "127.0.0.1:8101"
 platform = "dingtalk"
 
 [bots.dingtalk]
@@ -25,17 +24,20 @@ robot_code = "dingxiaoba0000001"
 conversation_id = "cid6KeBBLoveMJOGXoYKF5x7EeiodoA=="
 [bots.dingtalk.peer_user_ids]
 ErGoz = "$:LWCP_v1:$ergoz=="
-
-[[bots]]
-name = "ErGoz"
+"#,
+        ),
+        (
+            "ErGoz",
+            r#"
 aliases = ["二狗"]
-bridge = "127.0.0.1:7102"
-api = "127.0.0.1:8102"
-"#;
+"#,
+        ),
+    ])
+});
 
 #[test]
 fn the_documented_config_loads_and_resolves_its_secret() {
-    let s = settings(DOCS_CONFIG).unwrap();
+    let s = settings(&DOCS_CONFIG).unwrap();
     let d: DingTalkIds = s.bots[0].table(DINGTALK).unwrap();
     assert_eq!(d.api_base_url(), settings::DINGTALK_BASE_URL);
     assert_eq!(d.peer_user_ids["ErGoz"], "$:LWCP_v1:$ergoz==");
@@ -54,13 +56,7 @@ fn the_documented_config_loads_and_resolves_its_secret() {
     );
     // The adapter builds from it, maps groups and conversations both ways.
     let dir = tempfile::tempdir().unwrap();
-    let cfg = NodeConfig::resolve(
-        settings(DOCS_CONFIG).unwrap(),
-        "XiaoBa",
-        Some(dir.path().to_path_buf()),
-        &vars,
-    )
-    .unwrap();
+    let cfg = node_config_in(&DOCS_CONFIG, "XiaoBa", dir.path(), &vars);
     let d = DingTalk::from_config(&cfg).unwrap();
     assert_eq!(
         d.group_for_conversation("cid6KeBBLoveMJOGXoYKF5x7EeiodoA=="),
@@ -138,13 +134,8 @@ fn dingtalk_config_mistakes_name_their_key() {
             "bots[0].dingtalk",
         ),
     ];
-    assert_mistakes_named(DOCS_CONFIG, &cases);
-    let without_table = DOCS_CONFIG
-        .split("[bots.dingtalk]")
-        .next()
-        .unwrap()
-        .to_string()
-        + "[[bots]]\nname = \"ErGoz\"\nbridge = \"127.0.0.1:7102\"\napi = \"127.0.0.1:8102\"\n";
+    assert_mistakes_named(&DOCS_CONFIG, &cases);
+    let without_table = peers_toml(&[("XiaoBa", "platform = \"dingtalk\""), ("ErGoz", "")]);
     let e = settings(&without_table).unwrap_err();
     assert_eq!(e.key, "bots[0].dingtalk", "{e}");
 }
@@ -152,13 +143,7 @@ fn dingtalk_config_mistakes_name_their_key() {
 fn adapter() -> (tempfile::TempDir, DingTalk) {
     let dir = tempfile::tempdir().unwrap();
     let vars = env(&[("XIAOBA_CLIENT_SECRET", "s")]);
-    let cfg = NodeConfig::resolve(
-        settings(DOCS_CONFIG).unwrap(),
-        "XiaoBa",
-        Some(dir.path().to_path_buf()),
-        &vars,
-    )
-    .unwrap();
+    let cfg = node_config_in(&DOCS_CONFIG, "XiaoBa", dir.path(), &vars);
     let d = DingTalk::from_config(&cfg).unwrap();
     (dir, d)
 }
@@ -205,14 +190,8 @@ fn a_mentions_only_robot_keeps_its_dingtalk_at_and_a_judging_one_loses_it() {
         "aliases = [\"二狗\"]\n",
         "aliases = [\"二狗\"]\nparticipation = \"mentions\"\n",
     );
-    assert_ne!(toml, DOCS_CONFIG);
-    let cfg = NodeConfig::resolve(
-        settings(&toml).unwrap(),
-        "XiaoBa",
-        Some(dir.path().to_path_buf()),
-        &vars,
-    )
-    .unwrap();
+    assert_ne!(toml, *DOCS_CONFIG);
+    let cfg = node_config_in(&toml, "XiaoBa", dir.path(), &vars);
     let d = DingTalk::from_config(&cfg).unwrap();
     // XiaoBa's copy: DingTalk left out XiaoBa's own @ and kept ErGoz's.
     let from_xiaoba = d.mesh_text("@ErGoz what broke?", &["ErGoz", "XiaoBa"]);

@@ -54,6 +54,7 @@ pub(crate) static ADAPTER: crate::platform::registry::Adapter =
     crate::platform::registry::Adapter {
         platform: DISCORD,
         visibility: VISIBILITY,
+        abilities: ABILITIES,
         check: settings::check,
         build: |cfg| Ok(Arc::new(Discord::from_config(cfg)?)),
     };
@@ -64,12 +65,13 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::Mutex;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use ulid::Ulid;
 
 use crate::config::NodeConfig;
+use crate::platform::kit::in_order::InOrder;
 use crate::platform::kit::inbound::Inbound;
 use crate::platform::kit::stopped::Stopped;
+use crate::platform::registry::Abilities;
 use crate::platform::AdapterContext;
 use crate::platform::{ChatPlatform, Declared, PostError, Visibility};
 use crate::turn::mention::MentionMatcher;
@@ -87,6 +89,10 @@ pub const VISIBILITY: Visibility = Visibility {
     humans_reach_every_bot: true,
     bots_see_bots: true,
 };
+
+/// Discord edits a post (its message PATCH) and shows typing for about 10 s after
+/// each signal.
+pub(crate) const ABILITIES: Abilities = Abilities::edits_and_typing_every(TYPING_EVERY);
 
 /// How long a Discord copy of a colleague's message waits for its bridge copy.
 pub const BRIDGE_GRACE: Duration = Duration::from_secs(10);
@@ -163,15 +169,11 @@ impl std::fmt::Debug for Discord {
 
 impl ChatPlatform for Discord {
     fn declared(&self) -> Declared<'_> {
-        Declared::posting(&ADAPTER, &self.me)
+        Declared::posting(&ADAPTER, &self.me, Some(&self.stopped))
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
         Box::pin(PostError::of(Discord::post(self, env)))
-    }
-
-    fn edits(&self) -> bool {
-        true
     }
 
     fn edit<'a>(
@@ -195,10 +197,6 @@ impl ChatPlatform for Discord {
         })
     }
 
-    fn typing_every(&self) -> Option<std::time::Duration> {
-        Some(TYPING_EVERY)
-    }
-
     fn start(self: Arc<Self>, ingest: AdapterContext) -> Option<BoxFuture<'static, ()>> {
         let _ = self.ingest.set(ingest.clone());
         Some(Box::pin(async move { self.run(ingest).await }))
@@ -209,10 +207,6 @@ impl ChatPlatform for Discord {
             "connected": self.connected.load(std::sync::atomic::Ordering::Relaxed),
             "stopped": self.stopped.reason(),
         }}))
-    }
-
-    fn stopped(&self) -> Option<String> {
-        self.stopped.reason()
     }
 
     fn cache_sizes(&self) -> Vec<(&'static str, usize)> {
@@ -247,14 +241,12 @@ impl Discord {
                 bots_by_user_id.insert(id.trim().to_string(), p.name.clone());
             }
         }
-        let missing: Vec<&str> = cfg
-            .peers()
-            .map(|p| p.name.as_str())
-            .filter(|p| !peer_user_ids.contains_key(*p))
-            .collect();
-        if !missing.is_empty() {
-            tracing::info!(bot = %bot.name, peers = ?missing, "no discord user id for these colleagues: @mentions of them stay plain text on discord");
-        }
+        crate::platform::kit::mention::log_unmentionable(
+            cfg,
+            &peer_user_ids,
+            "discord user id",
+            "discord",
+        );
         Ok(Discord {
             rest: RestClient::new(&d.api_base_url(), &token, rest::RetryPolicy::default())?,
             token,
@@ -351,18 +343,15 @@ impl Discord {
         };
         let mut gw = Gateway::new(self.connector.clone(), url, self.token.clone());
         gw.connected = self.connected.clone();
-        let (tx, mut rx) = mpsc::unbounded_channel::<Dispatch>();
-        let me = self.clone();
-        let ing = ingest.clone();
-        let consumer = tokio::spawn(async move {
-            while let Some(d) = rx.recv().await {
-                me.on_dispatch(&ing, d).await;
-            }
+        let (me, ing) = (self.clone(), ingest.clone());
+        let events = InOrder::spawn(move |d: Dispatch| {
+            let (me, ing) = (me.clone(), ing.clone());
+            async move { me.on_dispatch(&ing, d).await }
         });
-        if let Err(e) = gw.run(tx, cancel).await {
+        if let Err(e) = gw.run(events.sender().clone(), cancel).await {
             self.stopped.stop(&self.me, "discord", &e.to_string());
         }
-        let _ = consumer.await;
+        events.finish().await;
     }
 }
 

@@ -8,6 +8,8 @@ use ulid::Ulid;
 
 use super::rest::{self, AllowedMentions, CreateMessage, MessageReference, RestError};
 use super::Discord;
+use crate::platform::kit::mention;
+use crate::platform::kit::parts::{post_in_parts, PostTo};
 use crate::store::transcript::platform_ids;
 use crate::wire::envelope::{AuthorKind, Envelope};
 
@@ -31,19 +33,10 @@ impl Discord {
         let at = AT.get_or_init(|| {
             regex::Regex::new(r#"<at user_id="(\d{1,20})">[^<]*</at>"#).expect("valid")
         });
-        let pinged = std::cell::RefCell::new(Vec::new());
-        let text = self.matcher.rewrite(text, |member| {
-            let id = self
-                .peer_user_ids
-                .get(member)
-                .filter(|_| member != self.me)?;
-            let mut p = pinged.borrow_mut();
-            if !p.contains(id) {
-                p.push(id.clone());
-            }
-            Some(format!("<@{id}>"))
-        });
-        let pinged = pinged.into_inner();
+        let (text, pinged) =
+            mention::by_id(&self.matcher, text, &self.me, &self.peer_user_ids, |id| {
+                format!("<@{id}>")
+            });
         (at.replace_all(&text, "<@$1>").into_owned(), pinged)
     }
 
@@ -89,8 +82,15 @@ impl Discord {
             }
         }
         let parts = rest::split_message(&text, rest::MAX_MESSAGE_CHARS);
-        let mut ids = Vec::new();
-        for (i, part) in parts.iter().enumerate() {
+        let to = PostTo {
+            platform: "discord",
+            bot: &self.me,
+            id: &env.id,
+            chat: &channel,
+        };
+        let empty = || RestError::Malformed("empty message".into());
+        let channel = &channel;
+        let posted = post_in_parts(to, &parts, empty, |i, part| {
             let in_part: Vec<String> = users
                 .iter()
                 .filter(|u| part.contains(&format!("<@{u}>")) || Some(*u) == answered.as_ref())
@@ -111,26 +111,9 @@ impl Discord {
                 nonce: Self::nonce(&env.id, i),
                 enforce_nonce: true,
             };
-            match self.rest.create_message(&channel, &msg).await {
-                Ok(id) => ids.push(id),
-                Err(e) if ids.is_empty() => {
-                    tracing::error!(bot = %self.me, id = %env.id, channel = %channel, error = %e, "could not post to discord; the mesh still gets the message");
-                    return Err(e.into());
-                }
-                Err(e) => {
-                    tracing::error!(bot = %self.me, id = %env.id, channel = %channel, part = i + 1, parts = parts.len(), error = %e, "could not post a later part to discord");
-                    break;
-                }
-            }
-        }
-        if ids.is_empty() {
-            return Err(PostFailure::Rest(RestError::Malformed(
-                "empty message".into(),
-            )));
-        }
-        let joined = ids.join(" ");
-        tracing::info!(bot = %self.me, id = %env.id, message_id = %joined, channel = %channel, "posted to discord");
-        Ok(joined)
+            async move { self.rest.create_message(channel, &msg).await }
+        });
+        Ok(posted.await?)
     }
 
     /// Edits the bot's message `platform_msg_id` (its first part) in `group`'s channel

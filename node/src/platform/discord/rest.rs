@@ -29,7 +29,7 @@ use http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::platform::kit::api::{self as kit, Call, Classify};
+use crate::platform::kit::api::{self as kit, Call, Classify, GaveUp};
 
 /// Longest message content Discord accepts, in characters.
 pub const MAX_MESSAGE_CHARS: usize = 2000;
@@ -64,14 +64,9 @@ pub enum RestError {
     /// A 429 asked for a longer wait than [`MAX_RETRY_AFTER`], or came too often.
     #[error("rate limited for too long ({0})")]
     RateLimited(String),
-    /// Retries exhausted.
-    #[error("gave up after {attempts} attempts; last error: {last}")]
-    GaveUp {
-        /// Attempts made.
-        attempts: u32,
-        /// The last failure.
-        last: Box<RestError>,
-    },
+    /// Retries ran out.
+    #[error(transparent)]
+    GaveUp(GaveUp<RestError>),
 }
 
 /// A Discord user, as far as the mesh needs one.
@@ -404,7 +399,7 @@ impl RestClient {
             }
         })
         .await
-        .map_err(|e| e.into_error(|attempts, last| RestError::GaveUp { attempts, last }))
+        .map_err(|e| e.into_error(RestError::GaveUp))
     }
 
     async fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<T, RestError> {

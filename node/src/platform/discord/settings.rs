@@ -60,13 +60,8 @@ pub fn is_snowflake(s: &str) -> bool {
 /// Checks bot `cx.bot`'s `[bots.discord]`: well-formed ids and URLs always; the
 /// token variable, channel and own user id when the bot is on Discord.
 pub(crate) fn check(cx: &TableCheck<'_>) -> Result<(), TableProblem> {
-    if cx.table.is_none() {
-        return Err(cx.problem(
-            "",
-            "a discord bot needs a [bots.discord] table (token_env, channel_id, user_id)",
-        ));
-    }
-    let d: DiscordSettings = cx.read()?;
+    let d: DiscordSettings =
+        crate::platform::kit::settings::read_table(cx, "token_env, channel_id, user_id")?;
     if let Some(url) = &d.api_base_url {
         crate::config::check_url(url).map_err(|p| cx.problem("api_base_url", p))?;
     }

@@ -2,21 +2,19 @@
 //! recorded once in either order, snowflakes and nonces.
 
 use super::*;
-use crate::platform::kit::test_config::{assert_mistakes_named, node_config, settings};
-use crate::platform::kit::test_sink::{ingest, settle, TestSink};
-use crate::wire::envelope::{Author, AuthorKind};
-use tokio::time::Instant;
+use crate::platform::kit::test_config::{assert_mistakes_named, node_config, peers_toml, settings};
+use crate::platform::kit::test_sink::{
+    assert_colleague_copy_recorded_once, ingest, settle, TestSink,
+};
+use crate::wire::envelope::Author;
+use std::sync::LazyLock;
 
 /// The shape docs/discord.md shows.
-const DOCS_CONFIG: &str = r#"
-[mesh]
-group = "team"
-secret_env = "BOTMESH_SECRET"
-
-[[bots]]
-name = "Ada"
-bridge = "127.0.0.1:7101"
-api = "127.0.0.1:8101"
+static DOCS_CONFIG: LazyLock<String> = LazyLock::new(|| {
+    peers_toml(&[
+        (
+            "Ada",
+            r#"
 platform = "discord"
 
 [bots.discord]
@@ -25,20 +23,19 @@ channel_id = "1200000000000000001"
 user_id = "1300000000000000001"
 [bots.discord.peer_user_ids]
 Bix = "1300000000000000002"
-
-[[bots]]
-name = "Bix"
+"#,
+        ),
+        (
+            "Bix",
+            r#"
 aliases = ["bixie"]
-bridge = "127.0.0.1:7102"
-api = "127.0.0.1:8102"
 platform = "discord"
 discord = { token_env = "BIX_DISCORD_TOKEN", channel_id = "1200000000000000001", user_id = "1300000000000000002" }
-
-[[bots]]
-name = "Loc"
-bridge = "127.0.0.1:7103"
-api = "127.0.0.1:8103"
-"#;
+"#,
+        ),
+        ("Loc", ""),
+    ])
+});
 
 fn env() -> HashMap<String, String> {
     crate::platform::kit::test_config::env(&[
@@ -48,12 +45,12 @@ fn env() -> HashMap<String, String> {
 }
 
 fn ada() -> Discord {
-    Discord::from_config(&node_config(DOCS_CONFIG, "Ada", &env())).unwrap()
+    Discord::from_config(&node_config(&DOCS_CONFIG, "Ada", &env())).unwrap()
 }
 
 #[test]
 fn the_documented_config_loads_and_resolves_its_token() {
-    let s = settings(DOCS_CONFIG).unwrap();
+    let s = settings(&DOCS_CONFIG).unwrap();
     let d: DiscordSettings = s.bots[0].table(DISCORD).unwrap();
     assert_eq!(d.api_base_url(), DISCORD_API_BASE_URL);
     assert_eq!(d.peer_user_ids["Bix"], "1300000000000000002");
@@ -142,7 +139,7 @@ fn discord_config_mistakes_name_their_key() {
             "bots[1].discord",
         ),
     ];
-    assert_mistakes_named(DOCS_CONFIG, &cases);
+    assert_mistakes_named(&DOCS_CONFIG, &cases);
     let e = settings(&DOCS_CONFIG.replace("token_env = \"ADA", "tokn_env = \"ADA")).unwrap_err();
     assert!(e.to_string().contains("unknown field `tokn_env`"), "{e}");
 }
@@ -174,7 +171,7 @@ fn mentions_become_roster_names_tags_for_people_and_everyone_for_roles() {
         "@Ada @Bix ask <at user_id=\"1400000000000000002\">Ada</at> and <at user_id=\"1400000000000000003\">Eve 3</at>, cc @everyone"
     );
     assert_eq!(m.author.display_name(m.member.as_ref()), "Carol C");
-    let matcher = MentionMatcher::new(&crate::turn::roster(&settings(DOCS_CONFIG).unwrap().bots));
+    let matcher = MentionMatcher::new(&crate::turn::roster(&settings(&DOCS_CONFIG).unwrap().bots));
     assert_eq!(
         matcher.mentioned(&text, &[]),
         vec!["Ada", "Bix"],
@@ -240,20 +237,6 @@ fn from_bix(id: &str) -> MessageCreate {
     .unwrap()
 }
 
-fn bridge_copy(pid: &str) -> Envelope {
-    let mut e = Envelope::message(
-        Ulid::new(),
-        1,
-        "team",
-        "Bix",
-        Author::bot("Bix"),
-        "@Ada done",
-    );
-    e.depth = 1;
-    e.platform_msg_id = Some(pid.into());
-    e
-}
-
 /// A colleague's message is recorded once, keeping the bridge copy (its depth),
 /// whether the bridge copy comes before the Discord copy, during its wait, or never
 /// (then the Discord copy is context at max_depth). Own messages are ignored; a
@@ -263,41 +246,15 @@ async fn a_colleagues_message_is_recorded_once_in_either_order() {
     let d = Arc::new(ada());
     let sink = Arc::new(TestSink::default());
     let ing = ingest(sink.clone());
-    // Bridge copy first.
-    sink.add(bridge_copy("1500000000000000010"));
-    d.on_message(&ing, from_bix("1500000000000000010")).await;
-    settle(&ing).await;
-    assert_eq!(sink.all().len(), 1);
-    // Discord copy first; the bridge copy comes 2 s later.
-    d.on_message(&ing, from_bix("1500000000000000011")).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(sink.all().len(), 1, "the Discord copy waits");
-    sink.add(bridge_copy("1500000000000000011"));
-    let told = Instant::now();
-    settle(&ing).await;
-    assert_eq!(
-        told.elapsed(),
-        Duration::ZERO,
-        "the wait ends when the bridge copy is recorded (told, not polled)"
-    );
-    let all = sink.all();
-    assert_eq!(all.len(), 2);
-    assert_eq!(all[1].depth, 1, "the bridge copy's depth");
-    // No bridge copy at all: context nobody answers.
-    let start = Instant::now();
-    d.on_message(&ing, from_bix("1500000000000000012")).await;
-    settle(&ing).await;
-    assert!(start.elapsed() >= BRIDGE_GRACE);
-    let ctx = sink.all().pop().unwrap();
-    assert_eq!(
-        (
-            ctx.author.name.as_str(),
-            ctx.author.kind,
-            ctx.depth,
-            ctx.text.as_str()
-        ),
-        ("Bix", AuthorKind::Bot, 3, "@Ada done")
-    );
+    let pid = |n: u32| format!("15000000000000000{}", 10 + n);
+    assert_colleague_copy_recorded_once(
+        (&sink, &ing),
+        ("Bix", "@Ada done", 3),
+        BRIDGE_GRACE,
+        pid,
+        |n| d.on_message(&ing, from_bix(&pid(n))),
+    )
+    .await;
     // Its own message: ignored.
     let mut own = from_bix("1500000000000000013");
     own.author.user.id = "1300000000000000001".into();

@@ -11,7 +11,7 @@ use crate::config::pacing::TokenBucket;
 use crate::telemetry::metrics::Metrics;
 
 use super::*;
-use crate::platform::kit::api::{self as kit, ApiError, Call, Classify};
+use crate::platform::kit::api::{self as kit, ApiError, Call, Classify, GaveUp};
 use crate::platform::kit::pacer::ChatPacer;
 use crate::platform::kit::token::{Fresh, TokenSource};
 
@@ -42,20 +42,15 @@ pub(crate) enum SendError {
     /// The group maps to no Feishu chat.
     #[error("group {0:?} maps to no feishu chat (set feishu.chat_id for [mesh].group)")]
     NoChat(String),
-    /// Retries exhausted.
-    #[error("gave up after {attempts} attempts; last error: {last}")]
-    GaveUp {
-        /// Attempts made.
-        attempts: u32,
-        /// The last failure.
-        last: Box<SendError>,
-    },
+    /// Retries ran out.
+    #[error(transparent)]
+    GaveUp(GaveUp<SendError>),
 }
 
 impl From<ApiError<SendError>> for SendError {
     /// Retries ran out: [`SendError::GaveUp`]; else the error another attempt could not fix.
     fn from(e: ApiError<SendError>) -> Self {
-        e.into_error(|attempts, last| SendError::GaveUp { attempts, last })
+        e.into_error(SendError::GaveUp)
     }
 }
 

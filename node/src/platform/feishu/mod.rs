@@ -98,6 +98,7 @@ use hyper::body::Incoming;
 use crate::config::NodeConfig;
 use crate::ingress::server::Body;
 use crate::platform::kit::inbound::Inbound;
+use crate::platform::registry::Abilities;
 use crate::platform::AdapterContext;
 use crate::platform::{ChatPlatform, Declared, PostError, Visibility};
 use crate::turn::mention::{MentionMatcher, PlatformMention};
@@ -188,6 +189,7 @@ pub(crate) static ADAPTER: crate::platform::registry::Adapter =
     crate::platform::registry::Adapter {
         platform: FEISHU,
         visibility: VISIBILITY,
+        abilities: ABILITIES,
         check: settings::check,
         build: |cfg| Ok(Arc::new(Feishu::from_config(cfg)?)),
     };
@@ -197,17 +199,16 @@ pub(crate) const VISIBILITY: Visibility = Visibility {
     bots_see_bots: false,
 };
 
+/// Feishu edits a post (its message update); a bot has no typing signal.
+pub(crate) const ABILITIES: Abilities = Abilities::EDITS;
+
 impl ChatPlatform for Feishu {
     fn declared(&self) -> Declared<'_> {
-        Declared::posting(&ADAPTER, &self.me)
+        Declared::posting(&ADAPTER, &self.me, None)
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
         Box::pin(PostError::of(Feishu::post(self, env)))
-    }
-
-    fn edits(&self) -> bool {
-        true
     }
 
     fn edit<'a>(
@@ -342,14 +343,12 @@ impl Feishu {
         if let Some(own) = ids.open_id.as_deref() {
             bots_by_open_id.insert(own.to_string(), bot.name.clone());
         }
-        let missing: Vec<&str> = cfg
-            .peers()
-            .map(|p| p.name.as_str())
-            .filter(|p| !peer_open_ids.contains_key(*p))
-            .collect();
-        if !missing.is_empty() {
-            tracing::warn!(bot = %bot.name, peers = ?missing, "no feishu.peer_open_ids for these colleagues: @mentions of them stay plain text on feishu");
-        }
+        crate::platform::kit::mention::log_unmentionable(
+            cfg,
+            &peer_open_ids,
+            "feishu.peer_open_ids",
+            "feishu",
+        );
         Ok(Feishu {
             matcher: MentionMatcher::new(&crate::turn::roster(&cfg.settings.bots)),
             ingest: OnceLock::new(),

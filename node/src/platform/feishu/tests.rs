@@ -6,6 +6,9 @@ use base64::Engine;
 use http::HeaderMap;
 use http::StatusCode;
 use std::path::Path;
+use std::sync::LazyLock;
+
+use crate::platform::kit::test_config::{assert_mistakes_named, env, peers_toml, settings};
 use tokio::time::Instant;
 
 /// Feishu's documented example: encrypt key "test key", plaintext "hello world"
@@ -454,16 +457,12 @@ fn retry_delays_grow_and_honour_hints() {
 }
 
 /// The shape docs/feishu.md shows, with tables under `[[bots]]`.
-const DOCS_CONFIG: &str = r#"
-[mesh]
-group = "team"
-secret_env = "BOTMESH_SECRET"
-
-[[bots]]
-name = "XiaoBa"
+static DOCS_CONFIG: LazyLock<String> = LazyLock::new(|| {
+    peers_toml(&[
+        (
+            "XiaoBa",
+            r#"
 aliases = ["小八"]
-bridge = "127.0.0.1:7101"
-api = "127.0.0.1:8101"
 platform = "feishu"
 
 [bots.feishu]
@@ -477,32 +476,22 @@ chat_id = "oc_team"
 base_url = "https://open.larksuite.com/"
 [bots.feishu.peer_open_ids]
 ErGoz = "ou_ergoz_in_xiaoba"
-
-[[bots]]
-name = "ErGoz"
-bridge = "127.0.0.1:7102"
-api = "127.0.0.1:8102"
-"#;
-
-fn settings(text: &str) -> Result<crate::config::Settings, crate::config::ConfigError> {
-    crate::config::Settings::from_toml(text, Path::new("peers.toml"))
-        .and_then(|s| crate::platform::registry::check(&s).map(|()| s))
-}
+"#,
+        ),
+        ("ErGoz", ""),
+    ])
+});
 
 #[test]
 fn the_documented_config_loads_and_resolves_its_secrets() {
-    let s = settings(DOCS_CONFIG).unwrap();
+    let s = settings(&DOCS_CONFIG).unwrap();
     let f: FeishuIds = s.bots[0].table(FEISHU).unwrap();
     assert_eq!(f.base_url(), LARK_BASE_URL);
     assert_eq!(f.peer_open_ids["ErGoz"], "ou_ergoz_in_xiaoba");
-    let mut env: HashMap<String, String> = [
-        ("BOTMESH_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+    let mut env = env(&[
         ("XIAOBA_APP_SECRET", "app-secret"),
         ("XIAOBA_VERIFICATION_TOKEN", "vt"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
+    ]);
     let e = NodeConfig::resolve(s.clone(), "XiaoBa", None, &env).unwrap_err();
     assert_eq!(e.key, "bots[0].feishu.encrypt_key_env");
     assert!(!e.to_string().contains("app-secret"));
@@ -535,11 +524,7 @@ fn feishu_config_mistakes_name_their_key() {
         ("ErGoz = \"ou_ergoz_in_xiaoba\"", "Nobody = \"ou_x\"", "bots[0].feishu.peer_open_ids.Nobody"),
         ("ErGoz = \"ou_ergoz_in_xiaoba\"", "XiaoBa = \"ou_x\"", "bots[0].feishu.peer_open_ids.XiaoBa"),
     ];
-    for (from, to, key) in cases {
-        assert!(DOCS_CONFIG.contains(from), "{from}");
-        let e = settings(&DOCS_CONFIG.replace(from, to)).unwrap_err();
-        assert_eq!(e.key, key, "{e}");
-    }
+    assert_mistakes_named(&DOCS_CONFIG, &cases);
     let e = settings(&DOCS_CONFIG.replace("chat_id = \"oc_team\"", "chat_id = \"\"")).unwrap_err();
     assert_eq!(e.key, "bots[0].feishu.chat_id");
     // The long connection (the default mode) needs neither token nor key.

@@ -3,11 +3,16 @@
 //! The adapter makes one attempt and says what its platform's answer means
 //! ([`Classify`]); the loop counts attempts, waits [`ApiRetry`]'s backoff (the one in
 //! [`crate::config::pacing`]) or the server's own wait between them, logs each retry
-//! and gives up with [`ApiError`], which the adapter maps to its own error.
+//! and gives up with [`ApiError`], which the adapter maps to its own error (its
+//! [`GaveUp`] variant when the attempts ran out). [`RatePause`] holds every call of a
+//! client back while a 429's wait lasts.
 
 use std::fmt::Display;
 use std::future::Future;
 use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::time::Instant;
 
 use crate::config::pacing::ApiRetry;
 
@@ -43,13 +48,66 @@ pub(crate) struct ApiError<E: Display> {
 }
 
 impl<E: Display> ApiError<E> {
-    /// The adapter's own error: `gave_up(attempts, last)` when the attempts ran out,
-    /// else the last error as it was.
-    pub(crate) fn into_error(self, gave_up: impl FnOnce(u32, Box<E>) -> E) -> E {
+    /// The adapter's own error: its give-up variant `gave_up` around [`GaveUp`] when
+    /// the attempts ran out, else the last error as it was.
+    pub(crate) fn into_error(self, gave_up: impl FnOnce(GaveUp<E>) -> E) -> E {
         if self.exhausted {
-            gave_up(self.attempts, Box::new(self.last))
+            gave_up(GaveUp {
+                attempts: self.attempts,
+                last: Box::new(self.last),
+            })
         } else {
             self.last
+        }
+    }
+}
+
+/// Retries ran out: the attempts made and the last one's error. The give-up variant
+/// of every adapter's own API error (`GaveUp(GaveUp<Self>)`, shown as it is), so its
+/// fields and words are written once.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("gave up after {attempts} attempts; last error: {last}")]
+pub struct GaveUp<E: Display> {
+    /// Attempts made.
+    pub attempts: u32,
+    /// The last attempt's error.
+    pub last: Box<E>,
+}
+
+/// A 429's pause over every call of one client: once the platform has said how long
+/// to wait (Telegram's `retry_after`, Matrix's `retry_after_ms`), every attempt of
+/// every call waits it out, not only the call that met it.
+#[derive(Debug, Default)]
+pub(crate) struct RatePause(Mutex<Option<Instant>>);
+
+impl RatePause {
+    /// Holds every call back until `wait` from now (a pause that ends later stands).
+    pub(crate) fn extend(&self, wait: Duration) {
+        let until = Instant::now() + wait;
+        let mut p = self.0.lock();
+        *p = Some(p.map_or(until, |t| t.max(until)));
+    }
+
+    /// When the pause ends, if one was set.
+    pub(crate) fn until(&self) -> Option<Instant> {
+        *self.0.lock()
+    }
+
+    /// Waits until the pause ends, if it has not; logged with the call's names.
+    pub(crate) async fn wait(&self, call: Call<'_>) {
+        let pause = self
+            .until()
+            .map(|t| t.saturating_duration_since(Instant::now()))
+            .unwrap_or_default();
+        if !pause.is_zero() {
+            tracing::debug!(
+                platform = call.platform,
+                what = call.what,
+                wait_ms = pause.as_millis() as u64,
+                "{} rate limit: waiting out the last 429",
+                call.platform
+            );
+            tokio::time::sleep(pause).await;
         }
     }
 }
@@ -147,6 +205,57 @@ mod tests {
             base: Duration::from_millis(100),
             max: Duration::from_secs(2),
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pause_holds_every_call_back_and_a_shorter_one_does_not_cut_it() {
+        let p = RatePause::default();
+        let start = Instant::now();
+        p.wait(CALL).await;
+        assert_eq!(start.elapsed(), Duration::ZERO, "no pause, no wait");
+        p.extend(Duration::from_secs(3));
+        p.extend(Duration::from_secs(1));
+        assert_eq!(
+            p.until(),
+            Some(start + Duration::from_secs(3)),
+            "the longer pause stands"
+        );
+        p.wait(CALL).await;
+        assert_eq!(start.elapsed(), Duration::from_secs(3));
+        p.wait(CALL).await;
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_secs(3),
+            "a pause that has ended holds nothing back"
+        );
+    }
+
+    #[test]
+    fn a_give_up_becomes_the_adapters_variant_only_when_attempts_ran_out() {
+        #[derive(Debug, thiserror::Error)]
+        enum E {
+            #[error("refused")]
+            Refused,
+            #[error(transparent)]
+            GaveUp(GaveUp<E>),
+        }
+        let ran_out = ApiError {
+            attempts: 3,
+            last: E::Refused,
+            exhausted: true,
+        };
+        let e = ran_out.into_error(E::GaveUp);
+        assert_eq!(
+            e.to_string(),
+            "gave up after 3 attempts; last error: refused"
+        );
+        assert!(matches!(e, E::GaveUp(GaveUp { attempts: 3, .. })));
+        let refused = ApiError {
+            attempts: 1,
+            last: E::Refused,
+            exhausted: false,
+        };
+        assert!(matches!(refused.into_error(E::GaveUp), E::Refused));
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,6 +1,7 @@
 //! For adapters' unit tests: a peers.toml loaded as a node loads it, the environment
 //! its secrets resolve from, and the check that every mistake in an adapter's table
-//! is refused naming its key. One copy for every adapter's tests.
+//! is refused naming its key, and the peers.toml around an adapter's own tables. One
+//! copy for every adapter's tests.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -10,6 +11,40 @@ use crate::config::{ConfigError, NodeConfig, Settings};
 /// The mesh secret every test file's `[mesh] secret_env` names, and a valid value.
 pub(crate) const MESH_SECRET: (&str, &str) =
     ("BOTMESH_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+
+/// A peers.toml of mesh group `team` (its secret in [`MESH_SECRET`]) with one
+/// `[[bots]]` table per `(name, rest)` of `bots`, in order: bridge on 127.0.0.1:7101,
+/// 7102, …, local API on 8101, 8102, …, then `rest` (its `aliases`, `platform` and
+/// platform table, as peers.toml lines; empty for a local bot). What a test writes is
+/// then only what its adapter reads.
+pub(crate) fn peers_toml(bots: &[(&str, &str)]) -> String {
+    let mut toml = String::from("[mesh]\ngroup = \"team\"\nsecret_env = \"BOTMESH_SECRET\"\n");
+    for (i, (name, rest)) in bots.iter().enumerate() {
+        let (bridge, api) = (7101 + i, 8101 + i);
+        toml.push_str(&format!(
+            "\n[[bots]]\nname = \"{name}\"\nbridge = \"127.0.0.1:{bridge}\"\napi = \"127.0.0.1:{api}\"\n{}\n",
+            rest.trim_matches('\n')
+        ));
+    }
+    toml
+}
+
+/// `text` resolved for bot `bot` under `env` with its data in `data_dir` (both must be
+/// valid): for an adapter that keeps a file there.
+pub(crate) fn node_config_in(
+    text: &str,
+    bot: &str,
+    data_dir: &Path,
+    env: &HashMap<String, String>,
+) -> NodeConfig {
+    NodeConfig::resolve(
+        settings(text).unwrap(),
+        bot,
+        Some(data_dir.to_path_buf()),
+        env,
+    )
+    .unwrap()
+}
 
 /// `text` with the file's own checks, then the platforms' (as a node loads it).
 pub(crate) fn settings(text: &str) -> Result<Settings, ConfigError> {

@@ -1,7 +1,10 @@
 //! For adapters' unit tests: a sink that records arrivals the way the transcript does
 //! and tells waiters of each new entry as the node's event bus does, and an adapter
-//! context around it. One copy for every adapter's tests.
+//! context around it, and the kit's rule for a colleague's copy checked through an
+//! adapter ([`assert_colleague_copy_recorded_once`]). One copy for every adapter's
+//! tests.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +15,7 @@ use ulid::Ulid;
 use crate::ingress::ingest::Arrival;
 use crate::platform::AdapterContext;
 use crate::store::transcript::{platform_ids, Appended, TranscriptError};
-use crate::wire::envelope::Envelope;
+use crate::wire::envelope::{Author, AuthorKind, Envelope};
 
 /// A sink that records arrivals the way the transcript does (dedup by id and by each
 /// platform id), and tells its event bus, as the node does.
@@ -128,4 +131,71 @@ pub(crate) async fn settle(ing: &AdapterContext) {
     ing.tasks.close();
     ing.tasks.wait().await;
     ing.tasks.reopen();
+}
+
+/// The bridge copy of bot `colleague`'s message `text` (depth 1), naming its platform
+/// copy `platform_msg_id`.
+pub(crate) fn bridge_copy(colleague: &str, text: &str, platform_msg_id: &str) -> Envelope {
+    let mut e = Envelope::message(
+        Ulid::new(),
+        1,
+        "team",
+        colleague,
+        Author::bot(colleague),
+        text,
+    );
+    e.depth = 1;
+    e.platform_msg_id = Some(platform_msg_id.into());
+    e
+}
+
+/// Asserts the kit's rule for a colleague bot's message that arrives both from the
+/// platform and over the bridge, through an adapter: it is recorded once, keeping the
+/// bridge copy's depth, whether the bridge copy comes first (message 0), during the
+/// platform copy's wait (message 1, 2 s in: the wait ends when it is recorded, told,
+/// not polled), or never (message 2: after `grace` the platform copy is recorded as
+/// context at `max_depth`, which nobody answers). `deliver(n)` hands the adapter the
+/// platform's copy of message n, named `pid(n)` on the platform; `colleague` wrote it,
+/// and `text` is how the mesh shows it.
+pub(crate) async fn assert_colleague_copy_recorded_once<Fut: Future>(
+    (sink, ing): (&TestSink, &AdapterContext),
+    (colleague, text, max_depth): (&str, &str, u32),
+    grace: Duration,
+    pid: impl Fn(u32) -> String,
+    mut deliver: impl FnMut(u32) -> Fut,
+) {
+    let before = sink.all().len();
+    sink.add(bridge_copy(colleague, text, &pid(0)));
+    deliver(0).await;
+    settle(ing).await;
+    assert_eq!(sink.all().len(), before + 1, "the platform copy is dropped");
+    deliver(1).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(sink.all().len(), before + 1, "the platform copy waits");
+    sink.add(bridge_copy(colleague, text, &pid(1)));
+    let told = tokio::time::Instant::now();
+    settle(ing).await;
+    assert_eq!(
+        told.elapsed(),
+        Duration::ZERO,
+        "the wait ends when the bridge copy is recorded (told, not polled)"
+    );
+    let all = sink.all();
+    assert_eq!(all.len(), before + 2);
+    assert_eq!(all[before + 1].depth, 1, "the bridge copy's depth");
+    let start = tokio::time::Instant::now();
+    deliver(2).await;
+    settle(ing).await;
+    assert!(start.elapsed() >= grace, "the platform copy waited");
+    let ctx = sink.all().pop().unwrap();
+    assert_eq!(
+        (
+            ctx.author.name.as_str(),
+            ctx.author.kind,
+            ctx.depth,
+            ctx.text.as_str()
+        ),
+        (colleague, AuthorKind::Bot, max_depth, text),
+        "context nobody answers"
+    );
 }

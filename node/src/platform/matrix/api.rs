@@ -12,14 +12,12 @@
 
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
-use tokio::time::Instant;
 
 use crate::config::pacing::ApiRetry;
-use crate::platform::kit::api::{self as kit, Call, Classify};
+use crate::platform::kit::api::{self as kit, Call, Classify, GaveUp, RatePause};
 
 /// The retry schedule: the kit's, with room for a homeserver's rate-limit waits
 /// (Synapse's default lets a user send one event every 5 s after a burst).
@@ -59,14 +57,9 @@ pub enum ApiError {
     /// A success whose body is not what the endpoint returns.
     #[error("unexpected answer to {0}")]
     Malformed(&'static str),
-    /// Retries ran out (or a 429 asked for a longer wait than [`RETRY`] allows).
-    #[error("gave up after {attempts} attempts; last error: {last}")]
-    GaveUp {
-        /// Attempts made.
-        attempts: u32,
-        /// The last failure.
-        last: Box<ApiError>,
-    },
+    /// Retries ran out.
+    #[error(transparent)]
+    GaveUp(GaveUp<ApiError>),
 }
 
 impl ApiError {
@@ -74,7 +67,7 @@ impl ApiError {
     pub fn status(&self) -> Option<u16> {
         match self {
             ApiError::Refused { status, .. } => Some(*status),
-            ApiError::GaveUp { last, .. } => last.status(),
+            ApiError::GaveUp(g) => g.last.status(),
             _ => None,
         }
     }
@@ -116,8 +109,8 @@ pub struct ClientApi {
     token: String,
     /// Retry schedule.
     retry: ApiRetry,
-    /// Until when every call waits: the last 429's wait.
-    paused_until: Mutex<Option<Instant>>,
+    /// Every call waits out the last 429's wait.
+    paused: RatePause,
 }
 
 impl std::fmt::Debug for ClientApi {
@@ -145,7 +138,7 @@ impl ClientApi {
             base: reqwest::Url::parse(homeserver)?,
             token: token.to_string(),
             retry,
-            paused_until: Mutex::new(None),
+            paused: RatePause::default(),
         })
     }
 
@@ -178,17 +171,7 @@ impl ClientApi {
         };
         let (url, method) = (&url, &method);
         let result = kit::run(&self.retry, call, || async move {
-            let pause = (*self.paused_until.lock())
-                .map(|t| t.saturating_duration_since(Instant::now()))
-                .unwrap_or_default();
-            if !pause.is_zero() {
-                tracing::debug!(
-                    what,
-                    wait_ms = pause.as_millis() as u64,
-                    "matrix rate limit: waiting"
-                );
-                tokio::time::sleep(pause).await;
-            }
+            self.paused.wait(call).await;
             let mut req = self
                 .http
                 .request(method.clone(), url.clone())
@@ -215,7 +198,7 @@ impl ClientApi {
             }
         })
         .await
-        .map_err(|e| e.into_error(|attempts, last| ApiError::GaveUp { attempts, last }))?;
+        .map_err(|e| e.into_error(ApiError::GaveUp))?;
         serde_json::from_value(result).map_err(|_| ApiError::Malformed(what))
     }
 
@@ -255,9 +238,7 @@ impl ClientApi {
         };
         if status == 429 {
             if let Some(wait) = wait {
-                let until = Instant::now() + wait;
-                let mut p = self.paused_until.lock();
-                *p = Some(p.map_or(until, |t| t.max(until)));
+                self.paused.extend(wait);
             }
             tracing::info!(
                 what,
@@ -497,6 +478,7 @@ impl ClientApi {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::time::Instant;
 
     fn api() -> ClientApi {
         ClientApi::new("http://127.0.0.1:9/base/", "syt_secret", RETRY).unwrap()
@@ -544,7 +526,7 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        let paused = a.paused_until.lock().unwrap();
+        let paused = a.paused.until().unwrap();
         assert_eq!(
             paused - Instant::now(),
             Duration::from_millis(1500),

@@ -63,8 +63,10 @@ use parking_lot::Mutex;
 
 use crate::config::NodeConfig;
 use crate::platform::kit::inbound::{Inbound, PlatformMessage, Received, Sender};
+use crate::platform::kit::parts::{post_in_parts, PostTo};
 use crate::platform::kit::reconnect::{Next, Reconnect, Reconnects};
 use crate::platform::kit::stopped::Stopped;
+use crate::platform::registry::Abilities;
 use crate::platform::{AdapterContext, ChatPlatform, Declared, PostError, Visibility};
 use crate::store::transcript::platform_ids;
 use crate::turn::mention::MentionMatcher;
@@ -80,11 +82,15 @@ pub const VISIBILITY: Visibility = Visibility {
     bots_see_bots: true,
 };
 
+/// Matrix edits a post (`m.replace`) and shows a typing notice for as long as asked.
+pub(crate) const ABILITIES: Abilities = Abilities::edits_and_typing_every(TYPING_EVERY);
+
 /// The Matrix adapter, as the registry lists it.
 pub(crate) static ADAPTER: crate::platform::registry::Adapter =
     crate::platform::registry::Adapter {
         platform: MATRIX,
         visibility: VISIBILITY,
+        abilities: ABILITIES,
         check: settings::check,
         build: |cfg| Ok(Arc::new(Matrix::from_config(cfg)?)),
     };
@@ -156,15 +162,11 @@ impl std::fmt::Debug for Matrix {
 
 impl ChatPlatform for Matrix {
     fn declared(&self) -> Declared<'_> {
-        Declared::posting(&ADAPTER, &self.me)
+        Declared::posting(&ADAPTER, &self.me, Some(&self.stopped))
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
         Box::pin(PostError::of(Matrix::post(self, env)))
-    }
-
-    fn edits(&self) -> bool {
-        true
     }
 
     fn edit<'a>(
@@ -190,17 +192,9 @@ impl ChatPlatform for Matrix {
         })
     }
 
-    fn typing_every(&self) -> Option<Duration> {
-        Some(TYPING_EVERY)
-    }
-
     fn start(self: Arc<Self>, ingest: AdapterContext) -> Option<BoxFuture<'static, ()>> {
         let _ = self.ingest.set(ingest.clone());
         Some(Box::pin(async move { self.run(ingest).await }))
-    }
-
-    fn stopped(&self) -> Option<String> {
-        self.stopped.reason()
     }
 
     fn health(&self) -> Option<serde_json::Value> {
@@ -231,14 +225,7 @@ impl Matrix {
                 user_of.insert(b.name.clone(), u.trim().to_string());
             }
         }
-        let missing: Vec<&str> = cfg
-            .peers()
-            .map(|p| p.name.as_str())
-            .filter(|p| !user_of.contains_key(*p))
-            .collect();
-        if !missing.is_empty() {
-            tracing::info!(bot = %bot.name, peers = ?missing, "no matrix.user_id for these colleagues: @mentions of them stay plain text on matrix");
-        }
+        crate::platform::kit::mention::log_unmentionable(cfg, &user_of, "matrix.user_id", "matrix");
         let trimmed = |v: &Option<String>| v.as_deref().unwrap_or_default().trim().to_string();
         Ok(Matrix {
             api: ClientApi::new(&trimmed(&s.homeserver), &token, api::RETRY)?,
@@ -417,8 +404,14 @@ impl Matrix {
                 first.starts_with('$').then(|| first.to_string())
             });
         let parts = crate::platform::kit::split::split_message(&env.text, outbound::MAX_PART_CHARS);
-        let mut ids = Vec::new();
-        for (i, part) in parts.iter().enumerate() {
+        let to = PostTo {
+            platform: "matrix",
+            bot: &self.me,
+            id: &env.id,
+            chat: &self.room_id,
+        };
+        let empty = || api::ApiError::Malformed("empty message");
+        let posted = post_in_parts(to, &parts, empty, |i, part| {
             let content = outbound::content(
                 part,
                 &self.matcher,
@@ -427,27 +420,13 @@ impl Matrix {
             );
             // Chosen once per part, kept across every retry and restart.
             let txn_id = format!("botmesh-{}-{i}", env.id);
-            match self.api.send(&self.room_id, &txn_id, &content).await {
-                Ok(event_id) => ids.push(event_id),
-                Err(e) if ids.is_empty() => {
-                    tracing::error!(bot = %self.me, id = %env.id, error = %e, "could not post to matrix; the mesh still gets the message");
-                    return Err(e.into());
-                }
-                Err(e) => {
-                    tracing::error!(bot = %self.me, id = %env.id, part = i + 1, parts = parts.len(), error = %e, "could not post a later part to matrix");
-                    break;
-                }
-            }
-        }
-        if ids.is_empty() {
-            return Err(PostFailure::Api(api::ApiError::Malformed("empty message")));
-        }
+            async move { self.api.send(&self.room_id, &txn_id, &content).await }
+        });
+        let posted = posted.await?;
         if let Err(e) = self.api.typing(&self.room_id, &self.user_id, None).await {
             tracing::debug!(bot = %self.me, error = %e, "could not clear the matrix typing notice (it fades by itself)");
         }
-        let joined = ids.join(" ");
-        tracing::info!(bot = %self.me, id = %env.id, event_id = %joined, room_id = %self.room_id, "posted to matrix");
-        Ok(joined)
+        Ok(posted)
     }
 
     /// Replaces the text of the bot's event `platform_msg_id` (its first part) with

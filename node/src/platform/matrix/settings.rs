@@ -49,12 +49,13 @@ pub fn is_room_id(s: &str) -> bool {
 
 /// This node's access token (read at start: `NodeConfig::platform_secret`).
 pub(crate) fn access_token(cfg: &NodeConfig) -> anyhow::Result<String> {
-    let token = cfg
-        .platform_secret("access_token_env")
-        .unwrap_or_default()
-        .trim()
-        .to_string();
-    if token.is_empty() || token.contains(char::is_whitespace) {
+    let token = crate::platform::kit::settings::secret(
+        cfg,
+        MATRIX,
+        "access_token_env",
+        "set it to the bot user's access token (like syt_…: see docs/matrix.md)",
+    )?;
+    if token.contains(char::is_whitespace) {
         anyhow::bail!(
             "bots[{}].matrix.access_token_env: the variable it names does not hold an access token (one word, like syt_…: see docs/matrix.md)",
             cfg.me
@@ -67,13 +68,10 @@ pub(crate) fn access_token(cfg: &NodeConfig) -> anyhow::Result<String> {
 /// earlier bot has, always; the homeserver, token variable, user and room when the
 /// bot is on Matrix.
 pub(crate) fn check(cx: &TableCheck<'_>) -> Result<(), TableProblem> {
-    if cx.table.is_none() {
-        return Err(cx.problem(
-            "",
-            "a matrix bot needs a [bots.matrix] table (homeserver, user_id, access_token_env, room_id)",
-        ));
-    }
-    let s: MatrixSettings = cx.read()?;
+    let s: MatrixSettings = crate::platform::kit::settings::read_table(
+        cx,
+        "homeserver, user_id, access_token_env, room_id",
+    )?;
     if let Some(url) = &s.homeserver {
         crate::config::check_url(url.trim()).map_err(|p| cx.problem("homeserver", p))?;
     }

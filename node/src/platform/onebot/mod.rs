@@ -33,13 +33,14 @@ use std::sync::{Arc, OnceLock};
 
 use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
-use tokio::sync::mpsc;
 
 use crate::config::pacing::Window;
 use crate::config::NodeConfig;
+use crate::platform::kit::in_order::InOrder;
 use crate::platform::kit::inbound::Inbound;
 use crate::platform::kit::pacer::ChatPacer;
 use crate::platform::kit::stopped::Stopped;
+use crate::platform::registry::Abilities;
 use crate::platform::AdapterContext;
 use crate::platform::{ChatPlatform, Declared, PostError, Visibility};
 use crate::turn::mention::MentionMatcher;
@@ -53,6 +54,7 @@ pub(crate) static ADAPTER: crate::platform::registry::Adapter =
     crate::platform::registry::Adapter {
         platform: ONEBOT,
         visibility: VISIBILITY,
+        abilities: ABILITIES,
         check: settings::check,
         build: |cfg| Ok(Arc::new(Onebot::from_config(cfg)?)),
     };
@@ -62,6 +64,9 @@ pub const VISIBILITY: Visibility = Visibility {
     humans_reach_every_bot: true,
     bots_see_bots: true,
 };
+
+/// A QQ message cannot be edited once sent, and OneBot has no typing signal.
+pub(crate) const ABILITIES: Abilities = Abilities::POSTS_ONLY;
 
 /// A QQ bot's platform state.
 pub struct Onebot {
@@ -109,7 +114,7 @@ impl std::fmt::Debug for Onebot {
 
 impl ChatPlatform for Onebot {
     fn declared(&self) -> Declared<'_> {
-        Declared::posting(&ADAPTER, &self.me)
+        Declared::posting(&ADAPTER, &self.me, Some(&self.stopped))
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
@@ -131,10 +136,6 @@ impl ChatPlatform for Onebot {
             "answered": s.answered.load(Relaxed),
             "stopped": self.stopped.reason(),
         }}))
-    }
-
-    fn stopped(&self) -> Option<String> {
-        self.stopped.reason()
     }
 
     fn cache_sizes(&self) -> Vec<(&'static str, usize)> {
@@ -206,27 +207,23 @@ impl Onebot {
     /// The adapter's life: sessions until the node stops (or one ends fatally).
     async fn run(self: Arc<Self>, ingest: AdapterContext) {
         let stop = ingest.accepting.clone();
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let me = self.clone();
-        let ing = ingest.clone();
-        let consumer = tokio::spawn(async move {
-            while let Some(event) = rx.recv().await {
-                me.clone().on_event(&ing, event).await;
-            }
+        let (me, ing) = (self.clone(), ingest.clone());
+        let events = InOrder::spawn(move |event| {
+            let (me, ing) = (me.clone(), ing.clone());
+            async move { me.on_event(&ing, event).await }
         });
         let session = conn::Session {
             url: &self.ws_url,
             token: &self.token,
             self_id: &self.self_id,
-            events: &tx,
+            events: events.sender(),
             state: &self.link.state,
             stop: &stop,
         };
         if let Some(why) = conn::run(&self.link, session).await {
             self.stopped.stop(&self.me, "qq", &why);
         }
-        drop(tx);
-        let _ = consumer.await;
+        events.finish().await;
     }
 }
 

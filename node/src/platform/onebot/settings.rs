@@ -53,30 +53,21 @@ pub fn is_qq_number(s: &str) -> bool {
 
 /// This node's access token (read at start: `NodeConfig::platform_secret`).
 pub(crate) fn access_token(cfg: &NodeConfig) -> anyhow::Result<String> {
-    let token = cfg
-        .platform_secret("access_token_env")
-        .unwrap_or_default()
-        .trim()
-        .to_string();
-    if token.is_empty() {
-        anyhow::bail!(
-            "bots[{}].onebot.access_token_env: the variable it names is empty; set it to the access token configured in the OneBot implementation's WebSocket server",
-            cfg.me
-        );
-    }
-    Ok(token)
+    crate::platform::kit::settings::secret(
+        cfg,
+        ONEBOT,
+        "access_token_env",
+        "set it to the access token configured in the OneBot implementation's WebSocket server",
+    )
 }
 
 /// Checks bot `cx.bot`'s `[bots.onebot]`: well-formed numbers and URL always; the
 /// URL, the token variable, the group and its own number when the bot is on QQ.
 pub(crate) fn check(cx: &TableCheck<'_>) -> Result<(), TableProblem> {
-    if cx.table.is_none() {
-        return Err(cx.problem(
-            "",
-            "a onebot bot needs a [bots.onebot] table (ws_url, access_token_env, group_id, self_id)",
-        ));
-    }
-    let s: OnebotSettings = cx.read()?;
+    let s: OnebotSettings = crate::platform::kit::settings::read_table(
+        cx,
+        "ws_url, access_token_env, group_id, self_id",
+    )?;
     if let Some(url) = &s.ws_url {
         let u = url.trim();
         if !(u.starts_with("ws://") || u.starts_with("wss://")) || reqwest::Url::parse(u).is_err() {

@@ -9,19 +9,16 @@ use tokio::time::Instant;
 use super::segments::{self, Segment};
 use super::*;
 use crate::platform::kit::test_config::{
-    assert_mistakes_named, env, error_without_secrets, node_config,
+    assert_mistakes_named, env, error_without_secrets, node_config, peers_toml,
 };
+use std::sync::LazyLock;
 
 /// The shape docs/qq.md shows.
-const DOCS_CONFIG: &str = r#"
-[mesh]
-group = "team"
-secret_env = "BOTMESH_SECRET"
-
-[[bots]]
-name = "Ada"
-bridge = "127.0.0.1:7101"
-api = "127.0.0.1:8101"
+static DOCS_CONFIG: LazyLock<String> = LazyLock::new(|| {
+    peers_toml(&[
+        (
+            "Ada",
+            r#"
 platform = "onebot"
 
 [bots.onebot]
@@ -30,23 +27,22 @@ access_token_env = "ADA_ONEBOT_TOKEN"
 group_id = "700100"
 self_id = "10001"
 send_interval_ms = 1000
-
-[[bots]]
-name = "Bix"
-bridge = "127.0.0.1:7102"
-api = "127.0.0.1:8102"
+"#,
+        ),
+        (
+            "Bix",
+            r#"
 platform = "onebot"
 onebot = { ws_url = "ws://127.0.0.1:3002/", access_token_env = "BIX_ONEBOT_TOKEN", group_id = "700100", self_id = "10002" }
-
-[[bots]]
-name = "Loc"
-bridge = "127.0.0.1:7103"
-api = "127.0.0.1:8103"
-"#;
+"#,
+        ),
+        ("Loc", ""),
+    ])
+});
 
 fn ada() -> Onebot {
     let env = env(&[("ADA_ONEBOT_TOKEN", "secret-token")]);
-    Onebot::from_config(&node_config(DOCS_CONFIG, "Ada", &env)).unwrap()
+    Onebot::from_config(&node_config(&DOCS_CONFIG, "Ada", &env)).unwrap()
 }
 
 #[test]
@@ -90,8 +86,8 @@ fn the_documented_config_loads_and_names_each_mistake() {
             "bots[0].onebot.access_token_env",
         ),
     ];
-    assert_mistakes_named(DOCS_CONFIG, &mistakes);
-    let e = error_without_secrets(DOCS_CONFIG, "Ada", Onebot::from_config);
+    assert_mistakes_named(&DOCS_CONFIG, &mistakes);
+    let e = error_without_secrets(&DOCS_CONFIG, "Ada", Onebot::from_config);
     assert!(
         e.contains("ADA_ONEBOT_TOKEN") || e.contains("access_token_env"),
         "{e}"

@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::config::pacing::ApiRetry;
-use crate::platform::kit::api::{self as kit, Call, Classify};
+use crate::platform::kit::api::{self as kit, Call, Classify, GaveUp};
 
 /// How Slack API calls are retried: six attempts, backing off from 250 ms; a
 /// `Retry-After` of up to 60 s is waited out (Slack's per-channel post limit asks for
@@ -85,13 +85,8 @@ pub enum ApiError {
     #[error("unexpected answer: {0}")]
     Malformed(String),
     /// Retries ran out.
-    #[error("gave up after {attempts} attempts; last error: {last}")]
-    GaveUp {
-        /// Attempts made.
-        attempts: u32,
-        /// The last failure.
-        last: Box<ApiError>,
-    },
+    #[error(transparent)]
+    GaveUp(GaveUp<ApiError>),
 }
 
 impl ApiError {
@@ -100,7 +95,7 @@ impl ApiError {
     pub fn code(&self) -> Option<&str> {
         match self {
             ApiError::Auth { error, .. } | ApiError::Slack { error, .. } => Some(error),
-            ApiError::GaveUp { last, .. } => last.code(),
+            ApiError::GaveUp(g) => g.last.code(),
             _ => None,
         }
     }
@@ -109,7 +104,7 @@ impl ApiError {
     pub fn is_auth(&self) -> bool {
         match self {
             ApiError::Auth { .. } => true,
-            ApiError::GaveUp { last, .. } => last.is_auth(),
+            ApiError::GaveUp(g) => g.last.is_auth(),
             _ => false,
         }
     }
@@ -346,7 +341,7 @@ impl WebApi {
             }
         })
         .await
-        .map_err(|e| e.into_error(|attempts, last| ApiError::GaveUp { attempts, last }))
+        .map_err(|e| e.into_error(ApiError::GaveUp))
     }
 
     /// `auth.test` with the bot token.

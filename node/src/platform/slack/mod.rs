@@ -34,13 +34,14 @@ use std::sync::{Arc, OnceLock};
 
 use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
-use tokio::sync::mpsc;
 
 use crate::config::pacing::TokenBucket;
 use crate::config::NodeConfig;
+use crate::platform::kit::in_order::InOrder;
 use crate::platform::kit::inbound::Inbound;
 use crate::platform::kit::pacer::ChatPacer;
 use crate::platform::kit::stopped::Stopped;
+use crate::platform::registry::Abilities;
 use crate::platform::AdapterContext;
 use crate::platform::{ChatPlatform, Declared, PostError, Visibility};
 use crate::turn::mention::MentionMatcher;
@@ -56,6 +57,7 @@ pub(crate) static ADAPTER: crate::platform::registry::Adapter =
     crate::platform::registry::Adapter {
         platform: SLACK,
         visibility: VISIBILITY,
+        abilities: ABILITIES,
         check: settings::check,
         build: |cfg| Ok(Arc::new(Slack::from_config(cfg)?)),
     };
@@ -65,6 +67,9 @@ pub const VISIBILITY: Visibility = Visibility {
     humans_reach_every_bot: true,
     bots_see_bots: true,
 };
+
+/// Slack edits a post (`chat.update`); an app has no typing signal.
+pub(crate) const ABILITIES: Abilities = Abilities::EDITS;
 
 /// Threads remembered (message `ts` → its thread's `ts`).
 pub const THREAD_MEMORY: usize = 10_000;
@@ -121,15 +126,11 @@ impl std::fmt::Debug for Slack {
 
 impl ChatPlatform for Slack {
     fn declared(&self) -> Declared<'_> {
-        Declared::posting(&ADAPTER, &self.me)
+        Declared::posting(&ADAPTER, &self.me, Some(&self.stopped))
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
         Box::pin(self.post_envelope(env))
-    }
-
-    fn edits(&self) -> bool {
-        true
     }
 
     fn edit<'a>(
@@ -156,10 +157,6 @@ impl ChatPlatform for Slack {
         }}))
     }
 
-    fn stopped(&self) -> Option<String> {
-        self.stopped.reason()
-    }
-
     fn cache_sizes(&self) -> Vec<(&'static str, usize)> {
         vec![
             ("slack_seen", self.seen.lock().len()),
@@ -184,14 +181,12 @@ impl Slack {
                 bots_by_user_id.insert(id.trim().to_string(), p.name.clone());
             }
         }
-        let missing: Vec<&str> = cfg
-            .peers()
-            .map(|p| p.name.as_str())
-            .filter(|p| !peer_user_ids.contains_key(*p))
-            .collect();
-        if !missing.is_empty() {
-            tracing::info!(bot = %bot.name, peers = ?missing, "no slack user id for these colleagues ([bots.slack].user_id): @mentions of them stay plain text on slack");
-        }
+        crate::platform::kit::mention::log_unmentionable(
+            cfg,
+            &peer_user_ids,
+            "slack user id ([bots.slack].user_id)",
+            "slack",
+        );
         Ok(Slack {
             api: WebApi::new(
                 &s.api_base_url(),
@@ -273,18 +268,16 @@ impl Slack {
                 tracing::warn!(bot = %self.me, error = %e, "could not check the slack bot user (auth.test); continuing");
             }
         }
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let me = self.clone();
-        let ing = ingest.clone();
-        let consumer = tokio::spawn(async move {
-            while let Some(d) = rx.recv().await {
-                me.on_delivery(&ing, d).await;
-            }
+        let (me, ing) = (self.clone(), ingest.clone());
+        let events = InOrder::spawn(move |d| {
+            let (me, ing) = (me.clone(), ing.clone());
+            async move { me.on_delivery(&ing, d).await }
         });
-        if let Some(why) = socket::run(&self.api, tx, self.socket.clone(), stop).await {
+        let sender = events.sender().clone();
+        if let Some(why) = socket::run(&self.api, sender, self.socket.clone(), stop).await {
             self.stopped.stop(&self.me, "slack", &why);
         }
-        let _ = consumer.await;
+        events.finish().await;
     }
 }
 

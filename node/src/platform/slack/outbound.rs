@@ -16,6 +16,7 @@
 
 use std::sync::OnceLock;
 
+use crate::platform::kit::mention;
 use crate::platform::{EditError, PostError};
 use crate::store::transcript::platform_ids;
 use crate::wire::envelope::Envelope;
@@ -52,20 +53,15 @@ impl Slack {
             .collect();
         let held = at.replace_all(&text, format!("{HOLD_OPEN}$1{HOLD_CLOSE}").as_str());
         let escaped = escape(&held);
-        let pinged = std::cell::RefCell::new(Vec::new());
-        let text = self.matcher.rewrite(&escaped, |member| {
-            let id = self
-                .peer_user_ids
-                .get(member)
-                .filter(|_| member != self.me)?;
-            let mut p = pinged.borrow_mut();
-            if !p.contains(id) {
-                p.push(id.clone());
-            }
-            Some(format!("<@{id}>"))
-        });
+        let (text, pinged) = mention::by_id(
+            &self.matcher,
+            &escaped,
+            &self.me,
+            &self.peer_user_ids,
+            |id| format!("<@{id}>"),
+        );
         let text = text.replace(HOLD_OPEN, "<@").replace(HOLD_CLOSE, ">");
-        (text, pinged.into_inner())
+        (text, pinged)
     }
 
     /// The thread a reply to `env`'s trigger goes to: the trigger's thread, if it was

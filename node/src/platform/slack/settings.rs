@@ -109,13 +109,10 @@ impl SlackSettings {
 /// Checks bot `cx.bot`'s `[bots.slack]`: well-formed ids and URL always; the two
 /// token variables, the channel and its own user id when the bot is on Slack.
 pub(crate) fn check(cx: &TableCheck<'_>) -> Result<(), TableProblem> {
-    if cx.table.is_none() {
-        return Err(cx.problem(
-            "",
-            "a slack bot needs a [bots.slack] table (bot_token_env, app_token_env, channel_id, user_id)",
-        ));
-    }
-    let s: SlackSettings = cx.read()?;
+    let s: SlackSettings = crate::platform::kit::settings::read_table(
+        cx,
+        "bot_token_env, app_token_env, channel_id, user_id",
+    )?;
     if let Some(url) = &s.api_base_url {
         crate::config::check_url(url).map_err(|p| cx.problem("api_base_url", p))?;
     }

@@ -4,28 +4,23 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
-
-use tokio::time::Instant;
-use ulid::Ulid;
 
 use super::inbound::{MessageEvent, BRIDGE_GRACE};
 use super::socket::Delivery;
 use super::*;
-use crate::platform::kit::test_config::{assert_mistakes_named, node_config, settings};
-use crate::platform::kit::test_sink::{ingest, settle, TestSink};
-use crate::wire::envelope::{Author, AuthorKind};
+use crate::platform::kit::test_config::{assert_mistakes_named, node_config, peers_toml, settings};
+use crate::platform::kit::test_sink::{
+    assert_colleague_copy_recorded_once, ingest, settle, TestSink,
+};
+use crate::wire::envelope::AuthorKind;
+use std::sync::LazyLock;
 
 /// The shape docs/slack.md shows.
-const DOCS_CONFIG: &str = r#"
-[mesh]
-group = "team"
-secret_env = "BOTMESH_SECRET"
-
-[[bots]]
-name = "Ada"
-bridge = "127.0.0.1:7101"
-api = "127.0.0.1:8101"
+static DOCS_CONFIG: LazyLock<String> = LazyLock::new(|| {
+    peers_toml(&[
+        (
+            "Ada",
+            r#"
 platform = "slack"
 
 [bots.slack]
@@ -33,20 +28,19 @@ bot_token_env = "ADA_BOT_TOKEN"
 app_token_env = "ADA_APP_TOKEN"
 channel_id = "C0700"
 user_id = "U1001"
-
-[[bots]]
-name = "Bix"
+"#,
+        ),
+        (
+            "Bix",
+            r#"
 aliases = ["bixie"]
-bridge = "127.0.0.1:7102"
-api = "127.0.0.1:8102"
 platform = "slack"
 slack = { bot_token_env = "BIX_BOT_TOKEN", app_token_env = "BIX_APP_TOKEN", channel_id = "C0700", user_id = "U1002" }
-
-[[bots]]
-name = "Loc"
-bridge = "127.0.0.1:7103"
-api = "127.0.0.1:8103"
-"#;
+"#,
+        ),
+        ("Loc", ""),
+    ])
+});
 
 fn env() -> HashMap<String, String> {
     crate::platform::kit::test_config::env(&[
@@ -56,7 +50,7 @@ fn env() -> HashMap<String, String> {
 }
 
 fn config() -> NodeConfig {
-    node_config(DOCS_CONFIG, "Ada", &env())
+    node_config(&DOCS_CONFIG, "Ada", &env())
 }
 
 fn ada() -> Slack {
@@ -74,7 +68,7 @@ fn the_documented_config_loads_and_names_each_mistake() {
     assert!(!format!("{cfg:?} {secrets:?}").contains("-secret"));
     let mut swapped = env();
     swapped.insert("ADA_APP_TOKEN".into(), "xoxb-ada-secret".into());
-    let cfg2 = NodeConfig::resolve(settings(DOCS_CONFIG).unwrap(), "Ada", None, &swapped).unwrap();
+    let cfg2 = NodeConfig::resolve(settings(&DOCS_CONFIG).unwrap(), "Ada", None, &swapped).unwrap();
     let e = Slack::from_config(&cfg2).unwrap_err().to_string();
     assert!(
         e.contains("bots[0].slack.app_token_env") && e.contains("xapp-"),
@@ -82,9 +76,9 @@ fn the_documented_config_loads_and_names_each_mistake() {
     );
     let mut no_app = env();
     no_app.remove("ADA_APP_TOKEN");
-    let e = NodeConfig::resolve(settings(DOCS_CONFIG).unwrap(), "Ada", None, &no_app).unwrap_err();
+    let e = NodeConfig::resolve(settings(&DOCS_CONFIG).unwrap(), "Ada", None, &no_app).unwrap_err();
     assert_eq!(e.key, "bots[0].slack.app_token_env", "{e}");
-    let loc = NodeConfig::resolve(settings(DOCS_CONFIG).unwrap(), "Loc", None, &no_app).unwrap();
+    let loc = NodeConfig::resolve(settings(&DOCS_CONFIG).unwrap(), "Loc", None, &no_app).unwrap();
     assert!(
         loc.platform_secret("bot_token_env").is_none(),
         "a local bot needs no slack tokens"
@@ -103,7 +97,7 @@ fn the_documented_config_loads_and_names_each_mistake() {
             "bots[1].slack.api_base_url",
         ),
     ];
-    assert_mistakes_named(DOCS_CONFIG, &cases);
+    assert_mistakes_named(&DOCS_CONFIG, &cases);
     let e = settings(&DOCS_CONFIG.replace("bot_token_env = \"ADA", "bot_tokn_env = \"ADA"))
         .unwrap_err();
     assert!(
@@ -229,78 +223,19 @@ async fn each_message_is_recorded_once() {
     );
     sink.forget_last();
 
-    // A colleague's message, bridge copy first: the Slack copy is dropped.
-    let bridge = |ts: &str| {
-        let mut e = Envelope::message(
-            Ulid::new(),
-            1,
-            "team",
-            "Bix",
-            Author::bot("Bix"),
-            "@Ada done",
-        );
-        e.depth = 1;
-        e.platform_msg_id = Some(ts.into());
-        e
-    };
-    sink.add(bridge("1700000000.000200"));
-    s.on_delivery(
-        &ing,
-        delivery(
-            "Ev3",
-            0,
-            message("U1002", Some("B2"), "1700000000.000200", "<@U1001> done"),
-        ),
+    // A colleague's message, recorded once with its bridge copy in either order.
+    let ts = |n: u32| format!("1700000000.000{}00", 2 + n);
+    assert_colleague_copy_recorded_once(
+        (&sink, &ing),
+        ("Bix", "@Ada done", 3),
+        BRIDGE_GRACE,
+        ts,
+        |n| {
+            let event = message("U1002", Some("B2"), &ts(n), "<@U1001> done");
+            s.on_delivery(&ing, delivery(&format!("Ev{}", 3 + n), 0, event))
+        },
     )
     .await;
-    settle(&ing).await;
-    assert_eq!(sink.all().len(), 2);
-    // Slack copy first; the bridge copy 2 s later.
-    s.on_delivery(
-        &ing,
-        delivery(
-            "Ev4",
-            0,
-            message("U1002", Some("B2"), "1700000000.000300", "<@U1001> done"),
-        ),
-    )
-    .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(sink.all().len(), 2, "the Slack copy waits");
-    sink.add(bridge("1700000000.000300"));
-    let told = Instant::now();
-    settle(&ing).await;
-    assert_eq!(
-        told.elapsed(),
-        Duration::ZERO,
-        "told of the bridge copy, not polling"
-    );
-    let all = sink.all();
-    assert_eq!(all.len(), 3);
-    assert_eq!(all[2].depth, 1, "the bridge copy's depth");
-    // No bridge copy: context nobody answers.
-    let start = Instant::now();
-    s.on_delivery(
-        &ing,
-        delivery(
-            "Ev5",
-            0,
-            message("U1002", Some("B2"), "1700000000.000400", "<@U1001> done"),
-        ),
-    )
-    .await;
-    settle(&ing).await;
-    assert!(start.elapsed() >= BRIDGE_GRACE);
-    let ctx = sink.all().pop().unwrap();
-    assert_eq!(
-        (
-            ctx.author.name.as_str(),
-            ctx.author.kind,
-            ctx.depth,
-            ctx.text.as_str()
-        ),
-        ("Bix", AuthorKind::Bot, 3, "@Ada done")
-    );
     // Another app: context under its name, after the grace (no colleague to wait for).
     s.on_delivery(
         &ing,

@@ -12,14 +12,12 @@
 
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::time::Instant;
 
 use crate::config::pacing::ApiRetry;
-use crate::platform::kit::api::{self as kit, Call, Classify};
+use crate::platform::kit::api::{self as kit, Call, Classify, GaveUp, RatePause};
 
 /// The retry schedule: the kit's, with room for Telegram's usual flood waits (a
 /// group's 429 often asks for tens of seconds; more than a minute gives up).
@@ -54,14 +52,9 @@ pub enum ApiError {
     /// A success whose `result` is not what the method returns.
     #[error("unexpected answer to {0}")]
     Malformed(String),
-    /// Retries ran out (or a 429 asked for a longer wait than [`RETRY`] allows).
-    #[error("gave up after {attempts} attempts; last error: {last}")]
-    GaveUp {
-        /// Attempts made.
-        attempts: u32,
-        /// The last failure.
-        last: Box<ApiError>,
-    },
+    /// Retries ran out.
+    #[error(transparent)]
+    GaveUp(GaveUp<ApiError>),
 }
 
 impl ApiError {
@@ -69,7 +62,7 @@ impl ApiError {
     pub fn code(&self) -> Option<u16> {
         match self {
             ApiError::Refused { code, .. } => Some(*code),
-            ApiError::GaveUp { last, .. } => last.code(),
+            ApiError::GaveUp(g) => g.last.code(),
             _ => None,
         }
     }
@@ -192,8 +185,8 @@ pub struct BotApi {
     base: String,
     /// Retry schedule.
     retry: ApiRetry,
-    /// Until when every call waits: the last 429's `retry_after`.
-    paused_until: Mutex<Option<Instant>>,
+    /// Every call waits out the last 429's `retry_after`.
+    paused: RatePause,
 }
 
 impl std::fmt::Debug for BotApi {
@@ -221,7 +214,7 @@ impl BotApi {
             http,
             base: format!("{base_url}/bot{token}"),
             retry,
-            paused_until: Mutex::new(None),
+            paused: RatePause::default(),
         })
     }
 
@@ -241,17 +234,7 @@ impl BotApi {
             what: Some(method),
         };
         let result = kit::run(&self.retry, call, || async move {
-            let pause = (*self.paused_until.lock())
-                .map(|t| t.saturating_duration_since(Instant::now()))
-                .unwrap_or_default();
-            if !pause.is_zero() {
-                tracing::debug!(
-                    method,
-                    wait_ms = pause.as_millis() as u64,
-                    "telegram flood wait: waiting"
-                );
-                tokio::time::sleep(pause).await;
-            }
+            self.paused.wait(call).await;
             let sent = self.http.post(url).json(body).timeout(timeout).send().await;
             let resp = match sent {
                 Ok(r) => r,
@@ -270,7 +253,7 @@ impl BotApi {
             self.classify(method, status, answer)
         })
         .await
-        .map_err(|e| e.into_error(|attempts, last| ApiError::GaveUp { attempts, last }))?;
+        .map_err(|e| e.into_error(ApiError::GaveUp))?;
         serde_json::from_value(result).map_err(|_| ApiError::Malformed(method.to_string()))
     }
 
@@ -317,11 +300,7 @@ impl BotApi {
             429 => {
                 let secs = params.and_then(|p| p.retry_after).unwrap_or(1);
                 let wait = Duration::from_secs(secs);
-                let until = Instant::now() + wait;
-                {
-                    let mut p = self.paused_until.lock();
-                    *p = Some(p.map_or(until, |t| t.max(until)));
-                }
+                self.paused.extend(wait);
                 tracing::info!(
                     method,
                     retry_after_s = secs,
@@ -426,6 +405,7 @@ impl BotApi {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::time::Instant;
 
     fn api() -> BotApi {
         BotApi::new("http://127.0.0.1:9", "1:x", RETRY).unwrap()
@@ -454,7 +434,7 @@ mod tests {
             Classify::RetryAfter(Some(w), _) => assert_eq!(w, Duration::from_secs(7)),
             other => panic!("{other:?}"),
         }
-        let paused = a.paused_until.lock().unwrap();
+        let paused = a.paused.until().unwrap();
         assert_eq!(
             paused - Instant::now(),
             Duration::from_secs(7),

@@ -64,8 +64,10 @@ use crate::config::pacing::Window;
 use crate::config::NodeConfig;
 use crate::platform::kit::inbound::{Inbound, PlatformMessage, Received, Sender};
 use crate::platform::kit::pacer::ChatPacer;
+use crate::platform::kit::parts::{post_in_parts, PostTo};
 use crate::platform::kit::reconnect::{Next, Reconnect, Reconnects};
 use crate::platform::kit::stopped::Stopped;
+use crate::platform::registry::Abilities;
 use crate::platform::AdapterContext;
 use crate::platform::{ChatPlatform, Declared, EditError, PostError, Visibility};
 use crate::store::transcript::platform_ids;
@@ -84,11 +86,16 @@ pub const VISIBILITY: Visibility = Visibility {
     bots_see_bots: false,
 };
 
+/// Telegram edits a post (`editMessageText`) and shows typing for 5 s after each
+/// `sendChatAction`.
+pub(crate) const ABILITIES: Abilities = Abilities::edits_and_typing_every(TYPING_EVERY);
+
 /// The Telegram adapter, as the registry lists it.
 pub(crate) static ADAPTER: crate::platform::registry::Adapter =
     crate::platform::registry::Adapter {
         platform: TELEGRAM,
         visibility: VISIBILITY,
+        abilities: ABILITIES,
         check: settings::check,
         build: |cfg| Ok(Arc::new(Telegram::from_config(cfg)?)),
     };
@@ -177,15 +184,11 @@ impl std::fmt::Debug for Telegram {
 
 impl ChatPlatform for Telegram {
     fn declared(&self) -> Declared<'_> {
-        Declared::posting(&ADAPTER, &self.me)
+        Declared::posting(&ADAPTER, &self.me, Some(&self.stopped))
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
         Box::pin(PostError::of(Telegram::post(self, env)))
-    }
-
-    fn edits(&self) -> bool {
-        true
     }
 
     fn edit<'a>(
@@ -210,10 +213,6 @@ impl ChatPlatform for Telegram {
         })
     }
 
-    fn typing_every(&self) -> Option<Duration> {
-        Some(TYPING_EVERY)
-    }
-
     fn start(self: Arc<Self>, ingest: AdapterContext) -> Option<BoxFuture<'static, ()>> {
         let _ = self.ingest.set(ingest.clone());
         Some(Box::pin(async move { self.run(ingest).await }))
@@ -229,10 +228,6 @@ impl ChatPlatform for Telegram {
         remote: std::net::SocketAddr,
     ) -> BoxFuture<'static, http::Response<crate::ingress::server::Body>> {
         Box::pin(webhook::answer(self, req, remote))
-    }
-
-    fn stopped(&self) -> Option<String> {
-        self.stopped.reason()
     }
 
     fn health(&self) -> Option<serde_json::Value> {
@@ -265,14 +260,12 @@ impl Telegram {
                 handle_of.insert(b.name.clone(), h);
             }
         }
-        let missing: Vec<&str> = cfg
-            .peers()
-            .map(|p| p.name.as_str())
-            .filter(|p| !handle_of.contains_key(*p))
-            .collect();
-        if !missing.is_empty() {
-            tracing::info!(bot = %bot.name, peers = ?missing, "no telegram.username for these colleagues: @mentions of them stay plain text on telegram");
-        }
+        crate::platform::kit::mention::log_unmentionable(
+            cfg,
+            &handle_of,
+            "telegram.username",
+            "telegram",
+        );
         Ok(Telegram {
             api: BotApi::new(&t.api_base_url(), &secrets.token, api::RETRY)?,
             me: bot.name.clone(),
@@ -481,9 +474,16 @@ impl Telegram {
             &self.matcher,
             &|name| self.handle_for(name),
         );
-        let mut ids = Vec::new();
-        for (i, part) in parts.iter().enumerate() {
-            self.pacer.acquire(&chat_id.to_string()).await;
+        let chat = chat_id.to_string();
+        let to = PostTo {
+            platform: "telegram",
+            bot: &self.me,
+            id: &env.id,
+            chat: &chat,
+        };
+        let empty = || ApiError::Malformed("empty message".into());
+        let chat = &chat;
+        let posted = post_in_parts(to, &parts, empty, |i, part| {
             let msg = SendMessage {
                 chat_id,
                 text: part.html.clone(),
@@ -496,26 +496,13 @@ impl Telegram {
                     }),
                 link_preview_options: serde_json::json!({"is_disabled": true}),
             };
-            match self.api.send_message(&msg).await {
-                Ok(sent) => ids.push(platform_msg_id(chat_id, sent.message_id)),
-                Err(e) if ids.is_empty() => {
-                    tracing::error!(bot = %self.me, id = %env.id, chat_id, error = %e, "could not post to telegram; the mesh still gets the message");
-                    return Err(e.into());
-                }
-                Err(e) => {
-                    tracing::error!(bot = %self.me, id = %env.id, chat_id, part = i + 1, parts = parts.len(), error = %e, "could not post a later part to telegram");
-                    break;
-                }
+            async move {
+                self.pacer.acquire(chat).await;
+                let sent = self.api.send_message(&msg).await?;
+                Ok(platform_msg_id(chat_id, sent.message_id))
             }
-        }
-        if ids.is_empty() {
-            return Err(PostFailure::Api(ApiError::Malformed(
-                "empty message".into(),
-            )));
-        }
-        let joined = ids.join(" ");
-        tracing::info!(bot = %self.me, id = %env.id, message_id = %joined, chat_id, "posted to telegram");
-        Ok(joined)
+        });
+        Ok(posted.await?)
     }
 
     /// `editMessageText` of the bot's message `platform_msg_id` (its first part) in

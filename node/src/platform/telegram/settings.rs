@@ -133,13 +133,8 @@ pub(crate) fn is_bot_handle(s: &str) -> bool {
 /// earlier bot has, always; the token variable, group and handle when the bot is on
 /// Telegram.
 pub(crate) fn check(cx: &TableCheck<'_>) -> Result<(), TableProblem> {
-    if cx.table.is_none() {
-        return Err(cx.problem(
-            "",
-            "a telegram bot needs a [bots.telegram] table (token_env, chat_id, username)",
-        ));
-    }
-    let t: TelegramSettings = cx.read()?;
+    let t: TelegramSettings =
+        crate::platform::kit::settings::read_table(cx, "token_env, chat_id, username")?;
     if let Some(u) = &t.username {
         let u = u.trim();
         if let Some(bare) = u.strip_prefix('@') {

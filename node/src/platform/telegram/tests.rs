@@ -2,41 +2,37 @@
 //! the inbound recording of people's and colleagues' messages.
 
 use super::*;
-use crate::platform::kit::test_config::{assert_mistakes_named, node_config, settings};
-use crate::platform::kit::test_sink::{ingest, settle, TestSink};
-use crate::wire::envelope::{Author, AuthorKind};
-use tokio::time::Instant;
+use crate::platform::kit::test_config::{assert_mistakes_named, node_config, peers_toml, settings};
+use crate::platform::kit::test_sink::{
+    assert_colleague_copy_recorded_once, ingest, settle, TestSink,
+};
+use std::sync::LazyLock;
 
 /// The shape docs/telegram.md shows.
-const DOCS_CONFIG: &str = r#"
-[mesh]
-group = "team"
-secret_env = "BOTMESH_SECRET"
-
-[[bots]]
-name = "Alpha"
-bridge = "127.0.0.1:7101"
-api = "127.0.0.1:8101"
+static DOCS_CONFIG: LazyLock<String> = LazyLock::new(|| {
+    peers_toml(&[
+        (
+            "Alpha",
+            r#"
 platform = "telegram"
 
 [bots.telegram]
 token_env = "ALPHA_TOKEN"
 chat_id = "-1001234567890"
 username = "alpha_bot"
-
-[[bots]]
-name = "Beta"
+"#,
+        ),
+        (
+            "Beta",
+            r#"
 aliases = ["贝塔"]
-bridge = "127.0.0.1:7102"
-api = "127.0.0.1:8102"
 platform = "telegram"
 telegram = { token_env = "BETA_TOKEN", chat_id = "-1001234567890", username = "beta_bot" }
-
-[[bots]]
-name = "Loc"
-bridge = "127.0.0.1:7103"
-api = "127.0.0.1:8103"
-"#;
+"#,
+        ),
+        ("Loc", ""),
+    ])
+});
 
 fn env() -> HashMap<String, String> {
     crate::platform::kit::test_config::env(&[
@@ -47,14 +43,14 @@ fn env() -> HashMap<String, String> {
 }
 
 fn alpha() -> Telegram {
-    let t = Telegram::from_config(&node_config(DOCS_CONFIG, "Alpha", &env())).unwrap();
+    let t = Telegram::from_config(&node_config(&DOCS_CONFIG, "Alpha", &env())).unwrap();
     t.handles.write().me = Some((111, "Alpha".into()));
     t
 }
 
 #[test]
 fn the_documented_config_loads_and_resolves_its_token() {
-    let s = settings(DOCS_CONFIG).unwrap();
+    let s = settings(&DOCS_CONFIG).unwrap();
     let t = s.bots[0].table::<TelegramSettings>(TELEGRAM).unwrap();
     assert_eq!(t.api_base_url(), settings::TELEGRAM_API_BASE_URL);
     assert_eq!(t.chat(), Some(-1001234567890));
@@ -89,7 +85,7 @@ fn telegram_config_mistakes_name_their_key() {
         ("username = \"alpha_bot\"\n", "username = \"alpha_bot\"\nsecret_token_env = \"HOOK_SECRET\"\n", "bots[0].telegram.secret_token_env"),
         ("telegram = { token_env = \"BETA_TOKEN\", chat_id = \"-1001234567890\", username = \"beta_bot\" }\n", "", "bots[1].telegram"),
     ];
-    assert_mistakes_named(DOCS_CONFIG, &cases);
+    assert_mistakes_named(&DOCS_CONFIG, &cases);
     let e =
         settings(&DOCS_CONFIG.replace("token_env = \"ALPHA", "tokn_env = \"ALPHA")).unwrap_err();
     assert!(e.to_string().contains("unknown field `tokn_env`"), "{e}");
@@ -144,20 +140,6 @@ fn beta_user() -> serde_json::Value {
     serde_json::json!({"id": 222, "is_bot": true, "first_name": "Beta", "username": "beta_bot"})
 }
 
-fn bridge_copy(pid: &str) -> Envelope {
-    let mut e = Envelope::message(
-        Ulid::new(),
-        1,
-        "team",
-        "Beta",
-        Author::bot("Beta"),
-        "@Alpha done",
-    );
-    e.depth = 1;
-    e.platform_msg_id = Some(pid.into());
-    e
-}
-
 /// In bot-to-bot mode a colleague's message is recorded once, keeping the bridge copy
 /// (its depth), whether the bridge copy comes before the Telegram copy, during its
 /// wait, or never (then the Telegram copy is context at max_depth). Own messages are
@@ -168,49 +150,18 @@ async fn a_colleagues_message_is_recorded_once_in_either_order() {
     let sink = Arc::new(TestSink::default());
     let ing = ingest(sink.clone());
     let done = serde_json::json!([{"type": "mention", "offset": 0, "length": 10}]);
-    // Bridge copy first.
-    sink.add(bridge_copy("-1001234567890:10"));
-    assert!(
-        t.on_message(
-            &ing,
-            message(10, beta_user(), "@alpha_bot done", done.clone())
-        )
-        .await
-    );
-    settle(&ing).await;
-    assert_eq!(sink.all().len(), 1);
-    // Telegram copy first; the bridge copy 2 s later.
-    t.on_message(
-        &ing,
-        message(11, beta_user(), "@alpha_bot done", done.clone()),
+    assert_colleague_copy_recorded_once(
+        (&sink, &ing),
+        ("Beta", "@Alpha done", 3),
+        BRIDGE_GRACE,
+        |n| format!("-1001234567890:{}", 10 + n),
+        |n| {
+            let (t, ing) = (&t, &ing);
+            let m = message(10 + n as i64, beta_user(), "@alpha_bot done", done.clone());
+            async move { assert!(t.on_message(ing, m).await, "confirmed") }
+        },
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(sink.all().len(), 1, "the Telegram copy waits");
-    sink.add(bridge_copy("-1001234567890:11"));
-    settle(&ing).await;
-    let all = sink.all();
-    assert_eq!(all.len(), 2);
-    assert_eq!(all[1].depth, 1, "the bridge copy's depth");
-    // No bridge copy at all: context nobody answers.
-    let start = Instant::now();
-    t.on_message(
-        &ing,
-        message(12, beta_user(), "@alpha_bot done", done.clone()),
-    )
-    .await;
-    settle(&ing).await;
-    assert!(start.elapsed() >= BRIDGE_GRACE);
-    let ctx = sink.all().pop().unwrap();
-    assert_eq!(
-        (
-            ctx.author.name.as_str(),
-            ctx.author.kind,
-            ctx.depth,
-            ctx.text.as_str()
-        ),
-        ("Beta", AuthorKind::Bot, 3, "@Alpha done")
-    );
     // Its own message: ignored.
     let own = serde_json::json!({"id": 111, "is_bot": true, "first_name": "Alpha", "username": "alpha_bot"});
     t.on_message(&ing, message(13, own, "mine", serde_json::json!([])))

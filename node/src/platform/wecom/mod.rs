@@ -39,13 +39,14 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
-use tokio::sync::mpsc;
 
 use crate::config::pacing::Window;
 use crate::config::NodeConfig;
+use crate::platform::kit::in_order::InOrder;
 use crate::platform::kit::inbound::Inbound;
 use crate::platform::kit::pacer::ChatPacer;
 use crate::platform::kit::stopped::Stopped;
+use crate::platform::registry::Abilities;
 use crate::platform::AdapterContext;
 use crate::platform::{ChatPlatform, Declared, PostError, Visibility};
 use crate::turn::mention::MentionMatcher;
@@ -61,6 +62,7 @@ pub(crate) static ADAPTER: crate::platform::registry::Adapter =
     crate::platform::registry::Adapter {
         platform: WECOM,
         visibility: VISIBILITY,
+        abilities: ABILITIES,
         check: settings::check,
         build: |cfg| Ok(Arc::new(Wecom::from_config(cfg)?)),
     };
@@ -71,6 +73,10 @@ pub const VISIBILITY: Visibility = Visibility {
     humans_reach_every_bot: false,
     bots_see_bots: false,
 };
+
+/// A proactive send cannot be edited (a streamed answer is the callback's own), and
+/// robots have no typing signal.
+pub(crate) const ABILITIES: Abilities = Abilities::POSTS_ONLY;
 
 /// A WeCom robot's platform state.
 pub struct Wecom {
@@ -117,7 +123,7 @@ impl std::fmt::Debug for Wecom {
 
 impl ChatPlatform for Wecom {
     fn declared(&self) -> Declared<'_> {
-        Declared::posting(&ADAPTER, &self.me)
+        Declared::posting(&ADAPTER, &self.me, Some(&self.stopped))
     }
 
     fn post<'a>(&'a self, env: &'a Envelope) -> BoxFuture<'a, Result<String, PostError>> {
@@ -140,10 +146,6 @@ impl ChatPlatform for Wecom {
             "acked": s.acked.load(Relaxed),
             "stopped": self.stopped.reason(),
         }}))
-    }
-
-    fn stopped(&self) -> Option<String> {
-        self.stopped.reason()
     }
 
     fn cache_sizes(&self) -> Vec<(&'static str, usize)> {
@@ -210,28 +212,24 @@ impl Wecom {
     /// The adapter's life: sessions until the node stops (or one ends fatally).
     async fn run(self: Arc<Self>, ingest: AdapterContext) {
         let stop = ingest.accepting.clone();
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let me = self.clone();
-        let ing = ingest.clone();
-        let consumer = tokio::spawn(async move {
-            while let Some((session, frame)) = rx.recv().await {
-                me.on_frame(&ing, session, frame).await;
-            }
+        let (me, ing) = (self.clone(), ingest.clone());
+        let events = InOrder::spawn(move |(session, frame)| {
+            let (me, ing) = (me.clone(), ing.clone());
+            async move { me.on_frame(&ing, session, frame).await }
         });
         let session = conn::Session {
             url: &self.ws_url,
             bot_id: &self.bot_id,
             secret: &self.secret,
             heartbeat: self.heartbeat,
-            callbacks: &tx,
+            callbacks: events.sender(),
             state: &self.link.state,
             stop: &stop,
         };
         if let Some(why) = conn::run(&self.link, session).await {
             self.stopped.stop(&self.me, "wecom", &why);
         }
-        drop(tx);
-        let _ = consumer.await;
+        events.finish().await;
     }
 }
 

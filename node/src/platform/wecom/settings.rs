@@ -62,30 +62,18 @@ impl WecomSettings {
 
 /// This node's robot secret (read at start: `NodeConfig::platform_secret`).
 pub(crate) fn secret(cfg: &NodeConfig) -> anyhow::Result<String> {
-    let secret = cfg
-        .platform_secret("secret_env")
-        .unwrap_or_default()
-        .trim()
-        .to_string();
-    if secret.is_empty() {
-        anyhow::bail!(
-            "bots[{}].wecom.secret_env: the variable it names is empty; set it to the smart robot's Secret (WeCom admin console, the robot's API mode: long connection)",
-            cfg.me
-        );
-    }
-    Ok(secret)
+    crate::platform::kit::settings::secret(
+        cfg,
+        WECOM,
+        "secret_env",
+        "set it to the smart robot's Secret (WeCom admin console, the robot's API mode: long connection)",
+    )
 }
 
 /// Checks bot `cx.bot`'s `[bots.wecom]`: a well-formed URL and interval always; the
 /// Bot ID (unique in the mesh) and the secret's variable when the bot is on WeCom.
 pub(crate) fn check(cx: &TableCheck<'_>) -> Result<(), TableProblem> {
-    if cx.table.is_none() {
-        return Err(cx.problem(
-            "",
-            "a wecom bot needs a [bots.wecom] table (bot_id, secret_env)",
-        ));
-    }
-    let s: WecomSettings = cx.read()?;
+    let s: WecomSettings = crate::platform::kit::settings::read_table(cx, "bot_id, secret_env")?;
     if let Some(url) = &s.ws_url {
         let u = url.trim();
         if !(u.starts_with("ws://") || u.starts_with("wss://")) || reqwest::Url::parse(u).is_err() {

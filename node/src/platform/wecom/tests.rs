@@ -9,43 +9,39 @@ use super::inbound::{Replies, ReplyTo, REPLIES_REMEMBERED};
 use super::*;
 use crate::platform::kit::api::Classify;
 use crate::platform::kit::test_config::{
-    assert_mistakes_named, env, error_without_secrets, node_config,
+    assert_mistakes_named, env, error_without_secrets, node_config, peers_toml,
 };
+use std::sync::LazyLock;
 
 /// The shape docs/wecom.md shows.
-const DOCS_CONFIG: &str = r#"
-[mesh]
-group = "team"
-secret_env = "BOTMESH_SECRET"
-
-[[bots]]
-name = "Ada"
+static DOCS_CONFIG: LazyLock<String> = LazyLock::new(|| {
+    peers_toml(&[
+        (
+            "Ada",
+            r#"
 aliases = ["小A"]
-bridge = "127.0.0.1:7101"
-api = "127.0.0.1:8101"
 platform = "wecom"
 
 [bots.wecom]
 bot_id = "aibAdaXXXXXXXXXXXXXXXXXXXXXXXXXXXX"
 secret_env = "ADA_WECOM_SECRET"
 chat_id = "wrkSFfCgAAxxxxxx"
-
-[[bots]]
-name = "Bo"
-bridge = "127.0.0.1:7102"
-api = "127.0.0.1:8102"
+"#,
+        ),
+        (
+            "Bo",
+            r#"
 platform = "wecom"
 wecom = { bot_id = "aibBoXXXXXXXXXXXXXXXXXXXXXXXXXXXXX", secret_env = "BO_WECOM_SECRET", chat_id = "wrkSFfCgAAxxxxxx" }
-
-[[bots]]
-name = "Loc"
-bridge = "127.0.0.1:7103"
-api = "127.0.0.1:8103"
-"#;
+"#,
+        ),
+        ("Loc", ""),
+    ])
+});
 
 fn ada() -> Wecom {
     let env = env(&[("ADA_WECOM_SECRET", "ada-robot-secret")]);
-    Wecom::from_config(&node_config(DOCS_CONFIG, "Ada", &env)).unwrap()
+    Wecom::from_config(&node_config(&DOCS_CONFIG, "Ada", &env)).unwrap()
 }
 
 #[test]
@@ -91,8 +87,8 @@ fn the_documented_config_loads_and_names_each_mistake() {
             "bots[0].wecom",
         ),
     ];
-    assert_mistakes_named(DOCS_CONFIG, &mistakes);
-    let e = error_without_secrets(DOCS_CONFIG, "Ada", Wecom::from_config);
+    assert_mistakes_named(&DOCS_CONFIG, &mistakes);
+    let e = error_without_secrets(&DOCS_CONFIG, "Ada", Wecom::from_config);
     assert!(
         e.contains("ADA_WECOM_SECRET") || e.contains("secret_env"),
         "{e}"
