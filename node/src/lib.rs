@@ -83,7 +83,8 @@
 //!   in `a2a::tasks`, its card in `a2a::card`, the wire in `a2a::rpc`), and a remote
 //!   agent as a bot's brain (`a2a::client`, its conversations in `a2a::conversations`).
 //! - [`agent`] — a bot's MCP tool servers (`agent::mcp`) and `agent::acp`, a coding
-//!   agent hosted over ACP: what the reply engines (`engine`) run; `agent::mesh`, the
+//!   agent hosted over ACP (its messages the spec maintainers' types, `agent::acp::schema`,
+//!   over the node's own JSON-RPC transport): what the reply engines (`engine`) run; `agent::mesh`, the
 //!   group tools' MCP server every agent is offered.
 //! - [`egress`] — `Outbox` per peer, relaying around a broken link, the Redis stream link.
 //! - [`engine`] — the reply engines behind `engine::ReplyEngine`: `engine::model` (the

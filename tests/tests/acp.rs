@@ -170,8 +170,9 @@ async fn session_new_carries_the_mcp_servers_and_cwd_and_context_goes_only_to_a_
         json!({"name": "time", "command": "/usr/bin/mcp-server-time", "args": ["--local-timezone", "UTC"], "env": [{"name": "TZ", "value": "UTC"}]}),
         json!({"type": "http", "name": "docs", "url": "http://127.0.0.1:9/mcp", "headers": []}),
     ];
+    // The servers as ACP's types read them from the wire shape they must go out in.
     let options = AcpOptions {
-        mcp_servers: servers.clone(),
+        mcp_servers: serde_json::from_value(Value::Array(servers.clone())).expect("ACP McpServers"),
         ..AcpOptions::default()
     };
     let agent = start(settings(&dir, &[]), options).await;

@@ -22,10 +22,13 @@ use std::time::{Duration, Instant};
 use rmcp::model::{CallToolRequestParams, ContentBlock, Tool};
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::{ClientHandler, Peer, RoleClient};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::acp::schema::{
+    EnvVariable, HttpHeader, McpServer, McpServerHttp, McpServerStdio,
+};
 use crate::agent::boxing::{boxed_command, Boxing, Launch, TempDir};
 use crate::config::pacing::{Backoff, Jitter};
 use crate::config::McpServerSettings;
@@ -268,36 +271,29 @@ impl McpTools {
         result
     }
 
-    /// The bot's servers in the ACP `McpServer` schema, for an ACP agent's
-    /// `session/new` (`headers`: the HTTP servers' headers, by server name): stdio
-    /// `{name, command, args, env: [{name, value}]}` (its env: the configured one; the
-    /// agent process starts it), http `{type: "http", name, url, headers: [{name, value}]}`.
+    /// The bot's servers as ACP's `McpServer`s, for an ACP agent's `session/new`
+    /// (`headers`: the HTTP servers' headers, by server name): stdio `{name, command,
+    /// args, env: [{name, value}]}` (its env: the configured one; the agent process
+    /// starts it), http `{type: "http", name, url, headers: [{name, value}]}`.
     pub(crate) fn acp_servers(
         servers: &[McpServerSettings],
         headers: &HashMap<String, Vec<(String, String)>>,
-    ) -> Vec<Value> {
-        let pairs = |kv: &mut dyn Iterator<Item = (&String, &String)>| -> Vec<Value> {
-            kv.map(|(name, value)| json!({"name": name, "value": value}))
-                .collect()
-        };
+    ) -> Vec<McpServer> {
         servers
             .iter()
             .map(|s| match &s.url {
                 Some(url) => {
                     let h = headers.get(&s.name).map(Vec::as_slice).unwrap_or_default();
-                    json!({
-                        "type": "http",
-                        "name": s.name,
-                        "url": url,
-                        "headers": pairs(&mut h.iter().map(|(n, v)| (n, v))),
-                    })
+                    McpServer::Http(
+                        McpServerHttp::new(&s.name, url)
+                            .headers(h.iter().map(|(n, v)| HttpHeader::new(n, v)).collect()),
+                    )
                 }
-                None => json!({
-                    "name": s.name,
-                    "command": s.command.first().cloned().unwrap_or_default(),
-                    "args": s.command.iter().skip(1).collect::<Vec<_>>(),
-                    "env": pairs(&mut s.env.iter()),
-                }),
+                None => McpServer::Stdio(
+                    McpServerStdio::new(&s.name, s.command.first().cloned().unwrap_or_default())
+                        .args(s.command.iter().skip(1).cloned().collect())
+                        .env(s.env.iter().map(|(n, v)| EnvVariable::new(n, v)).collect()),
+                ),
             })
             .collect()
     }
@@ -555,6 +551,7 @@ async fn connect(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn stdio() -> McpServerSettings {
         McpServerSettings {
@@ -594,23 +591,24 @@ mod tests {
         )]
         .into_iter()
         .collect();
-        let out = McpTools::acp_servers(&[stdio(), http()], &headers);
+        let out = serde_json::to_value(McpTools::acp_servers(&[stdio(), http()], &headers))
+            .expect("serializes");
         assert_eq!(
             out,
-            vec![
-                json!({
+            json!([
+                {
                     "name": "time",
                     "command": "mcp-server-time",
                     "args": ["--local-timezone", "UTC"],
                     "env": [{"name": "TZ", "value": "UTC"}],
-                }),
-                json!({
+                },
+                {
                     "type": "http",
                     "name": "web",
                     "url": "http://127.0.0.1:8811/mcp",
                     "headers": [{"name": "Authorization", "value": "Bearer t"}],
-                }),
-            ]
+                },
+            ])
         );
     }
 
@@ -618,7 +616,8 @@ mod tests {
     fn acp_schema_without_headers_or_env() {
         let mut s = stdio();
         s.env.clear();
-        let out = McpTools::acp_servers(&[s, http()], &HashMap::new());
+        let out = serde_json::to_value(McpTools::acp_servers(&[s, http()], &HashMap::new()))
+            .expect("serializes");
         assert_eq!(out[0]["env"], json!([]));
         assert_eq!(out[1]["headers"], json!([]));
     }

@@ -28,6 +28,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use ulid::Ulid;
 
+use crate::agent::acp::schema::{EnvVariable, McpServer, McpServerStdio};
 use crate::app::gate::Scope;
 use crate::app::node::Node;
 use crate::ingress::server::{self, Body};
@@ -757,12 +758,23 @@ pub(crate) fn mesh_server(
     Some(crate::agent::acp::GroupServers::new(
         vec![command.clone()],
         move |group: &str| {
-            vec![json!({
-                "name": "mesh",
-                "command": command,
-                "args": ["mcp", "--bot", bot, "--group", group, "--api", url],
-                "env": [{"name": crate::agent::mesh::TOKEN_ENV, "value": tokens.mint(group)}],
-            })]
+            let args = [
+                "mcp",
+                "--bot",
+                bot.as_str(),
+                "--group",
+                group,
+                "--api",
+                url.as_str(),
+            ];
+            vec![McpServer::Stdio(
+                McpServerStdio::new("mesh", &command)
+                    .args(args.map(str::to_string).to_vec())
+                    .env(vec![EnvVariable::new(
+                        crate::agent::mesh::TOKEN_ENV,
+                        tokens.mint(group),
+                    )]),
+            )]
         },
     ))
 }

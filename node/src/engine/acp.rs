@@ -75,15 +75,18 @@ pub(crate) async fn start_acp(
             .get("PATH")
             .cloned()
             .or_else(|| std::env::var("PATH").ok());
-        let own = mcp_servers.iter().filter_map(|s| s["command"].as_str());
-        let mesh = group_servers
-            .iter()
-            .flat_map(|servers| servers.programs().iter().map(String::as_str));
+        let own = mcp_servers.iter().filter_map(|s| match s {
+            crate::agent::acp::schema::McpServer::Stdio(stdio) => Some(stdio.command.as_path()),
+            _ => None,
+        });
+        let mesh = group_servers.iter().flat_map(|servers| {
+            servers
+                .programs()
+                .iter()
+                .map(|p| std::path::Path::new(p.as_str()))
+        });
         for program in own.chain(mesh) {
-            for home in crate::agent::sandbox::program_home(
-                std::path::Path::new(program),
-                path_var.as_deref(),
-            ) {
+            for home in crate::agent::sandbox::program_home(program, path_var.as_deref()) {
                 if !read.contains(&home) {
                     read.push(home);
                 }

@@ -12,24 +12,34 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use super::messages::schema::ToolCallLocation;
 use super::ToolKind;
 
 /// The most characters of an action's object (a path, a command, a URL) shown.
 const MAX_OBJECT_CHARS: usize = 120;
 
+/// What the agent said a tool call works on, as last given (by its `tool_call`
+/// updates or the permission request): what [`tool_action`] names.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolObject {
+    /// The files it touches (ACP's `locations`).
+    pub locations: Vec<ToolCallLocation>,
+    /// Its input as the agent gave it (ACP's `rawInput`: any JSON, by the spec).
+    pub raw_input: Option<Value>,
+}
+
 /// The tool call's action as a verb phrase: `edit notes.txt`, ``run `cargo test` ``,
 /// `fetch https://example.com`, `use <title>` for a kind without a verb of its own.
-/// `call` holds what the agent said of the call (its `locations` and `rawInput`, from
-/// the `tool_call` update or the permission request); `title` is already bounded.
-pub fn tool_action(kind: ToolKind, title: &str, call: &Value, cwd: &Path) -> String {
+/// `title` is already bounded.
+pub fn tool_action(kind: ToolKind, title: &str, call: &ToolObject, cwd: &Path) -> String {
     let title = if title.trim().is_empty() {
         "an untitled tool"
     } else {
         title.trim()
     };
-    let path = first_location(call, cwd);
+    let path = first_location(&call.locations, cwd);
     let input = |key: &str| -> Option<String> {
-        match call.get("rawInput")?.get(key)? {
+        match call.raw_input.as_ref()?.get(key)? {
             Value::String(s) if !s.trim().is_empty() => Some(s.trim().to_string()),
             // A command given as its argument list.
             Value::Array(parts) if !parts.is_empty() => Some(
@@ -56,18 +66,14 @@ pub fn tool_action(kind: ToolKind, title: &str, call: &Value, cwd: &Path) -> Str
 }
 
 /// The first of the call's `locations` as a path, relative to `cwd` when inside it.
-fn first_location(call: &Value, cwd: &Path) -> Option<String> {
-    let path = call
-        .get("locations")?
-        .as_array()?
-        .iter()
-        .find_map(|l| l.get("path")?.as_str())?;
-    let shown = Path::new(path)
+fn first_location(locations: &[ToolCallLocation], cwd: &Path) -> Option<String> {
+    let path = &locations.first()?.path;
+    let shown = path
         .strip_prefix(cwd)
         .ok()
         .filter(|rel| !rel.as_os_str().is_empty())
-        .map_or_else(|| path.to_string(), |rel| rel.display().to_string());
-    Some(shown)
+        .unwrap_or(path);
+    Some(shown.display().to_string())
 }
 
 /// `text` on one line, at most [`MAX_OBJECT_CHARS`] characters (`…` when cut).
@@ -86,8 +92,16 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// The action of a call described the way an agent sends it (`locations`,
+    /// `rawInput`), read as ACP's tool call fields.
     fn action(kind: ToolKind, title: &str, call: Value) -> String {
-        tool_action(kind, title, &call, Path::new("/work/repo"))
+        let fields: crate::agent::acp::schema::ToolCallUpdateFields =
+            serde_json::from_value(call).expect("tool call fields");
+        let object = ToolObject {
+            locations: fields.locations.unwrap_or_default(),
+            raw_input: fields.raw_input,
+        };
+        tool_action(kind, title, &object, Path::new("/work/repo"))
     }
 
     #[test]

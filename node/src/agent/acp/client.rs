@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::action::tool_action;
+use super::action::{tool_action, ToolObject};
+use super::messages::{self, schema, PROTOCOL_VERSION};
 use super::process::{self, AgentProcess};
 use super::rpc::{CallError, Connection, Handler, RpcError};
 use super::{
@@ -22,8 +23,6 @@ use super::{
 use crate::agent::boxing::Boxing;
 use crate::config::pacing::{Backoff, Jitter};
 
-/// The ACP protocol version this client speaks.
-const PROTOCOL_VERSION: u64 = 1;
 /// How long a timed-out turn waits for the agent's `cancelled` answer.
 const CANCEL_WAIT: Duration = Duration::from_secs(2);
 /// Restarts after a death: from half a second, doubling, up to a minute.
@@ -82,7 +81,7 @@ struct SeenTool {
     /// Its kind.
     kind: ToolKind,
     /// Its `locations` and `rawInput`, as last given (for [`tool_action`]).
-    detail: Value,
+    object: ToolObject,
 }
 
 impl Default for SeenTool {
@@ -90,7 +89,26 @@ impl Default for SeenTool {
         SeenTool {
             title: String::new(),
             kind: ToolKind::Other,
-            detail: json!({}),
+            object: ToolObject::default(),
+        }
+    }
+}
+
+impl SeenTool {
+    /// Takes what a `tool_call`, `tool_call_update` or permission request says of the
+    /// call, over what was said before; `None` fields leave it as it was.
+    fn update(&mut self, shared: &Shared, fields: &schema::ToolCallUpdateFields) {
+        if let Some(title) = &fields.title {
+            self.title = bounded_title(shared, title);
+        }
+        if let Some(kind) = fields.kind {
+            self.kind = messages::tool_kind(kind);
+        }
+        if let Some(locations) = &fields.locations {
+            self.object.locations = locations.clone();
+        }
+        if let Some(input) = fields.raw_input.as_ref().filter(|v| !v.is_null()) {
+            self.object.raw_input = Some(input.clone());
         }
     }
 }
@@ -285,13 +303,13 @@ impl AcpAgent {
         guard.in_flight = true;
         let mut blocks = Vec::new();
         if let Some(context) = prompt.context.filter(|_| new_session) {
-            blocks.push(json!({"type": "text", "text": context}));
+            blocks.push(text_block(context));
         }
-        blocks.push(json!({"type": "text", "text": prompt.text}));
-        let call = live.conn.call(
-            "session/prompt",
-            json!({"sessionId": session, "prompt": blocks}),
-        );
+        blocks.push(text_block(prompt.text));
+        let request = schema::PromptRequest::new(session.clone(), blocks);
+        let call = live
+            .conn
+            .call(METHODS.session_prompt, messages::to_json(&request));
         tokio::pin!(call);
         let answer = tokio::select! {
             answer = &mut call => answer,
@@ -320,9 +338,8 @@ impl AcpAgent {
                 "\n\n[cut: the answer was longer than {max} characters]"
             ));
         }
-        let result = answer.map_err(|e| call_error("session/prompt", e))?;
-        let stop_reason =
-            StopReason::from_acp(answer_field(&result, "session/prompt", "stopReason")?);
+        let result = answer.map_err(|e| call_error(METHODS.session_prompt, e))?;
+        let stop_reason = messages::read_stop_reason(result)?;
         let text = if stop_reason == StopReason::Cancelled || cancel.is_cancelled() {
             String::new()
         } else {
@@ -398,16 +415,16 @@ impl AcpAgent {
         if let Some(group_servers) = &self.shared.options.group_servers {
             servers.extend(group_servers.of_group(group));
         }
-        let params = json!({
-            "cwd": self.shared.settings.cwd,
-            "mcpServers": servers,
-        });
+        let request =
+            schema::NewSessionRequest::new(&self.shared.settings.cwd).mcp_servers(servers);
+        let method = METHODS.session_new;
         let answer = live
             .conn
-            .call("session/new", params)
+            .call(method, messages::to_json(&request))
             .await
-            .map_err(|e| call_error("session/new", e))?;
-        let id = answer_field(&answer, "session/new", "sessionId")?.to_string();
+            .map_err(|e| call_error(method, e))?;
+        let opened: schema::NewSessionResponse = messages::read_answer(method, answer)?;
+        let id = opened.session_id.0.to_string();
         tracing::info!(bot = %self.shared.bot, group, session = %id, "opened an ACP session");
         self.shared.sessions.lock().insert(
             group.to_string(),
@@ -461,18 +478,16 @@ fn send_cancel(shared: &Shared, conn: &Connection, session: &str, cancel: &Cance
     }
     cancel.cancel();
     tracing::info!(bot = %shared.bot, session, "session/cancel");
-    conn.notify("session/cancel", json!({"sessionId": session}));
+    let notice = schema::CancelNotification::new(session.to_string());
+    conn.notify(METHODS.session_cancel, messages::to_json(&notice));
 }
 
-/// The string field `key` of `method`'s answer, or a protocol error naming it.
-fn answer_field<'a>(answer: &'a Value, method: &str, key: &str) -> Result<&'a str, AcpError> {
-    answer
-        .get(key)
-        .and_then(Value::as_str)
-        .ok_or_else(|| AcpError::Protocol {
-            method: method.to_string(),
-            problem: format!("no {key} in {answer}"),
-        })
+/// The ACP methods this client calls, by their names in the protocol crate.
+const METHODS: schema::AgentMethodNames = schema::AGENT_METHOD_NAMES;
+
+/// A prompt's text as an ACP content block.
+fn text_block(text: String) -> schema::ContentBlock {
+    schema::ContentBlock::Text(schema::TextContent::new(text))
 }
 
 /// An [`AcpError`] for a failed call.
@@ -530,37 +545,37 @@ async fn launch(shared: &Arc<Shared>, generation: u64) -> Result<Live, AcpError>
         generation,
         started: Instant::now(),
     };
-    let params = json!({
-        "protocolVersion": PROTOCOL_VERSION,
-        "clientCapabilities": {"fs": {"readTextFile": false, "writeTextFile": false}, "terminal": false},
-        "clientInfo": {"name": "botmesh", "title": "botmesh", "version": env!("CARGO_PKG_VERSION")},
-    });
+    let method = METHODS.initialize;
+    let request = messages::to_json(&messages::initialize_request());
     let limit = Duration::from_secs(shared.settings.init_timeout_secs);
-    let initialized = match tokio::time::timeout(limit, live.conn.call("initialize", params)).await
-    {
-        Ok(answer) => answer.map_err(|e| call_error("initialize", e)),
+    let initialized = match tokio::time::timeout(limit, live.conn.call(method, request)).await {
+        Ok(answer) => answer.map_err(|e| call_error(method, e)),
         Err(_) => Err(AcpError::Protocol {
-            method: "initialize".into(),
+            method: method.into(),
             problem: format!("no answer within init_timeout_secs ({limit:?})"),
         }),
     }
+    .and_then(|answer| messages::read_answer::<schema::InitializeResponse>(method, answer))
     .and_then(|answer| {
-        let version = answer.get("protocolVersion").and_then(Value::as_u64);
-        if version == Some(PROTOCOL_VERSION) {
+        let version = answer.protocol_version;
+        if version == PROTOCOL_VERSION {
             Ok(answer)
         } else {
             Err(AcpError::Protocol {
-                method: "initialize".into(),
+                method: method.into(),
                 problem: format!(
-                    "it speaks protocol version {version:?}, this client {PROTOCOL_VERSION}"
+                    "it speaks protocol version {version}, this client {PROTOCOL_VERSION}"
                 ),
             })
         }
     });
     match initialized {
         Ok(answer) => {
-            let info = answer.get("agentInfo").cloned().unwrap_or_default();
-            tracing::info!(bot = %shared.bot, agent = %info, "the ACP agent is initialized");
+            let (name, version) = answer
+                .agent_info
+                .map(|i| (i.name, i.version))
+                .unwrap_or_default();
+            tracing::info!(bot = %shared.bot, agent = %name, version = %version, "the ACP agent is initialized");
             Ok(live)
         }
         Err(e) => {
@@ -652,18 +667,30 @@ struct Incoming {
     shared: Weak<Shared>,
 }
 
+/// The ACP methods an agent calls on this client, by their names in the protocol crate.
+const CLIENT_METHODS: schema::ClientMethodNames = schema::CLIENT_METHOD_NAMES;
+
 impl Handler for Incoming {
     fn request(&self, method: &str, params: Value) -> BoxFuture<'static, Result<Value, RpcError>> {
         let shared = self.shared.upgrade();
         let method = method.to_string();
         Box::pin(async move {
-            match (method.as_str(), shared) {
-                ("session/request_permission", Some(shared)) => {
-                    Ok(answer_permission(&shared, &params).await)
-                }
-                ("session/request_permission", None) => Ok(cancelled()),
-                _ => Err(RpcError::method_not_found(&method)),
+            if method != CLIENT_METHODS.session_request_permission {
+                return Err(RpcError::method_not_found(&method));
             }
+            let Some(shared) = shared else {
+                return Ok(cancelled());
+            };
+            let answer = match messages::read_permission(&shared.bot, params) {
+                Ok(request) => answer_permission(&shared, &request).await,
+                Err(problem) => {
+                    tracing::warn!(bot = %shared.bot, %problem, "a permission question this client cannot read: cancelled");
+                    cancelled_outcome()
+                }
+            };
+            Ok(messages::to_json(&schema::RequestPermissionResponse::new(
+                answer,
+            )))
         })
     }
 
@@ -671,91 +698,62 @@ impl Handler for Incoming {
         let Some(shared) = self.shared.upgrade() else {
             return;
         };
-        if method == "session/update" {
-            session_update(&shared, &params);
-        } else {
+        if method != CLIENT_METHODS.session_update {
             tracing::debug!(bot = %shared.bot, method, "ignoring an ACP notification");
+        } else if let Some((kind, update)) = messages::read_update(&shared.bot, params) {
+            session_update(&shared, &kind, update);
         }
     }
 }
 
 /// Takes one `session/update`: message chunks into the turn's text, tool calls and
 /// plans to its progress; other kinds are ignored.
-fn session_update(shared: &Shared, params: &Value) {
-    let session = params
-        .get("sessionId")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let update = &params["update"];
-    let kind = update
-        .get("sessionUpdate")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+fn session_update(shared: &Shared, kind: &str, notice: schema::SessionNotification) {
+    let session = notice.session_id.0.as_ref();
     let mut turns = shared.turns.lock();
     let Some(turn) = turns.get_mut(session) else {
         tracing::debug!(bot = %shared.bot, session, kind, "an ACP update for no turn in flight");
         return;
     };
-    let event = match kind {
-        "agent_message_chunk" => 'chunk: {
-            let content = &update["content"];
-            if content.get("type").and_then(Value::as_str) == Some("text") {
-                if let Some(text) = content.get("text").and_then(Value::as_str) {
-                    let first = turn.chars == 0 && !turn.cut;
-                    let room = shared.settings.max_reply_chars.saturating_sub(turn.chars);
-                    let kept = cut_at(text, room);
-                    turn.chars += kept.chars().count();
-                    turn.text.push_str(kept);
-                    turn.cut |= kept.len() < text.len();
-                    if first && turn.chars > 0 {
-                        break 'chunk Some(AcpProgress::Writing);
-                    }
+    let event = match notice.update {
+        schema::SessionUpdate::AgentMessageChunk(chunk) => 'chunk: {
+            if let schema::ContentBlock::Text(schema::TextContent { text, .. }) = &chunk.content {
+                let first = turn.chars == 0 && !turn.cut;
+                let room = shared.settings.max_reply_chars.saturating_sub(turn.chars);
+                let kept = cut_at(text, room);
+                turn.chars += kept.chars().count();
+                turn.text.push_str(kept);
+                turn.cut |= kept.len() < text.len();
+                if first && turn.chars > 0 {
+                    break 'chunk Some(AcpProgress::Writing);
                 }
             }
             None
         }
-        "tool_call" | "tool_call_update" => {
-            let id = update
-                .get("toolCallId")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
-            let entry = turn.tools.entry(id.clone()).or_default();
-            if let Some(title) = update.get("title").and_then(Value::as_str) {
-                entry.title = bounded_title(shared, title);
-            }
-            if let Some(k) = update.get("kind").and_then(Value::as_str) {
-                entry.kind = ToolKind::from_acp(k);
-            }
-            for key in ["locations", "rawInput"] {
-                if let Some(v) = update.get(key).filter(|v| !v.is_null()) {
-                    entry.detail[key] = v.clone();
-                }
-            }
-            Some(AcpProgress::ToolCall {
-                id,
-                title: entry.title.clone(),
-                kind: entry.kind,
-                status: str_field(update, "status"),
-            })
+        schema::SessionUpdate::ToolCall(call) => {
+            let status = messages::status_name(call.status);
+            let update = schema::ToolCallUpdate::from(call);
+            Some(tool_progress(shared, turn, &update, status))
         }
-        "plan" => {
-            let steps = update["entries"]
-                .as_array()
-                .map(|entries| {
-                    entries
-                        .iter()
-                        .map(|e| PlanStep {
-                            content: bounded_title(shared, &str_field(e, "content")),
-                            status: str_field(e, "status"),
-                        })
-                        .collect()
-                })
+        schema::SessionUpdate::ToolCallUpdate(update) => {
+            let status = update
+                .fields
+                .status
+                .map(messages::status_name)
                 .unwrap_or_default();
-            Some(AcpProgress::Plan(steps))
+            Some(tool_progress(shared, turn, &update, status))
         }
-        other => {
-            tracing::debug!(bot = %shared.bot, kind = other, "ignoring an ACP session update");
+        schema::SessionUpdate::Plan(plan) => Some(AcpProgress::Plan(
+            plan.entries
+                .iter()
+                .map(|e| PlanStep {
+                    content: bounded_title(shared, &e.content),
+                    status: messages::plan_status_name(&e.status),
+                })
+                .collect(),
+        )),
+        _ => {
+            tracing::debug!(bot = %shared.bot, kind, "ignoring an ACP session update");
             None
         }
     };
@@ -763,6 +761,25 @@ fn session_update(shared: &Shared, params: &Value) {
         if tx.try_send(event).is_err() {
             tracing::debug!(bot = %shared.bot, "ACP progress dropped: the receiver is full or gone");
         }
+    }
+}
+
+/// Notes what a `tool_call` or `tool_call_update` says of a call in `turn`, and the
+/// progress it makes (`status`: empty when an update leaves it out).
+fn tool_progress(
+    shared: &Shared,
+    turn: &mut Turn,
+    update: &schema::ToolCallUpdate,
+    status: String,
+) -> AcpProgress {
+    let id = update.tool_call_id.0.to_string();
+    let entry = turn.tools.entry(id.clone()).or_default();
+    entry.update(shared, &update.fields);
+    AcpProgress::ToolCall {
+        id,
+        title: entry.title.clone(),
+        kind: entry.kind,
+        status,
     }
 }
 
@@ -789,16 +806,14 @@ fn bounded_title(shared: &Shared, title: &str) -> String {
     format!("{}…", cut_at(kept, max.saturating_sub(1)))
 }
 
-fn str_field(v: &Value, key: &str) -> String {
-    v.get(key)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string()
+/// The answer `{outcome: {outcome: "cancelled"}}`, whole.
+fn cancelled() -> Value {
+    messages::to_json(&schema::RequestPermissionResponse::new(cancelled_outcome()))
 }
 
-/// `{outcome: {outcome: "cancelled"}}`.
-fn cancelled() -> Value {
-    json!({"outcome": {"outcome": "cancelled"}})
+/// The outcome `cancelled`: the call does not run, and no option was chosen.
+fn cancelled_outcome() -> schema::RequestPermissionOutcome {
+    schema::RequestPermissionOutcome::Cancelled
 }
 
 /// Answers `session/request_permission` by the tool call's kind: `allow` → the
@@ -806,45 +821,35 @@ fn cancelled() -> Value {
 /// `ask_timeout_secs`; anything else, a refusal or no answer → `reject_once`. The
 /// option is chosen by its kind, never its id; without one of the wanted kind, or for
 /// a turn cancelled or gone, the answer is `cancelled`.
-async fn answer_permission(shared: &Arc<Shared>, params: &Value) -> Value {
-    let session = params
-        .get("sessionId")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let call = &params["toolCall"];
-    let id = str_field(call, "toolCallId");
+async fn answer_permission(
+    shared: &Arc<Shared>,
+    request: &schema::RequestPermissionRequest,
+) -> schema::RequestPermissionOutcome {
+    let session = request.session_id.0.as_ref();
+    let call = &request.tool_call;
+    let id = call.tool_call_id.0.as_ref();
     let found = shared.turns.lock().get(session).map(|t| {
-        let known = t.tools.get(&id).cloned();
+        let known = t.tools.get(id).cloned();
         (t.group.clone(), t.cancel.clone(), known)
     });
     let Some((group, cancel, known)) = found else {
         tracing::info!(bot = %shared.bot, session, "a permission question for no turn in flight: cancelled");
-        return cancelled();
+        return cancelled_outcome();
     };
     if cancel.is_cancelled() {
-        return cancelled();
+        return cancelled_outcome();
     }
-    let known = known.unwrap_or_default();
-    let kind = call
-        .get("kind")
-        .and_then(Value::as_str)
-        .map(ToolKind::from_acp)
-        .unwrap_or(known.kind);
-    let title = call
-        .get("title")
-        .and_then(Value::as_str)
-        .map(|t| bounded_title(shared, t))
+    // What the request says of the call, over what its updates said; an empty title
+    // keeps the one they gave.
+    let mut seen = known.unwrap_or_default();
+    let known_title = seen.title.clone();
+    seen.update(shared, &call.fields);
+    let kind = seen.kind;
+    let title = Some(seen.title)
         .filter(|t| !t.is_empty())
-        .or(Some(known.title).filter(|t| !t.is_empty()))
+        .or(Some(known_title).filter(|t| !t.is_empty()))
         .unwrap_or_else(|| "(untitled tool call)".into());
-    // What the request says of the call, over what its updates said.
-    let mut detail = known.detail;
-    for key in ["locations", "rawInput"] {
-        if let Some(v) = call.get(key).filter(|v| !v.is_null()) {
-            detail[key] = v.clone();
-        }
-    }
-    let action = tool_action(kind, &title, &detail, &shared.settings.cwd);
+    let action = tool_action(kind, &title, &seen.object, &shared.settings.cwd);
     let settings = &shared.settings;
     let (allow, why) = if settings.allow.contains(&kind) {
         (true, Ok("its kind is allowed"))
@@ -867,7 +872,7 @@ async fn answer_permission(shared: &Arc<Shared>, params: &Value) -> Value {
                     d = tokio::time::timeout(limit, asker.ask(question)) => d.unwrap_or(Decision::TimedOut),
                     _ = cancel.cancelled() => {
                         tracing::info!(bot = %shared.bot, %group, %title, "the turn was cancelled while asking: cancelled");
-                        return cancelled();
+                        return cancelled_outcome();
                     }
                 };
                 match decision {
@@ -894,7 +899,7 @@ async fn answer_permission(shared: &Arc<Shared>, params: &Value) -> Value {
             said
         }
     };
-    pick(shared, params, allow, why, &title, kind)
+    pick(shared, &request.options, allow, why, &title, kind)
 }
 
 /// Why a call was rejected, for the log.
@@ -908,30 +913,30 @@ fn rejection_words(r: &Rejection) -> &'static str {
     }
 }
 
-/// The answer selecting the option of kind `allow_once` or `reject_once`.
+/// The outcome selecting the option of kind `allow_once` or `reject_once`.
 fn pick(
     shared: &Shared,
-    params: &Value,
+    options: &[schema::PermissionOption],
     allow: bool,
     why: &str,
     title: &str,
     kind: ToolKind,
-) -> Value {
-    let wanted = if allow { "allow_once" } else { "reject_once" };
-    let option = params["options"].as_array().and_then(|options| {
-        options
-            .iter()
-            .find(|o| o.get("kind").and_then(Value::as_str) == Some(wanted))
-            .and_then(|o| o.get("optionId").cloned())
-    });
-    match option {
-        Some(option_id) => {
-            tracing::info!(bot = %shared.bot, %title, %kind, decision = wanted, why, "answered an ACP permission question");
-            json!({"outcome": {"outcome": "selected", "optionId": option_id}})
+) -> schema::RequestPermissionOutcome {
+    let (wanted, name) = if allow {
+        (schema::PermissionOptionKind::AllowOnce, "allow_once")
+    } else {
+        (schema::PermissionOptionKind::RejectOnce, "reject_once")
+    };
+    match options.iter().find(|o| o.kind == wanted) {
+        Some(option) => {
+            tracing::info!(bot = %shared.bot, %title, %kind, decision = name, why, "answered an ACP permission question");
+            schema::RequestPermissionOutcome::Selected(schema::SelectedPermissionOutcome::new(
+                option.option_id.clone(),
+            ))
         }
         None => {
-            tracing::warn!(bot = %shared.bot, %title, %kind, wanted, why, "no permission option of the wanted kind: cancelled");
-            cancelled()
+            tracing::warn!(bot = %shared.bot, %title, %kind, wanted = name, why, "no permission option of the wanted kind: cancelled");
+            cancelled_outcome()
         }
     }
 }

@@ -14,6 +14,10 @@
 //! [`Backoff`]; sessions are reopened on the next prompt, which says so
 //! ([`TurnOutcome::new_session`]) and sends the caller's context first.
 //!
+//! ACP's messages are the spec maintainers' types ([`schema`], the
+//! `agent-client-protocol-schema` crate), read tolerantly ([`messages`]); the
+//! transport is this module's own ([`rpc`]).
+//!
 //! This is the library layer: the ACP reply engine (`engine::acp`, the
 //! `engine::ReplyEngine::Acp` variant) wires it to `[[bots]] agent = { acp = … }`.
 //!
@@ -22,6 +26,7 @@
 
 mod action;
 mod client;
+mod messages;
 pub(crate) mod process;
 pub(crate) mod rpc;
 
@@ -31,8 +36,9 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 
 pub use crate::config::acp::{AcpSettings, ToolKind};
-pub use action::tool_action;
+pub use action::{tool_action, ToolObject};
 pub use client::AcpAgent;
+pub use messages::schema;
 
 /// Why an ACP turn or start failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -119,18 +125,6 @@ pub enum StopReason {
 }
 
 impl StopReason {
-    /// The reason ACP names `name`.
-    pub fn from_acp(name: &str) -> StopReason {
-        match name {
-            "end_turn" => StopReason::EndTurn,
-            "max_tokens" => StopReason::MaxTokens,
-            "max_turn_requests" => StopReason::MaxTurnRequests,
-            "refusal" => StopReason::Refusal,
-            "cancelled" => StopReason::Cancelled,
-            other => StopReason::Other(other.to_string()),
-        }
-    }
-
     /// A stable snake_case label for metrics and logs (`other` for unknown reasons).
     pub fn label(&self) -> &'static str {
         match self {
@@ -276,11 +270,11 @@ pub trait PermissionAsker: Send + Sync {
     fn ask(&self, question: PermissionQuestion) -> BoxFuture<'static, Decision>;
 }
 
-/// Makes one group's MCP servers, in ACP's shape.
-type ServersOfGroup = dyn Fn(&str) -> Vec<serde_json::Value> + Send + Sync;
+/// Makes one group's MCP servers.
+type ServersOfGroup = dyn Fn(&str) -> Vec<schema::McpServer> + Send + Sync;
 
 /// MCP servers for one group's session, by group (the node's `mesh` server, scoped
-/// to the bot and that group), in ACP's shape, and the programs they run.
+/// to the bot and that group), and the programs they run.
 #[derive(Clone)]
 pub struct GroupServers {
     /// The programs of these stdio servers, the same in every group: what the agent's
@@ -295,7 +289,7 @@ impl GroupServers {
     /// Servers made by `of_group` for each group, running `programs`.
     pub fn new(
         programs: Vec<String>,
-        of_group: impl Fn(&str) -> Vec<serde_json::Value> + Send + Sync + 'static,
+        of_group: impl Fn(&str) -> Vec<schema::McpServer> + Send + Sync + 'static,
     ) -> GroupServers {
         GroupServers {
             programs,
@@ -304,7 +298,7 @@ impl GroupServers {
     }
 
     /// The servers for `group`'s session.
-    pub(crate) fn of_group(&self, group: &str) -> Vec<serde_json::Value> {
+    pub(crate) fn of_group(&self, group: &str) -> Vec<schema::McpServer> {
         (self.of_group)(group)
     }
 
@@ -317,9 +311,9 @@ impl GroupServers {
 /// What a caller gives the agent besides its settings.
 #[derive(Clone, Default)]
 pub struct AcpOptions {
-    /// MCP servers handed to every `session/new`, in ACP's shape (`{name, command,
-    /// args, env}` or `{type: "http", name, url, headers}`).
-    pub mcp_servers: Vec<serde_json::Value>,
+    /// MCP servers handed to every `session/new` (stdio: `{name, command, args, env}`,
+    /// or `{type: "http", name, url, headers}` on the wire).
+    pub mcp_servers: Vec<schema::McpServer>,
     /// MCP servers added to a session for its group only, after `mcp_servers`.
     pub group_servers: Option<GroupServers>,
     /// Who answers questions about kinds in `ask`; without one they are rejected.

@@ -8,6 +8,14 @@
 //! turn's answer. A line that is not JSON, a message over [`MAX_MESSAGE`], the end of
 //! the agent's output or the process's exit kill the connection: every call pending
 //! then, and every later one, fails with the [`Death`].
+//!
+//! Why a transport of the node's own, when the messages are the spec maintainers'
+//! (`super::messages`): their connection (`agent-client-protocol`'s
+//! `ClientSideConnection`) spawns its work as `!Send` futures (`LocalBoxFuture`, a
+//! local executor on one thread), while the node's agent handle, its permission
+//! questions (which wait minutes for a person) and its supervisor are tasks on the
+//! multi-threaded runtime; and it neither bounds a line nor ties a connection's death
+//! to the process's exit status, which this one does.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
