@@ -617,13 +617,8 @@ fn answer(v: crate::llm::Verdict) -> Completion {
 
 impl Llm for ReplayLlm {
     fn complete<'a>(&'a self, call: LlmCall<'a>) -> BoxFuture<'a, Result<Completion, LlmError>> {
-        let LlmCall {
-            ep,
-            purpose,
-            messages,
-            about,
-            ..
-        } = call;
+        // Only judge calls are replayed: nothing else is recorded.
+        let (ep, purpose, messages, about) = (call.ep, call.purpose, call.messages, call.about);
         Box::pin(async move {
             if purpose != Purpose::Judge {
                 return Err(LlmError::Timeout);
