@@ -31,7 +31,7 @@
 use std::sync::Arc;
 
 use crate::agent::acp::Decision;
-use crate::app::node::{Node, WhenNotPosted};
+use crate::app::node::{Node, RecordAnyway};
 use crate::turn::approval::{Answered, AskedQuestion};
 use crate::turn::control::{self, Verb};
 use crate::turn::mention::PlatformMention;
@@ -195,9 +195,7 @@ pub(crate) async fn post_questions(
                 p.posted(&q.group, id, ms);
             }
         };
-        let published = node
-            .publish_own(env, "self", WhenNotPosted::Record, &accepted)
-            .await;
+        let published = node.publish_own(env, "self", RecordAnyway, &accepted).await;
         let accepted_at = accepted_at.load(std::sync::atomic::Ordering::Relaxed);
         match published {
             Ok(_) => {

@@ -432,14 +432,7 @@ fn hard_rules(
             ),
         ));
     }
-    let (recent_bots, _) = node.bot_messages_and_due(
-        group,
-        64,
-        node.now_millis(),
-        crate::turn::context::RATE_WINDOW_MS,
-        &Ulid::nil(),
-        &[],
-    );
+    let recent_bots = crate::turn::context::bots_since_human(node, group, node.now_millis());
     match crate::turn::policy::last_check(&mesh, node.quiet.in_group(group), base_depth, recent_bots) {
         Some("quiet") => Err(refuse("quiet", "the bots are quiet in this group (/quiet): nothing is posted")),
         Some("rate_cap") => Err(refuse(

@@ -32,8 +32,10 @@ use crate::ingress::verify_pool::VerifyPool;
 use crate::llm::LlmClient;
 use crate::platform::ChatPlatform;
 use crate::store::transcript::{Appended, TranscriptError, Transcripts};
+use crate::store::turn_queries::RateCount;
 use crate::telemetry::events::{Event, EventBus};
 use crate::telemetry::metrics::Metrics;
+use crate::turn::ports::GroupLog;
 use crate::turn::{Brain, Llm, Ports};
 use crate::wire::envelope::Envelope;
 
@@ -268,34 +270,28 @@ impl Node {
         env: Envelope,
         source: &str,
     ) -> Result<Appended, TranscriptError> {
-        match self
-            .publish_own(env, source, WhenNotPosted::Record, &|_| {})
+        self.publish_own(env, source, RecordAnyway, &|_| {})
             .await
-        {
-            Ok(published) => Ok(published.appended),
-            Err(PublishError::Transcript(e)) => Err(e),
-            Err(PublishError::NotPosted(_)) => {
-                unreachable!("WhenNotPosted::Record records a message the platform refused")
-            }
-        }
+            .map(|published| published.appended)
     }
 
     /// The one way the node's own envelope goes out: refused if the group may not be
     /// started here, posted to the chat first when the platform shows it (the
     /// envelope then carries the platform's id to the peers), then recorded and, in
     /// the same durable write, queued for every peer. `not_posted` says what a
-    /// refused platform post means: a message is recorded anyway, a status message
-    /// (only worth showing on the platform, where it is edited) is not. `accepted` is
+    /// refused platform post means, and so what publishing can fail with: a message
+    /// is recorded anyway ([`RecordAnyway`]), a status message (only worth showing on
+    /// the platform, where it is edited) is not ([`OnlyIfPosted`]). `accepted` is
     /// told the node's clock (ms) once the platform accepted the post (its 429s waited
     /// out) and before it is recorded, so nothing that saw the record (the page, a
     /// peer, a person answering it) can come before that moment.
-    pub(crate) async fn publish_own(
+    pub(crate) async fn publish_own<W: WhenNotPosted>(
         self: &Arc<Self>,
         mut env: Envelope,
         source: &str,
-        not_posted: WhenNotPosted,
+        not_posted: W,
         accepted: &(dyn Fn(u64) + Sync),
-    ) -> Result<Published, PublishError> {
+    ) -> Result<Published, W::Error> {
         // A group the node may not start is refused before anything is posted anywhere.
         self.transcripts.admits(&env.group)?;
         let on_platform = self.platform.should_post(&env)
@@ -303,9 +299,8 @@ impl Node {
         if on_platform {
             match self.platform.post(&env).await {
                 Ok(id) => env.platform_msg_id = Some(id),
-                // Logged by the adapter: the mesh still gets the message.
-                Err(_) if not_posted == WhenNotPosted::Record => {}
-                Err(e) => return Err(PublishError::NotPosted(e)),
+                // Logged by the adapter.
+                Err(e) => not_posted.refused(e)?,
             }
         }
         accepted(crate::wire::envelope::now_millis());
@@ -322,23 +317,46 @@ impl Node {
 }
 
 /// What a refused platform post means for the node's own envelope
-/// ([`Node::publish_own`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WhenNotPosted {
-    /// Recorded anyway: the mesh and the page still get the message.
-    Record,
-    /// Not recorded: it is only worth having on the platform (a status message).
-    Drop,
+/// ([`Node::publish_own`]), and so the error publishing it can end in: the type
+/// says whether a refused post can be one.
+pub(crate) trait WhenNotPosted {
+    /// Why publishing can fail.
+    type Error: From<TranscriptError>;
+    /// The platform refused the post (`e`): go on to record it (`Ok`), or stop.
+    fn refused(&self, e: crate::platform::PostError) -> Result<(), Self::Error>;
 }
 
-/// Why the node's own envelope was not published ([`Node::publish_own`]).
+/// Recorded anyway: the mesh and the page still get the message, so publishing
+/// fails only where the transcript refuses it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RecordAnyway;
+
+impl WhenNotPosted for RecordAnyway {
+    type Error = TranscriptError;
+    fn refused(&self, _e: crate::platform::PostError) -> Result<(), TranscriptError> {
+        Ok(())
+    }
+}
+
+/// Not recorded: it is only worth having on the platform (a status message).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OnlyIfPosted;
+
+impl WhenNotPosted for OnlyIfPosted {
+    type Error = PublishError;
+    fn refused(&self, e: crate::platform::PostError) -> Result<(), PublishError> {
+        Err(PublishError::NotPosted(e))
+    }
+}
+
+/// Why a status message was not published ([`Node::publish_own`] with
+/// [`OnlyIfPosted`]).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum PublishError {
     /// The group may not be started here, or the transcript could not record it.
     #[error(transparent)]
     Transcript(#[from] TranscriptError),
-    /// The platform refused the post, and the envelope is not recorded without it
-    /// ([`WhenNotPosted::Drop`]).
+    /// The platform refused the post, and the envelope is not recorded without it.
     #[error("the platform refused the post: {0}")]
     NotPosted(crate::platform::PostError),
 }
@@ -882,6 +900,27 @@ impl Sink for NodeSink {
     }
 }
 
+/// The node's transcript store as the turn code reads it.
+impl GroupLog for Node {
+    fn recent(&self, group: &str, limit: usize) -> Vec<Arc<Envelope>> {
+        conversation(self.transcripts.recent(group, limit))
+    }
+
+    fn since(&self, group: &str, id: &ulid::Ulid) -> Vec<Arc<Envelope>> {
+        conversation(self.transcripts.since(group, id))
+    }
+
+    fn status_ends(&self, group: &str, limit: usize) -> Vec<Arc<Envelope>> {
+        let mut recent = self.transcripts.recent(group, limit);
+        recent.retain(|e| e.replaces.is_some());
+        recent
+    }
+
+    fn rate_count(&self, group: &str, count: &RateCount<'_>) -> (usize, usize) {
+        self.transcripts.rate_count(group, count)
+    }
+}
+
 /// The node as the turn code sees it ([`Ports`]).
 impl Ports for Node {
     fn brain(&self) -> &Brain {
@@ -911,33 +950,6 @@ impl Ports for Node {
         } else {
             rand::thread_rng().gen_range(0..=max_ms)
         }
-    }
-
-    fn recent(&self, group: &str, limit: usize) -> Vec<Arc<Envelope>> {
-        conversation(self.transcripts.recent(group, limit))
-    }
-
-    fn since(&self, group: &str, id: &ulid::Ulid) -> Vec<Arc<Envelope>> {
-        conversation(self.transcripts.since(group, id))
-    }
-
-    fn status_ends(&self, group: &str, limit: usize) -> Vec<Arc<Envelope>> {
-        let mut recent = self.transcripts.recent(group, limit);
-        recent.retain(|e| e.replaces.is_some());
-        recent
-    }
-
-    fn bot_messages_and_due(
-        &self,
-        group: &str,
-        limit: usize,
-        now_ms: u64,
-        window_ms: u64,
-        trigger: &ulid::Ulid,
-        ahead: &[String],
-    ) -> (usize, usize) {
-        self.transcripts
-            .recent_bot_messages_and_due(group, limit, now_ms, window_ms, trigger, ahead)
     }
 
     fn link_failing_for(&self, peer: &str) -> Option<Duration> {

@@ -40,14 +40,15 @@ use ulid::Ulid;
 
 use crate::config::{MeshSettings, NodeConfig, Settings};
 use crate::egress::acks::{AckTracker, ClaimAcks};
-use crate::llm::{ChatMessage, Completion, Endpoint, LlmClient, LlmError, Purpose, Usage};
+use crate::engine::metered::LlmCall;
+use crate::llm::{Completion, Endpoint, LlmClient, LlmError, Purpose};
 use crate::store::file_names::stored_path;
 use crate::store::transcript::read_only;
-use crate::store::turn_queries::{bot_messages_and_due_in, last_in, since_in};
 use crate::store::verdicts::{self, VerdictRecord};
 use crate::telemetry::events::Event;
 use crate::telemetry::metrics::Metrics;
 use crate::turn::judge::{offline_verdict, prompt_hash, trim};
+use crate::turn::ports::SliceLog;
 use crate::turn::{Brain, Llm, Ports, Provider};
 use crate::wire::envelope::{AuthorKind, Envelope, Kind};
 
@@ -611,22 +612,13 @@ impl ReplayLlm {
 }
 
 fn answer(v: crate::llm::Verdict) -> Completion {
-    Completion {
-        text: serde_json::json!({"speak": v.speak, "relevance": v.relevance}).to_string(),
-        usage: Usage::default(),
-        attempts: 1,
-        tool_calls: Vec::new(),
-    }
+    Completion::offline(serde_json::json!({"speak": v.speak, "relevance": v.relevance}).to_string())
 }
 
 impl Llm for ReplayLlm {
-    fn complete<'a>(
-        &'a self,
-        ep: &'a Endpoint,
-        purpose: Purpose,
-        messages: &'a [ChatMessage],
-        about: &'a Envelope,
-    ) -> BoxFuture<'a, Result<Completion, LlmError>> {
+    fn complete<'a>(&'a self, call: LlmCall<'a>) -> BoxFuture<'a, Result<Completion, LlmError>> {
+        // Only judge calls are replayed: nothing else is recorded.
+        let (ep, purpose, messages, about) = (call.ep, call.purpose, call.messages, call.about);
         Box::pin(async move {
             if purpose != Purpose::Judge {
                 return Err(LlmError::Timeout);
@@ -677,19 +669,16 @@ impl Llm for ReplayLlm {
     /// recorded (or asked, or guessed) verdict; replay writes no reply.
     fn draft<'a>(
         &'a self,
-        ep: &'a Endpoint,
-        messages: &'a [ChatMessage],
-        about: &'a Envelope,
+        call: LlmCall<'a>,
     ) -> BoxFuture<'a, Result<crate::llm::Drafting, LlmError>> {
         Box::pin(async move {
-            let verdict = self.complete(ep, Purpose::Judge, messages, about).await?;
-            // Never read: replay stops at the verdict.
-            let nothing = Completion {
-                text: String::new(),
-                usage: Usage::default(),
-                attempts: 1,
-                tool_calls: Vec::new(),
+            let judged = LlmCall {
+                purpose: Purpose::Judge,
+                ..call
             };
+            let verdict = self.complete(judged).await?;
+            // Never read: replay stops at the verdict.
+            let nothing = Completion::offline("");
             Ok(crate::llm::Drafting {
                 head: verdict.text,
                 rest: Box::pin(async move { Ok(nothing) }),
@@ -718,9 +707,10 @@ struct ReplayPorts {
     seen: Mutex<Seen>,
 }
 
-impl ReplayPorts {
-    fn arrived(&self) -> &[Arc<Envelope>] {
-        &self.transcript[..self.upto.load(Ordering::SeqCst)]
+/// What has arrived so far of the recorded transcript: the log the decisions read.
+impl SliceLog for ReplayPorts {
+    fn read_log<R>(&self, read: impl FnOnce(&[Arc<Envelope>]) -> R) -> R {
+        read(&self.transcript[..self.upto.load(Ordering::SeqCst)])
     }
 }
 
@@ -747,34 +737,6 @@ impl Ports for ReplayPorts {
 
     fn jitter_ms(&self, _max_ms: u64) -> u64 {
         0
-    }
-
-    fn recent(&self, _group: &str, limit: usize) -> Vec<Arc<Envelope>> {
-        last_in(self.arrived(), limit)
-    }
-
-    fn since(&self, _group: &str, id: &Ulid) -> Vec<Arc<Envelope>> {
-        since_in(self.arrived(), id)
-    }
-
-    fn bot_messages_and_due(
-        &self,
-        _group: &str,
-        limit: usize,
-        now_ms: u64,
-        window_ms: u64,
-        trigger: &Ulid,
-        ahead: &[String],
-    ) -> (usize, usize) {
-        bot_messages_and_due_in(self.arrived(), limit, now_ms, window_ms, trigger, ahead)
-    }
-
-    fn link_failing_for(&self, _peer: &str) -> Option<Duration> {
-        None
-    }
-
-    fn quiet(&self, _group: &str) -> bool {
-        false
     }
 
     fn stopping(&self) -> &CancellationToken {

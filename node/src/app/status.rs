@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 
-use crate::app::node::{Node, PublishError, WhenNotPosted};
+use crate::app::node::{Node, OnlyIfPosted, PublishError};
 use crate::platform::EditError;
 use crate::telemetry::events::Event;
 use crate::turn::status::{Posted, StatusPort};
@@ -65,10 +65,7 @@ impl StatusPort for NodeStatus {
             let (group, id) = (env.group.clone(), env.id);
             // Published as the bot's messages are, but a status the platform refused
             // is not recorded: the turn goes on without one.
-            match node
-                .publish_own(env, "self", WhenNotPosted::Drop, &|_| {})
-                .await
-            {
+            match node.publish_own(env, "self", OnlyIfPosted, &|_| {}).await {
                 // The page's own (local) is edited through its events; a platform's
                 // only if it edits.
                 Ok(published) => Some(Posted {

@@ -15,102 +15,67 @@ use crate::llm::{
 use crate::telemetry::metrics::Metrics;
 use crate::wire::envelope::Envelope;
 
-/// An OpenAI-compatible completion, as the turn code asks for one.
-pub trait Llm: Send + Sync {
-    /// Completes `messages` at `ep` for `purpose`. `about` is the message the call is
-    /// about (the trigger), which a real endpoint never sees and a scripted one
-    /// answers by.
-    fn complete<'a>(
-        &'a self,
+/// One completion the turn code asks for: the request, whoever answers it.
+#[derive(Clone, Copy)]
+pub struct LlmCall<'a> {
+    /// The endpoint the call goes to.
+    pub ep: &'a Endpoint,
+    /// What the call is for: the metrics' label, and only a reply or a drafting
+    /// call is offered tools.
+    pub purpose: Purpose,
+    /// The prompt.
+    pub messages: &'a [ChatMessage],
+    /// The tools the model is offered (none: a plain call): its answer may ask to
+    /// call some ([`Completion::tool_calls`]).
+    pub tools: &'a [ToolSpec],
+    /// The message the call is about (the trigger), which a real endpoint never sees
+    /// and a scripted one answers by.
+    pub about: &'a Envelope,
+}
+
+impl<'a> LlmCall<'a> {
+    /// A plain call (no tools) of `messages` at `ep` for `purpose`, about `about`.
+    pub fn new(
         ep: &'a Endpoint,
         purpose: Purpose,
         messages: &'a [ChatMessage],
         about: &'a Envelope,
-    ) -> BoxFuture<'a, Result<Completion, LlmError>>;
-
-    /// A reply call ([`Purpose::Reply`]) offering the model `tools`: its answer may ask
-    /// to call some ([`Completion::tool_calls`]). An implementation that cannot offer
-    /// tools (the simulator's scripted replies) answers as [`Llm::complete`] does,
-    /// which is a plain answer: the tool loop then ends at once.
-    fn complete_with_tools<'a>(
-        &'a self,
-        ep: &'a Endpoint,
-        messages: &'a [ChatMessage],
-        tools: &'a [ToolSpec],
-        about: &'a Envelope,
-    ) -> BoxFuture<'a, Result<Completion, LlmError>> {
-        let _ = tools;
-        self.complete(ep, Purpose::Reply, messages, about)
+    ) -> LlmCall<'a> {
+        LlmCall {
+            ep,
+            purpose,
+            messages,
+            tools: &[],
+            about,
+        }
     }
 
-    /// A drafting judge call ([`Purpose::Draft`]) at `ep`: the verdict line first, the
-    /// reply after it (see [`Drafting`]). `about` as for [`Llm::complete`].
-    fn draft<'a>(
-        &'a self,
-        ep: &'a Endpoint,
-        messages: &'a [ChatMessage],
-        about: &'a Envelope,
-    ) -> BoxFuture<'a, Result<Drafting, LlmError>>;
-
-    /// [`Llm::draft`] offering the model `tools` (none: a plain drafting call); the
-    /// rest's [`Completion::tool_calls`] are the calls it asks for. An implementation
-    /// that cannot offer tools answers as [`Llm::draft`] does.
-    fn draft_with_tools<'a>(
-        &'a self,
-        ep: &'a Endpoint,
-        messages: &'a [ChatMessage],
-        tools: &'a [ToolSpec],
-        about: &'a Envelope,
-    ) -> BoxFuture<'a, Result<Drafting, LlmError>> {
-        let _ = tools;
-        self.draft(ep, messages, about)
+    /// The same call offering the model `tools`.
+    pub fn offering(self, tools: &'a [ToolSpec]) -> LlmCall<'a> {
+        LlmCall { tools, ..self }
     }
 }
 
+/// An OpenAI-compatible completion, as the turn code asks for one. An implementation
+/// that cannot offer tools (the simulator's scripted replies) answers as if none were
+/// offered: a plain answer, so the tool loop ends at once.
+pub trait Llm: Send + Sync {
+    /// Completes `call` whole.
+    fn complete<'a>(&'a self, call: LlmCall<'a>) -> BoxFuture<'a, Result<Completion, LlmError>>;
+
+    /// A drafting judge call (`call.purpose` is [`Purpose::Draft`]): the verdict line
+    /// first, the reply after it (see [`Drafting`]); the rest's
+    /// [`Completion::tool_calls`] are the calls it asks for.
+    fn draft<'a>(&'a self, call: LlmCall<'a>) -> BoxFuture<'a, Result<Drafting, LlmError>>;
+}
+
 impl Llm for LlmClient {
-    fn complete<'a>(
-        &'a self,
-        ep: &'a Endpoint,
-        purpose: Purpose,
-        messages: &'a [ChatMessage],
-        _about: &'a Envelope,
-    ) -> BoxFuture<'a, Result<Completion, LlmError>> {
-        Box::pin(LlmClient::complete(self, ep, purpose, messages))
+    fn complete<'a>(&'a self, call: LlmCall<'a>) -> BoxFuture<'a, Result<Completion, LlmError>> {
+        Box::pin(self.complete_with_tools(call.ep, call.purpose, call.messages, call.tools))
     }
 
-    fn complete_with_tools<'a>(
-        &'a self,
-        ep: &'a Endpoint,
-        messages: &'a [ChatMessage],
-        tools: &'a [ToolSpec],
-        _about: &'a Envelope,
-    ) -> BoxFuture<'a, Result<Completion, LlmError>> {
-        Box::pin(LlmClient::complete_with_tools(
-            self,
-            ep,
-            Purpose::Reply,
-            messages,
-            tools,
-        ))
-    }
-
-    fn draft<'a>(
-        &'a self,
-        ep: &'a Endpoint,
-        messages: &'a [ChatMessage],
-        _about: &'a Envelope,
-    ) -> BoxFuture<'a, Result<Drafting, LlmError>> {
-        Box::pin(LlmClient::draft(self, ep, messages))
-    }
-
-    fn draft_with_tools<'a>(
-        &'a self,
-        ep: &'a Endpoint,
-        messages: &'a [ChatMessage],
-        tools: &'a [ToolSpec],
-        _about: &'a Envelope,
-    ) -> BoxFuture<'a, Result<Drafting, LlmError>> {
-        Box::pin(LlmClient::draft_with_tools(self, ep, messages, tools))
+    fn draft<'a>(&'a self, call: LlmCall<'a>) -> BoxFuture<'a, Result<Drafting, LlmError>> {
+        Box::pin(self.draft_with_tools(call.ep, call.messages, call.tools))
     }
 }
 
@@ -130,34 +95,11 @@ pub(crate) struct MeteredLlm<'a> {
 }
 
 impl MeteredLlm<'_> {
-    /// Completes `messages` at `ep` for `purpose`, counted.
-    pub(crate) async fn complete(
-        &self,
-        ep: &Endpoint,
-        purpose: Purpose,
-        messages: &[ChatMessage],
-        about: &Envelope,
-    ) -> Result<Completion, LlmError> {
+    /// Completes `call`, counted: against the day's budget and in the metrics.
+    pub(crate) async fn complete(&self, call: LlmCall<'_>) -> Result<Completion, LlmError> {
         let started = Instant::now();
-        let result = self.llm.complete(ep, purpose, messages, about).await;
-        self.count(purpose, started, result)
-    }
-
-    /// A reply call offering `tools` (one round of the tool loop), counted as every
-    /// reply call is: against the day's budget and in the metrics.
-    pub(crate) async fn complete_with_tools(
-        &self,
-        ep: &Endpoint,
-        messages: &[ChatMessage],
-        tools: &[ToolSpec],
-        about: &Envelope,
-    ) -> Result<Completion, LlmError> {
-        let started = Instant::now();
-        let result = self
-            .llm
-            .complete_with_tools(ep, messages, tools, about)
-            .await;
-        self.count(Purpose::Reply, started, result)
+        let result = self.llm.complete(call).await;
+        self.count(call.purpose, started, result)
     }
 
     /// Counts a finished call (made at `started`): against the day's budget, in the

@@ -18,9 +18,9 @@ use ulid::Ulid;
 
 use crate::agent::mcp::{McpTools, ToolResult};
 use crate::config::BotSettings;
-use crate::engine::metered::MeteredLlm;
+use crate::engine::metered::{LlmCall, MeteredLlm};
 use crate::engine::Reply;
-use crate::llm::{ChatMessage, Completion, Endpoint, ToolSpec};
+use crate::llm::{ChatMessage, Completion, Endpoint, Purpose, ToolSpec};
 use crate::wire::envelope::Envelope;
 
 /// The group tools the built-in model is offered with `[[bots]] group_tools = true`
@@ -181,11 +181,10 @@ async fn tool_loop(
         };
         let c = match first.take() {
             Some(c) => c,
-            None => run
-                .llm
-                .complete_with_tools(ep, &messages, offer, msg)
-                .await
-                .ok()?,
+            None => {
+                let call = LlmCall::new(ep, Purpose::Reply, &messages, msg).offering(offer);
+                run.llm.complete(call).await.ok()?
+            }
         };
         tokens += c.usage.completion_tokens;
         if c.tool_calls.is_empty() || offer.is_empty() {

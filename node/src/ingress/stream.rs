@@ -372,10 +372,7 @@ fn parse_xread(v: &Value) -> Vec<(String, Vec<Entry>)> {
                 _ => None,
             })
             .collect(),
-        Value::Map(m) => m
-            .iter()
-            .filter_map(|(k, v)| Some((text_of(k)?, v)))
-            .collect(),
+        Value::Map(m) => keyed(m).collect(),
         _ => Vec::new(),
     };
     pairs
@@ -406,6 +403,11 @@ fn parse_entry(v: &Value) -> Option<Entry> {
     Some(Entry { id, fields })
 }
 
+/// A RESP3 map's entries whose keys are text (the others are not the reply's).
+fn keyed(m: &[(Value, Value)]) -> impl Iterator<Item = (String, &Value)> {
+    m.iter().filter_map(|(k, v)| Some((text_of(k)?, v)))
+}
+
 /// A reply's key/value pairs (a RESP2 flat array or a RESP3 map).
 fn map_of(v: &Value) -> HashMap<String, &Value> {
     match v {
@@ -416,10 +418,7 @@ fn map_of(v: &Value) -> HashMap<String, &Value> {
                 _ => None,
             })
             .collect(),
-        Value::Map(m) => m
-            .iter()
-            .filter_map(|(k, v)| Some((text_of(k)?, v)))
-            .collect(),
+        Value::Map(m) => keyed(m).collect(),
         _ => HashMap::new(),
     }
 }

@@ -282,6 +282,19 @@ pub struct Completion {
     pub tool_calls: Vec<ToolCall>,
 }
 
+impl Completion {
+    /// An answer no endpoint gave (the offline provider's, the simulator's script, a
+    /// replay's verdict): `text`, no usage, one attempt, no tool calls.
+    pub fn offline(text: impl Into<String>) -> Completion {
+        Completion {
+            text: text.into(),
+            usage: Usage::default(),
+            attempts: 1,
+            tool_calls: Vec::new(),
+        }
+    }
+}
+
 /// A drafting call's answer as it comes in ([`LlmClient::draft`]): its first line (the
 /// verdict the prompt asks for) as soon as that line is complete, and the rest (the
 /// reply) once the model is done.

@@ -342,243 +342,63 @@ mod tests {
 
     // ---- parse_verdict ----
 
+    /// Every shape of answer a model was seen to give, and what it is read as.
     #[test]
-    fn verdict_strict_json() {
-        assert_eq!(
-            parse_verdict(r#"{"speak": true, "relevance": 0.8}"#),
-            v(true, 0.8)
-        );
-    }
-
-    #[test]
-    fn verdict_strict_json_false() {
-        assert_eq!(
-            parse_verdict(r#"{"speak":false,"relevance":0.1}"#),
-            v(false, 0.1)
-        );
-    }
-
-    #[test]
-    fn verdict_surrounding_whitespace() {
-        assert_eq!(
-            parse_verdict("\n  {\"speak\": true, \"relevance\": 1}  \n"),
-            v(true, 1.0)
-        );
-    }
-
-    #[test]
-    fn verdict_json_fence() {
-        let text = "```json\n{\"speak\": true, \"relevance\": 0.7}\n```";
-        assert_eq!(parse_verdict(text), v(true, 0.7));
-    }
-
-    #[test]
-    fn verdict_embedded_in_prose() {
-        let text =
-            "Sure! Here is my decision: {\"speak\": false, \"relevance\": 0.2} Hope that helps.";
-        assert_eq!(parse_verdict(text), v(false, 0.2));
-    }
-
-    #[test]
-    fn verdict_first_object_that_yields_a_verdict() {
-        let text =
-            r#"Example: {"foo": 1}. Answer: {"speak": true, "relevance": 0.6} or {"speak": false}"#;
-        assert_eq!(parse_verdict(text), v(true, 0.6));
-    }
-
-    #[test]
-    fn verdict_nested_object() {
-        let text = r#"{"verdict": {"speak": true, "relevance": 0.9}}"#;
-        assert_eq!(parse_verdict(text), v(true, 0.9));
-    }
-
-    #[test]
-    fn verdict_braces_inside_strings_ignored() {
-        let text = r#"{"reason": "mentions {code} }", "speak": true, "relevance": 0.4}"#;
-        assert_eq!(parse_verdict(text), v(true, 0.4));
-    }
-
-    #[test]
-    fn verdict_capitalized_keys() {
-        assert_eq!(
-            parse_verdict(r#"{"Speak": true, "Relevance": 0.3}"#),
-            v(true, 0.3)
-        );
-    }
-
-    #[test]
-    fn verdict_upper_and_snake_keys() {
-        assert_eq!(
-            parse_verdict(r#"{"SHOULD_SPEAK": "yes", "relevance_score": 0.75}"#),
-            v(true, 0.75)
-        );
-    }
-
-    #[test]
-    fn verdict_speak_string_yes_no() {
-        assert_eq!(
-            parse_verdict(r#"{"speak": "yes", "relevance": 0.6}"#),
-            v(true, 0.6)
-        );
-        assert_eq!(
-            parse_verdict(r#"{"speak": "No", "relevance": 0.6}"#),
-            v(false, 0.6)
-        );
-    }
-
-    #[test]
-    fn verdict_speak_string_true_false() {
-        assert_eq!(
-            parse_verdict(r#"{"speak": "true", "relevance": 0.6}"#),
-            v(true, 0.6)
-        );
-        assert_eq!(
-            parse_verdict(r#"{"speak": "FALSE", "relevance": 0.6}"#),
-            v(false, 0.6)
-        );
-    }
-
-    #[test]
-    fn verdict_speak_numeric() {
-        assert_eq!(
-            parse_verdict(r#"{"speak": 1, "relevance": 0.6}"#),
-            v(true, 0.6)
-        );
-        assert_eq!(
-            parse_verdict(r#"{"speak": 0, "relevance": 0.6}"#),
-            v(false, 0.6)
-        );
-    }
-
-    #[test]
-    fn verdict_relevance_numeric_string() {
-        assert_eq!(
-            parse_verdict(r#"{"speak": true, "relevance": " 0.65 "}"#),
-            v(true, 0.65)
-        );
-    }
-
-    #[test]
-    fn verdict_relevance_percent_string() {
-        assert_eq!(
-            parse_verdict(r#"{"speak": true, "relevance": "80%"}"#),
-            v(true, 0.8)
-        );
-    }
-
-    #[test]
-    fn verdict_relevance_clamped() {
-        assert_eq!(
-            parse_verdict(r#"{"speak": true, "relevance": 7}"#),
-            v(true, 1.0)
-        );
-        assert_eq!(
-            parse_verdict(r#"{"speak": false, "relevance": -0.5}"#),
-            v(false, 0.0)
-        );
-    }
-
-    #[test]
-    fn verdict_relevance_nan_rejected() {
-        assert_eq!(
-            parse_verdict(r#"{"speak": true, "relevance": "NaN"}"#),
-            None
-        );
-        assert_eq!(parse_verdict(r#"{"speak": true, "relevance": NaN}"#), None);
-    }
-
-    #[test]
-    fn verdict_relevance_infinite_rejected() {
-        assert_eq!(
-            parse_verdict(r#"{"speak": true, "relevance": "inf"}"#),
-            None
-        );
-    }
-
-    #[test]
-    fn verdict_missing_relevance_defaults() {
-        assert_eq!(parse_verdict(r#"{"speak": true}"#), v(true, 0.5));
-        assert_eq!(parse_verdict(r#"{"speak": false}"#), v(false, 0.0));
-    }
-
-    #[test]
-    fn verdict_missing_speak_uses_threshold() {
-        assert_eq!(parse_verdict(r#"{"relevance": 0.5}"#), v(true, 0.5));
-        assert_eq!(parse_verdict(r#"{"relevance": 0.49}"#), v(false, 0.49));
-    }
-
-    #[test]
-    fn verdict_unparseable_speak_falls_back_to_relevance() {
-        assert_eq!(
-            parse_verdict(r#"{"speak": "maybe", "relevance": 0.9}"#),
-            v(true, 0.9)
-        );
-    }
-
-    #[test]
-    fn verdict_bare_yes_no() {
-        assert_eq!(parse_verdict("yes"), v(true, 0.5));
-        assert_eq!(parse_verdict("No."), v(false, 0.0));
-        assert_eq!(parse_verdict("  **YES**  "), v(true, 0.5));
-    }
-
-    #[test]
-    fn verdict_bare_chinese() {
-        assert_eq!(parse_verdict("是"), v(true, 0.5));
-        assert_eq!(parse_verdict("否。"), v(false, 0.0));
-        assert_eq!(parse_verdict("要"), v(true, 0.5));
-        assert_eq!(parse_verdict("不要"), v(false, 0.0));
-    }
-
-    #[test]
-    fn verdict_python_dict_repaired() {
-        assert_eq!(
-            parse_verdict("{'speak': True, 'relevance': 0.7}"),
-            v(true, 0.7)
-        );
-    }
-
-    #[test]
-    fn verdict_bare_keys_and_trailing_comma_repaired() {
-        assert_eq!(parse_verdict("{speak: yes, relevance: 0.6,}"), v(true, 0.6));
-    }
-
-    #[test]
-    fn verdict_bom_prefixed() {
-        assert_eq!(
-            parse_verdict("\u{feff}{\"speak\": true, \"relevance\": 0.2}"),
-            v(true, 0.2)
-        );
-    }
-
-    #[test]
-    fn verdict_rejects_empty_and_prose() {
-        assert_eq!(parse_verdict(""), None);
-        assert_eq!(parse_verdict("   "), None);
-        assert_eq!(parse_verdict("I think I should stay quiet here."), None);
-        assert_eq!(parse_verdict("yes, because the topic is mine"), None);
-    }
-
-    #[test]
-    fn verdict_rejects_unrelated_json() {
-        assert_eq!(parse_verdict(r#"{"answer": 42}"#), None);
-        assert_eq!(parse_verdict("[1, 2, 3]"), None);
-        assert_eq!(parse_verdict("{\"speak\": "), None);
-    }
-
-    #[test]
-    fn verdict_rejects_bare_true_and_digits() {
-        assert_eq!(parse_verdict("true"), None);
-        assert_eq!(parse_verdict("1"), None);
-    }
-
-    #[test]
-    fn verdict_speak_other_number_uses_relevance() {
-        assert_eq!(parse_verdict(r#"{"speak": 2}"#), None);
-        assert_eq!(
-            parse_verdict(r#"{"speak": 2, "relevance": 0.1}"#),
-            v(false, 0.1)
-        );
+    fn verdicts_as_models_write_them() {
+        let cases: &[(&str, &str, Option<Verdict>)] = &[
+            ("strict JSON", r#"{"speak": true, "relevance": 0.8}"#, v(true, 0.8)),
+            ("strict JSON, no spaces", r#"{"speak":false,"relevance":0.1}"#, v(false, 0.1)),
+            ("surrounding whitespace", "\n  {\"speak\": true, \"relevance\": 1}  \n", v(true, 1.0)),
+            ("a json fence", "```json\n{\"speak\": true, \"relevance\": 0.7}\n```", v(true, 0.7)),
+            ("embedded in prose", "Sure! Here is my decision: {\"speak\": false, \"relevance\": 0.2} Hope that helps.", v(false, 0.2)),
+            ("the first object that yields a verdict", r#"Example: {"foo": 1}. Answer: {"speak": true, "relevance": 0.6} or {"speak": false}"#, v(true, 0.6)),
+            ("a nested object", r#"{"verdict": {"speak": true, "relevance": 0.9}}"#, v(true, 0.9)),
+            ("braces inside strings ignored", r#"{"reason": "mentions {code} }", "speak": true, "relevance": 0.4}"#, v(true, 0.4)),
+            ("capitalized keys", r#"{"Speak": true, "Relevance": 0.3}"#, v(true, 0.3)),
+            ("upper and snake keys", r#"{"SHOULD_SPEAK": "yes", "relevance_score": 0.75}"#, v(true, 0.75)),
+            ("speak as yes", r#"{"speak": "yes", "relevance": 0.6}"#, v(true, 0.6)),
+            ("speak as No", r#"{"speak": "No", "relevance": 0.6}"#, v(false, 0.6)),
+            ("speak as a true string", r#"{"speak": "true", "relevance": 0.6}"#, v(true, 0.6)),
+            ("speak as FALSE", r#"{"speak": "FALSE", "relevance": 0.6}"#, v(false, 0.6)),
+            ("speak as 1", r#"{"speak": 1, "relevance": 0.6}"#, v(true, 0.6)),
+            ("speak as 0", r#"{"speak": 0, "relevance": 0.6}"#, v(false, 0.6)),
+            ("relevance as a numeric string", r#"{"speak": true, "relevance": " 0.65 "}"#, v(true, 0.65)),
+            ("relevance as a percent", r#"{"speak": true, "relevance": "80%"}"#, v(true, 0.8)),
+            ("relevance clamped above", r#"{"speak": true, "relevance": 7}"#, v(true, 1.0)),
+            ("relevance clamped below", r#"{"speak": false, "relevance": -0.5}"#, v(false, 0.0)),
+            ("relevance NaN as a string", r#"{"speak": true, "relevance": "NaN"}"#, None),
+            ("relevance NaN", r#"{"speak": true, "relevance": NaN}"#, None),
+            ("relevance infinite", r#"{"speak": true, "relevance": "inf"}"#, None),
+            ("missing relevance, speak", r#"{"speak": true}"#, v(true, 0.5)),
+            ("missing relevance, silent", r#"{"speak": false}"#, v(false, 0.0)),
+            ("missing speak, at the threshold", r#"{"relevance": 0.5}"#, v(true, 0.5)),
+            ("missing speak, under it", r#"{"relevance": 0.49}"#, v(false, 0.49)),
+            ("unparseable speak falls back to relevance", r#"{"speak": "maybe", "relevance": 0.9}"#, v(true, 0.9)),
+            ("bare yes", "yes", v(true, 0.5)),
+            ("bare No.", "No.", v(false, 0.0)),
+            ("bare bold YES", "  **YES**  ", v(true, 0.5)),
+            ("bare 是", "是", v(true, 0.5)),
+            ("bare 否。", "否。", v(false, 0.0)),
+            ("bare 要", "要", v(true, 0.5)),
+            ("bare 不要", "不要", v(false, 0.0)),
+            ("a Python dict, repaired", "{'speak': True, 'relevance': 0.7}", v(true, 0.7)),
+            ("bare keys and a trailing comma, repaired", "{speak: yes, relevance: 0.6,}", v(true, 0.6)),
+            ("a BOM first", "\u{feff}{\"speak\": true, \"relevance\": 0.2}", v(true, 0.2)),
+            ("empty", "", None),
+            ("blank", "   ", None),
+            ("prose", "I think I should stay quiet here.", None),
+            ("yes in prose", "yes, because the topic is mine", None),
+            ("unrelated JSON", r#"{"answer": 42}"#, None),
+            ("a JSON array", "[1, 2, 3]", None),
+            ("cut JSON", "{\"speak\": ", None),
+            ("bare true", "true", None),
+            ("bare digits", "1", None),
+            ("speak as another number, no relevance", r#"{"speak": 2}"#, None),
+            ("speak as another number uses relevance", r#"{"speak": 2, "relevance": 0.1}"#, v(false, 0.1)),
+        ];
+        for (what, text, want) in cases {
+            assert_eq!(parse_verdict(text), *want, "{what}: {text:?}");
+        }
     }
 
     // ---- schema ----

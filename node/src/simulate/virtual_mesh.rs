@@ -20,11 +20,12 @@ use ulid::Ulid;
 use super::{Carry, MidTurnAsk, Network, Post, Tally, World, RUNAWAY_POSTS};
 use crate::config::MeshSettings;
 use crate::egress::acks::{AckTracker, ClaimAcks, PeerOutcome};
-use crate::llm::{ChatMessage, Completion, Endpoint, LlmError, Purpose, Usage};
-use crate::store::turn_queries::{bot_messages_and_due_in, last_in, since_in};
+use crate::engine::metered::LlmCall;
+use crate::llm::{ChatMessage, Completion, Endpoint, LlmError, Purpose};
 use crate::telemetry::events::Event;
 use crate::telemetry::metrics::Metrics;
 use crate::turn::brain::Tuning;
+use crate::turn::ports::SliceLog;
 use crate::turn::scheduler::WITHDRAWN;
 use crate::turn::{Brain, Llm, Ports, Provider};
 use crate::wire::envelope::{Author, AuthorKind, Envelope};
@@ -623,13 +624,13 @@ impl SimBot {
 }
 
 impl Llm for SimBot {
-    fn complete<'a>(
-        &'a self,
-        _ep: &'a Endpoint,
-        purpose: Purpose,
-        messages: &'a [ChatMessage],
-        about: &'a Envelope,
-    ) -> BoxFuture<'a, Result<Completion, LlmError>> {
+    fn complete<'a>(&'a self, call: LlmCall<'a>) -> BoxFuture<'a, Result<Completion, LlmError>> {
+        let LlmCall {
+            purpose,
+            messages,
+            about,
+            ..
+        } = call;
         Box::pin(async move {
             let run = &self.run;
             let w = &run.w;
@@ -696,12 +697,7 @@ impl Llm for SimBot {
             if purpose == Purpose::Reply {
                 run.state.lock().written += 1;
             }
-            Ok(Completion {
-                text,
-                usage: Usage::default(),
-                attempts: 1,
-                tool_calls: Vec::new(),
-            })
+            Ok(Completion::offline(text))
         })
     }
 
@@ -711,10 +707,11 @@ impl Llm for SimBot {
     /// token that the verdict line paid for. A bot that declines writes nothing more.
     fn draft<'a>(
         &'a self,
-        _ep: &'a Endpoint,
-        messages: &'a [ChatMessage],
-        about: &'a Envelope,
+        call: LlmCall<'a>,
     ) -> BoxFuture<'a, Result<crate::llm::Drafting, LlmError>> {
+        let LlmCall {
+            messages, about, ..
+        } = call;
         Box::pin(async move {
             let run = self.run.clone();
             let (head_ms, head, rest) = {
@@ -727,29 +724,24 @@ impl Llm for SimBot {
             tokio::time::sleep(Duration::from_millis(head_ms)).await;
             let head = head.ok_or(LlmError::Timeout)?;
             let rest: BoxFuture<'static, Result<Completion, LlmError>> = match rest {
-                None => Box::pin(async {
-                    Ok(Completion {
-                        text: String::new(),
-                        usage: Usage::default(),
-                        attempts: 1,
-                        tool_calls: Vec::new(),
-                    })
-                }),
+                None => Box::pin(async { Ok(Completion::offline("")) }),
                 Some((reply_ms, text)) => Box::pin(async move {
                     tokio::time::sleep(Duration::from_millis(reply_ms.saturating_sub(head_ms)))
                         .await;
                     let text = text.ok_or(LlmError::Timeout)?;
                     run.state.lock().written += 1;
-                    Ok(Completion {
-                        text,
-                        usage: Usage::default(),
-                        attempts: 1,
-                        tool_calls: Vec::new(),
-                    })
+                    Ok(Completion::offline(text))
                 }),
             };
             Ok(crate::llm::Drafting { head, rest })
         })
+    }
+}
+
+/// The bot's own transcript, in the order its messages reached it.
+impl SliceLog for SimBot {
+    fn read_log<R>(&self, read: impl FnOnce(&[Arc<Envelope>]) -> R) -> R {
+        read(&self.transcript.lock())
     }
 }
 
@@ -781,42 +773,6 @@ impl Ports for SimBot {
             0 => 0,
             m => self.run.state.lock().rng.gen_range(0..=m),
         }
-    }
-
-    fn recent(&self, _group: &str, limit: usize) -> Vec<Arc<Envelope>> {
-        last_in(&self.transcript.lock(), limit)
-    }
-
-    fn since(&self, _group: &str, id: &Ulid) -> Vec<Arc<Envelope>> {
-        since_in(&self.transcript.lock(), id)
-    }
-
-    fn bot_messages_and_due(
-        &self,
-        _group: &str,
-        limit: usize,
-        now_ms: u64,
-        window_ms: u64,
-        trigger: &Ulid,
-        ahead: &[String],
-    ) -> (usize, usize) {
-        bot_messages_and_due_in(
-            &self.transcript.lock(),
-            limit,
-            now_ms,
-            window_ms,
-            trigger,
-            ahead,
-        )
-    }
-
-    fn link_failing_for(&self, _peer: &str) -> Option<Duration> {
-        // Every simulated peer is up: a dropped attempt is retried until it gets through.
-        None
-    }
-
-    fn quiet(&self, _group: &str) -> bool {
-        false
     }
 
     fn stopping(&self) -> &CancellationToken {

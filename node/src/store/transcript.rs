@@ -35,7 +35,7 @@ use ulid::Ulid;
 
 use super::file_names::{file_stem, name_of_stem, stored_path, HASHED_PREFIX};
 use super::outbox_log::{load_outbox_log, outbox_line, Fanout, LoggedOutbound, OUTBOX_LOG};
-use super::turn_queries::{answers_due, recent_bot_messages};
+use super::turn_queries::RateCount;
 use crate::telemetry::events::{Event, EventBus};
 use crate::wire::envelope::Envelope;
 
@@ -102,11 +102,6 @@ impl GroupLog {
                 .platform_msg_id
                 .as_deref()
                 .is_some_and(|p| platform_ids(p).any(|p| self.platform_ids.contains(p)))
-    }
-    /// [`recent_bot_messages`] over the last `limit` messages, in place.
-    fn recent_bot_messages(&self, limit: usize, now_ms: u64, window_ms: u64) -> usize {
-        let start = self.recent.len().saturating_sub(limit);
-        recent_bot_messages(self.recent.range(start..), now_ms, window_ms)
     }
     fn push(&mut self, env: Arc<Envelope>) {
         self.ids.insert(env.id);
@@ -434,27 +429,16 @@ impl Transcripts {
             .unwrap_or_default()
     }
 
-    /// [`recent_bot_messages`] over the last `limit` messages of `group`, counted in
-    /// place (no copy of the messages: it runs for every message), and [`answers_due`] from
-    /// `ahead` on `trigger`, under one lock, so an answer recorded meanwhile counts
-    /// once, either as a message or as one due.
-    pub(crate) fn recent_bot_messages_and_due(
-        &self,
-        group: &str,
-        limit: usize,
-        now_ms: u64,
-        window_ms: u64,
-        trigger: &Ulid,
-        ahead: &[String],
-    ) -> (usize, usize) {
+    /// `count` over `group`'s log, in place (no copy of the messages: it runs for
+    /// every message) and under one lock, so an answer recorded meanwhile counts once,
+    /// either as a message or as one due. A group without messages owes every answer
+    /// ahead.
+    pub(crate) fn rate_count(&self, group: &str, count: &RateCount<'_>) -> (usize, usize) {
         let groups = self.groups.lock();
-        let Some(g) = groups.get(group) else {
-            return (0, ahead.len());
-        };
-        (
-            g.recent_bot_messages(limit, now_ms, window_ms),
-            answers_due(g.recent.iter(), trigger, ahead),
-        )
+        match groups.get(group) {
+            Some(g) => count.over(g.recent.iter()),
+            None => count.over([].iter()),
+        }
     }
 
     /// Messages recorded in `group` after the message `after` (exclusive), oldest first.
@@ -1175,9 +1159,14 @@ mod tests {
             m
         };
         let ahead = ["A".to_string(), "B".to_string()];
-        let count = |t: &Transcripts| {
-            t.recent_bot_messages_and_due("demo", 64, 2_000, 60_000, &trigger.id, &ahead)
+        let rate = RateCount {
+            limit: 64,
+            now_ms: 2_000,
+            window_ms: 60_000,
+            trigger: &trigger.id,
+            ahead: &ahead,
         };
+        let count = |t: &Transcripts| t.rate_count("demo", &rate);
         assert_eq!(count(&t), (0, 2), "nothing arrived: both due");
         t.append(reply("A")).await.unwrap();
         assert_eq!(count(&t), (1, 1), "A's answer is a message now, not due");
@@ -1187,7 +1176,7 @@ mod tests {
         t.append(reply("B")).await.unwrap();
         assert_eq!(count(&t), (3, 0));
         assert_eq!(
-            t.recent_bot_messages_and_due("other", 64, 2_000, 60_000, &trigger.id, &ahead),
+            t.rate_count("other", &rate),
             (0, 2),
             "a group without messages: everything ahead is due"
         );

@@ -1,6 +1,6 @@
 //! The reads the turn code makes of a transcript held as a slice: the last messages,
-//! the ones after a message, and the counts `turn::policy`'s rate cap uses (recent
-//! bot messages, answers still due). [`Transcripts`](super::transcript::Transcripts)
+//! the ones after a message, and the counts `turn::policy`'s rate cap uses ([`RateCount`]:
+//! recent bot messages, answers still due). [`Transcripts`](super::transcript::Transcripts)
 //! answers through them, and so do the simulator's and the replay's `Ports`.
 
 use std::sync::Arc;
@@ -23,20 +23,37 @@ pub(crate) fn since_in(t: &[Arc<Envelope>], after: &Ulid) -> Vec<Arc<Envelope>> 
     }
 }
 
-/// [`Transcripts::recent_bot_messages_and_due`] over a slice.
-pub(crate) fn bot_messages_and_due_in(
-    t: &[Arc<Envelope>],
-    limit: usize,
-    now_ms: u64,
-    window_ms: u64,
-    trigger: &Ulid,
-    ahead: &[String],
-) -> (usize, usize) {
-    let start = t.len().saturating_sub(limit);
-    (
-        recent_bot_messages(t[start..].iter(), now_ms, window_ms),
-        answers_due(t.iter(), trigger, ahead),
-    )
+/// What `turn::policy`'s rate cap counts in a group's log, asked of a transcript in
+/// one consistent read: the bot messages since the last human one within
+/// `window_ms` of `now_ms` among the last `limit` messages, and how many of the bots
+/// `ahead` still owe an answer to `trigger` ([`answers_due`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RateCount<'a> {
+    /// How many of the log's last messages the bot messages are counted among.
+    pub(crate) limit: usize,
+    /// Unix milliseconds now (virtual in the simulator).
+    pub(crate) now_ms: u64,
+    /// How far back a bot message still counts.
+    pub(crate) window_ms: u64,
+    /// The message whose answers may still be due.
+    pub(crate) trigger: &'a Ulid,
+    /// The bots whose claims on `trigger` go first (none: nothing is due).
+    pub(crate) ahead: &'a [String],
+}
+
+impl RateCount<'_> {
+    /// The two counts over `log` (oldest first), read in place: a slice's or the
+    /// node's transcript's messages, whatever holds them.
+    pub(crate) fn over<'e, I>(&self, log: I) -> (usize, usize)
+    where
+        I: DoubleEndedIterator<Item = &'e Arc<Envelope>> + ExactSizeIterator + Clone,
+    {
+        let start = log.len().saturating_sub(self.limit);
+        (
+            recent_bot_messages(log.clone().skip(start), self.now_ms, self.window_ms),
+            answers_due(log, self.trigger, self.ahead),
+        )
+    }
 }
 
 /// Counts bot messages in `recent` (oldest first) after the last human message and

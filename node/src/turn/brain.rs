@@ -9,6 +9,7 @@ use parking_lot::RwLock;
 
 use crate::config::{BotSettings, NodeConfig};
 use crate::engine::budget::{Budget, Exhausted, Limits};
+use crate::engine::metered::LlmCall;
 use crate::engine::model::{ShowTool, ToolLoop};
 use crate::engine::{Llm, MeteredLlm, ReplyEngine};
 use crate::llm::{estimate_tokens, parse_verdict, ChatMessage, Endpoint, Purpose, Verdict};
@@ -471,14 +472,7 @@ impl Brain {
                 let speak = judged.verdict.is_some_and(|v| v.speak);
                 let text = crate::turn::reply::offline_reply(&t.me, msg, "interjected");
                 let rest = speak.then(|| PendingDraft {
-                    rest: Box::pin(async move {
-                        Ok(crate::llm::Completion {
-                            text,
-                            usage: crate::llm::Usage::default(),
-                            attempts: 1,
-                            tool_calls: Vec::new(),
-                        })
-                    }),
+                    rest: Box::pin(async move { Ok(crate::llm::Completion::offline(text)) }),
                     started,
                     counted: (0, 0),
                     tooled: None,
@@ -501,7 +495,8 @@ impl Brain {
             }
             None => Vec::new(),
         };
-        let drafting = llm.draft_with_tools(&ep, &messages, &specs, msg).await;
+        let call = LlmCall::new(&ep, Purpose::Draft, &messages, msg).offering(&specs);
+        let drafting = llm.draft(call).await;
         match drafting {
             Ok(d) => {
                 // What the call has cost so far, estimated: most drafting calls end
@@ -677,16 +672,18 @@ impl Brain {
                     let specs = model.offered(msg).await;
                     return model.run(reply, messages, &specs, msg, None).await;
                 }
-                let (text, tokens) = self
-                    .call_counted(llm, reply, Purpose::Reply, &messages, msg)
-                    .await
-                    .ok()?;
-                let text = text.trim().to_string();
-                (!text.is_empty()).then_some(Reply { text, tokens })
+                let call = LlmCall::new(reply, Purpose::Reply, &messages, msg);
+                let answer = self.metered(llm, &t.me.name).complete(call).await.ok()?;
+                let text = answer.text.trim().to_string();
+                (!text.is_empty()).then_some(Reply {
+                    text,
+                    tokens: answer.usage.completion_tokens,
+                })
             }
         }
     }
 
+    /// One judge call, counted ([`Brain::metered`]): the answer's text.
     async fn call(
         &self,
         llm: &dyn Llm,
@@ -695,25 +692,12 @@ impl Brain {
         messages: &[ChatMessage],
         about: &Envelope,
     ) -> Result<String, crate::llm::LlmError> {
-        self.call_counted(llm, ep, purpose, messages, about)
-            .await
-            .map(|(text, _)| text)
-    }
-
-    /// [`Brain::call`], also giving the completion's token count.
-    async fn call_counted(
-        &self,
-        llm: &dyn Llm,
-        ep: &Endpoint,
-        purpose: Purpose,
-        messages: &[ChatMessage],
-        about: &Envelope,
-    ) -> Result<(String, u64), crate::llm::LlmError> {
         let me = self.me();
+        let call = LlmCall::new(ep, purpose, messages, about);
         self.metered(llm, &me.name)
-            .complete(ep, purpose, messages, about)
+            .complete(call)
             .await
-            .map(|c| (c.text, c.usage.completion_tokens))
+            .map(|c| c.text)
     }
 
     /// `llm` as bot `bot`'s engines call it: counted against this brain's daily

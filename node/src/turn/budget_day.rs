@@ -8,49 +8,24 @@ use std::sync::Arc;
 
 use ulid::Ulid;
 
+use crate::config::BotSettings;
 use crate::config::OverBudget;
-use crate::config::{BotSettings, MeshSettings};
 use crate::engine::budget::Limits;
-use crate::llm::Endpoint;
-use crate::telemetry::metrics::Metrics;
-use crate::turn::brain::{Brain, Tuning};
-use crate::turn::{Ports, Provider};
+use crate::turn::Ports;
 use crate::wire::envelope::{Author, Envelope};
 
 use crate::turn::test_ports::{count, Clocked};
 
 async fn message(p: &Arc<Clocked>, text: &str) {
-    let env = Envelope::message(
-        Ulid::new(),
-        p.now_millis(),
-        "demo",
-        "A",
-        Author::human("alice"),
-        text,
-    );
+    let env = p.question(text);
     if let Some(turn) = crate::turn::on_message(p, &Arc::new(env), Vec::new()) {
         turn.await;
     }
 }
 
-/// Bot `me` alone with a remote LLM answering `answer`, on `limits`, at
-/// 2026-01-01 23:00 UTC.
+/// [`Clocked::alone`], shared with the turns it starts.
 fn clocked(me: &BotSettings, limits: Limits, answer: &str) -> Arc<Clocked> {
-    let tuning = Tuning {
-        me: Arc::new(me.clone()),
-        colleagues: Vec::new(),
-        provider: Provider::Remote {
-            judge: Endpoint::new("test://judge", "m"),
-            reply: Endpoint::new("test://reply", "m"),
-        },
-        mesh: Arc::new(MeshSettings::default()),
-        budget: limits,
-    };
-    Arc::new(Clocked::new(
-        Brain::with(tuning, std::slice::from_ref(me), Arc::new(Metrics::new())),
-        1_767_308_400_000,
-        answer,
-    ))
+    Arc::new(Clocked::alone(me, limits, answer))
 }
 
 #[tokio::test(start_paused = true)]

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use ulid::Ulid;
 
+use crate::store::turn_queries::RateCount;
 use crate::turn::control::without_commands;
 use crate::turn::ports::Ports;
 use crate::wire::envelope::Envelope;
@@ -31,6 +32,12 @@ pub(crate) fn context_before<P: Ports + ?Sized>(
 
 /// Bot messages since the last human one in `group`, within the rate window.
 pub(crate) fn bots_since_human<P: Ports + ?Sized>(p: &P, group: &str, now: u64) -> usize {
-    p.bot_messages_and_due(group, 64, now, RATE_WINDOW_MS, &Ulid::nil(), &[])
-        .0
+    let count = RateCount {
+        limit: 64,
+        now_ms: now,
+        window_ms: RATE_WINDOW_MS,
+        trigger: &Ulid::nil(),
+        ahead: &[],
+    };
+    p.rate_count(group, &count).0
 }

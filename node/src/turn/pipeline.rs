@@ -27,6 +27,7 @@ use std::time::Duration;
 use crate::egress::acks::ClaimAcks;
 use crate::engine::sidecar::Turn;
 use crate::engine::ReplyEngine;
+use crate::store::turn_queries::RateCount;
 use crate::store::verdicts::{VerdictRecord, VERDICT_FORMAT};
 use crate::telemetry::events::Event;
 use crate::turn::brain::{Brain, Judged, PendingDraft, Reply};
@@ -759,14 +760,14 @@ fn last_check_step<P: Ports + ?Sized>(
         Some(r) if d.everyone => brain.board.claims_ahead(msg.id, &brain.me().name, r),
         _ => Vec::new(),
     };
-    let (recent_bots, due) = p.bot_messages_and_due(
-        &msg.group,
-        64,
-        p.now_millis(),
-        RATE_WINDOW_MS,
-        &msg.id,
-        &ahead,
-    );
+    let count = RateCount {
+        limit: 64,
+        now_ms: p.now_millis(),
+        window_ms: RATE_WINDOW_MS,
+        trigger: &msg.id,
+        ahead: &ahead,
+    };
+    let (recent_bots, due) = p.rate_count(&msg.group, &count);
     let last = crate::turn::policy::last_check(
         &p.mesh(),
         p.quiet(&msg.group),
@@ -1286,16 +1287,14 @@ mod tests {
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
 
-    use ulid::Ulid;
-
     use super::*;
-    use crate::config::{BotSettings, MeshSettings};
-    use crate::llm::Endpoint;
-    use crate::telemetry::metrics::Metrics;
-    use crate::turn::brain::{Brain, Tuning};
+    use crate::config::BotSettings;
     use crate::turn::test_ports::{count, Clocked};
-    use crate::turn::Provider;
-    use crate::wire::envelope::Author;
+
+    /// Bot `A`, as every test here has it.
+    fn bot_a() -> BotSettings {
+        BotSettings::from_toml("name = \"A\"").expect("bot")
+    }
 
     /// Bot A's claim never reached peer B (B's acknowledgement does not come, though
     /// B's link is not known to fail), but B's own claim on the trigger is on A's
@@ -1305,27 +1304,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_claim_that_a_claimant_never_heard_yields_to_that_claimant() {
         for b_claims in [true, false] {
-            let me = BotSettings::from_toml("name = \"A\"").expect("bot");
-            let tuning = Tuning {
-                me: Arc::new(me.clone()),
-                colleagues: Vec::new(),
-                provider: Provider::Remote {
-                    judge: Endpoint::new("test://judge", "m"),
-                    reply: Endpoint::new("test://reply", "m"),
-                },
-                mesh: Arc::new(MeshSettings::default()),
-                budget: Default::default(),
-            };
-            let brain = Brain::with(tuning, std::slice::from_ref(&me), Arc::new(Metrics::new()));
-            let p = Clocked::new(brain, 1_767_308_400_000, "-");
-            let msg = Envelope::message(
-                Ulid::new(),
-                p.now_millis(),
-                "demo",
-                "A",
-                Author::human("alice"),
-                "a question",
-            );
+            let p = Clocked::alone(&bot_a(), Default::default(), "-");
+            let msg = p.question("a question");
             p.brain.board.claim(msg.id, "A", 0.9);
             if b_claims {
                 p.brain.board.claim(msg.id, "B", 0.6);
@@ -1359,27 +1339,8 @@ mod tests {
     /// unanswered: `failures-en-winner-fails` in the simulator.)
     #[tokio::test(start_paused = true)]
     async fn a_failed_early_reply_is_written_again_when_the_bot_has_the_turn() {
-        let me = BotSettings::from_toml("name = \"A\"").expect("bot");
-        let tuning = Tuning {
-            me: Arc::new(me.clone()),
-            colleagues: Vec::new(),
-            provider: Provider::Remote {
-                judge: Endpoint::new("test://judge", "m"),
-                reply: Endpoint::new("test://reply", "m"),
-            },
-            mesh: Arc::new(MeshSettings::default()),
-            budget: Default::default(),
-        };
-        let brain = Brain::with(tuning, std::slice::from_ref(&me), Arc::new(Metrics::new()));
-        let p = Clocked::new(brain, 1_767_308_400_000, "the answer, written again");
-        let msg = Envelope::message(
-            Ulid::new(),
-            p.now_millis(),
-            "demo",
-            "A",
-            Author::human("alice"),
-            "a question",
-        );
+        let p = Clocked::alone(&bot_a(), Default::default(), "the answer, written again");
+        let msg = p.question("a question");
         let before = p.judge_calls.load(Ordering::SeqCst);
         let reply = write_step(
             &p,

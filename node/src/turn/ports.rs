@@ -12,13 +12,14 @@ use ulid::Ulid;
 use crate::config::{BotSettings, MeshSettings};
 use crate::egress::acks::ClaimAcks;
 use crate::engine::Llm;
+use crate::store::turn_queries::{last_in, since_in, RateCount};
 use crate::store::verdicts::VerdictRecord;
 use crate::telemetry::events::Event;
 use crate::turn::brain::Brain;
 use crate::wire::envelope::Envelope;
 
 /// The turn code's view of the rest of the node.
-pub(crate) trait Ports: Send + Sync + 'static {
+pub(crate) trait Ports: GroupLog + Send + Sync + 'static {
     /// This bot's turn-taking state.
     fn brain(&self) -> &Brain;
     /// The mesh-wide rules (depth, caps, staleness), as they are now (a reload may
@@ -34,38 +35,19 @@ pub(crate) trait Ports: Send + Sync + 'static {
     /// A random delay in `0..=max_ms`, the jitter added to a wait.
     fn jitter_ms(&self, max_ms: u64) -> u64;
 
-    /// Up to `limit` of the group's most recent messages, oldest first: conversation
-    /// only (the node leaves out the bots' status messages).
-    fn recent(&self, group: &str, limit: usize) -> Vec<Arc<Envelope>>;
-    /// The group's messages recorded after `id`, oldest first (conversation only).
-    fn since(&self, group: &str, id: &Ulid) -> Vec<Arc<Envelope>>;
-    /// The final versions of the bots' status messages among the group's last
-    /// `limit` records, oldest first: a status that said how its turn ended carries
-    /// the agent's `turn_end` there, for its next prompt
-    /// (`engine::acp::acp_prompt`). None where no status is shown.
-    fn status_ends(&self, _group: &str, _limit: usize) -> Vec<Arc<Envelope>> {
-        Vec::new()
-    }
-    /// Bot messages since the last human one within `window_ms` of `now_ms`, among
-    /// the last `limit` messages, and how many of the bots `ahead` still owe an answer
-    /// to `trigger` (see `store::transcript::answers_due`). One consistent read.
-    fn bot_messages_and_due(
-        &self,
-        group: &str,
-        limit: usize,
-        now_ms: u64,
-        window_ms: u64,
-        trigger: &Ulid,
-        ahead: &[String],
-    ) -> (usize, usize);
-
     /// How long this node's direct link to `peer` (an outbox name) has been failing,
-    /// if it is: a peer down that long is not waited for.
-    fn link_failing_for(&self, peer: &str) -> Option<std::time::Duration>;
+    /// if it is: a peer down that long is not waited for. None by default (no link
+    /// known to fail: the simulator retries a dropped delivery until it gets through).
+    fn link_failing_for(&self, _peer: &str) -> Option<std::time::Duration> {
+        None
+    }
 
     /// Whether the bot is quiet in `group`: the operator's node-wide switch, or the
-    /// group's own (a person's `/quiet` there).
-    fn quiet(&self, group: &str) -> bool;
+    /// group's own (a person's `/quiet` there). Never by default (the simulator and a
+    /// replay have no operator).
+    fn quiet(&self, _group: &str) -> bool {
+        false
+    }
     /// Cancelled when the node stops taking turns.
     fn stopping(&self) -> &CancellationToken;
 
@@ -104,5 +86,47 @@ pub(crate) trait Ports: Send + Sync + 'static {
     /// message is chosen among those. Everyone, by default.
     fn sees_my_humans(&self, _bot: &BotSettings) -> bool {
         true
+    }
+}
+
+/// The turn code's reads of a group's log: the node's transcript store, or a log
+/// held whole in memory ([`SliceLog`]).
+pub(crate) trait GroupLog {
+    /// Up to `limit` of the group's most recent messages, oldest first: conversation
+    /// only (the node leaves out the bots' status messages).
+    fn recent(&self, group: &str, limit: usize) -> Vec<Arc<Envelope>>;
+    /// The group's messages recorded after `id`, oldest first (conversation only).
+    fn since(&self, group: &str, id: &Ulid) -> Vec<Arc<Envelope>>;
+    /// The final versions of the bots' status messages among the group's last
+    /// `limit` records, oldest first: a status that said how its turn ended carries
+    /// the agent's `turn_end` there, for its next prompt
+    /// (`engine::acp::acp_prompt`). None where no status is shown.
+    fn status_ends(&self, _group: &str, _limit: usize) -> Vec<Arc<Envelope>> {
+        Vec::new()
+    }
+    /// What the rate cap counts in the group's log ([`RateCount`]), in one consistent
+    /// read.
+    fn rate_count(&self, group: &str, count: &RateCount<'_>) -> (usize, usize);
+}
+
+/// A log held whole in memory as one slice, whatever the group (the simulator's, a
+/// replay's, a unit test's): its [`GroupLog`] is the slice queries of
+/// `store::turn_queries`, written once.
+pub(crate) trait SliceLog {
+    /// Runs `read` over the log, oldest first.
+    fn read_log<R>(&self, read: impl FnOnce(&[Arc<Envelope>]) -> R) -> R;
+}
+
+impl<T: SliceLog> GroupLog for T {
+    fn recent(&self, _group: &str, limit: usize) -> Vec<Arc<Envelope>> {
+        self.read_log(|log| last_in(log, limit))
+    }
+
+    fn since(&self, _group: &str, id: &Ulid) -> Vec<Arc<Envelope>> {
+        self.read_log(|log| since_in(log, id))
+    }
+
+    fn rate_count(&self, _group: &str, count: &RateCount<'_>) -> (usize, usize) {
+        self.read_log(|log| count.over(log.iter()))
     }
 }

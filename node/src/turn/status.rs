@@ -586,6 +586,19 @@ mod tests {
         Envelope::message(ulid::Ulid::new(), 0, "g", "Coder", Author::bot("Coder"), "")
     }
 
+    /// [`with_status`] as these tests call it: the recorder shows a fresh status
+    /// message, and an answer is `Some`.
+    async fn shown<T, W: Future<Output = Option<T>>>(
+        port: &Arc<Recorder>,
+        timing: Option<StatusTiming>,
+        stop: StopSignal,
+        slot: &OutcomeSlot,
+        work: impl FnOnce(StatusFeed) -> W,
+    ) -> (Option<T>, Duration) {
+        let port = Some(port.clone() as Arc<dyn StatusPort>);
+        with_status(port, timing, status(), stop, slot, work, Option::is_some).await
+    }
+
     fn timing(after: u64, every: u64) -> Option<StatusTiming> {
         Some(StatusTiming {
             after: Duration::from_secs(after),
@@ -613,13 +626,43 @@ mod tests {
         Some("the answer")
     }
 
+    /// Work that ends after `after` seconds with `answer`, leaving `outcome` in
+    /// `slot` as the agent step does.
+    async fn ends(
+        slot: &OutcomeSlot,
+        after: u64,
+        outcome: Outcome,
+        answer: Option<&'static str>,
+    ) -> Option<&'static str> {
+        tokio::time::sleep(secs(after)).await;
+        slot.set(outcome);
+        answer
+    }
+
+    /// Runs the turn `start` makes of a stop signal (600 s of work) until Boss
+    /// says `/stop` in its group at 40 s.
+    async fn boss_stops_at_40s<T: Future>(start: impl FnOnce(StopSignal) -> T) {
+        let stops = crate::turn::control::GroupStops::default();
+        let stop = stops.token("g");
+        let turn = start(stop.clone());
+        let stopping = async {
+            tokio::time::sleep(secs(40)).await;
+            stops.stop("g", "Boss");
+            std::future::pending::<()>().await
+        };
+        tokio::select! {
+            _ = stop.cancelled() => {}
+            _ = turn => unreachable!("the turn runs 600 s"),
+            _ = stopping => {}
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_long_turn_posts_once_after_the_delay_edits_on_progress_at_the_pace_and_ends_done() {
         let port = Recorder::new(true);
-        let (out, took) = with_status(
-            Some(port.clone() as Arc<dyn StatusPort>),
+        let (out, took) = shown(
+            &port,
             timing(8, 3),
-            status(),
             StopSignal::default(),
             &OutcomeSlot::default(),
             |feed| {
@@ -634,7 +677,6 @@ mod tests {
                     70,
                 )
             },
-            Option::is_some,
         )
         .await;
         assert_eq!(out, Some("the answer"));
@@ -664,27 +706,23 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_short_turn_shows_no_status_and_none_is_shown_when_off() {
         let port = Recorder::new(true);
-        let (out, _) = with_status(
-            Some(port.clone() as Arc<dyn StatusPort>),
+        let (out, _) = shown(
+            &port,
             timing(8, 3),
-            status(),
             StopSignal::default(),
             &OutcomeSlot::default(),
             |feed| work(feed, vec![(1, "cargo test")], 7),
-            Option::is_some,
         )
         .await;
         assert_eq!(out, Some("the answer"));
         tokio::time::sleep(secs(60)).await;
         assert!(port.did().is_empty(), "{:?}", port.did());
-        let (out, _) = with_status(
-            Some(port.clone() as Arc<dyn StatusPort>),
+        let (out, _) = shown(
+            &port,
             None,
-            status(),
             StopSignal::default(),
             &OutcomeSlot::default(),
             |feed| work(feed, vec![(1, "cargo test")], 70),
-            Option::is_some,
         )
         .await;
         assert_eq!(out, Some("the answer"));
@@ -694,14 +732,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_platform_without_edits_gets_one_message_and_a_refused_edit_keeps_the_last_text() {
         let port = Recorder::new(false);
-        with_status(
-            Some(port.clone() as Arc<dyn StatusPort>),
+        shown(
+            &port,
             timing(2, 1),
-            status(),
             StopSignal::default(),
             &OutcomeSlot::default(),
             |feed| work(feed, vec![(3, "a"), (5, "b"), (7, "c")], 30),
-            Option::is_some,
         )
         .await;
         assert_eq!(
@@ -713,14 +749,12 @@ mod tests {
             refuse_edits: true,
             ..Arc::into_inner(Recorder::new(true)).unwrap()
         });
-        with_status(
-            Some(port.clone() as Arc<dyn StatusPort>),
+        shown(
+            &port,
             timing(2, 1),
-            status(),
             StopSignal::default(),
             &OutcomeSlot::default(),
             |feed| work(feed, vec![(3, "a")], 10),
-            Option::is_some,
         )
         .await;
         let did = port.did();
@@ -735,15 +769,9 @@ mod tests {
     async fn a_dropped_turn_says_stopped_by_whom_and_a_failure_says_why() {
         let port = Recorder::new(true);
         let slot = OutcomeSlot::default();
-        let turn = with_status(
-            Some(port.clone() as Arc<dyn StatusPort>),
-            timing(2, 1),
-            status(),
-            StopSignal::default(),
-            &slot,
-            |feed| work(feed, vec![], 600),
-            Option::is_some,
-        );
+        let turn = shown(&port, timing(2, 1), StopSignal::default(), &slot, |feed| {
+            work(feed, vec![], 600)
+        });
         // `/stop` drops the turn at 40 s.
         let _ = tokio::time::timeout(secs(40), turn).await;
         tokio::time::sleep(secs(5)).await;
@@ -756,29 +784,14 @@ mod tests {
         );
         // A person's `/stop`: the turn's signal names them, as the pipeline's turn
         // drops on it.
-        let stops = crate::turn::control::GroupStops::default();
-        let stop = stops.token("g");
         let port = Recorder::new(true);
         let slot = OutcomeSlot::default();
-        let turn = with_status(
-            Some(port.clone() as Arc<dyn StatusPort>),
-            timing(2, 1),
-            status(),
-            stop.clone(),
-            &slot,
-            |feed| work(feed, vec![], 600),
-            Option::is_some,
-        );
-        let stopping = async {
-            tokio::time::sleep(secs(40)).await;
-            stops.stop("g", "Boss");
-            std::future::pending::<()>().await
-        };
-        tokio::select! {
-            _ = stop.cancelled() => {}
-            _ = turn => unreachable!("the turn runs 600 s"),
-            _ = stopping => {}
-        }
+        boss_stops_at_40s(|stop| {
+            shown(&port, timing(2, 1), stop, &slot, |feed| {
+                work(feed, vec![], 600)
+            })
+        })
+        .await;
         tokio::time::sleep(secs(5)).await;
         assert_eq!(
             port.did(),
@@ -788,10 +801,9 @@ mod tests {
             ]
         );
         let port = Recorder::new(true);
-        let (out, _) = with_status(
-            Some(port.clone() as Arc<dyn StatusPort>),
+        let (out, _) = shown(
+            &port,
             timing(2, 1),
-            status(),
             StopSignal::default(),
             &OutcomeSlot::default(),
             |feed| async move {
@@ -799,7 +811,6 @@ mod tests {
                 feed.ended(Ending::Failed("the agent exited".into()));
                 None::<&str>
             },
-            Option::is_some,
         )
         .await;
         assert_eq!(out, None);
@@ -839,13 +850,13 @@ mod tests {
             first,
             StopSignal::default(),
             &slot,
-            {
-                let slot = &slot;
-                move |_| async move {
-                    tokio::time::sleep(secs(5)).await;
-                    slot.set(Outcome::new(Ended::Answered, vec![denied()]));
-                    Some("the answer")
-                }
+            |_| {
+                ends(
+                    &slot,
+                    5,
+                    Outcome::new(Ended::Answered, vec![denied()]),
+                    Some("the answer"),
+                )
             },
             Option::is_some,
         )
@@ -864,78 +875,40 @@ mod tests {
         // Short: no status, the outcome stays for the line.
         let port = Recorder::new(true);
         let slot = OutcomeSlot::default();
-        with_status(
-            Some(port.clone() as Arc<dyn StatusPort>),
-            timing(8, 1),
-            status(),
-            StopSignal::default(),
-            &slot,
-            {
-                let slot = &slot;
-                move |_| async move {
-                    tokio::time::sleep(secs(1)).await;
-                    slot.set(Outcome::new(Ended::NoAnswer, vec![denied()]));
-                    None::<&str>
-                }
-            },
-            Option::is_some,
-        )
+        shown(&port, timing(8, 1), StopSignal::default(), &slot, |_| {
+            ends(
+                &slot,
+                1,
+                Outcome::new(Ended::NoAnswer, vec![denied()]),
+                None,
+            )
+        })
         .await;
         assert!(slot.take().is_some(), "the line says it");
         assert!(port.did().is_empty() && port.ends.lock().is_empty());
         // Up on a platform that cannot edit: the line says it too.
         let port = Recorder::new(false);
         let slot = OutcomeSlot::default();
-        with_status(
-            Some(port.clone() as Arc<dyn StatusPort>),
-            timing(2, 1),
-            status(),
-            StopSignal::default(),
-            &slot,
-            {
-                let slot = &slot;
-                move |_| async move {
-                    tokio::time::sleep(secs(5)).await;
-                    slot.set(Outcome::new(Ended::NoAnswer, vec![]));
-                    None::<&str>
-                }
-            },
-            Option::is_some,
-        )
+        shown(&port, timing(2, 1), StopSignal::default(), &slot, |_| {
+            ends(&slot, 5, Outcome::new(Ended::NoAnswer, vec![]), None)
+        })
         .await;
         assert!(slot.take().is_some(), "the line says it");
         assert!(port.ends.lock().is_empty());
         // Up, and stopped by a person: said once, by the status.
-        let stops = crate::turn::control::GroupStops::default();
-        let stop = stops.token("g");
         let port = Recorder::new(true);
         let slot = OutcomeSlot::default();
-        let turn = with_status(
-            Some(port.clone() as Arc<dyn StatusPort>),
-            timing(2, 1),
-            status(),
-            stop.clone(),
-            &slot,
-            {
+        boss_stops_at_40s(|stop| {
+            shown(&port, timing(2, 1), stop, &slot, {
                 let slot = &slot;
                 move |_| async move {
                     slot.set(Outcome::new(Ended::NoAnswer, vec![]));
                     tokio::time::sleep(secs(600)).await;
                     None::<&str>
                 }
-            },
-            Option::is_some,
-        );
-        let stopping = async {
-            tokio::time::sleep(secs(40)).await;
-            stops.stop("g", "Boss");
-            std::future::pending::<()>().await
-        };
-        tokio::select! {
-            _ = stop.cancelled() => {}
-            _ = turn => unreachable!("the turn runs 600 s"),
-            _ = stopping => {}
-        }
+            })
+        })
+        .await;
         assert_eq!(
             slot.stopped("Boss".into()),
             None,
@@ -957,14 +930,12 @@ mod tests {
             post_takes: secs(4),
             ..Arc::into_inner(Recorder::new(true)).unwrap()
         });
-        let (_, took) = with_status(
-            Some(port.clone() as Arc<dyn StatusPort>),
+        let (_, took) = shown(
+            &port,
             timing(2, 1),
-            status(),
             StopSignal::default(),
             &OutcomeSlot::default(),
             |feed| work(feed, vec![], 3),
-            Option::is_some,
         )
         .await;
         assert_eq!(took, secs(3));

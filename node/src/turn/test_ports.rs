@@ -10,14 +10,17 @@ use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 use ulid::Ulid;
 
-use crate::config::MeshSettings;
+use crate::config::{BotSettings, MeshSettings};
 use crate::egress::acks::ClaimAcks;
-use crate::llm::{ChatMessage, Completion, Endpoint, LlmError, Purpose, Usage};
+use crate::engine::budget::Limits;
+use crate::engine::metered::LlmCall;
+use crate::llm::{Completion, Endpoint, LlmError, Usage};
 use crate::telemetry::events::Event;
-use crate::telemetry::metrics::DecisionLabel;
-use crate::turn::brain::Brain;
-use crate::turn::{Llm, Ports};
-use crate::wire::envelope::Envelope;
+use crate::telemetry::metrics::{DecisionLabel, Metrics};
+use crate::turn::brain::{Brain, Tuning};
+use crate::turn::ports::SliceLog;
+use crate::turn::{Llm, Ports, Provider};
+use crate::wire::envelope::{Author, Envelope};
 
 /// One bot, a virtual clock, an LLM that answers every call with `answer` (40 prompt
 /// and 8 completion tokens), and the ephemeral envelopes it broadcast. It takes no
@@ -49,6 +52,35 @@ impl Clocked {
             sent: Mutex::new(Vec::new()),
         }
     }
+
+    /// Bot `me` alone with a remote LLM answering `answer`, on the daily budget
+    /// `limits`, at 2026-01-01 23:00 UTC.
+    pub(crate) fn alone(me: &BotSettings, limits: Limits, answer: &str) -> Clocked {
+        let tuning = Tuning {
+            me: Arc::new(me.clone()),
+            colleagues: Vec::new(),
+            provider: Provider::Remote {
+                judge: Endpoint::new("test://judge", "m"),
+                reply: Endpoint::new("test://reply", "m"),
+            },
+            mesh: Arc::new(MeshSettings::default()),
+            budget: limits,
+        };
+        let brain = Brain::with(tuning, std::slice::from_ref(me), Arc::new(Metrics::new()));
+        Clocked::new(brain, 1_767_308_400_000, answer)
+    }
+
+    /// Alice's message `text` in group `demo`, now.
+    pub(crate) fn question(&self, text: &str) -> Envelope {
+        Envelope::message(
+            Ulid::new(),
+            self.now_millis(),
+            "demo",
+            "A",
+            Author::human("alice"),
+            text,
+        )
+    }
 }
 
 /// How many times `p`'s bot decided `action`/`reason`.
@@ -64,13 +96,7 @@ pub(crate) fn count(p: &Clocked, action: &str, reason: &str) -> u64 {
 }
 
 impl Llm for Clocked {
-    fn complete<'a>(
-        &'a self,
-        _ep: &'a Endpoint,
-        _purpose: Purpose,
-        _messages: &'a [ChatMessage],
-        _about: &'a Envelope,
-    ) -> BoxFuture<'a, Result<Completion, LlmError>> {
+    fn complete<'a>(&'a self, _call: LlmCall<'a>) -> BoxFuture<'a, Result<Completion, LlmError>> {
         self.judge_calls.fetch_add(1, Ordering::Relaxed);
         let text = self.answer.clone();
         Box::pin(async move {
@@ -88,27 +114,22 @@ impl Llm for Clocked {
 
     fn draft<'a>(
         &'a self,
-        ep: &'a Endpoint,
-        messages: &'a [ChatMessage],
-        about: &'a Envelope,
+        call: LlmCall<'a>,
     ) -> BoxFuture<'a, Result<crate::llm::Drafting, LlmError>> {
         Box::pin(async move {
-            let head = self
-                .complete(ep, Purpose::Draft, messages, about)
-                .await?
-                .text;
+            let head = self.complete(call).await?.text;
             Ok(crate::llm::Drafting {
                 head,
-                rest: Box::pin(async {
-                    Ok(Completion {
-                        text: "drafted".into(),
-                        usage: Usage::default(),
-                        attempts: 1,
-                        tool_calls: Vec::new(),
-                    })
-                }),
+                rest: Box::pin(async { Ok(Completion::offline("drafted")) }),
             })
         })
+    }
+}
+
+/// No context: the bot has seen nothing but the message it is given.
+impl SliceLog for Clocked {
+    fn read_log<R>(&self, read: impl FnOnce(&[Arc<Envelope>]) -> R) -> R {
+        read(&[])
     }
 }
 
@@ -130,29 +151,6 @@ impl Ports for Clocked {
     }
     fn jitter_ms(&self, _max_ms: u64) -> u64 {
         0
-    }
-    fn recent(&self, _group: &str, _limit: usize) -> Vec<Arc<Envelope>> {
-        Vec::new()
-    }
-    fn since(&self, _group: &str, _id: &Ulid) -> Vec<Arc<Envelope>> {
-        Vec::new()
-    }
-    fn bot_messages_and_due(
-        &self,
-        _group: &str,
-        _limit: usize,
-        _now_ms: u64,
-        _window_ms: u64,
-        _trigger: &Ulid,
-        _ahead: &[String],
-    ) -> (usize, usize) {
-        (0, 0)
-    }
-    fn link_failing_for(&self, _peer: &str) -> Option<std::time::Duration> {
-        None
-    }
-    fn quiet(&self, _group: &str) -> bool {
-        false
     }
     fn stopping(&self) -> &CancellationToken {
         &self.stop

@@ -108,12 +108,7 @@ fn pairwise_entry_verifies_at_its_peer_without_ed25519_work() {
     assert_eq!(at_c.finish(), Ok(Scheme::Ed25519));
     // Tampering breaks both entries.
     let at_b = check(&m["B"].2, "A", &for_b, b"{\"text\":\"hI\"}").unwrap();
-    assert_eq!(
-        at_b.finish(),
-        Err(VerifyError::BadSignature {
-            scheme: Scheme::Ed25519
-        })
-    );
+    assert_eq!(at_b.finish(), bad_signature(Scheme::Ed25519));
 }
 
 #[test]
@@ -145,9 +140,7 @@ fn pairwise_keys_agree_per_direction_and_nobody_else_has_them() {
     let forged = fake.entry("e1", NOW, body);
     assert_eq!(
         check(&m["B"].2, "A", &forged, body).unwrap().finish(),
-        Err(VerifyError::BadSignature {
-            scheme: Scheme::Ed25519
-        })
+        bad_signature(Scheme::Ed25519)
     );
     // Nor is C's own key with B accepted under A's name.
     let cb = only_pairwise(&m["C"].1, "B");
@@ -205,6 +198,29 @@ fn verify_at(
     v.verify(sender, Some(id), Some(ts), Some(sig), body, now)
 }
 
+/// The answer to a header with no valid signature of `scheme`.
+fn bad_signature(scheme: Scheme) -> Result<Scheme, VerifyError> {
+    Err(VerifyError::BadSignature { scheme })
+}
+
+/// A verifier of one fresh HMAC secret, and that secret's signature header over
+/// the body `x` of message `e` at [`NOW`].
+fn hmac_signed_x() -> (Verifier, String) {
+    let s = HmacSecret::generate();
+    let v = hmac_verifier(&[&s]);
+    let signer = Signer {
+        hmac: vec![s],
+        ..Signer::default()
+    };
+    (v, signer.sign("e", NOW, b"x"))
+}
+
+/// [`verify_at`] of the body `x` of message `e` from [`BOT`], sent and checked at
+/// [`NOW`], under the signature header `sig`.
+fn verify_x(v: &Verifier, sig: &str) -> Result<Scheme, VerifyError> {
+    verify_at(v, BOT, "e", &NOW.to_string(), sig, b"x", NOW)
+}
+
 /// Asserts that changing any single byte of body, id or timestamp breaks
 /// the signature (with `now` moved along so the window never interferes).
 fn assert_tamper_rejected(
@@ -218,7 +234,7 @@ fn assert_tamper_rejected(
 ) {
     let ts_s = ts.to_string();
     assert_eq!(verify_at(v, sender, id, &ts_s, sig, body, ts), Ok(scheme));
-    let bad = Err(VerifyError::BadSignature { scheme });
+    let bad = bad_signature(scheme);
     for i in 0..body.len() {
         let mut b = body.to_vec();
         b[i] ^= 0x01;
@@ -300,9 +316,7 @@ fn standard_webhooks_negative_cases() {
     let bad = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OA=";
     assert_eq!(
         verify_at(&v, BOT, V1_ID, &ts, bad, V1_BODY, V1_TS),
-        Err(VerifyError::BadSignature {
-            scheme: Scheme::Hmac
-        })
+        bad_signature(Scheme::Hmac)
     );
     // multi-sig header from the library tests: valid entry among decoys.
     let multi = format!(
@@ -351,9 +365,7 @@ fn ed25519_round_trip_and_key_text_round_trip() {
     );
     assert_eq!(
         verify_at(&v, BOT, "env_1", &NOW.to_string(), &sig, b"{}", NOW),
-        Err(VerifyError::BadSignature {
-            scheme: Scheme::Ed25519
-        })
+        bad_signature(Scheme::Ed25519)
     );
 }
 
@@ -393,9 +405,7 @@ fn hmac_rotation() {
     );
     assert_eq!(
         verify_at(&hmac_verifier(&[&new]), BOT, "e", &ts, &sig, b"x", NOW),
-        Err(VerifyError::BadSignature {
-            scheme: Scheme::Hmac
-        })
+        bad_signature(Scheme::Hmac)
     );
     // Sender signing with both during rotation is accepted by either side.
     let both = Signer {
@@ -432,9 +442,7 @@ fn ed25519_rotation() {
     let only_new = ed_verifier(BOT, &[new.public_key()]);
     assert_eq!(
         verify_at(&only_new, BOT, "e", &ts, &sig, b"x", NOW),
-        Err(VerifyError::BadSignature {
-            scheme: Scheme::Ed25519
-        })
+        bad_signature(Scheme::Ed25519)
     );
 }
 
@@ -475,9 +483,7 @@ fn key_holding_sender_rejects_hmac() {
     .sign("e", NOW, b"x");
     assert_eq!(
         verify_at(&v, BOT, "e", &ts, &hmac_only, b"x", NOW),
-        Err(VerifyError::BadSignature {
-            scheme: Scheme::Ed25519
-        })
+        bad_signature(Scheme::Ed25519)
     );
     // Other senders without keys still get in with the mesh secret.
     assert_eq!(
@@ -518,9 +524,7 @@ fn other_bots_key_rejected() {
     let ts = NOW.to_string();
     assert_eq!(
         verify_at(&v, BOT, "e", &ts, &sig, b"x", NOW),
-        Err(VerifyError::BadSignature {
-            scheme: Scheme::Ed25519
-        })
+        bad_signature(Scheme::Ed25519)
     );
     assert_eq!(
         verify_at(&v, "mallory", "e", &ts, &sig, b"x", NOW),
@@ -644,19 +648,9 @@ fn garbage_timestamps() {
 
 #[test]
 fn malformed_entries_are_skipped() {
-    let s = HmacSecret::generate();
-    let v = hmac_verifier(&[&s]);
-    let good = Signer {
-        hmac: vec![s],
-        ..Signer::default()
-    }
-    .sign("e", NOW, b"x");
-    let ts = NOW.to_string();
+    let (v, good) = hmac_signed_x();
     let header = format!("v1,!!!notbase64 nocomma ,AAAA v1a,%%% v2,AAAA  \t{good} v1,");
-    assert_eq!(
-        verify_at(&v, BOT, "e", &ts, &header, b"x", NOW),
-        Ok(Scheme::Hmac)
-    );
+    assert_eq!(verify_x(&v, &header), Ok(Scheme::Hmac));
     // Only junk: nothing parsable.
     for junk in [
         "",
@@ -668,7 +662,7 @@ fn malformed_entries_are_skipped() {
         "v1a,@@@@ v1,====",
     ] {
         assert_eq!(
-            verify_at(&v, BOT, "e", &ts, junk, b"x", NOW),
+            verify_x(&v, junk),
             Err(VerifyError::NoSignature),
             "{junk:?}"
         );
@@ -681,10 +675,8 @@ fn malformed_entries_are_skipped() {
         "v1,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc=",
     ] {
         assert_eq!(
-            verify_at(&v, BOT, "e", &ts, wrong, b"x", NOW),
-            Err(VerifyError::BadSignature {
-                scheme: Scheme::Hmac
-            }),
+            verify_x(&v, wrong),
+            bad_signature(Scheme::Hmac),
             "{wrong:?}"
         );
     }
@@ -692,18 +684,17 @@ fn malformed_entries_are_skipped() {
 
 #[test]
 fn unknown_sender() {
-    let ts = NOW.to_string();
     assert_eq!(
-        verify_at(&Verifier::default(), BOT, "e", &ts, "v1,AAAA", b"x", NOW),
+        verify_x(&Verifier::default(), "v1,AAAA"),
         Err(VerifyError::UnknownSender(BOT.to_owned()))
     );
     let v = ed_verifier("bob", &[SigningKey::generate().public_key()]);
-    let err = verify_at(&v, BOT, "e", &ts, "v1,AAAA", b"x", NOW).unwrap_err();
+    let err = verify_x(&v, "v1,AAAA").unwrap_err();
     assert_eq!(err, VerifyError::UnknownSender(BOT.to_owned()));
     assert_eq!(err.to_string(), "no keys for sender \"alice\"");
     // Unknown sender is reported before signature problems.
     assert_eq!(
-        verify_at(&v, BOT, "e", &ts, "junk", b"x", NOW),
+        verify_x(&v, "junk"),
         Err(VerifyError::UnknownSender(BOT.to_owned()))
     );
 }
@@ -756,9 +747,7 @@ fn malleated_ed25519_signature_is_rejected() {
     let bad = format!("v1a,{}", B64.encode(&malleated));
     assert_eq!(
         verify_at(&v, "XiaoBa", id, &ts.to_string(), &bad, body, ts),
-        Err(VerifyError::BadSignature {
-            scheme: Scheme::Ed25519
-        })
+        bad_signature(Scheme::Ed25519)
     );
 }
 
@@ -948,25 +937,15 @@ fn reason_codes_and_display() {
 
 #[test]
 fn too_many_entries_are_refused_before_any_is_checked() {
-    let s = HmacSecret::generate();
-    let v = hmac_verifier(&[&s]);
-    let good = Signer {
-        hmac: vec![s],
-        ..Signer::default()
-    }
-    .sign("e", NOW, b"x");
-    let ts = NOW.to_string();
+    let (v, good) = hmac_signed_x();
     // Three `v1` entries (Standard Webhooks' own multi-signature example) are fine.
     let junk = "v1,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc=";
     let header = format!("{junk} {junk} {good}");
-    assert_eq!(
-        verify_at(&v, BOT, "e", &ts, &header, b"x", NOW),
-        Ok(Scheme::Hmac)
-    );
+    assert_eq!(verify_x(&v, &header), Ok(Scheme::Hmac));
     // Entries of unknown tags count towards the whole header's limit.
     let filler = vec!["v9,AAAA"; MAX_SIGNATURE_ENTRIES].join(" ");
     assert_eq!(
-        verify_at(&v, BOT, "e", &ts, &format!("{filler} {good}"), b"x", NOW),
+        verify_x(&v, &format!("{filler} {good}")),
         Err(VerifyError::TooManyEntries {
             what: "entries",
             limit: MAX_SIGNATURE_ENTRIES
@@ -982,6 +961,7 @@ fn too_many_entries_are_refused_before_any_is_checked() {
         ..Signer::default()
     }
     .sign("e", NOW, b"x");
+    let ts = NOW.to_string();
     let forged = SigningKey::generate().sign(&signed_content("e", &ts, b"x"));
     let many = vec![format!("v1a,{forged}"); 99].join(" ");
     let header = format!("{many} {signed}");
