@@ -14,8 +14,8 @@
 //! [`Backoff`]; sessions are reopened on the next prompt, which says so
 //! ([`TurnOutcome::new_session`]) and sends the caller's context first.
 //!
-//! This is the library layer: the ACP reply engine (`engine::acp`, the
-//! `engine::ReplyEngine::Acp` variant) wires it to `[[bots]] agent = { acp = … }`.
+//! This is the library layer: the ACP reply engine (`engine::acp::AcpEngine`) wires
+//! it to `[[bots]] agent = { acp = … }`.
 //!
 //! [`cancelled`]: AcpAgent::cancel
 //! [`Backoff`]: crate::config::pacing::Backoff

@@ -69,6 +69,7 @@ pub(crate) static ADAPTER: crate::platform::registry::Adapter =
         platform: DINGTALK,
         visibility: VISIBILITY,
         check: settings::check,
+        member_ids: crate::platform::registry::no_member_ids,
         build: |cfg| Ok(Arc::new(DingTalk::from_config(cfg)?)),
     };
 

@@ -55,6 +55,7 @@ pub(crate) static ADAPTER: crate::platform::registry::Adapter =
         platform: DISCORD,
         visibility: VISIBILITY,
         check: settings::check,
+        member_ids: crate::platform::registry::no_member_ids,
         build: |cfg| Ok(Arc::new(Discord::from_config(cfg)?)),
     };
 

@@ -189,6 +189,7 @@ pub(crate) static ADAPTER: crate::platform::registry::Adapter =
         platform: FEISHU,
         visibility: VISIBILITY,
         check: settings::check,
+        member_ids: settings::member_ids,
         build: |cfg| Ok(Arc::new(Feishu::from_config(cfg)?)),
     };
 
@@ -351,7 +352,7 @@ impl Feishu {
             tracing::warn!(bot = %bot.name, peers = ?missing, "no feishu.peer_open_ids for these colleagues: @mentions of them stay plain text on feishu");
         }
         Ok(Feishu {
-            matcher: MentionMatcher::new(&crate::turn::roster(&cfg.settings.bots)),
+            matcher: MentionMatcher::new(&crate::platform::registry::roster(&cfg.settings.bots)),
             ingest: OnceLock::new(),
             client,
             auth: EventAuth {

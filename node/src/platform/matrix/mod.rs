@@ -86,6 +86,7 @@ pub(crate) static ADAPTER: crate::platform::registry::Adapter =
         platform: MATRIX,
         visibility: VISIBILITY,
         check: settings::check,
+        member_ids: crate::platform::registry::no_member_ids,
         build: |cfg| Ok(Arc::new(Matrix::from_config(cfg)?)),
     };
 

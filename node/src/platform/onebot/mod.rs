@@ -54,6 +54,7 @@ pub(crate) static ADAPTER: crate::platform::registry::Adapter =
         platform: ONEBOT,
         visibility: VISIBILITY,
         check: settings::check,
+        member_ids: crate::platform::registry::no_member_ids,
         build: |cfg| Ok(Arc::new(Onebot::from_config(cfg)?)),
     };
 

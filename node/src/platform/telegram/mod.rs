@@ -90,6 +90,7 @@ pub(crate) static ADAPTER: crate::platform::registry::Adapter =
         platform: TELEGRAM,
         visibility: VISIBILITY,
         check: settings::check,
+        member_ids: crate::platform::registry::no_member_ids,
         build: |cfg| Ok(Arc::new(Telegram::from_config(cfg)?)),
     };
 

@@ -62,6 +62,7 @@ pub(crate) static ADAPTER: crate::platform::registry::Adapter =
         platform: WECOM,
         visibility: VISIBILITY,
         check: settings::check,
+        member_ids: crate::platform::registry::no_member_ids,
         build: |cfg| Ok(Arc::new(Wecom::from_config(cfg)?)),
     };
 
