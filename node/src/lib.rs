@@ -39,12 +39,16 @@
 //!             /why… parsed, and the state they switch); a long turn's status message
 //!             (status: posted once, edited in place through the platform's `edit`, ended
 //!             with how the turn went, its final version recorded as a status that
-//!             `replaces` it); which reply engine writes the reply, and driving it
-//!             (pipeline's writing step)
-//! engine      the reply engines, one file each, each over a narrow handle (never Brain):
-//!             the built-in model and its MCP tools' loop (model, over MeteredLlm: the LLM,
-//!             the daily budget (budget) and the metrics, in metered), the sidecar webhook
-//!             (sidecar), a coding agent over ACP (acp), a remote A2A agent (a2a)
+//!             `replaces` it); the writing step hands the bot's reply engine its turn
+//!             (pipeline; engine_host: what the turn offers the engine) and drives the
+//!             rest (the claim, the status, /stop, the record)
+//! engine      the reply engines behind the ReplyEngine trait, one file each, picked
+//!             from the config (one line in engines!), each over a TurnContext (context:
+//!             narrow handles, never Brain): the built-in model and its MCP tools' loop
+//!             (model, over MeteredLlm: the LLM, the daily budget (budget) and the
+//!             metrics, in metered), the sidecar webhook (sidecar), a coding agent over
+//!             ACP (acp), an outside agent that takes no turns (external), a remote A2A
+//!             agent (a2a)
 //! egress      one outbox per peer over a Transport (HTTP peer, Redis stream), relay, claim acks
 //! llm         the OpenAI-compatible client (whole answers, and streamed drafts; tool calls)
 //! agent       what the engines run: MCP tool servers (rmcp), coding agents hosted over
@@ -87,9 +91,11 @@
 //!   over the node's own JSON-RPC transport): what the reply engines (`engine`) run; `agent::mesh`, the
 //!   group tools' MCP server every agent is offered.
 //! - [`egress`] — `Outbox` per peer, relaying around a broken link, the Redis stream link.
-//! - [`engine`] — the reply engines behind `engine::ReplyEngine`: `engine::model` (the
-//!   built-in model's tool loop), `engine::sidecar`, `engine::acp`, `engine::a2a`; each
-//!   calls the LLM through `engine::MeteredLlm` (LLM, `engine::budget`, metrics).
+//! - [`engine`] — the reply engines behind the `engine::ReplyEngine` trait, each picked
+//!   from the bot's `agent` setting by its own file: `engine::model` (the built-in
+//!   model's tool loop), `engine::sidecar`, `engine::acp`, `engine::external`,
+//!   `engine::a2a`; each writes a turn from an `engine::TurnContext` and calls the LLM
+//!   through `engine::MeteredLlm` (LLM, `engine::budget`, metrics).
 //! - [`turn`] — the bots' manners, talking to the node only through `turn::Ports`;
 //!   `turn::shared_judge`, one judge call per message for the whole mesh;
 //!   `turn::control`, people's `/quiet`, `/stop`, `/why`… parsed and the state they

@@ -564,6 +564,7 @@ fn explain(bot: String, config: PathBuf, req: botmesh::turn::ExplainRequest) -> 
         let brain = botmesh::turn::Brain::new(
             &cfg,
             std::sync::Arc::new(botmesh::telemetry::metrics::Metrics::new()),
+            botmesh::platform::registry::member_ids,
         )?;
         let llm = botmesh::llm::LlmClient::new(botmesh::llm::LlmClient::build_http(
             std::time::Duration::from_secs(3),

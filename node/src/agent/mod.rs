@@ -3,7 +3,7 @@
 //! MCP server, the group as tools for an agent ([`mesh`], `botmesh mcp`); agents and
 //! stdio MCP servers run in a Landlock box ([`sandbox`]), started the one way
 //! [`boxing`] says. The engines layer above chooses among them behind one boundary
-//! (`engine::ReplyEngine`), where the ACP client is the `Acp` variant.
+//! (`engine::ReplyEngine`), where the ACP client is `engine::acp::AcpEngine`.
 //!
 //! This folder sits below `llm/` and above `config/`: it speaks its own protocols
 //! (MCP, ACP) and knows nothing of chat messages or the model's wire

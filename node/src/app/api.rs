@@ -409,10 +409,7 @@ pub(crate) fn health(node: &Node) -> Response<Body> {
     let redis = node.stream.as_ref().map(|l| l.health());
     let platform_stopped = node.platform.stopped();
     // A bot whose ACP agent is down (starting again, or never initialized) takes no turns.
-    let agent_not_ready = match &node.brain.engine {
-        crate::engine::ReplyEngine::Acp(Some(agent)) => agent.not_ready(),
-        _ => None,
-    };
+    let agent_not_ready = node.brain.engine.not_ready();
     let degraded = storage.is_some()
         || redis.as_ref().is_some_and(|r| !r.connected)
         || platform_stopped.is_some()
@@ -449,7 +446,7 @@ pub(crate) fn health(node: &Node) -> Response<Body> {
 /// whether one is attached (waiting in `wait_for_message`, or was lately) and how
 /// many messages addressed to the bot wait for it. `null` for any other bot.
 fn external_agent(node: &Node) -> Option<serde_json::Value> {
-    matches!(node.brain.engine, crate::engine::ReplyEngine::External).then(|| {
+    (!node.brain.engine.takes_turns()).then(|| {
         serde_json::json!({
             "external": true,
             "attached": node.brain.asks.attached(),

@@ -372,7 +372,7 @@ fn members(node: &Node, group: &str) -> Value {
         .map(|name| json!({"name": name}))
         .collect();
     let mut answer = json!({"bots": bots, "people": people});
-    if matches!(node.brain.engine, crate::engine::ReplyEngine::External) {
+    if !node.brain.engine.takes_turns() {
         // This bot's turns are an outside agent's: say whether one is attached.
         answer["you"] =
             json!({"name": me, "agent": "external", "attached": node.brain.asks.attached()});

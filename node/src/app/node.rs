@@ -388,14 +388,13 @@ pub async fn start(
     let transcripts = resume_from_log(&cfg, &outboxes, &metrics, &events)?;
     let http = peer_http_client(&cfg)?;
     let relay = build_relay(&cfg, &outboxes, &http, &metrics);
-    let mut brain = Brain::new(&cfg, metrics.clone())?;
+    let mut brain = Brain::new(&cfg, metrics.clone(), crate::platform::registry::member_ids)?;
     let tool_tokens = Arc::new(crate::app::group_tools::ToolTokens::new(&cfg.bot().name));
     let model_mesh =
         crate::app::group_tools::model_mesh_server(&cfg, api.local_addr()?, &tool_tokens);
-    brain.start_tools(&cfg, model_mesh).await?;
     let mesh_server =
         crate::app::group_tools::mesh_server(&cfg, api.local_addr()?, tool_tokens.clone());
-    let questions = brain.start_agent(&cfg, mesh_server).await?;
+    let questions = brain.start_engine(&cfg, model_mesh, mesh_server).await?;
     let verdicts = crate::store::verdicts::VerdictLog::open(&cfg.data_dir, metrics.clone())
         .with_context(|| format!("opening the verdict log in {}", cfg.data_dir.display()))?;
     let platform = crate::platform::build(&cfg)?;
@@ -737,7 +736,7 @@ impl RunningNode {
         self.node.accepting.cancel();
         self.node.turns.close();
         let _ = tokio::time::timeout(grace, self.node.turns.wait()).await;
-        self.node.brain.stop_agent().await;
+        self.node.brain.engine.stop().await;
         let deadline = tokio::time::Instant::now() + grace;
         while self.node.outboxes.iter().any(|o| !o.is_empty())
             && tokio::time::Instant::now() < deadline

@@ -682,16 +682,6 @@ impl BotSettings {
     pub(crate) fn table<T: serde::de::DeserializeOwned>(&self, platform: Platform) -> Option<T> {
         platform::read_table(self.tables.get(platform.as_str())?).ok()
     }
-
-    /// This bot's open_id on Feishu, if configured: Feishu's mentions name bots by it,
-    /// and the mention matcher knows every member by it (the one platform id the turn
-    /// code reads).
-    pub(crate) fn open_id(&self) -> Option<String> {
-        let config::ValueKind::Table(t) = &self.tables.get("feishu")?.kind else {
-            return None;
-        };
-        t.get("open_id")?.clone().into_string().ok()
-    }
 }
 
 impl Settings {

@@ -17,13 +17,54 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
 use tokio::sync::mpsc;
 
 use crate::a2a::client::{A2aClient, A2aClientError, RemoteCard, TaskEnd, TaskEvent};
 use crate::a2a::conversations::Conversations;
 use crate::a2a::rpc::TaskState;
 use crate::config::a2a::A2aAgentSettings;
+use crate::config::{AgentEngine, NodeConfig};
+use crate::engine::context::{TurnContext, Written};
+use crate::engine::{Reply, ReplyEngine};
 use crate::telemetry::metrics::Metrics;
+
+/// The engine of a bot with `agent = { a2a = … }`: its conversations kept in the
+/// node's data folder.
+pub(crate) fn pick(
+    cfg: &NodeConfig,
+    metrics: &Arc<Metrics>,
+) -> Option<anyhow::Result<Box<dyn ReplyEngine>>> {
+    let Some(AgentEngine::A2a(settings)) = &cfg.bot().agent else {
+        return None;
+    };
+    let agent = RemoteAgent::new(
+        settings,
+        cfg.a2a_agent_token.clone(),
+        &cfg.bot().name,
+        Some(&cfg.data_dir),
+        metrics.clone(),
+    );
+    Some(
+        agent
+            .map(|a| Box::new(a) as Box<dyn ReplyEngine>)
+            .map_err(|e| anyhow::anyhow!("bot {}'s A2A agent client: {e}", cfg.bot().name)),
+    )
+}
+
+impl ReplyEngine for RemoteAgent {
+    fn name(&self) -> &'static str {
+        "a2a"
+    }
+
+    fn wins_turn_first(&self) -> bool {
+        true
+    }
+
+    fn write<'a>(&'a self, turn: &'a TurnContext<'a>) -> BoxFuture<'a, Written> {
+        Box::pin(self.take_turn(turn))
+    }
+}
 
 /// A bot's remote A2A agent.
 pub(crate) struct RemoteAgent {
@@ -285,5 +326,49 @@ impl RemoteAgent {
     /// Whether the group's conversation with the agent has begun.
     pub(crate) fn knows(&self, group: &str) -> bool {
         self.conversations.knows(group)
+    }
+
+    /// The turn on the trigger written by the remote agent: the text to post, or
+    /// why not (`agent_silent`, `agent_failed`, `shutting_down`) for the decision
+    /// record. The message is what was said since the bot's last turn, the trigger
+    /// last (the recent transcript first, when the group's conversation with the
+    /// agent is new); one call of the daily budget. Its task's status messages are
+    /// the page's progress line.
+    async fn take_turn(&self, turn: &TurnContext<'_>) -> Written {
+        let (msg, me) = (turn.msg, turn.me);
+        let before = turn.host.before(me.context_messages.max(50));
+        let prompt = crate::engine::acp::acp_prompt(&me.name, &before, msg, |id| {
+            turn.host.consumed(id)
+        });
+        let text = match prompt.context.filter(|_| !self.knows(&msg.group)) {
+            Some(context) => format!("{context}\n\nNow:\n{}", prompt.text),
+            None => prompt.text,
+        };
+        let _turn = turn
+            .host
+            .prompted(&format!("A2A task, {} lines", text.lines().count()));
+        turn.llm.budget.spend(0);
+        let (progress, mut lines) = mpsc::channel(32);
+        let task = self.turn(&msg.group, &text, progress);
+        tokio::pin!(task);
+        let outcome = loop {
+            tokio::select! {
+                biased;
+                // Returning drops the turn, which cancels the task at the agent.
+                _ = turn.stopping.cancelled() => {
+                    return Written::silent("shutting_down", "the node is stopping: the agent's task is cancelled", "shutting_down");
+                }
+                Some(line) = lines.recv() => turn.host.progress(line),
+                r = &mut task => break r,
+            }
+        };
+        while let Ok(line) = lines.try_recv() {
+            turn.host.progress(line);
+        }
+        match outcome {
+            Ok(Outcome::Post(text)) => Written::Reply(Reply { text, tokens: 0 }),
+            Ok(Outcome::Silent(why)) => Written::silent("agent_silent", why, "agent_silent"),
+            Err(why) => Written::silent("agent_failed", why, "agent_failed"),
+        }
     }
 }

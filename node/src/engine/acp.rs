@@ -1,14 +1,16 @@
 //! The ACP engine: a coding agent hosted over ACP (`[[bots]] agent = { acp = … }`,
 //! docs/agents.md) writes the reply. The agent's process, its protocol and its box are
-//! `agent::acp` (a lower layer); this file is what the turn code asks of it: start it
-//! with the bot's settings ([`start_acp`], what no boxed process may read:
+//! `agent::acp` (a lower layer); this file is what a turn asks of it: start it with
+//! the bot's settings ([`start_acp`], what no boxed process may read:
 //! [`private_paths`]), the turn's prompt ([`acp_prompt`]: how the last turn ended,
-//! what was said since, the trigger last), the turn itself ([`ask_acp`]) and the
-//! page's line for its progress ([`progress_line`]). The turn code (`turn::pipeline`)
-//! drives the turn: the claim, the status message, `/stop`, how it ended.
+//! what was said since, the trigger last), the turn itself ([`ask_acp`], driven by
+//! [`AcpEngine`]'s `write`: permission questions, progress, `agent_busy`, how it
+//! ended) and the page's line for its progress ([`progress_line`]). The turn code
+//! (`turn::pipeline`) holds the claim, the status message and `/stop`.
 
 use std::sync::Arc;
 
+use futures_util::future::BoxFuture;
 use tokio::sync::mpsc;
 
 use crate::agent::acp::{
@@ -16,8 +18,197 @@ use crate::agent::acp::{
     StopReason, ToolRejection,
 };
 use crate::agent::mcp::McpTools;
-use crate::config::NodeConfig;
+use crate::config::{AgentEngine, NodeConfig};
+use crate::engine::context::{Ended, Starting, TurnContext, WorkEnded, Written};
+use crate::engine::{Reply, ReplyEngine};
+use crate::telemetry::metrics::Metrics;
 use crate::wire::envelope::{AuthorKind, Envelope};
+
+/// A bot's coding agent over ACP: `None` until the running node starts it
+/// ([`ReplyEngine::start`]; `botmesh explain` never does).
+#[derive(Default)]
+pub(crate) struct AcpEngine {
+    /// The agent, once started.
+    agent: Option<Arc<AcpAgent>>,
+}
+
+/// The engine of a bot with `agent = { acp = … }` (its agent not started yet).
+pub(crate) fn pick(
+    cfg: &NodeConfig,
+    _metrics: &Arc<Metrics>,
+) -> Option<anyhow::Result<Box<dyn ReplyEngine>>> {
+    matches!(cfg.bot().agent, Some(AgentEngine::Acp(_)))
+        .then(|| Ok(Box::new(AcpEngine::default()) as Box<dyn ReplyEngine>))
+}
+
+impl ReplyEngine for AcpEngine {
+    fn name(&self) -> &'static str {
+        "acp"
+    }
+
+    fn wins_turn_first(&self) -> bool {
+        true
+    }
+
+    fn asks_permission(&self) -> bool {
+        true
+    }
+
+    /// Starts the bot's agent, which writes its replies from now on. A command that
+    /// cannot start is an error naming it.
+    fn start<'a>(&'a mut self, starting: Starting<'a>) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            let cfg = starting.cfg;
+            let Some(settings) = cfg.bot().agent.as_ref().and_then(|a| a.acp()) else {
+                return Ok(());
+            };
+            let asker = starting
+                .asker
+                .ok_or_else(|| anyhow::anyhow!("the ACP agent needs a permission asker"))?;
+            let agent = start_acp(
+                cfg,
+                settings,
+                starting.metrics,
+                asker,
+                starting.group_servers,
+            )
+            .await?;
+            tracing::info!(bot = %cfg.bot().name, command = ?settings.acp, pid = ?agent.pid(), "ACP agent started");
+            self.agent = Some(Arc::new(agent));
+            Ok(())
+        })
+    }
+
+    /// Stops the agent (its whole process group).
+    fn stop(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if let Some(agent) = &self.agent {
+                agent.stop().await;
+            }
+        })
+    }
+
+    fn not_ready(&self) -> Option<String> {
+        self.agent.as_ref().and_then(|a| a.not_ready())
+    }
+
+    fn write<'a>(&'a self, turn: &'a TurnContext<'a>) -> BoxFuture<'a, Written> {
+        Box::pin(self.take_turn(turn))
+    }
+}
+
+impl AcpEngine {
+    /// The agent's turn: its prompt (how its last turn ended, then what was said
+    /// since, the trigger last; the recent transcript first in a new session). Its
+    /// text is the reply; a cancelled or empty turn posts no answer
+    /// (`silent/agent_silent`); a timeout, the agent dying or breaking the protocol
+    /// post no answer (`silent/agent_failed`; the library restarts it). How the turn
+    /// ended, and the tool calls rejected in it (each noted for `/why`), are left in
+    /// the turn's outcome: the chat is told (`turn::outcome`). Dropping this future
+    /// (`/stop`) or the node stopping (`silent/shutting_down`, nothing said) cancels
+    /// the turn at the agent (`session/cancel`). The agent's progress, and a failure
+    /// or a stop, go to the turn's status.
+    async fn take_turn(&self, turn: &TurnContext<'_>) -> Written {
+        let (msg, me) = (turn.msg, turn.me);
+        let Some(agent) = &self.agent else {
+            return Written::silent(
+                "agent_failed",
+                "the ACP agent is not started",
+                "agent failed",
+            );
+        };
+        let before = turn.host.before(me.context_messages.max(50));
+        // Its questions are answered by whoever started the turn (or an operator).
+        turn.host.permissions_from(&before);
+        // A turn whose status said how it ended told it there.
+        let status_ends = turn.host.status_ends(me.context_messages.max(50) + 64);
+        let prompt = acp_prompt_after(&me.name, &before, &status_ends, msg, |id| {
+            turn.host.consumed(id)
+        });
+        // The prompt hands out what was addressed to the bot up to the trigger; the
+        // group tools know the turn in flight (an `ask` continues it, and is counted
+        // in it).
+        let _turn = turn
+            .host
+            .prompted(&format!("{} lines", prompt.text.lines().count()));
+        // The agent has the turn: a `/stop` from now on is said in the chat.
+        turn.outcome.set(Ended::NoAnswer, Vec::new());
+        // The agent's progress goes to the page as it comes, while the turn runs.
+        let (progress, mut updates) = mpsc::channel(32);
+        let asking = ask_acp(agent, &msg.group, prompt, progress);
+        tokio::pin!(asking);
+        let show = |update: AcpProgress| {
+            turn.status.show_agent(&update);
+            if let Some(text) = progress_line(&update) {
+                turn.host.progress(text);
+            }
+        };
+        let answer = loop {
+            tokio::select! {
+                biased;
+                _ = turn.stopping.cancelled() => {
+                    // Returning drops the turn, which sends the agent `session/cancel`
+                    // before the node stops it.
+                    turn.status.work_ended(WorkEnded::ShutDown);
+                    turn.outcome.clear();
+                    return Written::silent("shutting_down", "the node is stopping: the agent's turn is cancelled", "shutting down");
+                }
+                Some(update) = updates.recv() => show(update),
+                answer = &mut asking => break answer,
+            }
+        };
+        // What came just before the end of the turn.
+        while let Ok(update) = updates.try_recv() {
+            show(update);
+        }
+        match answer {
+            Ok((said, rejected)) => {
+                for r in &rejected {
+                    turn.host.rejected(r);
+                }
+                match said {
+                    Ok(text) => {
+                        turn.outcome.set(Ended::Answered, rejected);
+                        Written::Reply(Reply { text, tokens: 0 })
+                    }
+                    Err(why) => {
+                        turn.outcome.set(Ended::NoAnswer, rejected);
+                        Written::silent("agent_silent", why, "agent said nothing")
+                    }
+                }
+            }
+            Err(AcpError::Busy(_)) => {
+                turn.outcome.clear();
+                // One turn per group at a time: this message waits for the agent's
+                // next turn, whose prompt has what was said since the last one.
+                Written::silent(
+                    "agent_busy",
+                    "the agent is on an earlier turn in this group; this message is in its next prompt",
+                    "agent busy",
+                )
+            }
+            Err(e) => {
+                turn.status.work_ended(WorkEnded::Failed(e.to_string()));
+                turn.outcome.set(Ended::Failed { why: failure(&e) }, Vec::new());
+                Written::silent("agent_failed", e.to_string(), "agent failed")
+            }
+        }
+    }
+}
+
+/// Why a turn failed, in a few words for the chat ("the agent crashed").
+pub(crate) fn failure(e: &AcpError) -> String {
+    match e {
+        AcpError::TimedOut(limit) => format!("took longer than {} s", limit.as_secs()),
+        AcpError::Died { .. } | AcpError::Spawn { .. } => "the agent crashed".into(),
+        AcpError::Stopped => "the agent is stopped".into(),
+        AcpError::Refused { .. } | AcpError::Protocol { .. } => {
+            "the agent broke the protocol".into()
+        }
+        AcpError::Busy(_) => "the agent was busy".into(),
+        AcpError::Sandbox(_) => "the agent could not be boxed".into(),
+    }
+}
 
 /// The page's line for an agent's progress: a tool call as `working: <title>` (or
 /// `done:`, `failed:` once it ended; its kind when it has no title yet); a plan as
@@ -58,7 +249,7 @@ pub(crate) fn progress_line(p: &AcpProgress) -> Option<String> {
 pub(crate) async fn start_acp(
     cfg: &NodeConfig,
     settings: &AcpSettings,
-    metrics: Arc<crate::telemetry::metrics::Metrics>,
+    metrics: Arc<Metrics>,
     asker: Arc<dyn PermissionAsker>,
     group_servers: Option<crate::agent::acp::GroupServers>,
 ) -> Result<AcpAgent, AcpError> {

@@ -11,17 +11,187 @@
 //! `botmesh_llm_calls_total{purpose="reply"}`. Each tool call is logged, counted in
 //! `botmesh_tool_calls_total`, noted in the trail `/why` reads ([`ToolTrail`]) and
 //! shown on the running turn's status message ([`ShowTool`]).
+//!
+//! The engine ([`Model`]) is the bot's when it has no `agent`: it starts the bot's
+//! tool servers, may write while the bot waits its turn, and a turn with tools ends
+//! visibly as an agent's does (stopped, or without an answer: `turn::outcome`). The
+//! prompt is the turn code's (it owns the bot's persona, [`ModelPrompt`]); the call,
+//! the tool loop and their counting are here ([`write`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use ulid::Ulid;
 
 use crate::agent::mcp::{McpTools, ToolResult};
-use crate::config::BotSettings;
+use crate::config::{BotSettings, NodeConfig};
+use crate::engine::context::{Ended, ModelPrompt, Starting, TurnContext, Written};
 use crate::engine::metered::{LlmCall, MeteredLlm};
-use crate::engine::Reply;
+use crate::engine::{Reply, ReplyEngine};
 use crate::llm::{ChatMessage, Completion, Endpoint, Purpose, ToolSpec};
+use crate::telemetry::metrics::Metrics;
 use crate::wire::envelope::Envelope;
+
+/// The built-in model (or the offline provider), with the bot's MCP tool servers once
+/// the running node has started them.
+#[derive(Default)]
+pub(crate) struct Model {
+    /// The bot's tool servers (`None`: none, or not started: `botmesh explain`).
+    tools: Option<Arc<McpTools>>,
+}
+
+/// The engine of a bot without `agent`: the built-in model.
+pub(crate) fn pick(
+    cfg: &NodeConfig,
+    _metrics: &Arc<Metrics>,
+) -> Option<anyhow::Result<Box<dyn ReplyEngine>>> {
+    cfg.bot()
+        .agent
+        .is_none()
+        .then(|| Ok(Box::new(Model::default()) as Box<dyn ReplyEngine>))
+}
+
+impl ReplyEngine for Model {
+    fn name(&self) -> &'static str {
+        "model"
+    }
+
+    fn writes_early(&self) -> bool {
+        true
+    }
+
+    fn tools(&self) -> Option<&Arc<McpTools>> {
+        self.tools.as_ref().filter(|t| !t.is_empty())
+    }
+
+    fn start<'a>(&'a mut self, starting: Starting<'a>) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(self.start_tools(starting))
+    }
+
+    fn write<'a>(&'a self, turn: &'a TurnContext<'a>) -> BoxFuture<'a, Written> {
+        Box::pin(self.take_turn(turn))
+    }
+}
+
+impl Model {
+    /// Starts the bot's MCP tool servers (`[[bots.mcp]]`, then the node's own `mesh`
+    /// server with `group_tools = true`), whose tools the model is offered from now
+    /// on. A stdio server runs boxed unless its `sandbox = "off"` (a warning, at every
+    /// start); a kernel or launcher that cannot box it is an error, before the node
+    /// serves.
+    async fn start_tools(&mut self, starting: Starting<'_>) -> anyhow::Result<()> {
+        use crate::config::acp::SandboxSetting;
+        let cfg = starting.cfg;
+        let bot = cfg.bot();
+        let servers: Vec<_> = bot
+            .mcp
+            .iter()
+            .cloned()
+            .chain(starting.model_mesh)
+            .collect();
+        if servers.is_empty() {
+            return Ok(());
+        }
+        let stdio = servers.iter().filter(|m| m.url.is_none());
+        for m in stdio.clone().filter(|m| m.sandbox == SandboxSetting::Off) {
+            tracing::warn!(bot = %bot.name, server = %m.name, "sandbox = \"off\": the MCP server runs unboxed, and can read and write whatever the node's user can (its data dir, config and key files)");
+        }
+        let boxing = match stdio.clone().find(|m| m.sandbox != SandboxSetting::Off) {
+            None => crate::agent::boxing::Boxing::default(),
+            Some(m) => {
+                let deny = crate::engine::acp::private_paths(cfg);
+                let (boxing, answer) = crate::agent::boxing::Boxing::prepare(None, deny)
+                    .await
+                    .map_err(|e| {
+                        anyhow::anyhow!(
+                            "bot {}'s MCP server {:?} cannot be boxed: {e}",
+                            bot.name,
+                            m.name
+                        )
+                    })?;
+                tracing::info!(bot = %bot.name, launcher = ?boxing.launcher, %answer, deny = ?boxing.deny, "the bot's stdio MCP servers run boxed");
+                boxing
+            }
+        };
+        self.tools = Some(McpTools::start(
+            &bot.name,
+            &servers,
+            &cfg.mcp_headers,
+            boxing,
+            starting.metrics,
+        ));
+        Ok(())
+    }
+
+    /// The model's turn: the reply written from the turn's prompt (with the tools, in
+    /// their loop). With tools, the turn's outcome says how it ended; a plain reply's
+    /// failure stays a silence (`silent/reply_failed`).
+    async fn take_turn(&self, turn: &TurnContext<'_>) -> Written {
+        let msg = turn.msg;
+        let context = turn.host.before(turn.me.context_messages.max(12));
+        // The model's group tools (`group_tools`) know the turn in flight: an ask
+        // continues it and is counted in it.
+        let _turn = turn.host.mark_turn();
+        let prompt = turn.host.model_prompt(&context);
+        // A model with tools works in a loop, as an agent does: its turn ends visibly
+        // as an agent's does (stopped, or without an answer), where a plain reply's
+        // failure stays a silence.
+        let tool_loop = self.tools().is_some() && matches!(prompt, ModelPrompt::Remote { .. });
+        if tool_loop {
+            turn.outcome.set(Ended::NoAnswer, Vec::new());
+        }
+        let tools = self.tools().map(|tools| ToolLoop {
+            me: turn.me,
+            ask_timeout_secs: turn.ask_timeout_secs,
+            llm: turn.llm,
+            tools,
+            trail: turn.trail,
+            show: turn.status,
+        });
+        let reply = write(turn.llm, tools, prompt, msg).await;
+        if tool_loop {
+            let ended = if reply.is_some() {
+                Ended::Answered
+            } else {
+                Ended::NoAnswer
+            };
+            turn.outcome.set(ended, Vec::new());
+        }
+        match reply {
+            Some(reply) => Written::Reply(reply),
+            None => Written::silent("reply_failed", "", "reply failed"),
+        }
+    }
+}
+
+/// The model's reply to `prompt` about `msg`: the offline placeholder as it is, else
+/// the reply call through `llm`, or with `tools` their loop ([`ToolLoop::run`]).
+/// `None`: the call failed or wrote nothing (logged and counted).
+pub(crate) async fn write(
+    llm: MeteredLlm<'_>,
+    tools: Option<ToolLoop<'_>>,
+    prompt: ModelPrompt,
+    msg: &Envelope,
+) -> Option<Reply> {
+    let (ep, messages) = match prompt {
+        ModelPrompt::Offline(text) => return Some(Reply { text, tokens: 0 }),
+        ModelPrompt::Remote { ep, messages } => (ep, messages),
+    };
+    if let Some(model) = tools {
+        let specs = model.offered(msg).await;
+        return model.run(&ep, messages, &specs, msg, None).await;
+    }
+    let c = llm
+        .complete(LlmCall::new(&ep, Purpose::Reply, &messages, msg))
+        .await
+        .ok()?;
+    let text = c.text.trim().to_string();
+    (!text.is_empty()).then_some(Reply {
+        text,
+        tokens: c.usage.completion_tokens,
+    })
+}
 
 /// The group tools the built-in model is offered with `[[bots]] group_tools = true`
 /// (through the node's `mesh` server): each call names the turn's group.

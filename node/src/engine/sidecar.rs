@@ -6,12 +6,73 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use ulid::Ulid;
 
-use crate::config::AgentSettings;
+use crate::config::{AgentEngine, AgentSettings, NodeConfig};
+use crate::engine::context::{TurnContext, Written};
+use crate::engine::{Reply, ReplyEngine};
 use crate::telemetry::metrics::Metrics;
 use crate::wire::envelope::Envelope;
+
+/// The engine of a bot with `agent = { webhook, … }`.
+pub(crate) fn pick(
+    cfg: &NodeConfig,
+    metrics: &Arc<Metrics>,
+) -> Option<anyhow::Result<Box<dyn ReplyEngine>>> {
+    let Some(AgentEngine::Webhook(settings)) = &cfg.bot().agent else {
+        return None;
+    };
+    Some(
+        Webhook::new(settings)
+            .map(|hook| {
+                Box::new(Sidecar {
+                    hook,
+                    metrics: metrics.clone(),
+                }) as Box<dyn ReplyEngine>
+            })
+            .map_err(|e| anyhow::anyhow!("bot {}'s sidecar webhook client: {e}", cfg.bot().name)),
+    )
+}
+
+/// The sidecar engine: the bot's webhook, and where its turns are counted.
+pub(crate) struct Sidecar {
+    /// Where turns go.
+    hook: Webhook,
+    /// Each turn counts as an `agent` LLM call.
+    metrics: Arc<Metrics>,
+}
+
+impl ReplyEngine for Sidecar {
+    fn name(&self) -> &'static str {
+        "sidecar"
+    }
+
+    fn write<'a>(&'a self, turn: &'a TurnContext<'a>) -> BoxFuture<'a, Written> {
+        Box::pin(async move {
+            let msg = turn.msg;
+            let context = turn.host.before(turn.me.context_messages.max(12));
+            let payload = Turn {
+                bot: &turn.me.name,
+                group: &msg.group,
+                trigger: msg,
+                transcript: &context,
+                why: turn.why,
+                relevance: turn.relevance,
+                depth: crate::wire::envelope::next_depth(msg.depth),
+                reply_to: msg.id,
+            };
+            match ask_sidecar(&self.metrics, &self.hook, &payload).await {
+                Ok(Answer::Now(text)) => Written::Reply(Reply { text, tokens: 0 }),
+                Ok(Answer::Later) => Written::Later {
+                    detail: "the agent answers through POST /v1/messages",
+                },
+                Err(e) => Written::silent("agent_failed", e, "agent failed"),
+            }
+        })
+    }
+}
 
 /// What a sidecar agent receives when its bot takes a turn (docs/sidecar.md).
 #[derive(Debug, Serialize)]

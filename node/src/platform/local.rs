@@ -31,6 +31,7 @@ pub(crate) static ADAPTER: crate::platform::registry::Adapter =
             None => Ok(()),
             Some(_) => Err(cx.problem("", "local takes no table: a local bot needs no ids")),
         },
+        member_ids: crate::platform::registry::no_member_ids,
         build: |_| Ok(Arc::new(Local)),
     };
 

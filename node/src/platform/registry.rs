@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::platform::{full_key, TableCheck, TableProblem};
-use crate::config::{ConfigError, NodeConfig, Platform, Settings};
+use crate::config::{BotSettings, ConfigError, NodeConfig, Platform, Settings};
 use crate::platform::{ChatPlatform, Visibility};
 
 /// One platform's adapter, as the node knows it before building it.
@@ -25,6 +25,10 @@ pub struct Adapter {
     /// Checks one bot's table: that of a bot on this platform (`cx.table` is `None`
     /// when it has none) or a colleague's, which gives its ids here.
     pub(crate) check: fn(&TableCheck<'_>) -> Result<(), TableProblem>,
+    /// The ids this platform's mentions name a bot by (Feishu: its open_id), from the
+    /// bot's table: the mention matcher knows every member by them.
+    /// [`no_member_ids`] for a platform whose mentions the adapter resolves itself.
+    pub(crate) member_ids: fn(&BotSettings) -> Vec<String>,
     /// Builds the adapter for this node's bot (its table checked, its secrets read).
     pub(crate) build: fn(&NodeConfig) -> anyhow::Result<Arc<dyn ChatPlatform>>,
 }
@@ -170,6 +174,22 @@ pub(crate) fn visibility_of(platform: Platform) -> Visibility {
     )
 }
 
+/// A platform whose mentions name bots by no id of their own table.
+pub(crate) fn no_member_ids(_bot: &BotSettings) -> Vec<String> {
+    Vec::new()
+}
+
+/// The ids every platform's mentions name `bot` by ([`Adapter::member_ids`]).
+pub fn member_ids(bot: &BotSettings) -> Vec<String> {
+    ADAPTERS.iter().flat_map(|a| (a.member_ids)(bot)).collect()
+}
+
+/// The mesh's bots as the mention matcher knows them: names, aliases and every
+/// platform's ids ([`member_ids`]).
+pub(crate) fn roster(bots: &[BotSettings]) -> Vec<crate::turn::mention::Member> {
+    crate::turn::roster_with(bots, member_ids)
+}
+
 /// The adapter for this node's bot.
 pub(crate) fn build(cfg: &NodeConfig) -> anyhow::Result<Arc<dyn ChatPlatform>> {
     check(&cfg.settings)?;
@@ -204,6 +224,18 @@ mod tests {
         let e = load(&unknown).unwrap_err();
         assert_eq!(e.key, "bots[1].feishu", "{e}");
         assert!(e.problem.contains("unknown field `app_idd`"), "{e}");
+    }
+
+    /// The ids a platform's mentions name a bot by come from that platform's entry:
+    /// Feishu's open_id from the bot's `[bots.feishu]`, nothing for a bot without one.
+    #[test]
+    fn member_ids_come_from_each_platforms_table() {
+        let settings = load(&format!("{TWO}[bots.feishu]\nopen_id = \"ou_b\"\n")).unwrap();
+        assert_eq!(member_ids(&settings.bots[1]), ["ou_b"]);
+        assert!(member_ids(&settings.bots[0]).is_empty());
+        let members = roster(&settings.bots);
+        assert_eq!(members[1].open_ids, ["ou_b"]);
+        assert!(members[0].open_ids.is_empty());
     }
 
     #[test]

@@ -699,7 +699,7 @@ A bot may be an agent bot (`agent = { min_secs, max_secs }`): its reply engine i
 with `[[bots]] agent = { acp = … }` on a node. The agent is handed the turn only once the bot is to
 speak (it writes nothing while it waits, and a drafting judge never writes for it); its turn lasts a
 time drawn uniformly from the range with the run's seeded generator (10-minute turns cost no wall time
-on the paused clock), sends a progress event (`Event::Progress`, as `acp_step` does) every
+on the paused clock), sends a progress event (`Event::Progress`, as the ACP engine's turn does) every
 `progress_secs`, and runs one at a time: a request that reaches an agent at work waits for its next
 turn, the bot holding the turn meanwhile. A person's `/stop` is carried out as the node's command
 handler does (`GroupStops::stop`: the group's turns in flight drop, `silent/stopped`). A message's

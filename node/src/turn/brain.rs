@@ -10,6 +10,7 @@ use parking_lot::RwLock;
 use crate::config::{BotSettings, NodeConfig};
 use crate::engine::budget::{Budget, Exhausted, Limits};
 use crate::engine::metered::LlmCall;
+use crate::engine::context::ModelPrompt;
 use crate::engine::model::{ShowTool, ToolLoop};
 use crate::engine::{Llm, MeteredLlm, ReplyEngine};
 use crate::llm::{estimate_tokens, parse_verdict, ChatMessage, Endpoint, Purpose, Verdict};
@@ -37,8 +38,9 @@ pub struct Brain {
     pub(crate) budget: Budget,
     /// Set once the judge endpoint refused structured output.
     schema_unsupported: std::sync::atomic::AtomicBool,
-    /// What writes the replies: the model (with its MCP tools) or a sidecar webhook.
-    pub(crate) engine: ReplyEngine,
+    /// What writes the replies: the built-in model (with its MCP tools), a sidecar
+    /// webhook, a coding agent… (`engine::of` picks it from the config).
+    pub(crate) engine: Box<dyn ReplyEngine>,
     /// The ACP agent's permission questions waiting for a person's `/allow` or
     /// `/deny` (an ACP bot of a running node only).
     pub(crate) permissions: Option<Arc<crate::turn::approval::ChatAsker>>,
@@ -92,113 +94,79 @@ fn rejects_schema(e: &crate::llm::LlmError) -> bool {
     matches!(e, crate::llm::LlmError::Http { status: 400 | 422 | 500, body } if body.contains("response_format"))
 }
 
-/// Builds the roster the matcher needs.
+/// The roster the matcher needs: every bot by its name and aliases (no platform ids:
+/// [`roster_with`]).
 pub(crate) fn roster(bots: &[BotSettings]) -> Vec<Member> {
+    roster_with(bots, |_| Vec::new())
+}
+
+/// The roster with each bot's platform ids (`ids`: the platforms', as
+/// `platform::registry::member_ids` gives them), which mentions name bots by.
+pub(crate) fn roster_with(
+    bots: &[BotSettings],
+    ids: impl Fn(&BotSettings) -> Vec<String>,
+) -> Vec<Member> {
     bots.iter()
         .map(|b| Member {
             name: b.name.clone(),
             aliases: b.aliases.clone(),
-            open_ids: b.open_id().map(|o| vec![o.to_string()]).unwrap_or_default(),
+            open_ids: ids(b),
         })
         .collect()
 }
 
 impl Brain {
-    /// Builds the brain for the node's bot.
-    pub fn new(cfg: &NodeConfig, metrics: Arc<Metrics>) -> anyhow::Result<Brain> {
+    /// Builds the brain for the node's bot. `member_ids`: the ids the platforms'
+    /// mentions name a bot by (`platform::registry::member_ids`), which the mention
+    /// matcher knows every bot by.
+    pub fn new(
+        cfg: &NodeConfig,
+        metrics: Arc<Metrics>,
+        member_ids: fn(&BotSettings) -> Vec<String>,
+    ) -> anyhow::Result<Brain> {
         let tuning = Tuning::of(cfg);
-        let engine = ReplyEngine::of(cfg, &metrics)?;
+        let engine = crate::engine::of(cfg, &metrics)?;
         let mut brain = Brain::with(tuning, &cfg.settings.bots, metrics);
+        brain.matcher = MentionMatcher::new(&roster_with(&cfg.settings.bots, member_ids));
         brain.engine = engine;
         Ok(brain)
     }
 
-    /// Starts the bot's MCP tool servers (`[[bots.mcp]]`), whose tools its reply model
-    /// is offered from now on: what a running node does (not `botmesh explain`). A
-    /// stdio server runs boxed unless its `sandbox = "off"` (a warning, at every
-    /// start); a kernel or launcher that cannot box it is an error, before the node
-    /// serves. `mesh`: the node's own `mesh` server (`group_tools = true`), after them.
-    pub(crate) async fn start_tools(
+    /// Starts what the bot's reply engine runs (the model's MCP tool servers, a
+    /// coding agent): what a running node does (not `botmesh explain`). What cannot
+    /// start is an error naming it, before the node serves. `model_mesh`: the node's
+    /// own `mesh` server for the model (`group_tools = true`); `group_servers`: the
+    /// `mesh` MCP server for each group's agent session. `Some`: the agent's
+    /// permission questions, for the node to post in the chat (a person's `/allow` or
+    /// `/deny` answers them through [`Brain::permissions`]).
+    pub(crate) async fn start_engine(
         &mut self,
         cfg: &NodeConfig,
-        mesh: Option<crate::config::McpServerSettings>,
-    ) -> anyhow::Result<()> {
-        use crate::config::acp::SandboxSetting;
-        let bot = cfg.bot();
-        let servers: Vec<_> = bot.mcp.iter().cloned().chain(mesh).collect();
-        if servers.is_empty() {
-            return Ok(());
-        }
-        let ReplyEngine::Model { tools } = &mut self.engine else {
-            return Ok(());
-        };
-        let stdio = servers.iter().filter(|m| m.url.is_none());
-        for m in stdio.clone().filter(|m| m.sandbox == SandboxSetting::Off) {
-            tracing::warn!(bot = %bot.name, server = %m.name, "sandbox = \"off\": the MCP server runs unboxed, and can read and write whatever the node's user can (its data dir, config and key files)");
-        }
-        let boxing = match stdio.clone().find(|m| m.sandbox != SandboxSetting::Off) {
-            None => crate::agent::boxing::Boxing::default(),
-            Some(m) => {
-                let deny = crate::engine::acp::private_paths(cfg);
-                let (boxing, answer) = crate::agent::boxing::Boxing::prepare(None, deny)
-                    .await
-                    .map_err(|e| {
-                        anyhow::anyhow!(
-                            "bot {}'s MCP server {:?} cannot be boxed: {e}",
-                            bot.name,
-                            m.name
-                        )
-                    })?;
-                tracing::info!(bot = %bot.name, launcher = ?boxing.launcher, %answer, deny = ?boxing.deny, "the bot's stdio MCP servers run boxed");
-                boxing
-            }
-        };
-        *tools = Some(crate::agent::mcp::McpTools::start(
-            &bot.name,
-            &servers,
-            &cfg.mcp_headers,
-            boxing,
-            self.metrics.clone(),
-        ));
-        Ok(())
-    }
-
-    /// Starts the bot's ACP agent (`[[bots]] agent = { acp = … }`), which writes its
-    /// replies from now on: what a running node does. A command that cannot start is
-    /// an error naming it. `Some`: the agent's permission questions, for the node to
-    /// post in the chat (a person's `/allow` or `/deny` answers them through
-    /// [`Brain::permissions`]). `group_servers`: the `mesh` MCP server for each
-    /// group's session.
-    pub(crate) async fn start_agent(
-        &mut self,
-        cfg: &NodeConfig,
+        model_mesh: Option<crate::config::McpServerSettings>,
         group_servers: Option<crate::agent::acp::GroupServers>,
     ) -> anyhow::Result<
         Option<tokio::sync::mpsc::UnboundedReceiver<crate::turn::approval::AskedQuestion>>,
     > {
-        let Some(settings) = cfg.bot().agent.as_ref().and_then(|a| a.acp()) else {
-            return Ok(None);
+        let (asker, questions) = match self.engine.asks_permission() {
+            true => {
+                let (asker, questions) = crate::turn::approval::ChatAsker::new();
+                (Some(asker), Some(questions))
+            }
+            false => (None, None),
         };
-        let (asker, questions) = crate::turn::approval::ChatAsker::new();
-        let agent = crate::engine::acp::start_acp(
+        let starting = crate::engine::Starting {
             cfg,
-            settings,
-            self.metrics.clone(),
-            asker.clone(),
+            model_mesh,
             group_servers,
-        )
-        .await?;
-        tracing::info!(bot = %cfg.bot().name, command = ?settings.acp, pid = ?agent.pid(), "ACP agent started");
-        self.engine = ReplyEngine::Acp(Some(Arc::new(agent)));
-        self.permissions = Some(asker);
-        Ok(Some(questions))
-    }
-
-    /// Stops the bot's ACP agent, if it has one (its whole process group).
-    pub(crate) async fn stop_agent(&self) {
-        if let ReplyEngine::Acp(Some(agent)) = &self.engine {
-            agent.stop().await;
-        }
+            metrics: self.metrics.clone(),
+            asker: asker
+                .clone()
+                .map(|a| a as Arc<dyn crate::agent::acp::PermissionAsker>),
+        };
+        tracing::info!(bot = %cfg.bot().name, engine = self.engine.name(), "starting the reply engine");
+        self.engine.start(starting).await?;
+        self.permissions = asker;
+        Ok(questions)
     }
 
     /// A brain tuned by `tuning` (`roster`: every bot, for mentions, and for how long
@@ -207,7 +175,7 @@ impl Brain {
     pub(crate) fn with(tuning: Tuning, roster_of: &[BotSettings], metrics: Arc<Metrics>) -> Brain {
         Brain {
             schema_unsupported: std::sync::atomic::AtomicBool::new(false),
-            engine: ReplyEngine::Model { tools: None },
+            engine: Box::<crate::engine::model::Model>::default(),
             permissions: None,
             tuning: RwLock::new(Arc::new(tuning)),
             matcher: MentionMatcher::new(&roster(roster_of)),
@@ -649,8 +617,10 @@ impl Brain {
         }
     }
 
-    /// Writes the reply text. `None` means the LLM failed (logged and counted).
-    /// `show`: the running turn's status message, for the model's tool calls.
+    /// The built-in model's reply written ahead of the turn (while the bot waits its
+    /// turn, with no status to show its tool calls on): the model engine's call
+    /// (`engine::model::write`) over the bot's prompt. `None` means the LLM failed
+    /// (logged and counted).
     pub(crate) async fn write_reply(
         &self,
         llm: &dyn Llm,
@@ -660,27 +630,12 @@ impl Brain {
         show: &dyn ShowTool,
     ) -> Option<Reply> {
         let t = self.tuning();
-        match &t.provider {
-            Provider::Offline => Some(Reply {
-                text: crate::turn::reply::offline_reply(&t.me, msg, why),
-                tokens: 0,
-            }),
-            Provider::Remote { reply, .. } => {
-                let messages = crate::turn::reply::messages(&t.me, &t.colleagues, context, msg);
-                if let Some(tools) = self.engine.tools() {
-                    let model = self.tool_loop(&t, llm, tools, show);
-                    let specs = model.offered(msg).await;
-                    return model.run(reply, messages, &specs, msg, None).await;
-                }
-                let call = LlmCall::new(reply, Purpose::Reply, &messages, msg);
-                let answer = self.metered(llm, &t.me.name).complete(call).await.ok()?;
-                let text = answer.text.trim().to_string();
-                (!text.is_empty()).then_some(Reply {
-                    text,
-                    tokens: answer.usage.completion_tokens,
-                })
-            }
-        }
+        let prompt = model_prompt(&t, context, msg, why);
+        let tools = self
+            .engine
+            .tools()
+            .map(|tools| self.tool_loop(&t, llm, tools, show));
+        crate::engine::model::write(self.metered(llm, &t.me.name), tools, prompt, msg).await
     }
 
     /// One judge call, counted ([`Brain::metered`]): the answer's text.
@@ -729,6 +684,25 @@ impl Brain {
             trail: &self.trail,
             show,
         }
+    }
+}
+
+/// The built-in model's prompt for a reply to `msg` over `context` with tuning `t`:
+/// the offline placeholder, or the reply call's endpoint and messages.
+pub(crate) fn model_prompt(
+    t: &Tuning,
+    context: &[Arc<Envelope>],
+    msg: &Envelope,
+    why: &str,
+) -> ModelPrompt {
+    match &t.provider {
+        Provider::Offline => {
+            ModelPrompt::Offline(crate::turn::reply::offline_reply(&t.me, msg, why))
+        }
+        Provider::Remote { reply, .. } => ModelPrompt::Remote {
+            ep: reply.clone(),
+            messages: crate::turn::reply::messages(&t.me, &t.colleagues, context, msg),
+        },
     }
 }
 

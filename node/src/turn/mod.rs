@@ -18,8 +18,11 @@
 //!   for the whole mesh and broadcasts the verdicts; the others wait for theirs.
 //! - [`pipeline`] — `triage` and `act`: the pipeline for one message; its writing step
 //!   has the bot's reply engine (`crate::engine::ReplyEngine`: the model, a sidecar,
-//!   an ACP agent, a remote A2A agent) write the reply, and drives it (the record,
-//!   the claim, the status message, `/stop`).
+//!   an ACP agent, a remote A2A agent) write the reply through its one `write`, and
+//!   drives the rest (the record, the claim, the status message, `/stop`).
+//! - [`engine_host`] — what a turn offers its engine (`engine::context::TurnHost`):
+//!   the transcript, the group tools' turn, the permission questions' requester, the
+//!   page's progress line, the model's prompt.
 //! - [`outcome`] — how an agent's turn ended: the line the chat shows ("stopped by
 //!   Alice"), and what the agent is told at its next turn.
 //! - [`approval`] — an ACP agent's permission questions in the chat: which `/allow`
@@ -46,6 +49,7 @@ pub(crate) mod brain;
 mod budget_day;
 pub(crate) mod context;
 pub(crate) mod control;
+pub(crate) mod engine_host;
 pub(crate) mod explain;
 pub(crate) mod heard_verdicts;
 pub(crate) mod judge;
@@ -66,7 +70,7 @@ pub(crate) mod typing;
 
 pub(crate) use crate::engine::Llm;
 pub use brain::Brain;
-pub(crate) use brain::{roster, Provider};
+pub(crate) use brain::{roster, roster_with, Provider};
 pub use explain::{explain, ExplainRequest, Explanation};
 pub(crate) use pipeline::on_message;
 pub(crate) use ports::Ports;

@@ -29,28 +29,11 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::agent::acp::{AcpError, Rejection, ToolRejection};
+use crate::agent::acp::{Rejection, ToolRejection};
 use crate::turn::ports::Ports;
 use crate::wire::envelope::{Envelope, Why};
 
-/// How a turn ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Ended {
-    /// The agent answered: its answer was posted.
-    Answered,
-    /// A person's `/stop` ended it.
-    Stopped {
-        /// Who said `/stop`.
-        by: String,
-    },
-    /// The agent ended its turn with nothing to post (or was cancelled by itself).
-    NoAnswer,
-    /// The turn failed: timed out, the agent crashed or broke the protocol.
-    Failed {
-        /// Why, in a few words ([`failure`]).
-        why: String,
-    },
-}
+pub(crate) use crate::engine::context::Ended;
 
 /// How an agent's turn ended, and the tool calls it was not let run: see the module.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,20 +161,6 @@ pub(crate) fn rejection_detail(r: &ToolRejection) -> String {
     }
 }
 
-/// Why a turn failed, in a few words for the chat ("the agent crashed").
-pub(crate) fn failure(e: &AcpError) -> String {
-    match e {
-        AcpError::TimedOut(limit) => format!("took longer than {} s", limit.as_secs()),
-        AcpError::Died { .. } | AcpError::Spawn { .. } => "the agent crashed".into(),
-        AcpError::Stopped => "the agent is stopped".into(),
-        AcpError::Refused { .. } | AcpError::Protocol { .. } => {
-            "the agent broke the protocol".into()
-        }
-        AcpError::Busy(_) => "the agent was busy".into(),
-        AcpError::Sandbox(_) => "the agent could not be boxed".into(),
-    }
-}
-
 /// Where an agent step leaves its turn's outcome for the end of the turn: set when
 /// the agent is handed the turn (so a `/stop` from then on is said), replaced when the
 /// turn ends, cleared when nothing is to be said (the turn waits for the next prompt,
@@ -222,6 +191,17 @@ impl OutcomeSlot {
     /// The outcome to say, once.
     pub(crate) fn take(&self) -> Option<Outcome> {
         self.0.lock().take()
+    }
+}
+
+/// An engine leaves how its turn ended here (`engine::context::TurnOutcome`).
+impl crate::engine::context::TurnOutcome for OutcomeSlot {
+    fn set(&self, ended: Ended, rejected: Vec<ToolRejection>) {
+        OutcomeSlot::set(self, Outcome::new(ended, rejected));
+    }
+
+    fn clear(&self) {
+        OutcomeSlot::clear(self);
     }
 }
 
@@ -260,7 +240,8 @@ pub(crate) async fn announce<P: Ports>(p: Arc<P>, trigger: &Envelope, outcome: O
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::acp::ToolKind;
+    use crate::agent::acp::{AcpError, ToolKind};
+    use crate::engine::acp::failure;
 
     fn rejected(action: &str, why: Rejection) -> ToolRejection {
         ToolRejection {

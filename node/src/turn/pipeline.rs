@@ -25,8 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::egress::acks::ClaimAcks;
-use crate::engine::sidecar::Turn;
-use crate::engine::ReplyEngine;
+use crate::engine::{TurnContext, Written};
 use crate::store::turn_queries::RateCount;
 use crate::store::verdicts::{VerdictRecord, VERDICT_FORMAT};
 use crate::telemetry::events::Event;
@@ -34,13 +33,13 @@ use crate::turn::brain::{Brain, Judged, PendingDraft, Reply};
 use crate::turn::context::{bots_since_human, context_before, RATE_WINDOW_MS};
 use crate::turn::control::{is_command, StopSignal};
 use crate::turn::mention::PlatformMention;
-use crate::turn::outcome::{Ended, Outcome, OutcomeSlot};
+use crate::turn::outcome::OutcomeSlot;
 use crate::turn::policy::{Action, Decision};
 use crate::turn::ports::Ports;
 use crate::turn::record::record;
 use crate::turn::scheduler::{delay_for, grace_for, Standing, Yield, MIN_CLAIM, WITHDRAWN};
 use crate::turn::shared_judge as shared;
-use crate::turn::status::{Ending, StatusFeed};
+use crate::turn::status::StatusFeed;
 use crate::turn::typing::typing_while;
 use crate::wire::envelope::{Envelope, Kind, Why};
 
@@ -107,7 +106,7 @@ pub(crate) fn triage<P: Ports + ?Sized>(
         d.action = Action::Silent;
         d.reason = "stale";
     }
-    if d.action != Action::Silent && matches!(brain.engine, ReplyEngine::External) {
+    if d.action != Action::Silent && !brain.engine.takes_turns() {
         // An outside agent takes this bot's turns through `wait_for_message` (the
         // message is in its queue when it addresses the bot): the node never answers.
         d.action = Action::Silent;
@@ -234,8 +233,8 @@ async fn prepare<P: Ports + ?Sized>(
     // be lost while the agent works. A better claim heard from then on is told the
     // trigger is answered, and that bot yields (see docs/agents.md).
     let mut committed = false;
-    if let (Some(r), Some(acks), ReplyEngine::Acp(_) | ReplyEngine::A2a(_)) =
-        (relevance, acks.as_mut(), &p.brain().engine)
+    if let (Some(r), Some(acks), true) =
+        (relevance, acks.as_mut(), p.brain().engine.wins_turn_first())
     {
         let nothing_yet = Reply {
             text: String::new(),
@@ -442,10 +441,12 @@ fn keep_verdict<P: Ports + ?Sized>(
 }
 
 /// [`act`]'s writing step: the reply written while waiting, else (nothing written
-/// early, or that early call failed) the sidecar agent's or the LLM's. `None`: nothing to post (recorded; the claim withdrawn), or the
-/// agent answers later through `POST /v1/messages`. The work's progress (the model's
-/// tool calls, an ACP agent's updates) and how it ended go to the turn's status
-/// through `feed`.
+/// early, or that early call failed) the bot's reply engine's, through its one
+/// [`crate::engine::ReplyEngine::write`]. `None`: nothing to post (recorded; the
+/// claim withdrawn), or the engine answers later (a sidecar, through
+/// `POST /v1/messages`). The work's progress (the model's tool calls, an agent's
+/// updates) and how it ended go to the turn's status through `feed`, how an agent's
+/// turn ended to `slot`.
 async fn write_step<P: Ports + ?Sized>(
     p: &P,
     msg: &Envelope,
@@ -470,277 +471,37 @@ async fn write_step<P: Ports + ?Sized>(
         Early::NotWritten => {}
     }
     let me = brain.me();
-    let context = context_before(p, msg, me.context_messages.max(12));
-    if let ReplyEngine::Sidecar(hook) = &brain.engine {
-        let turn = Turn {
-            bot: &me.name,
-            group: &msg.group,
-            trigger: msg,
-            transcript: &context,
-            why: reason,
-            relevance,
-            depth: crate::wire::envelope::next_depth(msg.depth),
-            reply_to: msg.id,
-        };
-        return match crate::engine::sidecar::ask_sidecar(&brain.metrics, hook, &turn).await {
-            Ok(crate::engine::sidecar::Answer::Now(text)) => Some(Reply { text, tokens: 0 }),
-            Ok(crate::engine::sidecar::Answer::Later) => {
-                record(
-                    p,
-                    msg,
-                    "reply",
-                    "handed_to_agent",
-                    "the agent answers through POST /v1/messages",
-                );
-                None
-            }
-            Err(e) => {
-                record(p, msg, "silent", "agent_failed", &e);
-                withdraw_if(p, msg, claimed, "agent failed");
-                None
-            }
-        };
-    }
-    if let ReplyEngine::Acp(agent) = &brain.engine {
-        return acp_step(p, msg, claimed, agent.as_deref(), slot, feed).await;
-    }
-    if let ReplyEngine::A2a(agent) = &brain.engine {
-        return match a2a_write(p, msg, agent).await {
-            Ok(reply) => Some(reply),
-            Err((reason, why)) => {
-                record(p, msg, "silent", reason, &why);
-                withdraw_if(p, msg, claimed, reason);
-                None
-            }
-        };
-    }
-    // The model's group tools (`group_tools`) know the turn in flight: an ask
-    // continues it and is counted in it.
-    let _turn = brain.asks.turn_started(&msg.group, msg.id);
-    // A model with tools works in a loop, as an agent does: its turn ends visibly as
-    // an agent's does (stopped, or without an answer: `turn::outcome`), where a plain
-    // reply's failure stays a silence.
-    let tool_loop = brain.engine.tools().is_some()
-        && matches!(
-            brain.tuning().provider,
-            crate::turn::Provider::Remote { .. }
-        );
-    if tool_loop {
-        slot.set(Outcome::new(Ended::NoAnswer, Vec::new()));
-    }
-    let reply = brain
-        .write_reply(p.llm(), &context, msg, reason, feed)
-        .await;
-    if reply.is_none() {
-        record(p, msg, "silent", "reply_failed", "");
-        withdraw_if(p, msg, claimed, "reply failed");
-    }
-    if tool_loop {
-        let ended = if reply.is_some() {
-            Ended::Answered
-        } else {
-            Ended::NoAnswer
-        };
-        slot.set(Outcome::new(ended, Vec::new()));
-    }
-    reply
-}
-
-/// [`write_step`] for an ACP agent: the turn is the agent's prompt (how its last turn
-/// ended, then what was said since, the trigger last; the recent transcript first in
-/// a new session). Its text is the reply; a cancelled or empty turn posts no answer
-/// (`silent/agent_silent`); a timeout, the agent dying or breaking the protocol post
-/// no answer (`silent/agent_failed`; the library restarts it). How the turn ended,
-/// and the tool calls rejected in it (each noted for `/why`), are left in `slot`:
-/// the chat is told ([`crate::turn::outcome`]). Dropping this future (`/stop`) or
-/// the node stopping (`silent/shutting_down`, nothing said) cancels the turn at the
-/// agent (`session/cancel`). The agent's progress, and a failure or a stop, go to
-/// the turn's status through `feed`.
-async fn acp_step<P: Ports + ?Sized>(
-    p: &P,
-    msg: &Envelope,
-    claimed: bool,
-    agent: Option<&crate::agent::acp::AcpAgent>,
-    slot: &OutcomeSlot,
-    feed: &StatusFeed,
-) -> Option<Reply> {
-    let brain = p.brain();
-    let me = brain.me();
-    let Some(agent) = agent else {
-        record(
-            p,
-            msg,
-            "silent",
-            "agent_failed",
-            "the ACP agent is not started",
-        );
-        withdraw_if(p, msg, claimed, "agent failed");
-        return None;
+    let tuning = brain.tuning();
+    let host = crate::turn::engine_host::EngineHost {
+        p,
+        msg,
+        why: reason,
     };
-    let before = context_before(p, msg, me.context_messages.max(50));
-    if let Some(asker) = &brain.permissions {
-        // Its questions are answered by whoever started the turn (or an operator).
-        let requester = crate::turn::approval::requester(msg, &before, &brain.tuning());
-        asker.turn_started(&msg.group, requester, msg.id);
-    }
-    // A turn whose status said how it ended told it there.
-    let status_ends = p.status_ends(&msg.group, me.context_messages.max(50) + 64);
-    let prompt = crate::engine::acp::acp_prompt_after(&me.name, &before, &status_ends, msg, |id| {
-        brain.asks.consumed(id)
-    });
-    // The prompt hands out what was addressed to the bot up to the trigger; the group
-    // tools know the turn in flight (an `ask` continues it, and is counted in it).
-    brain.asks.handed_out(&msg.group, msg.id);
-    let _turn = brain.asks.turn_started(&msg.group, msg.id);
-    brain.trail.note(
-        msg.id,
-        "agent",
-        "prompted",
-        &format!("{} lines", prompt.text.lines().count()),
-    );
-    // The agent has the turn: a `/stop` from now on is said in the chat.
-    slot.set(Outcome::new(Ended::NoAnswer, Vec::new()));
-    // The agent's progress goes to the page as it comes, while the turn runs.
-    let (progress, mut updates) = tokio::sync::mpsc::channel(32);
-    let asking = crate::engine::acp::ask_acp(agent, &msg.group, prompt, progress);
-    tokio::pin!(asking);
-    let show = |update: crate::agent::acp::AcpProgress| {
-        feed.note_acp(&update);
-        if let Some(text) = crate::engine::acp::progress_line(&update) {
-            show_progress(p, msg, text);
-        }
+    let turn = TurnContext {
+        msg,
+        why: reason,
+        relevance,
+        me: &me,
+        ask_timeout_secs: tuning.mesh.ask_timeout_secs,
+        llm: brain.metered(p.llm(), &me.name),
+        status: feed,
+        trail: &brain.trail,
+        outcome: slot,
+        stopping: p.stopping(),
+        host: &host,
     };
-    let answer = loop {
-        tokio::select! {
-            biased;
-            _ = p.stopping().cancelled() => {
-                // Returning drops the turn, which sends the agent `session/cancel`
-                // before the node stops it.
-                record(p, msg, "silent", "shutting_down", "the node is stopping: the agent's turn is cancelled");
-                feed.ended(Ending::ShutDown);
-                withdraw_if(p, msg, claimed, "shutting down");
-                slot.clear();
-                return None;
-            }
-            Some(update) = updates.recv() => show(update),
-            answer = &mut asking => break answer,
-        }
-    };
-    // What came just before the end of the turn.
-    while let Ok(update) = updates.try_recv() {
-        show(update);
-    }
-    match answer {
-        Ok((said, rejected)) => {
-            for r in &rejected {
-                brain.trail.note(
-                    msg.id,
-                    "tool",
-                    "rejected",
-                    &crate::turn::outcome::rejection_detail(r),
-                );
-            }
-            match said {
-                Ok(text) => {
-                    slot.set(Outcome::new(Ended::Answered, rejected));
-                    Some(Reply { text, tokens: 0 })
-                }
-                Err(why) => {
-                    record(p, msg, "silent", "agent_silent", &why);
-                    withdraw_if(p, msg, claimed, "agent said nothing");
-                    slot.set(Outcome::new(Ended::NoAnswer, rejected));
-                    None
-                }
-            }
-        }
-        Err(crate::agent::acp::AcpError::Busy(_)) => {
-            slot.clear();
-            // One turn per group at a time: this message waits for the agent's next
-            // turn, whose prompt has what was said since the last one (`acp_prompt`).
-            record(
-                p,
-                msg,
-                "silent",
-                "agent_busy",
-                "the agent is on an earlier turn in this group; this message is in its next prompt",
-            );
-            withdraw_if(p, msg, claimed, "agent busy");
+    match brain.engine.write(&turn).await {
+        Written::Reply(reply) => Some(reply),
+        Written::Later { detail } => {
+            record(p, msg, "reply", "handed_to_agent", detail);
             None
         }
-        Err(e) => {
-            record(p, msg, "silent", "agent_failed", &e.to_string());
-            feed.ended(Ending::Failed(e.to_string()));
-            withdraw_if(p, msg, claimed, "agent failed");
-            let why = crate::turn::outcome::failure(&e);
-            slot.set(Outcome::new(Ended::Failed { why }, Vec::new()));
+        Written::Silent(s) => {
+            record(p, msg, "silent", s.reason, &s.detail);
+            withdraw_if(p, msg, claimed, s.withdraw);
             None
         }
     }
-}
-
-/// [`write_step`] for a remote A2A agent (`engine::a2a`): the turn on `msg` written by
-/// the remote agent: the text to post, or why not
-/// (`agent_silent`, `agent_failed`, `shutting_down`) for the decision record. The
-/// message is what was said since the bot's last turn, the trigger last (the recent
-/// transcript first, when the group's conversation with the agent is new); one call
-/// of the daily budget.
-async fn a2a_write<P: Ports + ?Sized>(
-    p: &P,
-    msg: &Envelope,
-    agent: &crate::engine::a2a::RemoteAgent,
-) -> Result<Reply, (&'static str, String)> {
-    let brain = p.brain();
-    let me = brain.me();
-    let before = context_before(p, msg, me.context_messages.max(50));
-    let prompt =
-        crate::engine::acp::acp_prompt(&me.name, &before, msg, |id| brain.asks.consumed(id));
-    let text = match prompt.context.filter(|_| !agent.knows(&msg.group)) {
-        Some(context) => format!("{context}\n\nNow:\n{}", prompt.text),
-        None => prompt.text,
-    };
-    brain.asks.handed_out(&msg.group, msg.id);
-    let _turn = brain.asks.turn_started(&msg.group, msg.id);
-    brain.trail.note(
-        msg.id,
-        "agent",
-        "prompted",
-        &format!("A2A task, {} lines", text.lines().count()),
-    );
-    brain.budget.spend(0);
-    let (progress, mut lines) = tokio::sync::mpsc::channel(32);
-    let turn = agent.turn(&msg.group, &text, progress);
-    tokio::pin!(turn);
-    let show = |text: String| show_progress(p, msg, text);
-    let outcome = loop {
-        tokio::select! {
-            biased;
-            // Returning drops the turn, which cancels the task at the agent.
-            _ = p.stopping().cancelled() => {
-                return Err(("shutting_down", "the node is stopping: the agent's task is cancelled".into()));
-            }
-            Some(line) = lines.recv() => show(line),
-            r = &mut turn => break r,
-        }
-    };
-    while let Ok(line) = lines.try_recv() {
-        show(line);
-    }
-    match outcome {
-        Ok(crate::engine::a2a::Outcome::Post(text)) => Ok(Reply { text, tokens: 0 }),
-        Ok(crate::engine::a2a::Outcome::Silent(why)) => Err(("agent_silent", why)),
-        Err(why) => Err(("agent_failed", why)),
-    }
-}
-
-/// An agent's progress on the turn on `msg` (a tool call, a remote task's status), for
-/// the page's live line under the trigger.
-pub(crate) fn show_progress<P: Ports + ?Sized>(p: &P, msg: &Envelope, text: String) {
-    p.event(Event::Progress {
-        group: msg.group.clone(),
-        trigger: msg.id.to_string(),
-        bot: p.brain().me().name.clone(),
-        text,
-    });
 }
 
 /// [`act`]'s check after writing: the world may have moved during the LLM call, so

@@ -235,6 +235,20 @@ impl crate::engine::model::ShowTool for StatusFeed {
     }
 }
 
+/// An engine reports to the turn's status through this (`engine::context::ShowWork`).
+impl crate::engine::context::ShowWork for StatusFeed {
+    fn show_agent(&self, update: &crate::agent::acp::AcpProgress) {
+        self.note_acp(update);
+    }
+
+    fn work_ended(&self, how: crate::engine::context::WorkEnded) {
+        self.ended(match how {
+            crate::engine::context::WorkEnded::ShutDown => Ending::ShutDown,
+            crate::engine::context::WorkEnded::Failed(why) => Ending::Failed(why),
+        });
+    }
+}
+
 /// How long, as people read it: `8s`, `1m 10s`, `1h 2m`.
 pub(crate) fn elapsed(d: Duration) -> String {
     let s = d.as_secs();

@@ -18,8 +18,8 @@
 //! `agent-client-protocol-schema` crate), read tolerantly ([`messages`]); the
 //! transport is this module's own ([`rpc`]).
 //!
-//! This is the library layer: the ACP reply engine (`engine::acp`, the
-//! `engine::ReplyEngine::Acp` variant) wires it to `[[bots]] agent = { acp = … }`.
+//! This is the library layer: the ACP reply engine (`engine::acp::AcpEngine`) wires
+//! it to `[[bots]] agent = { acp = … }`.
 //!
 //! [`cancelled`]: AcpAgent::cancel
 //! [`Backoff`]: crate::config::pacing::Backoff

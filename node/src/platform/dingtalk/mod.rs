@@ -71,6 +71,7 @@ pub(crate) static ADAPTER: crate::platform::registry::Adapter =
         visibility: VISIBILITY,
         abilities: ABILITIES,
         check: settings::check,
+        member_ids: crate::platform::registry::no_member_ids,
         build: |cfg| Ok(Arc::new(DingTalk::from_config(cfg)?)),
     };
 

@@ -191,6 +191,7 @@ pub(crate) static ADAPTER: crate::platform::registry::Adapter =
         visibility: VISIBILITY,
         abilities: ABILITIES,
         check: settings::check,
+        member_ids: settings::member_ids,
         build: |cfg| Ok(Arc::new(Feishu::from_config(cfg)?)),
     };
 
@@ -350,7 +351,7 @@ impl Feishu {
             "feishu",
         );
         Ok(Feishu {
-            matcher: MentionMatcher::new(&crate::turn::roster(&cfg.settings.bots)),
+            matcher: MentionMatcher::new(&crate::platform::registry::roster(&cfg.settings.bots)),
             ingest: OnceLock::new(),
             client,
             auth: EventAuth {

@@ -199,8 +199,9 @@ pub async fn colleague_ids(cfg: &crate::config::NodeConfig) -> anyhow::Result<St
     )?;
     let info = client.bot_info().await?;
     let mentions = client.recent_mentions(chat, 10).await?;
-    let matcher =
-        crate::turn::mention::MentionMatcher::new(&crate::turn::roster(&cfg.settings.bots));
+    let matcher = crate::turn::mention::MentionMatcher::new(&crate::platform::registry::roster(
+        &cfg.settings.bots,
+    ));
     let mut found: std::collections::BTreeMap<String, String> = Default::default();
     for (open_id, name) in mentions {
         if open_id == info.open_id {

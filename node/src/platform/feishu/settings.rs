@@ -70,6 +70,15 @@ impl FeishuIds {
     }
 }
 
+/// The ids Feishu's mentions name `bot` by, for the mention matcher: its open_id in
+/// its own app (`[bots.feishu] open_id`), when it has one.
+pub(crate) fn member_ids(bot: &crate::config::BotSettings) -> Vec<String> {
+    bot.table::<FeishuIds>(FEISHU)
+        .and_then(|ids| ids.open_id)
+        .into_iter()
+        .collect()
+}
+
 /// Checks bot `cx.bot`'s `[bots.feishu]`: well-formed URLs and colleagues' open_ids
 /// always; the app and its open_id when the bot is on Feishu.
 pub(crate) fn check(cx: &TableCheck<'_>) -> Result<(), TableProblem> {
