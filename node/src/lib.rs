@@ -74,7 +74,8 @@
 //!   (`load.rs`), validation before binding (`validate.rs`), secrets read for the one
 //!   bot a node runs (`secrets.rs`, `node_config.rs`);
 //!   `config::pacing`, the one retry schedule and token bucket every layer above shares.
-//! - [`telemetry`] — `Metrics` (Prometheus), `EventBus` (the page, SSE), and
+//! - [`telemetry`] — `Metrics` (Prometheus; `telemetry::hot_counters`, the series every
+//!   received envelope bumps, looked up once), `EventBus` (the page, SSE), and
 //!   `refusals::REFUSALS` (the public listeners' refusals in the log, rate-limited).
 //! - [`store`] — per-group, append-only, deduplicated, durable transcripts (`store::transcript`)
 //!   and the reads the turn code makes of them (`store::turn_queries`); the outbox log

@@ -31,7 +31,7 @@ use crate::ingress::server::{self, Body, Limits};
 use crate::ingress::verify_pool::VerifyPool;
 use crate::llm::LlmClient;
 use crate::platform::ChatPlatform;
-use crate::store::transcript::{Appended, TranscriptError, Transcripts};
+use crate::store::transcript::{Appended, Received, TranscriptError, Transcripts};
 use crate::store::turn_queries::RateCount;
 use crate::telemetry::events::{Event, EventBus};
 use crate::telemetry::metrics::Metrics;
@@ -167,11 +167,12 @@ impl Node {
     /// possible (a batch from a peer): one result per message, in the same order.
     pub(crate) async fn record_many(
         self: &Arc<Self>,
-        envs: Vec<Arc<Envelope>>,
+        envs: Vec<Received>,
         source: &str,
     ) -> Vec<Result<Appended, TranscriptError>> {
-        let outcomes = self.transcripts.append_many(envs.clone()).await;
-        for (env, outcome) in envs.iter().zip(&outcomes) {
+        let recorded: Vec<Arc<Envelope>> = envs.iter().map(|r| r.env.clone()).collect();
+        let outcomes = self.transcripts.append_many(envs).await;
+        for (env, outcome) in recorded.iter().zip(&outcomes) {
             self.after_append(env, source, Vec::new(), outcome);
         }
         outcomes
@@ -187,12 +188,7 @@ impl Node {
     ) {
         match outcome {
             Ok(Appended::New) => {
-                self.metrics
-                    .transcript_appends
-                    .get_or_create(&crate::telemetry::metrics::ResultLabel {
-                        result: source.into(),
-                    })
-                    .inc();
+                self.metrics.transcript_append(source);
                 self.brain.observe(env);
                 // An answer to this bot's ask goes to the tool call waiting on it and
                 // takes no turn; a message addressed to the bot waits for its agent's
@@ -213,12 +209,7 @@ impl Node {
             }
             Ok(Appended::Duplicate) => {}
             Err(e) => {
-                self.metrics
-                    .transcript_appends
-                    .get_or_create(&crate::telemetry::metrics::ResultLabel {
-                        result: "error".into(),
-                    })
-                    .inc();
+                self.metrics.transcript_append("error");
                 tracing::error!(id = %env.id, error = %e, "could not record message");
             }
         }
@@ -835,7 +826,7 @@ struct NodeSink(Arc<Node>);
 impl Sink for NodeSink {
     fn record_many(
         &self,
-        envs: Vec<Arc<Envelope>>,
+        envs: Vec<Received>,
         source: Source,
     ) -> BoxFuture<'_, Vec<Result<Appended, TranscriptError>>> {
         Box::pin(self.0.record_many(envs, source))
@@ -1006,6 +997,10 @@ impl Ports for Node {
 
     fn event(&self, event: Event) {
         self.events.publish(event);
+    }
+
+    fn watched(&self) -> bool {
+        self.events.watched()
     }
 
     fn typing<'a>(&'a self, group: &'a str) -> BoxFuture<'a, ()> {

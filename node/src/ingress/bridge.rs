@@ -24,7 +24,7 @@ use hyper::body::Incoming;
 
 use crate::ingress::ingest::Ingest;
 use crate::ingress::server::{self, Body, BodyError};
-use crate::store::transcript::{Appended, TranscriptError};
+use crate::store::transcript::{Appended, Received, TranscriptError};
 use crate::wire::envelope::{AuthorKind, Envelope, Kind};
 use crate::wire::limits::MAX_BODY_BYTES;
 use crate::wire::signing::{
@@ -43,11 +43,8 @@ pub(crate) async fn receive(
     {
         return crate::ingress::relayed::receive(ingest, req, remote).await;
     }
-    let header_id = req
-        .headers()
-        .get(HEADER_ID)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
+    // Kept for a rejection's log line: a header value's clone shares its bytes.
+    let header_id = req.headers().get(HEADER_ID).cloned();
     match gauntlet(&ingest, req, remote.ip()).await {
         Ok((env, outcome)) => {
             let result = match outcome {
@@ -58,11 +55,20 @@ pub(crate) async fn receive(
             // Routine: every accepted envelope is in the transcript and counted; the log
             // keeps rejections and decisions at info (10 % of a receiver's CPU under load).
             tracing::debug!(%remote, sender = %env.sender, id = %env.id, kind = ?env.kind, group = %env.group, depth = env.depth, result, "envelope");
+            let reply = ingest.sink.answer_claim(&env);
+            if reply.answered.is_none() && !reply.judging {
+                // The usual answer (a message, or a claim with no news): a constant
+                // body, no JSON value built per envelope.
+                let body: &'static [u8] = match outcome {
+                    Appended::New => br#"{"accepted":true}"#,
+                    Appended::Duplicate => br#"{"duplicate":true}"#,
+                };
+                return server::text(StatusCode::OK, "application/json", body);
+            }
             let mut answer = match outcome {
                 Appended::New => serde_json::json!({"accepted": true}),
                 Appended::Duplicate => serde_json::json!({"duplicate": true}),
             };
-            let reply = ingest.sink.answer_claim(&env);
             if let Some(bot) = reply.answered {
                 answer["answered"] = bot.into();
             }
@@ -71,7 +77,10 @@ pub(crate) async fn receive(
             }
             server::json(StatusCode::OK, &answer)
         }
-        Err(reject) => reject.respond(&ingest, remote, header_id.as_deref().unwrap_or("-"), false),
+        Err(reject) => {
+            let id = header_id.as_ref().and_then(|v| v.to_str().ok());
+            reject.respond(&ingest, remote, id.unwrap_or("-"), false)
+        }
     }
 }
 
@@ -227,7 +236,9 @@ pub(crate) fn precheck(
     }
     let env = Envelope::parse(body)
         .map_err(|e| Reject(StatusCode::BAD_REQUEST, "malformed", e.to_string()))?;
-    if signed.id != Some(env.id.to_string().as_str()) {
+    // Compared as text, without an allocation: the signature covers the header's id.
+    let mut id_text = [0u8; ulid::ULID_LEN];
+    if signed.id != Some(&*env.id.array_to_str(&mut id_text)) {
         return Err(Reject(
             StatusCode::BAD_REQUEST,
             "id_mismatch",
@@ -322,27 +333,27 @@ pub(crate) fn postcheck(
         }
         _ => {}
     }
-    if ingest.seen.contains(&env.id.to_string()) {
+    if ingest.seen.contains(&env.id) {
         return Ok(Checked::Duplicate(Arc::new(env)));
     }
     Ok(Checked::Fresh(Arc::new(env)))
 }
 
-/// Records admitted envelopes, in order: claims and verdicts go to the scheduler, messages to the
-/// transcript in one durable write. One result per envelope, in the same order.
+/// Records admitted envelopes (each with the bytes it was signed as), in order: claims
+/// and verdicts go to the scheduler, messages to the transcript in one durable write.
+/// One result per envelope, in the same order.
 async fn commit(
     ingest: &Ingest,
-    envs: Vec<Arc<Envelope>>,
+    envs: Vec<(Arc<Envelope>, &[u8])>,
     via: Via,
 ) -> Vec<Result<Appended, Reject>> {
     let mut out: Vec<Option<Result<Appended, Reject>>> = Vec::with_capacity(envs.len());
     let mut messages = Vec::new();
     let mut slots = Vec::new();
-    for env in envs {
-        let id = env.id.to_string();
+    for (env, signed) in envs {
         match env.kind {
             Kind::Claim | Kind::Verdict => {
-                out.push(Some(Ok(if ingest.seen.insert(&id) {
+                out.push(Some(Ok(if ingest.seen.insert(env.id) {
                     ingest.sink.on_claim(env.clone());
                     Appended::New
                 } else {
@@ -351,7 +362,7 @@ async fn commit(
             }
             Kind::Message if env.is_human() && ingest.humans.platform_delivers_humans => {
                 // This node's platform delivers humans itself; the bridge copy would be a second one.
-                ingest.seen.insert(&id);
+                ingest.seen.insert(env.id);
                 tracing::info!(id = %env.id, sender = %env.sender, "ignoring bridge copy of a human message (platform delivers humans)");
                 out.push(Some(Ok(Appended::Duplicate)));
             }
@@ -359,7 +370,10 @@ async fn commit(
             Kind::Message | Kind::Status => {
                 slots.push(out.len());
                 out.push(None);
-                messages.push(env);
+                messages.push(Received {
+                    env,
+                    signed: bytes::Bytes::copy_from_slice(signed),
+                });
             }
         }
     }
@@ -368,11 +382,12 @@ async fn commit(
             Via::Http { .. } => "bridge",
             Via::Stream => "stream",
         };
-        let recorded = ingest.sink.record_many(messages.clone(), source).await;
-        for ((slot, env), r) in slots.into_iter().zip(messages).zip(recorded) {
+        let ids: Vec<ulid::Ulid> = messages.iter().map(|m| m.env.id).collect();
+        let recorded = ingest.sink.record_many(messages, source).await;
+        for ((slot, id), r) in slots.into_iter().zip(ids).zip(recorded) {
             out[slot] = Some(match r {
                 Ok(outcome) => {
-                    ingest.seen.insert(&env.id.to_string());
+                    ingest.seen.insert(id);
                     Ok(outcome)
                 }
                 // Permanent for the sender (its outbox gives up on a 400 rather than
@@ -541,7 +556,7 @@ pub(crate) async fn admit_many(
         match pre.and_then(|(env, verdict)| postcheck(ingest, env, verdict)) {
             Ok(Checked::Fresh(env)) => {
                 fresh_at.push(i);
-                fresh.push(env);
+                fresh.push((env, arrivals[i].body));
             }
             Ok(Checked::Duplicate(env)) => results[i] = Some(Ok((env, Appended::Duplicate))),
             Err(r) => {
@@ -552,9 +567,10 @@ pub(crate) async fn admit_many(
             }
         }
     }
-    let committed = commit(ingest, fresh.clone(), via).await;
+    let fresh_envs: Vec<Arc<Envelope>> = fresh.iter().map(|(env, _)| env.clone()).collect();
+    let committed = commit(ingest, fresh, via).await;
     let mut storage_failed = false;
-    for ((i, env), r) in fresh_at.into_iter().zip(fresh).zip(committed) {
+    for ((i, env), r) in fresh_at.into_iter().zip(fresh_envs).zip(committed) {
         // An item recorded after one that failed to store would overtake it.
         if storage_failed {
             if let Ok(Appended::New) = r {

@@ -18,7 +18,7 @@ use crate::egress::relay::Relay;
 use crate::ingress::limiter::RateLimiter;
 use crate::ingress::seen::SeenCache;
 use crate::ingress::verify_pool::VerifyPool;
-use crate::store::transcript::{platform_ids, Appended, TranscriptError};
+use crate::store::transcript::{platform_ids, Appended, Received, TranscriptError};
 use crate::telemetry::events::Event;
 use crate::telemetry::metrics::Metrics;
 use crate::turn::mention::PlatformMention;
@@ -49,7 +49,7 @@ pub trait Sink: Send + Sync + 'static {
     /// new one to the turn-taking pipeline. One result per message, in order.
     fn record_many(
         &self,
-        envs: Vec<Arc<Envelope>>,
+        envs: Vec<Received>,
         source: Source,
     ) -> BoxFuture<'_, Vec<Result<Appended, TranscriptError>>>;
 

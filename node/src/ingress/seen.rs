@@ -4,12 +4,16 @@
 //! ten minutes; the cache keeps ids for longer than that (`ttl`) and is bounded in
 //! size (`capacity`), evicting the oldest first. Replays older than the window fail
 //! the timestamp check; the transcript's permanent id index catches the rest.
+//!
+//! Ids are kept as [`Ulid`]s (16 bytes, no heap): every envelope a node receives is
+//! looked up and inserted once, and a string id would cost two allocations each time.
 
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use tokio::time::Instant;
+use ulid::Ulid;
 
 /// A bounded, time-evicting set of recently seen ids.
 pub(crate) struct SeenCache {
@@ -22,9 +26,9 @@ pub(crate) struct SeenCache {
 
 struct Inner {
     /// id → when it was inserted (to skip stale entries in `order`).
-    ids: HashMap<String, Instant>,
+    ids: HashMap<Ulid, Instant>,
     /// Insertion order, for eviction.
-    order: VecDeque<(Instant, String)>,
+    order: VecDeque<(Instant, Ulid)>,
 }
 
 impl SeenCache {
@@ -41,18 +45,18 @@ impl SeenCache {
     }
 
     /// Whether `id` was inserted within the ttl.
-    pub(crate) fn contains(&self, id: &str) -> bool {
+    pub(crate) fn contains(&self, id: &Ulid) -> bool {
         let mut inner = self.inner.lock();
         self.evict(&mut inner, Instant::now());
         inner.ids.contains_key(id)
     }
 
     /// Records `id`; returns false if it was already present.
-    pub(crate) fn insert(&self, id: &str) -> bool {
+    pub(crate) fn insert(&self, id: Ulid) -> bool {
         let now = Instant::now();
         let mut inner = self.inner.lock();
         self.evict(&mut inner, now);
-        if inner.ids.contains_key(id) {
+        if inner.ids.contains_key(&id) {
             return false;
         }
         while inner.ids.len() >= self.capacity {
@@ -63,8 +67,8 @@ impl SeenCache {
                 None => break,
             }
         }
-        inner.ids.insert(id.to_string(), now);
-        inner.order.push_back((now, id.to_string()));
+        inner.ids.insert(id, now);
+        inner.order.push_back((now, id));
         true
     }
 
@@ -91,17 +95,18 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn forgets_after_ttl_and_stays_bounded() {
         let c = SeenCache::new(Duration::from_secs(600), 3);
-        assert!(c.insert("a"));
-        assert!(!c.insert("a"));
+        let id = |n: u128| Ulid::from(n);
+        assert!(c.insert(id(100)));
+        assert!(!c.insert(id(100)));
         tokio::time::advance(Duration::from_secs(599)).await;
-        assert!(c.contains("a"));
+        assert!(c.contains(&id(100)));
         tokio::time::advance(Duration::from_secs(2)).await;
-        assert!(!c.contains("a"));
-        for id in ["1", "2", "3", "4"] {
-            c.insert(id);
+        assert!(!c.contains(&id(100)));
+        for n in [1, 2, 3, 4] {
+            c.insert(id(n));
         }
         assert_eq!(c.len(), 3);
-        assert!(!c.contains("1"), "oldest evicted first");
-        assert!(c.contains("4"));
+        assert!(!c.contains(&id(1)), "oldest evicted first");
+        assert!(c.contains(&id(4)));
     }
 }

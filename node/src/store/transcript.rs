@@ -1,7 +1,8 @@
 //! `Transcripts`: each group's messages, persisted as an append-only JSON-lines file.
 //!
 //! One file per group in `<data_dir>/transcripts/`, one envelope per line, named by
-//! [`file_stem`] (bounded whatever the group's name). Appends are deduplicated by `id`
+//! [`file_stem`] (bounded whatever the group's name). A peer's envelope is kept as the
+//! JSON it signed ([`Received`]), the node's own serialized. Appends are deduplicated by `id`
 //! and by `platform_msg_id`, written by one writer thread that batches concurrent
 //! appends into one `fsync` (group commit), and acknowledged only once on disk. On
 //! start every file is read back; a line cut short by a crash is dropped (and the file
@@ -141,6 +142,36 @@ fn forget(groups: &mut HashMap<String, GroupLog>, env: &Envelope) {
 /// Each is indexed, so a part seen on the platform finds the message it belongs to.
 pub(crate) fn platform_ids(platform_msg_id: &str) -> impl Iterator<Item = &str> {
     platform_msg_id.split_ascii_whitespace()
+}
+
+/// A peer's envelope as admitted, with the bytes it was signed as: the transcript
+/// keeps those bytes as its line (they are the envelope's JSON, which the bridge
+/// parsed and checked), so a received message is not serialized a second time.
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// The parsed envelope.
+    pub env: Arc<Envelope>,
+    /// Its JSON exactly as the sender signed it.
+    pub signed: Bytes,
+}
+
+/// The transcript line of `env`: `signed` (the bytes a peer signed, see [`Received`])
+/// when it is one line, else `env` serialized; either ends with `\n`. JSON
+/// escapes control characters in strings, so a raw `\n` in `signed` can only be
+/// whitespace between tokens, and such a body is serialized again instead.
+fn line_of(env: &Envelope, signed: Option<&[u8]>) -> Vec<u8> {
+    let serialized;
+    let body = match signed.filter(|b| !b.contains(&b'\n')) {
+        Some(b) => b,
+        None => {
+            serialized = serde_json::to_vec(env).expect("envelope serializes");
+            &serialized
+        }
+    };
+    let mut line = Vec::with_capacity(body.len() + 1);
+    line.extend_from_slice(body);
+    line.push(b'\n');
+    line
 }
 
 struct WriteJob {
@@ -306,10 +337,14 @@ impl Transcripts {
     /// message is on disk (or refused).
     pub(crate) async fn append_many(
         &self,
-        envs: Vec<Arc<Envelope>>,
+        envs: Vec<Received>,
     ) -> Vec<Result<Appended, TranscriptError>> {
-        self.append_all(envs.into_iter().map(|e| (e, false)).collect())
-            .await
+        self.append_all(
+            envs.into_iter()
+                .map(|r| (r.env, Some(r.signed), false))
+                .collect(),
+        )
+        .await
     }
 
     pub(crate) async fn append_with(
@@ -317,15 +352,16 @@ impl Transcripts {
         env: Arc<Envelope>,
         outbound: bool,
     ) -> Result<Appended, TranscriptError> {
-        self.append_all(vec![(env, outbound)])
+        self.append_all(vec![(env, None, outbound)])
             .await
             .pop()
             .expect("one result per message")
     }
 
+    /// Records each `(envelope, the bytes a peer signed, outbound)` in order.
     async fn append_all(
         &self,
-        envs: Vec<(Arc<Envelope>, bool)>,
+        envs: Vec<(Arc<Envelope>, Option<Bytes>, bool)>,
     ) -> Vec<Result<Appended, TranscriptError>> {
         enum Slot {
             Done(Result<Appended, TranscriptError>),
@@ -334,12 +370,13 @@ impl Transcripts {
         // Serialized before taking the lock.
         let prepared: Vec<_> = envs
             .into_iter()
-            .map(|(env, outbound)| {
-                let body = serde_json::to_vec(&*env).expect("envelope serializes");
-                let mut line = Vec::with_capacity(body.len() + 1);
-                line.extend_from_slice(&body);
-                line.push(b'\n');
-                let outbound = outbound.then(|| (env.id.to_string(), Bytes::from(body)));
+            .map(|(env, signed, outbound)| {
+                let line = line_of(&env, signed.as_deref());
+                // The outbox carries the line without its `\n`.
+                let outbound = outbound.then(|| {
+                    let body = Bytes::copy_from_slice(&line[..line.len() - 1]);
+                    (env.id.to_string(), body)
+                });
                 (env, line, outbound)
             })
             .collect();
@@ -1188,6 +1225,49 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_received_envelope_is_kept_as_signed_unless_it_spans_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let (t, _, _) = load(dir.path());
+        // As a peer may send it: another key order, a field this version does not know.
+        let one = msg("demo", "one", None);
+        let mut as_sent: serde_json::Value = serde_json::from_slice(&one.to_bytes()).unwrap();
+        as_sent["from_a_newer_version"] = serde_json::json!([1, 2]);
+        let signed_one = serde_json::to_vec(&as_sent).unwrap();
+        // Pretty-printed: newlines between tokens, which a line must not hold.
+        let two = msg("demo", "two\nlines", None);
+        let signed_two = serde_json::to_vec_pretty(&two).unwrap();
+        assert!(signed_two.contains(&b'\n'));
+        let received = |env: &Envelope, signed: &[u8]| Received {
+            env: Arc::new(env.clone()),
+            signed: Bytes::copy_from_slice(signed),
+        };
+        let results = t
+            .append_many(vec![
+                received(&one, &signed_one),
+                received(&two, &signed_two),
+            ])
+            .await;
+        assert!(results.iter().all(|r| matches!(r, Ok(Appended::New))));
+        t.close();
+        let file = std::fs::read(dir.path().join("transcripts/demo.jsonl")).unwrap();
+        let lines: Vec<&[u8]> = file
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .collect();
+        assert_eq!(lines.len(), 2, "one line per envelope");
+        assert_eq!(lines[0], &signed_one[..], "the signed bytes, as they came");
+        assert_eq!(
+            lines[1],
+            &two.to_bytes()[..],
+            "serialized again: it spanned lines"
+        );
+        let (t, report, _) = load(dir.path());
+        assert_eq!(report.dropped_lines, 0);
+        assert_eq!(texts(&t, "demo"), ["one", "two\nlines"]);
+        t.close();
+    }
+
+    #[tokio::test]
     async fn keeps_zeroed_space_ahead_while_running_and_cuts_it_at_stop_or_after_a_crash() {
         let dir = tempfile::tempdir().unwrap();
         let open = load;
@@ -1305,7 +1385,14 @@ mod tests {
         }
         // One commit of many groups at once: split into commits of at most 8 groups.
         let many: Vec<_> = (0..50)
-            .map(|g| Arc::new(msg(&format!("g{g}"), "3", None)))
+            .map(|g| {
+                let env = msg(&format!("g{g}"), "3", None);
+                let signed = Bytes::from(env.to_bytes());
+                Received {
+                    env: Arc::new(env),
+                    signed,
+                }
+            })
             .collect();
         for r in t.append_many(many).await {
             assert_eq!(r.unwrap(), Appended::New);

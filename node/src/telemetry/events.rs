@@ -137,6 +137,12 @@ impl EventBus {
     pub(crate) fn progress(&self, group: &str) -> Vec<ProgressLine> {
         self.progress.of(group)
     }
+    /// Whether anyone watches now (the page, an SSE client, a waiting tool call): an
+    /// event nobody would receive need not be built. A watcher that subscribes
+    /// after this said no misses only what happened before it subscribed.
+    pub(crate) fn watched(&self) -> bool {
+        self.tx.receiver_count() > 0
+    }
     /// A new subscription starting now.
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
         self.tx.subscribe()

@@ -17,6 +17,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use crate::telemetry::hot_counters::{resolved, scheme_index, HotCounters};
+
 /// Label set with one `result` label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
@@ -357,6 +359,8 @@ pub struct Metrics {
     pub(crate) status_edits: Family<StatusEditLabel, Counter>,
     /// ACP agents' turns and restarts ([`AgentMetrics`]).
     pub(crate) agent: AgentMetrics,
+    /// The counters every received envelope bumps, looked up once.
+    hot: HotCounters,
 }
 
 impl Default for Metrics {
@@ -599,6 +603,7 @@ impl Metrics {
             api_requests,
             transcript_appends,
             cache_entries,
+            hot: HotCounters::default(),
         }
     }
 
@@ -645,18 +650,48 @@ impl Metrics {
 
     /// Counts one incoming envelope.
     pub(crate) fn envelope_in(&self, result: &str) {
-        self.envelopes_in
-            .get_or_create(&ResultLabel {
-                result: result.into(),
-            })
-            .inc();
+        let hot = match result {
+            "accepted" => &self.hot.accepted,
+            "duplicate" => &self.hot.duplicate,
+            _ => {
+                self.envelopes_in
+                    .get_or_create(&ResultLabel {
+                        result: result.into(),
+                    })
+                    .inc();
+                return;
+            }
+        };
+        resolved(hot, &self.envelopes_in, || ResultLabel {
+            result: result.into(),
+        })
+        .inc();
     }
 
     /// Counts one envelope signature that verified under `scheme`.
     pub(crate) fn signature_verified(&self, scheme: crate::wire::signing::Scheme) {
-        self.signatures_verified
-            .get_or_create(&SchemeLabel {
-                scheme: scheme.label().into(),
+        let cell = &self.hot.schemes[scheme_index(scheme)];
+        resolved(cell, &self.signatures_verified, || SchemeLabel {
+            scheme: scheme.label().into(),
+        })
+        .inc();
+    }
+
+    /// Counts one message recorded in a transcript, by where it came from (`bridge`,
+    /// `api`, …), or `error` when it could not be recorded.
+    pub(crate) fn transcript_append(&self, source: &str) {
+        if source == "bridge" {
+            resolved(&self.hot.appends_bridge, &self.transcript_appends, || {
+                ResultLabel {
+                    result: source.into(),
+                }
+            })
+            .inc();
+            return;
+        }
+        self.transcript_appends
+            .get_or_create(&ResultLabel {
+                result: source.into(),
             })
             .inc();
     }
@@ -834,6 +869,16 @@ impl Metrics {
 
     /// Counts one decision.
     pub(crate) fn decision(&self, action: &str, reason: &str) {
+        if (action, reason) == ("silent", "not_mentioned") {
+            resolved(&self.hot.silent_not_mentioned, &self.decisions, || {
+                DecisionLabel {
+                    action: action.into(),
+                    reason: reason.into(),
+                }
+            })
+            .inc();
+            return;
+        }
         self.decisions
             .get_or_create(&DecisionLabel {
                 action: action.into(),

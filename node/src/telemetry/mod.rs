@@ -1,5 +1,6 @@
 //! What a node tells its operators: Prometheus metrics and live events.
 pub mod events;
+pub(crate) mod hot_counters;
 pub mod metrics;
 pub mod refusals;
 

@@ -61,6 +61,11 @@ pub(crate) trait Ports: GroupLog + Send + Sync + 'static {
     fn publish(self: Arc<Self>, env: Envelope) -> BoxFuture<'static, Result<(), String>>;
     /// Tells the watchers (the page, SSE, the simulator's tally).
     fn event(&self, event: Event);
+    /// Whether anyone watches the events now: when not, an event is not even built
+    /// (a busy receiver's silent decisions, with no page open). Always by default.
+    fn watched(&self) -> bool {
+        true
+    }
     /// Shows `group`'s chat, once, that the bot is at work on its reply (the
     /// platform's typing signal); a failure is logged, never the turn's concern.
     /// Nothing by default (a platform without the signal, the simulator).

@@ -43,10 +43,12 @@ pub(crate) fn record<P: Ports + ?Sized>(
     } else {
         tracing::info!(bot = %brain.me().name, trigger = %msg.id, from = %msg.author.name, depth = msg.depth, action, reason, detail, "decision");
     }
-    p.event(Event::Decision {
-        group: msg.group.clone(),
-        trigger: msg.id.to_string(),
-        action: action.into(),
-        reason: reason.into(),
-    });
+    if p.watched() {
+        p.event(Event::Decision {
+            group: msg.group.clone(),
+            trigger: msg.id.to_string(),
+            action: action.into(),
+            reason: reason.into(),
+        });
+    }
 }

@@ -81,12 +81,12 @@ impl crate::ingress::ingest::Sink for TestSink {
     }
     fn record_many(
         &self,
-        envs: Vec<Arc<Envelope>>,
+        envs: Vec<crate::store::transcript::Received>,
         _source: crate::ingress::ingest::Source,
     ) -> BoxFuture<'_, Vec<Result<Appended, TranscriptError>>> {
         let out = envs
             .into_iter()
-            .map(|e| Ok(self.add((*e).clone())))
+            .map(|r| Ok(self.add((*r.env).clone())))
             .collect();
         Box::pin(async move { out })
     }
