@@ -9,8 +9,8 @@ use parking_lot::RwLock;
 
 use crate::config::{BotSettings, NodeConfig};
 use crate::engine::budget::{Budget, Exhausted, Limits};
-use crate::engine::metered::LlmCall;
 use crate::engine::context::ModelPrompt;
+use crate::engine::metered::LlmCall;
 use crate::engine::model::{ShowTool, ToolLoop};
 use crate::engine::{Llm, MeteredLlm, ReplyEngine};
 use crate::llm::{estimate_tokens, parse_verdict, ChatMessage, Endpoint, Purpose, Verdict};
