@@ -571,15 +571,9 @@ async fn commit_step<P: Ports + ?Sized>(p: &P, msg: &Envelope, r: f64, reply: &R
             }
         };
         if let Some(y) = y {
-            record(
-                p,
-                msg,
-                "yield_writing",
-                y.reason(),
-                &format!("{y:?} while writing"),
-            );
-            brain.metrics.reply_discarded(y.reason(), reply.tokens);
-            withdraw_claim(p, msg, "yielded while writing");
+            let detail = format!("{y:?} while writing");
+            let why = "yielded while writing";
+            discard_reply(p, msg, ("yield_writing", y.reason()), &detail, reply, why);
             return false;
         }
         record(
@@ -593,9 +587,8 @@ async fn commit_step<P: Ports + ?Sized>(p: &P, msg: &Envelope, r: f64, reply: &R
         let last =
             crate::turn::policy::last_check(&p.mesh(), p.quiet(&msg.group), msg.depth, recent_bots);
         if let Some(reason) = last {
-            record(p, msg, "silent", reason, "checked again before sending");
-            brain.metrics.reply_discarded(reason, reply.tokens);
-            withdraw_claim(p, msg, reason);
+            let detail = "checked again before sending";
+            discard_reply(p, msg, ("silent", reason), detail, reply, reason);
             return false;
         }
     }
@@ -667,17 +660,9 @@ async fn settle_claim<P: Ports + ?Sized>(
     }
     if let Some(bot) = known.answered.first() {
         brain.board.answered(msg.id, bot);
-        record(
-            p,
-            msg,
-            "yield_writing",
-            "already_answered",
-            &format!("{bot} answers it, by its acknowledgement of this bot's claim"),
-        );
-        brain
-            .metrics
-            .reply_discarded("already_answered", reply.tokens);
-        withdraw_claim(p, msg, "yielded while writing");
+        let detail = format!("{bot} answers it, by its acknowledgement of this bot's claim");
+        let reason = ("yield_writing", "already_answered");
+        discard_reply(p, msg, reason, &detail, reply, "yielded while writing");
         return false;
     }
     if !known.judging.is_empty() {
@@ -716,17 +701,16 @@ async fn settle_claim<P: Ports + ?Sized>(
             .iter()
             .find(|peer| brain.board.has_claim(msg.id, peer))
         {
-            record(
+            let detail = format!("{peer} claims it too and has not heard this bot's claim");
+            let reason = ("yield_writing", "unheard_by_claimant");
+            discard_reply(
                 p,
                 msg,
-                "yield_writing",
-                "unheard_by_claimant",
-                &format!("{peer} claims it too and has not heard this bot's claim"),
+                reason,
+                &detail,
+                reply,
+                "a claimant has not heard this claim",
             );
-            brain
-                .metrics
-                .reply_discarded("unheard_by_claimant", reply.tokens);
-            withdraw_claim(p, msg, "a claimant has not heard this claim");
             return false;
         }
         tracing::warn!(bot = %brain.me().name, trigger = %msg.id, unacked = ?known.pending, timeout_ms = brain.me().claim_ack_timeout_ms, "claim not acknowledged by every peer in time (their links fail); posting anyway");
@@ -750,6 +734,22 @@ fn claim_envelope<P: Ports + ?Sized>(p: &P, msg: &Envelope, relevance: f64) -> E
         msg,
         relevance,
     )
+}
+
+/// Throws the written `reply` away: the decision recorded (`action`, `reason`:
+/// `detail`), its tokens counted as discarded under `reason`, the claim withdrawn
+/// (`why`).
+fn discard_reply<P: Ports + ?Sized>(
+    p: &P,
+    msg: &Envelope,
+    (action, reason): (&'static str, &'static str),
+    detail: &str,
+    reply: &Reply,
+    why: &str,
+) {
+    record(p, msg, action, reason, detail);
+    p.brain().metrics.reply_discarded(reason, reply.tokens);
+    withdraw_claim(p, msg, why);
 }
 
 /// Withdraws this bot's claim on `msg` (if it still holds one) and tells the peers,
