@@ -188,17 +188,13 @@ pub(crate) async fn post_questions(
         // `at`: an /allow said while it was held back answers nothing. Noted before
         // the question is recorded, so an answer to what the page or a peer shows
         // always finds it posted.
-        let accepted_at = std::sync::atomic::AtomicU64::new(0);
         let accepted = |ms: u64| {
-            accepted_at.store(ms, std::sync::atomic::Ordering::Relaxed);
             if let Some(p) = &node.brain.permissions {
                 p.posted(&q.group, id, ms);
             }
         };
-        let published = node.publish_own(env, "self", RecordAnyway, &accepted).await;
-        let accepted_at = accepted_at.load(std::sync::atomic::Ordering::Relaxed);
-        match published {
-            Ok(_) => {
+        match node.publish_own(env, "self", RecordAnyway, &accepted).await {
+            Ok(published) => {
                 if let Some(trigger) = node.brain.asks.turn_trigger(&q.group) {
                     // The turn waits for the chat (an A2A task: input required).
                     node.events
@@ -210,7 +206,7 @@ pub(crate) async fn post_questions(
                         });
                 }
                 let may_answer = requester.map_or_else(|| "-".into(), |r| r.name);
-                tracing::info!(bot = %me, group = %q.group, %id, kind = %q.kind, title = %q.title, %may_answer, posted_at = accepted_at, "asked the chat about the agent's tool call (the requester or an operator answers; an answer said before posted_at answers nothing)")
+                tracing::info!(bot = %me, group = %q.group, %id, kind = %q.kind, title = %q.title, %may_answer, posted_at = published.accepted_at, "asked the chat about the agent's tool call (the requester or an operator answers; an answer said before posted_at answers nothing)")
             }
             Err(e) => {
                 tracing::error!(bot = %me, group = %q.group, error = %e, "the agent's permission question could not be recorded: rejected");

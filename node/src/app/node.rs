@@ -294,7 +294,8 @@ impl Node {
                 Err(e) => not_posted.refused(e)?,
             }
         }
-        accepted(crate::wire::envelope::now_millis());
+        let accepted_at = crate::wire::envelope::now_millis();
+        accepted(accepted_at);
         let platform_msg_id = env.platform_msg_id.clone();
         // A direct chat has no peers in it: nothing to queue for them.
         let outbound = !crate::wire::envelope::is_direct_group(&env.group);
@@ -303,6 +304,7 @@ impl Node {
             appended,
             on_platform,
             platform_msg_id,
+            accepted_at,
         })
     }
 }
@@ -361,6 +363,9 @@ pub(crate) struct Published {
     pub(crate) on_platform: bool,
     /// The platform's id of it, when posted there.
     pub(crate) platform_msg_id: Option<String>,
+    /// The node's clock (ms) when the platform accepted it (its 429s waited out),
+    /// or when it was recorded without a post: what "said after it" counts from.
+    pub(crate) accepted_at: u64,
 }
 
 /// Builds the node and starts its listeners and outboxes.

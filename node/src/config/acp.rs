@@ -71,15 +71,6 @@ impl ToolKind {
             ToolKind::Other => "other",
         }
     }
-
-    /// The kind an agent named, `other` for a name ACP does not define (an agent newer
-    /// than this client): it is then treated like any kind not allowed.
-    pub fn from_acp(name: &str) -> ToolKind {
-        ToolKind::ALL
-            .into_iter()
-            .find(|k| k.as_str() == name)
-            .unwrap_or(ToolKind::Other)
-    }
 }
 
 impl<'de> Deserialize<'de> for ToolKind {
@@ -540,10 +531,17 @@ mod tests {
     }
 
     #[test]
-    fn kinds_round_trip_and_unknown_names_are_other() {
+    fn kinds_round_trip_and_unknown_names_are_refused_naming_the_kinds() {
         for k in ToolKind::ALL {
-            assert_eq!(ToolKind::from_acp(k.as_str()), k);
+            let back: ToolKind = serde_json::from_value(serde_json::json!(k.as_str())).unwrap();
+            assert_eq!(back, k);
         }
-        assert_eq!(ToolKind::from_acp("teleport"), ToolKind::Other);
+        let err = serde_json::from_value::<ToolKind>(serde_json::json!("teleport"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`teleport` is not a tool kind") && err.contains("execute"),
+            "{err}"
+        );
     }
 }
