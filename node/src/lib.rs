@@ -76,7 +76,8 @@
 //!   `config::pacing`, the one retry schedule and token bucket every layer above shares.
 //! - [`telemetry`] — `Metrics` (Prometheus; `telemetry::hot_counters`, the series every
 //!   received envelope bumps, looked up once), `EventBus` (the page, SSE), and
-//!   `refusals::REFUSALS` (the public listeners' refusals in the log, rate-limited).
+//!   `refusals::REFUSALS` (the public listeners' refusals in the log, rate-limited; the
+//!   turn code's repeated silences the same way, `refusals::DECISIONS`).
 //! - [`store`] — per-group, append-only, deduplicated, durable transcripts (`store::transcript`)
 //!   and the reads the turn code makes of them (`store::turn_queries`); the outbox log
 //!   (`store::outbox_log`); cursors; the verdict log; the bounded file names they all use

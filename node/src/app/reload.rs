@@ -114,7 +114,7 @@ impl Node {
         let merged = merge(&running.settings, &file.settings);
         let d = diff(&running.settings, &file.settings, &merged);
         let mut next = (**running).clone();
-        next.settings = merged;
+        next.set_settings(merged);
         next.llm_keys = file.llm_keys;
         let next = Arc::new(next);
         self.brain.retune(&next);

@@ -28,6 +28,7 @@ pub(crate) fn name_key(name: &str) -> String {
 }
 
 /// Whether `name` reads as one of `handles` (a bot's name and aliases).
+#[cfg(test)]
 pub(crate) fn names_collide<'a>(name: &str, handles: impl IntoIterator<Item = &'a str>) -> bool {
     let key = name_key(name);
     !key.is_empty() && handles.into_iter().any(|h| name_key(h) == key)

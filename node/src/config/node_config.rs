@@ -52,6 +52,36 @@ pub struct NodeConfig {
     pub(crate) a2a_callers: Vec<a2a::A2aCaller>,
     /// The token this bot presents to its remote A2A agent (`agent.token_env`).
     pub(crate) a2a_agent_token: Option<String>,
+    /// `settings.bots` by name and by what each name and alias reads as: every
+    /// received envelope looks its sender up, and a person's its author, so the
+    /// lookups must not walk the roster (nor normalise every bot's name) each time.
+    names: BotNames,
+}
+
+/// The roster's indexes (see [`NodeConfig::set_settings`] for keeping them current).
+#[derive(Debug, Clone, Default)]
+struct BotNames {
+    /// Exact name → index in `settings.bots`.
+    exact: HashMap<String, usize>,
+    /// [`names::name_key`] of every name and alias → the first bot (in file order)
+    /// that has it; empty keys are left out (they read as nobody).
+    keys: HashMap<String, usize>,
+}
+
+impl BotNames {
+    fn of(bots: &[BotSettings]) -> BotNames {
+        let mut n = BotNames::default();
+        for (i, b) in bots.iter().enumerate() {
+            n.exact.entry(b.name.clone()).or_insert(i);
+            for handle in std::iter::once(&b.name).chain(&b.aliases) {
+                let key = names::name_key(handle);
+                if !key.is_empty() {
+                    n.keys.entry(key).or_insert(i);
+                }
+            }
+        }
+        n
+    }
 }
 impl std::fmt::Debug for NodeConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -131,6 +161,7 @@ impl NodeConfig {
         let data_dir =
             data_dir.unwrap_or_else(|| settings.relative(&settings.mesh.data_dir).join(&bot.name));
         Ok(NodeConfig {
+            names: BotNames::of(&settings.bots),
             a2a_callers,
             a2a_agent_token,
             redis_url,
@@ -181,23 +212,24 @@ impl NodeConfig {
         self.transport() == Transport::Redis && self.settings.transport_of(peer) == Transport::Redis
     }
 
+    /// Replaces the settings (a reload) and the roster's indexes with them.
+    pub(crate) fn set_settings(&mut self, settings: Settings) {
+        self.names = BotNames::of(&settings.bots);
+        self.settings = settings;
+    }
+
     /// The bot called exactly `name`.
     pub(crate) fn member(&self, name: &str) -> Option<&BotSettings> {
-        self.settings.bots.iter().find(|b| b.name == name)
+        let i = *self.names.exact.get(name)?;
+        self.settings.bots.get(i)
     }
 
     /// The bot whose name or one of whose aliases `name` reads as (compared by
     /// [`names::name_key`]: case, width and invisible characters aside): a person may
     /// not post under it.
     pub(crate) fn bot_named_like(&self, name: &str) -> Option<&BotSettings> {
-        self.settings.bots.iter().find(|b| {
-            names::names_collide(
-                name,
-                std::iter::once(&b.name)
-                    .chain(&b.aliases)
-                    .map(String::as_str),
-            )
-        })
+        let i = *self.names.keys.get(&names::name_key(name))?;
+        self.settings.bots.get(i)
     }
 
     /// Mesh settings shortcut.
@@ -228,4 +260,42 @@ pub(crate) fn pick_bot(
         )
     })?;
     Ok((me, bot.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::platform::kit::test_config::{env, node_config, peers_toml, settings};
+
+    #[test]
+    fn the_roster_is_looked_up_by_name_and_by_what_a_name_reads_as_and_follows_a_reload() {
+        let text = peers_toml(&[
+            ("XiaoBa", "aliases = [\"小八\", \"eight\"]"),
+            ("Mira", "aliases = [\"Mi\"]"),
+        ]);
+        let mut cfg = node_config(&text, "Mira", &env(&[]));
+        assert_eq!(
+            cfg.member("XiaoBa").map(|b| b.name.as_str()),
+            Some("XiaoBa")
+        );
+        assert!(cfg.member("xiaoba").is_none(), "a sender is named exactly");
+        let like = |cfg: &super::NodeConfig, n: &str| cfg.bot_named_like(n).map(|b| b.name.clone());
+        // Case, full width and an invisible joiner aside.
+        assert_eq!(like(&cfg, "ｘｉａｏｂａ").as_deref(), Some("XiaoBa"));
+        assert_eq!(like(&cfg, "Xiao\u{200d}Ba").as_deref(), Some("XiaoBa"));
+        assert_eq!(like(&cfg, "Eight").as_deref(), Some("XiaoBa"));
+        assert_eq!(like(&cfg, " 小八 ").as_deref(), Some("XiaoBa"));
+        assert_eq!(like(&cfg, "mira").as_deref(), Some("Mira"));
+        assert_eq!(like(&cfg, "MI").as_deref(), Some("Mira"));
+        assert_eq!(like(&cfg, "alice"), None);
+        assert_eq!(
+            like(&cfg, "\u{200b}"),
+            None,
+            "a name that reads as nothing is nobody's"
+        );
+        // A reload's new aliases are what the lookups see.
+        let reloaded = peers_toml(&[("XiaoBa", ""), ("Mira", "aliases = [\"EIGHT\"]")]);
+        cfg.set_settings(settings(&reloaded).unwrap());
+        assert_eq!(like(&cfg, "eight").as_deref(), Some("Mira"));
+        assert_eq!(like(&cfg, "小八"), None);
+    }
 }

@@ -22,7 +22,16 @@ const PRUNE_ABOVE: usize = 4096;
 pub(crate) struct RateLimiter {
     per_second: f64,
     burst: f64,
-    buckets: Mutex<HashMap<(String, IpAddr), TokenBucket>>,
+    /// Source address → sender → bucket (two levels so that a lookup needs no copy of
+    /// the sender's name: the limiter is charged for every envelope).
+    buckets: Mutex<Buckets>,
+}
+
+/// The buckets and how many there are.
+#[derive(Default)]
+struct Buckets {
+    by_source: HashMap<IpAddr, HashMap<String, TokenBucket>>,
+    count: usize,
 }
 
 impl RateLimiter {
@@ -31,7 +40,7 @@ impl RateLimiter {
         RateLimiter {
             per_second: per_second as f64,
             burst: (per_second * 2) as f64,
-            buckets: Mutex::new(HashMap::new()),
+            buckets: Mutex::new(Buckets::default()),
         }
     }
 
@@ -39,10 +48,23 @@ impl RateLimiter {
     pub(crate) fn allow(&self, who: &str, source: IpAddr) -> bool {
         let now = Instant::now();
         let mut b = self.buckets.lock();
-        if b.len() >= PRUNE_ABOVE {
-            b.retain(|_, bucket| !bucket.is_full(now));
+        if b.count >= PRUNE_ABOVE {
+            let mut count = 0;
+            b.by_source.retain(|_, senders| {
+                senders.retain(|_, bucket| !bucket.is_full(now));
+                count += senders.len();
+                !senders.is_empty()
+            });
+            b.count = count;
         }
-        b.entry((who.to_string(), source))
+        let Buckets { by_source, count } = &mut *b;
+        let senders = by_source.entry(source).or_default();
+        if let Some(bucket) = senders.get_mut(who) {
+            return bucket.take(now).is_ok();
+        }
+        *count += 1;
+        senders
+            .entry(who.to_string())
             .or_insert_with(|| TokenBucket::full(self.per_second, self.burst, now))
             .take(now)
             .is_ok()
@@ -50,7 +72,7 @@ impl RateLimiter {
 
     /// How many buckets there are (for metrics and soak checks).
     pub(crate) fn buckets(&self) -> usize {
-        self.buckets.lock().len()
+        self.buckets.lock().count
     }
 }
 

@@ -7,6 +7,7 @@
 //! from the first lookup shares the family's value, so `/metrics` reads the same
 //! numbers, and a series still appears only once it has counted something.
 
+use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use prometheus_client::metrics::counter::Counter;
@@ -26,9 +27,9 @@ pub(crate) struct HotCounters {
     pub(crate) schemes: [OnceLock<Counter>; 3],
     /// `botmesh_transcript_appends_total{result="bridge"}`.
     pub(crate) appends_bridge: OnceLock<Counter>,
-    /// `botmesh_decisions_total{action="silent",reason="not_mentioned"}`: what a
-    /// receiver decides about most messages.
-    pub(crate) silent_not_mentioned: OnceLock<Counter>,
+    /// `botmesh_decisions_total{action,reason}` by its two names: a node decides
+    /// about every message it records, and the names are a short fixed list.
+    pub(crate) decisions: parking_lot::RwLock<HashMap<(&'static str, &'static str), Counter>>,
 }
 
 /// `family`'s series for `labels`, looked up once and kept in `cell`.

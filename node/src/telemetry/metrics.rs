@@ -868,23 +868,20 @@ impl Metrics {
     }
 
     /// Counts one decision.
-    pub(crate) fn decision(&self, action: &str, reason: &str) {
-        if (action, reason) == ("silent", "not_mentioned") {
-            resolved(&self.hot.silent_not_mentioned, &self.decisions, || {
-                DecisionLabel {
-                    action: action.into(),
-                    reason: reason.into(),
-                }
-            })
-            .inc();
+    pub(crate) fn decision(&self, action: &'static str, reason: &'static str) {
+        if let Some(c) = self.hot.decisions.read().get(&(action, reason)) {
+            c.inc();
             return;
         }
-        self.decisions
+        let c = self
+            .decisions
             .get_or_create(&DecisionLabel {
                 action: action.into(),
                 reason: reason.into(),
             })
-            .inc();
+            .clone();
+        c.inc();
+        self.hot.decisions.write().insert((action, reason), c);
     }
 
     /// Records one LLM call.

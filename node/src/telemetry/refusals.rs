@@ -6,6 +6,12 @@
 //! every one), and the next refusal of that source and reason after the window says in
 //! one summary line how many were not logged. Sources and reasons are `'static` names
 //! (a listener, a reason code), so the table cannot grow with what senders send.
+//!
+//! The same mechanism keeps the turn code's loop-breaker silences ([`DECISIONS`]: a
+//! rate cap, the depth limit, the quiet switch, an exhausted budget, a stale
+//! catch-up) from writing an info line for every message of a runaway exchange: the
+//! first few of each window are logged at info, the rest at debug, and `/why` and
+//! `botmesh_decisions_total` still have every one.
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -22,6 +28,19 @@ pub const FIRST: u32 = 5;
 /// The node's one refusal log, shared by every public listener.
 pub static REFUSALS: LazyLock<RefusalLog> = LazyLock::new(RefusalLog::new);
 
+/// The turn code's repeated silences (see the module docs): summaries at info.
+pub static DECISIONS: LazyLock<RefusalLog> = LazyLock::new(RefusalLog::decisions);
+
+/// What a log counts, which words and level its lines use.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Counted {
+    /// Refused traffic: warnings.
+    #[default]
+    Refusals,
+    /// Silent decisions: info.
+    Decisions,
+}
+
 /// One source and reason's current window.
 #[derive(Debug, Clone, Copy)]
 struct Window {
@@ -36,6 +55,8 @@ struct Window {
 /// Which refusals to log, per source and reason, as the module says.
 #[derive(Debug, Default)]
 pub struct RefusalLog {
+    /// Refusals or decisions: the summary lines' words and level.
+    counted: Counted,
     /// The current window of each source and reason seen.
     windows: Mutex<HashMap<(&'static str, &'static str), Window>>,
 }
@@ -44,6 +65,14 @@ impl RefusalLog {
     /// An empty log: every source and reason starts with its first [`FIRST`] logged.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty log of silent decisions (`source` is the deciding bot's part, `turn`).
+    pub fn decisions() -> Self {
+        RefusalLog {
+            counted: Counted::Decisions,
+            ..Self::default()
+        }
     }
 
     /// One refusal from `source` (a listener: `bridge`, `telegram webhook`, …) for
@@ -61,13 +90,21 @@ impl RefusalLog {
         if now.duration_since(window.started) >= WINDOW {
             if window.held_back > 0 {
                 let seconds = now.duration_since(window.started).as_secs();
-                tracing::warn!(
-                    source,
-                    reason,
-                    not_logged = window.held_back,
-                    "{} more {reason} refusals from {source} in the last {seconds} s (counted in the metrics, not logged)",
-                    window.held_back
-                );
+                let n = window.held_back;
+                match self.counted {
+                    Counted::Refusals => tracing::warn!(
+                        source,
+                        reason,
+                        not_logged = n,
+                        "{n} more {reason} refusals from {source} in the last {seconds} s (counted in the metrics, not logged)"
+                    ),
+                    Counted::Decisions => tracing::info!(
+                        source,
+                        reason,
+                        not_logged = n,
+                        "{n} more silent {reason} decisions in the last {seconds} s (counted in botmesh_decisions_total and kept for /why; logged at debug)"
+                    ),
+                }
             }
             *window = Window {
                 started: now,
@@ -78,12 +115,19 @@ impl RefusalLog {
         if window.logged < FIRST {
             window.logged += 1;
             if window.logged == FIRST {
-                tracing::warn!(
-                    source,
-                    reason,
-                    "further {reason} refusals from {source} in the next {} s are counted, not logged, until one summary line",
-                    WINDOW.as_secs()
-                );
+                let secs = WINDOW.as_secs();
+                match self.counted {
+                    Counted::Refusals => tracing::warn!(
+                        source,
+                        reason,
+                        "further {reason} refusals from {source} in the next {secs} s are counted, not logged, until one summary line"
+                    ),
+                    Counted::Decisions => tracing::info!(
+                        source,
+                        reason,
+                        "further silent {reason} decisions in the next {secs} s are logged at debug only, until one summary line"
+                    ),
+                }
             }
             true
         } else {

@@ -18,7 +18,7 @@ use crate::telemetry::metrics::Metrics;
 use crate::turn::control::{GroupStops, Trail, WhyLimits};
 use crate::turn::judge::{build_prompt, offline_verdict, prompt_hash, JudgeInput};
 use crate::turn::mention::{Member, MentionMatcher, PlatformMention};
-use crate::turn::policy::{decide, Decision, Facts};
+use crate::turn::policy::{decide, silenced_whoever_is_mentioned, Decision, Facts};
 use crate::turn::scheduler::{ClaimBoard, ClaimReply};
 use crate::wire::envelope::{AuthorKind, Envelope, Kind};
 
@@ -309,22 +309,38 @@ impl Brain {
         quiet: bool,
         passed_on_parent: bool,
     ) -> Decision {
-        let mentioned_names = self.matcher.mentioned(&msg.text, platform);
-        // In a direct chat a person talks to this bot alone: no mention needed.
-        let direct = crate::wire::envelope::is_direct_group(&msg.group)
-            && msg.author.kind == crate::wire::envelope::AuthorKind::Human;
-        let mentioned = direct || mentioned_names.iter().any(|n| n == &who.name);
-        let mentions_others = !mentioned && !mentioned_names.is_empty();
-        decide(&Facts {
+        let mut facts = Facts {
             me: who,
             mesh,
             msg,
-            mentioned,
-            mentions_others,
+            mentioned: false,
+            mentions_others: false,
             quiet,
             recent_bot_messages: recent_bots,
             passed_on_parent,
-        })
+        };
+        // The rules that hold whoever is mentioned come first, so a message they
+        // silence (every one of a flood at the rate cap) costs no scan of its text.
+        if let Some(d) = silenced_whoever_is_mentioned(&facts) {
+            return d;
+        }
+        (facts.mentioned, facts.mentions_others) = self.mentions_of(who, msg, platform);
+        decide(&facts)
+    }
+
+    /// Whether `msg` mentions bot `who`, and whether it mentions only others. In a
+    /// direct chat a person talks to the bot alone: no mention needed.
+    pub(crate) fn mentions_of(
+        &self,
+        who: &BotSettings,
+        msg: &Envelope,
+        platform: &[PlatformMention],
+    ) -> (bool, bool) {
+        let mentioned_names = self.matcher.mentioned(&msg.text, platform);
+        let direct = crate::wire::envelope::is_direct_group(&msg.group)
+            && msg.author.kind == crate::wire::envelope::AuthorKind::Human;
+        let mentioned = direct || mentioned_names.iter().any(|n| n == &who.name);
+        (mentioned, !mentioned && !mentioned_names.is_empty())
     }
 
     /// The judge prompt for `msg` with `context` before it.

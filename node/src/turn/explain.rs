@@ -119,7 +119,8 @@ pub async fn explain(
     let context = &recent[context_start..];
     let mut out = Explanation {
         bot: t.me.name.clone(),
-        mentioned: d.mentioned,
+        // From the text itself: a decision the hard rules made never scanned it.
+        mentioned: brain.mentions_of(&t.me, &msg, &[]).0,
         mentions: brain.matcher.mentioned(&msg.text, &[]),
         action: d.action.as_str().into(),
         reason: d.reason.into(),

@@ -67,6 +67,9 @@ pub(crate) struct Facts<'a> {
 
 /// Applies the rules in order; the first that fires decides.
 pub(crate) fn decide(f: &Facts<'_>) -> Decision {
+    if let Some(d) = silenced_whoever_is_mentioned(f) {
+        return d;
+    }
     let d = |action, reason| Decision {
         action,
         reason,
@@ -74,21 +77,6 @@ pub(crate) fn decide(f: &Facts<'_>) -> Decision {
         everyone: f.msg.author.kind == AuthorKind::Human && asks_everyone(&f.msg.text),
     };
     let is_bot = f.msg.author.kind == AuthorKind::Bot;
-    if is_bot && f.msg.author.name == f.me.name {
-        return d(Action::Silent, "own_message");
-    }
-    if f.quiet {
-        return d(Action::Silent, "quiet");
-    }
-    if is_bot && f.me.reply_to == ReplyTo::Humans {
-        return d(Action::Silent, "ignores_bots");
-    }
-    if f.msg.depth >= f.mesh.max_depth {
-        return d(Action::Silent, "max_depth");
-    }
-    if f.recent_bot_messages >= f.mesh.bot_messages_per_minute as usize {
-        return d(Action::Silent, "rate_cap");
-    }
     if f.mentioned {
         // Past the threshold even a mention needs the judge's agreement.
         return if f.msg.depth > f.mesh.llm_threshold {
@@ -113,6 +101,32 @@ pub(crate) fn decide(f: &Facts<'_>) -> Decision {
         return d(Action::Reply, "always_answers");
     }
     d(Action::Judge, "interject_check")
+}
+
+/// The first rules of [`decide`], which do not look at mentions (`f.mentioned` and
+/// `f.mentions_others` are not read): its own message, the quiet switch, a bot
+/// ignoring bots, the depth limit, the rate cap. `None` when none fires.
+pub(crate) fn silenced_whoever_is_mentioned(f: &Facts<'_>) -> Option<Decision> {
+    let is_bot = f.msg.author.kind == AuthorKind::Bot;
+    let reason = if is_bot && f.msg.author.name == f.me.name {
+        "own_message"
+    } else if f.quiet {
+        "quiet"
+    } else if is_bot && f.me.reply_to == ReplyTo::Humans {
+        "ignores_bots"
+    } else if f.msg.depth >= f.mesh.max_depth {
+        "max_depth"
+    } else if f.recent_bot_messages >= f.mesh.bot_messages_per_minute as usize {
+        "rate_cap"
+    } else {
+        return None;
+    };
+    Some(Decision {
+        action: Action::Silent,
+        reason,
+        mentioned: f.mentioned,
+        everyone: f.msg.author.kind == AuthorKind::Human && asks_everyone(&f.msg.text),
+    })
 }
 
 /// The hard rules once more, right before a written reply is sent (the world may

@@ -175,7 +175,8 @@ fn line_of(env: &Envelope, signed: Option<&[u8]>) -> Vec<u8> {
 }
 
 struct WriteJob {
-    group: String,
+    /// The message (its group names the file): shared, not a copy of the name.
+    env: Arc<Envelope>,
     line: Vec<u8>,
     /// Also goes to every peer: written to the outbox log and handed to the [`Fanout`].
     outbound: Option<(String, Bytes)>,
@@ -394,9 +395,11 @@ impl Transcripts {
                     })));
                     continue;
                 }
-                let log = groups
-                    .entry(env.group.clone())
-                    .or_insert_with(GroupLog::new);
+                // The group's name is copied only for a new group.
+                if !groups.contains_key(&env.group) {
+                    groups.insert(env.group.clone(), GroupLog::new());
+                }
+                let log = groups.get_mut(&env.group).expect("just inserted");
                 if log.is_duplicate(&env) {
                     slots.push(Slot::Done(Ok(Appended::Duplicate)));
                     continue;
@@ -407,7 +410,7 @@ impl Transcripts {
                     .as_ref()
                     .map(|w| {
                         w.send(WriteJob {
-                            group: env.group.clone(),
+                            env: env.clone(),
                             line,
                             outbound,
                             done: done_tx,
@@ -899,16 +902,20 @@ impl Writer {
                     Err(_) => break,
                 },
             };
-            let mut groups: HashSet<String> = HashSet::from([first.group.clone()]);
+            // The batch's groups (a message each, for its group's name: no copies;
+            // a batch rarely spans more than a few groups).
+            let mut groups: Vec<Arc<Envelope>> = vec![first.env.clone()];
             let mut batch = vec![first];
             while batch.len() < 1024 {
                 match rx.try_recv() {
                     Ok(job) => {
-                        if !groups.contains(&job.group) && groups.len() >= self.max_open {
-                            carry = Some(job);
-                            break;
+                        if !groups.iter().any(|g| g.group == job.env.group) {
+                            if groups.len() >= self.max_open {
+                                carry = Some(job);
+                                break;
+                            }
+                            groups.push(job.env.clone());
                         }
-                        groups.insert(job.group.clone());
                         batch.push(job);
                     }
                     Err(_) => break,
@@ -930,17 +937,62 @@ impl Writer {
     /// the peers stay in the outbox log, and their sequence numbers are not reused: an
     /// outbox that spilled re-reads them from there, and a restart sends them again
     /// (peers deduplicate), so no peer misses a message another peer got.
+    /// Appends the lines of `jobs` (one group's, none outbound) with one write, noting
+    /// the file's length before them in `starts` (for a failed sync's undo). A failed
+    /// write leaves none of them (the file is cut back to where the run began).
+    fn append_run(
+        &mut self,
+        group: &str,
+        jobs: &[WriteJob],
+        starts: &mut HashMap<String, u64>,
+    ) -> std::io::Result<()> {
+        let f = self.file(group, starts)?;
+        if !starts.contains_key(group) {
+            starts.insert(group.to_string(), f.len);
+        }
+        match jobs {
+            [one] => f.append_clean(&one.line),
+            _ => {
+                let mut lines = Vec::with_capacity(jobs.iter().map(|j| j.line.len()).sum());
+                for j in jobs {
+                    lines.extend_from_slice(&j.line);
+                }
+                f.append_clean(&lines)
+            }
+        }
+    }
+
     fn write_batch(&mut self, batch: Vec<WriteJob>) {
         let mut results: Vec<std::io::Result<()>> = Vec::with_capacity(batch.len());
         // Each touched file's length before this batch, to undo it if a sync fails.
         let mut starts: HashMap<String, u64> = HashMap::new();
         let log_start = self.log.len;
         let seq_start = self.next_seq;
-        for job in &batch {
+        let mut i = 0;
+        while i < batch.len() {
+            let job = &batch[i];
+            if job.outbound.is_none() {
+                // A run of lines for one group that go to no peer (what a peer's
+                // batch brings): one write for all of them, and one result shared.
+                let run = batch[i..]
+                    .iter()
+                    .take_while(|j| j.env.group == job.env.group && j.outbound.is_none())
+                    .count();
+                let r = self.append_run(&job.env.group, &batch[i..i + run], &mut starts);
+                for _ in 1..run {
+                    results.push(r.as_ref().map(|_| ()).map_err(clone_io_error));
+                }
+                results.push(r);
+                i += run;
+                continue;
+            }
+            i += 1;
             let r = (|| {
-                let f = self.file(&job.group, &starts)?;
+                let f = self.file(&job.env.group, &starts)?;
                 let before = f.len;
-                starts.entry(job.group.clone()).or_insert(before);
+                if !starts.contains_key(&job.env.group) {
+                    starts.insert(job.env.group.clone(), before);
+                }
                 f.append_clean(&job.line)?;
                 let Some((id, body)) = &job.outbound else {
                     return Ok(());
@@ -951,7 +1003,7 @@ impl Writer {
                 if let Err(e) = self.log.append_clean(&entry) {
                     // Not in the outbox log, so not in the transcript either.
                     self.files
-                        .get_mut(&job.group)
+                        .get_mut(&job.env.group)
                         .expect("opened")
                         .cut_back(before);
                     return Err(e);
@@ -1012,7 +1064,7 @@ impl Writer {
         }
         for (job, r) in batch.into_iter().zip(results) {
             if let Err(e) = &r {
-                tracing::error!(group = %job.group, dir = %self.dir.display(), error = %e, "transcript write failed; message not acknowledged, nothing of it kept");
+                tracing::error!(group = %job.env.group, dir = %self.dir.display(), error = %e, "transcript write failed; message not acknowledged, nothing of it kept");
             }
             let _ = job.done.send(r);
         }
@@ -1037,6 +1089,11 @@ impl Writer {
             Err(e) => tracing::warn!(error = %e, "could not compact the outbox log"),
         }
     }
+}
+
+/// The same failure for each job of a run that was written together.
+fn clone_io_error(e: &std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), e.to_string())
 }
 
 #[cfg(test)]

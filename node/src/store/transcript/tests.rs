@@ -504,3 +504,53 @@ async fn append_then_reopen(t: Transcripts, dir: &Path, text: &str) -> (usize, V
     t.close();
     out
 }
+
+#[tokio::test]
+async fn lines_written_together_fail_together_and_leave_other_groups_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    // Unsynced: a sync of /dev/full fails too, and a failed sync refuses the whole
+    // batch (a_failed_sync_refuses_the_batch_…); this test is about the writes.
+    let (t, _, _) = Transcripts::open(
+        dir.path(),
+        EventBus::new(16),
+        false,
+        Arc::new(NoPeers),
+        4,
+        TranscriptLimits::UNBOUNDED,
+    )
+    .unwrap();
+    // Writes to /dev/full fail (ENOSPC): a group whose disk is full. Linked after the
+    // load, which would read /dev/full's endless zeros.
+    let full = dir
+        .path()
+        .join("transcripts")
+        .join(format!("{}.jsonl", file_stem("full")));
+    std::os::unix::fs::symlink("/dev/full", &full).unwrap();
+    let received = |env: Envelope| Received {
+        signed: Bytes::from(env.to_bytes()),
+        env: Arc::new(env),
+    };
+    let envs = vec![
+        msg("full", "one", None),
+        msg("full", "two", None),
+        msg("fine", "three", None),
+        msg("fine", "four", None),
+        msg("full", "five", None),
+    ];
+    let results = t
+        .append_many(envs.into_iter().map(received).collect())
+        .await;
+    let ok: Vec<bool> = results.iter().map(Result::is_ok).collect();
+    assert_eq!(ok, [false, false, true, true, false], "{results:?}");
+    assert!(
+        t.recent("full", 10).is_empty(),
+        "nothing of a failed write kept"
+    );
+    assert_eq!(texts(&t, "fine"), ["three", "four"]);
+    t.close();
+    std::fs::remove_file(&full).unwrap();
+    let (t, report, _) = load(dir.path());
+    assert_eq!(report.dropped_lines, 0);
+    assert_eq!(texts(&t, "fine"), ["three", "four"]);
+    t.close();
+}
