@@ -264,21 +264,39 @@ pub(crate) fn pick_bot(
 
 #[cfg(test)]
 mod tests {
-    use crate::platform::kit::test_config::{env, node_config, peers_toml, settings};
+    use super::{NodeConfig, Settings};
+    use std::collections::HashMap;
+
+    /// A two-bot peers.toml (shared secret) with these `aliases` lines.
+    fn settings(xiaoba: &str, mira: &str) -> Settings {
+        let text = format!(
+            "[mesh]\ngroup = \"team\"\nsecret_env = \"S\"\n\n\
+             [[bots]]\nname = \"XiaoBa\"\nbridge = \"127.0.0.1:7101\"\napi = \"127.0.0.1:8101\"\n{xiaoba}\n\n\
+             [[bots]]\nname = \"Mira\"\nbridge = \"127.0.0.1:7102\"\napi = \"127.0.0.1:8102\"\n{mira}\n"
+        );
+        Settings::from_toml(&text, std::path::Path::new("peers.toml")).unwrap()
+    }
 
     #[test]
     fn the_roster_is_looked_up_by_name_and_by_what_a_name_reads_as_and_follows_a_reload() {
-        let text = peers_toml(&[
-            ("XiaoBa", "aliases = [\"小八\", \"eight\"]"),
-            ("Mira", "aliases = [\"Mi\"]"),
-        ]);
-        let mut cfg = node_config(&text, "Mira", &env(&[]));
+        let env: HashMap<String, String> = [(
+            "S".to_string(),
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".to_string(),
+        )]
+        .into();
+        let mut cfg = NodeConfig::resolve(
+            settings("aliases = [\"小八\", \"eight\"]", "aliases = [\"Mi\"]"),
+            "Mira",
+            None,
+            &env,
+        )
+        .unwrap();
         assert_eq!(
             cfg.member("XiaoBa").map(|b| b.name.as_str()),
             Some("XiaoBa")
         );
         assert!(cfg.member("xiaoba").is_none(), "a sender is named exactly");
-        let like = |cfg: &super::NodeConfig, n: &str| cfg.bot_named_like(n).map(|b| b.name.clone());
+        let like = |cfg: &NodeConfig, n: &str| cfg.bot_named_like(n).map(|b| b.name.clone());
         // Case, full width and an invisible joiner aside.
         assert_eq!(like(&cfg, "ｘｉａｏｂａ").as_deref(), Some("XiaoBa"));
         assert_eq!(like(&cfg, "Xiao\u{200d}Ba").as_deref(), Some("XiaoBa"));
@@ -293,8 +311,7 @@ mod tests {
             "a name that reads as nothing is nobody's"
         );
         // A reload's new aliases are what the lookups see.
-        let reloaded = peers_toml(&[("XiaoBa", ""), ("Mira", "aliases = [\"EIGHT\"]")]);
-        cfg.set_settings(settings(&reloaded).unwrap());
+        cfg.set_settings(settings("", "aliases = [\"EIGHT\"]"));
         assert_eq!(like(&cfg, "eight").as_deref(), Some("Mira"));
         assert_eq!(like(&cfg, "小八"), None);
     }

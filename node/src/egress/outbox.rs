@@ -187,13 +187,27 @@ impl SignatureCache {
         }
         let sig = signer.sign(id, ts, body);
         let mut e = self.entries.lock();
-        if e.len() >= 4096 {
+        if e.len() >= SIGNATURE_CACHE_ENTRIES {
             e.retain(|_, (t, _)| *t >= ts - 1);
+            if e.len() >= SIGNATURE_CACHE_ENTRIES / 2 {
+                // Still full of this second's signatures (a burst): start over rather
+                // than walk the whole table again on every signature that follows.
+                e.clear();
+            }
         }
         e.insert(id.to_string(), (ts, sig.clone()));
         sig
     }
+
+    /// Signatures kept (for tests).
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.entries.lock().len()
+    }
 }
+
+/// At most this many signatures are kept: a miss costs one more signature, never memory.
+const SIGNATURE_CACHE_ENTRIES: usize = 4096;
 
 impl Outbox {
     /// An empty outbox for `peer` at `base_url`; `cursor_path` keeps its delivery
@@ -891,6 +905,27 @@ mod tests {
         let later = cache.get_or_sign(&signer, "01J", 101, b"{}");
         assert_ne!(later, a, "a new second gets a fresh signature");
         assert_eq!(later, signer.sign("01J", 101, b"{}"));
+    }
+
+    #[test]
+    fn a_burst_of_signatures_in_one_second_keeps_the_cache_bounded() {
+        // HMAC: cheap enough to sign 12,000 times in a test.
+        let signer = Signer {
+            pairwise: Default::default(),
+            hmac: vec![crate::wire::signing::HmacSecret::generate()],
+            ed25519: vec![],
+        };
+        let cache = SignatureCache::default();
+        for i in 0..3 * SIGNATURE_CACHE_ENTRIES {
+            cache.get_or_sign(&signer, &format!("e{i}"), 100, b"{}");
+            assert!(cache.len() <= SIGNATURE_CACHE_ENTRIES, "{}", cache.len());
+        }
+        // The latest ones are still there (a second outbox in the same second hits).
+        let last = format!("e{}", 3 * SIGNATURE_CACHE_ENTRIES - 1);
+        assert_eq!(
+            cache.get_or_sign(&signer, &last, 100, b"{}"),
+            signer.sign(&last, 100, b"{}")
+        );
     }
 
     #[test]
