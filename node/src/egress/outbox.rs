@@ -891,13 +891,18 @@ mod tests {
         }
     }
 
-    #[test]
-    fn one_signature_per_envelope_and_second_is_shared() {
-        let signer = Signer {
+    /// A signer with a mesh secret only: HMAC, cheap enough to sign thousands of times.
+    fn hmac_signer() -> Signer {
+        Signer {
             pairwise: Default::default(),
             hmac: vec![crate::wire::signing::HmacSecret::generate()],
             ed25519: vec![],
-        };
+        }
+    }
+
+    #[test]
+    fn one_signature_per_envelope_and_second_is_shared() {
+        let signer = hmac_signer();
         let cache = SignatureCache::default();
         let a = cache.get_or_sign(&signer, "01J", 100, b"{}");
         assert_eq!(a, signer.sign("01J", 100, b"{}"));
@@ -909,12 +914,7 @@ mod tests {
 
     #[test]
     fn a_burst_of_signatures_in_one_second_keeps_the_cache_bounded() {
-        // HMAC: cheap enough to sign 12,000 times in a test.
-        let signer = Signer {
-            pairwise: Default::default(),
-            hmac: vec![crate::wire::signing::HmacSecret::generate()],
-            ed25519: vec![],
-        };
+        let signer = hmac_signer();
         let cache = SignatureCache::default();
         for i in 0..3 * SIGNATURE_CACHE_ENTRIES {
             cache.get_or_sign(&signer, &format!("e{i}"), 100, b"{}");

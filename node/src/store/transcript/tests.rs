@@ -12,6 +12,14 @@ fn msg(group: &str, text: &str, pid: Option<&str>) -> Envelope {
     env
 }
 
+/// `env` as the bridge hands it over: with the bytes it was `signed` as.
+fn received(env: &Envelope, signed: &[u8]) -> Received {
+    Received {
+        env: Arc::new(env.clone()),
+        signed: Bytes::copy_from_slice(signed),
+    }
+}
+
 /// A node with no peers.
 struct NoPeers;
 impl Fanout for NoPeers {
@@ -197,10 +205,6 @@ async fn a_received_envelope_is_kept_as_signed_unless_it_spans_lines() {
     let two = msg("demo", "two\nlines", None);
     let signed_two = serde_json::to_vec_pretty(&two).unwrap();
     assert!(signed_two.contains(&b'\n'));
-    let received = |env: &Envelope, signed: &[u8]| Received {
-        env: Arc::new(env.clone()),
-        signed: Bytes::copy_from_slice(signed),
-    };
     let results = t
         .append_many(vec![
             received(&one, &signed_one),
@@ -526,11 +530,7 @@ async fn lines_written_together_fail_together_and_leave_other_groups_alone() {
         .join("transcripts")
         .join(format!("{}.jsonl", file_stem("full")));
     std::os::unix::fs::symlink("/dev/full", &full).unwrap();
-    let received = |env: Envelope| Received {
-        signed: Bytes::from(env.to_bytes()),
-        env: Arc::new(env),
-    };
-    let envs = vec![
+    let envs = [
         msg("full", "one", None),
         msg("full", "two", None),
         msg("fine", "three", None),
@@ -538,7 +538,7 @@ async fn lines_written_together_fail_together_and_leave_other_groups_alone() {
         msg("full", "five", None),
     ];
     let results = t
-        .append_many(envs.into_iter().map(received).collect())
+        .append_many(envs.iter().map(|e| received(e, &e.to_bytes())).collect())
         .await;
     let ok: Vec<bool> = results.iter().map(Result::is_ok).collect();
     assert_eq!(ok, [false, false, true, true, false], "{results:?}");
