@@ -34,7 +34,7 @@ use clap::Args;
 use serde_json::{json, Value};
 
 use crate::mesh::wait_healthy;
-use crate::procs::{free_port, mib, rss_kib, Machine, Proc};
+use crate::procs::{free_ports, mib, rss_kib, Machine, Proc};
 use crate::stats::Latency;
 
 /// Options of `botmesh-bench agents`.
@@ -215,10 +215,11 @@ pub(crate) async fn start_pair(
         crate::mesh::MESH_SETTINGS
     );
     let mut addrs = Vec::new();
+    let mut ports = free_ports(2 * agents.len())?.into_iter();
     for (i, agent) in agents.iter().enumerate() {
         let name = format!("agent{i}");
-        let bridge: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
-        let api: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        let bridge = SocketAddr::from(([127, 0, 0, 1], ports.next().expect("two per bot")));
+        let api = SocketAddr::from(([127, 0, 0, 1], ports.next().expect("two per bot")));
         toml.push_str(&format!(
             "[[bots]]\nname = \"{name}\"\nbridge = \"{bridge}\"\napi = \"{api}\"\nparticipation = \"mentions\"\n"
         ));

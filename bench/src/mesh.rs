@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use botmesh::wire::signing::{HmacSecret, PairwiseKey, Signer, SigningKey};
 
-use crate::procs::{free_port, Proc};
+use crate::procs::{free_ports, Proc};
 use crate::record::Recorder;
 
 /// `[mesh]` settings of the bench mesh (besides group and data folder).
@@ -88,10 +88,11 @@ impl Mesh {
                 .map(|i| (bot_name(i), SigningKey::generate()))
                 .collect(),
         };
+        let mut ports = free_ports(2 * n)?.into_iter();
         for i in 0..n {
             let name = bot_name(i);
-            let bridge: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
-            let api: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+            let bridge = SocketAddr::from(([127, 0, 0, 1], ports.next().expect("two per bot")));
+            let api = SocketAddr::from(([127, 0, 0, 1], ports.next().expect("two per bot")));
             toml.push_str(&format!(
                 "[[bots]]\nname = \"{name}\"\nbridge = \"{bridge}\"\napi = \"{api}\"\n{BOT_SETTINGS}"
             ));

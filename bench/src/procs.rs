@@ -193,8 +193,18 @@ pub fn steal_percent(before: Option<(u64, u64)>, after: Option<(u64, u64)>) -> O
 
 /// A free TCP port on 127.0.0.1 (bound to port 0, then released).
 pub fn free_port() -> anyhow::Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0")?;
-    Ok(l.local_addr()?.port())
+    Ok(free_ports(1)?[0])
+}
+
+/// `n` distinct free TCP ports on 127.0.0.1: all are held bound until the last is
+/// found, then released. Ports found one at a time can repeat (the kernel may hand
+/// out a port again once it is released), and a mesh whose config names a port twice
+/// does not start.
+pub fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
+    let held = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0"))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    held.iter().map(|l| Ok(l.local_addr()?.port())).collect()
 }
 
 /// Samples VmRSS of some processes every 50 ms in the background; keeps each maximum.
@@ -333,6 +343,9 @@ mod tests {
         assert!(cpu_secs(me).is_some());
         assert!(stat_cpu_secs(me).is_some());
         assert!(free_port().unwrap() > 0);
+        let ports = free_ports(64).unwrap();
+        let distinct: std::collections::HashSet<_> = ports.iter().collect();
+        assert_eq!(distinct.len(), 64, "{ports:?}");
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! the same body and the same `webhook-*` signature headers, signed by the original
 //! sender A, plus `botmesh-relay-to: B` and `botmesh-hops: 1`. Nothing is re-signed:
 //!
-//! - C runs the full gauntlet on the copy ([`crate::ingress::bridge::admit`]): it must verify as
+//! - C runs the full gauntlet on the copy ([`crate::ingress::bridge::admit_many`]): it must verify as
 //!   A's (the signature covers `id.timestamp.body`, so C cannot alter it, and C cannot
 //!   sign as A), and C records it if new. Only then does C forward the untouched
 //!   headers and body to B, and only while `hops <= max_relay_hops`; otherwise it

@@ -108,13 +108,13 @@ pub(crate) async fn read_envelope_body(
         })
 }
 
-/// [`admit`] for an envelope POSTed to this node from `source`, directly or through a
+/// [`admit_many`] for one envelope POSTed to this node from `source`, directly or through a
 /// relay ([`crate::egress::relay`]): its signature values are headers, `now` is the
 /// wall clock.
 pub(crate) async fn admit_posted(
     ingest: &Ingest,
     headers: &http::HeaderMap,
-    body: &[u8],
+    body: &bytes::Bytes,
     source: IpAddr,
 ) -> Result<(Arc<Envelope>, Appended), Reject> {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
@@ -123,8 +123,16 @@ pub(crate) async fn admit_posted(
         timestamp: header(HEADER_TIMESTAMP),
         signature: header(HEADER_SIGNATURE),
     };
-    let now = (crate::wire::envelope::now_millis() / 1000) as i64;
-    admit(ingest, signed, body, now, Via::Http { source }).await
+    let arrival = Arrival {
+        signed,
+        body,
+        shared: Some(body),
+        now: (crate::wire::envelope::now_millis() / 1000) as i64,
+    };
+    admit_many(ingest, &[arrival], Via::Http { source })
+        .await
+        .pop()
+        .expect("one result per arrival")
 }
 
 /// The three Standard Webhooks values that travel beside an envelope's bytes: HTTP
@@ -184,23 +192,6 @@ impl Reject {
     }
 }
 
-/// The checks every envelope passes, whichever transport carried it: headers → JSON
-/// shape → id match → known sender → rate limit (HTTP) → signature and timestamp
-/// window → author rules → replay/duplicate → transcript.
-pub(crate) async fn admit(
-    ingest: &Ingest,
-    signed: Signed<'_>,
-    body: &[u8],
-    now: i64,
-    via: Via,
-) -> Admitted {
-    let arrival = Arrival { signed, body, now };
-    admit_many(ingest, &[arrival], via)
-        .await
-        .pop()
-        .expect("one result per arrival")
-}
-
 /// An envelope that passed the cheap checks, with its signature check still to do.
 pub(crate) struct Prechecked {
     /// The parsed envelope.
@@ -209,7 +200,7 @@ pub(crate) struct Prechecked {
     signature: Pending,
 }
 
-/// [`admit`]'s checks up to the signature: headers, JSON shape, id match, known
+/// [`admit_many`]'s checks up to the signature: headers, JSON shape, id match, known
 /// sender, the rate limit (HTTP: a token of the sender's at this source is taken
 /// here, before any signature is looked at), timestamp window, and the signature
 /// entries' form and number. A batch's items are all prechecked before their
@@ -290,7 +281,7 @@ fn unauthorized(e: VerifyError) -> Reject {
     Reject(StatusCode::UNAUTHORIZED, e.reason_code(), e.to_string())
 }
 
-/// [`admit`]'s checks after the signature's `verdict`: author rules, replay cache;
+/// [`admit_many`]'s checks after the signature's `verdict`: author rules, replay cache;
 /// nothing is recorded yet.
 pub(crate) fn postcheck(
     ingest: &Ingest,
@@ -344,7 +335,7 @@ pub(crate) fn postcheck(
 /// One result per envelope, in the same order.
 async fn commit(
     ingest: &Ingest,
-    envs: Vec<(Arc<Envelope>, &[u8])>,
+    envs: Vec<(Arc<Envelope>, bytes::Bytes)>,
     via: Via,
 ) -> Vec<Result<Appended, Reject>> {
     let mut out: Vec<Option<Result<Appended, Reject>>> = Vec::with_capacity(envs.len());
@@ -368,12 +359,9 @@ async fn commit(
             }
             // A bot's status is recorded (shown as status); triage never takes it up.
             Kind::Message | Kind::Status => {
-                slots.push(out.len());
+                slots.push((out.len(), env.id));
                 out.push(None);
-                messages.push(Received {
-                    env,
-                    signed: bytes::Bytes::copy_from_slice(signed),
-                });
+                messages.push(Received { env, signed });
             }
         }
     }
@@ -382,9 +370,8 @@ async fn commit(
             Via::Http { .. } => "bridge",
             Via::Stream => "stream",
         };
-        let ids: Vec<ulid::Ulid> = messages.iter().map(|m| m.env.id).collect();
         let recorded = ingest.sink.record_many(messages, source).await;
-        for ((slot, id), r) in slots.into_iter().zip(ids).zip(recorded) {
+        for ((slot, id), r) in slots.into_iter().zip(recorded) {
             out[slot] = Some(match r {
                 Ok(outcome) => {
                     ingest.seen.insert(id);
@@ -474,6 +461,7 @@ pub(crate) async fn receive_batch(
                 signature: Some(&item.signature),
             },
             body: item.body.as_bytes(),
+            shared: None,
             now,
         })
         .collect();
@@ -492,7 +480,7 @@ pub(crate) async fn receive_batch(
     server::json(StatusCode::OK, &serde_json::json!({ "results": answers }))
 }
 
-/// What [`admit`] made of one envelope.
+/// What [`admit_many`] made of one envelope.
 pub(crate) type Admitted = Result<(Arc<Envelope>, Appended), Reject>;
 
 /// One envelope of several that arrived together, for [`admit_many`].
@@ -502,12 +490,18 @@ pub(crate) struct Arrival<'a> {
     pub signed: Signed<'a>,
     /// Its bytes as signed.
     pub body: &'a [u8],
+    /// The same bytes, when the transport read them into a buffer of their own: the
+    /// transcript line is then that buffer, not a copy.
+    pub shared: Option<&'a bytes::Bytes>,
     /// The time its timestamp is checked against (see [`Via`]).
     pub now: i64,
 }
 
-/// [`admit`] for envelopes that arrived together and must be recorded in their order
-/// (a batch POST, one read of a Redis Stream): the cheap checks of each first (the
+/// The checks every envelope passes, whichever transport carried it (headers → JSON
+/// shape → id match → known sender → rate limit (HTTP) → signature and timestamp
+/// window → author rules → replay/duplicate → transcript), for envelopes that arrived
+/// together and must be recorded in their order (a single POST, a batch POST, one
+/// read of a Redis Stream): the cheap checks of each first (the
 /// rate limit among them), then all their signatures in one verification, then the
 /// rest of the checks in order, then every new message in one durable write. A
 /// retryable rejection (flow control, storage) stops the rest, answered
@@ -515,7 +509,7 @@ pub(crate) struct Arrival<'a> {
 /// a rate-limited one is not even prechecked, so a flood over its limit costs no
 /// signature check. One result per arrival, in the same order.
 ///
-/// Calling [`admit`] once per arrival is not the same: an arrival whose signature
+/// Calling this once per arrival is not the same: an arrival whose signature
 /// happened to be decided sooner would be recorded before the ones ahead of it.
 pub(crate) async fn admit_many(
     ingest: &Ingest,
@@ -545,6 +539,7 @@ pub(crate) async fn admit_many(
     let mut verdicts = ingest.verify.verify(signatures).await.into_iter();
     let mut results: Vec<Option<Admitted>> = (0..n).map(|_| None).collect();
     let mut fresh = Vec::new();
+    // Where each fresh envelope's result goes, and the envelope for it.
     let mut fresh_at = Vec::new();
     let mut stopped = false;
     for (i, pre) in prechecked.into_iter().enumerate() {
@@ -555,8 +550,13 @@ pub(crate) async fn admit_many(
         }
         match pre.and_then(|(env, verdict)| postcheck(ingest, env, verdict)) {
             Ok(Checked::Fresh(env)) => {
-                fresh_at.push(i);
-                fresh.push((env, arrivals[i].body));
+                fresh_at.push((i, env.clone()));
+                let a = &arrivals[i];
+                let signed = match a.shared {
+                    Some(shared) => shared.clone(),
+                    None => bytes::Bytes::copy_from_slice(a.body),
+                };
+                fresh.push((env, signed));
             }
             Ok(Checked::Duplicate(env)) => results[i] = Some(Ok((env, Appended::Duplicate))),
             Err(r) => {
@@ -567,10 +567,9 @@ pub(crate) async fn admit_many(
             }
         }
     }
-    let fresh_envs: Vec<Arc<Envelope>> = fresh.iter().map(|(env, _)| env.clone()).collect();
     let committed = commit(ingest, fresh, via).await;
     let mut storage_failed = false;
-    for ((i, env), r) in fresh_at.into_iter().zip(fresh_envs).zip(committed) {
+    for ((i, env), r) in fresh_at.into_iter().zip(committed) {
         // An item recorded after one that failed to store would overtake it.
         if storage_failed {
             if let Ok(Appended::New) = r {

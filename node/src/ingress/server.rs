@@ -14,11 +14,11 @@
 //! listener and reason ([`crate::telemetry::refusals`]); `botmesh_open_connections{listener}`
 //! shows the connections held.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -174,14 +174,21 @@ fn crowded_answer() -> Vec<u8> {
     .into_bytes()
 }
 
-/// What [`serve`] hands each request (in its extensions) for [`read_body`]: how long
-/// the body may take, and where a missed deadline is noted for the answer.
-#[derive(Debug, Clone)]
+/// What [`serve`] gives each request's handling (a task-local value, set around the
+/// handler's future) for [`read_body`]: how long the body may take, and where a missed
+/// deadline is noted for the answer. Task-local rather than in the request's
+/// extensions: no allocation per request (a map, a box and a shared flag).
+#[derive(Debug)]
 struct BodyDeadline {
     /// The whole body's time.
     within: Duration,
     /// Set when the body missed it.
-    missed: Arc<AtomicBool>,
+    missed: Cell<bool>,
+}
+
+tokio::task_local! {
+    /// The deadline of the request whose handler runs in this task ([`serve`]).
+    static BODY_DEADLINE: BodyDeadline;
 }
 
 /// A full body from bytes.
@@ -250,18 +257,18 @@ pub(crate) async fn read_body(
 ) -> Result<(http::request::Parts, Bytes), BodyError> {
     let (parts, mut body) = req.into_parts();
     let read = collect(&parts, &mut body, limit);
-    let read = match parts.extensions.get::<BodyDeadline>() {
-        Some(deadline) => match tokio::time::timeout(deadline.within, read).await {
+    let read = match BODY_DEADLINE.try_with(|d| d.within) {
+        Ok(within) => match tokio::time::timeout(within, read).await {
             Ok(read) => read,
             Err(_) => {
-                deadline.missed.store(true, Ordering::Relaxed);
+                BODY_DEADLINE.with(|d| d.missed.set(true));
                 return Err(BodyError::Read(format!(
                     "body not received within {} ms",
-                    deadline.within.as_millis()
+                    within.as_millis()
                 )));
             }
         },
-        None => read.await,
+        Err(_) => read.await,
     };
     match read {
         Ok(bytes) => Ok((parts, bytes)),
@@ -393,21 +400,21 @@ pub(crate) async fn serve<F, Fut>(
         let _ = stream.set_nodelay(true);
         let h = handler.clone();
         let st = state.clone();
-        let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+        let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
             let (h, st) = (h.clone(), st.clone());
-            async move {
-                let missed = Arc::new(AtomicBool::new(false));
-                req.extensions_mut().insert(BodyDeadline {
-                    within: st.limits.body_timeout,
-                    missed: missed.clone(),
-                });
+            let deadline = BodyDeadline {
+                within: st.limits.body_timeout,
+                missed: Cell::new(false),
+            };
+            BODY_DEADLINE.scope(deadline, async move {
                 let answer = h(req, peer).await;
-                Ok::<_, Infallible>(if missed.load(Ordering::Relaxed) {
+                let missed = BODY_DEADLINE.with(|d| d.missed.get());
+                Ok::<_, Infallible>(if missed {
                     st.body_timed_out(peer)
                 } else {
                     answer
                 })
-            }
+            })
         });
         // half_close: a client may send its request and then shut down its write side
         // (`shutdown(SHUT_WR)`) while it waits; without this, hyper takes that EOF for an

@@ -319,6 +319,7 @@ async fn handle_entries(ingest: &Ingest, group: &str, entries: &[Entry]) -> Opti
                     signature: entry.text(FIELD_SIG),
                 },
                 body: entry.fields.get(FIELD_BODY)?,
+                shared: None,
                 // When Redis stored it (see `Via::Stream`).
                 now: (entry.id.ms / 1000) as i64,
             })

@@ -3,7 +3,7 @@
 //! A batch is only a container: it is not signed itself. Each item carries the three
 //! Standard Webhooks values that a single `POST /bridge/v1/envelopes` carries as
 //! headers (`id`, `timestamp`, `signature`, verbatim) and the envelope's exact bytes as
-//! a JSON string, so the receiver runs the same [`crate::ingress::bridge::admit`] checks on every
+//! a JSON string, so the receiver runs the same [`crate::ingress::bridge::admit_many`] checks on every
 //! item, with the same rejection codes, as if it had been posted alone:
 //!
 //! ```json

@@ -155,29 +155,23 @@ pub struct Received {
     pub signed: Bytes,
 }
 
-/// The transcript line of `env`: `signed` (the bytes a peer signed, see [`Received`])
-/// when it is one line, else `env` serialized; either ends with `\n`. JSON
-/// escapes control characters in strings, so a raw `\n` in `signed` can only be
-/// whitespace between tokens, and such a body is serialized again instead.
-fn line_of(env: &Envelope, signed: Option<&[u8]>) -> Vec<u8> {
-    let serialized;
-    let body = match signed.filter(|b| !b.contains(&b'\n')) {
+/// The transcript line of `env`, without its `\n` (the writer adds it): `signed` (the
+/// bytes a peer signed, see [`Received`], shared rather than copied) when it is one
+/// line, else `env` serialized. JSON escapes control characters in strings, so a raw
+/// `\n` in `signed` can only be whitespace between tokens, and such a body is
+/// serialized again instead.
+fn line_of(env: &Envelope, signed: Option<Bytes>) -> Bytes {
+    match signed.filter(|b| !b.contains(&b'\n')) {
         Some(b) => b,
-        None => {
-            serialized = serde_json::to_vec(env).expect("envelope serializes");
-            &serialized
-        }
-    };
-    let mut line = Vec::with_capacity(body.len() + 1);
-    line.extend_from_slice(body);
-    line.push(b'\n');
-    line
+        None => Bytes::from(serde_json::to_vec(env).expect("envelope serializes")),
+    }
 }
 
 struct WriteJob {
     /// The message (its group names the file): shared, not a copy of the name.
     env: Arc<Envelope>,
-    line: Vec<u8>,
+    /// The line, without its `\n`.
+    line: Bytes,
     /// Also goes to every peer: written to the outbox log and handed to the [`Fanout`].
     outbound: Option<(String, Bytes)>,
     done: oneshot::Sender<std::io::Result<()>>,
@@ -298,6 +292,7 @@ impl Transcripts {
             next_seq,
             fanout,
             last_error: last_error.clone(),
+            buf: Vec::new(),
         };
         let writer_thread = std::thread::Builder::new()
             .name("transcript-writer".into())
@@ -372,12 +367,9 @@ impl Transcripts {
         let prepared: Vec<_> = envs
             .into_iter()
             .map(|(env, signed, outbound)| {
-                let line = line_of(&env, signed.as_deref());
-                // The outbox carries the line without its `\n`.
-                let outbound = outbound.then(|| {
-                    let body = Bytes::copy_from_slice(&line[..line.len() - 1]);
-                    (env.id.to_string(), body)
-                });
+                let line = line_of(&env, signed);
+                // The outbox carries the line as it is (without a `\n`).
+                let outbound = outbound.then(|| (env.id.to_string(), line.clone()));
                 (env, line, outbound)
             })
             .collect();
@@ -654,6 +646,9 @@ struct Writer {
     next_seq: u64,
     fanout: Arc<dyn Fanout>,
     last_error: Arc<Mutex<Option<String>>>,
+    /// The bytes of the next append (lines and their `\n`s), kept between commits so
+    /// that appending allocates nothing.
+    buf: Vec<u8>,
 }
 
 /// The most zeroed space a transcript file keeps ahead of its last line (see
@@ -946,20 +941,20 @@ impl Writer {
         jobs: &[WriteJob],
         starts: &mut HashMap<String, u64>,
     ) -> std::io::Result<()> {
-        let f = self.file(group, starts)?;
-        if !starts.contains_key(group) {
-            starts.insert(group.to_string(), f.len);
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        for j in jobs {
+            buf.extend_from_slice(&j.line);
+            buf.push(b'\n');
         }
-        match jobs {
-            [one] => f.append_clean(&one.line),
-            _ => {
-                let mut lines = Vec::with_capacity(jobs.iter().map(|j| j.line.len()).sum());
-                for j in jobs {
-                    lines.extend_from_slice(&j.line);
-                }
-                f.append_clean(&lines)
+        let written = self.file(group, starts).and_then(|f| {
+            if !starts.contains_key(group) {
+                starts.insert(group.to_string(), f.len);
             }
-        }
+            f.append_clean(&buf)
+        });
+        self.buf = buf;
+        written
     }
 
     fn write_batch(&mut self, batch: Vec<WriteJob>) {
@@ -988,12 +983,19 @@ impl Writer {
             }
             i += 1;
             let r = (|| {
-                let f = self.file(&job.env.group, &starts)?;
-                let before = f.len;
+                let mut line = std::mem::take(&mut self.buf);
+                line.clear();
+                line.extend_from_slice(&job.line);
+                line.push(b'\n');
+                let written = self.file(&job.env.group, &starts).and_then(|f| {
+                    let before = f.len;
+                    f.append_clean(&line).map(|()| before)
+                });
+                self.buf = line;
+                let before = written?;
                 if !starts.contains_key(&job.env.group) {
                     starts.insert(job.env.group.clone(), before);
                 }
-                f.append_clean(&job.line)?;
                 let Some((id, body)) = &job.outbound else {
                     return Ok(());
                 };

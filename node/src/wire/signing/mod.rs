@@ -44,6 +44,7 @@ use base64::Engine as _;
 use ed25519_dalek::{Signer as _, Verifier as _};
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
+use subtle::ConstantTimeEq as _;
 
 /// Header carrying the envelope id (also the idempotency key).
 pub const HEADER_ID: &str = "webhook-id";
@@ -234,9 +235,14 @@ impl HmacSecret {
         B64.encode(hmac::sign(&self.key, content).as_ref())
     }
 
-    /// Constant-time check of a raw (decoded) tag against `content`.
-    fn verify_tag(&self, content: &[u8], tag: &[u8]) -> bool {
-        hmac::verify(&self.key, content, tag).is_ok()
+    /// Constant-time check of a raw (decoded) tag against the signed content
+    /// `{id}.{timestamp}.{body}`, hashed from its parts (no copy of the body).
+    fn verify_tag(&self, id: &str, timestamp: &str, body: &[u8], tag: &[u8]) -> bool {
+        let mut mac = hmac::Context::with_key(&self.key);
+        for part in [id.as_bytes(), b".", timestamp.as_bytes(), b".", body] {
+            mac.update(part);
+        }
+        mac.sign().as_ref().ct_eq(tag).into()
     }
 }
 
@@ -653,6 +659,53 @@ impl VerifyError {
     }
 }
 
+/// The longest decoded signature kept on the stack: an Ed25519 signature.
+const ENTRY_BYTES: usize = 64;
+
+/// One `tag,base64` entry of a signature header, decoded without an allocation when
+/// it is no longer than a signature.
+struct Entry<'a> {
+    /// The scheme tag (`v1`, `v1a`, or one this node does not know).
+    tag: &'a str,
+    /// The decoded bytes: the first `len` of `short`, or `long` when they did not fit.
+    short: [u8; ENTRY_BYTES],
+    /// How many bytes of `short` are the entry's.
+    len: usize,
+    /// An entry longer than any signature (it verifies nothing, but counts as an entry).
+    long: Option<Vec<u8>>,
+}
+
+impl Entry<'_> {
+    /// The decoded bytes.
+    fn raw(&self) -> &[u8] {
+        self.long.as_deref().unwrap_or(&self.short[..self.len])
+    }
+}
+
+/// The entries of a signature header that are well formed (a non-empty tag, a comma,
+/// base64 of at least one byte); the others are skipped.
+fn entries(signature: &str) -> impl Iterator<Item = Entry<'_>> {
+    signature.split_ascii_whitespace().filter_map(|entry| {
+        let (tag, b64) = entry.split_once(',')?;
+        if tag.is_empty() {
+            return None;
+        }
+        let mut short = [0u8; ENTRY_BYTES];
+        let (len, long) = match B64.decode_slice(b64, &mut short) {
+            Ok(len) => (len, None),
+            Err(base64::DecodeSliceError::OutputSliceTooSmall) => (0, Some(B64.decode(b64).ok()?)),
+            Err(base64::DecodeSliceError::DecodeError(_)) => return None,
+        };
+        let e = Entry {
+            tag,
+            short,
+            len,
+            long,
+        };
+        (!e.raw().is_empty()).then_some(e)
+    })
+}
+
 /// Refuses a `webhook-signature` value with more than [`MAX_SIGNATURE_ENTRIES`]
 /// entries, or more than [`MAX_V1A_ENTRIES`] `v1a` entries. Counting stops at the
 /// first limit passed, so a huge header costs one scan of its front.
@@ -767,45 +820,38 @@ impl Verifier {
         };
 
         check_entry_counts(signature)?;
-        let entries: Vec<(&str, Vec<u8>)> = signature
-            .split_ascii_whitespace()
-            .filter_map(|entry| {
-                let (tag, b64) = entry.split_once(',')?;
-                let raw = B64.decode(b64).ok().filter(|raw| !raw.is_empty())?;
-                (!tag.is_empty()).then_some((tag, raw))
-            })
-            .collect();
-        if entries.is_empty() {
+        if entries(signature).next().is_none() {
             return Err(VerifyError::NoSignature);
         }
-
-        let content = signed_content(id, ts_raw, body);
+        let hmac_ok = |key: &HmacSecret, raw: &[u8]| {
+            raw.len() == HMAC_TAG_BYTES && key.verify_tag(id, ts_raw, body, raw)
+        };
         if let (Some(_), Some(keys)) = (sender_keys, self.pairwise.get(sender)) {
-            let pairwise_ok = entries.iter().any(|(tag, raw)| {
-                *tag == TAG_HMAC
-                    && raw.len() == HMAC_TAG_BYTES
-                    && keys.iter().any(|k| k.secret.verify_tag(&content, raw))
-            });
+            let pairwise_ok = entries(signature)
+                .any(|e| e.tag == TAG_HMAC && keys.iter().any(|k| hmac_ok(&k.secret, e.raw())));
             if pairwise_ok {
                 return Ok(Pending {
                     scheme: Scheme::Pairwise,
-                    content,
+                    content: Vec::new(),
                     check: Check::Decided(true),
                 });
             }
         }
         let wanted = scheme.tag();
-        let mut entries = entries.iter().filter(|(tag, _)| *tag == wanted);
+        let mut entries = entries(signature).filter(|e| e.tag == wanted);
         let check = match sender_keys {
             Some(keys) => Check::Ed25519(
                 entries
-                    .filter_map(|(_, raw)| ed25519_dalek::Signature::from_slice(raw).ok())
+                    .filter_map(|e| ed25519_dalek::Signature::from_slice(e.raw()).ok())
                     .flat_map(|sig| keys.iter().map(move |k| (k.key, sig)))
                     .collect(),
             ),
-            None => Check::Decided(entries.any(|(_, raw)| {
-                raw.len() == HMAC_TAG_BYTES && self.hmac.iter().any(|k| k.verify_tag(&content, raw))
-            })),
+            None => Check::Decided(entries.any(|e| self.hmac.iter().any(|k| hmac_ok(k, e.raw())))),
+        };
+        // The content is kept only for the public-key arithmetic still to come.
+        let content = match &check {
+            Check::Ed25519(pairs) if !pairs.is_empty() => signed_content(id, ts_raw, body),
+            _ => Vec::new(),
         };
         Ok(Pending {
             scheme,

@@ -667,12 +667,15 @@ fn malformed_entries_are_skipped() {
             "{junk:?}"
         );
     }
-    // Parsable but wrong tag / wrong length / wrong value: bad signature.
+    // Parsable but wrong tag / wrong length / wrong value: bad signature. An entry
+    // longer than any signature is decoded past the stack buffer and still counts.
+    let overlong = format!("v1,{}", B64.encode([7u8; 100]));
     for wrong in [
         "v2,AAAA",
         "v1,AAAA",
         "v1a,AAAA",
         "v1,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc=",
+        &overlong,
     ] {
         assert_eq!(
             verify_x(&v, wrong),
@@ -680,6 +683,10 @@ fn malformed_entries_are_skipped() {
             "{wrong:?}"
         );
     }
+    // Too long for the stack buffer and not base64: skipped like any malformed entry.
+    let junk = format!("v1,{}", "!".repeat(120));
+    assert_eq!(verify_x(&v, &junk), Err(VerifyError::NoSignature));
+    assert_eq!(verify_x(&v, &format!("{junk} {good}")), Ok(Scheme::Hmac));
 }
 
 #[test]
