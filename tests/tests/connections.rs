@@ -110,6 +110,47 @@ async fn a_client_that_half_closes_after_its_request_gets_the_answer() {
     mesh.shutdown().await;
 }
 
+/// An envelope whose body comes in three writes (so in several frames) is read whole:
+/// its signature covers every byte, so a body put together wrongly would be refused.
+#[tokio::test]
+async fn an_envelope_body_that_arrives_in_pieces_is_read_whole() {
+    let mesh = TestMesh::start(MeshSpec::mentions_only(&["A", "B"])).await;
+    let signed = SignedRequest::new(
+        &mesh.signers[1],
+        &bot_message("B", "sent in three pieces", 1),
+        0,
+    );
+    let head = format!(
+        "POST /bridge/v1/envelopes HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+         webhook-id: {}\r\nwebhook-timestamp: {}\r\nwebhook-signature: {}\r\n\
+         Content-Length: {}\r\n\r\n",
+        signed.id,
+        signed.timestamp,
+        signed.signature,
+        signed.body.len()
+    );
+    let mut s = TcpStream::connect(mesh.bridges[0]).await.unwrap();
+    s.write_all(head.as_bytes()).await.unwrap();
+    let third = signed.body.len() / 3;
+    for piece in [
+        &signed.body[..third],
+        &signed.body[third..2 * third],
+        &signed.body[2 * third..],
+    ] {
+        s.write_all(piece).await.unwrap();
+        s.flush().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let answer =
+        String::from_utf8_lossy(&read_answer(&mut s, Duration::from_secs(10)).await).to_string();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains(r#"{"accepted":true}"#), "{answer}");
+    // Recorded: the same envelope again is a duplicate.
+    let (status, again) = signed.send(&mesh.http, &mesh.bridge(0)).await;
+    assert_eq!((status, again["duplicate"].as_bool()), (200, Some(true)));
+    mesh.shutdown().await;
+}
+
 const MIB: usize = 1024 * 1024;
 
 fn oversized_head() -> String {

@@ -297,8 +297,10 @@ async fn collect(
             return Err(BodyError::TooLarge { limit });
         }
     }
-    // Chunks as they came: a body of one chunk (the usual case) is returned without a copy.
-    let mut chunks: Vec<Bytes> = Vec::new();
+    // Chunks as they came: a body of one chunk (the usual case) is returned without a
+    // copy, and without a list of chunks.
+    let mut first: Option<Bytes> = None;
+    let mut more: Vec<Bytes> = Vec::new();
     let mut len = 0;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| BodyError::Read(e.to_string()))?;
@@ -307,13 +309,23 @@ async fn collect(
             if len > limit {
                 return Err(BodyError::TooLarge { limit });
             }
-            chunks.push(data);
+            match first {
+                None => first = Some(data),
+                Some(_) => more.push(data),
+            }
         }
     }
-    Ok(match chunks.len() {
-        0 => Bytes::new(),
-        1 => chunks.pop().expect("one chunk"),
-        _ => Bytes::from(chunks.concat()),
+    Ok(match (first, more.is_empty()) {
+        (None, _) => Bytes::new(),
+        (Some(one), true) => one,
+        (Some(one), false) => {
+            let mut all = Vec::with_capacity(len);
+            all.extend_from_slice(&one);
+            for chunk in &more {
+                all.extend_from_slice(chunk);
+            }
+            Bytes::from(all)
+        }
     })
 }
 
