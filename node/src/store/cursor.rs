@@ -8,11 +8,12 @@
 //! node is the exception: its starting position is written at start, before anything
 //! is accepted (a missing cursor means "new peer, start from now").
 //!
-//! Writes happen on tokio's blocking pool, never on an async worker: a create, write
-//! and rename can block for a millisecond when the disk is busy with transcript
-//! fsyncs, and a sender with seven peers used to do seven of them per message on the
-//! workers that also answer its API and deliver to its peers. At most one write per
-//! cursor is under way at a time.
+//! Writes happen on tokio's blocking pool, never on an async worker: a write can block
+//! for a millisecond when the disk is busy with transcript fsyncs, and a sender with
+//! seven peers used to do seven of them per message on the workers that also answer
+//! its API and deliver to its peers. At most one write per cursor is under way at a
+//! time. A write replaces the number in place ([`write_in_place`]), never through a
+//! new file.
 
 use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
@@ -39,7 +40,7 @@ pub(crate) struct DeliveryCursor {
     on_disk_plus_one: AtomicU64,
     /// A write is queued or running on the blocking pool.
     writing: AtomicBool,
-    /// Held for the whole create-write-rename, so two writes never share the temp file.
+    /// Held for the whole write, so two writes never interleave.
     file: Mutex<()>,
     /// When the last write was started.
     started_at: Mutex<Instant>,
@@ -63,10 +64,30 @@ impl DeliveryCursor {
         })
     }
 
-    /// The position saved on disk by an earlier run, if any.
+    /// The position saved on disk by an earlier run, if any. A file that is there but
+    /// does not hold a number counts as position 0 (everything still in the outbox
+    /// log is sent again; peers deduplicate), never as "no cursor": that would make
+    /// the peer new, starting from now, and it would miss what it is owed.
     pub(crate) fn read_saved(&self) -> Option<u64> {
         let path = self.path.as_ref()?;
-        std::fs::read_to_string(path).ok()?.trim().parse().ok()
+        let text = match std::fs::read(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                tracing::warn!(peer = %self.peer, path = %path.display(), error = %e, "could not read the outbox cursor: sending this peer everything still in the outbox log (it deduplicates)");
+                return Some(0);
+            }
+        };
+        match std::str::from_utf8(&text)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            Some(seq) => Some(seq),
+            None => {
+                tracing::warn!(peer = %self.peer, path = %path.display(), "the outbox cursor does not hold a number: sending this peer everything still in the outbox log (it deduplicates)");
+                Some(0)
+            }
+        }
     }
 
     /// Sets the position at start: the saved one (`on_disk`), or where a peer new to
@@ -122,7 +143,7 @@ impl DeliveryCursor {
             return;
         }
         let seq = self.handled();
-        match write_atomically(path, seq) {
+        match write_in_place(path, seq) {
             Ok(()) => {
                 self.on_disk_plus_one.fetch_max(seq + 1, Ordering::SeqCst);
             }
@@ -133,16 +154,91 @@ impl DeliveryCursor {
     }
 }
 
-/// Replaces `path` with `seq` via a temporary file and a rename (never half a number).
-fn write_atomically(path: &Path, seq: u64) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, seq.to_string())?;
-    std::fs::rename(tmp, path)
+/// How a position is written: always [`RECORD_BYTES`] long, so each write covers the
+/// last one exactly, within the file's first sector.
+fn record(seq: u64) -> String {
+    format!("{seq:020}\n")
+}
+
+/// The length of every [`record`]: 20 digits (any `u64`) and a newline.
+const RECORD_BYTES: u64 = 21;
+
+/// Writes `seq` over the file's record in place. No new file per write: a sender
+/// writes each peer's cursor up to ten times a second, and a create and rename per
+/// write made the file system allocate and free an inode each time — with 127 peers,
+/// a third of a busy sender's CPU (docs/scaling.md, "Issue 40"). One write of 21
+/// bytes at offset 0 stays inside one sector, so a crash leaves the old number or the
+/// new one; a file that holds something else is read as position 0
+/// ([`DeliveryCursor::read_saved`]).
+fn write_in_place(path: &Path, seq: u64) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?;
+    file.write_all_at(record(seq).as_bytes(), 0)?;
+    // A file left longer by anything else ends with the record.
+    if file.metadata()?.len() > RECORD_BYTES {
+        file.set_len(RECORD_BYTES)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn a_write_replaces_the_number_in_place_without_a_new_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("B.cursor");
+        let c = DeliveryCursor::new("B", Some(path.clone()));
+        c.save_now();
+        let inode = std::fs::metadata(&path).unwrap().ino();
+        for seq in [9, 10, 12_345, 9_999_999_999_999_999_999, 7] {
+            c.handled.store(seq, Ordering::SeqCst);
+            c.on_disk_plus_one.store(0, Ordering::SeqCst);
+            c.save_now();
+            assert_eq!(c.read_saved(), Some(seq));
+            let meta = std::fs::metadata(&path).unwrap();
+            assert_eq!((meta.ino(), meta.len()), (inode, RECORD_BYTES), "{seq}");
+        }
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["B.cursor"], "no temporary file");
+    }
+
+    #[test]
+    fn an_older_cursor_is_read_and_one_without_a_number_counts_as_zero_not_as_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("B.cursor");
+        let c = DeliveryCursor::new("B", Some(path.clone()));
+        assert_eq!(c.read_saved(), None, "no file: a new peer");
+        // As earlier versions wrote it (through a temporary file and a rename).
+        std::fs::write(&path, "17").unwrap();
+        assert_eq!(c.read_saved(), Some(17));
+        c.handled.store(18, Ordering::SeqCst);
+        c.save_now();
+        assert_eq!(c.read_saved(), Some(18));
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), RECORD_BYTES);
+        // Cut short by a crash, or damaged: everything in the outbox log goes again.
+        for junk in [&b""[..], b"00000000", b"x7\n", b"\xff\xfe", b"-3"] {
+            std::fs::write(&path, junk).unwrap();
+            let expected = std::str::from_utf8(junk)
+                .ok()
+                .and_then(|t| t.trim().parse().ok());
+            assert_eq!(c.read_saved(), Some(expected.unwrap_or(0)), "{junk:?}");
+        }
+        // Longer than a record (not written by botmesh): cut to the record on write.
+        std::fs::write(&path, "1".repeat(100)).unwrap();
+        c.on_disk_plus_one.store(0, Ordering::SeqCst);
+        c.save_now();
+        assert_eq!(c.read_saved(), Some(18));
+    }
 
     #[test]
     fn outside_a_runtime_a_due_advance_writes_at_once_and_a_later_one_waits() {
