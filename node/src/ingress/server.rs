@@ -250,7 +250,9 @@ const LINGER_TIME: Duration = Duration::from_secs(2);
 ///
 /// The whole body must come within the listener's `body_timeout` (see [`serve`]);
 /// otherwise this fails with [`BodyError::Read`], and whatever the handler answers,
-/// [`serve`] answers `408` and closes the connection.
+/// [`serve`] answers `408` and closes the connection. The deadline is the handler
+/// task's ([`BODY_DEADLINE`]): a handler reads the body before it hands work to
+/// another task (every handler does), or the body is read without one.
 pub(crate) async fn read_body(
     req: Request<Incoming>,
     limit: usize,
