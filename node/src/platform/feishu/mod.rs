@@ -35,7 +35,7 @@
 //! (depth 0, `platform_msg_id` = its `om_…` id) that is recorded but never broadcast:
 //! every bot of a Feishu mesh gets its humans from Feishu. Its `@_user_N`
 //! placeholders are resolved through the event's `mentions[]`: a colleague (by this
-//! app's open_ids, [`crate::config::FeishuIds::peer_open_ids`], else by display name)
+//! app's open_ids, `peer_open_ids` in the Feishu settings, else by display name)
 //! becomes `@Name`, anyone else an `<at user_id="ou_…">Name</at>` tag that names no
 //! bot; the mention list itself also goes to [`crate::turn::on_message`].
 //!

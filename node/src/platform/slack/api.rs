@@ -6,7 +6,7 @@
 //! form body (`application/x-www-form-urlencoded`) or, for chat.postMessage, JSON,
 //! as slack_sdk sends them. Slack answers HTTP 200 with `{"ok": true, …}` or
 //! `{"ok": false, "error": "…"}`; a rate limit is HTTP 429 with `Retry-After`
-//! seconds. How each answer is read ([`classify`]) drives the kit's one retry loop:
+//! seconds. How each answer is read (`classify`) drives the kit's one retry loop:
 //! a 429 (or `ratelimited`) waits exactly `Retry-After` (never sooner, and only that
 //! wait: no backoff on top), a 5xx, a lost connection or Slack's own transient errors
 //! (`internal_error`, `fatal_error`, `service_unavailable`, `request_timeout`) back

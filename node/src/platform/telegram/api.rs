@@ -3,7 +3,7 @@
 //! "parameters"}`.
 //!
 //! Every call goes through the kit's one retry loop ([`kit::run`]); this file only
-//! reads Telegram's answers ([`classify`]): a 429's `parameters.retry_after` is waited
+//! reads Telegram's answers (`classify`): a 429's `parameters.retry_after` is waited
 //! out exactly (never sooner) before the same request goes again, and every other
 //! call of this bot waits for it too; a longer wait than [`RETRY`] allows gives up
 //! rather than post late. A refused request (400, 403, 409) is not retried; 401/404
