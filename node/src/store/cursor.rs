@@ -70,24 +70,18 @@ impl DeliveryCursor {
     /// the peer new, starting from now, and it would miss what it is owed.
     pub(crate) fn read_saved(&self) -> Option<u64> {
         let path = self.path.as_ref()?;
-        let text = match std::fs::read(path) {
-            Ok(text) => text,
+        let seq = match std::fs::read(path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-            Err(e) => {
-                tracing::warn!(peer = %self.peer, path = %path.display(), error = %e, "could not read the outbox cursor: sending this peer everything still in the outbox log (it deduplicates)");
-                return Some(0);
-            }
+            Err(e) => Err(e.to_string()),
+            Ok(text) => std::str::from_utf8(&text)
+                .ok()
+                .and_then(|t| t.trim().parse().ok())
+                .ok_or_else(|| "it does not hold a number".to_string()),
         };
-        match std::str::from_utf8(&text)
-            .ok()
-            .and_then(|t| t.trim().parse().ok())
-        {
-            Some(seq) => Some(seq),
-            None => {
-                tracing::warn!(peer = %self.peer, path = %path.display(), "the outbox cursor does not hold a number: sending this peer everything still in the outbox log (it deduplicates)");
-                Some(0)
-            }
-        }
+        Some(seq.unwrap_or_else(|why| {
+            tracing::warn!(peer = %self.peer, path = %path.display(), why, "unreadable outbox cursor: sending this peer everything still in the outbox log (it deduplicates)");
+            0
+        }))
     }
 
     /// Sets the position at start: the saved one (`on_disk`), or where a peer new to

@@ -924,6 +924,33 @@ impl Writer {
         }
     }
 
+    /// Appends the lines of `jobs` (one group's) with one write, noting the file's
+    /// length before this commit in `starts` (for a failed sync's undo); returns the
+    /// length before this run. A failed write leaves none of them (the file is cut back
+    /// to where the run began).
+    fn append_run(
+        &mut self,
+        group: &str,
+        jobs: &[WriteJob],
+        starts: &mut HashMap<String, u64>,
+    ) -> std::io::Result<u64> {
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        for j in jobs {
+            buf.extend_from_slice(&j.line);
+            buf.push(b'\n');
+        }
+        let written = self.file(group, starts).and_then(|f| {
+            let before = f.len;
+            if !starts.contains_key(group) {
+                starts.insert(group.to_string(), before);
+            }
+            f.append_clean(&buf).map(|()| before)
+        });
+        self.buf = buf;
+        written
+    }
+
     /// Writes one group commit: appends every job, hands the outbound ones to the
     /// peers, syncs, then answers. A job whose write fails leaves nothing behind (its
     /// transcript line is cut back if its outbox log entry fails). If a sync fails,
@@ -932,31 +959,6 @@ impl Writer {
     /// the peers stay in the outbox log, and their sequence numbers are not reused: an
     /// outbox that spilled re-reads them from there, and a restart sends them again
     /// (peers deduplicate), so no peer misses a message another peer got.
-    /// Appends the lines of `jobs` (one group's, none outbound) with one write, noting
-    /// the file's length before them in `starts` (for a failed sync's undo). A failed
-    /// write leaves none of them (the file is cut back to where the run began).
-    fn append_run(
-        &mut self,
-        group: &str,
-        jobs: &[WriteJob],
-        starts: &mut HashMap<String, u64>,
-    ) -> std::io::Result<()> {
-        let mut buf = std::mem::take(&mut self.buf);
-        buf.clear();
-        for j in jobs {
-            buf.extend_from_slice(&j.line);
-            buf.push(b'\n');
-        }
-        let written = self.file(group, starts).and_then(|f| {
-            if !starts.contains_key(group) {
-                starts.insert(group.to_string(), f.len);
-            }
-            f.append_clean(&buf)
-        });
-        self.buf = buf;
-        written
-    }
-
     fn write_batch(&mut self, batch: Vec<WriteJob>) {
         let mut results: Vec<std::io::Result<()>> = Vec::with_capacity(batch.len());
         // Each touched file's length before this batch, to undo it if a sync fails.
@@ -973,7 +975,9 @@ impl Writer {
                     .iter()
                     .take_while(|j| j.env.group == job.env.group && j.outbound.is_none())
                     .count();
-                let r = self.append_run(&job.env.group, &batch[i..i + run], &mut starts);
+                let r = self
+                    .append_run(&job.env.group, &batch[i..i + run], &mut starts)
+                    .map(|_| ());
                 for _ in 1..run {
                     results.push(r.as_ref().map(|_| ()).map_err(clone_io_error));
                 }
@@ -983,19 +987,8 @@ impl Writer {
             }
             i += 1;
             let r = (|| {
-                let mut line = std::mem::take(&mut self.buf);
-                line.clear();
-                line.extend_from_slice(&job.line);
-                line.push(b'\n');
-                let written = self.file(&job.env.group, &starts).and_then(|f| {
-                    let before = f.len;
-                    f.append_clean(&line).map(|()| before)
-                });
-                self.buf = line;
-                let before = written?;
-                if !starts.contains_key(&job.env.group) {
-                    starts.insert(job.env.group.clone(), before);
-                }
+                let before =
+                    self.append_run(&job.env.group, std::slice::from_ref(job), &mut starts)?;
                 let Some((id, body)) = &job.outbound else {
                     return Ok(());
                 };

@@ -566,14 +566,6 @@ pub enum Scheme {
 }
 
 impl Scheme {
-    /// The version tag used in the signature header (`v1` or `v1a`).
-    pub(crate) fn tag(self) -> &'static str {
-        match self {
-            Scheme::Hmac | Scheme::Pairwise => TAG_HMAC,
-            Scheme::Ed25519 => TAG_ED25519,
-        }
-    }
-
     /// A stable snake_case label for metrics.
     pub(crate) fn label(self) -> &'static str {
         match self {
@@ -820,33 +812,55 @@ impl Verifier {
         };
 
         check_entry_counts(signature)?;
-        if entries(signature).next().is_none() {
-            return Err(VerifyError::NoSignature);
-        }
+        // One pass over the entries, each decoded once: a pairwise `v1` entry (for a
+        // key-holding sender this node shares a pairwise key with), the sender's `v1a`
+        // signatures (at most MAX_V1A_ENTRIES, counted above), or `v1` against the mesh
+        // secrets (a sender without keys).
+        let pairwise_keys = sender_keys.and(self.pairwise.get(sender));
         let hmac_ok = |key: &HmacSecret, raw: &[u8]| {
             raw.len() == HMAC_TAG_BYTES && key.verify_tag(id, ts_raw, body, raw)
         };
-        if let (Some(_), Some(keys)) = (sender_keys, self.pairwise.get(sender)) {
-            let pairwise_ok = entries(signature)
-                .any(|e| e.tag == TAG_HMAC && keys.iter().any(|k| hmac_ok(&k.secret, e.raw())));
-            if pairwise_ok {
-                return Ok(Pending {
-                    scheme: Scheme::Pairwise,
-                    content: Vec::new(),
-                    check: Check::Decided(true),
-                });
+        let (mut any, mut pairwise_ok, mut mesh_ok) = (false, false, false);
+        let mut signatures = [None; MAX_V1A_ENTRIES];
+        let mut signed = 0;
+        for e in entries(signature) {
+            any = true;
+            match (e.tag, sender_keys) {
+                (TAG_HMAC, Some(_)) if !pairwise_ok => {
+                    pairwise_ok = pairwise_keys
+                        .is_some_and(|keys| keys.iter().any(|k| hmac_ok(&k.secret, e.raw())));
+                }
+                (TAG_HMAC, None) if !mesh_ok => {
+                    mesh_ok = self.hmac.iter().any(|k| hmac_ok(k, e.raw()));
+                }
+                (TAG_ED25519, Some(_)) if signed < MAX_V1A_ENTRIES => {
+                    if let Ok(sig) = ed25519_dalek::Signature::from_slice(e.raw()) {
+                        signatures[signed] = Some(sig);
+                        signed += 1;
+                    }
+                }
+                _ => {}
             }
         }
-        let wanted = scheme.tag();
-        let mut entries = entries(signature).filter(|e| e.tag == wanted);
+        if !any {
+            return Err(VerifyError::NoSignature);
+        }
+        if pairwise_ok {
+            return Ok(Pending {
+                scheme: Scheme::Pairwise,
+                content: Vec::new(),
+                check: Check::Decided(true),
+            });
+        }
         let check = match sender_keys {
             Some(keys) => Check::Ed25519(
-                entries
-                    .filter_map(|e| ed25519_dalek::Signature::from_slice(e.raw()).ok())
-                    .flat_map(|sig| keys.iter().map(move |k| (k.key, sig)))
+                signatures
+                    .iter()
+                    .flatten()
+                    .flat_map(|sig| keys.iter().map(move |k| (k.key, *sig)))
                     .collect(),
             ),
-            None => Check::Decided(entries.any(|e| self.hmac.iter().any(|k| hmac_ok(k, e.raw())))),
+            None => Check::Decided(mesh_ok),
         };
         // The content is kept only for the public-key arithmetic still to come.
         let content = match &check {
