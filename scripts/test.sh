@@ -81,6 +81,18 @@ if ! codex_acp_installed; then
 fi
 export BOTMESH_TEST_CODEX_ACP="$codex_acp"
 
+# --- Disk -------------------------------------------------------------------------------
+# A clean build of every test binary writes about 5 GB under target/ (line tables only, see
+# Cargo.toml's [profile.dev]). Say so before the compiler fails on a full disk half-way.
+target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
+probe_dir="$target_dir"
+[ -d "$probe_dir" ] || probe_dir="$PWD"
+free_kb=$(df -Pk "$probe_dir" 2>/dev/null | awk 'NR == 2 { print $4 }')
+if [ -n "$free_kb" ] && [ "$free_kb" -lt $((6 * 1024 * 1024)) ]; then
+  echo "test.sh: only $((free_kb / 1024)) MiB free where the build goes ($probe_dir);" \
+    "a clean build needs about 5 GiB (an incremental one less). Free space or set CARGO_TARGET_DIR." >&2
+fi
+
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo build --workspace --locked --bins
