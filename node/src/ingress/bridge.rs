@@ -125,8 +125,7 @@ pub(crate) async fn admit_posted(
     };
     let arrival = Arrival {
         signed,
-        body,
-        shared: Some(body),
+        body: SignedBytes::Shared(body),
         now: (crate::wire::envelope::now_millis() / 1000) as i64,
     };
     admit_many(ingest, &[arrival], Via::Http { source })
@@ -460,8 +459,7 @@ pub(crate) async fn receive_batch(
                 timestamp: Some(&item.timestamp),
                 signature: Some(&item.signature),
             },
-            body: item.body.as_bytes(),
-            shared: None,
+            body: SignedBytes::Borrowed(item.body.as_bytes()),
             now,
         })
         .collect();
@@ -489,12 +487,37 @@ pub(crate) struct Arrival<'a> {
     /// Its signature values.
     pub signed: Signed<'a>,
     /// Its bytes as signed.
-    pub body: &'a [u8],
-    /// The same bytes, when the transport read them into a buffer of their own: the
-    /// transcript line is then that buffer, not a copy.
-    pub shared: Option<&'a bytes::Bytes>,
+    pub body: SignedBytes<'a>,
     /// The time its timestamp is checked against (see [`Via`]).
     pub now: i64,
+}
+
+/// An arrival's bytes as signed, and whether the transport read them into a buffer of
+/// their own: the transcript line is then that buffer, not a copy.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum SignedBytes<'a> {
+    /// The request body of a POST, kept whole: the line shares it.
+    Shared(&'a bytes::Bytes),
+    /// Part of something larger (a batch item, a stream entry): the line is a copy.
+    Borrowed(&'a [u8]),
+}
+
+impl SignedBytes<'_> {
+    /// The bytes, for parsing and the signature check.
+    fn bytes(&self) -> &[u8] {
+        match self {
+            SignedBytes::Shared(b) => b,
+            SignedBytes::Borrowed(b) => b,
+        }
+    }
+
+    /// The bytes as the transcript line: the buffer itself when it is one of its own.
+    fn line(&self) -> bytes::Bytes {
+        match self {
+            SignedBytes::Shared(b) => (*b).clone(),
+            SignedBytes::Borrowed(b) => bytes::Bytes::copy_from_slice(b),
+        }
+    }
 }
 
 /// The checks every envelope passes, whichever transport carried it (headers → JSON
@@ -525,7 +548,7 @@ pub(crate) async fn admit_many(
             prechecked.push(Err(not_processed()));
             continue;
         }
-        let pre = precheck(ingest, a.signed, a.body, a.now, via);
+        let pre = precheck(ingest, a.signed, a.body.bytes(), a.now, via);
         if let Err(r) = &pre {
             held_back = holds_back(r.0);
         }
@@ -551,12 +574,7 @@ pub(crate) async fn admit_many(
         match pre.and_then(|(env, verdict)| postcheck(ingest, env, verdict)) {
             Ok(Checked::Fresh(env)) => {
                 fresh_at.push((i, env.clone()));
-                let a = &arrivals[i];
-                let signed = match a.shared {
-                    Some(shared) => shared.clone(),
-                    None => bytes::Bytes::copy_from_slice(a.body),
-                };
-                fresh.push((env, signed));
+                fresh.push((env, arrivals[i].body.line()));
             }
             Ok(Checked::Duplicate(env)) => results[i] = Some(Ok((env, Appended::Duplicate))),
             Err(r) => {

@@ -16,7 +16,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::pacing::{Backoff, Jitter};
 use crate::egress::stream::{EntryId, StreamLink, FIELD_BODY, FIELD_ID, FIELD_SIG, FIELD_TS};
-use crate::ingress::bridge::{admit_many, Arrival, Reject, Signed, Via, NOT_PROCESSED};
+use crate::ingress::bridge::{
+    admit_many, Arrival, Reject, Signed, SignedBytes, Via, NOT_PROCESSED,
+};
 use crate::ingress::ingest::Ingest;
 use crate::store::transcript::Appended;
 
@@ -318,8 +320,7 @@ async fn handle_entries(ingest: &Ingest, group: &str, entries: &[Entry]) -> Opti
                     timestamp: entry.text(FIELD_TS),
                     signature: entry.text(FIELD_SIG),
                 },
-                body: entry.fields.get(FIELD_BODY)?,
-                shared: None,
+                body: SignedBytes::Borrowed(entry.fields.get(FIELD_BODY)?),
                 // When Redis stored it (see `Via::Stream`).
                 now: (entry.id.ms / 1000) as i64,
             })
