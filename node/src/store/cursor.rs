@@ -222,10 +222,7 @@ mod tests {
         // Cut short by a crash, or damaged: everything in the outbox log goes again.
         for junk in [&b""[..], b"00000000", b"x7\n", b"\xff\xfe", b"-3"] {
             std::fs::write(&path, junk).unwrap();
-            let expected = std::str::from_utf8(junk)
-                .ok()
-                .and_then(|t| t.trim().parse().ok());
-            assert_eq!(c.read_saved(), Some(expected.unwrap_or(0)), "{junk:?}");
+            assert_eq!(c.read_saved(), Some(0), "{junk:?}");
         }
         // Longer than a record (not written by botmesh): cut to the record on write.
         std::fs::write(&path, "1".repeat(100)).unwrap();

@@ -659,18 +659,28 @@ const ENTRY_BYTES: usize = 64;
 struct Entry<'a> {
     /// The scheme tag (`v1`, `v1a`, or one this node does not know).
     tag: &'a str,
-    /// The decoded bytes: the first `len` of `short`, or `long` when they did not fit.
-    short: [u8; ENTRY_BYTES],
-    /// How many bytes of `short` are the entry's.
-    len: usize,
+    /// The decoded bytes.
+    decoded: Decoded,
+}
+
+/// An entry's decoded bytes: on the stack when they fit, else on the heap.
+enum Decoded {
+    /// The first `len` bytes of `bytes`.
+    Short {
+        bytes: [u8; ENTRY_BYTES],
+        len: usize,
+    },
     /// An entry longer than any signature (it verifies nothing, but counts as an entry).
-    long: Option<Vec<u8>>,
+    Long(Vec<u8>),
 }
 
 impl Entry<'_> {
     /// The decoded bytes.
     fn raw(&self) -> &[u8] {
-        self.long.as_deref().unwrap_or(&self.short[..self.len])
+        match &self.decoded {
+            Decoded::Short { bytes, len } => &bytes[..*len],
+            Decoded::Long(bytes) => bytes,
+        }
     }
 }
 
@@ -682,18 +692,15 @@ fn entries(signature: &str) -> impl Iterator<Item = Entry<'_>> {
         if tag.is_empty() {
             return None;
         }
-        let mut short = [0u8; ENTRY_BYTES];
-        let (len, long) = match B64.decode_slice(b64, &mut short) {
-            Ok(len) => (len, None),
-            Err(base64::DecodeSliceError::OutputSliceTooSmall) => (0, Some(B64.decode(b64).ok()?)),
+        let mut bytes = [0u8; ENTRY_BYTES];
+        let decoded = match B64.decode_slice(b64, &mut bytes) {
+            Ok(len) => Decoded::Short { bytes, len },
+            Err(base64::DecodeSliceError::OutputSliceTooSmall) => {
+                Decoded::Long(B64.decode(b64).ok()?)
+            }
             Err(base64::DecodeSliceError::DecodeError(_)) => return None,
         };
-        let e = Entry {
-            tag,
-            short,
-            len,
-            long,
-        };
+        let e = Entry { tag, decoded };
         (!e.raw().is_empty()).then_some(e)
     })
 }
