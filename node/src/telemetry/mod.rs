@@ -3,6 +3,8 @@ pub mod events;
 pub(crate) mod hot_counters;
 pub mod metrics;
 pub mod refusals;
+#[cfg(test)]
+pub(crate) mod test_log;
 
 /// The WebSocket crates (via `log`), whose debug and trace lines print whole frames and
 /// handshake requests: Discord's IDENTIFY frame carries the bot token, DingTalk's and

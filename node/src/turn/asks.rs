@@ -263,14 +263,24 @@ impl Asks {
     /// Keeps `env`, addressed to the bot, for `wait_for_message` (the oldest dropped,
     /// logged, past [`INBOX_PER_GROUP`]).
     pub(crate) fn addressed(&self, env: Arc<Envelope>) {
-        {
+        // Asked before the inbox's lock is taken (never both locks at once).
+        let attached = self.attached();
+        let dropped = {
             let mut inbox = self.inbox.lock();
             let queue = inbox.entry(env.group.clone()).or_default();
             queue.push_back(env);
-            if queue.len() > INBOX_PER_GROUP {
-                if let Some(old) = queue.pop_front() {
-                    tracing::warn!(group = %old.group, id = %old.id, kept = INBOX_PER_GROUP, "no agent waited for this message: dropped from the wait_for_message queue (it stays in the transcript)");
-                }
+            (queue.len() > INBOX_PER_GROUP)
+                .then(|| queue.pop_front())
+                .flatten()
+        };
+        if let Some(old) = dropped {
+            if attached {
+                // An agent reads this queue and fell behind: it missed a message.
+                tracing::warn!(group = %old.group, id = %old.id, kept = INBOX_PER_GROUP, "the outside agent did not take this message in time: dropped from the wait_for_message queue (it stays in the transcript)");
+            } else {
+                // No agent reads it (a plain LLM bot, or none attached yet): dropping
+                // the oldest is the queue working as meant, not news.
+                tracing::debug!(group = %old.group, id = %old.id, kept = INBOX_PER_GROUP, "no agent attached: oldest message dropped from the wait_for_message queue (it stays in the transcript)");
             }
         }
         self.arrived.notify_waiters();
@@ -506,6 +516,41 @@ mod tests {
         assert!(asks.attached());
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert!(!asks.attached());
+    }
+
+    #[test]
+    fn a_dropped_message_is_a_warning_only_when_an_agent_reads_the_queue() {
+        let asks = Asks::default();
+        let fill = |asks: &Asks| {
+            for _ in 0..=INBOX_PER_GROUP {
+                asks.addressed(msg("g", "alice", AuthorKind::Human, None));
+            }
+        };
+        // A plain LLM bot: nobody reads the queue, so dropping its oldest is routine.
+        let lines = crate::telemetry::test_log::logged(|| fill(&asks));
+        let drops: Vec<_> = lines
+            .iter()
+            .filter(|(_, m)| m.contains("dropped"))
+            .collect();
+        assert_eq!(drops.len(), 1, "{lines:?}");
+        assert_eq!(drops[0].0, tracing::Level::DEBUG, "{lines:?}");
+        // An outside agent waited a moment ago: a message it never took is a warning.
+        *asks.last_waited.lock() = Some(tokio::time::Instant::now());
+        assert!(asks.attached());
+        let lines = crate::telemetry::test_log::logged(|| fill(&asks));
+        let drops: Vec<_> = lines
+            .iter()
+            .filter(|(_, m)| m.contains("dropped"))
+            .collect();
+        assert_eq!(
+            drops.len(),
+            INBOX_PER_GROUP + 1,
+            "every message pushed one out"
+        );
+        assert!(
+            drops.iter().all(|(l, _)| *l == tracing::Level::WARN),
+            "{lines:?}"
+        );
     }
 
     #[test]
