@@ -15,20 +15,21 @@
 //!
 //! Then the bearer token ([`Scope`]): the operator's (`[mesh] api_token_env`) opens
 //! everything, a bot's sidecar's (`[[bots]] api_token_env`) all but the operator's
-//! switches, a hosted agent's group credential only its group's tools. Every refusal is counted (`botmesh_api_requests{result}`) and logged, at
-//! most [`LOG_BURST`] lines and then [`LOG_PER_SECOND`] a second (the lines skipped are
-//! counted in the next one), so a page hammering the API cannot flood the log.
+//! switches, a hosted agent's group credential only its group's tools. Every refusal is
+//! counted (`botmesh_api_requests{result}`) and logged through the node's one refusal
+//! log (`telemetry::refusals`, source `local API`): per result, the first few of each
+//! minute, then one line saying how many were not logged, so a page hammering the API
+//! cannot flood the log.
 
 use std::net::IpAddr;
 use std::sync::LazyLock;
 
 use base64::Engine;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
-use parking_lot::Mutex;
 
-use crate::config::pacing::TokenBucket;
 use crate::config::NodeConfig;
 use crate::ingress::server::{self, Body};
+use crate::telemetry::refusals::{RefusalLog, REFUSALS};
 
 /// What a request's bearer token lets it do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,11 +46,6 @@ pub(crate) enum Scope {
     /// by `app::a2a_edge`, never the API's.
     A2a,
 }
-
-/// Refusal log lines allowed at once.
-pub(crate) const LOG_BURST: f64 = 20.0;
-/// Refusal log lines a second after the burst.
-pub(crate) const LOG_PER_SECOND: f64 = 1.0;
 
 /// Endpoints only the operator's token opens: the switches that change what the bot
 /// does (a sidecar posts as the bot; it does not silence it or reload its settings).
@@ -83,14 +79,14 @@ pub(crate) fn admit<B>(
     req: &Request<B>,
 ) -> Result<Scope, Refusal> {
     let path = req.uri().path();
-    let refused = |label: &str, status: StatusCode, why: String| {
+    let refused = |label: &'static str, status: StatusCode, why: String| {
         metrics
             .api_requests
             .get_or_create(&crate::telemetry::metrics::ResultLabel {
                 result: label.into(),
             })
             .inc();
-        log_refusal(status, req.method(), path, &why);
+        log_refusal(&REFUSALS, label, status, req.method(), path, &why);
         Refusal { status, why }
     };
     let host = request_host(req);
@@ -285,52 +281,32 @@ pub(crate) fn content_type_refusal(
         return None;
     }
     let why = "the body must be sent as Content-Type: application/json";
-    log_refusal(StatusCode::UNSUPPORTED_MEDIA_TYPE, method, path, why);
+    log_refusal(
+        &REFUSALS,
+        "415",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        method,
+        path,
+        why,
+    );
     Some(server::error(StatusCode::UNSUPPORTED_MEDIA_TYPE, why))
 }
 
-/// Paces the refusal log: a token bucket, and the lines it held back since the last
-/// one it let through.
-#[derive(Debug)]
-struct RefusalLog {
-    /// [`LOG_BURST`] lines at once, then [`LOG_PER_SECOND`].
-    bucket: TokenBucket,
-    /// Refusals not logged since the last line.
-    held_back: u64,
-}
+/// The source the local API's refusals are logged under (see the module doc).
+const SOURCE: &str = "local API";
 
-impl RefusalLog {
-    /// A log that may write its whole burst from `now`.
-    fn new(now: tokio::time::Instant) -> Self {
-        RefusalLog {
-            bucket: TokenBucket::full(LOG_PER_SECOND, LOG_BURST, now),
-            held_back: 0,
-        }
-    }
-
-    /// Whether a refusal at `now` is logged: `Some(lines held back before it)`, or
-    /// `None` (held back, counted for the next line).
-    fn admit(&mut self, now: tokio::time::Instant) -> Option<u64> {
-        if self.bucket.take(now).is_err() {
-            self.held_back += 1;
-            return None;
-        }
-        Some(std::mem::take(&mut self.held_back))
-    }
-}
-
-/// The node's refusal log (one per process: one node runs per process).
-static REFUSAL_LOG: LazyLock<Mutex<Option<RefusalLog>>> = LazyLock::new(|| Mutex::new(None));
-
-/// Logs one refusal, rate-limited (see the module doc).
-fn log_refusal(status: StatusCode, method: &Method, path: &str, why: &str) {
-    let now = tokio::time::Instant::now();
-    let admitted = REFUSAL_LOG
-        .lock()
-        .get_or_insert_with(|| RefusalLog::new(now))
-        .admit(now);
-    if let Some(not_logged) = admitted {
-        tracing::warn!(status = status.as_u16(), %method, path, reason = why, not_logged, "local API request refused");
+/// Logs one refusal of `result` (the `botmesh_api_requests_total` label) in `log`,
+/// unless `log` holds it back (see `telemetry::refusals`).
+fn log_refusal(
+    log: &RefusalLog,
+    result: &'static str,
+    status: StatusCode,
+    method: &Method,
+    path: &str,
+    why: &str,
+) {
+    if log.admit(SOURCE, result) {
+        tracing::warn!(status = status.as_u16(), %method, path, result, reason = why, "local API request refused");
     }
 }
 
@@ -430,20 +406,36 @@ mod tests {
     }
 
     #[test]
-    fn a_flood_of_refusals_is_logged_in_a_burst_then_one_a_second_counting_the_rest() {
-        let start = tokio::time::Instant::now();
-        let mut log = RefusalLog::new(start);
-        let burst = LOG_BURST as usize;
-        let first: Vec<_> = (0..burst + 50).map(|_| log.admit(start)).collect();
-        assert!(first[..burst].iter().all(|a| *a == Some(0)));
-        assert!(first[burst..].iter().all(Option::is_none));
-        let later = start + std::time::Duration::from_secs_f64(1.0 / LOG_PER_SECOND);
-        assert_eq!(
-            log.admit(later),
-            Some(50),
-            "the next line says how many were held back"
-        );
-        assert_eq!(log.admit(later), None);
+    fn a_flood_of_refusals_is_logged_per_result_by_the_one_refusal_log() {
+        use crate::telemetry::refusals::FIRST;
+        let log = RefusalLog::new();
+        let refuse = |result| {
+            log_refusal(
+                &log,
+                result,
+                StatusCode::UNAUTHORIZED,
+                &Method::GET,
+                "/v1/messages",
+                "missing or wrong bearer token",
+            )
+        };
+        let lines = crate::telemetry::test_log::logged(|| {
+            for _ in 0..50 {
+                refuse("unauthorized");
+            }
+            // Another result has its own allowance: a flood of one hides no other.
+            refuse("bad_origin");
+        });
+        let refused = lines
+            .iter()
+            .filter(|(_, m)| m == "local API request refused")
+            .count();
+        assert_eq!(refused, FIRST as usize + 1, "{lines:?}");
+        assert!(lines
+            .iter()
+            .any(|(_, m)| m.contains("further unauthorized refusals from local API")));
+        assert_eq!(log.held_back(SOURCE, "unauthorized"), 50 - FIRST as u64);
+        assert_eq!(log.held_back(SOURCE, "bad_origin"), 0);
     }
 
     #[test]
