@@ -1,5 +1,6 @@
 //! Refusals on the public listeners in the log, rate-limited: the bridge's rejected
-//! envelopes and batches, the Telegram and Feishu webhooks' refused callbacks. Anyone
+//! envelopes and batches, the Telegram and Feishu webhooks' refused callbacks, the
+//! local API's refused requests (`app::gate`, per result). Anyone
 //! who can reach a listener can send junk, so a warning per refusal would let a flood of
 //! junk write a flood of log lines. Per source and reason, the first [`FIRST`] refusals
 //! of each [`WINDOW`] are logged; the rest are only counted (the metrics still count
