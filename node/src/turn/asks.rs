@@ -263,18 +263,19 @@ impl Asks {
     /// Keeps `env`, addressed to the bot, for `wait_for_message` (the oldest dropped,
     /// logged, past [`INBOX_PER_GROUP`]).
     pub(crate) fn addressed(&self, env: Arc<Envelope>) {
-        // Asked before the inbox's lock is taken (never both locks at once).
-        let attached = self.attached();
         let dropped = {
             let mut inbox = self.inbox.lock();
             let queue = inbox.entry(env.group.clone()).or_default();
             queue.push_back(env);
-            (queue.len() > INBOX_PER_GROUP)
-                .then(|| queue.pop_front())
-                .flatten()
+            if queue.len() > INBOX_PER_GROUP {
+                queue.pop_front()
+            } else {
+                None
+            }
         };
         if let Some(old) = dropped {
-            if attached {
+            // Asked only when one is dropped, and outside the inbox's lock.
+            if self.attached() {
                 // An agent reads this queue and fell behind: it missed a message.
                 tracing::warn!(group = %old.group, id = %old.id, kept = INBOX_PER_GROUP, "the outside agent did not take this message in time: dropped from the wait_for_message queue (it stays in the transcript)");
             } else {
@@ -521,27 +522,28 @@ mod tests {
     #[test]
     fn a_dropped_message_is_a_warning_only_when_an_agent_reads_the_queue() {
         let asks = Asks::default();
+        // The lines about dropped messages while `INBOX_PER_GROUP + 1` arrive.
         let fill = |asks: &Asks| {
-            for _ in 0..=INBOX_PER_GROUP {
-                asks.addressed(msg("g", "alice", AuthorKind::Human, None));
-            }
+            let lines = crate::telemetry::test_log::logged(|| {
+                for _ in 0..=INBOX_PER_GROUP {
+                    asks.addressed(msg("g", "alice", AuthorKind::Human, None));
+                }
+            });
+            let drops: Vec<_> = lines
+                .iter()
+                .filter(|(_, m)| m.contains("dropped"))
+                .cloned()
+                .collect();
+            (drops, lines)
         };
         // A plain LLM bot: nobody reads the queue, so dropping its oldest is routine.
-        let lines = crate::telemetry::test_log::logged(|| fill(&asks));
-        let drops: Vec<_> = lines
-            .iter()
-            .filter(|(_, m)| m.contains("dropped"))
-            .collect();
+        let (drops, lines) = fill(&asks);
         assert_eq!(drops.len(), 1, "{lines:?}");
         assert_eq!(drops[0].0, tracing::Level::DEBUG, "{lines:?}");
         // An outside agent waited a moment ago: a message it never took is a warning.
         *asks.last_waited.lock() = Some(tokio::time::Instant::now());
         assert!(asks.attached());
-        let lines = crate::telemetry::test_log::logged(|| fill(&asks));
-        let drops: Vec<_> = lines
-            .iter()
-            .filter(|(_, m)| m.contains("dropped"))
-            .collect();
+        let (drops, lines) = fill(&asks);
         assert_eq!(
             drops.len(),
             INBOX_PER_GROUP + 1,
