@@ -998,12 +998,15 @@ impl ProcessMesh {
     /// ([`ProcessMesh::spawn_with`]).
     pub fn configure(names: &[&str], extra_mesh: &str, extra_bot: &str) -> ProcessMesh {
         let dir = tempfile::tempdir().unwrap();
-        let free = || {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port()
+        // Every listener is held until all ports are chosen: a port let go at once can
+        // be handed out again by the next bind, and two bots (or a bot's bridge and its
+        // API) would then be configured on one port.
+        let mut held = Vec::new();
+        let mut free = || {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = listener.local_addr().unwrap().port();
+            held.push(listener);
+            port
         };
         let mut toml = format!("[mesh]\ndata_dir = \"data\"\nshutdown_grace_secs = 2\nretry_base_ms = 50\nretry_max_ms = 500\n{extra_mesh}\n");
         let (mut apis, mut bridges) = (Vec::new(), Vec::new());
@@ -1022,6 +1025,7 @@ impl ProcessMesh {
             apis.push(format!("http://127.0.0.1:{api}"));
             bridges.push(format!("http://127.0.0.1:{bridge}"));
         }
+        drop(held);
         let config = dir.path().join("peers.toml");
         std::fs::write(&config, toml).unwrap();
         let http = reqwest::Client::builder()
