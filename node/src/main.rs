@@ -422,7 +422,11 @@ fn run(
     let settings = Settings::load(&config)?;
     botmesh::platform::registry::check(&settings)?;
     let cfg = NodeConfig::resolve(settings, &bot, data_dir, &ProcessEnv)?;
-    let rt = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
+    let rt = runtime()?;
+    tracing::info!(
+        workers = rt.metrics().num_workers(),
+        "runtime started (TOKIO_WORKER_THREADS sets how many workers; default one per core)"
+    );
     rt.block_on(async move {
         let bridge = tokio::net::TcpListener::bind(cfg.bridge_addr)
             .await
@@ -433,6 +437,28 @@ fn run(
         let watch = watch_config.map(std::time::Duration::from_secs);
         botmesh::app::node::run(cfg, bridge, api, shutdown_signal(), watch).await
     })
+}
+
+/// The multi-thread runtime a node runs on: a worker per core, or as many as
+/// `TOKIO_WORKER_THREADS` says. The variable is checked here, because tokio itself
+/// would panic on a bad value. Fewer workers spend less CPU per envelope and take less
+/// traffic (docs/benchmarks.md, issue 40's fifth look).
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if let Some(value) = std::env::var_os("TOKIO_WORKER_THREADS") {
+        let workers = value
+            .to_str()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "TOKIO_WORKER_THREADS must be a whole number of at least 1, not {value:?}"
+                )
+            })?;
+        builder.worker_threads(workers);
+    }
+    builder.build().context("starting the tokio runtime")
 }
 
 async fn shutdown_signal() {

@@ -149,3 +149,39 @@ async fn sighup_and_botmesh_reload_reread_the_file_and_the_node_lives_on() {
     let status = mesh.terminate(0);
     assert!(status.success(), "{}", mesh.log(0));
 }
+
+#[tokio::test]
+async fn tokio_worker_threads_sets_the_runtime_workers_and_a_bad_value_stops_the_node() {
+    let mut mesh = ProcessMesh::configure(&["A"], "", "participation = \"mentions\"");
+    // A bad value ends the process with an error naming the variable, before any port
+    // is bound (tokio itself would panic on it).
+    for bad in ["0", "two", ""] {
+        let run = tokio::process::Command::new(botmesh_bin())
+            .args(["run", "--bot", "A", "--config"])
+            .arg(&mesh.config)
+            .env("TOKIO_WORKER_THREADS", bad)
+            .kill_on_drop(true)
+            .output();
+        let out = tokio::time::timeout(Duration::from_secs(10), run)
+            .await
+            .unwrap_or_else(|_| panic!("TOKIO_WORKER_THREADS={bad:?}: the node did not stop"))
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{bad:?}: {stderr}");
+        assert!(
+            stderr.contains("TOKIO_WORKER_THREADS must be a whole number of at least 1"),
+            "{bad:?}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{bad:?}: {stderr}");
+    }
+    // A good one is the number of workers the node runs, and says so at start-up.
+    mesh.spawn_with(0, &[("TOKIO_WORKER_THREADS", "1")]).await;
+    let id = mesh.post(0, "served by one worker").await;
+    assert!(id.is_some(), "{}", mesh.log(0));
+    assert!(
+        mesh.log(0).contains("runtime started") && mesh.log(0).contains("workers=1"),
+        "{}",
+        mesh.log(0)
+    );
+    assert!(mesh.terminate(0).success(), "{}", mesh.log(0));
+}
