@@ -12,8 +12,9 @@
 //! for a millisecond when the disk is busy with transcript fsyncs, and a sender with
 //! seven peers used to do seven of them per message on the workers that also answer
 //! its API and deliver to its peers. At most one write per cursor is under way at a
-//! time. A write replaces the number in place ([`write_in_place`]), never through a
-//! new file.
+//! time. A write replaces the number in place ([`overwrite`]), never through a
+//! new file. The Redis reader's stream cursors (`ingress::stream`) are written the same
+//! way.
 
 use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
@@ -137,7 +138,7 @@ impl DeliveryCursor {
             return;
         }
         let seq = self.handled();
-        match write_in_place(path, seq) {
+        match overwrite(path, record(seq).as_bytes()) {
             Ok(()) => {
                 self.on_disk_plus_one.fetch_max(seq + 1, Ordering::SeqCst);
             }
@@ -148,33 +149,36 @@ impl DeliveryCursor {
     }
 }
 
-/// How a position is written: always [`RECORD_BYTES`] long, so each write covers the
-/// last one exactly, within the file's first sector.
+/// How a position is written: always 21 bytes long (20 digits hold any `u64`, then a
+/// newline), so each write covers the last one exactly, within the file's first sector.
 fn record(seq: u64) -> String {
     format!("{seq:020}\n")
 }
 
-/// The length of every [`record`]: 20 digits (any `u64`) and a newline.
+/// The length of every [`record`] (what the tests check).
+#[cfg(test)]
 const RECORD_BYTES: u64 = 21;
 
-/// Writes `seq` over the file's record in place. No new file per write: a sender
-/// writes each peer's cursor up to ten times a second, and a create and rename per
-/// write made the file system allocate and free an inode each time — with 127 peers,
-/// a third of a busy sender's CPU (docs/scaling.md, "Issue 40"). One write of 21
-/// bytes at offset 0 stays inside one sector, so a crash leaves the old number or the
-/// new one; a file that holds something else is read as position 0
-/// ([`DeliveryCursor::read_saved`]).
-fn write_in_place(path: &Path, seq: u64) -> std::io::Result<()> {
+/// Writes `record` over the start of the file at `path` (made if missing) and cuts
+/// whatever followed it. No new file per write: a sender writes each peer's cursor up
+/// to ten times a second, and a create and rename per write made the file system
+/// allocate and free an inode each time — with 127 peers, a third of a busy sender's
+/// CPU (docs/scaling.md, "Issue 40"). A [`record`] of 21 bytes at offset 0 stays inside
+/// one sector, so a crash leaves the old number or the new one; a file that holds
+/// something else is read as position 0 ([`DeliveryCursor::read_saved`]). A caller
+/// whose records differ in length only makes them longer or cuts them here.
+pub(crate) fn overwrite(path: &Path, record: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
     let file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(false)
         .open(path)?;
-    file.write_all_at(record(seq).as_bytes(), 0)?;
-    // A file left longer by anything else ends with the record.
-    if file.metadata()?.len() > RECORD_BYTES {
-        file.set_len(RECORD_BYTES)?;
+    file.write_all_at(record, 0)?;
+    // A file left longer (by an older, longer record or by anything else) ends with
+    // the record.
+    if file.metadata()?.len() > record.len() as u64 {
+        file.set_len(record.len() as u64)?;
     }
     Ok(())
 }
