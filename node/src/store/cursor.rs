@@ -155,10 +155,6 @@ fn record(seq: u64) -> String {
     format!("{seq:020}\n")
 }
 
-/// The length of every [`record`] (what the tests check).
-#[cfg(test)]
-const RECORD_BYTES: u64 = 21;
-
 /// Writes `record` over the start of the file at `path` (made if missing) and cuts
 /// whatever followed it. No new file per write: a sender writes each peer's cursor up
 /// to ten times a second, and a create and rename per write made the file system
@@ -187,6 +183,9 @@ pub(crate) fn overwrite(path: &Path, record: &[u8]) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;
+
+    /// The length of every [`record`].
+    const RECORD_BYTES: u64 = 21;
 
     #[test]
     fn a_write_replaces_the_number_in_place_without_a_new_file() {
