@@ -1,8 +1,9 @@
 //! Tests of the group transcripts: appends, duplicates, the writer's group commit,
 //! file names, reloads and the turn queries over them.
 
+use super::writer::{PREALLOCATE_BYTES, PREALLOCATE_FIRST};
 use super::*;
-use crate::store::file_names::{encode_name, group_of_file, MAX_PLAIN_STEM};
+use crate::store::file_names::{encode_name, group_of_file, stored_path, MAX_PLAIN_STEM};
 use crate::wire::envelope::{Author, AuthorKind};
 use std::io::Write;
 
