@@ -72,7 +72,7 @@ pub(crate) fn now_us() -> u64 {
 
 /// The hidden `acp-agent` command: a minimal ACP agent on stdin/stdout. `initialize` and
 /// `session/new` are answered at once; a `session/prompt` gets a `tool_call` update
-/// ("bench work", in progress), `work_ms` of work, a message chunk "done <label>" (the
+/// ("bench work", in progress), `work_ms` of work, a message chunk `"done <label>"` (the
 /// prompt's last word) and `end_turn`. Each turn appends `prompt_us progress_us end_us
 /// label` to `$BENCH_AGENT_LOG`, after the answer is written. Ends when stdin closes.
 pub fn serve_agent() -> anyhow::Result<()> {

@@ -111,7 +111,7 @@ impl Drop for Proc {
     }
 }
 
-/// Resident set size of `pid` in KiB (`VmRSS` in /proc/<pid>/status).
+/// Resident set size of `pid` in KiB (`VmRSS` in `/proc/<pid>/status`).
 pub fn rss_kib(pid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     s.lines()
@@ -119,7 +119,7 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
-/// Clock ticks per second for /proc/<pid>/stat (`getconf CLK_TCK`, 100 if unknown).
+/// Clock ticks per second for `/proc/<pid>/stat` (`getconf CLK_TCK`, 100 if unknown).
 fn clk_tck() -> f64 {
     static TCK: OnceLock<f64> = OnceLock::new();
     *TCK.get_or_init(|| {
@@ -134,8 +134,8 @@ fn clk_tck() -> f64 {
 }
 
 /// CPU seconds used so far by `pid`: the sum of its threads' on-CPU time from
-/// /proc/<pid>/task/*/schedstat (nanosecond resolution; phases are short and a 10 ms
-/// tick would blur them), else user + system time from /proc/<pid>/stat.
+/// `/proc/<pid>/task/*/schedstat` (nanosecond resolution; phases are short and a 10 ms
+/// tick would blur them), else user + system time from `/proc/<pid>/stat`.
 pub fn cpu_secs(pid: u32) -> Option<f64> {
     let threads = std::fs::read_dir(format!("/proc/{pid}/task")).ok();
     let ns: u64 = threads
@@ -152,7 +152,7 @@ pub fn cpu_secs(pid: u32) -> Option<f64> {
     stat_cpu_secs(pid)
 }
 
-/// User + system CPU seconds of every thread of `pid`, from /proc/<pid>/stat (ticks).
+/// User + system CPU seconds of every thread of `pid`, from `/proc/<pid>/stat` (ticks).
 pub fn stat_cpu_secs(pid: u32) -> Option<f64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name may contain spaces; fields are counted after its closing ')'.

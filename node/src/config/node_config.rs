@@ -38,7 +38,7 @@ pub struct NodeConfig {
     /// LLM API keys read from the variables `[llm]` names, by variable name.
     pub(crate) llm_keys: HashMap<String, String>,
     /// The secrets of this bot's platform, by the key of its table that names each
-    /// variable (`token_env` → the token): see [`platform`].
+    /// variable (`token_env` → the token): see [`PlatformSecrets`].
     pub(crate) platform_secrets: PlatformSecrets,
     /// The Redis server's URL, when this bot's transport is `redis`.
     pub(crate) redis_url: Option<String>,

@@ -89,7 +89,7 @@ impl SecretSource for HashMap<String, String> {
     }
 }
 
-/// The signer and verifier of a [`NodeConfig::build`]: the HMAC secrets, this bot's
+/// The signer and verifier of a [`crate::config::NodeConfig::build`]: the HMAC secrets, this bot's
 /// own key, every bot's listed public keys, and the pairwise keys with every other
 /// key-holding bot (signing.rs): this bot's key for what it sends to each, and one per
 /// listed key of each for what it receives.
@@ -196,7 +196,7 @@ pub(super) fn agent_env(
     Ok(out)
 }
 
-/// The local API's tokens of a [`NodeConfig::build`]. With `secrets` (a running node)
+/// The local API's tokens of a [`crate::config::NodeConfig::build`]. With `secrets` (a running node)
 /// a variable that is named must be set, and the operator's token is required when
 /// the API listens on anything but loopback; without, the ones set are read.
 pub(super) fn api_tokens(
@@ -277,7 +277,7 @@ pub(super) fn mcp_headers(
     Ok(out)
 }
 
-/// The LLM API keys of a [`NodeConfig::build`], by variable name: every variable
+/// The LLM API keys of a [`crate::config::NodeConfig::build`], by variable name: every variable
 /// `[llm]` names must be set (with `secrets`; without, the ones set are read).
 pub(super) fn llm_keys(
     settings: &Settings,
@@ -319,7 +319,7 @@ pub(super) fn llm_keys(
     Ok(llm_keys)
 }
 
-/// The Redis URL of a [`NodeConfig::build`], when the bot's transport is `redis`: from
+/// The Redis URL of a [`crate::config::NodeConfig::build`], when the bot's transport is `redis`: from
 /// `redis.url_env` (which must be set, with `secrets`) or `redis.url`, checked to be a
 /// redis:// URL.
 pub(super) fn redis_url(
@@ -380,7 +380,7 @@ fn read_secret_file(s: &Settings, key: &str, file: &Path) -> Result<String, Conf
         .map_err(|e| s.err(key, format!("cannot read {}: {e}", path.display())))
 }
 
-/// The mesh-wide HMAC secrets of a [`NodeConfig::build`]: the ones this node signs
+/// The mesh-wide HMAC secrets of a [`crate::config::NodeConfig::build`]: the ones this node signs
 /// with, and the ones it accepts (those plus the previous secret, during a rotation).
 /// Without `secrets` (explain-only) there are none.
 pub(super) fn hmac_secrets(
@@ -419,7 +419,7 @@ pub(super) fn hmac_secrets(
     Ok((hmac, verify_hmac))
 }
 
-/// This bot's Ed25519 signing key of a [`NodeConfig::build`], checked against its
+/// This bot's Ed25519 signing key of a [`crate::config::NodeConfig::build`], checked against its
 /// `public_key` (none when it has no public key, or without `secrets`).
 pub(super) fn own_signing_key(
     settings: &Settings,

@@ -10,7 +10,7 @@
 //!
 //! Sending goes through an ordinary [`crate::egress::outbox::Outbox`] whose link is the stream:
 //! durable (the outbox log), ordered, retried with backoff while Redis is away.
-//! Reading is [`run_reader`]: one blocking XREAD over every group's stream, from a
+//! Reading is [`crate::ingress::stream::run_reader`]: one blocking XREAD over every group's stream, from a
 //! cursor per group kept in `<data_dir>/streams/` and saved after each batch is on
 //! disk, so a bot that was down catches up on what it missed and a crash re-reads at
 //! most one batch (deduplicated by id). Trimmed entries it never read and streams that

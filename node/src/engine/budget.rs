@@ -3,7 +3,7 @@
 //! by the clock of [`crate::turn::Ports`] (virtual in the simulator and in tests).
 //!
 //! Every judge and reply call is counted with its tokens. Past a limit the bot stops
-//! judging ([`crate::turn::triage`] records `silent/budget`) and answers mentions
+//! judging ([`crate::turn::pipeline::triage`] records `silent/budget`) and answers mentions
 //! only, or nothing with `over_budget = "silent"`, until the next day. A restart
 //! starts the count again (it is not persisted).
 

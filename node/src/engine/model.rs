@@ -16,7 +16,7 @@
 //! tool servers, may write while the bot waits its turn, and a turn with tools ends
 //! visibly as an agent's does (stopped, or without an answer: `turn::outcome`). The
 //! prompt is the turn code's (it owns the bot's persona, [`ModelPrompt`]); the call,
-//! the tool loop and their counting are here ([`write`]).
+//! the tool loop and their counting are here ([`ReplyEngine::write`]).
 
 use std::sync::Arc;
 use std::time::Duration;

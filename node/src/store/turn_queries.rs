@@ -10,12 +10,12 @@ use ulid::Ulid;
 use crate::wire::envelope::{AuthorKind, Envelope, Kind};
 
 /// The last `limit` messages of a transcript held as a slice, oldest first: what
-/// [`Transcripts::recent`] reads, for the simulator's and the replay's `Ports`.
+/// [`crate::store::transcript::Transcripts::recent`] reads, for the simulator's and the replay's `Ports`.
 pub(crate) fn last_in(t: &[Arc<Envelope>], limit: usize) -> Vec<Arc<Envelope>> {
     t[t.len().saturating_sub(limit)..].to_vec()
 }
 
-/// The messages of a slice after the message `after` (exclusive): [`Transcripts::since`].
+/// The messages of a slice after the message `after` (exclusive): [`crate::store::transcript::Transcripts::since`].
 pub(crate) fn since_in(t: &[Arc<Envelope>], after: &Ulid) -> Vec<Arc<Envelope>> {
     match t.iter().position(|e| &e.id == after) {
         Some(i) => t[i + 1..].to_vec(),

@@ -274,7 +274,7 @@ impl Brain {
     }
 
     /// The local rules for `msg`, given how many bot messages end the recent
-    /// transcript (`recent_bots`, see [`crate::turn::policy::recent_bot_messages`]).
+    /// transcript (`recent_bots`, see [`crate::store::turn_queries::recent_bot_messages`]).
     pub(crate) fn decide(
         &self,
         mesh: &crate::config::MeshSettings,

@@ -227,7 +227,7 @@ impl MentionMatcher {
 
     /// Rewrites each plain-text `@Name` span with `f(member)` (e.g. into Feishu
     /// `<at user_id="ou_…">Name</at>`), leaving code, URLs, emails and existing
-    /// <at> tags untouched. Where `f` returns `None` the text is kept as is.
+    /// `<at>` tags untouched. Where `f` returns `None` the text is kept as is.
     pub(crate) fn rewrite(&self, text: &str, f: impl Fn(&str) -> Option<String>) -> String {
         let mut out = String::with_capacity(text.len());
         let mut last = 0;

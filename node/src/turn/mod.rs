@@ -35,7 +35,7 @@
 //! - [`record`] — a decision recorded the one way (metrics, trail, log, page).
 //! - [`context`] — the group's transcript as a turn reads it.
 //! - [`heard_verdicts`] — the shared judge's verdicts heard, by trigger.
-//! - [`explain`] — the dry-run of a decision.
+//! - [`mod@explain`] — the dry-run of a decision.
 //! - [`ports`] — `Ports`, the turn code's view of the node (and of the simulator).
 //!
 //! The reply engines, the LLM handle they share (`Llm`, `MeteredLlm`) and the daily LLM

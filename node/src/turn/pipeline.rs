@@ -11,7 +11,7 @@
 //! until its claim has reached every peer ([`crate::egress::acks`]): a peer that already
 //! committed to answer says so in its acknowledgement, and the bot yields
 //! (`yield_writing/already_answered`). Then it commits on its board
-//! ([`ClaimBoard::commit`]): behind a better claim that arrived meanwhile it stands
+//! ([`crate::turn::scheduler::ClaimBoard::commit`]): behind a better claim that arrived meanwhile it stands
 //! by with its written reply; otherwise it is marked as answering, so any claim that
 //! reaches it from now on is told so. A claim that is late in transit therefore
 //! cannot produce a second answer. If some peer never acknowledges in time, the bot

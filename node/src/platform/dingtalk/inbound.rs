@@ -106,7 +106,7 @@ impl DingTalk {
         out
     }
 
-    /// Records one robot message (see [`StreamHandler::robot_message`]).
+    /// Records one robot message (see [`super::stream::StreamHandler::robot_message`]).
     pub(crate) async fn receive(&self, msg: RobotMessage) -> bool {
         let Some(ingest) = self.ingest.get() else {
             return false;

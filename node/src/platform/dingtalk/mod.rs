@@ -14,7 +14,7 @@
 //! how a message reaches the mesh at all on DingTalk, not a choice among colleagues:
 //! DingTalk leaves the receiving robot's own @ out of the text, and the adapter
 //! removes the @ of each colleague robot it recognises in `atUsers`
-//! ([`crate::config::DingTalkIds::peer_user_ids`]) too, so every copy of the message
+//! ([`settings::DingTalkIds::peer_user_ids`]) too, so every copy of the message
 //! reads the same whichever robot carried it. The message is then decided like any
 //! message in a group of colleagues: every bot's judge sees it and the most relevant
 //! bot answers, once. A typed `@Name` that is not such a DingTalk @ stays in the text

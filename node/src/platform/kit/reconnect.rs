@@ -41,7 +41,7 @@ pub(crate) enum Ended<E> {
 /// got going (or the first ever), 1 the next if that one failed too, and so on.
 pub(crate) type Schedule<'a> = &'a (dyn Fn(u32) -> Duration + Send + Sync);
 
-/// What [`run`] needs to know of an adapter's long connection.
+/// What [`Reconnects`] needs to know of an adapter's long connection.
 pub(crate) struct Reconnect<'a> {
     /// The platform, for the logs (`feishu`, `discord`, `dingtalk`, `slack`).
     pub(crate) platform: &'static str,

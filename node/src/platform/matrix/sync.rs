@@ -1,4 +1,4 @@
-//! The adapter's session on the kit's one reconnect loop ([`kit::reconnect`]): the
+//! The adapter's session on the kit's one reconnect loop ([`crate::platform::kit::reconnect`]): the
 //! start-up checks, then the `/sync` long polls, each batch's room events handed to
 //! the adapter and its `next_batch` saved only once they are recorded.
 //!
