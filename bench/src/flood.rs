@@ -75,7 +75,7 @@ pub async fn run(args: FloodArgs, tmp: &Path) -> anyhow::Result<()> {
     let settings = Settings::load_with_env(&path, &[]).map_err(|e| anyhow::anyhow!("{e}"))?;
     let cfg = NodeConfig::resolve(settings, "node0", None, &HashMap::new())
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let node = botmesh::app::node::start(cfg, bridge, api).await?;
+    let node = botmesh::app::lifecycle::start(cfg, bridge, api).await?;
     let base = format!("http://{bridge_addr}");
     let metrics_url = format!("http://{api_addr}/metrics");
     let peer = Signer {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use botmesh::app::node::RunningNode;
+use botmesh::app::lifecycle::RunningNode;
 use botmesh::config::{NodeConfig, Settings};
 use botmesh::telemetry::events::Event;
 use botmesh::wire::signing::SigningKey;
@@ -175,7 +175,7 @@ impl Mesh {
         for (i, (bridge, api)) in listeners.into_iter().enumerate() {
             let cfg = NodeConfig::resolve(settings.clone(), &format!("node{i}"), None, &env)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
-            nodes.push(botmesh::app::node::start(cfg, bridge, api).await?);
+            nodes.push(botmesh::app::lifecycle::start(cfg, bridge, api).await?);
         }
         let http = reqwest::Client::builder()
             .no_proxy()

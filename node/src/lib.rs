@@ -13,7 +13,9 @@
 //!
 //! ```text
 //! simulate    botmesh simulate: the production turn code in virtual time, against baselines
-//! app         Node: start-up, the two listeners and their routing, local API, page, metrics,
+//! app         Node (node: its state, recording and publishing; lifecycle: start-up,
+//!             shutdown, the two listeners and their routing; ports: what ingress and the
+//!             turn code see of it), local API, page, metrics,
 //!             reload (SIGHUP, POST /v1/reload, the file watch), people's commands in
 //!             the chat (/quiet, /resume, /stop, /why); replay (a bot's decisions over a
 //!             recorded transcript, then and now); the group as tools for the bot's
@@ -78,8 +80,8 @@
 //!   received envelope bumps, looked up once), `EventBus` (the page, SSE), and
 //!   `refusals::REFUSALS` (the public listeners' refusals in the log, rate-limited; the
 //!   turn code's repeated silences the same way, `refusals::DECISIONS`).
-//! - [`store`] — per-group, append-only, deduplicated, durable transcripts (`store::transcript`)
-//!   and the reads the turn code makes of them (`store::turn_queries`); the outbox log
+//! - [`store`] — per-group, append-only, deduplicated, durable transcripts (`store::transcript`,
+//!   its group-commit writer thread in `store::transcript::writer`) and the reads the turn code makes of them (`store::turn_queries`); the outbox log
 //!   (`store::outbox_log`); cursors; the verdict log; the bounded file names they all use
 //!   (`store::file_names`).
 //! - [`llm`] — the OpenAI-compatible client: whole answers (`complete`), and a drafting

@@ -1,5 +1,5 @@
 //! The `botmesh` binary: parses arguments, sets up tracing, validates the
-//! configuration, binds the listeners and calls `node::run`.
+//! configuration, binds the listeners and calls `lifecycle::run`.
 
 #![forbid(unsafe_code)]
 
@@ -435,7 +435,7 @@ fn run(
             .await
             .with_context(|| format!("binding the local API on {}", cfg.api_addr))?;
         let watch = watch_config.map(std::time::Duration::from_secs);
-        botmesh::app::node::run(cfg, bridge, api, shutdown_signal(), watch).await
+        botmesh::app::lifecycle::run(cfg, bridge, api, shutdown_signal(), watch).await
     })
 }
 

@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Once;
 use std::time::Duration;
 
-use botmesh::app::node::RunningNode;
+use botmesh::app::lifecycle::RunningNode;
 use botmesh::config::{NodeConfig, Settings};
 use botmesh::wire::envelope::Envelope;
 use botmesh::wire::signing::{HmacSecret, Signer, SigningKey};
@@ -287,7 +287,7 @@ impl TestMesh {
             }
         }
         let cfg = NodeConfig::resolve(settings, name, None, &self.env).expect("resolve");
-        let running = botmesh::app::node::start(cfg, bridge, api)
+        let running = botmesh::app::lifecycle::start(cfg, bridge, api)
             .await
             .expect("start node");
         // A reload reads the node's secrets where it was resolved from.

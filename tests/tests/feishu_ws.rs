@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use botmesh::app::node::RunningNode;
+use botmesh::app::lifecycle::RunningNode;
 use botmesh::config::{NodeConfig, Settings};
 use botmesh::wire::envelope::Envelope;
 use botmesh::wire::signing::HmacSecret;
@@ -352,7 +352,7 @@ reply_to = "humans"
         let start = |name: &str, b, a| {
             let cfg = NodeConfig::resolve(settings.clone(), name, None, &env)
                 .unwrap_or_else(|e| panic!("{e}"));
-            botmesh::app::node::start(cfg, b, a)
+            botmesh::app::lifecycle::start(cfg, b, a)
         };
         let node = start("XiaoBa", b0, a0).await.expect("start XiaoBa");
         let peer = start("ErGoz", b1, a1).await.expect("start ErGoz");

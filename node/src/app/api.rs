@@ -477,7 +477,7 @@ async fn explain(node: &Arc<Node>, req: Request<Incoming>) -> Response<Body> {
         Ok(q) => q,
         Err(r) => return r,
     };
-    match crate::app::node::explain_live(node, q).await {
+    match crate::app::ports::explain_live(node, q).await {
         Ok(v) => server::json(StatusCode::OK, &v),
         Err(e) => server::error(StatusCode::BAD_REQUEST, e),
     }

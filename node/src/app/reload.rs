@@ -172,7 +172,7 @@ pub(crate) async fn on_sighup(node: Arc<Node>, mut hup: tokio::signal::unix::Sig
 /// The opt-in file watch (`--watch-config SECS`): checks the file's modification time
 /// and length every `every`, and reloads when they change, until the node stops
 /// accepting work. Public for embeddings (and tests) that start a node with
-/// [`crate::app::node::start`] rather than `run`.
+/// [`crate::app::lifecycle::start`] rather than `run`.
 pub async fn watch(node: Arc<Node>, every: std::time::Duration) {
     let mut seen = node.file_stamp();
     let mut tick = tokio::time::interval(every);
