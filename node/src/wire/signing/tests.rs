@@ -2,6 +2,7 @@
 //! Webhooks vectors, both schemes' round trips and rotation, and each way a
 //! verification or a key is refused.
 
+use super::keys::{HMAC_SECRET_GENERATED_BYTES, PUBLIC_KEY_PREFIX};
 use super::*;
 
 // ---- Published Standard Webhooks vectors ----------------------------------
