@@ -11,6 +11,7 @@ use super::{
     HEADER_HANDSHAKE_STATUS, INTERNAL_ERROR, NO_CREDENTIAL, SILENCE_SLACK, SILENT_PINGS,
     STATUS_AUTH_FAILED, STATUS_FORBIDDEN, SYSTEM_BUSY,
 };
+use crate::platform::feishu::metrics as feishu_metrics;
 use crate::telemetry::metrics::Metrics;
 
 /// The connection's timing, as Feishu sets it (endpoint answer and pongs).
@@ -248,7 +249,7 @@ pub async fn fetch_endpoint(
 ) -> Result<Endpoint, WsError> {
     let url = format!("{}{ENDPOINT_PATH}", base_url.trim_end_matches('/'));
     if let Some(m) = metrics {
-        super::super::metrics::api_call(m, &format!("POST {ENDPOINT_PATH}"));
+        feishu_metrics::api_call(m, &format!("POST {ENDPOINT_PATH}"));
     }
     let resp = http
         .post(&url)
