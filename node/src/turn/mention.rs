@@ -301,6 +301,12 @@ impl MentionMatcher {
     /// [`MentionMatcher::scan`]; `skip: false` decodes every character instead of
     /// jumping to the next byte that may start a token (what tests compare it with).
     fn scan_with(&self, text: &str, platform: &[PlatformMention], skip: bool) -> Vec<Found> {
+        // Every mention starts at an `@`, a `＠` or a `<` (a tag): a text with none of
+        // them names nobody, and most chat text is such (one pass of `memchr`-like
+        // searches instead of the scan below).
+        if skip && !may_hold_mention(text) {
+            return Vec::new();
+        }
         let code = code_ranges(text);
         let mut ci = 0;
         let mut out: Vec<Found> = Vec::new();
@@ -586,6 +592,12 @@ fn url_len(s: &str) -> Option<usize> {
             .find(|&(_, c)| ends_url(c))
             .map_or(s.len(), |(k, _)| k),
     )
+}
+
+/// Whether `text` holds a character a mention can start with (`@`, `＠`, or the `<`
+/// of a Feishu `<at>` tag); without one, [`MentionMatcher::scan`] finds nothing.
+fn may_hold_mention(text: &str) -> bool {
+    memchr::memchr2(b'@', b'<', text.as_bytes()).is_some() || text.contains('＠')
 }
 
 /// Whether byte `b` (after byte `prev`) can begin something [`MentionMatcher::scan`]
