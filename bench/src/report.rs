@@ -351,6 +351,16 @@ pub fn check_targets(meshes: &[MeshResult]) -> Vec<TargetCheck> {
             measured: format!("{:.1} %", m.ratios.direct_hmac_vs_hyper * 100.0),
             met: m.ratios.direct_hmac_vs_hyper >= 0.5,
         });
+        let cpu = m.ratios.direct_cpu_vs_hyper;
+        out.push(TargetCheck {
+            metric: format!(
+                "receiver CPU per direct-bridge envelope vs bare hyper's, {} nodes",
+                m.nodes
+            ),
+            target: "≤ 3×".into(),
+            measured: format!("{cpu:.2}×"),
+            met: cpu > 0.0 && cpu <= 3.0,
+        });
     }
     if let Some(m) = meshes.iter().max_by_key(|m| m.nodes) {
         let p99 = m.botmesh.paced.latency.p99_ms;
@@ -894,6 +904,26 @@ pub fn utc(unix: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cpu_bar_is_checked_at_every_size() {
+        let mesh = |nodes, cpu| {
+            let mut m = MeshResult {
+                nodes,
+                ..MeshResult::default()
+            };
+            m.ratios.direct_cpu_vs_hyper = cpu;
+            m
+        };
+        let checks = check_targets(&[mesh(3, 2.99), mesh(32, 3.01), mesh(8, 0.0)]);
+        let cpu: Vec<(&str, bool)> = checks
+            .iter()
+            .filter(|t| t.metric.starts_with("receiver CPU"))
+            .map(|t| (t.measured.as_str(), t.met))
+            .collect();
+        // No measurement (0) is not a pass.
+        assert_eq!(cpu, [("2.99×", true), ("3.01×", false), ("0.00×", false)]);
+    }
 
     #[test]
     fn formats_dates_and_keeps_notes() {
