@@ -9,11 +9,13 @@
 //! looked up and inserted once, and a string id would cost two allocations each time.
 
 use parking_lot::Mutex;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use ulid::Ulid;
+
+use crate::wire::ids::IdMap;
 
 /// A bounded, time-evicting set of recently seen ids.
 pub(crate) struct SeenCache {
@@ -26,7 +28,7 @@ pub(crate) struct SeenCache {
 
 struct Inner {
     /// id → when it was inserted (to skip stale entries in `order`).
-    ids: HashMap<Ulid, Instant>,
+    ids: IdMap<Instant>,
     /// Insertion order, for eviction.
     order: VecDeque<(Instant, Ulid)>,
 }
@@ -36,7 +38,7 @@ impl SeenCache {
     pub(crate) fn new(ttl: Duration, capacity: usize) -> Self {
         SeenCache {
             inner: Mutex::new(Inner {
-                ids: HashMap::new(),
+                ids: IdMap::default(),
                 order: VecDeque::new(),
             }),
             ttl,

@@ -16,7 +16,7 @@
 //!   bounded, the messages addressed to the bot (mentions, replies) that no prompt or
 //!   `wait_for_message` handed out yet.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +25,7 @@ use tokio::sync::{oneshot, Notify};
 use ulid::Ulid;
 
 use crate::wire::envelope::{AuthorKind, Envelope, Kind};
+use crate::wire::ids::IdSet;
 
 /// Answers remembered as consumed (older ones are long out of any prompt's window).
 const CONSUMED_KEPT: usize = 4_096;
@@ -87,7 +88,7 @@ pub(crate) struct Asks {
     pending: Mutex<Vec<Pending>>,
     /// Answers handed to a tool call (oldest first, bounded by [`CONSUMED_KEPT`]) and
     /// the same ids as a set for the look-up.
-    consumed: Mutex<(VecDeque<Ulid>, HashSet<Ulid>)>,
+    consumed: Mutex<(VecDeque<Ulid>, IdSet)>,
     /// Each group's turn in flight.
     turns: Mutex<HashMap<String, TurnInFlight>>,
     /// Per group, messages addressed to the bot not handed out yet, oldest first.

@@ -33,6 +33,7 @@ use crate::config::Platform;
 use crate::turn::mention::{MentionMatcher, PlatformMention};
 use crate::turn::tuning::Tuning;
 use crate::wire::envelope::{AuthorKind, Envelope, Kind};
+use crate::wire::ids::IdMap;
 
 /// What a person asks of the bots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -442,7 +443,7 @@ pub(crate) struct Trail {
 }
 
 /// message → its steps, and the messages in the order first decided on.
-type Steps = (HashMap<Ulid, Vec<Step>>, VecDeque<Ulid>);
+type Steps = (IdMap<Vec<Step>>, VecDeque<Ulid>);
 
 /// The model's tool loop (`engine::model`) notes its tool calls in the trail.
 impl crate::engine::model::ToolTrail for Trail {

@@ -2,12 +2,13 @@
 //! trigger, for the turns waiting on them: what `Brain` keeps; `turn::shared` sends,
 //! checks and waits for them.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use parking_lot::Mutex;
 use ulid::Ulid;
 
 use crate::wire::envelope::BotVerdict;
+use crate::wire::ids::IdMap;
 
 /// Verdicts kept at most; the oldest go first (a verdict matters for seconds).
 const KEPT: usize = 4096;
@@ -25,7 +26,7 @@ pub(crate) struct Heard {
 const PER_TRIGGER: usize = 4;
 
 /// Verdicts by trigger (each signer's first), with the triggers' arrival order.
-type Heards = (HashMap<Ulid, Vec<Heard>>, VecDeque<Ulid>);
+type Heards = (IdMap<Vec<Heard>>, VecDeque<Ulid>);
 
 /// The shared verdicts a node has heard, by trigger, for the turns waiting on them.
 #[derive(Default)]

@@ -35,6 +35,7 @@ use ulid::Ulid;
 
 use crate::config::BotSettings;
 pub(crate) use crate::wire::batch::ClaimReply;
+use crate::wire::ids::{IdMap, IdSet};
 
 /// How long the board remembers a trigger.
 const TRIGGER_TTL: Duration = Duration::from_secs(900);
@@ -181,7 +182,7 @@ pub struct ClaimBoard {
     decided: Mutex<RecentIds>,
     /// Triggers whose judge call is out on this node: a claim on one is answered
     /// `judging`. Apart from `triggers` too, for the same reason.
-    judging: Mutex<HashSet<Ulid>>,
+    judging: Mutex<IdSet>,
     /// How long each colleague's turn may run once it has the turn, beyond a model's
     /// reply (a coding agent's `turn_timeout_secs`): standing by behind its claim
     /// lasts that much longer than [`STANDBY_MAX`], so a colleague whose agent works
@@ -204,7 +205,7 @@ impl ClaimBoard {
 /// The triggers and when expired ones were last swept.
 #[derive(Default)]
 struct Triggers {
-    map: HashMap<Ulid, Trigger>,
+    map: IdMap<Trigger>,
     swept_at: Option<Instant>,
 }
 
@@ -212,7 +213,7 @@ struct Triggers {
 #[derive(Default)]
 struct RecentIds {
     order: std::collections::VecDeque<Ulid>,
-    ids: HashSet<Ulid>,
+    ids: IdSet,
 }
 
 /// How many decided message ids the board remembers.

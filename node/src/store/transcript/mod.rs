@@ -38,6 +38,7 @@ use super::outbox_log::{load_outbox_log, Fanout, LoggedOutbound, OUTBOX_LOG};
 use super::turn_queries::RateCount;
 use crate::telemetry::events::{Event, EventBus};
 use crate::wire::envelope::Envelope;
+use crate::wire::ids::IdSet;
 use writer::{AppendFile, WriteJob, Writer};
 
 /// How many recent messages of each group are kept in memory for context and the API.
@@ -85,7 +86,7 @@ pub(crate) struct LoadReport {
 
 struct GroupLog {
     recent: VecDeque<Arc<Envelope>>,
-    ids: HashSet<Ulid>,
+    ids: IdSet,
     platform_ids: HashSet<String>,
 }
 
@@ -93,7 +94,7 @@ impl GroupLog {
     fn new() -> Self {
         GroupLog {
             recent: VecDeque::new(),
-            ids: HashSet::new(),
+            ids: IdSet::default(),
             platform_ids: HashSet::new(),
         }
     }
