@@ -10,7 +10,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::procs::Machine;
-use crate::stats::Latency;
+use crate::stats::{median, Latency};
 
 /// Marks the start of the hand-written part of the Markdown report.
 pub const NOTES_BEGIN: &str = "<!-- notes:begin -->";
@@ -182,19 +182,15 @@ impl DirectRound {
             div(self.hmac.per_s, self.hyper_hmac.per_s),
         )
     }
-}
 
-/// The median of `v` (0 when empty).
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let m = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        (v[m - 1] + v[m]) / 2.0
+    /// (Ed25519 ÷ hyper, HMAC ÷ hyper) CPU per request in this round: the spread the
+    /// CPU ratio over all rounds hides (hyper's own figure moves between rounds).
+    pub fn cpu_ratios(&self) -> (f64, f64) {
+        let div = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+        (
+            div(self.ed25519.cpu_s_per_1000, self.hyper.cpu_s_per_1000),
+            div(self.hmac.cpu_s_per_1000, self.hyper_hmac.cpu_s_per_1000),
+        )
     }
 }
 
@@ -312,8 +308,8 @@ impl MeshResult {
         let (ed, hm): (Vec<f64>, Vec<f64>) =
             self.direct_rounds.iter().map(DirectRound::ratios).unzip();
         self.ratios = Ratios {
-            direct_vs_hyper: median(ed),
-            direct_hmac_vs_hyper: median(hm),
+            direct_vs_hyper: median(&ed),
+            direct_hmac_vs_hyper: median(&hm),
             fanout_vs_hyper: div(b.saturated.messages_per_s, self.hyper.api.per_s),
             fanout_vs_redis: self
                 .redis
@@ -454,11 +450,7 @@ fn ms_range(v: &[f64]) -> String {
     if v.is_empty() {
         return "–".into();
     }
-    format!(
-        "{:.0} (max {:.0})",
-        crate::stats::median(v),
-        crate::stats::max(v)
-    )
+    format!("{:.0} (max {:.0})", median(v), crate::stats::max(v))
 }
 
 /// Rows of the headline table: metric, then botmesh / hyper / Redis / ratio per mesh.
@@ -467,6 +459,12 @@ fn rounds_line(m: &MeshResult) -> Option<String> {
     if m.direct_rounds.is_empty() {
         return None;
     }
+    let hyper_cpu_us: Vec<f64> = m
+        .direct_rounds
+        .iter()
+        .flat_map(|r| [&r.hyper, &r.hyper_hmac])
+        .map(|i| i.cpu_s_per_1000 * 1000.0)
+        .collect();
     let list = |f: fn(&DirectRound) -> f64| {
         m.direct_rounds
             .iter()
@@ -476,9 +474,16 @@ fn rounds_line(m: &MeshResult) -> Option<String> {
     };
     Some(format!(
         "Direct-bridge rounds, botmesh ÷ bare hyper envelopes/s, each round back to back \
-         (the direct ratios above are their medians): per-bot keys {}; HMAC {}.",
+         (the direct ratios above are their medians): per-bot keys {}; HMAC {}. \
+         Receiver CPU per envelope, botmesh ÷ bare hyper, the same rounds (the CPU ratios \
+         above are over all rounds together): per-bot keys {}; HMAC {}; bare hyper's own \
+         CPU per request ranged {:.1}–{:.1} µs.",
         list(|r| r.ratios().0),
-        list(|r| r.ratios().1)
+        list(|r| r.ratios().1),
+        list(|r| r.cpu_ratios().0),
+        list(|r| r.cpu_ratios().1),
+        hyper_cpu_us.iter().copied().fold(f64::INFINITY, f64::min),
+        hyper_cpu_us.iter().copied().fold(0.0, f64::max),
     ))
 }
 
@@ -845,7 +850,8 @@ const METHOD: &str = "\
   in rounds (5; 3 with `--quick`), each one botmesh Ed25519 → hyper → botmesh HMAC → hyper on \
   fresh envelopes, back to back, because this host's speed drifts by tens of percent within \
   minutes; the direct ratios are the medians of the rounds' ratios, and the envelopes/s columns \
-  are over all rounds.
+  and the receiver CPU ratios are over all rounds (each round's CPU ratio is listed under its \
+  mesh's table).
 - **Bare hyper** (the ceiling): a separate process (`botmesh-bench sink`) with hyper 1 http1 on \
   a tokio multi-thread runtime, which reads each body and answers `200 {\"accepted\":true}`: no \
   auth, no parsing, no storage.
@@ -923,6 +929,35 @@ mod tests {
             .collect();
         // No measurement (0) is not a pass.
         assert_eq!(cpu, [("2.99×", true), ("3.01×", false), ("0.00×", false)]);
+    }
+
+    #[test]
+    fn each_rounds_cpu_ratio_and_the_baselines_spread_are_reported() {
+        let ingest = |per_s, cpu_us: f64| Ingest {
+            per_s,
+            cpu_s_per_1000: cpu_us / 1000.0,
+            ..Ingest::default()
+        };
+        let round = |ed: f64, hyper: f64, hm: f64, hyper_hm: f64| DirectRound {
+            ed25519: ingest(500.0, ed),
+            hyper: ingest(1000.0, hyper),
+            hmac: ingest(600.0, hm),
+            hyper_hmac: ingest(1000.0, hyper_hm),
+        };
+        let mut m = MeshResult {
+            nodes: 3,
+            direct_rounds: vec![round(25.0, 10.0, 24.0, 8.0), round(26.0, 6.5, 22.0, 11.0)],
+            ..MeshResult::default()
+        };
+        m.compute_ratios();
+        assert_eq!(m.ratios.direct_vs_hyper, 0.5);
+        let line = rounds_line(&m).expect("two rounds");
+        assert!(
+            line.contains("per-bot keys 2.50, 4.00; HMAC 3.00, 2.00;"),
+            "{line}"
+        );
+        assert!(line.contains("ranged 6.5–11.0 µs"), "{line}");
+        assert_eq!(rounds_line(&MeshResult::default()), None);
     }
 
     #[test]
