@@ -10,7 +10,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::procs::Machine;
-use crate::stats::{median, Latency};
+use crate::stats::{max, median, min, Latency};
 
 /// Marks the start of the hand-written part of the Markdown report.
 pub const NOTES_BEGIN: &str = "<!-- notes:begin -->";
@@ -173,10 +173,19 @@ pub struct DirectRound {
     pub hyper_hmac: Ingest,
 }
 
+/// `a ÷ b`, or 0 when `b` is not positive (a phase that measured nothing): a ratio
+/// of 0 then fails every target instead of dividing by zero.
+fn div(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        0.0
+    }
+}
+
 impl DirectRound {
     /// (Ed25519 ÷ hyper, HMAC ÷ hyper) envelopes/s in this round.
     pub fn ratios(&self) -> (f64, f64) {
-        let div = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
         (
             div(self.ed25519.per_s, self.hyper.per_s),
             div(self.hmac.per_s, self.hyper_hmac.per_s),
@@ -186,7 +195,6 @@ impl DirectRound {
     /// (Ed25519 ÷ hyper, HMAC ÷ hyper) CPU per request in this round: the spread the
     /// CPU ratio over all rounds hides (hyper's own figure moves between rounds).
     pub fn cpu_ratios(&self) -> (f64, f64) {
-        let div = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
         (
             div(self.ed25519.cpu_s_per_1000, self.hyper.cpu_s_per_1000),
             div(self.hmac.cpu_s_per_1000, self.hyper_hmac.cpu_s_per_1000),
@@ -303,7 +311,6 @@ pub struct TargetCheck {
 impl MeshResult {
     /// Computes the ratios from the measurements.
     pub fn compute_ratios(&mut self) {
-        let div = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
         let b = &self.botmesh;
         let (ed, hm): (Vec<f64>, Vec<f64>) =
             self.direct_rounds.iter().map(DirectRound::ratios).unzip();
@@ -437,8 +444,7 @@ fn mib_range(v: &[f64]) -> String {
     if v.is_empty() {
         return "–".into();
     }
-    let lo = v.iter().copied().fold(f64::MAX, f64::min);
-    let hi = v.iter().copied().fold(0.0, f64::max);
+    let (lo, hi) = (min(v), max(v));
     if (hi - lo).abs() < 0.05 {
         format!("{hi:.1}")
     } else {
@@ -450,7 +456,7 @@ fn ms_range(v: &[f64]) -> String {
     if v.is_empty() {
         return "–".into();
     }
-    format!("{:.0} (max {:.0})", median(v), crate::stats::max(v))
+    format!("{:.0} (max {:.0})", median(v), max(v))
 }
 
 /// Rows of the headline table: metric, then botmesh / hyper / Redis / ratio per mesh.
@@ -482,8 +488,8 @@ fn rounds_line(m: &MeshResult) -> Option<String> {
         list(|r| r.ratios().1),
         list(|r| r.cpu_ratios().0),
         list(|r| r.cpu_ratios().1),
-        hyper_cpu_us.iter().copied().fold(f64::INFINITY, f64::min),
-        hyper_cpu_us.iter().copied().fold(0.0, f64::max),
+        min(&hyper_cpu_us),
+        max(&hyper_cpu_us),
     ))
 }
 

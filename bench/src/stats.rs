@@ -71,6 +71,11 @@ pub fn max(v: &[f64]) -> f64 {
     v.iter().copied().fold(0.0, f64::max)
 }
 
+/// Smallest of a few values, 0 for none.
+pub fn min(v: &[f64]) -> f64 {
+    v.iter().copied().reduce(f64::min).unwrap_or(0.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
