@@ -171,6 +171,8 @@ pub struct DirectRound {
     pub hmac: Ingest,
     /// The sink, on the same HMAC requests, right after.
     pub hyper_hmac: Ingest,
+    /// Whether the HMAC half ran first in this round ([`DirectRound::hmac_first`]).
+    pub hmac_first: bool,
 }
 
 /// `a ÷ b`, or 0 when `b` is not positive (a phase that measured nothing): a ratio
@@ -184,6 +186,14 @@ fn div(a: f64, b: f64) -> f64 {
 }
 
 impl DirectRound {
+    /// Whether round `round` (from 0) runs its HMAC half before its Ed25519 half. The
+    /// halves take turns going first: a botmesh half measured faster in its round's
+    /// second place than in its first, whichever scheme it was (docs/benchmarks.md,
+    /// "ninth look"), so a fixed order would favour one scheme in every round.
+    pub fn hmac_first(round: usize) -> bool {
+        round % 2 == 1
+    }
+
     /// (Ed25519 ÷ hyper, HMAC ÷ hyper) envelopes/s in this round.
     pub fn ratios(&self) -> (f64, f64) {
         (
@@ -471,6 +481,15 @@ fn rounds_line(m: &MeshResult) -> Option<String> {
         .flat_map(|r| [&r.hyper, &r.hyper_hmac])
         .map(|i| i.cpu_s_per_1000 * 1000.0)
         .collect();
+    let hmac_first: Vec<String> = (m.direct_rounds.iter().enumerate())
+        .filter(|(_, r)| r.hmac_first)
+        .map(|(i, _)| (i + 1).to_string())
+        .collect();
+    let order = match hmac_first.as_slice() {
+        [] => "the per-bot keys half first in every round".to_string(),
+        [round] => format!("the HMAC half first in round {round}"),
+        rounds => format!("the HMAC half first in rounds {}", rounds.join(", ")),
+    };
     let list = |f: fn(&DirectRound) -> f64| {
         m.direct_rounds
             .iter()
@@ -480,10 +499,11 @@ fn rounds_line(m: &MeshResult) -> Option<String> {
     };
     Some(format!(
         "Direct-bridge rounds, botmesh ÷ bare hyper envelopes/s, each round back to back \
-         (the direct ratios above are their medians): per-bot keys {}; HMAC {}. \
+         (the direct ratios above are their medians; {}): per-bot keys {}; HMAC {}. \
          Receiver CPU per envelope, botmesh ÷ bare hyper, the same rounds (the CPU ratios \
          above are over all rounds together): per-bot keys {}; HMAC {}; bare hyper's own \
          CPU per request ranged {:.1}–{:.1} µs.",
+        order,
         list(|r| r.ratios().0),
         list(|r| r.ratios().1),
         list(|r| r.cpu_ratios().0),
@@ -855,7 +875,10 @@ const METHOD: &str = "\
   mesh-wide HMAC secret instead of per-bot Ed25519 keys. The phase runs \
   in rounds (5; 3 with `--quick`), each one botmesh Ed25519 → hyper → botmesh HMAC → hyper on \
   fresh envelopes, back to back, because this host's speed drifts by tens of percent within \
-  minutes; the direct ratios are the medians of the rounds' ratios, and the envelopes/s columns \
+  minutes; every second round runs its HMAC half first, because a botmesh half measured \
+  faster in a round's second place than in its first, whichever scheme it was. Before the \
+  first round each of the three servers gets the same warm-up, not counted (50 envelopes; \
+  20 with `--quick`; as many in flight as the rounds). The direct ratios are the medians of the rounds' ratios, and the envelopes/s columns \
   and the receiver CPU ratios are over all rounds (each round's CPU ratio is listed under its \
   mesh's table).
 - **Bare hyper** (the ceiling): a separate process (`botmesh-bench sink`) with hyper 1 http1 on \
@@ -949,10 +972,13 @@ mod tests {
             hyper: ingest(1000.0, hyper),
             hmac: ingest(600.0, hm),
             hyper_hmac: ingest(1000.0, hyper_hm),
+            hmac_first: false,
         };
+        let mut second = round(26.0, 6.5, 22.0, 11.0);
+        second.hmac_first = true;
         let mut m = MeshResult {
             nodes: 3,
-            direct_rounds: vec![round(25.0, 10.0, 24.0, 8.0), round(26.0, 6.5, 22.0, 11.0)],
+            direct_rounds: vec![round(25.0, 10.0, 24.0, 8.0), second],
             ..MeshResult::default()
         };
         m.compute_ratios();
@@ -963,6 +989,13 @@ mod tests {
             "{line}"
         );
         assert!(line.contains("ranged 6.5–11.0 µs"), "{line}");
+        assert!(line.contains("the HMAC half first in round 2)"), "{line}");
+    }
+
+    #[test]
+    fn the_halves_take_turns_going_first() {
+        let order: Vec<bool> = (0..5).map(DirectRound::hmac_first).collect();
+        assert_eq!(order, [false, true, false, true, false]);
         assert_eq!(rounds_line(&MeshResult::default()), None);
     }
 
