@@ -607,10 +607,10 @@ async fn bench_size(ctx: &mut Ctx, n: usize) -> anyhow::Result<MeshResult> {
     let senders: Vec<_> = (1..n)
         .map(|i| (bot_name(i), mesh.signers[i].clone()))
         .collect();
-    // The three servers the rounds measure get the same warm-up, not counted:
-    // `warmup` envelopes with the rounds' window, so that no round meets a cold
-    // connection pool. (Before, only the sink had one, with 4 in flight, and the
-    // first round's botmesh half was the slowest of a run's rounds.)
+    // A warm-up, not counted: each botmesh bridge gets `warmup` envelopes with the
+    // rounds' window, and the sink the identical requests after it, so that no server
+    // the rounds measure meets a cold connection pool. (Before, only the sink had one,
+    // with 4 in flight.)
     let deadline = ctx.deadline(Duration::ZERO);
     for (bridge, from, logs) in [
         (&bridge0, &senders, &mesh.dir),

@@ -481,7 +481,10 @@ fn rounds_line(m: &MeshResult) -> Option<String> {
         .flat_map(|r| [&r.hyper, &r.hyper_hmac])
         .map(|i| i.cpu_s_per_1000 * 1000.0)
         .collect();
-    let hmac_first: Vec<String> = (m.direct_rounds.iter().enumerate())
+    let hmac_first: Vec<String> = m
+        .direct_rounds
+        .iter()
+        .enumerate()
         .filter(|(_, r)| r.hmac_first)
         .map(|(i, _)| (i + 1).to_string())
         .collect();
@@ -877,8 +880,9 @@ const METHOD: &str = "\
   fresh envelopes, back to back, because this host's speed drifts by tens of percent within \
   minutes; every second round runs its HMAC half first, because a botmesh half measured \
   faster in a round's second place than in its first, whichever scheme it was. Before the \
-  first round each of the three servers gets the same warm-up, not counted (50 envelopes; \
-  20 with `--quick`; as many in flight as the rounds). The direct ratios are the medians of the rounds' ratios, and the envelopes/s columns \
+  first round each botmesh bridge gets a warm-up, not counted (50 envelopes; 20 with \
+  `--quick`; as many in flight as the rounds), and the sink gets the identical requests. \
+  The direct ratios are the medians of the rounds' ratios, and the envelopes/s columns \
   and the receiver CPU ratios are over all rounds (each round's CPU ratio is listed under its \
   mesh's table).
 - **Bare hyper** (the ceiling): a separate process (`botmesh-bench sink`) with hyper 1 http1 on \
@@ -990,13 +994,13 @@ mod tests {
         );
         assert!(line.contains("ranged 6.5–11.0 µs"), "{line}");
         assert!(line.contains("the HMAC half first in round 2)"), "{line}");
+        assert_eq!(rounds_line(&MeshResult::default()), None);
     }
 
     #[test]
     fn the_halves_take_turns_going_first() {
         let order: Vec<bool> = (0..5).map(DirectRound::hmac_first).collect();
         assert_eq!(order, [false, true, false, true, false]);
-        assert_eq!(rounds_line(&MeshResult::default()), None);
     }
 
     #[test]
