@@ -27,7 +27,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use tokio::sync::oneshot;
@@ -39,6 +39,7 @@ use super::turn_queries::RateCount;
 use crate::telemetry::events::{Event, EventBus};
 use crate::wire::envelope::Envelope;
 use crate::wire::ids::IdSet;
+use queue::WriteQueue;
 use writer::{AppendFile, WriteJob, Writer};
 
 /// How many recent messages of each group are kept in memory for context and the API.
@@ -171,7 +172,8 @@ fn line_of(env: &Envelope, signed: Option<Bytes>) -> Bytes {
 /// Every group's transcript, in memory and on disk.
 pub(crate) struct Transcripts {
     groups: Mutex<HashMap<String, GroupLog>>,
-    writer: Mutex<Option<mpsc::Sender<WriteJob>>>,
+    /// The appends on their way to the writer thread.
+    queue: Arc<WriteQueue>,
     /// The writer thread, joined by [`Transcripts::close`] so its files are trimmed.
     writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     events: EventBus,
@@ -268,7 +270,7 @@ impl Transcripts {
             .unwrap_or(1)
             .max(min_next_seq);
         let outbox_log = AppendFile::open(&log_path, false)?;
-        let (tx, rx) = mpsc::channel();
+        let queue = Arc::new(WriteQueue::new());
         let last_error = Arc::new(Mutex::new(None));
         let open_files = Arc::new(AtomicUsize::new(0));
         let writer = Writer {
@@ -285,13 +287,15 @@ impl Transcripts {
             last_error: last_error.clone(),
             buf: Vec::new(),
         };
+        let writer_queue = queue.clone();
         let writer_thread = std::thread::Builder::new()
             .name("transcript-writer".into())
-            .spawn(move || writer.run(rx))?;
+            .spawn(move || writer.run(&writer_queue))?;
+        queue.set_writer(writer_thread.thread().clone());
         Ok((
             Transcripts {
                 groups: Mutex::new(groups),
-                writer: Mutex::new(Some(tx)),
+                queue,
                 writer_thread: Mutex::new(Some(writer_thread)),
                 events,
                 last_error,
@@ -367,8 +371,8 @@ impl Transcripts {
         let mut slots = Vec::with_capacity(prepared.len());
         {
             let mut groups = self.groups.lock();
-            // Sent under the lock so the file order is the memory order.
-            let writer = self.writer.lock();
+            // Queued under the lock so the file order is the memory order; the
+            // writer is woken after it (see [`queue`]).
             for (env, line, outbound) in prepared {
                 if groups.len() >= self.max_groups && !groups.contains_key(&env.group) {
                     tracing::warn!(group = %env.group, id = %env.id, max_groups = self.max_groups, "message refused: it would start a group past [mesh] max_groups");
@@ -389,25 +393,22 @@ impl Transcripts {
                 }
                 log.push(env.clone());
                 let (done_tx, done_rx) = oneshot::channel();
-                let sent = writer
-                    .as_ref()
-                    .map(|w| {
-                        w.send(WriteJob {
-                            env: env.clone(),
-                            line,
-                            outbound,
-                            done: done_tx,
-                        })
-                        .is_ok()
-                    })
-                    .unwrap_or(false);
-                if !sent {
+                let queued = self.queue.push(WriteJob {
+                    env: env.clone(),
+                    line,
+                    outbound,
+                    done: done_tx,
+                });
+                if queued.is_err() {
                     forget(&mut groups, &env);
                     slots.push(Slot::Done(Err(TranscriptError::Stopped)));
                     continue;
                 }
                 slots.push(Slot::Wait(env, done_rx));
             }
+        }
+        if slots.iter().any(|s| matches!(s, Slot::Wait(..))) {
+            self.queue.wake();
         }
         let mut out = Vec::with_capacity(slots.len());
         for slot in slots {
@@ -525,7 +526,7 @@ impl Transcripts {
     /// Stops the writer after it has finished what was queued, and waits for it (it
     /// gives back the files' preallocated space as it stops).
     pub(crate) fn close(&self) {
-        self.writer.lock().take();
+        self.queue.close();
         let thread = self.writer_thread.lock().take();
         if let Some(t) = thread {
             if t.join().is_err() {
@@ -618,6 +619,7 @@ pub(crate) fn read_only(path: &Path) -> std::io::Result<(Vec<Arc<Envelope>>, usi
     Ok((log.recent.into_iter().collect(), dropped))
 }
 
+mod queue;
 #[cfg(test)]
 mod tests;
 mod writer;

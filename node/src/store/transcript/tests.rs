@@ -555,3 +555,20 @@ async fn lines_written_together_fail_together_and_leave_other_groups_alone() {
     assert_eq!(texts(&t, "fine"), ["three", "four"]);
     t.close();
 }
+
+#[tokio::test]
+async fn an_append_after_close_is_refused_and_not_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let (t, _, _) = load(dir.path());
+    let kept = msg("g", "before the close", None);
+    assert_eq!(t.append(kept.clone()).await.unwrap(), Appended::New);
+    t.close();
+    let late = msg("g", "after the close", None);
+    let err = t.append(late.clone()).await.unwrap_err();
+    assert!(matches!(err, TranscriptError::Stopped), "{err}");
+    assert!(
+        !t.contains("g", &late.id, None),
+        "a refused message is not kept in memory"
+    );
+    assert!(t.contains("g", &kept.id, None));
+}

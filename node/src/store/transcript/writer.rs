@@ -6,15 +6,17 @@
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
+use super::queue::WriteQueue;
 use crate::store::file_names::stored_path;
 use crate::store::outbox_log::{outbox_line, Fanout, LoggedOutbound};
 use crate::wire::envelope::Envelope;
@@ -297,35 +299,37 @@ impl Writer {
 
     /// Takes group commits off the queue until it closes. A commit takes what is
     /// queued, up to 1024 jobs and `max_open` groups (so none of its files has to be
-    /// closed before its sync); the rest waits for the next commit.
-    pub(super) fn run(mut self, rx: mpsc::Receiver<WriteJob>) {
-        let mut carry: Option<WriteJob> = None;
+    /// closed before its sync); the rest waits for the next commit, with whatever
+    /// was queued meanwhile. When the thread ends (by panic too), what is still queued
+    /// is dropped, so no appender waits for it.
+    pub(super) fn run(mut self, queue: &WriteQueue) {
+        /// Abandons the queue when the writer's loop ends, however it ends.
+        struct Abandon<'a>(&'a WriteQueue);
+        impl Drop for Abandon<'_> {
+            fn drop(&mut self) {
+                self.0.abandon();
+            }
+        }
+        let _abandon = Abandon(queue);
+        let mut pending: VecDeque<WriteJob> = VecDeque::new();
         loop {
-            let first = match carry.take() {
-                Some(job) => job,
-                None => match rx.recv() {
-                    Ok(job) => job,
-                    Err(_) => break,
-                },
-            };
+            let idle = pending.is_empty();
+            if !queue.take(&mut pending, idle) && pending.is_empty() {
+                break;
+            }
             // The batch's groups (a message each, for its group's name: no copies;
             // a batch rarely spans more than a few groups).
-            let mut groups: Vec<Arc<Envelope>> = vec![first.env.clone()];
-            let mut batch = vec![first];
+            let mut groups: Vec<Arc<Envelope>> = Vec::new();
+            let mut batch = Vec::new();
             while batch.len() < 1024 {
-                match rx.try_recv() {
-                    Ok(job) => {
-                        if !groups.iter().any(|g| g.group == job.env.group) {
-                            if groups.len() >= self.max_open {
-                                carry = Some(job);
-                                break;
-                            }
-                            groups.push(job.env.clone());
-                        }
-                        batch.push(job);
+                let Some(job) = pending.front() else { break };
+                if !groups.iter().any(|g| g.group == job.env.group) {
+                    if !groups.is_empty() && groups.len() >= self.max_open {
+                        break;
                     }
-                    Err(_) => break,
+                    groups.push(job.env.clone());
                 }
+                batch.push(pending.pop_front().expect("looked at"));
             }
             self.write_batch(batch);
         }
