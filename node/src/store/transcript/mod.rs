@@ -4,7 +4,8 @@
 //! [`file_stem`] (bounded whatever the group's name). A peer's envelope is kept as the
 //! JSON it signed ([`Received`]), the node's own serialized. Appends are deduplicated by `id`
 //! and by `platform_msg_id`, written by one writer thread that batches concurrent
-//! appends into one `fsync` (group commit), and acknowledged only once on disk. On
+//! appends into one `fsync` (group commit; they reach it through a [`WriteQueue`]),
+//! and acknowledged only once on disk. On
 //! start every file is read back; a line cut short by a crash is dropped (and the file
 //! truncated to the last whole line) with a warning.
 //!
