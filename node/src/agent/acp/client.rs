@@ -139,6 +139,10 @@ struct Shared {
 /// A bot's ACP agent: one process (restarted when it dies), one session per group.
 pub struct AcpAgent {
     shared: Arc<Shared>,
+    /// The supervisor task, awaited by [`AcpAgent::stop`]: on shutdown the supervisor
+    /// and `stop` race for the live agent, and whichever takes it stops it; `stop`
+    /// returns only once that is done.
+    supervisor: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Drop for AcpAgent {
@@ -195,8 +199,11 @@ impl AcpAgent {
                 None
             }
         };
-        tokio::spawn(supervise(shared.clone(), first));
-        Ok(AcpAgent { shared })
+        let supervisor = tokio::spawn(supervise(shared.clone(), first));
+        Ok(AcpAgent {
+            shared,
+            supervisor: Mutex::new(Some(supervisor)),
+        })
     }
 
     /// Why the agent cannot take a turn now (starting again after it died or did not
@@ -381,6 +388,14 @@ impl AcpAgent {
         let old = self.shared.link.send_replace(Link::Stopped);
         if let Link::Up(live) = old {
             stop_live(&self.shared, &live).await;
+        }
+        // The supervisor may have taken the live agent first (it sees the same
+        // cancellation): it stops it, and the processes are gone once it returns.
+        let supervisor = self.supervisor.lock().take();
+        if let Some(task) = supervisor {
+            if let Err(e) = task.await {
+                tracing::error!(bot = %self.shared.bot, error = %e, "the ACP agent's supervisor failed");
+            }
         }
     }
 
@@ -585,12 +600,24 @@ async fn launch(shared: &Arc<Shared>, generation: u64) -> Result<Live, AcpError>
     }
 }
 
-/// Closes the agent's input and stops its process group.
+/// Closes the agent's input and stops its process group, then lets the connection's
+/// reader see the output end and say how the connection ended (a shutdown that
+/// returned first would cut that line off the log), for at most [`READER_AFTER_STOP`].
 async fn stop_live(shared: &Shared, live: &Live) {
     tracing::info!(bot = %shared.bot, pid = live.process.pid, "stopping the ACP agent");
     live.conn.close_input();
     live.process.stop().await;
+    if tokio::time::timeout(READER_AFTER_STOP, live.conn.dead())
+        .await
+        .is_err()
+    {
+        tracing::warn!(bot = %shared.bot, "the ACP agent's output is still open after its process group ended (a process outside the group holds it?)");
+    }
 }
+
+/// How long [`stop_live`] waits for the connection's reader once the process is gone:
+/// its output ends with it, and the exit status is known, so the reader ends at once.
+const READER_AFTER_STOP: Duration = Duration::from_secs(2);
 
 /// Watches the live agent; when it dies (or, `first` being `None`, never came up),
 /// restarts it with [`RESTART`] until it is up again or the agent is stopped.
