@@ -892,6 +892,39 @@ async fn an_agent_that_never_initializes_is_started_again_while_the_node_serves(
     assert!(mesh.running(0), "the node exited:\n{}", mesh.log(0));
     // It was started and reached `initialize`, which it never answered.
     wait_log(&dir, "never initializing").await;
+    // Once the restarted agent waits in `initialize` too, the node is stopped: the
+    // shutdown stops that agent instead of waiting out its init_timeout_secs (8 s),
+    // and says so before it reports `stopped`.
+    let second = wait_for(
+        WAIT,
+        Duration::from_millis(50),
+        || async {
+            log(&dir)
+                .iter()
+                .filter(|l| l.starts_with("never initializing"))
+                .count()
+        },
+        |n| *n >= 2,
+    )
+    .await;
+    assert!(second >= 2, "{:?}", log(&dir));
+    assert!(mesh.terminate(0).success(), "{}", mesh.log(0));
+    let node_log = mesh.log(0);
+    let shutdown = node_log
+        .find("shutting down")
+        .unwrap_or_else(|| panic!("{node_log}"));
+    let after = &node_log[shutdown..];
+    let stopping = after.find("stopping the ACP agent");
+    let ended = after.find("the ACP agent's process ended");
+    let stopped = after.find("INFO botmesh::app::lifecycle: stopped");
+    assert!(
+        stopping.is_some() && stopping < ended && ended < stopped,
+        "the agent in `initialize` is stopped before the node reports stopped:\n{after}"
+    );
+    assert!(
+        !after.contains("restarting the ACP agent failed"),
+        "the shutdown waited out the agent's initialize:\n{after}"
+    );
 }
 
 #[tokio::test]

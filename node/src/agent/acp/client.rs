@@ -563,7 +563,15 @@ async fn launch(shared: &Arc<Shared>, generation: u64) -> Result<Live, AcpError>
     let method = METHODS.initialize;
     let request = messages::to_json(&messages::initialize_request());
     let limit = Duration::from_secs(shared.settings.init_timeout_secs);
-    let initialized = match tokio::time::timeout(limit, live.conn.call(method, request)).await {
+    // A shutdown does not wait for an agent that is slow to initialize: it is stopped.
+    let answer = tokio::select! {
+        answer = tokio::time::timeout(limit, live.conn.call(method, request)) => answer,
+        _ = shared.shutdown.cancelled() => {
+            stop_live(shared, &live).await;
+            return Err(AcpError::Stopped);
+        }
+    };
+    let initialized = match answer {
         Ok(answer) => answer.map_err(|e| call_error(method, e)),
         Err(_) => Err(AcpError::Protocol {
             method: method.into(),
@@ -672,6 +680,10 @@ async fn supervise(shared: Arc<Shared>, first: Option<Live>) {
             }
             match launch(&shared, generation).await {
                 Ok(new) => break new,
+                Err(AcpError::Stopped) => {
+                    shared.link.send_replace(Link::Stopped);
+                    return;
+                }
                 Err(e) => {
                     tracing::warn!(bot = %shared.bot, attempt, error = %e, "restarting the ACP agent failed");
                     shared.link.send_replace(Link::Failed(e.to_string()));
