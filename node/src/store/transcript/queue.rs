@@ -83,6 +83,7 @@ impl WriteQueue {
             state.closed = true;
             std::mem::take(&mut state.jobs)
         };
+        // Dropped outside the lock: each drop wakes an appender.
         drop(jobs);
     }
 
@@ -154,11 +155,9 @@ mod tests {
             lines_tx.send(lines).unwrap();
         });
         queue.set_writer(writer.thread().clone());
-        let mut receivers = Vec::new();
         for n in 0..100 {
-            let (j, rx) = job(n);
+            let (j, _) = job(n);
             assert!(queue.push(j).is_ok());
-            receivers.push(rx);
             if n % 7 == 0 {
                 // Let the writer park now and then, so a wake has to reach a parked thread.
                 std::thread::sleep(Duration::from_millis(1));

@@ -5,8 +5,7 @@
 //! file it appends to, with zeroed space kept ahead so a commit's sync writes data alone.
 
 use parking_lot::Mutex;
-use std::collections::HashMap;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -324,7 +323,8 @@ impl Writer {
             while batch.len() < 1024 {
                 let Some(job) = pending.front() else { break };
                 if !groups.iter().any(|g| g.group == job.env.group) {
-                    if !groups.is_empty() && groups.len() >= self.max_open {
+                    // `max_open` is at least 1: a batch always takes its first job.
+                    if groups.len() >= self.max_open {
                         break;
                     }
                     groups.push(job.env.clone());
