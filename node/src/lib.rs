@@ -81,7 +81,7 @@
 //!   `refusals::REFUSALS` (the public listeners' refusals in the log, rate-limited; the
 //!   turn code's repeated silences the same way, `refusals::DECISIONS`).
 //! - [`store`] — per-group, append-only, deduplicated, durable transcripts (`store::transcript`,
-//!   its group-commit writer thread in `store::transcript::writer`, fed by `store::transcript::queue`) and the reads the turn code makes of them (`store::turn_queries`); the outbox log
+//!   its group-commit writer thread in `store::transcript::writer`, fed by `store::transcript::queue`, waiting for more under load as `store::transcript::commit_delay` decides) and the reads the turn code makes of them (`store::turn_queries`); the outbox log
 //!   (`store::outbox_log`); cursors; the verdict log; the bounded file names they all use
 //!   (`store::file_names`).
 //! - [`llm`] — the OpenAI-compatible client: whole answers (`complete`), and a drafting

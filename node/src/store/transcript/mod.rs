@@ -4,7 +4,8 @@
 //! [`file_stem`] (bounded whatever the group's name). A peer's envelope is kept as the
 //! JSON it signed ([`Received`]), the node's own serialized. Appends are deduplicated by `id`
 //! and by `platform_msg_id`, written by one writer thread that batches concurrent
-//! appends into one `fsync` (group commit; they reach it through a [`WriteQueue`]),
+//! appends into one `fsync` (group commit; they reach it through a [`WriteQueue`];
+//! under load a commit may wait up to half a millisecond for more, [`commit_delay`]),
 //! and acknowledged only once on disk. On
 //! start every file is read back; a line cut short by a crash is dropped (and the file
 //! truncated to the last whole line) with a warning.
@@ -370,6 +371,7 @@ impl Transcripts {
             })
             .collect();
         let mut slots = Vec::with_capacity(prepared.len());
+        let mut wake = false;
         {
             let mut groups = self.groups.lock();
             // Queued under the lock so the file order is the memory order; the
@@ -400,15 +402,18 @@ impl Transcripts {
                     outbound,
                     done: done_tx,
                 });
-                if queued.is_err() {
-                    forget(&mut groups, &env);
-                    slots.push(Slot::Done(Err(TranscriptError::Stopped)));
-                    continue;
+                match queued {
+                    Ok(w) => wake |= w,
+                    Err(_) => {
+                        forget(&mut groups, &env);
+                        slots.push(Slot::Done(Err(TranscriptError::Stopped)));
+                        continue;
+                    }
                 }
                 slots.push(Slot::Wait(env, done_rx));
             }
         }
-        if slots.iter().any(|s| matches!(s, Slot::Wait(..))) {
+        if wake {
             self.queue.wake();
         }
         let mut out = Vec::with_capacity(slots.len());
@@ -620,6 +625,7 @@ pub(crate) fn read_only(path: &Path) -> std::io::Result<(Vec<Arc<Envelope>>, usi
     Ok((log.recent.into_iter().collect(), dropped))
 }
 
+mod commit_delay;
 mod queue;
 #[cfg(test)]
 mod tests;

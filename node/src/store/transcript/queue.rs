@@ -7,12 +7,18 @@
 //! under the lock, as a channel's `send` makes it, it held the lock for that long, and
 //! the other runtime worker, waiting for the same lock, spun and called `sched_yield`
 //! (docs/benchmarks.md, "tenth look"). The writer takes everything queued at once.
+//!
+//! While the writer waits for more appends before a commit ([`WriteQueue::gather`],
+//! see [`super::commit_delay`]), a push wakes it only once the count it waits for is
+//! queued, so the appends it gathers cost no wake each.
 
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::OnceLock;
 use std::thread::Thread;
+use std::time::Instant;
 
+use super::commit_delay::Waited;
 use super::writer::WriteJob;
 
 /// The queue between the appenders and the writer thread (one writer, any appenders).
@@ -30,6 +36,9 @@ struct State {
     jobs: Vec<WriteJob>,
     /// No more jobs are taken; the writer stops once it has written what is queued.
     closed: bool,
+    /// How many queued jobs make a push ask for the writer to be woken: 1, or the
+    /// count the writer gathers for ([`WriteQueue::gather`]).
+    wake_at: usize,
 }
 
 impl WriteQueue {
@@ -38,6 +47,7 @@ impl WriteQueue {
             state: Mutex::new(State {
                 jobs: Vec::new(),
                 closed: false,
+                wake_at: 1,
             }),
             writer: OnceLock::new(),
         }
@@ -48,16 +58,17 @@ impl WriteQueue {
         let _ = self.writer.set(thread);
     }
 
-    /// Queues `job` without waking the writer: the caller calls [`WriteQueue::wake`]
-    /// once it has released its own locks. Gives the job back when the queue is
-    /// closed (the node is stopping, or the writer thread is gone).
-    pub(super) fn push(&self, job: WriteJob) -> Result<(), WriteJob> {
+    /// Queues `job` without waking the writer: when this returns `Ok(true)` the caller
+    /// calls [`WriteQueue::wake`] once it has released its own locks (`false`: the
+    /// writer is gathering and not yet to be woken). Gives the job back when the queue
+    /// is closed (the node is stopping, or the writer thread is gone).
+    pub(super) fn push(&self, job: WriteJob) -> Result<bool, WriteJob> {
         let mut state = self.state.lock();
         if state.closed {
             return Err(job);
         }
         state.jobs.push(job);
-        Ok(())
+        Ok(state.jobs.len() >= state.wake_at)
     }
 
     /// Wakes the writer. Costs an atomic swap when it is awake (its next park returns
@@ -109,6 +120,42 @@ impl WriteQueue {
             std::thread::park();
         }
     }
+
+    /// The writer's side, gathering: waits until `target` jobs are queued or `until`
+    /// passes, then moves what is queued to the back of `into` (when nothing is
+    /// queued by then, waits for the first job as [`WriteQueue::take`] does). Returns
+    /// whether the queue is still open or had jobs left, and how the wait ended.
+    pub(super) fn gather(
+        &self,
+        into: &mut VecDeque<WriteJob>,
+        target: usize,
+        until: Instant,
+    ) -> (bool, Waited) {
+        loop {
+            {
+                let mut state = self.state.lock();
+                let now = Instant::now();
+                let full = state.jobs.len() >= target;
+                if full || state.closed || now >= until {
+                    state.wake_at = 1;
+                    let how = if full { Waited::Full } else { Waited::Deadline };
+                    if !state.jobs.is_empty() {
+                        into.extend(state.jobs.drain(..));
+                        return (true, how);
+                    }
+                    if state.closed {
+                        return (false, how);
+                    }
+                    drop(state);
+                    return (self.take(into, true), how);
+                }
+                state.wake_at = target;
+            }
+            // The push that reaches `target` wakes this park (before it too: then it
+            // returns at once); so does a close.
+            std::thread::park_timeout(until.saturating_duration_since(Instant::now()));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -157,7 +204,11 @@ mod tests {
         queue.set_writer(writer.thread().clone());
         for n in 0..100 {
             let (j, _) = job(n);
-            assert!(queue.push(j).is_ok());
+            assert_eq!(
+                queue.push(j).ok(),
+                Some(true),
+                "a writer not gathering is woken"
+            );
             if n % 7 == 0 {
                 // Let the writer park now and then, so a wake has to reach a parked thread.
                 std::thread::sleep(Duration::from_millis(1));
@@ -175,6 +226,70 @@ mod tests {
         assert_eq!(lines, expected, "every job, in the order queued");
         let (late, _) = job(100);
         assert!(queue.push(late).is_err(), "a closed queue refuses");
+    }
+
+    #[test]
+    fn a_gathering_writer_is_woken_by_the_push_that_fills_its_count() {
+        let queue = Arc::new(WriteQueue::new());
+        let q = queue.clone();
+        let (out_tx, out_rx) = std::sync::mpsc::channel();
+        let writer = std::thread::spawn(move || {
+            let mut taken = VecDeque::new();
+            // A deadline far off: only the third push can end this wait.
+            let until = Instant::now() + Duration::from_secs(60);
+            let waited = q.gather(&mut taken, 3, until);
+            out_tx.send((waited, taken.len())).unwrap();
+        });
+        queue.set_writer(writer.thread().clone());
+        // Wait until the writer gathers (bounded: a writer that never does fails the test).
+        let start = Instant::now();
+        while queue.state.lock().wake_at != 3 {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "the writer never gathered"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let pushed: Vec<bool> = (0..3)
+            .map(|n| queue.push(job(n).0).ok().expect("open"))
+            .collect();
+        assert_eq!(
+            pushed,
+            vec![false, false, true],
+            "only the third push asks for a wake"
+        );
+        queue.wake();
+        let (waited, taken) = out_rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the third push woke the writer");
+        writer.join().unwrap();
+        assert_eq!(waited, (true, Waited::Full));
+        assert_eq!(taken, 3);
+        // Gathering over, a push asks for a wake again.
+        assert_eq!(queue.push(job(4).0).ok(), Some(true));
+    }
+
+    #[test]
+    fn a_gathering_wait_ends_at_its_deadline_with_what_is_queued() {
+        let queue = WriteQueue::new();
+        queue.set_writer(std::thread::current());
+        assert_eq!(queue.push(job(1).0).ok(), Some(true));
+        let mut taken = VecDeque::new();
+        let waited = queue.gather(&mut taken, 16, Instant::now() + Duration::from_millis(5));
+        assert_eq!(waited, (true, Waited::Deadline));
+        assert_eq!(
+            taken.len(),
+            1,
+            "the one queued job is committed without the rest"
+        );
+        // Closed while gathering: what is queued is still taken, then the end.
+        assert!(queue.push(job(2).0).is_ok());
+        queue.close();
+        let waited = queue.gather(&mut taken, 16, Instant::now() + Duration::from_secs(60));
+        assert_eq!(waited, (true, Waited::Deadline));
+        assert_eq!(taken.len(), 2);
+        let waited = queue.gather(&mut taken, 16, Instant::now() + Duration::from_secs(60));
+        assert!(!waited.0, "closed and empty");
     }
 
     #[test]

@@ -11,10 +11,12 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
+use super::commit_delay::{CommitDelay, DELAY_TARGET, DELAY_WAIT};
 use super::queue::WriteQueue;
 use crate::store::file_names::stored_path;
 use crate::store::outbox_log::{outbox_line, Fanout, LoggedOutbound};
@@ -299,8 +301,9 @@ impl Writer {
     /// Takes group commits off the queue until it closes. A commit takes what is
     /// queued, up to 1024 jobs and `max_open` groups (so none of its files has to be
     /// closed before its sync); the rest waits for the next commit, with whatever
-    /// was queued meanwhile. When the thread ends (by panic too), what is still queued
-    /// is dropped, so no appender waits for it.
+    /// was queued meanwhile. After a busy commit the next may first wait a little for
+    /// more ([`CommitDelay`]). When the thread ends (by panic too), what is still
+    /// queued is dropped, so no appender waits for it.
     pub(super) fn run(mut self, queue: &WriteQueue) {
         /// Abandons the queue when the writer's loop ends, however it ends.
         struct Abandon<'a>(&'a WriteQueue);
@@ -311,9 +314,19 @@ impl Writer {
         }
         let _abandon = Abandon(queue);
         let mut pending: VecDeque<WriteJob> = VecDeque::new();
+        let mut delay = CommitDelay::default();
+        let mut last = 0;
         loop {
             let idle = pending.is_empty();
-            if !queue.take(&mut pending, idle) && pending.is_empty() {
+            let open = if idle && delay.wait_next(last) {
+                let (open, how) =
+                    queue.gather(&mut pending, DELAY_TARGET, Instant::now() + DELAY_WAIT);
+                delay.waited(how);
+                open
+            } else {
+                queue.take(&mut pending, idle)
+            };
+            if !open && pending.is_empty() {
                 break;
             }
             // The batch's groups (a message each, for its group's name: no copies;
@@ -331,6 +344,7 @@ impl Writer {
                 }
                 batch.push(pending.pop_front().expect("looked at"));
             }
+            last = batch.len();
             self.write_batch(batch);
         }
         // Stopped (the node is shutting down): leave every file ending with its last line.
