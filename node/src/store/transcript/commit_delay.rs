@@ -3,7 +3,7 @@
 //! Each commit ends in one `fdatasync` per file, and a sync costs about the same
 //! whether it carries one message or twenty. Under load the writer syncs back to back,
 //! and each commit takes what arrived during the sync before it: on the bench machine
-//! about six envelopes a commit with 32 requests in flight. Waiting a little for more
+//! one `fdatasync` per 6–11 envelopes with 32 requests in flight. Waiting a little for more
 //! (PostgreSQL's `commit_delay`) makes the commits fewer and larger, and the node
 //! spends less CPU per envelope (docs/benchmarks.md, "eleventh look").
 //!
