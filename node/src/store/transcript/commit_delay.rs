@@ -14,17 +14,18 @@
 //! deadline without the [`DELAY_TARGET`] it waited for, the writer stops waiting for the
 //! next 1, 2, 4, … commits (up to [`MAX_BACKOFF`]), trying again after each pause; a wait
 //! that fills resets the pause. The added latency is bounded by [`DELAY_WAIT`], and a
-//! node under light load (a commit of one or two messages) never waits.
+//! node under light load (commits of fewer than [`DELAY_AFTER`] messages) never waits.
 
 use std::time::Duration;
 
 /// A commit at least this large says appends arrive faster than the disk syncs.
 pub(super) const DELAY_AFTER: usize = 4;
-/// How many queued appends end a wait: about what a commit carries with 32 requests
-/// in flight when it waits (16 was the best of 8, 12, 16 and 24 on the bench machine).
+/// How many queued appends end a wait. With 32 requests in flight on the bench machine,
+/// waiting for 16 used the least CPU of 8, 12 and 16 at the same ingest; 24 used a
+/// little less CPU still but ingested less (docs/benchmarks.md, "eleventh look").
 pub(super) const DELAY_TARGET: usize = 16;
-/// The longest a commit waits for [`DELAY_TARGET`] appends (about two syncs on the
-/// bench machine's disk).
+/// The longest a commit waits for [`DELAY_TARGET`] appends: a few of the bench
+/// machine's commit syncs (0.25 ms saved less CPU than 0.5 ms for 12).
 pub(super) const DELAY_WAIT: Duration = Duration::from_micros(500);
 /// The most commits taken without waiting after waits that ran out.
 pub(super) const MAX_BACKOFF: u32 = 256;
